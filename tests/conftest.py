@@ -1,0 +1,36 @@
+"""Shared fixtures: every test gets its own session directory; CLI runs as a real subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+@pytest.fixture(autouse=True)
+def state_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point the session log at a private directory for each test."""
+    state = tmp_path_factory.mktemp("state")
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    return state
+
+
+def run_cli(args: Sequence[str], *, env: dict[str, str] | None = None, cwd: str | None = None,
+            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m zdoctor ARGS`` for real and capture its output."""
+    full_env = dict(os.environ if env is None else env)
+    full_env.setdefault("NO_COLOR", "1")
+    return subprocess.run([sys.executable, "-m", "zdoctor", *args], capture_output=True, text=True,
+                          env=full_env, cwd=cwd or str(REPO), timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def cli():
+    return run_cli

@@ -1,0 +1,151 @@
+"""Probes run concurrently with timeouts; crashes are isolated; a snapshot replays the same findings."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from zdoctor import registry
+from zdoctor.checks import evaluate_check, run_checks
+from zdoctor.doctor import check, snapshot
+from zdoctor.errors import InputError
+from zdoctor.host import LiveHost, ReplayHost, snapshot_document
+from zdoctor.model import Evidence, Finding
+from zdoctor.registry import Facts
+
+
+@pytest.fixture
+def test_vocabulary():
+    """Register a few test probes and checks, and remove them afterwards."""
+    before = (dict(registry.PROBES), dict(registry.CHECKS))
+    calls = {"slow": 0}
+
+    @registry.probe("t.ok", title="fine", timeout=5)
+    def ok_probe(host):
+        return {"value": 42}, [Evidence.note("n", "forty-two")]
+
+    @registry.probe("t.boom", title="raises", timeout=5)
+    def boom(host):
+        raise RuntimeError("probe exploded")
+
+    @registry.probe("t.hang", title="hangs", timeout=0.5)
+    def hang(host):
+        time.sleep(30)
+        return {}, []
+
+    @registry.probe("t.slow", title="slow", timeout=5)
+    def slow(host):
+        calls["slow"] += 1
+        time.sleep(0.6)
+        return {"thread": threading.current_thread().name}, []
+
+    @registry.probe("t.slow2", title="slow too", timeout=5)
+    def slow2(host):
+        time.sleep(0.6)
+        return {}, []
+
+    @registry.check("t.value", title="value check", probes=("t.ok",))
+    def value_check(facts: Facts):
+        v = facts.get_fact("t.ok", "value")
+        return [Finding("t.value", "ok" if v == 42 else "fail", f"value is {v}")]
+
+    @registry.check("t.broken", title="broken check", probes=("t.ok",))
+    def broken_check(facts: Facts):
+        return [Finding("t.broken", "ok", str(1 / 0))]
+
+    @registry.check("t.needs-boom", title="needs the crashing probe", probes=("t.boom",))
+    def needs_boom(facts: Facts):
+        return [Finding("t.needs-boom", "ok", "unreachable")]
+
+    yield calls
+    registry.PROBES.clear()
+    registry.PROBES.update(before[0])
+    registry.CHECKS.clear()
+    registry.CHECKS.update(before[1])
+
+
+def test_crashing_probe_becomes_a_crash_result_with_traceback(test_vocabulary):
+    res = LiveHost().result("t.boom")
+    assert res.status == "crash"
+    assert res.error == "RuntimeError: probe exploded"
+    assert "Traceback" in res.evidence[0].stdout and "probe exploded" in res.evidence[0].stdout
+
+
+def test_hanging_probe_is_abandoned_at_its_budget(test_vocabulary):
+    t0 = time.monotonic()
+    res = LiveHost().result("t.hang")
+    assert time.monotonic() - t0 < 3
+    assert res.status == "timeout" and "0.5s budget" in res.error
+
+
+def test_probes_run_concurrently_and_once(test_vocabulary):
+    host = LiveHost()
+    t0 = time.monotonic()
+    facts = host.results(["t.slow", "t.slow2", "t.slow"])
+    assert time.monotonic() - t0 < 1.1  # two 0.6 s probes side by side
+    assert set(facts) == {"t.slow", "t.slow2"}
+    host.results(["t.slow"])
+    assert test_vocabulary["slow"] == 1
+
+
+def test_crash_isolation_in_checks(test_vocabulary):
+    host = LiveHost()
+    facts, findings = run_checks(host, ["t.value", "t.broken", "t.needs-boom"])
+    by_id = {f.id: f for f in findings}
+    assert by_id["t.value"].status == "ok"
+    assert by_id["t.broken.crash"].status == "crash"
+    assert "ZeroDivisionError" in by_id["t.broken.crash"].detail
+    assert "Traceback" in by_id["t.broken.crash"].evidence[0].stdout
+    assert by_id["probe.t.boom"].status == "crash"
+    assert by_id["t.needs-boom.not-checked"].status == "skip"
+
+
+def test_check_exit_code_counts_crashes(test_vocabulary):
+    host = LiveHost()
+    facts = host.results(["t.ok"])
+    assert evaluate_check("t.value", facts)[0].status == "ok"
+    report = check(host, walk=False)
+    assert report.exit_code == 1  # the crashing probe and check
+
+
+def test_replay_equals_live(test_vocabulary):
+    live = LiveHost()
+    live_report = check(live, walk=False)
+    doc = json.loads(json.dumps(snapshot_document(live)))
+    replay_report = check(ReplayHost(doc), walk=False)
+    assert [f.to_dict() for f in replay_report.findings] == [f.to_dict() for f in live_report.findings]
+
+
+def test_snapshot_records_every_registered_probe(test_vocabulary):
+    doc = snapshot(LiveHost())
+    assert set(registry.PROBES) <= set(doc["probes"])
+    assert doc["probes"]["t.ok"]["facts"] == {"value": 42}
+    assert doc["probes"]["t.boom"]["status"] == "crash"
+
+
+def test_replay_of_a_probe_missing_from_the_snapshot_is_a_skip():
+    doc = {"format": "zdoctor-snapshot", "version": 1, "host": {}, "probes": {}}
+    assert ReplayHost(doc).result("system").status == "skip"
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{", "malformed JSON"),
+    ("[]", "not a zdoctor snapshot"),
+    ('{"format": "zdoctor-snapshot", "version": 99, "probes": {}}', "version 99"),
+    ('{"format": "zdoctor-snapshot", "version": 1, "probes": {"x": {"facts": 1}}}', "malformed probe record"),
+])
+def test_bad_snapshots_are_input_errors(tmp_path, content, message):
+    p = tmp_path / "snap.json"
+    p.write_text(content)
+    with pytest.raises(InputError, match=message):
+        ReplayHost.load(str(p))
+
+
+def test_unreadable_snapshot(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        ReplayHost.load(str(tmp_path / "missing.json"))
+    with pytest.raises(InputError, match="is a directory"):
+        ReplayHost.load(str(tmp_path))

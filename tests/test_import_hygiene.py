@@ -1,0 +1,52 @@
+"""The headless core never imports textual; `--version` stays light."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from conftest import REPO
+
+PROBE = """
+import json, sys
+sys.argv = ["zdoctor"] + sys.argv[1:]
+from zdoctor import cli
+try:
+    code = cli.main(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code
+mods = sorted(m for m in sys.modules if m.split(".")[0] in ("textual", "networkx", "rich", "elftools", "screens"))
+sys.stderr.write("@@" + json.dumps({"code": code, "mods": mods}) + "\\n")
+"""
+
+
+def loaded_modules(*args: str) -> dict:
+    proc = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True,
+                          cwd=str(REPO), timeout=120, stdin=subprocess.DEVNULL)
+    line = [ln for ln in proc.stderr.splitlines() if ln.startswith("@@")][-1]
+    return json.loads(line[2:])
+
+
+def test_check_never_imports_textual():
+    out = loaded_modules("check", "--json", "--no-log")
+    assert out["code"] in (0, 1)
+    assert not [m for m in out["mods"] if m.startswith(("textual", "screens"))]
+
+
+def test_core_modules_import_without_textual():
+    code = ("import sys, pkgutil, importlib, zdoctor\n"
+            "for m in pkgutil.walk_packages(zdoctor.__path__, 'zdoctor.'):\n"
+            "    if m.name not in ('zdoctor.__main__', 'zdoctor.tui') and not m.name.startswith('zdoctor.screens'):\n"
+            "        importlib.import_module(m.name)\n"
+            "print([m for m in sys.modules if m.startswith('textual')])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(REPO),
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_version_imports_nothing_heavy():
+    out = loaded_modules("--version")
+    assert out["code"] == 0
+    assert out["mods"] == []

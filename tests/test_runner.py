@@ -1,0 +1,82 @@
+"""The subprocess runner every probe uses."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from zdoctor.runner import run, which_all
+
+
+def test_runs_argv_without_a_shell(tmp_path):
+    ev = run(["echo", "a b", "$(touch x)"], cwd=str(tmp_path))
+    assert ev.exit_code == 0
+    assert ev.stdout == "a b $(touch x)\n"
+    assert not (tmp_path / "x").exists()
+    assert ev.argv == ["echo", "a b", "$(touch x)"]
+    assert ev.duration_s >= 0 and ev.started > 0
+
+
+def test_explicit_environment_is_the_only_environment():
+    ev = run(["env"], env={"ONLY": "this", "PATH": os.environ["PATH"]})
+    lines = set(ev.stdout.splitlines())
+    assert "ONLY=this" in lines
+    assert not any(line.startswith("HOME=") for line in lines)
+
+
+def test_missing_executable_is_reported_not_raised():
+    ev = run(["/nonexistent/zdoctor-no-such-tool", "--version"])
+    assert ev.exit_code is None
+    assert ev.error == "/nonexistent/zdoctor-no-such-tool: executable not found"
+
+
+def test_non_executable_file(tmp_path):
+    f = tmp_path / "script"
+    f.write_text("#!/bin/sh\necho hi\n")
+    ev = run([str(f)])
+    assert ev.exit_code is None and "permission denied" in ev.error
+
+
+def test_timeout_kills_the_whole_process_group(tmp_path):
+    pidfile = tmp_path / "child.pid"
+    script = f"sleep 60 & echo $! > {pidfile}; echo started; wait"
+    t0 = time.monotonic()
+    ev = run(["sh", "-c", script], timeout=1.0)
+    assert time.monotonic() - t0 < 10
+    assert ev.error and ev.error.startswith("timed out after 1s")
+    assert ev.exit_code is None
+    assert "started" in ev.stdout
+    child = int(pidfile.read_text())
+    time.sleep(0.2)
+    try:
+        os.kill(child, 0)
+        with open(f"/proc/{child}/stat") as fh:
+            alive = fh.read().split()[2] != "Z"
+    except (ProcessLookupError, FileNotFoundError):
+        alive = False
+    assert not alive, "the grandchild survived the timeout"
+
+
+def test_output_is_capped_with_head_and_tail():
+    ev = run(["python3", "-c", "print('A' * 5000 + 'B' * 5000)"], cap=1000)
+    assert ev.truncated
+    assert len(ev.stdout) < 1100
+    assert ev.stdout.startswith("AAAA") and ev.stdout.rstrip().endswith("BBBB")
+    assert "characters cut" in ev.stdout
+
+
+def test_nonzero_exit_code_and_stderr():
+    ev = run(["sh", "-c", "echo oops >&2; exit 3"])
+    assert ev.exit_code == 3 and ev.stderr == "oops\n" and ev.error is None
+
+
+def test_which_all_lists_every_match_in_order(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        d.mkdir()
+        tool = d / "tool"
+        tool.write_text("#!/bin/sh\n")
+        tool.chmod(0o755)
+    (tmp_path / "c").mkdir()
+    path = os.pathsep.join([str(a), str(tmp_path / "c"), str(b), str(a)])
+    assert which_all("tool", path) == [str(a / "tool"), str(b / "tool")]

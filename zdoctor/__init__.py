@@ -1,0 +1,3 @@
+"""zdoctor: a doctor for GPU nodes where DeepSpeed ZeRO-3 Offload will not start, hangs, or crawls."""
+
+__version__ = "0.1.0"

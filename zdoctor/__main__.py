@@ -1,0 +1,5 @@
+"""``python -m zdoctor``."""
+
+from .cli import main
+
+raise SystemExit(main())

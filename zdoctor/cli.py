@@ -1,0 +1,203 @@
+"""Command line: argument parsing, subcommands and exit codes (0 ok, 1 failing findings, 2 usage/input)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from . import __version__
+from .errors import InputError, UsageError, ZdoctorError
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
+
+
+def build_parser() -> Parser:
+    p = Parser(prog="zdoctor", description="Diagnose DeepSpeed ZeRO-3 Offload launches that die, "
+               "hang or crawl. With no command: the guided session on a terminal, `check` otherwise.")
+    p.add_argument("--version", action="version", version=f"zdoctor {__version__}")
+    p.add_argument("--python", metavar="PY", help="the training environment's interpreter "
+                   "(default: the first python3 on PATH)")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+
+    c = sub.add_parser("check", help="run every check headless; exit 1 if anything fails")
+    c.add_argument("--python", metavar="PY", dest="sub_python", help="the training environment's interpreter")
+    c.add_argument("--json", action="store_true", help="print one JSON document instead of the report")
+    c.add_argument("--replay", metavar="SNAP", help="evaluate a snapshot instead of this machine")
+    c.add_argument("--playbook", metavar="ID", action="append",
+                   help="walk only this playbook (repeatable; default: all)")
+    c.add_argument("--no-log", action="store_true", help="do not record a session log")
+    c.add_argument("-v", "--verbose", action="store_true", help="show details and remedies of every finding")
+
+    s = sub.add_parser("snapshot", help="record every probe's facts and evidence for replay elsewhere")
+    s.add_argument("--python", metavar="PY", dest="sub_python", help="the training environment's interpreter")
+    s.add_argument("-o", "--output", metavar="FILE", required=True, help="where to write the snapshot (JSON)")
+
+    e = sub.add_parser("export", help="render a recorded session as Markdown, HTML or JSON")
+    which = e.add_mutually_exclusive_group(required=True)
+    which.add_argument("--last", action="store_true", help="the most recent session")
+    which.add_argument("--session", metavar="ID", help="a session id (see the session directory)")
+    e.add_argument("--format", required=True, choices=("md", "html", "json"))
+    e.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
+
+    pb = sub.add_parser("playbooks", help="list, show or lint the decision graphs")
+    pbs = pb.add_subparsers(dest="pb_command", metavar="ACTION", parser_class=Parser, required=True)
+    pbs.add_parser("list", help="every bundled playbook")
+    show = pbs.add_parser("show", help="one playbook's nodes and edges")
+    show.add_argument("id")
+    lint = pbs.add_parser("lint", help="validate playbook files (default: the bundled ones)")
+    lint.add_argument("path", nargs="?", help="a playbook file or a directory of them")
+
+    t = sub.add_parser("tui", help="the guided session (the default on a terminal)")
+    t.add_argument("--python", metavar="PY", dest="sub_python", help="the training environment's interpreter")
+    return p
+
+
+def _python(args: argparse.Namespace) -> str | None:
+    return getattr(args, "sub_python", None) or args.python
+
+
+def _open_log(mode: str, argv: Sequence[str], host_info: dict[str, Any], enabled: bool):
+    """A session log, or None (with a one-line warning) when the state directory cannot be written."""
+    if not enabled:
+        return None
+    from .session import SessionLog
+
+    try:
+        return SessionLog.create(mode, list(argv), host_info)
+    except (OSError, ZdoctorError) as exc:
+        print(f"zdoctor: warning: session not recorded: {exc}", file=sys.stderr)
+        return None
+
+
+def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from .doctor import check
+    from .host import LiveHost, ReplayHost
+
+    if args.replay and _python(args):
+        raise UsageError("zdoctor check: --replay and --python exclude each other")
+    if args.playbook:
+        from .playbook import load_all
+
+        unknown = sorted(set(args.playbook) - set(load_all()))
+        if unknown:
+            raise UsageError(f"zdoctor check: unknown playbook(s): {', '.join(unknown)}")
+    host = ReplayHost.load(args.replay) if args.replay else LiveHost(python=_python(args))
+    log = _open_log("check", argv, host.info, not args.no_log)
+    record = log.record if log else (lambda _t, _d: None)
+    report = check(host, record=record, playbooks=args.playbook)
+    if log:
+        report.session = log.id
+        log.close(report.exit_code)
+    if args.json:
+        json.dump(report.to_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        from .report import print_report
+
+        print_report(report, verbose=args.verbose)
+    return report.exit_code
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    from .atomic import write_text_atomic
+    from .doctor import snapshot
+    from .host import LiveHost
+
+    doc = snapshot(LiveHost(python=_python(args)))
+    write_text_atomic(args.output, json.dumps(doc, indent=1) + "\n")
+    crashed = [n for n, r in doc["probes"].items() if r["status"] in ("crash", "timeout")]
+    print(f"zdoctor: snapshot of {len(doc['probes'])} probes written to {args.output}"
+          + (f" ({len(crashed)} crashed: {', '.join(crashed)})" if crashed else ""), file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from .export import render, write_export
+    from .session import last_session_id, load_events
+
+    sid = last_session_id() if args.last else args.session
+    text = render(load_events(sid), args.format)
+    if args.output:
+        write_export(text, args.output)
+        print(f"zdoctor: session {sid} exported to {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return EXIT_OK
+
+
+def cmd_playbooks(args: argparse.Namespace) -> int:
+    from . import playbook as pbmod
+
+    if args.pb_command == "list":
+        for pid, book in sorted(pbmod.load_all().items()):
+            print(f"{pid:<20} {book.title}")
+            print(f"{'':<20} {book.summary.splitlines()[0] if book.summary else ''}")
+        return EXIT_OK
+    if args.pb_command == "show":
+        books = pbmod.load_all()
+        if args.id not in books:
+            raise UsageError(f"zdoctor playbooks show: no playbook {args.id!r} "
+                             f"(known: {', '.join(sorted(books))})")
+        print(pbmod.describe(books[args.id]))
+        return EXIT_OK
+    from .resources import data_dir
+
+    target = args.path or str(data_dir("playbooks"))
+    if not os.path.exists(target):
+        raise InputError(f"{target}: no such file or directory")
+    errors = pbmod.lint_path(target)
+    for err in errors:
+        print(str(err))
+    if errors:
+        print(f"zdoctor: {len(errors)} lint error(s)", file=sys.stderr)
+        return EXIT_FAIL
+    print(f"zdoctor: {target}: playbooks are valid", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_tui(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """The guided session on a terminal; without one, the headless check."""
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        ns = argparse.Namespace(python=_python(args), sub_python=None, json=False, replay=None,
+                                playbook=None, no_log=False, verbose=False)
+        return cmd_check(ns, argv)
+    from .tui import run_tui
+
+    return run_tui(python=_python(args), argv=list(argv))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "check":
+            return cmd_check(args, argv)
+        if args.command == "snapshot":
+            return cmd_snapshot(args)
+        if args.command == "export":
+            return cmd_export(args)
+        if args.command == "playbooks":
+            return cmd_playbooks(args)
+        return cmd_tui(args, argv)
+    except ZdoctorError as exc:
+        print(f"zdoctor: error: {exc}" if not str(exc).startswith("zdoctor") else f"{exc}",
+              file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("zdoctor: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`zdoctor check | head`): nothing left to say to it.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK

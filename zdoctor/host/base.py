@@ -1,0 +1,99 @@
+"""A Host answers "what did probe X find?": from the live machine, or from a recorded snapshot."""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections.abc import Iterable
+from typing import Any
+
+from ..model import Evidence, ProbeResult
+from ..registry import PROBES, Facts
+
+
+class Host:
+    """Base class: caches one result per probe and runs independent probes concurrently."""
+
+    kind = "abstract"
+
+    def __init__(self) -> None:
+        self._results: dict[str, ProbeResult] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+        self.info: dict[str, Any] = {}
+
+    # -- to be provided by subclasses -------------------------------------------------------------
+    def _compute(self, name: str) -> ProbeResult:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # -- shared machinery -------------------------------------------------------------------------
+    def _lock_for(self, name: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(name, threading.Lock())
+
+    def result(self, name: str) -> ProbeResult:
+        """The result of probe ``name``, computed once per host (thread-safe)."""
+        cached = self._results.get(name)
+        if cached is not None:
+            return cached
+        with self._lock_for(name):
+            cached = self._results.get(name)
+            if cached is None:
+                cached = self._compute(name)
+                self._results[name] = cached
+        return cached
+
+    def results(self, names: Iterable[str]) -> Facts:
+        """Run the named probes concurrently (each bounded by its own timeout) and return them all."""
+        wanted = list(dict.fromkeys(names))
+        threads = [threading.Thread(target=self.result, args=(n,), daemon=True) for n in wanted
+                   if n not in self._results]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return Facts({n: self._results[n] for n in wanted})
+
+    def recorded(self) -> dict[str, ProbeResult]:
+        """Every result computed so far."""
+        return dict(self._results)
+
+
+def run_probe_guarded(host: Host, name: str) -> ProbeResult:
+    """Run a registered probe in a daemon thread with its timeout; exceptions become ``crash``."""
+    spec = PROBES.get(name)
+    started = time.time()
+    if spec is None:
+        return ProbeResult(probe=name, status="crash", error=f"unknown probe {name!r}", started=started)
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["out"] = spec.func(host)
+        except BaseException as exc:  # noqa: BLE001 - a probe must never take the doctor down
+            box["exc"] = exc
+            box["tb"] = traceback.format_exc()
+
+    t0 = time.monotonic()
+    worker = threading.Thread(target=target, name=f"probe:{name}", daemon=True)
+    worker.start()
+    worker.join(spec.timeout)
+    duration = time.monotonic() - t0
+    if worker.is_alive():
+        return ProbeResult(
+            probe=name, status="timeout", started=started, duration_s=duration,
+            error=f"probe {name} ran past its {spec.timeout:g}s budget and was abandoned",
+        )
+    if "exc" in box:
+        exc = box["exc"]
+        return ProbeResult(
+            probe=name, status="crash", started=started, duration_s=duration,
+            error=f"{type(exc).__name__}: {exc}",
+            evidence=[Evidence(label=f"traceback of probe {name}", kind="traceback",
+                               stdout=box["tb"], started=started)],
+        )
+    facts, evidence = box["out"]
+    status = "skip" if facts.get("skipped") else "ok"
+    return ProbeResult(probe=name, status=status, facts=facts, evidence=list(evidence), started=started,
+                       duration_s=duration, error=facts.get("skipped") or None)

@@ -1,0 +1,75 @@
+"""A recorded snapshot standing in for the machine it was taken on."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from .. import __version__
+from ..errors import InputError
+from ..model import ProbeResult
+from .base import Host
+
+SNAPSHOT_FORMAT = "zdoctor-snapshot"
+SNAPSHOT_VERSION = 1
+
+
+def snapshot_document(host: Host) -> dict[str, Any]:
+    """Everything ``host`` has probed, as one JSON-ready document."""
+    return {
+        "format": SNAPSHOT_FORMAT,
+        "version": SNAPSHOT_VERSION,
+        "zdoctor": __version__,
+        "created": time.time(),
+        "host": host.info,
+        "probes": {name: res.to_dict() for name, res in sorted(host.recorded().items())},
+    }
+
+
+class ReplayHost(Host):
+    """Answers every probe from a snapshot; a probe the snapshot lacks is a ``skip``."""
+
+    kind = "replay"
+
+    def __init__(self, document: dict[str, Any], source: str = "<memory>") -> None:
+        super().__init__()
+        if not isinstance(document, dict) or document.get("format") != SNAPSHOT_FORMAT:
+            raise InputError(f"{source}: not a zdoctor snapshot (no \"format\": \"{SNAPSHOT_FORMAT}\")")
+        if document.get("version") != SNAPSHOT_VERSION:
+            raise InputError(f"{source}: snapshot version {document.get('version')!r} is not supported")
+        probes = document.get("probes")
+        if not isinstance(probes, dict):
+            raise InputError(f"{source}: snapshot has no \"probes\" object")
+        try:
+            self._recorded = {name: ProbeResult.from_dict(d) for name, d in probes.items()}
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise InputError(f"{source}: malformed probe record ({type(exc).__name__}: {exc})") from None
+        info = document.get("host") if isinstance(document.get("host"), dict) else {}
+        self.info = {**info, "kind": self.kind, "recorded_kind": info.get("kind"), "source": source}
+
+    @classmethod
+    def load(cls, path: str) -> ReplayHost:
+        """Read a snapshot file; any problem is an :class:`InputError` with a one-line message."""
+        try:
+            with open(path, encoding="utf-8") as fh:
+                document = json.load(fh)
+        except FileNotFoundError:
+            raise InputError(f"{path}: no such file") from None
+        except IsADirectoryError:
+            raise InputError(f"{path}: is a directory, not a snapshot file") from None
+        except PermissionError:
+            raise InputError(f"{path}: permission denied") from None
+        except UnicodeDecodeError:
+            raise InputError(f"{path}: not a text file") from None
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}:{exc.lineno}:{exc.colno}: malformed JSON: {exc.msg}") from None
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        return cls(document, source=path)
+
+    def _compute(self, name: str) -> ProbeResult:
+        rec = self._recorded.get(name)
+        if rec is None:
+            return ProbeResult(probe=name, status="skip", error=f"probe {name} is not in this snapshot")
+        return rec

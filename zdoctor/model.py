@@ -1,0 +1,182 @@
+"""The core data model: evidence, findings, remedies and probe results, all JSON round-trippable."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+STATUSES = ("ok", "warn", "fail", "skip", "crash")
+#: Order used when sorting findings for display: worst first.
+STATUS_RANK = {"crash": 0, "fail": 1, "warn": 2, "skip": 3, "ok": 4}
+#: Statuses that make `zdoctor check` exit 1.
+FAILING = frozenset({"fail", "crash"})
+
+OUTPUT_CAP = 64 * 1024
+
+
+def cap_text(text: str, limit: int = OUTPUT_CAP) -> tuple[str, bool]:
+    """Cut ``text`` to ``limit`` characters, keeping head and tail; return (text, truncated)."""
+    if len(text) <= limit:
+        return text, False
+    head = limit * 3 // 4
+    tail = limit - head
+    cut = len(text) - head - tail
+    return f"{text[:head]}\n[... {cut} characters cut ...]\n{text[-tail:]}", True
+
+
+@dataclass
+class Table:
+    """Side-by-side evidence: named columns and rows of cells; ``highlight`` marks rows to stress."""
+
+    columns: list[str]
+    rows: list[list[str]]
+    highlight: list[int] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Table:
+        return cls(columns=list(d["columns"]), rows=[list(r) for r in d["rows"]],
+                   highlight=list(d.get("highlight", [])))
+
+
+@dataclass
+class Evidence:
+    """What a fact rests on: a command run, a file read, or a table built from them."""
+
+    label: str
+    kind: str = "command"  # command | file | table | note | traceback
+    argv: list[str] | None = None
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    truncated: bool = False
+    paths: list[str] = field(default_factory=list)
+    started: float = 0.0
+    duration_s: float = 0.0
+    error: str | None = None
+    table: Table | None = None
+
+    @classmethod
+    def note(cls, label: str, text: str) -> Evidence:
+        return cls(label=label, kind="note", stdout=text, started=time.time())
+
+    @classmethod
+    def of_table(cls, label: str, columns: list[str], rows: list[list[str]],
+                 highlight: list[int] | None = None) -> Evidence:
+        return cls(label=label, kind="table", started=time.time(),
+                   table=Table(columns, [[str(c) for c in r] for r in rows], highlight or []))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Evidence:
+        known = {f.name for f in fields(cls)}
+        data = {k: v for k, v in d.items() if k in known}
+        if data.get("table") is not None:
+            data["table"] = Table.from_dict(data["table"])
+        return cls(**data)
+
+
+@dataclass
+class Remedy:
+    """A fix as data: shell lines to paste before the launch command, and how to undo them."""
+
+    title: str
+    commands: list[str] = field(default_factory=list)
+    verified: bool | None = None
+    requires_root: bool = False
+    undo: list[str] = field(default_factory=list)
+    explanation: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Remedy:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+@dataclass
+class Finding:
+    """One verdict of the doctor, with the evidence it came from and the remedies it suggests."""
+
+    id: str
+    status: str
+    title: str
+    detail: str = ""
+    evidence: list[Evidence] = field(default_factory=list)
+    remedies: list[Remedy] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"unknown finding status {self.status!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "status": self.status,
+            "title": self.title,
+            "detail": self.detail,
+            "evidence": [e.to_dict() for e in self.evidence],
+            "remedies": [r.to_dict() for r in self.remedies],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Finding:
+        return cls(
+            id=d["id"], status=d["status"], title=d["title"], detail=d.get("detail", ""),
+            evidence=[Evidence.from_dict(e) for e in d.get("evidence", [])],
+            remedies=[Remedy.from_dict(r) for r in d.get("remedies", [])],
+        )
+
+
+@dataclass
+class ProbeResult:
+    """What one probe learned: facts (plain JSON data) and the evidence behind them.
+
+    ``status`` is ``ok`` when the probe ran to the end (even if what it found is bad), ``crash`` when
+    it raised, ``timeout`` when it ran past its budget, and ``skip`` when it could not run here.
+    """
+
+    probe: str
+    status: str = "ok"
+    facts: dict[str, Any] = field(default_factory=dict)
+    evidence: list[Evidence] = field(default_factory=list)
+    error: str | None = None
+    started: float = 0.0
+    duration_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "probe": self.probe,
+            "status": self.status,
+            "facts": self.facts,
+            "evidence": [e.to_dict() for e in self.evidence],
+            "error": self.error,
+            "started": self.started,
+            "duration_s": self.duration_s,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ProbeResult:
+        return cls(
+            probe=d["probe"], status=d.get("status", "ok"), facts=dict(d.get("facts", {})),
+            evidence=[Evidence.from_dict(e) for e in d.get("evidence", [])],
+            error=d.get("error"), started=d.get("started", 0.0), duration_s=d.get("duration_s", 0.0),
+        )
+
+
+def summarize(findings: list[Finding]) -> dict[str, int]:
+    """Count findings per status, plus a total."""
+    counts = {s: 0 for s in STATUSES}
+    for f in findings:
+        counts[f.status] += 1
+    counts["total"] = len(findings)
+    return counts
+
+
+def sort_findings(findings: list[Finding]) -> list[Finding]:
+    """Worst first, then by id, so reports read the same every time."""
+    return sorted(findings, key=lambda f: (STATUS_RANK[f.status], f.id))

@@ -1,0 +1,1 @@
+"""Probes: one module per subject, each registering functions Host -> (facts, evidence)."""

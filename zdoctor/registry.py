@@ -1,0 +1,118 @@
+"""The vocabulary playbooks may use: probes, checks and predicates, registered by name in code."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .host import Host
+    from .model import Evidence, Finding, ProbeResult
+
+ProbeFunc = Callable[["Host"], "tuple[dict[str, Any], list[Evidence]]"]
+
+
+class Facts(Mapping[str, "ProbeResult"]):
+    """Probe results by probe name, with a safe path lookup for predicates and checks."""
+
+    def __init__(self, results: Mapping[str, ProbeResult]):
+        self._results = dict(results)
+
+    def __getitem__(self, name: str) -> ProbeResult:
+        return self._results[name]
+
+    def __iter__(self):
+        return iter(self._results)
+
+    def __len__(self) -> int:
+        return len(self._results)
+
+    def get_fact(self, probe: str, *path: str | int, default: Any = None) -> Any:
+        """``facts.get_fact("pyenv", "torch", "version")``: the value, or ``default`` if any step is missing."""
+        res = self._results.get(probe)
+        if res is None or res.status != "ok":
+            return default
+        cur: Any = res.facts
+        for key in path:
+            try:
+                cur = cur[key]
+            except (KeyError, IndexError, TypeError):
+                return default
+        return cur
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    name: str
+    func: ProbeFunc
+    title: str
+    timeout: float
+    needs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    name: str
+    func: Callable[[Facts], list[Finding]]
+    title: str
+    probes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PredicateSpec:
+    name: str
+    func: Callable[[Facts], bool]
+    doc: str
+    probes: tuple[str, ...]
+
+
+PROBES: dict[str, ProbeSpec] = {}
+CHECKS: dict[str, CheckSpec] = {}
+PREDICATES: dict[str, PredicateSpec] = {}
+
+#: Modules that register probes, checks and predicates when imported.
+VOCABULARY_MODULES = (
+    "zdoctor.probes.system",
+    "zdoctor.probes.pyenv",
+    "zdoctor.probes.toolchain",
+    "zdoctor.checks.pyenv",
+    "zdoctor.checks.toolchain",
+)
+
+
+def load_vocabulary() -> None:
+    """Import every module that registers vocabulary (idempotent)."""
+    for mod in VOCABULARY_MODULES:
+        importlib.import_module(mod)
+
+
+def probe(name: str, *, title: str, timeout: float = 30.0, needs: tuple[str, ...] = ()):
+    """Register ``func(host) -> (facts, evidence)`` as probe ``name``; ``needs`` are probes it reads."""
+
+    def deco(func: ProbeFunc) -> ProbeFunc:
+        PROBES[name] = ProbeSpec(name, func, title, timeout, needs)
+        return func
+
+    return deco
+
+
+def check(name: str, *, title: str, probes: tuple[str, ...]):
+    """Register ``func(facts) -> [Finding]`` as check ``name`` reading the given probes."""
+
+    def deco(func: Callable[[Facts], list[Finding]]):
+        CHECKS[name] = CheckSpec(name, func, title, probes)
+        return func
+
+    return deco
+
+
+def predicate(name: str, *, doc: str, probes: tuple[str, ...]):
+    """Register ``func(facts) -> bool`` as a predicate playbook edges may name."""
+
+    def deco(func: Callable[[Facts], bool]):
+        PREDICATES[name] = PredicateSpec(name, func, doc, probes)
+        return func
+
+    return deco

@@ -1,0 +1,102 @@
+"""The one way zdoctor runs a program: argv (no shell), explicit env, timeout, capped output."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+
+from .model import OUTPUT_CAP, Evidence, cap_text
+
+DEFAULT_TIMEOUT = 20.0
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Kill the whole process group the child leads (the child and everything it started)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    cwd: str | None = None,
+    stdin: bytes | None = None,
+    cap: int = OUTPUT_CAP,
+    label: str | None = None,
+) -> Evidence:
+    """Run ``argv`` and return its :class:`Evidence`; never raises for a failing program.
+
+    The child runs in a new session (so its process group can be killed as one on timeout) with
+    exactly ``env`` (default: zdoctor's own environment). A missing or non-executable program is
+    reported in ``error`` with ``exit_code`` None; a timeout sets ``error`` and keeps the output
+    produced so far.
+    """
+    argv = [str(a) for a in argv]
+    ev = Evidence(label=label or " ".join(argv[:3]), kind="command", argv=argv, started=time.time())
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    except FileNotFoundError:
+        ev.error = f"{argv[0]}: executable not found"
+        ev.duration_s = time.monotonic() - t0
+        return ev
+    except PermissionError:
+        ev.error = f"{argv[0]}: permission denied"
+        ev.duration_s = time.monotonic() - t0
+        return ev
+    except OSError as exc:
+        ev.error = f"{argv[0]}: cannot execute ({exc.strerror or exc})"
+        ev.duration_s = time.monotonic() - t0
+        return ev
+    try:
+        out, err = proc.communicate(input=stdin, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        try:
+            out, err = proc.communicate(timeout=5)
+        except subprocess.TimeoutExpired:  # a grandchild left its session and holds the pipes
+            out, err = b"", b""
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe:
+                    pipe.close()
+            proc.wait()
+        ev.error = f"timed out after {timeout:g}s; process group killed"
+    finally:
+        # A child that exited may have left grandchildren holding the pipes: never leave them behind.
+        if proc.returncode is None:
+            _kill_group(proc)
+            proc.wait()
+    ev.duration_s = time.monotonic() - t0
+    ev.exit_code = proc.returncode if ev.error is None else None
+    ev.stdout, t1 = cap_text(out.decode("utf-8", "replace"), cap)
+    ev.stderr, t2 = cap_text(err.decode("utf-8", "replace"), cap)
+    ev.truncated = t1 or t2
+    return ev
+
+
+def which_all(name: str, path: str | None) -> list[str]:
+    """Every executable called ``name`` on ``path``, in search order (like ``which -a``)."""
+    found: list[str] = []
+    for d in (path or "").split(os.pathsep):
+        if not d:
+            continue
+        cand = os.path.join(d, name)
+        if os.path.isfile(cand) and os.access(cand, os.X_OK) and cand not in found:
+            found.append(cand)
+    return found
