@@ -1,0 +1,372 @@
+"""Walk a playbook: run each node's probes, evaluate its checks and edge predicates, pick the next node.
+
+The TUI drives a :class:`Walk` one node at a time (``evaluate`` then ``advance``/``answer``);
+``zdoctor check`` drives it to the end with ``run``. Every step is reported through ``record(type,
+data)`` with plain JSON data, so a session log can be replayed and a walk resumed from it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .checks import evaluate_check, probe_findings
+from .errors import InputError
+from .host import Host
+from .model import Finding, ProbeResult
+from .playbook import END_KINDS, Edge, Node, Playbook
+from .registry import CHECKS, PREDICATES, Facts
+
+Record = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass
+class Candidate:
+    """An outgoing edge with what its predicate said; ``value`` is None for edges without one."""
+
+    edge: Edge
+    value: bool | None = None
+    error: str | None = None
+
+    @property
+    def holds(self) -> bool | None:
+        """Whether the edge's condition is met (negation applied); None when it has no predicate."""
+        if self.edge.when is None or self.value is None:
+            return None
+        return self.value != self.edge.negate
+
+    def describe(self) -> str:
+        """``predicate X is true``, or the error the predicate raised."""
+        if self.edge.when is None:
+            return "fallback"
+        if self.error is not None:
+            return f"predicate {self.edge.when} failed ({self.error}); counted as false"
+        return f"predicate {self.edge.when} is {'true' if self.value else 'false'}"
+
+
+@dataclass
+class NodeOutcome:
+    """What one visit of a node found and where it would go next."""
+
+    node: Node
+    visit: int
+    facts: Facts
+    findings: list[Finding]
+    chosen: Edge | None
+    reason: str
+    candidates: list[Candidate]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node.id,
+            "visit": self.visit,
+            "probes": {name: res.status for name, res in self.facts.items()},
+            "findings": [f.to_dict() for f in self.findings],
+            "chosen": self.chosen.to if self.chosen else None,
+            "reason": self.reason,
+            "candidates": [{"to": c.edge.to, "when": c.edge.when, "negate": c.edge.negate,
+                            "label": c.edge.label, "value": c.value, "holds": c.holds,
+                            "error": c.error} for c in self.candidates],
+        }
+
+
+@dataclass
+class WalkResult:
+    """How a walk ended; ``stopped`` is None when it reached an end of the playbook."""
+
+    playbook: str
+    path: list[str]
+    diagnosis: str | None
+    reason: str
+    stopped: str | None  # None | "no-edge" | "loop" | "user"
+    findings: list[Finding] = field(default_factory=list)
+    outcomes: list[NodeOutcome] = field(default_factory=list)
+    facts: dict[str, ProbeResult] = field(default_factory=dict)
+
+
+def _event_pair(event: Any) -> tuple[str, Mapping[str, Any]] | None:
+    """Accept ``(type, data)``, ``{"type", "data"}`` or ``{"type", **data}``."""
+    if isinstance(event, (tuple, list)) and len(event) == 2 and isinstance(event[1], Mapping):
+        return str(event[0]), event[1]
+    if isinstance(event, Mapping) and "type" in event:
+        data = event.get("data")
+        return str(event["type"]), data if isinstance(data, Mapping) else event
+    return None
+
+
+class Walk:
+    """One walk through a playbook on a host."""
+
+    def __init__(self, playbook: Playbook, host: Host, record: Record | None = None,
+                 max_visits: int = 3) -> None:
+        self._setup(playbook, host, record, max_visits)
+        self._emit("playbook_start", {"playbook": playbook.id, "title": playbook.title,
+                                      "start": playbook.start})
+        self._enter(playbook.start)
+
+    def _setup(self, playbook: Playbook, host: Host, record: Record | None, max_visits: int) -> None:
+        if max_visits < 1:
+            raise ValueError("max_visits must be at least 1")
+        self.playbook = playbook
+        self.host = host
+        self.record = record
+        self.max_visits = max_visits
+        self.path: list[str] = []
+        self.current: str = playbook.start
+        self.done = False
+        self.diagnosis: str | None = None
+        self.end_reason: str | None = None
+        self.stopped: str | None = None
+        self.outcomes: list[NodeOutcome] = []
+        self.visits: Counter[str] = Counter()
+        self._outcome: NodeOutcome | None = None
+        self._seen_results: dict[str, ProbeResult] = {}
+        self._lock = threading.RLock()
+
+    # -- recording ---------------------------------------------------------------------------------
+    def _emit(self, kind: str, data: dict[str, Any]) -> None:
+        if self.record is not None:
+            self.record(kind, data)
+
+    def _enter(self, nid: str) -> None:
+        node = self.playbook.nodes[nid]
+        self.current = nid
+        self.path.append(nid)
+        self.visits[nid] += 1
+        self._outcome = None
+        self._emit("node_enter", {"playbook": self.playbook.id, "node": nid, "kind": node.kind,
+                                  "title": node.title})
+        if node.kind == "diagnosis":
+            self.diagnosis = nid
+            self._emit("diagnosis", {"playbook": self.playbook.id, "node": nid, "title": node.title})
+
+    def _finish(self, reason: str, stopped: str | None) -> None:
+        self.done = True
+        self.end_reason = reason
+        self.stopped = stopped
+        self._emit("playbook_end", {"playbook": self.playbook.id, "path": list(self.path),
+                                    "diagnosis": self.diagnosis, "reason": reason})
+
+    # -- evaluation --------------------------------------------------------------------------------
+    @property
+    def node(self) -> Node:
+        return self.playbook.nodes[self.current]
+
+    def _probe_names(self, node: Node) -> list[str]:
+        names = list(node.probes)
+        for c in node.checks:
+            if c in CHECKS:
+                names += CHECKS[c].probes
+        for e in node.next:
+            if e.when is not None and e.when in PREDICATES:
+                names += PREDICATES[e.when].probes
+        return list(dict.fromkeys(names))
+
+    @staticmethod
+    def _predicate(name: str, facts: Facts) -> tuple[bool, str | None]:
+        spec = PREDICATES.get(name)
+        if spec is None:
+            return False, f"unknown predicate {name!r}"
+        try:
+            return bool(spec.func(facts)), None
+        except Exception as exc:  # noqa: BLE001 - a broken predicate must not end the walk
+            return False, f"{type(exc).__name__}: {exc}"
+
+    def _findings(self, node: Node, facts: Facts) -> list[Finding]:
+        out = probe_findings(facts)
+        for c in node.checks:
+            if c in CHECKS:
+                out += evaluate_check(c, facts)
+            else:
+                out.append(Finding(id=f"{c}.unknown", status="crash", title=f"unknown check {c}",
+                                   detail=f"playbook {self.playbook.id} names check {c!r}, "
+                                          "which is not registered"))
+        return out
+
+    def _choose(self, node: Node, facts: Facts) -> tuple[list[Candidate], Edge | None, str]:
+        cands = []
+        for e in node.next:
+            if e.when is None:
+                cands.append(Candidate(e))
+            else:
+                value, error = self._predicate(e.when, facts)
+                cands.append(Candidate(e, value, error))
+        failed: list[str] = []
+
+        def because(text: str) -> str:
+            return "; ".join([text, *failed])
+
+        if node.kind == "question":
+            for c in cands:
+                if c.holds:
+                    return cands, c.edge, because(c.describe())
+                if c.error is not None:
+                    failed.append(c.describe())
+            default = next((e for e in node.next if e.to == node.default), None)
+            if default is not None:
+                return cands, default, because("question default")
+            return cands, None, because(f"question {node.id} has no default answer")
+        for c in cands:
+            if c.edge.when is None:
+                return cands, c.edge, because("fallback")
+            if c.holds:
+                return cands, c.edge, because(c.describe())
+            if c.error is not None:
+                failed.append(c.describe())
+        if not cands:
+            return cands, None, f"{node.id} has no next step"
+        return cands, None, "no edge applies: " + "; ".join(c.describe() for c in cands)
+
+    def evaluate(self) -> NodeOutcome:
+        """Probe, check and choose for the current node (once per visit; later calls reuse it)."""
+        with self._lock:
+            if self.done:
+                raise RuntimeError(f"the walk of {self.playbook.id} is finished")
+            if self._outcome is not None:
+                return self._outcome
+            node = self.node
+            names = self._probe_names(node)
+            facts = self.host.results(names) if names else Facts({})
+            for name, res in facts.items():
+                if self._seen_results.get(name) is not res:
+                    self._seen_results[name] = res
+                    self._emit("probe_result", {"playbook": self.playbook.id, "node": node.id,
+                                                "result": res.to_dict()})
+            findings = self._findings(node, facts)
+            for f in findings:
+                self._emit("finding", {"playbook": self.playbook.id, "node": node.id,
+                                       "finding": f.to_dict()})
+            cands, chosen, reason = self._choose(node, facts)
+            self._outcome = NodeOutcome(node=node, visit=self.visits[node.id], facts=facts,
+                                        findings=findings, chosen=chosen, reason=reason, candidates=cands)
+            self.outcomes.append(self._outcome)
+            return self._outcome
+
+    # -- moving ------------------------------------------------------------------------------------
+    def advance(self, to: str | None = None) -> None:
+        """Follow the chosen edge, or the outgoing edge to ``to`` the user picked; at an end: finish."""
+        with self._lock:
+            outcome = self.evaluate()
+            node = outcome.node
+            chosen = outcome.chosen
+            if to is None:
+                if chosen is None:
+                    self._end_here(node, outcome.reason)
+                    return
+                self._go(chosen, outcome.reason, override=False)
+                return
+            edges = node.edges_to(to)
+            if not edges:
+                choices = ", ".join(e.to for e in node.next) or "none"
+                raise ValueError(f"{to!r} is not a next step of {node.id!r} (choices: {choices})")
+            edge = chosen if chosen is not None and chosen.to == to else edges[0]
+            if node.kind == "question":
+                self._go(edge, f"answer: {edge.label or edge.to}", override=False)
+            elif edge is chosen:
+                self._go(edge, outcome.reason, override=False)
+            else:
+                suggested = f" over {chosen.to} ({outcome.reason})" if chosen else f" ({outcome.reason})"
+                self._go(edge, f"user chose {to}{suggested}", override=True)
+
+    def answer(self, to: str) -> None:
+        """Answer the current question with the answer edge leading to ``to``."""
+        if self.node.kind != "question":
+            raise ValueError(f"{self.current!r} is a {self.node.kind} node, not a question")
+        self.advance(to)
+
+    def _go(self, edge: Edge, reason: str, override: bool) -> None:
+        seen = self.visits[edge.to]
+        if seen >= self.max_visits:
+            self._finish(f"stopped: {edge.to} would be visited {seen + 1} times (limit {self.max_visits}); "
+                         f"the walk keeps going round the loop {edge.source} -> {edge.to}", "loop")
+            return
+        self._emit("edge", {"playbook": self.playbook.id, "from": edge.source, "to": edge.to,
+                            "predicate": edge.when, "negate": edge.negate, "reason": reason,
+                            "override": override})
+        self._enter(edge.to)
+
+    def _end_here(self, node: Node, reason: str) -> None:
+        if node.kind in END_KINDS:
+            self._finish(f"reached {node.kind} {node.id}: {node.title}", None)
+        elif node.is_terminal:
+            self._finish(f"ended at {node.kind} node {node.id}, which has no next step", "no-edge")
+        else:
+            self._finish(f"stuck at {node.id}: {reason}", "no-edge")
+
+    def stop(self, reason: str = "stopped by the user") -> None:
+        """End the walk where it stands."""
+        with self._lock:
+            if not self.done:
+                self._finish(reason, "user")
+
+    def step(self) -> NodeOutcome:
+        """Evaluate the current node and follow its chosen edge."""
+        outcome = self.evaluate()
+        self.advance()
+        return outcome
+
+    def run(self) -> WalkResult:
+        """Walk to the end without asking anybody (questions take predicates, else their default)."""
+        while not self.done:
+            self.step()
+        return self.result()
+
+    def result(self) -> WalkResult:
+        """The walk so far: path, diagnosis, every finding (the latest per id) and every fact."""
+        findings: dict[str, Finding] = {}
+        for outcome in self.outcomes:
+            for f in outcome.findings:
+                findings[f.id] = f
+        return WalkResult(playbook=self.playbook.id, path=list(self.path), diagnosis=self.diagnosis,
+                          reason=self.end_reason or "", stopped=self.stopped,
+                          findings=list(findings.values()), outcomes=list(self.outcomes),
+                          facts=dict(self._seen_results))
+
+    # -- resuming ----------------------------------------------------------------------------------
+    @classmethod
+    def resume(cls, playbook: Playbook, host: Host, events: Iterable[Any], record: Record | None = None,
+               max_visits: int = 3) -> Walk:
+        """Rebuild the position (path, current node, diagnosis, done) from recorded events.
+
+        Events are ``(type, data)`` pairs or dicts with ``type`` (and ``data`` or the fields inline);
+        only those of this playbook's latest start count. Probes run again on the new host.
+        """
+        walk = cls.__new__(cls)
+        walk._setup(playbook, host, record, max_visits)
+        started = False
+        path: list[str] = []
+        diagnosis: str | None = None
+        end: str | None = None
+        for event in events:
+            pair = _event_pair(event)
+            if pair is None or pair[1].get("playbook") != playbook.id:
+                continue
+            kind, data = pair
+            if kind == "playbook_start":
+                started, path, diagnosis, end = True, [], None, None
+            elif kind == "node_enter":
+                nid = data.get("node")
+                if not isinstance(nid, str) or nid not in playbook.nodes:
+                    raise InputError(f"recorded node {nid!r} is not in playbook {playbook.id} "
+                                     "(was the playbook changed since?)")
+                path.append(nid)
+            elif kind == "diagnosis":
+                diagnosis = data.get("node") if isinstance(data.get("node"), str) else diagnosis
+            elif kind == "playbook_end":
+                end = str(data.get("reason") or "ended")
+        if not started:
+            raise InputError(f"no recorded walk of playbook {playbook.id} to resume")
+        if not path:
+            walk._enter(playbook.start)
+        else:
+            walk.path = path
+            walk.current = path[-1]
+            walk.visits = Counter(path)
+        walk.diagnosis = diagnosis
+        if end is not None:
+            walk.done = True
+            walk.end_reason = end
+        return walk

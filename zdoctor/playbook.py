@@ -1,0 +1,594 @@
+"""Playbooks: TOML decision graphs, their loader and their linter.
+
+A playbook names a ``start`` node and a table of nodes; each node lists outgoing edges in the order
+they are tried. Edges name registered predicates (never Python to evaluate). ``load_playbook`` parses
+and checks structure (types, keys, references between nodes); ``lint_playbook`` also checks the shape
+of the graph and the vocabulary it uses. networkx is imported only when a graph is asked for.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import InputError
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+if TYPE_CHECKING:
+    import networkx
+
+KINDS = ("probe", "question", "diagnosis", "remedy")
+#: Kinds of node where a walk may legitimately end.
+END_KINDS = frozenset({"diagnosis", "remedy"})
+ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+TOP_KEYS = ("id", "title", "summary", "start", "nodes")
+NODE_KEYS = ("kind", "title", "why", "explain", "probes", "checks", "question", "default", "next")
+EDGE_KEYS = ("to", "when", "negate", "label", "loop")
+
+_TOML_POS = re.compile(r"^(?P<msg>.*?)\s*\(at line (?P<line>\d+), column (?P<col>\d+)\)$", re.S)
+_TOML_END = re.compile(r"^(?P<msg>.*?)\s*\(at end of document\)$", re.S)
+
+
+# -- data ------------------------------------------------------------------------------------------
+@dataclass
+class Edge:
+    """One outgoing edge; ``when`` is None for the fallback (or for a plain answer of a question)."""
+
+    source: str
+    to: str
+    when: str | None = None
+    negate: bool = False
+    label: str = ""
+    loop: bool = False
+    order: int = 0
+
+    @property
+    def is_fallback(self) -> bool:
+        return self.when is None
+
+
+@dataclass
+class Node:
+    """One step of a playbook."""
+
+    id: str
+    kind: str
+    title: str
+    why: str
+    explain: str
+    probes: list[str] = field(default_factory=list)
+    checks: list[str] = field(default_factory=list)
+    question: str | None = None
+    default: str | None = None
+    next: list[Edge] = field(default_factory=list)
+
+    @property
+    def is_terminal(self) -> bool:
+        return not self.next
+
+    def edges_to(self, target: str) -> list[Edge]:
+        return [e for e in self.next if e.to == target]
+
+
+@dataclass
+class Playbook:
+    """A loaded playbook; ``graph`` is a networkx DiGraph built on first use."""
+
+    id: str
+    title: str
+    summary: str
+    start: str
+    path: Path
+    nodes: dict[str, Node]
+
+    @cached_property
+    def graph(self) -> networkx.DiGraph:
+        """Nodes carry ``node`` (the Node); edges carry the Edge's fields, ``edge`` and ``parallel``."""
+        import networkx as nx
+
+        g = nx.DiGraph(id=self.id, title=self.title, start=self.start)
+        for nid, node in self.nodes.items():
+            g.add_node(nid, node=node, kind=node.kind, title=node.title)
+        for node in self.nodes.values():
+            for e in node.next:
+                if e.to not in self.nodes:
+                    continue
+                if g.has_edge(node.id, e.to):
+                    g.edges[node.id, e.to]["parallel"].append(e)
+                    continue
+                g.add_edge(node.id, e.to, edge=e, parallel=[e], when=e.when, negate=e.negate,
+                           label=e.label, loop=e.loop, order=e.order)
+        return g
+
+    def node(self, nid: str) -> Node:
+        return self.nodes[nid]
+
+
+@dataclass(frozen=True)
+class LintError:
+    """One problem in a playbook file; ``node`` is None for file-level problems."""
+
+    file: str
+    node: str | None
+    message: str
+    line: int | None = None
+    col: int | None = None
+
+    def __str__(self) -> str:
+        where = self.file
+        if self.line is not None:
+            where += f":{self.line}:{self.col or 1}"
+        if self.node is not None:
+            where += f":{self.node}"
+        return f"{where}: {self.message}"
+
+
+# -- parsing ---------------------------------------------------------------------------------------
+def _toml_type(value: Any) -> str:
+    names = {bool: "boolean", str: "string", int: "integer", float: "float", list: "array",
+             dict: "table"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _toml_error(file: str, text: str, exc: Exception) -> LintError:
+    msg = str(exc)
+    m = _TOML_POS.match(msg)
+    if m:
+        return LintError(file, None, f"invalid TOML: {m['msg']}", int(m["line"]), int(m["col"]))
+    m = _TOML_END.match(msg)
+    if m:
+        lines = text.split("\n")
+        return LintError(file, None, f"invalid TOML: {m['msg']} at end of document", len(lines),
+                         len(lines[-1]) + 1)
+    return LintError(file, None, f"invalid TOML: {msg}")
+
+
+def _read_toml(path: Path) -> tuple[dict[str, Any] | None, LintError | None]:
+    file = str(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None, LintError(file, None, "no such file")
+    except IsADirectoryError:
+        return None, LintError(file, None, "is a directory, not a playbook file")
+    except PermissionError:
+        return None, LintError(file, None, "permission denied")
+    except OSError as exc:
+        return None, LintError(file, None, f"cannot read ({exc.strerror or exc})")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, LintError(file, None, f"not UTF-8 text (bad byte at offset {exc.start})")
+    try:
+        return tomllib.loads(text), None
+    except tomllib.TOMLDecodeError as exc:
+        return None, _toml_error(file, text, exc)
+
+
+class _Parser:
+    """Builds a best-effort Playbook from TOML data and collects every structural problem."""
+
+    def __init__(self, path: Path, data: dict[str, Any]) -> None:
+        self.path = path
+        self.file = str(path)
+        self.data = data
+        self.errors: list[LintError] = []
+
+    def err(self, node: str | None, message: str) -> None:
+        self.errors.append(LintError(self.file, node, message))
+
+    def unknown_keys(self, table: Mapping[str, Any], allowed: tuple[str, ...], node: str | None,
+                     where: str) -> None:
+        for key in table:
+            if key not in allowed:
+                hint = difflib.get_close_matches(key, allowed, n=1)
+                extra = f" (did you mean {hint[0]!r}?)" if hint else ""
+                self.err(node, f"unknown key {key!r} in {where}{extra}")
+
+    def text(self, table: Mapping[str, Any], key: str, node: str | None, where: str,
+             required: bool = True) -> str | None:
+        if key not in table:
+            if required:
+                self.err(node, f"missing {key!r} in {where}")
+            return None
+        value = table[key]
+        if not isinstance(value, str):
+            self.err(node, f"{key!r} in {where} must be a string, not {_toml_type(value)}")
+            return None
+        if required and not value.strip():
+            self.err(node, f"{key!r} in {where} is empty")
+        return value
+
+    def flag(self, table: Mapping[str, Any], key: str, node: str, where: str) -> bool:
+        value = table.get(key, False)
+        if not isinstance(value, bool):
+            self.err(node, f"{key!r} in {where} must be a boolean, not {_toml_type(value)}")
+            return False
+        return value
+
+    def names(self, table: Mapping[str, Any], key: str, node: str) -> list[str]:
+        value = table.get(key, [])
+        if not isinstance(value, list):
+            self.err(node, f"{key!r} must be an array of names, not {_toml_type(value)}")
+            return []
+        out = []
+        for item in value:
+            if not isinstance(item, str) or not item:
+                self.err(node, f"{key!r} must hold non-empty strings, found {item!r}")
+            else:
+                out.append(item)
+        return out
+
+    def parse(self) -> Playbook:
+        d = self.data
+        self.unknown_keys(d, TOP_KEYS, None, "the playbook")
+        pid = self.text(d, "id", None, "the playbook") or ""
+        if pid and pid != self.path.stem:
+            self.err(None, f"id {pid!r} does not match the file name (expected {self.path.stem!r})")
+        title = self.text(d, "title", None, "the playbook") or ""
+        summary = self.text(d, "summary", None, "the playbook") or ""
+        start = self.text(d, "start", None, "the playbook") or ""
+        raw_nodes = d.get("nodes")
+        nodes: dict[str, Node] = {}
+        if raw_nodes is None:
+            self.err(None, "missing [nodes.*] tables: a playbook needs at least one node")
+        elif not isinstance(raw_nodes, dict):
+            self.err(None, f"'nodes' must be a table of node tables, not {_toml_type(raw_nodes)}")
+        else:
+            for nid, raw in raw_nodes.items():
+                node = self.parse_node(nid, raw)
+                if node is not None:
+                    nodes[nid] = node
+        return Playbook(id=pid, title=title, summary=summary, start=start, path=self.path, nodes=nodes)
+
+    def parse_node(self, nid: str, raw: Any) -> Node | None:
+        if not ID_RE.match(nid):
+            self.err(repr(nid), "node id must start with a letter or digit and use only "
+                                "letters, digits, '_', '.', '-'")
+            return None
+        if not isinstance(raw, dict):
+            self.err(nid, f"node must be a table, not {_toml_type(raw)}")
+            return None
+        where = "the node"
+        self.unknown_keys(raw, NODE_KEYS, nid, where)
+        kind = self.text(raw, "kind", nid, where) or ""
+        if kind and kind not in KINDS:
+            self.err(nid, f"unknown kind {kind!r} (expected one of: {', '.join(KINDS)})")
+        node = Node(
+            id=nid, kind=kind,
+            title=self.text(raw, "title", nid, where) or "",
+            why=self.text(raw, "why", nid, where) or "",
+            explain=self.text(raw, "explain", nid, where) or "",
+            probes=self.names(raw, "probes", nid),
+            checks=self.names(raw, "checks", nid),
+        )
+        is_question = kind == "question"
+        if is_question:
+            node.question = self.text(raw, "question", nid, "a question node")
+            node.default = self.text(raw, "default", nid, "a question node")
+        else:
+            for key in ("question", "default"):
+                if key in raw:
+                    self.err(nid, f"{key!r} is only allowed on question nodes (this node is {kind!r})")
+        raw_next = raw.get("next", [])
+        if not isinstance(raw_next, list) or not all(isinstance(e, dict) for e in raw_next):
+            self.err(nid, "'next' must be an array of tables ([[nodes.<id>.next]])")
+            raw_next = []
+        for order, raw_edge in enumerate(raw_next):
+            edge = self.parse_edge(nid, order, raw_edge, is_question)
+            if edge is not None:
+                node.next.append(edge)
+        if not is_question:
+            fallbacks = [e for e in node.next if e.is_fallback]
+            if len(fallbacks) > 1:
+                self.err(nid, f"{len(fallbacks)} fallback edges (edges without 'when'); at most one is allowed")
+            elif fallbacks and fallbacks[0] is not node.next[-1]:
+                self.err(nid, f"fallback edge to {fallbacks[0].to!r} must be the last edge "
+                              "(edges after it could never be taken)")
+        return node
+
+    def parse_edge(self, nid: str, order: int, raw: dict[str, Any], is_question: bool) -> Edge | None:
+        where = f"edge #{order + 1}"
+        self.unknown_keys(raw, EDGE_KEYS, nid, where)
+        to = self.text(raw, "to", nid, where)
+        when = self.text(raw, "when", nid, where, required=False)
+        if when is not None and not when.strip():
+            self.err(nid, f"'when' in {where} is empty (leave it out for a fallback edge)")
+            when = None
+        label = self.text(raw, "label", nid, where, required=False) or ""
+        negate = self.flag(raw, "negate", nid, where)
+        loop = self.flag(raw, "loop", nid, where)
+        if negate and when is None:
+            self.err(nid, f"{where} sets 'negate' without a 'when' predicate")
+        if is_question and not label.strip() and to:
+            self.err(nid, f"answer edge to {to!r} needs a 'label' (the answer text shown to the user)")
+        if not to:
+            return None
+        return Edge(source=nid, to=to, when=when, negate=negate, label=label, loop=loop, order=order)
+
+
+def _reference_errors(pb: Playbook) -> list[LintError]:
+    """Names of nodes that point nowhere: start, edge targets, question defaults."""
+    file = str(pb.path)
+    out = []
+    if pb.start and pb.start not in pb.nodes:
+        out.append(LintError(file, None, f"start node {pb.start!r} is not defined"))
+    for node in pb.nodes.values():
+        for e in node.next:
+            if e.to not in pb.nodes:
+                out.append(LintError(file, node.id, f"edge to unknown node {e.to!r}"))
+        if node.kind == "question" and node.default:
+            targets = [e.to for e in node.next]
+            if node.default not in targets:
+                out.append(LintError(file, node.id, f"default {node.default!r} is not one of this "
+                                                    f"question's answers ({', '.join(targets) or 'none'})"))
+    return out
+
+
+def _parse_file(path: Path) -> tuple[Playbook | None, list[LintError]]:
+    data, error = _read_toml(path)
+    if error is not None:
+        return None, [error]
+    assert data is not None
+    parser = _Parser(path, data)
+    pb = parser.parse()
+    return pb, parser.errors + _reference_errors(pb)
+
+
+def load_playbook(path: str | Path) -> Playbook:
+    """Load one playbook; any structural problem raises :class:`InputError` (one line)."""
+    path = Path(path)
+    pb, errors = _parse_file(path)
+    if errors:
+        more = f" (and {len(errors) - 1} more; run `zdoctor playbooks lint`)" if len(errors) > 1 else ""
+        raise InputError(f"{errors[0]}{more}")
+    assert pb is not None
+    return pb
+
+
+def _default_dirs() -> list[Path]:
+    from .resources import data_dir
+
+    return [data_dir("playbooks")]
+
+
+def load_all(dirs: Iterable[str | Path] | None = None) -> dict[str, Playbook]:
+    """Every ``*.toml`` playbook in ``dirs`` (default: the bundled ones), by id."""
+    out: dict[str, Playbook] = {}
+    for d in (_default_dirs() if dirs is None else [Path(x) for x in dirs]):
+        if not d.is_dir():
+            raise InputError(f"{d}: not a directory of playbooks")
+        for path in sorted(d.glob("*.toml")):
+            pb = load_playbook(path)
+            if pb.id in out:
+                raise InputError(f"{path}: playbook id {pb.id!r} is already defined by {out[pb.id].path}")
+            out[pb.id] = pb
+    return dict(sorted(out.items()))
+
+
+def find_playbook(pid: str, dirs: Iterable[str | Path] | None = None) -> Playbook:
+    """The playbook called ``pid``; InputError naming the known ones when there is none."""
+    search = _default_dirs() if dirs is None else [Path(x) for x in dirs]
+    if ID_RE.match(pid):
+        for d in search:
+            cand = d / f"{pid}.toml"
+            if cand.is_file():
+                return load_playbook(cand)
+    known = sorted({p.stem for d in search if d.is_dir() for p in d.glob("*.toml")})
+    raise InputError(f"no playbook named {pid!r} (known: {', '.join(known) or 'none'})")
+
+
+# -- lint ------------------------------------------------------------------------------------------
+@dataclass
+class Vocabulary:
+    """The names a playbook may use; defaults to zdoctor.registry after load_vocabulary()."""
+
+    probes: Iterable[str]
+    checks: Iterable[str]
+    predicates: Iterable[str]
+
+    @classmethod
+    def from_registry(cls) -> Vocabulary:
+        from . import registry
+
+        registry.load_vocabulary()
+        return cls(registry.PROBES, registry.CHECKS, registry.PREDICATES)
+
+
+def _unknown(file: str, node: str, what: str, name: str, known: set[str], prefix: str = "") -> LintError:
+    hint = difflib.get_close_matches(name, sorted(known), n=1)
+    extra = f" (did you mean {hint[0]!r}?)" if hint else ""
+    return LintError(file, node, f"{prefix}unknown {what} {name!r}{extra}")
+
+
+def _vocabulary_errors(pb: Playbook, vocab: Vocabulary) -> list[LintError]:
+    file = str(pb.path)
+    probes, checks, preds = set(vocab.probes), set(vocab.checks), set(vocab.predicates)
+    out = []
+    for node in pb.nodes.values():
+        out += [_unknown(file, node.id, "probe", p, probes) for p in node.probes if p not in probes]
+        out += [_unknown(file, node.id, "check", c, checks) for c in node.checks if c not in checks]
+        out += [_unknown(file, node.id, "predicate", e.when, preds, prefix=f"edge to {e.to!r}: ")
+                for e in node.next if e.when is not None and e.when not in preds]
+    return out
+
+
+def end_nodes(pb: Playbook) -> set[str]:
+    """Nodes where a walk may stop: no outgoing edge, or (not a question) no fallback edge.
+
+    Edges to undefined nodes are left out (they are reported on their own).
+    """
+    out = set()
+    for n in pb.nodes.values():
+        edges = [e for e in n.next if e.to in pb.nodes]
+        if not edges or (n.kind != "question" and not any(e.is_fallback for e in edges)):
+            out.add(n.id)
+    return out
+
+
+def _path_to(parents: dict[str, str | None], nid: str) -> str:
+    chain = [nid]
+    while parents[chain[-1]] is not None:
+        chain.append(parents[chain[-1]])  # type: ignore[arg-type]
+    return " -> ".join(reversed(chain))
+
+
+def _graph_errors(pb: Playbook) -> list[LintError]:
+    """Reachability, endings, traps and unmarked cycles."""
+    import networkx as nx
+
+    file = str(pb.path)
+    g = pb.graph
+    out: list[LintError] = []
+    if pb.start not in pb.nodes:
+        return out  # reported as a reference error; nothing is reachable
+    reachable = {pb.start} | nx.descendants(g, pb.start)
+    for nid in pb.nodes:
+        if nid not in reachable:
+            out.append(LintError(file, nid, f"unreachable from start node {pb.start!r}"))
+
+    ends = end_nodes(pb)
+    for nid in ends:
+        node = pb.nodes[nid]
+        if node.kind in END_KINDS or node.kind not in KINDS:
+            continue
+        if not any(e.to in pb.nodes for e in node.next):
+            out.append(LintError(file, nid, f"the walk ends here but this is a {node.kind} node: "
+                                            "every path must end in a diagnosis or remedy"))
+        else:
+            out.append(LintError(file, nid, "no fallback edge: the walk stops here when no predicate "
+                                            "holds (add a last edge without 'when')"))
+
+    # Ends reachable without passing a diagnosis: breadth-first, not expanding through diagnoses.
+    parents: dict[str, str | None] = {pb.start: None}
+    queue = deque([pb.start])
+    while queue:
+        cur = queue.popleft()
+        if pb.nodes[cur].kind == "diagnosis":
+            continue
+        if cur in ends and pb.nodes[cur].kind == "remedy":
+            out.append(LintError(file, cur, "the walk can end here without passing a diagnosis "
+                                            f"({_path_to(parents, cur)})"))
+        for succ in g.successors(cur):
+            if succ not in parents:
+                parents[succ] = cur
+                queue.append(succ)
+
+    # Traps: reachable nodes from which no end can be reached.
+    can_end = set(ends)
+    for e in ends:
+        can_end |= nx.ancestors(g, e)
+    for nid in pb.nodes:
+        if nid in reachable and nid not in can_end:
+            out.append(LintError(file, nid, "trapped: no path from here ever ends the walk "
+                                            "(every way out loops back)"))
+
+    # Cycles must be marked: the graph without loop edges must be a DAG.
+    forward = nx.DiGraph()
+    forward.add_nodes_from(g.nodes)
+    forward.add_edges_from((u, v) for u, v, data in g.edges(data=True)
+                           if not any(e.loop for e in data["parallel"]))
+    for comp in nx.strongly_connected_components(forward):
+        if len(comp) == 1 and not any(forward.has_edge(n, n) for n in comp):
+            continue
+        cycle = nx.find_cycle(forward.subgraph(comp))
+        names = [u for u, _ in cycle] + [cycle[0][0]]
+        out.append(LintError(file, min(comp, key=list(pb.nodes).index),
+                             f"cycle {' -> '.join(names)} is not marked as a loop "
+                             "(set loop = true on the edge that goes back)"))
+    for node in pb.nodes.values():
+        for e in node.next:
+            if e.loop and e.to in pb.nodes and not nx.has_path(g, e.to, node.id):
+                out.append(LintError(file, node.id, f"edge to {e.to!r} is marked loop = true but "
+                                                    "does not go back to an earlier step"))
+    return out
+
+
+def _lint_one(target: Playbook | Path, vocab: Vocabulary) -> list[LintError]:
+    if isinstance(target, Playbook):
+        pb: Playbook | None = target
+        errors = _reference_errors(target)
+        if target.id != target.path.stem:
+            errors.insert(0, LintError(str(target.path), None, f"id {target.id!r} does not match the file "
+                                                               f"name (expected {target.path.stem!r})"))
+    else:
+        pb, errors = _parse_file(target)
+    if pb is None:
+        return errors
+    errors += _vocabulary_errors(pb, vocab)
+    errors += _graph_errors(pb)
+    return errors
+
+
+def lint_playbook(
+    target: str | Path | Playbook,
+    *,
+    probes: Iterable[str] | None = None,
+    checks: Iterable[str] | None = None,
+    predicates: Iterable[str] | None = None,
+) -> list[LintError]:
+    """Every problem in a playbook file, a loaded Playbook, or each ``*.toml`` of a directory.
+
+    Names not given default to the registered vocabulary. Never raises for a bad file.
+    """
+    if probes is None or checks is None or predicates is None:
+        reg = Vocabulary.from_registry()
+        probes = reg.probes if probes is None else probes
+        checks = reg.checks if checks is None else checks
+        predicates = reg.predicates if predicates is None else predicates
+    vocab = Vocabulary(list(probes), list(checks), list(predicates))
+    if isinstance(target, Playbook):
+        return _lint_one(target, vocab)
+    path = Path(target)
+    if path.is_dir():
+        files = sorted(path.glob("*.toml"))
+        if not files:
+            return [LintError(str(path), None, "no playbooks (*.toml) in this directory")]
+        return [err for f in files for err in _lint_one(f, vocab)]
+    return _lint_one(path, vocab)
+
+
+def lint_path(path: str | Path) -> list[LintError]:
+    """Lint a playbook file or every ``*.toml`` of a directory against the registered vocabulary."""
+    return lint_playbook(path)
+
+
+def _edge_text(node: Node, e: Edge) -> str:
+    if e.when is None:
+        cond = "(answer)" if node.kind == "question" else "(fallback)"
+    else:
+        cond = f"{'unless' if e.negate else 'when'} {e.when}"
+    extras = [f'"{e.label}"'] if e.label else []
+    if e.loop:
+        extras.append("(loop)")
+    if node.kind == "question" and e.to == node.default:
+        extras.append("(default)")
+    return " ".join([f"-> {e.to}", cond, *extras])
+
+
+def describe(pb: Playbook) -> str:
+    """A plain-text outline of a playbook: every node, what it runs and where it goes."""
+    lines = [f"{pb.id}: {pb.title}", *(f"  {line}" for line in pb.summary.strip().splitlines()),
+             f"start: {pb.start}", ""]
+    for node in pb.nodes.values():
+        lines.append(f"[{node.kind}] {node.id}: {node.title}")
+        lines.append(f"    why: {node.why}")
+        if node.question:
+            lines.append(f"    question: {node.question}")
+        if node.probes:
+            lines.append(f"    probes: {', '.join(node.probes)}")
+        if node.checks:
+            lines.append(f"    checks: {', '.join(node.checks)}")
+        lines += [f"    {_edge_text(node, e)}" for e in node.next]
+    return "\n".join(lines)
