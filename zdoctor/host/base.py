@@ -55,6 +55,11 @@ class Host:
             t.join()
         return Facts({n: self._results[n] for n in wanted})
 
+    def forget(self, names: Iterable[str]) -> None:
+        """Drop cached results so the next request probes again (a re-check after a fix)."""
+        for name in names:
+            self._results.pop(name, None)
+
     def recorded(self) -> dict[str, ProbeResult]:
         """Every result computed so far."""
         return dict(self._results)

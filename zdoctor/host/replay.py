@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from .. import __version__
@@ -67,6 +68,9 @@ class ReplayHost(Host):
         except OSError as exc:
             raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
         return cls(document, source=path)
+
+    def forget(self, names: Iterable[str]) -> None:
+        """A snapshot does not change: nothing to forget."""
 
     def _compute(self, name: str) -> ProbeResult:
         rec = self._recorded.get(name)

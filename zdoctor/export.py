@@ -1,0 +1,775 @@
+"""Turn a recorded session into a report: Markdown for a ticket, standalone HTML, or complete JSON.
+
+:func:`render` takes the events of a session (see :mod:`zdoctor.session`) and returns text;
+:func:`write_export` writes it atomically. Every text that came from the machine or the user is made
+inert: Markdown escapes and fences longer than any backtick run inside them, HTML escapes (rich is
+given :class:`rich.text.Text` objects, never markup strings). rich is imported only for HTML.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError, UsageError
+from .model import STATUS_RANK, STATUSES, cap_text
+
+FORMATS = ("md", "html", "json")
+EXTENSIONS = {"md": "md", "html": "html", "json": "json"}
+#: Characters of command output shown per block in Markdown and HTML (the JSON export keeps it all).
+BLOCK_CAP = 4000
+MARKS = {"ok": "✓", "warn": "!", "fail": "✗", "skip": "–", "crash": "‼"}
+STYLES = {"ok": "green", "warn": "yellow", "fail": "red", "skip": "dim", "crash": "bold magenta"}
+
+
+# --- the report model ---------------------------------------------------------------------------
+
+@dataclass
+class PlaybookRun:
+    """One walk through a playbook: nodes entered and edges taken, in order, and how it ended."""
+
+    playbook: str
+    title: str = ""
+    steps: list[dict[str, Any]] = field(default_factory=list)  # node_enter and edge events
+    diagnosis: dict[str, Any] | None = None
+    end: dict[str, Any] | None = None
+
+
+@dataclass
+class Report:
+    """What a session's events say, gathered for rendering."""
+
+    session_id: str = ""
+    start: dict[str, Any] = field(default_factory=dict)
+    resumes: list[dict[str, Any]] = field(default_factory=list)
+    end: dict[str, Any] | None = None
+    runs: list[PlaybookRun] = field(default_factory=list)
+    findings: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> latest "finding" event
+    probes: list[dict[str, Any]] = field(default_factory=list)
+    applied: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] | None = None
+    others: list[dict[str, Any]] = field(default_factory=list)
+    torn: bool = False
+
+    @property
+    def host(self) -> dict[str, Any]:
+        host = self.start.get("host")
+        return host if isinstance(host, dict) else {}
+
+    def sorted_findings(self) -> list[dict[str, Any]]:
+        """The latest version of each finding, worst first, then by id."""
+        found = [ev["finding"] for ev in self.findings.values()]
+        return sorted(found, key=lambda f: (STATUS_RANK.get(f.get("status"), len(STATUS_RANK)),
+                                            _s(f.get("id"))))
+
+    def counts(self) -> dict[str, Any]:
+        """The last recorded summary, or one counted from the latest findings when none is current."""
+        if self.summary is not None:
+            return {k: v for k, v in self.summary.items() if k not in ("seq", "ts", "type")}
+        counts: dict[str, Any] = {s: 0 for s in STATUSES}
+        for f in self.findings.values():
+            status = f["finding"].get("status")
+            counts[status] = counts.get(status, 0) + 1
+        counts["total"] = len(self.findings)
+        return counts
+
+
+def collect(events: list[dict[str, Any]]) -> Report:
+    """Gather ``events`` into a :class:`Report`; unknown or odd events land in ``others``."""
+    rep = Report(torn=bool(getattr(events, "torn", False)))
+    current: dict[str, PlaybookRun] = {}
+
+    def run_for(ev: dict[str, Any]) -> PlaybookRun:
+        name = _s(ev.get("playbook"))
+        if name not in current:
+            current[name] = PlaybookRun(playbook=name)
+            rep.runs.append(current[name])
+        return current[name]
+
+    for ev in events:
+        if not isinstance(ev, dict):
+            rep.others.append({"type": "?", "value": ev})
+            continue
+        kind = ev.get("type")
+        if kind == "session_start":
+            rep.start = ev
+            rep.session_id = _s(ev.get("session_id"))
+        elif kind == "session_resume":
+            rep.resumes.append(ev)
+        elif kind == "session_end":
+            rep.end = ev
+        elif kind == "playbook_start":
+            run = PlaybookRun(playbook=_s(ev.get("playbook")), title=_s(ev.get("title")))
+            current[run.playbook] = run
+            rep.runs.append(run)
+        elif kind in ("node_enter", "edge"):
+            run_for(ev).steps.append(ev)
+        elif kind == "diagnosis":
+            run_for(ev).diagnosis = ev
+        elif kind == "playbook_end":
+            run_for(ev).end = ev
+        elif kind == "probe_result" and isinstance(ev.get("result"), dict):
+            rep.probes.append(ev)
+        elif kind == "finding" and isinstance(ev.get("finding"), dict) and "id" in ev["finding"]:
+            fid = _s(ev["finding"]["id"])
+            rep.findings.pop(fid, None)
+            rep.findings[fid] = ev
+            rep.summary = None  # a finding recorded after the summary (a re-check) makes it stale
+        elif kind == "remedy_applied":
+            rep.applied.append(ev)
+        elif kind == "summary":
+            rep.summary = ev
+        else:
+            rep.others.append(ev)
+    return rep
+
+
+# --- small helpers ------------------------------------------------------------------------------
+
+def _s(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _when(ts: Any) -> str:
+    if isinstance(ts, (int, float)) and not isinstance(ts, bool):
+        try:
+            return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
+        except (OverflowError, OSError, ValueError):
+            pass
+    return "unknown time"
+
+
+def _argv_text(argv: Any) -> str:
+    if isinstance(argv, (list, tuple)):
+        return shlex.join(_s(a) for a in argv)
+    return _s(argv)
+
+
+def _command_line(argv: Any) -> str:
+    """The command that started the session, as a user would type it."""
+    text = _argv_text(argv)
+    if isinstance(argv, (list, tuple)) and argv and os.path.basename(_s(argv[0])).startswith("zdoctor"):
+        return text
+    return f"zdoctor {text}".rstrip()
+
+
+def _verified(value: Any) -> str:
+    if value is True:
+        return "verified: tried on this machine and it works"
+    if value is False:
+        return "verification failed: it did not fix the problem when tried"
+    return "not verified"
+
+
+def _host_line(host: dict[str, Any]) -> str:
+    name = _s(host.get("hostname")) or "unknown host"
+    details = [_s(host.get("os")), f"kernel {host['kernel']}" if host.get("kernel") else "",
+               _s(host.get("arch"))]
+    details = [d for d in details if d]
+    line = f"{name} ({', '.join(details)})" if details else name
+    if host.get("kind") and host.get("kind") != "live":
+        line += f" [{host['kind']}]"
+    return line
+
+
+def _summary_parts(counts: dict[str, Any]) -> list[tuple[str, str]]:
+    parts = [(f"{MARKS[s]} {counts.get(s, 0)} {s}", s) for s in ("fail", "crash", "warn", "skip", "ok")]
+    total = counts.get("total", 0)
+    parts.append((f"{total} finding{'' if total == 1 else 's'}", ""))
+    return parts
+
+
+TORN_NOTE = "The last event was cut off mid-write (the session was interrupted); it is left out."
+UNFINISHED_NOTE = "The walk did not reach its end in this session."
+
+
+def _other_body(ev: dict[str, Any]) -> str:
+    body = json.dumps({k: v for k, v in ev.items() if k not in ("seq", "ts", "type")}, ensure_ascii=False,
+                      default=str)
+    return cap_text(body, 500)[0]
+
+
+def _edge_text(ev: dict[str, Any]) -> str:
+    """``→ to: reason (predicate p, negated; chosen by the user)`` without markup."""
+    notes = []
+    if ev.get("predicate"):
+        notes.append(f"predicate {ev['predicate']}" + (", negated" if ev.get("negate") else ""))
+    if ev.get("override"):
+        notes.append("chosen by the user" if ev.get("override") is True else f"override: {ev['override']}")
+    reason = _s(ev.get("reason"))
+    return reason + (f" ({'; '.join(notes)})" if notes else "")
+
+
+# --- Markdown -----------------------------------------------------------------------------------
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~&#])")
+_MD_LINE_START = re.compile(r"^([ \t]*)([-+=]|\d+(?=[.)]))", re.MULTILINE)
+
+
+def md_escape(text: Any, line_start: bool = False) -> str:
+    """``text`` as inert Markdown prose: no emphasis, links, HTML, headings, lists or table breaks.
+
+    ``line_start`` says the text opens a line, so a leading ``-``/``+``/``=``/``1.`` is escaped too
+    (later lines always are).
+    """
+    out = _MD_SPECIAL.sub(r"\\\1", _s(text))
+
+    def fix(m: re.Match[str]) -> str:
+        lead, mark = m.group(1), m.group(2)
+        return f"{lead}{mark}\\" if mark[0].isdigit() else f"{lead}\\{mark}"
+
+    head, sep, rest = out.partition("\n")
+    if line_start:
+        head = _MD_LINE_START.sub(fix, head)
+    return head + sep + _MD_LINE_START.sub(fix, rest)
+
+
+def md_paragraph(text: Any) -> str:
+    """Escaped prose that keeps its line breaks (a trailing backslash is a hard break)."""
+    lines = md_escape(_s(text).replace("\r\n", "\n").strip("\n"), line_start=True).split("\n")
+    return "\n".join(line + "\\" if line.strip() and i + 1 < len(lines) and lines[i + 1].strip() else line
+                     for i, line in enumerate(lines))
+
+
+def md_cell(text: Any) -> str:
+    """``text`` for a Markdown table cell: escaped, one line."""
+    return md_escape(_s(text).replace("\r", "")).replace("\n", "<br>") or " "
+
+
+def _longest_run(text: str, char: str = "`") -> int:
+    return max((len(m) for m in re.findall(f"{re.escape(char)}+", text)), default=0)
+
+
+def md_code(text: Any) -> str:
+    """An inline code span that holds ``text`` literally (delimiters longer than any backtick run)."""
+    body = _s(text).replace("\r", "").replace("\n", " ")
+    if not body.strip():
+        return "(empty)"
+    ticks = "`" * (_longest_run(body) + 1)
+    if body.startswith("`") or body.endswith("`") or (body.startswith(" ") and body.endswith(" ")):
+        body = f" {body} "
+    return f"{ticks}{body}{ticks}"
+
+
+def md_fence(text: Any, info: str = "text") -> str:
+    """A fenced code block around ``text``, with a fence longer than any backtick run inside it."""
+    body = _s(text).replace("\r\n", "\n")
+    if not body.endswith("\n"):
+        body += "\n"
+    fence = "`" * max(3, _longest_run(body) + 1)
+    return f"{fence}{info}\n{body}{fence}\n"
+
+
+def _md_output(label: str, text: str, cap: int) -> list[str]:
+    shown, cut = cap_text(text, cap)
+    head = f"{label} (cut to {cap} characters; the JSON export has all of it):" if cut else f"{label}:"
+    return [head, "", md_fence(shown)]
+
+
+def md_table(columns: list[Any], rows: list[list[Any]], highlight: list[int] | None = None) -> str:
+    """A Markdown table; highlighted rows get a ``⚠`` in a leading marker column."""
+    width = max([len(columns)] + [len(r) for r in rows]) if (columns or rows) else 0
+    cols = [_s(c) for c in columns] + [""] * (width - len(columns))
+    marked = set(highlight or [])
+    lines = ["| | " + " | ".join(md_cell(c) for c in cols) + " |",
+             "|---|" + "---|" * width]
+    for i, row in enumerate(rows):
+        cells = [_s(c) for c in row] + [""] * (width - len(row))
+        mark = "⚠" if i in marked else " "
+        lines.append(f"| {mark} | " + " | ".join(md_cell(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _md_evidence(ev: dict[str, Any], cap: int) -> list[str]:
+    kind = _s(ev.get("kind")) or "command"
+    out = [f"**{md_escape(ev.get('label') or kind)}** ({md_escape(kind)})", ""]
+    facts = []
+    if ev.get("argv"):
+        facts.append(f"- Command: {md_code('$ ' + _argv_text(ev['argv']))}")
+    if kind == "command" or ev.get("exit_code") is not None:
+        code = ev.get("exit_code")
+        facts.append(f"- Exit code: {md_code(code) if code is not None else 'none'}"
+                     + (f" after {ev['duration_s']:.2f} s" if isinstance(ev.get("duration_s"), (int, float))
+                        and ev.get("duration_s") else ""))
+    if ev.get("paths"):
+        facts.append("- Files: " + ", ".join(md_code(p) for p in ev["paths"]))
+    if ev.get("error"):
+        facts.append(f"- Error: {md_escape(ev['error'])}")
+    if ev.get("truncated"):
+        facts.append("- The output was cut when it was captured.")
+    if facts:
+        out += facts + [""]
+    table = ev.get("table")
+    if isinstance(table, dict):
+        out += [md_table(list(table.get("columns") or []), [list(r) for r in table.get("rows") or []],
+                         list(table.get("highlight") or []))]
+    stdout, stderr = _s(ev.get("stdout")), _s(ev.get("stderr"))
+    if stdout:
+        if kind == "note":
+            out += ["> " + line if line else ">" for line in md_escape(stdout, line_start=True).splitlines()] + [""]
+        else:
+            label = {"file": "Content", "traceback": "Traceback"}.get(kind, "Output")
+            out += _md_output(label, stdout, cap)
+    if stderr:
+        out += _md_output("Errors (stderr)", stderr, cap)
+    return out
+
+
+def _md_remedy(n: int, rem: dict[str, Any]) -> list[str]:
+    flags = [_verified(rem.get("verified"))]
+    if rem.get("requires_root"):
+        flags.append("needs root")
+    out = [f"**{n}. {md_escape(rem.get('title') or 'Remedy')}** ({md_escape('; '.join(flags))})", ""]
+    if rem.get("explanation"):
+        out += [md_paragraph(rem["explanation"]), ""]
+    commands = [_s(c) for c in rem.get("commands") or []]
+    if commands:
+        out += [md_fence("\n".join(commands), "bash")]
+    undo = [_s(c) for c in rem.get("undo") or []]
+    if undo:
+        out += ["Undo:", "", md_fence("\n".join(undo), "bash")]
+    return out
+
+
+def _md_finding(f: dict[str, Any], cap: int) -> list[str]:
+    status = _s(f.get("status"))
+    mark = MARKS.get(status, "?")
+    out = [f"### {mark} {md_escape(status.upper())}: {md_escape(f.get('title') or f.get('id'))}", "",
+           f"Finding {md_code(f.get('id'))}", ""]
+    if f.get("detail"):
+        out += [md_paragraph(f["detail"]), ""]
+    evidence = [e for e in f.get("evidence") or [] if isinstance(e, dict)]
+    if evidence:
+        out += ["#### Evidence", ""]
+        for ev in evidence:
+            out += _md_evidence(ev, cap)
+    remedies = [r for r in f.get("remedies") or [] if isinstance(r, dict)]
+    if remedies:
+        out += ["#### Remedies", "",
+                "Run these in bash, in order, before the launch command:", ""]
+        for i, rem in enumerate(remedies, 1):
+            out += _md_remedy(i, rem)
+    return out
+
+
+def _md_run(run: PlaybookRun) -> list[str]:
+    title = f": {md_escape(run.title)}" if run.title else ""
+    out = [f"### Playbook {md_code(run.playbook or 'unnamed')}{title}", ""]
+    path = run.end.get("path") if run.end else None
+    if isinstance(path, list) and path:
+        out += ["Path: " + " → ".join(md_code(p) for p in path), ""]
+    n = 0
+    for ev in run.steps:
+        if ev.get("type") == "node_enter":
+            n += 1
+            kind = f" ({md_escape(ev['kind'])})" if ev.get("kind") else ""
+            label = f": {md_escape(ev['title'])}" if ev.get("title") else ""
+            out.append(f"{n}. {md_code(ev.get('node'))}{kind}{label}")
+        else:
+            indent = "   " if n else ""
+            out.append(f"{indent}- → {md_code(ev.get('to'))} from {md_code(ev.get('from'))}: "
+                       f"{md_escape(_edge_text(ev))}")
+    if run.steps:
+        out.append("")
+    diag = run.diagnosis or {}
+    diag_title = diag.get("title") or (run.end or {}).get("diagnosis")
+    if diag_title:
+        node = f" (node {md_code(diag['node'])})" if diag.get("node") else ""
+        out += [f"**Diagnosis:** {md_escape(diag_title)}{node}", ""]
+    if run.end and run.end.get("reason"):
+        out += [f"**Why:** {md_escape(run.end['reason'])}", ""]
+    if run.end is None:
+        out += [UNFINISHED_NOTE, ""]
+    return out
+
+
+def _md_applied(ev: dict[str, Any], cap: int) -> list[str]:
+    rem = ev.get("remedy") if isinstance(ev.get("remedy"), dict) else {}
+    ok = ev.get("ok") is True
+    mark = MARKS["ok"] if ok else MARKS["fail"]
+    out = [f"### {mark} {md_escape(rem.get('title') or 'Remedy')} ({'applied' if ok else 'failed'})", "",
+           f"- For finding {md_code(ev.get('finding_id'))}, at {_when(ev.get('ts'))}",
+           f"- Exit code: {md_code(ev.get('exit_code')) if ev.get('exit_code') is not None else 'none'}"]
+    if ev.get("changed"):
+        out.append("- Changed: " + ", ".join(md_code(p) for p in ev["changed"]))
+    if ev.get("backup"):
+        out.append(f"- Backup: {md_code(ev['backup'])}")
+    out.append("")
+    commands = [_s(c) for c in rem.get("commands") or []]
+    if commands:
+        out += ["Commands:", "", md_fence("\n".join(commands), "bash")]
+    undo = [_s(c) for c in rem.get("undo") or []]
+    if undo:
+        out += ["Undo:", "", md_fence("\n".join(undo), "bash")]
+    if ev.get("output"):
+        out += _md_output("Output", _s(ev["output"]), cap)
+    return out
+
+
+def render_md(rep: Report, cap: int = BLOCK_CAP) -> str:
+    """The Markdown report."""
+    start = rep.start
+    out = [f"# zdoctor session {md_code(rep.session_id or 'unknown')}", "",
+           f"- **Host:** {md_escape(_host_line(rep.host))}",
+           f"- **Mode:** {md_escape(start.get('mode') or 'unknown')}"]
+    if start.get("argv") is not None:
+        out.append(f"- **Command:** {md_code(_command_line(start.get('argv')))}")
+    out.append(f"- **Started:** {_when(start.get('started', start.get('ts')))}")
+    for ev in rep.resumes:
+        out.append(f"- **Resumed:** {_when(ev.get('resumed', ev.get('ts')))}")
+    if rep.end is not None:
+        code = rep.end.get("exit_code")
+        out.append(f"- **Ended:** {_when(rep.end.get('ts'))}"
+                   + (f", exit code {md_code(code)}" if code is not None else ""))
+    else:
+        out.append("- **Ended:** not recorded (interrupted, or still running)")
+    out.append(f"- **zdoctor:** {md_escape(start.get('zdoctor_version') or 'unknown')}")
+    out.append("")
+    if rep.torn:
+        out += [f"> {TORN_NOTE}", ""]
+
+    out += ["## Summary", "", " · ".join(text for text, _ in _summary_parts(rep.counts())), ""]
+    if rep.runs:
+        out += ["## Path through the playbooks", ""]
+        for run in rep.runs:
+            out += _md_run(run)
+    findings = rep.sorted_findings()
+    out += ["## Findings", ""]
+    if not findings:
+        out += ["No findings were recorded.", ""]
+    for f in findings:
+        out += _md_finding(f, cap)
+    out += ["## What was applied", ""]
+    if not rep.applied:
+        out += ["Nothing was applied in this session.", ""]
+    for ev in rep.applied:
+        out += _md_applied(ev, cap)
+    if rep.probes:
+        out += ["## Probes", "", "| Probe | Status | Time | Step | Error |", "|---|---|---|---|---|"]
+        for ev in rep.probes:
+            res = ev["result"]
+            dur = res.get("duration_s")
+            step = "/".join(_s(ev.get(k)) for k in ("playbook", "node") if ev.get(k))
+            out.append(f"| {md_cell(res.get('probe'))} | {md_cell(res.get('status'))} | "
+                       f"{f'{dur:.2f} s' if isinstance(dur, (int, float)) else ''} | {md_cell(step)} | "
+                       f"{md_cell(res.get('error'))} |")
+        out.append("")
+    if rep.others:
+        out += ["## Other events", ""]
+        for ev in rep.others:
+            out.append(f"- #{md_escape(ev.get('seq', '?'))} {md_code(ev.get('type'))} at "
+                       f"{_when(ev.get('ts'))}: {md_code(_other_body(ev))}")
+        out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+# --- HTML (rich) --------------------------------------------------------------------------------
+
+_HTML_FORMAT = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="UTF-8">
+<title>{title}</title>
+<style>
+{{stylesheet}}
+body {{{{
+    color: {{foreground}};
+    background-color: {{background}};
+}}}}
+</style>
+</head>
+<body>
+    <pre style="font-family:Menlo,'DejaVu Sans Mono',consolas,'Courier New',monospace"
+    ><code style="font-family:inherit">{{code}}</code></pre>
+</body>
+</html>
+"""
+
+
+def render_html(rep: Report, cap: int = BLOCK_CAP) -> str:
+    """A standalone HTML document built from rich renderables (inline styles, no external files).
+
+    Commands and outputs are printed unwrapped and without box borders, so they copy out intact.
+    """
+    import html
+    import io
+
+    from rich.console import Console
+    from rich.padding import Padding
+    from rich.rule import Rule
+    from rich.table import Table
+    from rich.text import Text
+
+    items: list[tuple[Any, bool]] = []  # (renderable, print unwrapped)
+
+    def t(text: Any, style: str = "") -> Text:
+        return Text(_s(text), style=style)
+
+    def add(*renderables: Any, soft: bool = False) -> None:
+        items.extend((r, soft) for r in renderables)
+
+    def literal(text: str, style: str) -> None:
+        body = text[:-1] if text.endswith("\n") else text
+        add(Text("\n".join("    " + line for line in body.split("\n")), style=style), soft=True)
+
+    def block(label: str, text: str) -> None:
+        shown, cut = cap_text(text, cap)
+        add(t(f"{label} (cut to {cap} characters; the JSON export has all of it):" if cut else f"{label}:",
+              "dim"))
+        literal(shown, "grey50" if label == "errors (stderr)" else "")
+
+    def commands(label: str, lines: list[Any]) -> None:
+        add(t(label, "dim"))
+        literal("\n".join(_s(c) for c in lines), "bold cyan")
+
+    def table_of(table: dict[str, Any]) -> Any:
+        columns = [_s(c) for c in table.get("columns") or []]
+        rows = [[_s(c) for c in r] for r in table.get("rows") or []]
+        marked = set(table.get("highlight") or [])
+        width = max([len(columns)] + [len(r) for r in rows])
+        grid = Table(expand=False)
+        grid.add_column(t(""), no_wrap=True)
+        for c in columns + [""] * (width - len(columns)):
+            grid.add_column(t(c))
+        for i, row in enumerate(rows):
+            hot = i in marked
+            grid.add_row(t("⚠" if hot else ""), *(t(c) for c in row + [""] * (width - len(row))),
+                         style="bold red" if hot else None)
+        return Padding(grid, (0, 0, 0, 4))
+
+    def evidence(ev: dict[str, Any]) -> None:
+        kind = _s(ev.get("kind")) or "command"
+        add(Text.assemble(t("  • "), t(ev.get("label") or kind, "bold"), t(f" ({kind})", "dim")))
+        if ev.get("argv"):
+            literal("$ " + _argv_text(ev["argv"]), "bold")
+        if kind == "command" or ev.get("exit_code") is not None:
+            add(t(f"    exit code {ev.get('exit_code')}", "red" if ev.get("exit_code") else "dim"))
+        if ev.get("paths"):
+            add(t("    files: " + ", ".join(_s(p) for p in ev["paths"]), "dim"))
+        if ev.get("error"):
+            add(t(f"    error: {ev['error']}", "red"))
+        if ev.get("truncated"):
+            add(t("    the output was cut when it was captured", "dim"))
+        if isinstance(ev.get("table"), dict):
+            add(table_of(ev["table"]))
+        if ev.get("stdout"):
+            label = {"file": "content", "traceback": "traceback", "note": "note"}.get(kind, "output")
+            block(f"    {label}", _s(ev["stdout"]))
+        if ev.get("stderr"):
+            block("    errors (stderr)", _s(ev["stderr"]))
+
+    def finding(f: dict[str, Any]) -> None:
+        status = _s(f.get("status"))
+        style = STYLES.get(status, "")
+        add(Text.assemble(t(f"{MARKS.get(status, '?')} {status.upper()} ", style),
+                          t(f.get("title") or f.get("id"), "bold"), t(f"  [{_s(f.get('id'))}]", "dim")))
+        if f.get("detail"):
+            add(Padding(t(f["detail"]), (0, 0, 0, 2)))
+        evidence_list = [e for e in f.get("evidence") or [] if isinstance(e, dict)]
+        if evidence_list:
+            add(t("  Evidence", "bold underline"))
+        for ev in evidence_list:
+            evidence(ev)
+        remedies = [r for r in f.get("remedies") or [] if isinstance(r, dict)]
+        if remedies:
+            add(t("  Remedies (run in bash, in order, before the launch command)", "bold underline"))
+        for i, rem in enumerate(remedies, 1):
+            flags = [_verified(rem.get("verified"))] + (["needs root"] if rem.get("requires_root") else [])
+            add(Text.assemble(t(f"  {i}. {rem.get('title') or 'Remedy'}", "bold"),
+                              t(f" ({'; '.join(flags)})", "green" if rem.get("verified") else "dim")))
+            if rem.get("explanation"):
+                add(Padding(t(rem["explanation"]), (0, 0, 0, 4)))
+            if rem.get("commands"):
+                commands("    commands:", rem["commands"])
+            if rem.get("undo"):
+                commands("    undo:", rem["undo"])
+        add(t(""))
+
+    start = rep.start
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    head.add_row(t("Host"), t(_host_line(rep.host)))
+    head.add_row(t("Mode"), t(start.get("mode") or "unknown"))
+    if start.get("argv") is not None:
+        head.add_row(t("Command"), t(_command_line(start.get("argv"))))
+    head.add_row(t("Started"), t(_when(start.get("started", start.get("ts")))))
+    for ev in rep.resumes:
+        head.add_row(t("Resumed"), t(_when(ev.get("resumed", ev.get("ts")))))
+    if rep.end is not None:
+        code = rep.end.get("exit_code")
+        ended = _when(rep.end.get("ts")) + (f", exit code {code}" if code is not None else "")
+        head.add_row(t("Ended"), t(ended))
+    else:
+        head.add_row(t("Ended"), t("not recorded (interrupted, or still running)"))
+    head.add_row(t("zdoctor"), t(start.get("zdoctor_version") or "unknown"))
+    add(t(f"zdoctor session {rep.session_id or 'unknown'}", "bold underline"), head)
+    if rep.torn:
+        add(t(TORN_NOTE, "yellow"))
+
+    summary = Text()
+    for i, (text, status) in enumerate(_summary_parts(rep.counts())):
+        summary.append("  ·  " if i else "")
+        summary.append(text, STYLES.get(status, "bold"))
+    add(Rule(t("Summary")), summary)
+
+    if rep.runs:
+        add(Rule(t("Path through the playbooks")))
+    for run in rep.runs:
+        add(Text.assemble(t("Playbook ", "bold"), t(run.playbook or "unnamed", "bold cyan"),
+                          t(f": {run.title}" if run.title else "")))
+        n = 0
+        for ev in run.steps:
+            if ev.get("type") == "node_enter":
+                n += 1
+                add(Text.assemble(t(f"{n}. "), t(ev.get("node"), "cyan"),
+                                  t(f" ({ev['kind']})" if ev.get("kind") else "", "dim"),
+                                  t(f": {ev['title']}" if ev.get("title") else "")))
+            else:
+                add(Text.assemble(t("   → "), t(ev.get("to"), "cyan"), t(f" from {_s(ev.get('from'))}: ", "dim"),
+                                  t(_edge_text(ev))))
+        diag = run.diagnosis or {}
+        diag_title = diag.get("title") or (run.end or {}).get("diagnosis")
+        if diag_title:
+            add(Text.assemble(t("Diagnosis: ", "bold"), t(diag_title, "bold yellow")))
+        if run.end and run.end.get("reason"):
+            add(Text.assemble(t("Why: ", "bold"), t(run.end["reason"])))
+        if run.end is None:
+            add(t(UNFINISHED_NOTE, "dim"))
+        add(t(""))
+
+    add(Rule(t("Findings")))
+    findings = rep.sorted_findings()
+    if not findings:
+        add(t("No findings were recorded.", "dim"))
+    for f in findings:
+        finding(f)
+
+    add(Rule(t("What was applied")))
+    if not rep.applied:
+        add(t("Nothing was applied in this session.", "dim"))
+    for ev in rep.applied:
+        rem = ev.get("remedy") if isinstance(ev.get("remedy"), dict) else {}
+        ok = ev.get("ok") is True
+        add(Text.assemble(t(f"{MARKS['ok'] if ok else MARKS['fail']} ", "green" if ok else "red"),
+                          t(rem.get("title") or "Remedy", "bold"), t(" (applied)" if ok else " (failed)")),
+            t(f"  for finding {_s(ev.get('finding_id'))} at {_when(ev.get('ts'))}, "
+              f"exit code {ev.get('exit_code')}", "dim"))
+        if ev.get("changed"):
+            add(t("  changed: " + ", ".join(_s(p) for p in ev["changed"])))
+        if ev.get("backup"):
+            add(t(f"  backup: {ev['backup']}"))
+        if rem.get("commands"):
+            commands("  commands:", rem["commands"])
+        if rem.get("undo"):
+            commands("  undo:", rem["undo"])
+        if ev.get("output"):
+            block("  output", _s(ev["output"]))
+
+    if rep.probes:
+        grid = Table()
+        for col in ("Probe", "Status", "Time", "Step", "Error"):
+            grid.add_column(t(col))
+        for ev in rep.probes:
+            res = ev["result"]
+            dur = res.get("duration_s")
+            grid.add_row(t(res.get("probe")), t(res.get("status")),
+                         t(f"{dur:.2f} s" if isinstance(dur, (int, float)) else ""),
+                         t("/".join(_s(ev.get(k)) for k in ("playbook", "node") if ev.get(k))),
+                         t(res.get("error"), "red"))
+        add(Rule(t("Probes")), grid)
+    if rep.others:
+        add(Rule(t("Other events")))
+        for ev in rep.others:
+            add(Text.assemble(t(f"#{_s(ev.get('seq', '?'))} "), t(ev.get("type"), "cyan"),
+                              t(f" at {_when(ev.get('ts'))}: ", "dim"), t(_other_body(ev))))
+
+    console = Console(record=True, width=120, file=io.StringIO(), color_system="truecolor",
+                      force_terminal=True, force_jupyter=False, emoji=False, markup=False, highlight=False)
+    for renderable, soft in items:
+        console.print(renderable, soft_wrap=soft)
+    title = html.escape(f"zdoctor session {rep.session_id or 'unknown'}").replace("{", "{{").replace("}", "}}")
+    return console.export_html(inline_styles=True, code_format=_HTML_FORMAT.format(title=title))
+
+
+# --- JSON ---------------------------------------------------------------------------------------
+
+def render_json(rep: Report, events: list[Any]) -> str:
+    """The complete, loss-free JSON document: every event, plus findings and summary for convenience."""
+    start = rep.start
+    doc = {
+        "format": "zdoctor-session",
+        "version": 1,
+        "session": rep.session_id or None,
+        "zdoctor_version": start.get("zdoctor_version"),
+        "mode": start.get("mode"),
+        "host": rep.host,
+        "started": start.get("started", start.get("ts")),
+        "ended": rep.end.get("ts") if rep.end else None,
+        "exit_code": rep.end.get("exit_code") if rep.end else None,
+        "torn_last_event": rep.torn,
+        "events": list(events),
+        "findings": rep.sorted_findings(),
+        "summary": rep.counts(),
+    }
+    return json.dumps(doc, indent=2, ensure_ascii=False, default=str) + "\n"
+
+
+# --- entry points -------------------------------------------------------------------------------
+
+def render(events: list[dict[str, Any]], fmt: str) -> str:
+    """Render a session's ``events`` as ``md``, ``html`` or ``json`` text."""
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown export format {fmt!r} (choose md, html or json)")
+    rep = collect(events)
+    if fmt == "md":
+        return render_md(rep)
+    if fmt == "html":
+        return render_html(rep)
+    return render_json(rep, events)
+
+
+def default_name(session_id: str, fmt: str) -> str:
+    """The file name an export gets when the user names none: ``zdoctor-<id>.<ext>``."""
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown export format {fmt!r} (choose md, html or json)")
+    return f"zdoctor-{session_id}.{EXTENSIONS[fmt]}"
+
+
+def write_export(text: str, out_path: str | os.PathLike[str]) -> Path:
+    """Write ``text`` to ``out_path`` atomically (temp file, fsync, rename) with mode 0600."""
+    path = Path(out_path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory")
+    tmp: str | None = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fchmod(fh.fileno(), 0o600)
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write export: {exc.strerror or exc}") from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+    with contextlib.suppress(OSError):
+        dfd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    return path

@@ -1,0 +1,193 @@
+"""Keep secrets out of session logs and exports.
+
+:func:`redact` returns a deep copy of JSON-like data with secret values replaced by ``<redacted>``.
+
+Which names hold secrets
+------------------------
+A name (a dict key, an environment variable, ``NAME=value`` in text, ``--name value`` in argv) is
+split into word parts on ``_``, ``-``, ``.``, spaces and camelCase boundaries, then compared case-
+insensitively, word by word (never as a plain substring):
+
+* a part equal to ``token``, ``secret(s)``, ``password(s)``, ``passwd``, ``passphrase``,
+  ``credential(s)``, ``authorization`` or ``key`` (``HF_TOKEN``, ``HUGGING_FACE_HUB_TOKEN``,
+  ``AWS_SESSION_TOKEN``, ``WANDB_API_KEY``, ``AWS_ACCESS_KEY_ID``, ``ssh-key``, ``clientSecret``);
+* or one of those words run together with a qualifier (``APIKEY``, ``authToken``... see
+  ``_SECRET_WORDS``).
+
+This covers every ``AWS_*``/``HF_*``/``WANDB_*`` variable that holds key material, while harmless
+names that merely contain the letters pass: ``KEYBOARD``, ``keyring``, ``tiktoken`` and
+``TOKENIZERS_PARALLELISM`` have no secret *part*; ``max_tokens`` is a count, so the plural ``tokens``
+(and ``keys``, usually a list of dictionary keys) is not a secret word; ``PWD`` is the working
+directory. A name whose last part says it points at or describes a secret rather than holding it
+(``HF_TOKEN_PATH``, ``AWS_SHARED_CREDENTIALS_FILE``, ``SSH_KEY_DIR``, ``hf_token_set``, ``KeyError``) is kept, and so
+are ``HF_HOME``, ``AWS_REGION``, ``WANDB_PROJECT``. ``pip freeze`` lines (``tiktoken==0.7.0``) are not
+assignments.
+
+Under a secret name only non-empty strings are replaced: ``None``, booleans and numbers ("is a token
+set?", "how many?") carry no key material; a nested dict is searched by its own keys; list items are
+redacted one by one.
+
+Inside strings
+--------------
+``NAME=value``, ``export NAME=value``, ``NAME: value``, ``"NAME": "value"`` and ``--name=value`` for such
+names. An unquoted value runs to the next blank, or to the end of the line where the assignment opens
+it, as in ``env`` output (so ``HF_TOKEN=x python train.py`` keeps only ``HF_TOKEN=<redacted>``).
+Also ``Bearer``/``Basic`` credentials, credentials in URLs (``https://user:pw@host``), PEM private key
+blocks, and well-known token shapes: Hugging Face ``hf_...``, AWS access key ids ``AKIA...``/``ASIA...``,
+GitHub ``ghp_...``/``github_pat_...``, ``sk-...`` API keys. Everything else (paths, versions,
+``LD_LIBRARY_PATH=...``) passes unchanged. Redacting twice changes nothing more.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+REDACTED = "<redacted>"
+
+#: Word parts that hold key material; only whole parts count (``tiktoken`` and ``keyring`` do not).
+_SECRET_WORDS = frozenset({
+    "token", "secret", "secrets", "password", "passwords", "passwd", "passphrase", "credential",
+    "credentials", "authorization", "key",
+    # the same words run together, as some tools spell them
+    "apikey", "accesskey", "secretkey", "privatekey", "authkey", "signingkey", "masterkey", "sshkey",
+    "licensekey", "encryptionkey", "authtoken", "accesstoken", "refreshtoken", "apitoken", "bearertoken",
+    "idtoken", "sessiontoken", "hftoken", "clientsecret", "apisecret", "dbpassword",
+})
+#: A last part that makes the name describe a secret rather than hold it.
+_POINTER_WORDS = frozenset({"path", "paths", "file", "files", "dir", "dirs", "home", "url", "location",
+                            "name", "set", "present", "len", "length", "count", "type", "expiry",
+                            "expiration", "expires", "error", "err", "exception", "warning"})
+
+_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
+
+
+def name_parts(name: str) -> list[str]:
+    """Lower-case word parts of ``name`` (split on punctuation, blanks and camelCase)."""
+    return [p.lower() for p in _SPLIT.split(name) if p]
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a variable or key called ``name`` holds key material (see the module docstring)."""
+    parts = name_parts(name)
+    if not parts or parts[-1] in _POINTER_WORDS:
+        return False
+    return any(p in _SECRET_WORDS for p in parts)
+
+
+# --- text ---------------------------------------------------------------------------------------
+
+_PEM = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)",
+                  re.DOTALL)
+_URL_CREDENTIALS = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]*:)[^\s/@]+(?=@)")
+_AUTH_SCHEME = re.compile(r"\b(?P<scheme>Bearer|Basic)(?P<gap>\s+)(?!<redacted>)[A-Za-z0-9._~+/=-]+",
+                          re.IGNORECASE)
+_SHAPES = re.compile(
+    r"(?<![A-Za-z0-9])(?:"
+    r"hf_[A-Za-z0-9]{20,}"
+    r"|(?:AKIA|ASIA)[0-9A-Z]{16}"
+    r"|gh[pousr]_[A-Za-z0-9]{30,}"
+    r"|github_pat_[A-Za-z0-9_]{40,}"
+    r"|sk-(?:[A-Za-z0-9-]*-)?[A-Za-z0-9]{20,}"
+    r")(?![A-Za-z0-9])"
+)
+_ASSIGN = re.compile(
+    r"""(?P<lead>^[ \t]*(?:(?:export|declare\s+-x|setenv|set)[ \t]+)?)?
+        (?<![A-Za-z0-9_.])(?P<q>["']?)(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)
+        (?P<sep>[ \t]*(?P<op>[:=])(?!=)[ \t]*)
+        (?P<value>"(?:[^"\\\n]|\\.)*"?|'[^'\n]*'?|(?:(?:Bearer|Basic|Token)[ \t]+)?[^\s"']*)""",
+    re.VERBOSE | re.MULTILINE | re.IGNORECASE,
+)
+_REST_OF_LINE = re.compile(r"[^\n]*")
+#: Values that hold nothing to hide: empty, or already redacted.
+_DONE = re.compile(r"(?:(?:Bearer|Basic|Token)[ \t]+)?(?:<redacted>)?", re.IGNORECASE)
+
+
+def _assignments(text: str) -> str:
+    """Replace values assigned to secret names.
+
+    An unquoted value runs to the next blank, or to the end of the line when the assignment opens the
+    line (``env`` output, YAML, headers), where a value may hold blanks. After a harmless name the scan
+    resumes inside its value, so ``--env=HF_TOKEN=x`` is still caught.
+    """
+    out: list[str] = []
+    pos = 0
+    while True:
+        m = _ASSIGN.search(text, pos)
+        if m is None:
+            break
+        value = m.group("value")
+        if not is_secret_name(m.group("name")) or _DONE.fullmatch(value.strip("\"'")):
+            out.append(text[pos:m.end("sep")])
+            pos = m.end("sep")
+            continue
+        out.append(text[pos:m.start("value")])
+        quote = value[0]
+        if quote in "\"'":
+            closed = len(value) > 1 and value.endswith(quote)
+            out.append(f"{quote}{REDACTED}{quote if closed else ''}")
+            pos = m.end()
+        else:
+            out.append(REDACTED)
+            pos = m.end()
+            if m.group("lead") is not None:
+                pos = _REST_OF_LINE.match(text, m.start("value")).end()
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def redact_text(text: str) -> str:
+    """``text`` with secret assignments, credentials and token shapes replaced."""
+    if not text:
+        return text
+    text = _PEM.sub(REDACTED, text)
+    text = _URL_CREDENTIALS.sub(lambda m: m.group("head") + REDACTED, text)
+    text = _AUTH_SCHEME.sub(lambda m: m.group("scheme") + m.group("gap") + REDACTED, text)
+    text = _SHAPES.sub(REDACTED, text)
+    return _assignments(text)
+
+
+# --- data ---------------------------------------------------------------------------------------
+
+_FLAG = re.compile(r"^--?(?P<name>[A-Za-z][A-Za-z0-9_.-]*)$")
+
+
+def _secret_value(value: Any) -> Any:
+    """Replace a value found under a secret name."""
+    if isinstance(value, (str, bytes)):
+        return REDACTED if value else value
+    if isinstance(value, dict):
+        return redact(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_secret_value(v) for v in value)
+    return copy.deepcopy(value)
+
+
+def _redact_sequence(items: list[Any] | tuple[Any, ...]) -> list[Any] | tuple[Any, ...]:
+    """Redact each item; an argv-style ``--token VALUE`` pair loses its value too."""
+    out: list[Any] = []
+    hide_next = False
+    for item in items:
+        if hide_next and isinstance(item, str) and not item.startswith("-"):
+            out.append(REDACTED if item else item)
+            hide_next = False
+            continue
+        hide_next = False
+        if isinstance(item, str):
+            flag = _FLAG.match(item)
+            hide_next = bool(flag and is_secret_name(flag.group("name")))
+        out.append(redact(item))
+    return type(items)(out) if isinstance(items, tuple) else out
+
+
+def redact(obj: Any) -> Any:
+    """A deep copy of ``obj`` with secret values replaced by ``<redacted>`` (see the module docstring)."""
+    if isinstance(obj, str):
+        return redact_text(obj)
+    if isinstance(obj, dict):
+        return {k: (_secret_value(v) if isinstance(k, str) and is_secret_name(k) else redact(v))
+                for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return _redact_sequence(obj)
+    return copy.deepcopy(obj)

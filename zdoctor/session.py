@@ -1,0 +1,411 @@
+"""The append-only session log: one JSONL file per session, one fsync'd line per event.
+
+Files live in ``$XDG_STATE_HOME/zdoctor/sessions/<id>.jsonl`` (``~/.local/state/zdoctor`` when the
+variable is unset or not absolute). Directories are created 0700 and files 0600, whatever the umask.
+Each line is ``{"seq": n, "ts": epoch, "type": ..., ...data}``, redacted before it is written and
+flushed to disk before :meth:`SessionLog.record` returns, so a dropped SSH connection loses at most
+the event in flight. Session ids sort by time: ``YYYYmmddTHHMMSS-xxxx`` (UTC, 4 random hex digits).
+
+The ``state_dir`` arguments below name the zdoctor state directory (the one :func:`state_dir`
+returns); sessions sit in its ``sessions`` folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import re
+import secrets
+import stat
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+from typing import Any
+
+from . import __version__
+from .errors import InputError
+from .redact import redact
+
+SESSION_ID_RE = re.compile(r"\d{8}T\d{6}-[0-9a-f]{4}")
+SUFFIX = ".jsonl"
+#: Keys every event carries; ``data`` passed to :meth:`SessionLog.record` may not use them.
+ENVELOPE = ("seq", "ts", "type")
+
+
+def state_dir() -> Path:
+    """The zdoctor state directory, per the XDG base directory spec (a relative value is ignored)."""
+    base = os.environ.get("XDG_STATE_HOME", "")
+    root = Path(base) if base and os.path.isabs(base) else Path.home() / ".local" / "state"
+    return root / "zdoctor"
+
+
+def sessions_dir(state: Path | None = None) -> Path:
+    """Where the session files live."""
+    return (state if state is not None else state_dir()) / "sessions"
+
+
+def new_session_id(now: float | None = None) -> str:
+    """A fresh id, ``YYYYmmddTHHMMSS-xxxx`` in UTC."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(time.time() if now is None else now))
+    return f"{stamp}-{secrets.token_hex(2)}"
+
+
+def validate_session_id(session_id: str) -> str:
+    """Return ``session_id`` if it has the session id shape; anything else is an :class:`InputError`."""
+    if not isinstance(session_id, str) or not SESSION_ID_RE.fullmatch(session_id):
+        raise InputError(f"invalid session id {session_id!r} (expected YYYYmmddTHHMMSS-xxxx)")
+    return session_id
+
+
+def _ensure_private_dir(path: Path) -> None:
+    """Create ``path`` and missing parents with mode 0700 (XDG spec); tighten the sessions folder."""
+    missing: list[Path] = []
+    probe = path
+    while not probe.exists():
+        missing.append(probe)
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    try:
+        for d in reversed(missing):
+            try:
+                os.mkdir(d, 0o700)
+            except FileExistsError:
+                continue
+            os.chmod(d, 0o700)
+        st = os.stat(path)
+        if not stat.S_ISDIR(st.st_mode):
+            raise InputError(f"cannot keep session logs in {path}: not a directory")
+        if st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) != 0o700:
+            os.chmod(path, 0o700)
+    except OSError as exc:
+        raise InputError(f"cannot create session log directory {path}: {exc.strerror or exc}") from None
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def jsonable(obj: Any) -> Any:
+    """Plain JSON data for ``obj``: ``to_dict()`` and dataclasses are used, odd objects become ``str()``."""
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else str(obj)
+    if isinstance(obj, Mapping):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, (set, frozenset)):
+        return sorted((jsonable(v) for v in obj), key=repr)
+    if isinstance(obj, PurePath):
+        return str(obj)
+    if isinstance(obj, bytes):
+        return obj.decode("utf-8", errors="replace")
+    to_dict = getattr(obj, "to_dict", None)
+    if callable(to_dict):
+        try:
+            return jsonable(to_dict())
+        except Exception:  # noqa: BLE001 - a broken to_dict falls back to str()
+            pass
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return jsonable(dataclasses.asdict(obj))
+    try:
+        return str(obj)
+    except Exception:  # noqa: BLE001
+        return f"<unprintable {type(obj).__name__}>"
+
+
+class EventList(list):
+    """Events read from a log; ``torn`` is true when a half-written last line was skipped."""
+
+    torn: bool = False
+    path: Path | None = None
+
+
+def _read_lines(path: Path) -> tuple[list[tuple[int, bytes]], bytes | None]:
+    """Complete lines (numbered from 1) and the unterminated tail, if any."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such session log") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read session log: {exc.strerror or exc}") from None
+    chunks = data.split(b"\n")
+    tail = chunks.pop()
+    return list(enumerate(chunks, start=1)), (tail if tail.strip() else None)
+
+
+def _parse(raw: bytes) -> dict[str, Any]:
+    event = json.loads(raw.decode("utf-8"))
+    if not isinstance(event, dict):
+        raise ValueError("not a JSON object")
+    if not isinstance(event.get("type"), str):
+        raise ValueError('no "type"')
+    return event
+
+
+def _resolve(session_id_or_path: str | os.PathLike[str], state: Path | None) -> Path:
+    if isinstance(session_id_or_path, PurePath):
+        return Path(session_id_or_path)
+    sid = validate_session_id(str(session_id_or_path))
+    path = sessions_dir(state) / f"{sid}{SUFFIX}"
+    if not path.exists():
+        raise InputError(f"no session {sid} in {sessions_dir(state)}")
+    return path
+
+
+def load_events(session_id_or_path: str | os.PathLike[str], state_dir: Path | None = None) -> EventList:
+    """Every event of a session, in file order.
+
+    A string must be a session id (anything else is refused); a :class:`~pathlib.Path` is read as is.
+    A torn last line (a crash mid-write) is skipped and flagged as ``result.torn``; a malformed line
+    elsewhere raises :class:`InputError` ``"FILE:LINE: malformed event: ..."``.
+    """
+    path = _resolve(session_id_or_path, state_dir)
+    lines, tail = _read_lines(path)
+    events = EventList()
+    events.path = path
+    for number, raw in lines:
+        if not raw.strip():
+            continue
+        try:
+            events.append(_parse(raw))
+        except (ValueError, UnicodeDecodeError) as exc:
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+            raise InputError(f"{path}:{number}: malformed event: {reason}") from None
+    if tail is not None:
+        try:
+            events.append(_parse(tail))
+        except (ValueError, UnicodeDecodeError):
+            events.torn = True
+    return events
+
+
+@dataclass
+class SessionInfo:
+    """One recorded session, as listed by :func:`list_sessions`."""
+
+    id: str
+    path: Path
+    mode: str | None = None
+    started: float | None = None
+    ended: float | None = None
+    exit_code: int | None = None
+    events: int = 0
+    hostname: str | None = None
+    torn: bool = False
+    error: str | None = None
+
+
+def _info(path: Path) -> SessionInfo:
+    info = SessionInfo(id=path.name[: -len(SUFFIX)], path=path)
+    try:
+        events = load_events(path)
+    except InputError as exc:
+        info.error = str(exc)
+        return info
+    info.events, info.torn = len(events), events.torn
+    for ev in events:
+        if ev["type"] == "session_start":
+            info.mode, info.started = ev.get("mode"), ev.get("started", ev.get("ts"))
+            host = ev.get("host")
+            info.hostname = host.get("hostname") if isinstance(host, dict) else None
+        elif ev["type"] == "session_end":
+            info.ended, info.exit_code = ev.get("ts"), ev.get("exit_code")
+    return info
+
+
+def _session_files(state: Path | None) -> list[Path]:
+    folder = sessions_dir(state)
+    try:
+        entries = list(folder.iterdir())
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise InputError(f"cannot list sessions in {folder}: {exc.strerror or exc}") from None
+    return [p for p in entries if p.name.endswith(SUFFIX) and SESSION_ID_RE.fullmatch(p.name[: -len(SUFFIX)])
+            and p.is_file()]
+
+
+def list_sessions(state_dir: Path | None = None) -> list[SessionInfo]:
+    """Every recorded session, newest first; an unreadable one is listed with ``error`` set."""
+    infos = [_info(p) for p in _session_files(state_dir)]
+    return sorted(infos, key=lambda i: (i.id[:15], i.started or 0.0, i.id), reverse=True)
+
+
+def _started(path: Path) -> float:
+    """The start time in a session's first line (0 when unreadable)."""
+    try:
+        with open(path, "rb") as fh:
+            first = json.loads(fh.readline().decode("utf-8"))
+        value = first.get("started", first.get("ts", 0.0))
+        return float(value) if isinstance(value, (int, float)) else 0.0
+    except (OSError, ValueError, AttributeError):
+        return 0.0
+
+
+def last_session_id(state_dir: Path | None = None) -> str:
+    """The newest session's id (only the newest files are opened, to break ties within a second)."""
+    files = sorted(_session_files(state_dir), key=lambda p: p.name, reverse=True)
+    if not files:
+        raise InputError(f"no recorded sessions in {sessions_dir(state_dir)}")
+    same_second = [p for p in files if p.name[:15] == files[0].name[:15]]
+    newest = max(same_second, key=lambda p: (_started(p), p.name))
+    return newest.name[: -len(SUFFIX)]
+
+
+class SessionLog:
+    """An open session file that events are appended to. Use :meth:`create` or :meth:`reopen`."""
+
+    def __init__(self, session_id: str, path: Path, fd: int, next_seq: int) -> None:
+        self.id = session_id
+        self.path = path
+        self._fd: int | None = fd
+        self._seq = next_seq
+        self._lock = threading.Lock()
+
+    # -- opening -----------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, mode: str, argv: list[str], host_info: dict[str, Any],
+               state_dir: Path | None = None) -> SessionLog:
+        """Start a new session file and record ``session_start``."""
+        folder = sessions_dir(state_dir)
+        _ensure_private_dir(folder)
+        flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+        for _ in range(64):
+            started = time.time()
+            sid = new_session_id(started)
+            path = folder / f"{sid}{SUFFIX}"
+            try:
+                fd = os.open(path, flags, 0o600)
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                raise InputError(f"cannot create session log {path}: {exc.strerror or exc}") from None
+            break
+        else:  # pragma: no cover - 64 collisions in one second
+            raise InputError(f"cannot create a unique session log in {folder}")
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, 0o600)
+        _fsync_dir(folder)
+        log = cls(sid, path, fd, 1)
+        log.record("session_start", {
+            "session_id": sid, "zdoctor_version": __version__, "mode": mode, "argv": list(argv),
+            "host": host_info, "started": started,
+        })
+        return log
+
+    @classmethod
+    def reopen(cls, session_id: str, state_dir: Path | None = None,
+               argv: list[str] | None = None) -> SessionLog:
+        """Append to an existing session (resume) and record ``session_resume``.
+
+        A half-written last line left by a crash is cut off first, so the file stays valid.
+        """
+        path = _resolve(validate_session_id(session_id), state_dir)
+        events = load_events(path)
+        dropped = 0
+        if events.torn:
+            size = path.stat().st_size
+            with open(path, "rb") as fh:
+                data = fh.read()
+            keep = data.rfind(b"\n") + 1
+            dropped = size - keep
+            try:
+                os.truncate(path, keep)
+            except OSError as exc:
+                raise InputError(f"cannot repair session log {path}: {exc.strerror or exc}") from None
+        seqs = [e["seq"] for e in events if isinstance(e.get("seq"), int)]
+        flags = os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+        try:
+            fd = os.open(path, flags)
+        except OSError as exc:
+            raise InputError(f"cannot append to session log {path}: {exc.strerror or exc}") from None
+        log = cls(session_id, path, fd, max(seqs, default=0) + 1)
+        data: dict[str, Any] = {"session_id": session_id, "zdoctor_version": __version__,
+                                "resumed": time.time(), "dropped_torn_bytes": dropped}
+        if argv is not None:
+            data["argv"] = list(argv)
+        log.record("session_resume", data)
+        return log
+
+    # -- writing -----------------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._fd is None
+
+    def record(self, type: str, data: Mapping[str, Any] | None = None) -> None:
+        """Append one event (redacted) and fsync it; safe to call from several threads."""
+        payload = self._prepare(type, data)
+        with self._lock:
+            self._append(type, payload)
+
+    def close(self, exit_code: int | None = None) -> None:
+        """Record ``session_end`` and close the file; closing twice does nothing."""
+        payload = self._prepare("session_end", {"exit_code": exit_code})
+        with self._lock:
+            if self._fd is None:
+                return
+            try:
+                self._append("session_end", payload)
+            finally:
+                fd, self._fd = self._fd, None
+                os.close(fd)
+
+    @staticmethod
+    def _prepare(type: str, data: Mapping[str, Any] | None) -> dict[str, Any]:
+        if not isinstance(type, str) or not type:
+            raise ValueError("event type must be a non-empty string")
+        payload = jsonable(dict(data or {}))
+        clash = [k for k in ENVELOPE if k in payload]
+        if clash:
+            raise ValueError(f"event data may not use the reserved key(s) {', '.join(clash)}")
+        return redact(payload)
+
+    def _append(self, type: str, payload: dict[str, Any]) -> None:
+        """Write one line and fsync it; the caller holds the lock."""
+        if self._fd is None:
+            raise ValueError(f"session log {self.path} is closed")
+        event = {"seq": self._seq, "ts": time.time(), "type": type, **payload}
+        # Lone surrogates (undecodable file names) become \udcXX escapes inside the JSON strings,
+        # which read back as the same text.
+        line = (json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n").encode(
+            "utf-8", errors="backslashreplace")
+        try:
+            view = memoryview(line)
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise InputError(f"cannot write session log {self.path}: {exc.strerror or exc}") from None
+        self._seq += 1
+
+    def __enter__(self) -> SessionLog:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # an abandoned log still releases its descriptor
+        fd = getattr(self, "_fd", None)
+        if fd is not None and not sys.is_finalizing():
+            with contextlib.suppress(OSError):
+                os.close(fd)
