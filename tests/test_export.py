@@ -357,7 +357,7 @@ def test_undecodable_names_survive_export_to_file(state_home: Path, tmp_path: Pa
 
 
 def test_write_export_errors_are_one_line(tmp_path: Path):
-    with pytest.raises(InputError, match="cannot write export") as info:
+    with pytest.raises(InputError, match="does not exist") as info:
         write_export("x", tmp_path / "missing" / "out.md")
     assert "\n" not in str(info.value)
     with pytest.raises(InputError, match="is a directory"):

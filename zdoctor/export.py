@@ -8,18 +8,17 @@ given :class:`rich.text.Text` objects, never markup strings). rich is imported o
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import shlex
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError, UsageError
+from .atomic import write_text_atomic
+from .errors import UsageError
 from .model import STATUS_RANK, STATUSES, cap_text
 
 FORMATS = ("md", "html", "json")
@@ -746,30 +745,4 @@ def default_name(session_id: str, fmt: str) -> str:
 
 def write_export(text: str, out_path: str | os.PathLike[str]) -> Path:
     """Write ``text`` to ``out_path`` atomically (temp file, fsync, rename) with mode 0600."""
-    path = Path(out_path)
-    folder = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory")
-    tmp: str | None = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fchmod(fh.fileno(), 0o600)
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot write export: {exc.strerror or exc}") from None
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-    with contextlib.suppress(OSError):
-        dfd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    return path
+    return write_text_atomic(out_path, text, 0o600)
