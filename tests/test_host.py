@@ -149,3 +149,11 @@ def test_unreadable_snapshot(tmp_path):
         ReplayHost.load(str(tmp_path / "missing.json"))
     with pytest.raises(InputError, match="is a directory"):
         ReplayHost.load(str(tmp_path))
+
+
+def test_forget_probes_again_on_a_live_host(test_vocabulary):
+    host = LiveHost()
+    host.result("t.slow")
+    host.forget(["t.slow"])
+    host.result("t.slow")
+    assert test_vocabulary["slow"] == 2
