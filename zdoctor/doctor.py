@@ -95,9 +95,10 @@ def check(host: Host, record: Recorder = _no_record, playbooks: list[str] | None
 
 
 def snapshot(host: Host) -> dict[str, Any]:
-    """Run every registered probe and return the snapshot document."""
+    """Run every registered probe and return the snapshot document, secrets redacted."""
     from .host import snapshot_document
+    from .redact import redact
 
     load_vocabulary()
     host.results(PROBES)
-    return snapshot_document(host)
+    return redact(snapshot_document(host))

@@ -1,0 +1,226 @@
+"""Every subcommand and every exit code, through the real `python -m zdoctor` process."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+
+
+def one_line_error(proc) -> str:
+    """The process failed with exactly one line on stderr and no traceback."""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+def test_version(cli):
+    proc = cli(["--version"])
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == "zdoctor 0.1.0"
+
+
+@pytest.mark.parametrize("args", [
+    ["--bogus"], ["check", "--bogus"], ["nosuchcommand"], ["export", "--format", "md"],
+    ["export", "--last", "--format", "pdf"], ["playbooks"], ["snapshot"],
+])
+def test_usage_errors_exit_2_with_one_line(cli, args):
+    proc = cli(args)
+    assert proc.returncode == 2
+    assert one_line_error(proc).startswith("zdoctor")
+
+
+def test_no_arguments_without_a_terminal_runs_the_check(cli):
+    proc = cli([])
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "findings:" in proc.stdout
+    assert "toolchain" in proc.stdout
+
+
+def test_check_json_document(cli):
+    proc = cli(["check", "--json"])
+    doc = json.loads(proc.stdout)
+    assert set(doc) >= {"version", "host", "findings", "summary", "playbooks", "session"}
+    failing = [f for f in doc["findings"] if f["status"] in ("fail", "crash")]
+    assert proc.returncode == (1 if failing else 0)
+    for f in doc["findings"]:
+        assert set(f) >= {"id", "status", "title", "detail", "evidence", "remedies"}
+        assert f["status"] in ("ok", "warn", "fail", "skip", "crash")
+        for r in f["remedies"]:
+            assert set(r) >= {"title", "commands", "verified", "requires_root", "undo"}
+    assert doc["summary"]["total"] == len(doc["findings"])
+    ids = {f["id"] for f in doc["findings"]}
+    assert any(i.startswith("toolchain.") for i in ids)
+    assert any(i.startswith("pyenv.") for i in ids)
+
+
+def test_check_fails_with_exit_1_for_a_missing_interpreter(cli, tmp_path):
+    missing = tmp_path / "no such env" / "bin" / "python"
+    proc = cli(["check", "--json", "--python", str(missing)])
+    assert proc.returncode == 1, proc.stderr
+    doc = json.loads(proc.stdout)
+    failing = [f for f in doc["findings"] if f["status"] == "fail"]
+    assert any(str(missing) in f["title"] + f["detail"] for f in failing)
+
+
+def test_check_passes_with_exit_0_on_a_healthy_replay(cli):
+    proc = cli(["check", "--json", "--replay", str(FIXTURES / "snapshots" / "healthy.json")])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["host"]["kind"] == "replay"
+    assert not [f for f in doc["findings"] if f["status"] in ("fail", "crash")]
+
+
+def test_text_report_marks_and_count(cli):
+    proc = cli(["check", "--replay", str(FIXTURES / "snapshots" / "healthy.json")])
+    assert proc.returncode == 0
+    assert "✓" in proc.stdout
+    assert "findings:" in proc.stdout.splitlines()[-2] + proc.stdout.splitlines()[-1]
+
+
+@pytest.mark.parametrize("content, needle", [
+    ("{not json", "malformed JSON"), ('{"format": "other"}', "not a zdoctor snapshot"), ("", "malformed JSON"),
+])
+def test_check_replay_bad_input(cli, tmp_path, content, needle):
+    snap = tmp_path / "snap.json"
+    snap.write_text(content)
+    proc = cli(["check", "--replay", str(snap)])
+    assert proc.returncode == 2
+    assert needle in one_line_error(proc)
+
+
+def test_check_replay_missing_and_unreadable(cli, tmp_path):
+    proc = cli(["check", "--replay", str(tmp_path / "nope.json")])
+    assert proc.returncode == 2 and "no such file" in one_line_error(proc)
+    binary = tmp_path / "bin.json"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    proc = cli(["check", "--replay", str(binary)])
+    assert proc.returncode == 2
+    one_line_error(proc)
+
+
+def test_check_replay_and_python_exclude_each_other(cli, tmp_path):
+    proc = cli(["check", "--replay", "x.json", "--python", "python3"])
+    assert proc.returncode == 2 and "exclude" in one_line_error(proc)
+
+
+def test_check_unknown_playbook(cli):
+    proc = cli(["check", "--playbook", "no-such-playbook"])
+    assert proc.returncode == 2 and "no-such-playbook" in one_line_error(proc)
+
+
+def test_snapshot_then_replay_gives_the_same_findings(cli, tmp_path):
+    snap = tmp_path / "node.json"
+    proc = cli(["snapshot", "-o", str(snap)])
+    assert proc.returncode == 0, proc.stderr
+    assert oct(snap.stat().st_mode & 0o777) == "0o600"
+    doc = json.loads(snap.read_text())
+    assert doc["format"] == "zdoctor-snapshot"
+    assert {"system", "pyenv", "toolchain"} <= set(doc["probes"])
+    live = json.loads(cli(["check", "--json"]).stdout)
+    replay = json.loads(cli(["check", "--json", "--replay", str(snap)]).stdout)
+    again = json.loads(cli(["check", "--json", "--replay", str(snap)]).stdout)
+    assert replay["findings"] == again["findings"]
+
+    def key(doc):
+        return [(f["id"], f["status"], f["title"], f["detail"], f["remedies"]) for f in doc["findings"]]
+
+    assert key(replay) == key(live)
+    assert [p["path"] for p in replay["playbooks"]] == [p["path"] for p in live["playbooks"]]
+
+
+def test_snapshot_to_an_unwritable_place(cli, tmp_path):
+    proc = cli(["snapshot", "-o", str(tmp_path / "missing-dir" / "s.json")])
+    assert proc.returncode == 2
+    assert "does not exist" in one_line_error(proc)
+    proc = cli(["snapshot", "-o", str(tmp_path)])
+    assert proc.returncode == 2 and "is a directory" in one_line_error(proc)
+
+
+def test_session_is_logged_and_exported(cli, tmp_path, state_home):
+    proc = cli(["check", "--json", "--replay", str(FIXTURES / "snapshots" / "healthy.json")])
+    sid = json.loads(proc.stdout)["session"]
+    log = state_home / "zdoctor" / "sessions" / f"{sid}.jsonl"
+    assert log.exists() and oct(log.stat().st_mode & 0o777) == "0o600"
+    types = [json.loads(line)["type"] for line in log.read_text().splitlines()]
+    assert types[0] == "session_start" and types[-1] == "session_end"
+    assert {"probe_result", "finding", "summary", "edge", "playbook_end"} <= set(types)
+
+    md = cli(["export", "--last", "--format", "md"])
+    assert md.returncode == 0 and sid in md.stdout and "toolchain" in md.stdout
+    html = cli(["export", "--session", sid, "--format", "html"])
+    assert html.returncode == 0 and "<html" in html.stdout.lower()
+    out = tmp_path / "s.json"
+    js = cli(["export", "--session", sid, "--format", "json", "-o", str(out)])
+    assert js.returncode == 0
+    assert len(json.loads(out.read_text())["events"]) == len(types)
+
+
+def test_check_no_log_writes_nothing(cli, state_home):
+    proc = cli(["check", "--json", "--no-log", "--replay", str(FIXTURES / "snapshots" / "healthy.json")])
+    assert json.loads(proc.stdout)["session"] is None
+    assert not list(state_home.rglob("*.jsonl"))
+
+
+def test_check_still_runs_when_the_state_dir_is_unwritable(cli, tmp_path):
+    blocked = tmp_path / "file-not-dir"
+    blocked.write_text("")
+    env = dict(os.environ, XDG_STATE_HOME=str(blocked))
+    proc = cli(["check", "--json", "--replay", str(FIXTURES / "snapshots" / "healthy.json")], env=env)
+    assert proc.returncode == 0
+    assert "session not recorded" in one_line_error(proc)
+
+
+def test_export_errors(cli):
+    proc = cli(["export", "--last", "--format", "md"])
+    assert proc.returncode == 2 and "no recorded sessions" in one_line_error(proc)
+    proc = cli(["export", "--session", "../../etc/passwd", "--format", "md"])
+    assert proc.returncode == 2
+    one_line_error(proc)
+    proc = cli(["export", "--session", "20200101T000000-abcd", "--format", "md"])
+    assert proc.returncode == 2
+    one_line_error(proc)
+
+
+def test_playbooks_list_show_lint(cli):
+    proc = cli(["playbooks", "list"])
+    assert proc.returncode == 0 and "toolchain" in proc.stdout
+    proc = cli(["playbooks", "show", "toolchain"])
+    assert proc.returncode == 0 and "toolchain" in proc.stdout
+    proc = cli(["playbooks", "show", "nope"])
+    assert proc.returncode == 2 and "nope" in one_line_error(proc)
+    proc = cli(["playbooks", "lint"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_playbooks_lint_reports_broken_files(cli, tmp_path):
+    bad = tmp_path / "broken.toml"
+    bad.write_text('id = "broken"\ntitle = "t"\nsummary = "s"\nstart = "a"\n'
+                   '[nodes.a]\nkind = "probe"\ntitle = "A"\nwhy = "w"\nexplain = "e"\nprobes = ["no_such_probe"]\n'
+                   '[[nodes.a.next]]\nto = "b"\n'
+                   '[nodes.b]\nkind = "diagnosis"\ntitle = "B"\nwhy = "w"\nexplain = "e"\n'
+                   '[nodes.orphan]\nkind = "diagnosis"\ntitle = "O"\nwhy = "w"\nexplain = ""\n')
+    proc = cli(["playbooks", "lint", str(bad)])
+    assert proc.returncode == 1
+    out = proc.stdout
+    assert f"{bad}:a:" in out and "no_such_probe" in out
+    assert f"{bad}:orphan:" in out
+    malformed = tmp_path / "malformed.toml"
+    malformed.write_text('id = "malformed"\n[nodes.a\n')
+    proc = cli(["playbooks", "lint", str(malformed)])
+    assert proc.returncode == 1 and f"{malformed}" in proc.stdout and "Traceback" not in proc.stderr
+    proc = cli(["playbooks", "lint", str(tmp_path / "missing.toml")])
+    assert proc.returncode == 2 and "no such file" in one_line_error(proc)
+
+
+def test_hostile_path_names_stay_inert(cli, tmp_path):
+    hostile = tmp_path / "a b $(touch pwned); `touch pwned2`"
+    hostile.mkdir()
+    proc = cli(["check", "--json", "--python", str(hostile / "python")], cwd=str(tmp_path))
+    assert proc.returncode == 1
+    assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
+    assert not Path("pwned").exists()
