@@ -1,0 +1,1 @@
+"""The Textual UI of zdoctor: thin screens over the headless engine."""
