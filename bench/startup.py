@@ -56,6 +56,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--json", metavar="FILE", help="also write the numbers here")
+    ap.add_argument("--python", metavar="PY", help="also time `check --python PY` against a training env "
+                    "with torch, next to `PY -c 'import torch'` (no budget: torch's import dominates)")
     args = ap.parse_args()
     env = dict(os.environ, NO_COLOR="1", XDG_STATE_HOME=tempfile.mkdtemp(prefix="zdoctor-bench-"))
     torch = subprocess.run(["python3", "-c", "import torch"], capture_output=True, env=env).returncode == 0
@@ -73,6 +75,13 @@ def main() -> int:
         print(f"zdoctor {sub:<10} median {med:.3f}s  max {max(times):.3f}s  budget {budget:.1f}s  "
               f"{'OK' if med < budget else 'OVER'}")
     print(f"target python3 has torch: {torch}")
+    if args.python:
+        chk = statistics.median(time_command(exe + ["check", "--json", "--python", args.python], 3, env))
+        imp = statistics.median(time_command([args.python, "-c", "import torch"], 3, env))
+        results["with_torch"] = {"check_s": round(chk, 3), "import_torch_s": round(imp, 3),
+                                 "ratio": round(chk / imp, 2)}
+        print(f"zdoctor check --python {args.python}: {chk:.3f}s; `import torch` alone: {imp:.3f}s "
+              f"(ratio {chk / imp:.2f})")
     print("slowest imports of `zdoctor check` (cumulative us):")
     for us, mod in top_imports(env):
         print(f"  {us:>8}  {mod}")
