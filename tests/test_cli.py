@@ -224,3 +224,26 @@ def test_hostile_path_names_stay_inert(cli, tmp_path):
     assert proc.returncode == 1
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
     assert not Path("pwned").exists()
+
+
+def test_tui_subcommand_without_a_terminal_runs_the_check(cli):
+    proc = cli(["tui", "--python", "python3"])
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "findings:" in proc.stdout
+
+
+def test_an_internal_error_is_one_line(monkeypatch, capsys):
+    from zdoctor import cli as cli_mod
+    from zdoctor import doctor
+
+    def broken(*_a, **_k):
+        raise RuntimeError("simulated bug")
+
+    monkeypatch.setattr(doctor, "check", broken)
+    monkeypatch.delenv("ZDOCTOR_DEBUG", raising=False)
+    assert cli_mod.main(["check", "--no-log"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["zdoctor: internal error: RuntimeError: simulated bug (ZDOCTOR_DEBUG=1 shows the traceback)"]
+    monkeypatch.setenv("ZDOCTOR_DEBUG", "1")
+    with pytest.raises(RuntimeError):
+        cli_mod.main(["check", "--no-log"])

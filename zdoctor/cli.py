@@ -201,3 +201,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader went away (`zdoctor check | head`): nothing left to say to it.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
+    except Exception as exc:  # noqa: BLE001 - the user gets one line; ZDOCTOR_DEBUG=1 shows the traceback
+        if os.environ.get("ZDOCTOR_DEBUG"):
+            raise
+        print(f"zdoctor: internal error: {type(exc).__name__}: {exc} (ZDOCTOR_DEBUG=1 shows the traceback)",
+              file=sys.stderr)
+        return EXIT_USAGE
