@@ -3,7 +3,9 @@
 Runs each command several times as a real process (the installed console script) and reports the
 median and the worst wall time, plus `python -X importtime`'s top imports for `check`.
 
-    python bench/startup.py [--runs N] [--json FILE]
+    python bench/startup.py [--runs N] [--json FILE] [--python TRAIN_ENV_PY] [--installed]
+
+By default zdoctor is timed from its own fresh venv, built from this checkout's wheel.
 """
 
 from __future__ import annotations
@@ -28,6 +30,30 @@ def zdoctor_exe() -> list[str]:
         return [str(here)]
     found = shutil.which("zdoctor")
     return [found] if found else [sys.executable, "-m", "zdoctor"]
+
+
+def venv_exe(root: Path) -> list[str]:
+    """Build the wheel and install it into a fresh venv of its own; return its console script.
+
+    Dependencies are taken from this interpreter's site-packages through a plain path entry, so
+    nothing is downloaded and the checkout itself is not importable in the venv.
+    """
+    import sysconfig
+    import venv
+
+    repo = Path(__file__).resolve().parent.parent
+    dist = root / "dist"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                    str(dist), str(repo)], check=True)
+    env_dir = root / "venv"
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    vpy = env_dir / "bin" / "python"
+    site = subprocess.check_output([str(vpy), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                                   text=True).strip()
+    Path(site, "deps.pth").write_text(f"{sysconfig.get_path('purelib')}\n{sysconfig.get_path('platlib')}\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(vpy), "install", "-q", "--no-deps",
+                    *map(str, dist.glob("zdoctor-*.whl"))], check=True)
+    return [str(env_dir / "bin" / "zdoctor")]
 
 
 def time_command(argv: list[str], runs: int, env: dict[str, str]) -> list[float]:
@@ -56,12 +82,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--json", metavar="FILE", help="also write the numbers here")
+    ap.add_argument("--installed", action="store_true",
+                    help="time the zdoctor already on PATH instead of a fresh venv built from this checkout")
     ap.add_argument("--python", metavar="PY", help="also time `check --python PY` against a training env "
                     "with torch, next to `PY -c 'import torch'` (no budget: torch's import dominates)")
     args = ap.parse_args()
     env = dict(os.environ, NO_COLOR="1", XDG_STATE_HOME=tempfile.mkdtemp(prefix="zdoctor-bench-"))
     torch = subprocess.run(["python3", "-c", "import torch"], capture_output=True, env=env).returncode == 0
-    exe = zdoctor_exe()
+    scratch = Path(tempfile.mkdtemp(prefix="zdoctor-bench-venv-"))
+    exe = zdoctor_exe() if args.installed else venv_exe(scratch)
+    print(f"timing {exe[0]}")
     results = {"torch_in_target": torch, "runs": args.runs, "commands": {}}
     ok = True
     for sub, budget in BUDGETS.items():
@@ -87,6 +117,7 @@ def main() -> int:
         print(f"  {us:>8}  {mod}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    shutil.rmtree(scratch, ignore_errors=True)
     return 0 if ok else 1
 
 
