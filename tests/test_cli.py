@@ -108,9 +108,10 @@ def test_check_replay_and_python_exclude_each_other(cli, tmp_path):
     assert proc.returncode == 2 and "exclude" in one_line_error(proc)
 
 
-def test_check_unknown_playbook(cli):
+def test_check_unknown_playbook(cli, state_home):
     proc = cli(["check", "--playbook", "no-such-playbook"])
     assert proc.returncode == 2 and "no-such-playbook" in one_line_error(proc)
+    assert not list(state_home.rglob("*.jsonl")), "a refused command records no session"
 
 
 def test_snapshot_then_replay_gives_the_same_findings(cli, tmp_path):
@@ -146,8 +147,11 @@ def test_session_is_logged_and_exported(cli, tmp_path, state_home):
     sid = json.loads(proc.stdout)["session"]
     log = state_home / "zdoctor" / "sessions" / f"{sid}.jsonl"
     assert log.exists() and oct(log.stat().st_mode & 0o777) == "0o600"
-    types = [json.loads(line)["type"] for line in log.read_text().splitlines()]
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    types = [e["type"] for e in events]
     assert types[0] == "session_start" and types[-1] == "session_end"
+    probed = [e["result"]["probe"] for e in events if e["type"] == "probe_result"]
+    assert sorted(probed) == sorted(set(probed)), "each probe result is logged once"
     assert {"probe_result", "finding", "summary", "edge", "playbook_end"} <= set(types)
 
     md = cli(["export", "--last", "--format", "md"])

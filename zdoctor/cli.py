@@ -81,21 +81,16 @@ def _open_log(mode: str, argv: Sequence[str], host_info: dict[str, Any], enabled
 
 
 def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from .doctor import check
+    from .doctor import check, select_playbooks
     from .host import LiveHost, ReplayHost
 
     if args.replay and _python(args):
         raise UsageError("zdoctor check: --replay and --python exclude each other")
-    if args.playbook:
-        from .playbook import load_all
-
-        unknown = sorted(set(args.playbook) - set(load_all()))
-        if unknown:
-            raise UsageError(f"zdoctor check: unknown playbook(s): {', '.join(unknown)}")
+    books = select_playbooks(args.playbook)
     host = ReplayHost.load(args.replay) if args.replay else LiveHost(python=_python(args))
     log = _open_log("check", argv, host.info, not args.no_log)
     record = log.record if log else (lambda _t, _d: None)
-    report = check(host, record=record, playbooks=args.playbook)
+    report = check(host, record=record, playbooks=books)
     if log:
         report.session = log.id
         log.close(report.exit_code)

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .checks import run_checks
+from .errors import UsageError
 from .host import Host
 from .model import FAILING, Finding, sort_findings, summarize
 from .registry import PROBES, load_vocabulary
+
+if TYPE_CHECKING:
+    from .playbook import Playbook
 
 Recorder = Callable[[str, dict[str, Any]], None]
 
@@ -62,23 +66,54 @@ class CheckReport:
         }
 
 
-def walk_playbooks(host: Host, record: Recorder, only: list[str] | None = None) -> list[PlaybookRun]:
-    """Drive every bundled playbook (or the named ones) to its end, headless."""
-    from .engine import Walk
+def select_playbooks(only: list[str] | None = None) -> dict[str, Playbook]:
+    """The bundled playbooks to walk: all of them, or the named ones (an unknown id is a UsageError)."""
     from .playbook import load_all
 
     books = load_all()
+    if only is None:
+        return books
+    unknown = sorted(set(only) - set(books))
+    if unknown:
+        raise UsageError(f"zdoctor check: unknown playbook(s): {', '.join(unknown)}")
+    return {pid: books[pid] for pid in dict.fromkeys(only)}
+
+
+def walk_playbooks(host: Host, record: Recorder, books: dict[str, Playbook]) -> list[PlaybookRun]:
+    """Drive each playbook to its end, headless."""
+    from .engine import Walk
+
     runs: list[PlaybookRun] = []
-    for pid in only if only is not None else sorted(books):
-        book = books[pid]
+    for pid, book in books.items():
         result = Walk(book, host, record=record).run()
         runs.append(PlaybookRun(pid, book.title, list(result.path), result.diagnosis, result.reason))
     return runs
 
 
-def check(host: Host, record: Recorder = _no_record, playbooks: list[str] | None = None,
+def record_results_once(record: Recorder) -> Recorder:
+    """Pass events through, but each probe result only the first time it is seen in this run.
+
+    The check and every playbook walk read the same cached results; the log needs each one once.
+    """
+    seen: set[tuple[str, float]] = set()
+
+    def rec(type_: str, data: dict[str, Any]) -> None:
+        if type_ == "probe_result":
+            key = (data["result"]["probe"], data["result"]["started"])
+            if key in seen:
+                return
+            seen.add(key)
+        record(type_, data)
+
+    return rec
+
+
+def check(host: Host, record: Recorder = _no_record, playbooks: dict[str, Playbook] | None = None,
           walk: bool = True) -> CheckReport:
-    """Run every check against ``host`` (probes run concurrently), record it, and walk the playbooks."""
+    """Run every check against ``host`` (probes run concurrently), record it, and walk the playbooks
+    (default: every bundled one; see :func:`select_playbooks`)."""
+    books = (select_playbooks() if playbooks is None else playbooks) if walk else {}
+    record = record_results_once(record)
     facts, findings = run_checks(host)
     for res in facts.values():
         record("probe_result", {"result": res.to_dict()})
@@ -88,7 +123,7 @@ def check(host: Host, record: Recorder = _no_record, playbooks: list[str] | None
     ordered = sort_findings(list(merged.values()))
     for f in ordered:
         record("finding", {"finding": f.to_dict()})
-    runs = walk_playbooks(host, record, playbooks) if walk else []
+    runs = walk_playbooks(host, record, books)
     report = CheckReport(host=host.info, findings=ordered, playbooks=runs)
     record("summary", report.summary)
     return report

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .checks import evaluate_check, probe_findings
+from .checks import evaluate_check, probe_findings, probes_for
 from .errors import InputError
 from .host import Host
 from .model import Finding, ProbeResult
@@ -156,10 +156,7 @@ class Walk:
         return self.playbook.nodes[self.current]
 
     def _probe_names(self, node: Node) -> list[str]:
-        names = list(node.probes)
-        for c in node.checks:
-            if c in CHECKS:
-                names += CHECKS[c].probes
+        names = list(node.probes) + probes_for(c for c in node.checks if c in CHECKS)
         for e in node.next:
             if e.when is not None and e.when in PREDICATES:
                 names += PREDICATES[e.when].probes
