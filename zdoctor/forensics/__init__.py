@@ -1,0 +1,1 @@
+"""Library forensics: ELF metadata, ld.so emulation, live loader traces, hung processes and remedies."""

@@ -1,0 +1,88 @@
+"""Symbol version names (``GLIBCXX_3.4.30``): parsing, numeric ordering, and set-membership checks.
+
+Pass/fail is always set membership (ld.so compares names exactly); numeric order is only used for
+messages such as "provides up to GLIBCXX_3.4.28, needs GLIBCXX_3.4.30".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from ..probes.gccver import GCC_GLIBCXX
+
+_VERSION = re.compile(r"^(?P<family>.+?)_(?P<num>\d+(?:\.\d+)*)$")
+
+
+def parse_version(name: str) -> tuple[str, tuple[int, ...]] | None:
+    """``"GLIBCXX_3.4.9"`` -> ``("GLIBCXX", (3, 4, 9))``; None for names without a number."""
+    m = _VERSION.match(name or "")
+    if not m:
+        return None
+    return m.group("family"), tuple(int(p) for p in m.group("num").split("."))
+
+
+def family_of(name: str) -> str:
+    """The family of a version name (``GLIBCXX``, ``CXXABI``, ``GLIBC``, ...), or the name itself."""
+    parsed = parse_version(name)
+    return parsed[0] if parsed else name
+
+
+def sort_key(name: str) -> tuple[str, tuple[int, ...], str]:
+    """Sort key that orders ``GLIBCXX_3.4.9`` before ``GLIBCXX_3.4.29``."""
+    parsed = parse_version(name)
+    return (parsed[0], parsed[1], name) if parsed else (name, (), name)
+
+
+def newest(names: Iterable[str], family: str) -> str | None:
+    """The numerically newest name of ``family`` among ``names`` (None when there is none)."""
+    best: tuple[tuple[int, ...], str] | None = None
+    for n in names:
+        parsed = parse_version(n)
+        if parsed and parsed[0] == family and (best is None or parsed[1] > best[0]):
+            best = (parsed[1], n)
+    return best[1] if best else None
+
+
+def missing(needed: Iterable[tuple[str, bool]], provided: Iterable[str] | None) -> list[str]:
+    """Version names in ``needed`` ((name, weak) pairs) that ``provided`` lacks, in need order.
+
+    A provider without version definitions (``provided`` None) passes everything, as in ld.so;
+    weak needs are tolerated when missing.
+    """
+    if provided is None:
+        return []
+    have = set(provided)
+    out: list[str] = []
+    for name, weak in needed:
+        if not weak and name not in have and name not in out:
+            out.append(name)
+    return out
+
+
+def gcc_release_for(name: str) -> str | None:
+    """The first GCC release whose libstdc++ defines ``name`` (``GLIBCXX_3.4.30`` -> ``"12.1"``)."""
+    parsed = parse_version(name)
+    if not parsed or parsed[0] not in ("GLIBCXX", "CXXABI"):
+        return None
+    family, number = parsed
+    for release, glibcxx, cxxabi in GCC_GLIBCXX:
+        newest_here = parse_version(glibcxx if family == "GLIBCXX" else cxxabi)
+        if newest_here and newest_here[1] >= number:
+            return ".".join(str(p) for p in release)
+    return None
+
+
+def gcc_release_providing(names: Iterable[str]) -> str | None:
+    """The oldest GCC release whose libstdc++ provides every GLIBCXX/CXXABI name in ``names``."""
+    best: tuple[int, ...] = ()
+    for n in names:
+        rel = gcc_release_for(n)
+        if rel is None:
+            parsed = parse_version(n)
+            if parsed and parsed[0] in ("GLIBCXX", "CXXABI"):
+                return None  # newer than any release we know
+            continue
+        t = tuple(int(p) for p in rel.split("."))
+        best = max(best, t)
+    return ".".join(str(p) for p in best) if best else None
