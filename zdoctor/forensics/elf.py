@@ -31,7 +31,7 @@ class ElfInfo:
     """Loader-relevant metadata of one file; ``error`` set (and ``kind`` != "elf") when unusable."""
 
     path: str
-    kind: str = "elf"  # elf | missing | unreadable | not-regular | not-elf | truncated | corrupt
+    kind: str = "elf"  # elf | missing | unreadable | not-regular | not-elf | not-loadable | truncated | corrupt
     error: str | None = None
     elfclass: int | None = None  # 32 | 64
     machine: str | None = None  # e.g. EM_X86_64
@@ -166,6 +166,10 @@ def _fill(fh: Any, info: ElfInfo, size: int) -> None:
     info.machine = elf["e_machine"]
     info.elftype = elf["e_type"]
     shnum = elf["e_shnum"]
+    if info.elftype not in ("ET_DYN", "ET_EXEC") or not elf["e_phnum"]:
+        info.kind = "not-loadable"
+        info.error = f"not a shared library or executable (type {info.elftype}, {elf['e_phnum']} program headers)"
+        return
     if shnum > MAX_SECTIONS or elf["e_shoff"] > size or elf["e_phoff"] > size:
         raise ValueError("section or program header table lies outside the file")
 
