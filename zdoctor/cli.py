@@ -22,6 +22,17 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
 
 
+def _target_args(sp: argparse.ArgumentParser) -> None:
+    """The options that describe the training to diagnose: interpreter, command, extra extensions."""
+    sp.add_argument("--python", metavar="PY", dest="sub_python", help="the training environment's interpreter")
+    sp.add_argument("--command", metavar="CMD", dest="run_command",
+                    help="the failing launch command, run (bounded) under LD_DEBUG to confirm what it loads "
+                         "and to verify remedies (default: a probe that imports torch and deepspeed and loads "
+                         "the JIT-built ops)")
+    sp.add_argument("--ext", metavar="PATH", action="append", default=[],
+                    help="an extra extension (.so) the training imports before torch (repeatable)")
+
+
 def build_parser() -> Parser:
     p = Parser(prog="zdoctor", description="Diagnose DeepSpeed ZeRO-3 Offload launches that die, "
                "hang or crawl. With no command: the guided session on a terminal, `check` otherwise.")
@@ -31,7 +42,7 @@ def build_parser() -> Parser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     c = sub.add_parser("check", help="run every check headless; exit 1 if anything fails")
-    c.add_argument("--python", metavar="PY", dest="sub_python", help="the training environment's interpreter")
+    _target_args(c)
     c.add_argument("--json", action="store_true", help="print one JSON document instead of the report")
     c.add_argument("--replay", metavar="SNAP", help="evaluate a snapshot instead of this machine")
     c.add_argument("--playbook", metavar="ID", action="append",
@@ -40,7 +51,7 @@ def build_parser() -> Parser:
     c.add_argument("-v", "--verbose", action="store_true", help="show details and remedies of every finding")
 
     s = sub.add_parser("snapshot", help="record every probe's facts and evidence for replay elsewhere")
-    s.add_argument("--python", metavar="PY", dest="sub_python", help="the training environment's interpreter")
+    _target_args(s)
     s.add_argument("-o", "--output", metavar="FILE", required=True, help="where to write the snapshot (JSON)")
 
     e = sub.add_parser("export", help="render a recorded session as Markdown, HTML or JSON")
@@ -59,12 +70,26 @@ def build_parser() -> Parser:
     lint.add_argument("path", nargs="?", help="a playbook file or a directory of them")
 
     t = sub.add_parser("tui", help="the guided session (the default on a terminal)")
-    t.add_argument("--python", metavar="PY", dest="sub_python", help="the training environment's interpreter")
+    _target_args(t)
     return p
 
 
 def _python(args: argparse.Namespace) -> str | None:
     return getattr(args, "sub_python", None) or args.python
+
+
+def _live_host(args: argparse.Namespace):
+    """The live host for the training the arguments describe."""
+    from .host import LiveHost
+
+    command = getattr(args, "run_command", None)
+    if command is not None and not command.strip():
+        raise UsageError("zdoctor: --command is empty")
+    ext = [os.path.abspath(p) for p in getattr(args, "ext", None) or []]
+    for p in ext:
+        if not os.path.exists(p):
+            raise UsageError(f"zdoctor: --ext {p}: no such file")
+    return LiveHost(python=_python(args), command=command, ext=ext)
 
 
 def _open_log(mode: str, argv: Sequence[str], host_info: dict[str, Any], enabled: bool):
@@ -82,12 +107,12 @@ def _open_log(mode: str, argv: Sequence[str], host_info: dict[str, Any], enabled
 
 def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from .doctor import check, select_playbooks
-    from .host import LiveHost, ReplayHost
+    from .host import ReplayHost
 
-    if args.replay and _python(args):
-        raise UsageError("zdoctor check: --replay and --python exclude each other")
+    if args.replay and (_python(args) or args.run_command or args.ext):
+        raise UsageError("zdoctor check: --replay excludes --python, --command and --ext")
     books = select_playbooks(args.playbook)
-    host = ReplayHost.load(args.replay) if args.replay else LiveHost(python=_python(args))
+    host = ReplayHost.load(args.replay) if args.replay else _live_host(args)
     log = _open_log("check", argv, host.info, not args.no_log)
     record = log.record if log else (lambda _t, _d: None)
     report = check(host, record=record, playbooks=books)
@@ -107,9 +132,7 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def cmd_snapshot(args: argparse.Namespace) -> int:
     from .atomic import write_text_atomic
     from .doctor import snapshot
-    from .host import LiveHost
-
-    doc = snapshot(LiveHost(python=_python(args)))
+    doc = snapshot(_live_host(args))
     write_text_atomic(args.output, json.dumps(doc, indent=1) + "\n")
     crashed = [n for n, r in doc["probes"].items() if r["status"] in ("crash", "timeout")]
     print(f"zdoctor: snapshot of {len(doc['probes'])} probes written to {args.output}"
@@ -165,11 +188,12 @@ def cmd_tui(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """The guided session on a terminal; without one, the headless check."""
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         ns = argparse.Namespace(python=_python(args), sub_python=None, json=False, replay=None,
-                                playbook=None, no_log=False, verbose=False)
+                                playbook=None, no_log=False, verbose=False,
+                                run_command=getattr(args, "run_command", None), ext=getattr(args, "ext", []))
         return cmd_check(ns, argv)
     from .tui import run_tui
 
-    return run_tui(python=_python(args), argv=list(argv))
+    return run_tui(python=_python(args), argv=list(argv), host=_live_host(args))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,8 +16,8 @@ def _screens_app() -> ModuleType:
     return importlib.import_module("screens.app")
 
 
-def run_tui(python: str | None, argv: list[str]) -> int:
+def run_tui(python: str | None, argv: list[str], host: object = None) -> int:
     """Run the guided session; returns the process exit code."""
-    app = _screens_app().make_app(python=python, argv=argv)
+    app = _screens_app().make_app(python=python, argv=argv, host=host)
     result = app.run()
     return int(result or 0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from ..model import ProbeResult
 from .base import Host, run_probe_guarded
@@ -32,11 +32,14 @@ class LiveHost(Host):
 
     kind = "live"
 
-    def __init__(self, python: str | None = None, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, python: str | None = None, env: Mapping[str, str] | None = None, *,
+                 command: str | None = None, ext: Sequence[str] = ()) -> None:
         super().__init__()
         self.env: dict[str, str] = dict(os.environ if env is None else env)
         self.python_explicit = python is not None
         self.python = python or "python3"
+        self.command = command
+        self.ext = list(ext)
         self.info = {
             "kind": self.kind,
             "hostname": socket.gethostname(),
@@ -45,6 +48,8 @@ class LiveHost(Host):
             "arch": platform.machine(),
             "python": self.python,
             "python_explicit": self.python_explicit,
+            "command": command,
+            "ext": list(ext),
         }
 
     def _compute(self, name: str) -> ProbeResult:

@@ -1,0 +1,184 @@
+"""Remedies for a libstdc++ that lacks a needed version: proposed from the evidence, then proven.
+
+Each plan is an environment change (the exact shell lines to apply it) plus the evidence it rests on.
+A plan is ``verified`` only after the failing command (or the default import probe) was re-run in a
+subprocess with the change applied, within a time limit, and succeeded. The system libstdc++ is never
+replaced or edited.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..model import Evidence, Remedy
+from ..runner import run
+
+VERIFY_TIMEOUT = 120.0
+
+
+@dataclass
+class Plan:
+    """A proposed change to the training environment, with the shell lines that make it."""
+
+    key: str  # ld-library-path | ld-preload | ld-preload-fix | conda-libstdcxx | ...
+    title: str
+    env_changes: dict[str, str | None] = field(default_factory=dict)  # None: unset
+    commands: list[str] = field(default_factory=list)
+    undo: list[str] = field(default_factory=list)
+    explanation: str = ""
+    rests_on: list[str] = field(default_factory=list)
+    verifiable: bool = True
+    requires_root: bool = False
+    verified: bool = False
+    verification: str = ""
+
+    def apply_to(self, env: Mapping[str, str]) -> dict[str, str]:
+        """``env`` with this plan's changes applied."""
+        out = dict(env)
+        for k, v in self.env_changes.items():
+            if v is None:
+                out.pop(k, None)
+            else:
+                out[k] = v
+        return out
+
+    def to_remedy(self) -> Remedy:
+        return Remedy(title=self.title, commands=list(self.commands), verified=self.verified,
+                      requires_root=self.requires_root, undo=list(self.undo),
+                      explanation=(self.explanation + (f" Verified: {self.verification}" if self.verification
+                                                       else "")).strip())
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Plan:
+        return cls(**d)
+
+
+def split_path_list(value: str | None) -> list[str]:
+    """LD_LIBRARY_PATH entries as ld.so splits them (``:`` or ``;``), empty entries kept."""
+    if not value:
+        return []
+    return value.replace(";", ":").split(":")
+
+
+def export_line(name: str, value: str | None) -> str:
+    """``export NAME=value`` (quoted) or ``unset NAME`` when the new value is empty or None."""
+    if not value:
+        return f"unset {name}"
+    return f"export {name}={shlex.quote(value)}"
+
+
+def restore_line(name: str, old: str | None) -> str:
+    return export_line(name, old) if old else f"unset {name}"
+
+
+def without_entries(value: str | None, drop: Sequence[str]) -> str:
+    """``value`` (a colon list) with every entry that names a directory in ``drop`` removed."""
+    def norm(p: str) -> str:
+        return os.path.normpath(p) if p else p
+
+    dropped = {norm(d) for d in drop}
+    return ":".join(e for e in split_path_list(value) if norm(e) not in dropped)
+
+
+def fix_ld_library_path(env: Mapping[str, str], offending: Sequence[str], rests_on: list[str]) -> Plan:
+    """Remove exactly the LD_LIBRARY_PATH entries whose libstdc++ lacks a needed version."""
+    old = env.get("LD_LIBRARY_PATH")
+    new = without_entries(old, offending)
+    listed = ", ".join(offending)
+    return Plan(
+        key="ld-library-path",
+        title=f"Drop {listed} from LD_LIBRARY_PATH",
+        env_changes={"LD_LIBRARY_PATH": new or None},
+        commands=[export_line("LD_LIBRARY_PATH", new)],
+        undo=[restore_line("LD_LIBRARY_PATH", old)],
+        explanation=("ld.so searches LD_LIBRARY_PATH before the cache and system dirs, so an older "
+                     "libstdc++.so.6 there wins. Removing just those entries keeps every other library "
+                     "the job needs from LD_LIBRARY_PATH. Put the line in the job's launch script (or "
+                     "the environment's activation) rather than in a global profile."),
+        rests_on=rests_on,
+    )
+
+
+def preload(env: Mapping[str, str], copy: str, drop: Sequence[str], rests_on: list[str],
+            key: str = "ld-preload") -> Plan:
+    """Preload a libstdc++ copy that satisfies every need, so it is the one loaded first."""
+    old = env.get("LD_PRELOAD")
+    dropped = {os.path.realpath(d) for d in drop}
+    kept = [e for e in (old or "").replace(":", " ").split()
+            if os.path.realpath(e) not in dropped and e != copy]
+    new = " ".join([copy, *kept])
+    return Plan(
+        key=key,
+        title=f"Preload {copy} for the training command",
+        env_changes={"LD_PRELOAD": new},
+        commands=[export_line("LD_PRELOAD", new)],
+        undo=[restore_line("LD_PRELOAD", old)],
+        explanation=("A preloaded library is loaded before any other, and every later request for "
+                     "libstdc++.so.6 reuses it (first loaded wins). This copy defines every version the "
+                     "training's libraries need, and libstdc++ is backward compatible, so older needs "
+                     "are met too. Scope it to the training command; it affects every program started "
+                     "from that shell."),
+        rests_on=rests_on,
+    )
+
+
+def fix_preload(env: Mapping[str, str], offending: Sequence[str], rests_on: list[str]) -> Plan:
+    """Remove the LD_PRELOAD entries that force an old libstdc++."""
+    old = env.get("LD_PRELOAD")
+    dropped = {os.path.realpath(d) for d in offending} | set(offending)
+    kept = [e for e in (old or "").replace(":", " ").split() if e not in dropped and os.path.realpath(e) not in
+            dropped]
+    new = " ".join(kept)
+    return Plan(
+        key="ld-preload-fix",
+        title=f"Stop preloading {', '.join(offending)}",
+        env_changes={"LD_PRELOAD": new or None},
+        commands=[export_line("LD_PRELOAD", new)],
+        undo=[restore_line("LD_PRELOAD", old)],
+        explanation="LD_PRELOAD forces this older libstdc++ into every process before anything else.",
+        rests_on=rests_on,
+    )
+
+
+def conda_upgrade(prefix: str, gcc_release: str | None, rests_on: list[str]) -> Plan:
+    """Bring a conda env's libstdc++ up to the GCC release whose libstdc++ has every needed version."""
+    major = (gcc_release or "12").split(".")[0]
+    spec = f"libstdcxx-ng>={major}"
+    cmd = shlex.join(["conda", "install", "-y", "-p", prefix, "-c", "conda-forge", spec])
+    return Plan(
+        key="conda-libstdcxx",
+        title=f"Upgrade libstdcxx-ng in the conda env {prefix} to GCC {major}'s",
+        commands=[cmd],
+        undo=[],
+        explanation=(f"The env's own libstdc++.so.6 is older than the GCC {major} runtime the libraries "
+                     "need. conda-forge's libstdcxx-ng ships GCC's runtime; a newer one is backward "
+                     "compatible with everything already in the env. This needs the package channel, "
+                     "so zdoctor cannot try it here."),
+        rests_on=rests_on,
+        verifiable=False,
+        verification="",
+    )
+
+
+def verify(plan: Plan, argv: Sequence[str], env: Mapping[str, str], *, timeout: float = VERIFY_TIMEOUT,
+           cwd: str | None = None) -> Evidence:
+    """Re-run ``argv`` with the plan applied; set ``plan.verified`` only when it then succeeds."""
+    ev = run(list(argv), env=plan.apply_to(env), timeout=timeout, cwd=cwd,
+             label=f"verify: {plan.title}")
+    if ev.error:
+        plan.verified = False
+        plan.verification = f"re-running the command with this change failed: {ev.error}."
+    elif ev.exit_code == 0:
+        plan.verified = True
+        plan.verification = f"the command succeeded with this change (exit 0 in {ev.duration_s:.1f} s)."
+    else:
+        plan.verified = False
+        plan.verification = f"the command still fails with this change (exit code {ev.exit_code})."
+    return ev
