@@ -44,7 +44,8 @@ def make_old_libstdcxx(dest: Path, drop: tuple[str, ...] = NEWER_NODES) -> Path:
         start, end = sec["sh_offset"], sec["sh_offset"] + sec["sh_size"]
     for name in drop:
         old = name.encode() + b"\0"
-        new = ("DROPPED" + name[name.index("_"):]).encode()[: len(name)].ljust(len(name), b"_") + b"\0"
+        family, _, number = name.partition("_")
+        new = ("X" * len(family) + "_" + number).encode() + b"\0"  # same length, no longer a GLIBCXX node
         at = data.find(old, start, end)
         while at != -1:
             if at == start or data[at - 1] == 0:  # only whole strings, not suffixes of others

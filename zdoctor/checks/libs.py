@@ -1,0 +1,312 @@
+"""Checks and predicates over ``libs``, ``livetrace`` and ``libfix``: the libstdc++ investigation."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..forensics.elf import read_elf
+from ..forensics.remedies import Plan
+from ..forensics.sources import live_source, static_source
+from ..forensics.versions import gcc_release_for, sort_key
+from ..model import Evidence, Finding, Remedy
+from ..registry import Facts, check, predicate
+
+LIBSTDCXX = "libstdc++.so.6"
+
+
+def _facts(facts: Facts, name: str) -> dict[str, Any]:
+    res = facts.get(name)
+    return res.facts if res is not None and res.status == "ok" else {}
+
+
+def _evidence(facts: Facts, name: str, tables_only: bool = True) -> list[Evidence]:
+    res = facts.get(name)
+    if res is None:
+        return []
+    return [e for e in res.evidence if e.kind == "table" or not tables_only]
+
+
+def _same(a: str | None, b: str | None) -> bool:
+    if not a or not b:
+        return False
+    return a == b or os.path.realpath(a) == os.path.realpath(b)
+
+
+def _static_target_for(libs: dict[str, Any], required_by: str) -> dict[str, Any] | None:
+    for t in libs.get("targets") or []:
+        if _same(t["target"]["path"], required_by) or any(_same(p, required_by) for p in t.get("new_objects") or []):
+            return t
+    return None
+
+
+def failure_groups(facts: Facts) -> list[dict[str, Any]]:
+    """Version failures grouped by (provider, required_by), each with its source and origin (live/static)."""
+    libs = _facts(facts, "libs")
+    live = _facts(facts, "livetrace")
+    interp = (libs.get("interpreter") or {})
+    exe, exe_rpath = interp.get("path"), interp.get("rpath")
+    live_errors = live.get("version_errors") or []
+    origin = "live" if live_errors else "static"
+    raw = live_errors or libs.get("failures") or []
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for f in raw:
+        key = (os.path.realpath(f["provider"]), os.path.realpath(f["required_by"]))
+        g = groups.setdefault(key, {"provider": f["provider"], "required_by": f["required_by"], "versions": [],
+                                    "messages": [], "origin": origin})
+        if f["version"] not in g["versions"]:
+            g["versions"].append(f["version"])
+            g["messages"].append(f.get("message") or "")
+    for g in groups.values():
+        g["versions"].sort(key=sort_key)
+        source = None
+        t = _static_target_for(libs, g["required_by"])
+        served = ((t or {}).get("served") or {}).get(LIBSTDCXX)
+        if served and _same(served.get("path"), g["provider"]):
+            source = static_source(served, (t or {})["target"]["path"], exe, exe_rpath)
+        if source is None:
+            for x in live.get("libstdcxx") or []:
+                if _same(x["path"], g["provider"]):
+                    source = live_source(x["via"], x["path"], x.get("needed_by"), g["required_by"], exe, exe_rpath)
+                    break
+        g["source"] = source or {"kind": "unknown", "text": "how this copy was found is not known"}
+        info = read_elf(g["provider"])
+        g["provider_max"] = info.newest("GLIBCXX") if info.ok else None
+        g["provider_error"] = info.error
+    return list(groups.values())
+
+
+def source_kinds(facts: Facts) -> set[str]:
+    """Every source kind (and inner kind of an earlier import) behind the failures."""
+    kinds: set[str] = set()
+    for g in failure_groups(facts):
+        s = g["source"]
+        kinds.add(s["kind"])
+        if s.get("how"):
+            kinds.add(s["how"]["kind"])
+    return kinds
+
+
+def _plans(facts: Facts) -> list[Plan]:
+    return [Plan.from_dict(p) for p in _facts(facts, "libfix").get("plans") or []]
+
+
+def _remedies(facts: Facts) -> list[Remedy]:
+    return [p.to_remedy() for p in _plans(facts)]
+
+
+def _good_copy(libs: dict[str, Any]) -> str | None:
+    good = [c for c in libs.get("inventory") or [] if c.get("has_every_need")]
+    return good[0]["path"] if good else None
+
+
+@check("libs.glibcxx", title="GLIBCXX/CXXABI versions needed vs provided",
+       probes=("libs", "livetrace", "libfix"))
+def check_glibcxx(facts: Facts) -> list[Finding]:
+    cid = "libs.glibcxx"
+    libs = _facts(facts, "libs")
+    if not libs:
+        return [Finding(id=cid, status="skip", title="Library versions: not checked",
+                        detail=(facts.get("libs").error if facts.get("libs") else None) or "no static audit")]
+    groups = failure_groups(facts)
+    ev = _evidence(facts, "libs")
+    if not groups:
+        winner = libs.get("libstdcxx") or {}
+        n = len(libs.get("needs") or [])
+        if not libs.get("targets"):
+            return [Finding(id=cid, status="ok", title="No C++ extension to check (torch is not installed, no "
+                            "JIT-built op, no --ext)", evidence=ev)]
+        return [Finding(id=cid, status="ok",
+                        title=f"{winner.get('path', 'libstdc++.so.6')} {winner.get('label', '')} provides all "
+                              f"{n} libstdc++ versions the training's libraries need".replace("  ", " "),
+                        detail="Checked by set membership of each needed version node (never by sorting "
+                               "strings): torch, DeepSpeed's ops and every JIT-built op.", evidence=ev)]
+    remedies = _remedies(facts)
+    good = _good_copy(libs)
+    out = []
+    for g in groups:
+        versions = ", ".join(g["versions"])
+        rel = gcc_release_for(g["versions"][-1])
+        have = g["provider_max"]
+        title = (f"{os.path.basename(g['required_by'])} needs {versions}, which the loaded "
+                 f"{g['provider']} lacks")
+        lines = [
+            f"Needed: {versions} (by {g['required_by']}){f'; first in GCC {rel} libstdc++' if rel else ''}.",
+            f"Loaded copy: {g['provider']} -> {os.path.realpath(g['provider'])}, "
+            + (f"provides up to {have} (GCC {gcc_release_for(have)}'s libstdc++)." if have else
+               f"unreadable: {g['provider_error']}."),
+            f"Why this copy: {g['source']['text']}.",
+            ("Seen by the real loader (LD_DEBUG trace of the command)." if g["origin"] == "live"
+             else "Predicted by the loader emulation (the command was not run, or did not reach this import)."),
+        ]
+        if good:
+            lines.append(f"A copy with every needed version: {good}.")
+        lines.append("libstdc++ is backward compatible: a newer copy satisfies older needs. Never replace "
+                     "the system libstdc++ to fix this; change which copy the training loads.")
+        for m in g["messages"][:3]:
+            if m:
+                lines.append(m)
+        out.append(Finding(id=cid, status="fail", title=title, detail="\n".join(lines), evidence=ev,
+                           remedies=remedies))
+    return out
+
+
+@check("libs.live", title="The command under the real loader", probes=("livetrace", "libs"))
+def check_live(facts: Facts) -> list[Finding]:
+    cid = "libs.live"
+    res = facts.get("livetrace")
+    live = _facts(facts, "livetrace")
+    ev = _evidence(facts, "livetrace", tables_only=False)
+    if not live:
+        why = (res.facts.get("skipped") if res is not None and res.facts else None) or \
+              (res.error if res is not None else None) or "not run"
+        return [Finding(id=cid, status="skip", title=f"Live loader trace: {why}")]
+    what = live.get("command") or "the import probe (torch, deepspeed, JIT-built ops)"
+    notes = list(live.get("notes") or [])
+    loaded = live.get("libstdcxx") or []
+    lines = [f"Ran: {what}"]
+    for x in loaded[:4]:
+        lines.append(f"pid {x['pid']} loaded {x['path']} {x['via']}" + (f" (needed by {x['needed_by']})"
+                                                                       if x.get("needed_by") else ""))
+    lines += notes
+    out: list[Finding] = []
+    if live.get("timed_out"):
+        files = live.get("last_files") or []
+        lines.append("Last files opened before it stopped answering:" if files else
+                     "No strace record of the files it opened (strace unavailable).")
+        lines += [f"  {f}" for f in files[-10:]] if files and isinstance(files[0], str) else \
+            [f"  {f}" for f in files[-10:]]
+        out.append(Finding(id=cid, status="fail", title=f"{what} did not finish within the time limit (hang?)",
+                           detail="\n".join(lines), evidence=ev))
+    elif not live.get("ok"):
+        errs = live.get("version_errors") or []
+        first = errs[0]["message"] if errs else (live.get("stderr_tail") or "").strip().splitlines()[-1:] or [""]
+        first = first if isinstance(first, str) else first[0]
+        out.append(Finding(id=cid, status="fail", title=f"{what} fails (exit code {live.get('exit_code')})",
+                           detail="\n".join([*lines, first]), evidence=ev))
+    else:
+        out.append(Finding(id=cid, status="ok", title=f"{what} loads cleanly under the real loader",
+                           detail="\n".join(lines), evidence=ev))
+    if live.get("agrees") is False:
+        out.append(Finding(id="libs.prediction", status="warn",
+                           title="The emulation and the real loader disagree on libstdc++",
+                           detail=f"Predicted {live.get('predicted')}; the real run loaded "
+                                  f"{', '.join(sorted({x['path'] for x in loaded}))}. Something the emulation "
+                                  "does not see decided it (a dlopen in Python code, an import order, a "
+                                  "preload); the live trace is the truth.", evidence=ev))
+    return out
+
+
+@check("libs.inventory", title="Every libstdc++ on the node", probes=("libs",))
+def check_inventory(facts: Facts) -> list[Finding]:
+    libs = _facts(facts, "libs")
+    if not libs:
+        return [Finding(id="libs.inventory", status="skip", title="libstdc++ inventory: not taken")]
+    copies = libs.get("inventory") or []
+    ev = [e for e in _evidence(facts, "libs") if e.label.startswith("every libstdc++")]
+    short = [c for c in copies if not c.get("has_every_need") and not c.get("error")]
+    title = f"{len(copies)} libstdc++.so.6 cop{'y' if len(copies) == 1 else 'ies'} found"
+    if short and libs.get("needs"):
+        title += f"; {len(short)} lack{'s' if len(short) == 1 else ''} a version the training needs"
+    detail = "\n".join(f"{c['path']}: up to {c.get('glibcxx_max') or '?'}"
+                       + (f" (GCC {c['gcc_release']})" if c.get("gcc_release") else "")
+                       + f"; {', '.join(c['found_as'])}" for c in copies)
+    return [Finding(id="libs.inventory", status="ok", title=title, detail=detail, evidence=ev)]
+
+
+@check("libs.interpreter-rpath", title="The interpreter's DT_RPATH", probes=("libs",))
+def check_interpreter_rpath(facts: Facts) -> list[Finding]:
+    cid = "libs.interpreter-rpath"
+    libs = _facts(facts, "libs")
+    interp = libs.get("interpreter") or {}
+    if not libs or not interp.get("rpath"):
+        return [Finding(id=cid, status="ok", title="The interpreter carries no DT_RPATH" if libs else
+                        "Interpreter RPATH: not checked")]
+    needs = libs.get("needs") or []
+    old = []
+    for d in interp.get("rpath_dirs") or []:
+        cand = os.path.join(d, LIBSTDCXX)
+        info = read_elf(cand)
+        if info.ok and needs and not all(info.provides(n) for n in needs):
+            old.append((cand, info.newest("GLIBCXX")))
+    if not old:
+        return [Finding(id=cid, status="ok", title=f"The interpreter's DT_RPATH ({interp['rpath']}) holds no "
+                        "libstdc++ older than the training needs")]
+    cand, have = old[0]
+    return [Finding(id=cid, status="warn",
+                    title=f"The interpreter's DT_RPATH puts an older libstdc++ in reach: {cand} ({have})",
+                    detail=(f"{interp.get('path')} carries DT_RPATH {interp['rpath']} (conda builds its python "
+                            "this way). Any extension without its own RUNPATH that loads libstdc++.so.6 "
+                            "first - imported before torch - gets this copy, and every later library then "
+                            "shares it, whatever its own RUNPATH says."))]
+
+
+@check("libs.broken-files", title="Unreadable or corrupt extension files", probes=("libs",))
+def check_broken(facts: Facts) -> list[Finding]:
+    libs = _facts(facts, "libs")
+    errs = [t for t in libs.get("targets") or [] if t.get("error")]
+    if not errs:
+        return []
+    return [Finding(id="libs.broken-files", status="fail", title=f"{t['target']['name']}: {t['error']}",
+                    detail="ld.so refuses a file that is not a valid ELF shared library; importing it fails.")
+            for t in errs]
+
+
+# ---------------------------------------------------------------------------------------------- predicates
+@predicate("glibcxx_missing", doc="a library the training loads needs a GLIBCXX/CXXABI version its libstdc++ lacks",
+           probes=("libs", "livetrace"))
+def glibcxx_missing(facts: Facts) -> bool:
+    return bool(failure_groups(facts))
+
+
+@predicate("libstdcxx_via_ld_library_path", doc="the failing libstdc++ came from an LD_LIBRARY_PATH entry",
+           probes=("libs", "livetrace"))
+def via_llp(facts: Facts) -> bool:
+    return "ld_library_path" in source_kinds(facts)
+
+
+@predicate("libstdcxx_via_preload", doc="the failing libstdc++ was forced by LD_PRELOAD or /etc/ld.so.preload",
+           probes=("libs", "livetrace"))
+def via_preload(facts: Facts) -> bool:
+    return bool({"ld_preload", "etc_preload"} & source_kinds(facts))
+
+
+@predicate("libstdcxx_via_interpreter_rpath", doc="the failing libstdc++ came through the interpreter's DT_RPATH",
+           probes=("libs", "livetrace"))
+def via_rpath(facts: Facts) -> bool:
+    return "interpreter_rpath" in source_kinds(facts)
+
+
+@predicate("libstdcxx_via_earlier_import", doc="an earlier import had already loaded the failing libstdc++",
+           probes=("libs", "livetrace"))
+def via_earlier(facts: Facts) -> bool:
+    return "earlier_import" in source_kinds(facts)
+
+
+@predicate("extension_file_broken", doc="a library the training imports is not a valid ELF shared library",
+           probes=("libs",))
+def extension_file_broken(facts: Facts) -> bool:
+    return any(t.get("error") for t in _facts(facts, "libs").get("targets") or [])
+
+
+@predicate("live_run_failed", doc="the command (or import probe) failed under the real loader",
+           probes=("livetrace",))
+def live_failed(facts: Facts) -> bool:
+    live = _facts(facts, "livetrace")
+    return bool(live) and not live.get("ok")
+
+
+@predicate("live_run_hung", doc="the command did not finish within the time limit", probes=("livetrace",))
+def live_hung(facts: Facts) -> bool:
+    return bool(_facts(facts, "livetrace").get("timed_out"))
+
+
+@predicate("prediction_disagrees", doc="the emulation and the real loader picked different libstdc++ copies",
+           probes=("livetrace",))
+def disagrees(facts: Facts) -> bool:
+    return _facts(facts, "livetrace").get("agrees") is False
+
+
+@predicate("fix_verified", doc="a remedy made the failing command succeed when re-run", probes=("libfix",))
+def fix_verified(facts: Facts) -> bool:
+    return any(p.verified for p in _plans(facts))

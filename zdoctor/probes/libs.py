@@ -1,0 +1,299 @@
+"""Probes ``libs``, ``livetrace`` and ``libfix``: which libstdc++ the training loads, and the proven fix.
+
+``libs`` is static and fast: the ld.so emulation of the training process (interpreter, ``--ext``
+extensions, torch, DeepSpeed's prebuilt and JIT-built ops) and the inventory of every libstdc++ copy.
+``livetrace`` runs the failing command (``--command``, else an import probe) under ``LD_DEBUG`` (and
+strace where it exists) to see what the real loader did. ``libfix`` proposes remedies from both and
+re-runs the command with each change applied; only a change that makes it succeed is ``verified``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ..model import Evidence
+from ..registry import probe
+
+LIVE_TIMEOUT = 120.0
+VERIFY_TIMEOUT = 120.0
+LIBSTDCXX = "libstdc++.so.6"
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def _facts(host: Any, name: str) -> dict[str, Any]:
+    res = host.result(name)
+    return res.facts if res.status == "ok" else {}
+
+
+def _env(host: Any) -> dict[str, str]:
+    return dict(getattr(host, "env", None) or os.environ)
+
+
+def interpreter_of(host: Any, pyenv: dict[str, Any]) -> str | None:
+    """The training interpreter's path as it is run (its realpath decides $ORIGIN)."""
+    py = (pyenv.get("python") or {}).get("executable")
+    if py:
+        return py
+    want = getattr(host, "python", None) or "python3"
+    if "/" in want:
+        return want if os.path.exists(want) else None
+    return shutil.which(want, path=_env(host).get("PATH", ""))
+
+
+def jit_op_paths(jit: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    """(loadable JIT op .so paths, the ops whose .so is corrupt) from the ``jitcache`` facts."""
+    good, bad = [], []
+    for op in jit.get("ops") or []:
+        so = op.get("so_path")
+        if not so:
+            continue
+        summary = op.get("so_info") or op.get("so") or {}
+        if summary.get("error") or summary.get("kind") not in (None, "elf"):
+            bad.append(op)
+        else:
+            good.append(so)
+    return good, bad
+
+
+def _interp_dirs(audit_facts: dict[str, Any], pyenv: dict[str, Any]) -> dict[str, Any]:
+    interp = audit_facts.get("interpreter") or {}
+    real = interp.get("realpath") or ""
+    origin = os.path.dirname(real)
+
+    def expand(value: str | None) -> list[str]:
+        out = []
+        for e in (value or "").split(":"):
+            if e:
+                out.append(os.path.normpath(e.replace("${ORIGIN}", origin).replace("$ORIGIN", origin)))
+        return out
+
+    py = pyenv.get("python") or {}
+    return {"path": interp.get("path"), "rpath_dirs": expand(interp.get("rpath")),
+            "runpath_dirs": expand(interp.get("runpath")), "prefix": py.get("prefix"),
+            "base_prefix": py.get("base_prefix")}
+
+
+# ---------------------------------------------------------------------------------------------- tables
+def needs_table(audit: dict[str, Any], copies: list[dict[str, Any]]) -> Evidence:
+    """Needed versions (rows) against what the loaded copy and each inventory copy provide."""
+    winner = audit.get("libstdcxx") or {}
+    have = set(winner.get("versions") or [])
+    needers: dict[str, list[str]] = {}
+    for t in audit.get("targets") or []:
+        for v in t.get("needs") or []:
+            needers.setdefault(v, []).append(t["target"]["name"])
+    rows, hl = [], []
+    for v in audit.get("needs") or []:
+        ok = not winner or winner.get("versions") is None or v in have
+        if not ok:
+            hl.append(len(rows))
+        rows.append([v, ", ".join(needers.get(v, [])[:3]) + (" ..." if len(needers.get(v, [])) > 3 else ""),
+                     "yes" if ok else "NO"])
+    loaded = winner.get("path") or "none"
+    return Evidence.of_table(f"needed vs provided by the loaded libstdc++ ({loaded})",
+                             ["version needed", "needed by", "provided"], rows, hl)
+
+
+def targets_table(audit: dict[str, Any]) -> Evidence:
+    rows, hl = [], []
+    for t in audit.get("targets") or []:
+        served = (t.get("served") or {}).get(LIBSTDCXX) or {}
+        missing = ", ".join(sorted({f["version"] for f in t.get("failures") or []}))
+        if missing or t.get("error"):
+            hl.append(len(rows))
+        rows.append([t["target"]["name"], t["target"]["kind"],
+                     f"{served.get('path', '-')} {served.get('label', '')}".strip(),
+                     missing or (t.get("error") or "-")])
+    return Evidence.of_table("what each library the training imports gets",
+                             ["library", "kind", "libstdc++.so.6 served", "missing / error"], rows, hl)
+
+
+def inventory_table(copies: list[dict[str, Any]], needs: list[str], loaded: str | None) -> Evidence:
+    rows, hl = [], []
+    for c in copies:
+        sat = "error: " + c["error"] if c.get("error") else ("yes" if set(needs) <= set(c.get("versions") or [])
+                                                               else "no")
+        is_loaded = bool(loaded) and os.path.realpath(loaded) == c["realpath"]
+        if is_loaded:
+            hl.append(len(rows))
+        real = c["realpath"] if c["realpath"] != c["path"] else ""
+        rows.append([c["path"] + (f" -> {real}" if real else "") + ("  (loaded)" if is_loaded else ""),
+                     c.get("glibcxx_max") or "-", c.get("cxxabi_max") or "-",
+                     f"GCC {c['gcc_release']}" if c.get("gcc_release") else "-", sat, "; ".join(c["found_as"])])
+    return Evidence.of_table("every libstdc++.so.6 on this node",
+                             ["copy", "newest GLIBCXX", "newest CXXABI", "shipped with", "has every need",
+                              "found as"], rows, hl)
+
+
+def compilers_table(audit: dict[str, Any], toolchain: dict[str, Any]) -> Evidence:
+    """The fourth toolchain layer: the compiler that built each extension, from its .comment."""
+    rows = []
+    for t in audit.get("targets") or []:
+        comps = [c for c in t.get("compilers") or [] if c.startswith("GCC:")] or t.get("compilers") or ["unknown"]
+        newest = ""
+        needs = [n for n in t.get("needs") or [] if n.startswith("GLIBCXX_")]
+        if needs:
+            newest = needs[-1]
+        rows.append([t["target"]["name"], "; ".join(comps[:2]), newest or "-"])
+    jit = (toolchain.get("jit") or {})
+    if jit.get("path"):
+        rows.append(["(next JIT build)", f"{jit.get('path')} {jit.get('version') or ''}".strip(),
+                     jit.get("glibcxx_max") or "-"])
+    return Evidence.of_table("the compiler that built each extension",
+                             ["library", "built by (.comment)", "newest GLIBCXX needed"], rows)
+
+
+# ---------------------------------------------------------------------------------------------- probes
+@probe("libs", title="Which libstdc++ the training loads (static)", timeout=90, needs=("pyenv", "jitcache"))
+def libs_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
+    """Emulate ld.so for the training process; inventory every libstdc++ copy."""
+    from ..forensics.audit import static_audit, training_targets
+    from ..forensics.inventory import take_inventory
+    from ..forensics.loader import LoaderConfig
+
+    env = _env(host)
+    pyenv = _facts(host, "pyenv")
+    jit = _facts(host, "jitcache")
+    exe = interpreter_of(host, pyenv)
+    if not exe:
+        return {"skipped": "the training interpreter was not found"}, []
+    torch = pyenv.get("torch") or {}
+    ds = pyenv.get("deepspeed") or {}
+    jit_good, jit_bad = jit_op_paths(jit)
+    targets = training_targets(ext=list(getattr(host, "ext", []) or []),
+                               torch_dir=torch.get("location") if torch.get("installed") else None,
+                               deepspeed_ops=ds.get("prebuilt_ops") or [], jit_ops=jit_good)
+    config = LoaderConfig.detect()
+    audit = static_audit(exe, env, targets, config=config)
+    cache_libstdcxx = [e.path for e in config.cache if e.soname == LIBSTDCXX]
+    interp = _interp_dirs(audit, pyenv)
+    copies = [c.to_dict() for c in take_inventory(env, system_dirs=config.system_dirs,
+                                                 cache_paths=cache_libstdcxx, interpreter=interp)]
+    needs = audit.get("needs") or []
+    for c in copies:
+        c["has_every_need"] = not c.get("error") and set(needs) <= set(c.get("versions") or [])
+    toolchain = _facts(host, "toolchain") if "toolchain" in getattr(host, "recorded", dict)() else {}
+    facts = {
+        "interpreter": interp | {"rpath": audit["interpreter"].get("rpath"),
+                                 "runpath": audit["interpreter"].get("runpath")},
+        "env": {k: env.get(k) for k in ("LD_LIBRARY_PATH", "LD_PRELOAD", "CONDA_PREFIX", "CONDA_EXE")},
+        "etc_preload": _read_preload(config.preload_file),
+        "loader": {"system_dirs": list(config.system_dirs), "glibc": getattr(config, "glibc_version", None),
+                   "hwcaps": list(getattr(config, "hwcaps_subdirs", []) or [])},
+        "targets": audit["targets"],
+        "needs": needs,
+        "libstdcxx": audit.get("libstdcxx"),
+        "failures": audit["failures"],
+        "start_failures": audit["start_failures"],
+        "errors": audit["errors"],
+        "corrupt_jit_ops": [op.get("so_path") for op in jit_bad],
+        "inventory": copies,
+        "loaded": audit["loaded"],
+    }
+    ev = [targets_table(audit), needs_table(audit, copies),
+          inventory_table(copies, needs, (audit.get("libstdcxx") or {}).get("path")),
+          compilers_table(audit, toolchain)]
+    return facts, ev
+
+
+def _read_preload(path: str) -> list[str]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return [w for line in fh for w in line.split("#", 1)[0].replace(":", " ").split()]
+    except OSError:
+        return []
+
+
+def live_argv(host: Any, pyenv: dict[str, Any], jit_good: list[str]) -> tuple[list[str] | None, str]:
+    """The command to trace: ``--command`` through ``sh -c``, else the default import probe."""
+    from ..forensics.live import default_probe_argv
+
+    command = getattr(host, "command", None)
+    if command:
+        return ["/bin/sh", "-c", command], "command"
+    exe = interpreter_of(host, pyenv)
+    torch = (pyenv.get("torch") or {}).get("installed")
+    ext = list(getattr(host, "ext", []) or [])
+    if not exe or not (torch or jit_good or ext):
+        return None, "nothing to load: torch is not installed, and no JIT-built op or --ext was found"
+    return default_probe_argv(exe, ext + jit_good), "default probe"
+
+
+@probe("livetrace", title="What the real loader does (LD_DEBUG)", timeout=LIVE_TIMEOUT + 30,
+       needs=("pyenv", "jitcache", "libs"))
+def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
+    """Run the command under LD_DEBUG=libs,versions (and strace); compare with the static prediction."""
+    from ..forensics.live import parse_probe_output, trace_command
+
+    env = _env(host)
+    pyenv = _facts(host, "pyenv")
+    jit_good, _ = jit_op_paths(_facts(host, "jitcache"))
+    argv, why = live_argv(host, pyenv, jit_good)
+    if argv is None:
+        return {"skipped": why}, []
+    lt = trace_command(argv, env, timeout=LIVE_TIMEOUT)
+    libs = _facts(host, "libs")
+    predicted = (libs.get("libstdcxx") or {}).get("realpath")
+    loaded = [{"pid": pid, "path": path, "via": via, "needed_by": nb} for pid, path, via, nb in lt.libstdcxx]
+    errors = [{"provider": e.provider, "version": e.version, "required_by": e.required_by,
+               "message": f"{e.provider}: version `{e.version}' not found (required by {e.required_by})"}
+              for e in lt.version_errors if not e.weak]
+    seen = {(e["provider"], e["version"], e["required_by"]) for e in errors}
+    for e in lt.stderr_version_errors:
+        d = e if isinstance(e, dict) else {"provider": e.provider, "version": e.version,
+                                           "required_by": e.required_by, "message": e.message}
+        if (d["provider"], d["version"], d["required_by"]) not in seen:
+            errors.append(d)
+    live_real = {os.path.realpath(x["path"]) for x in loaded}
+    agrees = None
+    if predicted and live_real:
+        agrees = predicted in live_real
+    facts = {
+        "argv": list(argv),
+        "source": why,
+        "command": getattr(host, "command", None),
+        "exit_code": lt.exit_code,
+        "timed_out": lt.timed_out,
+        "ok": lt.exit_code == 0 and not lt.timed_out,
+        "libstdcxx": loaded,
+        "version_errors": errors,
+        "last_files": lt.last_files,
+        "notes": list(lt.notes),
+        "strace_available": lt.strace_available,
+        "steps": parse_probe_output(lt.evidence.stdout) if why == "default probe" else [],
+        "predicted": predicted,
+        "agrees": agrees,
+        "stderr_tail": (lt.evidence.stderr or "")[-2000:],
+    }
+    return facts, [lt.evidence]
+
+
+@probe("libfix", title="Remedies, each re-run to prove it", timeout=VERIFY_TIMEOUT + 60,
+       needs=("pyenv", "libs", "livetrace"))
+def libfix_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
+    """Propose the remedies the evidence supports, then verify each by re-running the command."""
+    from ..forensics.fixes import propose
+    from ..forensics.remedies import verify
+
+    env = _env(host)
+    libs = _facts(host, "libs")
+    live = _facts(host, "livetrace")
+    if not libs:
+        return {"skipped": "no static audit"}, []
+    plans = propose(libs, live, env)
+    argv = live.get("argv")
+    evidence: list[Evidence] = []
+    to_verify = [p for p in plans if p.verifiable] if argv else []
+    if to_verify:
+        with ThreadPoolExecutor(max_workers=min(3, len(to_verify))) as pool:
+            evidence = list(pool.map(lambda p: verify(p, argv, env, timeout=VERIFY_TIMEOUT), to_verify))
+    for p in plans:
+        if p.verifiable and not argv:
+            p.verification = "no command to re-run (nothing to load)."
+    order = {id(p): i for i, p in enumerate(plans)}
+    plans.sort(key=lambda p: (not p.verified, order[id(p)]))
+    return {"plans": [p.to_dict() for p in plans], "argv": argv,
+            "needed": bool(libs.get("failures") or live.get("version_errors"))}, evidence
