@@ -1,0 +1,296 @@
+"""Confirm the prediction live: run the real command under ``LD_DEBUG`` (and ``strace`` when it works).
+
+The command runs once, with the target environment plus ``LD_DEBUG=libs,files,versions`` and
+``LD_DEBUG_OUTPUT`` pointing into a private temporary directory, so the user-visible stderr stays
+clean and every process of the command gets its own trace file. zdoctor's own environment is never
+changed. With strace, ``LD_*`` variables go to the traced command through ``strace -E`` so strace itself
+runs without them (an ``LD_LIBRARY_PATH`` that breaks the command must not break the tracer).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..errors import UsageError
+from ..model import Evidence
+from ..runner import run, which_all
+from .lddebug import PidTrace, VersionError, all_version_errors, parse_ld_debug_dir, summarize, which_loaded
+from .strace import FileEvent, last_files, parse_strace, unfinished
+
+LD_DEBUG_CATEGORIES = "libs,files,versions"
+STRACE_TRACE = "trace=openat,open,execve"
+STRACE_STRLEN = "512"
+#: Most of the strace log that is read back (its tail: what the processes did last).
+MAX_STRACE_BYTES = 20 * 1024 * 1024
+SYSTEM_PRELOAD = "/etc/ld.so.preload"
+
+#: ``/x/libstdc++.so.6: version `GLIBCXX_3.4.30' not found (required by /y/ext.so)`` as Python's
+#: ImportError or ld.so's startup message shows it.
+STDERR_VERSION_ERROR = re.compile(
+    r"(?P<provider>[^\s:][^:\n]*): (?P<weak>weak )?version `(?P<version>[^'\n]+)' not found "
+    r"\(required by (?P<required_by>[^\n]+)\)"
+)
+
+
+@dataclass
+class LiveTrace:
+    """What the real loader did while running ``argv``."""
+
+    argv: list[str]
+    exit_code: int | None
+    timed_out: bool
+    evidence: Evidence
+    traces: dict[int, PidTrace] = field(default_factory=dict)
+    libstdcxx: list[tuple[int, str, str, str | None]] = field(default_factory=list)
+    version_errors: list[VersionError] = field(default_factory=list)
+    stderr_version_errors: list[VersionError] = field(default_factory=list)
+    last_files: dict[int, list[FileEvent]] = field(default_factory=dict)
+    #: Calls a process was still inside when the trace stopped (strace only): where a hang sits.
+    pending_calls: list[FileEvent] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    strace_available: bool = False
+    strace_used: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON view: the traces are summarized (what was loaded from where, errors), not copied whole."""
+        return {
+            "argv": list(self.argv),
+            "exit_code": self.exit_code,
+            "timed_out": self.timed_out,
+            "evidence": self.evidence.to_dict(),
+            "traces": summarize(self.traces),
+            "libstdcxx": [list(row) for row in self.libstdcxx],
+            "version_errors": [asdict(e) for e in self.version_errors],
+            "stderr_version_errors": [asdict(e) for e in self.stderr_version_errors],
+            "last_files": {str(pid): [e.to_dict() for e in evs] for pid, evs in self.last_files.items()},
+            "pending_calls": [e.to_dict() for e in self.pending_calls],
+            "notes": list(self.notes),
+            "strace_available": self.strace_available,
+            "strace_used": self.strace_used,
+        }
+
+
+def parse_stderr_version_errors(text: str) -> list[VersionError]:
+    """Version errors as the user sees them (ImportError text, or ld.so's message at program start)."""
+    out: list[VersionError] = []
+    for m in STDERR_VERSION_ERROR.finditer(text or ""):
+        err = VersionError(provider=m["provider"].strip(), version=m["version"],
+                           required_by=m["required_by"].strip(), fatal=not m["weak"], message=m.group(0),
+                           weak=bool(m["weak"]))
+        if err not in out:
+            out.append(err)
+    return out
+
+
+def _preload_entries(value: str | None) -> list[str]:
+    return [p for p in re.split(r"[\s:]+", value or "") if p]
+
+
+def _system_preload() -> list[str]:
+    try:
+        with open(SYSTEM_PRELOAD, encoding="utf-8", errors="replace") as fh:
+            text = fh.read(64 * 1024)
+    except OSError:
+        return []
+    return [w for line in text.splitlines() for w in line.split("#", 1)[0].split() if w]
+
+
+def _resolves(prog: str, path: str, cwd: str | None) -> bool:
+    """Whether ``prog`` names an executable the way exec would find it (relative paths from ``cwd``)."""
+    if "/" in prog:
+        full = os.path.join(cwd or os.getcwd(), prog)
+        return os.path.isfile(full) and os.access(full, os.X_OK)
+    return bool(which_all(prog, path))
+
+
+def _strace_problem(strace: str) -> str | None:
+    """None when ``strace`` can trace here; else why not (ptrace is often refused in containers)."""
+    ev = run([strace, "-o", os.devnull, "--", strace, "-V"], env={"PATH": os.defpath}, timeout=15,
+             label="strace self-test")
+    if ev.exit_code == 0:
+        return None
+    why = (ev.stderr.strip().splitlines() or [ev.error or f"exit status {ev.exit_code}"])[-1]
+    return why
+
+
+def _read_tail(path: str, limit: int) -> tuple[str, bool]:
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as fh:
+            if size > limit:
+                fh.seek(size - limit)
+                data = fh.read(limit)
+                data = data[data.find(b"\n") + 1:]
+                return data.decode("utf-8", "surrogateescape"), True
+            return fh.read().decode("utf-8", "surrogateescape"), False
+    except OSError:
+        return "", False
+
+
+def trace_command(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    timeout: float = 120,
+    cwd: str | None = None,
+    use_strace: bool = True,
+) -> LiveTrace:
+    """Run ``argv`` once under ``LD_DEBUG`` (and strace when usable) and report what the loader did.
+
+    ``env`` is the complete environment of the command (it is copied, never changed). On timeout the
+    whole process group is killed; ``last_files`` then shows what each process opened last.
+    """
+    argv = [str(a) for a in argv]
+    if not argv or not argv[0]:
+        raise UsageError("no command to trace")
+    notes: list[str] = []
+    path = env.get("PATH", os.defpath)
+    tmp = tempfile.mkdtemp(prefix="zdoctor-trace-")
+    try:
+        ld_prefix = os.path.join(tmp, "ld")
+        ld_vars = {"LD_DEBUG": LD_DEBUG_CATEGORIES, "LD_DEBUG_OUTPUT": ld_prefix}
+        strace_found = which_all("strace", path) if use_strace else []
+        strace_ok = False
+        if use_strace and not strace_found:
+            notes.append("strace not installed: hang analysis limited to LD_DEBUG")
+        elif strace_found:
+            problem = _strace_problem(strace_found[0])
+            if problem is not None:
+                notes.append(f"strace cannot trace here ({problem}): ran without it; "
+                             "hang analysis limited to LD_DEBUG")
+            elif not _resolves(argv[0], path, cwd):
+                notes.append(f"{argv[0]}: not found on PATH; ran without strace")
+            else:
+                strace_ok = True
+        strace_log = os.path.join(tmp, "strace")
+        if strace_ok:
+            loader_vars = {k: v for k, v in env.items() if k.startswith("LD_") and k not in ld_vars}
+            loader_vars.update(ld_vars)
+            run_env = {k: v for k, v in env.items() if not k.startswith("LD_")}
+            full = [strace_found[0], "-f", "-tt", "-e", STRACE_TRACE, "-o", strace_log, "-s", STRACE_STRLEN]
+            for k, v in loader_vars.items():
+                full += ["-E", f"{k}={v}"]
+            full += ["--", *argv]
+        else:
+            run_env = {**dict(env), **ld_vars}
+            full = list(argv)
+        ev = run(full, env=run_env, timeout=timeout, cwd=cwd, label=f"live trace: {shlex.join(argv)}"[:200])
+        timed_out = bool(ev.error and ev.error.startswith("timed out"))
+        traces = parse_ld_debug_dir(tmp, "ld")
+        if not traces and ev.error is None:
+            notes.append("LD_DEBUG produced no output (a set-user-ID or statically linked program ignores it)")
+        if any(t.truncated for t in traces.values()):
+            notes.append("some LD_DEBUG logs were too large and were cut")
+        recent: dict[int, list[FileEvent]] = {}
+        stuck: list[FileEvent] = []
+        if strace_ok:
+            text, cut = _read_tail(strace_log, MAX_STRACE_BYTES)
+            if cut:
+                notes.append("strace log too large: only its end was read")
+            events = parse_strace(text)
+            recent, stuck = last_files(events), unfinished(events)
+        if timed_out:
+            notes.append(f"timed out after {timeout:g}s; process group killed")
+        return LiveTrace(
+            argv=argv,
+            exit_code=ev.exit_code,
+            timed_out=timed_out,
+            evidence=ev,
+            traces=traces,
+            libstdcxx=which_loaded(traces, preload=_preload_entries(env.get("LD_PRELOAD")),
+                                   system_preload=_system_preload()),
+            version_errors=all_version_errors(traces),
+            stderr_version_errors=parse_stderr_version_errors(ev.stderr),
+            last_files=recent,
+            pending_calls=stuck,
+            notes=notes,
+            strace_available=bool(strace_found),
+            strace_used=strace_ok,
+        )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+#: The default live probe (stdlib only, Python 3.8+): import torch and deepspeed when installed, then
+#: load each JIT op ``.so`` given as an argument under its module name; one JSON line per step.
+PROBE_CODE = r'''
+import importlib, importlib.machinery, importlib.util, json, os, sys, traceback
+failed = False
+def emit(d):
+    sys.stdout.write(json.dumps(d) + "\n")
+    sys.stdout.flush()
+def step(name, fn, **extra):
+    global failed
+    emit(dict(step=name, begin=True, **extra))
+    try:
+        fn()
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:
+        failed = True
+        traceback.print_exc()
+        sys.stderr.flush()
+        emit(dict(step=name, ok=False, error="%s: %s" % (type(e).__name__, e), **extra))
+    else:
+        emit(dict(step=name, ok=True, error=None, **extra))
+for mod in ("torch", "deepspeed"):
+    try:
+        present = importlib.util.find_spec(mod) is not None
+    except Exception:
+        present = True
+    if present:
+        step("import " + mod, lambda m=mod: importlib.import_module(m))
+    else:
+        emit(dict(step="import " + mod, ok=None, error=None, skipped="not installed"))
+def load(path, name):
+    loader = importlib.machinery.ExtensionFileLoader(name, path)
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+for p in sys.argv[1:]:
+    n = os.path.basename(p).split(".")[0]
+    step("load " + n, lambda p=p, n=n: load(p, n), path=p, module=n)
+sys.exit(1 if failed else 0)
+'''
+
+
+def default_probe_argv(python: str, ext_paths: Sequence[str]) -> list[str]:
+    """``python -c PROBE ext...``: the paths travel as arguments, never inside the program text."""
+    return [python, "-c", PROBE_CODE, *[str(p) for p in ext_paths]]
+
+
+def parse_probe_output(stdout: str) -> list[dict[str, Any]]:
+    """The probe's step results in order; a step that began but never reported (the process crashed,
+    hung or was killed inside it) comes back as ``ok: False`` with ``finished: False``."""
+    results: list[dict[str, Any]] = []
+    open_step: dict[str, Any] | None = None
+    for line in (stdout or "").splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(d, dict) or not isinstance(d.get("step"), str):
+            continue
+        if d.get("begin"):
+            open_step = d
+            continue
+        if open_step is not None and open_step["step"] == d["step"]:
+            open_step = None
+        results.append(d)
+    if open_step is not None:
+        rec = {k: v for k, v in open_step.items() if k != "begin"}
+        rec.update(ok=False, error="no result: the process died, hung or was killed during this step",
+                   finished=False)
+        results.append(rec)
+    return results
