@@ -79,6 +79,10 @@ VOCABULARY_MODULES = (
     "zdoctor.probes.toolchain",
     "zdoctor.checks.pyenv",
     "zdoctor.checks.toolchain",
+    "zdoctor.probes.hangs",
+    "zdoctor.probes.libs",
+    "zdoctor.checks.hangs",
+    "zdoctor.checks.libs",
 )
 
 

@@ -1,0 +1,367 @@
+"""Checks and predicates over the ``jitcache`` and ``processes`` probes: the silent hang at start (a stale
+JIT build lock), processes stuck in the kernel, and JIT-built ops that are damaged or were built by a
+newer compiler than this node's."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from typing import Any
+
+from ..forensics.versions import gcc_release_for
+from ..model import Evidence, Finding, Remedy
+from ..probes.gccver import version_tuple
+from ..probes.hangs import duration, show
+from ..registry import Facts, check, predicate
+
+#: On a network file system a lock younger than this may belong to a build running on another node.
+NETWORK_GRACE_S = 30 * 60
+
+FILEBATON = (
+    "torch.utils.cpp_extension builds an op under a lock: the first process creates `lock` in the op "
+    "dir (O_CREAT|O_EXCL), keeps it open while ninja compiles, and deletes it when done. Every other "
+    "process that needs the op polls every 0.1 s until the file is gone, with no time limit and no "
+    "message. If the builder was killed (Ctrl-C in the wrong moment, OOM killer, a job scheduler's "
+    "timeout, a node reboot), nobody deletes the lock and every later launch waits forever, before "
+    "training even starts."
+)
+
+
+def shell_quote(path: str) -> str:
+    """Quote ``path`` for one bash line: ``shlex.quote`` for printable text, else ANSI-C ``$'...'``
+    with every byte escaped, so names with newlines, control characters or undecodable bytes stay on one
+    line and name exactly that file."""
+    if path.isprintable():
+        return shlex.quote(path)
+    out = []
+    for b in os.fsencode(path):
+        if b == 0x27:
+            out.append("\\'")
+        elif b == 0x5C:
+            out.append("\\\\")
+        elif 0x20 <= b < 0x7F:
+            out.append(chr(b))
+        else:
+            out.append(f"\\x{b:02x}")
+    return "$'" + "".join(out) + "'"
+
+
+def _facts(facts: Facts, name: str) -> dict[str, Any] | None:
+    res = facts.get(name)
+    return res.facts if res is not None and res.status == "ok" else None
+
+
+def _tables(facts: Facts, *names: str) -> list[Evidence]:
+    out: list[Evidence] = []
+    for n in names:
+        res = facts.get(n)
+        if res is not None:
+            out.extend(e for e in res.evidence if e.kind in ("table", "note"))
+    return out
+
+
+def _slug(text: str, used: set[str]) -> str:
+    base = re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_.") or "op"
+    slug, n = base[:60], 2
+    while slug in used:
+        slug, n = f"{base[:56]}-{n}", n + 1
+    used.add(slug)
+    return slug
+
+
+def _op_key(op: dict[str, Any]) -> str:
+    """``tag.name`` of an op (or of a lock record, which names its op under ``op``)."""
+    name = op.get("name", op.get("op"))
+    return f"{op['tag']}.{name}" if op.get("tag") else str(name)
+
+
+def _procs_by_pid(procs: dict[str, Any] | None) -> dict[int, dict[str, Any]]:
+    return {p["pid"]: p for p in (procs or {}).get("processes") or []}
+
+
+def _describe(p: dict[str, Any] | None, pid: int) -> str:
+    if p is None:
+        return f"pid {pid}"
+    cmd = " ".join(p.get("cmdline") or []) or p.get("name") or "?"
+    return (f"pid {pid} ({show(cmd, 100)}; state {p.get('state_letter') or '?'}, wchan "
+            f"{p.get('wchan') or '?'}, running {duration(p.get('elapsed_s'))})")
+
+
+def lock_remedy(lock: dict[str, Any], op: dict[str, Any] | None, orphans: list[int]) -> Remedy:
+    """Remove exactly this lock (after any orphaned compilers of the dead build have exited)."""
+    commands = []
+    if orphans:
+        commands.append(f"while kill -0 {' '.join(str(p) for p in orphans)} 2>/dev/null; do sleep 1; done")
+    # torch's O_CREAT|O_EXCL fails on a directory named `lock` just as on a file; rm -f cannot remove one.
+    rm = "rm -rf --" if (op or {}).get("lock_kind") == "dir" else "rm -f --"
+    commands.append(f"{rm} {shell_quote(lock['path'])}")
+    expl = ("Deletes only the lock file; the op dir and whatever was already compiled stay. Stop the "
+            "launches that are waiting first: once the lock is gone they stop waiting and try to load an "
+            "op that was never finished (ImportError: cannot open shared object file). The next launch "
+            "takes the lock and builds the op again (ninja redoes whatever the dead build left unfinished).")
+    if orphans:
+        expl += (" The first line waits until the compilers the dead build started have exited, so a new "
+                 "build does not write the same object files at the same time.")
+    expl += (" Not verified in advance: removing a file proves itself; `zdoctor check` afterwards shows "
+             "the lock gone.")
+    return Remedy(title=f"Remove the stale lock of op {show(lock.get('op'), 60)}", commands=commands,
+                  verified=False, requires_root=bool(op and op.get("dir_writable") is False), undo=[],
+                  explanation=expl)
+
+
+@check("hangs.stale-lock", title="Stale JIT build locks", probes=("jitcache", "processes"))
+def check_stale_lock(facts: Facts) -> list[Finding]:
+    cid = "hangs.stale-lock"
+    jit, procs = _facts(facts, "jitcache"), _facts(facts, "processes")
+    if jit is None or procs is None:
+        return [Finding(id=cid, status="skip", title="Stale JIT build locks: not checked",
+                        detail="the jitcache or processes probe gave no facts")]
+    ev = _tables(facts, "jitcache", "processes")
+    locks = procs.get("locks") or []
+    ops = {o["lock_path"]: o for o in jit.get("ops") or [] if o.get("lock_path")}
+    by_pid = _procs_by_pid(procs)
+    stale = [lk for lk in locks if lk.get("stale")]
+    if not stale:
+        live = [lk for lk in locks if lk.get("present")]
+        if not live:
+            return [Finding(id=cid, status="ok", title="No JIT build locks", detail=f"Looked in {jit.get('base')} "
+                            f"(from {jit.get('source')}); no op dir holds a `lock` file.", evidence=ev)]
+        lines = [f"{lk['path']}: held by " + ", ".join(_describe(by_pid.get(p), p) for p in lk["holders"])
+                 for lk in live]
+        return [Finding(id=cid, status="ok", title=f"{len(live)} JIT build(s) in progress",
+                        detail="A live process holds each lock; launches that need the op wait for it.\n"
+                               + "\n".join(lines), evidence=ev)]
+    out: list[Finding] = []
+    used: set[str] = set()
+    for lk in stale:
+        op = ops.get(lk["path"])
+        status, why = "fail", []
+        if lk.get("in_use") is False:
+            status = "warn"
+            why.append(f"It lies in the tag dir {lk.get('tag')}, which this interpreter's torch does not use "
+                       f"(it uses {jit.get('expected_tag') or 'another tag'}): it blocks only launches "
+                       "with another Python or torch build.")
+        if lk.get("network") and (lk.get("age_s") or 0) < NETWORK_GRACE_S:
+            status = "warn"
+            why.append("The cache is on a network file system and the lock is recent: a build running on "
+                       "another node sharing this directory would hold it without any process here. "
+                       "Check the other nodes before removing it.")
+        if lk.get("uncertain"):
+            status = "warn"
+            why.append("The open files of these processes could not be read (run zdoctor as their user or "
+                       "as root to be sure): " + ", ".join(_describe(by_pid.get(p), p) for p in lk["uncertain"]))
+        owner = (op or {}).get("lock_owner") or (op or {}).get("lock_uid")
+        made = f"lock created {duration(lk.get('age_s'))} ago" + (f" by {owner}" if owner is not None else "")
+        lines = [f"Lock: {show(lk['path'], 300)}",
+                 f"Op: {show(lk.get('op'), 100)} (tag {lk.get('tag') or 'none'}), {made}",
+                 "No live process has the lock open, so nothing will ever delete it.", "", FILEBATON]
+        if lk.get("orphans"):
+            lines += ["", "Compilers of the dead build are still running in the op dir (ninja starts each "
+                      "command in its own process group, so killing the launcher's group leaves them). "
+                      "They will finish and exit without deleting the lock:"]
+            lines += [f"- {_describe(by_pid.get(p), p)}" for p in lk["orphans"]]
+        if lk.get("others"):
+            lines += ["", "Other processes have their working directory or a file in the op dir (they do not "
+                      "hold the lock):"]
+            lines += [f"- {_describe(by_pid.get(p), p)}" for p in lk["others"]]
+        if lk.get("waiters"):
+            lines += ["", "Python processes sleeping in a poll loop, as launches waiting on this lock do:"]
+            lines += [f"- {_describe(by_pid.get(p), p)}" for p in lk["waiters"]]
+        if op and not op.get("so_path"):
+            lines += ["", "The op was never finished: there is no built .so in its dir."]
+        if why:
+            lines += [""] + why
+        out.append(Finding(id=f"{cid}.{_slug(_op_key(lk), used)}", status=status,
+                           title=f"Stale JIT build lock for op {show(lk.get('op'), 60)}: launches that need it "
+                                 "wait forever", detail="\n".join(lines), evidence=ev,
+                           remedies=[lock_remedy(lk, op, lk.get("orphans") or [])]))
+    return out
+
+
+@check("hangs.processes", title="Training processes stuck in the kernel", probes=("processes",))
+def check_processes(facts: Facts) -> list[Finding]:
+    cid = "hangs.processes"
+    procs = _facts(facts, "processes")
+    if procs is None:
+        return [Finding(id=cid, status="skip", title="Training processes: not checked",
+                        detail="the processes probe gave no facts")]
+    ev = _tables(facts, "processes")
+    plist = procs.get("processes") or []
+    if not plist:
+        return [Finding(id=cid, status="ok", title="No training processes running",
+                        detail="No python, deepspeed, torchrun, accelerate, ninja or compiler process was found "
+                               "(zdoctor's own are left out).", evidence=ev)]
+    lines: list[str] = []
+    copies: dict[str, list[int]] = {}
+    for p in plist:
+        for m in p.get("libstdcxx") or []:
+            copies.setdefault(m["path"] + (" (deleted on disk)" if m.get("deleted") else ""), []).append(p["pid"])
+    if len(copies) > 1:
+        lines.append("These processes map different libstdc++ copies:")
+        lines += [f"- {path}: pids {', '.join(map(str, pids))}" for path, pids in sorted(copies.items())]
+    elif copies:
+        lines.append(f"libstdc++ mapped: {next(iter(copies))}")
+    zombies = [p for p in plist if p.get("state_letter") == "Z"]
+    if zombies:
+        lines.append("Exited but not reaped by their parent (zombies): "
+                     + ", ".join(_describe(p, p["pid"]) for p in zombies))
+    denied = [p["pid"] for p in plist if p.get("errors") and any(v == "AccessDenied" for v in p["errors"].values())]
+    if denied:
+        lines.append(f"Some details of pids {', '.join(map(str, denied))} could not be read (another user's "
+                     "processes; run zdoctor as root to see them).")
+    waiting = sorted({pid for lk in procs.get("locks") or [] for pid in lk.get("waiters") or []})
+    if waiting:
+        lines.append(f"Pids {', '.join(map(str, waiting))} sleep in a poll loop like launches waiting on a stale "
+                     "JIT build lock (see the stale-lock finding).")
+    stuck = [p for p in plist if p.get("state_letter") == "D"]
+    if not stuck:
+        return [Finding(id=cid, status="ok", title=f"{len(plist)} training process(es), none stuck in the kernel",
+                        detail="\n".join(lines) or "All of them are running or sleeping interruptibly.",
+                        evidence=ev)]
+    detail = [f"{len(stuck)} process(es) in state D (uninterruptible sleep): they wait inside the kernel, "
+              "for a disk or network file system (NFS, Lustre), the GPU driver or pinned-memory allocation, "
+              "and cannot even be killed until that wait ends. The wait channel names the kernel function "
+              "they wait in.", ""]
+    for p in stuck:
+        detail.append(f"- {_describe(p, p['pid'])}")
+        for m in p.get("libstdcxx") or []:
+            detail.append(f"  libstdc++: {m['path']}{' (deleted on disk)' if m.get('deleted') else ''}")
+        env = p.get("environ") or {}
+        for k in ("LD_LIBRARY_PATH", "LD_PRELOAD"):
+            if env.get(k):
+                detail.append(f"  {k}={show(env[k], 200)}")
+    detail += ["", "Next: as root, `cat /proc/PID/stack` shows the whole kernel stack, and `dmesg` shows "
+               "'task ... blocked for more than 120 seconds' reports for the same processes."]
+    if lines:
+        detail += [""] + lines
+    return [Finding(id=cid, status="warn", title=f"{len(stuck)} training process(es) stuck in uninterruptible "
+                    f"sleep (wchan {', '.join(sorted({p.get('wchan') or '?' for p in stuck}))})",
+                    detail="\n".join(detail), evidence=ev)]
+
+
+def _corrupt_remedy(op: dict[str, Any]) -> Remedy:
+    return Remedy(
+        title=f"Remove op dir {show(op.get('name'), 60)} so the next launch rebuilds it",
+        commands=[f"rm -rf -- {shell_quote(op['dir'])}"], verified=False,
+        requires_root=op.get("dir_writable") is False, undo=[],
+        explanation="Deletes this op's build directory only (sources live in the DeepSpeed package). The next "
+                    "launch that needs the op recreates the directory and builds it from scratch, which takes "
+                    "a minute or more. Not verified in advance: `zdoctor check` afterwards shows the dir gone.")
+
+
+@check("jit.corrupt-ops", title="Damaged JIT-built ops", probes=("jitcache",))
+def check_corrupt_ops(facts: Facts) -> list[Finding]:
+    cid = "jit.corrupt-ops"
+    jit = _facts(facts, "jitcache")
+    if jit is None:
+        return [Finding(id=cid, status="skip", title="Damaged JIT-built ops: not checked",
+                        detail="the jitcache probe gave no facts")]
+    ev = _tables(facts, "jitcache")
+    procs = _facts(facts, "processes")
+    held = {lk["path"] for lk in (procs or {}).get("locks") or [] if lk.get("holders")}
+    ops = jit.get("ops") or []
+    bad = [o for o in ops if o.get("so_path") and (o.get("so_info") or {}).get("kind") not in (None, "elf")]
+    built = [o for o in ops if o.get("so_path")]
+    if not bad:
+        return [Finding(id=cid, status="ok", title=f"{len(built)} JIT-built op(s), none damaged",
+                        detail="Every built .so in the extension cache is a readable ELF file." if built else
+                        f"No op has been built in {jit.get('base')} yet.", evidence=ev)]
+    out: list[Finding] = []
+    used: set[str] = set()
+    for o in bad:
+        info = o.get("so_info") or {}
+        building = o.get("lock_path") in held
+        status = "warn" if building or o.get("in_use") is False else "fail"
+        detail = [f"{show(o['so_path'], 300)}: {info.get('error') or info.get('kind')} ({info.get('size')} bytes)",
+                  "torch loads this file for the op without checking it; loading fails with 'file too short', "
+                  "'invalid ELF header' or a crash. Ninja rebuilds only outputs that are missing, older than "
+                  "their inputs or built by another command, so a damaged file that looks up to date (a full "
+                  "disk, a copied home directory, a killed link) stays damaged."]
+        if building:
+            detail.append("A live build holds this op's lock right now: the file may simply be half-written. "
+                          "Check again when the build is done.")
+        if o.get("in_use") is False:
+            detail.append(f"It lies in the tag dir {o.get('tag')}, which this interpreter's torch does not use.")
+        out.append(Finding(id=f"{cid}.{_slug(_op_key(o), used)}", status=status,
+                           title=f"JIT op {show(o.get('name'), 60)}: built .so is {info.get('kind')}",
+                           detail="\n".join(detail), evidence=ev,
+                           remedies=[] if building else [_corrupt_remedy(o)]))
+    return out
+
+
+def _mm(v: str | None) -> tuple[int, ...]:
+    return version_tuple(v)[:2]
+
+
+@check("jit.foreign-toolchain", title="JIT ops built by a newer compiler", probes=("jitcache", "toolchain"))
+def check_foreign_toolchain(facts: Facts) -> list[Finding]:
+    cid = "jit.foreign-toolchain"
+    jit, tc = _facts(facts, "jitcache"), _facts(facts, "toolchain")
+    if jit is None or tc is None or not (tc.get("jit") or {}).get("path"):
+        return [Finding(id=cid, status="skip", title="JIT ops and this node's compiler: not checked",
+                        detail="the jitcache probe or the JIT compiler (toolchain probe) is missing")]
+    cur = tc["jit"]
+    cur_ver = cur.get("version") if cur.get("family") == "gcc" else None
+    ev = _tables(facts, "jitcache")
+    out: list[Finding] = []
+    notes: list[str] = []
+    used: set[str] = set()
+    for o in jit.get("ops") or []:
+        info = o.get("so_info") or {}
+        if info.get("kind") != "elf" or o.get("in_use") is False:
+            continue
+        same_cmd = bool(o.get("build_compiler_realpath")) and o["build_compiler_realpath"] == cur.get("realpath")
+        built_ver = info.get("compiler_version")
+        if not same_cmd and o.get("build_cxx"):
+            notes.append(f"{show(o['name'], 60)}: build.ninja runs {show(o['build_cxx'], 100)}, not {cur['path']}; "
+                         "torch rewrites build.ninja at the next load and ninja rebuilds because the command "
+                         "changed (the first launch takes longer).")
+            continue
+        if not (built_ver and cur_ver and _mm(built_ver) > _mm(cur_ver)):
+            continue
+        need = info.get("glibcxx_newest")
+        detail = [f"{show(o['so_path'], 300)} was compiled by GCC {built_ver} (its .comment section); this node's "
+                  f"JIT compiler is {cur['path']} (GCC {cur_ver}).",
+                  "The compile command in build.ninja is the same here, so ninja considers the op up to date and "
+                  "never rebuilds it: typical of a home directory or TORCH_EXTENSIONS_DIR shared by nodes with "
+                  "different images."]
+        if need:
+            rel = gcc_release_for(need)
+            detail.append(f"It needs libstdc++ version {need}" + (f" (GCC {rel} or newer)" if rel else "")
+                          + "; an older libstdc++.so.6 loaded at run time fails with "
+                            f"\"version `{need}' not found\".")
+        out.append(Finding(id=f"{cid}.{_slug(_op_key(o), used)}", status="warn",
+                           title=f"JIT op {show(o.get('name'), 60)} was built by GCC {built_ver}, newer than this "
+                                 f"node's GCC {cur_ver}", detail="\n".join(detail), evidence=ev,
+                           remedies=[_corrupt_remedy(o)]))
+    if not out:
+        return [Finding(id=cid, status="ok", title="No JIT op was built by a newer compiler than this node's",
+                        detail="\n".join(notes) or f"JIT compiler: {cur['path']}" + (f" (GCC {cur_ver})"
+                                                                                        if cur_ver else ""),
+                        evidence=ev)]
+    return out
+
+
+# -- predicates ------------------------------------------------------------------------------------
+
+@predicate("stale_jit_lock", doc="a JIT build lock that this interpreter's launches wait on has no live owner",
+           probes=("jitcache", "processes"))
+def stale_jit_lock(facts: Facts) -> bool:
+    procs = _facts(facts, "processes")
+    return any(lk.get("stale") and lk.get("in_use") is not False for lk in (procs or {}).get("locks") or [])
+
+
+@predicate("jit_op_corrupt", doc="a JIT-built op .so is truncated, corrupt or not an ELF file",
+           probes=("jitcache",))
+def jit_op_corrupt(facts: Facts) -> bool:
+    jit = _facts(facts, "jitcache")
+    return any(o.get("so_path") and (o.get("so_info") or {}).get("kind") not in (None, "elf")
+               and o.get("in_use") is not False for o in (jit or {}).get("ops") or [])
+
+
+@predicate("training_process_stuck", doc="a training process is in uninterruptible sleep (state D)",
+           probes=("processes",))
+def training_process_stuck(facts: Facts) -> bool:
+    procs = _facts(facts, "processes")
+    return any(p.get("state_letter") == "D" for p in (procs or {}).get("processes") or [])

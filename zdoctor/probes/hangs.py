@@ -1,0 +1,253 @@
+"""Probes ``jitcache`` and ``processes``: what can make a launch wait forever before training starts.
+
+``jitcache`` facts (plain JSON):
+
+- ``base``, ``source``: the extension root torch uses for the training environment and what chose it
+  (``TORCH_EXTENSIONS_DIR`` | ``XDG_CACHE_HOME`` | ``HOME``); ``env``: those variables as set.
+- ``roots``: [{path, exists, tag, mount: {point, fstype, source} | None, network}], the dirs holding op dirs.
+- ``python_version`` ("3.11.7" | None), ``abiflags``, ``expected_tag`` ("py311_cu121" | None when torch
+  did not import): the tag dir this interpreter's torch would use.
+- ``ops``: [JitOp.to_dict()]: name, dir, tag, root, so_path, so_files, lock_path, lock_age_s, lock_ino,
+  lock_uid, lock_owner, lock_regular, lock_kind, dir_writable, build_cxx, build_compiler, build_compiler_path,
+  build_compiler_realpath, so_info {kind, error, size, soname, needed, glibcxx_newest, cxxabi_newest,
+  compilers, compiler_version}, python_tag_mismatch, in_use, errors.
+- ``truncated``: more op dirs than were read; ``locks``: lock paths; ``corrupt``: op dirs whose .so is bad.
+- ``deepspeed``: {installed, location, prebuilt_ops (paths of .so files shipped in the package)}.
+
+``processes`` facts:
+
+- ``processes``: [ProcInfo.to_dict()]: pid, ppid, name, cmdline, username, state, state_letter, wchan,
+  elapsed_s, cpu_s, cpu_delta_s, children, open_files, open_files_truncated, cwd, libstdcxx, libgcc_s
+  ([{path, dev, inode, deleted}]), environ (LD_LIBRARY_PATH, LD_PRELOAD, TORCH_EXTENSIONS_DIR,
+  XDG_CACHE_HOME, HOME, CXX; None when unreadable), matched, errors {field: why}.
+- ``sample_s``: seconds over which ``cpu_delta_s`` was measured; ``self_pid``: zdoctor's pid (left out).
+- ``locks``: one per JIT lock: {path, op, dir, tag, in_use, age_s, network, holders [pids with the lock
+  itself open: the FileBaton owner], builders [ninja/compiler pids working in the op dir], orphans
+  (the builders, when the lock has no owner), others [other pids with their cwd or a file in the op
+  dir], uncertain [pids whose open files could not be read], waiters [pids that look like
+  FileBaton.wait], present (still there, same inode, after the process scan), stale (present and no
+  owner)}.
+- ``jitcache``: the status of the jitcache probe it read.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from ..forensics import jitcache as jc
+from ..forensics import processes as pr
+from ..model import Evidence
+from ..registry import probe
+from .pyenv import TARGET_TIMEOUT
+
+#: Seconds between the two CPU-time readings of each training process.
+CPU_SAMPLE_S = 0.5
+_SOABI_FLAGS = re.compile(r"^cpython-\d+([a-z]*)-")
+
+
+def show(text: Any, limit: int = 80) -> str:
+    """A cell-safe rendering: control and undecodable characters escaped, long text cut in the middle."""
+    s = "" if text is None else str(text)
+    if not s.isprintable():
+        s = "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
+    if len(s) > limit:
+        s = s[: limit // 2 - 1] + "…" + s[-(limit // 2):]
+    return s
+
+
+def duration(seconds: float | None) -> str:
+    """``3725`` -> ``"1h02m"``; ``"?"`` when unknown."""
+    if seconds is None:
+        return "?"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def interpreter_facts(pyenv: dict[str, Any] | None) -> dict[str, Any]:
+    """From the pyenv facts: python version, abiflags, torch's cuda/hip, and deepspeed's location."""
+    pyenv = pyenv or {}
+    python = pyenv.get("python") or {}
+    vi = python.get("version_info")
+    version = None
+    if isinstance(vi, list | tuple) and len(vi) >= 2 and all(isinstance(x, int) for x in vi[:3]):
+        version = ".".join(str(x) for x in vi[:3])
+    elif isinstance(python.get("version"), str):
+        version = python["version"].split()[0] if python["version"].split() else None
+    soabi = ((python.get("sysconfig") or {}).get("SOABI") or "") if isinstance(python.get("sysconfig"), dict) \
+        else ""
+    m = _SOABI_FLAGS.match(soabi if isinstance(soabi, str) else "")
+    torch = pyenv.get("torch") or {}
+    imported = isinstance(torch, dict) and (torch.get("import") or {}).get("state") == "ok"
+    ds = pyenv.get("deepspeed") or {}
+    return {
+        "python_version": version,
+        "abiflags": m.group(1) if m else "",
+        "torch_known": bool(imported),
+        "cuda": torch.get("cuda") if imported and isinstance(torch.get("cuda"), str) else None,
+        "hip": torch.get("hip") if imported and isinstance(torch.get("hip"), str) else None,
+        "deepspeed": ds if isinstance(ds, dict) else {},
+    }
+
+
+def ops_table(ops: list[jc.JitOp]) -> Evidence:
+    """name | tag | built .so | compiler | lock, stale-looking and broken rows highlighted."""
+    rows, hl = [], []
+    for i, op in enumerate(ops):
+        if op.so_path:
+            info = op.so_info or {}
+            built = os.path.basename(op.so_path)
+            built += f" ({info.get('size', 0)} B)" if info.get("kind") == "elf" else f" [{info.get('kind')}]"
+        else:
+            built = "not built"
+        comp = op.build_cxx or "-"
+        ver = (op.so_info or {}).get("compiler_version")
+        if ver:
+            comp += f" [.so: {ver}]"
+        lock = f"lock, {duration(op.lock_age_s)} old" if op.lock_path else "-"
+        tag = op.tag or "-"
+        if op.in_use is False:
+            tag += " (other interpreter)"
+        if op.lock_path or op.corrupt:
+            hl.append(i)
+        rows.append([show(op.name, 40), tag, show(built, 60), show(comp, 60), lock])
+    return Evidence.of_table("JIT-built ops", ["op", "tag", "built .so", "compiler", "lock"], rows, hl)
+
+
+def collect_jitcache(env: dict[str, str], pyenv: dict[str, Any] | None) -> tuple[dict[str, Any], list[Evidence]]:
+    """The jitcache facts for training environment ``env`` (and the pyenv facts, when there are any)."""
+    it = interpreter_facts(pyenv)
+    base, source = jc.cache_base(env)
+    expected = jc.expected_tag(it["python_version"], it["abiflags"], it["cuda"], it["hip"], it["torch_known"])
+    roots = []
+    for root in jc.extension_roots(env):
+        mount = jc.mount_of(root) if os.path.isdir(root) else None
+        leaf = os.path.basename(root.rstrip("/"))
+        roots.append({"path": root, "exists": os.path.isdir(root),
+                      "tag": leaf if source != "TORCH_EXTENSIONS_DIR" and jc.TAG_RE.match(leaf) else None,
+                      "mount": mount, "network": jc.is_network_fs((mount or {}).get("fstype"))})
+    ops = jc.scan_jit_cache(env, it["python_version"], expected=expected)
+    ds = it["deepspeed"]
+    loc = ds.get("location") if isinstance(ds.get("location"), str) else None
+    facts: dict[str, Any] = {
+        "env": {k: env[k] for k in ("TORCH_EXTENSIONS_DIR", "XDG_CACHE_HOME", "HOME") if k in env},
+        "base": base,
+        "source": source,
+        "roots": roots,
+        "python_version": it["python_version"],
+        "abiflags": it["abiflags"],
+        "expected_tag": expected,
+        "ops": [op.to_dict() for op in ops],
+        "truncated": len(ops) >= jc.MAX_OPS,
+        "locks": [op.lock_path for op in ops if op.lock_path],
+        "corrupt": [op.dir for op in ops if op.corrupt],
+        "deepspeed": {"installed": ds.get("installed"), "location": loc, "prebuilt_ops": jc.prebuilt_ops(loc)},
+    }
+    where = "\n".join(f"{r['path']}: {'present' if r['exists'] else 'absent'}"
+                      + (f" ({r['mount']['fstype']} at {r['mount']['point']})" if r.get("mount") else "")
+                      for r in roots)
+    note = Evidence.note("where torch builds JIT ops",
+                         f"extension root: {base} (from {source})\n{where}"
+                         + (f"\nthis interpreter's tag: {expected}" if expected else ""))
+    note.paths = [r["path"] for r in roots]
+    return facts, [ops_table(ops), note]
+
+
+@probe("jitcache", title="JIT-built DeepSpeed ops", timeout=TARGET_TIMEOUT + 60, needs=("pyenv",))
+def jitcache_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
+    """torch's extension cache for the training environment: op dirs, built .so files, locks."""
+    env = dict(getattr(host, "env", None) or os.environ)
+    pyenv = None
+    try:
+        res = host.result("pyenv")
+        pyenv = res.facts if res.status == "ok" else None
+    except Exception:  # noqa: BLE001 - the interpreter's version only refines the facts
+        pyenv = None
+    return collect_jitcache(env, pyenv)
+
+
+def processes_table(procs: list[pr.ProcInfo], stress: set[int]) -> Evidence:
+    """pid | command | state | wchan | elapsed | libstdc++ mapped."""
+    rows, hl = [], []
+    for i, p in enumerate(procs):
+        if p.pid in stress or p.state_letter == "D":
+            hl.append(i)
+        cmd = " ".join(p.cmdline) if p.cmdline else (p.name or "?")
+        state = p.state_letter or "?"
+        if p.state:
+            state += f" ({p.state})"
+        if p.cpu_delta_s is not None:
+            state += f", {p.cpu_delta_s:g}s CPU in sample"
+        libs = ", ".join(m["path"] + (" (deleted)" if m.get("deleted") else "") for m in p.libstdcxx)
+        if not libs:
+            libs = "unreadable" if "maps" in p.errors else "not mapped"
+        rows.append([str(p.pid), show(cmd, 60), state, show(p.wchan or p.errors.get("wchan") or "?", 32),
+                     duration(p.elapsed_s), show(libs, 70)])
+    return Evidence.of_table("training processes", ["pid", "command", "state", "wchan", "elapsed",
+                                                    "libstdc++ mapped"], rows, hl)
+
+
+def lock_report(ops: list[jc.JitOp], procs: list[pr.ProcInfo], roots: list[dict[str, Any]]
+                ) -> list[dict[str, Any]]:
+    """One record per lock: holders, possible holders, likely waiters, and whether it is stale."""
+    network = {r["path"]: bool(r.get("network")) for r in roots}
+    unsure = [p.pid for p in pr.uncertain_for(procs)]
+    out = []
+    for op in ops:
+        if not op.lock_path:
+            continue
+        owners = [p.pid for p in pr.lock_owners(op.lock_path, procs)]
+        near = [p for p in pr.lock_holders(op.lock_path, procs) if p.pid not in owners]
+        builders = [p.pid for p in near if pr.is_build_process(p)]
+        others = [p.pid for p in near if not pr.is_build_process(p)]
+        try:
+            present = os.lstat(op.lock_path).st_ino == op.lock_ino if op.lock_ino is not None else True
+        except OSError:
+            present = False
+        stale = present and not owners
+        waiters = [p.pid for p in pr.likely_waiters(procs, [op.root])] if stale else []
+        out.append({"path": op.lock_path, "op": op.name, "dir": op.dir, "tag": op.tag, "in_use": op.in_use,
+                    "age_s": op.lock_age_s, "network": network.get(op.root, False), "holders": owners,
+                    "orphans": [] if owners else builders, "builders": builders, "others": others,
+                    "uncertain": [] if owners else unsure, "waiters": waiters, "present": present,
+                    "stale": stale})
+    return out
+
+
+def collect_processes(jit: dict[str, Any] | None, sample_s: float = CPU_SAMPLE_S
+                      ) -> tuple[dict[str, Any], list[Evidence]]:
+    """The processes facts; ``jit`` (the jitcache facts) supplies the locks to attribute."""
+    ops = [jc.JitOp.from_dict(d) for d in (jit or {}).get("ops") or []]
+    watch = sorted({op.dir for op in ops if op.lock_path} | {os.path.realpath(op.dir) for op in ops if op.lock_path})
+    procs = pr.training_processes(watch=watch)
+    pr.sample_cpu(procs, sample_s)
+    locks = lock_report(ops, procs, (jit or {}).get("roots") or [])
+    stress = {pid for lk in locks for pid in lk["holders"] + lk["waiters"] + lk["orphans"]}
+    facts = {
+        "processes": [p.to_dict() for p in procs],
+        "sample_s": sample_s if procs else 0.0,
+        "self_pid": os.getpid(),
+        "locks": locks,
+    }
+    return facts, [processes_table(procs, stress)]
+
+
+@probe("processes", title="Running training processes", timeout=TARGET_TIMEOUT + 90, needs=("jitcache",))
+def processes_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
+    """Python/DeepSpeed/torchrun/ninja/compiler processes: state, wait channel, libstdc++, lock holders."""
+    jit = None
+    try:
+        res = host.result("jitcache")
+        jit = res.facts if res.status == "ok" else None
+    except Exception:  # noqa: BLE001 - the processes are worth listing without the locks
+        jit = None
+    facts, evidence = collect_processes(jit)
+    facts["jitcache"] = "ok" if jit is not None else "unavailable"
+    return facts, evidence
