@@ -66,7 +66,7 @@ def base_env(**extra: str) -> dict[str, str]:
 def failing(built):
     env = base_env(LD_LIBRARY_PATH=built.old_dir)
     before = dict(env)
-    lt = trace_command(default_probe_argv(sys.executable, [built.ext]), env, timeout=90)
+    lt = trace_command(default_probe_argv(sys.executable, [], [built.ext]), env, timeout=90)
     assert env == before  # the caller's mapping is untouched
     return lt
 
@@ -83,8 +83,9 @@ def test_old_copy_on_ld_library_path_is_caught_live(built, failing):
     assert "ImportError" in lt.evidence.stderr and "GLIBCXX_3.4.30" in lt.evidence.stderr
     assert "LD_DEBUG" not in os.environ and "LD_DEBUG_OUTPUT" not in os.environ
     steps = parse_probe_output(lt.evidence.stdout)
-    assert steps[-1]["step"] == "load cvwait" and steps[-1]["ok"] is False
-    assert "GLIBCXX_3.4.30" in steps[-1]["error"] and steps[-1]["path"] == built.ext
+    load = next(st for st in steps if st["step"] == "load cvwait")
+    assert load["ok"] is False
+    assert "GLIBCXX_3.4.30" in load["error"] and load["path"] == built.ext
 
 
 def test_strace_saw_the_loader_open_the_stand_in(built, failing):
@@ -96,7 +97,7 @@ def test_strace_saw_the_loader_open_the_stand_in(built, failing):
 
 
 def test_without_the_dir_the_import_works_with_the_cached_copy(built):
-    lt = trace_command(default_probe_argv(sys.executable, [built.ext]), base_env(), timeout=90)
+    lt = trace_command(default_probe_argv(sys.executable, [], [built.ext]), base_env(), timeout=90)
     assert lt.exit_code == 0, lt.evidence.stderr
     ((_, path, label, needed_by),) = lt.libstdcxx
     assert label == "[ld.so.cache]" and needed_by == built.ext
@@ -108,7 +109,7 @@ def test_without_the_dir_the_import_works_with_the_cached_copy(built):
 
 def test_preloaded_copy_is_named_as_the_preload(built):
     stand_in = os.path.join(built.old_dir, "libstdc++.so.6")
-    lt = trace_command(default_probe_argv(sys.executable, [built.ext]), base_env(LD_PRELOAD=stand_in), timeout=90)
+    lt = trace_command(default_probe_argv(sys.executable, [], [built.ext]), base_env(LD_PRELOAD=stand_in), timeout=90)
     assert lt.exit_code == 1
     assert lt.libstdcxx[0][1:3] == (stand_in, "[LD_PRELOAD]")
     assert lt.version_errors[0].provider == stand_in
@@ -133,7 +134,7 @@ def test_hang_is_killed_and_strace_shows_what_it_touched(tmp_path, monkeypatch):
 
 def test_without_strace_on_path_the_trace_still_works(built, tmp_path):
     env = base_env(PATH=str(tmp_path))
-    lt = trace_command(default_probe_argv(sys.executable, [built.ext]), env, timeout=90)
+    lt = trace_command(default_probe_argv(sys.executable, [], [built.ext]), env, timeout=90)
     assert lt.exit_code == 0
     assert not lt.strace_available and not lt.strace_used and lt.last_files == {}
     assert lt.notes == ["strace not installed: hang analysis limited to LD_DEBUG"]
@@ -144,7 +145,7 @@ def test_strace_that_cannot_trace_falls_back(built, tmp_path):
     fake = tmp_path / "strace"
     fake.write_text("#!/bin/sh\necho 'strace: ptrace(PTRACE_TRACEME, ...): Operation not permitted' >&2\nexit 1\n")
     fake.chmod(0o755)
-    lt = trace_command(default_probe_argv(sys.executable, [built.ext]),
+    lt = trace_command(default_probe_argv(sys.executable, [], [built.ext]),
                        base_env(PATH=f"{tmp_path}:{os.environ.get('PATH', '')}"), timeout=90)
     assert lt.exit_code == 0 and lt.strace_available and not lt.strace_used
     (note,) = lt.notes
@@ -179,7 +180,7 @@ def test_hostile_arguments_and_paths_stay_inert(built, tmp_path):
     odd.mkdir()
     ext = odd / os.path.basename(built.ext)
     shutil.copy(built.ext, ext)
-    lt = trace_command(default_probe_argv(sys.executable, [str(ext)]), base_env(), cwd=str(tmp_path), timeout=90)
+    lt = trace_command(default_probe_argv(sys.executable, [], [str(ext)]), base_env(), cwd=str(tmp_path), timeout=90)
     assert lt.exit_code == 0, lt.evidence.stderr
     assert parse_probe_output(lt.evidence.stdout)[-1]["path"] == str(ext)
     echo = trace_command([sys.executable, "-c", "import sys; print(sys.argv[1])", "$(touch pwned4) ; rm -rf x"],
@@ -189,8 +190,8 @@ def test_hostile_arguments_and_paths_stay_inert(built, tmp_path):
 
 
 def test_probe_program_layout_and_output_parsing():
-    argv = default_probe_argv("/opt/py/bin/python", ["/x/op.so", "-rf"])
-    assert argv == ["/opt/py/bin/python", "-c", PROBE_CODE, "/x/op.so", "-rf"]
+    argv = default_probe_argv("/opt/py/bin/python", ["/x/ext.so", "-rf"], ["/y/op.so"])
+    assert argv == ["/opt/py/bin/python", "-c", PROBE_CODE, "ext:/x/ext.so", "ext:-rf", "op:/y/op.so"]
     compile(PROBE_CODE, "<probe>", "exec")
     out = "\n".join([
         "[INFO] something printed by an import",
@@ -207,10 +208,25 @@ def test_probe_program_layout_and_output_parsing():
     assert parse_probe_output("") == []
 
 
+def test_probe_order_and_ops_built_for_another_python(tmp_path):
+    """Extensions load before torch, JIT ops after; an op cached under another Python's tag is skipped."""
+    good = tmp_path / "a.so"
+    good.write_text("not an ELF file")
+    other = tmp_path / "py27_cpu" / "cpu_adam" / "cpu_adam.so"
+    other.parent.mkdir(parents=True)
+    other.write_text("never loaded")
+    proc = subprocess.run(default_probe_argv(sys.executable, [str(good)], [str(other)]), capture_output=True,
+                          text=True, timeout=60)
+    steps = parse_probe_output(proc.stdout)
+    assert [s["step"] for s in steps] == ["load a", "import torch", "import deepspeed", "load cpu_adam"]
+    assert steps[-1]["ok"] is None and "py27" in steps[-1]["skipped"]
+    assert proc.returncode == 1  # a.so is not a library
+
+
 def test_probe_reports_a_broken_extension_and_exits_1(tmp_path):
     bogus = tmp_path / "notanelf.cpython-311-x86_64-linux-gnu.so"
     bogus.write_text("not an ELF file")
-    proc = subprocess.run(default_probe_argv(sys.executable, [str(bogus)]), capture_output=True, text=True,
+    proc = subprocess.run(default_probe_argv(sys.executable, [], [str(bogus)]), capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 1
     (step,) = [s for s in parse_probe_output(proc.stdout) if s["step"].startswith("load")]
@@ -230,3 +246,24 @@ def test_stderr_version_messages_as_users_see_them():
     assert err.provider == "/opt/my env/lib/libstdc++.so.6" and err.version == "GLIBCXX_3.4.32"
     assert err.required_by == "/x/_C.so"
     assert parse_stderr_version_errors("") == []
+
+
+def test_strace_joins_a_stalled_run_and_names_what_it_polls(tmp_path):
+    """A run that stalls past ``strace_after`` gets strace attached: the polled lock file is named."""
+    lock = tmp_path / "op dir" / "lock"
+    lock.parent.mkdir()
+    lock.write_text("")
+    code = ("import os, sys, time\n"
+            "while os.path.exists(sys.argv[1]):\n"
+            "    time.sleep(0.05)\n")
+    lt = trace_command([sys.executable, "-c", code, str(lock)], base_env(), timeout=4, strace_after=1)
+    assert lt.timed_out and lt.strace_used
+    assert any("strace attached" in n for n in lt.notes)
+    touched = [e.path for evs in lt.last_files.values() for e in evs]
+    assert str(lock) in touched
+
+
+def test_a_quick_run_never_pays_for_strace(tmp_path):
+    lt = trace_command([sys.executable, "-c", "pass"], base_env(), timeout=30, strace_after=10)
+    assert lt.exit_code == 0 and not lt.strace_used and lt.last_files == {}
+    assert lt.traces  # LD_DEBUG still saw the loader

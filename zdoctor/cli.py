@@ -31,6 +31,8 @@ def _target_args(sp: argparse.ArgumentParser) -> None:
                          "the JIT-built ops)")
     sp.add_argument("--ext", metavar="PATH", action="append", default=[],
                     help="an extra extension (.so) the training imports before torch (repeatable)")
+    sp.add_argument("--timeout", metavar="S", type=float, default=None,
+                    help="time limit in seconds for the traced command and for each remedy re-run (default 120)")
 
 
 def build_parser() -> Parser:
@@ -89,7 +91,10 @@ def _live_host(args: argparse.Namespace):
     for p in ext:
         if not os.path.exists(p):
             raise UsageError(f"zdoctor: --ext {p}: no such file")
-    return LiveHost(python=_python(args), command=command, ext=ext)
+    timeout = getattr(args, "timeout", None)
+    if timeout is not None and not 0 < timeout <= 3600:
+        raise UsageError("zdoctor: --timeout must be between 0 and 3600 seconds")
+    return LiveHost(python=_python(args), command=command, ext=ext, timeout=timeout)
 
 
 def _open_log(mode: str, argv: Sequence[str], host_info: dict[str, Any], enabled: bool):
@@ -109,8 +114,8 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from .doctor import check, select_playbooks
     from .host import ReplayHost
 
-    if args.replay and (_python(args) or args.run_command or args.ext):
-        raise UsageError("zdoctor check: --replay excludes --python, --command and --ext")
+    if args.replay and (_python(args) or args.run_command or args.ext or args.timeout):
+        raise UsageError("zdoctor check: --replay excludes --python, --command, --ext and --timeout")
     books = select_playbooks(args.playbook)
     host = ReplayHost.load(args.replay) if args.replay else _live_host(args)
     log = _open_log("check", argv, host.info, not args.no_log)
@@ -189,7 +194,8 @@ def cmd_tui(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         ns = argparse.Namespace(python=_python(args), sub_python=None, json=False, replay=None,
                                 playbook=None, no_log=False, verbose=False,
-                                run_command=getattr(args, "run_command", None), ext=getattr(args, "ext", []))
+                                run_command=getattr(args, "run_command", None), ext=getattr(args, "ext", []),
+                                timeout=getattr(args, "timeout", None))
         return cmd_check(ns, argv)
     from .tui import run_tui
 

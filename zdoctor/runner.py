@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from .model import OUTPUT_CAP, Evidence, cap_text
 
@@ -31,13 +31,14 @@ def run(
     stdin: bytes | None = None,
     cap: int = OUTPUT_CAP,
     label: str | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> Evidence:
     """Run ``argv`` and return its :class:`Evidence`; never raises for a failing program.
 
     The child runs in a new session (so its process group can be killed as one on timeout) with
     exactly ``env`` (default: zdoctor's own environment). A missing or non-executable program is
     reported in ``error`` with ``exit_code`` None; a timeout sets ``error`` and keeps the output
-    produced so far.
+    produced so far. ``on_start`` is called with the child's pid once it runs.
     """
     argv = [str(a) for a in argv]
     ev = Evidence(label=label or " ".join(argv[:3]), kind="command", argv=argv, started=time.time())
@@ -64,6 +65,8 @@ def run(
         ev.error = f"{argv[0]}: cannot execute ({exc.strerror or exc})"
         ev.duration_s = time.monotonic() - t0
         return ev
+    if on_start is not None:
+        on_start(proc.pid)
     try:
         out, err = proc.communicate(input=stdin, timeout=timeout)
     except subprocess.TimeoutExpired:

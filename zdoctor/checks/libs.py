@@ -187,14 +187,24 @@ def check_live(facts: Facts) -> list[Finding]:
     else:
         out.append(Finding(id=cid, status="ok", title=f"{what} loads cleanly under the real loader",
                            detail="\n".join(lines), evidence=ev))
-    if live.get("agrees") is False:
+    if agreement(facts) is False:
         out.append(Finding(id="libs.prediction", status="warn",
                            title="The emulation and the real loader disagree on libstdc++",
-                           detail=f"Predicted {live.get('predicted')}; the real run loaded "
+                           detail=f"Predicted {(_facts(facts, 'libs').get('libstdcxx') or {}).get('path')}; "
+                                  "the real run loaded "
                                   f"{', '.join(sorted({x['path'] for x in loaded}))}. Something the emulation "
                                   "does not see decided it (a dlopen in Python code, an import order, a "
                                   "preload); the live trace is the truth.", evidence=ev))
     return out
+
+
+def agreement(facts: Facts) -> bool | None:
+    """Whether the emulation's libstdc++ is the one the real run loaded (None: nothing to compare)."""
+    predicted = (_facts(facts, "libs").get("libstdcxx") or {}).get("realpath")
+    live = {os.path.realpath(x["path"]) for x in _facts(facts, "livetrace").get("libstdcxx") or []}
+    if not predicted or not live:
+        return None
+    return predicted in live
 
 
 @check("libs.inventory", title="Every libstdc++ on the node", probes=("libs",))
@@ -302,9 +312,9 @@ def live_hung(facts: Facts) -> bool:
 
 
 @predicate("prediction_disagrees", doc="the emulation and the real loader picked different libstdc++ copies",
-           probes=("livetrace",))
+           probes=("livetrace", "libs"))
 def disagrees(facts: Facts) -> bool:
-    return _facts(facts, "livetrace").get("agrees") is False
+    return agreement(facts) is False
 
 
 @predicate("fix_verified", doc="a remedy made the failing command succeed when re-run", probes=("libfix",))

@@ -14,7 +14,9 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
 import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -26,7 +28,7 @@ from .lddebug import PidTrace, VersionError, all_version_errors, parse_ld_debug_
 from .strace import FileEvent, last_files, parse_strace, unfinished
 
 LD_DEBUG_CATEGORIES = "libs,files,versions"
-STRACE_TRACE = "trace=openat,open,execve"
+STRACE_TRACE = "trace=openat,open,execve,stat,lstat,newfstatat,statx,access,faccessat,faccessat2"
 STRACE_STRLEN = "512"
 #: Most of the strace log that is read back (its tail: what the processes did last).
 MAX_STRACE_BYTES = 20 * 1024 * 1024
@@ -135,6 +137,53 @@ def _read_tail(path: str, limit: int) -> tuple[str, bool]:
         return "", False
 
 
+class _LateAttach:
+    """Attach strace to a running process tree after a delay, and detach when asked."""
+
+    def __init__(self, strace: str, log: str, delay: float) -> None:
+        self.strace, self.log, self.delay = strace, log, delay
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.timer: threading.Timer | None = None
+        self.attached = False
+        self.lock = threading.Lock()
+
+    def start(self, pid: int) -> None:
+        self.timer = threading.Timer(self.delay, self._attach, args=(pid,))
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _attach(self, pid: int) -> None:
+        import psutil
+
+        try:
+            root = psutil.Process(pid)
+            pids = [pid, *(c.pid for c in root.children(recursive=True))]
+        except psutil.Error:
+            return
+        argv = [self.strace, "-f", "-tt", "-e", STRACE_TRACE, "-o", self.log, "-s", STRACE_STRLEN]
+        for p in pids:
+            argv += ["-p", str(p)]
+        with self.lock:
+            try:
+                self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                             stderr=subprocess.DEVNULL)
+                self.attached = True
+            except OSError:
+                self.proc = None
+
+    def stop(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        with self.lock:
+            if self.proc is not None and self.proc.poll() is None:
+                self.proc.terminate()  # strace detaches from its tracees on SIGTERM
+                try:
+                    self.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+
+
 def trace_command(
     argv: Sequence[str],
     env: Mapping[str, str],
@@ -142,11 +191,15 @@ def trace_command(
     timeout: float = 120,
     cwd: str | None = None,
     use_strace: bool = True,
+    strace_after: float | None = None,
 ) -> LiveTrace:
     """Run ``argv`` once under ``LD_DEBUG`` (and strace when usable) and report what the loader did.
 
     ``env`` is the complete environment of the command (it is copied, never changed). On timeout the
     whole process group is killed; ``last_files`` then shows what each process opened last.
+    With ``strace_after``, the command starts without strace (strace slows a big import by a third)
+    and strace attaches to it, and its children, only once it has run that many seconds: a run that
+    finishes normally costs nothing extra, and one that hangs still names what it was touching.
     """
     argv = [str(a) for a in argv]
     if not argv or not argv[0]:
@@ -171,7 +224,11 @@ def trace_command(
             else:
                 strace_ok = True
         strace_log = os.path.join(tmp, "strace")
-        if strace_ok:
+        attacher = _LateAttach(strace_found[0], strace_log, strace_after) if strace_ok and strace_after else None
+        if attacher is not None:
+            run_env = {**dict(env), **ld_vars}
+            full = list(argv)
+        elif strace_ok:
             loader_vars = {k: v for k, v in env.items() if k.startswith("LD_") and k not in ld_vars}
             loader_vars.update(ld_vars)
             run_env = {k: v for k, v in env.items() if not k.startswith("LD_")}
@@ -182,7 +239,13 @@ def trace_command(
         else:
             run_env = {**dict(env), **ld_vars}
             full = list(argv)
-        ev = run(full, env=run_env, timeout=timeout, cwd=cwd, label=f"live trace: {shlex.join(argv)}"[:200])
+        ev = run(full, env=run_env, timeout=timeout, cwd=cwd, label=f"live trace: {shlex.join(argv)}"[:200],
+                 on_start=attacher.start if attacher is not None else None)
+        if attacher is not None:
+            attacher.stop()
+            if attacher.attached:
+                notes.append(f"still running after {strace_after:g}s: strace attached to follow it")
+            strace_ok = attacher.attached
         timed_out = bool(ev.error and ev.error.startswith("timed out"))
         traces = parse_ld_debug_dir(tmp, "ld")
         if not traces and ev.error is None:
@@ -241,6 +304,17 @@ def step(name, fn, **extra):
         emit(dict(step=name, ok=False, error="%s: %s" % (type(e).__name__, e), **extra))
     else:
         emit(dict(step=name, ok=True, error=None, **extra))
+import re
+def load(path, name):
+    loader = importlib.machinery.ExtensionFileLoader(name, path)
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+ext = [a[4:] for a in sys.argv[1:] if a.startswith("ext:")]
+ops = [a[3:] for a in sys.argv[1:] if a.startswith("op:")]
+for p in ext:
+    n = os.path.basename(p).split(".")[0]
+    step("load " + n, lambda p=p, n=n: load(p, n), path=p, module=n)
 for mod in ("torch", "deepspeed"):
     try:
         present = importlib.util.find_spec(mod) is not None
@@ -250,21 +324,27 @@ for mod in ("torch", "deepspeed"):
         step("import " + mod, lambda m=mod: importlib.import_module(m))
     else:
         emit(dict(step="import " + mod, ok=None, error=None, skipped="not installed"))
-def load(path, name):
-    loader = importlib.machinery.ExtensionFileLoader(name, path)
-    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-for p in sys.argv[1:]:
+mine = "py%d%d" % sys.version_info[:2]
+for p in ops:
     n = os.path.basename(p).split(".")[0]
+    tag = os.path.basename(os.path.dirname(os.path.dirname(p)))
+    m = re.match(r"(py\d+)t?_", tag)
+    if m and m.group(1) != mine:
+        emit(dict(step="load " + n, ok=None, error=None, path=p, module=n,
+                  skipped="built for %s, this is %s" % (m.group(1), mine)))
+        continue
     step("load " + n, lambda p=p, n=n: load(p, n), path=p, module=n)
 sys.exit(1 if failed else 0)
 '''
 
 
-def default_probe_argv(python: str, ext_paths: Sequence[str]) -> list[str]:
-    """``python -c PROBE ext...``: the paths travel as arguments, never inside the program text."""
-    return [python, "-c", PROBE_CODE, *[str(p) for p in ext_paths]]
+def default_probe_argv(python: str, ext_paths: Sequence[str], op_paths: Sequence[str] = ()) -> list[str]:
+    """``python -c PROBE ext:PATH... op:PATH...``: the paths travel as arguments, never in the program.
+
+    ``ext_paths`` load first (extensions the training imports before torch), then torch and deepspeed,
+    then each JIT-built op in ``op_paths`` (skipped when its cache tag names another Python).
+    """
+    return [python, "-c", PROBE_CODE, *[f"ext:{p}" for p in ext_paths], *[f"op:{p}" for p in op_paths]]
 
 
 def parse_probe_output(stdout: str) -> list[dict[str, Any]]:

@@ -13,7 +13,10 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-SYSCALLS = ("openat", "open", "execve", "openat2", "creat")
+SYSCALLS = ("openat", "open", "execve", "openat2", "creat", "stat", "lstat", "newfstatat", "statx", "access",
+            "faccessat", "faccessat2")
+#: Calls whose path is the second argument (the first is a directory fd such as AT_FDCWD).
+_AT_CALLS = ("openat", "openat2", "newfstatat", "statx", "faccessat", "faccessat2")
 
 _PREFIX = re.compile(
     r"^(?:\[pid\s+(?P<bpid>\d+)\]\s+|(?P<pid>\d+)\s+)?"
@@ -90,9 +93,9 @@ def decode_c_string(s: str, start: int) -> tuple[str, int, bool] | None:
 def _event(pid: int, ts: str, call: str, args: str, res: str) -> FileEvent | None:
     if call not in SYSCALLS:
         return None
-    # openat/openat2: the path is the second argument; open/creat/execve: the first.
+    # openat/newfstatat/statx/faccessat: the path is the second argument; open/creat/execve/stat: the first.
     pos = 0
-    if call.startswith("openat"):
+    if call in _AT_CALLS:
         comma = args.find(", ")
         if comma < 0:
             return None
@@ -102,7 +105,7 @@ def _event(pid: int, ts: str, call: str, args: str, res: str) -> FileEvent | Non
         return None
     path, end, cut = lit
     flags = ""
-    if call != "execve":
+    if call.startswith(("open", "creat")):
         tail = args[end:].lstrip(", ")
         flags = tail.split(",", 1)[0].strip()
     m = _RESULT.match(res.strip())

@@ -33,13 +33,14 @@ class LiveHost(Host):
     kind = "live"
 
     def __init__(self, python: str | None = None, env: Mapping[str, str] | None = None, *,
-                 command: str | None = None, ext: Sequence[str] = ()) -> None:
+                 command: str | None = None, ext: Sequence[str] = (), timeout: float | None = None) -> None:
         super().__init__()
         self.env: dict[str, str] = dict(os.environ if env is None else env)
         self.python_explicit = python is not None
         self.python = python or "python3"
         self.command = command
         self.ext = list(ext)
+        self.timeout = timeout
         self.info = {
             "kind": self.kind,
             "hostname": socket.gethostname(),
@@ -50,6 +51,7 @@ class LiveHost(Host):
             "python_explicit": self.python_explicit,
             "command": command,
             "ext": list(ext),
+            "timeout": timeout,
         }
 
     def _compute(self, name: str) -> ProbeResult:

@@ -18,6 +18,8 @@ from ..model import Evidence
 from ..registry import probe
 
 LIVE_TIMEOUT = 120.0
+#: The default import probe normally finishes in seconds; strace joins only a run this slow.
+STRACE_AFTER = 15.0
 VERIFY_TIMEOUT = 120.0
 LIBSTDCXX = "libstdc++.so.6"
 
@@ -207,36 +209,54 @@ def _read_preload(path: str) -> list[str]:
         return []
 
 
-def live_argv(host: Any, pyenv: dict[str, Any], jit_good: list[str]) -> tuple[list[str] | None, str]:
+def target_python(host: Any) -> str | None:
+    """The training interpreter without waiting for the pyenv probe: --python, else python3 on PATH."""
+    want = getattr(host, "python", None) or "python3"
+    if "/" in want:
+        return want if os.path.exists(want) else None
+    return shutil.which(want, path=_env(host).get("PATH", ""))
+
+
+def live_argv(host: Any, jit_good: list[str]) -> tuple[list[str] | None, str]:
     """The command to trace: ``--command`` through ``sh -c``, else the default import probe."""
     from ..forensics.live import default_probe_argv
 
     command = getattr(host, "command", None)
     if command:
         return ["/bin/sh", "-c", command], "command"
-    exe = interpreter_of(host, pyenv)
-    torch = (pyenv.get("torch") or {}).get("installed")
-    ext = list(getattr(host, "ext", []) or [])
-    if not exe or not (torch or jit_good or ext):
-        return None, "nothing to load: torch is not installed, and no JIT-built op or --ext was found"
-    return default_probe_argv(exe, ext + jit_good), "default probe"
+    exe = target_python(host)
+    if not exe:
+        return None, "the training interpreter was not found"
+    return default_probe_argv(exe, list(getattr(host, "ext", []) or []), jit_good), "default probe"
 
 
-@probe("livetrace", title="What the real loader does (LD_DEBUG)", timeout=LIVE_TIMEOUT + 30,
-       needs=("pyenv", "jitcache", "libs"))
+def _flat_files(last_files: dict[int, list[Any]]) -> list[str]:
+    out = []
+    for pid in sorted(last_files):
+        for ev in last_files[pid]:
+            out.append(f"pid {pid}: {ev.syscall} {ev.path}")
+    return out
+
+
+@probe("livetrace", title="What the real loader does (LD_DEBUG)", timeout=LIVE_TIMEOUT + 30)
 def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
-    """Run the command under LD_DEBUG=libs,versions (and strace); compare with the static prediction."""
+    """Run the command under LD_DEBUG=libs,files,versions (strace where it helps); record what loaded."""
+    from ..forensics.jitcache import scan_jit_cache
     from ..forensics.live import parse_probe_output, trace_command
 
     env = _env(host)
-    pyenv = _facts(host, "pyenv")
-    jit_good, _ = jit_op_paths(_facts(host, "jitcache"))
-    argv, why = live_argv(host, pyenv, jit_good)
+    # Scanned here rather than read from the jitcache probe, which waits for the interpreter probe:
+    # the trace then runs alongside it instead of after it.
+    ops = [op.to_dict() for op in scan_jit_cache(env)]
+    jit_good, _ = jit_op_paths({"ops": ops})
+    argv, why = live_argv(host, jit_good)
     if argv is None:
         return {"skipped": why}, []
-    lt = trace_command(argv, env, timeout=LIVE_TIMEOUT)
-    libs = _facts(host, "libs")
-    predicted = (libs.get("libstdcxx") or {}).get("realpath")
+    timeout = float(getattr(host, "timeout", None) or LIVE_TIMEOUT)
+    # The user's command is traced from its start; the default probe gets strace only if it stalls.
+    lt = trace_command(argv, env, timeout=timeout,
+                       strace_after=None if why == "command" else min(STRACE_AFTER, timeout / 2))
+    steps = parse_probe_output(lt.evidence.stdout) if why == "default probe" else []
     loaded = [{"pid": pid, "path": path, "via": via, "needed_by": nb} for pid, path, via, nb in lt.libstdcxx]
     errors = [{"provider": e.provider, "version": e.version, "required_by": e.required_by,
                "message": f"{e.provider}: version `{e.version}' not found (required by {e.required_by})"}
@@ -247,25 +267,22 @@ def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
                                            "required_by": e.required_by, "message": e.message}
         if (d["provider"], d["version"], d["required_by"]) not in seen:
             errors.append(d)
-    live_real = {os.path.realpath(x["path"]) for x in loaded}
-    agrees = None
-    if predicted and live_real:
-        agrees = predicted in live_real
     facts = {
         "argv": list(argv),
         "source": why,
         "command": getattr(host, "command", None),
+        "timeout": timeout,
         "exit_code": lt.exit_code,
         "timed_out": lt.timed_out,
         "ok": lt.exit_code == 0 and not lt.timed_out,
         "libstdcxx": loaded,
         "version_errors": errors,
-        "last_files": lt.last_files,
+        "last_files": _flat_files(lt.last_files),
+        "pending_calls": [f"pid {e.pid}: {e.syscall} {e.path}" for e in lt.pending_calls],
         "notes": list(lt.notes),
         "strace_available": lt.strace_available,
-        "steps": parse_probe_output(lt.evidence.stdout) if why == "default probe" else [],
-        "predicted": predicted,
-        "agrees": agrees,
+        "strace_used": lt.strace_used,
+        "steps": steps,
         "stderr_tail": (lt.evidence.stderr or "")[-2000:],
     }
     return facts, [lt.evidence]
@@ -285,11 +302,12 @@ def libfix_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
         return {"skipped": "no static audit"}, []
     plans = propose(libs, live, env)
     argv = live.get("argv")
+    timeout = float(getattr(host, "timeout", None) or VERIFY_TIMEOUT)
     evidence: list[Evidence] = []
     to_verify = [p for p in plans if p.verifiable] if argv else []
     if to_verify:
         with ThreadPoolExecutor(max_workers=min(3, len(to_verify))) as pool:
-            evidence = list(pool.map(lambda p: verify(p, argv, env, timeout=VERIFY_TIMEOUT), to_verify))
+            evidence = list(pool.map(lambda p: verify(p, argv, env, timeout=timeout), to_verify))
     for p in plans:
         if p.verifiable and not argv:
             p.verification = "no command to re-run (nothing to load)."
