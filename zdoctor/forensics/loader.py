@@ -9,7 +9,8 @@ and follows glibc's rules (``elf/dl-load.c``, ``dl-deps.c``, ``dl-open.c``, ``dl
   ``DT_RUNPATH``), ``LD_LIBRARY_PATH``, the loader's own ``DT_RUNPATH``, the ld.so cache, the system
   directories; each directory is tried with its glibc-hwcaps (and, before glibc 2.37, legacy)
   subdirectories first;
-- a file of the wrong ELF class or machine is skipped; any other unusable file ends the search;
+- a file of the wrong ELF class or machine is skipped; any other unusable file ends the search (a file
+  whose header passes but whose metadata cannot be read is reported with the reader's error);
 - dependencies load breadth-first; ``dlopen`` gives the new object no ``l_loader``;
 - version needs are checked against the *loaded* provider by exact name.
 
@@ -425,7 +426,7 @@ class VersionFailure:
 class LoadResult:
     """The outcome of :meth:`Process.start` or :meth:`Process.dlopen`."""
 
-    new_objects: list[LoadedObject] = field(default_factory=list)
+    new_objects: list[LoadedObject] = field(default_factory=list)  # mapped here (rolled back on failure)
     failures: list[VersionFailure] = field(default_factory=list)  # what ld.so reports
     all_failures: list[VersionFailure] = field(default_factory=list)  # every non-weak miss
     error: str | None = None  # dlerror()-style text of the fatal error
@@ -776,6 +777,7 @@ class Process:
                 res.path = path
                 return self._new_object(path, probe.info, name, loader, kind, res), res
             res.via = None
+            res.tried.append(Candidate(path, _reason(probe), "direct path"))
             if probe.status in ("missing", "stop", "denied", "other-machine"):
                 raise self._fail(_LoadError(name, NOT_FOUND, probe.errnum or errno.ENOENT), res)
             if probe.status == "other-class":
