@@ -224,7 +224,7 @@ def check_inventory(facts: Facts) -> list[Finding]:
     return [Finding(id="libs.inventory", status="ok", title=title, detail=detail, evidence=ev)]
 
 
-@check("libs.interpreter-rpath", title="The interpreter's DT_RPATH", probes=("libs",))
+@check("libs.interpreter-rpath", title="The interpreter's DT_RPATH", probes=("libs", "livetrace"))
 def check_interpreter_rpath(facts: Facts) -> list[Finding]:
     cid = "libs.interpreter-rpath"
     libs = _facts(facts, "libs")
@@ -232,7 +232,8 @@ def check_interpreter_rpath(facts: Facts) -> list[Finding]:
     if not libs or not interp.get("rpath"):
         return [Finding(id=cid, status="ok", title="The interpreter carries no DT_RPATH" if libs else
                         "Interpreter RPATH: not checked")]
-    needs = libs.get("needs") or []
+    needs = sorted({*(libs.get("needs") or []),
+                    *(e["version"] for e in _facts(facts, "livetrace").get("version_errors") or [])})
     old = []
     for d in interp.get("rpath_dirs") or []:
         cand = os.path.join(d, LIBSTDCXX)
