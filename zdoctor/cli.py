@@ -33,6 +33,20 @@ def _target_args(sp: argparse.ArgumentParser) -> None:
                     help="an extra extension (.so) the training imports before torch (repeatable)")
     sp.add_argument("--timeout", metavar="S", type=float, default=None,
                     help="time limit in seconds for the traced command and for each remedy re-run (default 120)")
+    off = sp.add_argument_group("offload capacity and storage")
+    off.add_argument("--ds-config", metavar="FILE", help="the job's DeepSpeed config (JSON/HJSON) to lint and plan")
+    off.add_argument("--offload-path", metavar="DIR", help="where NVMe offload would write (default: the config's "
+                     "nvme_path)")
+    off.add_argument("--model-params", metavar="N", help="total model parameters (e.g. 2851M, 7e9, 70B)")
+    off.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json to estimate parameters from")
+    off.add_argument("--nodes", metavar="N", type=int, default=None, help="nodes in the job (default 1)")
+    off.add_argument("--gpus-per-node", metavar="N", type=int, default=None,
+                     help="GPUs per node (default: the GPUs this node has, else 1)")
+    off.add_argument("--log", metavar="FILE", dest="train_log", help="a training log with wall_clock_breakdown lines")
+    off.add_argument("--io-size", metavar="SIZE", default=None,
+                     help="size of the O_DIRECT throughput test on the offload path (default 1G at most; 0 skips)")
+    off.add_argument("--gpu-sample", metavar="S", type=float, default=None,
+                     help="sample GPU utilisation for S seconds (default: no sampling)")
 
 
 def build_parser() -> Parser:
@@ -80,6 +94,11 @@ def _python(args: argparse.Namespace) -> str | None:
     return getattr(args, "sub_python", None) or args.python
 
 
+#: Options that describe the job for the offload, storage and GPU probes (``host.options``).
+OPTION_KEYS = ("ds_config", "offload_path", "model_params", "model_config", "nodes", "gpus_per_node", "train_log",
+               "io_size", "gpu_sample")
+
+
 def _live_host(args: argparse.Namespace):
     """The live host for the training the arguments describe."""
     from .host import LiveHost
@@ -94,7 +113,15 @@ def _live_host(args: argparse.Namespace):
     timeout = getattr(args, "timeout", None)
     if timeout is not None and not 0 < timeout <= 3600:
         raise UsageError("zdoctor: --timeout must be between 0 and 3600 seconds")
-    return LiveHost(python=_python(args), command=command, ext=ext, timeout=timeout)
+    options = {k: getattr(args, k, None) for k in OPTION_KEYS}
+    for key in ("nodes", "gpus_per_node"):
+        if options[key] is not None and options[key] < 1:
+            raise UsageError(f"zdoctor: --{key.replace('_', '-')} must be at least 1")
+    for key in ("ds_config", "model_config", "train_log"):
+        if options[key] is not None:
+            options[key] = os.path.abspath(options[key])
+    return LiveHost(python=_python(args), command=command, ext=ext, timeout=timeout,
+                    options={k: v for k, v in options.items() if v is not None})
 
 
 def _open_log(mode: str, argv: Sequence[str], host_info: dict[str, Any], enabled: bool):
@@ -114,8 +141,9 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from .doctor import check, select_playbooks
     from .host import ReplayHost
 
-    if args.replay and (_python(args) or args.run_command or args.ext or args.timeout):
-        raise UsageError("zdoctor check: --replay excludes --python, --command, --ext and --timeout")
+    if args.replay and (_python(args) or args.run_command or args.ext or args.timeout
+                        or any(getattr(args, k, None) is not None for k in OPTION_KEYS)):
+        raise UsageError("zdoctor check: --replay replays a recorded node; it takes no options describing a job")
     books = select_playbooks(args.playbook)
     host = ReplayHost.load(args.replay) if args.replay else _live_host(args)
     log = _open_log("check", argv, host.info, not args.no_log)
@@ -195,7 +223,8 @@ def cmd_tui(args: argparse.Namespace, argv: Sequence[str]) -> int:
         ns = argparse.Namespace(python=_python(args), sub_python=None, json=False, replay=None,
                                 playbook=None, no_log=False, verbose=False,
                                 run_command=getattr(args, "run_command", None), ext=getattr(args, "ext", []),
-                                timeout=getattr(args, "timeout", None))
+                                timeout=getattr(args, "timeout", None),
+                                **{k: getattr(args, k, None) for k in OPTION_KEYS})
         return cmd_check(ns, argv)
     from .tui import run_tui
 

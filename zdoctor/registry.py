@@ -83,6 +83,12 @@ VOCABULARY_MODULES = (
     "zdoctor.probes.libs",
     "zdoctor.checks.hangs",
     "zdoctor.checks.libs",
+    "zdoctor.probes.offload",
+    "zdoctor.checks.offload",
+    "zdoctor.probes.storage",
+    "zdoctor.checks.storage",
+    "zdoctor.probes.gpu",
+    "zdoctor.checks.gpu",
 )
 
 

@@ -33,7 +33,8 @@ class LiveHost(Host):
     kind = "live"
 
     def __init__(self, python: str | None = None, env: Mapping[str, str] | None = None, *,
-                 command: str | None = None, ext: Sequence[str] = (), timeout: float | None = None) -> None:
+                 command: str | None = None, ext: Sequence[str] = (), timeout: float | None = None,
+                 options: Mapping[str, object] | None = None) -> None:
         super().__init__()
         self.env: dict[str, str] = dict(os.environ if env is None else env)
         self.python_explicit = python is not None
@@ -41,6 +42,9 @@ class LiveHost(Host):
         self.command = command
         self.ext = list(ext)
         self.timeout = timeout
+        #: The job's description for offload/storage/GPU probes: ds_config, offload_path, model_params,
+        #: model_config, nodes, gpus_per_node, train_log, io_size, gpu_sample (absent when not given).
+        self.options: dict[str, object] = dict(options or {})
         self.info = {
             "kind": self.kind,
             "hostname": socket.gethostname(),
@@ -52,6 +56,7 @@ class LiveHost(Host):
             "command": command,
             "ext": list(ext),
             "timeout": timeout,
+            "options": dict(options or {}),
         }
 
     def _compute(self, name: str) -> ProbeResult:

@@ -1,0 +1,1 @@
+"""Registered vocabulary: filled in by its feature (empty until then)."""
