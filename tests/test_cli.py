@@ -104,8 +104,9 @@ def test_check_replay_missing_and_unreadable(cli, tmp_path):
 
 
 def test_check_replay_and_python_exclude_each_other(cli, tmp_path):
-    proc = cli(["check", "--replay", "x.json", "--python", "python3"])
-    assert proc.returncode == 2 and "exclude" in one_line_error(proc)
+    for extra in (["--python", "python3"], ["--command", "true"], ["--ds-config", "x.json"], ["--nodes", "2"]):
+        proc = cli(["check", "--replay", "x.json", *extra])
+        assert proc.returncode == 2 and "exclude" in one_line_error(proc)
 
 
 def test_check_unknown_playbook(cli, state_home):

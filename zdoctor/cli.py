@@ -143,7 +143,8 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     if args.replay and (_python(args) or args.run_command or args.ext or args.timeout
                         or any(getattr(args, k, None) is not None for k in OPTION_KEYS)):
-        raise UsageError("zdoctor check: --replay replays a recorded node; it takes no options describing a job")
+        raise UsageError("zdoctor check: --replay excludes --python and the options describing a job "
+                         "(a snapshot is replayed as it was recorded)")
     books = select_playbooks(args.playbook)
     host = ReplayHost.load(args.replay) if args.replay else _live_host(args)
     log = _open_log("check", argv, host.info, not args.no_log)
