@@ -129,7 +129,9 @@ def test_snapshot_then_replay_gives_the_same_findings(cli, tmp_path):
     assert replay["findings"] == again["findings"]
 
     def key(doc):
-        return [(f["id"], f["status"], f["title"], f["detail"], f["remedies"]) for f in doc["findings"]]
+        # The processes running on the machine change between two runs; everything else must not.
+        return [(f["id"], f["status"], f["title"], f["detail"], f["remedies"]) for f in doc["findings"]
+                if not f["id"].startswith("hangs.processes")]
 
     assert key(replay) == key(live)
     assert [p["path"] for p in replay["playbooks"]] == [p["path"] for p in live["playbooks"]]

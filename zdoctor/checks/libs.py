@@ -165,9 +165,11 @@ def check_live(facts: Facts) -> list[Finding]:
     notes = list(live.get("notes") or [])
     loaded = live.get("libstdcxx") or []
     lines = [f"Ran: {what}"]
+    pids = sorted({x["pid"] for x in loaded})
     for x in loaded[:4]:
-        lines.append(f"pid {x['pid']} loaded {x['path']} {x['via']}" + (f" (needed by {x['needed_by']})"
-                                                                       if x.get("needed_by") else ""))
+        who = "it" if len(pids) < 2 else f"process {pids.index(x['pid']) + 1}"
+        lines.append(f"{who} loaded {x['path']} {x['via']}" + (f" (needed by {x['needed_by']})"
+                                                               if x.get("needed_by") else ""))
     lines += notes
     out: list[Finding] = []
     if live.get("timed_out"):
