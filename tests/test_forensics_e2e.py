@@ -274,3 +274,27 @@ def test_bad_arguments_are_one_line_errors(tmp_path):
     for args in (["--ext", str(tmp_path / "nope.so")], ["--command", "  "], ["--timeout", "0"]):
         proc = run_cli(["check", *args])
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_the_live_run_wins_when_the_emulation_cannot_see_a_dlopen(kit):
+    """Python code ctypes-loads the old copy before the import: only the live trace can know."""
+    code = (f"import ctypes, sys; ctypes.CDLL({str(kit['old'] / 'libstdc++.so.6')!r}); "
+            f"sys.path.insert(0, {str(kit['exts'])!r}); import needsnew")
+    cmd = shlex.join([PY, "-c", code])
+    rc, doc = check(["--python", PY, "--ext", str(kit["needsnew"]), "--command", cmd], env_with())
+    assert rc == 1
+    (warn,) = findings(doc, "libs.prediction", "warn")
+    assert str(system_libstdcxx().parent) in warn["detail"] or "libstdc++.so.6" in warn["detail"]
+    assert str(kit["old"]) in warn["detail"]
+    (f,) = findings(doc, "libs.glibcxx", "fail")
+    assert "Seen by the real loader" in f["detail"] and str(kit["old"]) in f["title"]
+
+
+def test_fourth_toolchain_layer_reads_each_extension_compiler(kit):
+    rc, doc = check(["--ext", str(kit["needsnew"]), "--playbook", "zero3-launch"], env_with())
+    (f,) = findings(doc, "libs.ext-compilers")
+    rows = f["evidence"][0]["table"]["rows"]
+    ext_row = next(r for r in rows if r[0] == "extension needsnew.so")
+    gcc = subprocess.run(["g++", "-dumpfullversion"], capture_output=True, text=True).stdout.strip()
+    assert ext_row[2] == f"GCC {gcc}" and "GLIBCXX_3.4.30" in ext_row[3]
+    assert any(r[0].startswith("JIT ops") for r in rows)  # the other layers sit in the same table

@@ -254,15 +254,74 @@ def check_interpreter_rpath(facts: Facts) -> list[Finding]:
                             "shares it, whatever its own RUNPATH says."))]
 
 
+def _gcc_of(comment: str) -> str | None:
+    """``GCC: (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0`` -> ``11.4.0``."""
+    if not comment.startswith("GCC:"):
+        return None
+    last = comment.split()[-1]
+    return last if last[:1].isdigit() else None
+
+
+@check("libs.ext-compilers", title="The compiler that built each extension, beside the toolchain layers",
+       probes=("libs", "toolchain"))
+def check_ext_compilers(facts: Facts) -> list[Finding]:
+    """The fourth toolchain layer, from each extension's .comment, in one table with the other three."""
+    cid = "libs.ext-compilers"
+    libs = _facts(facts, "libs")
+    if not libs or not libs.get("targets"):
+        return [Finding(id=cid, status="skip", title="Extension compilers: no extension to read")]
+    tool = facts.get("toolchain")
+    rows: list[list[str]] = []
+    if tool is not None and tool.status == "ok":
+        for ev in tool.evidence:
+            if ev.kind == "table" and ev.table is not None and len(ev.table.columns) == 4:
+                rows += [list(r) for r in ev.table.rows]
+    winner = libs.get("libstdcxx") or {}
+    have = winner.get("glibcxx_max")
+    hl: list[int] = []
+    newer: list[str] = []
+    for t in libs["targets"]:
+        comps = [c for c in t.get("compilers") or [] if c.startswith("GCC:")]
+        gcc = next((g for g in map(_gcc_of, comps) if g), None)
+        needs = [n for n in t.get("needs") or [] if n.startswith("GLIBCXX_")]
+        if needs and have and any(n not in (winner.get("versions") or []) for n in needs):
+            hl.append(len(rows))
+            newer.append(t["target"]["name"])
+        rows.append([f"extension {t['target']['name']}", t["target"]["path"],
+                     f"GCC {gcc}" if gcc else (comps[0] if comps else "unknown (no .comment)"),
+                     ".comment" + (f"; needs up to {needs[-1]}" if needs else "")])
+    ev = [Evidence.of_table("the four toolchain layers", ["layer", "compiler", "version", "source"], rows, hl)]
+    lines = ["The version nodes an extension needs were fixed by the compiler that built it (its .comment "
+             "names it); the libstdc++ loaded at run time must be at least as new."]
+    tf = tool.facts if tool is not None and tool.status == "ok" else {}
+    if tf.get("devtoolset_on_path"):
+        lines.append("A devtoolset / gcc-toolset is on PATH: it links newer C++ pieces statically into what it "
+                     "builds and still loads the system libstdc++.so.6 at run time; it never satisfies a "
+                     "runtime GLIBCXX need.")
+    if newer:
+        return [Finding(id=cid, status="warn",
+                        title=f"Built by a newer GCC than the loaded libstdc++ ({have}) serves: {', '.join(newer)}",
+                        detail="\n".join(lines), evidence=ev)]
+    return [Finding(id=cid, status="ok", title=f"{len(libs['targets'])} extension(s): compilers read from .comment",
+                    detail="\n".join(lines), evidence=ev)]
+
+
 @check("libs.broken-files", title="Unreadable or corrupt extension files", probes=("libs",))
 def check_broken(facts: Facts) -> list[Finding]:
     libs = _facts(facts, "libs")
     errs = [t for t in libs.get("targets") or [] if t.get("error")]
     if not errs:
         return []
-    return [Finding(id="libs.broken-files", status="fail", title=f"{t['target']['name']}: {t['error']}",
-                    detail="ld.so refuses a file that is not a valid ELF shared library; importing it fails.")
-            for t in errs]
+    out = []
+    for i, t in enumerate(errs):
+        detail = ("ld.so refuses a file that is not a valid ELF shared library; importing it fails."
+                  if t.get("kind_error") != "not-found" else
+                  "A library it needs was found nowhere on its search path.")
+        if t.get("tried"):
+            detail += "\nPaths considered, in order:\n" + "\n".join(f"  {p}" for p in t["tried"][:40])
+        out.append(Finding(id="libs.broken-files" + (f".{i + 1}" if i else ""), status="fail",
+                           title=f"{t['target']['name']}: {t['error']}", detail=detail))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- predicates

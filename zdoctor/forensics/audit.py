@@ -83,6 +83,8 @@ class TargetReport:
     failures: list[dict[str, Any]] = field(default_factory=list)
     compilers: list[str] = field(default_factory=list)
     new_objects: list[str] = field(default_factory=list)
+    kind_error: str | None = None  # not-found | bad-file | None
+    tried: list[str] = field(default_factory=list)  # when a library was not found: every path considered
 
     @property
     def ok(self) -> bool:
@@ -142,6 +144,7 @@ def static_audit(executable: str, env: Mapping[str, str], targets: list[Target],
         report.compilers = info.compilers() if info.ok else []
         if not info.ok:
             report.error = f"{t.path}: {info.error}"
+            report.kind_error = "bad-file"
             reports.append(report)
             continue
         result = proc.dlopen(t.path)
@@ -149,6 +152,10 @@ def static_audit(executable: str, env: Mapping[str, str], targets: list[Target],
         report.failures = [_failure_dict(f) for f in failures]
         if result.error and not failures:
             report.error = result.error
+            report.kind_error = "not-found" if "cannot open shared object file" in result.error else "bad-file"
+            res = next((r for r in reversed(proc.resolutions) if r.error), None)
+            if res is not None:
+                report.tried = [c.path + (f" ({c.reason})" if c.reason else "") for c in res.tried]
         new = [o for o in proc.loaded if id(o) not in before]
         new_objs = list(result.new_objects or new)
         report.new_objects = [o.name for o in new_objs]
