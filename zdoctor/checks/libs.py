@@ -8,7 +8,7 @@ from typing import Any
 from ..forensics.elf import read_elf
 from ..forensics.remedies import Plan
 from ..forensics.sources import live_source, static_source
-from ..forensics.versions import gcc_release_for, sort_key
+from ..forensics.versions import gcc_release_for, gcc_series, sort_key
 from ..model import Evidence, Finding, Remedy
 from ..registry import Facts, check, predicate
 
@@ -133,7 +133,7 @@ def check_glibcxx(facts: Facts) -> list[Finding]:
         lines = [
             f"Needed: {versions} (by {g['required_by']}){f'; first in GCC {rel} libstdc++' if rel else ''}.",
             f"Loaded copy: {g['provider']} -> {os.path.realpath(g['provider'])}, "
-            + (f"provides up to {have} (GCC {gcc_release_for(have)}'s libstdc++)." if have else
+            + (f"provides up to {have} (the libstdc++ of GCC {gcc_series(have) or '?'})." if have else
                f"unreadable: {g['provider_error']}."),
             f"Why this copy: {g['source']['text']}.",
             ("Seen by the real loader (LD_DEBUG trace of the command)." if g["origin"] == "live"
@@ -221,7 +221,7 @@ def check_inventory(facts: Facts) -> list[Finding]:
     if short and libs.get("needs"):
         title += f"; {len(short)} lack{'s' if len(short) == 1 else ''} a version the training needs"
     detail = "\n".join(f"{c['path']}: up to {c.get('glibcxx_max') or '?'}"
-                       + (f" (GCC {c['gcc_release']})" if c.get("gcc_release") else "")
+                       + (f" (GCC {c.get('gcc_series') or c['gcc_release']})" if c.get("gcc_release") else "")
                        + f"; {', '.join(c['found_as'])}" for c in copies)
     return [Finding(id="libs.inventory", status="ok", title=title, detail=detail, evidence=ev)]
 

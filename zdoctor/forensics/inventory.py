@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .elf import read_elf
-from .versions import gcc_release_for
+from .versions import gcc_release_for, gcc_series
 
 LIBSTDCXX = "libstdc++.so.6"
 TOOLSET_GLOBS = (
@@ -34,7 +34,8 @@ class Copy:
     found_as: list[str] = field(default_factory=list)  # why it is listed: "LD_LIBRARY_PATH entry 1", ...
     glibcxx_max: str | None = None
     cxxabi_max: str | None = None
-    gcc_release: str | None = None
+    gcc_release: str | None = None  # the first GCC release whose libstdc++ has glibcxx_max
+    gcc_series: str | None = None  # the GCC releases whose libstdc++ tops out there ("9.3 to 10.x")
     conda_prefix: str | None = None
     error: str | None = None
     versions: list[str] = field(default_factory=list)
@@ -143,4 +144,5 @@ def describe_copy(path: str) -> Copy:
     copy.glibcxx_max = info.newest("GLIBCXX")
     copy.cxxabi_max = info.newest("CXXABI")
     copy.gcc_release = gcc_release_for(copy.glibcxx_max) if copy.glibcxx_max else None
+    copy.gcc_series = gcc_series(copy.glibcxx_max)
     return copy

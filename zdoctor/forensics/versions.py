@@ -86,3 +86,32 @@ def gcc_release_providing(names: Iterable[str]) -> str | None:
         t = tuple(int(p) for p in rel.split("."))
         best = max(best, t)
     return ".".join(str(p) for p in best) if best else None
+
+
+def gcc_series(newest_glibcxx: str | None) -> str | None:
+    """The GCC releases whose libstdc++ tops out at ``newest_glibcxx``: ``GLIBCXX_3.4.28`` -> ``"9.3 to 10.x"``.
+
+    A copy whose newest node is that one shipped with one of these releases (GCC 12.x defines up to
+    GLIBCXX_3.4.30; 13.1 adds 3.4.31).
+    """
+    if not newest_glibcxx:
+        return None
+    rows = [(rel, g) for rel, g, _ in GCC_GLIBCXX]
+    first = next((i for i, (_, g) in enumerate(rows) if g == newest_glibcxx), None)
+    if first is None:
+        return None
+    last = first
+    while last + 1 < len(rows) and rows[last + 1][1] == newest_glibcxx:
+        last += 1
+
+    def fmt(rel: tuple[int, ...]) -> str:
+        return ".".join(str(p) for p in rel)
+
+    lo, hi = rows[first][0], rows[last][0]
+    nxt = rows[last + 1][0] if last + 1 < len(rows) else None
+    open_ended = nxt is None or nxt[0] != hi[0]  # the series runs to the end of that major release
+    if lo[0] == hi[0]:
+        if not open_ended:
+            return fmt(lo) if lo == hi else f"{fmt(lo)} to {fmt(hi)}"
+        return f"{lo[0]}.x" if lo[1:] in ((), (1,), (1, 0)) else f"{fmt(lo)} to {lo[0]}.x"
+    return f"{fmt(lo)} to {hi[0]}.x" if open_ended else f"{fmt(lo)} to {fmt(hi)}"

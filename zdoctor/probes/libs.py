@@ -122,9 +122,9 @@ def inventory_table(copies: list[dict[str, Any]], needs: list[str], loaded: str 
         if is_loaded:
             hl.append(len(rows))
         real = c["realpath"] if c["realpath"] != c["path"] else ""
+        shipped = f"GCC {c.get('gcc_series') or c['gcc_release']}" if c.get("gcc_release") else "-"
         rows.append([c["path"] + (f" -> {real}" if real else "") + ("  (loaded)" if is_loaded else ""),
-                     c.get("glibcxx_max") or "-", c.get("cxxabi_max") or "-",
-                     f"GCC {c['gcc_release']}" if c.get("gcc_release") else "-", sat, "; ".join(c["found_as"])])
+                     c.get("glibcxx_max") or "-", c.get("cxxabi_max") or "-", shipped, sat, "; ".join(c["found_as"])])
     return Evidence.of_table("every libstdc++.so.6 on this node",
                              ["copy", "newest GLIBCXX", "newest CXXABI", "shipped with", "has every need",
                               "found as"], rows, hl)
