@@ -15,6 +15,7 @@ from zdoctor.forensics.elf import ElfInfo, read_elf
 from zdoctor.forensics.versions import (
     gcc_release_for,
     gcc_release_providing,
+    gcc_series,
     missing,
     newest,
     parse_version,
@@ -205,3 +206,11 @@ def test_versions_compare_numerically():
     assert gcc_release_for("CXXABI_1.3.13") == "11.1" and gcc_release_for("GLIBC_2.34") is None
     assert gcc_release_providing(["GLIBCXX_3.4.30", "CXXABI_1.3.13", "GLIBC_2.14"]) == "12.1"
     assert gcc_release_providing(["GLIBCXX_3.4.99"]) is None
+
+
+def test_gcc_series_of_a_copy():
+    assert gcc_series("GLIBCXX_3.4.28") == "9.3 to 10.x"  # conda's old libstdcxx-ng territory
+    assert gcc_series("GLIBCXX_3.4.29") == "11.x"  # 11.2 and 11.4 share it: not an ABI break
+    assert gcc_series("GLIBCXX_3.4.30") == "12.x"
+    assert gcc_series("GLIBCXX_3.4.31") == "13.1"
+    assert gcc_series("GLIBCXX_3.4.99") is None and gcc_series(None) is None
