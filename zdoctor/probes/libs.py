@@ -50,7 +50,7 @@ def jit_op_paths(jit: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
     good, bad = [], []
     for op in jit.get("ops") or []:
         so = op.get("so_path")
-        if not so:
+        if not so or op.get("in_use") is False:  # built for another interpreter or CUDA: never loaded here
             continue
         summary = op.get("so_info") or op.get("so") or {}
         if summary.get("error") or summary.get("kind") not in (None, "elf"):
