@@ -117,6 +117,10 @@ def _live_host(args: argparse.Namespace):
     for key in ("nodes", "gpus_per_node"):
         if options[key] is not None and options[key] < 1:
             raise UsageError(f"zdoctor: --{key.replace('_', '-')} must be at least 1")
+    if options["io_size"] is not None:
+        from .storage.iotest import parse_size
+
+        parse_size(options["io_size"])  # a bad size is a one-line InputError (exit 2) before any probing
     for key in ("ds_config", "model_config", "train_log"):
         if options[key] is not None:
             options[key] = os.path.abspath(options[key])

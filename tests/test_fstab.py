@@ -1,0 +1,242 @@
+"""fstab lines by UUID, remedies whose shell text survives hostile names (run for real in bash), the
+findmnt --verify parser on real findmnt output, and the careful apply: backup, validation, atomic
+replace, a real mount, and rollback to the original bytes. /etc/fstab is never touched."""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from zdoctor.model import Evidence
+from zdoctor.storage import fstab as fs
+from zdoctor.storage import mounts as mt
+
+FIX = Path(__file__).resolve().parent / "fixtures"
+HOSTILE = "/mnt/off load/$(touch pwned)`id`\t;'x'\\"
+UUID = "0bfe0b2c-4b45-4a3c-9d5e-6b1e5e0d9d11"
+
+
+def etc_fstab() -> bytes | None:
+    try:
+        return Path("/etc/fstab").read_bytes()
+    except OSError:
+        return None
+
+
+@pytest.fixture(autouse=True)
+def etc_fstab_untouched():
+    before = etc_fstab()
+    yield
+    assert etc_fstab() == before
+
+
+# -- lines --------------------------------------------------------------------------------------------
+def test_line_by_uuid_with_the_safe_options():
+    assert fs.fstab_line(UUID, "/mnt/nvme", "ext4") == \
+        f"UUID={UUID} /mnt/nvme ext4 defaults,noatime,nofail,x-systemd.device-timeout=10s 0 2"
+    assert fs.fstab_line(UUID, "/mnt/nvme/", "xfs").endswith(" 0 0")  # xfs: no boot-time fsck pass
+
+
+def test_hostile_mount_point_is_escaped_and_parses_back():
+    line = fs.fstab_line(UUID, HOSTILE, "ext4")
+    field = line.split()[1]
+    assert field == "/mnt/off\\040load/$(touch\\040pwned)`id`\\011;'x'\\134"
+    assert len(line.split()) == 6
+    (entry,) = fs.parse_fstab(line)
+    assert entry.file == HOSTILE and entry.spec == f"UUID={UUID}"
+
+
+@pytest.mark.parametrize("uuid,mp,fstype", [("/dev/nvme0n1p1", "/mnt/x", "ext4"), ("nvme0n1", "/mnt/x", "ext4"),
+                                            (UUID, "mnt/x", "ext4"), (UUID, "/mnt/x", "ext4 rw"), ("", "/x", "ext4")])
+def test_line_refuses_device_names_and_bad_fields(uuid, mp, fstype):
+    with pytest.raises(fs.FstabError):
+        fs.fstab_line(uuid, mp, fstype)
+
+
+def test_parse_and_unmounted_entries_on_the_recorded_node():
+    entries = fs.read_fstab(str(FIX / "storage/nvme-node/fstab"))
+    assert [e.file for e in entries] == ["/", "/boot/efi", "/data", "/scratch", "none"]
+    mounts = mt.read_mountinfo(str(FIX / "storage/nvme-node/mountinfo"))
+    missing = fs.unmounted_entries(entries, "/scratch/offload", mounts)
+    assert [(e.file, e.line_no) for e in missing] == [("/scratch", 5)]
+    assert fs.unmounted_entries(entries, "/data/offload", mounts) == []
+    assert fs.read_fstab(str(FIX / "gpu-node-h200/fstab.txt")) == []  # "# UNCONFIGURED FSTAB FOR BASE SYSTEM"
+
+
+# -- remedies, executed for real -------------------------------------------------------------------------------
+def bash(commands: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", "-c", "set -e\n" + "\n".join(commands)], cwd=cwd, capture_output=True, text=True)
+
+
+def test_offload_dir_remedy_runs_with_a_hostile_name(tmp_path):
+    target = str(tmp_path) + HOSTILE
+    user = pwd.getpwuid(os.geteuid()).pw_name
+    group = grp.getgrgid(os.getegid()).gr_name
+    rem = fs.offload_dir_remedy(target, user, group)
+    assert rem.requires_root and all("777" not in c for c in rem.commands)
+    for cmd in rem.commands:
+        assert target in shlex.split(cmd)
+    proc = bash(rem.commands, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    st = os.stat(target)
+    assert oct(st.st_mode & 0o7777) == "0o750" and st.st_uid == os.geteuid()
+    assert not list(tmp_path.rglob("pwned")) and not Path("pwned").exists()
+    assert bash(rem.undo, tmp_path).returncode == 0 and not os.path.exists(target)
+
+
+def test_shared_offload_dir_is_sticky_not_777(tmp_path):
+    rem = fs.offload_dir_remedy(str(tmp_path / "shared"), "u", "g", shared=True)
+    assert bash(rem.commands, tmp_path).returncode == 0
+    assert oct(os.stat(tmp_path / "shared").st_mode & 0o7777) == "0o1777"
+
+
+def test_fstab_remedy_appends_exactly_the_line(tmp_path):
+    tab = tmp_path / "my fstab"
+    original = b"# existing\nproc /proc proc defaults 0 0\n"
+    tab.write_bytes(original)
+    mp = str(tmp_path) + HOSTILE
+    rem = fs.fstab_remedy(UUID, mp, "ext4", fstab_path=str(tab), stamp="S", mount_now=False)
+    assert rem.requires_root and any("findmnt --verify" in c for c in rem.commands)
+    proc = bash(rem.commands[:2], tmp_path)  # back up, append (findmnt rightly rejects the missing UUID)
+    assert proc.returncode == 0, proc.stderr
+    text = tab.read_text()
+    assert text.startswith(original.decode()) and text.endswith(fs.fstab_line(UUID, mp, "ext4") + "\n")
+    assert fs.parse_fstab(text)[-1].file == mp
+    assert (tmp_path / "my fstab.bak.S").read_bytes() == original
+    verify = subprocess.run(["findmnt", "--verify", "--tab-file", str(tab)], capture_output=True, text=True)
+    parsed = fs.parse_verify(verify.stdout, verify.stderr)
+    assert mp in parsed["targets"]  # findmnt decoded the escapes to the same path
+    restore = [c for c in rem.undo if c.startswith("cp ")]
+    assert bash(restore, tmp_path).returncode == 0 and tab.read_bytes() == original
+    assert not list(tmp_path.rglob("pwned"))
+
+
+def test_mkfs_remedy_is_separate_destructive_and_guarded():
+    rem = fs.mkfs_remedy("/dev/nvme1n1", "ext4", UUID)
+    assert rem.requires_root and "DESTRUCTIVE" in rem.explanation and "DESTROYS" in rem.title
+    (cmd,) = rem.commands
+    assert cmd.startswith('test -z "$(wipefs --no-act --noheadings -- /dev/nvme1n1)" && mkfs.ext4')
+    assert f"-U {UUID}" in cmd and cmd.endswith("-- /dev/nvme1n1")
+    with pytest.raises(fs.FstabError):
+        fs.mkfs_remedy("/dev/x", "ntfs")
+
+
+# -- findmnt --verify -----------------------------------------------------------------------------------------
+def test_parse_verify_on_real_findmnt_output(tmp_path):
+    (tmp_path / "ok").mkdir()
+    bad = tmp_path / "tab"
+    bad.write_text(f"tmpfs {tmp_path}/ok tmpfs defaults 0 0\nthis is not a line\n"
+                   f"UUID={UUID} {tmp_path}/missing\\040dir ext4 defaults 0 2\n")
+    res, ev = fs.verify(str(bad))
+    assert res["available"] and ev.exit_code != 0
+    assert res["parse_errors"] == 1 and res["errors"] >= 2 and not res["success"]
+    mine = res["targets"][f"{tmp_path}/missing dir"]
+    assert any("target" in e for e in mine["errors"]) and any(UUID in e for e in mine["errors"])
+    good = tmp_path / "good"
+    good.write_text(f"tmpfs {tmp_path}/ok tmpfs defaults 0 0\n")
+    res, _ = fs.verify(str(good))
+    assert res["success"] and res["errors"] == 0 and res["parse_errors"] == 0
+
+
+def test_verify_without_findmnt(tmp_path):
+    res, ev = fs.verify(str(tmp_path / "x"), findmnt=str(tmp_path / "no-findmnt"))
+    assert res["available"] is False and "not found" in ev.error
+
+
+# -- apply ----------------------------------------------------------------------------------------------------
+ORIGINAL = b"# a node's fstab\nproc /proc proc defaults 0 0\n"
+
+
+@pytest.fixture
+def tab(tmp_path):
+    p = tmp_path / "fstab"
+    p.write_bytes(ORIGINAL)
+    p.chmod(0o644)
+    return p
+
+
+def is_mounted(path: Path) -> bool:
+    return any(m.point == str(path) for m in mt.read_mountinfo())
+
+
+def test_apply_backs_up_validates_replaces_and_mounts(tab, tmp_path):
+    mp = tmp_path / "mnt point"
+    line = f"tmpfs {fs.escape(str(mp))} tmpfs size=1m,nofail 0 0"
+    rec = fs.apply_fstab_line(str(tab), line, mount=["mount", "--fstab", str(tab), str(mp)], stamp="T1")
+    try:
+        assert rec.ok, rec.error
+        assert is_mounted(mp)
+        assert tab.read_bytes() == ORIGINAL + line.encode() + b"\n"
+        assert oct(tab.stat().st_mode & 0o777) == "0o644"
+        assert rec.backup == f"{tab}.bak.T1" and Path(rec.backup).read_bytes() == ORIGINAL
+        assert f"+{line}" in rec.diff and rec.validation["summary"].startswith("Success")
+        assert rec.created_mountpoint and rec.mount["exit_code"] == 0 and not rec.rolled_back
+        assert [s.split(" ")[0] for s in rec.steps] == ["created", "backed", "wrote", "validated:", "replaced",
+                                                          "mounted"]
+        assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+    finally:
+        subprocess.run(["umount", str(mp)], capture_output=True)
+    # a second entry for the same mount point is refused
+    again = fs.apply_fstab_line(str(tab), line, mount=["true"])
+    assert not again.ok and "already has an entry" in again.error
+
+
+def test_apply_rolls_back_when_the_mount_fails(tab, tmp_path):
+    mp = tmp_path / "m"
+    line = f"tmpfs {mp} tmpfs size=1m,nofail 0 0"
+    # a mount that really fails: another fstab that has no entry for this mount point
+    other = tmp_path / "other-fstab"
+    other.write_text("# empty\n")
+    rec = fs.apply_fstab_line(str(tab), line, mount=["mount", "--fstab", str(other), str(mp)], stamp="T2")
+    assert not rec.ok and rec.rolled_back and rec.restored_identical
+    assert "mount failed" in rec.error and rec.mount["exit_code"] != 0
+    assert tab.read_bytes() == ORIGINAL and Path(rec.backup).read_bytes() == ORIGINAL
+    assert not mp.exists() and not is_mounted(mp)  # the mount point it created is gone again
+
+
+def test_apply_rolls_back_and_reraises_on_keyboard_interrupt(tab, tmp_path):
+    def interrupted() -> Evidence:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fs.apply_fstab_line(str(tab), f"tmpfs {tmp_path}/k tmpfs defaults 0 0", mount=interrupted)
+    assert tab.read_bytes() == ORIGINAL
+
+
+def test_apply_refuses_a_line_findmnt_rejects(tab, tmp_path):
+    rec = fs.apply_fstab_line(str(tab), fs.fstab_line(UUID, str(tmp_path / "n"), "ext4"), mount=["true"])
+    assert not rec.ok and "findmnt --verify rejects" in rec.error and UUID in rec.error
+    assert tab.read_bytes() == ORIGINAL and rec.mount is None and not rec.rolled_back
+    assert not (tmp_path / "n").exists()
+
+
+def test_apply_refuses_without_findmnt(tab, tmp_path):
+    rec = fs.apply_fstab_line(str(tab), f"tmpfs {tmp_path}/x tmpfs defaults 0 0", mount=["true"],
+                              findmnt=str(tmp_path / "missing-findmnt"))
+    assert not rec.ok and "not found" in rec.error and "util-linux" in rec.error
+    assert rec.backup is None and tab.read_bytes() == ORIGINAL
+
+
+def test_apply_tolerates_problems_that_were_already_there(tmp_path):
+    tab = tmp_path / "fstab"
+    stale = f"/dev/disk/by-uuid/{UUID} /old ext4 defaults 0 2\n".encode()
+    tab.write_bytes(stale)
+    mp = tmp_path / "new"
+    rec = fs.apply_fstab_line(str(tab), f"tmpfs {mp} tmpfs size=1m 0 0",
+                              mount=["mount", "--fstab", str(tab), str(mp)])
+    try:
+        assert rec.ok, rec.error
+        assert rec.validation["errors_before"] == rec.validation["errors"] > 0
+    finally:
+        subprocess.run(["umount", str(mp)], capture_output=True)
+
+
+def test_apply_rejects_more_than_one_line(tab):
+    rec = fs.apply_fstab_line(str(tab), "tmpfs /a tmpfs defaults 0 0\ntmpfs /b tmpfs defaults 0 0", mount=["true"])
+    assert not rec.ok and "not one fstab line" in rec.error and tab.read_bytes() == ORIGINAL

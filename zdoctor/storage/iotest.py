@@ -1,0 +1,379 @@
+"""Can DeepSpeed's NVMe offload work here, and how fast: O_DIRECT, libaio, sequential throughput.
+
+DeepSpeed's swapper opens its swap files with O_DIRECT and drives them through libaio (the
+``async_io`` op) in 1 MiB blocks with 8 requests in flight. :func:`measure` does the same with
+threads (``os.pwrite``/``os.preadv`` on an O_DIRECT descriptor, ``queue_depth`` requests at once),
+bounded in size and time, and always removes its test file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes.util
+import errno
+import mmap
+import os
+import re
+import shlex
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .. import runner
+from ..errors import InputError
+from ..model import Evidence
+from . import GIB, MIB
+
+BLOCK = MIB  # DeepSpeed aio block_size default
+QUEUE_DEPTH = 8  # DeepSpeed aio queue_depth default
+DEFAULT_SIZE = GIB
+FREE_SHARE = 10  # the test never uses more than 1/FREE_SHARE of the free space
+MIN_SIZE = 16 * MIB
+TIME_LIMIT_S = 30.0  # per phase
+
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(i?B)?\s*$", re.IGNORECASE)
+
+Progress = Callable[[str, int, int], None]
+
+
+def parse_size(text: str | int) -> int:
+    """``"256M"`` -> 268435456 (K/M/G/T are powers of 1024, an optional ``iB``/``B`` is ignored);
+    ``"0"`` -> 0 (skip the test). Anything else raises :class:`InputError`."""
+    if isinstance(text, int):
+        if text < 0:
+            raise InputError(f"io size {text}: must not be negative")
+        return text
+    m = _SIZE.match(str(text))
+    if not m:
+        raise InputError(f"io size {text!r}: expected a size like 256M, 1G or 0 (skip)")
+    mult = {"": 1, "K": 1024, "M": MIB, "G": GIB, "T": 1024 * GIB}[m.group(2).upper()]
+    return int(float(m.group(1)) * mult)
+
+
+def human(n: float | None) -> str:
+    """Bytes for people: ``1.0 GiB``."""
+    if n is None:
+        return "?"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def rate(bps: float | None) -> str:
+    """Throughput for people, decimal like drive data sheets: ``3.21 GB/s``, ``540 MB/s``."""
+    if bps is None:
+        return "?"
+    return f"{bps / 1e9:.2f} GB/s" if bps >= 1e9 else f"{bps / 1e6:.0f} MB/s"
+
+
+def plan_size(requested: int | None, avail_bytes: int | None, block: int = BLOCK) -> tuple[int, str | None]:
+    """The test size in bytes, or (0, why not). ``requested`` None means the default: 1 GiB, at most a
+    tenth of the free space. A request above a tenth of the free space is refused, not shrunk."""
+    if requested == 0:
+        return 0, "the throughput test was turned off (io size 0)"
+    if avail_bytes is None:
+        return 0, "the free space could not be read, so no test file is written"
+    cap = avail_bytes // FREE_SHARE
+    if requested is None:
+        size = min(DEFAULT_SIZE, cap) // block * block
+        if size < MIN_SIZE:
+            return 0, (f"only {human(avail_bytes)} free: a meaningful test needs {human(MIN_SIZE)}, and the "
+                       f"test never takes more than 1/{FREE_SHARE} of the free space")
+        return size, None
+    if requested > cap:
+        return 0, (f"asked for {human(requested)}, but only {human(avail_bytes)} is free and the test takes at "
+                   f"most 1/{FREE_SHARE} of it ({human(cap)}); choose a smaller size")
+    return max(block, requested // block * block), None
+
+
+def _aligned(size: int, fill: bytes | None = None) -> mmap.mmap:
+    """A page-aligned buffer (anonymous mmap), as O_DIRECT needs."""
+    buf = mmap.mmap(-1, size)
+    if fill:
+        buf.write(fill[:size].ljust(size, b"\0"))
+        buf.seek(0)
+    return buf
+
+
+def _errno_name(err: int | None) -> str | None:
+    return errno.errorcode.get(err) if err is not None else None
+
+
+def _temp_name(directory: str, what: str) -> str:
+    return os.path.join(directory, f".zdoctor-{what}-{os.getpid()}-{os.urandom(4).hex()}")
+
+
+def odirect_check(directory: str, block: int = 4096) -> dict[str, Any]:
+    """Write and read back one aligned block with O_DIRECT in ``directory``.
+
+    Keys: ok (True | False | None = could not test), stage (open | write | read | create), errno,
+    error, tested_in. The test file is created first without O_DIRECT, so a refusing open cannot leave
+    it behind, and it is always removed.
+    """
+    out: dict[str, Any] = {"tested_in": directory, "ok": None, "stage": None, "errno": None, "error": None}
+    path = _temp_name(directory, "odirect")
+    stage = "create"
+    fd = -1
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        stage = "open"
+        fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
+        stage = "write"
+        with _aligned(block, os.urandom(block)) as buf:
+            n = os.pwrite(fd, buf, 0)
+            if n != block:
+                raise OSError(errno.EIO, f"short write: {n} of {block} bytes")
+            os.close(fd)
+            fd = -1
+            stage = "read"
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+            with _aligned(block) as back:
+                got = os.preadv(fd, [back], 0)
+                if got != block or back[:] != buf[:]:
+                    raise OSError(errno.EIO, f"read back {got} bytes that differ from what was written")
+        out.update(ok=True, stage="done")
+    except OSError as exc:
+        out.update(stage=stage, errno=_errno_name(exc.errno), error=exc.strerror or str(exc))
+        # Not being allowed to create a file says nothing about O_DIRECT.
+        out["ok"] = None if stage == "create" else False
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    return out
+
+
+def explain_odirect(res: dict[str, Any]) -> str:
+    """One sentence on an :func:`odirect_check` result."""
+    if res.get("ok"):
+        return f"O_DIRECT write and read of one aligned block worked in {res['tested_in']}"
+    if res.get("ok") is None:
+        return f"could not test O_DIRECT in {res['tested_in']}: cannot create a file there ({res.get('error')})"
+    if res.get("stage") == "open" and res.get("errno") == "EINVAL":
+        return (f"the file system of {res['tested_in']} refuses O_DIRECT (open returned EINVAL): DeepSpeed's "
+                "swapper cannot open its swap files there")
+    return f"O_DIRECT {res.get('stage')} failed in {res['tested_in']}: {res.get('errno')} {res.get('error')}"
+
+
+# -- throughput -------------------------------------------------------------------------------------------
+
+def _phase(fd: int, nblocks: int, block: int, queue_depth: int, write: bool, time_limit: float,
+           progress: Progress | None, total: int) -> dict[str, Any]:
+    """Run one phase with ``queue_depth`` threads; returns bytes, seconds, complete, error."""
+    lock = threading.Lock()
+    state = {"next": 0, "done": 0, "error": None}
+    stop = threading.Event()
+    name = "write" if write else "read"
+
+    def worker() -> None:
+        with _aligned(block, os.urandom(block) if write else None) as buf:
+            while not stop.is_set():
+                with lock:
+                    idx = state["next"]
+                    if idx >= nblocks:
+                        return
+                    state["next"] = idx + 1
+                try:
+                    n = os.pwrite(fd, buf, idx * block) if write else os.preadv(fd, [buf], idx * block)
+                    if n != block:
+                        raise OSError(errno.EIO, f"short {name}: {n} of {block} bytes at block {idx}")
+                except OSError as exc:
+                    with lock:
+                        state["error"] = state["error"] or f"{name}: {_errno_name(exc.errno) or ''} " \
+                                                           f"{exc.strerror or exc}".strip()
+                    stop.set()
+                    return
+                with lock:
+                    state["done"] += n
+
+    threads = [threading.Thread(target=worker, name=f"zdoctor-io-{i}", daemon=True)
+               for i in range(max(1, min(queue_depth, nblocks)))]
+    t0 = time.monotonic()
+    timed_out = False
+    try:
+        for t in threads:
+            t.start()
+        while alive := [t for t in threads if t.is_alive()]:
+            alive[0].join(0.05)
+            if progress is not None:
+                progress(name, state["done"], total)
+            if time.monotonic() - t0 > time_limit and not stop.is_set():
+                timed_out = True
+                stop.set()
+        if progress is not None:
+            progress(name, state["done"], total)
+        if write and state["error"] is None:
+            os.fsync(fd)  # the device must really have the data before the clock stops
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    secs = time.monotonic() - t0
+    done = state["done"]
+    return {"bytes": done, "seconds": round(secs, 4), "bps": done / secs if secs > 0 and done else None,
+            "complete": done == nblocks * block and state["error"] is None, "timed_out": timed_out,
+            "error": state["error"]}
+
+
+def measure(directory: str, size: int, *, block: int = BLOCK, queue_depth: int = QUEUE_DEPTH,
+            time_limit: float = TIME_LIMIT_S, progress: Progress | None = None) -> dict[str, Any]:
+    """Sequential O_DIRECT write (then fsync) and read of ``size`` bytes in ``directory``.
+
+    ``progress(phase, done_bytes, total_bytes)`` is called from this thread about every 50 ms. Each
+    phase stops at ``time_limit`` seconds (the result says so). The test file is removed in every case,
+    also on KeyboardInterrupt. Keys: ran, file, size_bytes, block_bytes, queue_depth, time_limit_s,
+    write {bytes, seconds, bps, complete, timed_out, error}, read {...}, error, removed.
+    """
+    nblocks = max(1, size // block)
+    total = nblocks * block
+    path = _temp_name(directory, "iotest")
+    out: dict[str, Any] = {"ran": True, "file": path, "size_bytes": total, "block_bytes": block,
+                           "queue_depth": queue_depth, "time_limit_s": time_limit, "write": None, "read": None,
+                           "error": None, "removed": False}
+    fd = -1
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
+        out["write"] = _phase(fd, nblocks, block, queue_depth, True, time_limit, progress, total)
+        os.close(fd)
+        fd = -1
+        written = out["write"]["bytes"] // block
+        if written:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+            out["read"] = _phase(fd, written, block, queue_depth, False, time_limit, progress, written * block)
+        out["error"] = (out["write"] or {}).get("error") or (out["read"] or {}).get("error")
+    except OSError as exc:
+        out["error"] = f"{_errno_name(exc.errno) or ''} {exc.strerror or exc}".strip()
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        out["removed"] = not os.path.lexists(path)
+    return out
+
+
+# -- libaio -----------------------------------------------------------------------------------------------
+
+LIBAIO_TEST = b"#include <libaio.h>\nint main(void) { io_context_t ctx = 0; return io_setup(1, &ctx) < 0; }\n"
+
+
+def os_release(path: str = "/etc/os-release") -> dict[str, str]:
+    out: dict[str, str] = {}
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                k, sep, v = line.strip().partition("=")
+                if sep:
+                    out[k] = v.strip().strip('"')
+    except OSError:
+        pass
+    return out
+
+
+def libaio_package(release: Mapping[str, str]) -> dict[str, str | None]:
+    """The package with libaio's headers and linkable library for this distribution, and its install
+    command (what DeepSpeed's async_io builder asks for)."""
+    ids = [release.get("ID", "")] + release.get("ID_LIKE", "").split()
+    major = _major(release.get("VERSION_ID", ""))
+    rid = release.get("ID", "")
+    if any(i in ("debian", "ubuntu") for i in ids):
+        return {"package": "libaio-dev", "install": "apt-get install -y libaio-dev"}
+    if any(i in ("suse", "opensuse", "sles") or i.startswith("opensuse") for i in ids):
+        return {"package": "libaio-devel", "install": "zypper install -y libaio-devel"}
+    if any(i in ("rhel", "fedora", "centos", "rocky", "almalinux", "amzn", "ol") for i in ids):
+        old = (rid in ("centos", "rhel", "ol") and major is not None and major < 8) or (rid == "amzn" and major == 2)
+        return {"package": "libaio-devel", "install": f"{'yum' if old else 'dnf'} install -y libaio-devel"}
+    if any(i in ("arch", "archlinux", "manjaro") for i in ids):
+        return {"package": "libaio", "install": "pacman -S --noconfirm libaio"}
+    if "alpine" in ids:
+        return {"package": "libaio-dev", "install": "apk add libaio-dev"}
+    return {"package": None, "install": None}
+
+
+def _major(version: str) -> int | None:
+    m = re.match(r"(\d+)", version)
+    return int(m.group(1)) if m else None
+
+
+def _flag_dirs(flags: str, flag: str) -> list[str]:
+    try:
+        words = shlex.split(flags)
+    except ValueError:
+        words = flags.split()
+    out = []
+    for i, w in enumerate(words):
+        if w == flag and i + 1 < len(words):
+            out.append(words[i + 1])
+        elif w.startswith(flag) and len(w) > len(flag):
+            out.append(w[len(flag):])
+    return out
+
+
+def _search(name: str, dirs: list[str]) -> str | None:
+    for d in dirs:
+        cand = os.path.join(d, name)
+        if os.path.exists(cand):
+            return cand
+    return None
+
+
+def libaio_status(env: Mapping[str, str] | None = None, *, release_path: str = "/etc/os-release",
+                  compile_test: bool = True, timeout: float = 30.0) -> tuple[dict[str, Any], list[Evidence]]:
+    """Whether DeepSpeed's ``async_io`` op can be built in the training environment ``env``.
+
+    Looks for the runtime library (``ctypes.util.find_library``), the header and the unversioned
+    ``libaio.so`` (honouring CFLAGS/CPATH/LDFLAGS/LIBRARY_PATH/CONDA_PREFIX as the op build does), then
+    compiles and links a program that calls ``io_setup`` with the environment's C compiler: the
+    decisive test. Keys: ok, runtime, header, dev_library, link_test {ran, ok, compiler, error},
+    package, install, distro.
+    """
+    env = dict(os.environ if env is None else env)
+    conda = env.get("CONDA_PREFIX")
+    inc = (_flag_dirs(env.get("CFLAGS", ""), "-I") + [d for k in ("CPATH", "C_INCLUDE_PATH")
+                                                       for d in env.get(k, "").split(":") if d]
+           + ([os.path.join(conda, "include")] if conda else []) + ["/usr/local/include", "/usr/include"])
+    libdirs = (_flag_dirs(env.get("LDFLAGS", ""), "-L") + [d for d in env.get("LIBRARY_PATH", "").split(":") if d]
+               + ([os.path.join(conda, "lib")] if conda else [])
+               + ["/usr/local/lib", "/usr/lib64", "/lib64", "/usr/lib"]
+               + sorted(d for base in ("/usr/lib", "/lib") if os.path.isdir(base)
+                        for d in (os.path.join(base, x) for x in os.listdir(base))
+                        if d.endswith("-linux-gnu") and os.path.isdir(d)))
+    release = os_release(release_path)
+    pkg = libaio_package(release)
+    facts: dict[str, Any] = {
+        "runtime": ctypes.util.find_library("aio"),
+        "header": _search("libaio.h", inc),
+        "dev_library": _search("libaio.so", libdirs),
+        "link_test": {"ran": False, "ok": None, "compiler": None, "error": None},
+        "distro": release.get("ID"), **pkg,
+    }
+    evidence: list[Evidence] = []
+    cc = env.get("CC") or next((c for name in ("cc", "gcc") for c in runner.which_all(name, env.get("PATH"))),
+                               None)
+    if compile_test and cc:
+        with tempfile.TemporaryDirectory(prefix="zdoctor-aio-") as tmp:
+            argv = (shlex.split(cc) + shlex.split(env.get("CFLAGS", "")) + ["-x", "c", "-", "-o",
+                    os.path.join(tmp, "aio_test")] + shlex.split(env.get("LDFLAGS", "")) + ["-laio"])
+            ev = runner.run(argv, env=env, stdin=LIBAIO_TEST, timeout=timeout, cwd=tmp,
+                            label="compile and link a libaio test program (as DeepSpeed's async_io build does)")
+        evidence.append(ev)
+        ok = ev.exit_code == 0
+        facts["link_test"] = {"ran": True, "ok": ok, "compiler": cc,
+                              "error": None if ok else (ev.error or _first_error(ev.stderr))}
+        facts["ok"] = ok
+    else:
+        facts["ok"] = bool(facts["header"] and facts["dev_library"])
+    return facts, evidence
+
+
+def _first_error(stderr: str) -> str:
+    for line in stderr.splitlines():
+        if "error" in line.lower() or "cannot find" in line:
+            return line.strip()
+    return stderr.strip().splitlines()[-1] if stderr.strip() else "failed"
