@@ -1,1 +1,484 @@
-"""Registered vocabulary: filled in by its feature (empty until then)."""
+"""Checks and predicates over the offload probes (``dsconfig``, ``capacity``, ``trainlog``, ``gpusample``):
+is the ds_config what DeepSpeed will accept, does the chosen offload fit this node, and where does a
+crawling job's time go.
+
+Finding ids: ``offload.config``, ``offload.lint.<rule>`` (one per lint rule: unknown-key, bad-value,
+deprecated-key, auto-value, nvme-without-path, nvme-path, aio-thread-count, ratio-below-stage3,
+offload-param-below-stage3, bucket-sizes, pin-memory-memlock, stage3-knobs, zero-offload-flag,
+hjson-only), ``offload.capacity``, ``offload.breakdown``, ``offload.gpu-util``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..errors import InputError
+from ..model import Evidence, Finding, Remedy
+from ..offload import planner
+from ..offload.dsconfig import load_config, nvme_patch
+from ..registry import Facts, check, predicate
+from .hangs import shell_quote
+
+#: GPUs busy less than this share of the time, on average, count as starved.
+GPU_STARVED_PCT = 50.0
+SEVERITY_STATUS = {"fail": "fail", "warn": "warn", "info": "ok"}
+RULE_TITLES = {
+    "unknown-key": "Keys DeepSpeed does not know",
+    "bad-value": "Values DeepSpeed refuses",
+    "deprecated-key": "Deprecated offload keys",
+    "auto-value": "\"auto\" values only the HF Trainer fills in",
+    "nvme-without-path": "NVMe offload without nvme_path",
+    "nvme-path": "The NVMe offload path on this machine",
+    "aio-thread-count": "aio.thread_count (renamed in DeepSpeed 0.16.4)",
+    "ratio-below-stage3": "Partial optimizer offload below stage 3",
+    "offload-param-below-stage3": "Parameter offload below stage 3",
+    "bucket-sizes": "Bucket sizes against the model's hidden size",
+    "pin-memory-memlock": "Pinned offload memory and the locked-memory limit",
+    "stage3-knobs": "ZeRO-3 knobs changed from their defaults",
+    "zero-offload-flag": "`--zero-offload` is not a DeepSpeed option",
+    "hjson-only": "ds_config is not strict JSON",
+}
+
+
+def _facts(facts: Facts, name: str) -> dict[str, Any] | None:
+    res = facts.get(name)
+    return res.facts if res is not None and res.status == "ok" else None
+
+
+def _skip_reason(facts: Facts, name: str) -> str:
+    res = facts.get(name)
+    if res is None:
+        return f"the {name} probe did not run"
+    return res.error or (res.facts or {}).get("skipped") or f"the {name} probe gave no facts"
+
+
+def _tables(facts: Facts, *names: str) -> list[Evidence]:
+    out: list[Evidence] = []
+    for n in names:
+        res = facts.get(n)
+        if res is not None:
+            out.extend(res.evidence)
+    return out
+
+
+def _gib(n: float | None) -> str:
+    return planner.gib(n)
+
+
+def _where(ds: dict[str, Any], lint: dict[str, Any]) -> str:
+    if lint.get("line"):
+        return f"{ds.get('path')}:{lint['line']}:{lint.get('col') or 1}"
+    return lint.get("key") or ds.get("path") or "?"
+
+
+# -- remedies ------------------------------------------------------------------------------------------
+
+def _heredoc_tag(text: str) -> str:
+    tag = "ZDOCTOR_DS_CONFIG"
+    n = 0
+    while any(line.strip() == tag for line in text.splitlines()):
+        n += 1
+        tag = f"ZDOCTOR_DS_CONFIG_{n}"
+    return tag
+
+
+def nvme_patch_remedy(ds_path: str, target: str, block_size: int | None = None) -> Remedy | None:
+    """A remedy that moves the config's offload to NVMe at ``target``: back up, then write the patched file.
+
+    The patched text is built by :func:`zdoctor.offload.dsconfig.nvme_patch` (only the offload blocks change)
+    and checked to read back as a valid config; the unified diff goes into the explanation. None when the
+    config cannot be patched (unreadable, no zero_optimization block).
+    """
+    try:
+        patch = nvme_patch(load_config(ds_path), target, block_size)
+    except InputError:
+        return None
+    tag = _heredoc_tag(patch.new_text)
+    body = patch.new_text if patch.new_text.endswith("\n") else patch.new_text + "\n"
+    q = shell_quote(ds_path)
+    commands = [f"cp -p -- {q} {shell_quote(ds_path + '.bak')}", f"cat > {q} <<'{tag}'\n{body}{tag}"]
+    return Remedy(title=f"Move offload to NVMe at {target} in {os.path.basename(ds_path)}", commands=commands,
+                  verified=False, requires_root=not os.access(os.path.dirname(ds_path) or ".", os.W_OK),
+                  undo=[f"mv -- {shell_quote(ds_path + '.bak')} {q}"],
+                  explanation="Rewrites only " + ", ".join(patch.changed) + " (every other line, comments "
+                  "included, stays), keeping the other settings of those blocks. The new text was read back "
+                  "through DeepSpeed's reader rules before it was offered. Not verified by a training run.\n\n"
+                  + patch.diff)
+
+
+def _offload_target(facts: Facts) -> str | None:
+    """Where NVMe offload should go: --offload-path when it is a writable local disk, else the storage probe's
+    checked path or the NVMe inventory's suggestion when those probes ran."""
+    for probe in ("capacity", "dsconfig"):
+        t = (_facts(facts, probe) or {}).get("offload_target")
+        if t:
+            return t["path"] if t.get("suitable") else None
+    st = _facts(facts, "storage") or {}
+    if st.get("explicit") and st.get("path") and (st.get("odirect") or {}).get("ok") is not False:
+        return str(st["path"])
+    sugg = (_facts(facts, "nvme_inventory") or {}).get("suggestion") or {}
+    return sugg.get("offload_dir") if isinstance(sugg.get("offload_dir"), str) else None
+
+
+# -- offload.config and offload.lint.* ------------------------------------------------------------------
+
+@check("offload.config", title="DeepSpeed config as DeepSpeed reads it", probes=("dsconfig",))
+def check_config(facts: Facts) -> list[Finding]:
+    cid = "offload.config"
+    ds = _facts(facts, "dsconfig")
+    if ds is None:
+        return [Finding(id=cid, status="skip", title="ds_config: not checked", detail=_skip_reason(facts, "dsconfig"))]
+    ev = _tables(facts, "dsconfig")
+    if not ds.get("valid"):
+        return [Finding(id=cid, status="fail", title="ds_config cannot be read by DeepSpeed",
+                        detail=ds.get("error") or "", evidence=ev)]
+    dev = ds.get("devices") or {}
+    info = ds.get("deepspeed") or {}
+    lines = [f"Read {ds['path']} as DeepSpeed {info.get('version') or '(version unknown)'} does "
+             f"({'strict JSON' if ds.get('syntax') == 'json' else 'HJSON: only DeepSpeed itself accepts it'}).",
+             f"ZeRO stage {ds.get('stage')}; offload_param: {dev.get('offload_param')}; offload_optimizer: "
+             f"{dev.get('offload_optimizer')}.",
+             f"Field lists and defaults: {info.get('fields_source')}"
+             + (f" ({info['static_reason']})" if info.get("static_reason") else "") + "."]
+    for p in ds.get("nvme_paths") or []:
+        lines.append(f"{p['key']}: {p['path']}")
+    fails = sum(1 for x in ds.get("lints") or [] if x["severity"] == "fail")
+    warns = sum(1 for x in ds.get("lints") or [] if x["severity"] == "warn")
+    if fails or warns:
+        lines.append(f"Lints: {fails} failing, {warns} warning: see the offload.lint findings.")
+    return [Finding(id=cid, status="ok", title=f"ds_config: stage {ds.get('stage')}, offload_param "
+                    f"{dev.get('offload_param')}, offload_optimizer {dev.get('offload_optimizer')}",
+                    detail="\n".join(lines), evidence=ev)]
+
+
+def _storage_note(facts: Facts, path: str) -> str | None:
+    st = _facts(facts, "storage") or {}
+    if not st.get("path") or os.path.realpath(str(st["path"])) != os.path.realpath(path):
+        return None
+    od = st.get("odirect") or {}
+    if od.get("ok") is False:
+        return f"The storage probe's O_DIRECT test on {path} failed: {od.get('error') or od.get('errno')}."
+    if od.get("ok") is True:
+        return f"The storage probe's O_DIRECT test on {path} passed."
+    return None
+
+
+@check("offload.lint", title="ds_config lints", probes=("dsconfig",))
+def check_lints(facts: Facts) -> list[Finding]:
+    ds = _facts(facts, "dsconfig")
+    log = _facts(facts, "trainlog")
+    out: list[Finding] = []
+    lints = list((ds or {}).get("lints") or []) if ds and ds.get("valid") else []
+    if log and log.get("zero_offload_flag") and not any(x["rule"] == "zero-offload-flag" for x in lints):
+        line, text = log["zero_offload_flag"][0]
+        lints.append({"rule": "zero-offload-flag", "severity": "fail", "key": "log", "value": text, "line": line,
+                      "col": None, "detail": "", "message": "DeepSpeed has no --zero-offload option: offload is set in "
+                      "the config (zero_optimization.offload_optimizer / offload_param), never on the command line."})
+    if not lints:
+        return out
+    ev = [e for e in _tables(facts, "dsconfig") if e.kind == "table"]
+    by_rule: dict[str, list[dict[str, Any]]] = {}
+    for x in lints:
+        by_rule.setdefault(x["rule"], []).append(x)
+    target = _offload_target(facts)
+    for rule, items in by_rule.items():
+        worst = min((SEVERITY_STATUS[x["severity"]] for x in items), key=["fail", "warn", "ok"].index)
+        lines = []
+        for x in items:
+            where = f"{log.get('path')}:{x['line']}" if x["key"] == "log" and log else _where(ds or {}, x)
+            lines.append(f"- {where}: {x['message']}")
+            if x.get("detail"):
+                lines.append(f"  {x['detail']}")
+            if rule == "nvme-path" and isinstance(x.get("value"), str):
+                note = _storage_note(facts, x["value"])
+                if note:
+                    lines.append(f"  {note}")
+        remedies = []
+        if rule in ("nvme-without-path", "nvme-path") and ds and target and worst == "fail":
+            r = nvme_patch_remedy(ds["path"], target)
+            if r:
+                remedies.append(r)
+        title = RULE_TITLES.get(rule, rule)
+        if worst == "fail":
+            title += ": DeepSpeed stops on this" if rule not in ("nvme-path", "zero-offload-flag") else ""
+        out.append(Finding(id=f"offload.lint.{rule}", status=worst, title=f"{title} ({len(items)})",
+                           detail="\n".join(lines), evidence=ev, remedies=remedies))
+    return out
+
+
+# -- offload.capacity ---------------------------------------------------------------------------------------
+
+@check("offload.capacity", title="Offload memory needs against this node", probes=("capacity",))
+def check_capacity(facts: Facts) -> list[Finding]:
+    cid = "offload.capacity"
+    cap = _facts(facts, "capacity")
+    if cap is None:
+        return [Finding(id=cid, status="skip", title="Offload capacity: not planned",
+                        detail=_skip_reason(facts, "capacity"))]
+    ev = _tables(facts, "capacity")
+    m = cap.get("machine") or {}
+    head = [f"Model: {cap['params']:,} parameters ({cap['params_source']}); largest layer "
+            f"{cap['largest_layer']:,} ({cap['largest_layer_source']}).",
+            f"Job: {cap['nodes']} node(s) x {cap['gpus_per_node']} GPU(s) ({cap['gpus_per_node_source']}).",
+            f"This node: MemAvailable {_gib(m.get('mem_available'))} (measured now: a running job's own memory is "
+            f"not available), SwapFree {_gib(m.get('swap_free'))} (not counted), GPU memory "
+            f"{_gib(m.get('gpu_memory'))} ({m.get('gpu_source')}).",
+            "Needs are DeepSpeed's own estimate (parameters, gradients and optimizer states with its 1.5 buffer "
+            "factor); activations and pinned swap buffers come on top."]
+    table = cap.get("chosen_table")
+    rows = cap.get(table) if table else None
+    idx = cap.get("chosen_rows") or []
+    if not rows or not idx:
+        fitting = [r["label"] for r in cap.get("zero3") or [] if r.get("cpu_fits") and r.get("gpu_fits") is not False]
+        detail = head + [cap.get("chosen_note") or ""]
+        detail.append("Choices that fit this node: " + ("; ".join(fitting) if fitting else "none of DeepSpeed's "
+                                                         "ZeRO-3 choices") + ".")
+        status = "ok" if fitting else "warn"
+        nvme = cap.get("nvme")
+        if nvme:
+            detail.append(f"NVMe offload at {nvme.get('path')}: at least {_gib(nvme['need_lower_bound'])} on disk per "
+                          f"node (fp32 master weights and Adam's moments at 12 bytes per parameter, 2 for 16-bit "
+                          f"parameters); free: {_gib(nvme.get('free'))}.")
+            if nvme.get("fits") is False:
+                status = "fail"
+        return [Finding(id=cid, status=status, title="Offload capacity: " + (
+            "NVMe offload; disk space " + ("short" if status == "fail" else "checked") if nvme else
+            f"{len(fitting)} of 6 ZeRO-3 choices fit this node"), detail="\n".join(x for x in detail if x),
+            evidence=ev)]
+    best = rows[idx[0]]
+    detail = list(head)
+    low = "at least " if not cap["largest_layer"] and table == "zero3" else ""
+    for i in idx:
+        r = rows[i]
+        detail.append(f"{r['label']}: per CPU {_gib(r['cpu_bytes'])} vs {_gib(r['cpu_available'])} available: "
+                      f"{planner.verdict(r['cpu_fits'], r['cpu_margin'])}; per GPU {low}{_gib(r['gpu_bytes'])} vs "
+                      f"{_gib(r['gpu_memory'])}: {planner.verdict(r['gpu_fits'], r['gpu_margin'])}.")
+    remedies: list[Remedy] = []
+    if cap.get("ram_short"):
+        status = "fail"
+        title = (f"The chosen offload needs {_gib(best['cpu_bytes'])} of host memory per node; "
+                 f"{_gib(best['cpu_available'])} is available")
+        detail.append("When host memory runs out the kernel's OOM killer ends the job (exit -9, SIGKILL) or it "
+                      "swaps and crawls.")
+        others = [r["label"] for r in cap.get("zero3") or [] if r.get("cpu_fits") and r.get("gpu_fits")]
+        if others:
+            detail.append("Choices that fit this node: " + "; ".join(others) + ".")
+        detail.append(f"More nodes shrink the per-node need (it is split across nodes): {cap['nodes'] + 1} nodes "
+                      "would need " + _gib(_renode(cap, best, cap["nodes"] + 1)) + " per node.")
+        ds = _facts(facts, "dsconfig")
+        target = _offload_target(facts)
+        if ds and target:
+            r = nvme_patch_remedy(ds["path"], target)
+            if r:
+                remedies.append(r)
+        elif ds:
+            t = cap.get("offload_target") or {}
+            detail.append("Offloading to NVMe moves the optimizer states (and at stage 3 the parameters) out of host "
+                          "memory: " + (f"--offload-path {t['path']} does not suit ({t['why']})." if t else
+                                        "give an NVMe mount with --offload-path to get the ds_config patch."))
+    elif cap.get("ram_tight"):
+        status = "warn"
+        title = "The chosen offload fits host memory only if the model is built under deepspeed.zero.Init"
+        detail.append("Without zero.Init every process first builds the whole model in host memory (the "
+                      "zero_init=0 row). The HF Trainer does this for you at stage 3; a hand-written loop must wrap "
+                      "model construction in `with deepspeed.zero.Init(config_dict_or_path=ds_config):`.")
+    elif cap.get("gpu_short"):
+        status = "warn"
+        title = f"The chosen offload needs {_gib(best['gpu_bytes'])} per GPU; the GPU has {_gib(best['gpu_memory'])}"
+    elif best.get("cpu_fits") is None:
+        status = "warn"
+        title = "Offload capacity unknown: host memory could not be read"
+    else:
+        status = "ok"
+        title = (f"The chosen offload fits: {_gib(best['cpu_bytes'])} of {_gib(best['cpu_available'])} host memory, "
+                 f"{_gib(best['gpu_bytes'])} per GPU")
+    return [Finding(id=cid, status=status, title=title, detail="\n".join(detail), evidence=ev, remedies=remedies)]
+
+
+def _renode(cap: dict[str, Any], row: dict[str, Any], nodes: int) -> int:
+    if row["stage"] == 3:
+        cpu, _g, _l = planner.zero3_needs(cap["params"], cap["largest_layer"], cap["gpus_per_node"], nodes,
+                                          row["offload_optimizer"] == "cpu", row["offload_param"] == "cpu",
+                                          bool(row["zero_init"]))
+        return cpu
+    return planner.zero2_needs(cap["params"], cap["gpus_per_node"], nodes, row["offload_optimizer"] == "cpu")[0]
+
+
+# -- offload.breakdown ------------------------------------------------------------------------------------
+
+@check("offload.breakdown", title="Where a training iteration's time goes", probes=("trainlog",))
+def check_breakdown(facts: Facts) -> list[Finding]:
+    cid = "offload.breakdown"
+    log = _facts(facts, "trainlog")
+    if log is None:
+        return [Finding(id=cid, status="skip", title="Training log: not read", detail=_skip_reason(facts, "trainlog"))]
+    ev = _tables(facts, "trainlog")
+    if log.get("error"):
+        return [Finding(id=cid, status="fail", title="Training log cannot be read", detail=log["error"], evidence=ev)]
+    read = f"Read {log.get('read_bytes')} bytes of {log['path']}" + (
+        " (its end only: the file is larger than zdoctor reads)" if log.get("head_skipped") else "") + "."
+    if not log.get("timer_lines"):
+        ds = _facts(facts, "dsconfig") or {}
+        hint = ""
+        if ds.get("valid") and ds.get("wall_clock_breakdown") is not True:
+            hint = f" {ds['path']} does not set \"wall_clock_breakdown\": true."
+        return [Finding(id=cid, status="warn", title="No wall_clock_breakdown timings in the training log",
+                        detail=f"{read} No `time (ms) | ...` lines were found. Add \"wall_clock_breakdown\": true at "
+                               f"the top level of the ds_config and let a few steps run; DeepSpeed then prints "
+                               f"forward/backward/step times on rank 0 to the log (no file is written).{hint}",
+                        evidence=ev)]
+    shares = log.get("shares") or {}
+    phases = log.get("phases") or {}
+    parts = ", ".join(f"{k} {v:.0%} ({phases[k]['steady_mean_ms']:.1f} ms)" for k, v in shares.items())
+    lines = [read, f"{log['timer_lines']} timer lines ({log['format']}); rank {log['rank']}; the first sample of "
+             "each timer is left out of the means when there are 3 or more (warm-up).",
+             f"Mean iteration {log.get('iteration_ms')} ms: {parts}."]
+    swap = log.get("swap")
+    if swap:
+        lines.append(f"NVMe swaps: {swap['mean_ms']:.1f} ms per step (" + ", ".join(
+            f"{k} {v:.1f} ms" for k, v in swap["timers"].items()) + f"), {swap['share_of_step']:.0%} of {swap['of']}.")
+    bp = log.get("backward_parts")
+    if bp:
+        lines.append("Backward: " + ", ".join(f"{k} {v['share']:.0%}" for k, v in bp.items()) + ".")
+    if log.get("disk_bound"):
+        cap = _facts(facts, "capacity") or {}
+        cpu_fit = next((r for r in cap.get("zero3") or [] if r["offload_param"] == "cpu" and r["zero_init"]), None)
+        lines.append("The optimizer step dominates and most of it is NVMe swapping: the disk is the bottleneck. "
+                     "Measure and tune it (ds_nvme_tune / ds_io sweep aio block_size and queue_depth), spread "
+                     "nvme_path over a RAID-0 of several NVMe drives, or, where host memory allows, keep the "
+                     "optimizer states in CPU memory (offload_optimizer.device cpu).")
+        if cpu_fit and cpu_fit.get("cpu_fits"):
+            lines.append(f"Host memory allows it here: cpu/cpu needs {_gib(cpu_fit['cpu_bytes'])}, "
+                         f"{_gib(cpu_fit['cpu_available'])} is available.")
+        return [Finding(id=cid, status="warn", title=f"NVMe swaps take {swap['share_of_step']:.0%} of the optimizer "
+                        f"step, which takes {shares.get('step', 0):.0%} of an iteration", detail="\n".join(lines),
+                        evidence=ev)]
+    if log.get("step_bound"):
+        lines.append("The optimizer step runs on the CPU with offload (DeepSpeedCPUAdam): check the log's "
+                     "'Adam Optimizer #0 is created with ... arithmetic capability' line (scalar is slow), that the "
+                     "job has enough cores per GPU process, and that nothing else competes for them.")
+        return [Finding(id=cid, status="warn", title=f"The optimizer step takes {shares.get('step', 0):.0%} of an "
+                        "iteration", detail="\n".join(lines), evidence=ev)]
+    return [Finding(id=cid, status="ok", title=f"Iteration time: {parts}", detail="\n".join(lines), evidence=ev)]
+
+
+# -- offload.gpu-util ---------------------------------------------------------------------------------------
+
+@check("offload.gpu-util", title="GPU utilisation while training", probes=("gpusample",))
+def check_gpu_util(facts: Facts) -> list[Finding]:
+    cid = "offload.gpu-util"
+    gs = _facts(facts, "gpusample")
+    if gs is None:
+        return [Finding(id=cid, status="skip", title="GPU utilisation: not sampled",
+                        detail=_skip_reason(facts, "gpusample"))]
+    ev = _tables(facts, "gpusample")
+    gpus = gs.get("gpus") or []
+    lines = [f"{gs.get('samples')} samples over {gs.get('seconds')} s, every {gs.get('interval')} s."]
+    starved = []
+    for g in gpus:
+        u = g.get("util") or {}
+        lines.append(f"GPU {g['index']} ({g.get('name')}): min {u.get('min')}%, mean {u.get('mean')}%, max "
+                     f"{u.get('max')}%  {g.get('sparkline')}")
+        if u.get("mean") is not None and u["mean"] < GPU_STARVED_PCT:
+            starved.append(g)
+    if starved:
+        lines.append(f"Busy less than {GPU_STARVED_PCT:g}% of the time on average: the GPUs wait for the offload path "
+                     "(CPU optimizer, PCIe transfers, NVMe swaps). Only meaningful while the job is training.")
+        return [Finding(id=cid, status="warn", title=f"{len(starved)} of {len(gpus)} GPU(s) mostly idle while "
+                        "sampled", detail="\n".join(lines), evidence=ev)]
+    return [Finding(id=cid, status="ok", title=f"GPU utilisation: {len(gpus)} GPU(s) busy while sampled",
+                    detail="\n".join(lines), evidence=ev)]
+
+
+# -- predicates -------------------------------------------------------------------------------------------
+
+def _lints(facts: Facts) -> list[dict[str, Any]]:
+    ds = _facts(facts, "dsconfig") or {}
+    return list(ds.get("lints") or []) if ds.get("valid") else []
+
+
+@predicate("ds_config_invalid", probes=("dsconfig",),
+           doc="The ds_config given with --ds-config cannot be read by DeepSpeed at all: missing, unreadable, not "
+               "UTF-8, malformed JSON/HJSON, a duplicate key, or not an object. False when no ds_config was given.")
+def ds_config_invalid(facts: Facts) -> bool:
+    ds = _facts(facts, "dsconfig")
+    return bool(ds) and ds.get("valid") is False
+
+
+@predicate("ds_config_rejected", probes=("dsconfig",),
+           doc="DeepSpeed would stop on the ds_config: it cannot be read, or a lint of severity fail fired (an "
+               "unknown key in zero_optimization or an offload block, a refused value, nvme without nvme_path, "
+               "ratio < 1 below stage 3, an unusable nvme_path).")
+def ds_config_rejected(facts: Facts) -> bool:
+    return ds_config_invalid(facts) or any(x["severity"] == "fail" for x in _lints(facts))
+
+
+@predicate("ds_config_uses_auto", probes=("dsconfig",),
+           doc="The ds_config holds \"auto\" values, which only the Hugging Face Trainer / Accelerate fill in.")
+def ds_config_uses_auto(facts: Facts) -> bool:
+    return bool(facts.get_fact("dsconfig", "uses_auto", default=False))
+
+
+@predicate("offload_to_nvme_configured", probes=("dsconfig",),
+           doc="The ds_config offloads parameters or optimizer states to NVMe (device nvme, as DeepSpeed reads it).")
+def offload_to_nvme_configured(facts: Facts) -> bool:
+    dev = facts.get_fact("dsconfig", "devices", default={}) or {}
+    return "nvme" in dev.values()
+
+
+@predicate("offload_to_cpu_configured", probes=("dsconfig",),
+           doc="The ds_config offloads parameters or optimizer states to CPU memory (device cpu).")
+def offload_to_cpu_configured(facts: Facts) -> bool:
+    dev = facts.get_fact("dsconfig", "devices", default={}) or {}
+    return "cpu" in dev.values()
+
+
+@predicate("nvme_path_unsuitable", probes=("dsconfig",),
+           doc="An nvme_path of the ds_config cannot work here: missing and not creatable, not writable, or on "
+               "tmpfs/ramfs, overlay, a network or FUSE file system; or device nvme has no nvme_path.")
+def nvme_path_unsuitable(facts: Facts) -> bool:
+    return any(x["rule"] in ("nvme-path", "nvme-without-path") and x["severity"] == "fail" for x in _lints(facts))
+
+
+@predicate("offload_ram_short", probes=("capacity",),
+           doc="The ds_config's offload choice does not fit in this node's MemAvailable even with zero.Init, by "
+               "DeepSpeed's own estimator (the job gets OOM-killed, -9, or swaps). False when unknown.")
+def offload_ram_short(facts: Facts) -> bool:
+    return facts.get_fact("capacity", "ram_short", default=None) is True
+
+
+@predicate("offload_ram_tight", probes=("capacity",),
+           doc="The ds_config's offload choice fits in MemAvailable only when the model is built under "
+               "deepspeed.zero.Init (zero_init=1), not without it.")
+def offload_ram_tight(facts: Facts) -> bool:
+    return facts.get_fact("capacity", "ram_tight", default=None) is True
+
+
+@predicate("offload_step_bound", probes=("trainlog",),
+           doc="In the training log's wall_clock_breakdown, the optimizer step is the largest phase of an iteration "
+               "(CPU Adam or NVMe swaps, not forward/backward).")
+def offload_step_bound(facts: Facts) -> bool:
+    return facts.get_fact("trainlog", "step_bound", default=False) is True
+
+
+@predicate("offload_disk_bound", probes=("trainlog",),
+           doc="The optimizer step dominates the iteration and NVMe swapping (optimizer_swap_in_state + "
+               "optimizer_swap_out_state) takes at least half of it: the offload disk is the bottleneck.")
+def offload_disk_bound(facts: Facts) -> bool:
+    return facts.get_fact("trainlog", "disk_bound", default=False) is True
+
+
+@predicate("trainlog_without_timers", probes=("trainlog",),
+           doc="A training log was given but holds no wall_clock_breakdown lines (wall_clock_breakdown is off).")
+def trainlog_without_timers(facts: Facts) -> bool:
+    log = _facts(facts, "trainlog")
+    return bool(log) and not log.get("error") and not log.get("timer_lines")
+
+
+@predicate("gpu_underutilised", probes=("gpusample",),
+           doc=f"While sampled (--gpu-sample), some GPU was busy less than {GPU_STARVED_PCT:g}% of the time on "
+               "average.")
+def gpu_underutilised(facts: Facts) -> bool:
+    gpus = facts.get_fact("gpusample", "gpus", default=[]) or []
+    return any((g.get("util") or {}).get("mean") is not None and g["util"]["mean"] < GPU_STARVED_PCT for g in gpus)
