@@ -1,193 +1,89 @@
-"""The guided session: a start screen and a step-by-step walk through a playbook.
+"""The guided session: start screen, playbook walk, evidence, remedies, export, resume and learn mode.
 
-The UI renders engine state and posts intents; every diagnostic decision is the engine's.
+The UI renders engine state and posts intents; every diagnostic decision is the engine's
+(:class:`zdoctor.engine.Walk`, :func:`zdoctor.doctor.check`). ``make_app`` is the one factory the
+command line and the tests use.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
 from typing import Any
 
-from rich.markup import escape
-from rich.text import Text
-from textual import work
-from textual.app import App, ComposeResult
+from textual.app import App, SystemCommand
 from textual.binding import Binding
-from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, OptionList, Static
-from textual.widgets.option_list import Option
-from textual.worker import Worker, WorkerState
 
-from zdoctor.model import Finding, sort_findings
+from zdoctor.errors import InputError, ZdoctorError
 from zdoctor.resources import data_dir
 
-MARKS = {"ok": ("✓", "green"), "warn": ("!", "yellow"), "fail": ("✗", "red"), "skip": ("-", "grey50"),
-         "crash": ("‼", "magenta")}
 
+@dataclass
+class Context:
+    """What a screen works on: a host, the session log its steps go to, and how it came about."""
 
-def finding_line(f: Finding) -> Text:
-    mark, style = MARKS[f.status]
-    line = Text.assemble((f" {mark} ", f"bold {style}"), (f.title, ""))
-    return line
+    host: Any
+    mode: str  # "tui" (this node), "demo" (a practice scenario), or the mode of a resumed session
+    log: Any = None  # zdoctor.session.SessionLog | None
+    scenario: Any = None  # zdoctor.practice.Scenario | None
+    note: str = ""  # why the session is not recorded, when it is not
+    seen: set = field(default_factory=set)  # (probe, started) of the probe results already recorded
 
+    @property
+    def practice(self) -> bool:
+        return self.scenario is not None
 
-def render_findings(findings: list[Finding]) -> Text:
-    out = Text()
-    for f in sort_findings(findings):
-        out.append_text(finding_line(f))
-        out.append("\n")
-        if f.detail and f.status != "ok":
-            for line in f.detail.splitlines():
-                out.append(f"     {line}\n", style="dim")
-        for r in f.remedies if f.status in ("fail", "warn") else []:
-            flag = "verified" if r.verified else "unverified"
-            out.append(f"     fix: {r.title} ({flag}{', needs root' if r.requires_root else ''})\n", style="bold")
-            for cmd in r.commands:
-                out.append(f"       {cmd}\n", style="cyan")
-    return out
-
-
-class StartScreen(Screen[None]):
-    """The node at a glance, a first pass of every check, and the playbooks."""
-
-    BINDINGS = [Binding("enter", "open", "Walk playbook", show=True), Binding("r", "rerun", "Re-check")]
-
-    def compose(self) -> ComposeResult:
-        yield Header()
-        with VerticalScroll():
-            yield Static("Probing this node…", id="glance")
-            yield Static("", id="first-pass")
-            yield Static("[b]Playbooks[/b] — choose one and press Enter", id="pb-title")
-            yield OptionList(id="playbooks")
-        yield Footer()
-
-    def on_mount(self) -> None:
-        from zdoctor.playbook import load_all
-
-        opts = self.query_one("#playbooks", OptionList)
-        for pid, book in sorted(load_all().items()):
-            opts.add_option(Option(Text.assemble((pid, "bold"), "  ", book.title), id=pid))
-        if opts.option_count:
-            opts.highlighted = 0
-        opts.focus()
-        self.first_pass()
-
-    @work(thread=True, exclusive=True, exit_on_error=False)
-    def first_pass(self) -> None:
-        app: ZdoctorApp = self.app  # type: ignore[assignment]
-        findings = app.first_pass()
-        self.app.call_from_thread(self.show_first_pass, findings)
-
-    def show_first_pass(self, findings: list[Finding]) -> None:
-        app: ZdoctorApp = self.app  # type: ignore[assignment]
-        sysfacts = app.host.result("system").facts
-        py = app.host.result("pyenv").facts if "pyenv" in app.host.recorded() else {}
-        glance = (f"[b]{escape(str(sysfacts.get('hostname', '?')))}[/b]  {escape(str(sysfacts.get('os', '')))}  "
-                  f"kernel {escape(str(sysfacts.get('kernel', '')))}  {sysfacts.get('cpus', '?')} CPUs\n"
-                  f"target python: {escape(str(py.get('executable') or app.host.info.get('python', '?')))}")
-        self.query_one("#glance", Static).update(glance)
-        self.query_one("#first-pass", Static).update(render_findings(findings))
-
-    def action_open(self) -> None:
-        opts = self.query_one("#playbooks", OptionList)
-        if opts.highlighted is None:
+    def record(self, type_: str, data: dict[str, Any]) -> None:
+        """Append to the session log; a log that cannot be written is dropped, never fatal."""
+        if self.log is None:
             return
-        pid = opts.get_option_at_index(opts.highlighted).id
-        self.app.push_screen(WalkScreen(str(pid)))
+        if type_ == "probe_result" and isinstance(data.get("result"), dict):
+            key = (data["result"].get("probe"), data["result"].get("started"))
+            if key in self.seen:  # the first pass and every walk read the same cached results
+                return
+            self.seen.add(key)
+        try:
+            self.log.record(type_, data)
+        except (OSError, ZdoctorError, ValueError) as exc:
+            self.note = f"the session log stopped: {exc}"
+            self.log = None
 
-    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        self.app.push_screen(WalkScreen(str(event.option.id)))
+    def close(self, code: int = 0) -> None:
+        if self.log is not None:
+            with contextlib.suppress(OSError, ZdoctorError):
+                self.log.close(code)
 
-    def action_rerun(self) -> None:
-        self.first_pass()
+
+def open_log(mode: str, argv: list[str], info: dict[str, Any]) -> tuple[Any, str]:
+    """A new session log, or None and the reason it could not be created."""
+    from zdoctor.session import SessionLog
+
+    try:
+        return SessionLog.create(mode, argv, info), ""
+    except (OSError, ZdoctorError) as exc:
+        return None, f"session not recorded: {exc}"
 
 
-class WalkScreen(Screen[None]):
-    """One playbook, one node at a time: why, probes, evidence, the next step and its reason."""
+def new_walk(playbook_id: str, host: Any, record: Any) -> Any:
+    """A walk of a bundled playbook (the vocabulary loaded first: predicates must be registered)."""
+    from zdoctor.engine import Walk
+    from zdoctor.playbook import load_all
+    from zdoctor.registry import load_vocabulary
 
-    BINDINGS = [
-        Binding("n", "next", "Next step"),
-        Binding("l", "learn", "Learn more"),
-        Binding("escape", "back", "Back"),
-    ]
+    load_vocabulary()
+    return Walk(load_all()[playbook_id], host, record=record)
 
-    def __init__(self, playbook_id: str) -> None:
-        super().__init__()
-        self.playbook_id = playbook_id
-        self.walk: Any = None
-        self.outcome: Any = None
-        self.show_explain = False
 
-    def compose(self) -> ComposeResult:
-        yield Header()
-        yield Static("", id="crumbs")
-        with VerticalScroll():
-            yield Static("", id="node-title")
-            yield Static("", id="why")
-            yield Static("", id="explain")
-            yield Static("", id="findings")
-            yield DataTable(id="evidence", zebra_stripes=True)
-            yield Static("", id="next")
-        yield Footer()
-
-    def on_mount(self) -> None:
-        from zdoctor.engine import Walk
-        from zdoctor.playbook import load_all
-
-        app: ZdoctorApp = self.app  # type: ignore[assignment]
-        book = load_all()[self.playbook_id]
-        self.walk = Walk(book, app.host, record=app.record)
-        self.query_one("#explain", Static).display = False
-        self.evaluate()
-
-    def render_node(self) -> None:
-        node = self.walk.playbook.nodes[self.walk.current]
-        self.query_one("#crumbs", Static).update(Text(" › ".join(self.walk.path), style="dim"))
-        self.query_one("#node-title", Static).update(Text(f"{node.title}  [{node.kind}]", style="bold"))
-        self.query_one("#why", Static).update(Text(f"Why: {node.why}", style="italic"))
-        self.query_one("#explain", Static).update(Text(node.explain))
-
-    @work(thread=True, exclusive=True, exit_on_error=False)
-    def evaluate(self) -> None:
-        self.app.call_from_thread(self.render_node)
-        self.app.call_from_thread(self.query_one("#findings", Static).update, "Probing…")
-        outcome = self.walk.evaluate()
-        self.app.call_from_thread(self.show_outcome, outcome)
-
-    def show_outcome(self, outcome: Any) -> None:
-        self.outcome = outcome
-        self.query_one("#findings", Static).update(render_findings(list(outcome.findings)))
-        table = self.query_one("#evidence", DataTable)
-        table.clear(columns=True)
-        tables = [e.table for f in outcome.findings for e in f.evidence if e.table is not None]
-        if tables:
-            t = tables[0]
-            table.add_columns(*t.columns)
-            for i, row in enumerate(t.rows):
-                style = "bold red" if i in t.highlight else ""
-                table.add_row(*[Text(c, style=style) for c in row])
-        table.display = bool(tables)
-        if outcome.chosen is not None:
-            msg = f"Next: {outcome.chosen.to}  ({outcome.reason}) — press n"
-        else:
-            msg = "End of this playbook: this is the diagnosis. Esc to go back."
-        self.query_one("#next", Static).update(Text(msg, style="bold"))
-
-    def action_learn(self) -> None:
-        explain = self.query_one("#explain", Static)
-        explain.display = not explain.display
-
-    def action_next(self) -> None:
-        if self.outcome is None or self.walk.done:
-            return
-        if self.outcome.chosen is None:
-            return
-        self.walk.advance()
-        if not self.walk.done:
-            self.evaluate()
-
-    def action_back(self) -> None:
-        self.app.pop_screen()
+def practice_context(scenario: Any, argv: list[str]) -> Context:
+    """A context replaying ``scenario``, recorded as a ``demo`` session."""
+    host = scenario.host()
+    log, note = open_log("demo", argv, {**host.info, "scenario": scenario.id})
+    return Context(host=host, mode="demo", log=log, scenario=scenario, note=note)
 
 
 class ZdoctorApp(App[int]):
@@ -195,59 +91,224 @@ class ZdoctorApp(App[int]):
 
     TITLE = "zdoctor"
     SUB_TITLE = "ZeRO-3 Offload node doctor"
-    BINDINGS = [Binding("q", "quit", "Quit"), Binding("e", "export", "Export Markdown")]
+    BINDINGS = [
+        Binding("question_mark,f1", "help", "Keys", id="help"),
+        Binding("t", "glossary", "Terms", id="glossary"),
+        Binding("x", "export_dialog", "Export", id="export"),
+        Binding("q", "quit", "Quit", id="quit"),
+    ]
 
-    def __init__(self, python: str | None = None, argv: list[str] | None = None, host: Any = None) -> None:
+    def __init__(self, python: str | None = None, argv: list[str] | None = None, host: Any = None, *,
+                 resume: str | None = None, demo: str | None = None, export_dir: str | os.PathLike[str] | None = None,
+                 plan: dict[str, Any] | None = None) -> None:
         super().__init__(css_path=str(data_dir("assets") / "zdoctor.tcss"))
+        self.python = python
+        self.argv = list(argv or [])
+        self.export_dir = Path(export_dir) if export_dir is not None else None
+        self.plan = plan or {}
+        self._host = host
+        self.contexts: list[Context] = []
+        self.ctx: Context | None = None
+
+    # -- start-up ----------------------------------------------------------------------------------
+    def live_context(self) -> Context:
         from zdoctor.host import LiveHost
 
-        self.host = host if host is not None else LiveHost(python=python)
-        self.argv = argv or []
-        self.log_file = None
-        self._findings: list[Finding] = []
+        host = self._host if self._host is not None else LiveHost(python=self.python)
+        mode = "tui"
+        log, note = open_log(mode, self.argv, host.info)
+        return Context(host=host, mode=mode, log=log, note=note)
+
+    def add_context(self, ctx: Context) -> Context:
+        self.contexts.append(ctx)
+        self.ctx = ctx
+        return ctx
 
     def on_mount(self) -> None:
-        from zdoctor.errors import ZdoctorError
-        from zdoctor.session import SessionLog
+        from .practice import PracticeScreen
+        from .start import StartScreen
+        from .walk import WalkScreen
+
+        if "resume" in self.plan:
+            ctx, walk = self.plan["resume"]
+            self.add_context(ctx)
+            self.push_screen(WalkScreen(ctx, walk, resumed=True))
+            self.notify(f"resumed session {ctx.log.id if ctx.log else ''} at {walk.current}", timeout=4)
+        elif "demo" in self.plan:
+            scenario = self.plan["demo"]
+            if scenario is not None:
+                self.start_practice(scenario)
+            else:
+                self.push_screen(PracticeScreen())
+        else:
+            self.push_screen(StartScreen(self.add_context(self.live_context())))
+        if self.ctx is not None and self.ctx.note:
+            self.notify(self.ctx.note, severity="warning")
+
+    def base_screen(self, ctx: Context | None) -> Screen:
+        """What Esc leads back to from a walk that was opened first: the practice list, or the start."""
+        from .practice import PracticeScreen
+        from .start import StartScreen
+
+        if ctx is not None and ctx.practice:
+            return PracticeScreen(selected=ctx.scenario.id)
+        live = next((c for c in self.contexts if c.mode == "tui" and not c.practice and c is not ctx), None)
+        return StartScreen(live or ctx or self.add_context(self.live_context()))
+
+    def start_practice(self, scenario: Any) -> None:
+        """Replay ``scenario`` and walk its playbook."""
+        from .walk import WalkScreen
+
+        ctx = self.add_context(practice_context(scenario, self.argv))
+        self.push_screen(WalkScreen(ctx, new_walk(scenario.playbook, ctx.host, ctx.record)))
+
+    def start_walk(self, ctx: Context, playbook_id: str) -> None:
+        from .walk import WalkScreen
+
+        self.ctx = ctx
+        self.push_screen(WalkScreen(ctx, new_walk(playbook_id, ctx.host, ctx.record)))
+
+    def resume_session(self, session_id: str | None) -> None:
+        """Pick up a recorded session from the start screen (the same path as ``--resume``)."""
+        from .walk import WalkScreen
 
         try:
-            self.log_file = SessionLog.create("tui", self.argv, self.host.info)
-        except (OSError, ZdoctorError) as exc:
-            self.notify(f"session not recorded: {exc}", severity="warning")
-        self.push_screen(StartScreen())
-
-    def record(self, type_: str, data: dict[str, Any]) -> None:
-        if self.log_file is not None:
-            self.log_file.record(type_, data)
-
-    def first_pass(self) -> list[Finding]:
-        from zdoctor.doctor import check
-
-        report = check(self.host, record=self.record, walk=False)
-        self._findings = report.findings
-        return report.findings
-
-    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        """A probe or walk that broke is shown, never swallowed."""
-        if event.state == WorkerState.ERROR:
-            self.notify(f"{event.worker.name} failed: {event.worker.error}", severity="error", timeout=10)
-
-    def action_export(self) -> None:
-        from zdoctor.export import render, write_export
-        from zdoctor.session import load_events
-
-        if self.log_file is None:
-            self.notify("nothing recorded to export", severity="warning")
+            ctx, walk = prepare_resume(session_id or "", self.argv)
+        except ZdoctorError as exc:
+            self.notify(str(exc), severity="error")
             return
-        out = f"zdoctor-{self.log_file.id}.md"
-        write_export(render(load_events(self.log_file.id), "md"), out)
-        self.notify(f"exported to {out}")
+        self.add_context(ctx)
+        self.push_screen(WalkScreen(ctx, walk, resumed=True))
+
+    async def action_quit(self) -> None:
+        """Quit; while a remedy runs, only when asked twice, and its commands are cancelled first."""
+        running = [s.running for s in self.screen_stack if getattr(s, "running", None) is not None]
+        if running and not getattr(self, "_quit_warned", False):
+            self._quit_warned = True
+            self.notify("A remedy is running: q again cancels it and quits.", severity="warning")
+            return
+        for event in running:
+            event.set()
+        await super().action_quit()
+
+    # -- export ------------------------------------------------------------------------------------
+    def export(self, fmt: str) -> Path:
+        """Write the current session as ``fmt`` (md, html, json); returns the path written."""
+        from zdoctor.export import default_name, render, write_export
+        from zdoctor.session import load_events, state_dir
+
+        ctx = self.ctx
+        if ctx is None or ctx.log is None:
+            raise InputError("this session is not recorded, so there is nothing to export"
+                             + (f" ({ctx.note})" if ctx is not None and ctx.note else ""))
+        text = render(load_events(ctx.log.id), fmt)
+        name = default_name(ctx.log.id, fmt)
+        folder = self.export_dir or Path.cwd()
+        try:
+            path = write_export(text, folder / name)
+        except ZdoctorError:
+            fallback = state_dir() / "exports"
+            fallback.mkdir(parents=True, exist_ok=True, mode=0o700)
+            path = write_export(text, fallback / name)
+        path = path.resolve()
+        ctx.record("export", {"format": fmt, "path": str(path)})
+        return path
+
+    def export_now(self, fmt: str) -> None:
+        try:
+            path = self.export(fmt)
+        except ZdoctorError as exc:
+            self.notify(str(exc), severity="error", timeout=8)
+            return
+        self.notify(f"exported to {path}", title="Export", timeout=8)
+
+    def action_export_dialog(self) -> None:
+        from .info import ExportScreen
+
+        if not isinstance(self.screen, ExportScreen):
+            self.push_screen(ExportScreen())
+
+    # -- help, glossary, palette -------------------------------------------------------------------
+    def action_help(self) -> None:
+        from .info import HelpScreen
+
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.screen))
+
+    def action_glossary(self, term: str | None = None) -> None:
+        from .info import GlossaryScreen
+
+        if not isinstance(self.screen, GlossaryScreen):
+            self.push_screen(GlossaryScreen(term))
+
+    def action_practice(self) -> None:
+        from .practice import PracticeScreen
+
+        if not isinstance(self.screen, PracticeScreen):
+            self.push_screen(PracticeScreen())
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """Every key's action, named after its screen, plus exports and learn mode."""
+        for fmt, label in (("md", "Markdown"), ("html", "HTML"), ("json", "JSON")):
+            yield SystemCommand(f"Export: {label}", f"Write this session as {label} (path shown when done)",
+                                partial(self.export_now, fmt))
+        yield SystemCommand("Help: keys", "Every key of this screen and the app (? or F1)", self.action_help)
+        yield SystemCommand("Learn: glossary", "RPATH, RUNPATH, GLIBCXX, SONAME, ZeRO, offload ... (t)",
+                            self.action_glossary)
+        yield SystemCommand("Learn: practice scenarios", "Replay a recorded broken node, step by step",
+                            self.action_practice)
+        where = getattr(screen, "PALETTE_GROUP", type(screen).__name__)
+        seen = {"help", "glossary", "export_dialog", "quit", "command_palette"}
+        for node, binding, _enabled, _tip in screen.active_bindings.values():
+            if node is self or binding.action in seen or not binding.description:
+                continue
+            seen.add(binding.action)
+            yield SystemCommand(f"{where}: {binding.description}",
+                                f"key {self.get_key_display(binding)}",
+                                partial(self.call_later, screen.run_action, binding.action))
+        yield from super().get_system_commands(screen)
 
     def on_unmount(self) -> None:
-        if self.log_file is not None:
-            self.log_file.close(0)
+        for ctx in self.contexts:
+            ctx.close(0)
 
 
-def make_app(python: str | None = None, argv: list[str] | None = None, host: Any = None) -> ZdoctorApp:
-    """The one factory the CLI and the tests use (``host``: a replayed snapshot instead of this node)."""
-    return ZdoctorApp(python=python, argv=argv, host=host)
+# --- resume and demo, resolved before the terminal is taken over -------------------------------------
+
+def prepare_resume(session: str, argv: list[str]) -> tuple[Context, Any]:
+    """Reopen a recorded guided session: its host (recorded results first), its log, its walk."""
+    from zdoctor.registry import load_vocabulary
+    from zdoctor.resume import SessionHost, find_point, once_per_result, rebuild_host, recorded_results, resume_walk
+    from zdoctor.session import SessionLog
+
+    load_vocabulary()
+    point = find_point(session or None)
+    host = SessionHost(rebuild_host(point.host_info), recorded_results(point.events))
+    scenario = None
+    if point.host_info.get("scenario"):
+        from zdoctor.practice import get_scenario
+
+        scenario = get_scenario(str(point.host_info["scenario"]))
+    log = SessionLog.reopen(point.session_id, argv=argv)
+    ctx = Context(host=host, mode=point.mode or "tui", log=log, scenario=scenario)
+    walk = resume_walk(point, host, record=once_per_result(ctx.record, point.events))
+    return ctx, walk
+
+
+def make_app(python: str | None = None, argv: list[str] | None = None, host: Any = None, *,
+             resume: str | None = None, demo: str | None = None,
+             export_dir: str | os.PathLike[str] | None = None) -> ZdoctorApp:
+    """The one factory the CLI and the tests use.
+
+    ``host``: a replayed snapshot instead of this node. ``resume``: ``""`` (newest) or a session id.
+    ``demo``: ``""`` (choose a scenario) or a scenario id. Problems raise before anything is drawn.
+    """
+    argv = list(argv or [])
+    plan: dict[str, Any] = {}
+    if resume is not None:
+        plan["resume"] = prepare_resume(resume, argv)
+    elif demo is not None:
+        from zdoctor.practice import get_scenario
+
+        plan["demo"] = get_scenario(demo) if demo else None
+    return ZdoctorApp(python=python, argv=argv, host=host, plan=plan, export_dir=export_dir)

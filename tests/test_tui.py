@@ -1,61 +1,511 @@
-"""The guided session, driven through Textual's Pilot on a replayed snapshot."""
+"""The guided session, driven through Textual's Pilot on replayed snapshots: start screen, the walk of
+the practice scenario to its diagnosis, another branch, evidence, remedies applied through the confirm
+modal (and declined), export, a slow probe cancelled, the keys, the palette, and resume."""
 
 from __future__ import annotations
 
 import asyncio
+import io
+import json
+import os
+import sys
+from pathlib import Path
 
+import pytest
 from conftest import FIXTURES
-from textual.widgets import OptionList, Static
+from rich.console import Console
 
-from zdoctor.host import ReplayHost
+from zdoctor.errors import InputError, UsageError
+from zdoctor.host import LiveHost, ReplayHost, snapshot_document
+from zdoctor.model import ProbeResult
+from zdoctor.practice import get_scenario
+from zdoctor.registry import load_vocabulary
 from zdoctor.session import load_events
 from zdoctor.tui import _screens_app
 
+SCENARIO = "conda-ld-library-path"
+STORY_PATH = ["symptom", "loaded", "needs", "layers", "verify", "source", "fix-ld-library-path",
+              "diag-ld-library-path"]
 
-def make(tmp_path):
-    host = ReplayHost.load(str(FIXTURES / "snapshots" / "healthy.json"))
-    return _screens_app().make_app(host=host, argv=["tui"])
+
+def make(**kw):
+    return _screens_app().make_app(**kw)
 
 
-async def settle(pilot, app, predicate, timeout: float = 10.0) -> None:
+def run(coro) -> None:
+    asyncio.run(coro)
+
+
+async def settle(pilot, predicate, timeout: float = 15.0, what: str = "the expected state") -> None:
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
     while not predicate():
-        assert loop.time() < end, "the UI did not reach the expected state"
+        assert loop.time() < end, f"the UI did not reach {what}"
         await pilot.pause(0.05)
 
 
-def text_of(screen, selector: str) -> str:
-    return str(screen.query_one(selector, Static).render())
+def screen_text(app) -> str:
+    """The screen as plain text, the way a terminal shows it (no colour)."""
+    w, h = app.size
+    console = Console(width=w, height=h, file=io.StringIO(), record=True, color_system=None, force_terminal=True,
+                      legacy_windows=False, safe_box=False)
+    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
+    return console.export_text()
 
 
-def test_start_screen_then_walk_to_the_diagnosis(tmp_path):
+def plain(widget, width: int = 200) -> str:
+    """What a Static shows, as plain text (rich renderables included)."""
+    content = widget.content
+    if isinstance(content, str):
+        return content
+    console = Console(width=width, file=io.StringIO(), record=True, color_system=None, legacy_windows=False)
+    console.print(content)
+    return console.export_text()
+
+
+def name(app) -> str:
+    return type(app.screen).__name__
+
+
+async def step_ready(pilot, app) -> None:
+    """Wait until the walk screen has evaluated its current node."""
+    await settle(pilot, lambda: name(app) == "WalkScreen" and (app.screen.outcome is not None or app.screen.walk.done)
+                 and app.screen.outcome is not None and app.screen.outcome.node.id == app.screen.walk.current,
+                 what="an evaluated step")
+
+
+async def walk_to_diagnosis(pilot, app, limit: int = 12) -> list[str]:
+    for _ in range(limit):
+        await step_ready(pilot, app)
+        if app.screen.walk.node.kind == "diagnosis":
+            return list(app.screen.walk.path)
+        await pilot.press("n")
+    raise AssertionError(f"no diagnosis after {limit} steps: {app.screen.walk.path}")
+
+
+def stale_lock_snapshot(tmp_path: Path) -> tuple[dict, Path]:
+    """A snapshot recorded for real from this machine: a JIT op dir with a `lock` nobody holds."""
+    ext = tmp_path / "ext"
+    lock = ext / "cpu_adam" / "lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text("")
+    load_vocabulary()
+    host = LiveHost(python=sys.executable, env={**os.environ, "TORCH_EXTENSIONS_DIR": str(ext)})
+    host.results(["jitcache", "processes"])
+    return snapshot_document(host), lock
+
+
+# --- start screen --------------------------------------------------------------------------------
+
+def test_start_screen_then_walk_a_playbook_to_its_diagnosis(tmp_path):
     async def scenario() -> None:
-        app = make(tmp_path)
+        host = ReplayHost.load(str(FIXTURES / "snapshots" / "healthy.json"))
+        app = make(host=host, argv=["tui"], export_dir=tmp_path)
         async with app.run_test(size=(80, 24)) as pilot:
-            await settle(pilot, app, lambda: "✓" in text_of(app.screen, "#first-pass"))
-            assert "torch 2.13.0+cpu imports" in text_of(app.screen, "#first-pass")
-            options = app.screen.query_one("#playbooks", OptionList)
-            assert options.option_count >= 1
+            await settle(pilot, lambda: name(app) == "StartScreen" and app.screen.findings is not None,
+                         what="the first pass")
+            start = app.screen
+            glance = plain(start.query_one("#glance"))
+            assert "vm" in glance and "Debian GNU/Linux 12" in glance
+            assert "Target: /opt/train-env/bin/python" in glance and "torch 2.13.0+cpu" in glance
+            first = plain(start.query_one("#pass-findings"))
+            assert "✓" in first and "torch 2.13.0+cpu imports" in first
+            menu = start.query_one("#start-menu")
+            ids = [menu.get_option_at_index(i).id for i in range(menu.option_count)]
+            assert "pb:zero3-launch" in ids and "pb:toolchain" in ids and f"demo:{SCENARIO}" in ids
+            assert ids[menu.highlighted] == "pb:zero3-launch"
+            while ids[menu.highlighted] != "pb:toolchain":
+                await pilot.press("down")
             await pilot.press("enter")
-            await settle(pilot, app, lambda: app.screen.__class__.__name__ == "WalkScreen")
+            path = await walk_to_diagnosis(pilot, app)
             walk_screen = app.screen
-            for _ in range(12):
-                await settle(pilot, app, lambda: walk_screen.outcome is not None
-                             and walk_screen.outcome.node.id == walk_screen.walk.current)
-                if walk_screen.outcome.chosen is None:
-                    break
-                await pilot.press("n")
-            assert walk_screen.walk.current == "diag-layers"
-            assert "diagnosis" in text_of(walk_screen, "#next")
+            assert path[-1] == "diag-layers"
+            assert "Diagnosis:" in plain(walk_screen.query_one("#verdict"))
             assert not walk_screen.query_one("#explain").display
             await pilot.press("l")
             assert walk_screen.query_one("#explain").display
-            sid = app.log_file.id
+            await pilot.press("n")  # finish the walk
+            await settle(pilot, lambda: walk_screen.walk.done, what="the end of the walk")
+            sid = app.ctx.log.id
+            await pilot.press("escape")
+            assert name(app) == "StartScreen"
             await pilot.press("q")
         events = load_events(sid)
         types = [e["type"] for e in events]
         assert types[0] == "session_start" and types[-1] == "session_end"
-        assert "edge" in types and "node_enter" in types
+        assert "edge" in types and "node_enter" in types and "playbook_end" in types
+        probes = [e["result"]["probe"] for e in events if e["type"] == "probe_result"]
+        assert probes and len(probes) == len(set(probes))  # the first pass and the walk share results
 
-    asyncio.run(scenario())
+    run(scenario())
+
+
+# --- the practice scenario -----------------------------------------------------------------------
+
+def test_practice_walk_reaches_the_diagnosis_with_its_evidence(tmp_path):
+    async def scenario() -> None:
+        app = make(demo=SCENARIO, argv=["--demo", SCENARIO], export_dir=tmp_path)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await step_ready(pilot, app)
+            ws = app.screen
+            assert ws.ctx.practice and "practice: conda-ld-library-path" in screen_text(app)
+            assert "Why this step:" in plain(ws.query_one("#why"))
+            probes = plain(ws.query_one("#node-probes"))
+            assert "✓ livetrace 9.91 s" in probes  # the recorded duration, not a clock
+            for _ in range(2):
+                await pilot.press("n")
+                await step_ready(pilot, app)
+            assert ws.walk.current == "needs"
+            inline = plain(ws.query_one("#node-table"))
+            assert "needed vs provided" in inline and "⚠" in inline and "GLIBCXX_3.4.30" in inline
+            await pilot.press("e")
+            await settle(pilot, lambda: name(app) == "EvidenceScreen", what="the evidence screen")
+            tables = list(app.screen.query("DataTable"))
+            assert tables and any(t.row_count >= 20 for t in tables)
+            needed = next(t for t in tables if t.row_count >= 20)
+            hot = [i for i in range(needed.row_count) if str(needed.get_row_at(i)[0]) == "⚠"]
+            assert hot and "GLIBCXX_3.4.30" in " ".join(str(c) for c in needed.get_row_at(hot[0]))
+            await pilot.press("escape")
+            await pilot.press("g")
+            await settle(pilot, lambda: name(app) == "TextScreen", what="the graph")
+            graph = plain(app.screen.query_one("#text-content"))
+            assert "● needs" in graph and "✓ symptom" in graph and "⇒ loaded" in graph
+            await pilot.press("escape")
+            path = await walk_to_diagnosis(pilot, app)
+            assert path == STORY_PATH
+            assert "An LD_LIBRARY_PATH entry loads an old libstdc++" in plain(ws.query_one("#verdict"))
+            await pilot.press("l")
+            assert "The story" not in plain(ws.query_one("#explain"))  # the story sits at the start
+            await pilot.press("n")
+            await settle(pilot, lambda: ws.walk.done, what="the end of the walk")
+            sid = app.ctx.log.id
+        events = load_events(sid)
+        assert events[0]["mode"] == "demo" and events[0]["host"]["scenario"] == SCENARIO
+        end = next(e for e in events if e["type"] == "playbook_end")
+        assert end["path"] == STORY_PATH and end["diagnosis"] == "diag-ld-library-path"
+
+    run(scenario())
+
+
+def test_taking_another_branch_is_recorded_as_the_users_choice(tmp_path):
+    async def scenario() -> None:
+        app = make(demo=SCENARIO, export_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await step_ready(pilot, app)
+            ws = app.screen
+            branches = ws.query_one("#branches")
+            targets = [c.edge.to for c in ws.outcome.candidates]
+            assert targets[branches.highlighted] == "loaded"  # the suggested step is preselected
+            await pilot.press("b")
+            while targets[branches.highlighted] != "diag-hang":
+                await pilot.press("up")
+            await pilot.press("enter")
+            await step_ready(pilot, app)
+            assert ws.walk.path == ["symptom", "diag-hang"]
+            sid = app.ctx.log.id
+        edge = next(e for e in load_events(sid) if e["type"] == "edge")
+        assert edge["to"] == "diag-hang" and edge["override"] is True
+        assert edge["reason"].startswith("user chose diag-hang over loaded")
+
+    run(scenario())
+
+
+# --- remedies ------------------------------------------------------------------------------------
+
+def test_remedy_is_applied_only_after_yes_and_recorded(tmp_path):
+    doc, lock = stale_lock_snapshot(tmp_path)
+
+    async def scenario() -> None:
+        app = make(host=ReplayHost(doc, source="stale-lock"), argv=["tui"], export_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot, lambda: name(app) == "StartScreen")
+            await pilot.press("o")  # zero3-launch is highlighted first
+            path = await walk_to_diagnosis(pilot, app)
+            assert path == ["symptom", "diag-stale-lock"]
+            await pilot.press("r")
+            await settle(pilot, lambda: name(app) == "RemedyScreen", what="the remedy screen")
+            rs = app.screen
+            commands = plain(rs.query_one("#rem-commands"))
+            assert f"rm -f -- {lock}" in commands
+            await pilot.press("a")
+            await settle(pilot, lambda: name(app) == "ConfirmApply", what="the confirmation")
+            assert app.focused is not None and app.focused.id == "no"  # the default answer is No
+            assert "Runs here, on" in plain(app.screen.query_one("#confirm-notes"))
+            await pilot.press("enter")
+            await settle(pilot, lambda: name(app) == "RemedyScreen")
+            assert lock.exists()
+            assert "Declined" in plain(rs.query_one("#rem-result"))
+            await pilot.press("a")
+            await settle(pilot, lambda: name(app) == "ConfirmApply")
+            await pilot.press("y")
+            await settle(pilot, lambda: "applied: exit code 0" in plain(rs.query_one("#rem-result")),
+                         what="the remedy to finish")
+            assert not lock.exists()
+            result = plain(rs.query_one("#rem-result"))
+            assert f"What changed: removed {lock}" in result
+            assert any(f"+ rm -f -- {lock}" in line for line in rs.query_one("#rem-log").lines)
+            await pilot.press("x")
+            await settle(pilot, lambda: name(app) == "ExportScreen")
+            await pilot.press("m")
+            await settle(pilot, lambda: "Written:" in plain(app.screen.query_one("#export-result")))
+            sid = app.ctx.log.id
+        events = load_events(sid)
+        declined = [e for e in events if e["type"] == "remedy_declined"]
+        applied = [e for e in events if e["type"] == "remedy_applied"]
+        assert [d["how"] for d in declined] == ["answered No in the confirmation"]
+        (ev,) = applied
+        assert ev["ok"] is True and ev["exit_code"] == 0 and ev["changed"] == [f"removed {lock}"]
+        assert ev["finding_id"].startswith("hangs.stale-lock") and ev["node"] == "diag-stale-lock"
+        md = (tmp_path / f"zdoctor-{sid}.md").read_text()
+        assert "## What was applied" in md and "Remove the stale lock of op cpu\\_adam (applied)" in md
+        assert "removed" in md
+
+    run(scenario())
+
+
+def test_decline_and_copy_keys(tmp_path):
+    async def scenario() -> None:
+        app = make(demo=SCENARIO, export_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await walk_to_diagnosis(pilot, app)
+            await pilot.press("r")
+            await settle(pilot, lambda: name(app) == "RemedyScreen")
+            rs = app.screen
+            effect = plain(rs.query_one("#rem-effect"))
+            assert "LD_LIBRARY_PATH" in effect and "/opt/conda/lib" in effect and "(unset)" in effect
+            await pilot.press("y")
+            assert app.clipboard == "unset LD_LIBRARY_PATH\n"
+            await pilot.press("d")
+            await pilot.press("down", "a")
+            await settle(pilot, lambda: name(app) == "ConfirmApply")
+            assert "Practice: nothing is run" in plain(app.screen.query_one("#confirm-notes"))
+            await pilot.press("y")
+            await settle(pilot, lambda: "Practice" in plain(rs.query_one("#rem-result")))
+            sid = app.ctx.log.id
+        events = load_events(sid)
+        (declined,) = [e for e in events if e["type"] == "remedy_declined"]
+        assert declined["how"] == "declined" and declined["remedy"]["commands"] == ["unset LD_LIBRARY_PATH"]
+        (practised,) = [e for e in events if e["type"] == "remedy_practised"]
+        assert practised["remedy"]["title"].startswith("Preload")
+        assert not [e for e in events if e["type"] == "remedy_applied"]  # practice never runs anything
+
+    run(scenario())
+
+
+# --- export --------------------------------------------------------------------------------------
+
+def test_export_from_the_palette_and_the_key(tmp_path):
+    async def scenario() -> None:
+        app = make(demo=SCENARIO, export_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await step_ready(pilot, app)
+            sid = app.ctx.log.id
+            await pilot.press("ctrl+p")
+            await settle(pilot, lambda: name(app) == "CommandPalette", what="the palette")
+            await pilot.press(*"Export: JSON")
+            await pilot.pause(0.4)
+            await pilot.press("enter")
+            await settle(pilot, lambda: (tmp_path / f"zdoctor-{sid}.json").exists(), what="the JSON export")
+            await settle(pilot, lambda: any(str(tmp_path) in str(n.message) for n in app._notifications),
+                         what="the path in a notification")
+            await pilot.press("x")
+            await settle(pilot, lambda: name(app) == "ExportScreen")
+            await pilot.press("h")
+            await settle(pilot, lambda: "Written:" in plain(app.screen.query_one("#export-result")))
+            shown = plain(app.screen.query_one("#export-result"))
+            assert str(tmp_path / f"zdoctor-{sid}.html") in shown
+        doc = json.loads((tmp_path / f"zdoctor-{sid}.json").read_text())
+        assert doc["format"] == "zdoctor-session" and doc["mode"] == "demo"
+        assert (tmp_path / f"zdoctor-{sid}.html").read_text().startswith("<!DOCTYPE html>")
+
+    run(scenario())
+
+
+# --- probes that take their time -----------------------------------------------------------------
+
+class SlowTrace(ReplayHost):
+    """The practice scenario, except that the live trace never comes back."""
+
+    def _compute(self, name: str) -> ProbeResult:
+        if name == "livetrace":
+            self.hold.wait(60)
+        return super()._compute(name)
+
+
+def test_a_slow_probe_shows_its_time_and_can_be_cancelled(tmp_path):
+    import threading
+
+    host = SlowTrace(json.loads(get_scenario(SCENARIO).snapshot.read_text()))
+    host.hold = threading.Event()
+
+    async def scenario() -> None:
+        app = make(host=host, argv=["tui"], export_dir=tmp_path)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(pilot, lambda: name(app) == "StartScreen")
+            await pilot.press("o")
+            await settle(pilot, lambda: name(app) == "WalkScreen")
+            ws = app.screen
+            panel = ws.query_one("#node-probes")
+            await settle(pilot, lambda: "livetrace" in plain(panel) and "s of" in plain(panel),
+                         what="a running probe with its elapsed time")
+            running = plain(panel)
+            assert "What the real loader does (LD_DEBUG)" in running and "of 150 s" in running
+            await pilot.press("n")  # nothing to follow yet: the UI says so and stays live
+            await settle(pilot, lambda: any("Still probing" in str(n.message) for n in app._notifications))
+            await pilot.press("c")
+            await step_ready(pilot, app)
+            assert "livetrace cancelled" in plain(panel)
+            crash = [f for f in ws.findings if f.id == "probe.livetrace"]
+            assert crash and "cancelled by the user" in crash[0].detail
+            host.hold.set()
+
+    run(scenario())
+
+
+def test_probe_line_says_when_a_probe_is_past_its_budget():
+    import importlib
+
+    common = importlib.import_module(_screens_app().__package__ + ".common")
+    ProbeState, probe_line = common.ProbeState, common.probe_line
+
+    st = ProbeState("pyenv", "Target Python interpreter", 2.0, started=100.0)
+    assert "1.0 s of 2 s" in str(probe_line(st, 101.0))
+    late = str(probe_line(st, 103.5))
+    assert "3.5 s of 2 s" in late and "past its 2 s budget: c cancels it" in late
+
+
+# --- keys, help, palette, glossary, sizes --------------------------------------------------------
+
+def test_every_key_is_shown_and_found(tmp_path):
+    async def scenario() -> None:
+        app = make(demo=SCENARIO, export_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await step_ready(pilot, app)
+            ws = app.screen
+            for size in ((80, 24), (60, 20), (120, 40)):
+                await pilot.resize_terminal(*size)
+                await pilot.pause(0.2)
+                bar = plain(ws.query_one("KeyBar"))
+                for key, desc in (("n", "Next step"), ("b", "Other branch"), ("e", "Evidence"), ("r", "Fixes"),
+                                  ("l", "Learn more"), ("g", "Graph"), ("c", "Cancel probes"), ("esc", "Back"),
+                                  ("?", "Keys"), ("t", "Terms"), ("x", "Export"), ("q", "Quit")):
+                    assert f"{key} {desc}" in bar, (size, key, bar)
+                assert all(len(line) <= size[0] for line in screen_text(app).splitlines())
+            await pilot.press("question_mark")
+            await settle(pilot, lambda: name(app) == "HelpScreen")
+            keys = screen_text(app)
+            assert "Next step" in keys and "Export" in keys and "Ctrl+P" in keys
+            await pilot.press("escape")
+            await pilot.press("t")
+            await settle(pilot, lambda: name(app) == "GlossaryScreen")
+            terms = app.screen.query_one("#terms")
+            labels = [str(terms.get_option_at_index(i).prompt) for i in range(terms.option_count)]
+            assert any(label.startswith("symbol versioning") for label in labels)
+            while not str(terms.get_option_at_index(terms.highlighted).prompt).startswith("symbol versioning"):
+                await pilot.press("down")
+            assert "name@@VERSION" in plain(app.screen.query_one("#term-text"))
+            await pilot.press("escape")
+            assert app.screen is ws
+            titles = [c.title for c in app.get_system_commands(ws)]
+            for title in ("Walk: Next step", "Walk: Evidence", "Walk: Fixes", "Walk: Graph", "Export: Markdown",
+                          "Export: HTML", "Export: JSON", "Help: keys", "Learn: glossary"):
+                assert title in titles
+            await pilot.press("ctrl+p")
+            await settle(pilot, lambda: name(app) == "CommandPalette")
+            await pilot.press(*"Walk: Next step")
+            await pilot.pause(0.4)
+            await pilot.press("enter")
+            await settle(pilot, lambda: ws.walk.current == "loaded", what="the palette to take the step")
+
+    run(scenario())
+
+
+# --- resume --------------------------------------------------------------------------------------
+
+def test_resume_picks_up_where_the_walk_stopped(tmp_path):
+    from test_tui_core import record_partial_walk
+
+    sid, path = record_partial_walk(2)
+
+    async def scenario() -> None:
+        app = make(resume="", argv=["--resume"], export_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await step_ready(pilot, app)
+            ws = app.screen
+            assert ws.walk.path == path and ws.walk.current == "needs"
+            assert "1 symptom › 2 loaded › 3 needs" in plain(ws.query_one("#crumbs"))
+            assert "✓ libs 4.13 s" in plain(ws.query_one("#node-probes"))  # the evidence gathered before
+            assert [type(s).__name__ for s in app.screen_stack[1:]] == ["WalkScreen"]
+            assert await walk_to_diagnosis(pilot, app) == STORY_PATH
+            await pilot.press("x", "m")
+            await settle(pilot, lambda: (tmp_path / f"zdoctor-{sid}.md").exists())
+            await pilot.press("escape", "escape")  # the export, then the walk: back to the practice list
+            await settle(pilot, lambda: name(app) == "PracticeScreen", what="the practice list")
+        md = (tmp_path / f"zdoctor-{sid}.md").read_text()
+        assert "- **Resumed:**" in md and "8. `diag-ld-library-path` (diagnosis)" in md
+
+    run(scenario())
+
+
+def test_bad_demo_or_resume_fails_before_drawing(state_home):
+    with pytest.raises(UsageError, match="no practice scenario 'nope'"):
+        make(demo="nope")
+    with pytest.raises(InputError, match="no guided session to resume"):
+        make(resume="")
+    with pytest.raises(InputError, match="invalid session id"):
+        make(resume="../../etc/passwd")
+
+
+def test_glance_shows_the_gpus_of_a_real_h200_node():
+    """The node at a glance, with the GPUs NVML reported on a real H200 node."""
+    import importlib
+
+    from zdoctor.gpu.nvml import from_capture
+    from zdoctor.model import ProbeResult
+
+    start = importlib.import_module(_screens_app().__package__ + ".start")
+    doc = json.loads(get_scenario(SCENARIO).snapshot.read_text())
+    facts = from_capture(json.loads((FIXTURES / "gpu-node-h200" / "nvml.json").read_text()))
+    doc["probes"]["nvml"] = ProbeResult(probe="nvml", facts=facts).to_dict()
+    host = ReplayHost(doc)
+    host.results(["system", "pyenv", "nvml"])
+    text = start.glance_text(host).plain
+    assert "GPUs: 1 × NVIDIA H200 (140.4 GiB) · driver 580.159.04" in text
+    assert "train-node-01" in text and "DeepSpeed 0.19.8" in text
+    doc["probes"]["nvml"] = ProbeResult(probe="nvml", status="skip", error="no usable NVIDIA driver").to_dict()
+    host = ReplayHost(doc)
+    host.results(["nvml"])
+    assert "GPUs: none usable (no usable NVIDIA driver)" in start.glance_text(host).plain
+
+
+def test_a_step_that_needs_the_terminal_falls_back_when_it_cannot_have_it(tmp_path):
+    """A sudo line wants the terminal (for a password); where the app cannot hand it over, the step runs
+    without it, says so, and the failure is recorded like any other."""
+    import importlib
+
+    from zdoctor.model import Finding, Remedy
+
+    remedy_mod = importlib.import_module(_screens_app().__package__ + ".remedy")
+    marker = tmp_path / "never"
+    finding = Finding(id="demo.root", status="fail", title="needs root")
+    remedy = Remedy("Needs a password", [f"sudo -n touch {marker}"], verified=None)
+
+    async def scenario() -> None:
+        app = make(host=get_scenario(SCENARIO).host(), argv=["tui"], export_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot, lambda: name(app) == "StartScreen")
+            app.push_screen(remedy_mod.RemedyScreen(app.ctx, "zero3-launch", "symptom", [(finding, remedy)]))
+            await settle(pilot, lambda: name(app) == "RemedyScreen")
+            rs = app.screen
+            await pilot.press("a")
+            await settle(pilot, lambda: name(app) == "ConfirmApply")
+            assert "Runs in the terminal: a line runs sudo" in plain(app.screen.query_one("#confirm-notes"))
+            await pilot.press("y")
+            await settle(pilot, lambda: "failed" in plain(rs.query_one("#rem-result")), what="the failed step")
+            assert "cannot be handed over" in "\n".join(rs.query_one("#rem-log").lines)
+            sid = app.ctx.log.id
+        (ev,) = [e for e in load_events(sid) if e["type"] == "remedy_applied"]
+        assert ev["ok"] is False and ev["exit_code"] != 0 and ev["interactive"] is False
+        assert not marker.exists()
+
+    run(scenario())

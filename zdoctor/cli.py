@@ -55,6 +55,9 @@ def build_parser() -> Parser:
     p.add_argument("--version", action="version", version=f"zdoctor {__version__}")
     p.add_argument("--python", metavar="PY", help="the training environment's interpreter "
                    "(default: the first python3 on PATH)")
+    from .tui import add_session_arguments
+
+    add_session_arguments(p)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     c = sub.add_parser("check", help="run every check headless; exit 1 if anything fails")
@@ -87,6 +90,7 @@ def build_parser() -> Parser:
 
     t = sub.add_parser("tui", help="the guided session (the default on a terminal)")
     _target_args(t)
+    add_session_arguments(t)
     return p
 
 
@@ -224,6 +228,18 @@ def cmd_playbooks(args: argparse.Namespace) -> int:
 
 def cmd_tui(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """The guided session on a terminal; without one, the headless check."""
+    from .tui import session_options
+
+    session = session_options(args)
+    if any(v is not None for v in session.values()):
+        if not (sys.stdin.isatty() and sys.stdout.isatty()):
+            raise UsageError("zdoctor: --resume and --demo need a terminal")
+        if _python(args) or getattr(args, "run_command", None) or getattr(args, "ext", None):
+            raise UsageError("zdoctor: --resume and --demo take no --python, --command or --ext "
+                             "(they continue a recorded session or replay a recorded node)")
+        from .tui import run_tui
+
+        return run_tui(python=None, argv=list(argv), **session)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         ns = argparse.Namespace(python=_python(args), sub_python=None, json=False, replay=None,
                                 playbook=None, no_log=False, verbose=False,

@@ -110,6 +110,9 @@ class Walk:
     def _setup(self, playbook: Playbook, host: Host, record: Record | None, max_visits: int) -> None:
         if max_visits < 1:
             raise ValueError("max_visits must be at least 1")
+        from .registry import load_vocabulary
+
+        load_vocabulary()  # predicates must be registered before any edge is judged
         self.playbook = playbook
         self.host = host
         self.record = record

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib
 from types import ModuleType
 
@@ -16,8 +17,28 @@ def _screens_app() -> ModuleType:
     return importlib.import_module("screens.app")
 
 
-def run_tui(python: str | None, argv: list[str], host: object = None) -> int:
-    """Run the guided session; returns the process exit code."""
-    app = _screens_app().make_app(python=python, argv=argv, host=host)
+def add_session_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--resume [ID]`` and ``--demo [SCENARIO]``, for the top-level parser and for ``zdoctor tui``."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--resume", metavar="ID", nargs="?", const="", default=None,
+                       help="continue the newest interrupted guided session (or session ID) where it stopped")
+    group.add_argument("--demo", metavar="SCENARIO", nargs="?", const="", default=None,
+                       help="learn mode: replay a bundled practice scenario (without one: choose from the list)")
+
+
+def session_options(args: argparse.Namespace) -> dict[str, str | None]:
+    """``{"resume": ..., "demo": ...}`` from parsed arguments; a bare flag gives ``""``, absent ``None``."""
+    return {"resume": getattr(args, "resume", None), "demo": getattr(args, "demo", None)}
+
+
+def run_tui(python: str | None, argv: list[str], host: object = None, *, resume: str | None = None,
+            demo: str | None = None) -> int:
+    """Run the guided session; returns the process exit code.
+
+    ``resume``: ``""`` for the newest resumable session, or a session id. ``demo``: ``""`` for the list of
+    practice scenarios, or a scenario id. A session or scenario that does not exist raises a
+    :class:`~zdoctor.errors.ZdoctorError` before the terminal is taken over.
+    """
+    app = _screens_app().make_app(python=python, argv=argv, host=host, resume=resume, demo=demo)
     result = app.run()
     return int(result or 0)

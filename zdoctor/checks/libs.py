@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..forensics.elf import read_elf
 from ..forensics.remedies import Plan
 from ..forensics.sources import live_source, static_source
 from ..forensics.versions import gcc_release_for, gcc_series, sort_key
@@ -28,9 +27,28 @@ def _evidence(facts: Facts, name: str, tables_only: bool = True) -> list[Evidenc
 
 
 def _same(a: str | None, b: str | None) -> bool:
+    """Paths equal as written (normalised); checks compare recorded facts, never this machine's files."""
     if not a or not b:
         return False
-    return a == b or os.path.realpath(a) == os.path.realpath(b)
+    return os.path.normpath(a) == os.path.normpath(b)
+
+
+def _recorded_copy(libs: dict[str, Any], path: str | None) -> dict[str, Any] | None:
+    """The inventory record of the libstdc++ at ``path`` (by path as written or real file)."""
+    if not path:
+        return None
+    for c in libs.get("inventory") or []:
+        if _same(c.get("path"), path) or _same(c.get("realpath"), path):
+            return c
+    return None
+
+
+def _realpath_of(libs: dict[str, Any], path: str, recorded: str | None = None) -> str:
+    """The real file behind ``path``, from what was recorded (never by looking at this machine)."""
+    if recorded:
+        return recorded
+    c = _recorded_copy(libs, path)
+    return c["realpath"] if c and c.get("realpath") else os.path.normpath(path)
 
 
 def _static_target_for(libs: dict[str, Any], required_by: str) -> dict[str, Any] | None:
@@ -51,9 +69,12 @@ def failure_groups(facts: Facts) -> list[dict[str, Any]]:
     raw = live_errors or libs.get("failures") or []
     groups: dict[tuple[str, str], dict[str, Any]] = {}
     for f in raw:
-        key = (os.path.realpath(f["provider"]), os.path.realpath(f["required_by"]))
+        key = (_realpath_of(libs, f["provider"], f.get("provider_realpath")),
+               f.get("required_by_realpath") or os.path.normpath(f["required_by"]))
         g = groups.setdefault(key, {"provider": f["provider"], "required_by": f["required_by"], "versions": [],
-                                    "messages": [], "origin": origin})
+                                    "messages": [], "origin": origin, "provider_realpath": key[0],
+                                    "provider_max": f.get("provider_max"),
+                                    "provider_error": f.get("provider_error")})
         if f["version"] not in g["versions"]:
             g["versions"].append(f["version"])
             g["messages"].append(f.get("message") or "")
@@ -66,13 +87,15 @@ def failure_groups(facts: Facts) -> list[dict[str, Any]]:
             source = static_source(served, (t or {})["target"]["path"], exe, exe_rpath)
         if source is None:
             for x in live.get("libstdcxx") or []:
-                if _same(x["path"], g["provider"]):
+                if _same(x["path"], g["provider"]) or _same(x.get("realpath"), g["provider_realpath"]):
                     source = live_source(x["via"], x["path"], x.get("needed_by"), g["required_by"], exe, exe_rpath)
                     break
         g["source"] = source or {"kind": "unknown", "text": "how this copy was found is not known"}
-        info = read_elf(g["provider"])
-        g["provider_max"] = info.newest("GLIBCXX") if info.ok else None
-        g["provider_error"] = info.error
+        if not g["provider_max"] and not g["provider_error"]:
+            c = _recorded_copy(libs, g["provider"]) or _recorded_copy(libs, g["provider_realpath"])
+            g["provider_max"] = (c or {}).get("glibcxx_max")
+            if c is None:
+                g["provider_error"] = "not recorded"
     return list(groups.values())
 
 
@@ -132,7 +155,7 @@ def check_glibcxx(facts: Facts) -> list[Finding]:
                  f"{g['provider']} lacks")
         lines = [
             f"Needed: {versions} (by {g['required_by']}){f'; first in GCC {rel} libstdc++' if rel else ''}.",
-            f"Loaded copy: {g['provider']} -> {os.path.realpath(g['provider'])}, "
+            f"Loaded copy: {g['provider']} -> {g['provider_realpath']}, "
             + (f"provides up to {have} (the libstdc++ of GCC {gcc_series(have) or '?'})." if have else
                f"unreadable: {g['provider_error']}."),
             f"Why this copy: {g['source']['text']}.",
@@ -203,7 +226,8 @@ def check_live(facts: Facts) -> list[Finding]:
 def agreement(facts: Facts) -> bool | None:
     """Whether the emulation's libstdc++ is the one the real run loaded (None: nothing to compare)."""
     predicted = (_facts(facts, "libs").get("libstdcxx") or {}).get("realpath")
-    live = {os.path.realpath(x["path"]) for x in _facts(facts, "livetrace").get("libstdcxx") or []}
+    libs = _facts(facts, "libs")
+    live = {_realpath_of(libs, x["path"], x.get("realpath")) for x in _facts(facts, "livetrace").get("libstdcxx") or []}
     if not predicted or not live:
         return None
     return predicted in live
@@ -236,12 +260,8 @@ def check_interpreter_rpath(facts: Facts) -> list[Finding]:
                         "Interpreter RPATH: not checked")]
     needs = sorted({*(libs.get("needs") or []),
                     *(e["version"] for e in _facts(facts, "livetrace").get("version_errors") or [])})
-    old = []
-    for d in interp.get("rpath_dirs") or []:
-        cand = os.path.join(d, LIBSTDCXX)
-        info = read_elf(cand)
-        if info.ok and needs and not all(info.provides(n) for n in needs):
-            old.append((cand, info.newest("GLIBCXX")))
+    old = [(c["path"], c.get("glibcxx_max")) for c in interp.get("rpath_copies") or []
+           if needs and not set(needs) <= set(c.get("versions") or [])]
     if not old:
         return [Finding(id=cid, status="ok", title=f"The interpreter's DT_RPATH ({interp['rpath']}) holds no "
                         "libstdc++ older than the training needs")]

@@ -17,12 +17,10 @@ _LABEL = re.compile(r"^\[(?P<kind>rpath|runpath) of (?P<obj>.+)\]$")
 
 
 def _same_file(a: str | None, b: str | None) -> bool:
+    """Paths equal as recorded (normalised): sources are named from facts, also when replayed elsewhere."""
     if not a or not b:
         return False
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return os.path.realpath(a) == os.path.realpath(b)
+    return os.path.normpath(a) == os.path.normpath(b)
 
 
 def how_found(via: str, *, dir: str | None, via_object: str | None, path: str,  # noqa: A002 - ld.so's word

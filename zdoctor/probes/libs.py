@@ -178,9 +178,12 @@ def libs_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     for c in copies:
         c["has_every_need"] = not c.get("error") and set(needs) <= set(c.get("versions") or [])
     toolchain = _facts(host, "toolchain") if "toolchain" in getattr(host, "recorded", dict)() else {}
+    for f in audit["failures"]:
+        describe_provider(f)
     facts = {
         "interpreter": interp | {"rpath": audit["interpreter"].get("rpath"),
-                                 "runpath": audit["interpreter"].get("runpath")},
+                                 "runpath": audit["interpreter"].get("runpath"),
+                                 "rpath_copies": rpath_copies(interp)},
         "env": {k: env.get(k) for k in ("LD_LIBRARY_PATH", "LD_PRELOAD", "CONDA_PREFIX", "CONDA_EXE")},
         "etc_preload": _read_preload(config.preload_file),
         "loader": {"system_dirs": list(config.system_dirs), "glibc": getattr(config, "glibc_version", None),
@@ -199,6 +202,31 @@ def libs_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
           inventory_table(copies, needs, (audit.get("libstdcxx") or {}).get("path")),
           compilers_table(audit, toolchain)]
     return facts, ev
+
+
+def describe_provider(failure: dict[str, Any]) -> dict[str, Any]:
+    """Add what the failing provider really is (read now, so a replay never looks at its own machine)."""
+    from ..forensics.elf import read_elf
+
+    info = read_elf(failure["provider"])
+    failure["provider_realpath"] = os.path.realpath(failure["provider"])
+    failure["required_by_realpath"] = os.path.realpath(failure["required_by"])
+    failure["provider_max"] = info.newest("GLIBCXX") if info.ok else None
+    failure["provider_error"] = info.error
+    return failure
+
+
+def rpath_copies(interp: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each libstdc++.so.6 in the interpreter's DT_RPATH dirs, with the versions it defines."""
+    from ..forensics.elf import read_elf
+
+    out = []
+    for d in interp.get("rpath_dirs") or []:
+        cand = os.path.join(d, LIBSTDCXX)
+        info = read_elf(cand)
+        if info.ok:
+            out.append({"path": cand, "glibcxx_max": info.newest("GLIBCXX"), "versions": list(info.verdef or [])})
+    return out
 
 
 def _read_preload(path: str) -> list[str]:
@@ -257,7 +285,8 @@ def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     lt = trace_command(argv, env, timeout=timeout,
                        strace_after=None if why == "command" else min(STRACE_AFTER, timeout / 2))
     steps = parse_probe_output(lt.evidence.stdout) if why == "default probe" else []
-    loaded = [{"pid": pid, "path": path, "via": via, "needed_by": nb} for pid, path, via, nb in lt.libstdcxx]
+    loaded = [{"pid": pid, "path": path, "realpath": os.path.realpath(path), "via": via, "needed_by": nb}
+              for pid, path, via, nb in lt.libstdcxx]
     errors = [{"provider": e.provider, "version": e.version, "required_by": e.required_by,
                "message": f"{e.provider}: version `{e.version}' not found (required by {e.required_by})"}
               for e in lt.version_errors if not e.weak]
@@ -267,6 +296,8 @@ def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
                                            "required_by": e.required_by, "message": e.message}
         if (d["provider"], d["version"], d["required_by"]) not in seen:
             errors.append(d)
+    for e in errors:
+        describe_provider(e)
     facts = {
         "argv": list(argv),
         "source": why,

@@ -1,0 +1,409 @@
+"""Pieces every screen uses: status marks, finding and evidence rendering, the key bar, probe progress."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from rich.table import Table as RichTable
+from rich.text import Text
+from textual.dom import NoScreen
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Static
+
+from zdoctor.model import Evidence, Finding, ProbeResult, Table, sort_findings
+
+if TYPE_CHECKING:
+    from zdoctor.host import Host
+
+T = TypeVar("T")
+
+#: Status marks: readable without colour (NO_COLOR) and in any 256-colour terminal.
+MARKS = {"ok": ("✓", "green"), "warn": ("!", "yellow"), "fail": ("✗", "red"), "skip": ("-", "dim"),
+         "crash": ("‼", "magenta"), "timeout": ("⏱", "magenta")}
+SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+HOT = "⚠"
+
+
+def mark(status: str) -> Text:
+    sym, style = MARKS.get(status, ("?", ""))
+    return Text(sym, style=f"bold {style}")
+
+
+async def in_thread(fn: Callable[..., T], *args: Any, name: str = "zdoctor") -> T:
+    """Run ``fn`` in a daemon thread and await its result.
+
+    Unlike a pooled worker thread, a daemon thread never holds up quitting: a probe stuck on a hung
+    import cannot keep the user in the app.
+    """
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[T] = loop.create_future()
+
+    def settle(setter: Callable[[Any], None], value: Any) -> None:
+        if not fut.done():
+            setter(value)
+
+    def target() -> None:
+        try:
+            value = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+            result = (fut.set_exception, exc)
+        else:
+            result = (fut.set_result, value)
+        with contextlib.suppress(RuntimeError):  # the app has gone
+            loop.call_soon_threadsafe(settle, *result)
+
+    threading.Thread(target=target, name=name, daemon=True).start()
+    return await fut
+
+
+# --- findings -----------------------------------------------------------------------------------
+
+def finding_line(f: Finding) -> Text:
+    return Text.assemble(" ", mark(f.status), " ", (f.title, "bold" if f.status in ("fail", "crash") else ""))
+
+
+def summary_text(findings: list[Finding]) -> Text:
+    counts = {s: 0 for s in MARKS}
+    for f in findings:
+        counts[f.status] = counts.get(f.status, 0) + 1
+    out = Text()
+    for status in ("fail", "crash", "warn", "skip", "ok"):
+        if counts[status]:
+            if out:
+                out.append(" · ")
+            out.append_text(mark(status))
+            out.append(f" {counts[status]} {status}")
+    return out or Text("no findings", style="dim")
+
+
+def findings_text(findings: list[Finding], detail_lines: int = 0) -> Text:
+    """One line per finding, worst first; ``detail_lines`` of detail under each failing or warning one."""
+    out = Text()
+    for f in sort_findings(list(findings)):
+        out.append_text(finding_line(f))
+        out.append("\n")
+        if detail_lines and f.status in ("fail", "warn", "crash") and f.detail:
+            lines = f.detail.splitlines()
+            for line in lines[:detail_lines]:
+                out.append(f"   {line}\n", style="dim")
+            if len(lines) > detail_lines:
+                out.append(f"   … {len(lines) - detail_lines} more lines: e shows the evidence\n", style="dim")
+    out.rstrip()
+    return out
+
+
+# --- evidence -----------------------------------------------------------------------------------
+
+def rich_table(table: Table, only_hot: bool = False, title: str | None = None) -> RichTable:
+    """A side-by-side evidence table; highlighted rows carry ⚠ and bold (colour is optional)."""
+    grid = RichTable(title=title, title_justify="left", expand=False, show_lines=False, pad_edge=False)
+    grid.add_column("", no_wrap=True, width=1)
+    for col in table.columns:
+        grid.add_column(col, overflow="fold")
+    width = len(table.columns)
+    for i, row in enumerate(table.rows):
+        hot = i in table.highlight
+        if only_hot and not hot:
+            continue
+        cells = [str(c) for c in row] + [""] * (width - len(row))
+        grid.add_row(HOT if hot else "", *cells[:width], style="bold red" if hot else None)
+    return grid
+
+
+def tables_of(findings: Iterable[Finding]) -> list[tuple[Finding, Evidence]]:
+    """Every table among the findings' evidence, once each, worst finding and highlighted tables first."""
+    seen: set[tuple[str, int]] = set()
+    out: list[tuple[Finding, Evidence]] = []
+    for f in sort_findings(list(findings)):
+        for e in f.evidence:
+            if e.table is None:
+                continue
+            key = (e.label, len(e.table.rows))
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append((f, e))
+    return sorted(out, key=lambda fe: 0 if fe[1].table and fe[1].table.highlight else 1)
+
+
+def evidence_key(e: Evidence) -> tuple[Any, ...]:
+    return (e.label, e.kind, tuple(e.argv or ()), len(e.stdout), len(e.stderr), e.table is not None)
+
+
+def evidence_text(e: Evidence, cap: int = 3000) -> Text:
+    """A command, file or note as plain text (the output cut to ``cap`` characters, head and tail)."""
+    from zdoctor.model import cap_text
+
+    out = Text()
+    out.append(f"{e.label}", style="bold")
+    out.append(f"  ({e.kind})\n", style="dim")
+    if e.argv:
+        import shlex
+
+        out.append("$ " + shlex.join(e.argv) + "\n", style="bold")
+    if e.exit_code is not None or e.kind == "command":
+        out.append(f"exit code {e.exit_code}\n", style="red" if e.exit_code else "dim")
+    if e.paths:
+        out.append("files: " + ", ".join(e.paths) + "\n", style="dim")
+    if e.error:
+        out.append(f"error: {e.error}\n", style="red")
+    for label, body in (("output", e.stdout), ("stderr", e.stderr)):
+        if body:
+            shown, cut = cap_text(body, cap)
+            out.append(f"{label}{' (cut; the JSON export has all of it)' if cut else ''}:\n", style="dim")
+            out.append(shown.rstrip("\n") + "\n")
+    out.rstrip()
+    return out
+
+
+# --- screens bound to a session ----------------------------------------------------------------
+
+class ContextScreen(Screen[None]):
+    """A screen working on one :class:`~screens.app.Context`; showing it makes that session current."""
+
+    def __init__(self, ctx: Any) -> None:
+        super().__init__()
+        self.ctx = ctx
+        if getattr(ctx, "scenario", None) is not None:
+            self.sub_title = f"practice: {ctx.scenario.id}"
+
+    def on_screen_resume(self) -> None:
+        self.app.ctx = self.ctx  # type: ignore[attr-defined]
+
+
+# --- the key bar --------------------------------------------------------------------------------
+
+class KeyBar(Static):
+    """Every key of the current screen and the app, wrapped over as many lines as it takes."""
+
+    DEFAULT_CSS = """
+    KeyBar { dock: bottom; height: auto; padding: 0 1; background: $footer-background; }
+    """
+
+    def on_mount(self) -> None:
+        self.screen.bindings_updated_signal.subscribe(self, self._changed)
+        self.call_after_refresh(self.show_keys)
+
+    def on_unmount(self) -> None:
+        self.screen.bindings_updated_signal.unsubscribe(self)
+
+    def _changed(self, screen: Screen) -> None:
+        if self.is_attached and screen is self.screen:
+            self.call_after_refresh(self.show_keys)
+
+    def on_resize(self) -> None:
+        self.show_keys()
+
+    def entries(self) -> list[tuple[str, str, bool]]:
+        """(key, description, enabled) of every shown binding: the screen's first, the app's last."""
+        local, app = [], []
+        seen: set[str] = set()
+        for node, binding, enabled, _tooltip in self.screen.active_bindings.values():
+            if not binding.show or not binding.description or binding.action in seen:
+                continue
+            seen.add(binding.action)
+            item = (self.app.get_key_display(binding), binding.description, enabled)
+            (app if node is self.app else local).append(item)
+        return local + app
+
+    def show_keys(self) -> None:
+        if not self.is_attached or not self.is_mounted:
+            return
+        try:
+            entries = self.entries()
+        except NoScreen:  # the screen went away before the refresh
+            return
+        width = max(20, (self.size.width or self.app.size.width) - 2)
+        out = Text()
+        used = 0
+        for key, desc, enabled in entries:
+            piece = len(key) + 1 + len(desc)
+            if used and used + 2 + piece > width:
+                out.append("\n")
+                used = 0
+            elif used:
+                out.append("  ")
+                used += 2
+            out.append(key, style="bold reverse" if enabled else "dim")
+            out.append(" " + desc, style="" if enabled else "dim")
+            used += piece
+        self.update(out)
+
+
+# --- probe progress -----------------------------------------------------------------------------
+
+@dataclass
+class ProbeState:
+    name: str
+    title: str
+    budget: float | None
+    started: float
+    result: ProbeResult | None = None
+    cancelled: bool = False
+
+
+def probe_line(st: ProbeState, now: float, frame: int = 0) -> Text:
+    """One probe: spinner and elapsed time while it runs, its status and recorded duration after."""
+    line = Text()
+    if st.result is None:
+        elapsed = now - st.started
+        over = st.budget is not None and elapsed > st.budget
+        line.append(f" {SPINNER[frame % len(SPINNER)]} ", style="bold cyan")
+        line.append(f"{st.name:<11}", style="bold")
+        line.append(f" {st.title}")
+        budget = f" of {st.budget:g} s" if st.budget else ""
+        line.append(f"  {elapsed:5.1f} s{budget}", style="dim")
+        if over:
+            line.append(f"  past its {st.budget:g} s budget: c cancels it", style="bold yellow")
+        return line
+    res = st.result
+    status = {"ok": "ok", "skip": "skip", "crash": "crash", "timeout": "timeout"}.get(res.status, "crash")
+    line.append(" ")
+    line.append_text(mark(status))
+    line.append(" ")
+    line.append(f"{res.probe:<11}", style="bold")
+    line.append(f" {st.title}")
+    if st.cancelled:
+        line.append(f"  cancelled after {res.duration_s:.1f} s", style="bold yellow")
+    elif res.status == "ok":
+        line.append(f"  {res.duration_s:.2f} s", style="dim")
+    else:
+        line.append(f"  {res.status}: {res.error or ''}", style="yellow")
+    return line
+
+
+def probe_done_text(st: ProbeState) -> Text:
+    """A finished probe in a few words: mark, name, recorded duration or what went wrong."""
+    res = st.result
+    if res is None:
+        return Text(st.name)
+    status = res.status if res.status in MARKS else "crash"
+    out = Text.assemble(mark(status), " ", (res.probe, "bold"))
+    if st.cancelled:
+        out.append(" cancelled", style="bold yellow")
+    elif res.status == "ok":
+        out.append(f" {res.duration_s:.2f} s", style="dim")
+    else:
+        out.append(f" {res.status}", style="yellow")
+    return out
+
+
+class ProbePanel(Static):
+    """The probes of one step, each in its own thread, with a spinner and its elapsed time.
+
+    Posts :class:`ProbePanel.Finished` when every probe has a result (or was cancelled).
+    """
+
+    class Finished(Message):
+        def __init__(self, panel: ProbePanel) -> None:
+            super().__init__()
+            self.panel = panel
+
+    def __init__(self, *, id: str | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__("", id=id)
+        self.clock = clock
+        self.host: Host | None = None
+        self.states: dict[str, ProbeState] = {}
+        self._token = 0
+        self._frame = 0
+        self._timer: Any = None
+        self._finished = False
+
+    @property
+    def running(self) -> list[ProbeState]:
+        return [s for s in self.states.values() if s.result is None]
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def start(self, host: Host, names: list[str]) -> None:
+        """Show ``names`` and run the ones ``host`` has no result for yet."""
+        from zdoctor.guide import probe_budget, probe_title
+
+        self._token += 1
+        self._finished = False
+        self.host = host
+        now = self.clock()
+        done = host.recorded()
+        self.states = {n: ProbeState(n, probe_title(n), probe_budget(n), now, result=done.get(n)) for n in names}
+        for st in self.running:
+            self.run_worker(self._probe(st.name, self._token), group="probes", exit_on_error=False,
+                            name=f"probe {st.name}")
+        if self.running:
+            if self._timer is None:
+                self._timer = self.set_interval(0.2, self._tick)
+            else:
+                self._timer.resume()
+        self._refresh()
+        self._check_done()
+
+    async def _probe(self, name: str, token: int) -> None:
+        assert self.host is not None
+        res = await in_thread(self.host.result, name, name=f"probe:{name}")
+        if token == self._token and name in self.states and self.states[name].result is None:
+            self.states[name].result = res
+            self._refresh()
+            self._check_done()
+
+    def cancel(self) -> list[str]:
+        """Stop waiting for every probe still running; returns their names."""
+        from zdoctor.guide import abandon_probe
+
+        names = []
+        now = self.clock()
+        for st in self.running:
+            assert self.host is not None
+            st.result = abandon_probe(self.host, st.name, now - st.started)
+            st.cancelled = st.result.status == "timeout" and "cancelled" in (st.result.error or "")
+            names.append(st.name)
+        self._refresh()
+        self._check_done()
+        return names
+
+    def _check_done(self) -> None:
+        if not self.running and not self._finished:
+            self._finished = True
+            if self._timer is not None:
+                self._timer.pause()
+            self._refresh()
+            self.post_message(self.Finished(self))
+
+    def _tick(self) -> None:
+        self._frame += 1
+        if self.running:
+            self._refresh(layout=False)  # same lines, new times: no need to lay the screen out again
+
+    def _refresh(self, layout: bool = True) -> None:
+        now = self.clock()
+        out = Text()
+        if self._finished or not self.running:
+            out.append("Probes: ", style="bold")
+            for i, st in enumerate(self.states.values()):
+                if i:
+                    out.append(" · ", style="dim")
+                out.append_text(probe_done_text(st))
+            self.update(out)
+            return
+        for i, st in enumerate(self.states.values()):
+            if i:
+                out.append("\n")
+            out.append_text(probe_line(st, now, self._frame))
+        self.update(out, layout=layout)
+
+    def summary(self) -> Text:
+        """``N probes, the slowest X s`` (recorded durations only: the same on every replay)."""
+        results = [s.result for s in self.states.values() if s.result is not None]
+        slow = max((r.duration_s for r in results), default=0.0)
+        bad = [r.probe for r in results if r.status in ("crash", "timeout")]
+        out = Text(f"{len(results)} probe{'s' if len(results) != 1 else ''}, the slowest {slow:.1f} s", style="dim")
+        if bad:
+            out.append(f"; did not finish: {', '.join(bad)}", style="yellow")
+        return out

@@ -1,0 +1,373 @@
+"""Remedies: the exact commands, whether they were verified, need root, can be undone; copy, apply
+(only after a confirmation whose default is No), live output, and the outcome in the session log."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import subprocess
+import threading
+import time
+from functools import partial
+from typing import Any
+
+from rich.console import Group
+from rich.syntax import Syntax
+from rich.table import Table as RichTable
+from rich.text import Text
+from textual.app import ComposeResult, SuspendNotSupported
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Header, Log, OptionList, Static
+from textual.widgets.option_list import Option
+
+from zdoctor.apply import ApplyOutcome, ApplyPlan, env_effect, known_env, plan, run_remedy
+from zdoctor.model import Finding, Remedy
+
+from .common import ContextScreen, KeyBar, in_thread, mark
+
+
+def shell(lines: list[str]) -> Syntax:
+    return Syntax("\n".join(lines), "bash", word_wrap=True, theme="ansi_dark", background_color="default")
+
+
+def verified_text(value: bool | None) -> Text:
+    if value is True:
+        return Text("✓ verified: tried on the node and it fixed the failing command", style="bold green")
+    if value is False:
+        return Text("✗ verification failed: it did not fix the command when tried", style="bold red")
+    return Text("? not verified: zdoctor could not try it first", style="yellow")
+
+
+def flags_text(r: Remedy) -> Text:
+    out = verified_text(r.verified)
+    out.append("\n")
+    out.append("needs root: " + ("yes (runs under sudo unless you are root)" if r.requires_root else "no"))
+    out.append("\n")
+    undo = f"{len(r.undo)} line(s), below" if r.undo else "none recorded"
+    out.append("undo: " + undo, style="" if r.undo else "dim")
+    return out
+
+
+def effect_table(r: Remedy, env: dict[str, str]) -> RichTable | None:
+    """Each variable the remedy's export/unset lines change: now, and after the fix."""
+    rows = env_effect(r.commands, env)
+    if not rows:
+        return None
+    grid = RichTable(title="The environment now and after the fix", title_justify="left", expand=False)
+    grid.add_column("variable", no_wrap=True)
+    grid.add_column("now", overflow="fold")
+    grid.add_column("after the fix", overflow="fold")
+    for name, now, after in rows:
+        grid.add_row(name, now if now is not None else Text("(unset)", style="dim"),
+                     Text(after if after is not None else "(unset)", style="bold"))
+    return grid
+
+
+def training_env(host: Any) -> dict[str, str]:
+    """The environment remedies run in: the training's for a live node, else this process's."""
+    env = getattr(host, "env", None)
+    return dict(env) if isinstance(env, dict) else dict(os.environ)
+
+
+class ConfirmApply(ModalScreen[bool]):
+    """Apply this remedy? The focused answer, and the one Enter gives, is No."""
+
+    BINDINGS = [
+        Binding("y", "answer(True)", "Yes, apply", id="yes"),
+        Binding("n,escape", "answer(False)", "No", id="no"),
+    ]
+
+    def __init__(self, remedy: Remedy, how: ApplyPlan, notes: list[str]) -> None:
+        super().__init__()
+        self.remedy = remedy
+        self.how = how
+        self.notes = notes
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="confirm-box"):
+            yield Static(Text.assemble(("Apply ", "bold"), (self.remedy.title, "bold yellow"), ("?", "bold")),
+                         id="confirm-question")
+            yield Static(shell(self.remedy.commands), id="confirm-commands")
+            yield Static(Text("\n".join(f"• {n}" for n in self.notes)), id="confirm-notes")
+            with Horizontal(id="confirm-buttons"):
+                yield Button("No", id="no", variant="primary")
+                yield Button("Yes, apply", id="yes", variant="error")
+            yield Static(Text("y: yes · n or Esc: no · Enter presses the focused button (No)", style="dim"),
+                         id="confirm-keys")
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
+class RemedyScreen(ContextScreen):
+    """The remedies of one step; each can be copied, declined or applied."""
+
+    PALETTE_GROUP = "Fixes"
+    BINDINGS = [
+        Binding("a", "apply", "Apply", id="apply"),
+        Binding("d", "decline", "Decline", id="decline"),
+        Binding("y", "copy", "Copy commands", id="copy"),
+        Binding("c", "cancel", "Cancel run", id="cancel"),
+        Binding("escape", "back", "Back", id="back"),
+        Binding("pagedown", "scroll_body(1)", "Scroll down", show=False, priority=True),
+        Binding("pageup", "scroll_body(-1)", "Scroll up", show=False, priority=True),
+    ]
+
+    def __init__(self, ctx: Any, playbook: str, node: str, pairs: list[tuple[Finding, Remedy]]) -> None:
+        super().__init__(ctx)
+        self.playbook = playbook
+        self.node = node
+        self.pairs = pairs
+        self.running: threading.Event | None = None
+        self.outcomes: dict[int, str] = {}
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        findings = list(dict.fromkeys(f.title for f, _r in self.pairs))
+        head = Text.assemble(("Fixes", "bold"), f" at {self.node}")
+        if len(findings) == 1:
+            head.append(f" for: {findings[0]}")
+        yield Static(head, id="rem-title")
+        yield OptionList(id="remedies")
+        with VerticalScroll(id="rem-body"):
+            yield Static("", id="rem-result")
+            yield Log(id="rem-log", highlight=False, max_lines=5000)
+            yield Static("", id="rem-commands")
+            yield Static("", id="rem-flags")
+            yield Static("", id="rem-effect")
+            yield Static("", id="rem-undo")
+            yield Static("", id="rem-explain")
+        yield KeyBar()
+
+    def on_mount(self) -> None:
+        menu = self.query_one("#remedies", OptionList)
+        for i, (f, r) in enumerate(self.pairs):
+            menu.add_option(Option(self.option_text(i, f, r), id=f"rem:{i}"))
+        menu.highlighted = 0
+        menu.focus()
+        self.query_one("#rem-log", Log).display = False
+        self.query_one("#rem-result", Static).display = False
+        self.show(0)
+
+    def option_text(self, i: int, f: Finding, r: Remedy) -> Text:
+        flag = "✓" if r.verified else ("✗" if r.verified is False else "?")
+        out = Text.assemble(f"{i + 1}. ", (flag, "bold green" if r.verified else "yellow"), " ", (r.title, "bold"))
+        if r.requires_root:
+            out.append("  [root]", style="yellow")
+        done = self.outcomes.get(i)
+        if done:
+            out.append(f"  [{done}]", style="bold")
+        if len({id(f) for f, _r in self.pairs}) > 1:
+            out.append("\n   for ", style="dim")
+            out.append_text(mark(f.status))
+            out.append(f" {f.title}", style="dim")
+        return out
+
+    @property
+    def index(self) -> int:
+        menu = self.query_one("#remedies", OptionList)
+        return menu.highlighted or 0
+
+    def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        event.stop()
+        if event.option.id:
+            self.show(int(event.option.id.partition(":")[2]))
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        self.query_one("#rem-body", VerticalScroll).focus()
+
+    def show(self, i: int) -> None:
+        f, r = self.pairs[i]
+        self.query_one("#rem-flags", Static).update(flags_text(r))
+        self.query_one("#rem-explain", Static).update(Text(r.explanation) if r.explanation else "")
+        self.query_one("#rem-commands", Static).update(
+            Group(Text("Commands (bash, in order, before the launch command):", style="bold"), shell(r.commands)))
+        table = effect_table(r, known_env(self.ctx.host))
+        effect = self.query_one("#rem-effect", Static)
+        effect.update(table if table is not None else "")
+        effect.display = table is not None
+        undo = self.query_one("#rem-undo", Static)
+        undo.update(Group(Text("Undo:", style="bold"), shell(r.undo)) if r.undo else "")
+        undo.display = bool(r.undo)
+
+    # -- actions -----------------------------------------------------------------------------------
+    def action_copy(self) -> None:
+        _f, r = self.pairs[self.index]
+        self.app.copy_to_clipboard("\n".join(r.commands) + "\n")
+        self.notify(f"copied {len(r.commands)} line(s) to the clipboard (OSC 52: where the terminal allows it; "
+                    "otherwise select them on screen)", timeout=5)
+
+    def action_decline(self) -> None:
+        f, r = self.pairs[self.index]
+        self.decline(f, r, "declined")
+
+    def decline(self, f: Finding, r: Remedy, how: str) -> None:
+        self.ctx.record("remedy_declined", {"playbook": self.playbook, "node": self.node, "finding_id": f.id,
+                                            "remedy": r.to_dict(), "how": how})
+        self.mark_done(self.index, "declined")
+        self.result(Text(f"Declined ({how}): nothing was run. The session log records it.", style="bold"))
+
+    def action_apply(self) -> None:
+        if self.running is not None:
+            self.notify("A remedy is running: c cancels it.", severity="warning")
+            return
+        i = self.index
+        f, r = self.pairs[i]
+        how = plan(r)
+        self.app.push_screen(ConfirmApply(r, how, self.notes(r, how)), callback=partial(self.confirmed, i, f, r, how))
+
+    def notes(self, r: Remedy, how: ApplyPlan) -> list[str]:
+        here = socket.gethostname()
+        info = self.ctx.host.info
+        out = []
+        if self.ctx.practice:
+            out.append("Practice: nothing is run; you see what would run on the recorded node.")
+        else:
+            out.append(f"Runs here, on {here}, in bash; it stops at the first line that fails.")
+            if info.get("kind") == "replay":
+                out.append(f"The evidence came from a snapshot of {info.get('hostname', 'another node')}: the "
+                           "commands act on THIS machine.")
+        out += [f"Runs in the terminal: {reason}." for reason in how.reasons]
+        if how.env_lines:
+            out.append("export/unset lines cannot change the shell you launch from: they are also written to a "
+                       "file for you to source.")
+        out.append(str(verified_text(r.verified)))
+        out.append("Undo: " + ("; ".join(r.undo) if r.undo else "none recorded."))
+        return out
+
+    def confirmed(self, i: int, f: Finding, r: Remedy, how: ApplyPlan, yes: bool | None) -> None:
+        if not yes:
+            self.decline(f, r, "answered No in the confirmation")
+            return
+        if self.ctx.practice:
+            self.practise(i, f, r)
+        elif how.interactive:
+            self.run_in_terminal(i, f, r, how)
+        else:
+            self.run_worker(self.stream(i, f, r), group="apply", exclusive=True)
+
+    def practise(self, i: int, f: Finding, r: Remedy) -> None:
+        log = self.query_one("#rem-log", Log)
+        log.display = True
+        log.clear()
+        log.write_line("Practice: on the recorded node this would run:")
+        for c in r.commands:
+            log.write_line(f"  {c}")
+        self.ctx.record("remedy_practised", {"playbook": self.playbook, "node": self.node, "finding_id": f.id,
+                                             "remedy": r.to_dict()})
+        self.mark_done(i, "practised")
+        self.result(Text("Practice: nothing was run on this machine.", style="bold"))
+
+    def env_file(self) -> tuple[Any, str]:
+        from zdoctor.session import state_dir
+
+        sid = self.ctx.log.id if self.ctx.log is not None else "unrecorded"
+        return state_dir() / "fixes", f"fix-{sid}-{int(time.time() * 1000) % 10**9}.sh"
+
+    async def stream(self, i: int, f: Finding, r: Remedy, note: str = "") -> None:
+        log = self.query_one("#rem-log", Log)
+        log.display = True
+        log.clear()
+        if note:
+            log.write_line(note)
+        log.write_line(f"$ bash -c (set -e -x; {len(r.commands)} line(s)), in the training environment")
+        loop = asyncio.get_running_loop()
+
+        def on_output(line: str) -> None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(log.write_line, line)
+
+        self.running = threading.Event()
+        self.result(Text("Running… c cancels.", style="bold"))
+        try:
+            outcome = await in_thread(partial(run_remedy, r, training_env(self.ctx.host), on_output=on_output,
+                                              cancel=self.running, env_file=self.env_file()), name="apply")
+        finally:
+            self.running = None
+        self.finish(i, f, r, outcome)
+
+    def run_in_terminal(self, i: int, f: Finding, r: Remedy, how: ApplyPlan) -> None:
+        """Hand the terminal over (sudo may ask for a password), then come back and report."""
+
+        class NoTerminal(Exception):
+            pass
+
+        def terminal(argv: list[str], env: dict[str, str]) -> int:
+            try:
+                with self.app.suspend():
+                    print(f"\nzdoctor: applying {r.title!r} ({'; '.join(how.reasons)})\n", flush=True)
+                    code = subprocess.call(argv, env=env)
+                    print(f"\nzdoctor: exit code {code}. Press Enter to return to zdoctor.", flush=True)
+                    with contextlib.suppress(EOFError):
+                        input()
+                    return code
+            except SuspendNotSupported:
+                raise NoTerminal from None
+
+        try:
+            outcome = run_remedy(r, training_env(self.ctx.host), terminal=terminal, env_file=self.env_file())
+        except NoTerminal:
+            note = "This terminal cannot be handed over; running without it (a password prompt will fail)."
+            self.run_worker(self.stream(i, f, r, note), group="apply", exclusive=True)
+            return
+        self.finish(i, f, r, outcome)
+
+    def finish(self, i: int, f: Finding, r: Remedy, outcome: ApplyOutcome) -> None:
+        self.ctx.record("remedy_applied", {"playbook": self.playbook, "node": self.node, "finding_id": f.id,
+                                           "remedy": r.to_dict(), **outcome.to_dict(),
+                                           "ran_on": socket.gethostname()})
+        status = "applied" if outcome.ok else ("cancelled" if outcome.cancelled else "failed")
+        self.mark_done(i, status)
+        text = Text.assemble(mark("ok" if outcome.ok else "fail"), " ",
+                             (f"{status}: exit code {outcome.exit_code}, {outcome.duration_s:.1f} s", "bold"))
+        if outcome.error:
+            text.append(f"\n{outcome.error}", style="red")
+        text.append("\nWhat changed: " + ("; ".join(outcome.changed) if outcome.changed else "no file named in the "
+                                          "commands changed"))
+        if outcome.env_file:
+            text.append(f"\nBefore launching, run in that shell or job script:  source {outcome.env_file}",
+                        style="bold")
+        if r.undo:
+            text.append("\nUndo: " + "; ".join(r.undo), style="dim")
+        text.append("\nRecorded in the session log; x exports the report.", style="dim")
+        self.result(text)
+        self.notify(f"{r.title}: {status}", severity="information" if outcome.ok else "error", timeout=5)
+
+    def result(self, text: Text) -> None:
+        box = self.query_one("#rem-result", Static)
+        box.update(text)
+        box.display = True
+
+    def mark_done(self, i: int, status: str) -> None:
+        self.outcomes[i] = status
+        menu = self.query_one("#remedies", OptionList)
+        f, r = self.pairs[i]
+        menu.replace_option_prompt_at_index(i, self.option_text(i, f, r))
+
+    def action_cancel(self) -> None:
+        if self.running is None:
+            self.notify("Nothing is running.", timeout=3)
+            return
+        self.running.set()
+
+    def action_scroll_body(self, direction: int) -> None:
+        body = self.query_one("#rem-body", VerticalScroll)
+        (body.scroll_page_down if direction > 0 else body.scroll_page_up)(animate=False)
+
+    def action_back(self) -> None:
+        if self.running is not None:
+            self.notify("A remedy is running: c cancels it first.", severity="warning")
+            return
+        self.app.pop_screen()

@@ -1,0 +1,245 @@
+"""The start screen: the node at a glance, a first pass of every check, playbooks, practice, resume."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.widgets import Header, OptionList, Static
+from textual.widgets.option_list import Option
+
+from zdoctor.model import Finding
+
+from .common import ContextScreen, KeyBar, ProbePanel, findings_text, in_thread, summary_text
+
+GPU_PROBE = "nvml"
+
+
+def _gib(n: Any) -> str:
+    return f"{n / 2**30:.1f} GiB" if isinstance(n, (int, float)) and n > 0 else "?"
+
+
+def gpu_line(host: Any) -> Text:
+    """The GPUs the ``nvml`` probe found (it may be skipped: no driver, or no GPU visible)."""
+    from zdoctor.registry import PROBES
+
+    res = host.recorded().get(GPU_PROBE)
+    if res is None:
+        return Text("GPUs: probing…" if GPU_PROBE in PROBES else "GPUs: not probed by this zdoctor", style="dim")
+    if res.status != "ok":
+        return Text(f"GPUs: none usable ({res.error or res.status})", style="dim")
+    gpus = [g for g in res.facts.get("gpus") or [] if isinstance(g, dict)]
+    if not gpus:
+        return Text("GPUs: none found", style="dim")
+    names: dict[str, int] = {}
+    for g in gpus:
+        total = (g.get("memory") or {}).get("total") if isinstance(g.get("memory"), dict) else None
+        label = str(g.get("name") or "GPU") + (f" ({_gib(total)})" if total else "")
+        names[label] = names.get(label, 0) + 1
+    out = Text("GPUs: " + ", ".join(f"{n} × {label}" for label, n in names.items()))
+    if res.facts.get("driver"):
+        out.append(f" · driver {res.facts['driver']}", style="dim")
+    return out
+
+
+def glance_text(host: Any) -> Text:
+    """Host, OS, CPUs and memory; GPUs; the target interpreter with torch and DeepSpeed."""
+    info = host.info
+    rec = host.recorded()
+    sysf = rec["system"].facts if "system" in rec and rec["system"].status == "ok" else {}
+    name = sysf.get("hostname") or info.get("hostname") or "?"
+    parts = [str(sysf.get("os") or info.get("os") or ""), f"kernel {sysf.get('kernel') or info.get('kernel') or '?'}",
+             str(sysf.get("arch") or info.get("arch") or "")]
+    if sysf.get("cpus"):
+        parts.append(f"{sysf['cpus']} CPUs")
+    mem = (sysf.get("memory") or {}).get("MemTotal")
+    if mem:
+        parts.append(f"{_gib(mem)} RAM")
+    out = Text.assemble((name, "bold"), "  ", " · ".join(p for p in parts if p))
+    out.append("\n")
+    out.append_text(gpu_line(host))
+    out.append("\n")
+    py = rec["pyenv"].facts if "pyenv" in rec and rec["pyenv"].status == "ok" else None
+    target = info.get("python") or "python3"
+    if py is None:
+        out.append(f"Target: {target} (probing…)" if "pyenv" not in rec else f"Target: {target} (not probed)",
+                   style="dim")
+    else:
+        pyinfo = py.get("python") or {}
+        exe = pyinfo.get("executable") or (py.get("target") or {}).get("resolved") or target
+        version = str(pyinfo.get("version") or "?").split()[0]
+        env = "conda" if (pyinfo.get("conda") or {}).get("prefix_is_conda") else "venv" if pyinfo.get("in_venv") else ""
+        out.append("Target: ")
+        out.append(str(exe), style="bold")
+        out.append(f"  Python {version}{f' ({env})' if env else ''}")
+        torch = py.get("torch") or {}
+        ds = py.get("deepspeed") or {}
+        out.append(f" · torch {torch.get('version') or torch.get('dist_version')}" if torch.get("installed")
+                   else " · no torch")
+        out.append(f" · DeepSpeed {ds.get('version')}" if ds.get("installed") else " · no DeepSpeed")
+    if info.get("kind") == "replay":
+        import os
+
+        out.append(f"\nReplayed from the snapshot {os.path.basename(str(info.get('source') or '?'))}", style="dim")
+    return out
+
+
+def purpose(summary: str, limit: int = 100) -> str:
+    """The first sentence of a playbook's summary, cut at a word near ``limit`` characters."""
+    first = " ".join((summary or "").split()).split(". ")[0].rstrip(".") + "."
+    if len(first) <= limit:
+        return first
+    return first[:limit].rsplit(" ", 1)[0] + " …"
+
+
+class StartScreen(ContextScreen):
+    """The node at a glance, a first pass of every check, and what to do next."""
+
+    PALETTE_GROUP = "Start"
+    BINDINGS = [
+        Binding("o", "open", "Open", id="open"),
+        Binding("r", "recheck", "Re-check", id="recheck"),
+        Binding("c", "cancel", "Cancel probes", id="cancel"),
+        Binding("p", "practice", "Practice", id="practice"),
+        Binding("u", "resume_last", "Resume", id="resume"),
+    ]
+
+    def __init__(self, ctx: Any) -> None:
+        super().__init__(ctx)
+        self.findings: list[Finding] | None = None
+        self.sessions: list[Any] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with VerticalScroll(id="start-top"):
+            yield Static(glance_text(self.ctx.host), id="glance")
+            yield Static(Text("First pass of every check", style="bold underline"), id="pass-title")
+            yield ProbePanel(id="pass-probes")
+            yield Static("", id="pass-findings")
+        yield OptionList(id="start-menu")
+        yield KeyBar()
+
+    def on_mount(self) -> None:
+        self.fill_menu()
+        self.query_one("#start-menu", OptionList).focus()
+        self.run_worker(self._load_sessions(), group="sessions", exclusive=True)
+        self.action_recheck()
+
+    # -- the menu ----------------------------------------------------------------------------------
+    def fill_menu(self) -> None:
+        from zdoctor.playbook import load_all
+        from zdoctor.practice import load_scenarios
+
+        menu = self.query_one("#start-menu", OptionList)
+        keep = menu.highlighted_option.id if menu.highlighted_option is not None else None
+        menu.clear_options()
+        menu.add_option(Option(Text("Playbooks: walk one step by step (Enter or o)", style="bold"), disabled=True))
+        for pid, book in sorted(load_all().items(), key=lambda kv: (kv[0] != "zero3-launch", kv[0])):
+            menu.add_option(Option(Text.assemble("  ", (pid, "bold cyan"), "  ", book.title, "\n    ",
+                                                 (purpose(book.summary), "dim")), id=f"pb:{pid}"))
+        try:
+            scenarios = load_scenarios()
+        except Exception:  # noqa: BLE001 - a broken catalogue must not hide the rest of the menu
+            scenarios = []
+        if scenarios:
+            menu.add_option(Option(Text("Practice (learn mode): replay a recorded broken node", style="bold"),
+                                   disabled=True))
+            for s in scenarios:
+                part = f"part {s.part}: " if s.part is not None else ""
+                menu.add_option(Option(Text.assemble("  ", (s.id, "bold cyan"), f"  {part}{s.title}"),
+                                       id=f"demo:{s.id}"))
+        if self.sessions:
+            menu.add_option(Option(Text("Resume a recorded session", style="bold"), disabled=True))
+            for point in self.sessions:
+                menu.add_option(Option(Text.assemble("  ", (point.session_id, "bold cyan"), "  ",
+                                                     point.describe()), id=f"resume:{point.session_id}"))
+        ids = [menu.get_option_at_index(i).id for i in range(menu.option_count)]
+        menu.highlighted = ids.index(keep) if keep is not None and keep in ids else next(
+            (i for i, oid in enumerate(ids) if oid is not None), None)
+
+    async def _load_sessions(self) -> None:
+        from zdoctor.resume import resumable_sessions
+
+        own = {c.log.id for c in getattr(self.app, "contexts", []) if c.log is not None}
+        found = await in_thread(resumable_sessions)
+        self.sessions = [p for p in found if p.session_id not in own]
+        if self.sessions:
+            self.fill_menu()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        self.open(event.option.id)
+
+    def action_open(self) -> None:
+        menu = self.query_one("#start-menu", OptionList)
+        if menu.highlighted_option is not None:
+            self.open(menu.highlighted_option.id)
+
+    def open(self, oid: str | None) -> None:
+        if not oid:
+            return
+        kind, _, value = oid.partition(":")
+        app: Any = self.app
+        if kind == "pb":
+            app.start_walk(self.ctx, value)
+        elif kind == "demo":
+            from zdoctor.practice import get_scenario
+
+            app.start_practice(get_scenario(value))
+        elif kind == "resume":
+            app.resume_session(value)
+
+    def action_practice(self) -> None:
+        self.app.action_practice()  # type: ignore[attr-defined]
+
+    def action_resume_last(self) -> None:
+        if not self.sessions:
+            self.notify("no recorded session to resume", severity="warning")
+            return
+        self.app.resume_session(self.sessions[0].session_id)  # type: ignore[attr-defined]
+
+    # -- the first pass ----------------------------------------------------------------------------
+    def action_recheck(self) -> None:
+        """Run every probe the checks need (again, after a first pass) and evaluate every check."""
+        panel = self.query_one(ProbePanel)
+        if panel.running:
+            return
+        fresh = self.findings is not None
+        self.findings = None
+        panel.display = True
+        self.query_one("#pass-findings", Static).update(Text("Probing this node… (c cancels)", style="dim"))
+        self.run_worker(self._start_pass(fresh), group="first-pass", exclusive=True)
+
+    async def _start_pass(self, fresh: bool) -> None:
+        from zdoctor.guide import first_pass_probes
+
+        names = await in_thread(first_pass_probes)
+        if fresh:
+            self.ctx.host.forget(names)
+        self.query_one(ProbePanel).start(self.ctx.host, names)
+
+    def action_cancel(self) -> None:
+        names = self.query_one(ProbePanel).cancel()
+        if names:
+            self.notify(f"stopped waiting for {', '.join(names)}", timeout=4)
+
+    def on_probe_panel_finished(self, event: ProbePanel.Finished) -> None:
+        self.query_one("#glance", Static).update(glance_text(self.ctx.host))
+        self.run_worker(self._evaluate(), group="first-pass-check", exclusive=True)
+
+    async def _evaluate(self) -> None:
+        from zdoctor.doctor import check
+
+        report = await in_thread(check, self.ctx.host, self.ctx.record, None, False)
+        self.show_findings(report.findings)
+
+    def show_findings(self, findings: list[Finding]) -> None:
+        self.findings = findings
+        panel = self.query_one(ProbePanel)
+        out = Text.assemble(summary_text(findings), "   ", panel.summary(), "\n")
+        out.append_text(findings_text(findings))
+        self.query_one("#pass-findings", Static).update(out)
+        panel.display = False

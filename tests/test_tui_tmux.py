@@ -1,0 +1,209 @@
+"""The installed `zdoctor` in a real terminal (tmux): a whole practice scenario by keyboard, exported as
+Markdown; and a session killed mid-walk (as an SSH drop would) resumed with `zdoctor --resume`.
+
+Runs with NO_COLOR and TERM=screen at 80x24, and with TERM=xterm-256color in a window resized while the
+app runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import REPO
+
+from zdoctor.session import load_events, sessions_dir
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+
+SCENARIO = "conda-ld-library-path"
+
+
+def zdoctor_argv() -> list[str]:
+    """The console script when it is installed, else ``python -m zdoctor`` (the checkout is on PYTHONPATH
+    either way, so the code under test runs)."""
+    script = shutil.which("zdoctor")
+    return [script] if script else [sys.executable, "-m", "zdoctor"]
+
+
+class Tmux:
+    """One private tmux server with one window running a command."""
+
+    def __init__(self, tmp_path: Path, state: Path) -> None:
+        self.socket = f"zdoctor-test-{os.getpid()}-{id(self) % 10000}"
+        self.cwd = tmp_path
+        self.state = state
+        self.base = ["tmux", "-u", "-L", self.socket]
+        self.env = {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                    "HOME": os.environ.get("HOME", "/root")}
+
+    def tmux(self, *args: str, check: bool = True) -> str:
+        proc = subprocess.run([*self.base, *args], capture_output=True, text=True, env=self.env, timeout=30)
+        if check and proc.returncode:
+            raise AssertionError(f"tmux {' '.join(args)}: {proc.stderr}")
+        return proc.stdout
+
+    def start(self, args: list[str], size: tuple[int, int], term: str, no_color: bool = False) -> None:
+        env = {**self.env, "TERM": term, "XDG_STATE_HOME": str(self.state), "PYTHONPATH": str(REPO),
+               "PYENV_VERSION": os.environ.get("PYENV_VERSION", "")}
+        if no_color:
+            env["NO_COLOR"] = "1"
+        command = "exec env -i " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items() if v) + " " + \
+            shlex.join([*zdoctor_argv(), *args])
+        self.tmux("kill-session", "-t", "zd", check=False)
+        self.tmux("new-session", "-d", "-s", "zd", "-x", str(size[0]), "-y", str(size[1]), "-c", str(self.cwd),
+                  command)
+        self.tmux("set-option", "-t", "zd", "remain-on-exit", "on")
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", "zd")
+
+    def send(self, *keys: str, pause: float = 0.3) -> None:
+        for key in keys:
+            self.tmux("send-keys", "-t", "zd", key)
+            time.sleep(pause)
+
+    def wait(self, *texts: str, timeout: float = 60.0) -> str:
+        end = time.monotonic() + timeout
+        screen = ""
+        while time.monotonic() < end:
+            screen = self.screen()
+            flat = " ".join(screen.split())
+            if all(" ".join(t.split()) in flat for t in texts):
+                return screen
+            time.sleep(0.1)
+        raise AssertionError(f"never saw {texts!r}; the screen:\n{screen}")
+
+    def pane(self, field: str) -> str:
+        return self.tmux("display-message", "-p", "-t", "zd", f"#{{{field}}}").strip()
+
+    def wait_dead(self, timeout: float = 20.0) -> str:
+        """Wait until the app has exited; its exit status when tmux caught it (sometimes it does not: the
+        session log's ``session_end`` is the check that counts)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.pane("pane_dead") == "1":
+                time.sleep(0.2)
+                return self.pane("pane_dead_status")
+            time.sleep(0.1)
+        raise AssertionError(f"zdoctor did not exit; the screen:\n{self.screen()}")
+
+    def kill_app(self) -> None:
+        """SIGKILL the app and everything it started, as a dropped connection with no time to clean up."""
+        proc = psutil.Process(int(self.pane("pane_pid")))
+        for p in [*proc.children(recursive=True), proc]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.send_signal(signal.SIGKILL)
+
+    def close(self) -> None:
+        self.tmux("kill-server", check=False)
+
+
+@pytest.fixture
+def term(tmp_path, state_home):
+    t = Tmux(tmp_path, state_home)
+    yield t
+    t.close()
+
+
+def only_session(state: Path) -> str:
+    (path,) = list(sessions_dir(state / "zdoctor").iterdir())
+    return path.name.removesuffix(".jsonl")
+
+
+def test_a_whole_practice_scenario_in_a_real_terminal(term, tmp_path, state_home):
+    term.start(["--demo"], (80, 24), "screen", no_color=True)
+    term.wait("Practice (learn mode)", SCENARIO)
+    term.send("Enter")
+    term.wait("1. The symptom: run the launch under the real loader", "Probes:", "n Next step")
+    term.send("?")
+    term.wait("Keys", "Next step", "Other branch", "Export")
+    term.send("Escape")
+    term.send("t")
+    term.wait("Glossary", "SONAME")
+    term.send("Escape")
+    term.send("n", "n")
+    term.wait("3. GLIBCXX versions: needed vs provided")
+    term.send("e")
+    term.wait("Evidence: 3. GLIBCXX versions", "what each library the training imports gets")
+    term.send("Escape")
+    term.send("n", "n", "n", "n", "n")
+    screen = term.wait("Diagnosis: An LD_LIBRARY_PATH entry loads an old libstdc++")
+    assert "1 symptom › 2 loaded › 3 needs › 4 layers" in " ".join(screen.split())
+    term.send("g")
+    term.wait("● diag-ld-library-path", "⇒ diag-ld-library-path")
+    term.send("Escape")
+    term.send("r")
+    term.wait("Drop /opt/conda/lib from LD_LIBRARY_PATH", "unset LD_LIBRARY_PATH", "a Apply")
+    term.send("a")
+    term.wait("Yes, apply", "Practice: nothing is run")
+    term.send("Enter")  # the focused answer is No
+    term.wait("Declined (answered No in the confirmation)")
+    term.send("Escape", "n")
+    term.wait("Walk finished")
+    term.send("x")
+    term.wait("Export this session")
+    term.send("m")
+    sid = only_session(state_home)
+    md_path = tmp_path / f"zdoctor-{sid}.md"
+    term.wait("Written:", str(tmp_path)[:30])
+    assert md_path.exists()
+    term.send("Escape", "q")
+    assert term.wait_dead() in ("0", "")
+
+    md = md_path.read_text()
+    assert f"# zdoctor session `{sid}`" in md and "- **Mode:** demo" in md
+    assert "- **Host:** train-node-01" in md
+    end = load_events(sid)[-1]
+    assert end["type"] == "session_end" and end["exit_code"] == 0
+    for i, node in enumerate(["symptom", "loaded", "needs", "layers", "verify", "source", "fix-ld-library-path",
+                              "diag-ld-library-path"], 1):
+        assert f"{i}. `{node}`" in md
+    assert "**Diagnosis:** An LD\\_LIBRARY\\_PATH entry loads an old libstdc++" in md
+    assert "cpu\\_adam.so needs GLIBCXX\\_3.4.30" in md
+    assert "`remedy_declined`" in md and "answered No in the confirmation" in md
+
+
+def test_killed_mid_walk_then_resumed(term, tmp_path, state_home):
+    term.start(["--demo", SCENARIO], (80, 24), "xterm-256color")
+    term.wait("1. The symptom")
+    term.send("n")
+    term.wait("2. Which libstdc++.so.6 did the process really load?")
+    term.send("n")
+    term.wait("3. GLIBCXX versions: needed vs provided", "Next → 4. Every layer")
+    sid = only_session(state_home)
+    term.kill_app()
+    assert term.wait_dead() != "0"
+    events = load_events(sid)
+    assert events[-1]["type"] != "session_end"  # nothing had the chance to close the log
+    assert [e["node"] for e in events if e["type"] == "node_enter"] == ["symptom", "loaded", "needs"]
+
+    term.start(["--resume"], (100, 30), "xterm-256color")
+    term.wait("1 symptom › 2 loaded › 3 needs", "3. GLIBCXX versions: needed vs provided", "✓ libs 4.13 s")
+    term.tmux("resize-window", "-t", "zd", "-x", "120", "-y", "40")
+    term.wait("Next → 4. Every layer of the GCC toolchain")
+    assert term.pane("pane_width") == "120"
+    term.send("n", "n", "n", "n", "n")
+    term.wait("Diagnosis: An LD_LIBRARY_PATH entry loads an old libstdc++")
+    term.send("x", "m")
+    term.wait("Written:")
+    assert (tmp_path / f"zdoctor-{sid}.md").exists()
+    term.send("Escape", "q")
+    assert term.wait_dead() in ("0", "")
+
+    md = (tmp_path / f"zdoctor-{sid}.md").read_text()
+    assert "- **Resumed:**" in md and "8. `diag-ld-library-path` (diagnosis)" in md
+    events = load_events(sid)
+    types = [e["type"] for e in events]
+    assert types.count("session_start") == 1 and types.count("session_resume") == 1
+    assert [e["node"] for e in events if e["type"] == "node_enter"][:3] == ["symptom", "loaded", "needs"]
+    assert types[-1] == "session_end" and events[-1]["exit_code"] == 0

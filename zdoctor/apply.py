@@ -1,0 +1,276 @@
+"""Apply a remedy the user said yes to: run its commands in ``bash``, stream the output, tell what changed.
+
+Nothing here asks; the caller (the guided UI) must have had an explicit yes. Commands run in
+``bash -c`` with ``set -e -x`` (stop at the first failing line, echo each line as it runs), in the
+training environment, in a process group of their own (a cancel ends the whole group). ``export`` and
+``unset`` lines cannot reach the user's shell from here: they are also written to a file to
+``source`` before the launch, and the outcome says so. Files named by absolute paths in the
+commands are compared before and after, so the outcome lists what was created, modified or removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import InputError
+from .model import Remedy, cap_text
+
+ENV_LINE = re.compile(r"^\s*(export|unset)\s+")
+NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+OUTPUT_CAP = 64 * 1024
+
+
+@dataclass
+class ApplyPlan:
+    """How a remedy would be applied."""
+
+    remedy: Remedy
+    interactive: bool
+    env_lines: list[str]
+    reasons: list[str] = field(default_factory=list)
+
+
+def plan(remedy: Remedy, is_root: bool | None = None) -> ApplyPlan:
+    """Decide how to run ``remedy``: in the terminal (root needed and not root, or a ``sudo`` line, which
+    may ask for a password) or in the background with its output streamed."""
+    root = os.geteuid() == 0 if is_root is None else is_root
+    reasons = []
+    if remedy.requires_root and not root:
+        reasons.append("it needs root: it runs under sudo, which may ask for your password")
+    if any(re.match(r"^\s*sudo\b", c) for c in remedy.commands):
+        reasons.append("a line runs sudo, which may ask for your password")
+    env_lines = [c for c in remedy.commands if ENV_LINE.match(c)]
+    return ApplyPlan(remedy=remedy, interactive=bool(reasons), env_lines=env_lines, reasons=reasons)
+
+
+def script(remedy: Remedy, trace: bool = True) -> str:
+    """The bash script that applies ``remedy``: stop at the first failure, echo each line."""
+    return "\n".join([f"set -e{'x' if trace else ''}", *remedy.commands, ""])
+
+
+def _expands(line: str) -> bool:
+    """Whether bash would expand something in ``line`` (a ``$`` or backtick outside single quotes)."""
+    quoted = escaped = False
+    for ch in line:
+        if escaped:
+            escaped = False
+        elif quoted:
+            quoted = ch != "'"
+        elif ch == "\\":
+            escaped = True
+        elif ch == "'":
+            quoted = True
+        elif ch in "$`":
+            return True
+    return False
+
+
+def env_effect(commands: list[str], env: Mapping[str, str]) -> list[tuple[str, str | None, str | None]] | None:
+    """``(variable, now, after)`` for each variable the ``export``/``unset`` lines change, computed
+    without running anything; None when a line is not a plain literal export/unset (it would need a
+    shell to tell)."""
+    after: dict[str, str | None] = {}
+    order: list[str] = []
+    for line in commands:
+        if not ENV_LINE.match(line):
+            continue
+        if _expands(line):
+            return None
+        try:
+            words = shlex.split(line, comments=False, posix=True)
+        except ValueError:
+            return None
+        verb, args = words[0], words[1:]
+        for arg in args:
+            if verb == "unset":
+                if not NAME.match(arg):
+                    return None
+                name, value = arg, None
+            else:
+                name, eq, value = arg.partition("=")
+                if not NAME.match(name) or not eq:
+                    return None
+            if name not in order:
+                order.append(name)
+            after[name] = value
+    return [(n, env.get(n), after[n]) for n in order]
+
+
+def known_env(host: object) -> dict[str, str]:
+    """The training environment as far as it is known: a live host's own, else what the snapshot's
+    interpreter and library probes recorded."""
+    env = getattr(host, "env", None)
+    if isinstance(env, Mapping):
+        return dict(env)
+    out: dict[str, str] = {}
+    for probe in ("pyenv", "libs"):
+        try:
+            facts = host.result(probe).facts  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - an unknown host answers what it can
+            continue
+        for k, v in (facts.get("env") or {}).items():
+            if isinstance(v, str):
+                out.setdefault(k, v)
+    return out
+
+
+def watched_paths(commands: list[str]) -> list[str]:
+    """Absolute paths named as words of the commands (what a before/after comparison looks at)."""
+    out: list[str] = []
+    for line in commands:
+        try:
+            words = shlex.split(line)
+        except ValueError:
+            continue
+        for w in words:
+            value = w.partition("=")[2] if "=" in w and not w.startswith("/") else w
+            for part in value.split(":"):
+                if part.startswith("/") and part not in out and "\n" not in part:
+                    out.append(part)
+    return out
+
+
+def _state(path: str) -> tuple[bool, int, int, int] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return True, st.st_mtime_ns, st.st_size, st.st_mode
+
+
+def file_states(paths: list[str]) -> dict[str, tuple[bool, int, int, int] | None]:
+    return {p: _state(p) for p in paths}
+
+
+def changes(before: Mapping[str, tuple | None], after: Mapping[str, tuple | None]) -> list[str]:
+    """``removed X`` / ``created X`` / ``modified X`` for every path whose state differs."""
+    out = []
+    for p, old in before.items():
+        new = after.get(p)
+        if old == new:
+            continue
+        out.append(f"removed {p}" if new is None else f"created {p}" if old is None else f"modified {p}")
+    return out
+
+
+@dataclass
+class ApplyOutcome:
+    """What applying a remedy did."""
+
+    exit_code: int | None
+    output: str = ""
+    changed: list[str] = field(default_factory=list)
+    env_file: str | None = None
+    error: str | None = None
+    duration_s: float = 0.0
+    interactive: bool = False
+    cancelled: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.cancelled and self.error is None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"ok": self.ok, "exit_code": self.exit_code, "output": cap_text(self.output, OUTPUT_CAP)[0],
+                "changed": list(self.changed), "env_file": self.env_file, "error": self.error,
+                "duration_s": round(self.duration_s, 3), "interactive": self.interactive,
+                "cancelled": self.cancelled}
+
+
+def write_env_file(lines: list[str], folder: Path, name: str) -> Path:
+    """Write the ``export``/``unset`` lines to ``folder/name`` (mode 0600) for the user to source."""
+    from .atomic import write_text_atomic
+
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    text = "# Written by zdoctor: source this file in the shell (or job script) that launches training.\n"
+    return Path(write_text_atomic(folder / name, text + "\n".join(lines) + "\n", 0o600))
+
+
+def run_remedy(remedy: Remedy, env: Mapping[str, str], *, on_output: Callable[[str], None] | None = None,
+               cancel: threading.Event | None = None, timeout: float | None = None, cwd: str | None = None,
+               env_file: tuple[Path, str] | None = None,
+               terminal: Callable[[list[str], dict[str, str]], int] | None = None) -> ApplyOutcome:
+    """Run ``remedy``'s commands and report what happened (never raises for a failing command).
+
+    ``terminal``, when given, runs the argv itself with the terminal attached (an interactive step) and
+    returns its exit code; otherwise output is read line by line and passed to ``on_output``.
+    ``env_file`` is ``(folder, name)`` for the file the export/unset lines are written to.
+    """
+    p = plan(remedy)
+    watch = watched_paths(remedy.commands)
+    before = file_states(watch)
+    started = time.monotonic()
+    outcome = ApplyOutcome(exit_code=None, interactive=terminal is not None)
+    argv = ["bash", "-c", script(remedy)]
+    if remedy.requires_root and os.geteuid() != 0:
+        argv = ["sudo", "--", *argv]
+    run_env = dict(env)
+    if terminal is not None:
+        try:
+            outcome.exit_code = terminal(argv, run_env)
+        except OSError as exc:
+            outcome.error = f"{argv[0]}: {exc.strerror or exc}"
+    else:
+        _stream(argv, run_env, cwd, on_output, cancel, timeout, outcome)
+    outcome.duration_s = time.monotonic() - started
+    outcome.changed = changes(before, file_states(watch))
+    if p.env_lines and outcome.ok and env_file is not None:
+        try:
+            path = write_env_file(p.env_lines, *env_file)
+            outcome.env_file = str(path)
+            outcome.changed.append(f"wrote {path}")
+        except (OSError, InputError) as exc:
+            outcome.error = f"could not write the environment file: {getattr(exc, 'strerror', None) or exc}"
+    return outcome
+
+
+def _stream(argv: list[str], env: dict[str, str], cwd: str | None, on_output: Callable[[str], None] | None,
+            cancel: threading.Event | None, timeout: float | None, outcome: ApplyOutcome) -> None:
+    chunks: list[str] = []
+    try:
+        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    except OSError as exc:
+        outcome.error = f"{argv[0]}: {exc.strerror or exc}"
+        return
+    deadline = None if timeout is None else time.monotonic() + timeout
+
+    def stop() -> None:
+        while proc.poll() is None:
+            if cancel is not None and cancel.is_set():
+                outcome.cancelled = True
+            elif deadline is not None and time.monotonic() > deadline:
+                outcome.error = f"timed out after {timeout:g} s"
+            else:
+                time.sleep(0.05)
+                continue
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(2)
+            except (OSError, subprocess.TimeoutExpired):
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            return
+
+    watcher = threading.Thread(target=stop, daemon=True)
+    watcher.start()
+    assert proc.stdout is not None
+    for raw in iter(proc.stdout.readline, b""):
+        line = raw.decode("utf-8", errors="replace").rstrip("\n")
+        chunks.append(line)
+        if on_output is not None:
+            on_output(line)
+    proc.wait()
+    watcher.join(3)
+    outcome.exit_code = proc.returncode
+    outcome.output = "\n".join(chunks)

@@ -1,0 +1,111 @@
+"""What a guided session needs from the engine beyond :class:`~zdoctor.engine.Walk`: the probes a step
+runs, their titles and time budgets, giving up on a slow probe, and a text picture of a playbook graph.
+
+Never imports textual; networkx is imported only for the graph picture.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from .host import Host
+from .model import ProbeResult
+from .playbook import Node, Playbook
+from .registry import CHECKS, PREDICATES, PROBES, load_vocabulary
+
+
+def node_probes(node: Node) -> list[str]:
+    """Every probe a visit of ``node`` runs, in the order :meth:`Walk.evaluate` asks for them: the node's
+    own probes, those its checks read, those its edge predicates read."""
+    from .checks import probes_for
+
+    names = list(node.probes) + probes_for(c for c in node.checks if c in CHECKS)
+    for e in node.next:
+        if e.when is not None and e.when in PREDICATES:
+            names += PREDICATES[e.when].probes
+    return list(dict.fromkeys(names))
+
+
+#: Probes a start screen shows even though no check reads them: the node at a glance.
+GLANCE_PROBES = ("system", "nvml")
+
+
+def first_pass_probes() -> list[str]:
+    """The probes of the node at a glance, then every probe the registered checks read (what
+    ``zdoctor check`` runs)."""
+    from .checks import probes_for
+
+    load_vocabulary()
+    glance = [p for p in GLANCE_PROBES if p in PROBES]
+    return list(dict.fromkeys([*glance, *probes_for(CHECKS)]))
+
+
+def probe_title(name: str) -> str:
+    """The registered title of a probe (its name when it is not registered)."""
+    spec = PROBES.get(name)
+    return spec.title if spec is not None else name
+
+
+def probe_budget(name: str) -> float | None:
+    """The seconds a probe may run before the host abandons it (None when unknown)."""
+    spec = PROBES.get(name)
+    return spec.timeout if spec is not None else None
+
+
+def pending(host: Host, names: Iterable[str]) -> list[str]:
+    """The probes among ``names`` that ``host`` has no result for yet."""
+    done = host.recorded()
+    return [n for n in names if n not in done]
+
+
+def abandon_probe(host: Host, name: str, waited_s: float) -> ProbeResult:
+    """Give up waiting for a running probe: the host answers a ``timeout`` result from now on.
+
+    The probe's own thread is not stopped (its subprocesses end at their own time limit); a result it
+    produces later replaces this one for the steps that come after. Returns the result in effect.
+    """
+    res = ProbeResult(probe=name, status="timeout", started=time.time() - waited_s, duration_s=waited_s,
+                      error=f"probe {name} was cancelled by the user after {waited_s:.1f} s")
+    # Host has no public setter for a result; its cache is a plain dict, and setdefault keeps a result
+    # that arrived in the meantime.
+    return host._results.setdefault(name, res)
+
+
+def _edge_rule(edge) -> str:
+    if edge.when is None:
+        return "otherwise"
+    return f"if not {edge.when}" if edge.negate else f"if {edge.when}"
+
+
+def graph_text(book: Playbook, path: list[str] | None = None, current: str | None = None) -> str:
+    """The playbook graph as text: nodes by distance from the start, each with its outgoing edges.
+
+    ``●`` marks the current node, ``✓`` nodes on the path walked so far, ``○`` the rest; ``⇒`` marks an
+    edge the walk took.
+    """
+    import networkx as nx
+
+    g = book.graph
+    path = list(path or [])
+    taken = set(zip(path, path[1:], strict=False))
+    depth = nx.single_source_shortest_path_length(g, book.start)
+    order = sorted(book.nodes, key=lambda n: (depth.get(n, len(book.nodes)), list(book.nodes).index(n)))
+    width = max(len(n) for n in book.nodes)
+    visited = sum(1 for n in book.nodes if n in path)
+    out = [f"{book.id}: {book.title}", f"{len(book.nodes)} steps, {g.number_of_edges()} edges; "
+           f"{visited} visited.  ● here  ✓ walked  ○ not visited  ⇒ edge taken", ""]
+    level = None
+    for nid in order:
+        d = depth.get(nid)
+        if d != level:
+            level = d
+            out.append(f"── distance {d} from the start ──" if d is not None else "── not reachable ──")
+        node = book.nodes[nid]
+        mark = "●" if nid == current else ("✓" if nid in path else "○")
+        out.append(f"{mark} {nid:<{width}}  {node.kind:<9}  {node.title}")
+        for e in node.next:
+            arrow = "⇒" if (nid, e.to) in taken else "→"
+            label = f"  ({e.label})" if e.label else ""
+            out.append(f"    {arrow} {e.to:<{width}}  {_edge_rule(e)}{label}")
+    return "\n".join(out)

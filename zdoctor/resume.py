@@ -1,0 +1,227 @@
+"""Resume a guided session from its log: where the walk stopped, with the evidence gathered so far.
+
+A session log (:mod:`zdoctor.session`) holds every node entered and every probe result. A
+:class:`ResumePoint` reads that back; :class:`SessionHost` answers probes from the recorded results
+(falling back to the real host for probes not run yet); :func:`resume_walk` rebuilds the
+:class:`~zdoctor.engine.Walk` at the node where it stopped.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+from .host import Host, LiveHost, ReplayHost
+from .model import ProbeResult
+from .session import SUFFIX, load_events, sessions_dir
+
+#: Session modes a guided walk can be resumed from.
+GUIDED_MODES = ("tui", "demo")
+
+Record = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass
+class ResumePoint:
+    """Where a recorded guided session stands."""
+
+    session_id: str
+    path: Path
+    mode: str | None
+    host_info: dict[str, Any]
+    started: float | None
+    playbook: str | None = None
+    nodes: list[str] = field(default_factory=list)
+    diagnosis: str | None = None
+    walk_ended: bool = False
+    closed: bool = False
+    torn: bool = False
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def node(self) -> str | None:
+        """The node the walk stopped at."""
+        return self.nodes[-1] if self.nodes else None
+
+    @property
+    def resumable(self) -> bool:
+        return self.mode in GUIDED_MODES and self.playbook is not None
+
+    def describe(self) -> str:
+        """One line for a list: host, playbook, where it stopped."""
+        host = self.host_info.get("hostname") or "?"
+        if self.host_info.get("scenario"):
+            host = f"practice {self.host_info['scenario']}"
+        where = f"{self.playbook} at {self.node}" if self.playbook else "no walk started"
+        state = "walk finished" if self.walk_ended else ("interrupted" if not self.closed else "left")
+        return f"{host}: {where} ({len(self.nodes)} steps, {state})"
+
+
+def read_point(session: str | os.PathLike[str], state_dir: Path | None = None) -> ResumePoint:
+    """Read a session (an id, or a :class:`~pathlib.Path` to its log) into a :class:`ResumePoint`."""
+    events = load_events(session, state_dir)
+    path = Path(events.path) if events.path is not None else Path(str(session))
+    point = ResumePoint(session_id=path.name[: -len(SUFFIX)] if path.name.endswith(SUFFIX) else path.name,
+                        path=path, mode=None, host_info={}, started=None, torn=events.torn, events=list(events))
+    starts: dict[str, int] = {}
+    for i, ev in enumerate(events):
+        kind = ev.get("type")
+        if kind == "session_start":
+            point.mode = ev.get("mode") if isinstance(ev.get("mode"), str) else None
+            point.host_info = ev.get("host") if isinstance(ev.get("host"), dict) else {}
+            point.started = ev.get("started", ev.get("ts"))
+        elif kind == "session_end":
+            point.closed = True
+        elif kind == "session_resume":
+            point.closed = False
+        elif kind == "playbook_start" and isinstance(ev.get("playbook"), str):
+            starts[ev["playbook"]] = i
+            point.playbook = ev["playbook"]
+    if point.playbook is not None:
+        first = starts[point.playbook]
+        for ev in events[first:]:
+            if ev.get("playbook") != point.playbook:
+                continue
+            kind = ev.get("type")
+            if kind == "node_enter" and isinstance(ev.get("node"), str):
+                point.nodes.append(ev["node"])
+            elif kind == "diagnosis" and isinstance(ev.get("node"), str):
+                point.diagnosis = ev["node"]
+            elif kind == "playbook_end":
+                point.walk_ended = True
+    return point
+
+
+def resumable_sessions(state_dir: Path | None = None, limit: int = 5, scan: int = 25) -> list[ResumePoint]:
+    """The newest guided sessions with a walk in them (at most ``limit``; only the newest ``scan`` logs
+    are read). Unreadable logs are left out."""
+    folder = sessions_dir(state_dir)
+    try:
+        files = sorted((p for p in folder.iterdir() if p.name.endswith(SUFFIX)), key=lambda p: p.name,
+                       reverse=True)[:scan]
+    except OSError:
+        return []
+    out: list[ResumePoint] = []
+    for p in files:
+        try:
+            point = read_point(p)
+        except InputError:
+            continue
+        if point.resumable:
+            out.append(point)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def latest_point(state_dir: Path | None = None) -> ResumePoint:
+    """The newest resumable session; none is an :class:`InputError`."""
+    found = resumable_sessions(state_dir, limit=1)
+    if not found:
+        raise InputError(f"no guided session to resume in {sessions_dir(state_dir)}")
+    return found[0]
+
+
+def find_point(session: str | None = None, state_dir: Path | None = None) -> ResumePoint:
+    """The session ``session`` (an id), or the newest resumable one; one without a walk is refused."""
+    if session is None:
+        return latest_point(state_dir)
+    point = read_point(session, state_dir)
+    if not point.resumable:
+        raise InputError(f"session {point.session_id} has no guided walk to resume "
+                         f"(mode {point.mode or 'unknown'})")
+    return point
+
+
+def recorded_results(events: Iterable[Mapping[str, Any]]) -> dict[str, ProbeResult]:
+    """The latest recorded result of every probe in ``events``."""
+    out: dict[str, ProbeResult] = {}
+    for ev in events:
+        res = ev.get("result")
+        if ev.get("type") != "probe_result" or not isinstance(res, dict) or not isinstance(res.get("probe"), str):
+            continue
+        try:
+            out[res["probe"]] = ProbeResult.from_dict(res)
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+class SessionHost(Host):
+    """Answers probes from a session's recorded results; probes not recorded go to ``base``.
+
+    :meth:`forget` drops recorded results too, so a re-check probes the real host again.
+    """
+
+    def __init__(self, base: Host, recorded: Mapping[str, ProbeResult]) -> None:
+        super().__init__()
+        self.base = base
+        self.kind = base.kind
+        self._recorded = dict(recorded)
+        self.info = dict(base.info)
+        for attr in ("env", "python", "command", "ext", "timeout", "options", "python_explicit"):
+            if hasattr(base, attr):
+                setattr(self, attr, getattr(base, attr))
+
+    def _compute(self, name: str) -> ProbeResult:
+        rec = self._recorded.get(name)
+        return rec if rec is not None else self.base.result(name)
+
+    def forget(self, names: Iterable[str]) -> None:
+        names = list(names)
+        for n in names:
+            self._recorded.pop(n, None)
+            self._results.pop(n, None)
+        self.base.forget(names)
+
+
+def rebuild_host(info: Mapping[str, Any]) -> Host:
+    """The host a session ran against, from its recorded host info: the same snapshot or practice
+    scenario for a replay, else this machine with the recorded interpreter, command and options."""
+    if info.get("scenario"):
+        from .practice import get_scenario
+
+        return get_scenario(str(info["scenario"])).host()
+    if info.get("kind") == "replay":
+        source = info.get("source")
+        if not isinstance(source, str) or not source:
+            raise InputError("the session replayed a snapshot but did not record which file")
+        return ReplayHost.load(source)
+    python = info.get("python") if info.get("python_explicit") else None
+    options = info.get("options") if isinstance(info.get("options"), dict) else {}
+    ext = [str(e) for e in info.get("ext") or [] if isinstance(e, str)]
+    timeout = info.get("timeout") if isinstance(info.get("timeout"), (int, float)) else None
+    command = info.get("command") if isinstance(info.get("command"), str) else None
+    return LiveHost(python=python if isinstance(python, str) else None, command=command, ext=ext,
+                    timeout=timeout, options=options)
+
+
+def once_per_result(record: Record, events: Iterable[Mapping[str, Any]]) -> Record:
+    """Pass events to ``record``, but not a probe result the session already holds."""
+    seen = {(ev["result"].get("probe"), ev["result"].get("started")) for ev in events
+            if ev.get("type") == "probe_result" and isinstance(ev.get("result"), dict)}
+
+    def rec(type_: str, data: dict[str, Any]) -> None:
+        if type_ == "probe_result" and isinstance(data.get("result"), dict):
+            key = (data["result"].get("probe"), data["result"].get("started"))
+            if key in seen:
+                return
+            seen.add(key)
+        record(type_, data)
+
+    return rec
+
+
+def resume_walk(point: ResumePoint, host: Host, record: Record | None = None):
+    """The walk of ``point``'s playbook, back at the node where it stopped (see :meth:`Walk.resume`)."""
+    from .engine import Walk
+    from .playbook import load_all
+
+    books = load_all()
+    if point.playbook not in books:
+        raise InputError(f"session {point.session_id} walked playbook {point.playbook!r}, which is not installed")
+    return Walk.resume(books[point.playbook], host, point.events, record=record)
