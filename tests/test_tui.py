@@ -509,3 +509,42 @@ def test_a_step_that_needs_the_terminal_falls_back_when_it_cannot_have_it(tmp_pa
         assert not marker.exists()
 
     run(scenario())
+
+
+def test_part_two_of_the_story_walks_to_the_nvme_fix(tmp_path):
+    """The offload playbook in the guide: the slow-SSD practice scenario, step by step to its diagnosis."""
+    async def scenario() -> None:
+        app = make(demo="slow-ssd-offload", argv=["--demo", "slow-ssd-offload"], export_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            path = await walk_to_diagnosis(pilot, app)
+            assert path == ["config", "time", "ram", "device", "speed", "spare-nvme", "fix-mount", "fix-config",
+                            "diag-nvme-offload"]
+            assert "Offload to a fast NVMe mount" in plain(app.screen.query_one("#verdict"))
+
+    run(scenario())
+
+
+def test_the_gpu_stack_playbook_walks_on_a_recorded_h200(tmp_path):
+    """The GPU playbook in the guide, on the real H200 node's recorded facts."""
+    from test_gpu_facts import h200_all
+
+    load_vocabulary()
+    probes = {name: ProbeResult(probe=name, facts=facts).to_dict() for name, facts in h200_all().items()}
+    doc = {"format": "zdoctor-snapshot", "version": 1, "zdoctor": "test", "created": 0.0,
+           "host": {"hostname": "h200-node"}, "probes": probes}
+
+    async def scenario() -> None:
+        app = make(host=ReplayHost(doc), argv=["tui"], export_dir=tmp_path)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(pilot, lambda: name(app) == "StartScreen" and app.screen.findings is not None,
+                         what="the first pass")
+            assert "H200" in plain(app.screen.query_one("#glance"))
+            menu = app.screen.query_one("#start-menu")
+            ids = [menu.get_option_at_index(i).id for i in range(menu.option_count)]
+            while ids[menu.highlighted] != "pb:gpu-stack":
+                await pilot.press("down")
+            await pilot.press("enter")
+            path = await walk_to_diagnosis(pilot, app, limit=16)
+            assert path[-1] == "diag-healthy" and len(path) > 5
+
+    run(scenario())

@@ -104,7 +104,7 @@ def check_mount(facts: Facts) -> list[Finding]:
         findings_detail.append("Mounted without noatime (relatime is fine for O_DIRECT swap files).")
     acc = st.get("access") or {}
     user = st.get("user") or {}
-    if not st.get("exists"):
+    if st.get("exists") is False:
         return [Finding(id=fid, status="warn", title=f"Offload path {path} does not exist yet",
                         detail="\n".join(findings_detail) + f"\nDeepSpeed creates it when the training user may write "
                                f"to {st.get('probed_path')} (owner {acc.get('owner')}, mode {acc.get('mode')}). "
@@ -417,7 +417,7 @@ def offload_path_missing(facts: Facts) -> bool:
         return False
     if res.status == "skip":
         return True
-    return res.status == "ok" and not res.facts.get("exists")
+    return res.status == "ok" and res.facts.get("exists") is False  # None: a recorded node, not looked at
 
 
 @predicate("offload_path_unfit", doc="the offload path's file system cannot hold DeepSpeed's swap files (tmpfs, "

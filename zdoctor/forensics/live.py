@@ -258,7 +258,7 @@ def trace_command(
             text, cut = _read_tail(strace_log, MAX_STRACE_BYTES)
             if cut:
                 notes.append("strace log too large: only its end was read")
-            events = parse_strace(text)
+            events = [e for e in parse_strace(text) if not e.path.startswith(tmp + os.sep)]  # not our own logs
             recent, stuck = last_files(events), unfinished(events)
         if timed_out:
             notes.append(f"timed out after {timeout:g}s; process group killed")
