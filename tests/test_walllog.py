@@ -33,6 +33,16 @@ def test_recorded_real_run():
     assert set(r["backward_parts"]) == {"bwd_inner", "bwd_allreduce"}
 
 
+def test_recorded_real_run_of_deepspeed_0_17():
+    """The same tiny training under DeepSpeed 0.17.6: timer lines carry the logger prefix."""
+    r = walllog.parse_log(str(OFF / "ds-0.17-wallclock.log"))
+    assert r["format"].startswith("prefixed") and r["ranks"] == [0] and r["timer_lines"] == 19
+    t = r["timers"]
+    assert t["fwd"]["count"] == t["step"]["count"] == t["optimizer_step"]["count"] == 6
+    assert t["fwd"]["first_ms"] == 2.10 and t["step"]["first_ms"] == 11.50
+    assert r["dominant"] == "step" and r["swap"] is None and r["disk_bound"] is False
+
+
 def test_prefixed_format_with_nvme_swaps():
     r = walllog.parse_log(str(OFF / "ds-0.17-wallclock-nvme.log"))
     assert r["format"] == "prefixed (before 0.18)" and r["timer_lines"] == 16
