@@ -50,7 +50,9 @@ def venv_exe(root: Path) -> list[str]:
     vpy = env_dir / "bin" / "python"
     site = subprocess.check_output([str(vpy), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                                    text=True).strip()
-    Path(site, "deps.pth").write_text(f"{sysconfig.get_path('purelib')}\n{sysconfig.get_path('platlib')}\n")
+    dirs = [sysconfig.get_path("purelib"), sysconfig.get_path("platlib")]
+    dirs += [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+    Path(site, "deps.pth").write_text("\n".join(dict.fromkeys(dirs)) + "\n")
     subprocess.run([sys.executable, "-m", "pip", "--python", str(vpy), "install", "-q", "--no-deps",
                     *map(str, dist.glob("zdoctor-*.whl"))], check=True)
     return [str(env_dir / "bin" / "zdoctor")]

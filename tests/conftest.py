@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import sysconfig
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,3 +35,11 @@ def run_cli(args: Sequence[str], *, env: dict[str, str] | None = None, cwd: str 
 @pytest.fixture
 def cli():
     return run_cli
+
+
+def dependency_dirs() -> list[str]:
+    """Where this interpreter finds zdoctor's dependencies (a venv's own and, with system site packages,
+    the base interpreter's), never the checkout itself."""
+    dirs = [sysconfig.get_path("purelib"), sysconfig.get_path("platlib")]
+    dirs += [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+    return list(dict.fromkeys(dirs))

@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import sysconfig
 import venv
 from pathlib import Path
 
 from conftest import REPO
+from test_wheel import dependency_dirs
 
 PILOT = r"""
 import asyncio, sys
@@ -52,7 +52,7 @@ def test_practice_walk_from_an_installed_wheel(tmp_path):
     vpy = env_dir / "bin" / "python"
     site = Path(subprocess.check_output([str(vpy), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                                         text=True).strip())
-    (site / "deps.pth").write_text("\n".join({sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}) + "\n")
+    (site / "deps.pth").write_text("\n".join(dependency_dirs()) + "\n")
     proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(vpy), "install", "--no-deps", "-q",
                            *map(str, dist.glob("zdoctor-*.whl"))], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr

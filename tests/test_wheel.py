@@ -6,13 +6,12 @@ import json
 import os
 import subprocess
 import sys
-import sysconfig
 import venv
 import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, dependency_dirs
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +42,7 @@ def test_installed_wheel_runs(wheel: Path, tmp_path: Path):
     # from it), so the checkout itself is never importable inside the new venv.
     site = Path(subprocess.check_output([str(vpy), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                                         text=True).strip())
-    (site / "deps.pth").write_text("\n".join({sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}) + "\n")
+    (site / "deps.pth").write_text("\n".join(dependency_dirs()) + "\n")
     proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(vpy), "install", "--no-deps", "-q",
                            str(wheel)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
