@@ -29,6 +29,27 @@ class Facts(Mapping[str, "ProbeResult"]):
     def __len__(self) -> int:
         return len(self._results)
 
+    def of(self, probe: str) -> dict[str, Any] | None:
+        """The facts of ``probe`` when it ran and answered (status ok), else None."""
+        res = self._results.get(probe)
+        return res.facts if res is not None and res.status == "ok" else None
+
+    def why_not(self, probe: str) -> str:
+        """Why ``probe`` gave no facts: its error, its skip reason, or that it did not run."""
+        res = self._results.get(probe)
+        if res is None:
+            return f"the {probe} probe did not run"
+        return res.error or (res.facts or {}).get("skipped") or f"the {probe} probe ended with status {res.status}"
+
+    def evidence(self, *probes: str, kinds: tuple[str, ...] | None = ("table", "note")) -> list[Any]:
+        """The evidence of ``probes`` in order (only these kinds; ``kinds=None`` keeps all)."""
+        out: list[Any] = []
+        for name in probes:
+            res = self._results.get(name)
+            if res is not None:
+                out.extend(e for e in res.evidence if kinds is None or e.kind in kinds)
+        return out
+
     def get_fact(self, probe: str, *path: str | int, default: Any = None) -> Any:
         """``facts.get_fact("pyenv", "torch", "version")``: the value, or ``default`` if any step is missing."""
         res = self._results.get(probe)

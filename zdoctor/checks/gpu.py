@@ -35,25 +35,10 @@ def _result_facts(facts: Facts, name: str) -> dict[str, Any] | None:
     return res.facts
 
 
-def _ok(facts: Facts, name: str) -> dict[str, Any] | None:
-    res = facts.get(name)
-    return res.facts if res is not None and res.status == "ok" else None
 
 
-def _why_not(facts: Facts, name: str) -> str:
-    res = facts.get(name)
-    if res is None:
-        return f"the {name} probe did not run"
-    return res.error or (res.facts or {}).get("skipped") or f"the {name} probe ended with status {res.status}"
 
 
-def _evidence(facts: Facts, *names: str) -> list[Evidence]:
-    out: list[Evidence] = []
-    for n in names:
-        res = facts.get(n)
-        if res is not None:
-            out.extend(e for e in res.evidence if e.kind in ("table", "note"))
-    return out
 
 
 def _skip(fid: str, title: str, why: str, evidence: list[Evidence] | None = None) -> Finding:
@@ -62,12 +47,12 @@ def _skip(fid: str, title: str, why: str, evidence: list[Evidence] | None = None
 
 def _gpus(facts: Facts) -> list[dict[str, Any]] | None:
     """The GPUs the nvml probe found (None when it found none or did not run)."""
-    f = _ok(facts, "nvml")
+    f = facts.of("nvml")
     return list(f.get("gpus") or []) if f and f.get("count") else None
 
 
 def _python(facts: Facts) -> str:
-    py = _ok(facts, "pyenv") or {}
+    py = facts.of("pyenv") or {}
     return (py.get("target") or {}).get("resolved") or (py.get("python") or {}).get("executable") or "python3"
 
 
@@ -79,11 +64,11 @@ def torch_cuda(facts: Facts) -> dict[str, Any]:
     """What torch says about CUDA: ``state`` (ok | missing | cpu | rocm | import_failed | unknown),
     ``cuda`` (torch.version.cuda or guessed from the +cuXYZ wheel tag), ``runtime`` (torch's config
     "CUDA Runtime"), ``source``, ``version``, ``available``, ``why``."""
-    py = _ok(facts, "pyenv")
+    py = facts.of("pyenv")
     out: dict[str, Any] = {"state": "unknown", "cuda": None, "runtime": None, "source": None, "version": None,
                            "available": None, "why": None}
     if py is None:
-        out["why"] = _why_not(facts, "pyenv")
+        out["why"] = facts.why_not("pyenv")
         return out
     if py.get("error"):
         out["why"] = f"the training interpreter could not be probed: {py['error']}"
@@ -116,7 +101,7 @@ def torch_cuda(facts: Facts) -> dict[str, Any]:
 
 
 def _deepspeed(facts: Facts) -> dict[str, Any]:
-    py = _ok(facts, "pyenv") or {}
+    py = facts.of("pyenv") or {}
     return py.get("deepspeed") or {}
 
 
@@ -127,9 +112,9 @@ def _deepspeed(facts: Facts) -> dict[str, Any]:
 def check_driver(facts: Facts) -> list[Finding]:
     fid = "gpu.driver"
     nv = _result_facts(facts, "nvml")
-    ev = _evidence(facts, "nvml")
+    ev = facts.evidence("nvml")
     if nv is None or nv.get("skipped"):
-        why = (nv or {}).get("skipped") or _why_not(facts, "nvml")
+        why = (nv or {}).get("skipped") or facts.why_not("nvml")
         return [_skip(fid, "NVIDIA driver and GPUs", why + ". The GPU checks that need the driver are skipped.",
                       ev)]
     gpus = nv.get("gpus") or []
@@ -180,7 +165,7 @@ def check_pcie(facts: Facts) -> list[Finding]:
     fid = "gpu.pcie"
     gpus = _gpus(facts)
     if gpus is None:
-        return [_skip(fid, "PCIe links", _why_not(facts, "nvml"))]
+        return [_skip(fid, "PCIe links", facts.why_not("nvml"))]
     rows, highlight, narrow, slow_busy, slow_idle, unknown = [], [], [], [], [], []
     for g in gpus:
         p = g.get("pcie") or {}
@@ -256,7 +241,7 @@ def _reset_remedy(gpus: list[dict[str, Any]]) -> Remedy:
 def check_health(facts: Facts) -> list[Finding]:
     gpus = _gpus(facts)
     if gpus is None:
-        return [_skip("gpu.health", "GPU health", _why_not(facts, "nvml"))]
+        return [_skip("gpu.health", "GPU health", facts.why_not("nvml"))]
     return [_ecc(gpus), _throttle(gpus), _persistence(gpus), _processes(gpus), _compute_mode(gpus)]
 
 
@@ -451,7 +436,7 @@ def _driver_remedy() -> Remedy:
 def check_runtime(facts: Facts) -> list[Finding]:
     fid = "gpu.runtime"
     tc = torch_cuda(facts)
-    nv = _ok(facts, "nvml")
+    nv = facts.of("nvml")
     gpus = _gpus(facts)
     drv_cuda = (nv or {}).get("cuda_driver_version")
     if tc["state"] in ("unknown", "missing", "rocm"):
@@ -461,15 +446,15 @@ def check_runtime(facts: Facts) -> list[Finding]:
             rem = [r for r in [_wheel_remedy(facts, drv_cuda)] if r]
             return [Finding(id=fid, status="fail", title=f"torch is a CPU build on a node with {len(gpus)} GPU(s)",
                             detail=f"{tc['why']}: DeepSpeed cannot use the GPUs ('DeepSpeed requires CUDA' / "
-                                   "'Torch not compiled with CUDA enabled').", evidence=_evidence(facts, "nvml"),
+                                   "'Torch not compiled with CUDA enabled').", evidence=facts.evidence("nvml"),
                             remedies=rem)]
-        return [_skip(fid, "Driver vs torch CUDA runtime", f"{tc['why']}, and {_why_not(facts, 'nvml')}")]
+        return [_skip(fid, "Driver vs torch CUDA runtime", f"{tc['why']}, and {facts.why_not('nvml')}")]
     if not tc["cuda"]:
         return [_skip(fid, "Driver vs torch CUDA runtime", f"{tc['why']}, and its wheel tag names no CUDA version")]
     if not drv_cuda:
         return [_skip(fid, "Driver vs torch CUDA runtime",
                       f"torch is built for CUDA {tc['cuda'] or '?'}, but the driver's CUDA version is unknown: "
-                      f"{_why_not(facts, 'nvml')}")]
+                      f"{facts.why_not('nvml')}")]
     v = cuda.driver_runtime_verdict(drv_cuda, tc["cuda"])
     rows = [["driver", "NVML nvmlSystemGetDriverVersion", nv.get("driver") or "?"],
             ["CUDA the driver supports", "nvmlSystemGetCudaDriverVersion_v2", v["driver"] or "?"],
@@ -560,18 +545,18 @@ def _install_toolkit_remedy(torch_cuda_v: str, distro: dict[str, Any] | None) ->
 @check("gpu.toolkit", title="CUDA toolkit (nvcc) vs torch's CUDA", probes=("cuda_stack", "pyenv"))
 def check_toolkit(facts: Facts) -> list[Finding]:
     tc = torch_cuda(facts)
-    cs = _ok(facts, "cuda_stack")
+    cs = facts.of("cuda_stack")
     if cs is None:
-        return [_skip("gpu.toolkit", "CUDA toolkit", _why_not(facts, "cuda_stack"))]
+        return [_skip("gpu.toolkit", "CUDA toolkit", facts.why_not("cuda_stack"))]
     home, nv = cs.get("cuda_home") or {}, cs.get("nvcc") or {}
     found = f"(CUDA_HOME would be {home.get('path')}, nvcc {nv.get('release') or 'not run'})" if home.get("path") \
         else "(no CUDA toolkit found)"
     if tc["state"] not in ("ok", "import_failed") or not tc["cuda"]:
         return [_skip("gpu.toolkit", "CUDA toolkit vs torch", f"{tc['why'] or 'torch CUDA unknown'}: DeepSpeed builds "
-                      f"no CUDA ops {found}", _evidence(facts, "cuda_stack"))]
+                      f"no CUDA ops {found}", facts.evidence("cuda_stack"))]
     ds = _deepspeed(facts)
     env = {**(cs.get("env") or {})}
-    ev = _evidence(facts, "cuda_stack")
+    ev = facts.evidence("cuda_stack")
     rows = [["CUDA_HOME", home.get("source") or "-", home.get("path") or "none"],
             ["nvcc release", nv.get("path") or "-", nv.get("release") or nv.get("error") or "-"],
             ["torch.version.cuda", tc["source"] or "-", tc["cuda"]],
@@ -678,9 +663,9 @@ def _compiler_remedy(cs: dict[str, Any], lo: int, hi: int) -> list[Remedy]:
 def check_host_compiler(facts: Facts) -> list[Finding]:
     fid = "gpu.host-compiler"
     tc = torch_cuda(facts)
-    cs, tch = _ok(facts, "cuda_stack"), _ok(facts, "toolchain")
+    cs, tch = facts.of("cuda_stack"), facts.of("toolchain")
     if cs is None or tch is None:
-        return [_skip(fid, "Host compiler vs nvcc", _why_not(facts, "cuda_stack" if cs is None else "toolchain"))]
+        return [_skip(fid, "Host compiler vs nvcc", facts.why_not("cuda_stack" if cs is None else "toolchain"))]
     if tc["state"] not in ("ok", "import_failed") or not tc["cuda"]:
         return [_skip(fid, "Host compiler vs nvcc", f"{tc['why'] or 'torch CUDA unknown'}: no CUDA op is compiled")]
     nv = cs.get("nvcc") or {}
@@ -740,7 +725,7 @@ def check_host_compiler(facts: Facts) -> list[Finding]:
     rows.append(["C++ compiler for extensions ($CXX or c++)", jit.get("path") or "none", jit.get("version") or "?",
                  "torch's CUDA_GCC_VERSIONS" + (f" for {nv['release']}" if bounds else " (no entry)"), verdict])
     ev = [Evidence.of_table("Host compilers vs nvcc", ["layer", "compiler", "version", "allowed", "verdict"], rows, hl),
-          *_evidence(facts, "cuda_stack")]
+          *facts.evidence("cuda_stack")]
     if status == "ok":
         if host.get("family") != "gcc":
             return [Finding(id=fid, status="skip", title="Host compiler vs nvcc: not checked",
@@ -802,7 +787,7 @@ def _nccl_remedies(facts: Facts, nf: dict[str, Any], analysis: dict[str, Any]) -
 
 
 def _env_value(facts: Facts, name: str) -> str | None:
-    py = _ok(facts, "pyenv") or {}
+    py = facts.of("pyenv") or {}
     return (py.get("env") or {}).get(name)
 
 
@@ -811,9 +796,9 @@ def check_nccl(facts: Facts) -> list[Finding]:
     fid = "gpu.nccl"
     nf = _result_facts(facts, "nccl")
     if nf is None or nf.get("skipped"):
-        return [_skip(fid, "NCCL libraries", (nf or {}).get("skipped") or _why_not(facts, "nccl"))]
+        return [_skip(fid, "NCCL libraries", (nf or {}).get("skipped") or facts.why_not("nccl"))]
     a = ncclmod.analyze(nf)
-    ev = _evidence(facts, "nccl")
+    ev = facts.evidence("nccl")
     lines = [p["text"] for p in a["problems"]] + a["notes"]
     if any(p["kind"] in ("loaded_older", "import_symbol", "two_wheels", "versions_differ") for p in a["problems"]):
         lines.append("Two NCCL providers is the `undefined symbol: ncclCommRegister` (or ncclCommResume ...) class "
@@ -839,9 +824,9 @@ def check_nccl(facts: Facts) -> list[Finding]:
 
 @check("gpu.env", title="NCCL / CUDA environment of the training", probes=("gpu_env", "nvml"))
 def check_env(facts: Facts) -> list[Finding]:
-    ge = _ok(facts, "gpu_env")
+    ge = facts.of("gpu_env")
     if ge is None:
-        return [_skip("gpu.env", "NCCL / CUDA environment", _why_not(facts, "gpu_env"))]
+        return [_skip("gpu.env", "NCCL / CUDA environment", facts.why_not("gpu_env"))]
     env = ge.get("vars") or {}
     gpus = _gpus(facts)
     out: list[Finding] = []
@@ -883,7 +868,7 @@ def check_env(facts: Facts) -> list[Finding]:
                        remedies=rem))
     # peer-to-peer
     if gpus is None:
-        out.append(_skip("gpu.env.p2p", "GPU peer-to-peer", "the GPU models are unknown: " + _why_not(facts, "nvml")))
+        out.append(_skip("gpu.env.p2p", "GPU peer-to-peer", "the GPU models are unknown: " + facts.why_not("nvml")))
     else:
         pp = envreview.p2p(env, [g.get("name") or "" for g in gpus])
         rem = []
@@ -960,10 +945,10 @@ def _gpus_on_node(facts: Facts, lf: dict[str, Any]) -> int | None:
 
 @check("gpu.limits", title="/dev/shm, locked memory and open files of the training", probes=("host_limits", "nvml"))
 def check_limits(facts: Facts) -> list[Finding]:
-    lf = _ok(facts, "host_limits")
+    lf = facts.of("host_limits")
     if lf is None:
-        return [_skip("gpu.limits", "Host limits", _why_not(facts, "host_limits"))]
-    ev = _evidence(facts, "host_limits")
+        return [_skip("gpu.limits", "Host limits", facts.why_not("host_limits"))]
+    ev = facts.evidence("host_limits")
     return [_shm(facts, lf, ev), _memlock(lf, ev), _nofile(lf, ev)]
 
 

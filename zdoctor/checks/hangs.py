@@ -10,7 +10,7 @@ import shlex
 from typing import Any
 
 from ..forensics.versions import gcc_release_for
-from ..model import Evidence, Finding, Remedy
+from ..model import Finding, Remedy
 from ..probes.gccver import version_tuple
 from ..probes.hangs import duration, show
 from ..registry import Facts, check, predicate
@@ -47,18 +47,8 @@ def shell_quote(path: str) -> str:
     return "$'" + "".join(out) + "'"
 
 
-def _facts(facts: Facts, name: str) -> dict[str, Any] | None:
-    res = facts.get(name)
-    return res.facts if res is not None and res.status == "ok" else None
 
 
-def _tables(facts: Facts, *names: str) -> list[Evidence]:
-    out: list[Evidence] = []
-    for n in names:
-        res = facts.get(n)
-        if res is not None:
-            out.extend(e for e in res.evidence if e.kind in ("table", "note"))
-    return out
 
 
 def _slug(text: str, used: set[str]) -> str:
@@ -113,11 +103,11 @@ def lock_remedy(lock: dict[str, Any], op: dict[str, Any] | None, orphans: list[i
 @check("hangs.stale-lock", title="Stale JIT build locks", probes=("jitcache", "processes"))
 def check_stale_lock(facts: Facts) -> list[Finding]:
     cid = "hangs.stale-lock"
-    jit, procs = _facts(facts, "jitcache"), _facts(facts, "processes")
+    jit, procs = facts.of("jitcache"), facts.of("processes")
     if jit is None or procs is None:
         return [Finding(id=cid, status="skip", title="Stale JIT build locks: not checked",
                         detail="the jitcache or processes probe gave no facts")]
-    ev = _tables(facts, "jitcache", "processes")
+    ev = facts.evidence("jitcache", "processes")
     locks = procs.get("locks") or []
     ops = {o["lock_path"]: o for o in jit.get("ops") or [] if o.get("lock_path")}
     by_pid = _procs_by_pid(procs)
@@ -182,11 +172,11 @@ def check_stale_lock(facts: Facts) -> list[Finding]:
 @check("hangs.processes", title="Training processes stuck in the kernel", probes=("processes",))
 def check_processes(facts: Facts) -> list[Finding]:
     cid = "hangs.processes"
-    procs = _facts(facts, "processes")
+    procs = facts.of("processes")
     if procs is None:
         return [Finding(id=cid, status="skip", title="Training processes: not checked",
                         detail="the processes probe gave no facts")]
-    ev = _tables(facts, "processes")
+    ev = facts.evidence("processes")
     plist = procs.get("processes") or []
     if not plist:
         return [Finding(id=cid, status="ok", title="No training processes running",
@@ -253,12 +243,12 @@ def _corrupt_remedy(op: dict[str, Any]) -> Remedy:
 @check("jit.corrupt-ops", title="Damaged JIT-built ops", probes=("jitcache",))
 def check_corrupt_ops(facts: Facts) -> list[Finding]:
     cid = "jit.corrupt-ops"
-    jit = _facts(facts, "jitcache")
+    jit = facts.of("jitcache")
     if jit is None:
         return [Finding(id=cid, status="skip", title="Damaged JIT-built ops: not checked",
                         detail="the jitcache probe gave no facts")]
-    ev = _tables(facts, "jitcache")
-    procs = _facts(facts, "processes")
+    ev = facts.evidence("jitcache")
+    procs = facts.of("processes")
     held = {lk["path"] for lk in (procs or {}).get("locks") or [] if lk.get("holders")}
     ops = jit.get("ops") or []
     bad = [o for o in ops if o.get("so_path") and (o.get("so_info") or {}).get("kind") not in (None, "elf")]
@@ -297,13 +287,13 @@ def _mm(v: str | None) -> tuple[int, ...]:
 @check("jit.foreign-toolchain", title="JIT ops built by a newer compiler", probes=("jitcache", "toolchain"))
 def check_foreign_toolchain(facts: Facts) -> list[Finding]:
     cid = "jit.foreign-toolchain"
-    jit, tc = _facts(facts, "jitcache"), _facts(facts, "toolchain")
+    jit, tc = facts.of("jitcache"), facts.of("toolchain")
     if jit is None or tc is None or not (tc.get("jit") or {}).get("path"):
         return [Finding(id=cid, status="skip", title="JIT ops and this node's compiler: not checked",
                         detail="the jitcache probe or the JIT compiler (toolchain probe) is missing")]
     cur = tc["jit"]
     cur_ver = cur.get("version") if cur.get("family") == "gcc" else None
-    ev = _tables(facts, "jitcache")
+    ev = facts.evidence("jitcache")
     out: list[Finding] = []
     notes: list[str] = []
     used: set[str] = set()
@@ -348,14 +338,14 @@ def check_foreign_toolchain(facts: Facts) -> list[Finding]:
 @predicate("stale_jit_lock", doc="a JIT build lock that this interpreter's launches wait on has no live owner",
            probes=("jitcache", "processes"))
 def stale_jit_lock(facts: Facts) -> bool:
-    procs = _facts(facts, "processes")
+    procs = facts.of("processes")
     return any(lk.get("stale") and lk.get("in_use") is not False for lk in (procs or {}).get("locks") or [])
 
 
 @predicate("jit_op_corrupt", doc="a JIT-built op .so is truncated, corrupt or not an ELF file",
            probes=("jitcache",))
 def jit_op_corrupt(facts: Facts) -> bool:
-    jit = _facts(facts, "jitcache")
+    jit = facts.of("jitcache")
     return any(o.get("so_path") and (o.get("so_info") or {}).get("kind") not in (None, "elf")
                and o.get("in_use") is not False for o in (jit or {}).get("ops") or [])
 
@@ -363,5 +353,5 @@ def jit_op_corrupt(facts: Facts) -> bool:
 @predicate("training_process_stuck", doc="a training process is in uninterruptible sleep (state D)",
            probes=("processes",))
 def training_process_stuck(facts: Facts) -> bool:
-    procs = _facts(facts, "processes")
+    procs = facts.of("processes")
     return any(p.get("state_letter") == "D" for p in (procs or {}).get("processes") or [])

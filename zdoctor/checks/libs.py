@@ -14,9 +14,6 @@ from ..registry import Facts, check, predicate
 LIBSTDCXX = "libstdc++.so.6"
 
 
-def _facts(facts: Facts, name: str) -> dict[str, Any]:
-    res = facts.get(name)
-    return res.facts if res is not None and res.status == "ok" else {}
 
 
 def _evidence(facts: Facts, name: str, tables_only: bool = True) -> list[Evidence]:
@@ -60,8 +57,8 @@ def _static_target_for(libs: dict[str, Any], required_by: str) -> dict[str, Any]
 
 def failure_groups(facts: Facts) -> list[dict[str, Any]]:
     """Version failures grouped by (provider, required_by), each with its source and origin (live/static)."""
-    libs = _facts(facts, "libs")
-    live = _facts(facts, "livetrace")
+    libs = facts.of("libs") or {}
+    live = facts.of("livetrace") or {}
     interp = (libs.get("interpreter") or {})
     exe, exe_rpath = interp.get("path"), interp.get("rpath")
     live_errors = live.get("version_errors") or []
@@ -111,7 +108,7 @@ def source_kinds(facts: Facts) -> set[str]:
 
 
 def _plans(facts: Facts) -> list[Plan]:
-    return [Plan.from_dict(p) for p in _facts(facts, "libfix").get("plans") or []]
+    return [Plan.from_dict(p) for p in (facts.of("libfix") or {}).get("plans") or []]
 
 
 def _remedies(facts: Facts) -> list[Remedy]:
@@ -127,7 +124,7 @@ def _good_copy(libs: dict[str, Any]) -> str | None:
        probes=("libs", "livetrace", "libfix"))
 def check_glibcxx(facts: Facts) -> list[Finding]:
     cid = "libs.glibcxx"
-    libs = _facts(facts, "libs")
+    libs = facts.of("libs") or {}
     if not libs:
         return [Finding(id=cid, status="skip", title="Library versions: not checked",
                         detail=(facts.get("libs").error if facts.get("libs") else None) or "no static audit")]
@@ -178,7 +175,7 @@ def check_glibcxx(facts: Facts) -> list[Finding]:
 def check_live(facts: Facts) -> list[Finding]:
     cid = "libs.live"
     res = facts.get("livetrace")
-    live = _facts(facts, "livetrace")
+    live = facts.of("livetrace") or {}
     ev = _evidence(facts, "livetrace", tables_only=False)
     if not live:
         why = (res.facts.get("skipped") if res is not None and res.facts else None) or \
@@ -215,7 +212,7 @@ def check_live(facts: Facts) -> list[Finding]:
     if agreement(facts) is False:
         out.append(Finding(id="libs.prediction", status="warn",
                            title="The emulation and the real loader disagree on libstdc++",
-                           detail=f"Predicted {(_facts(facts, 'libs').get('libstdcxx') or {}).get('path')}; "
+                           detail=f"Predicted {((facts.of('libs') or {}).get('libstdcxx') or {}).get('path')}; "
                                   "the real run loaded "
                                   f"{', '.join(sorted({x['path'] for x in loaded}))}. Something the emulation "
                                   "does not see decided it (a dlopen in Python code, an import order, a "
@@ -225,9 +222,10 @@ def check_live(facts: Facts) -> list[Finding]:
 
 def agreement(facts: Facts) -> bool | None:
     """Whether the emulation's libstdc++ is the one the real run loaded (None: nothing to compare)."""
-    predicted = (_facts(facts, "libs").get("libstdcxx") or {}).get("realpath")
-    libs = _facts(facts, "libs")
-    live = {_realpath_of(libs, x["path"], x.get("realpath")) for x in _facts(facts, "livetrace").get("libstdcxx") or []}
+    libs = facts.of("libs") or {}
+    predicted = (libs.get("libstdcxx") or {}).get("realpath")
+    loaded = (facts.of("livetrace") or {}).get("libstdcxx") or []
+    live = {_realpath_of(libs, x["path"], x.get("realpath")) for x in loaded}
     if not predicted or not live:
         return None
     return predicted in live
@@ -235,7 +233,7 @@ def agreement(facts: Facts) -> bool | None:
 
 @check("libs.inventory", title="Every libstdc++ on the node", probes=("libs",))
 def check_inventory(facts: Facts) -> list[Finding]:
-    libs = _facts(facts, "libs")
+    libs = facts.of("libs") or {}
     if not libs:
         return [Finding(id="libs.inventory", status="skip", title="libstdc++ inventory: not taken")]
     copies = libs.get("inventory") or []
@@ -253,13 +251,13 @@ def check_inventory(facts: Facts) -> list[Finding]:
 @check("libs.interpreter-rpath", title="The interpreter's DT_RPATH", probes=("libs", "livetrace"))
 def check_interpreter_rpath(facts: Facts) -> list[Finding]:
     cid = "libs.interpreter-rpath"
-    libs = _facts(facts, "libs")
+    libs = facts.of("libs") or {}
     interp = libs.get("interpreter") or {}
     if not libs or not interp.get("rpath"):
         return [Finding(id=cid, status="ok", title="The interpreter carries no DT_RPATH" if libs else
                         "Interpreter RPATH: not checked")]
     needs = sorted({*(libs.get("needs") or []),
-                    *(e["version"] for e in _facts(facts, "livetrace").get("version_errors") or [])})
+                    *(e["version"] for e in (facts.of("livetrace") or {}).get("version_errors") or [])})
     old = [(c["path"], c.get("glibcxx_max")) for c in interp.get("rpath_copies") or []
            if needs and not set(needs) <= set(c.get("versions") or [])]
     if not old:
@@ -287,7 +285,7 @@ def _gcc_of(comment: str) -> str | None:
 def check_ext_compilers(facts: Facts) -> list[Finding]:
     """The fourth toolchain layer, from each extension's .comment, in one table with the other three."""
     cid = "libs.ext-compilers"
-    libs = _facts(facts, "libs")
+    libs = facts.of("libs") or {}
     if not libs or not libs.get("targets"):
         return [Finding(id=cid, status="skip", title="Extension compilers: no extension to read")]
     tool = facts.get("toolchain")
@@ -328,7 +326,7 @@ def check_ext_compilers(facts: Facts) -> list[Finding]:
 
 @check("libs.broken-files", title="Unreadable or corrupt extension files", probes=("libs",))
 def check_broken(facts: Facts) -> list[Finding]:
-    libs = _facts(facts, "libs")
+    libs = facts.of("libs") or {}
     errs = [t for t in libs.get("targets") or [] if t.get("error")]
     if not errs:
         return []
@@ -378,19 +376,19 @@ def via_earlier(facts: Facts) -> bool:
 @predicate("extension_file_broken", doc="a library the training imports is not a valid ELF shared library",
            probes=("libs",))
 def extension_file_broken(facts: Facts) -> bool:
-    return any(t.get("error") for t in _facts(facts, "libs").get("targets") or [])
+    return any(t.get("error") for t in (facts.of("libs") or {}).get("targets") or [])
 
 
 @predicate("live_run_failed", doc="the command (or import probe) failed under the real loader",
            probes=("livetrace",))
 def live_failed(facts: Facts) -> bool:
-    live = _facts(facts, "livetrace")
+    live = facts.of("livetrace") or {}
     return bool(live) and not live.get("ok")
 
 
 @predicate("live_run_hung", doc="the command did not finish within the time limit", probes=("livetrace",))
 def live_hung(facts: Facts) -> bool:
-    return bool(_facts(facts, "livetrace").get("timed_out"))
+    return bool((facts.of("livetrace") or {}).get("timed_out"))
 
 
 @predicate("prediction_disagrees", doc="the emulation and the real loader picked different libstdc++ copies",

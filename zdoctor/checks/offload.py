@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from ..errors import InputError
-from ..model import Evidence, Finding, Remedy
+from ..model import Finding, Remedy
 from ..offload import planner
 from ..offload.dsconfig import load_config, nvme_patch
 from ..registry import Facts, check, predicate
@@ -41,25 +41,10 @@ RULE_TITLES = {
 }
 
 
-def _facts(facts: Facts, name: str) -> dict[str, Any] | None:
-    res = facts.get(name)
-    return res.facts if res is not None and res.status == "ok" else None
 
 
-def _skip_reason(facts: Facts, name: str) -> str:
-    res = facts.get(name)
-    if res is None:
-        return f"the {name} probe did not run"
-    return res.error or (res.facts or {}).get("skipped") or f"the {name} probe gave no facts"
 
 
-def _tables(facts: Facts, *names: str) -> list[Evidence]:
-    out: list[Evidence] = []
-    for n in names:
-        res = facts.get(n)
-        if res is not None:
-            out.extend(res.evidence)
-    return out
 
 
 def _gib(n: float | None) -> str:
@@ -111,13 +96,13 @@ def _offload_target(facts: Facts) -> str | None:
     """Where NVMe offload should go: --offload-path when it is a writable local disk, else the storage probe's
     checked path or the NVMe inventory's suggestion when those probes ran."""
     for probe in ("capacity", "dsconfig"):
-        t = (_facts(facts, probe) or {}).get("offload_target")
+        t = (facts.of(probe) or {}).get("offload_target")
         if t:
             return t["path"] if t.get("suitable") else None
-    st = _facts(facts, "storage") or {}
+    st = facts.of("storage") or {}
     if st.get("explicit") and st.get("path") and (st.get("odirect") or {}).get("ok") is not False:
         return str(st["path"])
-    sugg = (_facts(facts, "nvme_inventory") or {}).get("suggestion") or {}
+    sugg = (facts.of("nvme_inventory") or {}).get("suggestion") or {}
     return sugg.get("offload_dir") if isinstance(sugg.get("offload_dir"), str) else None
 
 
@@ -126,10 +111,10 @@ def _offload_target(facts: Facts) -> str | None:
 @check("offload.config", title="DeepSpeed config as DeepSpeed reads it", probes=("dsconfig",))
 def check_config(facts: Facts) -> list[Finding]:
     cid = "offload.config"
-    ds = _facts(facts, "dsconfig")
+    ds = facts.of("dsconfig")
     if ds is None:
-        return [Finding(id=cid, status="skip", title="ds_config: not checked", detail=_skip_reason(facts, "dsconfig"))]
-    ev = _tables(facts, "dsconfig")
+        return [Finding(id=cid, status="skip", title="ds_config: not checked", detail=facts.why_not("dsconfig"))]
+    ev = facts.evidence("dsconfig", kinds=None)
     if not ds.get("valid"):
         return [Finding(id=cid, status="fail", title="ds_config cannot be read by DeepSpeed",
                         detail=ds.get("error") or "", evidence=ev)]
@@ -153,7 +138,7 @@ def check_config(facts: Facts) -> list[Finding]:
 
 
 def _storage_note(facts: Facts, path: str) -> str | None:
-    st = _facts(facts, "storage") or {}
+    st = facts.of("storage") or {}
     if not st.get("path") or os.path.realpath(str(st["path"])) != os.path.realpath(path):
         return None
     od = st.get("odirect") or {}
@@ -166,8 +151,8 @@ def _storage_note(facts: Facts, path: str) -> str | None:
 
 @check("offload.lint", title="ds_config lints", probes=("dsconfig",))
 def check_lints(facts: Facts) -> list[Finding]:
-    ds = _facts(facts, "dsconfig")
-    log = _facts(facts, "trainlog")
+    ds = facts.of("dsconfig")
+    log = facts.of("trainlog")
     out: list[Finding] = []
     lints = list((ds or {}).get("lints") or []) if ds and ds.get("valid") else []
     if log and log.get("zero_offload_flag") and not any(x["rule"] == "zero-offload-flag" for x in lints):
@@ -177,7 +162,7 @@ def check_lints(facts: Facts) -> list[Finding]:
                       "the config (zero_optimization.offload_optimizer / offload_param), never on the command line."})
     if not lints:
         return out
-    ev = [e for e in _tables(facts, "dsconfig") if e.kind == "table"]
+    ev = [e for e in facts.evidence("dsconfig", kinds=None) if e.kind == "table"]
     by_rule: dict[str, list[dict[str, Any]]] = {}
     for x in lints:
         by_rule.setdefault(x["rule"], []).append(x)
@@ -212,11 +197,11 @@ def check_lints(facts: Facts) -> list[Finding]:
 @check("offload.capacity", title="Offload memory needs against this node", probes=("capacity",))
 def check_capacity(facts: Facts) -> list[Finding]:
     cid = "offload.capacity"
-    cap = _facts(facts, "capacity")
+    cap = facts.of("capacity")
     if cap is None:
         return [Finding(id=cid, status="skip", title="Offload capacity: not planned",
-                        detail=_skip_reason(facts, "capacity"))]
-    ev = _tables(facts, "capacity")
+                        detail=facts.why_not("capacity"))]
+    ev = facts.evidence("capacity", kinds=None)
     m = cap.get("machine") or {}
     head = [f"Model: {cap['params']:,} parameters ({cap['params_source']}); largest layer "
             f"{cap['largest_layer']:,} ({cap['largest_layer_source']}).",
@@ -266,7 +251,7 @@ def check_capacity(facts: Facts) -> list[Finding]:
             detail.append("Choices that fit this node: " + "; ".join(others) + ".")
         detail.append(f"More nodes shrink the per-node need (it is split across nodes): {cap['nodes'] + 1} nodes "
                       "would need " + _gib(_renode(cap, best, cap["nodes"] + 1)) + " per node.")
-        ds = _facts(facts, "dsconfig")
+        ds = facts.of("dsconfig")
         target = _offload_target(facts)
         if ds and target:
             r = nvme_patch_remedy(ds["path"], target)
@@ -310,16 +295,16 @@ def _renode(cap: dict[str, Any], row: dict[str, Any], nodes: int) -> int:
 @check("offload.breakdown", title="Where a training iteration's time goes", probes=("trainlog",))
 def check_breakdown(facts: Facts) -> list[Finding]:
     cid = "offload.breakdown"
-    log = _facts(facts, "trainlog")
+    log = facts.of("trainlog")
     if log is None:
-        return [Finding(id=cid, status="skip", title="Training log: not read", detail=_skip_reason(facts, "trainlog"))]
-    ev = _tables(facts, "trainlog")
+        return [Finding(id=cid, status="skip", title="Training log: not read", detail=facts.why_not("trainlog"))]
+    ev = facts.evidence("trainlog", kinds=None)
     if log.get("error"):
         return [Finding(id=cid, status="fail", title="Training log cannot be read", detail=log["error"], evidence=ev)]
     read = f"Read {log.get('read_bytes')} bytes of {log['path']}" + (
         " (its end only: the file is larger than zdoctor reads)" if log.get("head_skipped") else "") + "."
     if not log.get("timer_lines"):
-        ds = _facts(facts, "dsconfig") or {}
+        ds = facts.of("dsconfig") or {}
         hint = ""
         if ds.get("valid") and ds.get("wall_clock_breakdown") is not True:
             hint = f" {ds['path']} does not set \"wall_clock_breakdown\": true."
@@ -342,7 +327,7 @@ def check_breakdown(facts: Facts) -> list[Finding]:
     if bp:
         lines.append("Backward: " + ", ".join(f"{k} {v['share']:.0%}" for k, v in bp.items()) + ".")
     if log.get("disk_bound"):
-        cap = _facts(facts, "capacity") or {}
+        cap = facts.of("capacity") or {}
         cpu_fit = next((r for r in cap.get("zero3") or [] if r["offload_param"] == "cpu" and r["zero_init"]), None)
         lines.append("The optimizer step dominates and most of it is NVMe swapping: the disk is the bottleneck. "
                      "Measure and tune it (ds_nvme_tune / ds_io sweep aio block_size and queue_depth), spread "
@@ -368,11 +353,11 @@ def check_breakdown(facts: Facts) -> list[Finding]:
 @check("offload.gpu-util", title="GPU utilisation while training", probes=("gpusample",))
 def check_gpu_util(facts: Facts) -> list[Finding]:
     cid = "offload.gpu-util"
-    gs = _facts(facts, "gpusample")
+    gs = facts.of("gpusample")
     if gs is None:
         return [Finding(id=cid, status="skip", title="GPU utilisation: not sampled",
-                        detail=_skip_reason(facts, "gpusample"))]
-    ev = _tables(facts, "gpusample")
+                        detail=facts.why_not("gpusample"))]
+    ev = facts.evidence("gpusample", kinds=None)
     gpus = gs.get("gpus") or []
     lines = [f"{gs.get('samples')} samples over {gs.get('seconds')} s, every {gs.get('interval')} s."]
     starved = []
@@ -394,7 +379,7 @@ def check_gpu_util(facts: Facts) -> list[Finding]:
 # -- predicates -------------------------------------------------------------------------------------------
 
 def _lints(facts: Facts) -> list[dict[str, Any]]:
-    ds = _facts(facts, "dsconfig") or {}
+    ds = facts.of("dsconfig") or {}
     return list(ds.get("lints") or []) if ds.get("valid") else []
 
 
@@ -402,7 +387,7 @@ def _lints(facts: Facts) -> list[dict[str, Any]]:
            doc="The ds_config given with --ds-config cannot be read by DeepSpeed at all: missing, unreadable, not "
                "UTF-8, malformed JSON/HJSON, a duplicate key, or not an object. False when no ds_config was given.")
 def ds_config_invalid(facts: Facts) -> bool:
-    ds = _facts(facts, "dsconfig")
+    ds = facts.of("dsconfig")
     return bool(ds) and ds.get("valid") is False
 
 
@@ -472,7 +457,7 @@ def offload_disk_bound(facts: Facts) -> bool:
 @predicate("trainlog_without_timers", probes=("trainlog",),
            doc="A training log was given but holds no wall_clock_breakdown lines (wall_clock_breakdown is off).")
 def trainlog_without_timers(facts: Facts) -> bool:
-    log = _facts(facts, "trainlog")
+    log = facts.of("trainlog")
     return bool(log) and not log.get("error") and not log.get("timer_lines")
 
 

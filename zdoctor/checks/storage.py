@@ -20,16 +20,8 @@ REFERENCE = ("For scale: DeepSpeed's tuning of one PCIe Gen4 consumer SSD reache
              "write; four Gen4 drives in RAID-0 about 10 GB/s read and 5 GB/s write.")
 
 
-def _ok(facts: Facts, name: str) -> dict[str, Any] | None:
-    res = facts.get(name)
-    return res.facts if res is not None and res.status == "ok" else None
 
 
-def _why_not(facts: Facts, name: str) -> str:
-    res = facts.get(name)
-    if res is None:
-        return f"the {name} probe did not run"
-    return res.error or f"the {name} probe ended with status {res.status}"
 
 
 def _evidence(facts: Facts, name: str, *labels: str) -> list[Evidence]:
@@ -42,7 +34,7 @@ def _evidence(facts: Facts, name: str, *labels: str) -> list[Evidence]:
 def _skip(fid: str, what: str, facts: Facts, name: str = "storage") -> Finding:
     hint = ("" if name != "storage" else "\nGive the offload directory with --offload-path DIR, or the job's "
             "config with --ds-config FILE (its zero_optimization.offload_*.nvme_path).")
-    return Finding(id=fid, status="skip", title=f"{what}: not checked", detail=_why_not(facts, name) + hint)
+    return Finding(id=fid, status="skip", title=f"{what}: not checked", detail=facts.why_not(name) + hint)
 
 
 def _fast_enough(st: dict[str, Any]) -> bool:
@@ -71,7 +63,7 @@ def _dir_remedy(st: dict[str, Any], directory: str | None = None) -> Remedy:
 @check("storage.mount", title="Offload path: mount and file system", probes=("storage",))
 def check_mount(facts: Facts) -> list[Finding]:
     fid = "storage.mount"
-    st = _ok(facts, "storage")
+    st = facts.of("storage")
     if st is None:
         return [_skip(fid, "Offload path", facts)]
     ev = _evidence(facts, "storage", "where offload writes")
@@ -171,7 +163,7 @@ def _where(dev: dict[str, Any]) -> str:
 @check("storage.device", title="Offload device: kind and link", probes=("storage",))
 def check_device(facts: Facts) -> list[Finding]:
     fid = "storage.device"
-    st = _ok(facts, "storage")
+    st = facts.of("storage")
     if st is None:
         return [_skip(fid, "Offload device", facts)]
     dev = st.get("device")
@@ -226,7 +218,7 @@ def check_device(facts: Facts) -> list[Finding]:
 @check("storage.odirect", title="O_DIRECT on the offload path", probes=("storage",))
 def check_odirect(facts: Facts) -> list[Finding]:
     fid = "storage.odirect"
-    st = _ok(facts, "storage")
+    st = facts.of("storage")
     if st is None:
         return [_skip(fid, "O_DIRECT", facts)]
     od = st.get("odirect") or {}
@@ -244,11 +236,11 @@ def check_odirect(facts: Facts) -> list[Finding]:
 @check("storage.libaio", title="libaio for DeepSpeed's async_io op", probes=("storage",))
 def check_libaio(facts: Facts) -> list[Finding]:
     fid = "storage.libaio"
-    st = _ok(facts, "storage")
+    st = facts.of("storage")
     if st is None:
         return [Finding(id=fid, status="skip", title="libaio: not checked",
                         detail="Only NVMe offload needs libaio, and no offload path was given: "
-                               + _why_not(facts, "storage"))]
+                               + facts.why_not("storage"))]
     la = st.get("libaio")
     if not la:
         return [Finding(id=fid, status="skip", title="libaio: not checked", detail="no libaio facts")]
@@ -277,7 +269,7 @@ def check_libaio(facts: Facts) -> list[Finding]:
 @check("storage.throughput", title="Offload path throughput (O_DIRECT, 1 MiB blocks)", probes=("storage",))
 def check_throughput(facts: Facts) -> list[Finding]:
     fid = "storage.throughput"
-    st = _ok(facts, "storage")
+    st = facts.of("storage")
     if st is None:
         return [_skip(fid, "Offload throughput", facts)]
     tp = st.get("throughput") or {}
@@ -330,7 +322,7 @@ def _usable(inv: dict[str, Any]) -> list[dict[str, Any]]:
 @check("storage.unmounted-nvme", title="NVMe drives present but unused", probes=("nvme_inventory", "storage"))
 def check_unmounted(facts: Facts) -> list[Finding]:
     fid = "storage.unmounted-nvme"
-    inv = _ok(facts, "nvme_inventory")
+    inv = facts.of("nvme_inventory")
     if inv is None:
         return [_skip(fid, "Unused NVMe drives", facts, "nvme_inventory")]
     ev = _evidence(facts, "nvme_inventory", "NVMe drives")
@@ -343,7 +335,7 @@ def check_unmounted(facts: Facts) -> list[Finding]:
     if not free:
         return [Finding(id=fid, status="ok", title=f"All {len(drives)} NVMe drive(s) are in use",
                         detail="\n".join(f"{d['name']}: {d['reason']}" for d in drives), evidence=ev)]
-    st = _ok(facts, "storage")
+    st = facts.of("storage")
     lines = [f"{d['name']} ({human(d.get('size_bytes'))}, {d.get('model') or '?'}, {_link_text(d.get('link'))}): "
              f"{d['state']}, {d['reason']}" for d in free]
     blanks = [d for d in free if d["state"] == "blank"]
@@ -360,8 +352,8 @@ def check_unmounted(facts: Facts) -> list[Finding]:
 @check("storage.fstab", title="fstab: mounting offload storage by UUID", probes=("storage", "nvme_inventory"))
 def check_fstab(facts: Facts) -> list[Finding]:
     fid = "storage.fstab"
-    st = _ok(facts, "storage")
-    inv = _ok(facts, "nvme_inventory")
+    st = facts.of("storage")
+    inv = facts.of("nvme_inventory")
     sug = (inv or {}).get("suggestion")
     needs_move = st is None or not (st.get("mount") or {}).get("fit") or not _fast_enough(st) \
         or not (st.get("odirect") or {}).get("ok", True)
@@ -405,7 +397,7 @@ def check_fstab(facts: Facts) -> list[Finding]:
                                                                      "needs no fstab entry.")
                         + ("" if sug else " No unused NVMe drive to add."))]
     return [Finding(id=fid, status="skip", title="fstab: not checked",
-                    detail=_why_not(facts, "storage") + "; no unused NVMe drive to suggest.")]
+                    detail=facts.why_not("storage") + "; no unused NVMe drive to suggest.")]
 
 
 # -------------------------------------------------------------------------------------------- predicates
@@ -423,7 +415,7 @@ def offload_path_missing(facts: Facts) -> bool:
 @predicate("offload_path_unfit", doc="the offload path's file system cannot hold DeepSpeed's swap files (tmpfs, "
            "ramfs, overlay, NFS, FUSE, read-only ...) or O_DIRECT fails there", probes=("storage",))
 def offload_path_unfit(facts: Facts) -> bool:
-    st = _ok(facts, "storage")
+    st = facts.of("storage")
     if st is None:
         return False
     m = st.get("mount") or {}
@@ -434,7 +426,7 @@ def offload_path_unfit(facts: Facts) -> bool:
 @predicate("offload_on_slow_device", doc="the offload path is on a rotational, SATA, USB/SD, network or RAM-backed "
            "device, or measured slower than 1 GB/s", probes=("storage",))
 def offload_on_slow_device(facts: Facts) -> bool:
-    st = _ok(facts, "storage")
+    st = facts.of("storage")
     if st is None:
         return False
     measured = _slowest(st)
@@ -447,5 +439,5 @@ def offload_on_slow_device(facts: Facts) -> bool:
 @predicate("unmounted_nvme_present", doc="a local NVMe drive is present with nothing of it mounted or used as swap",
            probes=("nvme_inventory",))
 def unmounted_nvme_present(facts: Facts) -> bool:
-    inv = _ok(facts, "nvme_inventory")
+    inv = facts.of("nvme_inventory")
     return bool(inv and _usable(inv))
