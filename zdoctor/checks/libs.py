@@ -16,11 +16,6 @@ LIBSTDCXX = "libstdc++.so.6"
 
 
 
-def _evidence(facts: Facts, name: str, tables_only: bool = True) -> list[Evidence]:
-    res = facts.get(name)
-    if res is None:
-        return []
-    return [e for e in res.evidence if e.kind == "table" or not tables_only]
 
 
 def _same(a: str | None, b: str | None) -> bool:
@@ -129,7 +124,7 @@ def check_glibcxx(facts: Facts) -> list[Finding]:
         return [Finding(id=cid, status="skip", title="Library versions: not checked",
                         detail=(facts.get("libs").error if facts.get("libs") else None) or "no static audit")]
     groups = failure_groups(facts)
-    ev = _evidence(facts, "libs")
+    ev = facts.evidence("libs", kinds=("table",))
     if not groups:
         winner = libs.get("libstdcxx") or {}
         n = len(libs.get("needs") or [])
@@ -176,7 +171,7 @@ def check_live(facts: Facts) -> list[Finding]:
     cid = "libs.live"
     res = facts.get("livetrace")
     live = facts.of("livetrace") or {}
-    ev = _evidence(facts, "livetrace", tables_only=False)
+    ev = facts.evidence("livetrace", kinds=None)
     if not live:
         why = (res.facts.get("skipped") if res is not None and res.facts else None) or \
               (res.error if res is not None else None) or "not run"
@@ -237,7 +232,7 @@ def check_inventory(facts: Facts) -> list[Finding]:
     if not libs:
         return [Finding(id="libs.inventory", status="skip", title="libstdc++ inventory: not taken")]
     copies = libs.get("inventory") or []
-    ev = [e for e in _evidence(facts, "libs") if e.label.startswith("every libstdc++")]
+    ev = [e for e in facts.evidence("libs", kinds=("table",)) if e.label.startswith("every libstdc++")]
     short = [c for c in copies if not c.get("has_every_need") and not c.get("error")]
     title = f"{len(copies)} libstdc++.so.6 cop{'y' if len(copies) == 1 else 'ies'} found"
     if short and libs.get("needs"):
