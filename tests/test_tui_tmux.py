@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -120,6 +121,24 @@ def only_session(state: Path) -> str:
     return path.name.removesuffix(".jsonl")
 
 
+STEPS = ["1. The symptom", "2. Which libstdc++", "3. GLIBCXX versions", "4. Every layer",
+         "5. Verify the hypothesis", "6. Where does the old copy", "7. Fix: drop the offending",
+         "An LD_LIBRARY_PATH entry loads"]
+
+
+def go_next(term: Tmux, times: int = 1) -> None:
+    """Press n once per step, each time only after the step has been evaluated (its "Next →" line shows:
+    a key pressed while probes run is refused with a notice, as a user would see)."""
+    for _ in range(times):
+        flat = " ".join(term.screen().split())
+        heading = re.sub(r"Next → .*", "", flat)  # the current step's title, not the announced next one
+        current = max(i for i, t in enumerate(STEPS) if t in heading)
+        upcoming = STEPS[current + 1]
+        term.wait(f"Next → {upcoming}")
+        term.send("n")
+        term.wait(upcoming)
+
+
 def test_a_whole_practice_scenario_in_a_real_terminal(term, tmp_path, state_home):
     term.start(["--demo"], (80, 24), "screen", no_color=True)
     term.wait("Practice (learn mode)", SCENARIO)
@@ -131,12 +150,12 @@ def test_a_whole_practice_scenario_in_a_real_terminal(term, tmp_path, state_home
     term.send("t")
     term.wait("Glossary", "SONAME")
     term.send("Escape")
-    term.send("n", "n")
+    go_next(term, 2)
     term.wait("3. GLIBCXX versions: needed vs provided")
     term.send("e")
     term.wait("Evidence: 3. GLIBCXX versions", "what each library the training imports gets")
     term.send("Escape")
-    term.send("n", "n", "n", "n", "n")
+    go_next(term, 5)
     screen = term.wait("Diagnosis: An LD_LIBRARY_PATH entry loads an old libstdc++")
     assert "1 symptom › 2 loaded › 3 needs › 4 layers" in " ".join(screen.split())
     term.send("g")
@@ -176,9 +195,7 @@ def test_a_whole_practice_scenario_in_a_real_terminal(term, tmp_path, state_home
 def test_killed_mid_walk_then_resumed(term, tmp_path, state_home):
     term.start(["--demo", SCENARIO], (80, 24), "xterm-256color")
     term.wait("1. The symptom")
-    term.send("n")
-    term.wait("2. Which libstdc++.so.6 did the process really load?")
-    term.send("n")
+    go_next(term, 2)
     term.wait("3. GLIBCXX versions: needed vs provided", "Next → 4. Every layer")
     sid = only_session(state_home)
     term.kill_app()
@@ -192,7 +209,7 @@ def test_killed_mid_walk_then_resumed(term, tmp_path, state_home):
     term.tmux("resize-window", "-t", "zd", "-x", "120", "-y", "40")
     term.wait("Next → 4. Every layer of the GCC toolchain")
     assert term.pane("pane_width") == "120"
-    term.send("n", "n", "n", "n", "n")
+    go_next(term, 5)
     term.wait("Diagnosis: An LD_LIBRARY_PATH entry loads an old libstdc++")
     term.send("x", "m")
     term.wait("Written:")
