@@ -363,3 +363,24 @@ def test_write_export_errors_are_one_line(tmp_path: Path):
     with pytest.raises(InputError, match="is a directory"):
         write_export("x", tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_declined_and_practised_remedies_are_listed_with_what_was_applied(state_home: Path):
+    log = SessionLog.create("tui", [], HOST)
+    rem = glibcxx_finding().remedies[0]
+    log.record("remedy_declined", {"finding_id": "loader.glibcxx", "remedy": rem,
+                                   "how": "answered No in the confirmation"})
+    log.record("remedy_practised", {"finding_id": "loader.glibcxx", "remedy": rem})
+    log.record("remedy_applied", {"finding_id": "loader.glibcxx", "remedy": rem, "ok": False, "exit_code": 3,
+                                  "env_file": "/home/u/.local/state/zdoctor/fixes/x.sh"})
+    log.close(0)
+    events = load_events(log.id)
+    md = render(events, "md")
+    applied = md.split("## What was applied\n", 1)[1].split("\n## ", 1)[0]
+    assert "(declined: answered No in the confirmation)" in applied
+    assert "(practised: nothing was run)" in applied
+    assert "(failed)" in applied and "- Exit code: `3`" in applied
+    assert "written to `/home/u/.local/state/zdoctor/fixes/x.sh`" in applied
+    assert "Nothing was applied" not in applied
+    text, _ = html_text(render(events, "html"))
+    assert "(declined: answered No in the confirmation)" in text and "(practised: nothing was run)" in text

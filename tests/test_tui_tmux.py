@@ -189,7 +189,7 @@ def test_a_whole_practice_scenario_in_a_real_terminal(term, tmp_path, state_home
         assert f"{i}. `{node}`" in md
     assert "**Diagnosis:** An LD\\_LIBRARY\\_PATH entry loads an old libstdc++" in md
     assert "cpu\\_adam.so needs GLIBCXX\\_3.4.30" in md
-    assert "`remedy_declined`" in md and "answered No in the confirmation" in md
+    assert "(declined: answered No in the confirmation)" in md
 
 
 def test_killed_mid_walk_then_resumed(term, tmp_path, state_home):

@@ -97,6 +97,15 @@ def _event_pair(event: Any) -> tuple[str, Mapping[str, Any]] | None:
     return None
 
 
+def probe_names(node: Node) -> list[str]:
+    """Every probe a visit of ``node`` runs: its own, those its checks read, those its edge predicates read."""
+    names = list(node.probes) + probes_for(c for c in node.checks if c in CHECKS)
+    for e in node.next:
+        if e.when is not None and e.when in PREDICATES:
+            names += PREDICATES[e.when].probes
+    return list(dict.fromkeys(names))
+
+
 class Walk:
     """One walk through a playbook on a host."""
 
@@ -157,13 +166,6 @@ class Walk:
     @property
     def node(self) -> Node:
         return self.playbook.nodes[self.current]
-
-    def _probe_names(self, node: Node) -> list[str]:
-        names = list(node.probes) + probes_for(c for c in node.checks if c in CHECKS)
-        for e in node.next:
-            if e.when is not None and e.when in PREDICATES:
-                names += PREDICATES[e.when].probes
-        return list(dict.fromkeys(names))
 
     @staticmethod
     def _predicate(name: str, facts: Facts) -> tuple[bool, str | None]:
@@ -228,7 +230,7 @@ class Walk:
             if self._outcome is not None:
                 return self._outcome
             node = self.node
-            names = self._probe_names(node)
+            names = probe_names(node)
             facts = self.host.results(names) if names else Facts({})
             for name, res in facts.items():
                 if self._seen_results.get(name) is not res:

@@ -122,7 +122,7 @@ def collect(events: list[dict[str, Any]]) -> Report:
             rep.findings.pop(fid, None)
             rep.findings[fid] = ev
             rep.summary = None  # a finding recorded after the summary (a re-check) makes it stale
-        elif kind == "remedy_applied":
+        elif kind in ("remedy_applied", "remedy_declined", "remedy_practised"):
             rep.applied.append(ev)
         elif kind == "summary":
             rep.summary = ev
@@ -390,13 +390,26 @@ def _md_run(run: PlaybookRun) -> list[str]:
     return out
 
 
+def _outcome(ev: dict[str, Any]) -> tuple[str, str]:
+    """(mark, word) for a remedy event: applied, failed, declined (with how) or practised."""
+    kind = ev.get("type")
+    if kind == "remedy_declined":
+        how = _s(ev.get("how") or "")
+        return MARKS["skip"], "declined" + (f": {how}" if how and how != "declined" else "")
+    if kind == "remedy_practised":
+        return MARKS["skip"], "practised: nothing was run"
+    return (MARKS["ok"], "applied") if ev.get("ok") is True else (MARKS["fail"], "failed")
+
+
 def _md_applied(ev: dict[str, Any], cap: int) -> list[str]:
     rem = ev.get("remedy") if isinstance(ev.get("remedy"), dict) else {}
-    ok = ev.get("ok") is True
-    mark = MARKS["ok"] if ok else MARKS["fail"]
-    out = [f"### {mark} {md_escape(rem.get('title') or 'Remedy')} ({'applied' if ok else 'failed'})", "",
-           f"- For finding {md_code(ev.get('finding_id'))}, at {_when(ev.get('ts'))}",
-           f"- Exit code: {md_code(ev.get('exit_code')) if ev.get('exit_code') is not None else 'none'}"]
+    mark, word = _outcome(ev)
+    out = [f"### {mark} {md_escape(rem.get('title') or 'Remedy')} ({md_escape(word)})", "",
+           f"- For finding {md_code(ev.get('finding_id'))}, at {_when(ev.get('ts'))}"]
+    if ev.get("type") == "remedy_applied":
+        out.append(f"- Exit code: {md_code(ev.get('exit_code')) if ev.get('exit_code') is not None else 'none'}")
+    if ev.get("env_file"):
+        out.append(f"- Environment changes written to {md_code(ev['env_file'])}")
     if ev.get("changed"):
         out.append("- Changed: " + ", ".join(md_code(p) for p in ev["changed"]))
     if ev.get("backup"):
@@ -657,11 +670,13 @@ def render_html(rep: Report, cap: int = BLOCK_CAP) -> str:
         add(t("Nothing was applied in this session.", "dim"))
     for ev in rep.applied:
         rem = ev.get("remedy") if isinstance(ev.get("remedy"), dict) else {}
-        ok = ev.get("ok") is True
-        add(Text.assemble(t(f"{MARKS['ok'] if ok else MARKS['fail']} ", "green" if ok else "red"),
-                          t(rem.get("title") or "Remedy", "bold"), t(" (applied)" if ok else " (failed)")),
-            t(f"  for finding {_s(ev.get('finding_id'))} at {_when(ev.get('ts'))}, "
-              f"exit code {ev.get('exit_code')}", "dim"))
+        mark, word = _outcome(ev)
+        style = {MARKS["ok"]: "green", MARKS["fail"]: "red"}.get(mark, "yellow")
+        exit_note = f", exit code {ev.get('exit_code')}" if ev.get("type") == "remedy_applied" else ""
+        add(Text.assemble(t(f"{mark} ", style), t(rem.get("title") or "Remedy", "bold"), t(f" ({word})")),
+            t(f"  for finding {_s(ev.get('finding_id'))} at {_when(ev.get('ts'))}{exit_note}", "dim"))
+        if ev.get("env_file"):
+            add(t(f"  environment changes written to {ev['env_file']}"))
         if ev.get("changed"):
             add(t("  changed: " + ", ".join(_s(p) for p in ev["changed"])))
         if ev.get("backup"):

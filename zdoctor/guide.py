@@ -12,19 +12,15 @@ from collections.abc import Iterable
 from .host import Host
 from .model import ProbeResult
 from .playbook import Node, Playbook
-from .registry import CHECKS, PREDICATES, PROBES, load_vocabulary
+from .registry import CHECKS, PROBES, load_vocabulary
 
 
 def node_probes(node: Node) -> list[str]:
     """Every probe a visit of ``node`` runs, in the order :meth:`Walk.evaluate` asks for them: the node's
     own probes, those its checks read, those its edge predicates read."""
-    from .checks import probes_for
+    from .engine import probe_names
 
-    names = list(node.probes) + probes_for(c for c in node.checks if c in CHECKS)
-    for e in node.next:
-        if e.when is not None and e.when in PREDICATES:
-            names += PREDICATES[e.when].probes
-    return list(dict.fromkeys(names))
+    return probe_names(node)
 
 
 #: Probes a start screen shows even though no check reads them: the node at a glance.
@@ -67,9 +63,7 @@ def abandon_probe(host: Host, name: str, waited_s: float) -> ProbeResult:
     """
     res = ProbeResult(probe=name, status="timeout", started=time.time() - waited_s, duration_s=waited_s,
                       error=f"probe {name} was cancelled by the user after {waited_s:.1f} s")
-    # Host has no public setter for a result; its cache is a plain dict, and setdefault keeps a result
-    # that arrived in the meantime.
-    return host._results.setdefault(name, res)
+    return host.settle(name, res)
 
 
 def _edge_rule(edge) -> str:

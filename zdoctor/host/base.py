@@ -55,6 +55,14 @@ class Host:
             t.join()
         return Facts({n: self._results[n] for n in wanted})
 
+    def settle(self, name: str, result: ProbeResult) -> ProbeResult:
+        """Answer ``result`` for probe ``name`` unless a result has already arrived; return the one in effect.
+
+        For a caller that stops waiting on a running probe (the guide's cancel): the probe's own later
+        result still replaces it, as any computed result does.
+        """
+        return self._results.setdefault(name, result)
+
     def forget(self, names: Iterable[str]) -> None:
         """Drop cached results so the next request probes again (a re-check after a fix)."""
         for name in names:
