@@ -227,12 +227,13 @@ def collect_processes(jit: dict[str, Any] | None, sample_s: float = CPU_SAMPLE_S
     ops = [jc.JitOp.from_dict(d) for d in (jit or {}).get("ops") or []]
     watch = sorted({op.dir for op in ops if op.lock_path} | {os.path.realpath(op.dir) for op in ops if op.lock_path})
     procs = pr.training_processes(watch=watch)
-    pr.sample_cpu(procs, sample_s)
+    running = [p for p in procs if not p.gone and p.state_letter != "Z"]  # a zombie uses no CPU: no wait for it
+    pr.sample_cpu(running, sample_s)
     locks = lock_report(ops, procs, (jit or {}).get("roots") or [])
     stress = {pid for lk in locks for pid in lk["holders"] + lk["waiters"] + lk["orphans"]}
     facts = {
         "processes": [p.to_dict() for p in procs],
-        "sample_s": sample_s if procs else 0.0,
+        "sample_s": sample_s if running else 0.0,
         "self_pid": os.getpid(),
         "locks": locks,
     }
