@@ -41,6 +41,23 @@ os.wait()
 """
 
 
+# What torch.utils.file_baton.FileBaton does: create the lock exclusively and keep the descriptor open
+# for the whole build; waiters poll os.path.exists every 0.1 s.
+BUILDER = """
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_CREAT | os.O_EXCL)
+open(sys.argv[2], "w").close()
+time.sleep(600)
+"""
+WAITER = """
+import os, sys, time
+open(sys.argv[2], "w").close()
+while os.path.exists(sys.argv[1]):
+    time.sleep(0.1)
+open(sys.argv[3], "w").close()
+"""
+
+
 def wait_for(pred: Callable[[], bool], timeout: float = 15.0) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:

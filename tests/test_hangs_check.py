@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from prockit import dead, wait_for
+from prockit import BUILDER, WAITER, dead, wait_for
 
 import zdoctor.checks.hangs as hc
 import zdoctor.probes.hangs as ph
@@ -26,21 +26,6 @@ from zdoctor.host import LiveHost
 from zdoctor.model import ProbeResult
 from zdoctor.registry import CHECKS, PREDICATES, PROBES, Facts
 
-# torch.utils.file_baton.FileBaton: the builder creates the lock exclusively and keeps it open; a waiter
-# polls os.path.exists every 0.1 s.
-BUILDER = """
-import os, sys, time
-fd = os.open(sys.argv[1], os.O_CREAT | os.O_EXCL)
-open(sys.argv[2], "w").close()
-time.sleep(600)
-"""
-WAITER = """
-import os, sys, time
-open(sys.argv[2], "w").close()
-while os.path.exists(sys.argv[1]):
-    time.sleep(0.1)
-open(sys.argv[3], "w").close()
-"""
 # A parent blocked in vfork() until its child execs or exits: the kernel shows it in state D.
 VFORK = """
 import ctypes, sys

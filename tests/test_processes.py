@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import psutil
-from prockit import dead, wait_for
+from prockit import BUILDER, WAITER, dead, wait_for
 
 from zdoctor.forensics import jitcache as jc
 from zdoctor.forensics import processes as pr
@@ -33,21 +33,6 @@ def op_dir(tmp_path: Path, name: str = "cpu_adam") -> tuple[Path, Path, dict[str
     return d, d / "lock", {"TORCH_EXTENSIONS_DIR": str(root)}
 
 
-# What torch.utils.file_baton.FileBaton does: create the lock exclusively and keep the descriptor open
-# for the whole build; waiters poll os.path.exists every 0.1 s.
-BUILDER = """
-import os, sys, time
-fd = os.open(sys.argv[1], os.O_CREAT | os.O_EXCL)
-open(sys.argv[2], "w").close()
-time.sleep(600)
-"""
-WAITER = """
-import os, sys, time
-open(sys.argv[2], "w").close()
-while os.path.exists(sys.argv[1]):
-    time.sleep(0.1)
-open(sys.argv[3], "w").close()
-"""
 
 
 def test_builder_killed_mid_build_leaves_a_stale_lock(tmp_path: Path, spawn) -> None:
