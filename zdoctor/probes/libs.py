@@ -36,13 +36,7 @@ def _env(host: Any) -> dict[str, str]:
 
 def interpreter_of(host: Any, pyenv: dict[str, Any]) -> str | None:
     """The training interpreter's path as it is run (its realpath decides $ORIGIN)."""
-    py = (pyenv.get("python") or {}).get("executable")
-    if py:
-        return py
-    want = getattr(host, "python", None) or "python3"
-    if "/" in want:
-        return want if os.path.exists(want) else None
-    return shutil.which(want, path=_env(host).get("PATH", ""))
+    return (pyenv.get("python") or {}).get("executable") or target_python(host)
 
 
 def jit_op_paths(jit: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
@@ -60,17 +54,16 @@ def jit_op_paths(jit: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
     return good, bad
 
 
-def _interp_dirs(audit_facts: dict[str, Any], pyenv: dict[str, Any]) -> dict[str, Any]:
+def _interp_dirs(audit_facts: dict[str, Any], pyenv: dict[str, Any], config: Any) -> dict[str, Any]:
+    """The interpreter's RPATH/RUNPATH dirs, expanded as ld.so expands them ($ORIGIN, $LIB, $PLATFORM)."""
+    from ..forensics.loader import expand_dst
+
     interp = audit_facts.get("interpreter") or {}
-    real = interp.get("realpath") or ""
-    origin = os.path.dirname(real)
+    origin = os.path.dirname(interp.get("realpath") or "")
 
     def expand(value: str | None) -> list[str]:
-        out = []
-        for e in (value or "").split(":"):
-            if e:
-                out.append(os.path.normpath(e.replace("${ORIGIN}", origin).replace("$ORIGIN", origin)))
-        return out
+        dirs = (expand_dst(e, origin, config.dst_lib, config.platform) for e in (value or "").split(":") if e)
+        return [os.path.normpath(d) for d in dirs if d]
 
     py = pyenv.get("python") or {}
     return {"path": interp.get("path"), "rpath_dirs": expand(interp.get("rpath")),
@@ -171,7 +164,7 @@ def libs_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     config = LoaderConfig.detect()
     audit = static_audit(exe, env, targets, config=config)
     cache_libstdcxx = [e.path for e in config.cache if e.soname == LIBSTDCXX]
-    interp = _interp_dirs(audit, pyenv)
+    interp = _interp_dirs(audit, pyenv, config)
     copies = [c.to_dict() for c in take_inventory(env, system_dirs=config.system_dirs,
                                                  cache_paths=cache_libstdcxx, interpreter=interp)]
     needs = audit.get("needs") or []
