@@ -254,3 +254,10 @@ def test_an_internal_error_is_one_line(monkeypatch, capsys):
     monkeypatch.setenv("ZDOCTOR_DEBUG", "1")
     with pytest.raises(RuntimeError):
         cli_mod.main(["check", "--no-log"])
+
+
+def test_bad_job_options_are_one_line_errors_before_probing(cli):
+    for args, needle in ((["--model-params", "abc"], "not a count"), (["--io-size", "lots"], "expected a size"),
+                         (["--nodes", "0"], "at least 1")):
+        proc = cli(["check", "--no-log", *args])
+        assert proc.returncode == 2 and needle in one_line_error(proc)

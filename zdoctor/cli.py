@@ -125,6 +125,10 @@ def _live_host(args: argparse.Namespace):
         from .storage.iotest import parse_size
 
         parse_size(options["io_size"])  # a bad size is a one-line InputError (exit 2) before any probing
+    if options["model_params"] is not None:
+        from .offload.planner import parse_count
+
+        parse_count(options["model_params"])  # likewise for a count that is not one
     for key in ("ds_config", "model_config", "train_log"):
         if options[key] is not None:
             options[key] = os.path.abspath(options[key])
