@@ -258,6 +258,7 @@ def test_an_internal_error_is_one_line(monkeypatch, capsys):
 
 def test_bad_job_options_are_one_line_errors_before_probing(cli):
     for args, needle in ((["--model-params", "abc"], "not a count"), (["--io-size", "lots"], "expected a size"),
-                         (["--nodes", "0"], "at least 1")):
+                         (["--nodes", "0"], "at least 1"), (["--ds-config", "/no/such.json"], "no such file"),
+                         (["--log", "/no/such.log"], "no such file")):
         proc = cli(["check", "--no-log", *args])
         assert proc.returncode == 2 and needle in one_line_error(proc)

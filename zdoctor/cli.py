@@ -129,9 +129,11 @@ def _live_host(args: argparse.Namespace):
         from .offload.planner import parse_count
 
         parse_count(options["model_params"])  # likewise for a count that is not one
-    for key in ("ds_config", "model_config", "train_log"):
+    for key, flag in (("ds_config", "--ds-config"), ("model_config", "--model-config"), ("train_log", "--log")):
         if options[key] is not None:
             options[key] = os.path.abspath(options[key])
+            if not os.path.exists(options[key]):
+                raise UsageError(f"zdoctor: {flag} {options[key]}: no such file")
     return LiveHost(python=_python(args), command=command, ext=ext, timeout=timeout,
                     options={k: v for k, v in options.items() if v is not None})
 
