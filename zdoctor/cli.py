@@ -71,7 +71,10 @@ def build_parser() -> Parser:
 
     s = sub.add_parser("snapshot", help="record every probe's facts and evidence for replay elsewhere")
     _target_args(s)
-    s.add_argument("-o", "--output", metavar="FILE", required=True, help="where to write the snapshot (JSON)")
+    s.add_argument("-o", "--output", metavar="FILE", required=True,
+                   help="where to write the snapshot (JSON); - writes it to standard output")
+    s.add_argument("--armor", action="store_true",
+                   help="write it gzipped and base64-armored between marker lines (how `fleet` carries it)")
 
     e = sub.add_parser("export", help="render a recorded session as Markdown, HTML or JSON")
     which = e.add_mutually_exclusive_group(required=True)
@@ -181,9 +184,20 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     from .atomic import write_text_atomic
     from .doctor import snapshot
     doc = snapshot(_live_host(args))
-    write_text_atomic(args.output, json.dumps(doc, indent=1) + "\n")
+    if args.armor:
+        from .fleet.armor import encode
+
+        text = encode(doc)
+    else:
+        text = json.dumps(doc, indent=1) + "\n"
+    if args.output == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        write_text_atomic(args.output, text)
     crashed = [n for n, r in doc["probes"].items() if r["status"] in ("crash", "timeout")]
-    print(f"zdoctor: snapshot of {len(doc['probes'])} probes written to {args.output}"
+    where = "standard output" if args.output == "-" else args.output
+    print(f"zdoctor: snapshot of {len(doc['probes'])} probes written to {where}"
           + (f" ({len(crashed)} crashed: {', '.join(crashed)})" if crashed else ""), file=sys.stderr)
     return EXIT_OK
 

@@ -1,0 +1,177 @@
+"""Evaluate every node's snapshot: the node x check matrix, the skew table, findings and exit code."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import __version__
+from ..model import FAILING, STATUS_RANK, Evidence, Finding, Remedy, sort_findings
+from .collect import NodeRun
+from .skew import SkewRow, read_facts, skew_table
+
+#: The matrix column for probes that crashed or timed out on a node.
+PROBES_COLUMN = "probes"
+NODE_PROBLEMS = {
+    "unreachable": "unreachable",
+    "no-zdoctor": "zdoctor is not installed",
+    "timeout": "timed out",
+    "error": "zdoctor failed",
+    "bad-output": "returned no usable snapshot",
+}
+
+
+def worst(statuses: Sequence[str]) -> str:
+    """The worst of finding statuses, a skip counting only when nothing else was said (``ok`` for none)."""
+    said = [s for s in statuses if s != "skip"]
+    if not said:
+        return "skip" if statuses else "ok"
+    return min(said, key=lambda s: STATUS_RANK[s])
+
+
+@dataclass
+class NodeResult:
+    """One node: how the launcher fared, its findings, its matrix row and its skew facts."""
+
+    run: NodeRun
+    findings: list[Finding] = field(default_factory=list)
+    cells: dict[str, str] = field(default_factory=dict)
+    facts: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def host(self) -> str:
+        return self.run.host
+
+    @property
+    def reached(self) -> bool:
+        return self.run.status == "ok"
+
+    @property
+    def status(self) -> str:
+        """``fail`` for an unreachable or broken node, else the worst finding's status."""
+        if not self.reached:
+            return "fail"
+        status = worst([f.status for f in self.findings])
+        return "ok" if status == "skip" else status
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "launch": {k: v for k, v in self.run.to_dict().items() if k != "snapshot"},
+                "status": self.status, "cells": self.cells, "facts": self.facts,
+                "findings": [f.to_dict() for f in self.findings]}
+
+
+def _launch_finding(run: NodeRun, launcher: str) -> Finding:
+    what = NODE_PROBLEMS[run.status]
+    ev = [Evidence(label=f"{launcher} for {run.host}", argv=run.argv, exit_code=run.exit_code,
+                   stderr="\n".join(run.stderr), error=run.error, duration_s=run.duration_s)]
+    q = shlex.quote(run.host)
+    remedies = {
+        "unreachable": [Remedy(f"check that {run.host} answers over {launcher}",
+                               [f"ssh -o BatchMode=yes {q} true"] if launcher != "srun" else
+                               [f"srun --nodes=1 --nodelist={q} --overlap true"],
+                               explanation="a node the launcher cannot reach cannot run its rank either")],
+        "no-zdoctor": [Remedy(f"install zdoctor on {run.host} (or name its path with --zdoctor)",
+                              [f"ssh {q} python3 -m pip install --user zdoctor"] if launcher != "srun" else [],
+                              explanation="the fleet run executes `zdoctor snapshot` on each node")],
+    }.get(run.status, [])
+    return Finding(id=f"fleet.node.{run.status}", status="fail", title=f"{run.host}: {what}",
+                   detail=run.error or "", evidence=ev, remedies=remedies)
+
+
+def evaluate_node(run: NodeRun, launcher: str) -> NodeResult:
+    """Evaluate one node's snapshot with every registered check, exactly as ``check --replay`` would."""
+    if run.status != "ok" or run.snapshot is None:
+        return NodeResult(run, [_launch_finding(run, launcher)])
+    from ..checks import evaluate_check, probe_findings, probes_for
+    from ..host import ReplayHost
+    from ..registry import CHECKS, load_vocabulary
+
+    load_vocabulary()
+    host = ReplayHost(run.snapshot, source=run.host)
+    facts = host.results(list(dict.fromkeys([*probes_for(CHECKS), *run.snapshot.get("probes", {})])))
+    cells: dict[str, str] = {}
+    merged: dict[str, Finding] = {}
+    crashed = probe_findings(facts)
+    if crashed:
+        cells[PROBES_COLUMN] = "crash"
+    for f in crashed:
+        merged.setdefault(f.id, f)
+    for name in CHECKS:
+        found = evaluate_check(name, facts)
+        cells[name] = worst([f.status for f in found])
+        for f in found:
+            merged.setdefault(f.id, f)
+    probes = {n: r.facts for n, r in facts.items() if r.status in ("ok", "skip")}
+    return NodeResult(run, sort_findings(list(merged.values())), cells, read_facts(probes))
+
+
+def skew_finding(row: SkewRow) -> Finding:
+    """One finding for a fact that is not the same on every node: every node's value, side by side."""
+    order = list(row.values)
+    rows = [[h, row.values[h]] for h in order]
+    hl = [i for i, h in enumerate(order) if h in row.differing]
+    title = (f"{row.fact.title} differs on {', '.join(row.differing)}" if not row.tie
+             else f"{row.fact.title} is split between nodes (no majority)")
+    detail = (f"Most nodes have {row.majority!r}; {', '.join(row.differing)} "
+              f"{'has' if len(row.differing) == 1 else 'have'} something else. Why it matters: {row.fact.why}.")
+    return Finding(id=f"fleet.skew.{row.fact.id}", status="fail", title=title, detail=detail,
+                   evidence=[Evidence.of_table(f"{row.fact.title} on every node", ["node", row.fact.title],
+                                               rows, hl)])
+
+
+@dataclass
+class FleetReport:
+    """Everything `zdoctor fleet` says: per-node results, the matrix columns, the skew table."""
+
+    launcher: str
+    source: str
+    nodes: list[NodeResult]
+    skew: list[SkewRow]
+    checks: list[str]
+    session: str | None = None
+
+    @classmethod
+    def build(cls, runs: Sequence[NodeRun], launcher: str, source: str) -> FleetReport:
+        nodes = [evaluate_node(r, launcher) for r in runs]
+        reached = {n.host: n.facts for n in nodes if n.reached}
+        columns: list[str] = []
+        for n in nodes:
+            columns += [c for c in n.cells if c not in columns]
+        columns.sort(key=lambda c: (c != PROBES_COLUMN, c))
+        return cls(launcher, source, nodes, skew_table(reached, [n.host for n in nodes]), columns)
+
+    def node(self, host: str) -> NodeResult:
+        return next(n for n in self.nodes if n.host == host)
+
+    @property
+    def differing(self) -> list[SkewRow]:
+        return [r for r in self.skew if r.differs]
+
+    @property
+    def fleet_findings(self) -> list[Finding]:
+        """Findings about the fleet as a whole: one per fact that differs."""
+        return [skew_finding(r) for r in self.differing]
+
+    @property
+    def summary(self) -> dict[str, int]:
+        counts = {"nodes": len(self.nodes), "reached": sum(n.reached for n in self.nodes),
+                  "failing": sum(n.status in FAILING for n in self.nodes),
+                  "warning": sum(n.status == "warn" for n in self.nodes),
+                  "differing_facts": len(self.differing)}
+        for status in NODE_PROBLEMS:
+            counts[status] = sum(n.run.status == status for n in self.nodes)
+        return counts
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if any(n.status in FAILING for n in self.nodes) or self.differing else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": __version__, "launcher": self.launcher, "source": self.source,
+                "summary": self.summary, "checks": self.checks,
+                "nodes": [n.to_dict() for n in self.nodes],
+                "skew": [r.to_dict() for r in self.skew],
+                "findings": [f.to_dict() for f in self.fleet_findings],
+                "session": self.session}
