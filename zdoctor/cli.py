@@ -49,6 +49,34 @@ def _target_args(sp: argparse.ArgumentParser) -> None:
                      help="sample GPU utilisation for S seconds (default: no sampling)")
 
 
+def _fleet_parser(sub: Any) -> None:
+    from .fleet.launch import DEFAULT_PARALLEL, DEFAULT_TIMEOUT, LAUNCHERS
+
+    f = sub.add_parser("fleet", help="snapshot every node of a multi-node job through pdsh, ssh or srun; "
+                       "show the node x check matrix and the facts that differ")
+    f.add_argument("--hostfile", metavar="FILE", help="a DeepSpeed hostfile (`worker-1 slots=8`) or a list of "
+                   "hosts, one per line (under srun, default: the allocation's $SLURM_JOB_NODELIST)")
+    f.add_argument("--launcher", choices=LAUNCHERS, default=None,
+                   help="how to reach the nodes (default: srun for a Slurm node list, else pdsh when installed, "
+                        "else ssh)")
+    f.add_argument("--python", metavar="PY", dest="sub_python", help="the training interpreter on the nodes")
+    f.add_argument("--zdoctor", metavar="CMD", default="zdoctor",
+                   help="how to run zdoctor on the nodes (default: zdoctor; e.g. '/opt/venv/bin/zdoctor')")
+    f.add_argument("--ext", metavar="PATH", action="append", default=[],
+                   help="an extension the training imports before torch, at this path on every node")
+    f.add_argument("--ds-config", metavar="FILE", help="the job's DeepSpeed config, at this path on every node")
+    f.add_argument("--parallel", metavar="N", type=int, default=DEFAULT_PARALLEL,
+                   help=f"nodes probed at once (default {DEFAULT_PARALLEL})")
+    f.add_argument("--timeout", metavar="S", type=float, default=DEFAULT_TIMEOUT,
+                   help=f"seconds each node may take, connecting included (default {DEFAULT_TIMEOUT:g})")
+    f.add_argument("--ssh-config", metavar="FILE", help="an ssh client config file for pdsh and ssh (ssh -F)")
+    f.add_argument("--replay", metavar="SESSION", help="evaluate a recorded fleet session again (an id, or last)")
+    f.add_argument("--json", action="store_true", help="print one JSON document instead of the report")
+    f.add_argument("--tui", action="store_true", help="show the result in the fleet screen")
+    f.add_argument("--no-log", action="store_true", help="do not record a session log")
+    f.add_argument("-v", "--verbose", action="store_true", help="details and remedies of every finding")
+
+
 def build_parser() -> Parser:
     p = Parser(prog="zdoctor", description="Diagnose DeepSpeed ZeRO-3 Offload launches that die, "
                "hang or crawl. With no command: the guided session on a terminal, `check` otherwise.")
@@ -90,6 +118,8 @@ def build_parser() -> Parser:
     show.add_argument("id")
     lint = pbs.add_parser("lint", help="validate playbook files (default: the bundled ones)")
     lint.add_argument("path", nargs="?", help="a playbook file or a directory of them")
+
+    _fleet_parser(sub)
 
     t = sub.add_parser("tui", help="the guided session (the default on a terminal)")
     _target_args(t)
@@ -202,6 +232,12 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_fleet(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from .fleet.cli import run_fleet
+
+    return run_fleet(args, argv, _open_log)
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from .export import render, write_export
     from .session import last_session_id, load_events
@@ -280,6 +316,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_check(args, argv)
         if args.command == "snapshot":
             return cmd_snapshot(args)
+        if args.command == "fleet":
+            return cmd_fleet(args, argv)
         if args.command == "export":
             return cmd_export(args)
         if args.command == "playbooks":

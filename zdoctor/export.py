@@ -56,6 +56,8 @@ class Report:
     applied: list[dict[str, Any]] = field(default_factory=list)
     summary: dict[str, Any] | None = None
     others: list[dict[str, Any]] = field(default_factory=list)
+    fleet: dict[str, Any] | None = None  # the recorded fleet report (fleet_result), for a fleet session
+    fleet_nodes: int = 0
     torn: bool = False
 
     @property
@@ -126,12 +128,53 @@ def collect(events: list[dict[str, Any]]) -> Report:
             rep.applied.append(ev)
         elif kind == "summary":
             rep.summary = ev
+        elif kind == "fleet_result" and isinstance(ev.get("report"), dict):
+            rep.fleet = ev["report"]
+        elif kind in ("fleet_start", "fleet_node"):
+            rep.fleet_nodes += kind == "fleet_node"  # kept whole in the JSON export; the report says the rest
         else:
             rep.others.append(ev)
     return rep
 
 
 # --- small helpers ------------------------------------------------------------------------------
+
+def fleet_tables(fleet: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]], list[int]]]:
+    """The recorded fleet report as two tables (title, columns, rows, highlighted rows): the node x check
+    matrix by check family, and every fact that should be equal with its majority and the nodes that differ."""
+    nodes = [n for n in fleet.get("nodes") or [] if isinstance(n, dict)]
+    fams = list(dict.fromkeys(_s(c).split(".", 1)[0] for c in fleet.get("checks") or []))
+    rank = {s: i for i, s in enumerate(("crash", "fail", "warn", "ok", "skip"))}
+    rows, hot = [], []
+    for i, n in enumerate(nodes):
+        launch = n.get("launch") if isinstance(n.get("launch"), dict) else {}
+        cells = n.get("cells") if isinstance(n.get("cells"), dict) else {}
+        row = [f"{MARKS.get(_s(n.get('status')), '?')} {_s(n.get('host'))}", _s(launch.get("status"))]
+        for fam in fams:
+            got = [_s(v) for k, v in cells.items() if _s(k).split(".", 1)[0] == fam]
+            best = min(got, key=lambda s: rank.get(s, 9), default="")
+            row.append(MARKS.get(best, "") if launch.get("status") == "ok" else "")
+        rows.append(row)
+        if n.get("status") in ("fail", "crash"):
+            hot.append(i)
+    skew_rows, skew_hot = [], []
+    for i, r in enumerate(x for x in fleet.get("skew") or [] if isinstance(x, dict)):
+        values = r.get("values") if isinstance(r.get("values"), dict) else {}
+        differing = [_s(h) for h in r.get("differing") or []]
+        skew_rows.append([_s(r.get("title")), _s(r.get("majority")),
+                          "; ".join(f"{h}: {_s(values.get(h))}" for h in differing)
+                          or f"same on all {len(values)}"])
+        if differing:
+            skew_hot.append(i)
+    return [("Nodes x checks", ["node", "launch", *fams], rows, hot),
+            ("Facts that should be equal on every node", ["fact", "majority", "differs on"], skew_rows, skew_hot)]
+
+
+def _fleet_line(fleet: dict[str, Any]) -> str:
+    s = fleet.get("summary") if isinstance(fleet.get("summary"), dict) else {}
+    return (f"{_s(s.get('nodes'))} node(s) from {_s(fleet.get('source'))} via {_s(fleet.get('launcher'))}: "
+            f"{_s(s.get('reached'))} reached, {_s(s.get('failing'))} failing, "
+            f"{_s(s.get('differing_facts'))} fact(s) differ")
 
 def _s(value: Any) -> str:
     return "" if value is None else str(value)
@@ -449,6 +492,10 @@ def render_md(rep: Report, cap: int = BLOCK_CAP) -> str:
         out += [f"> {TORN_NOTE}", ""]
 
     out += ["## Summary", "", " · ".join(text for text, _ in _summary_parts(rep.counts())), ""]
+    if rep.fleet is not None:
+        out += ["## Fleet", "", md_paragraph(_fleet_line(rep.fleet)), ""]
+        for title, columns, rows, hot in fleet_tables(rep.fleet):
+            out += [f"**{md_escape(title)}**", "", md_table(columns, rows, hot)]
     if rep.runs:
         out += ["## Path through the playbooks", ""]
         for run in rep.runs:
@@ -632,6 +679,10 @@ def render_html(rep: Report, cap: int = BLOCK_CAP) -> str:
         summary.append("  ·  " if i else "")
         summary.append(text, STYLES.get(status, "bold"))
     add(Rule(t("Summary")), summary)
+    if rep.fleet is not None:
+        add(Rule(t("Fleet")), t(_fleet_line(rep.fleet)))
+        for title, columns, rows, hot in fleet_tables(rep.fleet):
+            add(t(title, "bold"), table_of({"columns": columns, "rows": rows, "highlight": hot}))
 
     if rep.runs:
         add(Rule(t("Path through the playbooks")))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import shutil
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,7 +125,8 @@ def _per_node(hosts: Sequence[str], opts: launch.FleetOptions, on_node: OnNode |
     results: dict[str, NodeRun] = {}
     with ThreadPoolExecutor(max_workers=max(1, min(opts.parallel, len(hosts)))) as pool:
         futures = {pool.submit(_one, h, build(h, opts), opts): h for h in hosts}
-        for fut, h in futures.items():
+        for fut in as_completed(futures):
+            h = futures[fut]
             results[h] = fut.result()
             if on_node:
                 on_node(results[h])

@@ -1,0 +1,126 @@
+"""`zdoctor fleet`: from arguments to a recorded, printed (or shown) fleet report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import UsageError
+from .collect import NodeRun, collect, require_launcher
+from .hosts import Node, expand_nodelist, read_hostfile
+from .launch import FleetOptions
+from .record import record_report, runs_from_events
+from .result import FleetReport
+
+SLURM_NODELIST_VARS = ("SLURM_JOB_NODELIST", "SLURM_NODELIST")
+
+
+def _nodes(args: argparse.Namespace, environ: dict[str, str]) -> tuple[list[Node], str, str]:
+    """The nodes, where they came from, and the launcher to use."""
+    launcher = args.launcher
+    if args.hostfile:
+        nodes = read_hostfile(args.hostfile)
+        if launcher is None:
+            from shutil import which
+
+            launcher = "pdsh" if which("pdsh") else "ssh"
+        return nodes, args.hostfile, launcher
+    var = next((v for v in SLURM_NODELIST_VARS if environ.get(v)), None)
+    if launcher in (None, "srun") and var:
+        return expand_nodelist(environ[var], var), f"${var}", "srun"
+    raise UsageError("zdoctor fleet: name the nodes with --hostfile FILE (or run inside a Slurm allocation, "
+                     "where $SLURM_JOB_NODELIST lists them)")
+
+
+def options_from(args: argparse.Namespace, launcher: str) -> FleetOptions:
+    """Validated :class:`FleetOptions` from the arguments."""
+    if not 1 <= args.parallel <= 1024:
+        raise UsageError("zdoctor fleet: --parallel must be between 1 and 1024")
+    if not 1 <= args.timeout <= 3600:
+        raise UsageError("zdoctor fleet: --timeout must be between 1 and 3600 seconds")
+    extra: list[str] = []
+    for path in args.ext:
+        extra += ["--ext", os.path.abspath(path)]
+    if args.ds_config:
+        extra += ["--ds-config", os.path.abspath(args.ds_config)]
+    if args.ssh_config and not os.path.isfile(args.ssh_config):
+        raise UsageError(f"zdoctor fleet: --ssh-config {args.ssh_config}: no such file")
+    return FleetOptions(launcher=launcher, zdoctor=args.zdoctor, python=args.sub_python, parallel=args.parallel,
+                        timeout=args.timeout, ssh_config=os.path.abspath(args.ssh_config) if args.ssh_config else None,
+                        snapshot_args=extra)
+
+
+def _progress(total: int) -> Callable[[NodeRun], None] | None:
+    if not sys.stderr.isatty():
+        return None
+    done = [0]
+
+    def show(node: NodeRun) -> None:
+        done[0] += 1
+        tail = "" if node.status == "ok" else f": {node.error or ''}"[:100]
+        print(f"zdoctor fleet: [{done[0]}/{total}] {node.host} {node.status} ({node.duration_s:.1f} s){tail}",
+              file=sys.stderr)
+
+    return show
+
+
+def _replay(args: argparse.Namespace) -> FleetReport:
+    from ..session import last_session_id, load_events
+
+    sid = last_session_id() if args.replay == "last" else args.replay
+    runs, launcher, source = runs_from_events(load_events(sid), f"session {sid}")
+    return FleetReport.build(runs, launcher, f"{source} (replayed from session {sid})")
+
+
+def run_fleet(args: argparse.Namespace, argv: Sequence[str], open_log: Callable[..., Any]) -> int:
+    """Collect (or replay), evaluate, record and print; the exit code is the report's."""
+    if args.tui and not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UsageError("zdoctor fleet: --tui needs a terminal")
+    if args.replay:
+        if args.hostfile or args.launcher or args.sub_python or args.ext or args.ds_config:
+            raise UsageError("zdoctor fleet: --replay excludes --hostfile, --launcher, --python, --ext and "
+                             "--ds-config (a recorded fleet is evaluated as it was collected)")
+        report = _replay(args)
+    else:
+        nodes, source, launcher = _nodes(args, dict(os.environ))
+        opts = options_from(args, launcher)
+        require_launcher(opts)
+        hosts = [n.name for n in nodes]
+        info = {"kind": "fleet", "hostname": socket.gethostname(), "launcher": launcher, "source": source,
+                "nodes": len(hosts)}
+        log = open_log("fleet", argv, info, not args.no_log)
+        record = log.record if log else (lambda _t, _d: None)
+        from .launch import remote_argv
+
+        record("fleet_start", {"launcher": launcher, "source": source, "hosts": hosts,
+                               "remote": remote_argv(opts), "timeout": opts.timeout, "parallel": opts.parallel})
+        show = _progress(len(hosts))
+
+        def on_node(node: NodeRun) -> None:
+            record("fleet_node", {"node": node.to_dict()})
+            if show:
+                show(node)
+
+        runs = collect(hosts, opts, on_node)
+        report = FleetReport.build(runs, launcher, source)
+        record_report(report, record)
+        if log:
+            report.session = log.id
+            log.close(report.exit_code)
+    if args.json:
+        json.dump(report.to_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    elif args.tui:
+        from ..tui import run_fleet_tui
+
+        run_fleet_tui(report)
+    else:
+        from .text import print_fleet
+
+        print_fleet(report, verbose=args.verbose)
+    return report.exit_code

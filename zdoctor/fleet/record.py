@@ -1,0 +1,56 @@
+"""A fleet run in the session log: every node's raw result (snapshot included), then the evaluation.
+
+Events: ``fleet_start`` (launcher, source, hosts, the remote command), one ``fleet_node`` per node,
+one ``finding`` per fleet-level or failing node finding (ids carry ``@host``), ``fleet_result`` (the
+report without snapshots) and ``summary``. :func:`runs_from_events` reads the nodes back for a replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import InputError
+from ..model import summarize
+from .collect import NodeRun
+from .result import FleetReport
+
+Recorder = Callable[[str, dict[str, Any]], None]
+
+
+def record_report(report: FleetReport, record: Recorder) -> None:
+    """Findings worth a ticket, the report, and the counts."""
+    shown = list(report.fleet_findings)
+    for node in report.nodes:
+        for f in node.findings:
+            if f.status in ("fail", "crash", "warn"):
+                d = f.to_dict()
+                if not f.id.startswith("fleet.node."):
+                    d["title"] = f"{node.host}: {f.title}"
+                d["id"] = f"{f.id}@{node.host}"
+                record("finding", {"finding": d, "node": node.host})
+    for f in shown:
+        record("finding", {"finding": f.to_dict()})
+    record("fleet_result", {"report": report.to_dict()})
+    counts = summarize(shown + [f for n in report.nodes for f in n.findings if f.status in ("fail", "crash", "warn")])
+    record("summary", counts)
+
+
+def runs_from_events(events: list[dict[str, Any]], source: str) -> tuple[list[NodeRun], str, str]:
+    """The node results, launcher and host source of the fleet run recorded in ``events``."""
+    start = next((e for e in events if isinstance(e, dict) and e.get("type") == "fleet_start"), None)
+    if start is None:
+        raise InputError(f"{source}: not a fleet session (no fleet_start event)")
+    runs: dict[str, NodeRun] = {}
+    for ev in events:
+        if isinstance(ev, dict) and ev.get("type") == "fleet_node":
+            try:
+                node = NodeRun.from_dict(ev.get("node"))
+            except (ValueError, TypeError) as exc:
+                raise InputError(f"{source}: event {ev.get('seq', '?')}: {exc}") from None
+            runs[node.host] = node
+    hosts = [h for h in start.get("hosts") or [] if isinstance(h, str)]
+    order = [h for h in hosts if h in runs] + [h for h in runs if h not in hosts]
+    if not order:
+        raise InputError(f"{source}: the fleet session recorded no node")
+    return [runs[h] for h in order], str(start.get("launcher") or "?"), str(start.get("source") or "?")

@@ -1,0 +1,89 @@
+"""The terminal report of `zdoctor fleet`: the node x check matrix by family, the skew table, the problems."""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+from ..report import STYLES, _marks_for
+from .result import FleetReport, NodeResult, worst
+from .skew import MISSING
+
+
+def families(checks: list[str]) -> list[str]:
+    """Matrix columns for a terminal: check families (``gpu``, ``libs``, ...), in first-seen order."""
+    return list(dict.fromkeys(c.split(".", 1)[0] for c in checks))
+
+
+def family_cell(node: NodeResult, family: str) -> str | None:
+    """The worst status of a node's checks in ``family`` (None for an unreached node)."""
+    if not node.reached:
+        return None
+    cells = [s for c, s in node.cells.items() if c.split(".", 1)[0] == family]
+    return worst(cells) if cells else "skip"
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def print_fleet(report: FleetReport, stream: TextIO | None = None, verbose: bool = False) -> None:
+    """Render ``report`` for a person; honours NO_COLOR and plain output through rich."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    stream = stream or sys.stdout
+    console = Console(file=stream, highlight=False, soft_wrap=True)
+    if not console.is_terminal:  # a pipe or a file: lay the tables out whole rather than wrap them at 80
+        console.width = 160
+    marks = _marks_for(stream)
+    s = report.summary
+    console.print(f"[bold]zdoctor fleet[/]: {s['nodes']} node(s) from {escape(report.source)} via "
+                  f"{escape(report.launcher)}: {s['reached']} reached, {s['failing']} failing, "
+                  f"{s['differing_facts']} fact(s) differ")
+    fams = families(report.checks)
+    matrix = Table(title="Nodes x checks", title_justify="left", box=None, pad_edge=False)
+    matrix.add_column("node", no_wrap=True)
+    matrix.add_column("launch", no_wrap=True)
+    for fam in fams:
+        matrix.add_column(fam, justify="center", no_wrap=True)
+    for node in report.nodes:
+        row = [f"[{STYLES[node.status]}]{marks[node.status]}[/] {escape(node.host)}",
+               "ok" if node.reached else f"[red]{escape(node.run.status)}[/]"]
+        for fam in fams:
+            st = family_cell(node, fam)
+            row.append("" if st is None else f"[{STYLES[st]}]{marks[st]}[/]")
+        matrix.add_row(*row)
+    console.print(matrix)
+
+    skew = Table(title="Facts that should be equal on every reached node", title_justify="left", box=None,
+                 pad_edge=False)
+    for col in ("", "fact", "majority", "differs on"):
+        skew.add_column(col)
+    for r in report.skew:
+        st = "fail" if r.differs else "ok"
+        others = "; ".join(f"{h}: {r.values[h]}" for h in r.differing)
+        skew.add_row(f"[{STYLES[st]}]{marks[st]}[/]", escape(r.fact.title),
+                     escape(_clip(r.majority or MISSING, 60)) + (" [dim](tie)[/]" if r.tie else ""),
+                     escape(_clip(others, 100)) if others else f"[dim]same on all {len(r.values)}[/]")
+    if report.skew and any(r.values for r in report.skew):
+        console.print(skew)
+
+    for node in report.nodes:
+        shown = [f for f in node.findings if f.status in ("fail", "crash") or (verbose and f.status == "warn")]
+        if not shown:
+            continue
+        console.print(f"[bold]{escape(node.host)}[/]")
+        for f in shown:
+            console.print(f"  [{STYLES[f.status]}]{marks[f.status]:>3}[/] {escape(f.title)}  [dim]({escape(f.id)})[/]")
+            if f.detail and (verbose or f.id.startswith("fleet.node.")):
+                for line in f.detail.splitlines():
+                    console.print(f"        {escape(line)}", style="dim")
+            for rem in f.remedies if verbose else []:
+                console.print(f"        [bold]fix:[/] {escape(rem.title)}")
+                for cmd in rem.commands:
+                    console.print(f"          {escape(cmd)}")
+    verdict = "[bold red]fleet is not ready[/]" if report.exit_code else "[bold green]fleet is consistent[/]"
+    console.print(verdict + (f"  [dim]session {report.session} — `zdoctor export --last --format md`[/]"
+                             if report.session else ""))
