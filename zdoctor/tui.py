@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .fleet.result import FleetReport
 
 
 def _screens_app() -> ModuleType:
@@ -42,3 +48,16 @@ def run_tui(python: str | None, argv: list[str], host: object = None, *, resume:
     app = _screens_app().make_app(python=python, argv=argv, host=host, resume=resume, demo=demo)
     result = app.run()
     return int(result or 0)
+
+
+def run_fleet_tui(report: FleetReport, exporter: Callable[[str], Path] | None = None) -> int:
+    """Show a fleet report (the node x check matrix, the skew table, each node's findings); returns the
+    report's exit code when the user quits. ``exporter`` writes the report as md, html or json."""
+    try:
+        fleet = importlib.import_module("zdoctor.screens.fleet")
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("zdoctor.screens", "zdoctor.screens.fleet"):
+            raise
+        fleet = importlib.import_module("screens.fleet")
+    result = fleet.make_fleet_app(report, exporter).run()
+    return report.exit_code if result is None else int(result)

@@ -1,0 +1,484 @@
+"""The fleet: every node's checks as a matrix, the facts that should match across nodes, and each node's
+findings and each fact's values, one selection away."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.columns import Columns
+from rich.console import RenderableType
+from rich.table import Table as RichTable
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Header, OptionList, Static
+from textual.widgets.option_list import Option
+
+from zdoctor.errors import ZdoctorError
+from zdoctor.export import MARKS, STYLES
+from zdoctor.fleet.result import NODE_PROBLEMS, worst
+from zdoctor.model import Finding, sort_findings
+from zdoctor.resources import data_dir
+
+from .common import KeyBar
+from .evidence import EvidenceScreen
+
+if TYPE_CHECKING:
+    from zdoctor.fleet.result import FleetReport, NodeResult
+    from zdoctor.fleet.skew import SkewRow
+
+#: Writes the fleet report in a format (md, html, json); returns the path written.
+Exporter = Callable[[str], Path]
+LAUNCH_WIDTH = 48
+VALUE_WIDTH = 44
+
+
+def smark(status: str) -> Text:
+    """A status as its mark, coloured (the mark alone carries the meaning without colour)."""
+    return Text(MARKS.get(status, "?"), style=f"bold {STYLES.get(status, '')}".strip())
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` on one line, cut in the middle to ``width`` characters (paths keep their ends)."""
+    flat = " ".join(text.split())
+    if len(flat) <= width:
+        return flat
+    head = (width - 1) * 2 // 3
+    return flat[:head] + "…" + flat[len(flat) - (width - 1 - head):]
+
+
+def family(check: str) -> str:
+    """A check's family: ``gpu`` for ``gpu.runtime``; ``probes`` stays ``probes``."""
+    return check.partition(".")[0]
+
+
+def families(checks: list[str]) -> dict[str, list[str]]:
+    """The report's check columns grouped by family, in the report's order."""
+    out: dict[str, list[str]] = {}
+    for check in checks:
+        out.setdefault(family(check), []).append(check)
+    return out
+
+
+def family_status(node: NodeResult, checks: list[str]) -> str | None:
+    """The worst cell of ``checks`` on ``node``; None for a node that gave no snapshot."""
+    if not node.reached:
+        return None
+    return worst([node.cells[c] for c in checks if c in node.cells])
+
+
+def launch_text(node: NodeResult, width: int = LAUNCH_WIDTH) -> Text:
+    """How the launcher fared, in a few words: dim ``ok``, or the problem and its error, shortened."""
+    if node.reached:
+        return Text("ok", style="dim")
+    what = node.run.status + (f": {node.run.error}" if node.run.error else "")
+    return Text(shorten(what, width), style="bold red")
+
+
+def header_text(report: FleetReport) -> Text:
+    s = report.summary
+    out = Text.assemble(("Fleet", "bold"), f"  {report.launcher} · {report.source}  ")
+    if not report.nodes:
+        out.append("no nodes", style="bold yellow")
+        return out
+    out.append(f"{s['reached']} of {s['nodes']} nodes reached", style="" if s["reached"] == s["nodes"] else "yellow")
+    out.append(" · ")
+    out.append_text(smark("fail" if s["failing"] else "ok"))
+    out.append(f" {s['failing']} failing")
+    if s["warning"]:
+        out.append(" · ")
+        out.append_text(smark("warn"))
+        out.append(f" {s['warning']} warning")
+    out.append(" · ")
+    out.append_text(smark("fail" if s["differing_facts"] else "ok"))
+    n = s["differing_facts"]
+    out.append(f" {n} fact{'' if n == 1 else 's'} differ{'s' if n == 1 else ''}")
+    problems = [f"{s[k]} {k}" for k in NODE_PROBLEMS if s.get(k)]
+    if problems:
+        out.append(f" ({', '.join(problems)})", style="yellow")
+    return out
+
+
+def skew_mark(row: SkewRow) -> Text:
+    return smark("fail" if row.differs else "ok") if row.values else smark("skip")
+
+
+# --- the fleet ---------------------------------------------------------------------------------------
+
+class FleetScreen(Screen[None]):
+    """The node x check-family matrix and the skew table; Enter opens a node or a fact."""
+
+    PALETTE_GROUP = "Fleet"
+    BINDINGS = [
+        Binding("n", "focus_table('fleet-matrix')", "Nodes", id="nodes"),
+        Binding("f", "focus_table('fleet-skew')", "Facts", id="facts"),
+        Binding("x", "export", "Export", id="export"),
+    ]
+
+    def __init__(self, report: FleetReport, exporter: Exporter | None = None) -> None:
+        super().__init__()
+        self.report = report
+        self.exporter = exporter
+        self.families = families(report.checks)
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(header_text(self.report), id="fleet-head")
+        yield Static(Text.assemble(("Nodes", "bold"), ("  Enter opens a node's findings · Tab moves to the "
+                                                      "facts", "dim")), classes="fleet-label")
+        yield DataTable(id="fleet-matrix", cursor_type="row", zebra_stripes=False)
+        yield Static(Text.assemble(("Facts every node should share", "bold"),
+                                   ("  Enter shows a fact on every node", "dim")), classes="fleet-label")
+        yield DataTable(id="fleet-skew", cursor_type="row", zebra_stripes=False)
+        yield KeyBar()
+
+    def on_mount(self) -> None:
+        self.fill_matrix()
+        self.fill_skew()
+        self.query_one("#fleet-matrix", DataTable).focus()
+
+    def fill_matrix(self) -> None:
+        grid = self.query_one("#fleet-matrix", DataTable)
+        grid.add_column("", key="mark")
+        grid.add_column("node", key="node")
+        for fam in self.families:
+            grid.add_column(fam, key=f"fam:{fam}")
+        grid.add_column("launch", key="launch")
+        for node in self.report.nodes:
+            cells = []
+            for checks in self.families.values():
+                status = family_status(node, checks)
+                cells.append(smark(status) if status is not None else Text(""))
+            grid.add_row(smark(node.status), Text(node.host, style="bold" if node.status != "ok" else ""),
+                         *cells, launch_text(node), key=node.host)
+
+    def skew_rows(self) -> list[SkewRow]:
+        """Facts that differ first, then the rest, each in the report's order."""
+        return sorted(self.report.skew, key=lambda r: not r.differs)
+
+    def fill_skew(self) -> None:
+        grid = self.query_one("#fleet-skew", DataTable)
+        grid.add_column("", key="mark")
+        grid.add_column("fact", key="fact")
+        grid.add_column("differs on", key="differing")
+        grid.add_column("most nodes", key="majority")
+        for row in self.skew_rows():
+            hot = "bold red" if row.differs else ""
+            if row.majority is None:
+                value = Text("no node reached", style="dim")
+            else:
+                value = Text(shorten(row.majority, VALUE_WIDTH))
+                if row.tie:
+                    value.append(" (tie)", style="yellow")
+            grid.add_row(skew_mark(row), Text(row.fact.title, style=hot),
+                         Text(", ".join(row.differing), style=hot), value, key=row.fact.id)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        key = event.row_key.value
+        if key is None:
+            return
+        if event.data_table.id == "fleet-matrix":
+            self.app.push_screen(FleetNodeScreen(self.report.node(key), self.report.checks))
+        elif event.data_table.id == "fleet-skew":
+            row = next(r for r in self.report.skew if r.fact.id == key)
+            self.app.push_screen(FleetFactScreen(row, [n.host for n in self.report.nodes], self.report))
+
+    def action_focus_table(self, table_id: str) -> None:
+        self.query_one(f"#{table_id}", DataTable).focus()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "export":
+            return self.exporter is not None
+        return True
+
+    def action_export(self) -> None:
+        if self.exporter is not None:
+            self.app.push_screen(FleetExportScreen(self.exporter))
+
+
+# --- one node ---------------------------------------------------------------------------------------
+
+def launch_detail(node: NodeResult) -> Text:
+    """For a node that gave no snapshot: the launcher's problem, its command, exit code and stderr."""
+    run = node.run
+    if node.reached:
+        out = Text.assemble(smark("ok"), " reached", (f" in {run.duration_s:.1f} s", "dim"))
+        if run.argv:
+            out.append(f"  $ {shlex.join(run.argv)}", style="dim")
+        return out
+    out = Text.assemble(smark("fail"), " ", (NODE_PROBLEMS.get(run.status, run.status), "bold red"))
+    if run.error:
+        out.append(f": {run.error}", style="red")
+    if run.argv:
+        out.append("\n$ " + shlex.join(run.argv), style="bold")
+    out.append(f"\nexit code {run.exit_code} after {run.duration_s:.1f} s", style="dim")
+    if run.stderr:
+        out.append("\nstderr:", style="dim")
+        for line in run.stderr:
+            out.append(f"\n  {line}")
+    return out
+
+
+def cells_text(node: NodeResult, checks: list[str]) -> RenderableType:
+    """Every check's cell on ``node``, one row per family: ``gpu  ✓ driver  ✗ runtime ...``."""
+    groups = families([c for c in checks if c in node.cells])
+    if not groups:
+        return Text("no checks ran on this node", style="dim")
+    grid = RichTable.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    for fam, names in groups.items():
+        items = [Text.assemble(smark(node.cells[n]), " ", (n.partition(".")[2] or n,
+                                                           "bold" if node.cells[n] != "ok" else "")) for n in names]
+        grid.add_row(fam, Columns(items, padding=(0, 2)))
+    return grid
+
+
+class FleetNodeScreen(Screen[None]):
+    """One node: how the launcher fared, its findings worst first, and every check's cell."""
+
+    PALETTE_GROUP = "Fleet node"
+    BINDINGS = [
+        Binding("escape", "back", "Back", id="back"),
+        Binding("c", "focus_cells", "Checks", id="cells"),
+    ]
+
+    def __init__(self, node: NodeResult, checks: list[str]) -> None:
+        super().__init__()
+        self.node = node
+        self.checks = checks
+        self.findings = sort_findings(list(node.findings))
+
+    def compose(self) -> ComposeResult:
+        node = self.node
+        yield Header()
+        yield Static(Text.assemble(smark(node.status), " ", (node.host, "bold"), f"  {node.status}",
+                                   ("  Enter opens a finding · Esc goes back", "dim")), classes="screen-title")
+        yield Static(launch_detail(node), id="fleet-node-launch")
+        yield DataTable(id="fleet-node-findings", cursor_type="row", zebra_stripes=False)
+        with VerticalScroll(id="fleet-node-cells-box"):
+            yield Static(cells_text(node, self.checks), id="fleet-node-cells")
+        yield KeyBar()
+
+    def on_mount(self) -> None:
+        grid = self.query_one("#fleet-node-findings", DataTable)
+        grid.add_column("", key="mark")
+        grid.add_column("finding", key="id")
+        grid.add_column("title", key="title")
+        for f in self.findings:
+            bold = "bold" if f.status in ("fail", "crash") else ""
+            grid.add_row(smark(f.status), Text(f.id, style=bold), Text(f.title, style=bold), key=f.id)
+        grid.focus()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        found = next((f for f in self.findings if f.id == event.row_key.value), None)
+        if found is not None:
+            self.app.push_screen(FleetFindingScreen(self.node.host, found))
+
+    def action_focus_cells(self) -> None:
+        self.query_one("#fleet-node-cells-box", VerticalScroll).focus()
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+
+class FleetFindingScreen(EvidenceScreen):
+    """One finding of one node: its detail and evidence (as on the evidence screen), then its remedies."""
+
+    PALETTE_GROUP = "Fleet finding"
+
+    def __init__(self, host: str, finding: Finding) -> None:
+        super().__init__(f"{host} · {finding.id}", [finding])
+        self.node_host = host
+        self.finding = finding
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        from .remedy import flags_text, shell
+
+        body = self.query_one("#ev-body", VerticalScroll)
+        if not self.finding.remedies:
+            return
+        parts: list[Static] = [Static(Text(f"Remedies (run them on {self.node_host})", style="bold"),
+                                      classes="ev-finding")]
+        for r in self.finding.remedies:
+            head = Text(r.title, style="bold")
+            if r.explanation:
+                head.append(f"\n{r.explanation}", style="dim")
+            parts.append(Static(head, classes="ev-label"))
+            parts.append(Static(flags_text(r), classes="ev-item"))
+            if r.commands:
+                parts.append(Static(shell(r.commands), classes="ev-item"))
+            if r.undo:
+                parts.append(Static(Text("undo:", style="dim"), classes="ev-item"))
+                parts.append(Static(shell(r.undo), classes="ev-ref"))
+        body.mount_all(parts)
+
+
+# --- one fact ---------------------------------------------------------------------------------------
+
+class FleetFactScreen(Screen[None]):
+    """One fact on every node, side by side: the nodes that differ from the majority are marked ✗."""
+
+    PALETTE_GROUP = "Fleet fact"
+    BINDINGS = [Binding("escape", "back", "Back", id="back")]
+
+    def __init__(self, row: SkewRow, hosts: list[str], report: FleetReport | None = None) -> None:
+        super().__init__()
+        self.row = row
+        self.hosts = hosts
+        self.report = report
+
+    def summary(self) -> Text:
+        row = self.row
+        out = Text.assemble(skew_mark(row), " ", (row.fact.title, "bold"))
+        if not row.values:
+            out.append(": no node was reached", style="dim")
+        elif row.tie:
+            out.append(" is split between nodes (no majority)", style="bold red")
+        elif row.differs:
+            out.append(f" differs on {', '.join(row.differing)}", style="bold red")
+        else:
+            out.append(" is the same on every node reached", style="green")
+        if row.values:
+            out.append("\nMost nodes: ", style="bold")
+            out.append(row.majority or "")
+            groups: dict[str, list[str]] = {}
+            for host, value in row.values.items():
+                groups.setdefault(value, []).append(host)
+            if len(groups) > 1:
+                for value, hosts in groups.items():
+                    hot = "bold red" if value != row.majority else ""
+                    out.append(f"\n  {shorten(value, VALUE_WIDTH)}: ", style=hot)
+                    out.append(", ".join(hosts))
+        out.append("\nWhy it matters: ", style="bold")
+        out.append(row.fact.why)
+        return out
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(Text.assemble(("Fact", "bold"), f"  {self.row.fact.id}", ("  Esc goes back", "dim")),
+                     classes="screen-title")
+        yield Static(self.summary(), id="fleet-fact-summary")
+        yield DataTable(id="fleet-fact-values", cursor_type="row", zebra_stripes=False)
+        yield KeyBar()
+
+    def on_mount(self) -> None:
+        row = self.row
+        grid = self.query_one("#fleet-fact-values", DataTable)
+        grid.add_column("", key="mark")
+        grid.add_column("node", key="node")
+        grid.add_column(row.fact.title, key="value")
+        for host in self.hosts:
+            if host in row.values:
+                hot = host in row.differing
+                style = "bold red" if hot else ""
+                grid.add_row(smark("fail" if hot else "ok"), Text(host, style=style),
+                             Text(row.values[host], style=style), key=host)
+            else:
+                why = "not reached"
+                if self.report is not None:
+                    why += f": {self.report.node(host).run.status}"
+                grid.add_row(smark("skip"), Text(host, style="dim"), Text(f"({why})", style="dim"), key=host)
+        grid.focus()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        host = event.row_key.value
+        if self.report is not None and host is not None:
+            self.app.push_screen(FleetNodeScreen(self.report.node(host), self.report.checks))
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+
+# --- export -----------------------------------------------------------------------------------------
+
+class FleetExportScreen(ModalScreen[None]):
+    """Write the fleet report as Markdown, HTML or JSON; the path written is shown."""
+
+    BINDINGS = [
+        Binding("m", "export('md')", "Markdown", id="md"),
+        Binding("h", "export('html')", "HTML", id="html"),
+        Binding("j", "export('json')", "JSON", id="json"),
+        Binding("escape", "close", "Close", id="close"),
+    ]
+
+    def __init__(self, exporter: Exporter) -> None:
+        super().__init__()
+        self.exporter = exporter
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="fleet-export-box"):
+            yield Static(Text("Export the fleet report", style="bold"))
+            yield OptionList(Option("m  Markdown (for a ticket)", id="md"),
+                             Option("h  HTML (standalone page)", id="html"),
+                             Option("j  JSON (every node, loss-free)", id="json"), id="fleet-export-formats")
+            yield Static("", id="fleet-export-result")
+            yield Static(Text("m / h / j or Enter exports · Esc closes", style="dim"))
+
+    def on_mount(self) -> None:
+        menu = self.query_one("#fleet-export-formats", OptionList)
+        menu.highlighted = 0
+        menu.focus()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        if event.option.id:
+            self.action_export(event.option.id)
+
+    def action_export(self, fmt: str) -> None:
+        result = self.query_one("#fleet-export-result", Static)
+        try:
+            path = self.exporter(fmt)
+        except (ZdoctorError, OSError) as exc:
+            result.update(Text(str(exc), style="bold red"))
+            return
+        result.update(Text.assemble(("Written: ", "bold"), (str(path), "bold green")))
+        self.app.notify(f"exported to {path}", title="Export", timeout=8)
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+# --- the app ----------------------------------------------------------------------------------------
+
+class FleetApp(App[int]):
+    """The fleet report on its own; quitting exits with the report's exit code."""
+
+    TITLE = "zdoctor fleet"
+    BINDINGS = [
+        Binding("question_mark,f1", "help", "Keys", id="help"),
+        Binding("q", "quit", "Quit", id="quit"),
+    ]
+
+    def __init__(self, report: FleetReport, exporter: Exporter | None = None) -> None:
+        super().__init__(css_path=str(data_dir("assets") / "zdoctor.tcss"))
+        self.report = report
+        self.exporter = exporter
+        self.sub_title = f"{len(report.nodes)} node{'' if len(report.nodes) == 1 else 's'} over {report.launcher}"
+
+    def on_mount(self) -> None:
+        self.push_screen(FleetScreen(self.report, self.exporter))
+
+    def action_help(self) -> None:
+        from .info import HelpScreen
+
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.screen))
+
+    async def action_quit(self) -> None:
+        self.exit(self.report.exit_code)
+
+
+def make_fleet_app(report: FleetReport, exporter: Exporter | None = None) -> FleetApp:
+    """The fleet screen as an app (``exporter``: writes the report as md/html/json, returns the path)."""
+    return FleetApp(report, exporter)
+
