@@ -48,7 +48,7 @@ def shorten(text: str, width: int) -> str:
     flat = " ".join(text.split())
     if len(flat) <= width:
         return flat
-    head = (width - 1) * 2 // 3
+    head = (width - 1) // 2
     return flat[:head] + "…" + flat[len(flat) - (width - 1 - head):]
 
 

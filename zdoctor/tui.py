@@ -50,14 +50,19 @@ def run_tui(python: str | None, argv: list[str], host: object = None, *, resume:
     return int(result or 0)
 
 
-def run_fleet_tui(report: FleetReport, exporter: Callable[[str], Path] | None = None) -> int:
-    """Show a fleet report (the node x check matrix, the skew table, each node's findings); returns the
-    report's exit code when the user quits. ``exporter`` writes the report as md, html or json."""
+def _screens_fleet() -> ModuleType:
+    """The fleet screens, looked up the way :func:`_screens_app` looks up the app."""
     try:
-        fleet = importlib.import_module("zdoctor.screens.fleet")
+        return importlib.import_module("zdoctor.screens.fleet")
     except ModuleNotFoundError as exc:
         if exc.name not in ("zdoctor.screens", "zdoctor.screens.fleet"):
             raise
-        fleet = importlib.import_module("screens.fleet")
-    result = fleet.make_fleet_app(report, exporter).run()
+    return importlib.import_module("screens.fleet")
+
+
+def run_fleet_tui(report: FleetReport, exporter: Callable[[str], Path] | None = None) -> int:
+    """Show a fleet report (the node x check matrix, the skew table, each node's findings); returns the
+    report's exit code when the user quits. ``exporter`` writes the report as md, html or json and returns
+    the path written."""
+    result = _screens_fleet().make_fleet_app(report, exporter).run()
     return report.exit_code if result is None else int(result)

@@ -52,7 +52,7 @@ def host_problem(name: str) -> str | None:
     if bad is not None:
         if name.startswith("-"):
             return "starts with '-' (a launcher would read it as an option)"
-        odd = sorted({c for c in name if not (c.isalnum() or c in ".-_")})
+        odd = sorted({c for c in name if not ((c.isascii() and c.isalnum()) or c in ".-_")})
         if odd:
             return f"contains {' '.join(repr(c) for c in odd)} (letters, digits, '.', '-' and '_' only)"
         return "has an empty or malformed label"

@@ -1,0 +1,165 @@
+"""The fleet report on H200 nodes built from the real capture: matrix, skew, exit codes, the terminal report,
+the session record and its replay; and the command line's one-line errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+
+from fleetkit import conda_path, h200_fleet, h200_node, h200_report, older_driver
+
+from zdoctor.fleet.collect import NodeRun
+from zdoctor.fleet.record import record_report, runs_from_events
+from zdoctor.fleet.result import FleetReport
+from zdoctor.fleet.skew import majority
+from zdoctor.fleet.text import print_fleet
+
+
+def test_the_skew_table_names_the_odd_node_and_its_value():
+    rep = h200_report()
+    diff = {r.fact.id: r for r in rep.differing}
+    assert set(diff) == {"driver", "cuda-driver", "ld-library-path"}
+    assert diff["driver"].majority == "580.159.04" and diff["driver"].differing == ["gpu-2"]
+    assert diff["driver"].values["gpu-2"] == "570.124.06"
+    assert diff["ld-library-path"].differing == ["gpu-3"]
+    assert "gpu-5" not in diff["driver"].values  # an unreached node has no facts to compare
+    same = {r.fact.id: r for r in rep.skew if not r.differs}
+    assert same["gpu-model"].majority == "1 x NVIDIA H200" and same["nccl"].majority == "2.28.9"
+    assert same["shm"].majority == "128.0 GiB" and same["memlock"].majority == "unlimited"
+
+
+def test_the_matrix_and_node_statuses():
+    rep = h200_report()
+    nodes = {n.host: n for n in rep.nodes}
+    assert nodes["gpu-2"].cells["gpu.runtime"] == "fail" and nodes["gpu-1"].cells["gpu.runtime"] == "ok"
+    assert [n.status for n in rep.nodes] == ["ok", "fail", "ok", "ok", "fail"]
+    assert nodes["gpu-5"].cells == {} and [f.id for f in nodes["gpu-5"].findings] == ["fleet.node.unreachable"]
+    assert "gpu.runtime" in rep.checks and rep.checks == sorted(rep.checks)
+    assert rep.summary == {"nodes": 5, "reached": 4, "failing": 2, "warning": 0, "differing_facts": 3,
+                           "unreachable": 1, "no-zdoctor": 0, "timeout": 0, "error": 0, "bad-output": 0}
+    assert rep.exit_code == 1
+
+
+def test_a_consistent_healthy_fleet_exits_zero_and_one_odd_fact_exits_one():
+    same = FleetReport.build([h200_node("a"), h200_node("b"), h200_node("c")], "pdsh", "hf")
+    assert same.differing == [] and same.exit_code == 0
+    odd = FleetReport.build([h200_node("a"), h200_node("b", conda_path), h200_node("c")], "pdsh", "hf")
+    assert [r.fact.id for r in odd.differing] == ["ld-library-path"] and odd.exit_code == 1
+    (f,) = odd.fleet_findings
+    assert f.id == "fleet.skew.ld-library-path" and f.status == "fail" and "differs on b" in f.title
+    table = f.evidence[0].table
+    assert table.rows == [["a", "(none)"], ["b", "/opt/conda/lib"], ["c", "(none)"]] and table.highlight == [1]
+
+
+def test_majority_and_ties():
+    assert majority({"a": "1", "b": "2", "c": "2"}, ["a", "b", "c"]) == ("2", ["a"], False)
+    assert majority({"a": "1", "b": "2"}, ["a", "b"]) == ("1", ["b"], True)
+    two = FleetReport.build([h200_node("a"), h200_node("b", older_driver)], "ssh", "hf")
+    row = next(r for r in two.skew if r.fact.id == "driver")
+    assert row.tie and row.differing == ["b"]
+    assert "split between nodes" in next(f for f in two.fleet_findings if f.id == "fleet.skew.driver").title
+
+
+def test_terminal_report():
+    buf = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    print_fleet(h200_report(), buf)
+    buf.seek(0)
+    text = buf.read()
+    assert "5 node(s) from hostfile via ssh: 4 reached, 2 failing, 3 fact(s) differ" in text
+    assert "gpu-2: 570.124.06" in text and "gpu-3: /opt/conda/lib" in text
+    assert "ssh: connect to host gpu-5 port 22: Connection refused" in text
+    assert "(gpu.runtime)" in text and text.rstrip().endswith("fleet is not ready")
+    matrix_line = next(line for line in text.splitlines() if "gpu-5" in line and "unreachable" in line)
+    assert matrix_line.startswith("✗ gpu-5")
+
+
+def test_json_document_shape():
+    doc = json.loads(json.dumps(h200_report().to_dict()))
+    assert set(doc) == {"version", "launcher", "source", "summary", "checks", "nodes", "skew", "findings", "session"}
+    node = doc["nodes"][1]
+    assert set(node) == {"host", "launch", "status", "cells", "facts", "findings"}
+    assert "snapshot" not in node["launch"]
+    assert node["facts"]["driver"] == "570.124.06"
+
+
+def test_recorded_events_replay_to_the_same_report():
+    events: list[dict] = []
+    rep = h200_report()
+    events.append({"type": "fleet_start", "launcher": "ssh", "source": "hostfile",
+                   "hosts": [n.host for n in rep.nodes]})
+    events += [{"type": "fleet_node", "seq": i, "node": json.loads(json.dumps(r.to_dict()))}
+               for i, r in enumerate(h200_fleet())]
+    record_report(rep, lambda t, d: events.append({"type": t, **d}))
+    ids = [e["finding"]["id"] for e in events if e["type"] == "finding"]
+    assert "gpu.runtime@gpu-2" in ids and "fleet.node.unreachable@gpu-5" in ids and "fleet.skew.driver" in ids
+    runs, launcher, source = runs_from_events(events, "s")
+    again = FleetReport.build(runs, launcher, source)
+
+    def strip(obj):  # evidence carries the moment it was built
+        if isinstance(obj, dict):
+            return {k: strip(v) for k, v in obj.items() if k != "started"}
+        if isinstance(obj, list):
+            return [strip(v) for v in obj]
+        return obj
+
+    assert strip(again.to_dict()) == strip(rep.to_dict())
+
+
+def test_bad_fleet_records_are_input_errors():
+    import pytest
+
+    from zdoctor.errors import InputError
+
+    with pytest.raises(InputError, match="not a fleet session"):
+        runs_from_events([{"type": "session_start"}], "s")
+    with pytest.raises(InputError, match="event 3: not a fleet node record"):
+        runs_from_events([{"type": "fleet_start", "hosts": []}, {"type": "fleet_node", "seq": 3, "node": {}}], "s")
+    with pytest.raises(InputError, match="recorded no node"):
+        runs_from_events([{"type": "fleet_start", "hosts": ["a"]}], "s")
+    assert NodeRun.from_dict({"host": "a", "status": "ok", "snapshot": "junk"}).snapshot is None
+
+
+def test_command_line_errors_are_one_line_and_exit_2(cli, tmp_path):
+    hf = tmp_path / "hf"
+    hf.write_text("good-1 slots=8\n$(reboot) slots=8\n")
+    cases = [
+        (["fleet", "--hostfile", str(tmp_path / "nope")], "no such file"),
+        (["fleet", "--hostfile", str(hf)], "host '$(reboot)': contains '$' '(' ')'"),
+        (["fleet"], "name the nodes with --hostfile FILE"),
+        (["fleet", "--hostfile", str(hf), "--parallel", "0"], None),
+        (["fleet", "--replay", "last", "--hostfile", str(hf)], "--replay excludes"),
+        (["fleet", "--replay", "last"], "no recorded sessions"),
+        (["fleet", "--hostfile", str(hf), "--tui"], "--tui needs a terminal"),
+        (["fleet", "--hostfile", str(hf), "--launcher", "rsh"], "invalid choice"),
+    ]
+    for args, message in cases:
+        r = cli(args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+        if message:
+            assert message in r.stderr, (args, r.stderr)
+    hf.write_text("good-1 slots=8\n")
+    for args, message in (([], "--parallel must be between 1 and 1024"),
+                          (["--timeout", "0"], "--timeout must be between 1 and 3600 seconds"),
+                          (["--ssh-config", str(tmp_path / "x")], "no such file")):
+        r = cli(["fleet", "--hostfile", str(hf), *args, "--parallel", "0" if not args else "4"])
+        assert r.returncode == 2 and (message is None or message in r.stderr), r.stderr
+
+
+def test_a_missing_launcher_is_named_before_anything_runs(cli, tmp_path):
+    hf = tmp_path / "hf"
+    hf.write_text("gpu-1\n")
+    env = dict(os.environ, PATH=str(tmp_path))  # no pdsh, no ssh, no srun
+    for launcher, other in (("pdsh", "ssh"), ("ssh", "pdsh"), ("srun", "pdsh or ssh")):
+        r = cli(["fleet", "--hostfile", str(hf), "--launcher", launcher], env=env)
+        assert r.returncode == 2
+        assert r.stderr.strip() == (f"zdoctor fleet: {launcher} is not installed or not on PATH "
+                                    f"(install it, or use --launcher {other})")
+
+
+def test_a_replayed_session_that_is_not_a_fleet(cli):
+    r = cli(["check", "--replay", str(__import__("conftest").FIXTURES / "snapshots" / "healthy.json")])
+    assert r.returncode in (0, 1)
+    r = cli(["fleet", "--replay", "last"])
+    assert r.returncode == 2 and "not a fleet session (no fleet_start event)" in r.stderr

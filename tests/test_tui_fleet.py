@@ -1,0 +1,344 @@
+"""The fleet screen, driven through Textual's Pilot on fleets built from the real H200 capture: the node x
+check-family matrix, the skew table, a node's findings and a finding's remedies, one fact on every node,
+export, an empty fleet and one where no node answered, and the exit code on quit."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from pathlib import Path
+
+from fleetkit import h200_report
+from rich.console import Console
+from textual.app import App
+from textual.widgets import DataTable
+
+from zdoctor import tui
+from zdoctor.fleet.collect import NodeRun
+from zdoctor.fleet.result import FleetReport
+from zdoctor.fleet.skew import skew_table
+
+HOSTS = ["gpu-1", "gpu-2", "gpu-3", "gpu-4", "gpu-5"]
+
+
+def make(report: FleetReport, **kw):
+    return tui._screens_fleet().make_fleet_app(report, **kw)
+
+
+def run(coro) -> None:
+    asyncio.run(coro)
+
+
+async def settle(pilot, predicate, timeout: float = 15.0, what: str = "the expected state") -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < end, f"the UI did not reach {what}"
+        await pilot.pause(0.05)
+
+
+def screen_text(app) -> str:
+    """The screen as plain text, the way a terminal shows it (no colour)."""
+    w, h = app.size
+    console = Console(width=w, height=h, file=io.StringIO(), record=True, color_system=None, force_terminal=True,
+                      legacy_windows=False, safe_box=False)
+    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
+    return console.export_text()
+
+
+def plain(widget, width: int = 200) -> str:
+    """What a Static shows, as plain text (rich renderables included)."""
+    content = widget.content
+    if isinstance(content, str):
+        return content
+    console = Console(width=width, file=io.StringIO(), record=True, color_system=None, legacy_windows=False)
+    console.print(content)
+    return console.export_text()
+
+
+def name(app) -> str:
+    return type(app.screen).__name__
+
+
+def table(app, table_id: str) -> DataTable:
+    return app.screen.query_one(f"#{table_id}", DataTable)
+
+
+def rows(grid: DataTable) -> dict[str, dict[str, str]]:
+    """Every row of a table as ``{row key: {column key: cell text}}``, in display order."""
+    columns = [c.key.value for c in grid.ordered_columns]
+    return {r.key.value: dict(zip(columns, (str(c) for c in grid.get_row(r.key)), strict=True))
+            for r in grid.ordered_rows}
+
+
+async def on_screen(pilot, app, screen: str) -> None:
+    await settle(pilot, lambda: name(app) == screen, what=screen)
+    await pilot.pause()
+
+
+async def select(pilot, grid: DataTable, key: str) -> None:
+    """Move the cursor to the row ``key`` with the arrow keys and press Enter."""
+    grid.focus()
+    await pilot.pause()
+    target = grid.get_row_index(key)
+    while grid.cursor_row != target:
+        await pilot.press("down" if grid.cursor_row < target else "up")
+    await pilot.press("enter")
+
+
+def empty_report() -> FleetReport:
+    return FleetReport("ssh", "hostfile", [], skew_table({}, []), [])
+
+
+def nobody_report() -> FleetReport:
+    runs = [NodeRun("gpu-7", "timeout", "no answer in 60 s", None, 60.0, ["ssh", "gpu-7"]),
+            NodeRun("gpu-8", "no-zdoctor", "zdoctor: command not found", 127, 0.4, ["ssh", "gpu-8"],
+                    ["bash: line 1: zdoctor: command not found"])]
+    return FleetReport.build(runs, "ssh", "hostfile")
+
+
+# --- the fleet screen --------------------------------------------------------------------------------
+
+def test_matrix_and_skew_table_of_the_h200_fleet():
+    async def scenario() -> None:
+        app = make(h200_report())
+        async with app.run_test(size=(120, 40)) as pilot:
+            await on_screen(pilot, app, "FleetScreen")
+            head = plain(app.screen.query_one("#fleet-head"))
+            assert "ssh · hostfile" in head and "4 of 5 nodes reached" in head
+            assert "✗ 2 failing" in head and "3 facts differ" in head and "1 unreachable" in head
+
+            matrix = rows(table(app, "fleet-matrix"))
+            assert list(matrix) == HOSTS
+            families = [c.key.value for c in table(app, "fleet-matrix").ordered_columns]
+            assert families == ["mark", "node", "fam:gpu", "fam:hangs", "fam:jit", "fam:libs", "fam:offload",
+                                "fam:pyenv", "fam:storage", "fam:toolchain", "launch"]
+            assert [matrix[h]["mark"] for h in HOSTS] == ["✓", "✗", "✓", "✓", "✗"]
+            assert matrix["gpu-2"]["fam:gpu"] == "✗" and matrix["gpu-1"]["fam:gpu"] == "✓"
+            assert matrix["gpu-2"]["fam:libs"] == "✓" and matrix["gpu-2"]["fam:storage"] == "–"
+            assert matrix["gpu-2"]["launch"] == "ok"
+            gone = matrix["gpu-5"]
+            assert gone["launch"].startswith("unreachable: ssh: conne")  # cut in the middle
+            assert gone["launch"].endswith("Connection refused") and len(gone["launch"]) <= 48
+            assert all(gone[k] == "" for k in gone if k.startswith("fam:"))
+
+            skew = rows(table(app, "fleet-skew"))
+            assert list(skew)[:3] == ["driver", "cuda-driver", "ld-library-path"]
+            assert skew["driver"] == {"mark": "✗", "fact": "NVIDIA driver", "differing": "gpu-2",
+                                      "majority": "580.159.04"}
+            assert skew["ld-library-path"]["mark"] == "✗" and skew["ld-library-path"]["differing"] == "gpu-3"
+            assert skew["ld-library-path"]["majority"] == "(none)"
+            assert skew["torch"] == {"mark": "✓", "fact": "torch", "differing": "", "majority": "2.11.0+cu130"}
+            assert "…" in skew["nccl-library"]["majority"]
+
+            keys = screen_text(app).splitlines()[-1]
+            assert "n Nodes" in keys and "f Facts" in keys and "q Quit" in keys and "Export" not in keys
+
+    run(scenario())
+
+
+def test_fits_an_80_by_24_terminal():
+    async def scenario() -> None:
+        app = make(h200_report())
+        async with app.run_test(size=(80, 24)) as pilot:
+            await on_screen(pilot, app, "FleetScreen")
+            text = screen_text(app)
+            for host in HOSTS:
+                assert host in text
+            assert "toolchain" in text and "NVIDIA driver" in text and "LD_LIBRARY_PATH" in text
+            assert "q Quit" in text.splitlines()[-1]
+
+    run(scenario())
+
+
+def test_a_node_opens_its_findings_and_a_finding_its_evidence_and_remedies():
+    async def scenario() -> None:
+        app = make(h200_report())
+        async with app.run_test(size=(120, 40)) as pilot:
+            await on_screen(pilot, app, "FleetScreen")
+            fleet = app.screen
+            await select(pilot, table(app, "fleet-matrix"), "gpu-2")
+            await on_screen(pilot, app, "FleetNodeScreen")
+            assert app.screen.node.host == "gpu-2"
+            title = plain(app.screen.query_one(".screen-title"))
+            assert "✗ gpu-2" in title and "fail" in title
+            assert "reached" in plain(app.screen.query_one("#fleet-node-launch"))
+            findings = rows(table(app, "fleet-node-findings"))
+            first = next(iter(findings))
+            assert first == "gpu.runtime" and findings[first]["mark"] == "✗"
+            assert "driver 570.124.06" in findings[first]["title"]
+            marks = [r["mark"] for r in findings.values()]
+            order = {"‼": 0, "✗": 1, "!": 2, "–": 3, "✓": 4}
+            assert marks == sorted(marks, key=order.__getitem__)  # worst first
+            cells = plain(app.screen.query_one("#fleet-node-cells"))
+            assert "✗ runtime" in cells and "✓ driver" in cells and "✓ glibcxx" in cells
+            assert cells.lstrip().startswith("gpu")
+
+            await pilot.press("enter")  # the cursor starts on the worst finding
+            await on_screen(pilot, app, "FleetFindingScreen")
+            text = screen_text(app)
+            assert "gpu-2 · gpu.runtime" in text and "torch needs CUDA 13.0" in text
+            body = "\n".join(plain(w) for w in app.screen.query("#ev-body Static"))
+            assert "CUDA the driver supports" in body or app.screen.query("#ev-body DataTable")
+            assert "Remedies (run them on gpu-2)" in body and "Install a torch built for CUDA 12.8" in body
+
+            await pilot.press("escape")
+            await on_screen(pilot, app, "FleetNodeScreen")
+            await pilot.press("escape")
+            await on_screen(pilot, app, "FleetScreen")
+            assert app.screen is fleet
+
+    run(scenario())
+
+
+def test_an_unreached_node_shows_what_the_launcher_said():
+    async def scenario() -> None:
+        app = make(h200_report())
+        async with app.run_test(size=(120, 40)) as pilot:
+            await on_screen(pilot, app, "FleetScreen")
+            await select(pilot, table(app, "fleet-matrix"), "gpu-5")
+            await on_screen(pilot, app, "FleetNodeScreen")
+            launch = plain(app.screen.query_one("#fleet-node-launch"))
+            assert "unreachable: ssh: connect to host gpu-5 port 22: Connection refused" in launch
+            assert "$ ssh gpu-5" in launch and "exit code 255" in launch and "stderr:" in launch
+            assert list(rows(table(app, "fleet-node-findings"))) == ["fleet.node.unreachable"]
+            assert "no checks ran on this node" in plain(app.screen.query_one("#fleet-node-cells"))
+
+            await pilot.press("enter")
+            await on_screen(pilot, app, "FleetFindingScreen")
+            body = "\n".join(plain(w) for w in app.screen.query("#ev-body Static"))
+            assert "gpu-5: unreachable" in body and "ssh -o BatchMode=yes gpu-5 true" in body
+
+    run(scenario())
+
+
+def test_a_fact_shows_its_value_on_every_node():
+    async def scenario() -> None:
+        app = make(h200_report())
+        async with app.run_test(size=(120, 40)) as pilot:
+            await on_screen(pilot, app, "FleetScreen")
+            await pilot.press("f")
+            assert app.screen.focused is table(app, "fleet-skew")
+            await pilot.press("enter")  # the facts that differ come first: the driver
+            await on_screen(pilot, app, "FleetFactScreen")
+            values = rows(table(app, "fleet-fact-values"))
+            assert list(values) == HOSTS
+            reached = {h: v["value"] for h, v in values.items() if v["mark"] != "–"}
+            assert reached == {"gpu-1": "580.159.04", "gpu-2": "570.124.06", "gpu-3": "580.159.04",
+                               "gpu-4": "580.159.04"}
+            assert [values[h]["mark"] for h in HOSTS[:4]] == ["✓", "✗", "✓", "✓"]
+            assert values["gpu-5"]["value"] == "(not reached: unreachable)"
+            summary = plain(app.screen.query_one("#fleet-fact-summary"))
+            assert "NVIDIA driver differs on gpu-2" in summary and "Most nodes: 580.159.04" in summary
+            assert "570.124.06: gpu-2" in summary and "580.159.04: gpu-1, gpu-3, gpu-4" in summary
+            assert "Why it matters: NCCL and the CUDA runtime" in summary
+
+            await pilot.press("escape")
+            await on_screen(pilot, app, "FleetScreen")
+            await select(pilot, table(app, "fleet-skew"), "ld-library-path")
+            await on_screen(pilot, app, "FleetFactScreen")
+            values = rows(table(app, "fleet-fact-values"))
+            assert values["gpu-3"] == {"mark": "✗", "node": "gpu-3", "value": "/opt/conda/lib"}
+            assert values["gpu-1"]["value"] == "(none)"
+
+            await select(pilot, table(app, "fleet-fact-values"), "gpu-3")  # a node from its fact
+            await on_screen(pilot, app, "FleetNodeScreen")
+            assert app.screen.node.host == "gpu-3"
+            await pilot.press("escape", "escape")
+            await on_screen(pilot, app, "FleetScreen")
+
+    run(scenario())
+
+
+def test_q_exits_with_the_report_exit_code():
+    async def scenario() -> None:
+        app = make(h200_report())
+        async with app.run_test(size=(80, 24)) as pilot:
+            await on_screen(pilot, app, "FleetScreen")
+            await pilot.press("f", "enter")
+            await on_screen(pilot, app, "FleetFactScreen")
+            await pilot.press("q")
+        assert app.return_value == 1
+
+    run(scenario())
+
+
+def test_export_writes_through_the_callback(tmp_path: Path):
+    written: list[str] = []
+
+    def exporter(fmt: str) -> Path:
+        path = tmp_path / f"fleet.{fmt}"
+        path.write_text(fmt)
+        written.append(fmt)
+        return path
+
+    async def scenario() -> None:
+        app = make(h200_report(), exporter=exporter)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await on_screen(pilot, app, "FleetScreen")
+            assert "x Export" in screen_text(app).splitlines()[-1]
+            await pilot.press("x")
+            await on_screen(pilot, app, "FleetExportScreen")
+            await pilot.press("j")
+            await settle(pilot, lambda: "Written" in plain(app.screen.query_one("#fleet-export-result")))
+            assert str(tmp_path / "fleet.json") in plain(app.screen.query_one("#fleet-export-result"))
+            await pilot.press("escape")
+            await on_screen(pilot, app, "FleetScreen")
+
+    run(scenario())
+    assert written == ["json"] and (tmp_path / "fleet.json").read_text() == "json"
+
+
+# --- fleets with nothing to show ---------------------------------------------------------------------
+
+def test_an_empty_fleet_renders():
+    async def scenario() -> None:
+        app = make(empty_report())
+        async with app.run_test(size=(80, 24)) as pilot:
+            await on_screen(pilot, app, "FleetScreen")
+            assert "no nodes" in plain(app.screen.query_one("#fleet-head"))
+            assert table(app, "fleet-matrix").row_count == 0
+            skew = rows(table(app, "fleet-skew"))
+            assert skew["driver"]["majority"] == "no node reached" and skew["driver"]["mark"] == "–"
+            await pilot.press("enter")  # nothing to open
+            await pilot.press("f", "enter")
+            await on_screen(pilot, app, "FleetFactScreen")
+            assert table(app, "fleet-fact-values").row_count == 0
+            assert "no node was reached" in plain(app.screen.query_one("#fleet-fact-summary"))
+            await pilot.press("escape", "q")
+        assert app.return_value == 0
+
+    run(scenario())
+
+
+def test_a_fleet_where_no_node_answered_renders():
+    async def scenario() -> None:
+        app = make(nobody_report())
+        async with app.run_test(size=(80, 24)) as pilot:
+            await on_screen(pilot, app, "FleetScreen")
+            head = plain(app.screen.query_one("#fleet-head"))
+            assert "0 of 2 nodes reached" in head and "1 timeout" in head and "1 no-zdoctor" in head
+            matrix = rows(table(app, "fleet-matrix"))
+            assert matrix["gpu-7"]["launch"] == "timeout: no answer in 60 s"
+            assert matrix["gpu-8"]["launch"] == "no-zdoctor: zdoctor: command not found"
+            await select(pilot, table(app, "fleet-matrix"), "gpu-8")
+            await on_screen(pilot, app, "FleetNodeScreen")
+            launch = plain(app.screen.query_one("#fleet-node-launch"))
+            assert "zdoctor is not installed" in launch and "bash: line 1: zdoctor: command not found" in launch
+            await pilot.press("escape", "q")
+        assert app.return_value == 1
+
+    run(scenario())
+
+
+def test_run_fleet_tui_returns_the_exit_code(monkeypatch):
+    fleet = tui._screens_fleet()
+
+    async def quit_at_once(pilot) -> None:
+        await settle(pilot, lambda: name(pilot.app) == "FleetScreen")
+        await pilot.press("q")
+
+    monkeypatch.setattr(fleet.FleetApp, "run",
+                        lambda self: App.run(self, headless=True, size=(80, 24), auto_pilot=quit_at_once))
+    assert tui.run_fleet_tui(h200_report()) == 1
+    assert tui.run_fleet_tui(empty_report()) == 0
