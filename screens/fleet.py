@@ -94,10 +94,13 @@ def header_text(report: FleetReport) -> Text:
         out.append(" · ")
         out.append_text(smark("warn"))
         out.append(f" {s['warning']} warning")
-    out.append(" · ")
-    out.append_text(smark("fail" if s["differing_facts"] else "ok"))
     n = s["differing_facts"]
-    out.append(f" {n} fact{'' if n == 1 else 's'} differ{'s' if n == 1 else ''}")
+    if not s["reached"]:
+        out.append(" · no facts to compare", style="dim")
+    else:
+        out.append(" · ")
+        out.append_text(smark("fail" if n else "ok"))
+        out.append(f" {n} fact{'' if n == 1 else 's'} differ{'s' if n == 1 else ''}")
     problems = [f"{s[k]} {k}" for k in NODE_PROBLEMS if s.get(k)]
     if problems:
         out.append(f" ({', '.join(problems)})", style="yellow")

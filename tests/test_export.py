@@ -344,6 +344,26 @@ def test_write_export_is_atomic_and_private(tmp_path: Path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [target.name]  # no temp file left behind
 
 
+def test_devices_and_pipes_are_written_through_never_replaced(tmp_path: Path, cli):
+    """`-o /dev/null` or a FIFO: renaming a temp file over them would turn the device into a plain file."""
+    import threading
+
+    write_export("discarded\n", os.devnull)
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    write_export("through the pipe\n", fifo)
+    reader.join(10)
+    assert got == ["through the pipe\n"] and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+    r = cli(["snapshot", "-o", os.devnull, "--python", sys.executable])
+    assert r.returncode == 0, r.stderr
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+
+
 def test_undecodable_names_survive_export_to_file(state_home: Path, tmp_path: Path):
     odd = os.fsdecode(b"/data/ckpt-\xff/model.pt")
     log = SessionLog.create("check", [], HOST)

@@ -147,6 +147,12 @@ def test_fits_an_80_by_24_terminal():
                 assert host in text
             assert "toolchain" in text and "NVIDIA driver" in text and "LD_LIBRARY_PATH" in text
             assert "q Quit" in text.splitlines()[-1]
+            await pilot.press("question_mark")
+            await on_screen(pilot, app, "HelpScreen")
+            keys = plain(app.screen.query_one("#help-keys"))
+            assert "Nodes" in keys and "Facts" in keys and "Quit" in keys
+            await pilot.press("escape")
+            await on_screen(pilot, app, "FleetScreen")
 
     run(scenario())
 
@@ -179,7 +185,9 @@ def test_a_node_opens_its_findings_and_a_finding_its_evidence_and_remedies():
             text = screen_text(app)
             assert "gpu-2 · gpu.runtime" in text and "torch needs CUDA 13.0" in text
             body = "\n".join(plain(w) for w in app.screen.query("#ev-body Static"))
-            assert "CUDA the driver supports" in body or app.screen.query("#ev-body DataTable")
+            evidence = [str(c) for g in app.screen.query("#ev-body DataTable").results(DataTable)
+                        for r in g.ordered_rows for c in g.get_row(r.key)]
+            assert "CUDA the driver supports" in evidence and "12.8" in evidence
             assert "Remedies (run them on gpu-2)" in body and "Install a torch built for CUDA 12.8" in body
 
             await pilot.press("escape")
@@ -317,7 +325,8 @@ def test_a_fleet_where_no_node_answered_renders():
         async with app.run_test(size=(80, 24)) as pilot:
             await on_screen(pilot, app, "FleetScreen")
             head = plain(app.screen.query_one("#fleet-head"))
-            assert "0 of 2 nodes reached" in head and "1 timeout" in head and "1 no-zdoctor" in head
+            assert "0 of 2 nodes reached" in head and "no facts to compare" in head
+            assert "1 timeout" in head and "1 no-zdoctor" in head
             matrix = rows(table(app, "fleet-matrix"))
             assert matrix["gpu-7"]["launch"] == "timeout: no answer in 60 s"
             assert matrix["gpu-8"]["launch"] == "no-zdoctor: zdoctor: command not found"

@@ -224,3 +224,38 @@ def test_killed_mid_walk_then_resumed(term, tmp_path, state_home):
     assert types.count("session_start") == 1 and types.count("session_resume") == 1
     assert [e["node"] for e in events if e["type"] == "node_enter"][:3] == ["symptom", "loaded", "needs"]
     assert types[-1] == "session_end" and events[-1]["exit_code"] == 0
+
+
+def test_fleet_screen_in_a_real_terminal(term, tmp_path, state_home):
+    """`zdoctor fleet --replay last --tui` on a recorded fleet: the matrix, a node's findings, a fact across
+    nodes, a Markdown export written to the working directory, and q exiting with the fleet's code."""
+    from fleetkit import h200_fleet, h200_report
+
+    from zdoctor.fleet.record import record_report
+    from zdoctor.session import SessionLog
+
+    report = h200_report()
+    with SessionLog.create("fleet", ["fleet", "--hostfile", "hf"], {"kind": "fleet", "hostname": "login-1"},
+                           state_dir=state_home / "zdoctor") as log:
+        log.record("fleet_start", {"launcher": "ssh", "source": "hf", "hosts": [n.host for n in report.nodes]})
+        for run in h200_fleet():
+            log.record("fleet_node", {"node": run.to_dict()})
+        record_report(report, log.record)
+        sid = log.id
+    term.start(["fleet", "--replay", "last", "--tui"], (110, 34), "xterm-256color")
+    term.wait("gpu-1", "gpu-5", "NVIDIA driver", "x Export")
+    term.send("Down", "Enter")  # the second node: gpu-2
+    term.wait("gpu.runtime", "torch needs CUDA 13.0")
+    term.send("Escape", "f", "Enter")  # the first fact row: a differing one comes first
+    screen = term.wait("Most nodes: 580.159.04", "570.124.06: gpu-2", "Why it matters")
+    assert "gpu-2" in screen
+    term.send("Escape", "x")
+    term.wait("Markdown")
+    term.send("m")
+    deadline = time.monotonic() + 20
+    while not (tmp_path / f"zdoctor-{sid}.md").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    md = (tmp_path / f"zdoctor-{sid}.md").read_text()
+    assert "## Fleet" in md and "gpu-2: 570.124.06" in md
+    term.send("Escape", "q")
+    assert term.wait_dead() in ("1", "")

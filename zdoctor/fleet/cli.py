@@ -69,12 +69,28 @@ def _progress(total: int) -> Callable[[NodeRun], None] | None:
     return show
 
 
+def _exporter(session: str | None) -> Callable[[str], Any] | None:
+    """Export the recorded fleet session into the current directory (None when it was not recorded)."""
+    if session is None:
+        return None
+
+    def export(fmt: str) -> Any:
+        from ..export import default_name, render, write_export
+        from ..session import load_events
+
+        return write_export(render(load_events(session), fmt), default_name(session, fmt))
+
+    return export
+
+
 def _replay(args: argparse.Namespace) -> FleetReport:
     from ..session import last_session_id, load_events
 
     sid = last_session_id() if args.replay == "last" else args.replay
     runs, launcher, source = runs_from_events(load_events(sid), f"session {sid}")
-    return FleetReport.build(runs, launcher, f"{source} (replayed from session {sid})")
+    report = FleetReport.build(runs, launcher, f"{source} (replayed from session {sid})")
+    report.session = sid
+    return report
 
 
 def run_fleet(args: argparse.Namespace, argv: Sequence[str], open_log: Callable[..., Any]) -> int:
@@ -118,7 +134,7 @@ def run_fleet(args: argparse.Namespace, argv: Sequence[str], open_log: Callable[
     elif args.tui:
         from ..tui import run_fleet_tui
 
-        run_fleet_tui(report)
+        run_fleet_tui(report, _exporter(report.session))
     else:
         from .text import print_fleet
 
