@@ -14,12 +14,10 @@ from rich.table import Table as RichTable
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical, VerticalScroll
-from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Header, OptionList, Static
-from textual.widgets.option_list import Option
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Header, Static
 
-from zdoctor.errors import ZdoctorError
 from zdoctor.export import MARKS, STYLES
 from zdoctor.fleet.result import NODE_PROBLEMS, worst
 from zdoctor.model import Finding, sort_findings
@@ -27,6 +25,7 @@ from zdoctor.resources import data_dir
 
 from .common import KeyBar
 from .evidence import EvidenceScreen
+from .info import ExportScreen
 
 if TYPE_CHECKING:
     from zdoctor.fleet.result import FleetReport, NodeResult
@@ -202,7 +201,9 @@ class FleetScreen(Screen[None]):
 
     def action_export(self) -> None:
         if self.exporter is not None:
-            self.app.push_screen(FleetExportScreen(self.exporter))
+            self.app.push_screen(ExportScreen(self.exporter, "the fleet report",
+                                             f"Session {self.report.session}; written to {Path.cwd()}"
+                                             if self.report.session else "Written to the current directory"))
 
 
 # --- one node ---------------------------------------------------------------------------------------
@@ -400,55 +401,6 @@ class FleetFactScreen(Screen[None]):
 
     def action_back(self) -> None:
         self.app.pop_screen()
-
-
-# --- export -----------------------------------------------------------------------------------------
-
-class FleetExportScreen(ModalScreen[None]):
-    """Write the fleet report as Markdown, HTML or JSON; the path written is shown."""
-
-    BINDINGS = [
-        Binding("m", "export('md')", "Markdown", id="md"),
-        Binding("h", "export('html')", "HTML", id="html"),
-        Binding("j", "export('json')", "JSON", id="json"),
-        Binding("escape", "close", "Close", id="close"),
-    ]
-
-    def __init__(self, exporter: Exporter) -> None:
-        super().__init__()
-        self.exporter = exporter
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="fleet-export-box"):
-            yield Static(Text("Export the fleet report", style="bold"))
-            yield OptionList(Option("m  Markdown (for a ticket)", id="md"),
-                             Option("h  HTML (standalone page)", id="html"),
-                             Option("j  JSON (every node, loss-free)", id="json"), id="fleet-export-formats")
-            yield Static("", id="fleet-export-result")
-            yield Static(Text("m / h / j or Enter exports · Esc closes", style="dim"))
-
-    def on_mount(self) -> None:
-        menu = self.query_one("#fleet-export-formats", OptionList)
-        menu.highlighted = 0
-        menu.focus()
-
-    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        event.stop()
-        if event.option.id:
-            self.action_export(event.option.id)
-
-    def action_export(self, fmt: str) -> None:
-        result = self.query_one("#fleet-export-result", Static)
-        try:
-            path = self.exporter(fmt)
-        except (ZdoctorError, OSError) as exc:
-            result.update(Text(str(exc), style="bold red"))
-            return
-        result.update(Text.assemble(("Written: ", "bold"), (str(path), "bold green")))
-        self.app.notify(f"exported to {path}", title="Export", timeout=8)
-
-    def action_close(self) -> None:
-        self.dismiss(None)
 
 
 # --- the app ----------------------------------------------------------------------------------------

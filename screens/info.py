@@ -169,7 +169,8 @@ class GlossaryScreen(Screen[None]):
 
 
 class ExportScreen(ModalScreen[None]):
-    """Export the session; the path written is shown here and in a notification."""
+    """Export the session (or, given ``exporter``, whatever it writes); the path written is shown here and
+    in a notification."""
 
     BINDINGS = [
         Binding("m", "export('md')", "Markdown", id="md"),
@@ -178,16 +179,26 @@ class ExportScreen(ModalScreen[None]):
         Binding("escape", "close", "Close", id="close"),
     ]
 
+    def __init__(self, exporter: Any = None, subject: str = "this session", note: str | None = None) -> None:
+        super().__init__()
+        self.exporter = exporter  # fmt -> path written; None: the app's own session export
+        self.subject = subject
+        self.note = note
+
     def compose(self) -> ComposeResult:
         from pathlib import Path
 
         app: Any = self.app
-        folder = app.export_dir or Path.cwd()
-        sid = app.ctx.log.id if app.ctx is not None and app.ctx.log is not None else None
+        note = self.note
+        if note is None:
+            folder = getattr(app, "export_dir", None) or Path.cwd()
+            ctx = getattr(app, "ctx", None)
+            sid = ctx.log.id if ctx is not None and ctx.log is not None else None
+            note = (f"Session {sid}; written to {folder}" if sid else
+                    "This session is not recorded: nothing to export.")
         with Vertical(id="export-box"):
-            yield Static(Text("Export this session", style="bold"))
-            yield Static(Text(f"Session {sid}; written to {folder}" if sid else
-                              "This session is not recorded: nothing to export.", style="dim"), id="export-where")
+            yield Static(Text(f"Export {self.subject}", style="bold"))
+            yield Static(Text(note, style="dim"), id="export-where")
             yield OptionList(Option("m  Markdown (for a ticket)", id="md"),
                              Option("h  HTML (standalone page)", id="html"),
                              Option("j  JSON (every event, loss-free)", id="json"), id="export-formats")
@@ -210,8 +221,8 @@ class ExportScreen(ModalScreen[None]):
         app: Any = self.app
         result = self.query_one("#export-result", Static)
         try:
-            path = app.export(fmt)
-        except ZdoctorError as exc:
+            path = self.exporter(fmt) if self.exporter is not None else app.export(fmt)
+        except (ZdoctorError, OSError) as exc:
             result.update(Text(str(exc), style="bold red"))
             return
         result.update(Text.assemble(("Written: ", "bold"), (str(path), "bold green")))

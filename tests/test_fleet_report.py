@@ -124,7 +124,7 @@ def test_command_line_errors_are_one_line_and_exit_2(cli, tmp_path):
     hf = tmp_path / "hf"
     hf.write_text("good-1 slots=8\n$(reboot) slots=8\n")
     cases = [
-        (["fleet", "--hostfile", str(tmp_path / "nope")], "no such file"),
+        (["fleet", "--hostfile", str(tmp_path / "nope")], "nope: no such hostfile"),
         (["fleet", "--hostfile", str(hf)], "host '$(reboot)': contains '$' '(' ')'"),
         (["fleet"], "name the nodes with --hostfile FILE"),
         (["fleet", "--hostfile", str(hf), "--parallel", "0"], None),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import os
 import shlex
 
 import pytest
@@ -55,13 +56,16 @@ def test_host_names_accepted():
 
 
 def test_unreadable_hostfiles(tmp_path):
-    with pytest.raises(InputError, match="no such file"):
+    with pytest.raises(InputError, match="missing: no such hostfile"):
         read_hostfile(str(tmp_path / "missing"))
     with pytest.raises(InputError, match="is a directory"):
         read_hostfile(str(tmp_path))
     (tmp_path / "bin").write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(InputError, match="not a text file"):
         read_hostfile(str(tmp_path / "bin"))
+    os.mkfifo(tmp_path / "fifo")  # a pipe nobody writes to must not hang the read
+    with pytest.raises(InputError, match="not a regular file"):
+        read_hostfile(str(tmp_path / "fifo"))
 
 
 def test_slurm_node_lists():

@@ -4,12 +4,10 @@ export, an empty fleet and one where no node answered, and the exit code on quit
 
 from __future__ import annotations
 
-import asyncio
-import io
 from pathlib import Path
 
 from fleetkit import h200_report
-from rich.console import Console
+from test_tui import name, plain, run, screen_text, settle
 from textual.app import App
 from textual.widgets import DataTable
 
@@ -23,41 +21,6 @@ HOSTS = ["gpu-1", "gpu-2", "gpu-3", "gpu-4", "gpu-5"]
 
 def make(report: FleetReport, **kw):
     return tui._screens_fleet().make_fleet_app(report, **kw)
-
-
-def run(coro) -> None:
-    asyncio.run(coro)
-
-
-async def settle(pilot, predicate, timeout: float = 15.0, what: str = "the expected state") -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not predicate():
-        assert loop.time() < end, f"the UI did not reach {what}"
-        await pilot.pause(0.05)
-
-
-def screen_text(app) -> str:
-    """The screen as plain text, the way a terminal shows it (no colour)."""
-    w, h = app.size
-    console = Console(width=w, height=h, file=io.StringIO(), record=True, color_system=None, force_terminal=True,
-                      legacy_windows=False, safe_box=False)
-    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
-    return console.export_text()
-
-
-def plain(widget, width: int = 200) -> str:
-    """What a Static shows, as plain text (rich renderables included)."""
-    content = widget.content
-    if isinstance(content, str):
-        return content
-    console = Console(width=width, file=io.StringIO(), record=True, color_system=None, legacy_windows=False)
-    console.print(content)
-    return console.export_text()
-
-
-def name(app) -> str:
-    return type(app.screen).__name__
 
 
 def table(app, table_id: str) -> DataTable:
@@ -286,10 +249,10 @@ def test_export_writes_through_the_callback(tmp_path: Path):
             await on_screen(pilot, app, "FleetScreen")
             assert "x Export" in screen_text(app).splitlines()[-1]
             await pilot.press("x")
-            await on_screen(pilot, app, "FleetExportScreen")
+            await on_screen(pilot, app, "ExportScreen")
             await pilot.press("j")
-            await settle(pilot, lambda: "Written" in plain(app.screen.query_one("#fleet-export-result")))
-            assert str(tmp_path / "fleet.json") in plain(app.screen.query_one("#fleet-export-result"))
+            await settle(pilot, lambda: "Written" in plain(app.screen.query_one("#export-result")))
+            assert str(tmp_path / "fleet.json") in plain(app.screen.query_one("#export-result"))
             await pilot.press("escape")
             await on_screen(pilot, app, "FleetScreen")
 

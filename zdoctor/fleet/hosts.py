@@ -102,21 +102,10 @@ def parse_hostfile(text: str, source: str) -> list[Node]:
 
 
 def read_hostfile(path: str) -> list[Node]:
-    """Read and parse a hostfile; unreadable files are one-line :class:`InputError`s."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read(4 * 1024 * 1024)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, not a hostfile") from None
-    except PermissionError:
-        raise InputError(f"{path}: permission denied") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not a text file") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    return parse_hostfile(text, path)
+    """Read and parse a hostfile; missing, unreadable, huge or binary files are one-line InputErrors."""
+    from ..offload.dsconfig import read_text
+
+    return parse_hostfile(read_text(path, "hostfile", cap=4 * 1024 * 1024), path)
 
 
 def _split_top(text: str) -> list[str]:
