@@ -141,4 +141,4 @@ def test_srun_runs_one_step_per_node_with_the_node_list(fleet, cli, tmp_path):
     assert len(calls) == 2
     for host, call in zip(("node01", "node02"), calls, strict=True):
         assert call.startswith(f"--nodes=1 --ntasks=1 --nodelist={host} --overlap --quiet")
-        assert call.endswith("-- zdoctor-node snapshot -o - --armor --timeout 60 --python /usr/bin/python3")
+        assert call.endswith("-- zdoctor-node snapshot -o - --armor --timeout 60 --python /usr/bin/python3 --nodes 2")

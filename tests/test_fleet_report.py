@@ -52,6 +52,36 @@ def test_a_consistent_healthy_fleet_exits_zero_and_one_odd_fact_exits_one():
     assert table.rows == [["a", "(none)"], ["b", "/opt/conda/lib"], ["c", "(none)"]] and table.highlight == [1]
 
 
+def test_more_slots_than_gpus_fails_with_a_hostfile_edit_that_works(tmp_path):
+    import subprocess
+
+    from zdoctor.fleet.hosts import read_hostfile
+
+    hf = tmp_path / "hostfile"
+    hf.write_text("# job\ngpu-1 slots=1\n  gpu-2 slots=8  # eight?\ngpu-20 slots=8\n")
+    nodes = {n.name: n.slots for n in read_hostfile(str(hf))}
+    runs = [h200_node("gpu-1"), h200_node("gpu-2"), h200_node("gpu-20", lambda p: p["gpu_env"]["vars"].update(
+        CUDA_VISIBLE_DEVICES=""))]
+    rep = FleetReport.build(runs, "pdsh", str(hf), nodes)
+    assert [n.visible_gpus for n in rep.nodes] == [1, 1, 0]
+    found = {n.host: n.findings[0] for n in rep.nodes}
+    assert [n.cells["fleet.slots"] for n in rep.nodes] == ["ok", "fail", "fail"]
+    assert [n.status for n in rep.nodes] == ["ok", "fail", "fail"] and rep.exit_code == 1
+    assert "fleet.slots" in rep.checks and rep.fleet_findings == []
+    f = found["gpu-2"]
+    assert f.id == "fleet.slots"
+    assert f.title == "gpu-2: the hostfile gives it 8 slots but the training sees 1 GPU(s)"
+    assert "invalid device ordinal" in f.detail
+    assert found["gpu-20"].remedies[0].commands == []  # no GPU visible: nothing to set slots to
+    (cmd,) = f.remedies[0].commands
+    subprocess.run(["bash", "-c", cmd], check=True)
+    assert {n.name: n.slots for n in read_hostfile(str(hf))} == {"gpu-1": 1, "gpu-2": 1, "gpu-20": 8}
+    subprocess.run(["bash", "-c", f.remedies[0].undo[0]], check=True)
+    assert {n.name: n.slots for n in read_hostfile(str(hf))} == nodes
+    assert [n["slots"] for n in rep.to_dict()["nodes"]] == [1, 8, 8]
+    assert FleetReport.build(runs[:1], "pdsh", str(hf), nodes).exit_code == 0
+
+
 def test_majority_and_ties():
     assert majority({"a": "1", "b": "2", "c": "2"}, ["a", "b", "c"]) == ("2", ["a"], False)
     assert majority({"a": "1", "b": "2"}, ["a", "b"]) == ("1", ["b"], True)
@@ -78,7 +108,7 @@ def test_json_document_shape():
     doc = json.loads(json.dumps(h200_report().to_dict()))
     assert set(doc) == {"version", "launcher", "source", "summary", "checks", "nodes", "skew", "findings", "session"}
     node = doc["nodes"][1]
-    assert set(node) == {"host", "launch", "status", "cells", "facts", "findings"}
+    assert set(node) == {"host", "launch", "status", "slots", "visible_gpus", "cells", "facts", "findings"}
     assert "snapshot" not in node["launch"]
     assert node["facts"]["driver"] == "570.124.06"
 
@@ -93,7 +123,8 @@ def test_recorded_events_replay_to_the_same_report():
     record_report(rep, lambda t, d: events.append({"type": t, **d}))
     ids = [e["finding"]["id"] for e in events if e["type"] == "finding"]
     assert "gpu.runtime@gpu-2" in ids and "fleet.node.unreachable@gpu-5" in ids and "fleet.skew.driver" in ids
-    runs, launcher, source = runs_from_events(events, "s")
+    runs, launcher, source, slots = runs_from_events(events, "s")
+    assert slots == {}
     again = FleetReport.build(runs, launcher, source)
 
     def strip(obj):  # evidence carries the moment it was built

@@ -87,8 +87,9 @@ def _replay(args: argparse.Namespace) -> FleetReport:
     from ..session import last_session_id, load_events
 
     sid = last_session_id() if args.replay == "last" else args.replay
-    runs, launcher, source = runs_from_events(load_events(sid), f"session {sid}")
-    report = FleetReport.build(runs, launcher, f"{source} (replayed from session {sid})")
+    runs, launcher, source, slots = runs_from_events(load_events(sid), f"session {sid}")
+    report = FleetReport.build(runs, launcher, source, slots)
+    report.source = f"{source} (replayed from session {sid})"
     report.session = sid
     return report
 
@@ -107,13 +108,15 @@ def run_fleet(args: argparse.Namespace, argv: Sequence[str], open_log: Callable[
         opts = options_from(args, launcher)
         require_launcher(opts)
         hosts = [n.name for n in nodes]
+        slots = {n.name: n.slots for n in nodes}
+        opts.snapshot_args += ["--nodes", str(len(hosts))]  # the job spans them all (memlock, offload plan)
         info = {"kind": "fleet", "hostname": socket.gethostname(), "launcher": launcher, "source": source,
                 "nodes": len(hosts)}
         log = open_log("fleet", argv, info, not args.no_log)
         record = log.record if log else (lambda _t, _d: None)
         from .launch import remote_argv
 
-        record("fleet_start", {"launcher": launcher, "source": source, "hosts": hosts,
+        record("fleet_start", {"launcher": launcher, "source": source, "hosts": hosts, "slots": slots,
                                "remote": remote_argv(opts), "timeout": opts.timeout, "parallel": opts.parallel})
         show = _progress(len(hosts))
 
@@ -123,7 +126,7 @@ def run_fleet(args: argparse.Namespace, argv: Sequence[str], open_log: Callable[
                 show(node)
 
         runs = collect(hosts, opts, on_node)
-        report = FleetReport.build(runs, launcher, source)
+        report = FleetReport.build(runs, launcher, source, slots)
         record_report(report, record)
         if log:
             report.session = log.id

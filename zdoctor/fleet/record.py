@@ -36,8 +36,9 @@ def record_report(report: FleetReport, record: Recorder) -> None:
     record("summary", counts)
 
 
-def runs_from_events(events: list[dict[str, Any]], source: str) -> tuple[list[NodeRun], str, str]:
-    """The node results, launcher and host source of the fleet run recorded in ``events``."""
+def runs_from_events(events: list[dict[str, Any]], source: str) -> tuple[list[NodeRun], str, str,
+                                                                       dict[str, int | None]]:
+    """The node results, launcher, host source and hostfile slots of the fleet run recorded in ``events``."""
     start = next((e for e in events if isinstance(e, dict) and e.get("type") == "fleet_start"), None)
     if start is None:
         raise InputError(f"{source}: not a fleet session (no fleet_start event)")
@@ -53,4 +54,7 @@ def runs_from_events(events: list[dict[str, Any]], source: str) -> tuple[list[No
     order = [h for h in hosts if h in runs] + [h for h in runs if h not in hosts]
     if not order:
         raise InputError(f"{source}: the fleet session recorded no node")
-    return [runs[h] for h in order], str(start.get("launcher") or "?"), str(start.get("source") or "?")
+    raw = start.get("slots") if isinstance(start.get("slots"), dict) else {}
+    slots = {str(h): v for h, v in raw.items() if isinstance(v, int) and not isinstance(v, bool)}
+    return ([runs[h] for h in order], str(start.get("launcher") or "?"), str(start.get("source") or "?"),
+            slots)

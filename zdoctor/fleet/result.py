@@ -14,6 +14,8 @@ from .skew import SkewRow, read_facts, skew_table
 
 #: The matrix column for probes that crashed or timed out on a node.
 PROBES_COLUMN = "probes"
+#: The matrix column (and finding id) for the hostfile's slots against the GPUs a node shows.
+SLOTS_COLUMN = "fleet.slots"
 NODE_PROBLEMS = {
     "unreachable": "unreachable",
     "no-zdoctor": "zdoctor is not installed",
@@ -39,6 +41,8 @@ class NodeResult:
     findings: list[Finding] = field(default_factory=list)
     cells: dict[str, str] = field(default_factory=dict)
     facts: dict[str, str] = field(default_factory=dict)
+    slots: int | None = None  # the hostfile's slots=N: ranks DeepSpeed starts on this node
+    visible_gpus: int | None = None  # GPUs the training sees (NVML's list through CUDA_VISIBLE_DEVICES)
 
     @property
     def host(self) -> str:
@@ -58,7 +62,8 @@ class NodeResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"host": self.host, "launch": {k: v for k, v in self.run.to_dict().items() if k != "snapshot"},
-                "status": self.status, "cells": self.cells, "facts": self.facts,
+                "status": self.status, "slots": self.slots, "visible_gpus": self.visible_gpus,
+                "cells": self.cells, "facts": self.facts,
                 "findings": [f.to_dict() for f in self.findings]}
 
 
@@ -104,7 +109,50 @@ def evaluate_node(run: NodeRun, launcher: str) -> NodeResult:
         for f in found:
             merged.setdefault(f.id, f)
     probes = {n: r.facts for n, r in facts.items() if r.status in ("ok", "skip")}
-    return NodeResult(run, sort_findings(list(merged.values())), cells, read_facts(probes))
+    return NodeResult(run, sort_findings(list(merged.values())), cells, read_facts(probes),
+                      visible_gpus=visible_gpus(probes))
+
+
+def visible_gpus(probes: dict[str, dict[str, Any]]) -> int | None:
+    """How many GPUs the training sees: NVML's list as CUDA_VISIBLE_DEVICES filters it (None: unknown)."""
+    from ..gpu.envreview import visible_devices
+
+    nv = probes.get("nvml") or {}
+    if not isinstance(nv.get("count"), int):
+        return None
+    gpus = list(nv.get("gpus") or [])
+    env = (probes.get("gpu_env") or {}).get("vars") or {}
+    vd = visible_devices(env.get("CUDA_VISIBLE_DEVICES"), gpus)
+    return len(vd["visible"]) if vd["visible"] is not None else len(gpus)
+
+
+def slots_finding(node: NodeResult, hostfile: str | None) -> Finding | None:
+    """A failing finding when the hostfile asks for more ranks on a node than it has GPUs to give them."""
+    if node.slots is None or node.visible_gpus is None or node.visible_gpus >= node.slots:
+        return None
+    return Finding(
+        id=SLOTS_COLUMN, status="fail",
+        title=f"{node.host}: the hostfile gives it {node.slots} slots but the training sees "
+              f"{node.visible_gpus} GPU(s)",
+        detail=(f"DeepSpeed's launcher starts one rank per slot and each rank takes the GPU of its local rank; "
+                f"ranks {node.visible_gpus} to {node.slots - 1} on {node.host} have no GPU and fail at "
+                "torch.cuda.set_device ('CUDA error: invalid device ordinal'). Either the hostfile is wrong for "
+                "this node, or CUDA_VISIBLE_DEVICES hides GPUs, or GPUs have fallen off the bus "
+                "(compare `nvidia-smi -L` with the node's hardware)."),
+        evidence=[Evidence.of_table(f"slots vs GPUs on {node.host}", ["", "count"],
+                                    [["slots in the hostfile", str(node.slots)],
+                                     ["GPUs the training sees", str(node.visible_gpus)]], [1])],
+        remedies=[Remedy(f"give {node.host} as many slots as it has GPUs",
+                         [f"sed -i.bak {shlex.quote(_slots_sed(node.host, node.visible_gpus))} "
+                          f"{shlex.quote(hostfile)}"] if node.visible_gpus and hostfile else [],
+                         undo=[f"mv {shlex.quote(hostfile + '.bak')} {shlex.quote(hostfile)}"] if hostfile else [],
+                         explanation="or bring the missing GPUs back and keep the hostfile as it is")])
+
+
+def _slots_sed(host: str, slots: int) -> str:
+    """A sed expression setting ``slots=`` on the hostfile line of ``host`` (a validated name)."""
+    pattern = host.replace(".", "[.]")
+    return f"s/^\\([[:space:]]*{pattern}\\)[[:space:]].*$/\\1 slots={slots}/"
 
 
 def skew_finding(row: SkewRow) -> Finding:
@@ -133,8 +181,17 @@ class FleetReport:
     session: str | None = None
 
     @classmethod
-    def build(cls, runs: Sequence[NodeRun], launcher: str, source: str) -> FleetReport:
+    def build(cls, runs: Sequence[NodeRun], launcher: str, source: str,
+              slots: dict[str, int | None] | None = None) -> FleetReport:
         nodes = [evaluate_node(r, launcher) for r in runs]
+        hostfile = source if slots and any(v is not None for v in slots.values()) else None
+        for n in nodes:
+            n.slots = (slots or {}).get(n.host)
+            found = slots_finding(n, hostfile)
+            if n.slots is not None and n.visible_gpus is not None:
+                n.cells[SLOTS_COLUMN] = "fail" if found else "ok"
+            if found:
+                n.findings = sort_findings([found, *n.findings])
         reached = {n.host: n.facts for n in nodes if n.reached}
         columns: list[str] = []
         for n in nodes:
