@@ -19,7 +19,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 
 from zdoctor.export import MARKS, STYLES
-from zdoctor.fleet.result import NODE_PROBLEMS, worst
+from zdoctor.fleet.result import NODE_PROBLEMS, families
 from zdoctor.model import Finding, sort_findings
 from zdoctor.resources import data_dir
 
@@ -49,26 +49,6 @@ def shorten(text: str, width: int) -> str:
         return flat
     head = (width - 1) // 2
     return flat[:head] + "…" + flat[len(flat) - (width - 1 - head):]
-
-
-def family(check: str) -> str:
-    """A check's family: ``gpu`` for ``gpu.runtime``; ``probes`` stays ``probes``."""
-    return check.partition(".")[0]
-
-
-def families(checks: list[str]) -> dict[str, list[str]]:
-    """The report's check columns grouped by family, in the report's order."""
-    out: dict[str, list[str]] = {}
-    for check in checks:
-        out.setdefault(family(check), []).append(check)
-    return out
-
-
-def family_status(node: NodeResult, checks: list[str]) -> str | None:
-    """The worst cell of ``checks`` on ``node``; None for a node that gave no snapshot."""
-    if not node.reached:
-        return None
-    return worst([node.cells[c] for c in checks if c in node.cells])
 
 
 def launch_text(node: NodeResult, width: int = LAUNCH_WIDTH) -> Text:
@@ -154,7 +134,7 @@ class FleetScreen(Screen[None]):
         for node in self.report.nodes:
             cells = []
             for checks in self.families.values():
-                status = family_status(node, checks)
+                status = node.family_status(checks)
                 cells.append(smark(status) if status is not None else Text(""))
             grid.add_row(smark(node.status), Text(node.host, style="bold" if node.status != "ok" else ""),
                          *cells, launch_text(node), key=node.host)

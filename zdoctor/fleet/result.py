@@ -33,6 +33,19 @@ def worst(statuses: Sequence[str]) -> str:
     return min(said, key=lambda s: STATUS_RANK[s])
 
 
+def family(check: str) -> str:
+    """A check's family: ``gpu`` for ``gpu.runtime``; ``probes`` stays ``probes``."""
+    return check.partition(".")[0]
+
+
+def families(checks: Sequence[str]) -> dict[str, list[str]]:
+    """Check names grouped by family, in the order given (the matrix as a terminal can show it)."""
+    out: dict[str, list[str]] = {}
+    for check in checks:
+        out.setdefault(family(check), []).append(check)
+    return out
+
+
 @dataclass
 class NodeResult:
     """One node: how the launcher fared, its findings, its matrix row and its skew facts."""
@@ -51,6 +64,12 @@ class NodeResult:
     @property
     def reached(self) -> bool:
         return self.run.status == "ok"
+
+    def family_status(self, checks: Sequence[str]) -> str | None:
+        """The worst cell of ``checks`` (one family) on this node; None for a node that gave no snapshot."""
+        if not self.reached:
+            return None
+        return worst([self.cells[c] for c in checks if c in self.cells])
 
     @property
     def status(self) -> str:

@@ -6,21 +6,8 @@ import sys
 from typing import TextIO
 
 from ..report import STYLES, _marks_for
-from .result import FleetReport, NodeResult, worst
+from .result import FleetReport, families
 from .skew import MISSING
-
-
-def families(checks: list[str]) -> list[str]:
-    """Matrix columns for a terminal: check families (``gpu``, ``libs``, ...), in first-seen order."""
-    return list(dict.fromkeys(c.split(".", 1)[0] for c in checks))
-
-
-def family_cell(node: NodeResult, family: str) -> str | None:
-    """The worst status of a node's checks in ``family`` (None for an unreached node)."""
-    if not node.reached:
-        return None
-    cells = [s for c, s in node.cells.items() if c.split(".", 1)[0] == family]
-    return worst(cells) if cells else "skip"
 
 
 def _clip(text: str, width: int) -> str:
@@ -52,7 +39,7 @@ def print_fleet(report: FleetReport, stream: TextIO | None = None, verbose: bool
         row = [f"[{STYLES[node.status]}]{marks[node.status]}[/] {escape(node.host)}",
                "ok" if node.reached else f"[red]{escape(node.run.status)}[/]"]
         for fam in fams:
-            st = family_cell(node, fam)
+            st = node.family_status(fams[fam])
             row.append("" if st is None else f"[{STYLES[st]}]{marks[st]}[/]")
         matrix.add_row(*row)
     console.print(matrix)
