@@ -159,7 +159,8 @@ def test_command_line_errors_are_one_line_and_exit_2(cli, tmp_path):
         (["fleet", "--hostfile", str(hf)], "host '$(reboot)': contains '$' '(' ')'"),
         (["fleet"], "name the nodes with --hostfile FILE"),
         (["fleet", "--hostfile", str(hf), "--parallel", "0"], None),
-        (["fleet", "--replay", "last", "--hostfile", str(hf)], "--replay excludes"),
+        (["fleet", "--replay", "last", "--hostfile", str(hf)], "--replay takes none of the options"),
+        (["fleet", "--replay", "last", "--model-params", "7B"], "--replay takes none of the options"),
         (["fleet", "--replay", "last"], "no recorded sessions"),
         (["fleet", "--hostfile", str(hf), "--tui"], "--tui needs a terminal"),
         (["fleet", "--hostfile", str(hf), "--launcher", "rsh"], "invalid choice"),
@@ -173,9 +174,29 @@ def test_command_line_errors_are_one_line_and_exit_2(cli, tmp_path):
     hf.write_text("good-1 slots=8\n")
     for args, message in (([], "--parallel must be between 1 and 1024"),
                           (["--timeout", "0"], "--timeout must be between 1 and 3600 seconds"),
+                          (["--model-params", "many"], "many"),
+                          (["--io-size", "huge"], "huge"),
+                          (["--gpu-sample", "-1"], "--gpu-sample must be between 0 and 600 seconds"),
                           (["--ssh-config", str(tmp_path / "x")], "no such file")):
         r = cli(["fleet", "--hostfile", str(hf), *args, "--parallel", "0" if not args else "4"])
         assert r.returncode == 2 and (message is None or message in r.stderr), r.stderr
+
+
+def test_the_job_options_reach_every_node_as_absolute_paths(tmp_path, monkeypatch):
+    from zdoctor.cli import build_parser
+    from zdoctor.fleet.cli import options_from
+    from zdoctor.fleet.launch import remote_argv
+
+    monkeypatch.chdir(tmp_path)
+    args = build_parser().parse_args(["fleet", "--hostfile", "hf", "--python", "/opt/env/bin/python", "--ext", "e.so",
+                                      "--ds-config", "ds.json", "--model-params", "7B", "--model-config", "c.json",
+                                      "--offload-path", "/nvme", "--io-size", "256M", "--gpu-sample", "2",
+                                      "--timeout", "300"])
+    argv = remote_argv(options_from(args, "ssh"))
+    assert argv == ["zdoctor", "snapshot", "-o", "-", "--armor", "--timeout", "100", "--python",
+                    "/opt/env/bin/python", "--ext", str(tmp_path / "e.so"), "--ds-config", str(tmp_path / "ds.json"),
+                    "--model-config", str(tmp_path / "c.json"), "--offload-path", "/nvme", "--model-params", "7B",
+                    "--io-size", "256M", "--gpu-sample", "2"]
 
 
 def test_a_missing_launcher_is_named_before_anything_runs(cli, tmp_path):

@@ -64,7 +64,14 @@ def _fleet_parser(sub: Any) -> None:
                    help="how to run zdoctor on the nodes (default: zdoctor; e.g. '/opt/venv/bin/zdoctor')")
     f.add_argument("--ext", metavar="PATH", action="append", default=[],
                    help="an extension the training imports before torch, at this path on every node")
-    f.add_argument("--ds-config", metavar="FILE", help="the job's DeepSpeed config, at this path on every node")
+    job = f.add_argument_group("the job, as every node should see it (paths are the same on every node)")
+    job.add_argument("--ds-config", metavar="FILE", help="the job's DeepSpeed config")
+    job.add_argument("--model-params", metavar="N", help="total model parameters (e.g. 2851M, 7e9, 70B)")
+    job.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json to estimate parameters from")
+    job.add_argument("--offload-path", metavar="DIR", help="where NVMe offload writes (default: the config's "
+                     "nvme_path)")
+    job.add_argument("--io-size", metavar="SIZE", help="size of each node's O_DIRECT throughput test (0 skips)")
+    job.add_argument("--gpu-sample", metavar="S", type=float, help="sample GPU utilisation for S seconds on each node")
     f.add_argument("--parallel", metavar="N", type=int, default=DEFAULT_PARALLEL,
                    help=f"nodes probed at once (default {DEFAULT_PARALLEL})")
     f.add_argument("--timeout", metavar="S", type=float, default=DEFAULT_TIMEOUT,

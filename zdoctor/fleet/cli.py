@@ -46,8 +46,24 @@ def options_from(args: argparse.Namespace, launcher: str) -> FleetOptions:
     extra: list[str] = []
     for path in args.ext:
         extra += ["--ext", os.path.abspath(path)]
-    if args.ds_config:
-        extra += ["--ds-config", os.path.abspath(args.ds_config)]
+    for flag, key in (("--ds-config", "ds_config"), ("--model-config", "model_config"),
+                      ("--offload-path", "offload_path")):
+        if getattr(args, key):
+            extra += [flag, os.path.abspath(getattr(args, key))]
+    if args.model_params is not None:
+        from ..offload.planner import parse_count
+
+        parse_count(args.model_params)  # a count that is not one fails here, not on every node
+        extra += ["--model-params", args.model_params]
+    if args.io_size is not None:
+        from ..storage.iotest import parse_size
+
+        parse_size(args.io_size)
+        extra += ["--io-size", args.io_size]
+    if args.gpu_sample is not None:
+        if not 0 < args.gpu_sample <= 600:
+            raise UsageError("zdoctor fleet: --gpu-sample must be between 0 and 600 seconds")
+        extra += ["--gpu-sample", f"{args.gpu_sample:g}"]
     if args.ssh_config and not os.path.isfile(args.ssh_config):
         raise UsageError(f"zdoctor fleet: --ssh-config {args.ssh_config}: no such file")
     return FleetOptions(launcher=launcher, zdoctor=args.zdoctor, python=args.sub_python, parallel=args.parallel,
@@ -99,9 +115,11 @@ def run_fleet(args: argparse.Namespace, argv: Sequence[str], open_log: Callable[
     if args.tui and not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UsageError("zdoctor fleet: --tui needs a terminal")
     if args.replay:
-        if args.hostfile or args.launcher or args.sub_python or args.ext or args.ds_config:
-            raise UsageError("zdoctor fleet: --replay excludes --hostfile, --launcher, --python, --ext and "
-                             "--ds-config (a recorded fleet is evaluated as it was collected)")
+        given = [args.hostfile, args.launcher, args.sub_python, args.ext, args.ds_config, args.model_params,
+                 args.model_config, args.offload_path, args.io_size, args.gpu_sample]
+        if any(v not in (None, []) for v in given):
+            raise UsageError("zdoctor fleet: --replay takes none of the options that describe the nodes or "
+                             "the job (a recorded fleet is evaluated as it was collected)")
         report = _replay(args)
     else:
         nodes, source, launcher = _nodes(args, dict(os.environ))
