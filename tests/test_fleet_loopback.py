@@ -142,3 +142,20 @@ def test_srun_runs_one_step_per_node_with_the_node_list(fleet, cli, tmp_path):
     for host, call in zip(("node01", "node02"), calls, strict=True):
         assert call.startswith(f"--nodes=1 --ntasks=1 --nodelist={host} --overlap --quiet")
         assert call.endswith("-- zdoctor-node snapshot -o - --armor --timeout 60 --python /usr/bin/python3 --nodes 2")
+
+
+@pytest.mark.parametrize("launcher", ["pdsh", "ssh"])
+def test_each_node_is_reported_as_it_finishes(fleet, launcher):
+    """A node that answers is reported while a hung one is still running: pdsh's output is read as it comes."""
+    from zdoctor.fleet.collect import collect
+    from zdoctor.fleet.launch import FleetOptions
+
+    t0 = time.monotonic()
+    seen: list[tuple[str, str, float]] = []
+    opts = FleetOptions(launcher=launcher, zdoctor="zdoctor-node", timeout=8,
+                        ssh_config=str(fleet["sshd"].ssh_config))
+    runs = collect([HUNG, GOOD], opts, on_node=lambda n: seen.append((n.host, n.status, time.monotonic() - t0)))
+    assert [(h, s) for h, s, _ in seen] == [(GOOD, "ok"), (HUNG, "timeout")]
+    assert seen[0][2] < 8 <= seen[1][2] + 1  # the good node came in before the hung one's limit
+    assert [r.host for r in runs] == [HUNG, GOOD]  # results stay in hostfile order
+    assert runs[1].duration_s < 8 and runs[1].snapshot is not None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from zdoctor.runner import run, which_all
+from zdoctor.runner import run, run_streaming, which_all
 
 
 def test_runs_argv_without_a_shell(tmp_path):
@@ -80,3 +80,34 @@ def test_which_all_lists_every_match_in_order(tmp_path):
     (tmp_path / "c").mkdir()
     path = os.pathsep.join([str(a), str(tmp_path / "c"), str(b), str(a)])
     assert which_all("tool", path) == [str(a / "tool"), str(b / "tool")]
+
+
+def test_streaming_sees_each_line_as_it_comes(tmp_path):
+    seen: list[tuple[float, str]] = []
+    t0 = time.monotonic()
+    script = "echo first; echo oops >&2; sleep 1.5; printf 'second\\nthird'"
+    ev = run_streaming(["sh", "-c", script], lambda line: seen.append((time.monotonic() - t0, line)), timeout=10)
+    assert [line for _, line in seen] == ["first", "second", "third"]
+    assert seen[0][0] < 1.2 < seen[1][0]  # the first line arrived while the program still ran
+    assert (ev.exit_code, ev.stdout, ev.stderr, ev.error) == (0, "first\nsecond\nthird", "oops\n", None)
+
+
+def test_streaming_timeout_kills_the_group_and_keeps_the_output(tmp_path):
+    marker = tmp_path / "child-alive"
+    script = f"echo started; (sleep 3; touch {marker}) & sleep 30"
+    t0 = time.monotonic()
+    ev = run_streaming(["sh", "-c", script], lambda _line: None, timeout=1)
+    assert time.monotonic() - t0 < 8
+    assert ev.exit_code is None and ev.error.startswith("timed out after 1s") and ev.stdout == "started\n"
+    time.sleep(3)
+    assert not marker.exists()  # the background grandchild died with the group
+    missing = run_streaming(["/nonexistent/zd-launcher"], lambda _line: None)
+    assert missing.error == "/nonexistent/zd-launcher: executable not found" and missing.exit_code is None
+
+
+def test_streaming_callback_errors_do_not_lose_lines():
+    def boom(_line: str) -> None:
+        raise RuntimeError("callback failed")
+
+    ev = run_streaming(["sh", "-c", "echo a; echo b"], boom, timeout=10)
+    assert ev.stdout == "a\nb\n" and ev.exit_code == 0

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from .model import OUTPUT_CAP, Evidence, cap_text
 
@@ -89,6 +90,70 @@ def run(
     ev.exit_code = proc.returncode if ev.error is None else None
     ev.stdout, t1 = cap_text(out.decode("utf-8", "replace"), cap)
     ev.stderr, t2 = cap_text(err.decode("utf-8", "replace"), cap)
+    ev.truncated = t1 or t2
+    return ev
+
+
+def run_streaming(
+    argv: Sequence[str],
+    on_line: Callable[[str], None],
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    cap: int = OUTPUT_CAP,
+    label: str | None = None,
+) -> Evidence:
+    """Like :func:`run`, but ``on_line`` sees each line of standard output as it arrives.
+
+    ``on_line`` runs on a reader thread; an exception in it is not raised here (the line is still kept).
+    """
+    import threading
+
+    argv = [str(a) for a in argv]
+    ev = Evidence(label=label or " ".join(argv[:3]), kind="command", argv=argv, started=time.time())
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=dict(env) if env is not None else None, start_new_session=True)
+    except OSError as exc:
+        ev.error = (f"{argv[0]}: executable not found" if isinstance(exc, FileNotFoundError)
+                    else f"{argv[0]}: cannot execute ({exc.strerror or exc})")
+        ev.duration_s = time.monotonic() - t0
+        return ev
+    chunks: dict[str, list[bytes]] = {"out": [], "err": []}
+    sizes = {"out": 0, "err": 0}
+
+    def pump(name: str, pipe: Any) -> None:
+        for raw in iter(pipe.readline, b""):
+            if sizes[name] < cap * 4:  # bytes; the text is capped to ``cap`` characters below
+                chunks[name].append(raw)
+                sizes[name] += len(raw)
+            if name == "out":
+                with contextlib.suppress(Exception):
+                    on_line(raw.decode("utf-8", "replace").rstrip("\r\n"))
+
+    readers = [threading.Thread(target=pump, args=(n, pipe), daemon=True)
+               for n, pipe in (("out", proc.stdout), ("err", proc.stderr))]
+    for r in readers:
+        r.start()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        proc.wait()
+        ev.error = f"timed out after {timeout:g}s; process group killed"
+    for r in readers:
+        r.join(5)
+    if any(r.is_alive() for r in readers):  # a grandchild left its session and holds the pipes
+        _kill_group(proc)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+    ev.duration_s = time.monotonic() - t0
+    ev.exit_code = proc.returncode if ev.error is None else None
+    ev.stdout, t1 = cap_text(b"".join(chunks["out"]).decode("utf-8", "replace"), cap)
+    ev.stderr, t2 = cap_text(b"".join(chunks["err"]).decode("utf-8", "replace"), cap)
     ev.truncated = t1 or t2
     return ev
 

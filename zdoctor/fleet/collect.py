@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import re
 import shutil
+import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InputError, UsageError
-from ..runner import run
+from ..runner import run, run_streaming
 from . import launch
-from .armor import ArmorError, decode
+from .armor import END, ArmorError, decode
 
 NODE_STATUSES = ("ok", "unreachable", "no-zdoctor", "timeout", "error", "bad-output")
 #: Output kept per node: snapshots are a few hundred KiB armored at most; this only stops a flood.
@@ -180,14 +182,39 @@ def split_pdsh(hosts: Sequence[str], stdout: str, stderr: str) -> tuple[dict[str
 
 
 def _pdsh(hosts: Sequence[str], opts: launch.FleetOptions, on_node: OnNode | None) -> list[NodeRun]:
+    """One pdsh over every host; a node whose snapshot arrives whole is reported at once, the rest at the end."""
     argv = launch.pdsh_argv(hosts, opts)
     waves = -(-len(hosts) // max(1, opts.parallel))
     limit = waves * (opts.timeout + opts.connect_timeout) + 30
-    ev = run(argv, env=launch.pdsh_env(opts), timeout=limit, cap=OUTPUT_CAP * 4, label="pdsh")
+    known = dict.fromkeys(hosts)
+    seen: dict[str, list[str]] = {h: [] for h in hosts}
+    early: dict[str, NodeRun] = {}
+    lock = threading.Lock()
+    t0 = time.monotonic()
+
+    def on_line(line: str) -> None:
+        host, rest = _host_prefix(line, known)
+        if host is None or host in early:
+            return
+        seen[host].append(rest)
+        if rest.strip() != END:
+            return
+        node = classify(host, "pdsh", 0, seen[host], [], False, opts.timeout, opts.zdoctor)
+        if node.status == "ok":
+            node.argv, node.duration_s = argv, time.monotonic() - t0
+            with lock:
+                early[host] = node
+            if on_node:
+                on_node(node)
+
+    ev = run_streaming(argv, on_line, env=launch.pdsh_env(opts), timeout=limit, cap=OUTPUT_CAP * 4, label="pdsh")
     out, err, codes, timed_out, stray = split_pdsh(hosts, ev.stdout, ev.stderr)
     whole_timeout = bool(ev.error and ev.error.startswith("timed out"))
     nodes: list[NodeRun] = []
     for h in hosts:
+        if h in early:
+            nodes.append(early[h])
+            continue
         code = codes.get(h, 0 if (out[h] or err[h]) else None)
         lines = err[h] or ([] if out[h] else _tail(stray) or ([ev.error] if ev.error else []))
         node = classify(h, "pdsh", code, out[h], lines, h in timed_out or (whole_timeout and not out[h]),
