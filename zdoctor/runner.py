@@ -102,6 +102,7 @@ def run_streaming(
     timeout: float = DEFAULT_TIMEOUT,
     cap: int = OUTPUT_CAP,
     label: str | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> Evidence:
     """Like :func:`run`, but ``on_line`` sees each line of standard output as it arrives.
 
@@ -120,6 +121,8 @@ def run_streaming(
                     else f"{argv[0]}: cannot execute ({exc.strerror or exc})")
         ev.duration_s = time.monotonic() - t0
         return ev
+    if on_start is not None:
+        on_start(proc.pid)
     chunks: dict[str, list[bytes]] = {"out": [], "err": []}
     sizes = {"out": 0, "err": 0}
 

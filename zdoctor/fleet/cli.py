@@ -11,10 +11,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import UsageError
-from .collect import NodeRun, collect, require_launcher
+from .collect import NodeRun, require_launcher
 from .hosts import Node, expand_nodelist, read_hostfile
 from .launch import FleetOptions
-from .record import record_report, runs_from_events
+from .live import LiveFleet
+from .record import runs_from_events
 from .result import FleetReport
 
 SLURM_NODELIST_VARS = ("SLURM_JOB_NODELIST", "SLURM_NODELIST")
@@ -131,23 +132,17 @@ def run_fleet(args: argparse.Namespace, argv: Sequence[str], open_log: Callable[
         info = {"kind": "fleet", "hostname": socket.gethostname(), "launcher": launcher, "source": source,
                 "nodes": len(hosts)}
         log = open_log("fleet", argv, info, not args.no_log)
-        record = log.record if log else (lambda _t, _d: None)
-        from .launch import remote_argv
+        fleet = LiveFleet(hosts, opts, source, slots, log.record if log else (lambda _t, _d: None),
+                          log.id if log else None)
+        if args.tui:
+            from ..tui import run_fleet_tui
 
-        record("fleet_start", {"launcher": launcher, "source": source, "hosts": hosts, "slots": slots,
-                               "remote": remote_argv(opts), "timeout": opts.timeout, "parallel": opts.parallel})
-        show = _progress(len(hosts))
-
-        def on_node(node: NodeRun) -> None:
-            record("fleet_node", {"node": node.to_dict()})
-            if show:
-                show(node)
-
-        runs = collect(hosts, opts, on_node)
-        report = FleetReport.build(runs, launcher, source, slots)
-        record_report(report, record)
+            code = run_fleet_tui(live=fleet, exporter=_exporter(fleet.session))
+            if log:
+                log.close(code)
+            return code
+        report = fleet.run(_progress(len(hosts)))
         if log:
-            report.session = log.id
             log.close(report.exit_code)
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=2)

@@ -108,10 +108,13 @@ def require_launcher(opts: launch.FleetOptions) -> None:
 
 
 OnNode = Callable[[NodeRun], None]
+#: Called with the pid of each launcher process as it starts (it leads its own process group), so a
+#: caller can cancel the run by killing those groups.
+OnStart = Callable[[int], None]
 
 
-def _one(host: str, argv: list[str], opts: launch.FleetOptions) -> NodeRun:
-    ev = run(argv, timeout=opts.timeout, cap=OUTPUT_CAP, label=f"{opts.launcher} {host}")
+def _one(host: str, argv: list[str], opts: launch.FleetOptions, on_start: OnStart | None) -> NodeRun:
+    ev = run(argv, timeout=opts.timeout, cap=OUTPUT_CAP, label=f"{opts.launcher} {host}", on_start=on_start)
     timed_out = ev.error is not None and ev.error.startswith("timed out")
     if ev.error and not timed_out:  # the launcher could not be started at all
         node = NodeRun(host, "unreachable", ev.error)
@@ -122,11 +125,12 @@ def _one(host: str, argv: list[str], opts: launch.FleetOptions) -> NodeRun:
     return node
 
 
-def _per_node(hosts: Sequence[str], opts: launch.FleetOptions, on_node: OnNode | None) -> list[NodeRun]:
+def _per_node(hosts: Sequence[str], opts: launch.FleetOptions, on_node: OnNode | None,
+              on_start: OnStart | None) -> list[NodeRun]:
     build = launch.ssh_argv if opts.launcher == "ssh" else launch.srun_argv
     results: dict[str, NodeRun] = {}
     with ThreadPoolExecutor(max_workers=max(1, min(opts.parallel, len(hosts)))) as pool:
-        futures = {pool.submit(_one, h, build(h, opts), opts): h for h in hosts}
+        futures = {pool.submit(_one, h, build(h, opts), opts, on_start): h for h in hosts}
         for fut in as_completed(futures):
             h = futures[fut]
             results[h] = fut.result()
@@ -181,7 +185,8 @@ def split_pdsh(hosts: Sequence[str], stdout: str, stderr: str) -> tuple[dict[str
     return out, err, codes, timed_out, stray
 
 
-def _pdsh(hosts: Sequence[str], opts: launch.FleetOptions, on_node: OnNode | None) -> list[NodeRun]:
+def _pdsh(hosts: Sequence[str], opts: launch.FleetOptions, on_node: OnNode | None,
+          on_start: OnStart | None) -> list[NodeRun]:
     """One pdsh over every host; a node whose snapshot arrives whole is reported at once, the rest at the end."""
     argv = launch.pdsh_argv(hosts, opts)
     waves = -(-len(hosts) // max(1, opts.parallel))
@@ -207,7 +212,8 @@ def _pdsh(hosts: Sequence[str], opts: launch.FleetOptions, on_node: OnNode | Non
             if on_node:
                 on_node(node)
 
-    ev = run_streaming(argv, on_line, env=launch.pdsh_env(opts), timeout=limit, cap=OUTPUT_CAP * 4, label="pdsh")
+    ev = run_streaming(argv, on_line, env=launch.pdsh_env(opts), timeout=limit, cap=OUTPUT_CAP * 4, label="pdsh",
+                       on_start=on_start)
     out, err, codes, timed_out, stray = split_pdsh(hosts, ev.stdout, ev.stderr)
     whole_timeout = bool(ev.error and ev.error.startswith("timed out"))
     nodes: list[NodeRun] = []
@@ -226,11 +232,16 @@ def _pdsh(hosts: Sequence[str], opts: launch.FleetOptions, on_node: OnNode | Non
     return nodes
 
 
-def collect(hosts: Sequence[str], opts: launch.FleetOptions, on_node: OnNode | None = None) -> list[NodeRun]:
-    """Snapshot every host through ``opts.launcher``; results in host order, one per host."""
+def collect(hosts: Sequence[str], opts: launch.FleetOptions, on_node: OnNode | None = None,
+            on_start: OnStart | None = None) -> list[NodeRun]:
+    """Snapshot every host through ``opts.launcher``; results in host order, one per host.
+
+    ``on_node`` hears of each node as it finishes, one call at a time (possibly from a reader thread).
+    """
     if opts.launcher not in launch.LAUNCHERS:
         raise UsageError(f"zdoctor fleet: unknown launcher {opts.launcher!r} (choose {', '.join(launch.LAUNCHERS)})")
     require_launcher(opts)
     launch.remote_argv(opts)  # a bad --zdoctor is a usage error before anything runs
-    nodes = _pdsh(hosts, opts, on_node) if opts.launcher == "pdsh" else _per_node(hosts, opts, on_node)
-    return nodes
+    if opts.launcher == "pdsh":
+        return _pdsh(hosts, opts, on_node, on_start)
+    return _per_node(hosts, opts, on_node, on_start)
