@@ -188,3 +188,18 @@ def test_classify_each_outcome():
     assert not_snap.status == "bad-output" and "not a zdoctor snapshot" in not_snap.error
     srun = classify("n1", "srun", 1, [], ["srun: error: Invalid node name specified"], False, 60)
     assert srun.status == "unreachable"
+
+
+def test_snapshot_to_standard_output_plain_and_armored(cli):
+    import sys
+
+    plain = cli(["snapshot", "-o", "-", "--python", sys.executable])
+    assert plain.returncode == 0, plain.stderr
+    doc = json.loads(plain.stdout)
+    assert doc["format"] == "zdoctor-snapshot" and "written to standard output" in plain.stderr
+    armored = cli(["snapshot", "-o", "-", "--armor", "--python", sys.executable])
+    assert armored.returncode == 0, armored.stderr
+    lines = armored.stdout.splitlines()
+    assert lines[0] == armor.BEGIN and lines[-1] == armor.END
+    again = armor.decode(lines)
+    assert again["format"] == "zdoctor-snapshot" and set(again["probes"]) == set(doc["probes"])
