@@ -3,7 +3,9 @@ findings and each fact's values, one selection away."""
 
 from __future__ import annotations
 
+import contextlib
 import shlex
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,7 +19,9 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
+from textual.worker import Worker, WorkerState
 
+from zdoctor.errors import ZdoctorError
 from zdoctor.export import MARKS, STYLES
 from zdoctor.fleet.result import NODE_PROBLEMS, families
 from zdoctor.model import Finding, sort_findings
@@ -28,6 +32,8 @@ from .evidence import EvidenceScreen
 from .info import ExportScreen
 
 if TYPE_CHECKING:
+    from zdoctor.fleet.collect import NodeRun
+    from zdoctor.fleet.live import LiveFleet
     from zdoctor.fleet.result import FleetReport, NodeResult
     from zdoctor.fleet.skew import SkewRow
 
@@ -35,6 +41,8 @@ if TYPE_CHECKING:
 Exporter = Callable[[str], Path]
 LAUNCH_WIDTH = 48
 VALUE_WIDTH = 44
+#: The exit code when the user stops a collection before every node has answered (as for Ctrl+C).
+CANCELLED = 130
 
 
 def smark(status: str) -> Text:
@@ -51,12 +59,17 @@ def shorten(text: str, width: int) -> str:
     return flat[:head] + "…" + flat[len(flat) - (width - 1 - head):]
 
 
-def launch_text(node: NodeResult, width: int = LAUNCH_WIDTH) -> Text:
+def run_text(run: NodeRun, width: int = LAUNCH_WIDTH) -> Text:
     """How the launcher fared, in a few words: dim ``ok``, or the problem and its error, shortened."""
-    if node.reached:
+    if run.status == "ok":
         return Text("ok", style="dim")
-    what = node.run.status + (f": {node.run.error}" if node.run.error else "")
+    what = run.status + (f": {run.error}" if run.error else "")
     return Text(shorten(what, width), style="bold red")
+
+
+def launch_text(node: NodeResult, width: int = LAUNCH_WIDTH) -> Text:
+    """:func:`run_text` of a node of the report."""
+    return run_text(node.run, width)
 
 
 def header_text(report: FleetReport) -> Text:
@@ -383,10 +396,124 @@ class FleetFactScreen(Screen[None]):
         self.app.pop_screen()
 
 
+# --- collecting -------------------------------------------------------------------------------------
+
+def collect_head(live: LiveFleet, answered: int, elapsed: float, failed: bool = False) -> Text:
+    """``Fleet  ssh · hostfile  2 of 3 nodes answered · 4 s``."""
+    total = len(live.hosts)
+    out = Text.assemble(("Fleet", "bold"), f"  {live.launcher} · {live.source}  ")
+    if failed:
+        out.append("collection failed", style="bold red")
+        return out
+    out.append(f"{answered} of {total} node{'' if total == 1 else 's'} answered",
+               style="" if answered == total else "yellow")
+    out.append(f" · {elapsed:.0f} s", style="dim")
+    return out
+
+
+class FleetCollectScreen(Screen[None]):
+    """Every node as it answers, while the fleet is collected in a thread; the matrix replaces it once
+    every node has answered or timed out."""
+
+    PALETTE_GROUP = "Fleet collection"
+    BINDINGS = [Binding("ctrl+c", "app.quit", "Stop and quit", show=False, priority=True)]
+
+    def __init__(self, live: LiveFleet) -> None:
+        super().__init__()
+        self.live = live
+        self.started = time.monotonic()
+        self.arrived: dict[str, NodeRun] = {}
+        self.failure: ZdoctorError | None = None
+        self.finished = False
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(collect_head(self.live, 0, 0.0), id="fleet-collect-head")
+        yield Static(Text.assemble(("Nodes", "bold"), ("  each as it answers · q stops and quits", "dim")),
+                     classes="fleet-label")
+        yield DataTable(id="fleet-collect-nodes", cursor_type="row", zebra_stripes=False)
+        yield Static("", id="fleet-collect-error")
+        yield KeyBar()
+
+    def on_mount(self) -> None:
+        grid = self.query_one("#fleet-collect-nodes", DataTable)
+        grid.add_column("", key="mark")
+        grid.add_column("node", key="node")
+        grid.add_column("launch", key="launch")
+        grid.add_column("time", key="time")
+        for host in self.live.hosts:
+            grid.add_row(Text("·", style="dim"), Text(host), Text("waiting…", style="dim"),
+                         Text("0 s", style="dim"), key=host)
+        grid.focus()
+        self.ticker = self.set_interval(1.0, self.tick)
+        app = self.app
+
+        def arrived(node: NodeRun) -> None:  # on the collecting thread
+            if self.live.cancelled:
+                return
+            with contextlib.suppress(RuntimeError):  # the app has gone
+                app.call_from_thread(self.show_node, node)
+
+        def work() -> FleetReport | ZdoctorError:
+            try:
+                return self.live.run(arrived)
+            except ZdoctorError as exc:
+                return exc
+
+        self.run_worker(work, name="fleet collection", group="fleet-collect", thread=True)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def show_head(self) -> None:
+        self.query_one("#fleet-collect-head", Static).update(
+            collect_head(self.live, len(self.arrived), self.elapsed(), self.failure is not None))
+
+    def tick(self) -> None:
+        self.show_head()
+        grid = self.query_one("#fleet-collect-nodes", DataTable)
+        waited = Text(f"{self.elapsed():.0f} s", style="dim")
+        for host in self.live.hosts:
+            if host not in self.arrived:
+                grid.update_cell(host, "time", waited, update_width=True)
+
+    def show_node(self, node: NodeRun) -> None:
+        """One node answered (or gave up): its mark, how the launcher fared and how long it took."""
+        if self.live.cancelled or not self.is_mounted or node.host not in self.live.hosts:
+            return
+        self.arrived[node.host] = node
+        grid = self.query_one("#fleet-collect-nodes", DataTable)
+        grid.update_cell(node.host, "mark", smark("ok" if node.status == "ok" else "fail"))
+        grid.update_cell(node.host, "node", Text(node.host, style="" if node.status == "ok" else "bold"))
+        grid.update_cell(node.host, "launch", run_text(node), update_width=True)
+        grid.update_cell(node.host, "time", Text(f"{node.duration_s:.1f} s"), update_width=True)
+        self.show_head()
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group != "fleet-collect" or event.state != WorkerState.SUCCESS:
+            return
+        self.finished = True
+        self.ticker.stop()
+        result = event.worker.result
+        if isinstance(result, ZdoctorError):
+            self.failure = result
+            self.show_head()
+            self.query_one("#fleet-collect-error", Static).update(Text(str(result), style="bold red"))
+            if isinstance(self.app, FleetApp):
+                self.app.failure = result
+        elif result is not None and not self.live.cancelled and isinstance(self.app, FleetApp):
+            self.app.show_report(result, self)
+
+    def on_unmount(self) -> None:
+        if not self.finished and not self.live.cancelled:  # going away mid-collection: leave no launcher running
+            self.live.cancel()
+
+
 # --- the app ----------------------------------------------------------------------------------------
 
 class FleetApp(App[int]):
-    """The fleet report on its own; quitting exits with the report's exit code."""
+    """The fleet report on its own, or first the collection of it from a live fleet; quitting exits with
+    the report's exit code (130 while the nodes are still being collected, 2 when collecting failed)."""
 
     TITLE = "zdoctor fleet"
     BINDINGS = [
@@ -394,14 +521,37 @@ class FleetApp(App[int]):
         Binding("q", "quit", "Quit", id="quit"),
     ]
 
-    def __init__(self, report: FleetReport, exporter: Exporter | None = None) -> None:
+    def __init__(self, report: FleetReport | None = None, exporter: Exporter | None = None, *,
+                 live: LiveFleet | None = None) -> None:
+        if (report is None) == (live is None):
+            raise TypeError("FleetApp: give either a fleet report or a live fleet")
         super().__init__(css_path=str(data_dir("assets") / "zdoctor.tcss"))
         self.report = report
+        self.live = live
         self.exporter = exporter
-        self.sub_title = f"{len(report.nodes)} node{'' if len(report.nodes) == 1 else 's'} over {report.launcher}"
+        self.failure: ZdoctorError | None = None
+        if report is not None:
+            self.sub_title = self.nodes_over(len(report.nodes), report.launcher)
+        elif live is not None:
+            self.sub_title = self.nodes_over(len(live.hosts), live.launcher)
+
+    @staticmethod
+    def nodes_over(n: int, launcher: str) -> str:
+        return f"{n} node{'' if n == 1 else 's'} over {launcher}"
 
     def on_mount(self) -> None:
-        self.push_screen(FleetScreen(self.report, self.exporter))
+        if self.report is not None:
+            self.push_screen(FleetScreen(self.report, self.exporter))
+        elif self.live is not None:
+            self.push_screen(FleetCollectScreen(self.live))
+
+    def show_report(self, report: FleetReport, collecting: Screen[None]) -> None:
+        """Replace the collection screen (and anything opened over it) with the fleet screen."""
+        self.report = report
+        self.sub_title = self.nodes_over(len(report.nodes), report.launcher)
+        while self.screen is not collecting and len(self.screen_stack) > 2:
+            self.pop_screen()
+        self.switch_screen(FleetScreen(report, self.exporter))
 
     def action_help(self) -> None:
         from .info import HelpScreen
@@ -410,10 +560,18 @@ class FleetApp(App[int]):
             self.push_screen(HelpScreen(self.screen))
 
     async def action_quit(self) -> None:
-        self.exit(self.report.exit_code)
+        if self.report is not None:
+            self.exit(self.report.exit_code)
+        elif self.failure is not None:
+            self.exit(self.failure.exit_code)
+        else:  # still collecting: kill the launchers, and do not wait for the report
+            if self.live is not None:
+                self.live.cancel()
+            self.exit(CANCELLED)
 
 
-def make_fleet_app(report: FleetReport, exporter: Exporter | None = None) -> FleetApp:
-    """The fleet screen as an app (``exporter``: writes the report as md/html/json, returns the path)."""
-    return FleetApp(report, exporter)
-
+def make_fleet_app(report: FleetReport | None = None, exporter: Exporter | None = None, *,
+                   live: LiveFleet | None = None) -> FleetApp:
+    """The fleet screen as an app (``exporter``: writes the report as md/html/json, returns the path); with
+    ``live`` instead of a report, the nodes are collected on a collection screen first."""
+    return FleetApp(report, exporter, live=live)

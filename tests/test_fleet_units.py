@@ -89,7 +89,7 @@ def test_remote_command_keeps_hostile_paths_as_one_argument():
     assert argv == ["zdoctor", "snapshot", "-o", "-", "--armor", "--timeout", "30", "--python", HOSTILE,
                     "--ext", "/x y/ext.so"]
     line = ssh_argv("gpu-1", opts)[-1]
-    assert shlex.split(line) == argv  # what the remote shell will split it into
+    assert shlex.split(line) == ["timeout", "-k", "5", "90", *argv]  # what the node's shell will run
     assert pdsh_argv(["gpu-1"], opts)[-1] == line
     with pytest.raises(UsageError, match="--zdoctor"):
         remote_argv(FleetOptions(zdoctor="'unterminated"))
@@ -180,6 +180,10 @@ def test_classify_each_outcome():
     assert missing.status == "no-zdoctor" and "command not found" in missing.error
     hung = classify("h", "ssh", None, [], [], True, 60)
     assert (hung.status, hung.error) == ("timeout", "no snapshot within 60 s")
+    assert classify("h", "pdsh", 124, [], [], False, 60).status == "timeout"  # the node's own limit
+    gone = classify("h", "ssh", 127, [], ["timeout: failed to run command 'zd': No such file or directory"],
+                    False, 60, "zd")
+    assert gone.status == "no-zdoctor" and "failed to run command 'zd'" in gone.error
     failed = classify("h", "ssh", 2, [], ["zdoctor: --python /nope: no such file"], False, 60)
     assert failed.status == "error" and failed.error == "zdoctor exited with 2: zdoctor: --python /nope: no such file"
     junk = classify("h", "ssh", 0, ["hello"], [], False, 60)

@@ -1,18 +1,27 @@
 """The fleet screen, driven through Textual's Pilot on fleets built from the real H200 capture: the node x
 check-family matrix, the skew table, a node's findings and a finding's remedies, one fact on every node,
-export, an empty fleet and one where no node answered, and the exit code on quit."""
+export, an empty fleet and one where no node answered, and the exit code on quit. Then a live fleet
+collected through a stand-in ssh on this machine: each node as it answers, the matrix once all have, and
+quitting mid-collection."""
 
 from __future__ import annotations
 
+import os
+import sys
+import time
 from pathlib import Path
 
+import pytest
 from fleetkit import h200_report
+from prockit import dead, wait_for
 from test_tui import name, plain, run, screen_text, settle
 from textual.app import App
 from textual.widgets import DataTable
 
 from zdoctor import tui
 from zdoctor.fleet.collect import NodeRun
+from zdoctor.fleet.launch import FleetOptions
+from zdoctor.fleet.live import LiveFleet
 from zdoctor.fleet.result import FleetReport
 from zdoctor.fleet.skew import skew_table
 
@@ -314,3 +323,122 @@ def test_run_fleet_tui_returns_the_exit_code(monkeypatch):
                         lambda self: App.run(self, headless=True, size=(80, 24), auto_pilot=quit_at_once))
     assert tui.run_fleet_tui(h200_report()) == 1
     assert tui.run_fleet_tui(empty_report()) == 0
+
+
+# --- a live fleet ------------------------------------------------------------------------------------
+
+# ssh as the launcher calls it (ssh -n -o ... -- HOST 'COMMAND'): good-* run the command here once the test
+# creates the file "go", hung-* never answer, and any other host refuses the connection.
+STAND_IN_SSH = """#!/bin/sh
+while [ "$1" != "--" ]; do shift; done
+host=$2
+case "$host" in
+  good-*) while [ ! -e "{dir}/go" ]; do sleep 0.05; done; exec sh -c "$3" ;;
+  hung-*) echo $$ > "{dir}/$host.pid"; exec sleep 300 ;;
+  *) while [ ! -e "{dir}/go" ]; do sleep 0.05; done
+     echo "ssh: connect to host $host port 22: Connection refused" >&2; exit 255 ;;
+esac
+"""
+
+
+@pytest.fixture
+def stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A directory whose ``ssh`` is :data:`STAND_IN_SSH`, first on PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    ssh = bin_dir / "ssh"
+    ssh.write_text(STAND_IN_SSH.format(dir=tmp_path))
+    ssh.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return tmp_path
+
+
+def live_fleet(hosts: list[str], timeout: float) -> LiveFleet:
+    opts = FleetOptions(launcher="ssh", zdoctor=f"{sys.executable} -m zdoctor", timeout=timeout)
+    return LiveFleet(hosts, opts, "hostfile")
+
+
+def test_a_live_fleet_shows_each_node_as_it_answers_then_the_matrix(stand_in: Path):
+    hosts = ["good-1", "hung-1", "down-1"]
+
+    async def scenario() -> None:
+        app = make(None, live=live_fleet(hosts, 5))
+        async with app.run_test(size=(120, 30)) as pilot:
+            await on_screen(pilot, app, "FleetCollectScreen")
+            nodes = rows(table(app, "fleet-collect-nodes"))
+            assert list(nodes) == hosts
+            assert all(n["launch"] == "waiting…" and n["time"].endswith(" s") for n in nodes.values())
+            head = plain(app.screen.query_one("#fleet-collect-head"))
+            assert "ssh · hostfile" in head and "0 of 3 nodes answered" in head
+
+            (stand_in / "go").touch()
+            await settle(pilot, lambda: len(app.screen.arrived) == 2, what="two nodes answered")
+            nodes = rows(table(app, "fleet-collect-nodes"))
+            assert nodes["good-1"]["mark"] == "✓" and nodes["good-1"]["launch"] == "ok"
+            assert nodes["down-1"]["mark"] == "✗"
+            down = nodes["down-1"]["launch"]
+            assert down.startswith("unreachable: ssh: conne") and down.endswith("Connection refused")
+            assert nodes["hung-1"]["launch"] == "waiting…"
+            assert "2 of 3 nodes answered" in plain(app.screen.query_one("#fleet-collect-head"))
+
+            await settle(pilot, lambda: name(app) == "FleetScreen", timeout=15, what="the fleet screen")
+            await pilot.pause()
+            matrix = rows(table(app, "fleet-matrix"))
+            assert list(matrix) == hosts
+            assert matrix["good-1"]["launch"] == "ok"
+            assert matrix["hung-1"]["launch"] == "timeout: no snapshot within 5 s"
+            assert matrix["down-1"]["launch"] == down
+            assert "1 of 3 nodes reached" in plain(app.screen.query_one("#fleet-head"))
+            assert app.report is not None and app.report.node("good-1").reached
+            await pilot.press("q")
+        assert app.return_value == 1
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("key", ["q", "ctrl+c"])
+def test_quitting_mid_collection_kills_the_launchers_and_exits_130(stand_in: Path, monkeypatch, key: str):
+    fleet = tui._screens_fleet()
+    pid_file = stand_in / "hung-1.pid"
+    pressed: list[float] = []
+
+    async def quit_while_waiting(pilot) -> None:
+        await settle(pilot, lambda: name(pilot.app) == "FleetCollectScreen" and pid_file.exists()
+                     and pid_file.read_text().strip() != "", what="the hung node running")
+        assert rows(table(pilot.app, "fleet-collect-nodes"))["hung-1"]["launch"] == "waiting…"
+        pressed.append(time.monotonic())
+        await pilot.press(key)
+
+    monkeypatch.setattr(fleet.FleetApp, "run",
+                        lambda self: App.run(self, headless=True, size=(80, 24), auto_pilot=quit_while_waiting))
+    live = live_fleet(["hung-1", "down-1"], 60)
+    assert tui.run_fleet_tui(live=live) == 130
+    assert time.monotonic() - pressed[0] < 10  # the launchers were killed, not waited for
+    assert live.cancelled
+    pid = int(pid_file.read_text())
+    assert wait_for(lambda: dead(pid), 5), "the hung node's sleep survived"
+
+
+def test_a_collection_that_fails_says_why_and_exits_2():
+    live = LiveFleet(["node-1"], FleetOptions(launcher="telnet"), "hostfile")
+
+    async def scenario() -> None:
+        app = make(None, live=live)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await on_screen(pilot, app, "FleetCollectScreen")
+            await settle(pilot, lambda: app.screen.failure is not None, what="the failure")
+            await pilot.pause()
+            assert "unknown launcher 'telnet'" in plain(app.screen.query_one("#fleet-collect-error"))
+            assert "collection failed" in plain(app.screen.query_one("#fleet-collect-head"))
+            await pilot.press("q")
+        assert app.return_value == 2
+
+    run(scenario())
+
+
+def test_run_fleet_tui_takes_a_report_or_a_live_fleet():
+    live = live_fleet(["good-1"], 5)
+    with pytest.raises(TypeError, match="not both or neither"):
+        tui.run_fleet_tui()
+    with pytest.raises(TypeError, match="not both or neither"):
+        tui.run_fleet_tui(h200_report(), live=live)

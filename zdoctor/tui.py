@@ -10,6 +10,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from .fleet.live import LiveFleet
     from .fleet.result import FleetReport
 
 
@@ -60,9 +61,21 @@ def _screens_fleet() -> ModuleType:
     return importlib.import_module("screens.fleet")
 
 
-def run_fleet_tui(report: FleetReport, exporter: Callable[[str], Path] | None = None) -> int:
+def run_fleet_tui(report: FleetReport | None = None, exporter: Callable[[str], Path] | None = None, *,
+                  live: LiveFleet | None = None) -> int:
     """Show a fleet report (the node x check matrix, the skew table, each node's findings); returns the
     report's exit code when the user quits. ``exporter`` writes the report as md, html or json and returns
-    the path written."""
-    result = _screens_fleet().make_fleet_app(report, exporter).run()
-    return report.exit_code if result is None else int(result)
+    the path written.
+
+    Give either ``report`` or ``live``: with ``live``, each node is shown as it answers while the fleet is
+    collected, then the report; quitting before every node has answered kills the launchers and returns 130
+    (2 when the collection itself failed, as for a usage error).
+    """
+    if (report is None) == (live is None):
+        raise TypeError("run_fleet_tui: give either a fleet report or a live fleet (live=), not both or neither")
+    app = _screens_fleet().make_fleet_app(report, exporter, live=live)
+    result = app.run()
+    if result is not None:
+        return int(result)
+    shown = report if report is not None else app.report
+    return shown.exit_code if shown is not None else 130

@@ -82,7 +82,7 @@ def classify(host: str, launcher: str, exit_code: int | None, out: Sequence[str]
         armor_error = problem
     except ArmorError as exc:
         armor_error = str(exc)
-    if timed_out:
+    if timed_out or (launcher in ("ssh", "pdsh") and exit_code in (124, 137)):  # 124/137: the node's own `timeout`
         return NodeRun(host, "timeout", f"no snapshot within {timeout:g} s" + (f": {said}" if said else ""),
                        exit_code, stderr=tail)
     ssh_like = launcher in ("ssh", "pdsh")

@@ -59,18 +59,27 @@ def remote_argv(opts: FleetOptions) -> list[str]:
     return argv + list(opts.snapshot_args)
 
 
+def remote_line(opts: FleetOptions) -> str:
+    """The line pdsh and ssh hand to the node's login shell: zdoctor under coreutils ``timeout``.
+
+    Killing ssh does not stop a command that has no terminal on the node, so the node bounds it itself:
+    SIGTERM at the node's budget, SIGKILL 5 s later.
+    """
+    return shlex.join(["timeout", "-k", "5", str(max(1, math.ceil(opts.timeout))), *remote_argv(opts)])
+
+
 def ssh_argv(host: str, opts: FleetOptions) -> list[str]:
     """``ssh`` to one host: no password prompts, a connect timeout, the remote line shell-quoted."""
     argv = ["ssh", "-n", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={opts.connect_timeout}"]
     if opts.ssh_config:
         argv += ["-F", opts.ssh_config]
-    return [*argv, "--", host, shlex.join(remote_argv(opts))]
+    return [*argv, "--", host, remote_line(opts)]
 
 
 def pdsh_argv(hosts: Sequence[str], opts: FleetOptions) -> list[str]:
     """One ``pdsh`` over every host with its ssh module, fan-out, connect and command timeouts."""
     return ["pdsh", "-R", "ssh", "-f", str(max(1, opts.parallel)), "-t", str(opts.connect_timeout),
-            "-u", str(max(1, math.ceil(opts.timeout))), "-w", ",".join(hosts), shlex.join(remote_argv(opts))]
+            "-u", str(max(1, math.ceil(opts.timeout))), "-w", ",".join(hosts), remote_line(opts)]
 
 
 def pdsh_env(opts: FleetOptions, environ: Mapping[str, str] | None = None) -> dict[str, str]:
