@@ -175,3 +175,31 @@ def test_each_node_is_reported_as_it_finishes(fleet, launcher):
     assert seen[0][2] < 8 <= seen[1][2] + 1  # the good node came in before the hung one's limit
     assert [r.host for r in runs] == [HUNG, GOOD]  # results stay in hostfile order
     assert runs[1].duration_s < 8 and runs[1].snapshot is not None
+
+
+def test_fleet_tui_in_a_real_terminal(fleet, tmp_path, state_home):
+    """`zdoctor fleet --tui` over pdsh in tmux: nodes come in one by one, then the matrix; a node opens."""
+    import shutil
+
+    from test_tui_tmux import Tmux
+
+    if shutil.which("tmux") is None:
+        pytest.skip("needs tmux")
+    hf = hostfile(tmp_path, f"{GOOD} slots=1", f"{CONDA} slots=1", NOBODY)
+    term = Tmux(tmp_path, state_home)
+    try:
+        term.start(fleet_args(fleet, hf, "pdsh", "--ext", str(fleet["ext"]), "--tui"), (120, 36),
+                   "xterm-256color")
+        term.wait("Enter opens a node", NOBODY, "LD_LIBRARY_PATH", timeout=90)
+        term.send("Down", "Enter")  # the second node: the one with the old libstdc++
+        term.wait("libs.glibcxx", "GLIBCXX_3.4.30")
+        term.send("Escape", "q")
+        assert term.wait_dead() in ("1", "")
+    finally:
+        term.close()
+    from zdoctor.session import list_sessions, load_events
+
+    (info,) = list_sessions(state_home / "zdoctor")
+    events = load_events(info.id, state_home / "zdoctor")
+    assert [e["type"] for e in events].count("fleet_node") == 3
+    assert events[-1]["type"] == "session_end" and events[-1]["exit_code"] == 1
