@@ -116,3 +116,29 @@ def test_screenshots_export_as_svg(tmp_path):
             assert svg.startswith("<svg") and "symptom" in svg
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_fleet_node_and_fact_screens(size):
+    """Five H200 nodes from the real capture: one on an older driver, one with a conda LD_LIBRARY_PATH, one
+    unreachable."""
+    from fleetkit import h200_report
+
+    from zdoctor import tui
+
+    async def scenario() -> None:
+        app = tui._screens_fleet().make_fleet_app(h200_report())
+        async with app.run_test(size=size) as pilot:
+            await settle(pilot, lambda: name(app) == "FleetScreen")
+            await quiet(pilot, app)
+            compare("fleet", size, screen_text(app))
+            await pilot.press("down", "enter")
+            await settle(pilot, lambda: name(app) == "FleetNodeScreen")
+            await quiet(pilot, app)
+            compare("fleet-node", size, screen_text(app))
+            await pilot.press("escape", "f", "enter")
+            await settle(pilot, lambda: name(app) == "FleetFactScreen")
+            await quiet(pilot, app)
+            compare("fleet-fact", size, screen_text(app))
+
+    asyncio.run(scenario())
