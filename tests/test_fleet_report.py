@@ -215,3 +215,16 @@ def test_a_replayed_session_that_is_not_a_fleet(cli):
     assert r.returncode in (0, 1)
     r = cli(["fleet", "--replay", "last"])
     assert r.returncode == 2 and "not a fleet session (no fleet_start event)" in r.stderr
+
+
+def test_export_tables_from_the_recorded_report():
+    from zdoctor.export import fleet_tables
+
+    (m_title, m_cols, m_rows, m_hot), (s_title, s_cols, s_rows, s_hot) = fleet_tables(
+        json.loads(json.dumps(h200_report().to_dict())))
+    assert m_cols[:4] == ["node", "launch", "gpu", "hangs"]
+    gpu = m_cols.index("gpu")
+    assert [r[gpu] for r in m_rows] == ["✓", "✗", "✓", "✓", ""]
+    assert m_rows[4][:2] == ["✗ gpu-5", "unreachable"] and m_hot == [1, 4]
+    assert s_rows[0] == ["NVIDIA driver", "580.159.04", "gpu-2: 570.124.06"] and 0 in s_hot
+    assert fleet_tables({"nodes": [{"host": 1, "cells": "junk"}, "junk"], "skew": [None]})[0][2] == [["? 1", ""]]

@@ -142,18 +142,18 @@ def collect(events: list[dict[str, Any]]) -> Report:
 def fleet_tables(fleet: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]], list[int]]]:
     """The recorded fleet report as two tables (title, columns, rows, highlighted rows): the node x check
     matrix by check family, and every fact that should be equal with its majority and the nodes that differ."""
+    from .fleet.result import families, worst
+
     nodes = [n for n in fleet.get("nodes") or [] if isinstance(n, dict)]
-    fams = list(dict.fromkeys(_s(c).split(".", 1)[0] for c in fleet.get("checks") or []))
-    rank = {s: i for i, s in enumerate(("crash", "fail", "warn", "ok", "skip"))}
+    fams = families([_s(c) for c in fleet.get("checks") or []])
     rows, hot = [], []
     for i, n in enumerate(nodes):
         launch = n.get("launch") if isinstance(n.get("launch"), dict) else {}
         cells = n.get("cells") if isinstance(n.get("cells"), dict) else {}
         row = [f"{MARKS.get(_s(n.get('status')), '?')} {_s(n.get('host'))}", _s(launch.get("status"))]
-        for fam in fams:
-            got = [_s(v) for k, v in cells.items() if _s(k).split(".", 1)[0] == fam]
-            best = min(got, key=lambda s: rank.get(s, 9), default="")
-            row.append(MARKS.get(best, "") if launch.get("status") == "ok" else "")
+        for checks in fams.values():
+            got = [_s(cells[c]) for c in checks if _s(cells.get(c)) in STATUS_RANK]
+            row.append(MARKS[worst(got)] if got and launch.get("status") == "ok" else "")
         rows.append(row)
         if n.get("status") in ("fail", "crash"):
             hot.append(i)

@@ -48,12 +48,17 @@ def probes_for(check_names: Iterable[str]) -> list[str]:
     return out
 
 
+def evaluate_checks(names: Iterable[str], facts: Facts) -> dict[str, list[Finding]]:
+    """Each named check's findings, by check (see :func:`evaluate_check`)."""
+    return {name: evaluate_check(name, facts) for name in names}
+
+
 def run_checks(host: Host, names: Iterable[str] | None = None) -> tuple[Facts, list[Finding]]:
     """Probe concurrently for the named checks (default: all) and evaluate them."""
     load_vocabulary()
     names = list(CHECKS) if names is None else list(names)
     facts = host.results(probes_for(names))
     findings = probe_findings(facts)
-    for name in names:
-        findings.extend(evaluate_check(name, facts))
+    for found in evaluate_checks(names, facts).values():
+        findings.extend(found)
     return facts, findings

@@ -108,7 +108,7 @@ def evaluate_node(run: NodeRun, launcher: str) -> NodeResult:
     """Evaluate one node's snapshot with every registered check, exactly as ``check --replay`` would."""
     if run.status != "ok" or run.snapshot is None:
         return NodeResult(run, [_launch_finding(run, launcher)])
-    from ..checks import evaluate_check, probe_findings, probes_for
+    from ..checks import evaluate_checks, probe_findings, probes_for
     from ..host import ReplayHost
     from ..registry import CHECKS, load_vocabulary
 
@@ -122,8 +122,7 @@ def evaluate_node(run: NodeRun, launcher: str) -> NodeResult:
         cells[PROBES_COLUMN] = "crash"
     for f in crashed:
         merged.setdefault(f.id, f)
-    for name in CHECKS:
-        found = evaluate_check(name, facts)
+    for name, found in evaluate_checks(CHECKS, facts).items():
         cells[name] = worst([f.status for f in found])
         for f in found:
             merged.setdefault(f.id, f)
