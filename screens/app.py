@@ -194,23 +194,13 @@ class ZdoctorApp(App[int]):
     # -- export ------------------------------------------------------------------------------------
     def export(self, fmt: str) -> Path:
         """Write the current session as ``fmt`` (md, html, json); returns the path written."""
-        from zdoctor.export import default_name, render, write_export
-        from zdoctor.session import load_events, state_dir
+        from zdoctor.export import export_session
 
         ctx = self.ctx
         if ctx is None or ctx.log is None:
             raise InputError("this session is not recorded, so there is nothing to export"
                              + (f" ({ctx.note})" if ctx is not None and ctx.note else ""))
-        text = render(load_events(ctx.log.id), fmt)
-        name = default_name(ctx.log.id, fmt)
-        folder = self.export_dir or Path.cwd()
-        try:
-            path = write_export(text, folder / name)
-        except ZdoctorError:
-            fallback = state_dir() / "exports"
-            fallback.mkdir(parents=True, exist_ok=True, mode=0o700)
-            path = write_export(text, fallback / name)
-        path = path.resolve()
+        path = export_session(ctx.log.id, fmt, self.export_dir)
         ctx.record("export", {"format": fmt, "path": str(path)})
         return path
 

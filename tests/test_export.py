@@ -404,3 +404,16 @@ def test_declined_and_practised_remedies_are_listed_with_what_was_applied(state_
     assert "Nothing was applied" not in applied
     text, _ = html_text(render(events, "html"))
     assert "(declined: answered No in the confirmation)" in text and "(practised: nothing was run)" in text
+
+
+def test_export_session_falls_back_to_the_state_directory(state_home: Path, tmp_path: Path):
+    from zdoctor.export import export_session
+
+    log = SessionLog.create("check", ["check"], HOST)
+    log.record("finding", {"finding": Finding("f", "fail", "broken").to_dict()})
+    log.close(1)
+    here = export_session(log.id, "md", tmp_path)
+    assert here == (tmp_path / f"zdoctor-{log.id}.md").resolve() and "broken" in here.read_text()
+    gone = export_session(log.id, "json", tmp_path / "no" / "such" / "dir")
+    assert gone == (state_home / "zdoctor" / "exports" / f"zdoctor-{log.id}.json").resolve()
+    assert json.loads(gone.read_text())["session"] == log.id

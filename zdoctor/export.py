@@ -809,6 +809,24 @@ def default_name(session_id: str, fmt: str) -> str:
     return f"zdoctor-{session_id}.{EXTENSIONS[fmt]}"
 
 
+def export_session(session_id: str, fmt: str, folder: str | os.PathLike[str] | None = None) -> Path:
+    """Write session ``session_id`` as ``fmt`` into ``folder`` (default: the working directory) under its
+    default name; where that folder cannot be written, into the state directory's ``exports``. Returns the
+    absolute path written."""
+    from .errors import ZdoctorError
+    from .session import load_events, state_dir
+
+    text = render(load_events(session_id), fmt)
+    name = default_name(session_id, fmt)
+    try:
+        path = write_export(text, Path(folder or Path.cwd()) / name)
+    except ZdoctorError:
+        fallback = state_dir() / "exports"
+        fallback.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = write_export(text, fallback / name)
+    return path.resolve()
+
+
 def write_export(text: str, out_path: str | os.PathLike[str]) -> Path:
     """Write ``text`` to ``out_path`` atomically (temp file, fsync, rename) with mode 0600."""
     return write_text_atomic(out_path, text, 0o600)

@@ -87,17 +87,15 @@ def _progress(total: int) -> Callable[[NodeRun], None] | None:
 
 
 def _exporter(session: str | None) -> Callable[[str], Any] | None:
-    """Export the recorded fleet session into the current directory (None when it was not recorded)."""
+    """Export the recorded fleet session into the working directory (None when it was not recorded)."""
     if session is None:
         return None
 
-    def export(fmt: str) -> Any:
-        from ..export import default_name, render, write_export
-        from ..session import load_events
+    from functools import partial
 
-        return write_export(render(load_events(session), fmt), default_name(session, fmt))
+    from ..export import export_session
 
-    return export
+    return partial(export_session, session)
 
 
 def _replay(args: argparse.Namespace) -> FleetReport:

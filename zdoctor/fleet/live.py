@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .collect import NodeRun, OnNode, collect
-from .launch import FleetOptions
+from .launch import FleetOptions, remote_argv
 from .record import record_report
 from .result import FleetReport
 
@@ -59,8 +59,6 @@ class LiveFleet:
 
     def run(self, on_node: OnNode | None = None) -> FleetReport:
         """Collect every node (each recorded as it arrives), evaluate, record the result."""
-        from .launch import remote_argv
-
         self.record("fleet_start", {"launcher": self.launcher, "source": self.source, "hosts": self.hosts,
                                     "slots": self.slots, "remote": remote_argv(self.opts),
                                     "timeout": self.opts.timeout, "parallel": self.opts.parallel})
