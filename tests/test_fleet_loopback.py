@@ -67,7 +67,7 @@ def test_the_node_with_a_conda_libstdcxx_is_the_one_flagged(fleet, cli, tmp_path
     r = cli(fleet_args(fleet, hf, launcher, "--ext", str(fleet["ext"]), "--json"))
     assert r.returncode == 1, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["launcher"] == launcher and doc["summary"]["reached"] == 3
+    assert doc["launcher"] == launcher and doc["summary"]["reached"] == 3 and doc["source"] == hf
     nodes = {n["host"]: n for n in doc["nodes"]}
     assert [n["launch"]["status"] for n in nodes.values()] == ["ok", "ok", "ok"]
     skew = by_id(doc["skew"])

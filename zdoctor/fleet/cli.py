@@ -30,7 +30,7 @@ def _nodes(args: argparse.Namespace, environ: dict[str, str]) -> tuple[list[Node
             from shutil import which
 
             launcher = "pdsh" if which("pdsh") else "ssh"
-        return nodes, args.hostfile, launcher
+        return nodes, os.path.abspath(args.hostfile), launcher  # absolute: the slots remedy edits it
     var = next((v for v in SLURM_NODELIST_VARS if environ.get(v)), None)
     if launcher in (None, "srun") and var:
         return expand_nodelist(environ[var], var), f"${var}", "srun"
