@@ -22,6 +22,8 @@ from textual.screen import Screen
 from zdoctor.errors import InputError, ZdoctorError
 from zdoctor.resources import data_dir
 
+from .common import NO_CONTROL_CHARACTERS
+
 
 @dataclass
 class Context:
@@ -98,6 +100,10 @@ class ZdoctorApp(App[int]):
         Binding("q", "quit", "Quit", id="quit"),
     ]
 
+
+    def get_line_filters(self) -> list[Any]:
+        """Textual's filters, then one that keeps control characters in shown text off the terminal."""
+        return [*super().get_line_filters(), NO_CONTROL_CHARACTERS]
     def __init__(self, python: str | None = None, argv: list[str] | None = None, host: Any = None, *,
                  resume: str | None = None, demo: str | None = None, export_dir: str | os.PathLike[str] | None = None,
                  plan: dict[str, Any] | None = None) -> None:

@@ -10,14 +10,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from rich.segment import Segment
 from rich.table import Table as RichTable
 from rich.text import Text
 from textual.dom import NoScreen
+from textual.filter import LineFilter
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Static
 
-from zdoctor.model import Evidence, Finding, ProbeResult, Table, sort_findings
+from zdoctor.model import CONTROL_CHARACTERS, Evidence, Finding, ProbeResult, Table, sort_findings
 
 if TYPE_CHECKING:
     from zdoctor.host import Host
@@ -29,6 +31,28 @@ MARKS = {"ok": ("✓", "green"), "warn": ("!", "yellow"), "fail": ("✗", "red")
          "crash": ("‼", "magenta"), "timeout": ("⏱", "magenta")}
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 HOT = "⚠"
+
+
+class NoControlCharacters(LineFilter):
+    """Drop control characters from every line the app draws.
+
+    Screens show text that came from the machine (command output, file names, a node's snapshot). Rich
+    counts an escape or a bell as zero cells wide and passes it through, so such text could move the
+    cursor, clear the screen or retitle the terminal. Dropping them keeps each line exactly as wide as it
+    was laid out; the exports keep the text as it was.
+    """
+
+    def apply(self, segments: list[Segment], background: Any) -> list[Segment]:
+        out = []
+        for seg in segments:
+            if seg.control is None and CONTROL_CHARACTERS.search(seg.text):
+                seg = Segment(CONTROL_CHARACTERS.sub("", seg.text), seg.style)
+            out.append(seg)
+        return out
+
+
+NO_CONTROL_CHARACTERS = NoControlCharacters()
+
 
 
 def mark(status: str) -> Text:

@@ -8,7 +8,7 @@ import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.columns import Columns
 from rich.console import RenderableType
@@ -27,7 +27,7 @@ from zdoctor.fleet.result import NODE_PROBLEMS, families
 from zdoctor.model import Finding, sort_findings
 from zdoctor.resources import data_dir
 
-from .common import KeyBar
+from .common import NO_CONTROL_CHARACTERS, KeyBar
 from .evidence import EvidenceScreen
 from .info import ExportScreen
 
@@ -521,6 +521,10 @@ class FleetApp(App[int]):
         Binding("q", "quit", "Quit", id="quit"),
     ]
 
+
+    def get_line_filters(self) -> list[Any]:
+        """Textual's filters, then one that keeps control characters in shown text off the terminal."""
+        return [*super().get_line_filters(), NO_CONTROL_CHARACTERS]
     def __init__(self, report: FleetReport | None = None, exporter: Exporter | None = None, *,
                  live: LiveFleet | None = None) -> None:
         if (report is None) == (live is None):

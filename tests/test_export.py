@@ -417,3 +417,29 @@ def test_export_session_falls_back_to_the_state_directory(state_home: Path, tmp_
     gone = export_session(log.id, "json", tmp_path / "no" / "such" / "dir")
     assert gone == (state_home / "zdoctor" / "exports" / f"zdoctor-{log.id}.json").resolve()
     assert json.loads(gone.read_text())["session"] == log.id
+
+
+def test_control_characters_never_reach_a_terminal(state_home: Path):
+    """A path or an output with an escape sequence is shown as text in the Markdown (which people `cat`)
+    and in the terminal report; the JSON export keeps it exactly."""
+    import io
+
+    from zdoctor.doctor import CheckReport
+    from zdoctor.report import print_report
+
+    clear = "\x1b[2J\x1b]0;owned\x07"
+    f = Finding("libs.odd", "fail", f"odd file /opt/{clear}lib.so", detail=f"line\r{clear}",
+                evidence=[Evidence(label="ls", kind="command", stdout=f"out {clear}\n")])
+    log = SessionLog.create("check", ["check"], HOST)
+    log.record("finding", {"finding": f.to_dict()})
+    log.close(1)
+    events = load_events(log.id)
+    md = render(events, "md")
+    assert "\x1b" not in md and "\x07" not in md and "\\x1b[2J" in md.replace("\\\\", "\\")
+    assert json.loads(render(events, "json"))["findings"][0]["title"] == f"odd file /opt/{clear}lib.so"
+    buf = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    print_report(CheckReport(host={"hostname": f"node{clear}"}, findings=[f]), buf)
+    buf.seek(0)
+    text = buf.read()
+    assert "\x1b" not in text and "\x07" not in text and "\r" not in text
+    assert "odd file /opt/\\x1b[2J\\x1b]0;owned\\x07lib.so" in text

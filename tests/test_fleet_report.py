@@ -228,3 +228,21 @@ def test_export_tables_from_the_recorded_report():
     assert m_rows[4][:2] == ["✗ gpu-5", "unreachable"] and m_hot == [1, 4]
     assert s_rows[0] == ["NVIDIA driver", "580.159.04", "gpu-2: 570.124.06"] and 0 in s_hot
     assert fleet_tables({"nodes": [{"host": 1, "cells": "junk"}, "junk"], "skew": [None]})[0][2] == [["? 1", ""]]
+
+
+def test_hostile_values_from_a_node_stay_inert():
+    """A node's facts are its own to make up: markup, escape sequences and table pipes are shown as text."""
+    from zdoctor.export import render
+
+    evil = "[red]x[/red]\x1b[31m|pipe`tick"
+    rep = FleetReport.build([h200_node("a"), h200_node("b", lambda p: p["libs"]["env"].update(
+        LD_LIBRARY_PATH=evil)), h200_node("c")], "ssh", "hf")
+    buf = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    print_fleet(rep, buf)
+    buf.seek(0)
+    text = buf.read()
+    assert "\x1b" not in text and "b: [red]x[/red]\\x1b[31m|pipe`tick" in text
+    events: list[dict] = [{"type": "session_start", "session_id": "s"}]
+    record_report(rep, lambda t, d: events.append({"type": t, **d}))
+    md = render(events, "md")
+    assert "\x1b" not in md and "b: \\[red\\]x\\[/red\\]" in md and "\\|pipe" in md

@@ -442,3 +442,4 @@ def test_run_fleet_tui_takes_a_report_or_a_live_fleet():
         tui.run_fleet_tui()
     with pytest.raises(TypeError, match="not both or neither"):
         tui.run_fleet_tui(h200_report(), live=live)
+

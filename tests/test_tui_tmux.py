@@ -259,3 +259,32 @@ def test_fleet_screen_in_a_real_terminal(term, tmp_path, state_home):
     assert "## Fleet" in md and "gpu-2: 570.124.06" in md
     term.send("Escape", "q")
     assert term.wait_dead() in ("1", "")
+
+
+def test_escape_sequences_from_a_node_never_reach_the_terminal(term, tmp_path, state_home):
+    """A node's snapshot is its own to make up: a fact carrying an OSC title sequence and a clear-screen is
+    drawn as text without its control characters, so the terminal keeps its title and its screen."""
+    from fleetkit import h200_node
+
+    from zdoctor.fleet.record import record_report
+    from zdoctor.fleet.result import FleetReport
+    from zdoctor.session import SessionLog
+
+    evil = "/opt/\x1b]2;owned-title\x07\x1b[2Jconda/lib"
+    runs = [h200_node("a"), h200_node("b", lambda p: p["libs"]["env"].update(LD_LIBRARY_PATH=evil)),
+            h200_node("c")]
+    report = FleetReport.build(runs, "ssh", "hf")
+    with SessionLog.create("fleet", ["fleet"], {"kind": "fleet"}, state_dir=state_home / "zdoctor") as log:
+        log.record("fleet_start", {"launcher": "ssh", "source": "hf", "hosts": ["a", "b", "c"]})
+        for run in runs:
+            log.record("fleet_node", {"node": run.to_dict()})
+        record_report(report, log.record)
+    term.tmux("set-option", "-g", "allow-rename", "on", check=False)
+    term.start(["fleet", "--replay", "last", "--tui"], (120, 34), "xterm-256color")
+    term.wait("LD_LIBRARY_PATH")
+    term.send("f", "Enter")
+    screen = term.wait("]2;owned-title[2Jconda/lib", "Why it matters")
+    assert "Fact" in screen
+    assert "owned-title" not in term.pane("pane_title")
+    term.send("q")
+    term.wait_dead()

@@ -19,7 +19,7 @@ from typing import Any
 
 from .atomic import write_text_atomic
 from .errors import UsageError
-from .model import STATUS_RANK, STATUSES, cap_text
+from .model import STATUS_RANK, STATUSES, cap_text, visible_controls
 
 FORMATS = ("md", "html", "json")
 EXTENSIONS = {"md": "md", "html": "html", "json": "json"}
@@ -262,7 +262,7 @@ def md_escape(text: Any, line_start: bool = False) -> str:
     ``line_start`` says the text opens a line, so a leading ``-``/``+``/``=``/``1.`` is escaped too
     (later lines always are).
     """
-    out = _MD_SPECIAL.sub(r"\\\1", _s(text))
+    out = _MD_SPECIAL.sub(r"\\\1", visible_controls(_s(text)))
 
     def fix(m: re.Match[str]) -> str:
         lead, mark = m.group(1), m.group(2)
@@ -292,7 +292,7 @@ def _longest_run(text: str, char: str = "`") -> int:
 
 def md_code(text: Any) -> str:
     """An inline code span that holds ``text`` literally (delimiters longer than any backtick run)."""
-    body = _s(text).replace("\r", "").replace("\n", " ")
+    body = visible_controls(_s(text).replace("\r", "").replace("\n", " "))
     if not body.strip():
         return "(empty)"
     ticks = "`" * (_longest_run(body) + 1)
@@ -303,7 +303,7 @@ def md_code(text: Any) -> str:
 
 def md_fence(text: Any, info: str = "text") -> str:
     """A fenced code block around ``text``, with a fence longer than any backtick run inside it."""
-    body = _s(text).replace("\r\n", "\n")
+    body = visible_controls(_s(text).replace("\r\n", "\n"))
     if not body.endswith("\n"):
         body += "\n"
     fence = "`" * max(3, _longest_run(body) + 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -13,6 +14,16 @@ STATUS_RANK = {"crash": 0, "fail": 1, "warn": 2, "skip": 3, "ok": 4}
 FAILING = frozenset({"fail", "crash"})
 
 OUTPUT_CAP = 64 * 1024
+
+
+#: Control characters other than newline and tab: what text from a machine must not send to a terminal.
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible_controls(text: str) -> str:
+    """``text`` with control characters (all but newline and tab) written as ``\\xNN``, so that text from
+    a machine or a file cannot drive the terminal that shows it (escape sequences, carriage returns)."""
+    return CONTROL_CHARACTERS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def cap_text(text: str, limit: int = OUTPUT_CAP) -> tuple[str, bool]:

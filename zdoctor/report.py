@@ -13,6 +13,16 @@ ASCII_MARKS = {"ok": "ok", "warn": "!!", "fail": "XX", "skip": "--", "crash": "!
 STYLES = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim", "crash": "bold magenta"}
 
 
+def inert(text: object) -> str:
+    """Text from the machine as rich markup that prints literally: control characters made visible,
+    markup escaped."""
+    from rich.markup import escape
+
+    from .model import visible_controls
+
+    return escape(visible_controls(str(text)))
+
+
 def _marks_for(stream: TextIO) -> dict[str, str]:
     """Unicode marks where the stream can encode them, ASCII otherwise."""
     enc = getattr(stream, "encoding", None) or "ascii"
@@ -26,7 +36,6 @@ def _marks_for(stream: TextIO) -> dict[str, str]:
 def print_report(report: CheckReport, stream: TextIO | None = None, verbose: bool = False) -> None:
     """Render ``report`` for a person; honours NO_COLOR and plain (non-tty) output through rich."""
     from rich.console import Console
-    from rich.markup import escape
     from rich.padding import Padding
     from rich.syntax import Syntax
 
@@ -37,13 +46,13 @@ def print_report(report: CheckReport, stream: TextIO | None = None, verbose: boo
     where = host.get("hostname", "?")
     if host.get("kind") == "replay":
         where += f" (replayed from {host.get('source', '?')})"
-    console.print(f"[bold]zdoctor check[/] on {escape(where)} — {escape(str(host.get('os', '')))}")
+    console.print(f"[bold]zdoctor check[/] on {inert(where)} — {inert(str(host.get('os', '')))}")
     for f in report.findings:
         style = STYLES[f.status]
-        console.print(f"[{style}]{marks[f.status]:>3}[/] {escape(f.title)}  [dim]({escape(f.id)})[/]")
+        console.print(f"[{style}]{marks[f.status]:>3}[/] {inert(f.title)}  [dim]({inert(f.id)})[/]")
         if f.detail and (f.status in ("fail", "crash", "warn") or verbose):
             for line in f.detail.splitlines():
-                console.print(f"      {escape(line)}", style="dim" if f.status == "warn" else None)
+                console.print(f"      {inert(line)}", style="dim" if f.status == "warn" else None)
         if f.status in ("fail", "crash") or (verbose and f.remedies):
             for r in f.remedies:
                 flags = []
@@ -51,15 +60,15 @@ def print_report(report: CheckReport, stream: TextIO | None = None, verbose: boo
                              else "unverified")
                 if r.requires_root:
                     flags.append("needs root")
-                console.print(f"      [bold]fix:[/] {escape(r.title)} [dim]({', '.join(flags)})[/]")
+                console.print(f"      [bold]fix:[/] {inert(r.title)} [dim]({', '.join(flags)})[/]")
                 if r.commands:
                     console.print(Padding(Syntax("\n".join(r.commands), "bash", theme="ansi_dark",
                                                  background_color="default", word_wrap=True),
                                           (0, 0, 0, 8)))
     for run in report.playbooks:
         end = run.diagnosis or "no diagnosis"
-        console.print(f"[dim]  playbook {escape(run.id)}: {escape(' -> '.join(run.path))} => "
-                      f"{escape(end)}[/]")
+        console.print(f"[dim]  playbook {inert(run.id)}: {inert(' -> '.join(run.path))} => "
+                      f"{inert(end)}[/]")
     s = report.summary
     parts = [f"{s[k]} {k}" for k in ("fail", "crash", "warn", "ok", "skip") if s[k]]
     console.print(f"[bold]{s['total']} findings:[/] " + ", ".join(parts))

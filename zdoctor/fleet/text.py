@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from ..report import STYLES, _marks_for
+from ..report import STYLES, _marks_for, inert
 from .result import FleetReport, families
 from .skew import MISSING
 
@@ -17,7 +17,6 @@ def _clip(text: str, width: int) -> str:
 def print_fleet(report: FleetReport, stream: TextIO | None = None, verbose: bool = False) -> None:
     """Render ``report`` for a person; honours NO_COLOR and plain output through rich."""
     from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
 
     stream = stream or sys.stdout
@@ -26,8 +25,8 @@ def print_fleet(report: FleetReport, stream: TextIO | None = None, verbose: bool
         console.width = 160
     marks = _marks_for(stream)
     s = report.summary
-    console.print(f"[bold]zdoctor fleet[/]: {s['nodes']} node(s) from {escape(report.source)} via "
-                  f"{escape(report.launcher)}: {s['reached']} reached, {s['failing']} failing, "
+    console.print(f"[bold]zdoctor fleet[/]: {s['nodes']} node(s) from {inert(report.source)} via "
+                  f"{inert(report.launcher)}: {s['reached']} reached, {s['failing']} failing, "
                   f"{s['differing_facts']} fact(s) differ")
     fams = families(report.checks)
     matrix = Table(title="Nodes x checks", title_justify="left", box=None, pad_edge=False)
@@ -36,8 +35,8 @@ def print_fleet(report: FleetReport, stream: TextIO | None = None, verbose: bool
     for fam in fams:
         matrix.add_column(fam, justify="center", no_wrap=True)
     for node in report.nodes:
-        row = [f"[{STYLES[node.status]}]{marks[node.status]}[/] {escape(node.host)}",
-               "ok" if node.reached else f"[red]{escape(node.run.status)}[/]"]
+        row = [f"[{STYLES[node.status]}]{marks[node.status]}[/] {inert(node.host)}",
+               "ok" if node.reached else f"[red]{inert(node.run.status)}[/]"]
         for fam in fams:
             st = node.family_status(fams[fam])
             row.append("" if st is None else f"[{STYLES[st]}]{marks[st]}[/]")
@@ -51,9 +50,9 @@ def print_fleet(report: FleetReport, stream: TextIO | None = None, verbose: bool
     for r in report.skew:
         st = "fail" if r.differs else "ok"
         others = "; ".join(f"{h}: {r.values[h]}" for h in r.differing)
-        skew.add_row(f"[{STYLES[st]}]{marks[st]}[/]", escape(r.fact.title),
-                     escape(_clip(r.majority or MISSING, 60)) + (" [dim](tie)[/]" if r.tie else ""),
-                     escape(_clip(others, 100)) if others else f"[dim]same on all {len(r.values)}[/]")
+        skew.add_row(f"[{STYLES[st]}]{marks[st]}[/]", inert(r.fact.title),
+                     inert(_clip(r.majority or MISSING, 60)) + (" [dim](tie)[/]" if r.tie else ""),
+                     inert(_clip(others, 100)) if others else f"[dim]same on all {len(r.values)}[/]")
     if report.skew and any(r.values for r in report.skew):
         console.print(skew)
 
@@ -61,16 +60,16 @@ def print_fleet(report: FleetReport, stream: TextIO | None = None, verbose: bool
         shown = [f for f in node.findings if f.status in ("fail", "crash") or (verbose and f.status == "warn")]
         if not shown:
             continue
-        console.print(f"[bold]{escape(node.host)}[/]")
+        console.print(f"[bold]{inert(node.host)}[/]")
         for f in shown:
-            console.print(f"  [{STYLES[f.status]}]{marks[f.status]:>3}[/] {escape(f.title)}  [dim]({escape(f.id)})[/]")
+            console.print(f"  [{STYLES[f.status]}]{marks[f.status]:>3}[/] {inert(f.title)}  [dim]({inert(f.id)})[/]")
             if f.detail and (verbose or f.id.startswith("fleet.node.")):
                 for line in f.detail.splitlines():
-                    console.print(f"        {escape(line)}", style="dim")
+                    console.print(f"        {inert(line)}", style="dim")
             for rem in f.remedies if verbose else []:
-                console.print(f"        [bold]fix:[/] {escape(rem.title)}")
+                console.print(f"        [bold]fix:[/] {inert(rem.title)}")
                 for cmd in rem.commands:
-                    console.print(f"          {escape(cmd)}")
+                    console.print(f"          {inert(cmd)}")
     verdict = "[bold red]fleet is not ready[/]" if report.exit_code else "[bold green]fleet is consistent[/]"
     console.print(verdict + (f"  [dim]session {report.session} — `zdoctor export --last --format md`[/]"
                              if report.session else ""))
