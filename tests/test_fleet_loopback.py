@@ -23,7 +23,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory):
     old = make_old_libstdcxx(root / "old").parent
     ext = build_extension(root / "exts", "needsnew")
     good = node_bin(root / "bin")
-    hung = node_bin(root / "hung", body="exec sleep 300\n")
+    hung = node_bin(root / "hung", body=f"echo $$ >> {root / 'hung.pids'}\nexec sleep 300\n")
     path = "/usr/local/bin:/usr/bin:/bin"
     sshd = start_sshd(root / "sshd", {
         GOOD: {"PATH": f"{good}:{path}"},
@@ -36,14 +36,19 @@ def fleet(tmp_path_factory: pytest.TempPathFactory):
     sshd.stop()
 
 
-def hung_sleeps() -> list[int]:
+def hung_alive(root: Path) -> list[int]:
+    """The hung nodes' processes (each wrote its pid before it became ``sleep 300``) still running."""
     import psutil
 
-    out = []
-    for p in psutil.process_iter(["cmdline"]):
-        if (p.info["cmdline"] or [])[:2] == ["sleep", "300"]:
-            out.append(p.pid)
-    return out
+    pids = [int(x) for x in (root / "hung.pids").read_text().split()] if (root / "hung.pids").exists() else []
+    alive = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
 
 
 def hostfile(tmp_path: Path, *lines: str) -> str:
@@ -106,10 +111,11 @@ def test_unreachable_missing_and_hung_nodes_are_findings_within_the_timeout(flee
         assert f["status"] == "fail" and f["id"] == f"fleet.node.{nodes[host]['launch']['status']}"
     assert took < 6 + 20, took  # the hung node is cut at its timeout (pdsh checks it once a second or so)
     # killing ssh does not stop a command without a terminal on the node: its own `timeout` does
+    assert (fleet["root"] / "hung.pids").exists()  # the hung node did start
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and hung_sleeps():
+    while time.monotonic() < deadline and hung_alive(fleet["root"]):
         time.sleep(0.2)
-    assert hung_sleeps() == []
+    assert hung_alive(fleet["root"]) == []
 
 
 def test_report_session_replay_and_export(fleet, cli, tmp_path):
