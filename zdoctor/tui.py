@@ -14,14 +14,19 @@ if TYPE_CHECKING:
     from .fleet.result import FleetReport
 
 
-def _screens_app() -> ModuleType:
-    """The UI package: inside zdoctor in an installed wheel, at the top level in a source checkout."""
+def _screens(module: str) -> ModuleType:
+    """A UI module: inside zdoctor in an installed wheel, at the top level in a source checkout."""
     try:
-        return importlib.import_module("zdoctor.screens.app")
+        return importlib.import_module(f"zdoctor.screens.{module}")
     except ModuleNotFoundError as exc:
-        if exc.name not in ("zdoctor.screens", "zdoctor.screens.app"):
+        if exc.name not in ("zdoctor.screens", f"zdoctor.screens.{module}"):
             raise
-    return importlib.import_module("screens.app")
+    return importlib.import_module(f"screens.{module}")
+
+
+def _screens_app() -> ModuleType:
+    """The guided session's app module."""
+    return _screens("app")
 
 
 def add_session_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,13 +57,8 @@ def run_tui(python: str | None, argv: list[str], host: object = None, *, resume:
 
 
 def _screens_fleet() -> ModuleType:
-    """The fleet screens, looked up the way :func:`_screens_app` looks up the app."""
-    try:
-        return importlib.import_module("zdoctor.screens.fleet")
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("zdoctor.screens", "zdoctor.screens.fleet"):
-            raise
-    return importlib.import_module("screens.fleet")
+    """The fleet screens' module."""
+    return _screens("fleet")
 
 
 def run_fleet_tui(report: FleetReport | None = None, exporter: Callable[[str], Path] | None = None, *,
