@@ -110,6 +110,8 @@ VOCABULARY_MODULES = (
     "zdoctor.checks.storage",
     "zdoctor.probes.gpu",
     "zdoctor.checks.gpu",
+    "zdoctor.probes.dsrelease",
+    "zdoctor.checks.dsrelease",
 )
 
 
