@@ -112,6 +112,8 @@ VOCABULARY_MODULES = (
     "zdoctor.checks.gpu",
     "zdoctor.probes.dsrelease",
     "zdoctor.checks.dsrelease",
+    "zdoctor.probes.symbols",
+    "zdoctor.checks.symbols",
 )
 
 
