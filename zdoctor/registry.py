@@ -114,6 +114,8 @@ VOCABULARY_MODULES = (
     "zdoctor.checks.dsrelease",
     "zdoctor.probes.symbols",
     "zdoctor.checks.symbols",
+    "zdoctor.probes.glibc",
+    "zdoctor.checks.glibc",
 )
 
 

@@ -61,6 +61,8 @@ def failure_groups(facts: Facts) -> list[dict[str, Any]]:
     raw = live_errors or libs.get("failures") or []
     groups: dict[tuple[str, str], dict[str, Any]] = {}
     for f in raw:
+        if str(f.get("version", "")).startswith("GLIBC_"):
+            continue  # glibc, not libstdc++: the libs.glibc check speaks for it
         key = (_realpath_of(libs, f["provider"], f.get("provider_realpath")),
                f.get("required_by_realpath") or os.path.normpath(f["required_by"]))
         g = groups.setdefault(key, {"provider": f["provider"], "required_by": f["required_by"], "versions": [],
