@@ -116,6 +116,8 @@ VOCABULARY_MODULES = (
     "zdoctor.checks.symbols",
     "zdoctor.probes.glibc",
     "zdoctor.checks.glibc",
+    "zdoctor.probes.p2p",
+    "zdoctor.checks.p2p",
 )
 
 
