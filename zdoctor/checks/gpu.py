@@ -422,7 +422,19 @@ def _wheel_remedy(facts: Facts, max_cuda: str | None) -> Remedy | None:
                     "and rebuild DeepSpeed's JIT ops afterwards (they are built per torch and CUDA version).")
 
 
-def _driver_remedy() -> Remedy:
+def _driver_remedy(gpus: list[dict[str, Any]] | None = None) -> Remedy:
+    from ..rules.drivers import driver_ceiling
+
+    ceil = driver_ceiling([g.get("name") or "" for g in gpus or []])
+    if ceil["branch"] is not None and ceil["branch"] < int(DRIVER_BRANCH):
+        b = ceil["branch"]
+        return Remedy(
+            title=f"Upgrade the NVIDIA driver to the {b} branch, the last that supports {ceil['arch']} GPUs "
+                  f"(CUDA up to {ceil['max_cuda'] or '?'})",
+            commands=[f"apt-get install -y nvidia-driver-{b}"], requires_root=True, verified=None,
+            explanation=f"Later branches ({DRIVER_BRANCH} included) dropped the {ceil['arch']} architecture: they "
+                        f"would not drive this GPU. With the {b} branch torch must be built for CUDA "
+                        f"{ceil['max_cuda'] or '(unknown)'} or older; a newer CUDA needs newer GPUs.")
     return Remedy(
         title=f"Upgrade the NVIDIA driver (branch {DRIVER_BRANCH} supports CUDA 12.x and 13.0)",
         commands=[f"apt-get install -y nvidia-driver-{DRIVER_BRANCH}"], requires_root=True, verified=None,
@@ -465,11 +477,17 @@ def check_runtime(facts: Facts) -> list[Finding]:
     ev = [Evidence.of_table("CUDA: driver vs torch", ["what", "from", "value"], rows, hl)]
     drv_int = nv.get("cuda_driver")
     if v["verdict"] == "too_old":
-        rem = [r for r in [_wheel_remedy(facts, drv_cuda), _driver_remedy()] if r]
+        rem = [r for r in [_wheel_remedy(facts, drv_cuda), _driver_remedy(gpus)] if r]
+        from ..rules.drivers import min_driver_pre11
+
+        pre11 = min_driver_pre11(v["runtime"]) if v.get("no_minor_compat") else None
         return [Finding(
             id=fid, status="fail",
             title=f"torch needs CUDA {v['runtime']} but driver {nv.get('driver')} supports only CUDA {v['driver']}",
-            detail="A CUDA runtime of a newer major version than the driver cannot start: CUDA reports "
+            detail=(f"Before CUDA 11 there is no minor-version compatibility: CUDA {v['runtime']} needs driver "
+                    f">= {pre11 or '(unknown)'} (NVIDIA's table of CUDA releases and their drivers), whatever the "
+                    "minor. " if v.get("no_minor_compat") else "") +
+                   "A CUDA runtime newer than the driver supports cannot start: CUDA reports "
                    "'CUDA driver version is insufficient for CUDA runtime version' and torch says 'The NVIDIA "
                    f"driver on your system is too old (found version {drv_int})'; torch.cuda.is_available() is "
                    "False and DeepSpeed stops. Either install a torch built for the driver's CUDA, or upgrade the "
@@ -502,7 +520,7 @@ def check_runtime(facts: Facts) -> list[Finding]:
     title = {"ok": f"torch's CUDA {v['runtime']} fits driver {nv.get('driver')} (CUDA {v['driver']})",
              "warn": f"torch's CUDA {v['runtime']} is newer than the driver's CUDA {v['driver']}",
              "fail": f"torch's CUDA {v['runtime']} cannot run on driver {nv.get('driver')}"}[status]
-    rem = [r for r in [_wheel_remedy(facts, drv_cuda), _driver_remedy()] if r] if status != "ok" else []
+    rem = [r for r in [_wheel_remedy(facts, drv_cuda), _driver_remedy(gpus)] if r] if status != "ok" else []
     return [Finding(id=fid, status=status, title=title, detail="\n".join(lines), evidence=ev, remedies=rem)]
 
 

@@ -240,8 +240,10 @@ def driver_runtime_verdict(driver_cuda: str | int | None, runtime: str | None) -
     drv, rt = parse_cuda(driver_cuda), parse_cuda(runtime)
     if drv is None or rt is None:
         return {"verdict": "unknown", "driver": cuda_str(drv), "runtime": cuda_str(rt)}
-    verdict = "ok" if rt <= drv else "minor" if rt[0] == drv[0] else "too_old"
-    return {"verdict": verdict, "driver": cuda_str(drv), "runtime": cuda_str(rt)}
+    # minor-version compatibility exists from CUDA 11 on: before it a newer minor is as fatal as a major
+    verdict = "ok" if rt <= drv else "minor" if rt[0] == drv[0] and rt[0] >= 11 else "too_old"
+    return {"verdict": verdict, "driver": cuda_str(drv), "runtime": cuda_str(rt),
+            "no_minor_compat": rt[0] < 11}
 
 
 # -- remedies: wheels and toolkits -----------------------------------------------------------------------
