@@ -118,6 +118,8 @@ VOCABULARY_MODULES = (
     "zdoctor.checks.glibc",
     "zdoctor.probes.p2p",
     "zdoctor.checks.p2p",
+    "zdoctor.probes.jitprereq",
+    "zdoctor.checks.jitprereq",
 )
 
 
