@@ -120,6 +120,7 @@ VOCABULARY_MODULES = (
     "zdoctor.checks.p2p",
     "zdoctor.probes.jitprereq",
     "zdoctor.checks.jitprereq",
+    "zdoctor.checks.hostram",
 )
 
 
