@@ -121,6 +121,8 @@ VOCABULARY_MODULES = (
     "zdoctor.probes.jitprereq",
     "zdoctor.checks.jitprereq",
     "zdoctor.checks.hostram",
+    "zdoctor.probes.smallfacts",
+    "zdoctor.checks.smallchecks",
 )
 
 
