@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import children
 from .errors import InputError
 from .model import Remedy, cap_text
 
@@ -239,10 +240,12 @@ def _stream(argv: list[str], env: dict[str, str], cwd: str | None, on_output: Ca
     chunks: list[str] = []
     try:
         proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=children.pdeathsig_hook())
     except OSError as exc:
         outcome.error = f"{argv[0]}: {exc.strerror or exc}"
         return
+    children.register(proc.pid)
     deadline = None if timeout is None else time.monotonic() + timeout
 
     def stop() -> None:
@@ -271,6 +274,7 @@ def _stream(argv: list[str], env: dict[str, str], cwd: str | None, on_output: Ca
         if on_output is not None:
             on_output(line)
     proc.wait()
+    children.forget(proc.pid)
     watcher.join(3)
     outcome.exit_code = proc.returncode
     outcome.output = "\n".join(chunks)

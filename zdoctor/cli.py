@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from . import __version__
+from . import __version__, children
 from .errors import InputError, UsageError, ZdoctorError
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -317,6 +317,7 @@ def cmd_tui(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    children.install_signal_handlers()  # an SSH drop (SIGHUP), SIGTERM or SIGINT ends what zdoctor started
     try:
         args = build_parser().parse_args(argv)
         if args.command == "check":

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .. import children
 from ..errors import UsageError
 from ..model import Evidence
 from ..runner import run, which_all
@@ -165,8 +166,11 @@ class _LateAttach:
             argv += ["-p", str(p)]
         with self.lock:
             try:
+                # Its own group, ended with zdoctor; no parent-death signal: the timer thread that
+                # starts it exits at once, and the kernel would take that for the parent's death.
                 self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                             stderr=subprocess.DEVNULL)
+                                             stderr=subprocess.DEVNULL, start_new_session=True)
+                children.register(self.proc.pid)
                 self.attached = True
             except OSError:
                 self.proc = None
@@ -182,6 +186,8 @@ class _LateAttach:
                 except subprocess.TimeoutExpired:
                     self.proc.kill()
                     self.proc.wait()
+            if self.proc is not None:
+                children.forget(self.proc.pid)
 
 
 def trace_command(
