@@ -25,6 +25,7 @@ from .. import children
 from ..errors import UsageError
 from ..model import Evidence
 from ..runner import run, which_all
+from .jitguard import run_guarded
 from .lddebug import PidTrace, VersionError, all_version_errors, parse_ld_debug_dir, summarize, which_loaded
 from .strace import FileEvent, last_files, parse_strace, unfinished
 
@@ -245,8 +246,8 @@ def trace_command(
         else:
             run_env = {**dict(env), **ld_vars}
             full = list(argv)
-        ev = run(full, env=run_env, timeout=timeout, cwd=cwd, label=f"live trace: {shlex.join(argv)}"[:200],
-                 on_start=attacher.start if attacher is not None else None)
+        ev = run_guarded(full, run_env, timeout=timeout, cwd=cwd, label=f"live trace: {shlex.join(argv)}"[:200],
+                         on_start=attacher.start if attacher is not None else None)
         if attacher is not None:
             attacher.stop()
             if attacher.attached:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..model import Evidence, Remedy
-from ..runner import run
+from .jitguard import run_guarded
 
 VERIFY_TIMEOUT = 120.0
 
@@ -170,8 +170,7 @@ def conda_upgrade(prefix: str, gcc_release: str | None, rests_on: list[str]) -> 
 def verify(plan: Plan, argv: Sequence[str], env: Mapping[str, str], *, timeout: float = VERIFY_TIMEOUT,
            cwd: str | None = None) -> Evidence:
     """Re-run ``argv`` with the plan applied; set ``plan.verified`` only when it then succeeds."""
-    ev = run(list(argv), env=plan.apply_to(env), timeout=timeout, cwd=cwd,
-             label=f"verify: {plan.title}")
+    ev = run_guarded(list(argv), plan.apply_to(env), timeout=timeout, cwd=cwd, label=f"verify: {plan.title}")
     if ev.error:
         plan.verified = False
         plan.verification = f"re-running the command with this change failed: {ev.error}."
