@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 from prockit import BUILDER, wait_for
+
 from zdoctor.forensics.jitguard import clean_left_locks, lock_files, run_guarded
 from zdoctor.forensics.remedies import Plan, verify
 
