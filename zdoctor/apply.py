@@ -54,6 +54,17 @@ def plan(remedy: Remedy, is_root: bool | None = None) -> ApplyPlan:
     return ApplyPlan(remedy=remedy, interactive=bool(reasons), env_lines=env_lines, reasons=reasons)
 
 
+def core_action(remedy: Remedy) -> str | None:
+    """What the guide runs instead of the remedy's lines, in words (None: the lines, in bash)."""
+    action = remedy.action or {}
+    if action.get("kind") == "fstab-add":
+        return (f"zdoctor's careful fstab apply: a copy of {action.get('fstab')} with the new line is checked "
+                f"with findmnt --verify, the file is backed up to {action.get('backup')}, replaced in one "
+                "rename" + (", and the mount point mounted; a failed mount puts the old file back"
+                             if action.get("mount", True) else ""))
+    return None
+
+
 def script(remedy: Remedy, trace: bool = True) -> str:
     """The bash script that applies ``remedy``: stop at the first failure, echo each line."""
     return "\n".join([f"set -e{'x' if trace else ''}", *remedy.commands, ""])
@@ -213,6 +224,12 @@ def run_remedy(remedy: Remedy, env: Mapping[str, str], *, on_output: Callable[[s
     started = time.monotonic()
     outcome = ApplyOutcome(exit_code=None, interactive=terminal is not None)
     argv = ["bash", "-c", script(remedy)]
+    if remedy.action and remedy.action.get("kind") == "fstab-add":
+        from .storage.fstab_apply import action_argv
+
+        argv = action_argv(remedy.action)  # the safe core, not the copyable lines
+        watch = [p for p in (remedy.action.get("fstab"), remedy.action.get("backup")) if p]
+        before = file_states(watch)
     if remedy.requires_root and os.geteuid() != 0:
         argv = ["sudo", "--", *argv]
     run_env = dict(env)
