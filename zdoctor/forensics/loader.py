@@ -241,10 +241,12 @@ class LoaderConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Everything but the cache entries (they are in the cache file)."""
-        return {k: getattr(self, k) for k in (
+        out = {k: getattr(self, k) for k in (
             "system_dirs", "cache_path", "hwcaps_subdirs", "legacy_subdirs", "dst_lib", "platform",
             "preload_file", "glibc_version", "ld_so", "elfclass", "machine", "inhibit_cache", "source",
-            "cache_error")} | {"cache_entries": len(self.cache)}
+            "cache_error")}
+        out["cache_entries"] = len(self.cache)
+        return out
 
     @classmethod
     def defaults(cls, *, cache_path: str = DEFAULT_CACHE, read_cache: bool = True) -> LoaderConfig:
