@@ -186,21 +186,35 @@ def fstab_remedy(uuid: str, mountpoint: str, fstype: str, *, fstab_path: str = F
                      "file). Applied from the guide, a failed mount puts the old file back."))
 
 
-def offload_dir_remedy(directory: str, user: str, group: str, *, shared: bool = False) -> Remedy:
-    """Create the offload directory for the training user (0750; 1777 only when several users share it)."""
+def offload_dir_remedy(directory: str, user: str, group: str, *, shared: bool = False,
+                       rule: str | None = None) -> Remedy:
+    """Create the offload directory for the training user (0750; 1777 only when several users share it).
+
+    ``rule`` says what chose ``user`` (``--user``, the owner of the ``--python`` environment, SUDO_USER,
+    the user zdoctor runs as); it is part of the explanation. For root there is no ``chown`` line: the
+    directory is root's as created, and the text says so instead of speaking of a training user.
+    """
     mode = "1777" if shared else "0750"
     d = os.path.normpath(directory)
     cmds = [f"mkdir -p -- {q(d)}"]
-    if not shared:
+    is_root = user in ("root", "0")
+    if not shared and not is_root:
         cmds.append(f"chown -- {q(f'{user}:{group}')} {q(d)}")
     cmds.append(f"chmod {mode} -- {q(d)}")
-    why = ("mode 1777 (sticky, like /tmp): every user may create files and only a file's owner may remove it"
-           if shared else f"owned by {user}:{group} with mode 0750: the training user writes, its group reads, "
-           "nobody else can read or tamper with the swapped optimizer state")
-    return Remedy(title=f"Create the offload directory {d}", commands=cmds, verified=False, requires_root=True,
-                  undo=[f"rmdir -- {q(d)}"],
-                  explanation=f"DeepSpeed writes its swap files under nvme_path; the directory is {why}. Never "
-                              "use 777: anyone on the node could replace the swap files.")
+    chosen = f" The training user is {user}, chosen by: {rule}." if rule else ""
+    if shared:
+        why = ("mode 1777 (sticky, like /tmp): every user may create files and only a file's owner may remove it")
+    elif is_root:
+        why = ("owned by root with mode 0750: only root can write there, so this fits a training that runs as "
+               "root; if it runs as another user, name that user with --user and zdoctor gives it the directory")
+    else:
+        why = (f"owned by {user}:{group} with mode 0750: the training user writes, its group reads, nobody else "
+               "can read or tamper with the swapped optimizer state")
+    owner = "root" if is_root and not shared else user
+    return Remedy(title=f"Create the offload directory {d}" + ("" if shared else f" for {owner}"), commands=cmds,
+                  verified=False, requires_root=True, undo=[f"rmdir -- {q(d)}"],
+                  explanation=f"DeepSpeed writes its swap files under nvme_path; the directory is {why}.{chosen} "
+                              "Never use 777: anyone on the node could replace the swap files.")
 
 
 def mount_remedy(mountpoint: str) -> Remedy:
