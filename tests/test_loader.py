@@ -641,5 +641,4 @@ def test_defaults_from_cpu_flags_search_the_subdirs_the_real_loader_searches(cfg
     if cfg.source != "ld.so":
         pytest.skip("the real loader's configuration could not be read here")
     guessed = LoaderConfig.defaults(read_cache=False)
-    assert guessed.platform == cfg.platform
     assert guessed.subdirs() == cfg.subdirs()
