@@ -128,6 +128,12 @@ def build_parser() -> Parser:
 
     _fleet_parser(sub)
 
+    bb = sub.add_parser("build-bundle", help="build zdoctor.pyz: one file that runs with any python3 >= 3.8.1 "
+                        "on Linux x86_64 and aarch64, without network or pip")
+    bb.add_argument("-o", "--output", metavar="FILE", default="zdoctor.pyz", help="where (default: zdoctor.pyz)")
+    bb.add_argument("--wheels", metavar="DIR",
+                    help="the dependencies' wheels, already downloaded (default: pip download, cached)")
+
     t = sub.add_parser("tui", help="the guided session (the default on a terminal)")
     _target_args(t)
     add_session_arguments(t)
@@ -259,6 +265,24 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_build_bundle(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .bundle.build import build
+
+    out = Path(args.output)
+    if not out.parent.is_dir():
+        raise InputError(f"{out.parent}: no such directory")
+    wheels = Path(args.wheels) if args.wheels else None
+    if wheels is not None and not wheels.is_dir():
+        raise InputError(f"{wheels}: no such directory")
+    manifest = build(out, wheels)
+    deps = ", ".join(f"{k} {v}" for k, v in sorted(manifest["deps"].items()))
+    print(f"zdoctor: {out} built ({out.stat().st_size / 2**20:.1f} MiB; {deps}; psutil's native module for "
+          f"{', '.join(sorted(manifest['native']))})", file=sys.stderr)
+    return EXIT_OK
+
+
 def cmd_playbooks(args: argparse.Namespace) -> int:
     from . import playbook as pbmod
 
@@ -329,6 +353,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_export(args)
         if args.command == "playbooks":
             return cmd_playbooks(args)
+        if args.command == "build-bundle":
+            return cmd_build_bundle(args)
         return cmd_tui(args, argv)
     except ZdoctorError as exc:
         print(f"zdoctor: error: {exc}" if not str(exc).startswith("zdoctor") else f"{exc}",
