@@ -130,6 +130,9 @@ def _data_tree() -> dict[str, Path]:
 
 def build(out: Path, wheels: Path | None = None) -> dict:
     """Write the bundle to ``out`` (atomically, mode 0755); returns its manifest."""
+    if not Path(__file__).with_name("boot.py").is_file():
+        raise InputError("zdoctor build-bundle runs from an installed zdoctor or a source checkout, "
+                         "not from inside zdoctor.pyz")
     wheels = wheels or download_wheels()
     found = sorted(wheels.glob("*.whl"))
     if not found:
