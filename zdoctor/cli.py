@@ -77,6 +77,10 @@ def _fleet_parser(sub: Any) -> None:
     f.add_argument("--timeout", metavar="S", type=float, default=DEFAULT_TIMEOUT,
                    help=f"seconds each node may take, connecting included (default {DEFAULT_TIMEOUT:g})")
     f.add_argument("--ssh-config", metavar="FILE", help="an ssh client config file for pdsh and ssh (ssh -F)")
+    f.add_argument("--push", action="store_true",
+                   help="copy zdoctor.pyz to nodes without zdoctor of this version, run it from a private "
+                        "temporary directory and remove it (ssh and pdsh)")
+    f.add_argument("--bundle", metavar="FILE", help="the zdoctor.pyz for --push (default: the one running)")
     f.add_argument("--replay", metavar="SESSION", help="evaluate a recorded fleet session again (an id, or last)")
     f.add_argument("--json", action="store_true", help="print one JSON document instead of the report")
     f.add_argument("--tui", action="store_true", help="show the result in the fleet screen")

@@ -294,6 +294,7 @@ def start(archive: str) -> _Bundle:
     import zdoctor.resources
 
     zdoctor.resources.DATA_ROOT = __import__("pathlib").Path(root, "data")
+    zdoctor.resources.BUNDLE = __import__("pathlib").Path(archive)
     return bundle
 
 
