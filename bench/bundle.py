@@ -57,24 +57,28 @@ def main() -> int:
             "XDG_STATE_HOME": str(root / "state")}
     pythons = [("bundle", sys.executable)] + ([("bundle, Python 3.8", args.py38)] if args.py38 else [])
     rows = []
+    def env_for(name: str) -> dict[str, str]:
+        home = root / name
+        return dict(base, HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"))
+
     for cmd in COMMANDS:
-        home = root / "home-installed"
-        env = dict(base, HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"))
-        inst = [timed([*installed, *cmd], env, str(root)) for _ in range(args.runs)]
-        rows.append({"command": " ".join(cmd), "how": "installed", "median_s": median(inst)})
+        # Interleaved (installed, then the bundle first and later start under each Python), so that the
+        # load of a shared machine weighs on every column alike.
+        inst: list[float] = []
+        first: dict[str, list[float]] = {label: [] for label, _ in pythons}
+        later: dict[str, list[float]] = {label: [] for label, _ in pythons}
         for label, py in pythons:
-            first = []
-            for i in range(args.runs):
-                home = root / f"home-first-{label}-{cmd[0]}-{i}"
-                env = dict(base, HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"))
-                first.append(timed([py, str(pyz), *cmd], env, str(root)))
-            home = root / f"home-later-{label}"
-            env = dict(base, HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"))
-            timed([py, str(pyz), *cmd], env, str(root))
-            later = [timed([py, str(pyz), *cmd], env, str(root)) for _ in range(args.runs)]
-            rows.append({"command": " ".join(cmd), "how": f"{label}, first start", "median_s": median(first)})
-            rows.append({"command": " ".join(cmd), "how": f"{label}, later start", "median_s": median(later),
-                         "vs_installed_s": median(later) - median(inst)})
+            timed([py, str(pyz), *cmd], env_for(f"later-{label}"), str(root))  # fill the cache once
+        for i in range(args.runs):
+            inst.append(timed([*installed, *cmd], env_for("installed"), str(root)))
+            for label, py in pythons:
+                first[label].append(timed([py, str(pyz), *cmd], env_for(f"first-{label}-{cmd[0]}-{i}"), str(root)))
+                later[label].append(timed([py, str(pyz), *cmd], env_for(f"later-{label}"), str(root)))
+        rows.append({"command": " ".join(cmd), "how": "installed", "median_s": median(inst)})
+        for label, _ in pythons:
+            rows.append({"command": " ".join(cmd), "how": f"{label}, first start", "median_s": median(first[label])})
+            rows.append({"command": " ".join(cmd), "how": f"{label}, later start", "median_s": median(later[label]),
+                         "vs_installed_s": median(later[label]) - median(inst)})
     print(f"zdoctor.pyz: {size / 2**20:.1f} MiB (budget 15 MB)")
     print("| command | how | median | later minus installed |")
     print("|---|---|---|---|")

@@ -23,7 +23,6 @@ import os
 import platform
 import stat
 import sys
-import tempfile
 import zipfile
 
 MANIFEST = "_zdoctor_bundle/manifest.json"
@@ -77,6 +76,8 @@ def _cache_root() -> str:
     candidates = []
     if base:
         candidates.append([base, os.path.join(base, "zdoctor"), os.path.join(base, "zdoctor", "bundle")])
+    import tempfile
+
     tmp = os.path.join(tempfile.gettempdir(), f"zdoctor-{os.getuid()}")
     candidates.append([tmp, os.path.join(tmp, "bundle")])
     last = None
@@ -109,6 +110,8 @@ def _verified(path: str, digest: str) -> bool:
 
 
 def _write_atomic(path: str, data: bytes, mode: int) -> None:
+    import tempfile
+
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
     try:
         with os.fdopen(fd, "wb") as fh:

@@ -29,7 +29,7 @@ from ..errors import InputError
 
 #: Requirements of the bundle: zdoctor's runtime dependencies as resolved for the oldest Python it
 #: supports (tomli included: Python < 3.11 needs it). psutil comes from its platform wheels.
-REQUIREMENTS = ["textual>=0.60", "rich>=13", "pyelftools>=0.30", "nvidia-ml-py>=12", "networkx>=3.0",
+REQUIREMENTS = ["textual>=6.2,<7", "rich>=13", "pyelftools>=0.30", "nvidia-ml-py>=12", "networkx>=3.0,<3.2",
                 "tomli>=2"]
 NATIVE_REQUIREMENT = "psutil>=5.9"
 #: The Python the pure dependencies are resolved for (textual needs 3.8.1).
