@@ -77,6 +77,10 @@ def _fleet_parser(sub: Any) -> None:
     f.add_argument("--timeout", metavar="S", type=float, default=DEFAULT_TIMEOUT,
                    help=f"seconds each node may take, connecting included (default {DEFAULT_TIMEOUT:g})")
     f.add_argument("--ssh-config", metavar="FILE", help="an ssh client config file for pdsh and ssh (ssh -F)")
+    f.add_argument("--push", action="store_true",
+                   help="copy zdoctor.pyz to nodes without zdoctor of this version, run it from a private "
+                        "temporary directory and remove it (ssh and pdsh)")
+    f.add_argument("--bundle", metavar="FILE", help="the zdoctor.pyz for --push (default: the one running)")
     f.add_argument("--replay", metavar="SESSION", help="evaluate a recorded fleet session again (an id, or last)")
     f.add_argument("--json", action="store_true", help="print one JSON document instead of the report")
     f.add_argument("--tui", action="store_true", help="show the result in the fleet screen")
@@ -127,6 +131,12 @@ def build_parser() -> Parser:
     lint.add_argument("path", nargs="?", help="a playbook file or a directory of them")
 
     _fleet_parser(sub)
+
+    bb = sub.add_parser("build-bundle", help="build zdoctor.pyz: one file that runs with any python3 >= 3.8.1 "
+                        "on Linux x86_64 and aarch64, without network or pip")
+    bb.add_argument("-o", "--output", metavar="FILE", default="zdoctor.pyz", help="where (default: zdoctor.pyz)")
+    bb.add_argument("--wheels", metavar="DIR",
+                    help="the dependencies' wheels, already downloaded (default: pip download, cached)")
 
     t = sub.add_parser("tui", help="the guided session (the default on a terminal)")
     _target_args(t)
@@ -259,6 +269,24 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_build_bundle(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .bundle.build import build
+
+    out = Path(args.output)
+    if not out.parent.is_dir():
+        raise InputError(f"{out.parent}: no such directory")
+    wheels = Path(args.wheels) if args.wheels else None
+    if wheels is not None and not wheels.is_dir():
+        raise InputError(f"{wheels}: no such directory")
+    manifest = build(out, wheels)
+    deps = ", ".join(f"{k} {v}" for k, v in sorted(manifest["deps"].items()))
+    print(f"zdoctor: {out} built ({out.stat().st_size / 2**20:.1f} MiB; {deps}; psutil's native module for "
+          f"{', '.join(sorted(manifest['native']))})", file=sys.stderr)
+    return EXIT_OK
+
+
 def cmd_playbooks(args: argparse.Namespace) -> int:
     from . import playbook as pbmod
 
@@ -329,6 +357,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_export(args)
         if args.command == "playbooks":
             return cmd_playbooks(args)
+        if args.command == "build-bundle":
+            return cmd_build_bundle(args)
         return cmd_tui(args, argv)
     except ZdoctorError as exc:
         print(f"zdoctor: error: {exc}" if not str(exc).startswith("zdoctor") else f"{exc}",
