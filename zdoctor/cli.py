@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from . import __version__
+from . import __version__, children
 from .errors import InputError, UsageError, ZdoctorError
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -37,6 +37,8 @@ def _target_args(sp: argparse.ArgumentParser) -> None:
     off.add_argument("--ds-config", metavar="FILE", help="the job's DeepSpeed config (JSON/HJSON) to lint and plan")
     off.add_argument("--offload-path", metavar="DIR", help="where NVMe offload would write (default: the config's "
                      "nvme_path)")
+    off.add_argument("--user", metavar="NAME", help="the user the training runs as, who owns the offload "
+                     "directory (default: the owner of the --python environment, else SUDO_USER, else you)")
     off.add_argument("--model-params", metavar="N", help="total model parameters (e.g. 2851M, 7e9, 70B)")
     off.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json to estimate parameters from")
     off.add_argument("--nodes", metavar="N", type=int, default=None, help="nodes in the job (default 1)")
@@ -150,7 +152,7 @@ def _python(args: argparse.Namespace) -> str | None:
 
 #: Options that describe the job for the offload, storage and GPU probes (``host.options``).
 OPTION_KEYS = ("ds_config", "offload_path", "model_params", "model_config", "nodes", "gpus_per_node", "train_log",
-               "io_size", "gpu_sample")
+               "io_size", "gpu_sample", "user")
 
 
 def _live_host(args: argparse.Namespace):
@@ -168,6 +170,13 @@ def _live_host(args: argparse.Namespace):
     if timeout is not None and not 0 < timeout <= 3600:
         raise UsageError("zdoctor: --timeout must be between 0 and 3600 seconds")
     options = {k: getattr(args, k, None) for k in OPTION_KEYS}
+    if options["user"] is not None:
+        import pwd
+
+        try:
+            pwd.getpwnam(options["user"])
+        except KeyError:
+            raise UsageError(f"zdoctor: --user {options['user']}: no such user on this machine") from None
     for key in ("nodes", "gpus_per_node"):
         if options[key] is not None and options[key] < 1:
             raise UsageError(f"zdoctor: --{key.replace('_', '-')} must be at least 1")
@@ -345,6 +354,7 @@ def cmd_tui(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    children.install_signal_handlers()  # an SSH drop (SIGHUP), SIGTERM or SIGINT ends what zdoctor started
     try:
         args = build_parser().parse_args(argv)
         if args.command == "check":
