@@ -33,7 +33,7 @@ END_KINDS = frozenset({"diagnosis", "remedy"})
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 TOP_KEYS = ("id", "title", "summary", "start", "nodes")
-NODE_KEYS = ("kind", "title", "why", "explain", "probes", "checks", "question", "default", "next")
+NODE_KEYS = ("kind", "title", "why", "explain", "probes", "checks", "question", "default", "next", "healthy")
 EDGE_KEYS = ("to", "when", "negate", "label", "loop")
 
 _TOML_POS = re.compile(r"^(?P<msg>.*?)\s*\(at line (?P<line>\d+), column (?P<col>\d+)\)$", re.S)
@@ -72,6 +72,8 @@ class Node:
     question: str | None = None
     default: str | None = None
     next: list[Edge] = field(default_factory=list)
+    #: A diagnosis that says all is well (``healthy = true``): never to be reached from missing data.
+    healthy: bool = False
 
     @property
     def is_terminal(self) -> bool:
@@ -272,7 +274,10 @@ class _Parser:
             explain=self.text(raw, "explain", nid, where) or "",
             probes=self.names(raw, "probes", nid),
             checks=self.names(raw, "checks", nid),
+            healthy=self.flag(raw, "healthy", nid, where),
         )
+        if node.healthy and kind != "diagnosis":
+            self.err(nid, f"'healthy' is only allowed on diagnosis nodes (this node is {kind!r})")
         is_question = kind == "question"
         if is_question:
             node.question = self.text(raw, "question", nid, "a question node")

@@ -129,8 +129,11 @@ def check_glibcxx(facts: Facts) -> list[Finding]:
         winner = libs.get("libstdcxx") or {}
         n = len(libs.get("needs") or [])
         if not libs.get("targets"):
-            return [Finding(id=cid, status="ok", title="No C++ extension to check (torch is not installed, no "
-                            "JIT-built op, no --ext)", evidence=ev)]
+            return [Finding(id=cid, status="skip", title="Library versions: nothing to check (torch is not "
+                            "installed, no JIT-built op, no --ext)",
+                            detail="No C++ library of the training was found in the probed interpreter, so no "
+                                   "GLIBCXX need was read. If the training runs another interpreter, name it "
+                                   "with --python.", evidence=ev)]
         return [Finding(id=cid, status="ok",
                         title=f"{winner.get('path', 'libstdc++.so.6')} {winner.get('label', '')} provides all "
                               f"{n} libstdc++ versions the training's libraries need".replace("  ", " "),
@@ -166,17 +169,55 @@ def check_glibcxx(facts: Facts) -> list[Finding]:
     return out
 
 
+def probe_steps(live: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The default import probe's steps that loaded (``import torch``...) and those skipped, with why."""
+    loaded = [str(s.get("step")) for s in live.get("steps") or [] if s.get("ok") is True]
+    skipped = [f"{str(s.get('step')).replace('import ', '')} ({s.get('skipped')})"
+               for s in live.get("steps") or [] if s.get("skipped")]
+    return loaded, skipped
+
+
+def live_unchecked(facts: Facts) -> str | None:
+    """Why the live run exercised nothing the training loads (None when it did: a command ran, or the import
+    probe loaded torch and deepspeed)."""
+    res = facts.get("livetrace")
+    live = facts.of("livetrace") or {}
+    if not live:
+        return (res.facts.get("skipped") if res is not None and res.facts else None) or \
+            (res.error if res is not None else None) or "the live trace did not run"
+    if live.get("command") or live.get("timed_out") or not live.get("ok"):
+        return None
+    loaded, _ = probe_steps(live)
+    python = (live.get("argv") or ["the probed interpreter"])[0]
+    if "import torch" not in loaded:
+        return (f"torch is not installed in {python}: nothing the training loads was imported; name the "
+                "training interpreter with --python")
+    if "import deepspeed" not in loaded:
+        return (f"deepspeed is not installed in {python}: its ops were not loaded; name the training "
+                "interpreter with --python")
+    return None
+
+
 @check("libs.live", title="The command under the real loader", probes=("livetrace", "libs"))
 def check_live(facts: Facts) -> list[Finding]:
     cid = "libs.live"
-    res = facts.get("livetrace")
     live = facts.of("livetrace") or {}
     ev = facts.evidence("livetrace", kinds=None)
     if not live:
-        why = (res.facts.get("skipped") if res is not None and res.facts else None) or \
-              (res.error if res is not None else None) or "not run"
-        return [Finding(id=cid, status="skip", title=f"Live loader trace: {why}")]
+        return [Finding(id=cid, status="skip", title=f"Live loader trace: {live_unchecked(facts)}")]
     what = live.get("command") or "the import probe (torch, deepspeed, JIT-built ops)"
+    if not live.get("command"):
+        loaded_steps, skipped_steps = probe_steps(live)
+        what = "the import probe (" + (", ".join(s.replace("import ", "") for s in loaded_steps) or "nothing") + ")"
+        unchecked = live_unchecked(facts)
+        if unchecked and "import torch" not in loaded_steps and live.get("ok"):
+            return [Finding(id=cid, status="skip", title=f"Live loader trace: not checked: {unchecked}",
+                            detail=f"Ran {what}; not loaded: {', '.join(skipped_steps) or 'nothing'}. Nothing of "
+                                   "the training was loaded, so nothing was checked under the real loader.",
+                            evidence=ev)]
+        not_loaded = f"; not loaded: {', '.join(skipped_steps)}" if skipped_steps else ""
+    else:
+        not_loaded = ""
     notes = list(live.get("notes") or [])
     loaded = live.get("libstdcxx") or []
     lines = [f"Ran: {what}"]
@@ -202,7 +243,7 @@ def check_live(facts: Facts) -> list[Finding]:
         out.append(Finding(id=cid, status="fail", title=f"{what} fails (exit code {live.get('exit_code')})",
                            detail="\n".join([*lines, first]), evidence=ev))
     else:
-        out.append(Finding(id=cid, status="ok", title=f"{what} loads cleanly under the real loader",
+        out.append(Finding(id=cid, status="ok", title=f"{what} loads cleanly under the real loader{not_loaded}",
                            detail="\n".join(lines), evidence=ev))
     if agreement(facts) is False:
         out.append(Finding(id="libs.prediction", status="warn",
@@ -384,6 +425,12 @@ def live_failed(facts: Facts) -> bool:
 @predicate("live_run_hung", doc="the command did not finish within the time limit", probes=("livetrace",))
 def live_hung(facts: Facts) -> bool:
     return bool((facts.of("livetrace") or {}).get("timed_out"))
+
+
+@predicate("live_run_checked_nothing", doc="the live run loaded nothing of the training (no --command, and "
+           "torch or deepspeed is not in the probed interpreter; or the trace did not run)", probes=("livetrace",))
+def live_checked_nothing(facts: Facts) -> bool:
+    return live_unchecked(facts) is not None
 
 
 @predicate("prediction_disagrees", doc="the emulation and the real loader picked different libstdc++ copies",
