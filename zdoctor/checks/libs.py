@@ -179,7 +179,7 @@ def probe_steps(live: dict[str, Any]) -> tuple[list[str], list[str]]:
 
 def live_unchecked(facts: Facts) -> str | None:
     """Why the live run exercised nothing the training loads (None when it did: a command ran, or the import
-    probe loaded torch and deepspeed)."""
+    probe loaded something: torch, an --ext extension or a JIT-built op)."""
     res = facts.get("livetrace")
     live = facts.of("livetrace") or {}
     if not live:
@@ -189,13 +189,10 @@ def live_unchecked(facts: Facts) -> str | None:
         return None
     loaded, _ = probe_steps(live)
     python = (live.get("argv") or ["the probed interpreter"])[0]
-    if "import torch" not in loaded:
-        return (f"torch is not installed in {python}: nothing the training loads was imported; name the "
-                "training interpreter with --python")
-    if "import deepspeed" not in loaded:
-        return (f"deepspeed is not installed in {python}: its ops were not loaded; name the training "
-                "interpreter with --python")
-    return None
+    if loaded:
+        return None
+    return (f"torch is not installed in {python}: nothing the training loads was imported; name the "
+            "training interpreter with --python")
 
 
 @check("libs.live", title="The command under the real loader", probes=("livetrace", "libs"))
@@ -210,7 +207,7 @@ def check_live(facts: Facts) -> list[Finding]:
         loaded_steps, skipped_steps = probe_steps(live)
         what = "the import probe (" + (", ".join(s.replace("import ", "") for s in loaded_steps) or "nothing") + ")"
         unchecked = live_unchecked(facts)
-        if unchecked and "import torch" not in loaded_steps and live.get("ok"):
+        if unchecked:
             return [Finding(id=cid, status="skip", title=f"Live loader trace: not checked: {unchecked}",
                             detail=f"Ran {what}; not loaded: {', '.join(skipped_steps) or 'nothing'}. Nothing of "
                                    "the training was loaded, so nothing was checked under the real loader.",
@@ -289,9 +286,11 @@ def check_interpreter_rpath(facts: Facts) -> list[Finding]:
     cid = "libs.interpreter-rpath"
     libs = facts.of("libs") or {}
     interp = libs.get("interpreter") or {}
-    if not libs or not interp.get("rpath"):
-        return [Finding(id=cid, status="ok", title="The interpreter carries no DT_RPATH" if libs else
-                        "Interpreter RPATH: not checked")]
+    if not libs:
+        return [Finding(id=cid, status="skip", title="Interpreter RPATH: not checked",
+                        detail=facts.why_not("libs"))]
+    if not interp.get("rpath"):
+        return [Finding(id=cid, status="ok", title="The interpreter carries no DT_RPATH")]
     needs = sorted({*(libs.get("needs") or []),
                     *(e["version"] for e in (facts.of("livetrace") or {}).get("version_errors") or [])})
     old = [(c["path"], c.get("glibcxx_max")) for c in interp.get("rpath_copies") or []
@@ -427,8 +426,9 @@ def live_hung(facts: Facts) -> bool:
     return bool((facts.of("livetrace") or {}).get("timed_out"))
 
 
-@predicate("live_run_checked_nothing", doc="the live run loaded nothing of the training (no --command, and "
-           "torch or deepspeed is not in the probed interpreter; or the trace did not run)", probes=("livetrace",))
+@predicate("live_run_checked_nothing", doc="the live run loaded nothing of the training (no --command, torch "
+           "is not in the probed interpreter, no --ext, no JIT-built op; or the trace did not run)",
+           probes=("livetrace",))
 def live_checked_nothing(facts: Facts) -> bool:
     return live_unchecked(facts) is not None
 
