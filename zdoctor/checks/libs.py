@@ -359,6 +359,49 @@ def check_ext_compilers(facts: Facts) -> list[Finding]:
                     detail="\n".join(lines), evidence=ev)]
 
 
+@check("libs.env-source", title="Where the offending LD_LIBRARY_PATH / LD_PRELOAD entry is set",
+       probes=("libs", "livetrace", "shellinit"))
+def check_env_source(facts: Facts) -> list[Finding]:
+    """For each LD_LIBRARY_PATH or LD_PRELOAD entry that supplies a failing libstdc++, the shell startup line
+    that sets it: the line to change so the fix outlives this shell."""
+    from ..forensics.shellinit import lines_for_entry
+
+    cid = "libs.env-source"
+    kinds = {"ld_library_path": "LD_LIBRARY_PATH", "ld_preload": "LD_PRELOAD"}
+    wanted: list[tuple[str, str]] = []
+    for g in failure_groups(facts):
+        src = g["source"].get("how") or g["source"]
+        if src.get("kind") in kinds and src.get("entry") and (kinds[src["kind"]], src["entry"]) not in wanted:
+            wanted.append((kinds[src["kind"]], src["entry"]))
+    if not wanted:
+        return []
+    init = facts.of("shellinit")
+    if init is None:
+        return [Finding(id=cid, status="skip", title="Where the offending entry is set: not checked",
+                        detail=facts.why_not("shellinit"))]
+    ev = facts.evidence("shellinit", kinds=("table",))
+    out = []
+    for var, entry in wanted:
+        lines = lines_for_entry(init, var, entry)
+        if lines:
+            first = lines[0]
+            detail = [f"{x['file']} line {x['line']}: {x['text']}" for x in lines]
+            detail.append(f"Every login shell and job started from it gets {entry} on {var} from this line; "
+                          "removing the entry in one shell does not outlive that shell. Delete or comment out "
+                          "the line (or move it into the one script that needs it).")
+            out.append(Finding(id=cid, status="warn",
+                               title=f"{var} entry {entry} is set in {first['file']} line {first['line']}: "
+                                     f"{first['text']}", detail="\n".join(detail), evidence=ev))
+        else:
+            read = init.get("files") or []
+            out.append(Finding(id=cid, status="warn",
+                               title=f"{var} entry {entry}: no shell startup file zdoctor read sets it",
+                               detail="Files read: " + (", ".join(read) or "none") + ". It may come from a "
+                                      "module file, a job script, a scheduler prolog or the launcher's "
+                                      "environment.", evidence=ev))
+    return out
+
+
 @check("libs.broken-files", title="Unreadable or corrupt extension files", probes=("libs",))
 def check_broken(facts: Facts) -> list[Finding]:
     libs = facts.of("libs") or {}
