@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import InputError
 from ..model import Finding, Remedy
 from ..offload import planner
-from ..offload.dsconfig import load_config, nvme_patch
+from ..offload.dsconfig import load_config, nvme_patch, parse_config
 from ..registry import Facts, check, predicate
 from .hangs import shell_quote
 
@@ -68,7 +68,8 @@ def _heredoc_tag(text: str) -> str:
     return tag
 
 
-def nvme_patch_remedy(ds_path: str, target: str, block_size: int | None = None) -> Remedy | None:
+def nvme_patch_remedy(ds_path: str, target: str, block_size: int | None = None,
+                      text: str | None = None) -> Remedy | None:
     """A remedy that moves the config's offload to NVMe at ``target``: back up, then write the patched file.
 
     The patched text is built by :func:`zdoctor.offload.dsconfig.nvme_patch` (only the offload blocks change)
@@ -76,8 +77,9 @@ def nvme_patch_remedy(ds_path: str, target: str, block_size: int | None = None) 
     config cannot be patched (unreadable, no zero_optimization block).
     """
     try:
-        patch = nvme_patch(load_config(ds_path), target, block_size)
-    except InputError:
+        cfg = parse_config(text, ds_path) if text is not None else load_config(ds_path)
+        patch = nvme_patch(cfg, target, block_size)
+    except (InputError, ValueError):
         return None
     tag = _heredoc_tag(patch.new_text)
     body = patch.new_text if patch.new_text.endswith("\n") else patch.new_text + "\n"
@@ -181,7 +183,7 @@ def check_lints(facts: Facts) -> list[Finding]:
                     lines.append(f"  {note}")
         remedies = []
         if rule in ("nvme-without-path", "nvme-path") and ds and target and worst == "fail":
-            r = nvme_patch_remedy(ds["path"], target)
+            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"))
             if r:
                 remedies.append(r)
         title = RULE_TITLES.get(rule, rule)
@@ -190,6 +192,32 @@ def check_lints(facts: Facts) -> list[Finding]:
         out.append(Finding(id=f"offload.lint.{rule}", status=worst, title=f"{title} ({len(items)})",
                            detail="\n".join(lines), evidence=ev, remedies=remedies))
     return out
+
+
+# -- offload.patch -----------------------------------------------------------------------------------------
+
+@check("offload.patch", title="The ds_config change that moves NVMe offload to the new path",
+       probes=("dsconfig", "storage", "nvme_inventory", "capacity"))
+def check_patch(facts: Facts) -> list[Finding]:
+    """When the config offloads to NVMe and a better place is known (an unused NVMe drive to mount, or
+    --offload-path), the exact change to the config: a diff, and a remedy that backs up and rewrites it."""
+    cid = "offload.patch"
+    ds = facts.of("dsconfig")
+    if not ds or not ds.get("valid") or not ds.get("nvme_paths"):
+        return []
+    target = _offload_target(facts)
+    now = sorted({p["path"] for p in ds["nvme_paths"]})
+    if not target or now == [target]:
+        return []
+    r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"))
+    if r is None:
+        return [Finding(id=cid, status="skip", title=f"ds_config patch to {target}: not made",
+                        detail=f"{ds['path']} could not be read back to patch it here (it is not in the recorded "
+                               "facts); set nvme_path by hand.")]
+    diff = r.explanation.split("\n\n", 1)[-1]
+    return [Finding(id=cid, status="warn", title=f"ds_config: move nvme_path from {', '.join(now)} to {target}",
+                    detail=f"The change to {ds['path']}, as a diff (only the offload blocks change):\n{diff}",
+                    remedies=[r])]
 
 
 # -- offload.capacity ---------------------------------------------------------------------------------------
@@ -269,7 +297,7 @@ def check_capacity(facts: Facts) -> list[Finding]:
         ds = facts.of("dsconfig")
         target = _offload_target(facts)
         if ds and target:
-            r = nvme_patch_remedy(ds["path"], target)
+            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"))
             if r:
                 remedies.append(r)
         elif ds:

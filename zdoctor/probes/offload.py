@@ -183,7 +183,8 @@ def dsconfig_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     except InputError as exc:
         facts["error"] = str(exc)
         return facts, [Evidence(label=f"read {path}", kind="file", paths=[path], error=str(exc))]
-    facts.update(valid=True, syntax=cfg.syntax, json_error=cfg.json_error, bytes=len(cfg.text.encode("utf-8")))
+    facts.update(valid=True, syntax=cfg.syntax, json_error=cfg.json_error, bytes=len(cfg.text.encode("utf-8")),
+                 text=cfg.text if len(cfg.text) <= CONFIG_TEXT_MAX else None)
     eff = lint.effective(cfg, tables)
     facts["settings"] = eff
     facts["stage"] = eff["stage"]
@@ -225,6 +226,10 @@ def dsconfig_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
                                       x.message[:200]] for x in lints],
                                     [i for i, x in enumerate(lints) if x.severity == "fail"]))
     return facts, ev
+
+
+#: A ds_config up to this size is kept in the facts, so a patch to it can be shown (and replayed) as a diff.
+CONFIG_TEXT_MAX = 256 * 1024
 
 
 # -- capacity -------------------------------------------------------------------------------------------
