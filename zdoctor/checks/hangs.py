@@ -135,6 +135,11 @@ def check_stale_lock(facts: Facts) -> list[Finding]:
     if not stale:
         live = [lk for lk in locks if lk.get("present")]
         if not live:
+            if not jit.get("ops") and not any(r.get("exists") for r in jit.get("roots") or []):
+                return [Finding(id=cid, status="skip", title="JIT build locks: nothing to check (no op has been "
+                                f"built here: {jit.get('base')} does not exist)",
+                                detail=f"torch builds JIT ops under {jit.get('base')} (from {jit.get('source')}); "
+                                       "that directory is absent, so no lock can be left in it.", evidence=ev)]
             return [Finding(id=cid, status="ok", title="No JIT build locks", detail=f"Looked in {jit.get('base')} "
                             f"(from {jit.get('source')}); no op dir holds a `lock` file.", evidence=ev)]
         lines = [f"{lk['path']}: held by " + ", ".join(_describe(by_pid.get(p), p) for p in lk["holders"])
@@ -273,10 +278,12 @@ def check_corrupt_ops(facts: Facts) -> list[Finding]:
     ops = jit.get("ops") or []
     bad = [o for o in ops if o.get("so_path") and (o.get("so_info") or {}).get("kind") not in (None, "elf")]
     built = [o for o in ops if o.get("so_path")]
+    if not built:
+        return [Finding(id=cid, status="skip", title="Damaged JIT-built ops: nothing to check (no op has been "
+                        "built here yet)", detail=f"No built op .so in {jit.get('base')}.", evidence=ev)]
     if not bad:
         return [Finding(id=cid, status="ok", title=f"{len(built)} JIT-built op(s), none damaged",
-                        detail="Every built .so in the extension cache is a readable ELF file." if built else
-                        f"No op has been built in {jit.get('base')} yet.", evidence=ev)]
+                        detail="Every built .so in the extension cache is a readable ELF file.", evidence=ev)]
     out: list[Finding] = []
     used: set[str] = set()
     for o in bad:
@@ -345,6 +352,10 @@ def check_foreign_toolchain(facts: Facts) -> list[Finding]:
                            title=f"JIT op {show(o.get('name'), 60)} was built by GCC {built_ver}, newer than this "
                                  f"node's GCC {cur_ver}", detail="\n".join(detail), evidence=ev,
                            remedies=[_corrupt_remedy(o)]))
+    if not out and not any((o.get("so_info") or {}).get("kind") == "elf" for o in jit.get("ops") or []):
+        return [Finding(id=cid, status="skip", title="JIT ops and this node's compiler: nothing to check (no "
+                        "op has been built here yet)", detail="\n".join(notes) or f"No built op in {jit.get('base')}.",
+                        evidence=ev)]
     if not out:
         return [Finding(id=cid, status="ok", title="No JIT op was built by a newer compiler than this node's",
                         detail="\n".join(notes) or f"JIT compiler: {cur['path']}" + (f" (GCC {cur_ver})"
