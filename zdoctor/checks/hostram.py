@@ -15,6 +15,9 @@ def check_hostram(facts: Facts) -> list[Finding]:
     if f is None:
         return [Finding(id="offload.host-ram", status="skip", title="Host memory beyond the estimate: not checked",
                         detail=facts.why_not("hostram"))]
+    if not f.get("config") and not f.get("log"):
+        return [Finding(id="offload.host-ram", status="skip", title="Host memory beyond the estimate: not checked",
+                        detail="no ds_config (--ds-config) and no training log (--log) given")]
     ev = facts.evidence("hostram")
     extra, est = f.get("extra_per_node") or 0, f.get("estimate_per_node")
     avail, total = f.get("mem_available"), f.get("mem_total")
