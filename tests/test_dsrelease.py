@@ -89,12 +89,12 @@ def test_an_unread_old_release_is_not_called_compatible(tmp_path):
 def test_040_libaio_by_dpkg_and_pin_memory_ignored(tmp_path):
     facts, dsf = release_facts(tmp_path, "0.4.0", "11.3", "11.3")
     f = by_id(cdr.check_release(facts))
-    aio = f["deepspeed.release.libaio-dpkg"]
+    aio = f["pyenv.deepspeed-release.libaio-dpkg"]
     assert aio.status == "warn" and "dpkg -l libaio-dev" in aio.detail and "PR 1247" in aio.detail
     assert "libaio-dev" in aio.remedies[0].commands[0]
-    pin = f["deepspeed.release.pin-memory-ignored"]
+    pin = f["pyenv.deepspeed-release.pin-memory-ignored"]
     assert pin.status == "warn" and "stage2.py" in pin.detail
-    assert f["deepspeed.release.timer-names"].status == "ok"
+    assert f["pyenv.deepspeed-release.timer-names"].status == "ok"
 
 
 def test_the_real_0198_has_todays_rules():
@@ -158,7 +158,7 @@ def test_a_jit_op_built_by_another_install_is_named_with_its_release(tmp_path):
     dsf, ev = collect_dsrelease(py, jit)
     assert dsf["jit_origins"][0]["version"] == "0.4.0" and dsf["jit_origins"][0]["same_install"] is False
     f = [x for x in cdr.check_release(h200(pyenv=py, dsrelease=dsf))
-         if x.id == "deepspeed.release.jit-op-other-release"]
+         if x.id == "pyenv.deepspeed-release.jit-op-other-release"]
     assert len(f) == 1 and str(other) in f[0].title and "0.4.0" in f[0].title
     assert f[0].remedies[0].commands[0].startswith("export TORCH_EXTENSIONS_DIR=")
     # the same install, with its sources changed after the build (an in-place upgrade): older than its sources
@@ -167,5 +167,5 @@ def test_a_jit_op_built_by_another_install_is_named_with_its_release(tmp_path):
     py2 = pyenv_with(other, "0.4.0")
     dsf2, _ = collect_dsrelease(py2, collect_jitcache(env, py2)[0])
     f2 = [x for x in cdr.check_release(h200(pyenv=py2, dsrelease=dsf2))
-          if x.id == "deepspeed.release.jit-op-other-release"]
+          if x.id == "pyenv.deepspeed-release.jit-op-other-release"]
     assert len(f2) == 1 and "older than its sources" in f2[0].title

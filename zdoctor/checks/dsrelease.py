@@ -1,4 +1,4 @@
-"""Check ``deepspeed.release``: the behaviour of the installed DeepSpeed release where it differs from
+"""Check ``pyenv.deepspeed-release``: the behaviour of the installed DeepSpeed release where it differs from
 current releases, and JIT ops built by another DeepSpeed install."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def _rule_findings(facts: dict[str, Any], ev: list[Evidence]) -> list[Finding]:
     if aio.get("state") == "old":
         rule = dsr.RULES_BY_ID["libaio-detection"]
         out.append(Finding(
-            id="deepspeed.release.libaio-dpkg", status="warn",
+            id="pyenv.deepspeed-release.libaio-dpkg", status="warn",
             title=f"DeepSpeed {ver} decides async_io's libaio by dpkg alone: ds_report's async_io verdict is "
                   "not evidence",
             detail=f"This release ({aio.get('file')}): {rule['old']}. Current releases: {rule['current']}. "
@@ -41,7 +41,7 @@ def _rule_findings(facts: dict[str, Any], ev: list[Evidence]) -> list[Finding]:
     if pin.get("state") == "old":
         rule = dsr.RULES_BY_ID["zero12-pin-memory"]
         out.append(Finding(
-            id="deepspeed.release.pin-memory-ignored", status="warn",
+            id="pyenv.deepspeed-release.pin-memory-ignored", status="warn",
             title=f"DeepSpeed {ver} ignores offload_optimizer.pin_memory at ZeRO stage 1/2",
             detail=f"{pin.get('file')} never reads it: {rule['old']}. Current releases: {rule['current']}. "
                    f"Source: {_sources('zero12-pin-memory')}. Setting pin_memory to fix a memlock or RAM "
@@ -50,7 +50,7 @@ def _rule_findings(facts: dict[str, Any], ev: list[Evidence]) -> list[Finding]:
     timers = rules.get("wall-clock-timer-names") or {}
     if timers.get("state") == "old":
         out.append(Finding(
-            id="deepspeed.release.timer-names", status="ok",
+            id="pyenv.deepspeed-release.timer-names", status="ok",
             title=f"DeepSpeed {ver} prints the older wall_clock_breakdown timer names (forward_microstep, ...)",
             detail="zdoctor reads both the older names and the current ones (fwd_microstep, ...). "
                    f"Source: {_sources('wall-clock-timer-names')}.", evidence=ev))
@@ -90,7 +90,7 @@ def _origin_findings(facts: dict[str, Any], ev: list[Evidence]) -> list[Finding]
             why = (f"{len(o['newer_sources'])} source file(s) are newer than the .so "
                    f"({', '.join(o['newer_sources'][:3])}): the op was compiled by an earlier release at this path.")
         out.append(Finding(
-            id="deepspeed.release.jit-op-other-release", status="warn", title=title,
+            id="pyenv.deepspeed-release.jit-op-other-release", status="warn", title=title,
             detail=why + " build.ninja in the op dir records the sources it was compiled from.",
             evidence=ev,
             remedies=[Remedy(title="Give this environment its own extension cache (DeepSpeed's advice for "
@@ -102,20 +102,21 @@ def _origin_findings(facts: dict[str, Any], ev: list[Evidence]) -> list[Finding]
     return out
 
 
-@check("deepspeed.release", title="Rules of the installed DeepSpeed release", probes=("dsrelease",))
+@check("pyenv.deepspeed-release", title="Rules of the installed DeepSpeed release", probes=("dsrelease",))
 def check_release(facts: Facts) -> list[Finding]:
     f = facts.of("dsrelease")
     if f is None:
-        return [Finding(id="deepspeed.release", status="skip", title="DeepSpeed release rules: not checked",
+        return [Finding(id="pyenv.deepspeed-release", status="skip", title="DeepSpeed release rules: not checked",
                         detail=facts.why_not("dsrelease"))]
     if not f.get("installed"):
-        return [Finding(id="deepspeed.release", status="skip", title="DeepSpeed release rules: DeepSpeed not installed",
+        return [Finding(id="pyenv.deepspeed-release", status="skip",
+                        title="DeepSpeed release rules: DeepSpeed not installed",
                         detail="No DeepSpeed in the training environment.")]
     ev = facts.evidence("dsrelease")
     out = _rule_findings(f, ev) + _origin_findings(f, ev)
     unknown = [rid for rid, r in (f.get("rules") or {}).items() if r.get("state") == "unknown"]
     summary = Finding(
-        id="deepspeed.release", status="ok" if not unknown else "skip",
+        id="pyenv.deepspeed-release", status="ok" if not unknown else "skip",
         title=f"DeepSpeed {f.get('version') or '?'}: release-specific rules read"
               + (f" ({len(unknown)} unknown)" if unknown else ""),
         detail="\n".join(f"{rid}: {r['state']} ({r.get('how') or r.get('why') or '-'})"

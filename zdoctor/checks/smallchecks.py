@@ -1,4 +1,4 @@
-"""Checks ``host.shm-access``, ``jit.other-caches`` and ``libs.stdcxx-link`` (see probes/smallfacts.py)."""
+"""Checks ``gpu.shm-access``, ``jit.other-caches`` and ``libs.stdcxx-link`` (see probes/smallfacts.py)."""
 
 from __future__ import annotations
 
@@ -9,19 +9,19 @@ from ..model import Finding, Remedy
 from ..registry import Facts, check
 
 
-@check("host.shm-access", title="/dev/shm writable by the training user", probes=("shm_access",))
+@check("gpu.shm-access", title="/dev/shm writable by the training user", probes=("shm_access",))
 def check_shm_access(facts: Facts) -> list[Finding]:
     f = facts.of("shm_access")
     if f is None:
-        return [Finding(id="host.shm-access", status="skip", title="/dev/shm access: not checked",
+        return [Finding(id="gpu.shm-access", status="skip", title="/dev/shm access: not checked",
                         detail=facts.why_not("shm_access"))]
     ev = facts.evidence("shm_access")
     if f.get("write_test"):
-        return [Finding(id="host.shm-access", status="ok",
+        return [Finding(id="gpu.shm-access", status="ok",
                         title=f"/dev/shm is writable by uid {f['euid']} (mode {f['mode']})", evidence=ev)]
     path = f.get("path") or "/dev/shm"
     return [Finding(
-        id="host.shm-access", status="fail",
+        id="gpu.shm-access", status="fail",
         title=f"uid {f['euid']} cannot create files in {path} (mode {f['mode']}, owner uid {f['uid']}): "
               f"{f.get('error')}",
         detail="NCCL's shared-memory transport, torch's DataLoader workers (shared tensors) and DeepSpeed's "
