@@ -146,3 +146,40 @@ def test_the_default_probe_loads_prebuilt_deepspeed_ops(tmp_path):
     assert steps["load prebuilt cpu_adam_op"]["ok"] is False
     (f,) = check_symbols(facts)
     assert "cpu_adam_op" in f.title and "libcurand" in f.title
+
+
+DS_ENV = Path(os.environ.get("ZDOCTOR_TEST_DS_ENV", Path.home() / ".cache" / "zdoctor-tests" / "ds-env"))
+TORCH_CALLER = ('#include <string>\n#include <cstdint>\nnamespace c10 { namespace detail {\n'
+                '[[noreturn]] void torchCheckFail(const char*, const char*, uint32_t, const std::string&);\n'
+                '[[noreturn]] void torchCheckFail(const char*, const char*, uint32_t, const char*);\n}}\n'
+                'extern "C" void op_fail(int which) {\n'
+                '  if (which) c10::detail::torchCheckFail("f", "file", 1, std::string("msg"));\n'
+                '  c10::detail::torchCheckFail("f", "file", 1, "msg"); }\n')
+
+
+def test_an_old_abi_extension_against_the_real_torch(tmp_path):
+    """An op built with -D_GLIBCXX_USE_CXX11_ABI=0 against the real torch (built with the C++11 ABI)."""
+    import pytest
+
+    py = DS_ENV / "bin" / "python"
+    libs = sorted(DS_ENV.glob("lib/python3*/site-packages/torch/lib"))
+    if not py.exists() or not libs:
+        pytest.skip("the torch+DeepSpeed test environment is not built here")
+    ext = gxx(tmp_path / "old_abi_op.so", TORCH_CALLER, "-D_GLIBCXX_USE_CXX11_ABI=0", f"-L{libs[0]}", "-lc10",
+              f"-Wl,-rpath,{libs[0]}")
+    cmd = shlex.join([str(py), "-c", f"import torch, ctypes; ctypes.CDLL({str(ext)!r})"])
+    env = clean_env()
+    assert "undefined symbol: _ZN3c106detail14torchCheckFailEPKcS2_jRKSs" in run(cmd, env).stderr
+    load_vocabulary()
+    host = LiveHost(python=str(py), env=env, command=cmd, timeout=120)
+    facts = host.results(["livetrace", "symbols"])
+    e = facts.of("symbols")["errors"][0]
+    assert e["kind"] == "abi-mismatch" and e["torch_abi"] is True and e["object_abi"] == 0
+    assert e["provider"].endswith("libc10.so")
+    (f,) = check_symbols(facts)
+    assert "torch._C._GLIBCXX_USE_CXX11_ABI = True" in f.detail
+    assert f.remedies[0].commands[0] == 'export CXXFLAGS="$CXXFLAGS -D_GLIBCXX_USE_CXX11_ABI=1"'
+    rebuilt = gxx(tmp_path / "new_abi_op.so", TORCH_CALLER, "-D_GLIBCXX_USE_CXX11_ABI=1", f"-L{libs[0]}", "-lc10",
+                  f"-Wl,-rpath,{libs[0]}")
+    assert run(shlex.join([str(py), "-c", f"import torch, ctypes; ctypes.CDLL({str(rebuilt)!r})"]),
+               env).returncode == 0
