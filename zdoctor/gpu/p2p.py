@@ -66,9 +66,9 @@ def iommu_state(gpu_bdfs: Iterable[str], sys_root: str = "/sys", cmdline: str = 
     """The IOMMU: remapping units, the command line, and each GPU's group and domain type."""
     units_dir = os.path.join(sys_root, "class", "iommu")
     try:
-        units = sorted(os.listdir(units_dir))
+        units: list[str] | None = sorted(os.listdir(units_dir))
     except OSError:
-        units = []
+        units = None  # no sysfs to read: the state is unknown, not "off"
     params = cmdline_params(_read(cmdline))
     gpus = {}
     for bdf in gpu_bdfs:
@@ -78,7 +78,9 @@ def iommu_state(gpu_bdfs: Iterable[str], sys_root: str = "/sys", cmdline: str = 
         gpus[bdf] = {"group": os.path.basename(os.path.realpath(group)) if os.path.exists(group) else None,
                      "type": gtype.strip() if gtype else None}
     types = {g["type"] for g in gpus.values() if g["type"]}
-    if not units and not any(g["group"] for g in gpus.values()):
+    if units is None and not any(g["group"] for g in gpus.values()):
+        mode = "unknown"
+    elif not units and not any(g["group"] for g in gpus.values()):
         mode = "off"
     elif types and types <= {"identity"}:
         mode = "passthrough"
@@ -88,7 +90,7 @@ def iommu_state(gpu_bdfs: Iterable[str], sys_root: str = "/sys", cmdline: str = 
         mode = "passthrough"
     else:
         mode = "on (domain type unknown)"
-    return {"units": units, "cmdline": params, "gpus": gpus, "mode": mode}
+    return {"units": units or [], "cmdline": params, "gpus": gpus, "mode": mode}
 
 
 def parse_acs(lspci_text: str) -> dict[str, Any]:
