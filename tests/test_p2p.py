@@ -142,3 +142,10 @@ def test_a_hung_peer_copy_is_killed_and_named(tmp_path, monkeypatch):
     found = by_id(check_p2p(h200(nvml=two_gpus(), p2p=f)))
     assert found["gpu.p2p.copy"].status == "fail" and "GPU 0 -> GPU 1 hung" in found["gpu.p2p.copy"].title
     assert found["gpu.p2p.copy"].remedies[0].commands == ["export NCCL_P2P_DISABLE=1"]
+
+
+def test_no_driver_is_not_called_fewer_than_two_gpus():
+    nv = {"available": False, "error_kind": "driver_not_loaded", "error": "NVML did not initialise", "gpus": []}
+    f, _ = pp.collect_p2p([], {}, sys_root="/nonexistent", cmdline="/nonexistent", pairs={}, acs={})
+    (x,) = check_p2p(h200(nvml=nv, p2p=f))
+    assert x.status == "skip" and "NVML did not initialise" in x.detail

@@ -60,6 +60,10 @@ def check_p2p(facts: Facts) -> list[Finding]:
                         detail=facts.why_not("p2p"))]
     ev = facts.evidence("p2p")
     gpus = f.get("gpus") or []
+    nv = facts.of("nvml") or {}
+    if not gpus and (not nv or nv.get("available") is False):
+        return [Finding(id="gpu.p2p", status="skip", title="GPU peer-to-peer: not checked (no GPU list)",
+                        detail=nv.get("error") or facts.why_not("nvml"), evidence=ev)]
     if len(gpus) < 2:
         return [Finding(id="gpu.p2p", status="ok", title="Fewer than two GPUs: no peer-to-peer traffic",
                         evidence=ev)]
