@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -27,14 +28,26 @@ from startup import venv_exe  # noqa: E402
 COMMANDS = [["--version"], ["playbooks", "list"], ["check", "--json", "--no-log"]]
 
 
+CPU: dict[int, float] = {}
+
+
 def timed(argv: list[str], env: dict[str, str], cwd: str) -> float:
+    """Wall time of one run; its CPU time (user + system, with every process it waited for) goes to CPU."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd,
                           stdin=subprocess.DEVNULL, check=False)
     elapsed = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode not in (0, 1):
         raise SystemExit(f"{argv}: exit {proc.returncode}: {proc.stderr.decode()[-300:]}")
+    CPU[id(argv)] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return elapsed
+
+
+def run_cpu(argv: list[str], env: dict[str, str], cwd: str, wall: list[float], cpu: list[float]) -> None:
+    wall.append(timed(argv, env, cwd))
+    cpu.append(CPU.pop(id(argv)))
 
 
 def median(xs: list[float]) -> float:
@@ -64,27 +77,31 @@ def main() -> int:
     for cmd in COMMANDS:
         # Interleaved (installed, then the bundle first and later start under each Python), so that the
         # load of a shared machine weighs on every column alike.
-        inst: list[float] = []
-        first: dict[str, list[float]] = {label: [] for label, _ in pythons}
-        later: dict[str, list[float]] = {label: [] for label, _ in pythons}
+        inst: tuple[list[float], list[float]] = ([], [])
+        first = {label: ([], []) for label, _ in pythons}
+        later = {label: ([], []) for label, _ in pythons}
         for label, py in pythons:
             timed([py, str(pyz), *cmd], env_for(f"later-{label}"), str(root))  # fill the cache once
         for i in range(args.runs):
-            inst.append(timed([*installed, *cmd], env_for("installed"), str(root)))
+            run_cpu([*installed, *cmd], env_for("installed"), str(root), *inst)
             for label, py in pythons:
-                first[label].append(timed([py, str(pyz), *cmd], env_for(f"first-{label}-{cmd[0]}-{i}"), str(root)))
-                later[label].append(timed([py, str(pyz), *cmd], env_for(f"later-{label}"), str(root)))
-        rows.append({"command": " ".join(cmd), "how": "installed", "median_s": median(inst)})
+                run_cpu([py, str(pyz), *cmd], env_for(f"first-{label}-{cmd[0]}-{i}"), str(root), *first[label])
+                run_cpu([py, str(pyz), *cmd], env_for(f"later-{label}"), str(root), *later[label])
+        name = " ".join(cmd)
+        rows.append({"command": name, "how": "installed", "median_s": median(inst[0]), "cpu_s": median(inst[1])})
         for label, _ in pythons:
-            rows.append({"command": " ".join(cmd), "how": f"{label}, first start", "median_s": median(first[label])})
-            rows.append({"command": " ".join(cmd), "how": f"{label}, later start", "median_s": median(later[label]),
-                         "vs_installed_s": median(later[label]) - median(inst)})
+            rows.append({"command": name, "how": f"{label}, first start", "median_s": median(first[label][0]),
+                         "cpu_s": median(first[label][1])})
+            rows.append({"command": name, "how": f"{label}, later start", "median_s": median(later[label][0]),
+                         "cpu_s": median(later[label][1]),
+                         "vs_installed_s": median(later[label][0]) - median(inst[0]),
+                         "vs_installed_cpu_s": median(later[label][1]) - median(inst[1])})
     print(f"zdoctor.pyz: {size / 2**20:.1f} MiB (budget 15 MB)")
-    print("| command | how | median | later minus installed |")
-    print("|---|---|---|---|")
+    print("| command | how | wall (median) | CPU (median) | later minus installed: wall, CPU |")
+    print("|---|---|---|---|---|")
     for r in rows:
-        delta = f"{r['vs_installed_s']:+.2f} s" if "vs_installed_s" in r else ""
-        print(f"| `{r['command']}` | {r['how']} | {r['median_s']:.2f} s | {delta} |")
+        delta = f"{r['vs_installed_s']:+.2f} s, {r['vs_installed_cpu_s']:+.2f} s" if "vs_installed_s" in r else ""
+        print(f"| `{r['command']}` | {r['how']} | {r['median_s']:.2f} s | {r['cpu_s']:.2f} s | {delta} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"size_bytes": size, "rows": rows}, indent=1))
     return 0
