@@ -58,8 +58,14 @@ def first_screen(argv: list[str], env: dict[str, str], cwd: str, text: str = "Fi
     base = ["tmux", "-u", "-L", f"zdoctor-bench-bundle-{os.getpid()}"]
     command = "exec env -i " + " ".join(shlex.quote(f"{k}={v}") for k, v in {**env, "TERM": "screen"}.items()) + \
         " " + shlex.join(argv)
-    t0 = time.perf_counter()
-    subprocess.run([*base, "new-session", "-d", "-s", "b", "-x", "80", "-y", "24", "-c", cwd, command], check=True)
+    for _attempt in range(5):  # a server still shutting down from the previous run refuses a new session
+        t0 = time.perf_counter()
+        if subprocess.run([*base, "new-session", "-d", "-s", "b", "-x", "80", "-y", "24", "-c", cwd, command],
+                          capture_output=True).returncode == 0:
+            break
+        time.sleep(0.3)
+    else:
+        raise SystemExit("bench: tmux would not start a session")
     try:
         while time.perf_counter() - t0 < 60:
             screen = subprocess.run([*base, "capture-pane", "-p", "-t", "b"], capture_output=True, text=True).stdout
@@ -69,6 +75,7 @@ def first_screen(argv: list[str], env: dict[str, str], cwd: str, text: str = "Fi
         raise SystemExit(f"bench: {argv} never showed {text!r}")
     finally:
         subprocess.run([*base, "kill-server"], capture_output=True)
+        time.sleep(0.3)
 
 
 def median(xs: list[float]) -> float:
