@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from . import __version__
+from . import __version__, children
 from .errors import InputError, UsageError, ZdoctorError
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -22,21 +22,33 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
 
 
-def _target_args(sp: argparse.ArgumentParser) -> None:
-    """The options that describe the training to diagnose: interpreter, command, extra extensions."""
-    sp.add_argument("--python", metavar="PY", dest="sub_python", help="the training environment's interpreter")
-    sp.add_argument("--command", metavar="CMD", dest="run_command",
+#: Defaults of the target options; they are filled in after parsing (see :func:`parse_args`), so the same
+#: option given before the command (``zdoctor --ds-config f check``) or without one is never overwritten.
+TARGET_DEFAULTS: dict[str, Any] = {"sub_python": None, "run_command": None, "ext": [], "timeout": None}
+
+
+def _target_args(sp: argparse.ArgumentParser, top: bool = False) -> None:
+    """The options that describe the training to diagnose: interpreter, command, extra extensions, the job.
+
+    ``top``: for the parser without a command (``zdoctor --ds-config f`` runs the guide or the check with them),
+    where --python is already defined."""
+    if not top:
+        sp.add_argument("--python", metavar="PY", dest="sub_python", default=argparse.SUPPRESS,
+                        help="the training environment's interpreter")
+    sp.add_argument("--command", metavar="CMD", dest="run_command", default=argparse.SUPPRESS,
                     help="the failing launch command, run (bounded) under LD_DEBUG to confirm what it loads "
                          "and to verify remedies (default: a probe that imports torch and deepspeed and loads "
                          "the JIT-built ops)")
-    sp.add_argument("--ext", metavar="PATH", action="append", default=[],
+    sp.add_argument("--ext", metavar="PATH", action="append", default=argparse.SUPPRESS,
                     help="an extra extension (.so) the training imports before torch (repeatable)")
-    sp.add_argument("--timeout", metavar="S", type=float, default=None,
+    sp.add_argument("--timeout", metavar="S", type=float, default=argparse.SUPPRESS,
                     help="time limit in seconds for the traced command and for each remedy re-run (default 120)")
     off = sp.add_argument_group("offload capacity and storage")
     off.add_argument("--ds-config", metavar="FILE", help="the job's DeepSpeed config (JSON/HJSON) to lint and plan")
     off.add_argument("--offload-path", metavar="DIR", help="where NVMe offload would write (default: the config's "
                      "nvme_path)")
+    off.add_argument("--user", metavar="NAME", help="the user the training runs as, who owns the offload "
+                     "directory (default: the owner of the --python environment, else SUDO_USER, else you)")
     off.add_argument("--model-params", metavar="N", help="total model parameters (e.g. 2851M, 7e9, 70B)")
     off.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json to estimate parameters from")
     off.add_argument("--nodes", metavar="N", type=int, default=None, help="nodes in the job (default 1)")
@@ -47,6 +59,8 @@ def _target_args(sp: argparse.ArgumentParser) -> None:
                      help="size of the O_DIRECT throughput test on the offload path (default 1G at most; 0 skips)")
     off.add_argument("--gpu-sample", metavar="S", type=float, default=None,
                      help="sample GPU utilisation for S seconds (default: no sampling)")
+    for action in off._group_actions:
+        action.default = argparse.SUPPRESS
 
 
 def _fleet_parser(sub: Any) -> None:
@@ -97,6 +111,7 @@ def build_parser() -> Parser:
     from .tui import add_session_arguments
 
     add_session_arguments(p)
+    _target_args(p, top=True)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     c = sub.add_parser("check", help="run every check headless; exit 1 if anything fails")
@@ -150,7 +165,7 @@ def _python(args: argparse.Namespace) -> str | None:
 
 #: Options that describe the job for the offload, storage and GPU probes (``host.options``).
 OPTION_KEYS = ("ds_config", "offload_path", "model_params", "model_config", "nodes", "gpus_per_node", "train_log",
-               "io_size", "gpu_sample")
+               "io_size", "gpu_sample", "user")
 
 
 def _live_host(args: argparse.Namespace):
@@ -168,6 +183,13 @@ def _live_host(args: argparse.Namespace):
     if timeout is not None and not 0 < timeout <= 3600:
         raise UsageError("zdoctor: --timeout must be between 0 and 3600 seconds")
     options = {k: getattr(args, k, None) for k in OPTION_KEYS}
+    if options["user"] is not None:
+        import pwd
+
+        try:
+            pwd.getpwnam(options["user"])
+        except KeyError:
+            raise UsageError(f"zdoctor: --user {options['user']}: no such user on this machine") from None
     for key in ("nodes", "gpus_per_node"):
         if options[key] is not None and options[key] < 1:
             raise UsageError(f"zdoctor: --{key.replace('_', '-')} must be at least 1")
@@ -343,10 +365,20 @@ def cmd_tui(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return run_tui(python=_python(args), argv=list(argv), host=_live_host(args))
 
 
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """Parse the command line; the target options given nowhere get their defaults."""
+    args = build_parser().parse_args(argv)
+    for key, value in {**TARGET_DEFAULTS, **{k: None for k in OPTION_KEYS}}.items():
+        if not hasattr(args, key):
+            setattr(args, key, list(value) if isinstance(value, list) else value)
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    children.install_signal_handlers()  # an SSH drop (SIGHUP), SIGTERM or SIGINT ends what zdoctor started
     try:
-        args = build_parser().parse_args(argv)
+        args = parse_args(argv)
         if args.command == "check":
             return cmd_check(args, argv)
         if args.command == "snapshot":
