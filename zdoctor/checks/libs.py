@@ -374,7 +374,8 @@ def check_env_source(facts: Facts) -> list[Finding]:
         if src.get("kind") in kinds and src.get("entry") and (kinds[src["kind"]], src["entry"]) not in wanted:
             wanted.append((kinds[src["kind"]], src["entry"]))
     if not wanted:
-        return []
+        return [Finding(id=cid, status="skip", title="Where the offending entry is set: nothing to trace (no "
+                        "failing libstdc++ came through LD_LIBRARY_PATH or LD_PRELOAD)")]
     init = facts.of("shellinit")
     if init is None:
         return [Finding(id=cid, status="skip", title="Where the offending entry is set: not checked",
