@@ -406,6 +406,9 @@ def check_env_source(facts: Facts) -> list[Finding]:
 @check("libs.broken-files", title="Unreadable or corrupt extension files", probes=("libs",))
 def check_broken(facts: Facts) -> list[Finding]:
     libs = facts.of("libs") or {}
+    if not libs.get("targets"):
+        return [Finding(id="libs.broken-files", status="skip", title="Extension files: nothing to read (no C++ "
+                        "library of the training was found)")]
     errs = [t for t in libs.get("targets") or [] if t.get("error")]
     if not errs:
         return []
