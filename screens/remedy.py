@@ -24,7 +24,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Header, Log, OptionList, Static
 from textual.widgets.option_list import Option
 
-from zdoctor.apply import ApplyOutcome, ApplyPlan, env_effect, known_env, plan, run_remedy
+from zdoctor import children
+from zdoctor.apply import ApplyOutcome, ApplyPlan, core_action, env_effect, known_env, plan, run_remedy
 from zdoctor.model import Finding, Remedy
 
 from .common import ContextScreen, KeyBar, in_thread, mark
@@ -235,7 +236,9 @@ class RemedyScreen(ContextScreen):
         if self.ctx.practice:
             out.append("Practice: nothing is run; you see what would run on the recorded node.")
         else:
-            out.append(f"Runs here, on {here}, in bash; it stops at the first line that fails.")
+            core = core_action(r)
+            out.append(f"Runs here, on {here}: {core}." if core else
+                       f"Runs here, on {here}, in bash; it stops at the first line that fails.")
             if info.get("kind") == "replay":
                 out.append(f"The evidence came from a snapshot of {info.get('hostname', 'another node')}: the "
                            "commands act on THIS machine.")
@@ -282,7 +285,9 @@ class RemedyScreen(ContextScreen):
         log.clear()
         if note:
             log.write_line(note)
-        log.write_line(f"$ bash -c (set -e -x; {len(r.commands)} line(s)), in the training environment")
+        core = core_action(r)
+        log.write_line(f"$ {core}" if core else
+                       f"$ bash -c (set -e -x; {len(r.commands)} line(s)), in the training environment")
         loop = asyncio.get_running_loop()
 
         def on_output(line: str) -> None:
@@ -308,7 +313,9 @@ class RemedyScreen(ContextScreen):
             try:
                 with self.app.suspend():
                     print(f"\nzdoctor: applying {r.title!r} ({'; '.join(how.reasons)})\n", flush=True)
-                    code = subprocess.call(argv, env=env)
+                    # In zdoctor's own group (the terminal's foreground): an SSH drop's SIGHUP reaches it;
+                    # the parent-death signal ends it if zdoctor is killed (not across sudo's set-user-ID).
+                    code = subprocess.call(argv, env=env, preexec_fn=children.pdeathsig_hook())
                     print(f"\nzdoctor: exit code {code}. Press Enter to return to zdoctor.", flush=True)
                     with contextlib.suppress(EOFError):
                         input()

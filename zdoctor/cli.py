@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from . import __version__
+from . import __version__, children
 from .errors import InputError, UsageError, ZdoctorError
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -47,6 +47,8 @@ def _target_args(sp: argparse.ArgumentParser, top: bool = False) -> None:
     off.add_argument("--ds-config", metavar="FILE", help="the job's DeepSpeed config (JSON/HJSON) to lint and plan")
     off.add_argument("--offload-path", metavar="DIR", help="where NVMe offload would write (default: the config's "
                      "nvme_path)")
+    off.add_argument("--user", metavar="NAME", help="the user the training runs as, who owns the offload "
+                     "directory (default: the owner of the --python environment, else SUDO_USER, else you)")
     off.add_argument("--model-params", metavar="N", help="total model parameters (e.g. 2851M, 7e9, 70B)")
     off.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json to estimate parameters from")
     off.add_argument("--nodes", metavar="N", type=int, default=None, help="nodes in the job (default 1)")
@@ -89,6 +91,10 @@ def _fleet_parser(sub: Any) -> None:
     f.add_argument("--timeout", metavar="S", type=float, default=DEFAULT_TIMEOUT,
                    help=f"seconds each node may take, connecting included (default {DEFAULT_TIMEOUT:g})")
     f.add_argument("--ssh-config", metavar="FILE", help="an ssh client config file for pdsh and ssh (ssh -F)")
+    f.add_argument("--push", action="store_true",
+                   help="copy zdoctor.pyz to nodes without zdoctor of this version, run it from a private "
+                        "temporary directory and remove it (ssh and pdsh)")
+    f.add_argument("--bundle", metavar="FILE", help="the zdoctor.pyz for --push (default: the one running)")
     f.add_argument("--replay", metavar="SESSION", help="evaluate a recorded fleet session again (an id, or last)")
     f.add_argument("--json", action="store_true", help="print one JSON document instead of the report")
     f.add_argument("--tui", action="store_true", help="show the result in the fleet screen")
@@ -141,6 +147,12 @@ def build_parser() -> Parser:
 
     _fleet_parser(sub)
 
+    bb = sub.add_parser("build-bundle", help="build zdoctor.pyz: one file that runs with any python3 >= 3.8.1 "
+                        "on Linux x86_64 and aarch64, without network or pip")
+    bb.add_argument("-o", "--output", metavar="FILE", default="zdoctor.pyz", help="where (default: zdoctor.pyz)")
+    bb.add_argument("--wheels", metavar="DIR",
+                    help="the dependencies' wheels, already downloaded (default: pip download, cached)")
+
     t = sub.add_parser("tui", help="the guided session (the default on a terminal)")
     _target_args(t)
     add_session_arguments(t)
@@ -153,7 +165,7 @@ def _python(args: argparse.Namespace) -> str | None:
 
 #: Options that describe the job for the offload, storage and GPU probes (``host.options``).
 OPTION_KEYS = ("ds_config", "offload_path", "model_params", "model_config", "nodes", "gpus_per_node", "train_log",
-               "io_size", "gpu_sample")
+               "io_size", "gpu_sample", "user")
 
 
 def _live_host(args: argparse.Namespace):
@@ -171,6 +183,13 @@ def _live_host(args: argparse.Namespace):
     if timeout is not None and not 0 < timeout <= 3600:
         raise UsageError("zdoctor: --timeout must be between 0 and 3600 seconds")
     options = {k: getattr(args, k, None) for k in OPTION_KEYS}
+    if options["user"] is not None:
+        import pwd
+
+        try:
+            pwd.getpwnam(options["user"])
+        except KeyError:
+            raise UsageError(f"zdoctor: --user {options['user']}: no such user on this machine") from None
     for key in ("nodes", "gpus_per_node"):
         if options[key] is not None and options[key] < 1:
             raise UsageError(f"zdoctor: --{key.replace('_', '-')} must be at least 1")
@@ -272,6 +291,24 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_build_bundle(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .bundle.build import build
+
+    out = Path(args.output)
+    if not out.parent.is_dir():
+        raise InputError(f"{out.parent}: no such directory")
+    wheels = Path(args.wheels) if args.wheels else None
+    if wheels is not None and not wheels.is_dir():
+        raise InputError(f"{wheels}: no such directory")
+    manifest = build(out, wheels)
+    deps = ", ".join(f"{k} {v}" for k, v in sorted(manifest["deps"].items()))
+    print(f"zdoctor: {out} built ({out.stat().st_size / 2**20:.1f} MiB; {deps}; psutil's native module for "
+          f"{', '.join(sorted(manifest['native']))})", file=sys.stderr)
+    return EXIT_OK
+
+
 def cmd_playbooks(args: argparse.Namespace) -> int:
     from . import playbook as pbmod
 
@@ -339,6 +376,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    children.install_signal_handlers()  # an SSH drop (SIGHUP), SIGTERM or SIGINT ends what zdoctor started
     try:
         args = parse_args(argv)
         if args.command == "check":
@@ -351,6 +389,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_export(args)
         if args.command == "playbooks":
             return cmd_playbooks(args)
+        if args.command == "build-bundle":
+            return cmd_build_bundle(args)
         return cmd_tui(args, argv)
     except ZdoctorError as exc:
         print(f"zdoctor: error: {exc}" if not str(exc).startswith("zdoctor") else f"{exc}",

@@ -99,9 +99,15 @@ class Remedy:
     requires_root: bool = False
     undo: list[str] = field(default_factory=list)
     explanation: str = ""
+    # How the guide applies it when not by running ``commands`` in bash: {"kind": "fstab-add", ...} runs
+    # the safe core (zdoctor.storage.fstab.apply_fstab_line) as root instead.
+    action: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if out.get("action") is None:
+            out.pop("action", None)
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Remedy:

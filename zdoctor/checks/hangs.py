@@ -78,7 +78,26 @@ def _describe(p: dict[str, Any] | None, pid: int) -> str:
             f"{p.get('wchan') or '?'}, running {duration(p.get('elapsed_s'))})")
 
 
-def lock_remedy(lock: dict[str, Any], op: dict[str, Any] | None, orphans: list[int]) -> Remedy:
+def _trial_text(trial: dict[str, Any] | None) -> tuple[bool, str]:
+    """(verified, sentence) from the lock-free trial of this lock."""
+    if not trial:
+        return False, (" Not tried in advance (no trial was made); `zdoctor check` afterwards shows the lock "
+                       "gone.")
+    if not trial.get("tried"):
+        return False, f" Not tried in advance, because {trial.get('reason') or 'no trial could be made'}."
+    if trial.get("fixed"):
+        return True, (f" Tried without changing the node: {trial.get('how')} worked (exit 0 in "
+                      f"{trial.get('seconds')} s), so the lock is the only thing in the way; the copy was "
+                      "removed again and the real lock left in place.")
+    tail = " ".join(str(trial.get("output_tail") or "").strip().splitlines()[-3:])
+    return False, (f" Tried without changing the node: {trial.get('how')} did not work either "
+                   f"({trial.get('error') or 'exit ' + str(trial.get('exit_code'))}"
+                   + (f": {show(tail, 300)}" if tail else "") + "): removing the lock will stop the wait, "
+                   "but the op will still fail to load.")
+
+
+def lock_remedy(lock: dict[str, Any], op: dict[str, Any] | None, orphans: list[int],
+                trial: dict[str, Any] | None = None) -> Remedy:
     """Remove exactly this lock (after any orphaned compilers of the dead build have exited)."""
     commands = []
     if orphans:
@@ -93,14 +112,14 @@ def lock_remedy(lock: dict[str, Any], op: dict[str, Any] | None, orphans: list[i
     if orphans:
         expl += (" The first line waits until the compilers the dead build started have exited, so a new "
                  "build does not write the same object files at the same time.")
-    expl += (" Not verified in advance: removing a file proves itself; `zdoctor check` afterwards shows "
-             "the lock gone.")
+    verified, tried = _trial_text(trial)
+    expl += tried
     return Remedy(title=f"Remove the stale lock of op {show(lock.get('op'), 60)}", commands=commands,
-                  verified=False, requires_root=bool(op and op.get("dir_writable") is False), undo=[],
+                  verified=verified, requires_root=bool(op and op.get("dir_writable") is False), undo=[],
                   explanation=expl)
 
 
-@check("hangs.stale-lock", title="Stale JIT build locks", probes=("jitcache", "processes"))
+@check("hangs.stale-lock", title="Stale JIT build locks", probes=("jitcache", "processes", "locktrial"))
 def check_stale_lock(facts: Facts) -> list[Finding]:
     cid = "hangs.stale-lock"
     jit, procs = facts.of("jitcache"), facts.of("processes")
@@ -112,6 +131,7 @@ def check_stale_lock(facts: Facts) -> list[Finding]:
     ops = {o["lock_path"]: o for o in jit.get("ops") or [] if o.get("lock_path")}
     by_pid = _procs_by_pid(procs)
     stale = [lk for lk in locks if lk.get("stale")]
+    trials = {t.get("lock"): t for t in (facts.get_fact("locktrial", "trials") or [])}
     if not stale:
         live = [lk for lk in locks if lk.get("present")]
         if not live:
@@ -170,7 +190,7 @@ def check_stale_lock(facts: Facts) -> list[Finding]:
         out.append(Finding(id=f"{cid}.{_slug(_op_key(lk), used)}", status=status,
                            title=f"Stale JIT build lock for op {show(lk.get('op'), 60)}: launches that need it "
                                  "wait forever", detail="\n".join(lines), evidence=ev,
-                           remedies=[lock_remedy(lk, op, lk.get("orphans") or [])]))
+                           remedies=[lock_remedy(lk, op, lk.get("orphans") or [], trials.get(lk["path"]))]))
     return out
 
 
