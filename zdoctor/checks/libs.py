@@ -391,7 +391,8 @@ def check_env_source(facts: Facts) -> list[Finding]:
         if src.get("kind") in kinds and src.get("entry") and (kinds[src["kind"]], src["entry"]) not in wanted:
             wanted.append((kinds[src["kind"]], src["entry"]))
     if not wanted:
-        return []
+        return [Finding(id=cid, status="skip", title="Where the offending entry is set: nothing to trace (no "
+                        "failing libstdc++ came through LD_LIBRARY_PATH or LD_PRELOAD)")]
     init = facts.of("shellinit")
     if init is None:
         return [Finding(id=cid, status="skip", title="Where the offending entry is set: not checked",
@@ -422,6 +423,9 @@ def check_env_source(facts: Facts) -> list[Finding]:
 @check("libs.broken-files", title="Unreadable or corrupt extension files", probes=("libs",))
 def check_broken(facts: Facts) -> list[Finding]:
     libs = facts.of("libs") or {}
+    if not libs.get("targets"):
+        return [Finding(id="libs.broken-files", status="skip", title="Extension files: nothing to read (no C++ "
+                        "library of the training was found)")]
     errs = [t for t in libs.get("targets") or [] if t.get("error")]
     if not errs:
         return []
