@@ -33,6 +33,8 @@ PREFIX_LIBRARY = (("curand", "libcurand"), ("cublasLt", "libcublasLt"), ("cublas
                   ("nvrtc", "libnvrtc"), ("aio_", "libaio"), ("io_submit", "libaio"))
 MAX_SYMBOLS = 400_000
 MAX_CANDIDATES = 64
+#: Loaded libraries whose exports are read when looking for the other-ABI twin of a symbol.
+MAX_SCANNED = 80
 _STRING_NEW = "std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >"
 _STRING_OLD = "std::basic_string<char, std::char_traits<char>, std::allocator<char> >"
 
@@ -161,7 +163,9 @@ def triage(obj: str | None, symbol: str, loaded: Mapping[str, str], env: Mapping
                            "exporting_copy": None, "library": None, "why": None}
     info = dynamic_symbols(obj) if obj and os.path.isfile(obj) else {"needed": [], "error": "object not found"}
     rec["needed"] = list(info.get("needed") or [])
-    loaded_paths = [p for p in loaded.values() if p]
+    # the libraries the object names first: the provider is almost always one of them (bounded scan)
+    loaded_paths = sorted(dict.fromkeys(p for p in loaded.values() if p),
+                          key=lambda p: os.path.basename(p) not in rec["needed"])[:MAX_SCANNED]
     # 1. the same function under the other ABI, exported by a loaded library
     if dem and rec["object_abi"] is not None:
         want = normalize_abi(dem)
