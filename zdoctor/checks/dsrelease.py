@@ -86,9 +86,11 @@ def _origin_findings(facts: dict[str, Any], ev: list[Evidence]) -> list[Finding]
                    "from one leaves a .so the other cannot load ('undefined symbol').")
         else:
             title = (f"JIT op {o['op']} is older than its sources: built before DeepSpeed at {o['deepspeed_dir']} "
-                     f"was changed (now {o.get('version') or 'version unknown'})")
+                     f"last changed (now {o.get('version') or 'version unknown'})")
             why = (f"{len(o['newer_sources'])} source file(s) are newer than the .so "
-                   f"({', '.join(o['newer_sources'][:3])}): the op was compiled by an earlier release at this path.")
+                   f"({', '.join(o['newer_sources'][:3])}): DeepSpeed was upgraded or reinstalled at this path after "
+                   "the op was built. torch's next load rebuilds it (ninja compares the times); until then, and "
+                   "wherever a process loads the .so directly, the old build is what runs.")
         out.append(Finding(
             id="pyenv.deepspeed-release.jit-op-other-release", status="warn", title=title,
             detail=why + " build.ninja in the op dir records the sources it was compiled from.",
