@@ -149,3 +149,41 @@ def test_no_driver_is_not_called_fewer_than_two_gpus():
     f, _ = pp.collect_p2p([], {}, sys_root="/nonexistent", cmdline="/nonexistent", pairs={}, acs={})
     (x,) = check_p2p(h200(nvml=nv, p2p=f))
     assert x.status == "skip" and "NVML did not initialise" in x.detail
+
+
+def config_space(acs_ctl: int | None, size: int = 4096) -> bytes:
+    """A bridge's PCI config space as sysfs gives it: AER at 0x100, then (when given) ACS at 0x148."""
+    data = bytearray(size)
+    data[0:4] = (0x8747 << 16 | 0x10B5).to_bytes(4, "little")  # device / vendor
+    if size >= 0x200:
+        nxt = 0x148 if acs_ctl is not None else 0
+        data[0x100:0x104] = (0x0001 | 1 << 16 | nxt << 20).to_bytes(4, "little")  # AER, v1
+        if acs_ctl is not None:
+            data[0x148:0x14C] = (0x000D | 1 << 16).to_bytes(4, "little")  # ACS, v1, last
+            data[0x14C:0x14E] = (0x007F).to_bytes(2, "little")  # ACS capability: every bit
+            data[0x14E:0x150] = acs_ctl.to_bytes(2, "little")  # ACS control
+    return bytes(data)
+
+
+def test_acs_read_from_sysfs_config_space_without_lspci(tmp_path):
+    sys_root = sysfs(tmp_path, "DMA")
+    top = sys_root / "devices" / "pci0000:00" / ROOT_PORT / SWITCH_UP
+    (sys_root / "bus" / "pci" / "devices" / SWITCH_UP).symlink_to(top)
+    (top / "config").write_bytes(config_space(0x0001))  # SrcValid only
+    for down in DOWN:
+        (top / down / "config").write_bytes(config_space(0x001D))  # SrcValid ReqRedir CmpltRedir UpstreamFwd
+    (tmp_path / "cmdline").write_text("intel_iommu=on\n")
+    empty = tmp_path / "no-tools"
+    empty.mkdir()
+    f, _ = pp.collect_p2p(two_gpus()["gpus"], {"PATH": str(empty)}, sys_root=str(sys_root),
+                          cmdline=str(tmp_path / "cmdline"), pairs={"0-1": 0, "1-0": 0})
+    assert f["acs"][SWITCH_UP]["redirect"] is False
+    assert all(f["acs"][d]["redirect"] and f["acs"][d]["flags"]["CmpltRedir"] for d in DOWN)
+    (x,) = check_p2p(h200(nvml=two_gpus(), p2p=f))
+    assert x.status == "warn" and x.remedies[1].commands == [f"sudo setpci -s {d} ECAP_ACS+0x6.w=0000" for d in DOWN]
+    # read as a non-root user, sysfs gives 64 bytes: unknown, and without lspci it says so
+    for d in DOWN:
+        (top / d / "config").write_bytes(config_space(0x001D, size=64))
+    f, _ = pp.collect_p2p(two_gpus()["gpus"], {"PATH": str(empty)}, sys_root=str(sys_root),
+                          cmdline=str(tmp_path / "cmdline"), pairs={"0-1": 0, "1-0": 0})
+    assert f["acs"][DOWN[0]]["redirect"] is None and "needs root" in f["acs"][DOWN[0]]["why"]

@@ -106,6 +106,41 @@ def parse_acs(lspci_text: str) -> dict[str, Any]:
             "redirect": bool(flags.get("ReqRedir") or flags.get("CmpltRedir"))}
 
 
+ACS_CAP_ID = 0x000D
+#: ACS Control register bits (PCIe base spec, ACS Extended Capability, offset 6), as lspci names them.
+ACS_CTL_BITS = ("SrcValid", "TransBlk", "ReqRedir", "CmpltRedir", "UpstreamFwd", "EgressCtrl", "DirectTrans")
+
+
+def acs_from_config(config: bytes) -> dict[str, Any]:
+    """ACS control flags from a device's PCI configuration space (sysfs ``config``: 4096 bytes when read
+    as root, 64 otherwise). ``present`` None when the extended space was not readable."""
+    if len(config) < 0x104:
+        return {"present": None, "flags": {}, "redirect": None, "why": "extended config space not readable "
+                "(needs root)"}
+    off, seen = 0x100, set()
+    while off and off not in seen and off + 8 <= len(config):
+        seen.add(off)
+        header = int.from_bytes(config[off:off + 4], "little")
+        if header in (0, 0xFFFFFFFF):
+            break
+        if header & 0xFFFF == ACS_CAP_ID:
+            ctl = int.from_bytes(config[off + 6:off + 8], "little")
+            flags = {name: bool(ctl >> i & 1) for i, name in enumerate(ACS_CTL_BITS)}
+            return {"present": True, "flags": flags, "redirect": flags["ReqRedir"] or flags["CmpltRedir"],
+                    "source": "sysfs config"}
+        off = (header >> 20) & 0xFFC
+    return {"present": False, "flags": {}, "redirect": False, "source": "sysfs config"}
+
+
+def read_acs(bdf: str, sys_root: str = "/sys") -> dict[str, Any]:
+    """ACS of ``bdf`` read from sysfs (its ``config`` file)."""
+    try:
+        with open(os.path.join(sys_root, "bus", "pci", "devices", bdf, "config"), "rb") as fh:
+            return acs_from_config(fh.read(4096))
+    except OSError as exc:
+        return {"present": None, "flags": {}, "redirect": None, "why": f"config: {exc.strerror or exc}"}
+
+
 def bridges_between(chain_a: list[str], chain_b: list[str]) -> dict[str, Any]:
     """The bridges a peer copy between two GPUs crosses (their lowest common bridge and the ports below
     it), and whether the path goes through the root complex (no common bridge)."""

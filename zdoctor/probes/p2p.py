@@ -43,14 +43,19 @@ def nvml_pairs(count: int) -> dict[str, Any]:
     return out
 
 
-def lspci_acs(bdfs: list[str], env: dict[str, str]) -> tuple[dict[str, Any], list[Evidence]]:
-    """ACS of each bridge from ``lspci -vvv -s BDF`` (absent tool: every entry None)."""
+def lspci_acs(bdfs: list[str], env: dict[str, str], sys_root: str = "/sys") -> tuple[dict[str, Any], list[Evidence]]:
+    """ACS of each bridge: from its sysfs config space, else from ``lspci -vvv -s BDF``."""
     tool = shutil.which("lspci", path=env.get("PATH") or os.defpath)
     out: dict[str, Any] = {}
     ev = []
     for bdf in bdfs:
+        from_sysfs = p2p.read_acs(bdf, sys_root)
+        if from_sysfs.get("present") is not None:
+            out[bdf] = from_sysfs
+            continue
         if tool is None:
-            out[bdf] = {"present": None, "flags": {}, "redirect": None, "why": "lspci is not installed"}
+            out[bdf] = {"present": None, "flags": {}, "redirect": None,
+                        "why": f"lspci is not installed and {from_sysfs.get('why')}"}
             continue
         e = run([tool, "-vvv", "-s", bdf], env=env, timeout=10, label=f"lspci -vvv -s {bdf}")
         ev.append(e)
@@ -74,7 +79,7 @@ def collect_p2p(gpus: list[dict[str, Any]], env: dict[str, str], *, sys_root: st
     bridges = sorted({x for v in between.values() for x in v["bridges"]})
     ev: list[Evidence] = []
     if acs is None:
-        acs, ev = lspci_acs(bridges, env)
+        acs, ev = lspci_acs(bridges, env, sys_root)
     if pairs is None:
         pairs = nvml_pairs(len(gpus)) if len(gpus) > 1 else {}
     facts = {"gpus": bdfs, "iommu": iommu, "chains": chains, "between": between, "acs": acs, "nvml_pairs": pairs}
