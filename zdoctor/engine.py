@@ -327,6 +327,23 @@ class Walk:
         else:
             self._finish(f"stuck at {node.id}: {reason}", "no-edge")
 
+    def back(self) -> str:
+        """Return to the previous step of the path (a finished walk is open again); returns its id.
+
+        Recorded as a ``step_back`` event, so a resumed session stands where the user went back to."""
+        with self._lock:
+            if len(self.path) < 2:
+                raise ValueError(f"{self.current!r} is the first step of {self.playbook.id}: there is no previous one")
+            left = self.path.pop()
+            self.visits[left] -= 1
+            self.current = self.path[-1]
+            self.diagnosis = next((n for n in reversed(self.path) if self.playbook.nodes[n].kind == "diagnosis"), None)
+            self.done, self.end_reason, self.stopped = False, None, None
+            self._outcome = None
+            self._emit("step_back", {"playbook": self.playbook.id, "from": left, "to": self.current,
+                                     "reason": "the user went back to the previous step"})
+            return self.current
+
     def stop(self, reason: str = "stopped by the user") -> None:
         """End the walk where it stands."""
         with self._lock:
@@ -384,6 +401,11 @@ class Walk:
                     raise InputError(f"recorded node {nid!r} is not in playbook {playbook.id} "
                                      "(was the playbook changed since?)")
                 path.append(nid)
+            elif kind == "step_back":
+                if len(path) > 1:
+                    path.pop()
+                diagnosis = next((n for n in reversed(path) if playbook.nodes[n].kind == "diagnosis"), None)
+                end = None
             elif kind == "diagnosis":
                 diagnosis = data.get("node") if isinstance(data.get("node"), str) else diagnosis
             elif kind == "playbook_end":

@@ -111,7 +111,7 @@ def collect(events: list[dict[str, Any]]) -> Report:
             run = PlaybookRun(playbook=_s(ev.get("playbook")), title=_s(ev.get("title")))
             current[run.playbook] = run
             rep.runs.append(run)
-        elif kind in ("node_enter", "edge"):
+        elif kind in ("node_enter", "edge", "step_back"):
             run_for(ev).steps.append(ev)
         elif kind == "diagnosis":
             run_for(ev).diagnosis = ev

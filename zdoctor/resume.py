@@ -90,6 +90,9 @@ def read_point(session: str | os.PathLike[str], state_dir: Path | None = None) -
             kind = ev.get("type")
             if kind == "node_enter" and isinstance(ev.get("node"), str):
                 point.nodes.append(ev["node"])
+            elif kind == "step_back" and len(point.nodes) > 1:
+                point.nodes.pop()
+                point.diagnosis, point.walk_ended = None, False
             elif kind == "diagnosis" and isinstance(ev.get("node"), str):
                 point.diagnosis = ev["node"]
             elif kind == "playbook_end":
