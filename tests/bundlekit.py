@@ -38,7 +38,7 @@ def _first(candidates: list[str]) -> str | None:
 
 
 def interpreter(version: str) -> str:
-    """A real interpreter of ``version`` ("3.8" or "3.11"): ``$ZDOCTOR_TEST_PY38``/``$ZDOCTOR_TEST_PY311``,
+    """A real interpreter of ``version`` ("3.8", "3.9", "3.11"): ``$ZDOCTOR_TEST_PY38`` (and so on),
     the distribution's, pyenv's, or on PATH. Missing: the test fails when ``ZDOCTOR_REQUIRE_PYTHONS`` is set
     (CI), and is skipped otherwise."""
     env = os.environ.get("ZDOCTOR_TEST_PY" + version.replace(".", ""))

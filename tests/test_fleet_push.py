@@ -120,3 +120,49 @@ def test_a_fleet_run_from_the_bundle_pushes_that_bundle(fleet, tmp_path):
     (node,) = json.loads(proc.stdout)["nodes"]
     assert node["launch"]["status"] == "ok" and node["launch"]["pushed"] == "bundle", json.dumps(node["launch"])
     assert list(fleet["tmps"][LACK].iterdir()) == []
+
+
+STAND_IN_SRUN = r'''#!/bin/sh
+# A stand-in for srun (no Slurm here): records its argv, then does what srun does with the options
+# --push uses: --bcast=DEST copies the step's program to DEST and runs it from there, --export sets variables.
+printf "%s\n" "$*" >> "$SRUN_LOG"
+bcast=""; exports=""
+while [ "$1" != "--" ]; do
+  case "$1" in --bcast=*) bcast="${1#--bcast=}";; --export=*) exports="${1#--export=}";; esac
+  shift
+done
+shift
+if [ -n "$bcast" ]; then cp "$1" "$bcast" && chmod 0700 "$bcast" || exit 1; shift; set -- "$bcast" "$@"; fi
+if [ -n "$exports" ]; then
+  IFS=,; for kv in $exports; do case "$kv" in ALL) ;; *) export "$kv";; esac; done; unset IFS
+fi
+exec "$@"
+'''
+
+
+def test_push_through_srun_broadcasts_the_bundle_and_removes_it(cli, tmp_path):
+    import os
+
+    bundle = build_bundle()
+    fake = tmp_path / "slurm"
+    fake.mkdir()
+    (fake / "srun").write_text(STAND_IN_SRUN)
+    (fake / "srun").chmod(0o755)
+    node_tmp = tmp_path / "node-tmp"
+    node_tmp.mkdir()
+    log = tmp_path / "srun.log"
+    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", SLURM_JOB_NODELIST="node01", SRUN_LOG=str(log),
+               TMPDIR=str(node_tmp))
+    r = cli(["fleet", "--zdoctor", "zdoctor-node", "--push", "--bundle", str(bundle), "--json"], env=env,
+            timeout=400)
+    assert r.returncode in (0, 1), r.stderr
+    (node,) = json.loads(r.stdout)["nodes"]
+    assert node["launch"]["status"] == "ok" and node["launch"]["pushed"] == "bundle", json.dumps(node["launch"])
+    assert node["cells"]
+    ask, step, clean = log.read_text().splitlines()
+    assert ask.startswith("--nodes=1 --ntasks=1 --nodelist=node01 --overlap") and "mktemp -d" in ask
+    d = step.split("--bcast=", 1)[1].split("/zdoctor.pyz", 1)[0]
+    assert d.startswith(f"{node_tmp}/zdoctor-push.")
+    assert f"--export=ALL,XDG_CACHE_HOME={d}/cache,XDG_STATE_HOME={d}/state -- {bundle} snapshot -o - --armor" in step
+    assert clean.endswith(f"-- rm -rf -- {d}")
+    assert list(node_tmp.iterdir()) == []

@@ -13,7 +13,6 @@ in particular not into the Python environment that runs the bundle.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.machinery
 import importlib.util
 import json
@@ -21,7 +20,15 @@ import marshal
 import os
 import stat
 import sys
-import zipfile
+import zipimport
+
+try:  # the built-in hash modules: hashlib would load OpenSSL, which costs more than the hashing
+    from _sha256 import sha256
+except ImportError:  # Python 3.12 and newer
+    try:
+        from _sha2 import sha256  # type: ignore[no-redef]
+    except ImportError:
+        from hashlib import sha256  # type: ignore[no-redef]
 
 MANIFEST = "_zdoctor_bundle/manifest.json"
 NATIVE = "_zdoctor_native"
@@ -57,9 +64,12 @@ def check_platform() -> str:
 
 def _private_dir(path: str) -> None:
     """Create ``path`` (mode 0700) or accept it only as a real directory owned by this user, closed to others."""
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path, 0o700)
-    st = os.lstat(path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
+        st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode):
         raise BundleError(f"zdoctor.pyz: cache {path} is not a directory (a symlink or a file is in its place)")
     if st.st_uid != os.getuid():
@@ -68,36 +78,63 @@ def _private_dir(path: str) -> None:
         os.chmod(path, 0o700)
 
 
+def _temp_dir() -> str:
+    for name in ("TMPDIR", "TEMP", "TMP"):
+        d = os.environ.get(name)
+        if d and os.path.isabs(d) and os.path.isdir(d):
+            return d
+    return "/tmp"
+
+
 def _cache_root() -> str:
     """``$XDG_CACHE_HOME/zdoctor/bundle`` (``~/.cache`` by default); a private directory in the temporary
-    directory when there is no usable home."""
+    directory when there is no usable home or the cache there is not private."""
     base = os.environ.get("XDG_CACHE_HOME") or ""
     if not os.path.isabs(base):
         home = os.path.expanduser("~")
         base = os.path.join(home, ".cache") if os.path.isabs(home) else ""
-    candidates = []
+    last: Exception | None = None
     if base:
-        candidates.append([base, os.path.join(base, "zdoctor"), os.path.join(base, "zdoctor", "bundle")])
-    import tempfile
-
-    tmp = os.path.join(tempfile.gettempdir(), f"zdoctor-{os.getuid()}")
-    candidates.append([tmp, os.path.join(tmp, "bundle")])
-    last = None
-    for chain in candidates:
         try:
-            if chain[0] == base:
-                os.makedirs(base, mode=0o700, exist_ok=True)
-                chain = chain[1:]
-            for d in chain:
+            os.makedirs(base, mode=0o700, exist_ok=True)
+            for d in (os.path.join(base, "zdoctor"), os.path.join(base, "zdoctor", "bundle")):
                 _private_dir(d)
-            return chain[-1]
+            return os.path.join(base, "zdoctor", "bundle")
         except (OSError, BundleError) as exc:
             last = exc
-    raise BundleError(f"zdoctor.pyz: no private cache directory can be made ({last})")
+    tmp = os.path.join(_temp_dir(), f"zdoctor-{os.getuid()}")
+    try:
+        for d in (tmp, os.path.join(tmp, "bundle")):
+            _private_dir(d)
+        return os.path.join(tmp, "bundle")
+    except (OSError, BundleError) as exc:
+        raise BundleError(f"zdoctor.pyz: no private cache directory can be made ({last or exc})") from None
 
 
 def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+    return sha256(data).hexdigest()
+
+
+class Archive:
+    """The bundle's zip, read through zipimport: the interpreter has already read its directory to start
+    ``__main__``, so nothing is parsed twice (zipfile, slower to import and to open, is the fallback)."""
+
+    def __init__(self, path: str) -> None:
+        files = getattr(zipimport, "_zip_directory_cache", {}).get(path)
+        if files is not None:
+            names = [n.replace(os.sep, "/") for n in files]
+        else:
+            import zipfile
+
+            with zipfile.ZipFile(path) as zf:
+                names = zf.namelist()
+        self.names = {n for n in names if not n.endswith("/")}
+        self._zi = zipimport.zipimporter(path)
+
+    def read(self, name: str) -> bytes:
+        if name not in self.names:
+            raise KeyError(name)
+        return self._zi.get_data(name)
 
 
 def _verified(path: str, digest: str) -> bool:
@@ -112,9 +149,9 @@ def _verified(path: str, digest: str) -> bool:
 
 
 def _write_atomic(path: str, data: bytes, mode: int) -> None:
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    """Write to a new file beside ``path`` (O_EXCL, mode 0600), then rename it over ``path``."""
+    tmp = os.path.join(os.path.dirname(path), f".tmp-{os.urandom(8).hex()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -131,7 +168,7 @@ def _relative(name: str) -> str:
     return name.split("/", 2)[2] if name.startswith(NATIVE + "/") else name.split("/", 1)[1]
 
 
-def extract(zf: zipfile.ZipFile, files: dict, root: str) -> None:
+def extract(zf: Archive, files: dict, root: str) -> None:
     """Extract ``files`` (zip name -> SHA-256) under ``root``; each is verified first and rewritten when
     missing or different (atomically, so concurrent starts never see half a file)."""
     _private_dir(root)
@@ -242,8 +279,8 @@ class _Bundle:
 
     def __init__(self, archive: str) -> None:
         self.archive = archive
-        self.zf = zipfile.ZipFile(archive)
-        self.names = set(self.zf.namelist())
+        self.zf = Archive(archive)
+        self.names = self.zf.names
         self.dirs = {n.rsplit("/", 1)[0] for n in self.names if "/" in n}
         more = set()
         for d in self.dirs:
@@ -324,15 +361,14 @@ def main() -> int:
     try:
         if argv == ["--version"]:
             check_platform()
-            with zipfile.ZipFile(archive) as zf:
-                print(version_line(json.loads(zf.read(MANIFEST).decode("utf-8"))))
+            print(version_line(json.loads(Archive(archive).read(MANIFEST).decode("utf-8"))))
             return 0
         _isolate(archive, argv)
         start(archive)
     except BundleError as exc:
         print(str(exc), file=sys.stderr)
         return 2
-    except (OSError, zipfile.BadZipFile, KeyError, ValueError) as exc:
+    except (OSError, zipimport.ZipImportError, KeyError, ValueError) as exc:
         print(f"zdoctor.pyz: cannot start from {archive}: {exc}", file=sys.stderr)
         return 2
     from zdoctor.cli import main as zdoctor_main

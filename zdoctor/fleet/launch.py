@@ -102,7 +102,10 @@ def pdsh_env(opts: FleetOptions, environ: Mapping[str, str] | None = None) -> di
     return env
 
 
-def srun_argv(host: str, opts: FleetOptions) -> list[str]:
-    """One ``srun`` job step on one node; ``--overlap`` so it runs beside a job that holds the node."""
+def srun_argv(host: str, opts: FleetOptions, argv: Sequence[str] | None = None,
+              flags: Sequence[str] = ()) -> list[str]:
+    """One ``srun`` job step on one node; ``--overlap`` so it runs beside a job that holds the node. The step
+    runs ``argv`` (default :func:`remote_argv`), with any further srun ``flags``."""
     return ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={host}", "--overlap", "--quiet",
-            f"--immediate={opts.connect_timeout}", "--job-name=zdoctor-fleet", "--", *remote_argv(opts)]
+            f"--immediate={opts.connect_timeout}", "--job-name=zdoctor-fleet", *flags, "--",
+            *(remote_argv(opts) if argv is None else argv)]

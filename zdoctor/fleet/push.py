@@ -1,13 +1,17 @@
 """``zdoctor fleet --push``: bring the one-file bundle to nodes that lack zdoctor of this version.
 
-Per node, three steps (through ssh; pdsh asks every node the first question at once):
+Per node, three steps (through ssh or srun; pdsh asks every node the first question at once):
 
 1. **Ask.** The node runs its own zdoctor when ``zdoctor --version`` there is this version (the snapshot
    comes back as without ``--push``); otherwise it makes a private directory (``mktemp -d``, mode 0700)
    and says where.
-2. **Copy.** ``scp`` puts ``zdoctor.pyz`` into that directory.
+2. **Copy.** ``scp`` puts ``zdoctor.pyz`` into that directory (ssh, pdsh).
 3. **Run and remove.** The node runs ``python3 DIR/zdoctor.pyz snapshot ...`` with its cache and state
    inside DIR, then removes DIR whatever the outcome. A copy that fails removes DIR too.
+
+Under srun, steps 2 and 3 are one job step, ``srun --bcast=DIR/zdoctor.pyz``: Slurm copies the bundle (the
+step's executable, run through its ``#!/usr/bin/env python3`` line) into DIR and runs it there, with the
+cache and state in DIR (``--export``); a last step removes DIR.
 
 Every remote line is built with :func:`shlex.join`; the directory a node names is accepted only in the
 shape ``mktemp`` gives, so nothing it says reaches a local or remote shell unquoted.
@@ -16,6 +20,7 @@ shape ``mktemp`` gives, so nothing it says reaches a local or remote shell unquo
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import shlex
 import typing
@@ -109,9 +114,32 @@ def _push(host: str, directory: str, opts: launch.FleetOptions, bundle: Path, on
     return node
 
 
+def srun_push_argv(host: str, opts: launch.FleetOptions, bundle: Path, directory: str) -> list[str]:
+    """Steps 2 and 3 under srun: the bundle broadcast into ``directory`` and run from there."""
+    snapshot = launch.remote_argv(dataclasses.replace(opts, zdoctor="zdoctor"))[1:]
+    flags = [f"--bcast={directory}/zdoctor.pyz",
+             f"--export=ALL,XDG_CACHE_HOME={directory}/cache,XDG_STATE_HOME={directory}/state"]
+    return launch.srun_argv(host, opts, [str(bundle), *snapshot], flags)
+
+
+def _srun_push(host: str, directory: str, opts: launch.FleetOptions, bundle: Path, on_start: OnStart | None,
+               spent: float) -> NodeRun:
+    argv = srun_push_argv(host, opts, bundle, directory)
+    ev = run(argv, timeout=opts.timeout, cap=OUTPUT_CAP, label=f"srun {host}", on_start=on_start)
+    run(launch.srun_argv(host, opts, ["rm", "-rf", "--", directory]), timeout=opts.timeout,
+        label=f"srun {host} (clean-up)")
+    timed_out = bool(ev.error and ev.error.startswith("timed out"))
+    node = classify(host, "srun", ev.exit_code, ev.stdout.splitlines(), ev.stderr.splitlines(), timed_out,
+                    opts.timeout, str(bundle))
+    node.argv, node.pushed, node.duration_s = argv, "bundle", spent + ev.duration_s
+    return node
+
+
 def _finish(host: str, opts: launch.FleetOptions, bundle: Path, exit_code: int | None, out: str, err: str,
             timed_out: bool, argv: list[str], spent: float, on_start: OnStart | None) -> NodeRun:
     directory = pushed_dir(out)
+    if directory is not None and opts.launcher == "srun":
+        return _srun_push(host, directory, opts, bundle, on_start, spent)
     if directory is not None:
         return _push(host, directory, opts, bundle, on_start, spent)
     node = classify(host, opts.launcher, exit_code, out.splitlines(), err.splitlines(), timed_out, opts.timeout,
@@ -126,11 +154,10 @@ def _finish(host: str, opts: launch.FleetOptions, bundle: Path, exit_code: int |
 def collect_with_push(hosts: Sequence[str], opts: launch.FleetOptions, bundle: Path,
                       on_node: OnNode | None = None, on_start: OnStart | None = None) -> list[NodeRun]:
     """Snapshot every host, pushing the bundle to those without zdoctor of this version."""
-    if opts.launcher not in ("ssh", "pdsh"):
-        raise UsageError(f"zdoctor fleet: --push works through ssh and pdsh, not {opts.launcher} "
-                         "(use --launcher ssh or pdsh)")
     if not bundle.is_file():
         raise UsageError(f"zdoctor fleet: --push: {bundle}: no such file (build one with zdoctor build-bundle)")
+    if opts.launcher == "srun" and not os.access(bundle, os.X_OK):
+        raise UsageError(f"zdoctor fleet: --push: srun runs the bundle as the step's program: chmod +x {bundle}")
     launch.remote_argv(opts)
     line = ask_line(opts)
     results: dict[str, NodeRun] = {}
@@ -147,7 +174,8 @@ def collect_with_push(hosts: Sequence[str], opts: launch.FleetOptions, bundle: P
                                     h in timed, argv, ev.duration_s, on_start)] = h
         else:
             def ask(h: str) -> NodeRun:
-                argv = launch.ssh_argv(h, opts, line)
+                argv = launch.ssh_argv(h, opts, line) if opts.launcher == "ssh" else \
+                    launch.srun_argv(h, opts, shlex.split(line))
                 ev = run(argv, timeout=opts.timeout, cap=OUTPUT_CAP, label=f"ssh {h}", on_start=on_start)
                 timed_out = bool(ev.error and ev.error.startswith("timed out"))
                 if ev.error and not timed_out:
