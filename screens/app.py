@@ -206,7 +206,7 @@ class ZdoctorApp(App[int]):
         if ctx is None or ctx.log is None:
             raise InputError("this session is not recorded, so there is nothing to export"
                              + (f" ({ctx.note})" if ctx is not None and ctx.note else ""))
-        path = export_session(ctx.log.id, fmt, self.export_dir)
+        path = export_session(ctx.log.id, fmt, self.export_dir, live=True)
         ctx.record("export", {"format": fmt, "path": str(path)})
         return path
 

@@ -26,6 +26,15 @@ from textual.widgets.option_list import Option
 
 from zdoctor.apply import ApplyOutcome, ApplyPlan, env_effect, known_env, plan, run_remedy
 from zdoctor.model import Finding, Remedy
+from zdoctor.present import (
+    SCRIPT_LABEL,
+    option_label,
+    options_heading,
+    recommendation,
+    verification_mark,
+    verification_of,
+    verification_text,
+)
 
 from .common import ContextScreen, KeyBar, in_thread, mark
 
@@ -34,16 +43,15 @@ def shell(lines: list[str]) -> Syntax:
     return Syntax("\n".join(lines), "bash", word_wrap=True, theme="ansi_dark", background_color="default")
 
 
-def verified_text(value: bool | None) -> Text:
-    if value is True:
-        return Text("✓ verified: tried on the node and it fixed the failing command", style="bold green")
-    if value is False:
-        return Text("✗ verification failed: it did not fix the command when tried", style="bold red")
-    return Text("? not verified: zdoctor could not try it first", style="yellow")
+def verified_text(r: Remedy, elsewhere: bool = False) -> Text:
+    """The remedy's verification, in the one wording of :func:`zdoctor.present.verification_text`."""
+    v = verification_of(r)
+    sym, style = verification_mark(v)
+    return Text(f"{sym} {verification_text(v, recorded_elsewhere=elsewhere)}", style=style)
 
 
-def flags_text(r: Remedy) -> Text:
-    out = verified_text(r.verified)
+def flags_text(r: Remedy, elsewhere: bool = False) -> Text:
+    out = verified_text(r, elsewhere)
     out.append("\n")
     out.append("needs root: " + ("yes (runs under sudo unless you are root)" if r.requires_root else "no"))
     out.append("\n")
@@ -138,6 +146,10 @@ class RemedyScreen(ContextScreen):
         head = Text.assemble(("Fixes", "bold"), f" at {self.node}")
         if len(findings) == 1:
             head.append(f" for: {findings[0]}")
+        remedies = [r for _f, r in self.pairs]
+        head.append(f"\n{options_heading(len(remedies))}", style="bold")
+        if recommendation(remedies):
+            head.append(f" {recommendation(remedies)}", style="dim")
         yield Static(head, id="rem-title")
         yield OptionList(id="remedies")
         with VerticalScroll(id="rem-body"):
@@ -161,8 +173,8 @@ class RemedyScreen(ContextScreen):
         self.show(0)
 
     def option_text(self, i: int, f: Finding, r: Remedy) -> Text:
-        flag = "✓" if r.verified else ("✗" if r.verified is False else "?")
-        out = Text.assemble(f"{i + 1}. ", (flag, "bold green" if r.verified else "yellow"), " ", (r.title, "bold"))
+        flag, style = verification_mark(verification_of(r))
+        out = Text.assemble(f"{option_label(i + 1, len(self.pairs))}: ", (flag, style), " ", (r.title, "bold"))
         if r.requires_root:
             out.append("  [root]", style="yellow")
         done = self.outcomes.get(i)
@@ -190,10 +202,10 @@ class RemedyScreen(ContextScreen):
 
     def show(self, i: int) -> None:
         f, r = self.pairs[i]
-        self.query_one("#rem-flags", Static).update(flags_text(r))
+        self.query_one("#rem-flags", Static).update(flags_text(r, self.elsewhere))
         self.query_one("#rem-explain", Static).update(Text(r.explanation) if r.explanation else "")
         self.query_one("#rem-commands", Static).update(
-            Group(Text("Commands (bash, in order, before the launch command):", style="bold"), shell(r.commands)))
+            Group(Text(f"{option_label(i + 1, len(self.pairs))}: {SCRIPT_LABEL}:", style="bold"), shell(r.commands)))
         table = effect_table(r, known_env(self.ctx.host))
         effect = self.query_one("#rem-effect", Static)
         effect.update(table if table is not None else "")
@@ -202,10 +214,17 @@ class RemedyScreen(ContextScreen):
         undo.update(Group(Text("Undo:", style="bold"), shell(r.undo)) if r.undo else "")
         undo.display = bool(r.undo)
 
+    @property
+    def elsewhere(self) -> bool:
+        """The evidence came from another node (practice or a replayed snapshot)."""
+        return bool(self.ctx.practice) or self.ctx.host.info.get("kind") == "replay"
+
     # -- actions -----------------------------------------------------------------------------------
     def action_copy(self) -> None:
-        _f, r = self.pairs[self.index]
+        f, r = self.pairs[self.index]
         self.app.copy_to_clipboard("\n".join(r.commands) + "\n")
+        self.ctx.record("remedy_copied", {"playbook": self.playbook, "node": self.node, "finding_id": f.id,
+                                          "remedy": r.to_dict()})
         self.notify(f"copied {len(r.commands)} line(s) to the clipboard (OSC 52: where the terminal allows it; "
                     "otherwise select them on screen)", timeout=5)
 
@@ -243,7 +262,7 @@ class RemedyScreen(ContextScreen):
         if how.env_lines:
             out.append("export/unset lines cannot change the shell you launch from: they are also written to a "
                        "file for you to source.")
-        out.append(str(verified_text(r.verified)))
+        out.append(str(verified_text(r, self.elsewhere)))
         out.append("Undo: " + ("; ".join(r.undo) if r.undo else "none recorded."))
         return out
 

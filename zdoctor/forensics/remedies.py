@@ -34,7 +34,8 @@ class Plan:
     verifiable: bool = True
     requires_root: bool = False
     verified: bool = False
-    verification: str = ""
+    verification: str = ""  # tried: what the re-run showed; not tried: why
+    tried: bool = False
 
     def apply_to(self, env: Mapping[str, str]) -> dict[str, str]:
         """``env`` with this plan's changes applied."""
@@ -47,17 +48,21 @@ class Plan:
         return out
 
     def to_remedy(self) -> Remedy:
-        return Remedy(title=self.title, commands=list(self.commands), verified=self.verified,
-                      requires_root=self.requires_root, undo=list(self.undo),
-                      explanation=(self.explanation + (f" Verified: {self.verification}" if self.verification
-                                                       else "")).strip())
+        reason = self.verification or ("" if self.verifiable else "it would change the machine")
+        return Remedy(title=self.title, commands=list(self.commands), verified=self.verified and self.tried,
+                      requires_root=self.requires_root, undo=list(self.undo), explanation=self.explanation,
+                      tried=self.tried, note=reason)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Plan:
-        return cls(**d)
+        data = dict(d)
+        if "tried" not in data:  # recorded before plans said so: a re-run left one of these sentences
+            said = str(data.get("verification") or "")
+            data["tried"] = bool(data.get("verified")) or said.startswith(("the command", "re-running"))
+        return cls(**data)
 
 
 def split_path_list(value: str | None) -> list[str]:
@@ -159,11 +164,10 @@ def conda_upgrade(prefix: str, gcc_release: str | None, rests_on: list[str]) -> 
         undo=[],
         explanation=(f"The env's own libstdc++.so.6 is older than the GCC {major} runtime the libraries "
                      "need. conda-forge's libstdcxx-ng ships GCC's runtime; a newer one is backward "
-                     "compatible with everything already in the env. This needs the package channel, "
-                     "so zdoctor cannot try it here."),
+                     "compatible with everything already in the env."),
         rests_on=rests_on,
         verifiable=False,
-        verification="",
+        verification="it needs the network (the conda-forge channel) and changes the env",
     )
 
 
@@ -172,6 +176,7 @@ def verify(plan: Plan, argv: Sequence[str], env: Mapping[str, str], *, timeout: 
     """Re-run ``argv`` with the plan applied; set ``plan.verified`` only when it then succeeds."""
     ev = run(list(argv), env=plan.apply_to(env), timeout=timeout, cwd=cwd,
              label=f"verify: {plan.title}")
+    plan.tried = True
     if ev.error:
         plan.verified = False
         plan.verification = f"re-running the command with this change failed: {ev.error}."
@@ -180,5 +185,7 @@ def verify(plan: Plan, argv: Sequence[str], env: Mapping[str, str], *, timeout: 
         plan.verification = f"the command succeeded with this change (exit 0 in {ev.duration_s:.1f} s)."
     else:
         plan.verified = False
-        plan.verification = f"the command still fails with this change (exit code {ev.exit_code})."
+        said = [line.strip() for line in (ev.stderr or ev.stdout or "").splitlines() if line.strip()]
+        plan.verification = (f"the command still fails with this change (exit code {ev.exit_code})"
+                             + (f": {said[-1][:300]}" if said else "") + ".")
     return ev
