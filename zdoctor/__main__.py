@@ -1,5 +1,7 @@
 """``python -m zdoctor``."""
 
+from __future__ import annotations
+
 from .cli import main
 
 raise SystemExit(main())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import typing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +16,7 @@ from .registry import PROBES, load_vocabulary
 if TYPE_CHECKING:
     from .playbook import Playbook
 
-Recorder = Callable[[str, dict[str, Any]], None]
+Recorder = typing.Callable[[str, typing.Dict[str, Any]], None]
 
 
 def _no_record(_type: str, _data: dict[str, Any]) -> None:

@@ -8,8 +8,9 @@ data)`` with plain JSON data, so a session log can be replayed and a walk resume
 from __future__ import annotations
 
 import threading
+import typing
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,7 @@ from .model import Finding, ProbeResult
 from .playbook import END_KINDS, Edge, Node, Playbook
 from .registry import CHECKS, PREDICATES, Facts
 
-Record = Callable[[str, dict[str, Any]], None]
+Record = typing.Callable[[str, typing.Dict[str, Any]], None]
 
 
 @dataclass

@@ -82,7 +82,7 @@ def graph_text(book: Playbook, path: list[str] | None = None, current: str | Non
 
     g = book.graph
     path = list(path or [])
-    taken = set(zip(path, path[1:], strict=False))
+    taken = set(zip(path, path[1:]))
     depth = nx.single_source_shortest_path_length(g, book.start)
     order = sorted(book.nodes, key=lambda n: (depth.get(n, len(book.nodes)), list(book.nodes).index(n)))
     width = max(len(n) for n in book.nodes)

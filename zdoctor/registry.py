@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -11,10 +12,10 @@ if TYPE_CHECKING:
     from .host import Host
     from .model import Evidence, Finding, ProbeResult
 
-ProbeFunc = Callable[["Host"], "tuple[dict[str, Any], list[Evidence]]"]
+ProbeFunc = typing.Callable[["Host"], "tuple[dict[str, Any], list[Evidence]]"]
 
 
-class Facts(Mapping[str, "ProbeResult"]):
+class Facts(typing.Mapping[str, "ProbeResult"]):
     """Probe results by probe name, with a safe path lookup for predicates and checks."""
 
     def __init__(self, results: Mapping[str, ProbeResult]):

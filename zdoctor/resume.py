@@ -9,7 +9,8 @@ A session log (:mod:`zdoctor.session`) holds every node entered and every probe 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+import typing
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from .session import SUFFIX, load_events, sessions_dir
 #: Session modes a guided walk can be resumed from.
 GUIDED_MODES = ("tui", "demo")
 
-Record = Callable[[str, dict[str, Any]], None]
+Record = typing.Callable[[str, typing.Dict[str, Any]], None]
 
 
 @dataclass

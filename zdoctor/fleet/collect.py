@@ -10,7 +10,8 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Callable, Sequence
+import typing
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,10 +108,10 @@ def require_launcher(opts: launch.FleetOptions) -> None:
                          f"(install it, or use --launcher {other})")
 
 
-OnNode = Callable[[NodeRun], None]
+OnNode = typing.Callable[[NodeRun], None]
 #: Called with the pid of each launcher process as it starts (it leads its own process group), so a
 #: caller can cancel the run by killing those groups.
-OnStart = Callable[[int], None]
+OnStart = typing.Callable[[int], None]
 
 
 def _one(host: str, argv: list[str], opts: launch.FleetOptions, on_start: OnStart | None) -> NodeRun:

@@ -6,7 +6,7 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Callable
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +15,7 @@ from .launch import FleetOptions, remote_argv
 from .record import record_report
 from .result import FleetReport
 
-Recorder = Callable[[str, dict[str, Any]], None]
+Recorder = typing.Callable[[str, typing.Dict[str, Any]], None]
 
 
 @dataclass

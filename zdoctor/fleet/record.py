@@ -7,7 +7,7 @@ report without snapshots) and ``summary``. :func:`runs_from_events` reads the no
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import typing
 from typing import Any
 
 from ..errors import InputError
@@ -15,7 +15,7 @@ from ..model import summarize
 from .collect import NodeRun
 from .result import FleetReport
 
-Recorder = Callable[[str, dict[str, Any]], None]
+Recorder = typing.Callable[[str, typing.Dict[str, Any]], None]
 
 
 def record_report(report: FleetReport, record: Recorder) -> None:

@@ -90,7 +90,7 @@ def _why(exc: BaseException) -> str:
         return "AccessDenied"
     if isinstance(exc, PermissionError):
         return "AccessDenied"
-    if isinstance(exc, FileNotFoundError | ProcessLookupError):
+    if isinstance(exc, (FileNotFoundError, ProcessLookupError)):
         return "NoSuchProcess"
     return f"{type(exc).__name__}: {exc}"
 

@@ -31,7 +31,7 @@ def parse_count(text: str | int | float) -> int:
     """
     if isinstance(text, bool):
         raise InputError(f"model parameters {text!r}: not a number")
-    if isinstance(text, int | float):
+    if isinstance(text, (int, float)):
         value = float(text)
     else:
         raw = str(text).strip()

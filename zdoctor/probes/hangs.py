@@ -77,7 +77,7 @@ def interpreter_facts(pyenv: dict[str, Any] | None) -> dict[str, Any]:
     python = pyenv.get("python") or {}
     vi = python.get("version_info")
     version = None
-    if isinstance(vi, list | tuple) and len(vi) >= 2 and all(isinstance(x, int) for x in vi[:3]):
+    if isinstance(vi, (list, tuple)) and len(vi) >= 2 and all(isinstance(x, int) for x in vi[:3]):
         version = ".".join(str(x) for x in vi[:3])
     elif isinstance(python.get("version"), str):
         version = python["version"].split()[0] if python["version"].split() else None

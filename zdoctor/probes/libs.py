@@ -174,9 +174,9 @@ def libs_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     for f in audit["failures"]:
         describe_provider(f)
     facts = {
-        "interpreter": interp | {"rpath": audit["interpreter"].get("rpath"),
-                                 "runpath": audit["interpreter"].get("runpath"),
-                                 "rpath_copies": rpath_copies(interp)},
+        "interpreter": {**interp, "rpath": audit["interpreter"].get("rpath"),
+                        "runpath": audit["interpreter"].get("runpath"),
+                        "rpath_copies": rpath_copies(interp)},
         "env": {k: env.get(k) for k in ("LD_LIBRARY_PATH", "LD_PRELOAD", "CONDA_PREFIX", "CONDA_EXE")},
         "etc_preload": _read_preload(config.preload_file),
         "loader": {"system_dirs": list(config.system_dirs), "glibc": getattr(config, "glibc_version", None),

@@ -72,7 +72,7 @@ def _facts(host: Any, name: str) -> dict[str, Any] | None:
 
 def _python_version(pyenv: dict[str, Any] | None) -> tuple[int, ...] | None:
     vi = ((pyenv or {}).get("python") or {}).get("version_info")
-    if isinstance(vi, list | tuple) and len(vi) >= 2 and all(isinstance(x, int) for x in vi[:3]):
+    if isinstance(vi, (list, tuple)) and len(vi) >= 2 and all(isinstance(x, int) for x in vi[:3]):
         return tuple(vi[:3])
     return None
 

@@ -125,7 +125,7 @@ def identify_all(paths: list[str], env: dict[str, str], timeout: float = VERSION
         return run([p, "--version"], env=run_env, timeout=timeout, label=f"{p} --version")
 
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(unique)))) as pool:
-        evs = dict(zip(unique, pool.map(one, unique.values()), strict=True))
+        evs = dict(zip(unique, pool.map(one, unique.values())))
     info: dict[tuple[str, str], dict[str, Any]] = {}
     for key, ev in evs.items():
         parsed = parse_version_output(ev.stdout or ev.stderr)

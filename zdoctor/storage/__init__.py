@@ -14,5 +14,7 @@ Everything here reads the machine through parameters (``sysfs_root``, ``dev_root
 so it runs the same against a recorded tree.
 """
 
+from __future__ import annotations
+
 GIB = 1024**3
 MIB = 1024**2
