@@ -25,6 +25,7 @@ from textual.widgets import Button, Header, Log, OptionList, Static
 from textual.widgets.option_list import Option
 
 from zdoctor.apply import ApplyOutcome, ApplyPlan, env_effect, known_env, plan, run_remedy
+from zdoctor.events import record_remedy
 from zdoctor.model import Finding, Remedy
 from zdoctor.present import (
     SCRIPT_LABEL,
@@ -223,8 +224,7 @@ class RemedyScreen(ContextScreen):
     def action_copy(self) -> None:
         f, r = self.pairs[self.index]
         self.app.copy_to_clipboard("\n".join(r.commands) + "\n")
-        self.ctx.record("remedy_copied", {"playbook": self.playbook, "node": self.node, "finding_id": f.id,
-                                          "remedy": r.to_dict()})
+        record_remedy(self.ctx.record, "copied", self.playbook, self.node, f.id, r)
         self.notify(f"copied {len(r.commands)} line(s) to the clipboard (OSC 52: where the terminal allows it; "
                     "otherwise select them on screen)", timeout=5)
 
@@ -233,8 +233,7 @@ class RemedyScreen(ContextScreen):
         self.decline(f, r, "declined")
 
     def decline(self, f: Finding, r: Remedy, how: str) -> None:
-        self.ctx.record("remedy_declined", {"playbook": self.playbook, "node": self.node, "finding_id": f.id,
-                                            "remedy": r.to_dict(), "how": how})
+        record_remedy(self.ctx.record, "declined", self.playbook, self.node, f.id, r, how=how)
         self.mark_done(self.index, "declined")
         self.result(Text(f"Declined ({how}): nothing was run. The session log records it.", style="bold"))
 
@@ -284,8 +283,7 @@ class RemedyScreen(ContextScreen):
         log.write_line("Practice: on the recorded node this would run:")
         for c in r.commands:
             log.write_line(f"  {c}")
-        self.ctx.record("remedy_practised", {"playbook": self.playbook, "node": self.node, "finding_id": f.id,
-                                             "remedy": r.to_dict()})
+        record_remedy(self.ctx.record, "practised", self.playbook, self.node, f.id, r)
         self.mark_done(i, "practised")
         self.result(Text("Practice: nothing was run on this machine.", style="bold"))
 
@@ -344,9 +342,8 @@ class RemedyScreen(ContextScreen):
         self.finish(i, f, r, outcome)
 
     def finish(self, i: int, f: Finding, r: Remedy, outcome: ApplyOutcome) -> None:
-        self.ctx.record("remedy_applied", {"playbook": self.playbook, "node": self.node, "finding_id": f.id,
-                                           "remedy": r.to_dict(), **outcome.to_dict(),
-                                           "ran_on": socket.gethostname()})
+        record_remedy(self.ctx.record, "applied", self.playbook, self.node, f.id, r, **outcome.to_dict(),
+                      ran_on=socket.gethostname())
         status = "applied" if outcome.ok else ("cancelled" if outcome.cancelled else "failed")
         self.mark_done(i, status)
         text = Text.assemble(mark("ok" if outcome.ok else "fail"), " ",

@@ -291,3 +291,57 @@ def test_a_session_recorded_by_an_earlier_release_still_resumes(state_home: Path
     assert walk.path == ["symptom", "loaded", "needs", "layers"]
     result = walk.run()
     assert result.diagnosis == "diag-ld-library-path"
+
+
+# --- the typed session record ---------------------------------------------------------------------
+
+def test_every_recorded_event_reads_back_as_its_kind_and_writes_the_same_data(state_home: Path):
+    from zdoctor.events import ENVELOPE, KINDS, Unknown, parse
+
+    installed_fixtures(state_home)
+    seen = set()
+    for sid in (CHECK, PRACTICE, APPLIED, INTERRUPTED):
+        for ev in load_events(sid):
+            typed = parse(ev)
+            assert not isinstance(typed, Unknown), ev["type"]
+            assert type(typed) is KINDS[ev["type"]] and typed.seq == ev["seq"]
+            assert typed.to_dict() == {k: v for k, v in ev.items() if k not in ENVELOPE}, ev["type"]
+            seen.add(ev["type"])
+    assert {"session_start", "session_end", "playbook_start", "node_enter", "edge", "diagnosis", "playbook_end",
+            "probe_result", "finding", "summary", "remedy_applied", "remedy_declined", "remedy_practised"} <= seen
+    assert isinstance(parse({"type": "gpu_topology_seen", "seq": 3, "links": "NV18"}), Unknown)
+    assert parse({"type": "node_enter", "node": 7}).node == ""  # a field of the wrong type: its default
+
+
+def test_one_fold_serves_export_resume_and_the_walk(state_home: Path):
+    from zdoctor.engine import Walk
+    from zdoctor.events import read_session
+    from zdoctor.playbook import load_all
+    from zdoctor.practice import get_scenario
+    from zdoctor.resume import read_point
+
+    installed_fixtures(state_home)
+    view = read_session(INTERRUPTED)
+    walk = view.last_walk()
+    assert walk is not None and walk.nodes == ["symptom", "loaded", "needs", "layers"] and not walk.ended
+    assert not view.closed and view.mode == "demo"
+    assert read_point(INTERRUPTED).nodes == walk.nodes
+    resumed = Walk.resume(load_all()["zero3-launch"], get_scenario("conda-ld-library-path").host(), view.events)
+    assert resumed.path == walk.nodes and resumed.current == "layers"
+    assert set(view.results()) >= {"libs", "livetrace"}
+
+
+def test_the_session_log_writes_each_probe_result_once(state_home: Path):
+    from zdoctor.model import ProbeResult
+
+    log = SessionLog.create("check", ["check"], HOST)
+    res = ProbeResult(probe="libs", started=12.5).to_dict()
+    for _ in range(3):
+        log.record("probe_result", {"result": res})
+    log.close(0)
+    again = SessionLog.reopen(log.id)
+    again.record("probe_result", {"playbook": "p", "node": "n", "result": res})  # held before the resume
+    again.record("probe_result", {"result": {**res, "started": 13.0}})  # a new run of the probe
+    again.close(0)
+    starts = [e["result"]["started"] for e in load_events(log.id) if e["type"] == "probe_result"]
+    assert starts == [12.5, 13.0]

@@ -8,7 +8,6 @@ data)`` with plain JSON data, so a session log can be replayed and a walk resume
 from __future__ import annotations
 
 import threading
-import typing
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -16,12 +15,23 @@ from typing import Any
 
 from .checks import evaluate_check, probe_findings, probes_for
 from .errors import InputError
+from .events import (
+    DiagnosisReached,
+    EdgeTaken,
+    Event,
+    FindingRecorded,
+    NodeEnter,
+    PlaybookEnd,
+    PlaybookStart,
+    ProbeRecorded,
+    Recorder,
+    SessionView,
+    fold,
+)
 from .host import Host
 from .model import Finding, ProbeResult
 from .playbook import END_KINDS, Edge, Node, Playbook
 from .registry import CHECKS, PREDICATES, Facts
-
-Record = typing.Callable[[str, typing.Dict[str, Any]], None]
 
 
 @dataclass
@@ -98,6 +108,11 @@ def _event_pair(event: Any) -> tuple[str, Mapping[str, Any]] | None:
     return None
 
 
+def _started(view: SessionView) -> bool:
+    """Whether the recorded events hold a start of the walk (a ``playbook_start``)."""
+    return any(ev.get("type") == "playbook_start" for ev in view.events if isinstance(ev, dict))
+
+
 def probe_names(node: Node) -> list[str]:
     """Every probe a visit of ``node`` runs: its own, those its checks read, those its edge predicates read."""
     names = list(node.probes) + probes_for(c for c in node.checks if c in CHECKS)
@@ -110,14 +125,13 @@ def probe_names(node: Node) -> list[str]:
 class Walk:
     """One walk through a playbook on a host."""
 
-    def __init__(self, playbook: Playbook, host: Host, record: Record | None = None,
+    def __init__(self, playbook: Playbook, host: Host, record: Recorder | None = None,
                  max_visits: int = 3) -> None:
         self._setup(playbook, host, record, max_visits)
-        self._emit("playbook_start", {"playbook": playbook.id, "title": playbook.title,
-                                      "start": playbook.start})
+        self._emit(PlaybookStart(playbook=playbook.id, title=playbook.title, start=playbook.start))
         self._enter(playbook.start)
 
-    def _setup(self, playbook: Playbook, host: Host, record: Record | None, max_visits: int) -> None:
+    def _setup(self, playbook: Playbook, host: Host, record: Recorder | None, max_visits: int) -> None:
         if max_visits < 1:
             raise ValueError("max_visits must be at least 1")
         from .registry import load_vocabulary
@@ -140,9 +154,9 @@ class Walk:
         self._lock = threading.RLock()
 
     # -- recording ---------------------------------------------------------------------------------
-    def _emit(self, kind: str, data: dict[str, Any]) -> None:
+    def _emit(self, event: Event) -> None:
         if self.record is not None:
-            self.record(kind, data)
+            event.record(self.record)
 
     def _enter(self, nid: str) -> None:
         node = self.playbook.nodes[nid]
@@ -150,18 +164,17 @@ class Walk:
         self.path.append(nid)
         self.visits[nid] += 1
         self._outcome = None
-        self._emit("node_enter", {"playbook": self.playbook.id, "node": nid, "kind": node.kind,
-                                  "title": node.title})
+        self._emit(NodeEnter(playbook=self.playbook.id, node=nid, kind=node.kind, title=node.title))
         if node.kind == "diagnosis":
             self.diagnosis = nid
-            self._emit("diagnosis", {"playbook": self.playbook.id, "node": nid, "title": node.title})
+            self._emit(DiagnosisReached(playbook=self.playbook.id, node=nid, title=node.title))
 
     def _finish(self, reason: str, stopped: str | None) -> None:
         self.done = True
         self.end_reason = reason
         self.stopped = stopped
-        self._emit("playbook_end", {"playbook": self.playbook.id, "path": list(self.path),
-                                    "diagnosis": self.diagnosis, "reason": reason})
+        self._emit(PlaybookEnd(playbook=self.playbook.id, path=list(self.path), diagnosis=self.diagnosis,
+                               reason=reason))
 
     # -- evaluation --------------------------------------------------------------------------------
     @property
@@ -236,12 +249,10 @@ class Walk:
             for name, res in facts.items():
                 if self._seen_results.get(name) is not res:
                     self._seen_results[name] = res
-                    self._emit("probe_result", {"playbook": self.playbook.id, "node": node.id,
-                                                "result": res.to_dict()})
+                    self._emit(ProbeRecorded(result=res.to_dict(), playbook=self.playbook.id, node=node.id))
             findings = self._findings(node, facts)
             for f in findings:
-                self._emit("finding", {"playbook": self.playbook.id, "node": node.id,
-                                       "finding": f.to_dict()})
+                self._emit(FindingRecorded(finding=f.to_dict(), playbook=self.playbook.id, node=node.id))
             cands, chosen, reason = self._choose(node, facts)
             self._outcome = NodeOutcome(node=node, visit=self.visits[node.id], facts=facts,
                                         findings=findings, chosen=chosen, reason=reason, candidates=cands)
@@ -286,9 +297,8 @@ class Walk:
             self._finish(f"stopped: {edge.to} would be visited {seen + 1} times (limit {self.max_visits}); "
                          f"the walk keeps going round the loop {edge.source} -> {edge.to}", "loop")
             return
-        self._emit("edge", {"playbook": self.playbook.id, "from": edge.source, "to": edge.to,
-                            "predicate": edge.when, "negate": edge.negate, "reason": reason,
-                            "override": override})
+        self._emit(EdgeTaken(playbook=self.playbook.id, source=edge.source, to=edge.to, predicate=edge.when,
+                             negate=edge.negate, reason=reason, override=override))
         self._enter(edge.to)
 
     def _end_here(self, node: Node, reason: str) -> None:
@@ -330,7 +340,7 @@ class Walk:
 
     # -- resuming ----------------------------------------------------------------------------------
     @classmethod
-    def resume(cls, playbook: Playbook, host: Host, events: Iterable[Any], record: Record | None = None,
+    def resume(cls, playbook: Playbook, host: Host, events: Iterable[Any], record: Recorder | None = None,
                max_visits: int = 3) -> Walk:
         """Rebuild the position (path, current node, diagnosis, done) from recorded events.
 
@@ -339,29 +349,19 @@ class Walk:
         """
         walk = cls.__new__(cls)
         walk._setup(playbook, host, record, max_visits)
-        started = False
-        path: list[str] = []
-        diagnosis: str | None = None
-        end: str | None = None
-        for event in events:
-            pair = _event_pair(event)
-            if pair is None or pair[1].get("playbook") != playbook.id:
-                continue
-            kind, data = pair
-            if kind == "playbook_start":
-                started, path, diagnosis, end = True, [], None, None
-            elif kind == "node_enter":
-                nid = data.get("node")
-                if not isinstance(nid, str) or nid not in playbook.nodes:
-                    raise InputError(f"recorded node {nid!r} is not in playbook {playbook.id} "
-                                     "(was the playbook changed since?)")
-                path.append(nid)
-            elif kind == "diagnosis":
-                diagnosis = data.get("node") if isinstance(data.get("node"), str) else diagnosis
-            elif kind == "playbook_end":
-                end = str(data.get("reason") or "ended")
-        if not started:
+        pairs = (_event_pair(e) for e in events)
+        view = fold([{**data, "type": kind} for kind, data in (p for p in pairs if p is not None)
+                     if data.get("playbook") == playbook.id])
+        recorded = view.walk_of(playbook.id)
+        if recorded is None or not _started(view):
             raise InputError(f"no recorded walk of playbook {playbook.id} to resume")
+        path = recorded.nodes
+        for nid in path:
+            if nid not in playbook.nodes:
+                raise InputError(f"recorded node {nid!r} is not in playbook {playbook.id} "
+                                 "(was the playbook changed since?)")
+        diagnosis = recorded.diagnosis_node
+        end = (str(recorded.end.get("reason") or "ended")) if recorded.end is not None else None
         if not path:
             walk._enter(playbook.start)
         else:

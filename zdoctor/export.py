@@ -13,19 +13,17 @@ import os
 import re
 import shlex
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .atomic import write_text_atomic
 from .errors import UsageError
+from .events import SessionView, WalkView, fold
 from .model import STATUS_RANK, cap_text, visible_controls
 from .present import (
     MARKS,
     SCRIPT_LABEL,
-    count,
     edge_sentence,
-    finding_key,
     option_label,
     options_heading,
     recommendation,
@@ -41,110 +39,15 @@ BLOCK_CAP = 4000
 
 # --- the report model ---------------------------------------------------------------------------
 
-@dataclass
-class PlaybookRun:
-    """One walk through a playbook: nodes entered and edges taken, in order, and how it ended."""
-
-    playbook: str
-    title: str = ""
-    steps: list[dict[str, Any]] = field(default_factory=list)  # node_enter and edge events
-    diagnosis: dict[str, Any] | None = None
-    end: dict[str, Any] | None = None
-
-
-@dataclass
-class Report:
-    """What a session's events say, gathered for rendering."""
-
-    session_id: str = ""
-    start: dict[str, Any] = field(default_factory=dict)
-    resumes: list[dict[str, Any]] = field(default_factory=list)
-    end: dict[str, Any] | None = None
-    runs: list[PlaybookRun] = field(default_factory=list)
-    findings: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> latest "finding" event
-    probes: list[dict[str, Any]] = field(default_factory=list)
-    applied: list[dict[str, Any]] = field(default_factory=list)
-    summary: dict[str, Any] | None = None
-    others: list[dict[str, Any]] = field(default_factory=list)
-    fleet: dict[str, Any] | None = None  # the recorded fleet report (fleet_result), for a fleet session
-    fleet_nodes: int = 0
-    torn: bool = False
-    live: bool = False  # exported from the session while it runs
-
-    @property
-    def recorded_elsewhere(self) -> bool:
-        """The evidence came from another node (a replay or a practice scenario), not this machine."""
-        return self.host.get("kind") == "replay" or self.start.get("mode") == "demo"
-
-    @property
-    def host(self) -> dict[str, Any]:
-        host = self.start.get("host")
-        return host if isinstance(host, dict) else {}
-
-    def sorted_findings(self) -> list[dict[str, Any]]:
-        """The latest version of each finding, worst first, then by id."""
-        found = [ev["finding"] for ev in self.findings.values()]
-        return sorted(found, key=lambda f: finding_key(f.get("status"), f.get("id")))
-
-    def counts(self) -> dict[str, Any]:
-        """The last recorded summary, or one counted from the latest findings when none is current."""
-        if self.summary is not None:
-            return {k: v for k, v in self.summary.items() if k not in ("seq", "ts", "type")}
-        return dict(count(f["finding"].get("status") for f in self.findings.values()))
+#: What a session's events say, gathered for rendering (one fold, shared with resume and the walk).
+Report = SessionView
+#: One walk through a playbook, as the report shows it.
+PlaybookRun = WalkView
 
 
 def collect(events: list[dict[str, Any]]) -> Report:
     """Gather ``events`` into a :class:`Report`; unknown or odd events land in ``others``."""
-    rep = Report(torn=bool(getattr(events, "torn", False)))
-    current: dict[str, PlaybookRun] = {}
-
-    def run_for(ev: dict[str, Any]) -> PlaybookRun:
-        name = _s(ev.get("playbook"))
-        if name not in current:
-            current[name] = PlaybookRun(playbook=name)
-            rep.runs.append(current[name])
-        return current[name]
-
-    for ev in events:
-        if not isinstance(ev, dict):
-            rep.others.append({"type": "?", "value": ev})
-            continue
-        kind = ev.get("type")
-        if kind == "session_start":
-            rep.start = ev
-            rep.session_id = _s(ev.get("session_id"))
-        elif kind == "session_resume":
-            rep.resumes.append(ev)
-        elif kind == "session_end":
-            rep.end = ev
-        elif kind == "playbook_start":
-            run = PlaybookRun(playbook=_s(ev.get("playbook")), title=_s(ev.get("title")))
-            current[run.playbook] = run
-            rep.runs.append(run)
-        elif kind in ("node_enter", "edge"):
-            run_for(ev).steps.append(ev)
-        elif kind == "diagnosis":
-            run_for(ev).diagnosis = ev
-        elif kind == "playbook_end":
-            run_for(ev).end = ev
-        elif kind == "probe_result" and isinstance(ev.get("result"), dict):
-            rep.probes.append(ev)
-        elif kind == "finding" and isinstance(ev.get("finding"), dict) and "id" in ev["finding"]:
-            fid = _s(ev["finding"]["id"])
-            rep.findings.pop(fid, None)
-            rep.findings[fid] = ev
-            rep.summary = None  # a finding recorded after the summary (a re-check) makes it stale
-        elif kind in ("remedy_applied", "remedy_declined", "remedy_practised", "remedy_copied"):
-            rep.applied.append(ev)
-        elif kind == "summary":
-            rep.summary = ev
-        elif kind == "fleet_result" and isinstance(ev.get("report"), dict):
-            rep.fleet = ev["report"]
-        elif kind in ("fleet_start", "fleet_node"):
-            rep.fleet_nodes += kind == "fleet_node"  # kept whole in the JSON export; the report says the rest
-        else:
-            rep.others.append(ev)
-    return rep
+    return fold(events)
 
 
 # --- small helpers ------------------------------------------------------------------------------

@@ -6,16 +6,13 @@ import contextlib
 import os
 import signal
 import threading
-import typing
 from dataclasses import dataclass, field
-from typing import Any
 
+from ..events import Recorder
 from .collect import NodeRun, OnNode, collect
 from .launch import FleetOptions, remote_argv
 from .record import record_report
 from .result import FleetReport
-
-Recorder = typing.Callable[[str, typing.Dict[str, Any]], None]
 
 
 @dataclass

@@ -7,15 +7,13 @@ report without snapshots) and ``summary``. :func:`runs_from_events` reads the no
 
 from __future__ import annotations
 
-import typing
 from typing import Any
 
 from ..errors import InputError
+from ..events import Recorder
 from ..model import summarize
 from .collect import NodeRun
 from .result import FleetReport
-
-Recorder = typing.Callable[[str, typing.Dict[str, Any]], None]
 
 
 def record_report(report: FleetReport, record: Recorder) -> None:
