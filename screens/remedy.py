@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import socket
 import subprocess
 import threading
@@ -36,6 +35,7 @@ from zdoctor.present import (
     verification_of,
     verification_text,
 )
+from zdoctor.target import target_of
 
 from .common import ContextScreen, KeyBar, in_thread, mark
 
@@ -78,8 +78,7 @@ def effect_table(r: Remedy, env: dict[str, str]) -> RichTable | None:
 
 def training_env(host: Any) -> dict[str, str]:
     """The environment remedies run in: the training's for a live node, else this process's."""
-    env = getattr(host, "env", None)
-    return dict(env) if isinstance(env, dict) else dict(os.environ)
+    return dict(target_of(host).env)
 
 
 class ConfirmApply(ModalScreen[bool]):

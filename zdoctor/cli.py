@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 
 from . import __version__
 from .errors import InputError, UsageError, ZdoctorError
+from .target import OPTION_KEYS, Target
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -138,44 +139,13 @@ def _python(args: argparse.Namespace) -> str | None:
     return getattr(args, "sub_python", None) or args.python
 
 
-#: Options that describe the job for the offload, storage and GPU probes (``host.options``).
-OPTION_KEYS = ("ds_config", "offload_path", "model_params", "model_config", "nodes", "gpus_per_node", "train_log",
-               "io_size", "gpu_sample")
-
-
 def _live_host(args: argparse.Namespace):
-    """The live host for the training the arguments describe."""
+    """The live host for the training job the arguments describe (its :class:`Target`, validated once)."""
     from .host import LiveHost
 
-    command = getattr(args, "run_command", None)
-    if command is not None and not command.strip():
-        raise UsageError("zdoctor: --command is empty")
-    ext = [os.path.abspath(p) for p in getattr(args, "ext", None) or []]
-    for p in ext:
-        if not os.path.exists(p):
-            raise UsageError(f"zdoctor: --ext {p}: no such file")
-    timeout = getattr(args, "timeout", None)
-    if timeout is not None and not 0 < timeout <= 3600:
-        raise UsageError("zdoctor: --timeout must be between 0 and 3600 seconds")
-    options = {k: getattr(args, k, None) for k in OPTION_KEYS}
-    for key in ("nodes", "gpus_per_node"):
-        if options[key] is not None and options[key] < 1:
-            raise UsageError(f"zdoctor: --{key.replace('_', '-')} must be at least 1")
-    if options["io_size"] is not None:
-        from .storage.iotest import parse_size
-
-        parse_size(options["io_size"])  # a bad size is a one-line InputError (exit 2) before any probing
-    if options["model_params"] is not None:
-        from .offload.planner import parse_count
-
-        parse_count(options["model_params"])  # likewise for a count that is not one
-    for key, flag in (("ds_config", "--ds-config"), ("model_config", "--model-config"), ("train_log", "--log")):
-        if options[key] is not None:
-            options[key] = os.path.abspath(options[key])
-            if not os.path.exists(options[key]):
-                raise UsageError(f"zdoctor: {flag} {options[key]}: no such file")
-    return LiveHost(python=_python(args), command=command, ext=ext, timeout=timeout,
-                    options={k: v for k, v in options.items() if v is not None})
+    target = Target.from_args(_python(args), getattr(args, "run_command", None), getattr(args, "ext", None) or [],
+                              getattr(args, "timeout", None), {k: getattr(args, k, None) for k in OPTION_KEYS})
+    return LiveHost(target=target)
 
 
 def _open_log(mode: str, argv: Sequence[str], host_info: dict[str, Any], enabled: bool):

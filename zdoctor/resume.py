@@ -19,6 +19,7 @@ from .events import Recorder, fold
 from .host import Host, LiveHost, ReplayHost
 from .model import ProbeResult
 from .session import SUFFIX, load_events, sessions_dir
+from .target import Target
 
 #: Session modes a guided walk can be resumed from.
 GUIDED_MODES = ("tui", "demo")
@@ -137,9 +138,8 @@ class SessionHost(Host):
         self.kind = base.kind
         self._recorded = dict(recorded)
         self.info = dict(base.info)
-        for attr in ("env", "python", "command", "ext", "timeout", "options", "python_explicit"):
-            if hasattr(base, attr):
-                setattr(self, attr, getattr(base, attr))
+        if getattr(base, "target", None) is not None:
+            self.target = base.target
 
     def _compute(self, name: str) -> ProbeResult:
         rec = self._recorded.get(name)
@@ -165,13 +165,7 @@ def rebuild_host(info: Mapping[str, Any]) -> Host:
         if not isinstance(source, str) or not source:
             raise InputError("the session replayed a snapshot but did not record which file")
         return ReplayHost.load(source)
-    python = info.get("python") if info.get("python_explicit") else None
-    options = info.get("options") if isinstance(info.get("options"), dict) else {}
-    ext = [str(e) for e in info.get("ext") or [] if isinstance(e, str)]
-    timeout = info.get("timeout") if isinstance(info.get("timeout"), (int, float)) else None
-    command = info.get("command") if isinstance(info.get("command"), str) else None
-    return LiveHost(python=python if isinstance(python, str) else None, command=command, ext=ext,
-                    timeout=timeout, options=options)
+    return LiveHost(target=Target.from_info(info))
 
 
 def resume_walk(point: ResumePoint, host: Host, record: Recorder | None = None):

@@ -16,6 +16,7 @@ from ..gpu import nccl as ncclmod
 from ..model import Evidence, Finding, Remedy
 from ..probes.gccver import parse_torch_config, version_tuple
 from ..registry import Facts, check, predicate
+from ..target import DEFAULT_PYTHON
 from .hangs import shell_quote
 
 #: A driver branch that supports every CUDA 12.x and 13.0 runtime.
@@ -53,7 +54,7 @@ def _gpus(facts: Facts) -> list[dict[str, Any]] | None:
 
 def _python(facts: Facts) -> str:
     py = facts.of("pyenv") or {}
-    return (py.get("target") or {}).get("resolved") or (py.get("python") or {}).get("executable") or "python3"
+    return (py.get("target") or {}).get("resolved") or (py.get("python") or {}).get("executable") or DEFAULT_PYTHON
 
 
 def _pip(facts: Facts, *args: str) -> str:

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..model import Evidence, Finding, Remedy
 from ..registry import Facts, check, predicate
+from ..target import DEFAULT_PYTHON
 
 PLACEHOLDER = "/path/to/env/bin/python"
 
@@ -34,7 +35,7 @@ def _evidence(facts: Facts) -> list[Evidence]:
 
 def _target_label(f: dict[str, Any]) -> str:
     target = f.get("target") or {}
-    return target.get("resolved") or target.get("requested") or "python3"
+    return target.get("resolved") or target.get("requested") or DEFAULT_PYTHON
 
 
 def _how_chosen(f: dict[str, Any]) -> str:

@@ -40,6 +40,7 @@ from ..forensics import jitcache as jc
 from ..forensics import processes as pr
 from ..model import Evidence
 from ..registry import probe
+from ..target import target_of
 from .pyenv import TARGET_TIMEOUT
 
 #: Seconds between the two CPU-time readings of each training process.
@@ -163,7 +164,7 @@ def collect_jitcache(env: dict[str, str], pyenv: dict[str, Any] | None) -> tuple
 @probe("jitcache", title="JIT-built DeepSpeed ops", timeout=TARGET_TIMEOUT + 60, needs=("pyenv",))
 def jitcache_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     """torch's extension cache for the training environment: op dirs, built .so files, locks."""
-    env = dict(getattr(host, "env", None) or os.environ)
+    env = dict(target_of(host).env)
     pyenv = None
     try:
         res = host.result("pyenv")
