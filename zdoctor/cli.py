@@ -124,6 +124,7 @@ def build_parser() -> Parser:
     pbs.add_parser("list", help="every bundled playbook")
     show = pbs.add_parser("show", help="one playbook's nodes and edges")
     show.add_argument("id")
+    pbs.add_parser("predicates", help="every named condition an edge may use, with what it asks")
     lint = pbs.add_parser("lint", help="validate playbook files (default: the bundled ones)")
     lint.add_argument("path", nargs="?", help="a playbook file or a directory of them")
 
@@ -236,6 +237,16 @@ def cmd_playbooks(args: argparse.Namespace) -> int:
         for pid, book in sorted(pbmod.load_all().items()):
             print(f"{pid:<20} {book.title}")
             print(f"{'':<20} {book.summary.splitlines()[0] if book.summary else ''}")
+        return EXIT_OK
+    if args.pb_command == "predicates":
+        from .registry import PREDICATES, load_vocabulary
+
+        load_vocabulary()
+        for name, spec in sorted(PREDICATES.items()):
+            print(f"{name}  (reads {', '.join(spec.probes) or 'nothing'})")
+            print(f"    {spec.doc}")
+        print("An edge may also say `when = {finding = \"ID\", status = [\"warn\", \"fail\"]}` or "
+              "`when = {fact = \"probe.key\", equals = VALUE}` instead of naming a predicate.")
         return EXIT_OK
     if args.pb_command == "show":
         books = pbmod.load_all()

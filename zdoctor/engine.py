@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .checks import evaluate_check, probe_findings, probes_for
+from .conditions import holds, probes_of
 from .errors import InputError
 from .events import (
     DiagnosisReached,
@@ -44,18 +45,19 @@ class Candidate:
 
     @property
     def holds(self) -> bool | None:
-        """Whether the edge's condition is met (negation applied); None when it has no predicate."""
-        if self.edge.when is None or self.value is None:
+        """Whether the edge's condition is met (negation applied); None when it has no condition."""
+        if self.edge.is_fallback or self.value is None:
             return None
         return self.value != self.edge.negate
 
     def describe(self) -> str:
-        """``predicate X is true``, or the error the predicate raised."""
-        if self.edge.when is None:
+        """``predicate X is true`` (or ``finding F is warn or fail is true``), or the error it raised."""
+        if self.edge.is_fallback:
             return "fallback"
+        what = f"predicate {self.edge.when}" if self.edge.cond is None else self.edge.cond.describe()
         if self.error is not None:
-            return f"predicate {self.edge.when} failed ({self.error}); counted as false"
-        return f"predicate {self.edge.when} is {'true' if self.value else 'false'}"
+            return f"{what} failed ({self.error}); counted as false"
+        return f"{what} is {'true' if self.value else 'false'}"
 
 
 @dataclass
@@ -78,7 +80,7 @@ class NodeOutcome:
             "findings": [f.to_dict() for f in self.findings],
             "chosen": self.chosen.to if self.chosen else None,
             "reason": self.reason,
-            "candidates": [{"to": c.edge.to, "when": c.edge.when, "negate": c.edge.negate,
+            "candidates": [{"to": c.edge.to, "when": c.edge.condition_text, "negate": c.edge.negate,
                             "label": c.edge.label, "value": c.value, "holds": c.holds,
                             "error": c.error} for c in self.candidates],
         }
@@ -119,6 +121,8 @@ def probe_names(node: Node) -> list[str]:
     for e in node.next:
         if e.when is not None and e.when in PREDICATES:
             names += PREDICATES[e.when].probes
+        if e.cond is not None:
+            names += probes_of(e.cond, CHECKS)
     return list(dict.fromkeys(names))
 
 
@@ -182,6 +186,17 @@ class Walk:
         return self.playbook.nodes[self.current]
 
     @staticmethod
+    def _condition(edge: Edge, facts: Facts) -> tuple[bool, str | None]:
+        """Evaluate an edge's condition: a data condition from the checks' (cached) findings, else the
+        named predicate."""
+        if edge.cond is None:
+            return Walk._predicate(str(edge.when), facts)
+        try:
+            return holds(edge.cond, facts, lambda check: evaluate_check(check, facts)), None
+        except Exception as exc:  # noqa: BLE001 - a broken condition must not end the walk
+            return False, f"{type(exc).__name__}: {exc}"
+
+    @staticmethod
     def _predicate(name: str, facts: Facts) -> tuple[bool, str | None]:
         spec = PREDICATES.get(name)
         if spec is None:
@@ -205,10 +220,10 @@ class Walk:
     def _choose(self, node: Node, facts: Facts) -> tuple[list[Candidate], Edge | None, str]:
         cands = []
         for e in node.next:
-            if e.when is None:
+            if e.is_fallback:
                 cands.append(Candidate(e))
             else:
-                value, error = self._predicate(e.when, facts)
+                value, error = self._condition(e, facts)
                 cands.append(Candidate(e, value, error))
         failed: list[str] = []
 
@@ -226,7 +241,7 @@ class Walk:
                 return cands, default, because("question default")
             return cands, None, because(f"question {node.id} has no default answer")
         for c in cands:
-            if c.edge.when is None:
+            if c.edge.is_fallback:
                 return cands, c.edge, because("fallback")
             if c.holds:
                 return cands, c.edge, because(c.describe())
@@ -298,7 +313,8 @@ class Walk:
                          f"the walk keeps going round the loop {edge.source} -> {edge.to}", "loop")
             return
         self._emit(EdgeTaken(playbook=self.playbook.id, source=edge.source, to=edge.to, predicate=edge.when,
-                             negate=edge.negate, reason=reason, override=override))
+                             negate=edge.negate, reason=reason, override=override,
+                             condition=edge.cond.to_dict() if edge.cond is not None else None))
         self._enter(edge.to)
 
     def _end_here(self, node: Node, reason: str) -> None:

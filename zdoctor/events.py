@@ -150,6 +150,13 @@ class EdgeTaken(Event):
     negate: bool = _f(False, bool)
     reason: str = _f("", str)
     override: Any = _f(False)
+    condition: dict | None = _f(None, dict)  # a data condition (zdoctor.conditions), when the edge has one
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        if out.get("condition") is None:
+            out.pop("condition", None)
+        return out
 
 
 @dataclass(frozen=True)

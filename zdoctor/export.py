@@ -167,6 +167,13 @@ def _edge_text(ev: dict[str, Any]) -> str:
     first, *rest = reason.split("; ")
     if ev.get("override"):
         return "chosen by the user"
+    if isinstance(ev.get("condition"), dict):
+        from .conditions import parse_condition
+
+        cond, _problems = parse_condition(ev["condition"])
+        if cond is not None:
+            said = cond.describe()
+            return f"it is not the case that {said}" if ev.get("negate") else said
     if reason and not _MECHANICAL_REASON.fullmatch(first):
         return reason
     text = edge_sentence(ev.get("predicate"), ev.get("negate"), False, first)

@@ -17,6 +17,7 @@ from ..model import Evidence, Finding, Remedy
 from ..probes.gccver import parse_torch_config, version_tuple
 from ..registry import Facts, check, predicate
 from ..target import DEFAULT_PYTHON
+from . import evaluate_check
 from .hangs import shell_quote
 
 #: A driver branch that supports every CUDA 12.x and 13.0 runtime.
@@ -1072,83 +1073,13 @@ def gpu_none_visible(facts: Facts) -> bool:
     return bool(nv) and nv.get("source") is not None and not nv.get("count")
 
 
-@predicate("gpu_pcie_degraded", doc="A GPU link runs below its width, or its generation under load", probes=("nvml",))
-def gpu_pcie_degraded(facts: Facts) -> bool:
-    return "warn" in _status(check_pcie(facts), "gpu.pcie")
-
-
 @predicate("gpu_unhealthy", doc="ECC errors, prohibited compute mode, or thermal/hardware slowdowns", probes=("nvml",))
 def gpu_unhealthy(facts: Facts) -> bool:
-    fs = check_health(facts)
+    fs = evaluate_check("gpu.health", facts)
     return "fail" in _status(fs, "gpu.health") or "warn" in _status(fs, "gpu.health.throttle") \
         or "warn" in _status(fs, "gpu.health.ecc")
-
-
-@predicate("gpu_held_by_others", doc="Processes hold GPU memory", probes=("nvml",))
-def gpu_held_by_others(facts: Facts) -> bool:
-    return "warn" in _status(check_health(facts), "gpu.health.processes")
 
 
 @predicate("gpu_torch_without_cuda", doc="torch is missing, or a CPU/ROCm build", probes=("pyenv",))
 def gpu_torch_without_cuda(facts: Facts) -> bool:
     return torch_cuda(facts)["state"] in ("missing", "cpu", "rocm")
-
-
-@predicate("gpu_driver_too_old", doc="torch's CUDA runtime is newer than the driver supports", probes=("nvml", "pyenv"))
-def gpu_driver_too_old(facts: Facts) -> bool:
-    return bool(_status(check_runtime(facts), "gpu.runtime") & {"fail", "warn"})
-
-
-@predicate("gpu_nvcc_unusable", doc="No CUDA toolkit, no nvcc, or no CUDA headers where torch looks",
-           probes=("cuda_stack", "pyenv"))
-def gpu_nvcc_unusable(facts: Facts) -> bool:
-    return "warn" in _status(check_toolkit(facts), "gpu.toolkit.cuda-home")
-
-
-@predicate("gpu_nvcc_mismatch", doc="nvcc's release fails DeepSpeed's (or torch's) CUDA check",
-           probes=("cuda_stack", "pyenv"))
-def gpu_nvcc_mismatch(facts: Facts) -> bool:
-    return bool(_status(check_toolkit(facts), "gpu.toolkit.nvcc-version") & {"fail", "warn"})
-
-
-@predicate("gpu_host_gcc_unsupported", doc="The host compiler is outside the GCC range nvcc / torch accept",
-           probes=("cuda_stack", "toolchain", "pyenv"))
-def gpu_host_gcc_unsupported(facts: Facts) -> bool:
-    return "fail" in _status(check_host_compiler(facts), "gpu.host-compiler")
-
-
-@predicate("gpu_nccl_conflict", doc="Several NCCL libraries, or an older one than torch's", probes=("nccl", "pyenv"))
-def gpu_nccl_conflict(facts: Facts) -> bool:
-    return bool(_status(check_nccl(facts), "gpu.nccl") & {"fail", "warn"})
-
-
-@predicate("gpu_visible_devices_invalid", doc="CUDA_VISIBLE_DEVICES hides GPUs the job needs",
-           probes=("gpu_env", "nvml"))
-def gpu_visible_devices_invalid(facts: Facts) -> bool:
-    return bool(_status(check_env(facts), "gpu.env.visible-devices") & {"fail", "warn"})
-
-
-@predicate("gpu_deprecated_env", doc="Deprecated NCCL variable names are set", probes=("gpu_env",))
-def gpu_deprecated_env(facts: Facts) -> bool:
-    return "warn" in _status(check_env(facts), "gpu.env.deprecated")
-
-
-@predicate("gpu_p2p_risk", doc="Consumer GPUs with peer-to-peer on, or P2P off on datacenter GPUs",
-           probes=("gpu_env", "nvml"))
-def gpu_p2p_risk(facts: Facts) -> bool:
-    return "warn" in _status(check_env(facts), "gpu.env.p2p")
-
-
-@predicate("gpu_shm_small", doc="/dev/shm is under 512 MiB", probes=("host_limits", "nvml"))
-def gpu_shm_small(facts: Facts) -> bool:
-    return bool(_status(check_limits(facts), "gpu.limits.shm") & {"fail", "warn"})
-
-
-@predicate("gpu_memlock_limited", doc="ulimit -l of the training is not unlimited", probes=("host_limits",))
-def gpu_memlock_limited(facts: Facts) -> bool:
-    return "warn" in _status(check_limits(facts), "gpu.limits.memlock")
-
-
-@predicate("gpu_nofile_low", doc="ulimit -n of the training is under 4096", probes=("host_limits",))
-def gpu_nofile_low(facts: Facts) -> bool:
-    return "warn" in _status(check_limits(facts), "gpu.limits.nofile")
