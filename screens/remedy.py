@@ -23,7 +23,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Header, Log, OptionList, Static
 from textual.widgets.option_list import Option
 
-from zdoctor.apply import ApplyOutcome, ApplyPlan, env_effect, known_env, plan, run_remedy
+from zdoctor.apply import ApplyOutcome, ApplyPlan, core_action, env_effect, known_env, plan, run_remedy
 from zdoctor.events import record_remedy
 from zdoctor.model import Finding, Remedy
 from zdoctor.present import (
@@ -252,7 +252,9 @@ class RemedyScreen(ContextScreen):
         if self.ctx.practice:
             out.append("Practice: nothing is run; you see what would run on the recorded node.")
         else:
-            out.append(f"Runs here, on {here}, in bash; it stops at the first line that fails.")
+            core = core_action(r)
+            out.append(f"Runs here, on {here}: {core}." if core else
+                       f"Runs here, on {here}, in bash; it stops at the first line that fails.")
             if info.get("kind") == "replay":
                 out.append(f"The evidence came from a snapshot of {info.get('hostname', 'another node')}: the "
                            "commands act on THIS machine.")
@@ -298,7 +300,9 @@ class RemedyScreen(ContextScreen):
         log.clear()
         if note:
             log.write_line(note)
-        log.write_line(f"$ bash -c (set -e -x; {len(r.commands)} line(s)), in the training environment")
+        core = core_action(r)
+        log.write_line(f"$ {core}" if core else
+                       f"$ bash -c (set -e -x; {len(r.commands)} line(s)), in the training environment")
         loop = asyncio.get_running_loop()
 
         def on_output(line: str) -> None:

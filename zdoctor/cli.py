@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from . import __version__
+from . import __version__, children
 from .errors import InputError, UsageError, ZdoctorError
 from .target import OPTION_KEYS, Target
 
@@ -23,21 +23,33 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
 
 
-def _target_args(sp: argparse.ArgumentParser) -> None:
-    """The options that describe the training to diagnose: interpreter, command, extra extensions."""
-    sp.add_argument("--python", metavar="PY", dest="sub_python", help="the training environment's interpreter")
-    sp.add_argument("--command", metavar="CMD", dest="run_command",
+#: Defaults of the target options; they are filled in after parsing (see :func:`parse_args`), so the same
+#: option given before the command (``zdoctor --ds-config f check``) or without one is never overwritten.
+TARGET_DEFAULTS: dict[str, Any] = {"sub_python": None, "run_command": None, "ext": [], "timeout": None}
+
+
+def _target_args(sp: argparse.ArgumentParser, top: bool = False) -> None:
+    """The options that describe the training to diagnose: interpreter, command, extra extensions, the job.
+
+    ``top``: for the parser without a command (``zdoctor --ds-config f`` runs the guide or the check with them),
+    where --python is already defined."""
+    if not top:
+        sp.add_argument("--python", metavar="PY", dest="sub_python", default=argparse.SUPPRESS,
+                        help="the training environment's interpreter")
+    sp.add_argument("--command", metavar="CMD", dest="run_command", default=argparse.SUPPRESS,
                     help="the failing launch command, run (bounded) under LD_DEBUG to confirm what it loads "
                          "and to verify remedies (default: a probe that imports torch and deepspeed and loads "
                          "the JIT-built ops)")
-    sp.add_argument("--ext", metavar="PATH", action="append", default=[],
+    sp.add_argument("--ext", metavar="PATH", action="append", default=argparse.SUPPRESS,
                     help="an extra extension (.so) the training imports before torch (repeatable)")
-    sp.add_argument("--timeout", metavar="S", type=float, default=None,
+    sp.add_argument("--timeout", metavar="S", type=float, default=argparse.SUPPRESS,
                     help="time limit in seconds for the traced command and for each remedy re-run (default 120)")
     off = sp.add_argument_group("offload capacity and storage")
     off.add_argument("--ds-config", metavar="FILE", help="the job's DeepSpeed config (JSON/HJSON) to lint and plan")
     off.add_argument("--offload-path", metavar="DIR", help="where NVMe offload would write (default: the config's "
                      "nvme_path)")
+    off.add_argument("--user", metavar="NAME", help="the user the training runs as, who owns the offload "
+                     "directory (default: the owner of the --python environment, else SUDO_USER, else you)")
     off.add_argument("--model-params", metavar="N", help="total model parameters (e.g. 2851M, 7e9, 70B)")
     off.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json to estimate parameters from")
     off.add_argument("--nodes", metavar="N", type=int, default=None, help="nodes in the job (default 1)")
@@ -48,6 +60,8 @@ def _target_args(sp: argparse.ArgumentParser) -> None:
                      help="size of the O_DIRECT throughput test on the offload path (default 1G at most; 0 skips)")
     off.add_argument("--gpu-sample", metavar="S", type=float, default=None,
                      help="sample GPU utilisation for S seconds (default: no sampling)")
+    for action in off._group_actions:
+        action.default = argparse.SUPPRESS
 
 
 def _fleet_parser(sub: Any) -> None:
@@ -78,6 +92,10 @@ def _fleet_parser(sub: Any) -> None:
     f.add_argument("--timeout", metavar="S", type=float, default=DEFAULT_TIMEOUT,
                    help=f"seconds each node may take, connecting included (default {DEFAULT_TIMEOUT:g})")
     f.add_argument("--ssh-config", metavar="FILE", help="an ssh client config file for pdsh and ssh (ssh -F)")
+    f.add_argument("--push", action="store_true",
+                   help="copy zdoctor.pyz to nodes without zdoctor of this version, run it from a private "
+                        "temporary directory and remove it (ssh and pdsh)")
+    f.add_argument("--bundle", metavar="FILE", help="the zdoctor.pyz for --push (default: the one running)")
     f.add_argument("--replay", metavar="SESSION", help="evaluate a recorded fleet session again (an id, or last)")
     f.add_argument("--json", action="store_true", help="print one JSON document instead of the report")
     f.add_argument("--tui", action="store_true", help="show the result in the fleet screen")
@@ -94,6 +112,7 @@ def build_parser() -> Parser:
     from .tui import add_session_arguments
 
     add_session_arguments(p)
+    _target_args(p, top=True)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     c = sub.add_parser("check", help="run every check headless; exit 1 if anything fails")
@@ -129,6 +148,12 @@ def build_parser() -> Parser:
     lint.add_argument("path", nargs="?", help="a playbook file or a directory of them")
 
     _fleet_parser(sub)
+
+    bb = sub.add_parser("build-bundle", help="build zdoctor.pyz: one file that runs with any python3 >= 3.8.1 "
+                        "on Linux x86_64 and aarch64, without network or pip")
+    bb.add_argument("-o", "--output", metavar="FILE", default="zdoctor.pyz", help="where (default: zdoctor.pyz)")
+    bb.add_argument("--wheels", metavar="DIR",
+                    help="the dependencies' wheels, already downloaded (default: pip download, cached)")
 
     t = sub.add_parser("tui", help="the guided session (the default on a terminal)")
     _target_args(t)
@@ -230,6 +255,24 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_build_bundle(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .bundle.build import build
+
+    out = Path(args.output)
+    if not out.parent.is_dir():
+        raise InputError(f"{out.parent}: no such directory")
+    wheels = Path(args.wheels) if args.wheels else None
+    if wheels is not None and not wheels.is_dir():
+        raise InputError(f"{wheels}: no such directory")
+    manifest = build(out, wheels)
+    deps = ", ".join(f"{k} {v}" for k, v in sorted(manifest["deps"].items()))
+    print(f"zdoctor: {out} built ({out.stat().st_size / 2**20:.1f} MiB; {deps}; psutil's native module for "
+          f"{', '.join(sorted(manifest['native']))})", file=sys.stderr)
+    return EXIT_OK
+
+
 def cmd_playbooks(args: argparse.Namespace) -> int:
     from . import playbook as pbmod
 
@@ -296,10 +339,20 @@ def cmd_tui(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return run_tui(python=_python(args), argv=list(argv), host=_live_host(args))
 
 
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """Parse the command line; the target options given nowhere get their defaults."""
+    args = build_parser().parse_args(argv)
+    for key, value in {**TARGET_DEFAULTS, **{k: None for k in OPTION_KEYS}}.items():
+        if not hasattr(args, key):
+            setattr(args, key, list(value) if isinstance(value, list) else value)
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    children.install_signal_handlers()  # an SSH drop (SIGHUP), SIGTERM or SIGINT ends what zdoctor started
     try:
-        args = build_parser().parse_args(argv)
+        args = parse_args(argv)
         if args.command == "check":
             return cmd_check(args, argv)
         if args.command == "snapshot":
@@ -310,6 +363,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_export(args)
         if args.command == "playbooks":
             return cmd_playbooks(args)
+        if args.command == "build-bundle":
+            return cmd_build_bundle(args)
         return cmd_tui(args, argv)
     except ZdoctorError as exc:
         print(f"zdoctor: error: {exc}" if not str(exc).startswith("zdoctor") else f"{exc}",

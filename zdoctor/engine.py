@@ -251,6 +251,33 @@ class Walk:
             return cands, None, f"{node.id} has no next step"
         return cands, None, "no edge applies: " + "; ".join(c.describe() for c in cands)
 
+    def unchecked_probes(self, facts: Facts) -> list[str]:
+        """``probe (why)`` for every probe of this walk's path (and of ``facts``) that gave no facts."""
+        seen: dict[str, str] = {}
+        for res_map in [*(o.facts for o in self.outcomes), facts]:
+            for name, res in res_map.items():
+                if res.status != "ok":
+                    seen[name] = str(res.error or (res.facts or {}).get("skipped") or res.status)
+                else:
+                    seen.pop(name, None)
+        return [f"{name} ({why})" for name, why in seen.items()]
+
+    def _guard_healthy(self, node: Node, facts: Facts, cands: list[Candidate], chosen: Edge | None,
+                       reason: str) -> tuple[Edge | None, str]:
+        """A healthy diagnosis is never reached from missing data: when a probe the walk rests on gave no
+        facts, the walk goes to the playbook's ``not_checked`` diagnosis instead, and says which."""
+        implied = self.playbook.not_checked_edge(node)
+        if implied is None:
+            return chosen, reason
+        if not any(c.edge.to == implied.to for c in cands):
+            cands.append(Candidate(implied))
+        if chosen is None or not self.playbook.nodes[chosen.to].healthy:
+            return chosen, reason
+        missing = self.unchecked_probes(facts)
+        if not missing:
+            return chosen, reason
+        return implied, f"not {chosen.to}: no facts from {', '.join(missing)}"
+
     def evaluate(self) -> NodeOutcome:
         """Probe, check and choose for the current node (once per visit; later calls reuse it)."""
         with self._lock:
@@ -269,6 +296,7 @@ class Walk:
             for f in findings:
                 self._emit(FindingRecorded(finding=f.to_dict(), playbook=self.playbook.id, node=node.id))
             cands, chosen, reason = self._choose(node, facts)
+            chosen, reason = self._guard_healthy(node, facts, cands, chosen, reason)
             self._outcome = NodeOutcome(node=node, visit=self.visits[node.id], facts=facts,
                                         findings=findings, chosen=chosen, reason=reason, candidates=cands)
             self.outcomes.append(self._outcome)
@@ -287,7 +315,7 @@ class Walk:
                     return
                 self._go(chosen, outcome.reason, override=False)
                 return
-            edges = node.edges_to(to)
+            edges = node.edges_to(to) or [c.edge for c in outcome.candidates if c.edge.to == to]
             if not edges:
                 choices = ", ".join(e.to for e in node.next) or "none"
                 raise ValueError(f"{to!r} is not a next step of {node.id!r} (choices: {choices})")

@@ -106,14 +106,20 @@ class Remedy:
     explanation: str = ""
     tried: bool = False
     note: str = ""
+    # How the guide applies it when not by running ``commands`` in bash: {"kind": "fstab-add", ...} runs
+    # the safe core (zdoctor.storage.fstab.apply_fstab_line) as root instead.
+    action: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         from .present import verification_of
 
         v = verification_of(self)
-        return {"title": self.title, "commands": list(self.commands), "verified": v.verified,
-                "requires_root": self.requires_root, "undo": list(self.undo), "explanation": self.explanation,
-                "verification": v.to_dict()}
+        out = {"title": self.title, "commands": list(self.commands), "verified": v.verified,
+               "requires_root": self.requires_root, "undo": list(self.undo), "explanation": self.explanation,
+               "verification": v.to_dict()}
+        if self.action is not None:
+            out["action"] = self.action
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Remedy:

@@ -33,8 +33,8 @@ KINDS = ("probe", "question", "diagnosis", "remedy")
 END_KINDS = frozenset({"diagnosis", "remedy"})
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
-TOP_KEYS = ("id", "title", "summary", "start", "nodes")
-NODE_KEYS = ("kind", "title", "why", "explain", "probes", "checks", "question", "default", "next")
+TOP_KEYS = ("id", "title", "summary", "start", "nodes", "not_checked")
+NODE_KEYS = ("kind", "title", "why", "explain", "probes", "checks", "question", "default", "next", "healthy")
 EDGE_KEYS = ("to", "when", "negate", "label", "loop")
 
 _TOML_POS = re.compile(r"^(?P<msg>.*?)\s*\(at line (?P<line>\d+), column (?P<col>\d+)\)$", re.S)
@@ -80,6 +80,8 @@ class Node:
     question: str | None = None
     default: str | None = None
     next: list[Edge] = field(default_factory=list)
+    #: A diagnosis that says all is well (``healthy = true``): never to be reached from missing data.
+    healthy: bool = False
 
     @property
     def is_terminal(self) -> bool:
@@ -99,6 +101,8 @@ class Playbook:
     start: str
     path: Path
     nodes: dict[str, Node]
+    #: The diagnosis a walk ends in, instead of a ``healthy`` one, when a probe on its path gave no facts.
+    not_checked: str | None = None
 
     @cached_property
     def graph(self) -> networkx.DiGraph:
@@ -117,7 +121,22 @@ class Playbook:
                     continue
                 g.add_edge(node.id, e.to, edge=e, parallel=[e], when=e.when, negate=e.negate,
                            label=e.label, loop=e.loop, order=e.order)
+        for node in self.nodes.values():
+            e = self.not_checked_edge(node)
+            if e is not None and not g.has_edge(node.id, e.to):
+                g.add_edge(node.id, e.to, edge=e, parallel=[e], when=None, negate=False, label=e.label,
+                           loop=False, order=e.order, implied=True)
         return g
+
+    def not_checked_edge(self, node: Node) -> Edge | None:
+        """The implied edge from ``node`` to :attr:`not_checked`, taken instead of an edge into a healthy
+        diagnosis when a probe the walk rests on gave no facts (None when ``node`` has no such edge)."""
+        if not self.not_checked or self.not_checked not in self.nodes:
+            return None
+        if not any(self.nodes[e.to].healthy for e in node.next if e.to in self.nodes):
+            return None
+        return Edge(source=node.id, to=self.not_checked, label="not everything a healthy verdict rests on "
+                    "could be checked", order=len(node.next))
 
     def node(self, nid: str) -> Node:
         return self.nodes[nid]
@@ -258,7 +277,9 @@ class _Parser:
                 node = self.parse_node(nid, raw)
                 if node is not None:
                     nodes[nid] = node
-        return Playbook(id=pid, title=title, summary=summary, start=start, path=self.path, nodes=nodes)
+        not_checked = self.text(d, "not_checked", None, "the playbook", required=False)
+        return Playbook(id=pid, title=title, summary=summary, start=start, path=self.path, nodes=nodes,
+                        not_checked=not_checked)
 
     def parse_node(self, nid: str, raw: Any) -> Node | None:
         if not ID_RE.match(nid):
@@ -280,7 +301,10 @@ class _Parser:
             explain=self.text(raw, "explain", nid, where) or "",
             probes=self.names(raw, "probes", nid),
             checks=self.names(raw, "checks", nid),
+            healthy=self.flag(raw, "healthy", nid, where),
         )
+        if node.healthy and kind != "diagnosis":
+            self.err(nid, f"'healthy' is only allowed on diagnosis nodes (this node is {kind!r})")
         is_question = kind == "question"
         if is_question:
             node.question = self.text(raw, "question", nid, "a question node")
@@ -339,10 +363,18 @@ def _reference_errors(pb: Playbook) -> list[LintError]:
     out = []
     if pb.start and pb.start not in pb.nodes:
         out.append(LintError(file, None, f"start node {pb.start!r} is not defined"))
+    if pb.not_checked and pb.not_checked not in pb.nodes:
+        out.append(LintError(file, None, f"not_checked node {pb.not_checked!r} is not defined"))
+    elif pb.not_checked and (pb.nodes[pb.not_checked].kind != "diagnosis" or pb.nodes[pb.not_checked].healthy):
+        out.append(LintError(file, None, f"not_checked node {pb.not_checked!r} must be a diagnosis that is not "
+                                         "healthy"))
     for node in pb.nodes.values():
         for e in node.next:
             if e.to not in pb.nodes:
                 out.append(LintError(file, node.id, f"edge to unknown node {e.to!r}"))
+        if node.healthy and not pb.not_checked:
+            out.append(LintError(file, node.id, "a healthy diagnosis needs the playbook's not_checked "
+                                                "(the diagnosis to end in when a probe gave no facts)"))
         if node.kind == "question" and node.default:
             targets = [e.to for e in node.next]
             if node.default not in targets:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 #: Set by the bundle's bootstrap: the directory that holds the extracted ``playbooks`` and ``assets``.
 DATA_ROOT: Path | None = None
+#: Set by the bundle's bootstrap: the zdoctor.pyz this process runs from (what ``fleet --push`` copies).
+BUNDLE: Path | None = None
 
 
 def data_dir(name: str) -> Path:

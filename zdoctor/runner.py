@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from . import children
 from .model import OUTPUT_CAP, Evidence, cap_text
 
 DEFAULT_TIMEOUT = 20.0
@@ -53,6 +54,7 @@ def run(
             env=dict(env) if env is not None else None,
             cwd=cwd,
             start_new_session=True,
+            preexec_fn=children.pdeathsig_hook(),
         )
     except FileNotFoundError:
         ev.error = f"{argv[0]}: executable not found"
@@ -66,6 +68,7 @@ def run(
         ev.error = f"{argv[0]}: cannot execute ({exc.strerror or exc})"
         ev.duration_s = time.monotonic() - t0
         return ev
+    children.register(proc.pid)
     if on_start is not None:
         on_start(proc.pid)
     try:
@@ -86,6 +89,7 @@ def run(
         if proc.returncode is None:
             _kill_group(proc)
             proc.wait()
+        children.forget(proc.pid)
     ev.duration_s = time.monotonic() - t0
     ev.exit_code = proc.returncode if ev.error is None else None
     ev.stdout, t1 = cap_text(out.decode("utf-8", "replace"), cap)
@@ -115,12 +119,14 @@ def run_streaming(
     t0 = time.monotonic()
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=dict(env) if env is not None else None, start_new_session=True)
+                                env=dict(env) if env is not None else None, start_new_session=True,
+                                preexec_fn=children.pdeathsig_hook())
     except OSError as exc:
         ev.error = (f"{argv[0]}: executable not found" if isinstance(exc, FileNotFoundError)
                     else f"{argv[0]}: cannot execute ({exc.strerror or exc})")
         ev.duration_s = time.monotonic() - t0
         return ev
+    children.register(proc.pid)
     if on_start is not None:
         on_start(proc.pid)
     chunks: dict[str, list[bytes]] = {"out": [], "err": []}
@@ -153,6 +159,7 @@ def run_streaming(
             if pipe:
                 with contextlib.suppress(OSError):
                     pipe.close()
+    children.forget(proc.pid)
     ev.duration_s = time.monotonic() - t0
     ev.exit_code = proc.returncode if ev.error is None else None
     ev.stdout, t1 = cap_text(b"".join(chunks["out"]).decode("utf-8", "replace"), cap)

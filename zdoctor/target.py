@@ -20,7 +20,7 @@ from .errors import UsageError
 DEFAULT_PYTHON = "python3"
 #: The job options the offload, storage and GPU probes read (``target.options``).
 OPTION_KEYS = ("ds_config", "offload_path", "model_params", "model_config", "nodes", "gpus_per_node", "train_log",
-               "io_size", "gpu_sample")
+               "io_size", "gpu_sample", "user")
 #: Options naming a file: made absolute, and they must exist.
 FILE_OPTIONS = (("ds_config", "--ds-config"), ("model_config", "--model-config"), ("train_log", "--log"))
 
@@ -64,6 +64,13 @@ class Target:
         if timeout is not None and not 0 < timeout <= 3600:
             raise UsageError("zdoctor: --timeout must be between 0 and 3600 seconds")
         opts = {k: options.get(k) for k in OPTION_KEYS}
+        if opts["user"] is not None:
+            import pwd
+
+            try:
+                pwd.getpwnam(opts["user"])
+            except KeyError:
+                raise UsageError(f"zdoctor: --user {opts['user']}: no such user on this machine") from None
         for key in ("nodes", "gpus_per_node"):
             if opts[key] is not None and opts[key] < 1:
                 raise UsageError(f"zdoctor: --{key.replace('_', '-')} must be at least 1")

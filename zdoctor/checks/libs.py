@@ -129,8 +129,11 @@ def check_glibcxx(facts: Facts) -> list[Finding]:
         winner = libs.get("libstdcxx") or {}
         n = len(libs.get("needs") or [])
         if not libs.get("targets"):
-            return [Finding(id=cid, status="ok", title="No C++ extension to check (torch is not installed, no "
-                            "JIT-built op, no --ext)", evidence=ev)]
+            return [Finding(id=cid, status="skip", title="Library versions: nothing to check (torch is not "
+                            "installed, no JIT-built op, no --ext)",
+                            detail="No C++ library of the training was found in the probed interpreter, so no "
+                                   "GLIBCXX need was read. If the training runs another interpreter, name it "
+                                   "with --python.", evidence=ev)]
         return [Finding(id=cid, status="ok",
                         title=f"{winner.get('path', 'libstdc++.so.6')} {winner.get('label', '')} provides all "
                               f"{n} libstdc++ versions the training's libraries need".replace("  ", " "),
@@ -166,17 +169,52 @@ def check_glibcxx(facts: Facts) -> list[Finding]:
     return out
 
 
+def probe_steps(live: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The default import probe's steps that loaded (``import torch``...) and those skipped, with why."""
+    loaded = [str(s.get("step")) for s in live.get("steps") or [] if s.get("ok") is True]
+    skipped = [f"{str(s.get('step')).replace('import ', '')} ({s.get('skipped')})"
+               for s in live.get("steps") or [] if s.get("skipped")]
+    return loaded, skipped
+
+
+def live_unchecked(facts: Facts) -> str | None:
+    """Why the live run exercised nothing the training loads (None when it did: a command ran, or the import
+    probe loaded something: torch, an --ext extension or a JIT-built op)."""
+    res = facts.get("livetrace")
+    live = facts.of("livetrace") or {}
+    if not live:
+        return (res.facts.get("skipped") if res is not None and res.facts else None) or \
+            (res.error if res is not None else None) or "the live trace did not run"
+    if live.get("command") or live.get("timed_out") or not live.get("ok"):
+        return None
+    loaded, _ = probe_steps(live)
+    python = (live.get("argv") or ["the probed interpreter"])[0]
+    if loaded:
+        return None
+    return (f"torch is not installed in {python}: nothing the training loads was imported; name the "
+            "training interpreter with --python")
+
+
 @check("libs.live", title="The command under the real loader", probes=("livetrace", "libs"))
 def check_live(facts: Facts) -> list[Finding]:
     cid = "libs.live"
-    res = facts.get("livetrace")
     live = facts.of("livetrace") or {}
     ev = facts.evidence("livetrace", kinds=None)
     if not live:
-        why = (res.facts.get("skipped") if res is not None and res.facts else None) or \
-              (res.error if res is not None else None) or "not run"
-        return [Finding(id=cid, status="skip", title=f"Live loader trace: {why}")]
+        return [Finding(id=cid, status="skip", title=f"Live loader trace: {live_unchecked(facts)}")]
     what = live.get("command") or "the import probe (torch, deepspeed, JIT-built ops)"
+    if not live.get("command"):
+        loaded_steps, skipped_steps = probe_steps(live)
+        what = "the import probe (" + (", ".join(s.replace("import ", "") for s in loaded_steps) or "nothing") + ")"
+        unchecked = live_unchecked(facts)
+        if unchecked:
+            return [Finding(id=cid, status="skip", title=f"Live loader trace: not checked: {unchecked}",
+                            detail=f"Ran {what}; not loaded: {', '.join(skipped_steps) or 'nothing'}. Nothing of "
+                                   "the training was loaded, so nothing was checked under the real loader.",
+                            evidence=ev)]
+        not_loaded = f"; not loaded: {', '.join(skipped_steps)}" if skipped_steps else ""
+    else:
+        not_loaded = ""
     notes = list(live.get("notes") or [])
     loaded = live.get("libstdcxx") or []
     lines = [f"Ran: {what}"]
@@ -202,7 +240,7 @@ def check_live(facts: Facts) -> list[Finding]:
         out.append(Finding(id=cid, status="fail", title=f"{what} fails (exit code {live.get('exit_code')})",
                            detail="\n".join([*lines, first]), evidence=ev))
     else:
-        out.append(Finding(id=cid, status="ok", title=f"{what} loads cleanly under the real loader",
+        out.append(Finding(id=cid, status="ok", title=f"{what} loads cleanly under the real loader{not_loaded}",
                            detail="\n".join(lines), evidence=ev))
     if agreement(facts) is False:
         out.append(Finding(id="libs.prediction", status="warn",
@@ -248,9 +286,11 @@ def check_interpreter_rpath(facts: Facts) -> list[Finding]:
     cid = "libs.interpreter-rpath"
     libs = facts.of("libs") or {}
     interp = libs.get("interpreter") or {}
-    if not libs or not interp.get("rpath"):
-        return [Finding(id=cid, status="ok", title="The interpreter carries no DT_RPATH" if libs else
-                        "Interpreter RPATH: not checked")]
+    if not libs:
+        return [Finding(id=cid, status="skip", title="Interpreter RPATH: not checked",
+                        detail=facts.why_not("libs"))]
+    if not interp.get("rpath"):
+        return [Finding(id=cid, status="ok", title="The interpreter carries no DT_RPATH")]
     needs = sorted({*(libs.get("needs") or []),
                     *(e["version"] for e in (facts.of("livetrace") or {}).get("version_errors") or [])})
     old = [(c["path"], c.get("glibcxx_max")) for c in interp.get("rpath_copies") or []
@@ -319,6 +359,49 @@ def check_ext_compilers(facts: Facts) -> list[Finding]:
                     detail="\n".join(lines), evidence=ev)]
 
 
+@check("libs.env-source", title="Where the offending LD_LIBRARY_PATH / LD_PRELOAD entry is set",
+       probes=("libs", "livetrace", "shellinit"))
+def check_env_source(facts: Facts) -> list[Finding]:
+    """For each LD_LIBRARY_PATH or LD_PRELOAD entry that supplies a failing libstdc++, the shell startup line
+    that sets it: the line to change so the fix outlives this shell."""
+    from ..forensics.shellinit import lines_for_entry
+
+    cid = "libs.env-source"
+    kinds = {"ld_library_path": "LD_LIBRARY_PATH", "ld_preload": "LD_PRELOAD"}
+    wanted: list[tuple[str, str]] = []
+    for g in failure_groups(facts):
+        src = g["source"].get("how") or g["source"]
+        if src.get("kind") in kinds and src.get("entry") and (kinds[src["kind"]], src["entry"]) not in wanted:
+            wanted.append((kinds[src["kind"]], src["entry"]))
+    if not wanted:
+        return []
+    init = facts.of("shellinit")
+    if init is None:
+        return [Finding(id=cid, status="skip", title="Where the offending entry is set: not checked",
+                        detail=facts.why_not("shellinit"))]
+    ev = facts.evidence("shellinit", kinds=("table",))
+    out = []
+    for var, entry in wanted:
+        lines = lines_for_entry(init, var, entry)
+        if lines:
+            first = lines[0]
+            detail = [f"{x['file']} line {x['line']}: {x['text']}" for x in lines]
+            detail.append(f"Every login shell and job started from it gets {entry} on {var} from this line; "
+                          "removing the entry in one shell does not outlive that shell. Delete or comment out "
+                          "the line (or move it into the one script that needs it).")
+            out.append(Finding(id=cid, status="warn",
+                               title=f"{var} entry {entry} is set in {first['file']} line {first['line']}: "
+                                     f"{first['text']}", detail="\n".join(detail), evidence=ev))
+        else:
+            read = init.get("files") or []
+            out.append(Finding(id=cid, status="warn",
+                               title=f"{var} entry {entry}: no shell startup file zdoctor read sets it",
+                               detail="Files read: " + (", ".join(read) or "none") + ". It may come from a "
+                                      "module file, a job script, a scheduler prolog or the launcher's "
+                                      "environment.", evidence=ev))
+    return out
+
+
 @check("libs.broken-files", title="Unreadable or corrupt extension files", probes=("libs",))
 def check_broken(facts: Facts) -> list[Finding]:
     libs = facts.of("libs") or {}
@@ -384,6 +467,13 @@ def live_failed(facts: Facts) -> bool:
 @predicate("live_run_hung", doc="the command did not finish within the time limit", probes=("livetrace",))
 def live_hung(facts: Facts) -> bool:
     return bool((facts.of("livetrace") or {}).get("timed_out"))
+
+
+@predicate("live_run_checked_nothing", doc="the live run loaded nothing of the training (no --command, torch "
+           "is not in the probed interpreter, no --ext, no JIT-built op; or the trace did not run)",
+           probes=("livetrace",))
+def live_checked_nothing(facts: Facts) -> bool:
+    return live_unchecked(facts) is not None
 
 
 @predicate("prediction_disagrees", doc="the emulation and the real loader picked different libstdc++ copies",

@@ -54,9 +54,21 @@ def _slowest(st: dict[str, Any]) -> float | None:
     return min(rates) if rates else None
 
 
-def _dir_remedy(st: dict[str, Any], directory: str | None = None) -> Remedy:
-    user = st.get("user") or {}
-    return fs.offload_dir_remedy(directory or st["path"], user.get("name") or "root", user.get("group") or "root")
+def _user_of(facts: Facts, st: dict[str, Any] | None) -> dict[str, Any]:
+    """The training user the storage probe chose (also when it skipped: it needs no offload path)."""
+    if st and st.get("user"):
+        return st["user"]
+    try:
+        raw = facts["storage"].facts or {}
+    except KeyError:
+        return {}
+    return raw.get("user") if isinstance(raw.get("user"), dict) else {}
+
+
+def _dir_remedy(st: dict[str, Any], directory: str | None = None, user: dict[str, Any] | None = None) -> Remedy:
+    user = user or st.get("user") or {}
+    return fs.offload_dir_remedy(directory or st["path"], user.get("name") or "root", user.get("group") or "root",
+                                 rule=user.get("rule"))
 
 
 # -------------------------------------------------------------------------------------------- findings
@@ -358,13 +370,12 @@ def check_fstab(facts: Facts) -> list[Finding]:
     needs_move = st is None or not (st.get("mount") or {}).get("fit") or not _fast_enough(st) \
         or not (st.get("odirect") or {}).get("ok", True)
     if sug and needs_move:
-        user = (st or {}).get("user") or {}
+        user = _user_of(facts, st)
         remedies = []
         if sug.get("needs_mkfs"):
             remedies.append(fs.mkfs_remedy(sug["device"], sug["fstype"], sug["uuid"]))
         remedies.append(fs.fstab_remedy(sug["uuid"], sug["mountpoint"], sug["fstype"]))
-        remedies.append(fs.offload_dir_remedy(sug["offload_dir"], user.get("name") or "root",
-                                              user.get("group") or "root"))
+        remedies.append(_dir_remedy(st or {}, sug["offload_dir"], user))
         detail = [f"Unused NVMe drive {sug['drive']}: mount {sug['device']} (UUID {sug['uuid']}) at "
                   f"{sug['mountpoint']} and offload into {sug['offload_dir']}."]
         if sug.get("needs_mkfs"):

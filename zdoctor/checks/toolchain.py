@@ -125,7 +125,11 @@ def check_jit_compiler(facts: Facts) -> list[Finding]:
                      "libstdc++.so.6 loaded at run time must provide the ones they use (the loader steps "
                      "check that).")
     status, title = "ok", f"JIT ops will build with {jit['path']} ({name})"
-    if jit.get("family") not in ("gcc", "clang"):
+    if t.get("torch_installed") is False:
+        status, title = "skip", (f"JIT ops: none build here, torch is not installed in the probed interpreter "
+                                 f"(the compiler would be {jit['path']}, {name})")
+        lines.append("torch.utils.cpp_extension is what builds the ops; name the training interpreter with --python.")
+    elif jit.get("family") not in ("gcc", "clang"):
         status = "warn"
         title = f"JIT compiler {jit['path']} is not recognisably GCC or clang"
         lines.append("torch accepts only gcc/g++ and clang/clang++ here and otherwise warns that the "
@@ -171,6 +175,10 @@ def check_layers(facts: Facts) -> list[Finding]:
     if shadowed:
         lines.append("Later PATH matches are never used unless named explicitly: "
                      + ", ".join(f"{c['path']} ({_compiler_name(c)})" for c in shadowed) + ".")
+    if t.get("torch_installed") is False:
+        return [Finding(id=cid, status="skip", title="Compiler layers: not compared, torch is not installed in the "
+                        f"probed interpreter ({'; '.join(parts)})", detail="\n".join(lines),
+                        evidence=_evidence(facts, table_only=True))]
     return [Finding(id=cid, status="ok", title="Compiler layers: " + "; ".join(parts), detail="\n".join(lines),
                     evidence=_evidence(facts, table_only=True))]
 

@@ -69,7 +69,24 @@ def options_from(args: argparse.Namespace, launcher: str) -> FleetOptions:
         raise UsageError(f"zdoctor fleet: --ssh-config {args.ssh_config}: no such file")
     return FleetOptions(launcher=launcher, zdoctor=args.zdoctor, python=args.sub_python, parallel=args.parallel,
                         timeout=args.timeout, ssh_config=os.path.abspath(args.ssh_config) if args.ssh_config else None,
-                        snapshot_args=extra)
+                        snapshot_args=extra, push=_push_bundle(args))
+
+
+def _push_bundle(args: argparse.Namespace) -> str | None:
+    """``--push``: the bundle named by ``--bundle``, else the zdoctor.pyz this zdoctor runs from."""
+    if not getattr(args, "push", False):
+        if getattr(args, "bundle", None):
+            raise UsageError("zdoctor fleet: --bundle goes with --push")
+        return None
+    from ..resources import BUNDLE
+
+    path = args.bundle or (str(BUNDLE) if BUNDLE is not None else None)
+    if path is None:
+        raise UsageError("zdoctor fleet: --push needs the one-file bundle: --bundle zdoctor.pyz (made by "
+                         "`zdoctor build-bundle`), or run the fleet from zdoctor.pyz itself")
+    if not os.path.isfile(path):
+        raise UsageError(f"zdoctor fleet: --bundle {path}: no such file")
+    return os.path.abspath(path)
 
 
 def _progress(total: int) -> Callable[[NodeRun], None] | None:

@@ -79,6 +79,9 @@ def propose(libs: Mapping[str, Any], live: Mapping[str, Any], env: Mapping[str, 
     providers = {os.path.realpath(f["provider"]) for f in failures if f.get("provider")}
     if good and os.path.realpath(good) not in providers:
         plans.append(preload(env, good, bad_preloads, rests + [f"{good} defines every needed version"]))
+    from .versioned import propose_versioned
+
+    plans += propose_versioned(libs, env, needs, failures, rests)
     for prefix in sorted({p for p in (conda_prefix_of(x) for x in providers) if p}):
         release = gcc_release_providing(needs)
         plans.append(conda_upgrade(prefix, release, rests + [f"the failing copy belongs to the conda env {prefix}"]))

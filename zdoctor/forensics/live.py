@@ -21,9 +21,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .. import children
 from ..errors import UsageError
 from ..model import Evidence
 from ..runner import run, which_all
+from .jitguard import run_guarded
 from .lddebug import PidTrace, VersionError, all_version_errors, parse_ld_debug_dir, summarize, which_loaded
 from .strace import FileEvent, last_files, parse_strace, unfinished
 
@@ -165,8 +167,11 @@ class _LateAttach:
             argv += ["-p", str(p)]
         with self.lock:
             try:
+                # Its own group, ended with zdoctor; no parent-death signal: the timer thread that
+                # starts it exits at once, and the kernel would take that for the parent's death.
                 self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                             stderr=subprocess.DEVNULL)
+                                             stderr=subprocess.DEVNULL, start_new_session=True)
+                children.register(self.proc.pid)
                 self.attached = True
             except OSError:
                 self.proc = None
@@ -182,6 +187,8 @@ class _LateAttach:
                 except subprocess.TimeoutExpired:
                     self.proc.kill()
                     self.proc.wait()
+            if self.proc is not None:
+                children.forget(self.proc.pid)
 
 
 def trace_command(
@@ -239,8 +246,8 @@ def trace_command(
         else:
             run_env = {**dict(env), **ld_vars}
             full = list(argv)
-        ev = run(full, env=run_env, timeout=timeout, cwd=cwd, label=f"live trace: {shlex.join(argv)}"[:200],
-                 on_start=attacher.start if attacher is not None else None)
+        ev = run_guarded(full, run_env, timeout=timeout, cwd=cwd, label=f"live trace: {shlex.join(argv)}"[:200],
+                         on_start=attacher.start if attacher is not None else None)
         if attacher is not None:
             attacher.stop()
             if attacher.attached:

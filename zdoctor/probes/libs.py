@@ -337,3 +337,23 @@ def libfix_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     plans.sort(key=lambda p: (not p.verified, order[id(p)]))
     return {"plans": [p.to_dict() for p in plans], "argv": argv,
             "needed": bool(libs.get("failures") or live.get("version_errors"))}, evidence
+
+
+@probe("shellinit", title="Shell startup files that set LD_LIBRARY_PATH or LD_PRELOAD", timeout=20.0)
+def shellinit_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
+    """Read (never run) the training user's and the system's shell startup files, and the activate.d
+    scripts of the conda prefixes in play, for the lines that set LD_LIBRARY_PATH or LD_PRELOAD."""
+    from ..forensics.shellinit import scan
+
+    env = _env(host)
+    prefixes: list[str] = []
+    for entry in (env.get("LD_LIBRARY_PATH") or "").split(":"):
+        if entry and os.path.basename(os.path.normpath(entry)) in ("lib", "lib64"):
+            prefixes.append(os.path.dirname(os.path.normpath(entry)))
+    python = target_python(host)
+    if python:
+        prefixes.append(os.path.dirname(os.path.dirname(os.path.abspath(python))))
+    facts = scan(env.get("HOME"), list(dict.fromkeys(prefixes)))
+    rows = [[f"{x['file']}:{x['line']}", x["variable"], x["text"]] for x in facts["lines"]]
+    return facts, [Evidence.of_table("shell startup lines that set LD_LIBRARY_PATH / LD_PRELOAD",
+                                     ["where", "variable", "line"], rows)]

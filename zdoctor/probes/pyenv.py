@@ -247,6 +247,16 @@ def _torch_facts(recs: dict[str, Any], pkg: dict[str, Any], timed_out: bool, sig
     return out
 
 
+def script_path() -> Path:
+    """The probe script as a file another interpreter can run: beside this module, or extracted from the
+    one-file bundle (whose modules are inside a zip)."""
+    if SCRIPT.is_file():
+        return SCRIPT
+    from ..resources import data_dir
+
+    return data_dir("probe") / SCRIPT.name
+
+
 def probe_target(python: str, env: dict[str, str], *, explicit: bool = False,
                  timeout: float = TARGET_TIMEOUT) -> tuple[dict[str, Any], list[Evidence]]:
     """Run the probe script under ``python`` with ``env`` and return (facts, evidence)."""
@@ -257,7 +267,7 @@ def probe_target(python: str, env: dict[str, str], *, explicit: bool = False,
         facts = empty_facts(target)
         facts.update(error=err, error_kind=kind, candidates=candidates(env, None))
         return facts, [Evidence.note(f"target interpreter {python}", err or "")]
-    ev = run([resolved, "-B", str(SCRIPT)], env=env, timeout=timeout, cap=OUTPUT_CAP_TARGET,
+    ev = run([resolved, "-B", str(script_path())], env=env, timeout=timeout, cap=OUTPUT_CAP_TARGET,
              label=f"probe script under {resolved}")
     facts = build_facts(parse_records(ev.stdout), ev, target)
     facts["candidates"] = candidates(env, resolved)
