@@ -42,13 +42,16 @@ class Facts(typing.Mapping[str, "ProbeResult"]):
             return f"the {probe} probe did not run"
         return res.error or (res.facts or {}).get("skipped") or f"the {probe} probe ended with status {res.status}"
 
-    def evidence(self, *probes: str, kinds: tuple[str, ...] | None = ("table", "note")) -> list[Any]:
-        """The evidence of ``probes`` in order (only these kinds; ``kinds=None`` keeps all)."""
+    def evidence(self, *probes: str, kinds: tuple[str, ...] | None = ("table", "note"),
+                 labels: tuple[str, ...] = ()) -> list[Any]:
+        """The evidence of ``probes`` in order: only these kinds (``kinds=None`` keeps all), and only the
+        pieces whose label is or starts with one of ``labels`` (when any are given)."""
         out: list[Any] = []
         for name in probes:
             res = self._results.get(name)
             if res is not None:
-                out.extend(e for e in res.evidence if kinds is None or e.kind in kinds)
+                out.extend(e for e in res.evidence if (kinds is None or e.kind in kinds)
+                           and (not labels or e.label.startswith(labels)))
         return out
 
     def get_fact(self, probe: str, *path: str | int, default: Any = None) -> Any:

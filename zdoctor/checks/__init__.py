@@ -12,6 +12,11 @@ from ..model import Evidence, Finding
 from ..registry import CHECKS, Facts, load_vocabulary
 
 
+def not_checked(fid: str, title: str, why: str, evidence: list[Evidence] | None = None) -> Finding:
+    """The ``skip`` finding of a check that could not look: ``TITLE: not checked``, with the reason."""
+    return Finding(id=fid, status="skip", title=f"{title}: not checked", detail=why, evidence=list(evidence or []))
+
+
 def probe_findings(facts: Facts) -> list[Finding]:
     """A ``crash`` finding for every probe that crashed or ran past its budget."""
     out = []
