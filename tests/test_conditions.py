@@ -121,3 +121,29 @@ def test_playbooks_predicates_lists_each_with_its_docstring(cli):
         assert f"{name}  (reads " in out.stdout and spec.doc in out.stdout
     assert "gpu_p2p_risk" not in out.stdout  # now a data condition in the playbook
     assert "when = {finding = " in out.stdout
+
+
+def test_a_new_check_module_is_found_without_a_list(tmp_path: Path, monkeypatch):
+    """Any module of the vocabulary packages that registers something is imported; others (the probe script
+    that runs inside the training interpreter) are left alone."""
+    import sys
+
+    pkg = tmp_path / "extra_checks"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "newcheck.py").write_text(
+        "from zdoctor.registry import check\n"
+        "@check('extra.new', title='A new check', probes=())\n"
+        "def new(facts):\n    return []\n")
+    (pkg / "script.py").write_text("raise SystemExit('must not be imported')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "VOCABULARY_PACKAGES", (*registry.VOCABULARY_PACKAGES, "extra_checks"))
+    monkeypatch.delitem(sys.modules, "extra_checks", raising=False)
+    assert "extra_checks.newcheck" in registry.vocabulary_modules()
+    assert "extra_checks.script" not in registry.vocabulary_modules()
+    assert "zdoctor.probes.probe_script" not in registry.vocabulary_modules()
+    try:
+        load_vocabulary()
+        assert "extra.new" in CHECKS
+    finally:
+        CHECKS.pop("extra.new", None)

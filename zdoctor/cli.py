@@ -236,7 +236,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_fleet(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from .fleet.cli import run_fleet
+    from .fleet_command import run_fleet
 
     return run_fleet(args, argv, _open_log)
 

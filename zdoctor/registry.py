@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import pkgutil
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -97,29 +98,43 @@ PROBES: dict[str, ProbeSpec] = {}
 CHECKS: dict[str, CheckSpec] = {}
 PREDICATES: dict[str, PredicateSpec] = {}
 
-#: Modules that register probes, checks and predicates when imported.
-VOCABULARY_MODULES = (
-    "zdoctor.probes.system",
-    "zdoctor.probes.pyenv",
-    "zdoctor.probes.toolchain",
-    "zdoctor.checks.pyenv",
-    "zdoctor.checks.toolchain",
-    "zdoctor.probes.hangs",
-    "zdoctor.probes.libs",
-    "zdoctor.checks.hangs",
-    "zdoctor.checks.libs",
-    "zdoctor.probes.offload",
-    "zdoctor.checks.offload",
-    "zdoctor.probes.storage",
-    "zdoctor.checks.storage",
-    "zdoctor.probes.gpu",
-    "zdoctor.checks.gpu",
-)
+#: Packages whose modules register probes, checks and predicates when imported: a new module there is
+#: found on its own (probes first, then checks; each package in module-name order). A new check module
+#: goes in zdoctor/checks/, a new probe module in zdoctor/probes/; nothing else needs to name it.
+VOCABULARY_PACKAGES = ("zdoctor.probes", "zdoctor.checks")
+
+
+def vocabulary_modules() -> list[str]:
+    """Every module of :data:`VOCABULARY_PACKAGES`, found in the installed package (or the bundle)."""
+    names: list[str] = []
+    for package in VOCABULARY_PACKAGES:
+        pkg = importlib.import_module(package)
+        found = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_"))
+        names += [f"{package}.{m}" for m in found if _registers(f"{package}.{m}")]
+    return names
+
+
+#: What a module that registers vocabulary says (modules without it, such as the probe script that runs in
+#: the training interpreter, are not imported).
+_MARKERS = ("@probe(", "@check(", "@predicate(")
+
+
+def _registers(name: str) -> bool:
+    """Whether module ``name``'s source registers a probe, check or predicate (read, not imported)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    loader = getattr(spec, "loader", None)
+    try:
+        source = loader.get_source(name) if loader is not None else None  # type: ignore[union-attr]
+    except (ImportError, OSError):
+        source = None
+    return source is None or any(marker in source for marker in _MARKERS)
 
 
 def load_vocabulary() -> None:
     """Import every module that registers vocabulary (idempotent)."""
-    for mod in VOCABULARY_MODULES:
+    for mod in vocabulary_modules():
         importlib.import_module(mod)
 
 
