@@ -23,6 +23,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Header, Log, OptionList, Static
 from textual.widgets.option_list import Option
 
+from zdoctor import children
 from zdoctor.apply import ApplyOutcome, ApplyPlan, core_action, env_effect, known_env, plan, run_remedy
 from zdoctor.events import record_remedy
 from zdoctor.model import Finding, Remedy
@@ -328,7 +329,9 @@ class RemedyScreen(ContextScreen):
             try:
                 with self.app.suspend():
                     print(f"\nzdoctor: applying {r.title!r} ({'; '.join(how.reasons)})\n", flush=True)
-                    code = subprocess.call(argv, env=env)
+                    # In zdoctor's own group (the terminal's foreground): an SSH drop's SIGHUP reaches it;
+                    # the parent-death signal ends it if zdoctor is killed (not across sudo's set-user-ID).
+                    code = subprocess.call(argv, env=env, preexec_fn=children.pdeathsig_hook())
                     print(f"\nzdoctor: exit code {code}. Press Enter to return to zdoctor.", flush=True)
                     with contextlib.suppress(EOFError):
                         input()

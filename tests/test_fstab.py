@@ -345,3 +345,13 @@ def test_a_kill_between_any_two_steps_leaves_the_old_or_the_new_file(tab, tmp_pa
     backup = Path(f"{tab}.bak.K")
     assert not backup.exists() or backup.read_bytes() == ORIGINAL  # never a half-written backup
     assert oct(tab.stat().st_mode & 0o777) == "0o644"
+
+
+def test_the_backup_name_is_the_same_however_often_the_finding_is_made(tmp_path):
+    import time as _time
+
+    first = fs.fstab_remedy(UUID, "/mnt/nvme", "ext4", fstab_path=str(tmp_path / "fstab"))
+    _time.sleep(1.1)
+    again = fs.fstab_remedy(UUID, "/mnt/nvme", "ext4", fstab_path=str(tmp_path / "fstab"))
+    assert first.action["backup"] == again.action["backup"] == f"{tmp_path / 'fstab'}.bak.zdoctor-0bfe0b2c"
+    assert first.undo == again.undo and first.commands == again.commands

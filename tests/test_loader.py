@@ -633,3 +633,12 @@ def test_legacy_hwcap_subdirs_follow_glibc_for_intel_and_from_cpu_flags():
     assert x86_64_hwcap_and_platform({"sse2"}, "GenuineIntel") == (0x2, "x86_64")
     diag_239 = (HWCAPS_AMD / "list-diagnostics.txt").read_text().replace('"2.36"', '"2.39"')
     assert LoaderConfig.from_ld_so_output(diag_239, "", read_cache=False).legacy_subdirs == []
+
+
+def test_defaults_from_cpu_flags_search_the_subdirs_the_real_loader_searches(cfg):
+    """Without ld.so's own output (--list-diagnostics and --help missing), the CPU flags and this process's
+    glibc give the same hwcaps and legacy subdirectories as the real loader on this machine."""
+    if cfg.source != "ld.so":
+        pytest.skip("the real loader's configuration could not be read here")
+    guessed = LoaderConfig.defaults(read_cache=False)
+    assert guessed.subdirs() == cfg.subdirs()

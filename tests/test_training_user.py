@@ -84,3 +84,15 @@ def test_user_option_wins_and_an_unknown_user_is_a_usage_error(tmp_path):
     bad = run_cli(["check", "--no-log", "--offload-path", str(off), "--user", "no-such-user-zd"], timeout=60)
     assert bad.returncode == 2
     assert bad.stderr.strip() == "zdoctor: --user no-such-user-zd: no such user on this machine"
+
+
+def test_a_directory_the_training_user_cannot_write_names_the_user_and_the_rule(tmp_path):
+    off = tmp_path / "off"
+    off.mkdir(mode=0o755)  # root's, as zdoctor (root) would find a directory someone made with sudo
+    host = LiveHost(env=_env(), options={"offload_path": str(off), "user": "nobody"})
+    facts = Facts({"storage": host.result("storage"), "nvme_inventory": host.result("nvme_inventory")})
+    (f,) = [f for f in evaluate_check("storage.mount", facts) if f.id == "storage.mount"]
+    assert f.status == "fail" and "not writable" in f.title
+    assert "running as nobody (the training user, chosen by: --user)" in f.detail
+    (rem,) = f.remedies
+    assert f"chown -- nobody:{NOGROUP} {off}" in rem.commands

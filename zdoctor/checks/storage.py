@@ -122,7 +122,9 @@ def check_mount(facts: Facts) -> list[Finding]:
     if acc and acc.get("user_writable") is False:
         return [Finding(id=fid, status="fail", title=f"Offload directory {path} is not writable",
                         detail="\n".join(findings_detail) + f"\nOwner {acc.get('owner')}:{acc.get('group')}, mode "
-                               f"{acc.get('mode')}; DeepSpeed, running as {user.get('name')}, cannot create its swap "
+                               f"{acc.get('mode')}; DeepSpeed, running as {user.get('name')}"
+                               + (f" (the training user, chosen by: {user['rule']})" if user.get("rule") else "")
+                               + ", cannot create its swap "
                                "files there.", evidence=ev, remedies=[_dir_remedy(st)])]
     return [Finding(id=fid, status="ok", title=f"Offload path {path}: {m.get('fstype')} on {m.get('point')}",
                     detail="\n".join(findings_detail), evidence=ev)]

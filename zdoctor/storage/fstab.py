@@ -151,11 +151,14 @@ def fstab_remedy(uuid: str, mountpoint: str, fstype: str, *, fstab_path: str = F
     """Add the UUID line the careful way: build the new file beside the old one, ``findmnt --verify`` it,
     back the old one up, move the new one into place, and (``mount_now``) mount it.
 
-    The backup name is fixed here, once per finding: the commands, the undo and the guide's apply (which
-    runs :func:`apply_fstab_line` as root, see ``action``) all name the same file.
+    The backup name is fixed here, from the filesystem's UUID: the commands, the undo and the guide's
+    apply (which runs :func:`apply_fstab_line` as root, see ``action``) all name the same file, however
+    often the finding is evaluated.
     """
     line = fstab_line(uuid, mountpoint, fstype, options)
-    stamp = stamp or time.strftime("%Y%m%dT%H%M%S")
+    # Named after the filesystem, not the clock: the same finding evaluated again (a resumed session, an
+    # export) names the same backup, so the recorded undo always points at the file the apply wrote.
+    stamp = stamp or f"zdoctor-{uuid.split('-')[0].lower()}"
     backup = f"{fstab_path}.bak.{stamp}"
     staged = f"{fstab_path}.zdoctor-new.{stamp}"
     mp = os.path.normpath(mountpoint)
