@@ -41,8 +41,6 @@ BLOCK_CAP = 4000
 
 #: What a session's events say, gathered for rendering (one fold, shared with resume and the walk).
 Report = SessionView
-#: One walk through a playbook, as the report shows it.
-PlaybookRun = WalkView
 
 
 def collect(events: list[dict[str, Any]]) -> Report:
@@ -333,7 +331,7 @@ def _md_finding(f: dict[str, Any], cap: int, elsewhere: bool = False) -> list[st
     return out
 
 
-def _md_run(run: PlaybookRun) -> list[str]:
+def _md_run(run: WalkView) -> list[str]:
     title = f": {md_escape(run.title)}" if run.title else ""
     out = [f"### Playbook {md_code(run.playbook or 'unnamed')}{title}", ""]
     path = run.end.get("path") if run.end else None

@@ -24,7 +24,8 @@ from .present import (
 )
 
 if TYPE_CHECKING:
-    from .export import PlaybookRun, Report
+    from .events import SessionView as Report
+    from .events import WalkView
 
 STYLESHEET = """
 :root { color-scheme: light dark; --fg: #1f2328; --bg: #ffffff; --muted: #59636e; --line: #d1d9e0;
@@ -176,7 +177,7 @@ def finding_html(f: dict[str, Any], anchor: str, cap: int, elsewhere: bool) -> s
     return "\n".join(out)
 
 
-def run_html(run: PlaybookRun, anchors: Anchors) -> str:
+def run_html(run: WalkView, anchors: Anchors) -> str:
     from .export import UNFINISHED_NOTE, _edge_text
 
     out = [f'<h3 id="{anchors.make("playbook", run.playbook)}">Playbook <code>{esc(run.playbook or "unnamed")}'
