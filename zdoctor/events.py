@@ -177,19 +177,27 @@ class PlaybookEnd(Event):
 
 
 @dataclass(frozen=True)
-class ProbeRecorded(Event):
-    """A probe's result; each one (probe, started) is written once per session (the log sees to it)."""
+class _AtStep(Event):
+    """An event that carries one payload (``PAYLOAD``), recorded at a walk's step or outside any walk."""
 
-    TYPE: ClassVar[str] = "probe_result"
-    result: dict = _f(kind=dict, factory=dict)
+    PAYLOAD: ClassVar[str] = ""
     playbook: str | None = _f(None, str)
     node: str | None = _f(None, str)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"result": self.result}
+        out: dict[str, Any] = {self.PAYLOAD: getattr(self, self.PAYLOAD)}
         if self.playbook is not None:
             out.update(playbook=self.playbook, node=self.node)
         return out
+
+
+@dataclass(frozen=True)
+class ProbeRecorded(_AtStep):
+    """A probe's result; each one (probe, started) is written once per session (the log sees to it)."""
+
+    TYPE: ClassVar[str] = "probe_result"
+    PAYLOAD: ClassVar[str] = "result"
+    result: dict = _f(kind=dict, factory=dict)
 
     @property
     def key(self) -> tuple:
@@ -198,17 +206,12 @@ class ProbeRecorded(Event):
 
 
 @dataclass(frozen=True)
-class FindingRecorded(Event):
-    TYPE: ClassVar[str] = "finding"
-    finding: dict = _f(kind=dict, factory=dict)
-    playbook: str | None = _f(None, str)
-    node: str | None = _f(None, str)
+class FindingRecorded(_AtStep):
+    """A finding, as a check (at a walk's step, or in the check of every probe) produced it."""
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"finding": self.finding}
-        if self.playbook is not None:
-            out.update(playbook=self.playbook, node=self.node)
-        return out
+    TYPE: ClassVar[str] = "finding"
+    PAYLOAD: ClassVar[str] = "finding"
+    finding: dict = _f(kind=dict, factory=dict)
 
 
 @dataclass(frozen=True)
@@ -327,6 +330,15 @@ class WalkView:
     steps: list[dict[str, Any]] = field(default_factory=list)  # node_enter and edge events, as recorded
     diagnosis: dict[str, Any] | None = None
     end: dict[str, Any] | None = None
+
+    def numbered(self) -> list[tuple[int, dict[str, Any]]]:
+        """The steps with the number of the node they belong to (an edge carries the number of the node it
+        leaves; 0 before the first node)."""
+        out, n = [], 0
+        for ev in self.steps:
+            n += ev.get("type") == "node_enter"
+            out.append((n, ev))
+        return out
 
     @property
     def nodes(self) -> list[str]:

@@ -337,10 +337,8 @@ def _md_run(run: WalkView) -> list[str]:
     path = run.end.get("path") if run.end else None
     if isinstance(path, list) and path:
         out += ["Path: " + " → ".join(md_code(p) for p in path), ""]
-    n = 0
-    for ev in run.steps:
+    for n, ev in run.numbered():
         if ev.get("type") == "node_enter":
-            n += 1
             kind = f" ({md_escape(ev['kind'])})" if ev.get("kind") else ""
             label = f": {md_escape(ev['title'])}" if ev.get("title") else ""
             out.append(f"{n}. {md_code(ev.get('node'))}{kind}{label}")

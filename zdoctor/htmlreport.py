@@ -182,10 +182,8 @@ def run_html(run: WalkView, anchors: Anchors) -> str:
 
     out = [f'<h3 id="{anchors.make("playbook", run.playbook)}">Playbook <code>{esc(run.playbook or "unnamed")}'
            f"</code>{': ' + esc(run.title) if run.title else ''}</h3>"]
-    n = 0
-    for ev in run.steps:
+    for n, ev in run.numbered():
         if ev.get("type") == "node_enter":
-            n += 1
             kind = f" <span class=\"muted\">({esc(ev['kind'])})</span>" if ev.get("kind") else ""
             title = f": {esc(ev['title'])}" if ev.get("title") else ""
             out.append(f'<h4 id="{anchors.make("step", f"{run.playbook}-{n}")}">{n}. '
