@@ -24,6 +24,7 @@ from .present import (
     MARKS,
     SCRIPT_LABEL,
     edge_sentence,
+    in_words,
     option_label,
     options_heading,
     recommendation,
@@ -173,9 +174,9 @@ def _edge_text(ev: dict[str, Any]) -> str:
             said = cond.describe()
             return f"it is not the case that {said}" if ev.get("negate") else said
     if reason and not _MECHANICAL_REASON.fullmatch(first):
-        return reason
+        return in_words(reason)
     text = edge_sentence(ev.get("predicate"), ev.get("negate"), False, first)
-    broken = [part.replace("predicate ", "the condition ", 1) for part in rest if " failed (" in part]
+    broken = [in_words(part) for part in rest if " failed (" in part]
     return text + (f" ({'; '.join(broken)})" if broken else "")
 
 
@@ -354,7 +355,7 @@ def _md_run(run: WalkView) -> list[str]:
         node = f" (node {md_code(diag['node'])})" if diag.get("node") else ""
         out += [f"**Diagnosis:** {md_escape(diag_title)}{node}", ""]
     if run.end and run.end.get("reason"):
-        out += [f"**Why:** {md_escape(run.end['reason'])}", ""]
+        out += [f"**Why:** {md_escape(in_words(str(run.end['reason'])))}", ""]
     if run.end is None:
         out += [UNFINISHED_NOTE, ""]
     return out

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .model import cap_text
 from .present import (
     SCRIPT_LABEL,
+    in_words,
     mark,
     option_label,
     options_heading,
@@ -196,7 +197,7 @@ def run_html(run: WalkView, anchors: Anchors) -> str:
     if diag_title:
         out.append(f"<p><strong>Diagnosis:</strong> {esc(diag_title)}</p>")
     if run.end and run.end.get("reason"):
-        out.append(f"<p><strong>Why:</strong> {esc(run.end['reason'])}</p>")
+        out.append(f"<p><strong>Why:</strong> {esc(in_words(str(run.end['reason'])))}</p>")
     if run.end is None:
         out.append(f"<p class=\"muted\">{esc(UNFINISHED_NOTE)}</p>")
     return "\n".join(out)

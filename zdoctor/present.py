@@ -5,6 +5,7 @@ TUI all take their marks, styles and sentences from here, so they say the same t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -211,3 +212,28 @@ def edge_sentence(predicate: Any, negate: Any = False, override: Any = False, re
     said = spec.doc if spec is not None else f"the condition {predicate} held"
     said = said.rstrip(".")
     return f"it is not the case that {said}" if negate else said
+
+
+_PREDICATE_SAID = re.compile(r"predicate (?P<name>[A-Za-z0-9_]+) "
+                             r"(?:is (?P<value>true|false)|failed \((?P<error>[^)]*)\); counted as false)")
+_REACHED = re.compile(r"^reached (?P<kind>diagnosis|remedy) \S+: ")
+
+
+def in_words(reason: str) -> str:
+    """A walk's recorded reason with every ``predicate NAME is true/false`` (or ``... failed (...)``) put into
+    the words of the predicate's description."""
+    from .registry import PREDICATES, load_vocabulary
+
+    reason = _REACHED.sub(lambda m: f"reached the {m.group('kind')}: ", reason)
+    if "predicate " not in reason:
+        return reason
+    load_vocabulary()
+
+    def said(m: re.Match) -> str:
+        spec = PREDICATES.get(m.group("name"))
+        doc = (spec.doc if spec is not None else f"the condition {m.group('name')} held").rstrip(".")
+        if m.group("error") is not None:
+            return f"could not check whether {doc} ({m.group('error')})"
+        return doc if m.group("value") == "true" else f"not: {doc}"
+
+    return _PREDICATE_SAID.sub(said, reason)
