@@ -159,7 +159,9 @@ def test_practice_session_export_says_what_happened(state_home: Path):
     assert "fallback" not in path and "predicate" not in path
     assert "the failing libstdc++ came from an LD\\_LIBRARY\\_PATH entry" in path
     assert "practised: nothing was run" in md
-    assert "**Why:** reached the diagnosis: " in md and "reached diagnosis diag-" not in md
+    checked = render(load_events(CHECK), "md")
+    assert "**Why:** reached the diagnosis: No usable NVIDIA driver" in checked
+    assert "reached diagnosis diag-" not in checked and "predicate" not in checked.split("## Findings")[0]
 
 
 def test_a_live_export_says_still_open_and_copies_are_recorded(state_home: Path):
