@@ -27,7 +27,7 @@ NOT_TRIED = "not_tried"
 VERIFICATION_STATES = (FIXED, NOT_FIXED, NOT_TRIED)
 VERIFICATION_MARKS = {FIXED: ("✓", "bold green"), NOT_FIXED: ("✗", "bold red"), NOT_TRIED: ("?", "yellow")}
 #: Why a remedy was not tried when its maker said nothing more precise.
-DEFAULT_NOT_TRIED = "zdoctor has no way to try it without changing the machine"
+DEFAULT_NOT_TRIED = "zdoctor has no way to try it here"
 NOT_TRIED_ROOT = "it needs root and changes the machine"
 OLD_RECORD = "this session was recorded without saying whether it was tried"
 #: Sentences older sessions put in a remedy's explanation when zdoctor did not try it.
