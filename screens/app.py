@@ -20,6 +20,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from zdoctor.errors import InputError, ZdoctorError
+from zdoctor.events import ExportWritten
 from zdoctor.resources import data_dir
 
 from .common import NO_CONTROL_CHARACTERS
@@ -201,7 +202,7 @@ class ZdoctorApp(App[int]):
             raise InputError("this session is not recorded, so there is nothing to export"
                              + (f" ({ctx.note})" if ctx is not None and ctx.note else ""))
         path = export_session(ctx.log.id, fmt, self.export_dir, live=True)
-        ctx.record("export", {"format": fmt, "path": str(path)})
+        ExportWritten(format=fmt, path=str(path)).record(ctx.record)
         return path
 
     def export_now(self, fmt: str) -> None:

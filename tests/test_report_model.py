@@ -313,6 +313,13 @@ def test_every_recorded_event_reads_back_as_its_kind_and_writes_the_same_data(st
     assert {"session_start", "session_end", "playbook_start", "node_enter", "edge", "diagnosis", "playbook_end",
             "probe_result", "finding", "summary", "remedy_applied", "remedy_declined", "remedy_practised"} <= seen
     assert isinstance(parse({"type": "gpu_topology_seen", "seq": 3, "links": "NV18"}), Unknown)
+    fleet = [{"type": "fleet_start", "seq": 2, "launcher": "ssh", "source": "hostfile", "hosts": ["a"], "slots": {},
+              "remote": ["zdoctor", "snapshot"], "timeout": 180.0, "parallel": 32},
+             {"type": "fleet_node", "seq": 3, "node": {"host": "a"}},
+             {"type": "finding", "seq": 4, "finding": {"id": "x@a"}, "node": "a"},
+             {"type": "fleet_result", "seq": 5, "report": {"nodes": []}}]
+    for ev in fleet:
+        assert parse(ev).to_dict() == {k: v for k, v in ev.items() if k not in ENVELOPE}, ev["type"]
     assert parse({"type": "node_enter", "node": 7}).node == ""  # a field of the wrong type: its default
 
 

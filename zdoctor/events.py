@@ -187,7 +187,9 @@ class _AtStep(Event):
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {self.PAYLOAD: getattr(self, self.PAYLOAD)}
         if self.playbook is not None:
-            out.update(playbook=self.playbook, node=self.node)
+            out["playbook"] = self.playbook
+        if self.node is not None or self.playbook is not None:
+            out["node"] = self.node
         return out
 
 
@@ -275,6 +277,36 @@ class ExportWritten(Event):
 
 
 @dataclass(frozen=True)
+class FleetStart(Event):
+    """A fleet run began: how the nodes are reached, which ones, and the options of the run."""
+
+    TYPE: ClassVar[str] = "fleet_start"
+    launcher: str = _f("", str)
+    source: str = _f("", str)
+    hosts: list = _f(kind=list, factory=list)
+    slots: dict = _f(kind=dict, factory=dict)
+    remote: list = _f(kind=list, factory=list)
+    timeout: float | None = _f(None, (int, float))
+    parallel: int | None = _f(None, int)
+
+
+@dataclass(frozen=True)
+class FleetNode(Event):
+    """One node's answer (its snapshot, or why there is none), as it arrived."""
+
+    TYPE: ClassVar[str] = "fleet_node"
+    node: dict = _f(kind=dict, factory=dict)
+
+
+@dataclass(frozen=True)
+class FleetResult(Event):
+    """The evaluated fleet report."""
+
+    TYPE: ClassVar[str] = "fleet_result"
+    report: dict = _f(kind=dict, factory=dict)
+
+
+@dataclass(frozen=True)
 class Unknown(Event):
     """An event of a kind this release does not know (kept whole)."""
 
@@ -291,7 +323,7 @@ class Unknown(Event):
 
 KINDS: dict[str, type[Event]] = {c.TYPE: c for c in (
     SessionStart, SessionResume, SessionEnd, PlaybookStart, NodeEnter, EdgeTaken, DiagnosisReached, PlaybookEnd,
-    ProbeRecorded, FindingRecorded, SummaryRecorded, ExportWritten)}
+    ProbeRecorded, FindingRecorded, SummaryRecorded, ExportWritten, FleetStart, FleetNode, FleetResult)}
 KINDS.update({t: RemedyOutcome for t in REMEDY_KINDS.values()})
 
 
