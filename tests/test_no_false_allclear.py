@@ -145,6 +145,10 @@ def test_libs_glibcxx_without_any_library_is_skip():
                    "livetrace": _ok("livetrace", {}), "libfix": _ok("libfix", {})})
     (f,) = evaluate_check("libs.glibcxx", facts)
     assert f.status == "skip" and "--python" in f.detail
+    for name in ("libs.broken-files", "libs.ext-compilers", "libs.env-source"):
+        found = evaluate_check(name, Facts({**facts, "toolchain": _ok("toolchain", {}),
+                                            "shellinit": _ok("shellinit", {"lines": []})}))
+        assert found and all(x.status == "skip" for x in found), (name, found)
 
 
 def test_jit_checks_with_no_extension_directory_are_skip(tmp_path: Path):
@@ -210,6 +214,10 @@ def test_the_gpu_stack_is_not_healthy_when_one_layer_gave_no_facts(drop: str):
     assert res.diagnosis == "diag-not-checked", res.path
     edge_reason = res.outcomes[-2].reason
     assert drop in edge_reason and "could not run" in edge_reason
+    from zdoctor.guide import graph_text
+
+    picture = graph_text(load_all()["gpu-stack"], res.path)
+    assert "⇒ diag-not-checked" in picture and "if a probe gave no facts" in picture
 
 
 def test_a_healthy_diagnosis_without_not_checked_is_a_lint_error(tmp_path: Path):

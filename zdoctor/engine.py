@@ -27,6 +27,7 @@ from .events import (
     ProbeRecorded,
     Recorder,
     SessionView,
+    StepBack,
     fold,
 )
 from .host import Host
@@ -352,6 +353,23 @@ class Walk:
             self._finish(f"ended at {node.kind} node {node.id}, which has no next step", "no-edge")
         else:
             self._finish(f"stuck at {node.id}: {reason}", "no-edge")
+
+    def back(self) -> str:
+        """Return to the previous step of the path (a finished walk is open again); returns its id.
+
+        Recorded as a ``step_back`` event, so a resumed session stands where the user went back to."""
+        with self._lock:
+            if len(self.path) < 2:
+                raise ValueError(f"{self.current!r} is the first step of {self.playbook.id}: there is no previous one")
+            left = self.path.pop()
+            self.visits[left] -= 1
+            self.current = self.path[-1]
+            self.diagnosis = next((n for n in reversed(self.path) if self.playbook.nodes[n].kind == "diagnosis"), None)
+            self.done, self.end_reason, self.stopped = False, None, None
+            self._outcome = None
+            self._emit(StepBack(playbook=self.playbook.id, source=left, to=self.current,
+                                reason="the user went back to the previous step"))
+            return self.current
 
     def stop(self, reason: str = "stopped by the user") -> None:
         """End the walk where it stands."""

@@ -160,6 +160,17 @@ class EdgeTaken(Event):
 
 
 @dataclass(frozen=True)
+class StepBack(Event):
+    """The user went back from ``source`` to the previous step ``to``."""
+
+    TYPE: ClassVar[str] = "step_back"
+    playbook: str = _f("", str)
+    source: str = _f("", str, key="from")
+    to: str = _f("", str)
+    reason: str = _f("", str)
+
+
+@dataclass(frozen=True)
 class DiagnosisReached(Event):
     TYPE: ClassVar[str] = "diagnosis"
     playbook: str = _f("", str)
@@ -322,7 +333,8 @@ class Unknown(Event):
 
 
 KINDS: dict[str, type[Event]] = {c.TYPE: c for c in (
-    SessionStart, SessionResume, SessionEnd, PlaybookStart, NodeEnter, EdgeTaken, DiagnosisReached, PlaybookEnd,
+    SessionStart, SessionResume, SessionEnd, PlaybookStart, NodeEnter, EdgeTaken, StepBack, DiagnosisReached,
+    PlaybookEnd,
     ProbeRecorded, FindingRecorded, SummaryRecorded, ExportWritten, FleetStart, FleetNode, FleetResult)}
 KINDS.update({t: RemedyOutcome for t in REMEDY_KINDS.values()})
 
@@ -374,8 +386,14 @@ class WalkView:
 
     @property
     def nodes(self) -> list[str]:
-        """The nodes entered, in order."""
-        return [s["node"] for s in self.steps if s.get("type") == "node_enter" and isinstance(s.get("node"), str)]
+        """The path: the nodes entered, in order, less those the user stepped back from."""
+        path: list[str] = []
+        for s in self.steps:
+            if s.get("type") == "node_enter" and isinstance(s.get("node"), str):
+                path.append(s["node"])
+            elif s.get("type") == "step_back" and len(path) > 1:
+                path.pop()
+        return path
 
     @property
     def diagnosis_node(self) -> str | None:
@@ -502,6 +520,12 @@ def fold(events: Iterable[Any]) -> SessionView:
             view.walks.append(w)
         elif kind in ("node_enter", "edge"):
             walk_for(ev).steps.append(ev)
+        elif kind == "step_back":
+            w = walk_for(ev)
+            w.steps.append(ev)
+            w.end = None  # a finished walk is open again
+            if w.diagnosis is not None and w.diagnosis.get("node") not in w.nodes:
+                w.diagnosis = None
         elif kind == "diagnosis":
             walk_for(ev).diagnosis = ev
         elif kind == "playbook_end":

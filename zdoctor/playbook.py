@@ -664,9 +664,12 @@ def _edge_text(node: Node, e: Edge) -> str:
 def describe(pb: Playbook) -> str:
     """A plain-text outline of a playbook: every node, what it runs and where it goes."""
     lines = [f"{pb.id}: {pb.title}", *(f"  {line}" for line in pb.summary.strip().splitlines()),
-             f"start: {pb.start}", ""]
+             f"start: {pb.start}"]
+    if pb.not_checked:
+        lines.append(f"not checked: {pb.not_checked} (instead of a healthy diagnosis when a probe gave no facts)")
+    lines.append("")
     for node in pb.nodes.values():
-        lines.append(f"[{node.kind}] {node.id}: {node.title}")
+        lines.append(f"[{node.kind}{', healthy' if node.healthy else ''}] {node.id}: {node.title}")
         lines.append(f"    why: {node.why}")
         if node.question:
             lines.append(f"    question: {node.question}")
