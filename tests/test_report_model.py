@@ -355,3 +355,46 @@ def test_the_session_log_writes_each_probe_result_once(state_home: Path):
     again.close(0)
     starts = [e["result"]["started"] for e in load_events(log.id) if e["type"] == "probe_result"]
     assert starts == [12.5, 13.0]
+
+
+def test_the_guide_shows_a_hostile_remedy_without_its_escapes(tmp_path: Path, state_home: Path):
+    """The fix screen of a remedy whose lines hold a clear-screen and an OSC title: what reaches the screen
+    carries no control character (the guide's line filter), the copy keeps the real bytes."""
+    import asyncio
+
+    pytest.importorskip("textual")
+    from test_tui import make, name, screen_text, settle
+
+    from zdoctor.host import ReplayHost
+
+    hostile = str(tmp_path / f"nvme{ESCAPES}" / "offload")
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_batch_size": 8, "zero_optimization": {
+        "stage": 3, "offload_param": {"device": "nvme", "nvme_path": hostile}}}))
+    snap = tmp_path / "snap.json"
+    made = subprocess.run([sys.executable, "-m", "zdoctor", "snapshot", "-o", str(snap), "--ds-config", str(cfg)],
+                          capture_output=True, cwd=str(REPO), timeout=300, stdin=subprocess.DEVNULL)
+    assert made.returncode == 0, made.stderr
+    doc = json.loads(snap.read_text())
+
+    async def scenario() -> None:
+        from screens.remedy import RemedyScreen
+        from zdoctor.checks import run_checks
+
+        host = ReplayHost(doc, source="hostile")
+        _facts, findings = run_checks(host)
+        pairs = [(f, r) for f in findings for r in f.remedies if any(ESCAPES in c for c in r.commands)]
+        assert pairs, "the hostile path reached no remedy"
+        app = make(host=host, argv=["tui"], export_dir=tmp_path)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(pilot, lambda: name(app) == "StartScreen")
+            app.push_screen(RemedyScreen(app.ctx, "offload-bottleneck", "storage", pairs))
+            await settle(pilot, lambda: name(app) == "RemedyScreen")
+            await pilot.pause(0.2)
+            shown = screen_text(app)
+            assert "\x1b" not in shown and "\x07" not in shown
+            assert "0;owned" in shown  # the rest of the path is shown
+            await pilot.press("y")
+            assert ESCAPES in app.clipboard  # the copy is the real command
+
+    asyncio.run(scenario())
