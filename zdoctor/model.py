@@ -205,14 +205,14 @@ class ProbeResult:
 
 
 def summarize(findings: list[Finding]) -> dict[str, int]:
-    """Count findings per status, plus a total."""
-    counts = {s: 0 for s in STATUSES}
-    for f in findings:
-        counts[f.status] += 1
-    counts["total"] = len(findings)
-    return counts
+    """Count findings per status, plus a total (see :func:`zdoctor.present.count`)."""
+    from .present import count
+
+    return count(f.status for f in findings)
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
-    """Worst first, then by id, so reports read the same every time."""
-    return sorted(findings, key=lambda f: (STATUS_RANK[f.status], f.id))
+    """Worst first, then by id, so reports read the same every time (see :func:`zdoctor.present.finding_key`)."""
+    from .present import finding_key
+
+    return sorted(findings, key=lambda f: finding_key(f.status, f.id))
