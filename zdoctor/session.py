@@ -221,14 +221,14 @@ def _info(path: Path) -> SessionInfo:
     except InputError as exc:
         info.error = str(exc)
         return info
+    from .events import fold
+
+    view = fold(events)
     info.events, info.torn = len(events), events.torn
-    for ev in events:
-        if ev["type"] == "session_start":
-            info.mode, info.started = ev.get("mode"), ev.get("started", ev.get("ts"))
-            host = ev.get("host")
-            info.hostname = host.get("hostname") if isinstance(host, dict) else None
-        elif ev["type"] == "session_end":
-            info.ended, info.exit_code = ev.get("ts"), ev.get("exit_code")
+    info.mode, info.hostname = view.mode, view.host.get("hostname")
+    info.started = view.start.get("started", view.start.get("ts")) if view.start else None
+    if view.end is not None:
+        info.ended, info.exit_code = view.end.get("ts"), view.end.get("exit_code")
     return info
 
 
