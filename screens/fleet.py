@@ -22,9 +22,9 @@ from textual.widgets import DataTable, Header, Static
 from textual.worker import Worker, WorkerState
 
 from zdoctor.errors import ZdoctorError
-from zdoctor.export import MARKS, STYLES
 from zdoctor.fleet.result import NODE_PROBLEMS, families
 from zdoctor.model import Finding, sort_findings
+from zdoctor.present import MARKS, STYLES
 from zdoctor.resources import data_dir
 
 from .common import NO_CONTROL_CHARACTERS, KeyBar

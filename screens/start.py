@@ -12,6 +12,7 @@ from textual.widgets import Header, OptionList, Static
 from textual.widgets.option_list import Option
 
 from zdoctor.model import Finding
+from zdoctor.target import DEFAULT_PYTHON
 
 from .common import ContextScreen, KeyBar, ProbePanel, findings_text, in_thread, summary_text
 
@@ -64,7 +65,7 @@ def glance_text(host: Any) -> Text:
     out.append_text(gpu_line(host))
     out.append("\n")
     py = rec["pyenv"].facts if "pyenv" in rec and rec["pyenv"].status == "ok" else None
-    target = info.get("python") or "python3"
+    target = info.get("python") or DEFAULT_PYTHON
     if py is None:
         out.append(f"Target: {target} (probing…)" if "pyenv" not in rec else f"Target: {target} (not probed)",
                    style="dim")

@@ -34,12 +34,12 @@ def candidate_text(c: Any, chosen: Any, book: Any, shadowed: bool = False) -> Te
     out = Text("→ " if is_chosen else "  ", style="bold", no_wrap=True, overflow="ellipsis")
     out.append(c.edge.to, style="bold cyan" if is_chosen else "cyan")
     out.append(f": {c.edge.label or (target.title if target is not None else '')}")
-    if c.edge.when is None:
+    if c.edge.is_fallback:
         verdict = "fallback"
     elif c.error is not None:
-        verdict = f"{c.edge.when} failed: {c.error}"
+        verdict = f"{c.edge.condition_text} failed: {c.error}"
     else:
-        verdict = f"{c.edge.when}: {'yes' if c.holds else 'no'}"
+        verdict = f"{c.edge.condition_text}: {'yes' if c.holds else 'no'}"
         if shadowed:
             verdict += ", but an earlier branch applies first"
     out.append(f"  [{verdict}{'; suggested' if is_chosen else ''}]", style="bold green" if is_chosen else "dim")
@@ -284,7 +284,7 @@ class WalkScreen(ContextScreen):
         elif outcome is not None and outcome.chosen is not None:
             target = self.walk.playbook.nodes[outcome.chosen.to]
             why = outcome.chosen.label or outcome.reason
-            if outcome.chosen.when is not None:
+            if not outcome.chosen.is_fallback:
                 why += f" ({outcome.reason})"
             text = Text.assemble(("Next → ", "bold"), (target.title, "bold green"), "\n", ("because ", "dim"), why)
             text.append("\nn or Enter follows it · ↑↓ another branch" + (" · r the fixes" if fixes else ""),

@@ -3,7 +3,6 @@ given: real files and the real DeepSpeed source; recorded H200 memory and GPUs; 
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,6 +19,7 @@ from zdoctor.model import ProbeResult
 from zdoctor.offload import gpusample, planner
 from zdoctor.offload.dsconfig import load_config, parse_config
 from zdoctor.registry import PREDICATES, load_vocabulary
+from zdoctor.target import Target
 
 OFF = FIXTURES / "offload"
 OURS = ("dsconfig", "capacity", "trainlog", "gpusample")
@@ -49,9 +49,7 @@ class JobHost(Host):
     def __init__(self, options: dict[str, Any], given: dict[str, dict[str, Any]] | None = None,
                  command: str | None = None):
         super().__init__()
-        self.options = options
-        self.command = command
-        self.env = dict(os.environ)
+        self.target = Target.of(None, command=command, options=options)
         self.given = given or {}
 
     def _compute(self, name: str) -> ProbeResult:

@@ -25,6 +25,7 @@ from pathlib import Path
 from . import children
 from .errors import InputError
 from .model import Remedy, cap_text
+from .target import Target
 
 ENV_LINE = re.compile(r"^\s*(export|unset)\s+")
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -121,9 +122,9 @@ def env_effect(commands: list[str], env: Mapping[str, str]) -> list[tuple[str, s
 def known_env(host: object) -> dict[str, str]:
     """The training environment as far as it is known: a live host's own, else what the snapshot's
     interpreter and library probes recorded."""
-    env = getattr(host, "env", None)
-    if isinstance(env, Mapping):
-        return dict(env)
+    target = getattr(host, "target", None)
+    if isinstance(target, Target):
+        return dict(target.env)
     out: dict[str, str] = {}
     for probe in ("pyenv", "libs"):
         try:

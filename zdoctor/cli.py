@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 
 from . import __version__, children
 from .errors import InputError, UsageError, ZdoctorError
+from .target import OPTION_KEYS, Target
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -144,6 +145,7 @@ def build_parser() -> Parser:
     pbs.add_parser("list", help="every bundled playbook")
     show = pbs.add_parser("show", help="one playbook's nodes and edges")
     show.add_argument("id")
+    pbs.add_parser("predicates", help="every named condition an edge may use, with what it asks")
     lint = pbs.add_parser("lint", help="validate playbook files (default: the bundled ones)")
     lint.add_argument("path", nargs="?", help="a playbook file or a directory of them")
 
@@ -165,51 +167,13 @@ def _python(args: argparse.Namespace) -> str | None:
     return getattr(args, "sub_python", None) or args.python
 
 
-#: Options that describe the job for the offload, storage and GPU probes (``host.options``).
-OPTION_KEYS = ("ds_config", "offload_path", "model_params", "model_config", "nodes", "gpus_per_node", "train_log",
-               "io_size", "gpu_sample", "user", "p2p_test")
-
-
 def _live_host(args: argparse.Namespace):
-    """The live host for the training the arguments describe."""
+    """The live host for the training job the arguments describe (its :class:`Target`, validated once)."""
     from .host import LiveHost
 
-    command = getattr(args, "run_command", None)
-    if command is not None and not command.strip():
-        raise UsageError("zdoctor: --command is empty")
-    ext = [os.path.abspath(p) for p in getattr(args, "ext", None) or []]
-    for p in ext:
-        if not os.path.exists(p):
-            raise UsageError(f"zdoctor: --ext {p}: no such file")
-    timeout = getattr(args, "timeout", None)
-    if timeout is not None and not 0 < timeout <= 3600:
-        raise UsageError("zdoctor: --timeout must be between 0 and 3600 seconds")
-    options = {k: getattr(args, k, None) for k in OPTION_KEYS}
-    if options["user"] is not None:
-        import pwd
-
-        try:
-            pwd.getpwnam(options["user"])
-        except KeyError:
-            raise UsageError(f"zdoctor: --user {options['user']}: no such user on this machine") from None
-    for key in ("nodes", "gpus_per_node"):
-        if options[key] is not None and options[key] < 1:
-            raise UsageError(f"zdoctor: --{key.replace('_', '-')} must be at least 1")
-    if options["io_size"] is not None:
-        from .storage.iotest import parse_size
-
-        parse_size(options["io_size"])  # a bad size is a one-line InputError (exit 2) before any probing
-    if options["model_params"] is not None:
-        from .offload.planner import parse_count
-
-        parse_count(options["model_params"])  # likewise for a count that is not one
-    for key, flag in (("ds_config", "--ds-config"), ("model_config", "--model-config"), ("train_log", "--log")):
-        if options[key] is not None:
-            options[key] = os.path.abspath(options[key])
-            if not os.path.exists(options[key]):
-                raise UsageError(f"zdoctor: {flag} {options[key]}: no such file")
-    return LiveHost(python=_python(args), command=command, ext=ext, timeout=timeout,
-                    options={k: v for k, v in options.items() if v is not None})
+    target = Target.from_args(_python(args), getattr(args, "run_command", None), getattr(args, "ext", None) or [],
+                              getattr(args, "timeout", None), {k: getattr(args, k, None) for k in OPTION_KEYS})
+    return LiveHost(target=target)
 
 
 def _open_log(mode: str, argv: Sequence[str], host_info: dict[str, Any], enabled: bool):
@@ -274,7 +238,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_fleet(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from .fleet.cli import run_fleet
+    from .fleet_command import run_fleet
 
     return run_fleet(args, argv, _open_log)
 
@@ -318,6 +282,16 @@ def cmd_playbooks(args: argparse.Namespace) -> int:
         for pid, book in sorted(pbmod.load_all().items()):
             print(f"{pid:<20} {book.title}")
             print(f"{'':<20} {book.summary.splitlines()[0] if book.summary else ''}")
+        return EXIT_OK
+    if args.pb_command == "predicates":
+        from .registry import PREDICATES, load_vocabulary
+
+        load_vocabulary()
+        for name, spec in sorted(PREDICATES.items()):
+            print(f"{name}  (reads {', '.join(spec.probes) or 'nothing'})")
+            print(f"    {spec.doc}")
+        print("An edge may also say `when = {finding = \"ID\", status = [\"warn\", \"fail\"]}` or "
+              "`when = {fact = \"probe.key\", equals = VALUE}` instead of naming a predicate.")
         return EXIT_OK
     if args.pb_command == "show":
         books = pbmod.load_all()

@@ -67,9 +67,9 @@ def abandon_probe(host: Host, name: str, waited_s: float) -> ProbeResult:
 
 
 def _edge_rule(edge) -> str:
-    if edge.when is None:
+    if edge.is_fallback:
         return "otherwise"
-    return f"if not {edge.when}" if edge.negate else f"if {edge.when}"
+    return f"if not {edge.condition_text}" if edge.negate else f"if {edge.condition_text}"
 
 
 def graph_text(book: Playbook, path: list[str] | None = None, current: str | None = None) -> str:

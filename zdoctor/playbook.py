@@ -17,6 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .conditions import Condition, FactCondition, owner_check, parse_condition
 from .errors import InputError
 
 try:
@@ -43,7 +44,8 @@ _TOML_END = re.compile(r"^(?P<msg>.*?)\s*\(at end of document\)$", re.S)
 # -- data ------------------------------------------------------------------------------------------
 @dataclass
 class Edge:
-    """One outgoing edge; ``when`` is None for the fallback (or for a plain answer of a question)."""
+    """One outgoing edge: ``when`` names a predicate, or ``cond`` is a condition given as data (see
+    :mod:`zdoctor.conditions`); neither for the fallback (or for a plain answer of a question)."""
 
     source: str
     to: str
@@ -52,10 +54,16 @@ class Edge:
     label: str = ""
     loop: bool = False
     order: int = 0
+    cond: Condition | None = None
 
     @property
     def is_fallback(self) -> bool:
-        return self.when is None
+        return self.when is None and self.cond is None
+
+    @property
+    def condition_text(self) -> str | None:
+        """The condition as written: the predicate's name, or the data condition in words."""
+        return self.when if self.cond is None else self.cond.describe()
 
 
 @dataclass
@@ -326,20 +334,27 @@ class _Parser:
         where = f"edge #{order + 1}"
         self.unknown_keys(raw, EDGE_KEYS, nid, where)
         to = self.text(raw, "to", nid, where)
-        when = self.text(raw, "when", nid, where, required=False)
+        cond = None
+        if isinstance(raw.get("when"), dict):
+            cond, problems = parse_condition(raw["when"])
+            for problem in problems:
+                self.err(nid, f"'when' in {where}: {problem}")
+            when = None
+        else:
+            when = self.text(raw, "when", nid, where, required=False)
         if when is not None and not when.strip():
             self.err(nid, f"'when' in {where} is empty (leave it out for a fallback edge)")
             when = None
         label = self.text(raw, "label", nid, where, required=False) or ""
         negate = self.flag(raw, "negate", nid, where)
         loop = self.flag(raw, "loop", nid, where)
-        if negate and when is None:
+        if negate and when is None and cond is None:
             self.err(nid, f"{where} sets 'negate' without a 'when' predicate")
         if is_question and not label.strip() and to:
             self.err(nid, f"answer edge to {to!r} needs a 'label' (the answer text shown to the user)")
         if not to:
             return None
-        return Edge(source=nid, to=to, when=when, negate=negate, label=label, loop=loop, order=order)
+        return Edge(source=nid, to=to, when=when, negate=negate, label=label, loop=loop, order=order, cond=cond)
 
 
 def _reference_errors(pb: Playbook) -> list[LintError]:
@@ -453,7 +468,44 @@ def _vocabulary_errors(pb: Playbook, vocab: Vocabulary) -> list[LintError]:
         out += [_unknown(file, node.id, "check", c, checks) for c in node.checks if c not in checks]
         out += [_unknown(file, node.id, "predicate", e.when, preds, prefix=f"edge to {e.to!r}: ")
                 for e in node.next if e.when is not None and e.when not in preds]
+        out += [LintError(file, node.id, f"edge to {e.to!r}: {problem}")
+                for e in node.next if e.cond is not None for problem in _condition_problems(e.cond, vocab)]
     return out
+
+
+def _condition_problems(cond: Condition, vocab: Vocabulary) -> list[str]:
+    """Why a data condition cannot hold: a finding id no registered check produces, or an unknown probe."""
+    if isinstance(cond, FactCondition):
+        probes = set(vocab.probes)
+        if cond.probe in probes:
+            return []
+        hint = difflib.get_close_matches(cond.probe, sorted(probes), n=1)
+        return [f"unknown probe {cond.probe!r} in fact {cond.fact!r}"
+                + (f" (did you mean {hint[0]!r}?)" if hint else "")]
+    checks = vocab.checks if isinstance(vocab.checks, Mapping) else {c: None for c in vocab.checks}
+    owner = owner_check(cond.finding, checks)
+    if owner is None:
+        return [f"no registered check produces finding {cond.finding!r}"]
+    if not finding_id_known(cond.finding, owner, checks):
+        return [f"check {owner!r} never produces a finding {cond.finding!r} (a typo?)"]
+    return []
+
+
+def finding_id_known(fid: str, owner: str, checks: Mapping[str, Any]) -> bool:
+    """Whether the module of check ``owner`` spells finding id ``fid`` (or a dotted prefix of ids it makes)."""
+    import inspect
+
+    from .registry import CHECKS
+
+    spec = checks.get(owner) or CHECKS.get(owner)
+    func = getattr(spec, "func", None)
+    if fid == owner or func is None:
+        return True
+    try:
+        source = inspect.getsource(inspect.getmodule(func))  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return True  # no source to read (a frozen build): trust the owner
+    return any(f"{q}{fid}{end}" in source for q in ('"', "'") for end in (q, ".", "{"))
 
 
 def end_nodes(pb: Playbook) -> set[str]:
@@ -597,10 +649,10 @@ def lint_path(path: str | Path) -> list[LintError]:
 
 
 def _edge_text(node: Node, e: Edge) -> str:
-    if e.when is None:
+    if e.is_fallback:
         cond = "(answer)" if node.kind == "question" else "(fallback)"
     else:
-        cond = f"{'unless' if e.negate else 'when'} {e.when}"
+        cond = f"{'unless' if e.negate else 'when'} {e.condition_text}"
     extras = [f'"{e.label}"'] if e.label else []
     if e.loop:
         extras.append("(loop)")

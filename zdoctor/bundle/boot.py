@@ -239,6 +239,23 @@ class _ZipFinder:
     def invalidate_caches(self) -> None:
         pass
 
+    def iter_modules(self, prefix: str = ""):  # noqa: ANN201 - pkgutil protocol
+        """The modules and packages directly in this directory, as pkgutil.iter_modules asks them."""
+        seen = set()
+        for n in sorted(self.bundle.names):
+            if not n.startswith(self.prefix):
+                continue
+            head, sep, tail = n[len(self.prefix):].partition("/")
+            if sep and tail == "__init__.py":
+                name, is_package = head, True
+            elif not sep and head.endswith(".py") and head != "__init__.py":
+                name, is_package = head[:-3], False
+            else:
+                continue
+            if name not in seen:
+                seen.add(name)
+                yield prefix + name, is_package
+
     def find_spec(self, fullname: str, target=None):  # noqa: ANN001, ANN201 - importlib protocol
         base = self.prefix + fullname.rpartition(".")[2]
         names, dirs = self.bundle.names, self.bundle.dirs

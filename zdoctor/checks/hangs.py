@@ -116,7 +116,8 @@ def lock_remedy(lock: dict[str, Any], op: dict[str, Any] | None, orphans: list[i
     expl += tried
     return Remedy(title=f"Remove the stale lock of op {show(lock.get('op'), 60)}", commands=commands,
                   verified=verified, requires_root=bool(op and op.get("dir_writable") is False), undo=[],
-                  explanation=expl)
+                  explanation=expl, tried=bool(trial and trial.get("tried")),
+                  note=(trial or {}).get("reason") or "" if not (trial and trial.get("tried")) else tried.strip())
 
 
 @check("hangs.stale-lock", title="Stale JIT build locks", probes=("jitcache", "processes", "locktrial"))

@@ -325,11 +325,11 @@ def check_interpreter_rpath(facts: Facts) -> list[Finding]:
 
 
 def _gcc_of(comment: str) -> str | None:
-    """``GCC: (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0`` -> ``11.4.0``."""
-    if not comment.startswith("GCC:"):
-        return None
-    last = comment.split()[-1]
-    return last if last[:1].isdigit() else None
+    """``GCC: (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0`` -> ``11.4.0``; ``GCC: (GNU) 13.3.1 20240611 (Red Hat
+    13.3.1-2)`` -> ``13.3.1`` (the release, not the vendor's package suffix)."""
+    from ..forensics.jitcache import gcc_version_of
+
+    return gcc_version_of([comment]) if comment.startswith("GCC:") else None
 
 
 @check("libs.ext-compilers", title="The compiler that built each extension, beside the toolchain layers",

@@ -92,7 +92,7 @@ def propose(libs: Mapping[str, Any], live: Mapping[str, Any], env: Mapping[str, 
             commands=[],
             explanation=f"Delete the line naming {etc[0]} from /etc/ld.so.preload (as root). That file "
                         "forces a library into every process on the node, even setuid ones; an old "
-                        "libstdc++ there breaks every newer C++ program. It changes the whole node, so "
-                        "zdoctor does not try it.",
-            rests_on=rests, verifiable=False, requires_root=True))
+                        "libstdc++ there breaks every newer C++ program.",
+            rests_on=rests, verifiable=False, requires_root=True,
+            verification="it changes every process on the node (and needs root)"))
     return plans

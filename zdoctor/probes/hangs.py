@@ -40,6 +40,7 @@ from ..forensics import jitcache as jc
 from ..forensics import processes as pr
 from ..model import Evidence
 from ..registry import probe
+from ..target import target_of
 from .pyenv import TARGET_TIMEOUT
 
 #: Seconds between the two CPU-time readings of each training process.
@@ -163,7 +164,7 @@ def collect_jitcache(env: dict[str, str], pyenv: dict[str, Any] | None) -> tuple
 @probe("jitcache", title="JIT-built DeepSpeed ops", timeout=TARGET_TIMEOUT + 60, needs=("pyenv",))
 def jitcache_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     """torch's extension cache for the training environment: op dirs, built .so files, locks."""
-    env = dict(getattr(host, "env", None) or os.environ)
+    env = dict(target_of(host).env)
     pyenv = None
     try:
         res = host.result("pyenv")
@@ -323,7 +324,7 @@ def try_without_lock(lock: dict[str, Any], op: dict[str, Any] | None, host: Any)
     if lock.get("in_use") is False:
         out["reason"] = "the lock is in a tag dir this interpreter's torch does not use"
         return out
-    command = getattr(host, "command", None)
+    command = target_of(host).command
     root = (op or {}).get("root") or os.path.dirname(str(lock.get("dir") or ""))
     so = (op or {}).get("so_path")
     python = target_python(host)
@@ -347,7 +348,7 @@ def try_without_lock(lock: dict[str, Any], op: dict[str, Any] | None, host: Any)
         except (OSError, shutil.Error) as exc:
             out["reason"] = f"could not copy {root}: {exc}"
             return out
-        env = dict(getattr(host, "env", None) or os.environ)
+        env = dict(target_of(host).env)
         env["TORCH_EXTENSIONS_DIR"] = tmp
         if command:
             argv = ["/bin/sh", "-c", command]
@@ -357,7 +358,7 @@ def try_without_lock(lock: dict[str, Any], op: dict[str, Any] | None, host: Any)
             argv = [str(python), "-c", TRIAL_CODE, str(lock.get("op")), copied_so]
             out["how"] = ("the op loaded by the training interpreter, with TORCH_EXTENSIONS_DIR on a lock-free copy "
                           "of the op cache")
-        ev = run_guarded(argv, env, timeout=float(getattr(host, "timeout", None) or TRIAL_TIMEOUT),
+        ev = run_guarded(argv, env, timeout=float(target_of(host).timeout or TRIAL_TIMEOUT),
                          label=f"trial without the lock: {lock.get('op')}")
         out.update(tried=True, fixed=ev.exit_code == 0 and not ev.error, seconds=round(ev.duration_s, 1),
                    exit_code=ev.exit_code, error=ev.error, output_tail=(ev.stderr or ev.stdout or "")[-1500:])

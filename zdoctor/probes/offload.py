@@ -52,11 +52,12 @@ from ..model import Evidence, cap_text
 from ..offload import gpusample, lint, planner, walllog
 from ..offload.dsconfig import load_config
 from ..registry import PROBES, probe
+from ..target import target_of
 from .pyenv import TARGET_TIMEOUT
 
 
 def _options(host: Any) -> dict[str, Any]:
-    return dict(getattr(host, "options", None) or {})
+    return dict(target_of(host).options)
 
 
 def _facts(host: Any, name: str) -> dict[str, Any] | None:
@@ -213,7 +214,7 @@ def dsconfig_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     gpu_mem, _n, _src = planner.gpu_memory_from(_facts(host, "nvml") or _facts(host, "gpu"))
     ctx = lint.LintContext(tables=tables, ds_version=tables.version, python_version=pyver, hidden_size=hidden,
                            memlock_soft=soft, memlock_source=source, pinned_need=pinned, gpu_memory=gpu_mem,
-                           paths=paths, command=getattr(host, "command", None))
+                           paths=paths, command=target_of(host).command)
     lints = lint.lint_config(cfg, ctx)
     facts["lints"] = [x.to_dict() for x in lints]
     facts["uses_auto"] = any(x.rule == "auto-value" for x in lints)

@@ -48,6 +48,7 @@ from ..storage import blockdev as bd
 from ..storage import fstab as fs
 from ..storage import iotest as io
 from ..storage import mounts as mt
+from ..target import target_of
 
 #: Each throughput phase stops after this many seconds; the probe's budget covers both and the rest.
 IO_TIME_LIMIT = 45.0
@@ -284,12 +285,12 @@ def _throughput(facts: dict[str, Any], directory: str, io_size: str | None, expl
 @probe("storage", title="Offload storage: mount, device, O_DIRECT, libaio, throughput", timeout=STORAGE_TIMEOUT)
 def storage_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     """The offload path's mount and device, O_DIRECT, libaio, and (when asked) its throughput."""
-    options = dict(getattr(host, "options", None) or {})
+    options = dict(target_of(host).options)
     target = offload_target(options)
-    env = dict(getattr(host, "env", None) or os.environ)
+    job = target_of(host)
+    env = dict(job.env)
     user = training_user(env, user=str(options["user"]) if options.get("user") else None,
-                         python=getattr(host, "python", None),
-                         python_explicit=bool(getattr(host, "python_explicit", False)))
+                         python=job.python, python_explicit=job.python_explicit)
     if not target["path"]:
         why = ("no offload path: pass --offload-path DIR, or --ds-config with an nvme_path"
                if not target["ds_config_error"] else f"no offload path ({target['ds_config_error']})")
