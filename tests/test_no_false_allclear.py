@@ -157,7 +157,7 @@ def test_jit_checks_with_no_extension_directory_are_skip(tmp_path: Path):
            "roots": [{"path": str(tmp_path / "absent"), "exists": False}]}
     tool = {"jit": {"path": "/usr/bin/c++", "realpath": "/usr/bin/g++-12", "family": "gcc", "version": "12.2.0"}}
     facts = Facts({"jitcache": _ok("jitcache", jit), "processes": _ok("processes", {"locks": [], "processes": []}),
-                   "toolchain": _ok("toolchain", tool)})
+                   "toolchain": _ok("toolchain", tool), "locktrial": _ok("locktrial", {})})
     for name in ("hangs.stale-lock", "jit.corrupt-ops", "jit.foreign-toolchain"):
         (f,) = evaluate_check(name, facts)
         assert f.status == "skip" and "nothing to check" in f.title, (name, f.title)

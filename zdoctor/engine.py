@@ -224,11 +224,14 @@ class Walk:
         return cands, None, "no edge applies: " + "; ".join(c.describe() for c in cands)
 
     def unchecked_probes(self, facts: Facts) -> list[str]:
-        """``probe (why)`` for every probe of this walk's path (and of ``facts``) that gave no facts."""
+        """``probe (why)`` for every probe the walk's verdict rests on that gave no facts: a probe a step on
+        the path declares (``probes = [...]``) that was skipped, and any probe that crashed or timed out. A
+        helper probe a check reads only sometimes (a remedy trial with nothing to try) does not count."""
+        declared = {p for nid in self.path for p in self.playbook.nodes[nid].probes}
         seen: dict[str, str] = {}
         for res_map in [*(o.facts for o in self.outcomes), facts]:
             for name, res in res_map.items():
-                if res.status != "ok":
+                if res.status in ("crash", "timeout") or (res.status != "ok" and name in declared):
                     seen[name] = str(res.error or (res.facts or {}).get("skipped") or res.status)
                 else:
                     seen.pop(name, None)
