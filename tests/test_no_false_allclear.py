@@ -204,6 +204,16 @@ def test_no_playbook_ends_healthy_on_a_node_that_answered_nothing(pid: str):
     assert not load_all()[pid].nodes[res.diagnosis].healthy, res.path
 
 
+def test_zero3_launch_without_a_live_trace_ends_not_checked_naming_the_probe():
+    load_vocabulary()
+    res = _walk("zero3-launch", {"livetrace": {"skipped": "the training interpreter was not found"},
+                                 "jitcache": {"ops": [], "roots": [], "base": "/x", "source": "HOME"},
+                                 "processes": {"processes": [], "locks": []},
+                                 "libs": {"targets": [], "needs": [], "inventory": []}})
+    assert res.path[-1] == "diag-incomplete", res.path
+    assert "livetrace (the training interpreter was not found)" in res.outcomes[-2].reason
+
+
 @pytest.mark.parametrize("drop", ["pyenv", "toolchain", "cuda_stack", "nccl", "gpu_env", "host_limits"])
 def test_the_gpu_stack_is_not_healthy_when_one_layer_gave_no_facts(drop: str):
     load_vocabulary()
