@@ -72,7 +72,8 @@ def offline(argv: list[str]) -> list[str]:
 
 
 def run_bundle(python: str, bundle: Path, args: list[str], home: Path, cwd: Path, *, timeout: float = 300,
-               **env: str) -> subprocess.CompletedProcess[str]:
-    """``python bundle ARGS`` from ``cwd`` with a clean environment and no network."""
-    return subprocess.run(offline([python, str(bundle), *args]), cwd=str(cwd), env=clean_env(home, **env),
+               network: bool = False, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python bundle ARGS`` from ``cwd`` with a clean environment and (unless ``network``) no network."""
+    argv = [python, str(bundle), *args]
+    return subprocess.run(argv if network else offline(argv), cwd=str(cwd), env=clean_env(home, **env),
                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)

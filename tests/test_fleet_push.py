@@ -103,3 +103,20 @@ def test_the_node_lines_are_quoted_and_the_named_directory_is_checked():
                 "/tmp/x y/zdoctor-push.AbCdEf1234", "/tmp/zdoctor-push.short"):
         assert pushed_dir(f"{MARK} {bad}\n") is None, bad
     assert sys.version_info >= (3, 8)
+
+
+def test_a_fleet_run_from_the_bundle_pushes_that_bundle(fleet, tmp_path):
+    """``python3 zdoctor.pyz fleet --push`` (no --bundle) copies the very file it runs from."""
+    from bundlekit import run_bundle
+
+    hf = tmp_path / "hostfile"
+    hf.write_text(f"{LACK}\n")
+    proc = run_bundle(interpreter("3.11"), fleet["bundle"],
+                      ["fleet", "--hostfile", str(hf), "--launcher", "ssh", "--ssh-config",
+                       str(fleet["sshd"].ssh_config), "--zdoctor", "zdoctor-node", "--push", "--timeout", "150",
+                       "--json"],
+                      tmp_path / "home", tmp_path, timeout=400, network=True)
+    assert proc.returncode in (0, 1), proc.stderr
+    (node,) = json.loads(proc.stdout)["nodes"]
+    assert node["launch"]["status"] == "ok" and node["launch"]["pushed"] == "bundle", json.dumps(node["launch"])
+    assert list(fleet["tmps"][LACK].iterdir()) == []

@@ -54,7 +54,8 @@ def h200_nvml() -> dict[str, Any]:
                       "cuda_version": xml["cuda_version"], "count": xml["count"],
                       "disagree": smi.cross_check(facts, xml)})
     # fields the dump did not record, from the XML of the same moment
-    for g, x in zip(facts["gpus"], xml["gpus"], strict=True):
+    assert len(facts["gpus"]) == len(xml["gpus"])
+    for g, x in zip(facts["gpus"], xml["gpus"]):
         for key in ("ecc", "throttle", "perf_state", "compute_mode", "mig", "power_limit_w"):
             g[key] = x[key]
     return facts

@@ -39,8 +39,9 @@ def table(app, table_id: str) -> DataTable:
 def rows(grid: DataTable) -> dict[str, dict[str, str]]:
     """Every row of a table as ``{row key: {column key: cell text}}``, in display order."""
     columns = [c.key.value for c in grid.ordered_columns]
-    return {r.key.value: dict(zip(columns, (str(c) for c in grid.get_row(r.key)), strict=True))
-            for r in grid.ordered_rows}
+    rows = {r.key.value: [str(c) for c in grid.get_row(r.key)] for r in grid.ordered_rows}
+    assert all(len(cells) == len(columns) for cells in rows.values())
+    return {key: dict(zip(columns, cells)) for key, cells in rows.items()}
 
 
 async def on_screen(pilot, app, screen: str) -> None:

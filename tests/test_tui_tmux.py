@@ -118,7 +118,7 @@ def term(tmp_path, state_home):
 
 def only_session(state: Path) -> str:
     (path,) = list(sessions_dir(state / "zdoctor").iterdir())
-    return path.name.removesuffix(".jsonl")
+    return path.name[:-len(".jsonl")] if path.name.endswith(".jsonl") else path.name
 
 
 STEPS = ["1. The symptom", "2. Which libstdc++", "3. GLIBCXX versions", "4. Every layer",

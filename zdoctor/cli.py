@@ -59,6 +59,8 @@ def _target_args(sp: argparse.ArgumentParser, top: bool = False) -> None:
                      help="size of the O_DIRECT throughput test on the offload path (default 1G at most; 0 skips)")
     off.add_argument("--gpu-sample", metavar="S", type=float, default=None,
                      help="sample GPU utilisation for S seconds (default: no sampling)")
+    off.add_argument("--p2p-test", action="store_true", default=None,
+                     help="copy 64 MiB between each pair of GPUs through torch (bounded; off by default)")
     for action in off._group_actions:
         action.default = argparse.SUPPRESS
 
@@ -165,7 +167,7 @@ def _python(args: argparse.Namespace) -> str | None:
 
 #: Options that describe the job for the offload, storage and GPU probes (``host.options``).
 OPTION_KEYS = ("ds_config", "offload_path", "model_params", "model_config", "nodes", "gpus_per_node", "train_log",
-               "io_size", "gpu_sample", "user")
+               "io_size", "gpu_sample", "user", "p2p_test")
 
 
 def _live_host(args: argparse.Namespace):

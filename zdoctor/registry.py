@@ -111,6 +111,19 @@ VOCABULARY_MODULES = (
     "zdoctor.checks.storage",
     "zdoctor.probes.gpu",
     "zdoctor.checks.gpu",
+    "zdoctor.probes.dsrelease",
+    "zdoctor.checks.dsrelease",
+    "zdoctor.probes.symbols",
+    "zdoctor.checks.symbols",
+    "zdoctor.probes.glibc",
+    "zdoctor.checks.glibc",
+    "zdoctor.probes.p2p",
+    "zdoctor.checks.p2p",
+    "zdoctor.probes.jitprereq",
+    "zdoctor.checks.jitprereq",
+    "zdoctor.checks.hostram",
+    "zdoctor.probes.smallfacts",
+    "zdoctor.checks.smallchecks",
 )
 
 

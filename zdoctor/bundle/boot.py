@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import json
 import marshal
 import os
-import platform
 import stat
 import sys
 import zipfile
@@ -37,8 +35,12 @@ class BundleError(Exception):
 
 
 def _machine() -> str:
-    m = platform.machine().lower()
+    m = os.uname().machine.lower()
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(m, m)
+
+
+def _python_version() -> str:
+    return sys.version.split()[0]
 
 
 def check_platform() -> str:
@@ -49,7 +51,7 @@ def check_platform() -> str:
                           f"{arch or 'of unknown architecture'}")
     if sys.version_info[:3] < MIN_PYTHON:
         raise BundleError(f"zdoctor.pyz needs Python 3.8.1 or newer; {sys.executable} is Python "
-                          f"{platform.python_version()}")
+                          f"{_python_version()}")
     return arch
 
 
@@ -150,7 +152,7 @@ def extract(zf: zipfile.ZipFile, files: dict, root: str) -> None:
             raise BundleError(f"zdoctor.pyz: {target} could not be written and verified")
 
 
-class _ZipSourceLoader(importlib.abc.Loader):
+class _ZipSourceLoader:
     """Loads one module's source from the zip; its bytecode is cached in the bundle's private cache."""
 
     def __init__(self, bundle: _Bundle, fullname: str, name: str, package: bool) -> None:
@@ -221,7 +223,7 @@ class _ZipFinder:
         return None
 
 
-class _NativeFinder(importlib.abc.MetaPathFinder):
+class _NativeFinder:
     """Finds the extracted extension modules (``psutil._psutil_linux``) by their full name."""
 
     def __init__(self, modules: dict) -> None:
@@ -266,7 +268,7 @@ def version_line(manifest: dict) -> str:
     """``zdoctor X (bundle; Python ...; dep versions; psutil for ...)``."""
     deps = ", ".join(f"{k} {v}" for k, v in sorted(manifest["deps"].items(), key=lambda kv: kv[0].lower()))
     return (f"zdoctor {manifest['version']} (one-file bundle {manifest['content_sha256'][:12]}, running on Python "
-            f"{platform.python_version()} {_machine()}; bundled: {deps}; native modules for "
+            f"{_python_version()} {_machine()}; bundled: {deps}; native modules for "
             f"{', '.join(sorted(manifest['native']))})")
 
 

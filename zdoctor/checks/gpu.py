@@ -422,7 +422,19 @@ def _wheel_remedy(facts: Facts, max_cuda: str | None) -> Remedy | None:
                     "and rebuild DeepSpeed's JIT ops afterwards (they are built per torch and CUDA version).")
 
 
-def _driver_remedy() -> Remedy:
+def _driver_remedy(gpus: list[dict[str, Any]] | None = None) -> Remedy:
+    from ..rules.drivers import driver_ceiling
+
+    ceil = driver_ceiling([g.get("name") or "" for g in gpus or []])
+    if ceil["branch"] is not None and ceil["branch"] < int(DRIVER_BRANCH):
+        b = ceil["branch"]
+        return Remedy(
+            title=f"Upgrade the NVIDIA driver to the {b} branch, the last that supports {ceil['arch']} GPUs "
+                  f"(CUDA up to {ceil['max_cuda'] or '?'})",
+            commands=[f"apt-get install -y nvidia-driver-{b}"], requires_root=True, verified=None,
+            explanation=f"Later branches ({DRIVER_BRANCH} included) dropped the {ceil['arch']} architecture: they "
+                        f"would not drive this GPU. With the {b} branch torch must be built for CUDA "
+                        f"{ceil['max_cuda'] or '(unknown)'} or older; a newer CUDA needs newer GPUs.")
     return Remedy(
         title=f"Upgrade the NVIDIA driver (branch {DRIVER_BRANCH} supports CUDA 12.x and 13.0)",
         commands=[f"apt-get install -y nvidia-driver-{DRIVER_BRANCH}"], requires_root=True, verified=None,
@@ -465,11 +477,17 @@ def check_runtime(facts: Facts) -> list[Finding]:
     ev = [Evidence.of_table("CUDA: driver vs torch", ["what", "from", "value"], rows, hl)]
     drv_int = nv.get("cuda_driver")
     if v["verdict"] == "too_old":
-        rem = [r for r in [_wheel_remedy(facts, drv_cuda), _driver_remedy()] if r]
+        rem = [r for r in [_wheel_remedy(facts, drv_cuda), _driver_remedy(gpus)] if r]
+        from ..rules.drivers import min_driver_pre11
+
+        pre11 = min_driver_pre11(v["runtime"]) if v.get("no_minor_compat") else None
         return [Finding(
             id=fid, status="fail",
             title=f"torch needs CUDA {v['runtime']} but driver {nv.get('driver')} supports only CUDA {v['driver']}",
-            detail="A CUDA runtime of a newer major version than the driver cannot start: CUDA reports "
+            detail=(f"Before CUDA 11 there is no minor-version compatibility: CUDA {v['runtime']} needs driver "
+                    f">= {pre11 or '(unknown)'} (NVIDIA's table of CUDA releases and their drivers), whatever the "
+                    "minor. " if v.get("no_minor_compat") else "") +
+                   "A CUDA runtime newer than the driver supports cannot start: CUDA reports "
                    "'CUDA driver version is insufficient for CUDA runtime version' and torch says 'The NVIDIA "
                    f"driver on your system is too old (found version {drv_int})'; torch.cuda.is_available() is "
                    "False and DeepSpeed stops. Either install a torch built for the driver's CUDA, or upgrade the "
@@ -502,20 +520,21 @@ def check_runtime(facts: Facts) -> list[Finding]:
     title = {"ok": f"torch's CUDA {v['runtime']} fits driver {nv.get('driver')} (CUDA {v['driver']})",
              "warn": f"torch's CUDA {v['runtime']} is newer than the driver's CUDA {v['driver']}",
              "fail": f"torch's CUDA {v['runtime']} cannot run on driver {nv.get('driver')}"}[status]
-    rem = [r for r in [_wheel_remedy(facts, drv_cuda), _driver_remedy()] if r] if status != "ok" else []
+    rem = [r for r in [_wheel_remedy(facts, drv_cuda), _driver_remedy(gpus)] if r] if status != "ok" else []
     return [Finding(id=fid, status=status, title=title, detail="\n".join(lines), evidence=ev, remedies=rem)]
 
 
 # -- gpu.toolkit ----------------------------------------------------------------------------------------
 
 
-def _toolkit_for(cs: dict[str, Any], torch_cuda_v: str, env: dict[str, str]) -> list[dict[str, Any]]:
+def _toolkit_for(cs: dict[str, Any], torch_cuda_v: str, env: dict[str, str],
+                 installed: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Installed toolkits (with headers) DeepSpeed would accept next to torch's CUDA; exact matches first."""
     good = []
     for t in cs.get("toolkits") or []:
         if not t.get("version") or not t.get("headers"):
             continue
-        verdict = cuda.deepspeed_nvcc_rule(t["version"], torch_cuda_v, {})["verdict"]
+        verdict = cuda.deepspeed_nvcc_rule(t["version"], torch_cuda_v, {}, installed)["verdict"]
         if verdict in ("match", "compatible"):
             good.append((0 if verdict == "match" else 1, t))
     return [t for _, t in sorted(good, key=lambda x: x[0])]
@@ -542,6 +561,24 @@ def _install_toolkit_remedy(torch_cuda_v: str, distro: dict[str, Any] | None) ->
                               f"{cuda.cuda_str(torch_cuda_v)} version label works without root.")
 
 
+def _installed_nvcc_rule(facts: Facts) -> dict[str, Any] | None:
+    """The nvcc rule read from the installed DeepSpeed (dsrelease probe), when that probe ran."""
+    from ..rules.deepspeed import CURRENT_READ_FROM, parse_version
+    from .dsrelease import nvcc_rule_of_installed
+
+    rule = nvcc_rule_of_installed(facts)
+    if rule is None:
+        ver = parse_version(_deepspeed(facts).get("version"))
+        if ver is not None and ver >= CURRENT_READ_FROM:
+            return {"state": "current", "skip_env": True}
+    return rule
+
+
+def _why_rule_unread(facts: Facts) -> str:
+    rec = (facts.get_fact("dsrelease", "rules") or {}).get("nvcc-minor-tolerance") or {}
+    return rec.get("why") or ("its files were not read" if "dsrelease" in facts else "the dsrelease probe did not run")
+
+
 @check("gpu.toolkit", title="CUDA toolkit (nvcc) vs torch's CUDA", probes=("cuda_stack", "pyenv"))
 def check_toolkit(facts: Facts) -> list[Finding]:
     tc = torch_cuda(facts)
@@ -563,7 +600,8 @@ def check_toolkit(facts: Facts) -> list[Finding]:
             ["DeepSpeed", "pyenv probe",
              (ds.get("version") or "installed") if ds.get("installed") else "not installed"],
             ["DS_SKIP_CUDA_CHECK", "environment", env.get("DS_SKIP_CUDA_CHECK", "unset")]]
-    good = _toolkit_for(cs, tc["cuda"], env)
+    installed_rule = _installed_nvcc_rule(facts)
+    good = _toolkit_for(cs, tc["cuda"], env, installed_rule)
     out: list[Finding] = []
     uses = ("DeepSpeed JIT-builds its CUDA ops (fused_adam, fused_lamb, quantizer, transformer kernels ...) "
             "with this toolkit on first use; cpu_adam and async_io are C++ ops on current DeepSpeed releases and "
@@ -605,7 +643,7 @@ def check_toolkit(facts: Facts) -> list[Finding]:
     if not nv.get("release"):
         out.append(_skip(fid, "nvcc release vs torch", "no nvcc release to compare (see gpu.toolkit.cuda-home)"))
         return out
-    ds_rule = cuda.deepspeed_nvcc_rule(nv["release"], tc["cuda"], env)
+    ds_rule = cuda.deepspeed_nvcc_rule(nv["release"], tc["cuda"], env, installed_rule)
     t_rule = cuda.torch_nvcc_rule(nv["release"], tc["cuda"])
     rows += [["DeepSpeed's rule", "assert_no_cuda_mismatch", ds_rule["verdict"]],
              ["torch's rule", "cpp_extension._check_cuda_version", t_rule["verdict"]]]
@@ -620,7 +658,10 @@ def check_toolkit(facts: Facts) -> list[Finding]:
         status = "fail" if ds.get("installed") else "warn"
         title = f"nvcc {nv['release']} does not match torch's CUDA {tc['cuda']}: CUDA op builds fail"
         lines.append("DeepSpeed compares nvcc's major.minor with torch.version.cuda before building any CUDA op; "
-                     "only the same release, or two minors of one major in its compatibility list, pass. " + uses)
+                     + (f"DeepSpeed {ds.get('version') or ''} predates the minor-version table (DeepSpeed PR 1139, "
+                        "June 2021): it accepts only the same major.minor. "
+                        if ds_rule.get("rule") == "old" else
+                        "only the same release, or two minors of one major in its compatibility list, pass. ") + uses)
         lines.append("DS_SKIP_CUDA_CHECK=1 silences the check but builds ops against the wrong toolkit: a last "
                      "resort, not a fix.")
         out.append(Finding(id=fid, status=status, title=title, detail="\n".join(lines), evidence=[table, *ev],
@@ -629,9 +670,17 @@ def check_toolkit(facts: Facts) -> list[Finding]:
         out.append(Finding(id=fid, status="warn", title=f"nvcc {nv['release']} vs torch's CUDA {tc['cuda']}: "
                            "mismatch allowed by DS_SKIP_CUDA_CHECK=1", detail="\n".join(lines), evidence=[table, *ev],
                            remedies=remedies))
+    elif ds_rule["verdict"] == "compatible" and installed_rule is None and ds.get("installed"):
+        lines.append(f"The installed DeepSpeed's own rule was not read ({_why_rule_unread(facts)}): releases before "
+                     "DeepSpeed PR 1139 (June 2021) refuse any minor mismatch, and the table grew later (11.7 in "
+                     "PR 2211): the current table accepts this pair; the installed release's is unknown.")
+        out.append(Finding(id=fid, status="warn", title=f"nvcc {nv['release']} vs torch's CUDA {tc['cuda']}: "
+                           "accepted by current DeepSpeed releases; the installed release's rule is unknown",
+                           detail="\n".join(lines), evidence=[table], remedies=remedies))
     else:
         title = (f"nvcc {nv['release']} matches torch's CUDA {tc['cuda']}" if ds_rule["verdict"] == "match" else
-                 f"nvcc {nv['release']} and torch's CUDA {tc['cuda']}: accepted as compatible")
+                 f"nvcc {nv['release']} and torch's CUDA {tc['cuda']}: accepted as compatible by DeepSpeed "
+                 f"{ds.get('version') or ''}".rstrip())
         out.append(Finding(id=fid, status="ok", title=title, detail="\n".join(lines) or "Same CUDA release.",
                            evidence=[table]))
     return out

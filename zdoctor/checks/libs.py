@@ -61,6 +61,8 @@ def failure_groups(facts: Facts) -> list[dict[str, Any]]:
     raw = live_errors or libs.get("failures") or []
     groups: dict[tuple[str, str], dict[str, Any]] = {}
     for f in raw:
+        if str(f.get("version", "")).startswith("GLIBC_"):
+            continue  # glibc, not libstdc++: the libs.glibc check speaks for it
         key = (_realpath_of(libs, f["provider"], f.get("provider_realpath")),
                f.get("required_by_realpath") or os.path.normpath(f["required_by"]))
         g = groups.setdefault(key, {"provider": f["provider"], "required_by": f["required_by"], "versions": [],
@@ -269,11 +271,26 @@ def check_inventory(facts: Facts) -> list[Finding]:
     libs = facts.of("libs") or {}
     if not libs:
         return [Finding(id="libs.inventory", status="skip", title="libstdc++ inventory: not taken")]
-    copies = libs.get("inventory") or []
+    copies = list(libs.get("inventory") or [])
     ev = [e for e in facts.evidence("libs", kinds=("table",)) if e.label.startswith("every libstdc++")]
-    short = [c for c in copies if not c.get("has_every_need") and not c.get("error")]
+    # the copy the run loaded (or failed with) may sit where the inventory does not look (an extension's
+    # RUNPATH, a dlopen by path): count it too
+    known = {c.get("realpath") or os.path.realpath(c["path"]) for c in copies}
+    for g in failure_groups(facts):
+        if g["provider_realpath"] not in known:
+            known.add(g["provider_realpath"])
+            copies.append({"path": g["provider"], "glibcxx_max": g.get("provider_max"), "has_every_need": False,
+                           "found_as": [f"loaded, and lacks {', '.join(g['versions'])} (needed by "
+                                        f"{os.path.basename(g['required_by'])})"]})
+    for x in (facts.of("livetrace") or {}).get("libstdcxx") or []:
+        real = x.get("realpath") or os.path.realpath(x["path"])
+        if real not in known:
+            known.add(real)
+            copies.append({"path": x["path"], "found_as": [f"loaded by the live run {x.get('via') or ''}".strip()]})
+    short = [c for c in copies if c.get("has_every_need") is False and not c.get("error")]
     title = f"{len(copies)} libstdc++.so.6 cop{'y' if len(copies) == 1 else 'ies'} found"
-    if short and libs.get("needs"):
+    if short and (libs.get("needs") or any(c.get("has_every_need") is False and "lacks" in " ".join(c["found_as"])
+                                           for c in copies)):
         title += f"; {len(short)} lack{'s' if len(short) == 1 else ''} a version the training needs"
     detail = "\n".join(f"{c['path']}: up to {c.get('glibcxx_max') or '?'}"
                        + (f" (GCC {c.get('gcc_series') or c['gcc_release']})" if c.get("gcc_release") else "")

@@ -331,6 +331,22 @@ for mod in ("torch", "deepspeed"):
         step("import " + mod, lambda m=mod: importlib.import_module(m))
     else:
         emit(dict(step="import " + mod, ok=None, error=None, skipped="not installed"))
+prebuilt = []
+try:
+    ds_spec = importlib.util.find_spec("deepspeed")
+except Exception:
+    ds_spec = None
+if ds_spec is not None and ds_spec.origin:
+    ops_root = os.path.join(os.path.dirname(ds_spec.origin), "ops")
+    for dp, dns, fns in os.walk(ops_root):
+        if dp[len(ops_root):].count(os.sep) >= 4:
+            dns[:] = []
+        for fn in sorted(fns):
+            if fn.endswith(".so") and len(prebuilt) < 64:
+                prebuilt.append(os.path.join(dp, fn))
+for p in sorted(prebuilt):
+    n = os.path.basename(p).split(".")[0]
+    step("load prebuilt " + n, lambda p=p, n=n: load(p, n), path=p, module=n)
 mine = "py%d%d" % sys.version_info[:2]
 for p in ops:
     n = os.path.basename(p).split(".")[0]
@@ -349,7 +365,8 @@ def default_probe_argv(python: str, ext_paths: Sequence[str], op_paths: Sequence
     """``python -c PROBE ext:PATH... op:PATH...``: the paths travel as arguments, never in the program.
 
     ``ext_paths`` load first (extensions the training imports before torch), then torch and deepspeed,
-    then each JIT-built op in ``op_paths`` (skipped when its cache tag names another Python).
+    then every op prebuilt into the deepspeed package (``DS_BUILD_OPS=1``: ``deepspeed/ops/**/*.so``), then
+    each JIT-built op in ``op_paths`` (skipped when its cache tag names another Python).
     """
     return [python, "-c", PROBE_CODE, *[f"ext:{p}" for p in ext_paths], *[f"op:{p}" for p in op_paths]]
 

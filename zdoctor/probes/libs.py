@@ -259,6 +259,18 @@ def _flat_files(last_files: dict[int, list[Any]]) -> list[str]:
     return out
 
 
+def _loaded_all(lt: Any, cap: int = 2000) -> list[dict[str, Any]]:
+    """Every object the traced processes loaded (name as asked for, path found), first pid first."""
+    from ..forensics.lddebug import summarize
+
+    out: list[dict[str, Any]] = []
+    for rec in summarize(lt.traces).values():
+        for x in rec["loaded"]:
+            if len(out) < cap and {"name": x["name"], "path": x["path"]} not in out:
+                out.append({"name": x["name"], "path": x["path"]})
+    return out
+
+
 @probe("livetrace", title="What the real loader does (LD_DEBUG)", timeout=LIVE_TIMEOUT + 30)
 def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Run the command under LD_DEBUG=libs,files,versions (strace where it helps); record what loaded."""
@@ -308,6 +320,7 @@ def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
         "strace_used": lt.strace_used,
         "steps": steps,
         "stderr_tail": (lt.evidence.stderr or "")[-2000:],
+        "loaded_all": _loaded_all(lt),
     }
     return facts, [lt.evidence]
 

@@ -386,3 +386,17 @@ def gpusample_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     return facts, [Evidence.of_table(f"GPU utilisation % over {facts['seconds']:g} s ({facts['samples']} samples)",
                                      ["gpu", "name", "min", "mean", "max", "over time"], rows)]
 
+
+
+# -- hostram ------------------------------------------------------------------------------------------
+
+@probe("hostram", title="Host memory beyond the offload estimate: swap buffers, inference, WSL2, kills",
+       timeout=60.0, needs=("dsconfig", "capacity"))
+def hostram_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
+    """Pinned buffers and parameter-only offload the estimator leaves out, memory now, kills in the log."""
+    from ..offload import hostram
+
+    opts = _options(host)
+    ds = _facts(host, "dsconfig") or {}
+    cap = _facts(host, "capacity") or {}
+    return hostram.collect(ds, cap, opts)
