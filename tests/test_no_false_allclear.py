@@ -74,8 +74,8 @@ def test_check_with_a_python_without_torch_says_nothing_ok_about_torch(pythons: 
 def test_the_terminal_report_has_no_checkmark_about_torch(pythons: list[str], tmp_path: Path):
     env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(tmp_path / "none"))
     proc = run_cli(["check", "--no-log", "--python", pythons[0]], env=env, timeout=300)
-    marked = [line for line in proc.stdout.splitlines() if line.strip().startswith("✓")]
-    assert marked and not [line for line in marked if ABOUT_TORCH.search(line)], marked
+    marked = [line.rsplit("  (", 1)[0] for line in proc.stdout.splitlines() if line.strip().startswith("✓")]
+    assert marked and not [line for line in marked if ABOUT_TORCH.search(line)], marked  # titles, not ids
     assert "zero3-launch" in proc.stdout and "=> diag-not-checked" in proc.stdout
 
 
@@ -157,7 +157,7 @@ def test_jit_checks_with_no_extension_directory_are_skip(tmp_path: Path):
            "roots": [{"path": str(tmp_path / "absent"), "exists": False}]}
     tool = {"jit": {"path": "/usr/bin/c++", "realpath": "/usr/bin/g++-12", "family": "gcc", "version": "12.2.0"}}
     facts = Facts({"jitcache": _ok("jitcache", jit), "processes": _ok("processes", {"locks": [], "processes": []}),
-                   "toolchain": _ok("toolchain", tool)})
+                   "toolchain": _ok("toolchain", tool), "locktrial": _ok("locktrial", {})})
     for name in ("hangs.stale-lock", "jit.corrupt-ops", "jit.foreign-toolchain"):
         (f,) = evaluate_check(name, facts)
         assert f.status == "skip" and "nothing to check" in f.title, (name, f.title)
@@ -202,6 +202,16 @@ def test_no_playbook_ends_healthy_on_a_node_that_answered_nothing(pid: str):
     load_vocabulary()
     res = _walk(pid, {})
     assert not load_all()[pid].nodes[res.diagnosis].healthy, res.path
+
+
+def test_zero3_launch_without_a_live_trace_ends_not_checked_naming_the_probe():
+    load_vocabulary()
+    res = _walk("zero3-launch", {"livetrace": {"skipped": "the training interpreter was not found"},
+                                 "jitcache": {"ops": [], "roots": [], "base": "/x", "source": "HOME"},
+                                 "processes": {"processes": [], "locks": []},
+                                 "libs": {"targets": [], "needs": [], "inventory": []}})
+    assert res.path[-1] == "diag-incomplete", res.path
+    assert "livetrace (the training interpreter was not found)" in res.outcomes[-2].reason
 
 
 @pytest.mark.parametrize("drop", ["pyenv", "toolchain", "cuda_stack", "nccl", "gpu_env", "host_limits"])

@@ -252,19 +252,25 @@ class Walk:
             return cands, None, f"{node.id} has no next step"
         return cands, None, "no edge applies: " + "; ".join(c.describe() for c in cands)
 
-    def unchecked_probes(self, facts: Facts) -> list[str]:
-        """``probe (why)`` for every probe of this walk's path (and of ``facts``) that gave no facts."""
+    def unchecked_probes(self, facts: Facts, findings: list[Finding] | None = None) -> list[str]:
+        """``probe (why)`` for every probe the walk's verdict rests on that gave no facts: a probe a step on
+        the path declares (``probes = [...]``) that gave none while a check of that step could not judge
+        (came out skip or crash), and any probe that crashed or timed out. A probe with nothing to do, or
+        one whose step still judged (a fallback rule), does not count."""
+        steps = [(o.node, o.facts, o.findings) for o in self.outcomes if o is not self._outcome]
+        steps.append((self.node, facts, list(findings or [])))
         seen: dict[str, str] = {}
-        for res_map in [*(o.facts for o in self.outcomes), facts]:
-            for name, res in res_map.items():
-                if res.status != "ok":
+        for node, step_facts, step_findings in steps:
+            undecided = any(f.status in ("skip", "crash") for f in step_findings)
+            for name, res in step_facts.items():
+                if res.status in ("crash", "timeout") or (res.status != "ok" and undecided and name in node.probes):
                     seen[name] = str(res.error or (res.facts or {}).get("skipped") or res.status)
-                else:
+                elif res.status == "ok":
                     seen.pop(name, None)
         return [f"{name} ({why})" for name, why in seen.items()]
 
     def _guard_healthy(self, node: Node, facts: Facts, cands: list[Candidate], chosen: Edge | None,
-                       reason: str) -> tuple[Edge | None, str]:
+                       reason: str, findings: list[Finding] | None = None) -> tuple[Edge | None, str]:
         """A healthy diagnosis is never reached from missing data: when a probe the walk rests on gave no
         facts, the walk goes to the playbook's ``not_checked`` diagnosis instead, and says which."""
         implied = self.playbook.not_checked_edge(node)
@@ -274,7 +280,7 @@ class Walk:
             cands.append(Candidate(implied))
         if chosen is None or not self.playbook.nodes[chosen.to].healthy:
             return chosen, reason
-        missing = self.unchecked_probes(facts)
+        missing = self.unchecked_probes(facts, findings)
         if not missing:
             return chosen, reason
         return implied, f"not {chosen.to}: no facts from {', '.join(missing)}"
@@ -297,7 +303,7 @@ class Walk:
             for f in findings:
                 self._emit(FindingRecorded(finding=f.to_dict(), playbook=self.playbook.id, node=node.id))
             cands, chosen, reason = self._choose(node, facts)
-            chosen, reason = self._guard_healthy(node, facts, cands, chosen, reason)
+            chosen, reason = self._guard_healthy(node, facts, cands, chosen, reason, findings)
             self._outcome = NodeOutcome(node=node, visit=self.visits[node.id], facts=facts,
                                         findings=findings, chosen=chosen, reason=reason, candidates=cands)
             self.outcomes.append(self._outcome)

@@ -491,10 +491,11 @@ def live_hung(facts: Facts) -> bool:
 
 
 @predicate("live_run_checked_nothing", doc="the live run loaded nothing of the training (no --command, torch "
-           "is not in the probed interpreter, no --ext, no JIT-built op; or the trace did not run)",
+           "is not in the probed interpreter, no --ext, no JIT-built op)",
            probes=("livetrace",))
 def live_checked_nothing(facts: Facts) -> bool:
-    return live_unchecked(facts) is not None
+    # a live trace that gave no facts at all is a probe without facts: the playbook's not_checked end says so
+    return bool(facts.of("livetrace")) and live_unchecked(facts) is not None
 
 
 @predicate("prediction_disagrees", doc="the emulation and the real loader picked different libstdc++ copies",
