@@ -5,6 +5,7 @@ each node's temporary directory is empty afterwards and no bundle cache appears 
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import sys
@@ -14,7 +15,7 @@ import pytest
 from bundlekit import build_bundle, interpreter
 from sshkit import node_bin, require, start_sshd
 
-HAVE, LACK, OLD = "127.0.0.2", "127.0.0.5", "127.0.0.7"
+HAVE, LACK, OLD, OLD_PYTHON = "127.0.0.2", "127.0.0.5", "127.0.0.7", "127.0.0.8"
 
 
 @pytest.fixture(scope="module")
@@ -29,17 +30,36 @@ def fleet(tmp_path_factory: pytest.TempPathFactory):
     py38 = root / "py38"
     py38.mkdir()
     (py38 / "python3").symlink_to(interpreter("3.8"))
+    # A node whose python3 is older than the bundle's floor (Python 3.6 where this machine has one).
+    old_pythons = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.6.*/bin/python3")))
+    py36 = root / "py36"
+    py36.mkdir()
+    if old_pythons:
+        (py36 / "python3").symlink_to(old_pythons[-1])
     path = "/usr/local/bin:/usr/bin:/bin"
-    tmps = {h: root / f"tmp-{h}" for h in (HAVE, LACK, OLD)}
+    tmps = {h: root / f"tmp-{h}" for h in (HAVE, LACK, OLD, OLD_PYTHON)}
     for d in tmps.values():
         d.mkdir()
     sshd = start_sshd(root / "sshd", {
         HAVE: {"PATH": f"{good}:{path}", "TMPDIR": str(tmps[HAVE])},
-        LACK: {"PATH": f"{py38}:{path}", "TMPDIR": str(tmps[LACK])},
+        # PYENV_VERSION too: a login shell that puts pyenv's shims first (root's .bashrc here) picks by it.
+        LACK: {"PATH": f"{py38}:{path}", "TMPDIR": str(tmps[LACK]), "PYENV_VERSION": version_of(py38)},
         OLD: {"PATH": f"{old}:{path}", "TMPDIR": str(tmps[OLD])},
+        OLD_PYTHON: {"PATH": f"{py36}:{path}", "TMPDIR": str(tmps[OLD_PYTHON]), "PYENV_VERSION": version_of(py36)},
     })
-    yield {"sshd": sshd, "root": root, "bundle": bundle, "tmps": tmps}
+    yield {"sshd": sshd, "root": root, "bundle": bundle, "tmps": tmps, "old_python": bool(old_pythons)}
     sshd.stop()
+
+
+def version_of(bindir: Path) -> str:
+    """The full version of ``bindir/python3`` ("3.8.18"), or "system" when there is none."""
+    exe = bindir / "python3"
+    if not exe.exists():
+        return "system"
+    import subprocess
+
+    return subprocess.run([str(exe), "-c", "import platform; print(platform.python_version())"],
+                          capture_output=True, text=True).stdout.strip()
 
 
 def bundle_caches(bundle: Path) -> list[Path]:
@@ -68,7 +88,9 @@ def test_push_diagnoses_nodes_without_zdoctor_and_leaves_nothing(fleet, cli, tmp
     assert nodes[LACK]["launch"]["pushed"] == "bundle"
     assert nodes[OLD]["launch"]["pushed"] == "bundle"
     assert not (fleet["root"] / "old-ran").exists()
-    # The node without zdoctor was diagnosed by the bundle under its Python 3.8: its findings are real checks.
+    # The node without zdoctor was diagnosed by the bundle under its Python 3.8 (the python3 its shell finds,
+    # which the snapshot shows as the training interpreter): its findings are real checks.
+    assert nodes[LACK]["facts"]["python"].startswith("3.8."), nodes[LACK]["facts"]["python"]
     lack = {f["id"]: f["status"] for f in nodes[LACK]["findings"]}
     assert lack and "fleet.launch" not in " ".join(lack)
     assert nodes[LACK]["cells"] == nodes[HAVE]["cells"]
@@ -166,3 +188,17 @@ def test_push_through_srun_broadcasts_the_bundle_and_removes_it(cli, tmp_path):
     assert f"--export=ALL,XDG_CACHE_HOME={d}/cache,XDG_STATE_HOME={d}/state -- {bundle} snapshot -o - --armor" in step
     assert clean.endswith(f"-- rm -rf -- {d}")
     assert list(node_tmp.iterdir()) == []
+
+
+def test_a_node_whose_python_is_too_old_is_told_and_left_clean(fleet, cli, tmp_path):
+    if not fleet["old_python"]:
+        pytest.skip("no Python 3.6 on this machine to play the old node's python3")
+    hf = tmp_path / "hostfile"
+    hf.write_text(f"{OLD_PYTHON}\n")
+    r = cli(["fleet", "--hostfile", str(hf), "--launcher", "ssh", "--ssh-config", str(fleet["sshd"].ssh_config),
+             "--zdoctor", "zdoctor-node", "--push", "--bundle", str(fleet["bundle"]), "--json"], timeout=300)
+    assert r.returncode == 1, r.stderr
+    (node,) = json.loads(r.stdout)["nodes"]
+    assert node["launch"]["status"] == "error" and node["launch"]["pushed"] == "bundle"
+    assert "zdoctor.pyz needs Python 3.8.1 or newer" in node["launch"]["error"]
+    assert list(fleet["tmps"][OLD_PYTHON].iterdir()) == []
