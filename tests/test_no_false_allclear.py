@@ -161,9 +161,12 @@ def test_jit_checks_with_no_extension_directory_are_skip(tmp_path: Path):
     for name in ("hangs.stale-lock", "jit.corrupt-ops", "jit.foreign-toolchain"):
         (f,) = evaluate_check(name, facts)
         assert f.status == "skip" and "nothing to check" in f.title, (name, f.title)
-    # The directory exists and holds no lock: that was looked at, so it is ok.
+    # The directory exists and holds no lock: that was looked at, so it is ok. A probe result is never
+    # changed once recorded (checks are evaluated once per result), so the new state is a new result.
     (tmp_path / "absent").mkdir()
+    jit = copy.deepcopy(jit)
     jit["roots"][0]["exists"] = True
+    facts = Facts({**facts, "jitcache": _ok("jitcache", jit)})
     (f,) = evaluate_check("hangs.stale-lock", facts)
     assert f.status == "ok" and f.title == "No JIT build locks"
 
