@@ -217,6 +217,16 @@ def test_zero3_launch_without_a_live_trace_ends_not_checked_naming_the_probe():
     assert "livetrace (the training interpreter was not found)" in res.outcomes[-2].reason
 
 
+def test_the_toolchain_is_in_place_only_with_its_jit_prerequisites_recorded():
+    load_vocabulary()
+    doc = json.loads((Path(__file__).parent / "fixtures" / "snapshots" / "healthy.json").read_text())
+    res = Walk(load_all()["toolchain"], ReplayHost(copy.deepcopy(doc))).run()
+    assert res.path[-2:] == ["layers", "diag-layers"], res.path
+    del doc["probes"]["jitprereq"]
+    res = Walk(load_all()["toolchain"], ReplayHost(doc)).run()
+    assert res.path[-1] == "diag-not-checked" and "jitprereq" in res.outcomes[-2].reason, res.path
+
+
 @pytest.mark.parametrize("drop", ["pyenv", "toolchain", "cuda_stack", "nccl", "gpu_env", "host_limits"])
 def test_the_gpu_stack_is_not_healthy_when_one_layer_gave_no_facts(drop: str):
     load_vocabulary()
