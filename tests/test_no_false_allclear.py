@@ -164,6 +164,7 @@ def test_jit_checks_with_no_extension_directory_are_skip(tmp_path: Path):
     # The directory exists and holds no lock: that was looked at, so it is ok.
     (tmp_path / "absent").mkdir()
     jit["roots"][0]["exists"] = True
+    facts = Facts({**facts, "jitcache": _ok("jitcache", jit)})  # a new probe result: checks cache by result
     (f,) = evaluate_check("hangs.stale-lock", facts)
     assert f.status == "ok" and f.title == "No JIT build locks"
 
