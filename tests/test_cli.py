@@ -279,3 +279,15 @@ def test_job_options_work_without_a_command(cli, tmp_path):
     assert "missing.json: no such file" in proc.stderr
     proc = cli(["--model-params", "lots"])
     assert proc.returncode == 2 and "not a count" in proc.stderr
+
+
+def test_python_is_one_option_wherever_it_is_given():
+    from zdoctor.cli import parse_args
+
+    assert parse_args(["--python", "/a/python", "check"]).python == "/a/python"
+    assert parse_args(["check", "--python", "/b/python"]).python == "/b/python"
+    assert parse_args(["--python", "/a/python", "snapshot", "-o", "-", "--python", "/b/python"]).python == "/b/python"
+    assert parse_args(["tui"]).python is None
+    # the fleet's --python is another thing: the interpreter on the nodes, not this machine's training
+    args = parse_args(["--python", "/a/python", "fleet", "--python", "/nodes/python"])
+    assert args.python == "/a/python" and args.sub_python == "/nodes/python"

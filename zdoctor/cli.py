@@ -25,17 +25,17 @@ class Parser(argparse.ArgumentParser):
 
 #: Defaults of the target options; they are filled in after parsing (see :func:`parse_args`), so the same
 #: option given before the command (``zdoctor --ds-config f check``) or without one is never overwritten.
-TARGET_DEFAULTS: dict[str, Any] = {"sub_python": None, "run_command": None, "ext": [], "timeout": None}
+TARGET_DEFAULTS: dict[str, Any] = {"python": None, "run_command": None, "ext": [], "timeout": None}
 
 
 def _target_args(sp: argparse.ArgumentParser, top: bool = False) -> None:
     """The options that describe the training to diagnose: interpreter, command, extra extensions, the job.
 
-    ``top``: for the parser without a command (``zdoctor --ds-config f`` runs the guide or the check with them),
-    where --python is already defined."""
-    if not top:
-        sp.add_argument("--python", metavar="PY", dest="sub_python", default=argparse.SUPPRESS,
-                        help="the training environment's interpreter")
+    ``top``: the parser without a command (``zdoctor --ds-config f`` runs the guide or the check with them); a
+    command's parser leaves what was not given on it to the top level's value."""
+    given_here = {"default": None} if top else {"default": argparse.SUPPRESS}
+    sp.add_argument("--python", metavar="PY", help="the training environment's interpreter "
+                    "(default: the first python3 on PATH)", **given_here)
     sp.add_argument("--command", metavar="CMD", dest="run_command", default=argparse.SUPPRESS,
                     help="the failing launch command, run (bounded) under LD_DEBUG to confirm what it loads "
                          "and to verify remedies (default: a probe that imports torch and deepspeed and loads "
@@ -109,8 +109,6 @@ def build_parser() -> Parser:
     p = Parser(prog="zdoctor", description="Diagnose DeepSpeed ZeRO-3 Offload launches that die, "
                "hang or crawl. With no command: the guided session on a terminal, `check` otherwise.")
     p.add_argument("--version", action="version", version=f"zdoctor {__version__}")
-    p.add_argument("--python", metavar="PY", help="the training environment's interpreter "
-                   "(default: the first python3 on PATH)")
     from .tui import add_session_arguments
 
     add_session_arguments(p)
@@ -164,7 +162,7 @@ def build_parser() -> Parser:
 
 
 def _python(args: argparse.Namespace) -> str | None:
-    return getattr(args, "sub_python", None) or args.python
+    return args.python
 
 
 def _live_host(args: argparse.Namespace):
@@ -330,7 +328,7 @@ def cmd_tui(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
         return run_tui(python=None, argv=list(argv), **session)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        ns = argparse.Namespace(python=_python(args), sub_python=None, json=False, replay=None,
+        ns = argparse.Namespace(python=_python(args), json=False, replay=None,
                                 playbook=None, no_log=False, verbose=False,
                                 run_command=getattr(args, "run_command", None), ext=getattr(args, "ext", []),
                                 timeout=getattr(args, "timeout", None),
