@@ -131,8 +131,8 @@ def check_glibcxx(facts: Facts) -> list[Finding]:
         winner = libs.get("libstdcxx") or {}
         n = len(libs.get("needs") or [])
         if not libs.get("targets"):
-            return [Finding(id=cid, status="skip", title="Library versions: nothing to check (torch is not "
-                            "installed, no JIT-built op, no --ext)",
+            return [Finding(id=cid, status="skip", title="Library versions: nothing to check (no torch library, "
+                            "JIT-built op or --ext was found)",
                             detail="No C++ library of the training was found in the probed interpreter, so no "
                                    "GLIBCXX need was read. If the training runs another interpreter, name it "
                                    "with --python.", evidence=ev)]
