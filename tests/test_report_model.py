@@ -398,3 +398,20 @@ def test_the_guide_shows_a_hostile_remedy_without_its_escapes(tmp_path: Path, st
             assert ESCAPES in app.clipboard  # the copy is the real command
 
     asyncio.run(scenario())
+
+
+def test_terminal_scripts_are_printed_whole_and_unpadded_at_80_columns():
+    """A shell line longer than the 72 columns left after the indent is neither cut nor padded: the
+    memlock drop-in once printed as ``.../90-memlock.con`` (a file pam_limits never reads)."""
+    from zdoctor.doctor import CheckReport
+    from zdoctor.report import print_report
+
+    line = "echo '* - memlock unlimited' | tee /etc/security/limits.d/90-memlock.conf"
+    f = Finding("gpu.limits.memlock", "warn", "ulimit -l is 8192 KiB",
+                remedies=[Remedy("Raise memlock", [line, "export NCCL_DEBUG=INFO"], requires_root=True)])
+    buf = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    print_report(CheckReport(host=HOST, findings=[f]), buf, verbose=True)
+    buf.seek(0)
+    lines = buf.read().splitlines()
+    assert f"        {line}" in lines
+    assert "        export NCCL_DEBUG=INFO" in lines

@@ -75,8 +75,7 @@ def print_report(report: CheckReport, stream: TextIO | None = None, verbose: boo
 def _print_remedies(console: Any, remedies: list[Remedy], replayed: bool) -> None:
     """A finding's remedies as alternatives (``Option 1 (recommended)``, ``Option 2`` …), each with its own
     script; every line made inert (a path from the machine cannot send an escape sequence)."""
-    from rich.padding import Padding
-    from rich.syntax import Syntax
+    from rich.text import Text
 
     if len(remedies) > 1:
         console.print(f"      [bold]{options_heading(len(remedies))}[/]")
@@ -85,6 +84,7 @@ def _print_remedies(console: Any, remedies: list[Remedy], replayed: bool) -> Non
         label = "fix" if len(remedies) == 1 else option_label(i, len(remedies))
         flags = "; ".join(remedy_flags(r, recorded_elsewhere=replayed))
         console.print(f"      [bold]{label}:[/] {inert(r.title)} [dim]({inert(flags)})[/]")
-        if r.commands:
-            console.print(Padding(Syntax(visible_controls("\n".join(r.commands)), "bash", theme="ansi_dark",
-                                         background_color="default", word_wrap=True), (0, 0, 0, 8)))
+        for command in r.commands:
+            # Each line whole and unpadded, whatever the width: a shell line cut at the edge (or one that
+            # gained trailing blanks) is a different command when copied.
+            console.print(Text("        " + visible_controls(command), style="cyan"), soft_wrap=True, crop=False)
