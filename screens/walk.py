@@ -14,6 +14,7 @@ from textual.widgets import Button, Header, OptionList, Static
 from textual.widgets.option_list import Option
 
 from zdoctor.model import Finding, Remedy, sort_findings
+from zdoctor.present import in_words
 
 from .common import ContextScreen, KeyBar, ProbePanel, findings_text, in_thread, rich_table, tables_of
 
@@ -283,14 +284,13 @@ class WalkScreen(ContextScreen):
                         style="dim")
         elif outcome is not None and outcome.chosen is not None:
             target = self.walk.playbook.nodes[outcome.chosen.to]
-            why = outcome.chosen.label or outcome.reason
-            if not outcome.chosen.is_fallback:
-                why += f" ({outcome.reason})"
+            # The edge's own words; the engine's record (``predicate NAME is true``) is for the JSON log.
+            why = outcome.chosen.label or in_words(outcome.reason)
             text = Text.assemble(("Next → ", "bold"), (target.title, "bold green"), "\n", ("because ", "dim"), why)
             text.append("\nn or Enter follows it · ↑↓ another branch" + (" · r the fixes" if fixes else ""),
                         style="dim")
         elif outcome is not None:
-            text = Text.assemble(("No next step: ", "bold"), outcome.reason, "\n",
+            text = Text.assemble(("No next step: ", "bold"), in_words(outcome.reason), "\n",
                                  ("n ends the walk here" + (" · r shows the fixes" if fixes else ""), "dim"))
         else:
             text = Text("Probing…", style="dim")

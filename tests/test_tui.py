@@ -674,3 +674,22 @@ def test_start_screen_at_80x24_without_torch_says_what_to_do_next(tmp_path):
             assert between == []  # the Next line ends the start: only a rule separates it from the menu
 
     run(scenario())
+
+
+def test_the_next_step_is_explained_in_words_not_predicate_names(tmp_path):
+    """The verdict line says why in the edge's own words; the engine's ``predicate NAME is true`` record
+    belongs to the JSON log, not to the sentence under "Next →"."""
+    async def scenario() -> None:
+        app = make(demo=SCENARIO, export_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            verdicts = {}
+            for _ in range(len(STORY_PATH) - 1):
+                await step_ready(pilot, app)
+                verdicts[app.screen.walk.current] = plain(app.screen.query_one("#verdict"))
+                await pilot.press("n")
+            assert "because a needed version is missing\n" in verdicts["needs"]
+            assert "because an LD_LIBRARY_PATH entry supplies the old copy\n" in verdicts["source"]
+            for node, text in verdicts.items():
+                assert "predicate" not in text and "glibcxx_missing" not in text, (node, text)
+
+    run(scenario())
