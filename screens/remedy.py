@@ -28,10 +28,10 @@ from zdoctor.apply import ApplyOutcome, ApplyPlan, core_action, env_effect, know
 from zdoctor.events import record_remedy
 from zdoctor.model import Finding, Remedy
 from zdoctor.present import (
-    SCRIPT_LABEL,
     option_label,
     options_heading,
     recommendation,
+    script_label,
     verification_mark,
     verification_of,
     verification_text,
@@ -206,7 +206,8 @@ class RemedyScreen(ContextScreen):
         self.query_one("#rem-flags", Static).update(flags_text(r, self.elsewhere))
         self.query_one("#rem-explain", Static).update(Text(r.explanation) if r.explanation else "")
         self.query_one("#rem-commands", Static).update(
-            Group(Text(f"{option_label(i + 1, len(self.pairs))}: {SCRIPT_LABEL}:", style="bold"), shell(r.commands)))
+            Group(Text(f"{option_label(i + 1, len(self.pairs))}: {script_label(r.commands)}:", style="bold"),
+                  shell(r.commands)))
         table = effect_table(r, known_env(self.ctx.host))
         effect = self.query_one("#rem-effect", Static)
         effect.update(table if table is not None else "")

@@ -415,3 +415,25 @@ def test_terminal_scripts_are_printed_whole_and_unpadded_at_80_columns():
     lines = buf.read().splitlines()
     assert f"        {line}" in lines
     assert "        export NCCL_DEBUG=INFO" in lines
+
+
+def test_before_the_launch_command_only_above_scripts_that_change_the_launching_shell(state_home: Path):
+    """A memlock drop-in acts on new logins, an install whenever it runs: "before the launch command" is
+    said only above scripts of ``export``/``unset``/``VAR=`` lines, in the Markdown, HTML and TUI alike."""
+    from zdoctor.present import script_label
+
+    env = Remedy("Preload the system libstdc++", ["export LD_PRELOAD=/lib/libstdc++.so.6", "unset LD_LIBRARY_PATH"])
+    drop_in = Remedy("Raise memlock", ["echo '* - memlock unlimited' | tee /etc/security/limits.d/90-memlock.conf"],
+                     requires_root=True)
+    assert script_label(env.commands) == "Run in bash, in order, before the launch command"
+    assert script_label(drop_in.commands) == "Run in bash, in order"
+    f = Finding("gpu.limits.memlock", "warn", "ulimit -l is 8192 KiB", remedies=[env, drop_in])
+    log = SessionLog.create("check", ["check"], HOST)
+    log.record("finding", {"finding": f.to_dict()})
+    log.close(0)
+    events = load_events(log.id)
+    md, doc = render(events, "md"), render(events, "html")
+    option2 = md.split("**Option 2:", 1)[1]
+    assert "before the launch command" not in option2 and "Run in bash, in order:" in option2
+    assert "before the launch command:" in md.split("**Option 2:", 1)[0]
+    assert doc.count("before the launch command") == 1 and "<p>Run in bash, in order:</p>" in doc

@@ -22,13 +22,13 @@ from .events import SessionView, WalkView, fold
 from .model import STATUS_RANK, cap_text, visible_controls
 from .present import (
     MARKS,
-    SCRIPT_LABEL,
     edge_sentence,
     in_words,
     option_label,
     options_heading,
     recommendation,
     remedy_flags,
+    script_label,
     summary_parts,
 )
 
@@ -303,7 +303,7 @@ def _md_remedy(n: int, total: int, rem: dict[str, Any], elsewhere: bool) -> list
         out += [md_paragraph(rem["explanation"]), ""]
     commands = [_s(c) for c in rem.get("commands") or []]
     if commands:
-        out += [f"{md_escape(SCRIPT_LABEL)}:", "", md_fence("\n".join(commands), "bash")]
+        out += [f"{md_escape(script_label(commands))}:", "", md_fence("\n".join(commands), "bash")]
     undo = [_s(c) for c in rem.get("undo") or []]
     if undo:
         out += ["Undo:", "", md_fence("\n".join(undo), "bash")]

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from .model import cap_text
 from .present import (
-    SCRIPT_LABEL,
     in_words,
     mark,
     option_label,
@@ -21,6 +20,7 @@ from .present import (
     recommendation,
     remedy_flags,
     safe_text,
+    script_label,
     summary_parts,
 )
 
@@ -154,7 +154,8 @@ def remedies_html(remedies: list[dict[str, Any]], elsewhere: bool) -> str:
         if rem.get("explanation"):
             out.append(f"<p>{esc(rem['explanation'])}</p>")
         if rem.get("commands"):
-            out.append(f"<p>{esc(SCRIPT_LABEL)}:</p>\n" + pre("\n".join(str(c) for c in rem["commands"])))
+            commands = [str(c) for c in rem["commands"]]
+            out.append(f"<p>{esc(script_label(commands))}:</p>\n" + pre("\n".join(commands)))
         if rem.get("undo"):
             out.append("<p>Undo:</p>\n" + pre("\n".join(str(c) for c in rem["undo"])))
     return "\n".join(out)

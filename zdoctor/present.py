@@ -156,6 +156,19 @@ def verification_mark(v: Verification) -> tuple[str, str]:
 OPTIONS_HEADING = "Options: pick one (the first is recommended)"
 ONE_OPTION_HEADING = "Fix"
 SCRIPT_LABEL = "Run in bash, in order, before the launch command"
+#: Above a script that changes the machine (a file, a package, a mount) rather than the launching shell.
+MACHINE_SCRIPT_LABEL = "Run in bash, in order"
+_SHELL_ONLY = re.compile(r"^\s*(?:export\s|unset\s|[A-Za-z_][A-Za-z0-9_]*=)")
+
+
+def script_label(commands: Iterable[str]) -> str:
+    """The line above a remedy's script: "before the launch command" only when every line changes the
+    launching shell's environment (``export``, ``unset``, ``VAR=``); a script that writes a file, installs a
+    package or mounts a disk does its work whenever it runs (and may act on new logins only)."""
+    lines = [str(c) for c in commands if str(c).strip() and not str(c).lstrip().startswith("#")]
+    if lines and all(_SHELL_ONLY.match(c) for c in lines):
+        return SCRIPT_LABEL
+    return MACHINE_SCRIPT_LABEL
 
 
 def options_heading(n: int) -> str:
