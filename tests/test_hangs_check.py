@@ -311,3 +311,15 @@ def test_display_helpers() -> None:
     assert hc.shell_quote("plain/path") == "plain/path"
     assert hc.shell_quote("x\ny") == "$'x\\x0ay'"
     assert hc.shell_quote(os.fsdecode(b"b\xff'\\")) == "$'b\\xff\\'\\\\'"
+
+
+def test_process_count_does_not_call_any_python_a_training_process(tmp_path: Path, spawn) -> None:
+    """The probe lists every python, launcher and compiler process: a plain ``python -c sleep`` is one of
+    them, and the title counts what was found without calling it training."""
+    pid = spawn("import time; time.sleep(60)")
+    assert wait_for(lambda: psutil.Process(pid).status() == psutil.STATUS_SLEEPING)
+    facts = probe(target_env(TORCH_EXTENSIONS_DIR=str(tmp_path / "ext")), ("processes",))
+    assert any(p["pid"] == pid for p in facts["processes"].facts["processes"])
+    (f,) = evaluate_check("hangs.processes", facts)
+    assert f.status == "ok" and "python, launcher or compiler process(es)" in f.title
+    assert "training" not in f.title

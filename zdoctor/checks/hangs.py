@@ -205,7 +205,7 @@ def check_processes(facts: Facts) -> list[Finding]:
     ev = facts.evidence("processes")
     plist = procs.get("processes") or []
     if not plist:
-        return [Finding(id=cid, status="ok", title="No training processes running",
+        return [Finding(id=cid, status="ok", title="No python, launcher or compiler process running",
                         detail="No python, deepspeed, torchrun, accelerate, ninja or compiler process was found "
                                "(zdoctor's own are left out).", evidence=ev)]
     lines: list[str] = []
@@ -232,7 +232,8 @@ def check_processes(facts: Facts) -> list[Finding]:
                      "JIT build lock (see the stale-lock finding).")
     stuck = [p for p in plist if p.get("state_letter") == "D"]
     if not stuck:
-        return [Finding(id=cid, status="ok", title=f"{len(plist)} training process(es), none stuck in the kernel",
+        return [Finding(id=cid, status="ok",
+                        title=f"{len(plist)} python, launcher or compiler process(es), none stuck in the kernel",
                         detail="\n".join(lines) or "All of them are running or sleeping interruptibly.",
                         evidence=ev)]
     detail = [f"{len(stuck)} process(es) in state D (uninterruptible sleep): they wait inside the kernel, "
@@ -251,8 +252,8 @@ def check_processes(facts: Facts) -> list[Finding]:
                "'task ... blocked for more than 120 seconds' reports for the same processes."]
     if lines:
         detail += [""] + lines
-    return [Finding(id=cid, status="warn", title=f"{len(stuck)} training process(es) stuck in uninterruptible "
-                    f"sleep (wchan {', '.join(sorted({p.get('wchan') or '?' for p in stuck}))})",
+    return [Finding(id=cid, status="warn", title=f"{len(stuck)} python, launcher or compiler process(es) stuck in "
+                    f"uninterruptible sleep (wchan {', '.join(sorted({p.get('wchan') or '?' for p in stuck}))})",
                     detail="\n".join(detail), evidence=ev)]
 
 
