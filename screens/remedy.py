@@ -28,6 +28,7 @@ from zdoctor.apply import ApplyOutcome, ApplyPlan, core_action, env_effect, know
 from zdoctor.events import record_remedy
 from zdoctor.model import Finding, Remedy
 from zdoctor.present import (
+    are_steps,
     option_label,
     options_heading,
     recommendation,
@@ -138,6 +139,7 @@ class RemedyScreen(ContextScreen):
         self.playbook = playbook
         self.node = node
         self.pairs = pairs
+        self.steps = are_steps(r for _f, r in pairs)
         self.running: threading.Event | None = None
         self.outcomes: dict[int, str] = {}
 
@@ -148,7 +150,7 @@ class RemedyScreen(ContextScreen):
         if len(findings) == 1:
             head.append(f" for: {findings[0]}")
         remedies = [r for _f, r in self.pairs]
-        head.append(f"\n{options_heading(len(remedies))}", style="bold")
+        head.append(f"\n{options_heading(len(remedies), are_steps(remedies))}", style="bold")
         if recommendation(remedies):
             head.append(f" {recommendation(remedies)}", style="dim")
         yield Static(head, id="rem-title")
@@ -175,7 +177,8 @@ class RemedyScreen(ContextScreen):
 
     def option_text(self, i: int, f: Finding, r: Remedy) -> Text:
         flag, style = verification_mark(verification_of(r))
-        out = Text.assemble(f"{option_label(i + 1, len(self.pairs))}: ", (flag, style), " ", (r.title, "bold"))
+        label = option_label(i + 1, len(self.pairs), self.steps)
+        out = Text.assemble(f"{label}: ", (flag, style), " ", (r.title, "bold"))
         if r.requires_root:
             out.append("  [root]", style="yellow")
         done = self.outcomes.get(i)
@@ -206,7 +209,8 @@ class RemedyScreen(ContextScreen):
         self.query_one("#rem-flags", Static).update(flags_text(r, self.elsewhere))
         self.query_one("#rem-explain", Static).update(Text(r.explanation) if r.explanation else "")
         self.query_one("#rem-commands", Static).update(
-            Group(Text(f"{option_label(i + 1, len(self.pairs))}: {script_label(r.commands)}:", style="bold"),
+            Group(Text(f"{option_label(i + 1, len(self.pairs), self.steps)}: {script_label(r.commands)}:",
+                       style="bold"),
                   shell(r.commands)))
         table = effect_table(r, known_env(self.ctx.host))
         effect = self.query_one("#rem-effect", Static)

@@ -16,6 +16,7 @@ from conftest import FIXTURES
 from rich.console import Console
 
 from zdoctor.errors import InputError, UsageError
+from zdoctor.export import render
 from zdoctor.host import LiveHost, ReplayHost, snapshot_document
 from zdoctor.model import ProbeResult
 from zdoctor.practice import get_scenario
@@ -691,5 +692,33 @@ def test_the_next_step_is_explained_in_words_not_predicate_names(tmp_path):
             assert "because an LD_LIBRARY_PATH entry supplies the old copy\n" in verdicts["source"]
             for node, text in verdicts.items():
                 assert "predicate" not in text and "glibcxx_missing" not in text, (node, text)
+
+    run(scenario())
+
+
+def test_the_nvme_fix_is_shown_as_steps_in_order_not_alternatives(tmp_path):
+    """Format, mount by UUID, create the directory: one fix in three steps. The fix screen and the
+    exports say "Step 1/2/3 ... in order", never "pick one" nor "recommended" (formatting alone fixes
+    nothing)."""
+    async def scenario() -> None:
+        app = make(demo="slow-ssd-offload", argv=["--demo", "slow-ssd-offload"], export_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            for _ in range(6):
+                await step_ready(pilot, app)
+                await pilot.press("n")
+            await step_ready(pilot, app)
+            assert app.screen.walk.current == "fix-mount"
+            await pilot.press("r")
+            await settle(pilot, lambda: name(app) == "RemedyScreen", what="the fix screen")
+            text = screen_text(app)
+            assert "Steps: do them in order" in text and "Step 1: ? Format /dev/nvme1n1" in text
+            assert "Step 2: ? Mount UUID=" in text and "Step 3: ? Create the offload directory" in text
+            assert "pick one" not in text and "recommended" not in text.lower()
+            sid = app.ctx.log.id
+        md = render(load_events(sid), "md")
+        fix = md.split("Put offload on the unused NVMe nvme1n1", 1)[1].split("\n### ", 1)[0]
+        assert "#### Steps: do them in order (together they are the fix)" in fix
+        assert "**Step 1: Format /dev/nvme1n1" in fix and "**Step 3: Create the offload directory" in fix
+        assert "pick one" not in fix and "Recommended" not in fix and "(recommended)" not in fix
 
     run(scenario())

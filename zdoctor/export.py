@@ -22,6 +22,7 @@ from .events import SessionView, WalkView, fold
 from .model import STATUS_RANK, cap_text, visible_controls
 from .present import (
     MARKS,
+    are_steps,
     edge_sentence,
     in_words,
     option_label,
@@ -295,9 +296,9 @@ def _md_evidence(ev: dict[str, Any], cap: int) -> list[str]:
     return out
 
 
-def _md_remedy(n: int, total: int, rem: dict[str, Any], elsewhere: bool) -> list[str]:
+def _md_remedy(n: int, total: int, rem: dict[str, Any], elsewhere: bool, steps: bool = False) -> list[str]:
     flags = remedy_flags(rem, recorded_elsewhere=elsewhere)
-    out = [f"**{md_escape(option_label(n, total))}: {md_escape(rem.get('title') or 'Remedy')}** "
+    out = [f"**{md_escape(option_label(n, total, steps))}: {md_escape(rem.get('title') or 'Remedy')}** "
            f"({md_escape('; '.join(flags))})", ""]
     if rem.get("explanation"):
         out += [md_paragraph(rem["explanation"]), ""]
@@ -324,11 +325,12 @@ def _md_finding(f: dict[str, Any], cap: int, elsewhere: bool = False) -> list[st
             out += _md_evidence(ev, cap)
     remedies = [r for r in f.get("remedies") or [] if isinstance(r, dict)]
     if remedies:
-        out += [f"#### {md_escape(options_heading(len(remedies)))}", ""]
+        steps = are_steps(remedies)
+        out += [f"#### {md_escape(options_heading(len(remedies), steps))}", ""]
         if recommendation(remedies):
             out += [md_escape(recommendation(remedies)), ""]
         for i, rem in enumerate(remedies, 1):
-            out += _md_remedy(i, len(remedies), rem, elsewhere)
+            out += _md_remedy(i, len(remedies), rem, elsewhere, steps)
     return out
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .model import cap_text
 from .present import (
+    are_steps,
     in_words,
     mark,
     option_label,
@@ -145,11 +146,12 @@ def evidence_html(ev: dict[str, Any], cap: int) -> str:
 
 def remedies_html(remedies: list[dict[str, Any]], elsewhere: bool) -> str:
     n = len(remedies)
-    out = [f"<h4>{esc(options_heading(n))}</h4>"]
+    steps = are_steps(remedies)
+    out = [f"<h4>{esc(options_heading(n, steps))}</h4>"]
     if recommendation(remedies):
         out.append(f"<p>{esc(recommendation(remedies))}</p>")
     for i, rem in enumerate(remedies, 1):
-        out.append(f"<h5>{esc(option_label(i, n))}: {esc(rem.get('title') or 'Remedy')}</h5>")
+        out.append(f"<h5>{esc(option_label(i, n, steps))}: {esc(rem.get('title') or 'Remedy')}</h5>")
         out.append(f"<p class=\"muted\">{esc('; '.join(remedy_flags(rem, recorded_elsewhere=elsewhere)))}</p>")
         if rem.get("explanation"):
             out.append(f"<p>{esc(rem['explanation'])}</p>")

@@ -109,6 +109,9 @@ class Remedy:
     # How the guide applies it when not by running ``commands`` in bash: {"kind": "fstab-add", ...} runs
     # the safe core (zdoctor.storage.fstab.apply_fstab_line) as root instead.
     action: dict[str, Any] | None = None
+    # One step of several that together are the fix, done in the order listed (format, then mount, then
+    # create the directory), not an alternative to the finding's other remedies.
+    step: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         from .present import verification_of
@@ -119,6 +122,8 @@ class Remedy:
                "verification": v.to_dict()}
         if self.action is not None:
             out["action"] = self.action
+        if self.step:
+            out["step"] = True
         return out
 
     @classmethod

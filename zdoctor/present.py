@@ -171,21 +171,36 @@ def script_label(commands: Iterable[str]) -> str:
     return MACHINE_SCRIPT_LABEL
 
 
-def options_heading(n: int) -> str:
-    """The heading above ``n`` remedies of one finding."""
-    return OPTIONS_HEADING if n > 1 else ONE_OPTION_HEADING
+#: Above remedies that are the steps of one fix (each marked ``step``), not alternatives.
+STEPS_HEADING = "Steps: do them in order (together they are the fix)"
 
 
-def option_label(i: int, n: int) -> str:
-    """``Option 2``, or ``Option 1 (recommended)``; a lone remedy is just ``Fix``."""
+def are_steps(remedies: Iterable[Any]) -> bool:
+    """Whether several remedies are the ordered steps of one fix (every one marked ``step``)."""
+    items = list(remedies)
+    return len(items) > 1 and all(
+        (r.get("step") if isinstance(r, Mapping) else getattr(r, "step", False)) for r in items)
+
+
+def options_heading(n: int, steps: bool = False) -> str:
+    """The heading above ``n`` remedies of one finding (alternatives, or the steps of one fix)."""
+    if n <= 1:
+        return ONE_OPTION_HEADING
+    return STEPS_HEADING if steps else OPTIONS_HEADING
+
+
+def option_label(i: int, n: int, steps: bool = False) -> str:
+    """``Option 2``, or ``Option 1 (recommended)``, or ``Step 2`` of a fix in steps; a lone remedy is ``Fix``."""
     if n <= 1:
         return "Fix"
+    if steps:
+        return f"Step {i}"
     return f"Option {i}" + (" (recommended)" if i == 1 else "")
 
 
 def recommendation(remedies: list[Any]) -> str:
     """Why the first of several remedies is recommended (empty for one or none)."""
-    if len(remedies) < 2:
+    if len(remedies) < 2 or are_steps(remedies):
         return ""
     first = [verification_of(r) for r in remedies]
     if first[0].verified:

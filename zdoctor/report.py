@@ -15,6 +15,7 @@ from .present import (
     ASCII_MARKS,
     MARKS,
     STYLES,
+    are_steps,
     option_label,
     options_heading,
     recommendation,
@@ -77,11 +78,13 @@ def _print_remedies(console: Any, remedies: list[Remedy], replayed: bool) -> Non
     script; every line made inert (a path from the machine cannot send an escape sequence)."""
     from rich.text import Text
 
+    steps = are_steps(remedies)
     if len(remedies) > 1:
-        console.print(f"      [bold]{options_heading(len(remedies))}[/]")
-        console.print(f"      [dim]{inert(recommendation(remedies))}[/]")
+        console.print(f"      [bold]{options_heading(len(remedies), steps)}[/]")
+        if recommendation(remedies):
+            console.print(f"      [dim]{inert(recommendation(remedies))}[/]")
     for i, r in enumerate(remedies, 1):
-        label = "fix" if len(remedies) == 1 else option_label(i, len(remedies))
+        label = "fix" if len(remedies) == 1 else option_label(i, len(remedies), steps)
         flags = "; ".join(remedy_flags(r, recorded_elsewhere=replayed))
         console.print(f"      [bold]{label}:[/] {inert(r.title)} [dim]({inert(flags)})[/]")
         for command in r.commands:

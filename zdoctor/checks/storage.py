@@ -373,6 +373,8 @@ def check_fstab(facts: Facts) -> list[Finding]:
             remedies.append(fs.mkfs_remedy(sug["device"], sug["fstype"], sug["uuid"]))
         remedies.append(fs.fstab_remedy(sug["uuid"], sug["mountpoint"], sug["fstype"]))
         remedies.append(_dir_remedy(st or {}, sug["offload_dir"], user))
+        for r in remedies:  # format (when blank), mount, create the directory: one fix, in this order
+            r.step = True
         detail = [f"Unused NVMe drive {sug['drive']}: mount {sug['device']} (UUID {sug['uuid']}) at "
                   f"{sug['mountpoint']} and offload into {sug['offload_dir']}."]
         if sug.get("needs_mkfs"):
