@@ -437,3 +437,21 @@ def test_before_the_launch_command_only_above_scripts_that_change_the_launching_
     assert "before the launch command" not in option2 and "Run in bash, in order:" in option2
     assert "before the launch command:" in md.split("**Option 2:", 1)[0]
     assert doc.count("before the launch command") == 1 and "<p>Run in bash, in order:</p>" in doc
+
+
+def test_terminal_playbook_lines_name_the_diagnosis_in_words():
+    """`zdoctor check` ends each walk with its diagnosis's title (the node id after it), not the id alone."""
+    from zdoctor.doctor import CheckReport, PlaybookRun
+    from zdoctor.report import print_report
+
+    runs = [PlaybookRun("zero3-launch", "ZeRO-3", ["symptom", "diag-not-checked"], "diag-not-checked",
+                        "reached diagnosis diag-not-checked: Not checked", "Not checked: torch is not in this "
+                        "interpreter"),
+            PlaybookRun("toolchain", "Toolchain", ["interpreter"], None, "predicate interpreter_found is false")]
+    buf = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    print_report(CheckReport(host=HOST, findings=[], playbooks=runs), buf)
+    buf.seek(0)
+    text = buf.read()
+    assert ("playbook zero3-launch: symptom -> diag-not-checked => Not checked: torch is not in this interpreter "
+            "(diag-not-checked)") in text
+    assert "=> no diagnosis: not: " in text and "predicate" not in text

@@ -27,10 +27,11 @@ class PlaybookRun:
     path: list[str]
     diagnosis: str | None
     reason: str
+    diagnosis_title: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "title": self.title, "path": self.path, "diagnosis": self.diagnosis,
-                "reason": self.reason}
+                "diagnosis_title": self.diagnosis_title, "reason": self.reason}
 
 
 @dataclass
@@ -81,7 +82,9 @@ def walk_playbooks(host: Host, record: Recorder, books: dict[str, Playbook]) -> 
     runs: list[PlaybookRun] = []
     for pid, book in books.items():
         result = Walk(book, host, record=record).run()
-        runs.append(PlaybookRun(pid, book.title, list(result.path), result.diagnosis, result.reason))
+        diag = book.nodes.get(result.diagnosis) if result.diagnosis else None
+        runs.append(PlaybookRun(pid, book.title, list(result.path), result.diagnosis, result.reason,
+                                diag.title if diag is not None else ""))
     return runs
 
 

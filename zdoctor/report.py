@@ -16,6 +16,7 @@ from .present import (
     MARKS,
     STYLES,
     are_steps,
+    in_words,
     option_label,
     options_heading,
     recommendation,
@@ -63,7 +64,11 @@ def print_report(report: CheckReport, stream: TextIO | None = None, verbose: boo
         if f.status in ("fail", "crash") or (verbose and f.remedies):
             _print_remedies(console, f.remedies, replayed=host.get("kind") == "replay")
     for run in report.playbooks:
-        end = run.diagnosis or "no diagnosis"
+        # The diagnosis in words (its node id after it, for the JSON and the playbook files).
+        if run.diagnosis:
+            end = f"{run.diagnosis_title} ({run.diagnosis})" if run.diagnosis_title else run.diagnosis
+        else:
+            end = f"no diagnosis: {in_words(run.reason)}" if run.reason else "no diagnosis"
         console.print(f"[dim]  playbook {inert(run.id)}: {inert(' -> '.join(run.path))} => "
                       f"{inert(end)}[/]")
     s = report.summary
