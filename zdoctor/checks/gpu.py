@@ -938,7 +938,7 @@ def _env_p2p(env: dict[str, str], gpus: list[dict[str, Any]] | None, facts: Fact
     out: list[Finding] = []
     # peer-to-peer
     if gpus is None:
-        out.append(not_checked("gpu.env.p2p", "GPU peer-to-peer",
+        out.append(not_checked("gpu.env.p2p", "NCCL peer-to-peer setting for these GPUs",
                                "the GPU models are unknown: " + facts.why_not("nvml")))
     else:
         pp = envreview.p2p(env, [g.get("name") or "" for g in gpus])
@@ -954,7 +954,7 @@ def _env_p2p(env: dict[str, str], gpus: list[dict[str, Any]] | None, facts: Fact
         kinds.append(["NCCL_P2P_DISABLE", env.get("NCCL_P2P_DISABLE", "unset"), "-"])
         p2p_ev = [Evidence.of_table("GPUs and peer-to-peer", ["GPU", "name", "kind"], kinds)]
         out.append(Finding(id="gpu.env.p2p", status=pp["status"], evidence=p2p_ev,
-                           title="GPU peer-to-peer: " + ("risk of hangs on consumer GPUs" if pp["status"] == "warn"
+                           title="NCCL peer-to-peer: " + ("risk of hangs on consumer GPUs" if pp["status"] == "warn"
                                                          and pp["consumer"] else "disabled on datacenter GPUs"
                                                          if pp["status"] == "warn" else "nothing to change"),
                            detail=pp["text"], remedies=rem))
