@@ -67,3 +67,7 @@ def test_the_same_environment_is_healthy_without_the_old_copy(ds):
     assert bad == [] and proc.returncode == 0
     ok = next(f for f in doc["findings"] if f["id"] == "libs.glibcxx")
     assert "provides all" in ok["title"]
+    # The ok says what it covered: torch and the one JIT-built cpu_adam, and no prebuilt DeepSpeed op
+    # (none is installed), never "DeepSpeed's ops and every JIT-built op" whatever was there.
+    assert "torch librar" in ok["detail"] and "no prebuilt DeepSpeed op, 1 JIT-built op" in ok["detail"]
+    assert "every JIT-built op" not in ok["detail"]

@@ -117,6 +117,22 @@ def _good_copy(libs: dict[str, Any]) -> str | None:
     return good[0]["path"] if good else None
 
 
+_TARGET_KINDS = (("torch", "torch librar{}", "y", "ies"), ("deepspeed-op", "prebuilt DeepSpeed op{}", "", "s"),
+                 ("jit-op", "JIT-built op{}", "", "s"), ("ext", "extension{} named with --ext", "", "s"))
+
+
+def _what_was_read(targets: list[dict[str, Any]]) -> str:
+    """``2 torch libraries, no prebuilt DeepSpeed op, no JIT-built op``: what the static audit read, by kind
+    (--ext only when given), so an ok never covers ops that were not there to read."""
+    kinds = [str((t.get("target") or {}).get("kind")) for t in targets]
+    parts = []
+    for kind, noun, one, many in _TARGET_KINDS:
+        n = kinds.count(kind)
+        if n or kind != "ext":
+            parts.append(f"{n} {noun.format(one if n == 1 else many)}" if n else f"no {noun.format(one)}")
+    return ", ".join(parts)
+
+
 @check("libs.glibcxx", title="GLIBCXX/CXXABI versions needed vs provided",
        probes=("libs", "livetrace", "libfix"))
 def check_glibcxx(facts: Facts) -> list[Finding]:
@@ -140,7 +156,8 @@ def check_glibcxx(facts: Facts) -> list[Finding]:
                         title=f"{winner.get('path', 'libstdc++.so.6')} {winner.get('label', '')} provides all "
                               f"{n} libstdc++ versions the training's libraries need".replace("  ", " "),
                         detail="Checked by set membership of each needed version node (never by sorting "
-                               "strings): torch, DeepSpeed's ops and every JIT-built op.", evidence=ev)]
+                               f"strings), in what the audit read: {_what_was_read(libs['targets'])}.",
+                        evidence=ev)]
     remedies = _remedies(facts)
     good = _good_copy(libs)
     out = []
