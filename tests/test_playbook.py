@@ -301,3 +301,17 @@ def test_lint_of_loaded_playbook_checks_its_id(tmp_path: Path) -> None:
     pb.path = tmp_path / "renamed.toml"
     [err] = lint_playbook(pb, **VOCAB)
     assert err.message == "id 'fragile' does not match the file name (expected 'renamed')"
+
+
+def test_bundled_playbooks_use_the_three_state_wording_of_remedies() -> None:
+    """The step texts say "tried: fixed / tried: did not fix / not tried, because ...", never the wording
+    from before (a remedy "marked verified", "verification failed"), nor that zdoctor tries every fix."""
+    from zdoctor.playbook import load_all
+
+    stale = re.compile(r"marked verified|verification failed|tries each one before offering", re.I)
+    for pid, book in load_all().items():
+        for node in book.nodes.values():
+            for text in (node.title, node.why, node.explain):
+                assert not stale.search(text or ""), (pid, node.id, text)
+    verify = load_all()["zero3-launch"].nodes["verify"]
+    assert '"tried: fixed"' in verify.explain and '"not tried, because ..."' in verify.explain
