@@ -207,13 +207,14 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if log:
         report.session = log.id
         log.close(report.exit_code)
+    shown = report.redacted()
     if args.json:
-        json.dump(report.to_dict(), sys.stdout, indent=2)
+        json.dump(shown.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         from .report import print_report
 
-        print_report(report, verbose=args.verbose)
+        print_report(shown, verbose=args.verbose)
     return report.exit_code
 
 

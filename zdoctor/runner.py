@@ -53,14 +53,14 @@ class _HeadTail:
 
     def text(self, cap: int) -> tuple[str, bool]:
         """The decoded text, cut to ``cap`` characters (head and tail kept); (text, truncated)."""
-        tail = bytes(self.tail[-self.tail_limit:])
-        cut = self.total - len(self.head) - len(tail)
-        text = self.head.decode("utf-8", "replace")
-        if cut > 0:
-            text += f"\n[... {cut} bytes cut ...]\n"
-        text += tail.decode("utf-8", "replace")
-        capped, truncated = cap_text(text, cap)
-        return capped, truncated or cut > 0
+        head = self.head.decode("utf-8", "replace")
+        tail = bytes(self.tail[-self.tail_limit:]).decode("utf-8", "replace")
+        if self.total <= len(self.head) + len(self.tail):
+            return cap_text(head + tail, cap)
+        head = head[: cap * 3 // 4]
+        tail = tail[max(0, len(tail) - (cap - len(head))):]
+        cut = self.total - len(head.encode("utf-8", "replace")) - len(tail.encode("utf-8", "replace"))
+        return f"{head}\n[... {cut} bytes cut ...]\n{tail}", True
 
 
 class _Pump:

@@ -63,11 +63,36 @@ def validate_session_id(session_id: str) -> str:
     return session_id
 
 
+def _refuse_foreign(path: Path) -> None:
+    """Refuse a state folder that is a symbolic link or belongs to another user: zdoctor (often root)
+    would otherwise write its logs, and tighten modes, wherever the link or its owner points."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise InputError(f"cannot create session log directory {path}: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise InputError(f"refusing session log directory {path}: it is a symbolic link "
+                         f"(to {os.path.realpath(path)}); remove it or set XDG_STATE_HOME")
+    if not stat.S_ISDIR(st.st_mode):
+        raise InputError(f"cannot keep session logs in {path}: not a directory")
+    if st.st_uid != os.getuid():
+        raise InputError(f"refusing session log directory {path}: owned by uid {st.st_uid}, not by the "
+                         f"current user (uid {os.getuid()})")
+
+
 def _ensure_private_dir(path: Path) -> None:
-    """Create ``path`` and missing parents with mode 0700 (XDG spec); tighten the sessions folder."""
+    """Create ``path`` and missing parents with mode 0700 (XDG spec); tighten the sessions folder.
+
+    The sessions folder and the zdoctor folder above it must be real directories of the current user:
+    a symbolic link or another user's folder is refused (:func:`_refuse_foreign`), never followed.
+    """
+    for own in (path.parent, path):
+        _refuse_foreign(own)
     missing: list[Path] = []
     probe = path
-    while not probe.exists():
+    while not os.path.lexists(probe):
         missing.append(probe)
         if probe.parent == probe:
             break
@@ -79,11 +104,15 @@ def _ensure_private_dir(path: Path) -> None:
             except FileExistsError:
                 continue
             os.chmod(d, 0o700)
-        st = os.stat(path)
-        if not stat.S_ISDIR(st.st_mode):
-            raise InputError(f"cannot keep session logs in {path}: not a directory")
-        if st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) != 0o700:
-            os.chmod(path, 0o700)
+        for own in (path.parent, path):
+            _refuse_foreign(own)  # again: a link planted between the check and the mkdir
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            st = os.fstat(fd)
+            if stat.S_IMODE(st.st_mode) != 0o700:
+                os.fchmod(fd, 0o700)
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise InputError(f"cannot create session log directory {path}: {exc.strerror or exc}") from None
 

@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import stat
+import tempfile
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -689,9 +690,11 @@ def apply_config_patch(path: str, new_text: str,
         out["validated"] = True
     except Exception as exc:  # noqa: BLE001 - any failed validation rolls back
         out["error"] = str(exc) or type(exc).__name__
-        tmp = f"{path}.zdoctor-rollback"
-        try:
-            with open(tmp, "wb") as fh:
+        tmp = None
+        try:  # a fresh temp file (O_EXCL): never a name someone could have planted a link at
+            fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".zdoctor-rollback",
+                                       dir=os.path.dirname(os.path.abspath(path)))
+            with os.fdopen(fd, "wb") as fh:
                 fh.write(original)
                 fh.flush()
                 os.fsync(fh.fileno())
@@ -700,8 +703,9 @@ def apply_config_patch(path: str, new_text: str,
             out["rolled_back"] = True
         except OSError as rexc:
             out["error"] += f"; rolling back failed ({rexc.strerror or rexc}): the original is in {backup}"
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
     return out
 
 

@@ -1,0 +1,259 @@
+"""Hostile inputs, tried as real zdoctor processes: bounded memory and time, nothing written through a
+link it should not follow, secrets in command lines redacted."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from envkit import system_libstdcxx
+from hostilekit import RSS_BUDGET_MB, craft_looping_verneed, run_measured
+
+from zdoctor.forensics.elf import read_elf
+
+# -- 1. bounded memory and time ---------------------------------------------------------------------
+
+
+def _check_json(m) -> dict:
+    assert not m.killed, f"ran past its wall limit ({m.wall_s:.1f}s): {m.stderr[-500:]}"
+    assert m.peak_rss_mb < RSS_BUDGET_MB, f"peak RSS {m.peak_rss_mb:.0f} MB"
+    assert "Traceback" not in m.stderr
+    return json.loads(m.stdout)
+
+
+def test_an_endless_printer_costs_bounded_memory(tmp_path: Path):
+    """`--command yes` printed 3 GB into memory in 10 s: only the head and tail are kept while reading."""
+    m = run_measured(["check", "--json", "--no-log", "--command", "yes", "--timeout", "5"], wall_limit=60)
+    doc = _check_json(m)
+    assert m.wall_s < 40
+    live = next(f for f in doc["findings"] if any((e.get("label") or "").startswith("live trace")
+                                                  for e in f["evidence"]))
+    ev = next(e for e in live["evidence"] if (e.get("label") or "").startswith("live trace"))
+    assert ev["truncated"] and "bytes cut" in ev["stdout"] and ev["stdout"].startswith("y\ny\n")
+    assert len(ev["stdout"]) <= 64 * 1024 + 100
+
+
+def test_a_looping_version_section_is_a_damaged_file_not_a_hang(tmp_path: Path):
+    crafted = craft_looping_verneed(system_libstdcxx(), tmp_path / "libhostile.so")
+    info = read_elf(str(crafted))
+    assert info.kind == "corrupt" and ".gnu.version_r claims 4294967295 entries" in info.error
+    m = run_measured(["check", "--json", "--no-log", "--ext", str(crafted)], wall_limit=90)
+    doc = _check_json(m)
+    text = json.dumps(doc["findings"])
+    assert "corrupt ELF: .gnu.version_r claims 4294967295 entries" in text
+
+
+def test_a_looping_libstdcxx_on_ld_library_path_is_reported_damaged(tmp_path: Path):
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    craft_looping_verneed(system_libstdcxx(), lib / "libstdc++.so.6")
+    env = {**os.environ, "LD_LIBRARY_PATH": str(lib)}
+    doc = _check_json(run_measured(["check", "--json", "--no-log"], env=env, wall_limit=90))
+    inv = next(f for f in doc["findings"] if f["id"] == "libs.inventory")
+    assert inv["status"] == "warn" and "1 damaged" in inv["title"]
+    assert f"{lib}/libstdc++.so.6: damaged, corrupt ELF" in inv["detail"]
+
+
+@pytest.mark.parametrize("flag, what", [
+    ("--ds-config", "ds_config"), ("--model-config", "model config"), ("--log", "training log"),
+])
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
+def test_fifos_and_devices_are_refused_before_opening(tmp_path: Path, flag: str, what: str, special: str):
+    target = special
+    if special == "fifo":
+        target = str(tmp_path / "pipe")
+        os.mkfifo(target)
+    m = run_measured(["check", "--json", "--no-log", flag, target], wall_limit=60)
+    doc = _check_json(m)
+    assert m.wall_s < 40
+    kind = "a FIFO (named pipe)" if special == "fifo" else "a character device"
+    assert f"{target}: is {kind}, not a {what} (only regular files are read)" in json.dumps(doc)
+
+
+@pytest.mark.parametrize("args", [["check", "--replay", "{}"], ["fleet", "--hostfile", "{}"],
+                                  ["playbooks", "lint", "{}"]])
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
+def test_named_inputs_that_are_not_regular_files_are_one_line_errors(tmp_path: Path, args: list[str],
+                                                                     special: str):
+    target = special
+    if special == "fifo":
+        target = str(tmp_path / "pipe")
+        os.mkfifo(target)
+    m = run_measured([a.replace("{}", target) for a in args], wall_limit=30)
+    assert not m.killed and m.peak_rss_mb < RSS_BUDGET_MB
+    lint = args[0] == "playbooks"  # a lint error: on standard output, exit code 1
+    assert m.returncode == (1 if lint else 2)
+    assert "only regular files are read" in (m.stdout if lint else m.stderr) and "Traceback" not in m.stderr
+
+
+def test_a_large_valid_config_is_read_in_bounded_memory(tmp_path: Path):
+    """A 14 MB JSON array took 2.38 GB and 42 s: a position was kept for every element."""
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_batch_size": 8, "zero_optimization": {"stage": 3},
+                               "x": list(range(1_700_000))}))
+    assert cfg.stat().st_size > 14_000_000
+    m = run_measured(["check", "--json", "--no-log", "--ds-config", str(cfg)], wall_limit=120)
+    doc = _check_json(m)
+    assert m.wall_s < 60
+    assert not [f for f in doc["findings"] if f["status"] == "crash"]
+    assert f"Read {cfg} as DeepSpeed" in json.dumps(doc)
+
+
+HOSTILE_CONFIGS = {
+    "digits.json": '{"train_batch_size": ' + "9" * 100_000 + "}",
+    "deep.json": '{"a": ' + "[" * 10_000 + "]" * 10_000 + "}",
+    "latin1.json": b'{"zero_optimization": {"offload_param": {"device": "nvme", "nvme_path": "/tmp/caf\xe9"}}}',
+    "binary.json": bytes(range(256)) * 4,
+}
+
+
+@pytest.mark.parametrize("flag", ["--ds-config", "--model-config"])
+@pytest.mark.parametrize("name", sorted(HOSTILE_CONFIGS))
+def test_malformed_but_parseable_configs_are_findings_not_crashes(tmp_path: Path, flag: str, name: str):
+    path = tmp_path / name
+    data = HOSTILE_CONFIGS[name]
+    path.write_bytes(data if isinstance(data, bytes) else data.encode())
+    doc = _check_json(run_measured(["check", "--json", "--no-log", flag, str(path)], wall_limit=90))
+    crashed = [f["id"] for f in doc["findings"] if f["status"] == "crash"]
+    assert not crashed, crashed
+    assert str(path) in json.dumps(doc)
+
+
+# -- 2. nothing written through a link it should not follow --------------------------------------------
+
+
+@pytest.fixture
+def recorded_session(cli) -> None:
+    r = cli(["check", "--json", "--playbook", "gpu-stack"])
+    assert r.returncode in (0, 1), r.stderr
+
+
+def test_export_onto_a_link_to_a_fifo_is_refused(tmp_path: Path, recorded_session, cli):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    link = tmp_path / "report.md"
+    link.symlink_to(fifo)
+    m = run_measured(["export", "--last", "--format", "md", "-o", str(link)], wall_limit=30)
+    assert not m.killed, "hung on the FIFO behind the link"
+    assert m.returncode == 2
+    assert f"{link}: a symbolic link to a FIFO (named pipe) ({fifo}); refusing to write through it" in m.stderr
+    assert link.is_symlink()
+
+
+def test_snapshot_onto_a_link_to_a_block_device_is_refused(tmp_path: Path):
+    if os.geteuid() != 0 or not shutil.which("losetup"):
+        pytest.skip("attaching a loop device needs root and losetup")
+    backing = tmp_path / "disk.img"
+    backing.write_bytes(b"\0" * (1 << 20))
+    attach = subprocess.run(["losetup", "-f", "--show", str(backing)], capture_output=True, text=True)
+    if attach.returncode != 0:
+        pytest.skip(f"no loop device: {attach.stderr.strip()}")
+    dev = attach.stdout.strip()
+    try:
+        link = tmp_path / "snap.json"
+        link.symlink_to(dev)
+        m = run_measured(["snapshot", "-o", str(link), "--python", "/nonexistent/python"], wall_limit=90)
+        assert m.returncode == 2, m.stderr
+        assert f"{link}: a symbolic link to a block device ({dev}); refusing" in m.stderr
+        with open(dev, "rb") as fh:
+            assert fh.read(1 << 20) == b"\0" * (1 << 20), "the snapshot was written into the device"
+    finally:
+        subprocess.run(["losetup", "-d", dev], check=False)
+
+
+def test_devices_named_themselves_are_still_written(tmp_path: Path, recorded_session):
+    m = run_measured(["export", "--last", "--format", "json", "-o", "/dev/stdout"], wall_limit=30)
+    assert m.returncode == 0, m.stderr
+    assert json.loads(m.stdout)
+    assert run_measured(["export", "--last", "--format", "md", "-o", "/dev/null"], wall_limit=30).returncode == 0
+
+
+def test_a_fifo_named_itself_without_a_reader_is_an_error_not_a_hang(tmp_path: Path, recorded_session):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    m = run_measured(["export", "--last", "--format", "md", "-o", str(fifo)], wall_limit=30)
+    assert not m.killed and m.returncode == 2
+    assert "no process is reading this FIFO" in m.stderr
+
+
+def test_a_link_to_a_regular_file_is_replaced_not_followed(tmp_path: Path, recorded_session):
+    victim = tmp_path / "victim"
+    victim.write_text("keep me\n")
+    link = tmp_path / "out.md"
+    link.symlink_to(victim)
+    m = run_measured(["export", "--last", "--format", "md", "-o", str(link)], wall_limit=30)
+    assert m.returncode == 0, m.stderr
+    assert victim.read_text() == "keep me\n" and not link.is_symlink()
+
+
+def test_a_state_directory_that_is_a_link_is_refused_and_its_target_untouched(tmp_path: Path, state_home: Path):
+    target = tmp_path / "rootdir"
+    target.mkdir(mode=0o755)
+    os.chmod(target, 0o755)
+    (state_home / "zdoctor").mkdir()
+    (state_home / "zdoctor" / "sessions").symlink_to(target)
+    m = run_measured(["check", "--json", "--playbook", "gpu-stack"], wall_limit=60)
+    assert m.returncode in (0, 1), m.stderr
+    line = next(x for x in m.stderr.splitlines() if "session not recorded" in x)
+    assert f"refusing session log directory {state_home}/zdoctor/sessions: it is a symbolic link" in line
+    assert (target.stat().st_mode & 0o777) == 0o755 and not list(target.iterdir())
+
+
+def test_a_state_directory_owned_by_another_user_is_refused(tmp_path: Path, state_home: Path):
+    if os.geteuid() != 0:
+        pytest.skip("giving a folder to another user needs root")
+    sessions = state_home / "zdoctor" / "sessions"
+    sessions.mkdir(parents=True, mode=0o755)
+    os.chown(sessions, 65534, 65534)
+    os.chmod(sessions, 0o755)
+    m = run_measured(["check", "--json", "--playbook", "gpu-stack"], wall_limit=60)
+    assert m.returncode in (0, 1), m.stderr
+    assert f"refusing session log directory {sessions}: owned by uid 65534" in m.stderr
+    assert (sessions.stat().st_mode & 0o777) == 0o755 and not list(sessions.iterdir())
+
+
+# -- 3. secrets in command lines --------------------------------------------------------------------
+
+SECRETS = ("hunter2", "tok123", "K3YVALUE", "pw55")
+COMMAND = "python3 -c pass --password hunter2 --token=tok123 --api-key K3YVALUE https://usr:pw55@example.com/x"
+
+
+def test_secrets_in_a_command_line_reach_no_output(tmp_path: Path, state_home: Path):
+    check = run_measured(["check", "--json", "--command", COMMAND, "--timeout", "30"], wall_limit=90)
+    assert check.returncode in (0, 1), check.stderr
+    verbose = run_measured(["check", "-v", "--no-log", "--command", COMMAND, "--timeout", "30"], wall_limit=90)
+    snap = tmp_path / "snap.json"
+    assert run_measured(["snapshot", "-o", str(snap), "--command", COMMAND, "--timeout", "30"],
+                        wall_limit=90).returncode == 0
+    sid = json.loads(check.stdout)["session"]
+    outputs = {"check --json": check.stdout, "check -v": verbose.stdout, "snapshot": snap.read_text()}
+    for fmt in ("md", "html", "json"):
+        outputs[f"export {fmt}"] = run_measured(["export", "--session", sid, "--format", fmt]).stdout
+    logs = list((state_home / "zdoctor" / "sessions").glob("*.jsonl"))
+    outputs.update({f"log {p.name}": p.read_text() for p in logs})
+    for where, text in outputs.items():
+        assert "redacted" in text, where
+        leaked = [s for s in SECRETS if s in text]
+        assert not leaked, f"{where} shows {leaked}"
+    assert "--password <redacted> --token=<redacted> --api-key <redacted> https://usr:<redacted>@example.com" \
+        in outputs["check --json"]
+
+
+# -- 7. a field named key -----------------------------------------------------------------------------
+
+
+def test_a_setting_path_field_named_key_survives_redaction_in_a_replay(tmp_path: Path):
+    nvme = tmp_path / "nvme"
+    nvme.mkdir()
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_batch_size": 8, "zero_optimization": {
+        "stage": 3, "offload_param": {"device": "nvme", "nvme_path": str(nvme)}}}))
+    snap = tmp_path / "snap.json"
+    assert run_measured(["snapshot", "-o", str(snap), "--ds-config", str(cfg)], wall_limit=90).returncode == 0
+    replay = run_measured(["check", "-v", "--no-log", "--replay", str(snap)], wall_limit=60)
+    assert "<redacted>:" not in replay.stdout
+    assert "zero_optimization.offload_param.nvme_path" in snap.read_text()
