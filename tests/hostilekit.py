@@ -8,6 +8,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -75,7 +76,7 @@ def run_measured(args: Sequence[str], *, env: dict[str, str] | None = None, wall
     t0 = time.monotonic()
     with open(f"{out_path}.out", "w+b") as out, open(f"{out_path}.err", "w+b") as err:
         proc = subprocess.Popen([*(python or [sys.executable]), "-m", "zdoctor", *args], stdout=out, stderr=err,
-                                stdin=stdin, env=full_env, cwd=cwd or str(REPO), preexec_fn=_limit_memory)
+                                stdin=stdin, env=full_env, cwd=cwd or tempfile.gettempdir(), preexec_fn=_limit_memory)
         killed = False
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)

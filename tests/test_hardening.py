@@ -257,3 +257,79 @@ def test_a_setting_path_field_named_key_survives_redaction_in_a_replay(tmp_path:
     replay = run_measured(["check", "-v", "--no-log", "--replay", str(snap)], wall_limit=60)
     assert "<redacted>:" not in replay.stdout
     assert "zero_optimization.offload_param.nvme_path" in snap.read_text()
+
+
+# -- 5. one bad line never loses a session ------------------------------------------------------------
+
+
+def _recorded(cli, state_home: Path) -> Path:
+    r = cli(["check", "--json", "--playbook", "gpu-stack"])
+    assert r.returncode in (0, 1), r.stderr
+    [log] = (state_home / "zdoctor" / "sessions").glob("*.jsonl")
+    return log
+
+
+def test_a_corrupted_middle_line_is_skipped_by_export_and_resume(cli, state_home: Path):
+    from zdoctor.session import SessionLog, load_events
+
+    log = _recorded(cli, state_home)
+    lines = log.read_bytes().split(b"\n")
+    lines[3] = lines[3][: len(lines[3]) // 2] + b"\xff\xfe garbage"
+    log.write_bytes(b"\n".join(lines))
+    r = cli(["export", "--last", "--format", "json"])
+    assert r.returncode == 0, r.stderr
+    assert f"zdoctor: warning: {log}: 1 unreadable line skipped (line 4: malformed event" in r.stderr
+    assert json.loads(r.stdout)["findings"]
+    resumed = SessionLog.reopen(log.name[:-6])
+    resumed.close(0)
+    events = load_events(log)
+    assert events[-2]["type"] == "session_resume" and events[-2]["skipped_lines"] == [4]
+    seqs = [e["seq"] for e in events]
+    assert len(seqs) == len(set(seqs))
+
+
+def test_a_log_whose_head_was_zeroed_by_copytruncate_still_exports(cli, state_home: Path):
+    log = _recorded(cli, state_home)
+    log.write_bytes(b"\0" * 65536 + log.read_bytes())
+    r = cli(["export", "--last", "--format", "md"])
+    assert r.returncode == 0, r.stderr
+    assert "65536 NUL bytes skipped" in r.stderr and "## Summary" in r.stdout
+
+
+def test_two_processes_writing_one_session_get_distinct_seq_numbers(state_home: Path):
+    from zdoctor.session import SessionLog, load_events
+
+    first = SessionLog.create("check", [], {"hostname": "h"})
+    first.close(0)
+    code = ("import sys\nfrom zdoctor.session import SessionLog\nlog = SessionLog.reopen(sys.argv[1])\n"
+            "for i in range(60):\n    log.record('note', {'i': i, 'who': sys.argv[2]})\nlog.close(0)\n")
+    import sys as _sys
+
+    procs = [subprocess.Popen([_sys.executable, "-c", code, first.id, who]) for who in ("a", "b")]
+    assert [p.wait(60) for p in procs] == [0, 0]
+    events = load_events(first.id)
+    seqs = [e["seq"] for e in events]
+    assert len(events) == 2 + 2 * 62 and not events.skipped
+    assert len(seqs) == len(set(seqs)), "two events share a seq number"
+    assert seqs == sorted(seqs)
+
+
+def test_sigint_records_a_session_end(state_home: Path):
+    import signal
+    import sys as _sys
+    import time
+
+    proc = subprocess.Popen([_sys.executable, "-m", "zdoctor", "check", "--command", "sleep 30", "--timeout", "60"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    sessions = state_home / "zdoctor" / "sessions"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not list(sessions.glob("*.jsonl")):
+        time.sleep(0.1)
+    time.sleep(1)
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and b"interrupted" in err
+    [log] = sessions.glob("*.jsonl")
+    last = json.loads(log.read_text().splitlines()[-1])
+    assert last["type"] == "session_end" and last["exit_code"] == 130

@@ -251,7 +251,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     from .session import last_session_id, load_events
 
     sid = last_session_id() if args.last else args.session
-    text = render(load_events(sid), args.format)
+    events = load_events(sid)
+    note = events.damage_note()
+    if note:
+        print(f"zdoctor: warning: {note}; exporting the rest", file=sys.stderr)
+    text = render(events, args.format)
     if args.output:
         write_export(text, args.output)
         print(f"zdoctor: session {sid} exported to {args.output}", file=sys.stderr)
@@ -336,6 +340,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
+        from .session import close_open_logs
+
+        close_open_logs(130)  # the session still ends on record
         print("zdoctor: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
