@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -303,9 +304,8 @@ def test_two_processes_writing_one_session_get_distinct_seq_numbers(state_home: 
     first.close(0)
     code = ("import sys\nfrom zdoctor.session import SessionLog\nlog = SessionLog.reopen(sys.argv[1])\n"
             "for i in range(60):\n    log.record('note', {'i': i, 'who': sys.argv[2]})\nlog.close(0)\n")
-    import sys as _sys
 
-    procs = [subprocess.Popen([_sys.executable, "-c", code, first.id, who]) for who in ("a", "b")]
+    procs = [subprocess.Popen([sys.executable, "-c", code, first.id, who]) for who in ("a", "b")]
     assert [p.wait(60) for p in procs] == [0, 0]
     events = load_events(first.id)
     seqs = [e["seq"] for e in events]
@@ -316,10 +316,9 @@ def test_two_processes_writing_one_session_get_distinct_seq_numbers(state_home: 
 
 def test_sigint_records_a_session_end(state_home: Path):
     import signal
-    import sys as _sys
     import time
 
-    proc = subprocess.Popen([_sys.executable, "-m", "zdoctor", "check", "--command", "sleep 30", "--timeout", "60"],
+    proc = subprocess.Popen([sys.executable, "-m", "zdoctor", "check", "--command", "sleep 30", "--timeout", "60"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     sessions = state_home / "zdoctor" / "sessions"
@@ -333,3 +332,68 @@ def test_sigint_records_a_session_end(state_home: Path):
     [log] = sessions.glob("*.jsonl")
     last = json.loads(log.read_text().splitlines()[-1])
     assert last["type"] == "session_end" and last["exit_code"] == 130
+
+
+# -- 6. zdoctor's own interpreter is not open to the caller's PYTHONPATH ---------------------------------
+
+SITECUSTOMIZE = """import os, sys
+print("GARBAGE FROM SITECUSTOMIZE")
+with open({log!r}, "a") as fh:
+    fh.write("sitecustomize %d %s\\n" % (os.getpid(), " ".join(sys.argv)))
+"""
+FAKE_PSUTIL = """with open({log!r}, "a") as fh:
+    fh.write("fake psutil imported\\n")
+raise ImportError("a module planted on PYTHONPATH")
+"""
+
+
+@pytest.fixture
+def hostile_pythonpath(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    d = tmp_path / "pp"
+    d.mkdir()
+    log = tmp_path / "ran.log"
+    (d / "sitecustomize.py").write_text(SITECUSTOMIZE.format(log=str(log)))
+    (d / "psutil.py").write_text(FAKE_PSUTIL.format(log=str(log)))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env["PYTHONPATH"] = str(d)
+    return env, log
+
+
+def _zdoctor_lines(log: Path) -> list[str]:
+    """What ran inside zdoctor's own processes (the probes run the training interpreter, which keeps
+    its PYTHONPATH on purpose)."""
+    text = log.read_text() if log.exists() else ""
+    return [x for x in text.splitlines() if "probe_script" not in x and not x.endswith(" -c")]
+
+
+@pytest.mark.parametrize("how", ["module", "console"])
+def test_pythonpath_reaches_neither_imports_nor_json_output(hostile_pythonpath, how: str):
+    env, log = hostile_pythonpath
+    if how == "console":
+        script = Path(os.path.dirname(os.path.abspath(sys.executable))) / "zdoctor"
+        if not script.exists():
+            pytest.skip("zdoctor's console script is not installed next to this interpreter")
+        r = subprocess.run([str(script), "check", "--json", "--no-log", "--playbook", "gpu-stack"],
+                           capture_output=True, text=True, env=env, timeout=120, cwd=str(log.parent))
+    else:
+        r = subprocess.run([sys.executable, "-m", "zdoctor", "check", "--json", "--no-log", "--playbook",
+                            "gpu-stack"], capture_output=True, text=True, env=env, timeout=120,
+                           cwd=str(Path(__file__).resolve().parent.parent))
+    assert r.returncode in (0, 1), r.stderr
+    doc = json.loads(r.stdout)  # one clean document: the start-up's buffered print was dropped
+    assert doc["summary"]["total"] > 0
+    ran = _zdoctor_lines(log)
+    assert "fake psutil imported" not in ran
+    # the interpreter that started zdoctor ran sitecustomize once before zdoctor's first line; the
+    # isolated one that did the work did not
+    assert len([x for x in ran if x.startswith("sitecustomize")]) <= 1
+
+
+def test_started_isolated_nothing_from_pythonpath_runs(hostile_pythonpath, tmp_path: Path):
+    env, log = hostile_pythonpath
+    r = subprocess.run([sys.executable, "-I", "-m", "zdoctor", "check", "--json", "--no-log", "--playbook",
+                        "gpu-stack"], capture_output=True, text=True, env=env, timeout=120, cwd=str(tmp_path))
+    if r.returncode not in (0, 1) and "No module named zdoctor" in r.stderr:
+        pytest.skip("zdoctor is not installed in this interpreter (only a checkout)")
+    assert json.loads(r.stdout)["summary"]["total"] > 0
+    assert _zdoctor_lines(log) == []
