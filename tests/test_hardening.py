@@ -397,3 +397,116 @@ def test_started_isolated_nothing_from_pythonpath_runs(hostile_pythonpath, tmp_p
         pytest.skip("zdoctor is not installed in this interpreter (only a checkout)")
     assert json.loads(r.stdout)["summary"]["total"] > 0
     assert _zdoctor_lines(log) == []
+
+
+# -- 7. smaller ones ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def loader_kit(tmp_path_factory) -> dict[str, Path]:
+    from envkit import build_extension
+
+    root = tmp_path_factory.mktemp("loaderkit")
+    exts = root / "exts"
+    build_extension(exts, "needsnew")
+    return {"root": root, "exts": exts}
+
+
+def _import_cmd(exts: Path) -> str:
+    import shlex
+
+    return shlex.join([os.path.realpath(sys.executable), "-c",
+                       f"import sys; sys.path.insert(0, {str(exts)!r}); import needsnew"])
+
+
+def _clean_env(**changes: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LD_", "TORCH_EXTENSIONS_DIR"))}
+    env.update(changes)
+    return env
+
+
+def test_an_undecodable_byte_in_a_path_round_trips_through_the_undo_line(loader_kit, tmp_path: Path):
+    from envkit import make_old_libstdcxx
+
+    old = make_old_libstdcxx(tmp_path / "old").parent
+    keep = os.fsdecode(bytes(tmp_path) + b"/keep\xff")
+    os.mkdir(keep)
+    value = f"{old}:{keep}"
+    m = run_measured(["check", "--json", "--no-log", "--timeout", "60", "--python", os.path.realpath(sys.executable),
+                      "--command", _import_cmd(loader_kit["exts"]), "--playbook", "zero3-launch"],
+                     env=_clean_env(LD_LIBRARY_PATH=value), wall_limit=240)
+    doc = json.loads(m.stdout)
+    fix = next(r for f in doc["findings"] if f["id"] == "libs.glibcxx" for r in f["remedies"]
+               if r["commands"] and r["commands"][0].startswith("export LD_LIBRARY_PATH="))
+    [undo] = fix["undo"]
+    assert "\udcff" not in undo and "\\udcff" not in json.dumps(undo)
+    assert "\\xff" in undo
+    for line, expected in ((fix["commands"][0], os.fsencode(keep)), (undo, os.fsencode(value))):
+        out = subprocess.run(["bash", "-c", line + '\nprintf %s "$LD_LIBRARY_PATH"'], capture_output=True,
+                             env=_clean_env(), timeout=30)
+        assert out.stdout == expected, (line, out.stdout)
+
+
+def test_a_newline_in_a_path_is_no_false_disagreement(loader_kit, tmp_path: Path):
+    from envkit import make_old_libstdcxx
+
+    odd = tmp_path / "old\nlib"
+    old = make_old_libstdcxx(odd).parent
+    m = run_measured(["check", "--json", "--no-log", "--timeout", "60", "--python", os.path.realpath(sys.executable),
+                      "--command", _import_cmd(loader_kit["exts"]), "--playbook", "zero3-launch"],
+                     env=_clean_env(LD_LIBRARY_PATH=str(old)), wall_limit=240)
+    doc = json.loads(m.stdout)
+    assert not [f for f in doc["findings"] if f["id"] == "libs.prediction"], "false disagreement"
+    live = next(f for f in doc["findings"] if f["id"] == "libs.glibcxx")
+    assert live["status"] == "fail" and "GLIBCXX_3.4.30" in live["title"]
+
+
+def test_a_python_wrapper_that_leaves_a_child_running_is_reported_as_such(tmp_path: Path):
+    wrapper = tmp_path / "python-wrapper"
+    marker = tmp_path / "daemon.pid"
+    wrapper.write_text("#!/bin/sh\n# starts a helper that keeps our output open, then runs python\n"
+                       f"( sleep 120 & echo $! > {marker} )\n"
+                       f"exec {os.path.realpath(sys.executable)} \"$@\"\n")
+    wrapper.chmod(0o755)
+    m = run_measured(["check", "--json", "--no-log", "--python", str(wrapper), "--timeout", "30"], wall_limit=120)
+    doc = json.loads(m.stdout)
+    assert m.wall_s < 30, "waited for the helper as if the interpreter hung"
+    text = json.dumps(doc["findings"])
+    assert "hang?" not in text and "did not start" not in text
+    assert "kept its output open; reading stopped 2s after the exit" in text
+    pyenv = [f for f in doc["findings"] if f["id"].startswith("pyenv.")]
+    assert pyenv and not [f for f in pyenv if f["status"] == "crash"]
+    if marker.exists():  # the helper was in the wrapper's process group: stopped with it
+        pid = int(marker.read_text())
+        with pytest.raises(ProcessLookupError):
+            for _ in range(50):
+                os.kill(pid, 0)
+                import time
+
+                time.sleep(0.1)
+
+
+def test_trace_folders_of_a_killed_zdoctor_are_swept_by_the_next_run(tmp_path: Path):
+    import signal
+    import time
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    proc = subprocess.Popen([sys.executable, "-m", "zdoctor", "check", "--no-log", "--command", "sleep 20",
+                             "--timeout", "60"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list(tmp.glob("zdoctor-trace-*")):
+        time.sleep(0.1)
+    left = list(tmp.glob("zdoctor-trace-*"))
+    assert left, "no trace folder appeared"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    assert all(p.exists() for p in left)  # nothing can clean up after SIGKILL ...
+    foreign = tmp / "zdoctor-trace-1-keepme"  # ... and a live process's folder is never touched
+    foreign.mkdir()
+    r = subprocess.run([sys.executable, "-m", "zdoctor", "check", "--json", "--no-log", "--command", "true",
+                        "--timeout", "30"], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode in (0, 1), r.stderr
+    assert not [p for p in left if p.exists()], "the killed run's trace folder was left behind"
+    assert foreign.exists() and not [p for p in tmp.glob("zdoctor-trace-*") if p != foreign]

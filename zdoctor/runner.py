@@ -28,6 +28,18 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         proc.kill()
 
 
+#: How long the output of a command that has exited may stay open before zdoctor stops reading it.
+HELD_OPEN_GRACE = 2.0
+
+
+class OutputHeldOpen(Exception):
+    """The command exited, but a process it left running keeps its standard output or error open."""
+
+    def __init__(self, exit_code: int | None) -> None:
+        super().__init__(exit_code)
+        self.exit_code = exit_code
+
+
 class _HeadTail:
     """The first and last bytes of a stream of unknown length: memory stays bounded whatever is written."""
 
@@ -96,13 +108,20 @@ class _Pump:
             pipe.close()
 
     def communicate(self, timeout: float) -> None:
-        """Wait until the output is at its end and the child has exited; TimeoutExpired otherwise."""
+        """Wait until the child has exited and its output is at its end; TimeoutExpired otherwise.
+
+        :class:`OutputHeldOpen` when the child exited but, :data:`HELD_OPEN_GRACE` seconds later,
+        something it left running (a daemon a wrapper script forked) still holds its output open.
+        """
         deadline = time.monotonic() + timeout
-        for t in self.threads:
-            t.join(max(0.0, deadline - time.monotonic()))
-            if t.is_alive():
-                raise subprocess.TimeoutExpired(self.proc.args, timeout)
         self.proc.wait(max(0.0, deadline - time.monotonic()))
+        grace_end = min(deadline, time.monotonic() + HELD_OPEN_GRACE)
+        for t in self.threads:
+            t.join(max(0.0, grace_end - time.monotonic()))
+            if t.is_alive():
+                if time.monotonic() >= deadline:
+                    raise subprocess.TimeoutExpired(self.proc.args, timeout)
+                raise OutputHeldOpen(self.proc.returncode)
 
     def close(self) -> None:
         """Stop reading (a grandchild that left the session may hold the pipes open for ever)."""
@@ -158,8 +177,15 @@ def run(
     if on_start is not None:
         on_start(proc.pid)
     pump = _Pump(proc, stdin, cap)
+    held_open = False
     try:
         pump.communicate(timeout)
+    except OutputHeldOpen:
+        # Not a hang: the command finished; a process it started (and did not detach from the output)
+        # lives on. What it printed up to here is the command's whole output.
+        held_open = True
+        _kill_group(proc)
+        pump.close()
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         try:
@@ -179,6 +205,10 @@ def run(
     ev.stdout, t1 = pump.out.text(cap)
     ev.stderr, t2 = pump.err.text(cap)
     ev.truncated = t1 or t2
+    if held_open:
+        ev.stderr += (f"\n[zdoctor: {argv[0]} exited with code {proc.returncode}, but a process it left running "
+                      f"kept its output open; reading stopped {HELD_OPEN_GRACE:g}s after the exit and that "
+                      "process group was stopped]")
     return ev
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..model import Evidence, Remedy
 from ..runner import run
+from ..shellquote import shell_quote
 
 VERIFY_TIMEOUT = 120.0
 
@@ -71,7 +72,7 @@ def export_line(name: str, value: str | None) -> str:
     """``export NAME=value`` (quoted) or ``unset NAME`` when the new value is empty or None."""
     if not value:
         return f"unset {name}"
-    return f"export {name}={shlex.quote(value)}"
+    return f"export {name}={shell_quote(value)}"  # $'..\xff..' for bytes that are not text
 
 
 def restore_line(name: str, old: str | None) -> str:
