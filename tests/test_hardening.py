@@ -104,6 +104,19 @@ def test_a_large_valid_config_is_read_in_bounded_memory(tmp_path: Path):
     assert f"Read {cfg} as DeepSpeed" in json.dumps(doc)
 
 
+def test_a_huge_training_log_is_read_from_its_end_in_bounded_memory(tmp_path: Path):
+    line = (b"[2026-01-01 00:00:00,000] [INFO] [logging.py:96:log_dist] [Rank 0] time (ms) | fwd_microstep: 101.5 | "
+            b"bwd_microstep: 200.1 | step_microstep: 300.2\n")
+    log = tmp_path / "train.log"
+    with open(log, "wb") as fh:  # 400 MB, mostly a hole: cheap to make, as large to read as a real one
+        fh.write(line * 1000)
+        fh.seek(400 * 1024 * 1024)
+        fh.write(line * 1000)
+    m = run_measured(["check", "--json", "--no-log", "--log", str(log)], wall_limit=120)
+    doc = _check_json(m)
+    assert not [f for f in doc["findings"] if f["status"] == "crash"]
+
+
 HOSTILE_CONFIGS = {
     "digits.json": '{"train_batch_size": ' + "9" * 100_000 + "}",
     "deep.json": '{"a": ' + "[" * 10_000 + "]" * 10_000 + "}",

@@ -23,8 +23,9 @@ from typing import Any
 
 from ..errors import InputError
 
-#: Logs larger than this are read from the end (the timings of the latest steps are what matter).
-MAX_BYTES = 256 * 1024 * 1024
+#: Logs larger than this are read from the end (the timings of the latest steps are what matter); the cap
+#: keeps a log of any size under the memory budget (bytes, text and lines of it held at once).
+MAX_BYTES = 32 * 1024 * 1024
 #: Phase means leave out the first sample when there are at least this many (warm-up, JIT, allocation).
 WARMUP_MIN_SAMPLES = 3
 #: The swaps count as dominating the optimizer step from this share of it on.
