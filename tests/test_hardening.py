@@ -72,7 +72,7 @@ def test_fifos_and_devices_are_refused_before_opening(tmp_path: Path, flag: str,
     doc = _check_json(m)
     assert m.wall_s < 40
     kind = "a FIFO (named pipe)" if special == "fifo" else "a character device"
-    assert f"{target}: is {kind}, not a {what} (only regular files are read)" in json.dumps(doc)
+    assert f"{target}: is {kind}, not a regular file; only regular files are read as a {what}" in json.dumps(doc)
 
 
 @pytest.mark.parametrize("args", [["check", "--replay", "{}"], ["fleet", "--hostfile", "{}"],

@@ -41,7 +41,8 @@ def open_user_file(path: str, what: str = "file", cap: int | None = None) -> tup
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if not stat.S_ISREG(st.st_mode):
-        raise InputError(f"{path}: is {kind_of(st.st_mode)}, not a {what} (only regular files are read)")
+        raise InputError(f"{path}: is {kind_of(st.st_mode)}, not a regular file; only regular files are "
+                         f"read as a {what}")
     if cap is not None and st.st_size > cap:
         raise InputError(f"{path}: {st.st_size} bytes, larger than the {_mib(cap)} a {what} may be")
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
@@ -54,7 +55,8 @@ def open_user_file(path: str, what: str = "file", cap: int | None = None) -> tup
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):  # replaced between the check and the open
-            raise InputError(f"{path}: is {kind_of(st.st_mode)}, not a {what} (only regular files are read)")
+            raise InputError(f"{path}: is {kind_of(st.st_mode)}, not a regular file; only regular files are "
+                             f"read as a {what}")
         return os.fdopen(fd, "rb"), st
     except BaseException:
         os.close(fd)

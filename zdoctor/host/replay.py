@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -56,6 +57,8 @@ class ReplayHost(Host):
         """Read a snapshot file; any problem is an :class:`InputError` with a one-line message."""
         from ..userfile import read_user_file
 
+        if not os.path.lexists(path):
+            raise InputError(f"{path}: no such file")
         raw = read_user_file(path, "snapshot file", MAX_SNAPSHOT_BYTES)
         try:
             document = json.loads(raw.decode("utf-8"))
