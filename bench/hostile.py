@@ -116,7 +116,7 @@ def battery(work: Path) -> list[Row]:
     rows.append(Row("export -o symlink to a FIFO", ["export", "--last", "--format", "md", "-o", str(link_fifo)],
                     DEFAULT_TIME_BUDGET, _in_stderr("refusing to write through it")))
     rows.append(Row("export -o FIFO without reader", ["export", "--last", "--format", "md", "-o", str(fifo)],
-                    DEFAULT_TIME_BUDGET, _in_stderr("no process is reading this FIFO")))
+                    DEFAULT_TIME_BUDGET, _in_stderr("no process read this FIFO within 10s")))
     loop: dict[str, str] = {}
     if os.geteuid() == 0 and shutil.which("losetup"):
         backing = work / "disk.img"

@@ -8,6 +8,7 @@ import os
 import stat
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from .errors import InputError
@@ -16,8 +17,9 @@ from .errors import InputError
 def _write_through(target: Path, text: str, follow: bool) -> Path:
     """Write ``text`` into an existing device, pipe or socket.
 
-    ``O_NONBLOCK`` on the open: a FIFO nobody reads is refused (ENXIO) instead of hanging zdoctor;
-    blocking writes are restored once it is open. ``follow`` False adds ``O_NOFOLLOW``.
+    ``O_NONBLOCK`` on the open: a FIFO nobody reads (ENXIO) is waited for :data:`FIFO_READER_WAIT`
+    seconds, then refused, instead of hanging zdoctor; blocking writes are restored once it is open.
+    ``follow`` False adds ``O_NOFOLLOW``.
     """
     own = _own_stream(target) if follow else None
     if own is not None:  # /dev/stdout of a redirected zdoctor: write where the stream is, not at offset 0
@@ -31,14 +33,22 @@ def _write_through(target: Path, text: str, follow: bool) -> Path:
     flags = os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     if not follow:
         flags |= getattr(os, "O_NOFOLLOW", 0)
-    try:
-        fd = os.open(target, flags)
-    except OSError as exc:
-        if exc.errno == errno.ENXIO:
-            raise InputError(f"{target}: no process is reading this FIFO; nothing written") from None
-        if exc.errno == errno.ELOOP:
+    deadline = time.monotonic() + FIFO_READER_WAIT
+    while True:
+        try:
+            fd = os.open(target, flags)
+            break
+        except OSError as exc:
+            if exc.errno == errno.ENXIO and time.monotonic() < deadline:
+                time.sleep(0.05)  # a FIFO whose reader is about to open it
+                continue
+            err = exc
+        if err.errno == errno.ENXIO:
+            raise InputError(f"{target}: no process read this FIFO within {FIFO_READER_WAIT:g}s; "
+                             "nothing written") from None
+        if err.errno == errno.ELOOP:
             raise InputError(f"{target}: became a symbolic link; nothing written") from None
-        raise InputError(f"{target}: cannot write ({exc.strerror or exc})") from None
+        raise InputError(f"{target}: cannot write ({err.strerror or err})") from None
     try:
         os.set_blocking(fd, True)
         with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace", newline="") as fh:
@@ -46,6 +56,10 @@ def _write_through(target: Path, text: str, follow: bool) -> Path:
     except OSError as exc:
         raise InputError(f"{target}: cannot write ({exc.strerror or exc})") from None
     return target
+
+
+#: How long a FIFO named as the output may go without a reader before the write is refused.
+FIFO_READER_WAIT = 10.0
 
 
 def _own_stream(target: Path) -> int | None:

@@ -24,22 +24,23 @@ from typing import Any
 MAX_FILE_BYTES = 20 * 1024 * 1024
 
 LINE = re.compile(r"^\s*(\d+):\t(.*)$")
-_FILE_NEEDED = re.compile(r"^file=(?P<name>.+?) \[\d+\];\s+needed by (?P<by>.+?) \[\d+\]$")
-_FILE_DLOPEN = re.compile(r"^file=(?P<name>.+?) \[\d+\];\s+dynamically loaded by (?P<by>.+?) \[\d+\]$")
-_LINK_MAP = re.compile(r"^file=(?P<name>.+?) \[\d+\];\s+generating link map$")
-_FIND = re.compile(r"^find library=(?P<name>.+?) \[\d+\]; searching$")
-_SEARCH_PATH = re.compile(r"^ search path=(?P<dirs>.*?)(?:\t\t\((?P<src>[^\t]+)\))?$")
-_SEARCH_CACHE = re.compile(r"^ search cache=(?P<cache>.*)$")
-_TRYING = re.compile(r"^  trying file=(?P<path>.+)$")
-_TRY_NOTE = re.compile(r"^\s+\((?P<why>[^()]+)\)$")
+# Messages may span lines (a path holding a newline): ``.`` matches one too.
+_FILE_NEEDED = re.compile(r"^file=(?P<name>.+?) \[\d+\];\s+needed by (?P<by>.+?) \[\d+\]$", re.DOTALL)
+_FILE_DLOPEN = re.compile(r"^file=(?P<name>.+?) \[\d+\];\s+dynamically loaded by (?P<by>.+?) \[\d+\]$", re.DOTALL)
+_LINK_MAP = re.compile(r"^file=(?P<name>.+?) \[\d+\];\s+generating link map$", re.DOTALL)
+_FIND = re.compile(r"^find library=(?P<name>.+?) \[\d+\]; searching$", re.DOTALL)
+_SEARCH_PATH = re.compile(r"^ search path=(?P<dirs>.*?)(?:\t\t\((?P<src>[^\t]+)\))?$", re.DOTALL)
+_SEARCH_CACHE = re.compile(r"^ search cache=(?P<cache>.*)$", re.DOTALL)
+_TRYING = re.compile(r"^  trying file=(?P<path>.+)$", re.DOTALL)
+_TRY_NOTE = re.compile(r"^\s+\((?P<why>[^()]+)\)$", re.DOTALL)
 _CHECK = re.compile(
-    r"^checking for version `(?P<ver>[^']+)' in file (?P<prov>.+?) \[\d+\] required by file (?P<req>.+?) \[\d+\]$"
-)
+    r"^checking for version `(?P<ver>[^']+)' in file (?P<prov>.+?) \[\d+\] required by file (?P<req>.+?) \[\d+\]$",
+    re.DOTALL)
 _ERROR = re.compile(r"^(?P<obj>.*?): error: (?P<occ>[^:]+): (?P<msg>.*) \((?P<kind>fatal|continued)\)$")
 _VERSION_MSG = re.compile(r"^(?P<weak>weak )?version `(?P<ver>[^']+)' not found \(required by (?P<req>.+)\)$")
-_INIT = re.compile(r"^calling init: (?P<path>.+)$")
-_FINI = re.compile(r"^calling fini: (?P<path>.*?)(?: \[\d+\])?$")
-_OPENING = re.compile(r"^opening file=(?P<path>.+?) \[\d+\]; direct_opencount=(?P<n>\d+)$")
+_INIT = re.compile(r"^calling init: (?P<path>.+)$", re.DOTALL)
+_FINI = re.compile(r"^calling fini: (?P<path>.*?)(?: \[\d+\])?$", re.DOTALL)
+_OPENING = re.compile(r"^opening file=(?P<path>.+?) \[\d+\]; direct_opencount=(?P<n>\d+)$", re.DOTALL)
 
 #: Search-step sources as ld.so labels them (plus "cache" for ``search cache=``).
 LD_LIBRARY_PATH = "LD_LIBRARY_PATH"
