@@ -1,1 +1,3 @@
 """The Textual UI of zdoctor: thin screens over the headless engine."""
+
+from __future__ import annotations

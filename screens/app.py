@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from zdoctor.errors import InputError, ZdoctorError
+from zdoctor.events import ExportWritten
 from zdoctor.resources import data_dir
 
 from .common import NO_CONTROL_CHARACTERS
@@ -34,7 +35,6 @@ class Context:
     log: Any = None  # zdoctor.session.SessionLog | None
     scenario: Any = None  # zdoctor.practice.Scenario | None
     note: str = ""  # why the session is not recorded, when it is not
-    seen: set = field(default_factory=set)  # (probe, started) of the probe results already recorded
 
     @property
     def practice(self) -> bool:
@@ -44,11 +44,6 @@ class Context:
         """Append to the session log; a log that cannot be written is dropped, never fatal."""
         if self.log is None:
             return
-        if type_ == "probe_result" and isinstance(data.get("result"), dict):
-            key = (data["result"].get("probe"), data["result"].get("started"))
-            if key in self.seen:  # the first pass and every walk read the same cached results
-                return
-            self.seen.add(key)
         try:
             self.log.record(type_, data)
         except (OSError, ZdoctorError, ValueError) as exc:
@@ -206,8 +201,8 @@ class ZdoctorApp(App[int]):
         if ctx is None or ctx.log is None:
             raise InputError("this session is not recorded, so there is nothing to export"
                              + (f" ({ctx.note})" if ctx is not None and ctx.note else ""))
-        path = export_session(ctx.log.id, fmt, self.export_dir)
-        ctx.record("export", {"format": fmt, "path": str(path)})
+        path = export_session(ctx.log.id, fmt, self.export_dir, live=True)
+        ExportWritten(format=fmt, path=str(path)).record(ctx.record)
         return path
 
     def export_now(self, fmt: str) -> None:
@@ -274,7 +269,7 @@ class ZdoctorApp(App[int]):
 def prepare_resume(session: str, argv: list[str]) -> tuple[Context, Any]:
     """Reopen a recorded guided session: its host (recorded results first), its log, its walk."""
     from zdoctor.registry import load_vocabulary
-    from zdoctor.resume import SessionHost, find_point, once_per_result, rebuild_host, recorded_results, resume_walk
+    from zdoctor.resume import SessionHost, find_point, rebuild_host, recorded_results, resume_walk
     from zdoctor.session import SessionLog
 
     load_vocabulary()
@@ -287,7 +282,7 @@ def prepare_resume(session: str, argv: list[str]) -> tuple[Context, Any]:
         scenario = get_scenario(str(point.host_info["scenario"]))
     log = SessionLog.reopen(point.session_id, argv=argv)
     ctx = Context(host=host, mode=point.mode or "tui", log=log, scenario=scenario)
-    walk = resume_walk(point, host, record=once_per_result(ctx.record, point.events))
+    walk = resume_walk(point, host, record=ctx.record)
     return ctx, walk
 
 

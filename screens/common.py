@@ -20,6 +20,8 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from zdoctor.model import CONTROL_CHARACTERS, Evidence, Finding, ProbeResult, Table, sort_findings
+from zdoctor.present import MARKS as PRESENT_MARKS
+from zdoctor.present import STYLES, SUMMARY_ORDER, count
 
 if TYPE_CHECKING:
     from zdoctor.host import Host
@@ -27,8 +29,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 #: Status marks: readable without colour (NO_COLOR) and in any 256-colour terminal.
-MARKS = {"ok": ("✓", "green"), "warn": ("!", "yellow"), "fail": ("✗", "red"), "skip": ("-", "dim"),
-         "crash": ("‼", "magenta"), "timeout": ("⏱", "magenta")}
+MARKS = {**{s: (PRESENT_MARKS[s], STYLES[s].replace("bold ", "")) for s in PRESENT_MARKS},
+         "timeout": ("⏱", "magenta")}
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 HOT = "⚠"
 
@@ -94,11 +96,9 @@ def finding_line(f: Finding) -> Text:
 
 
 def summary_text(findings: list[Finding]) -> Text:
-    counts = {s: 0 for s in MARKS}
-    for f in findings:
-        counts[f.status] = counts.get(f.status, 0) + 1
+    counts = count(f.status for f in findings)
     out = Text()
-    for status in ("fail", "crash", "warn", "skip", "ok"):
+    for status in SUMMARY_ORDER:
         if counts[status]:
             if out:
                 out.append(" · ")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import shlex
 import time
-from collections.abc import Callable
+import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,9 +22,9 @@ from textual.widgets import DataTable, Header, Static
 from textual.worker import Worker, WorkerState
 
 from zdoctor.errors import ZdoctorError
-from zdoctor.export import MARKS, STYLES
 from zdoctor.fleet.result import NODE_PROBLEMS, families
 from zdoctor.model import Finding, sort_findings
+from zdoctor.present import MARKS, STYLES
 from zdoctor.resources import data_dir
 
 from .common import NO_CONTROL_CHARACTERS, KeyBar
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from zdoctor.fleet.skew import SkewRow
 
 #: Writes the fleet report in a format (md, html, json); returns the path written.
-Exporter = Callable[[str], Path]
+Exporter = typing.Callable[[str], Path]
 LAUNCH_WIDTH = 48
 VALUE_WIDTH = 44
 #: The exit code when the user stops a collection before every node has answered (as for Ctrl+C).

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import socket
 import subprocess
 import threading
@@ -24,8 +23,20 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Header, Log, OptionList, Static
 from textual.widgets.option_list import Option
 
-from zdoctor.apply import ApplyOutcome, ApplyPlan, env_effect, known_env, plan, run_remedy
+from zdoctor import children
+from zdoctor.apply import ApplyOutcome, ApplyPlan, core_action, env_effect, known_env, plan, run_remedy
+from zdoctor.events import record_remedy
 from zdoctor.model import Finding, Remedy
+from zdoctor.present import (
+    SCRIPT_LABEL,
+    option_label,
+    options_heading,
+    recommendation,
+    verification_mark,
+    verification_of,
+    verification_text,
+)
+from zdoctor.target import target_of
 
 from .common import ContextScreen, KeyBar, in_thread, mark
 
@@ -34,16 +45,15 @@ def shell(lines: list[str]) -> Syntax:
     return Syntax("\n".join(lines), "bash", word_wrap=True, theme="ansi_dark", background_color="default")
 
 
-def verified_text(value: bool | None) -> Text:
-    if value is True:
-        return Text("✓ verified: tried on the node and it fixed the failing command", style="bold green")
-    if value is False:
-        return Text("✗ verification failed: it did not fix the command when tried", style="bold red")
-    return Text("? not verified: zdoctor could not try it first", style="yellow")
+def verified_text(r: Remedy, elsewhere: bool = False) -> Text:
+    """The remedy's verification, in the one wording of :func:`zdoctor.present.verification_text`."""
+    v = verification_of(r)
+    sym, style = verification_mark(v)
+    return Text(f"{sym} {verification_text(v, recorded_elsewhere=elsewhere)}", style=style)
 
 
-def flags_text(r: Remedy) -> Text:
-    out = verified_text(r.verified)
+def flags_text(r: Remedy, elsewhere: bool = False) -> Text:
+    out = verified_text(r, elsewhere)
     out.append("\n")
     out.append("needs root: " + ("yes (runs under sudo unless you are root)" if r.requires_root else "no"))
     out.append("\n")
@@ -69,8 +79,7 @@ def effect_table(r: Remedy, env: dict[str, str]) -> RichTable | None:
 
 def training_env(host: Any) -> dict[str, str]:
     """The environment remedies run in: the training's for a live node, else this process's."""
-    env = getattr(host, "env", None)
-    return dict(env) if isinstance(env, dict) else dict(os.environ)
+    return dict(target_of(host).env)
 
 
 class ConfirmApply(ModalScreen[bool]):
@@ -138,6 +147,10 @@ class RemedyScreen(ContextScreen):
         head = Text.assemble(("Fixes", "bold"), f" at {self.node}")
         if len(findings) == 1:
             head.append(f" for: {findings[0]}")
+        remedies = [r for _f, r in self.pairs]
+        head.append(f"\n{options_heading(len(remedies))}", style="bold")
+        if recommendation(remedies):
+            head.append(f" {recommendation(remedies)}", style="dim")
         yield Static(head, id="rem-title")
         yield OptionList(id="remedies")
         with VerticalScroll(id="rem-body"):
@@ -161,8 +174,8 @@ class RemedyScreen(ContextScreen):
         self.show(0)
 
     def option_text(self, i: int, f: Finding, r: Remedy) -> Text:
-        flag = "✓" if r.verified else ("✗" if r.verified is False else "?")
-        out = Text.assemble(f"{i + 1}. ", (flag, "bold green" if r.verified else "yellow"), " ", (r.title, "bold"))
+        flag, style = verification_mark(verification_of(r))
+        out = Text.assemble(f"{option_label(i + 1, len(self.pairs))}: ", (flag, style), " ", (r.title, "bold"))
         if r.requires_root:
             out.append("  [root]", style="yellow")
         done = self.outcomes.get(i)
@@ -190,10 +203,10 @@ class RemedyScreen(ContextScreen):
 
     def show(self, i: int) -> None:
         f, r = self.pairs[i]
-        self.query_one("#rem-flags", Static).update(flags_text(r))
+        self.query_one("#rem-flags", Static).update(flags_text(r, self.elsewhere))
         self.query_one("#rem-explain", Static).update(Text(r.explanation) if r.explanation else "")
         self.query_one("#rem-commands", Static).update(
-            Group(Text("Commands (bash, in order, before the launch command):", style="bold"), shell(r.commands)))
+            Group(Text(f"{option_label(i + 1, len(self.pairs))}: {SCRIPT_LABEL}:", style="bold"), shell(r.commands)))
         table = effect_table(r, known_env(self.ctx.host))
         effect = self.query_one("#rem-effect", Static)
         effect.update(table if table is not None else "")
@@ -202,10 +215,16 @@ class RemedyScreen(ContextScreen):
         undo.update(Group(Text("Undo:", style="bold"), shell(r.undo)) if r.undo else "")
         undo.display = bool(r.undo)
 
+    @property
+    def elsewhere(self) -> bool:
+        """The evidence came from another node (practice or a replayed snapshot)."""
+        return bool(self.ctx.practice) or self.ctx.host.info.get("kind") == "replay"
+
     # -- actions -----------------------------------------------------------------------------------
     def action_copy(self) -> None:
-        _f, r = self.pairs[self.index]
+        f, r = self.pairs[self.index]
         self.app.copy_to_clipboard("\n".join(r.commands) + "\n")
+        record_remedy(self.ctx.record, "copied", self.playbook, self.node, f.id, r)
         self.notify(f"copied {len(r.commands)} line(s) to the clipboard (OSC 52: where the terminal allows it; "
                     "otherwise select them on screen)", timeout=5)
 
@@ -214,8 +233,7 @@ class RemedyScreen(ContextScreen):
         self.decline(f, r, "declined")
 
     def decline(self, f: Finding, r: Remedy, how: str) -> None:
-        self.ctx.record("remedy_declined", {"playbook": self.playbook, "node": self.node, "finding_id": f.id,
-                                            "remedy": r.to_dict(), "how": how})
+        record_remedy(self.ctx.record, "declined", self.playbook, self.node, f.id, r, how=how)
         self.mark_done(self.index, "declined")
         self.result(Text(f"Declined ({how}): nothing was run. The session log records it.", style="bold"))
 
@@ -235,7 +253,9 @@ class RemedyScreen(ContextScreen):
         if self.ctx.practice:
             out.append("Practice: nothing is run; you see what would run on the recorded node.")
         else:
-            out.append(f"Runs here, on {here}, in bash; it stops at the first line that fails.")
+            core = core_action(r)
+            out.append(f"Runs here, on {here}: {core}." if core else
+                       f"Runs here, on {here}, in bash; it stops at the first line that fails.")
             if info.get("kind") == "replay":
                 out.append(f"The evidence came from a snapshot of {info.get('hostname', 'another node')}: the "
                            "commands act on THIS machine.")
@@ -243,7 +263,7 @@ class RemedyScreen(ContextScreen):
         if how.env_lines:
             out.append("export/unset lines cannot change the shell you launch from: they are also written to a "
                        "file for you to source.")
-        out.append(str(verified_text(r.verified)))
+        out.append(str(verified_text(r, self.elsewhere)))
         out.append("Undo: " + ("; ".join(r.undo) if r.undo else "none recorded."))
         return out
 
@@ -265,8 +285,7 @@ class RemedyScreen(ContextScreen):
         log.write_line("Practice: on the recorded node this would run:")
         for c in r.commands:
             log.write_line(f"  {c}")
-        self.ctx.record("remedy_practised", {"playbook": self.playbook, "node": self.node, "finding_id": f.id,
-                                             "remedy": r.to_dict()})
+        record_remedy(self.ctx.record, "practised", self.playbook, self.node, f.id, r)
         self.mark_done(i, "practised")
         self.result(Text("Practice: nothing was run on this machine.", style="bold"))
 
@@ -282,7 +301,9 @@ class RemedyScreen(ContextScreen):
         log.clear()
         if note:
             log.write_line(note)
-        log.write_line(f"$ bash -c (set -e -x; {len(r.commands)} line(s)), in the training environment")
+        core = core_action(r)
+        log.write_line(f"$ {core}" if core else
+                       f"$ bash -c (set -e -x; {len(r.commands)} line(s)), in the training environment")
         loop = asyncio.get_running_loop()
 
         def on_output(line: str) -> None:
@@ -308,7 +329,9 @@ class RemedyScreen(ContextScreen):
             try:
                 with self.app.suspend():
                     print(f"\nzdoctor: applying {r.title!r} ({'; '.join(how.reasons)})\n", flush=True)
-                    code = subprocess.call(argv, env=env)
+                    # In zdoctor's own group (the terminal's foreground): an SSH drop's SIGHUP reaches it;
+                    # the parent-death signal ends it if zdoctor is killed (not across sudo's set-user-ID).
+                    code = subprocess.call(argv, env=env, preexec_fn=children.pdeathsig_hook())
                     print(f"\nzdoctor: exit code {code}. Press Enter to return to zdoctor.", flush=True)
                     with contextlib.suppress(EOFError):
                         input()
@@ -325,9 +348,8 @@ class RemedyScreen(ContextScreen):
         self.finish(i, f, r, outcome)
 
     def finish(self, i: int, f: Finding, r: Remedy, outcome: ApplyOutcome) -> None:
-        self.ctx.record("remedy_applied", {"playbook": self.playbook, "node": self.node, "finding_id": f.id,
-                                           "remedy": r.to_dict(), **outcome.to_dict(),
-                                           "ran_on": socket.gethostname()})
+        record_remedy(self.ctx.record, "applied", self.playbook, self.node, f.id, r, **outcome.to_dict(),
+                      ran_on=socket.gethostname())
         status = "applied" if outcome.ok else ("cancelled" if outcome.cancelled else "failed")
         self.mark_done(i, status)
         text = Text.assemble(mark("ok" if outcome.ok else "fail"), " ",

@@ -12,6 +12,7 @@ from textual.widgets import Header, OptionList, Static
 from textual.widgets.option_list import Option
 
 from zdoctor.model import Finding
+from zdoctor.target import DEFAULT_PYTHON
 
 from .common import ContextScreen, KeyBar, ProbePanel, findings_text, in_thread, summary_text
 
@@ -30,7 +31,8 @@ def gpu_line(host: Any) -> Text:
     if res is None:
         return Text("GPUs: probing…" if GPU_PROBE in PROBES else "GPUs: not probed by this zdoctor", style="dim")
     if res.status != "ok":
-        return Text(f"GPUs: none usable ({res.error or res.status})", style="dim")
+        why = str(res.error or res.status).split(":")[0]
+        return Text(f"GPUs: none usable ({why[:70]})", style="dim")
     gpus = [g for g in res.facts.get("gpus") or [] if isinstance(g, dict)]
     if not gpus:
         return Text("GPUs: none found", style="dim")
@@ -63,23 +65,28 @@ def glance_text(host: Any) -> Text:
     out.append_text(gpu_line(host))
     out.append("\n")
     py = rec["pyenv"].facts if "pyenv" in rec and rec["pyenv"].status == "ok" else None
-    target = info.get("python") or "python3"
+    target = info.get("python") or DEFAULT_PYTHON
     if py is None:
         out.append(f"Target: {target} (probing…)" if "pyenv" not in rec else f"Target: {target} (not probed)",
                    style="dim")
     else:
+        from zdoctor.guide import target_label
+
         pyinfo = py.get("python") or {}
-        exe = pyinfo.get("executable") or (py.get("target") or {}).get("resolved") or target
+        label = target_label(py, target)  # the path the findings name, and the one --python takes
         version = str(pyinfo.get("version") or "?").split()[0]
         env = "conda" if (pyinfo.get("conda") or {}).get("prefix_is_conda") else "venv" if pyinfo.get("in_venv") else ""
         out.append("Target: ")
-        out.append(str(exe), style="bold")
+        out.append(label, style="bold")
         out.append(f"  Python {version}{f' ({env})' if env else ''}")
         torch = py.get("torch") or {}
         ds = py.get("deepspeed") or {}
         out.append(f" · torch {torch.get('version') or torch.get('dist_version')}" if torch.get("installed")
                    else " · no torch")
         out.append(f" · DeepSpeed {ds.get('version')}" if ds.get("installed") else " · no DeepSpeed")
+        if torch.get("installed") is False:
+            out.append(f"\n! torch is not installed in {label}: nothing of torch, DeepSpeed or their ops can be "
+                       "checked there", style="bold yellow")
     if info.get("kind") == "replay":
         import os
 
@@ -119,6 +126,8 @@ class StartScreen(ContextScreen):
             yield Static(Text("First pass of every check", style="bold underline"), id="pass-title")
             yield ProbePanel(id="pass-probes")
             yield Static("", id="pass-findings")
+        yield Static(Text("Next: wait for the first pass of every check (c cancels a slow probe)", style="bold"),
+                     id="next-step")
         yield OptionList(id="start-menu")
         yield KeyBar()
 
@@ -243,3 +252,13 @@ class StartScreen(ContextScreen):
         out.append_text(findings_text(findings))
         self.query_one("#pass-findings", Static).update(out)
         panel.display = False
+        self.query_one("#glance", Static).update(glance_text(self.ctx.host))
+        self.query_one("#next-step", Static).update(Text(self.next_line(findings), style="bold"))
+
+    def next_line(self, findings: list[Finding]) -> str:
+        """The one "what to do next" line (see :func:`zdoctor.guide.next_step`)."""
+        from zdoctor.guide import next_step
+
+        res = self.ctx.host.recorded().get("pyenv")
+        pyenv = res.facts if res is not None and res.status == "ok" else None
+        return next_step(findings, pyenv, replay=self.ctx.host.info.get("kind") == "replay")

@@ -8,8 +8,9 @@ from rich.console import Group
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
-from textual.widgets import Header, OptionList, Static
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Header, OptionList, Static
 from textual.widgets.option_list import Option
 
 from zdoctor.model import Finding, Remedy, sort_findings
@@ -33,16 +34,63 @@ def candidate_text(c: Any, chosen: Any, book: Any, shadowed: bool = False) -> Te
     out = Text("→ " if is_chosen else "  ", style="bold", no_wrap=True, overflow="ellipsis")
     out.append(c.edge.to, style="bold cyan" if is_chosen else "cyan")
     out.append(f": {c.edge.label or (target.title if target is not None else '')}")
-    if c.edge.when is None:
+    if c.edge.is_fallback:
         verdict = "fallback"
     elif c.error is not None:
-        verdict = f"{c.edge.when} failed: {c.error}"
+        verdict = f"{c.edge.condition_text} failed: {c.error}"
     else:
-        verdict = f"{c.edge.when}: {'yes' if c.holds else 'no'}"
+        verdict = f"{c.edge.condition_text}: {'yes' if c.holds else 'no'}"
         if shadowed:
             verdict += ", but an earlier branch applies first"
     out.append(f"  [{verdict}{'; suggested' if is_chosen else ''}]", style="bold green" if is_chosen else "dim")
     return out
+
+
+class AskScreen(ModalScreen[str]):
+    """A question with a few answers; the first answer is focused and is what Enter and Esc give."""
+
+    BINDINGS = [Binding("escape", "answer_default", "Cancel", id="ask-cancel")]
+
+    def __init__(self, question: Text, body: Text, answers: list[tuple[str, str, str]]) -> None:
+        """``answers``: (id, button label, key) in order; the first is the safe default."""
+        super().__init__()
+        self.question = question
+        self.body = body
+        self.answers = answers
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="confirm-box"):
+            yield Static(self.question, id="confirm-question")
+            yield Static(self.body, id="confirm-notes")
+            with Horizontal(id="confirm-buttons"):
+                for i, (aid, label, key) in enumerate(self.answers):
+                    yield Button(f"{label} ({key})", id=f"ask-{aid}", variant="primary" if i == 0 else "default")
+            yield Static(Text(" · ".join(f"{key}: {label.lower()}" for _a, label, key in self.answers)
+                              + " · Esc or Enter: " + self.answers[0][1].lower(), style="dim"), id="confirm-keys")
+
+    def on_mount(self) -> None:
+        self.query_one(f"#ask-{self.answers[0][0]}", Button).focus()
+
+    def on_key(self, event: Any) -> None:
+        for aid, _label, key in self.answers:
+            if event.key == key:
+                event.stop()
+                self.dismiss(aid)
+                return
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.dismiss(str(event.button.id).partition("-")[2])
+
+    def action_answer_default(self) -> None:
+        self.dismiss(self.answers[0][0])
+
+
+def failing_findings(walk: Any, current: list[Finding]) -> list[Finding]:
+    """Failing findings of the walk so far and of the step on screen (latest per id)."""
+    latest = {f.id: f for f in walk.result().findings}
+    latest.update({f.id: f for f in current})
+    return [f for f in latest.values() if f.status in ("fail", "crash")]
 
 
 class WalkScreen(ContextScreen):
@@ -52,6 +100,7 @@ class WalkScreen(ContextScreen):
     BINDINGS = [
         Binding("n", "next", "Next step", id="next"),
         Binding("b", "branch", "Other branch", id="branch"),
+        Binding("p", "previous", "Previous step", id="previous"),
         Binding("e", "evidence", "Evidence", id="evidence"),
         Binding("r", "remedies", "Fixes", id="remedies"),
         Binding("l", "learn", "Learn more", id="learn"),
@@ -235,7 +284,7 @@ class WalkScreen(ContextScreen):
         elif outcome is not None and outcome.chosen is not None:
             target = self.walk.playbook.nodes[outcome.chosen.to]
             why = outcome.chosen.label or outcome.reason
-            if outcome.chosen.when is not None:
+            if not outcome.chosen.is_fallback:
                 why += f" ({outcome.reason})"
             text = Text.assemble(("Next → ", "bold"), (target.title, "bold green"), "\n", ("because ", "dim"), why)
             text.append("\nn or Enter follows it · ↑↓ another branch" + (" · r the fixes" if fixes else ""),
@@ -285,10 +334,38 @@ class WalkScreen(ContextScreen):
         edge = self.outcome.candidates[index].edge
         if self.outcome.chosen is not None and edge is self.outcome.chosen:
             self.walk.advance()
-        else:
-            self.walk.advance(edge.to)
-            self.notify(f"you chose {edge.to} over the suggested step; the log records it", timeout=4)
+            self.after_move()
+            return
+        target = self.walk.playbook.nodes.get(edge.to)
+        failing = failing_findings(self.walk, self.findings)
+        if target is not None and target.healthy and failing:
+            worst = failing[0]
+            question = Text.assemble(("Choose ", "bold"), (target.title, "bold yellow"), (" anyway?", "bold"))
+            body = Text(f"It says all is well, but {len(failing)} finding(s) of this walk fail, "
+                        f"first: {worst.title} ({worst.id}).\nThe suggested step is "
+                        f"{self.outcome.chosen.to if self.outcome.chosen else 'none'}; the log records your choice.")
+
+            def answered(answer: str | None) -> None:
+                if answer == "take":
+                    self._take_other(edge)
+
+            self.app.push_screen(AskScreen(question, body, [("keep", "Keep the suggested step", "n"),
+                                                            ("take", "Take it anyway", "y")]), answered)
+            return
+        self._take_other(edge)
+
+    def _take_other(self, edge: Any) -> None:
+        self.walk.advance(edge.to)
+        self.notify(f"you chose {edge.to} over the suggested step; the log records it", timeout=4)
         self.after_move()
+
+    def action_previous(self) -> None:
+        """Go back one step of the path (the probes' results are reused; the log records it)."""
+        if len(self.walk.path) < 2:
+            self.notify("This is the first step: there is no previous one.", timeout=3)
+            return
+        self.walk.back()
+        self.enter_node()
 
     def after_move(self) -> None:
         if self.walk.done:
@@ -356,6 +433,27 @@ class WalkScreen(ContextScreen):
         (body.scroll_page_down if direction > 0 else body.scroll_page_up)(animate=False)
 
     def action_back(self) -> None:
+        """Leave the walk; when it is under way and not finished, ask first (the default is to stay)."""
+        if self.walk.done or (len(self.walk.path) < 2 and self.outcome is None):
+            self.leave()
+            return
+        question = Text.assemble(("Leave the walk of ", "bold"), (self.walk.playbook.id, "bold yellow"),
+                                 (f" at step {len(self.walk.path)}?", "bold"))
+        body = Text("It is not finished. What was found so far stays in the session log (x exports it; "
+                    "zdoctor --resume picks the walk up), but this screen closes.")
+        answers = [("stay", "Stay", "n"), ("leave", "Leave", "y")]
+        if len(self.walk.path) > 1:
+            answers.insert(1, ("previous", "Previous step", "p"))
+
+        def answered(answer: str | None) -> None:
+            if answer == "leave":
+                self.leave()
+            elif answer == "previous":
+                self.action_previous()
+
+        self.app.push_screen(AskScreen(question, body, answers), answered)
+
+    def leave(self) -> None:
         if len(self.app.screen_stack) > 2:
             self.app.pop_screen()
         else:  # opened first (--demo SCENARIO, --resume): go to where it would have been opened from

@@ -1,18 +1,25 @@
-"""Record the practice scenario "offload on a slow SATA SSD, fixed by an NVMe drive" (part 2 of the story).
+"""Record the practice scenario "offload on a slow SATA SSD, fixed by an NVMe drive" (part 2 of the story),
+on the same node as part 1, and amend part 1 with that node's facts.
 
-The offload facts (ds_config lints, the memory planner, the training log's breakdown) are probed live
-from real files; the storage facts come from the recorded ``ssd-node`` block-device tree (an NVMe node
-whose offload path sits on a SATA SSD, with a blank NVMe drive). The ds_config's nvme_path must exist
-while recording (its lints look at it): ``/ssd/offload`` is created for the recording and removed again.
+Both parts tell of one node, ``train-node-01``: part 1's recording gives its identity (OS, kernel, memory,
+the training venv /opt/ds-env with torch and DeepSpeed); the recorded ``ssd-node`` block-device tree gives
+its disks (root on nvme0n1p2, ``/ssd`` a SATA SSD on sda, a blank NVMe drive); ``scenario-node`` gives
+the startup files of its user alice (the ``~/.bashrc`` line that puts /opt/conda/lib on LD_LIBRARY_PATH).
 
-    python tests/scenario_kit.py assets/scenarios/slow-ssd-offload.json
+Part 2's offload facts (ds_config lints with the installed DeepSpeed's fields, the memory planner for 13B
+parameters on 8 GPUs, the training log's breakdown) are probed live from real files, with the node's
+memory (part 1's /proc/meminfo) and the node's view of ``/ssd/offload`` (xfs on sda, one free-space
+figure). The throughput of "How fast is it, really?" is a real measurement by zdoctor's own O_DIRECT test,
+run on this machine's disk under the kernel's block throttle (cgroup blkio) set to a SATA SSD's rates;
+this needs root and the cgroup v1 blkio controller.
+
+    python tests/scenario_kit.py assets/scenarios
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -42,46 +49,152 @@ def scrub(text: str) -> str:
     return text.replace('"' + os.path.expanduser("~") + '"', '"/home/alice"')
 
 
-def record_slow_ssd(out: Path | None = None) -> dict:
-    """The scenario's snapshot document (written to ``out`` when given)."""
-    import zdoctor.probes.storage as ps
-    from zdoctor.host import LiveHost
-    from zdoctor.host.replay import snapshot_document
-    from zdoctor.redact import redact
-    from zdoctor.registry import load_vocabulary
-    from zdoctor.storage import blockdev as bd
+PART1 = "conda-ld-library-path.json"
+PART2 = "slow-ssd-offload.json"
+SCENARIO_NODE = FIX / "scenario-node"
+DS_ENV_SHOWN = "/opt/ds-env"
+#: The node's disks as the ssd-node tree has them: the root file system, and /ssd's free space (one figure).
+ROOT_DEVICE = "/dev/nvme0n1p2"
+SSD = {"device": "/dev/sda", "name": "sda", "point": "/ssd", "fstype": "xfs", "majmin": "8:0",
+       "total": 999_653_638_144, "avail": 657_537_581_056}
+#: A SATA SSD's sequential rates (bytes/s): SATA III carries at most about 550 MB/s.
+SATA_READ_BPS, SATA_WRITE_BPS = 530_000_000, 500_000_000
+#: How the node's own files are found when a kit recorded them (its home and system files).
+SCRUB_DS_ENV = os.path.expanduser("~/.cache/zdoctor-tests/ds-env")
 
-    load_vocabulary()
-    made = not os.path.exists(OFFLOAD_PATH)
-    os.makedirs(OFFLOAD_PATH, exist_ok=True)
+
+def node_identity(part1: dict) -> dict:
+    """Hostname, OS, kernel, architecture and the training interpreter of the node part 1 recorded."""
+    h = part1["host"]
+    return {k: h[k] for k in ("hostname", "os", "kernel", "arch", "python", "python_explicit")}
+
+
+def node_meminfo(part1: dict, path: Path) -> str:
+    """The node's /proc/meminfo (as part 1 recorded it) written to ``path`` for the planner to read."""
+    mem = part1["probes"]["system"]["facts"]["memory"]
+    path.write_text("".join(f"{k}: {mem[k] // 1024} kB\n" for k in ("MemTotal", "MemAvailable", "SwapTotal",
+                                                                    "SwapFree", "Shmem") if k in mem))
+    return str(path)
+
+
+def ssd_view(path: str) -> dict:
+    """What the node shows for a path under /ssd: xfs on the SATA SSD sda, with the node's free space."""
+    return {"path": path, "absolute": True, "exists": True, "is_dir": True, "anchor": path, "writable": True,
+            "owner_uid": 1000, "mode": "0o755", "uid": 1000,
+            "mount": {"dev": SSD["majmin"], "fstype": SSD["fstype"], "options": "rw,noatime", "point": SSD["point"],
+                      "source": SSD["device"]},
+            "category": "block",
+            "block": {"device": SSD["device"], "is_block": True, "name": SSD["name"], "nvme": False,
+                      "rotational": False},
+            "free_bytes": SSD["avail"], "total_bytes": SSD["total"]}
+
+
+def _whole_disk(directory: str) -> str:
+    st = os.stat(directory)
+    majmin = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    sysdir = os.path.realpath(f"/sys/dev/block/{majmin}")
+    if os.path.exists(os.path.join(sysdir, "partition")):
+        with open(os.path.join(os.path.dirname(sysdir), "dev"), encoding="ascii") as fh:
+            majmin = fh.read().strip()
+    return majmin
+
+
+def measure_at_sata_rates(directory: str, size: int = 1 << 30) -> dict:
+    """zdoctor's O_DIRECT throughput test on ``directory``, run in a blkio cgroup that throttles its disk to
+    a SATA SSD's read and write rates: a real measurement of a SATA-limited device."""
+    import subprocess
+
+    group = f"/sys/fs/cgroup/blkio/zdoctor-sata-{os.getpid()}"
+    os.mkdir(group)
     try:
-        live = LiveHost(options={"ds_config": str(FIX / "offload" / "zero3-nvme-on-ssd.json"),
-                                 "model_params": "13B", "gpus_per_node": 8,
-                                 "train_log": str(FIX / "offload" / "ds-0.17-wallclock-nvme.log")})
-        for name in ("dsconfig", "capacity", "trainlog", "gpusample"):
-            live.result(name)
-        doc = snapshot_document(live)
+        disk = _whole_disk(directory)
+        Path(group, "blkio.throttle.read_bps_device").write_text(f"{disk} {SATA_READ_BPS}\n")
+        Path(group, "blkio.throttle.write_bps_device").write_text(f"{disk} {SATA_WRITE_BPS}\n")
+        code = ("import json, os, sys; open(sys.argv[1] + '/cgroup.procs', 'w').write(str(os.getpid())); "
+                "from zdoctor.storage import iotest as io; "
+                "print(json.dumps(io.measure(sys.argv[2], int(sys.argv[3]), time_limit=60)))")
+        out = subprocess.run([sys.executable, "-c", code, group, directory, str(size)], check=True,
+                             capture_output=True, text=True, cwd=str(HERE.parent)).stdout
+        res = json.loads(out)
     finally:
-        if made:
-            shutil.rmtree(os.path.dirname(OFFLOAD_PATH), ignore_errors=True)
+        os.rmdir(group)
+    res["link_bps"], res["ratio"] = None, None
+    return res
+
+
+def node_storage(measured_dir: str) -> tuple[dict, dict]:
+    """The storage and nvme_inventory probes' facts and evidence for the node: the recorded tree, with the
+    node's free space on /ssd and a real O_DIRECT check and throughput measured at SATA rates."""
+    import zdoctor.probes.storage as ps
+    from zdoctor.storage import blockdev as bd
+    from zdoctor.storage import iotest as io
+
     with tempfile.TemporaryDirectory() as tmp:
-        tmp_root = tmp
         bd.build_tree((NODE / "tree.txt").read_text(), tmp)
         kw = dict(sysfs_root=os.path.join(tmp, "sys"), dev_root=os.path.join(tmp, "dev"),
                   udev_root=os.path.join(tmp, "run/udev"), mountinfo=str(NODE / "mountinfo"), live=False)
-        storage = ps.collect_storage(OFFLOAD_PATH, source="ds_config zero_optimization.offload_optimizer.nvme_path",
-                                     explicit=False, fstab_path="/etc/fstab", **kw)
+        facts, ev = ps.collect_storage(OFFLOAD_PATH, source="ds_config zero_optimization.offload_optimizer.nvme_path",
+                                       explicit=False, fstab_path="/etc/fstab", **kw)
         inventory = ps.collect_inventory(swaps=str(NODE / "swaps"), **kw)
-    for name, (facts, evidence) in (("storage", storage), ("nvme_inventory", inventory)):
-        doc["probes"][name] = {"probe": name, "status": "ok", "facts": facts,
-                               "evidence": [e.to_dict() for e in evidence], "error": None,
+        text = json.dumps({"storage": [facts, [e.to_dict() for e in ev]],
+                           "nvme_inventory": [inventory[0], [e.to_dict() for e in inventory[1]]]})
+        text = text.replace(tmp, "")
+    done = json.loads(text)
+    facts = done["storage"][0]
+    facts.update(exists=True, is_dir=True, user={"name": "alice", "group": "alice"},
+                 space={"total_bytes": SSD["total"], "free_bytes": SSD["avail"], "avail_bytes": SSD["avail"]},
+                 access={"owner": "alice", "group": "alice", "mode": "0o755", "writable": True, "user_writable": True},
+                 odirect=io.odirect_check(measured_dir), throughput=measure_at_sata_rates(measured_dir))
+    facts["libaio"], _ = io.libaio_status(dict(os.environ))
+    ev = [e for e in done["storage"][1] if e.get("label") != "where offload writes"]
+    ev.insert(0, ps._mount_table(facts).to_dict())
+    return {"storage": (facts, ev), "nvme_inventory": tuple(done["nvme_inventory"])}
+
+
+def record_slow_ssd(out: Path | None = None, part1_path: Path | None = None) -> dict:
+    """The scenario's snapshot document (written to ``out`` when given), on part 1's node."""
+    from zdoctor.host import LiveHost
+    from zdoctor.host.replay import snapshot_document
+    from zdoctor.offload import lint, planner
+    from zdoctor.redact import redact
+    from zdoctor.registry import load_vocabulary
+
+    load_vocabulary()
+    part1 = json.loads(Path(part1_path or HERE.parent / "assets" / "scenarios" / PART1).read_text())
+    ds_python = os.path.join(SCRUB_DS_ENV, "bin", "python")
+    saved = (planner.MEMINFO, planner.fs_space, lint.inspect_path)
+    real_space = planner.fs_space
+    with tempfile.TemporaryDirectory() as tmp:
+        planner.MEMINFO = node_meminfo(part1, Path(tmp) / "meminfo")
+        planner.fs_space = lambda p: ({"total": SSD["total"], "free": SSD["avail"], "measured_at": OFFLOAD_PATH}
+                                      if p.startswith(SSD["point"]) else real_space(p))
+        lint.inspect_path = lambda p, mounts="/proc/self/mountinfo": ssd_view(p)
+        try:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("LD_")}
+            env["PATH"] = os.path.dirname(ds_python) + ":" + env.get("PATH", "")
+            env.update(HOME="/home/alice", USER="alice", LOGNAME="alice")
+            live = LiveHost(python=ds_python, env=env,
+                            options={"ds_config": str(FIX / "offload" / "zero3-nvme-on-ssd.json"),
+                                     "model_params": "13B", "gpus_per_node": 8,
+                                     "train_log": str(FIX / "offload" / "ds-0.17-wallclock-nvme.log")})
+            for name in ("pyenv", "dsconfig", "capacity", "trainlog", "gpusample"):
+                live.result(name)
+            doc = snapshot_document(live)
+        finally:
+            planner.MEMINFO, planner.fs_space, lint.inspect_path = saved
+        measured = os.path.join(tmp, "offload")
+        os.mkdir(measured)
+        storage = node_storage(measured)
+    for name, (facts, evidence) in storage.items():
+        doc["probes"][name] = {"probe": name, "status": "ok", "facts": facts, "evidence": evidence, "error": None,
                                "started": doc["created"], "duration_s": 0.0}
-    doc["host"] = {**doc["host"], "hostname": HOSTNAME, "os": "Ubuntu 22.04.4 LTS", "python": "python3",
+    doc["host"] = {**doc["host"], **node_identity(part1),
                    "options": {k: (os.path.join("/home/alice/job", os.path.basename(str(v)))
                                    if k in ("ds_config", "train_log") else v)
                                for k, v in doc["host"].get("options", {}).items()}}
     text = json.dumps(doc, indent=1, sort_keys=True)
-    text = text.replace(tmp_root, "")  # the recorded tree's /dev paths become the node's own
+    text = text.replace(measured, OFFLOAD_PATH).replace(SCRUB_DS_ENV, DS_ENV_SHOWN)
+    text = text.replace(os.uname().release, part1["host"]["kernel"])  # the node's kernel, as part 1 has it
     text = scrub(text)
     doc = redact(json.loads(text))
     if out is not None:
@@ -89,6 +202,28 @@ def record_slow_ssd(out: Path | None = None) -> dict:
     return doc
 
 
+def amend_part1(path: Path) -> dict:
+    """Part 1 on the same node: its JIT cache lives on the node's root device, and the shellinit probe
+    reads alice's startup files (the recorded ``scenario-node`` tree)."""
+    from zdoctor.forensics.shellinit import scan
+    from zdoctor.model import Evidence
+
+    doc = json.loads(path.read_text())
+    for root in doc["probes"]["jitcache"]["facts"].get("roots") or []:
+        if (root.get("mount") or {}).get("point") == "/":
+            root["mount"]["source"] = ROOT_DEVICE
+    facts = scan("/home/alice", ["/opt/conda", DS_ENV_SHOWN], root=str(SCENARIO_NODE))
+    rows = [[f"{x['file']}:{x['line']}", x["variable"], x["text"]] for x in facts["lines"]]
+    ev = Evidence.of_table("shell startup lines that set LD_LIBRARY_PATH / LD_PRELOAD", ["where", "variable", "line"],
+                           rows)
+    doc["probes"]["shellinit"] = {"probe": "shellinit", "status": "ok", "facts": facts, "evidence": [ev.to_dict()],
+                                  "error": None, "started": doc["created"], "duration_s": 0.0}
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return doc
+
+
 if __name__ == "__main__":
     sys.path.insert(0, str(HERE.parent))
-    record_slow_ssd(Path(sys.argv[1]))
+    where = Path(sys.argv[1])
+    amend_part1(where / PART1)
+    record_slow_ssd(where / PART2, where / PART1)

@@ -80,7 +80,8 @@ def start_sshd(root: Path, nodes: Mapping[str, Mapping[str, str]]) -> Sshd:
     lines = [f"Port {port}", *(f"ListenAddress {a}" for a in nodes), f"HostKey {root / 'hostkey'}",
              f"PidFile {root / 'sshd.pid'}", f"AuthorizedKeysFile {root / 'authorized_keys'}", "StrictModes no",
              "UsePAM no", "PermitRootLogin prohibit-password", "PasswordAuthentication no",
-             "KbdInteractiveAuthentication no", "MaxStartups 100:30:200", "MaxSessions 100", "LogLevel VERBOSE"]
+             "KbdInteractiveAuthentication no", "MaxStartups 100:30:200", "MaxSessions 100", "LogLevel VERBOSE",
+             "Subsystem sftp internal-sftp"]  # scp (fleet --push) speaks SFTP, as with a distribution's sshd
     for addr, env in nodes.items():
         if env:
             lines += [f"Match LocalAddress {addr}", "  SetEnv " + " ".join(f"{k}={v}" for k, v in env.items())]

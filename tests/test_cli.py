@@ -262,3 +262,20 @@ def test_bad_job_options_are_one_line_errors_before_probing(cli):
                          (["--log", "/no/such.log"], "no such file")):
         proc = cli(["check", "--no-log", *args])
         assert proc.returncode == 2 and needle in one_line_error(proc)
+
+
+def test_job_options_work_without_a_command(cli, tmp_path):
+    """`zdoctor --ds-config f` (no `check`, no `tui`) runs like `zdoctor check --ds-config f` off a terminal,
+    and an option given before the command is not lost."""
+    cfg = tmp_path / "ds.json"
+    cfg.write_text('{"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}', encoding="utf-8")
+    for args in (["--ds-config", str(cfg)], ["--ds-config", str(cfg), "check"], ["check", "--ds-config", str(cfg)]):
+        proc = cli([*args, "--playbook", "offload-bottleneck"] if "check" in args else args, timeout=300)
+        assert "invalid choice" not in proc.stderr and proc.returncode in (0, 1), (args, proc.stderr)
+        line = next(x for x in proc.stdout.splitlines() if x.rstrip().endswith("(offload.config)"))
+        assert "stage 3" in line and "offload_optimizer cpu" in line, (args, line)
+    proc = cli(["--ds-config", str(tmp_path / "missing.json")])
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "missing.json: no such file" in proc.stderr
+    proc = cli(["--model-params", "lots"])
+    assert proc.returncode == 2 and "not a count" in proc.stderr

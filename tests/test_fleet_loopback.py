@@ -161,7 +161,7 @@ def test_srun_runs_one_step_per_node_with_the_node_list(fleet, cli, tmp_path):
     assert [n["launch"]["status"] for n in doc["nodes"]] == ["ok", "ok"]
     calls = sorted(log.read_text().splitlines())
     assert len(calls) == 2
-    for host, call in zip(("node01", "node02"), calls, strict=True):
+    for host, call in zip(("node01", "node02"), calls):
         assert call.startswith(f"--nodes=1 --ntasks=1 --nodelist={host} --overlap --quiet")
         assert call.endswith("-- zdoctor-node snapshot -o - --armor --timeout 60 --python /usr/bin/python3 --nodes 2")
 

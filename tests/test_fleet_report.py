@@ -184,8 +184,8 @@ def test_command_line_errors_are_one_line_and_exit_2(cli, tmp_path):
 
 def test_the_job_options_reach_every_node_as_absolute_paths(tmp_path, monkeypatch):
     from zdoctor.cli import build_parser
-    from zdoctor.fleet.cli import options_from
     from zdoctor.fleet.launch import remote_argv
+    from zdoctor.fleet_command import options_from
 
     monkeypatch.chdir(tmp_path)
     args = build_parser().parse_args(["fleet", "--hostfile", "hf", "--python", "/opt/env/bin/python", "--ext", "e.so",

@@ -298,3 +298,23 @@ def test_fourth_toolchain_layer_reads_each_extension_compiler(kit):
     gcc = subprocess.run(["g++", "-dumpfullversion"], capture_output=True, text=True).stdout.strip()
     assert ext_row[2] == f"GCC {gcc}" and "GLIBCXX_3.4.30" in ext_row[3]
     assert any(r[0].startswith("JIT ops") for r in rows)  # the other layers sit in the same table
+
+
+def test_the_startup_line_that_sets_the_offending_entry_is_named(kit, tmp_path):
+    """The old copy comes through LD_LIBRARY_PATH, and the entry comes from a line of the user's ~/.bashrc:
+    zdoctor names that file, line number and line (read, never run)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    line = f"export LD_LIBRARY_PATH={kit['old']}"
+    (home / ".bashrc").write_text(f"# ~/.bashrc\nalias ll='ls -l'\n{line}\n", encoding="utf-8")
+    (home / ".profile").write_text("# LD_LIBRARY_PATH=/nowhere is only a comment here\n", encoding="utf-8")
+    sourced = bash('. "$HOME/.bashrc"; printf %s "$LD_LIBRARY_PATH"', env_with(HOME=str(home)))
+    assert sourced.stdout == str(kit["old"])  # the line really sets the entry the loader follows
+    env = env_with(HOME=str(home), LD_LIBRARY_PATH=sourced.stdout)
+    cmd = import_cmd(PY, kit["exts"], "needsnew")
+    rc, doc = check(["--python", PY, "--command", cmd, "--playbook", "zero3-launch"], env)
+    assert rc == 1 and walk_end(doc)[-1] == "diag-ld-library-path"
+    (src,) = findings(doc, "libs.env-source")
+    assert src["status"] == "warn"
+    assert f"{home}/.bashrc line 3: {line}" in src["detail"] and line in src["title"]
+    assert ".profile" not in src["detail"]

@@ -96,23 +96,35 @@ def test_shared_offload_dir_is_sticky_not_777(tmp_path):
     assert oct(os.stat(tmp_path / "shared").st_mode & 0o7777) == "0o1777"
 
 
-def test_fstab_remedy_appends_exactly_the_line(tmp_path):
+def test_fstab_remedy_builds_validates_backs_up_then_moves_into_place(tmp_path):
     tab = tmp_path / "my fstab"
     original = b"# existing\nproc /proc proc defaults 0 0\n"
     tab.write_bytes(original)
+    tab.chmod(0o644)
     mp = str(tmp_path) + HOSTILE
     rem = fs.fstab_remedy(UUID, mp, "ext4", fstab_path=str(tab), stamp="S", mount_now=False)
-    assert rem.requires_root and any("findmnt --verify" in c for c in rem.commands)
-    proc = bash(rem.commands[:2], tmp_path)  # back up, append (findmnt rightly rejects the missing UUID)
+    assert rem.requires_root and not any(">>" in c for c in rem.commands)
+    staged, backup = f"{tab}.zdoctor-new.S", f"{tab}.bak.S"
+    kinds = [c.split()[0] for c in rem.commands]
+    assert kinds[:5] == ["cp", "printf", "findmnt", "cp", "mv"]  # build beside, validate, back up, move
+    assert rem.commands[2] == f"findmnt --verify --tab-file {shlex.quote(staged)}"
+    assert rem.action == {"kind": "fstab-add", "fstab": str(tab), "line": fs.fstab_line(UUID, mp, "ext4"),
+                          "backup": backup, "mountpoint": os.path.normpath(mp), "mount": False}
+    # As a whole, under set -e: findmnt rightly rejects the UUID no disk here has, and nothing has changed.
+    proc = bash(rem.commands, tmp_path)
+    assert proc.returncode != 0 and "unreachable on boot required source" in proc.stdout
+    assert tab.read_bytes() == original and not os.path.exists(backup)
+    parsed = fs.parse_fstab(Path(staged).read_text())
+    assert parsed[-1].file == mp  # the staged copy parses back to the same hostile path
+    os.unlink(staged)
+    # Past the check (as on a node whose disk has this UUID): the old file is backed up, the new one moved in.
+    proc = bash([c for c in rem.commands if not c.startswith(("findmnt", "if "))], tmp_path)
     assert proc.returncode == 0, proc.stderr
-    text = tab.read_text()
-    assert text.startswith(original.decode()) and text.endswith(fs.fstab_line(UUID, mp, "ext4") + "\n")
-    assert fs.parse_fstab(text)[-1].file == mp
-    assert (tmp_path / "my fstab.bak.S").read_bytes() == original
-    verify = subprocess.run(["findmnt", "--verify", "--tab-file", str(tab)], capture_output=True, text=True)
-    parsed = fs.parse_verify(verify.stdout, verify.stderr)
-    assert mp in parsed["targets"]  # findmnt decoded the escapes to the same path
+    assert tab.read_bytes() == original + fs.fstab_line(UUID, mp, "ext4").encode() + b"\n"
+    assert oct(tab.stat().st_mode & 0o777) == "0o644" and not os.path.exists(staged)
+    assert Path(backup).read_bytes() == original
     restore = [c for c in rem.undo if c.startswith("cp ")]
+    assert restore == [f"cp -p -- {shlex.quote(backup)} {shlex.quote(str(tab))}"]  # the file the steps made
     assert bash(restore, tmp_path).returncode == 0 and tab.read_bytes() == original
     assert not list(tmp_path.rglob("pwned"))
 
@@ -177,7 +189,7 @@ def test_apply_backs_up_validates_replaces_and_mounts(tab, tmp_path):
         assert rec.backup == f"{tab}.bak.T1" and Path(rec.backup).read_bytes() == ORIGINAL
         assert f"+{line}" in rec.diff and rec.validation["summary"].startswith("Success")
         assert rec.created_mountpoint and rec.mount["exit_code"] == 0 and not rec.rolled_back
-        assert [s.split(" ")[0] for s in rec.steps] == ["created", "backed", "wrote", "validated:", "replaced",
+        assert [s.split(" ")[0] for s in rec.steps] == ["created", "wrote", "validated:", "backed", "replaced",
                                                           "mounted"]
         assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
     finally:
@@ -240,3 +252,106 @@ def test_apply_tolerates_problems_that_were_already_there(tmp_path):
 def test_apply_rejects_more_than_one_line(tab):
     rec = fs.apply_fstab_line(str(tab), "tmpfs /a tmpfs defaults 0 0\ntmpfs /b tmpfs defaults 0 0", mount=["true"])
     assert not rec.ok and "not one fstab line" in rec.error and tab.read_bytes() == ORIGINAL
+
+
+# -- the guide's apply goes through the safe core ------------------------------------------------------------
+def test_guide_apply_of_an_invalid_line_leaves_the_fstab_byte_identical(tab, tmp_path):
+    from zdoctor.apply import core_action, run_remedy
+
+    rem = fs.fstab_remedy(UUID, str(tmp_path / "n"), "ext4", fstab_path=str(tab), stamp="G1")
+    assert "findmnt --verify" in core_action(rem)
+    lines: list[str] = []
+    out = run_remedy(rem, dict(os.environ), on_output=lines.append)
+    assert not out.ok and out.exit_code == 1
+    assert tab.read_bytes() == ORIGINAL and not Path(f"{tab}.bak.G1").exists()
+    assert any("findmnt --verify rejects the new line" in x for x in lines)
+    assert not (tmp_path / "n").exists() and not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+    assert out.changed == []
+
+
+def test_guide_apply_backs_up_to_the_name_the_undo_gives_and_mounts(tab, tmp_path):
+    from zdoctor.apply import run_remedy
+    from zdoctor.model import Remedy
+    from zdoctor.storage.fstab_apply import RECORD_PREFIX
+
+    mp = tmp_path / "mnt"
+    line = f"tmpfs {mp} tmpfs size=1m,nofail 0 0"
+    backup = f"{tab}.bak.G2"
+    rem = Remedy(title="t", commands=["false"], requires_root=True, undo=[f"cp -p -- {backup} {tab}"],
+                 action={"kind": "fstab-add", "fstab": str(tab), "line": line, "backup": backup,
+                         "mountpoint": str(mp), "mount": True})
+    lines: list[str] = []
+    try:
+        out = run_remedy(rem, dict(os.environ), on_output=lines.append)
+        assert out.ok, out.output
+        assert is_mounted(mp)
+        assert tab.read_bytes() == ORIGINAL + line.encode() + b"\n"
+        assert Path(backup).read_bytes() == ORIGINAL
+        assert f"modified {tab}" in out.changed and f"created {backup}" in out.changed
+        import json
+
+        record = json.loads(next(x for x in lines if x.startswith(RECORD_PREFIX))[len(RECORD_PREFIX):])
+        assert record["ok"] and record["backup"] == backup
+    finally:
+        subprocess.run(["umount", str(mp)], capture_output=True)
+    # a second apply finds the entry and refuses; the backup the undo names is still the original
+    again = run_remedy(rem, dict(os.environ))
+    assert not again.ok and Path(backup).read_bytes() == ORIGINAL
+
+
+# A driver that stops for good right after step N (or inside the mount, N = -1), to be killed there.
+KILL_DRIVER = """
+import os, sys, time
+from zdoctor.storage import fstab as fs
+tab, line, marker, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+seen = []
+def on_step(text):
+    seen.append(text)
+    if len(seen) == n:
+        open(marker, "w").write(text)
+        time.sleep(600)
+def mount():
+    open(marker, "w").write("mounting")
+    time.sleep(600)
+fs.apply_fstab_line(tab, line, mount=mount if n == -1 else ["true"], backup=tab + ".bak.K", on_step=on_step)
+open(marker, "w").write("done")
+"""
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, -1])
+def test_a_kill_between_any_two_steps_leaves_the_old_or_the_new_file(tab, tmp_path, n):
+    import signal
+    import sys
+
+    from prockit import wait_for
+
+    mp = tmp_path / "k"
+    line = f"tmpfs {mp} tmpfs size=1m,nofail 0 0"
+    new = ORIGINAL + line.encode() + b"\n"
+    marker = tmp_path / "marker"
+    proc = subprocess.Popen([sys.executable, "-c", KILL_DRIVER, str(tab), line, str(marker), str(n)])
+    try:
+        assert wait_for(marker.exists, 60)
+        step = marker.read_text()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    now = tab.read_bytes()
+    assert now in (ORIGINAL, new), now
+    expect_new = n == -1 or n >= 5  # killed after "replaced": the new file, complete
+    assert now == (new if expect_new else ORIGINAL), step
+    backup = Path(f"{tab}.bak.K")
+    assert not backup.exists() or backup.read_bytes() == ORIGINAL  # never a half-written backup
+    assert oct(tab.stat().st_mode & 0o777) == "0o644"
+
+
+def test_the_backup_name_is_the_same_however_often_the_finding_is_made(tmp_path):
+    import time as _time
+
+    first = fs.fstab_remedy(UUID, "/mnt/nvme", "ext4", fstab_path=str(tmp_path / "fstab"))
+    _time.sleep(1.1)
+    again = fs.fstab_remedy(UUID, "/mnt/nvme", "ext4", fstab_path=str(tmp_path / "fstab"))
+    assert first.action["backup"] == again.action["backup"] == f"{tmp_path / 'fstab'}.bak.zdoctor-0bfe0b2c"
+    assert first.undo == again.undo and first.commands == again.commands

@@ -35,8 +35,7 @@ def test_registered_vocabulary():
     for name in ("gpu.driver", "gpu.pcie", "gpu.health", "gpu.runtime", "gpu.toolkit", "gpu.host-compiler",
                  "gpu.nccl", "gpu.env", "gpu.limits"):
         assert name in CHECKS
-    assert {"gpu_nvml_unavailable", "gpu_driver_too_old", "gpu_nvcc_mismatch", "gpu_nccl_conflict",
-            "gpu_shm_small"} <= set(PREDICATES)
+    assert {"gpu_nvml_unavailable", "gpu_none_visible", "gpu_unhealthy", "gpu_torch_without_cuda"} <= set(PREDICATES)
 
 
 def test_the_healthy_h200_passes_every_gpu_check():
@@ -57,9 +56,11 @@ def test_the_healthy_h200_passes_every_gpu_check():
     assert f["gpu.nccl"].title == "NCCL 2.28.9 as torch's wheel requires (nvidia-nccl-cu13==2.28.9)"
     assert "/lib/x86_64-linux-gnu/libnccl.so.2 (NCCL 2.28.3) is in ld.so.cache" in f["gpu.nccl"].detail
     assert f["gpu.limits.shm"].title == "/dev/shm is 128 GiB"
-    for p in ("gpu_driver_too_old", "gpu_nvcc_mismatch", "gpu_nccl_conflict", "gpu_shm_small", "gpu_memlock_limited",
-              "gpu_pcie_degraded", "gpu_unhealthy", "gpu_held_by_others", "gpu_nvml_unavailable"):
+    for p in ("gpu_unhealthy", "gpu_nvml_unavailable"):
         assert PREDICATES[p].func(facts) is False, p
+    for to in ("remedy-runtime", "diag-nvcc-mismatch", "diag-nccl", "diag-shm", "diag-memlock", "diag-pcie",
+               "diag-gpu-busy"):
+        assert branch(to, facts) is False, to
 
 
 # -- driver vs runtime -------------------------------------------------------------------------------------
@@ -80,7 +81,7 @@ def test_runtime_newer_major_than_driver_fails_with_both_ways_out():
     assert f.remedies[0].commands == [f"{PY} -m pip install --upgrade --force-reinstall torch --index-url "
                                       "https://download.pytorch.org/whl/cu124"]
     assert f.remedies[1].requires_root and f.remedies[1].commands == ["apt-get install -y nvidia-driver-580"]
-    assert g.gpu_driver_too_old(facts)
+    assert branch("remedy-runtime", facts)
 
 
 def test_runtime_newer_minor_warns_and_needs_the_minimum_driver():
@@ -158,7 +159,7 @@ def test_nvcc_mismatch_fails_with_deepspeeds_exact_message_and_remedies():
                                       'export PATH=/usr/local/cuda-13.0/bin:"$PATH"']
     assert f.remedies[1].commands == ["apt-get install -y cuda-toolkit-13-0", "export CUDA_HOME=/usr/local/cuda-13.0"]
     assert f.remedies[1].requires_root
-    assert g.gpu_nvcc_mismatch(facts)
+    assert branch("diag-nvcc-mismatch", facts)
 
 
 def test_nvcc_rules_accept_listed_minors_and_honour_ds_skip():
@@ -189,7 +190,7 @@ def test_no_toolkit_at_all():
     assert "cpu_adam and async_io are C++ ops" in home.detail
     assert home.remedies[0].commands[0] == "apt-get install -y cuda-toolkit-13-0"
     assert f["gpu.toolkit.nvcc-version"].status == "skip"
-    assert g.gpu_nvcc_unusable(facts)
+    assert branch("diag-no-toolkit", facts)
 
 
 # -- host compiler ------------------------------------------------------------------------------------------
@@ -211,7 +212,7 @@ def test_gcc_newer_than_nvcc_accepts_fails_with_nvccs_error_and_an_installed_old
             "12.8. Please make sure to use an adequate version of c++ (>=6.0.0, <15.0).") in f.detail
     assert f.evidence[0].table.highlight == [0, 1]
     assert f.remedies[0].commands == ["export CC=/usr/bin/gcc-14", "export CXX=/usr/bin/g++-14"]
-    assert g.gpu_host_gcc_unsupported(facts)
+    assert branch("diag-host-gcc", facts)
 
 
 def test_host_config_from_the_toolkit_wins_over_the_table():
@@ -251,7 +252,7 @@ def test_two_nccl_wheels_keep_torchs_and_reinstall_it():
     assert "undefined symbol: ncclCommRegister" in f.detail
     assert all_commands(f) == [f"{PY} -m pip uninstall -y nvidia-nccl-cu12",
                                f"{PY} -m pip install --force-reinstall --no-deps nvidia-nccl-cu13==2.28.9"]
-    assert g.gpu_nccl_conflict(facts)
+    assert branch("diag-nccl", facts)
 
 
 def test_older_nccl_loaded_than_torch_requires_fails():
@@ -306,7 +307,7 @@ def test_deprecated_nccl_names_are_renamed_with_quoted_values():
                                       "unset NCCL_BLOCKING_WAIT"]
     rows = f.evidence[0].table.rows
     assert rows[1][4] == "ignored (the new name wins)" and rows[1][1] == "1 ; rm -rf /"
-    assert g.gpu_deprecated_env(facts)
+    assert branch("diag-deprecated-env", facts)
     f = by_id(g.check_env(h200(gpu_env=gpu_env(NCCL_DESYNC_DEBUG="a b"))))["gpu.env.deprecated"]
     assert f.remedies[0].commands[0] == "export TORCH_NCCL_DESYNC_DEBUG=" + shlex.quote("a b")
 
@@ -333,7 +334,7 @@ def test_consumer_gpus_get_the_p2p_workaround_and_datacenter_gpus_keep_p2p():
     facts = h200(nvml=eight("NVIDIA GeForce RTX 4090"))
     f = by_id(g.check_env(facts))["gpu.env.p2p"]
     assert f.status == "warn" and f.remedies[0].commands == ["export NCCL_P2P_DISABLE=1"]
-    assert g.gpu_p2p_risk(facts)
+    assert branch("diag-p2p", facts)
     f = by_id(g.check_env(h200(nvml=eight("NVIDIA H200"), gpu_env=gpu_env(NCCL_P2P_DISABLE="1"))))["gpu.env.p2p"]
     assert f.status == "warn" and f.remedies[0].commands == ["unset NCCL_P2P_DISABLE"]
     assert by_id(g.check_env(h200()))["gpu.env.p2p"].status == "ok"  # one GPU
@@ -353,7 +354,7 @@ def test_cuda_visible_devices(value, status, words):
     facts = h200(nvml=eight("NVIDIA H100 80GB HBM3"), gpu_env=gpu_env(CUDA_VISIBLE_DEVICES=value))
     f = by_id(g.check_env(facts))["gpu.env.visible-devices"]
     assert f.status == status and words in f.detail
-    assert g.gpu_visible_devices_invalid(facts) == (status != "ok")
+    assert branch("diag-visible-devices", facts) == (status != "ok")
     if status != "ok":
         assert f.remedies[0].commands == ["unset CUDA_VISIBLE_DEVICES"]
 
@@ -390,7 +391,7 @@ def test_dockers_64mb_shm_fails_on_a_multi_gpu_node():
     assert f.status == "fail" and f.title == "/dev/shm is only 64 MiB" and "(docker's default)" in f.detail
     assert "--shm-size=16g" in f.remedies[0].commands[0] and "--ipc=host" in f.remedies[0].commands[0]
     assert f.remedies[1].commands == ["export NCCL_SHM_DISABLE=1"]
-    assert g.gpu_shm_small(facts)
+    assert branch("diag-shm", facts)
     lf["container"] = {"in_container": False, "kind": None, "clues": []}
     f = by_id(g.check_limits(h200(host_limits=lf)))["gpu.limits.shm"]
     assert f.status == "warn"  # one GPU: no intra-node NCCL traffic
@@ -404,7 +405,7 @@ def test_memlock_limit_and_its_remedies():
     assert f.remedies[0].commands == ["ulimit -l unlimited"]
     assert f.remedies[1].commands == ["echo '* - memlock unlimited' | tee /etc/security/limits.d/90-memlock.conf"]
     assert f.remedies[1].requires_root and "memlock=-1:-1" in f.remedies[1].explanation
-    assert g.gpu_memlock_limited(facts)
+    assert branch("diag-memlock", facts)
     f = by_id(g.check_limits(h200(host_limits=limits_with(memlock_soft_kb=64, memlock_hard_kb=64))))
     assert [r.commands[0] for r in f["gpu.limits.memlock"].remedies] == [
         "echo '* - memlock unlimited' | tee /etc/security/limits.d/90-memlock.conf"]
@@ -442,7 +443,7 @@ def test_persistence_off_and_narrow_link():
     assert f.status == "warn" and f.remedies[0].commands == ["nvidia-smi -pm 1"]
     p = by_id(g.check_pcie(facts))["gpu.pcie"]
     assert p.status == "warn" and "width x4 of x16" in p.evidence[0].table.rows[0][5]
-    assert p.evidence[0].table.highlight == [0] and g.gpu_pcie_degraded(facts)
+    assert p.evidence[0].table.highlight == [0] and branch("diag-pcie", facts)
 
 
 def test_idle_gen_downshift_is_not_a_finding_but_says_how_to_confirm():
@@ -508,3 +509,15 @@ def test_failed_import_without_a_wheel_tag_is_a_skip():
     py["torch"]["dist_version"] = "2.11.0"
     f = by_id(g.check_runtime(h200(pyenv=py)))["gpu.runtime"]
     assert f.status == "skip" and "wheel tag names no CUDA version" in f.detail
+
+
+def branch(to: str, facts) -> bool:
+    """Whether the gpu-stack playbook's edge to ``to`` holds for ``facts`` (its condition, as the walk
+    evaluates it)."""
+    from zdoctor.engine import Walk
+    from zdoctor.playbook import load_all
+
+    edge = next(e for n in load_all()["gpu-stack"].nodes.values() for e in n.next if e.to == to)
+    value, error = Walk._condition(edge, facts)
+    assert error is None, error
+    return value != edge.negate

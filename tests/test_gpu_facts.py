@@ -54,7 +54,8 @@ def h200_nvml() -> dict[str, Any]:
                       "cuda_version": xml["cuda_version"], "count": xml["count"],
                       "disagree": smi.cross_check(facts, xml)})
     # fields the dump did not record, from the XML of the same moment
-    for g, x in zip(facts["gpus"], xml["gpus"], strict=True):
+    assert len(facts["gpus"]) == len(xml["gpus"])
+    for g, x in zip(facts["gpus"], xml["gpus"]):
         for key in ("ecc", "throttle", "perf_state", "compute_mode", "mig", "power_limit_w"):
             g[key] = x[key]
     return facts
@@ -168,10 +169,20 @@ def facts_of(**probes: dict[str, Any]) -> Facts:
     return Facts(out)
 
 
+def h200_p2p() -> dict[str, Any]:
+    """The p2p facts of the one-GPU H200: its PCI address from the capture; its sysfs was not captured, so
+    the IOMMU state is unknown and no pair exists."""
+    from zdoctor.probes.p2p import collect_p2p
+
+    facts, _ = collect_p2p(h200_nvml()["gpus"], {}, sys_root="/nonexistent-sysfs", cmdline="/nonexistent-cmdline",
+                           pairs={}, acs={})
+    return facts
+
+
 def h200_all() -> dict[str, dict[str, Any]]:
     return {"nvml": h200_nvml(), "pyenv": h200_pyenv(), "toolchain": h200_toolchain(),
             "cuda_stack": h200_cuda_stack(), "nccl": h200_nccl(), "gpu_env": h200_gpu_env(),
-            "host_limits": h200_limits()}
+            "host_limits": h200_limits(), "p2p": h200_p2p()}
 
 
 def h200(**changes: dict[str, Any]) -> Facts:

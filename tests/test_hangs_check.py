@@ -73,7 +73,7 @@ def make_op(root: Path, name: str | bytes, *, so: bytes | None = None, lock: boo
     return d
 
 
-def probe(env: dict[str, str], names: tuple[str, ...] = ("jitcache", "processes")) -> Facts:
+def probe(env: dict[str, str], names: tuple[str, ...] = ("jitcache", "processes", "locktrial")) -> Facts:
     return LiveHost(python=sys.executable, env=env).results(names)
 
 
@@ -276,7 +276,8 @@ def test_unsure_cases_downgrade_and_facts_replay(tmp_path: Path) -> None:
     def variant(**change) -> str:
         res = ProbeResult.from_dict(json.loads(json.dumps(facts["processes"].to_dict())))
         res.facts["locks"][0].update(change)
-        (f,) = evaluate_check("hangs.stale-lock", Facts({"jitcache": facts["jitcache"], "processes": res}))
+        (f,) = evaluate_check("hangs.stale-lock", Facts({"jitcache": facts["jitcache"], "processes": res,
+                                                         "locktrial": facts["locktrial"]}))
         return f.status
 
     assert variant(network=True, age_s=60) == "warn"  # a build on another node may hold it

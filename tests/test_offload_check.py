@@ -3,7 +3,6 @@ given: real files and the real DeepSpeed source; recorded H200 memory and GPUs; 
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,6 +19,7 @@ from zdoctor.model import ProbeResult
 from zdoctor.offload import gpusample, planner
 from zdoctor.offload.dsconfig import load_config, parse_config
 from zdoctor.registry import PREDICATES, load_vocabulary
+from zdoctor.target import Target
 
 OFF = FIXTURES / "offload"
 OURS = ("dsconfig", "capacity", "trainlog", "gpusample")
@@ -49,9 +49,7 @@ class JobHost(Host):
     def __init__(self, options: dict[str, Any], given: dict[str, dict[str, Any]] | None = None,
                  command: str | None = None):
         super().__init__()
-        self.options = options
-        self.command = command
-        self.env = dict(os.environ)
+        self.target = Target.of(None, command=command, options=options)
         self.given = given or {}
 
     def _compute(self, name: str) -> ProbeResult:
@@ -309,3 +307,46 @@ def test_replayed_facts_give_the_same_findings(tmp_path, ds_location):
     _f, again = run_checks(replay, CHECKS)
     assert {f.id: f.status for f in again} == {i: f.status for i, f in live.items()}
     assert parse_config('{"a": 1}').data == {"a": 1}
+
+
+# -- unknown is unknown ---------------------------------------------------------------------------------
+
+def test_missing_inputs_give_unknown_figures_and_no_fits():
+    """No GPU seen, no --gpus-per-node, no --model-config: every figure that depends on them is unknown (never
+    a 0.00 GiB lower bound), nothing is said to fit, and each unknown names what would supply it."""
+    host = JobHost({"model_params": "2B"}, {"host_limits": {"target": {"memlock_soft_kb": 8192}}})
+    facts, found = check(host)
+    cap = facts["capacity"].facts
+    assert cap["gpus_per_node"] is None and set(cap["missing"]) == {"gpus_per_node", "largest_layer"}
+    assert cap["deepspeed_text"] is None
+    for r in cap["zero3"] + cap["zero2"]:
+        assert r["gpu_fits"] is None and "NVML" in r["gpu_unknown"]
+        assert not planner.fits(r)
+    # cpu/cpu with zero.Init needs 18 bytes x 1.5 per parameter whatever the GPUs: a real number, and it fits.
+    first = cap["zero3"][0]
+    assert first["cpu_bytes"] == int(2e9 * 18 * 1.5) and first["cpu_fits"] is True and first["cpu_unknown"] is None
+    # none/none without zero.Init needs 4 bytes per parameter per GPU on the host: unknown without the GPU count.
+    last = cap["zero3"][-1]
+    assert last["cpu_bytes"] is None and last["cpu_fits"] is None and "--gpus-per-node" in last["cpu_unknown"]
+    table = next(e for e in facts["capacity"].evidence if e.table and e.label.startswith("ZeRO-3"))
+    cells = [c for row in table.table.rows for c in row]
+    assert not any("0.00 GiB" in c or c.startswith("≥") for c in cells)
+    assert not any(c.startswith("fits") for row in table.table.rows for c in (row[6],))
+    f = found["offload.capacity"]
+    assert f.status == "warn" and "unknown" in f.title and "Choices that fit this node" not in f.detail
+    for supplier in ("--gpus-per-node", "--model-config", "NVML"):
+        assert supplier in f.detail, supplier
+
+
+def test_real_numbers_still_say_fits(tmp_path):
+    """With the GPUs seen through NVML and the model's config, every figure is known and "fits" is said."""
+    model = tmp_path / "config.json"
+    model.write_text('{"model_type": "llama", "hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 8, '
+                     '"num_attention_heads": 8, "vocab_size": 32000}', encoding="utf-8")
+    host = JobHost({"model_config": str(model)}, {"nvml": {"gpus": [dict(H200_GPU, index=i) for i in range(8)]},
+                                                  "host_limits": {"target": {"memlock_soft_kb": 8192}}})
+    facts, found = check(host)
+    cap = facts["capacity"].facts
+    assert cap["missing"] == {} and cap["gpus_per_node"] == 8 and cap["deepspeed_text"]
+    assert all(planner.fits(r) for r in cap["zero3"])
+    assert found["offload.capacity"].status == "ok" and "6 of 6 ZeRO-3 choices fit" in found["offload.capacity"].title

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -152,7 +153,7 @@ def test_refusals_match_deepspeed(path, real):
     cfg = load_config(str(path))
     rec = real["configs"][str(path)]
     lints = lint.lint_config(cfg, ctx())
-    field_errors = {x.key.removeprefix("zero_optimization.") for x in lints
+    field_errors = {re.sub(r"^zero_optimization\.", "", x.key) for x in lints
                     if x.rule in ("unknown-key", "bad-value") and x.severity == "fail"}
     if rec["ok"]:
         assert not field_errors and not by_rule(lints, "ratio-below-stage3")

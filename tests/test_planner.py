@@ -82,9 +82,10 @@ def test_matches_deepspeed_over_a_grid():
                           text=True, timeout=300)
     ref = json.loads(proc.stdout.split("@@R@@", 1)[1])
     assert len(ref["z3"]) == len(z3) == 2688
-    for args, want in zip(z3, ref["z3"], strict=True):
+    for args, want in zip(z3, ref["z3"]):
         assert list(planner.zero3_needs(*args)) == want, args
-    for args, want in zip(z2, ref["z2"], strict=True):
+    assert len(ref["z2"]) == len(z2)
+    for args, want in zip(z2, ref["z2"]):
         assert list(planner.zero2_needs(*args)) == want, args
 
 

@@ -419,7 +419,7 @@ def test_playbook_lints_clean_and_every_path_ends_in_a_diagnosis_naming_checks()
     assert pb.id == "toolchain" and pb.start == "interpreter"
     with open(PLAYBOOK, "rb") as fh:
         raw = tomllib.load(fh)
-    assert set(raw) == {"id", "title", "summary", "start", "nodes"}
+    assert set(raw) == {"id", "title", "summary", "start", "not_checked", "nodes"}
     diagnoses = {nid for nid, n in pb.nodes.items() if n.kind == "diagnosis"}
     for nid, node in pb.nodes.items():
         if node.kind == "diagnosis":
@@ -473,8 +473,13 @@ def test_playbook_walks_real_scenarios_to_the_right_diagnosis(tmp_path):
     assert walk(live(sys.executable, [none], site_ok)) == [
         "interpreter", "torch-import", "jit-compiler", "install-compiler", "diag-no-compiler"]
     assert walk(live(sys.executable, [ts, good], site_ok))[-1] == "diag-devtoolset"
+    # compilers that only answer --version, and no ninja: the toolchain is not in place, and says why
     assert walk(live(sys.executable, [good], site_ok)) == [
-        "interpreter", "torch-import", "jit-compiler", "layers", "diag-layers"]
+        "interpreter", "torch-import", "jit-compiler", "layers", "diag-jit-prereq"]
+    # the system's real compiler, ninja and this interpreter's headers: now it is
+    if shutil.which("ninja", path="/usr/bin:/bin") and shutil.which("c++", path="/usr/bin:/bin"):
+        assert walk(live(sys.executable, [Path("/usr/bin"), Path("/bin")], site_ok)) == [
+            "interpreter", "torch-import", "jit-compiler", "layers", "diag-layers"]
     # A hang, replayed from the recorded partial output of a killed probe.
     out = ('@@zdoctor@@ {"stage": "hello", "version_info": [3, 11, 7]}\n'
            '@@zdoctor@@ {"stage": "basics", "packages": {"torch": {"installed": true}}}\n'

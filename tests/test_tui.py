@@ -119,7 +119,10 @@ def test_start_screen_then_walk_a_playbook_to_its_diagnosis(tmp_path):
             await pilot.press("enter")
             path = await walk_to_diagnosis(pilot, app)
             walk_screen = app.screen
-            assert path[-1] == "diag-layers"
+            # healthy.json has no record of the jitprereq probe the layers step declares: the healthy end
+            # ("The toolchain is in place") is not claimed from what was not recorded
+            assert path[-1] == "diag-not-checked"
+            assert "jitprereq" in walk_screen.walk.outcomes[-2].reason
             assert "Diagnosis:" in plain(walk_screen.query_one("#verdict"))
             assert not walk_screen.query_one("#explain").display
             await pilot.press("l")
@@ -386,7 +389,8 @@ def test_every_key_is_shown_and_found(tmp_path):
                 await pilot.resize_terminal(*size)
                 await pilot.pause(0.2)
                 bar = plain(ws.query_one("KeyBar"))
-                for key, desc in (("n", "Next step"), ("b", "Other branch"), ("e", "Evidence"), ("r", "Fixes"),
+                for key, desc in (("n", "Next step"), ("b", "Other branch"), ("p", "Previous step"),
+                                  ("e", "Evidence"), ("r", "Fixes"),
                                   ("l", "Learn more"), ("g", "Graph"), ("c", "Cancel probes"), ("esc", "Back"),
                                   ("?", "Keys"), ("t", "Terms"), ("x", "Export"), ("q", "Quit")):
                     assert f"{key} {desc}" in bar, (size, key, bar)
@@ -439,7 +443,9 @@ def test_resume_picks_up_where_the_walk_stopped(tmp_path):
             assert await walk_to_diagnosis(pilot, app) == STORY_PATH
             await pilot.press("x", "m")
             await settle(pilot, lambda: (tmp_path / f"zdoctor-{sid}.md").exists())
-            await pilot.press("escape", "escape")  # the export, then the walk: back to the practice list
+            await pilot.press("escape", "escape")  # the export, then the walk: it asks before leaving
+            await settle(pilot, lambda: name(app) == "AskScreen", what="the question before leaving")
+            await pilot.press("y")
             await settle(pilot, lambda: name(app) == "PracticeScreen", what="the practice list")
         md = (tmp_path / f"zdoctor-{sid}.md").read_text()
         assert "- **Resumed:**" in md and "8. `diag-ld-library-path` (diagnosis)" in md
@@ -546,5 +552,124 @@ def test_the_gpu_stack_playbook_walks_on_a_recorded_h200(tmp_path):
             await pilot.press("enter")
             path = await walk_to_diagnosis(pilot, app, limit=16)
             assert path[-1] == "diag-healthy" and len(path) > 5
+
+    run(scenario())
+
+
+# --- leaving, going back, and a healthy branch against a failing finding ---------------------------
+
+def test_esc_asks_before_leaving_a_walk_and_previous_step_goes_back(tmp_path):
+    async def scenario() -> None:
+        app = make(demo=SCENARIO, export_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await step_ready(pilot, app)
+            ws = app.screen
+            for _ in range(2):
+                await pilot.press("n")
+                await step_ready(pilot, app)
+            assert ws.walk.path == ["symptom", "loaded", "needs"]
+            await pilot.press("escape")
+            await settle(pilot, lambda: name(app) == "AskScreen", what="the question before leaving")
+            text = screen_text(app)
+            assert "Leave the walk of zero3-launch at step 3?" in text and "Previous step (p)" in text
+            await pilot.press("enter")  # the default: stay
+            await settle(pilot, lambda: app.screen is ws, what="the walk again")
+            assert ws.walk.path == ["symptom", "loaded", "needs"]
+            await pilot.press("escape")
+            await settle(pilot, lambda: name(app) == "AskScreen")
+            await pilot.press("p")  # previous step, from the question
+            await step_ready(pilot, app)
+            assert app.screen is ws and ws.walk.path == ["symptom", "loaded"] and ws.walk.current == "loaded"
+            await pilot.press("p")  # previous step, from the walk
+            await step_ready(pilot, app)
+            assert ws.walk.path == ["symptom"]
+            assert "1 symptom" in plain(ws.query_one("#crumbs")) and "loaded" not in plain(ws.query_one("#crumbs"))
+            await pilot.press("n")
+            await step_ready(pilot, app)
+            assert ws.walk.path == ["symptom", "loaded"]
+            await pilot.press("escape")
+            await settle(pilot, lambda: name(app) == "AskScreen")
+            await pilot.press("y")
+            await settle(pilot, lambda: name(app) not in ("AskScreen", "WalkScreen"), what="the walk left")
+            sid = app.ctx.log.id
+        events = load_events(sid)
+        backs = [(e["from"], e["to"]) for e in events if e["type"] == "step_back"]
+        assert backs == [("needs", "loaded"), ("loaded", "symptom")]
+        from zdoctor.resume import read_point
+
+        assert read_point(sid).nodes == ["symptom", "loaded"]
+
+    run(scenario())
+
+
+def test_a_healthy_branch_against_a_failing_finding_asks_first(tmp_path):
+    async def scenario() -> None:
+        app = make(demo=SCENARIO, export_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await step_ready(pilot, app)
+            ws = app.screen
+            for _ in range(2):
+                await pilot.press("n")
+                await step_ready(pilot, app)
+            assert ws.walk.current == "needs" and any(f.status == "fail" for f in ws.findings)
+            branches = ws.query_one("#branches")
+            targets = [c.edge.to for c in ws.outcome.candidates]
+            assert ws.walk.playbook.nodes["diag-healthy"].healthy
+            await pilot.press("b")
+            while targets[branches.highlighted] != "diag-healthy":
+                await pilot.press("down")
+            await pilot.press("enter")
+            await settle(pilot, lambda: name(app) == "AskScreen", what="the warning")
+            text = screen_text(app)
+            assert "anyway?" in text and "finding(s) of this walk fail" in text and "(libs." in text
+            await pilot.press("enter")  # the default keeps the suggested step
+            await settle(pilot, lambda: app.screen is ws)
+            assert ws.walk.path == ["symptom", "loaded", "needs"]
+            await pilot.press("b")
+            while targets[branches.highlighted] != "diag-healthy":
+                await pilot.press("down")
+            await pilot.press("enter")
+            await settle(pilot, lambda: name(app) == "AskScreen")
+            await pilot.press("y")
+            await step_ready(pilot, app)
+            assert ws.walk.path[-1] == "diag-healthy"
+            # A branch that is not a healthy diagnosis is taken without a question.
+            sid = app.ctx.log.id
+        edge = [e for e in load_events(sid) if e["type"] == "edge"][-1]
+        assert edge["to"] == "diag-healthy" and edge["override"] is True
+
+    run(scenario())
+
+
+def test_start_screen_at_80x24_without_torch_says_what_to_do_next(tmp_path):
+    """A python3 without torch: the warning is on the first screen, names the path of the Target line, and
+    the start ends with one "what to do next" line."""
+    import subprocess
+
+    venv = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python3")  # the first python3 on PATH, as a new user runs zdoctor
+    env = dict(os.environ, PATH=f"{venv / 'bin'}:{os.environ['PATH']}")
+
+    async def scenario() -> None:
+        app = make(host=LiveHost(env=env), argv=["tui"], export_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot, lambda: name(app) == "StartScreen" and app.screen.findings is not None,
+                         timeout=120, what="the first pass")
+            app.clear_notifications()
+            await pilot.pause(0.3)
+            text = screen_text(app)
+            lines = text.splitlines()
+            flat = "".join("".join(lines).split())  # long paths wrap: compare without any white space
+            assert f"Target:{python}Python" in flat and "notorch" in flat
+            assert f"!torchisnotinstalledin{python}:" in flat
+            torch_finding = next(f for f in app.screen.findings if f.id == "pyenv.torch-import")
+            assert torch_finding.title == f"torch is not installed in {python}"
+            nexts = [x.strip() for x in lines if x.strip().startswith("Next:")]
+            assert nexts == ["Next: name the training interpreter: zdoctor --python /path/to/env/bin/python"]
+            menu_top = next(i for i, x in enumerate(lines) if "Playbooks: walk one step" in x)
+            between = [x for x in lines[lines.index(next(x for x in lines if x.strip().startswith("Next:"))) + 1:
+                                         menu_top] if x.strip().strip("─")]
+            assert between == []  # the Next line ends the start: only a rule separates it from the menu
 
     run(scenario())

@@ -21,7 +21,6 @@ from zdoctor.registry import PROBES, load_vocabulary
 from zdoctor.resume import (
     SessionHost,
     find_point,
-    once_per_result,
     rebuild_host,
     recorded_results,
     resumable_sessions,
@@ -194,7 +193,7 @@ def test_resume_point_and_walk_continue_where_it_stopped():
     host = SessionHost(rebuild_host(point.host_info), recorded)
     assert host.result("libs") is recorded["libs"]  # evidence gathered so far, not probed again
     log = SessionLog.reopen(sid)
-    walk = resume_walk(point, host, record=once_per_result(log.record, point.events))
+    walk = resume_walk(point, host, record=log.record)  # the log writes each probe result once
     assert walk.path == path and walk.current == "needs" and not walk.done
     result = walk.run()
     log.close(0)

@@ -39,8 +39,9 @@ def table(app, table_id: str) -> DataTable:
 def rows(grid: DataTable) -> dict[str, dict[str, str]]:
     """Every row of a table as ``{row key: {column key: cell text}}``, in display order."""
     columns = [c.key.value for c in grid.ordered_columns]
-    return {r.key.value: dict(zip(columns, (str(c) for c in grid.get_row(r.key)), strict=True))
-            for r in grid.ordered_rows}
+    rows = {r.key.value: [str(c) for c in grid.get_row(r.key)] for r in grid.ordered_rows}
+    assert all(len(cells) == len(columns) for cells in rows.values())
+    return {key: dict(zip(columns, cells)) for key, cells in rows.items()}
 
 
 async def on_screen(pilot, app, screen: str) -> None:
@@ -87,7 +88,7 @@ def test_matrix_and_skew_table_of_the_h200_fleet():
                                 "fam:pyenv", "fam:storage", "fam:toolchain", "launch"]
             assert [matrix[h]["mark"] for h in HOSTS] == ["✓", "✗", "✓", "✓", "✗"]
             assert matrix["gpu-2"]["fam:gpu"] == "✗" and matrix["gpu-1"]["fam:gpu"] == "✓"
-            assert matrix["gpu-2"]["fam:libs"] == "✓" and matrix["gpu-2"]["fam:storage"] == "–"
+            assert matrix["gpu-2"]["fam:libs"] == "✓" and matrix["gpu-2"]["fam:storage"] == "-"
             assert matrix["gpu-2"]["launch"] == "ok"
             gone = matrix["gpu-5"]
             assert gone["launch"].startswith("unreachable: ssh: conne")  # cut in the middle
@@ -146,10 +147,10 @@ def test_a_node_opens_its_findings_and_a_finding_its_evidence_and_remedies():
             assert first == "gpu.runtime" and findings[first]["mark"] == "✗"
             assert "driver 570.124.06" in findings[first]["title"]
             marks = [r["mark"] for r in findings.values()]
-            order = {"‼": 0, "✗": 1, "!": 2, "–": 3, "✓": 4}
+            order = {"‼": 0, "✗": 1, "!": 2, "-": 3, "✓": 4}
             assert marks == sorted(marks, key=order.__getitem__)  # worst first
             cells = plain(app.screen.query_one("#fleet-node-cells"))
-            assert "✗ runtime" in cells and "✓ driver" in cells and "✓ glibcxx" in cells
+            assert "✗ runtime" in cells and "✓ driver" in cells and "– glibcxx" in cells  # nothing to check: skip
             assert cells.lstrip().startswith("gpu")
 
             await pilot.press("enter")  # the cursor starts on the worst finding
@@ -203,7 +204,7 @@ def test_a_fact_shows_its_value_on_every_node():
             await on_screen(pilot, app, "FleetFactScreen")
             values = rows(table(app, "fleet-fact-values"))
             assert list(values) == HOSTS
-            reached = {h: v["value"] for h, v in values.items() if v["mark"] != "–"}
+            reached = {h: v["value"] for h, v in values.items() if v["mark"] != "-"}
             assert reached == {"gpu-1": "580.159.04", "gpu-2": "570.124.06", "gpu-3": "580.159.04",
                                "gpu-4": "580.159.04"}
             assert [values[h]["mark"] for h in HOSTS[:4]] == ["✓", "✗", "✓", "✓"]
@@ -279,7 +280,7 @@ def test_an_empty_fleet_renders():
             assert "no nodes" in plain(app.screen.query_one("#fleet-head"))
             assert table(app, "fleet-matrix").row_count == 0
             skew = rows(table(app, "fleet-skew"))
-            assert skew["driver"]["majority"] == "no node reached" and skew["driver"]["mark"] == "–"
+            assert skew["driver"]["majority"] == "no node reached" and skew["driver"]["mark"] == "-"
             await pilot.press("enter")  # nothing to open
             await pilot.press("f", "enter")
             await on_screen(pilot, app, "FleetFactScreen")

@@ -22,8 +22,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import children
 from .errors import InputError
 from .model import Remedy, cap_text
+from .target import Target
 
 ENV_LINE = re.compile(r"^\s*(export|unset)\s+")
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -51,6 +53,17 @@ def plan(remedy: Remedy, is_root: bool | None = None) -> ApplyPlan:
         reasons.append("a line runs sudo, which may ask for your password")
     env_lines = [c for c in remedy.commands if ENV_LINE.match(c)]
     return ApplyPlan(remedy=remedy, interactive=bool(reasons), env_lines=env_lines, reasons=reasons)
+
+
+def core_action(remedy: Remedy) -> str | None:
+    """What the guide runs instead of the remedy's lines, in words (None: the lines, in bash)."""
+    action = remedy.action or {}
+    if action.get("kind") == "fstab-add":
+        return (f"zdoctor's careful fstab apply: a copy of {action.get('fstab')} with the new line is checked "
+                f"with findmnt --verify, the file is backed up to {action.get('backup')}, replaced in one "
+                "rename" + (", and the mount point mounted; a failed mount puts the old file back"
+                             if action.get("mount", True) else ""))
+    return None
 
 
 def script(remedy: Remedy, trace: bool = True) -> str:
@@ -109,9 +122,9 @@ def env_effect(commands: list[str], env: Mapping[str, str]) -> list[tuple[str, s
 def known_env(host: object) -> dict[str, str]:
     """The training environment as far as it is known: a live host's own, else what the snapshot's
     interpreter and library probes recorded."""
-    env = getattr(host, "env", None)
-    if isinstance(env, Mapping):
-        return dict(env)
+    target = getattr(host, "target", None)
+    if isinstance(target, Target):
+        return dict(target.env)
     out: dict[str, str] = {}
     for probe in ("pyenv", "libs"):
         try:
@@ -212,6 +225,12 @@ def run_remedy(remedy: Remedy, env: Mapping[str, str], *, on_output: Callable[[s
     started = time.monotonic()
     outcome = ApplyOutcome(exit_code=None, interactive=terminal is not None)
     argv = ["bash", "-c", script(remedy)]
+    if remedy.action and remedy.action.get("kind") == "fstab-add":
+        from .storage.fstab_apply import action_argv
+
+        argv = action_argv(remedy.action)  # the safe core, not the copyable lines
+        watch = [p for p in (remedy.action.get("fstab"), remedy.action.get("backup")) if p]
+        before = file_states(watch)
     if remedy.requires_root and os.geteuid() != 0:
         argv = ["sudo", "--", *argv]
     run_env = dict(env)
@@ -239,10 +258,12 @@ def _stream(argv: list[str], env: dict[str, str], cwd: str | None, on_output: Ca
     chunks: list[str] = []
     try:
         proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=children.pdeathsig_hook())
     except OSError as exc:
         outcome.error = f"{argv[0]}: {exc.strerror or exc}"
         return
+    children.register(proc.pid)
     deadline = None if timeout is None else time.monotonic() + timeout
 
     def stop() -> None:
@@ -271,6 +292,7 @@ def _stream(argv: list[str], env: dict[str, str], cwd: str | None, on_output: Ca
         if on_output is not None:
             on_output(line)
     proc.wait()
+    children.forget(proc.pid)
     watcher.join(3)
     outcome.exit_code = proc.returncode
     outcome.output = "\n".join(chunks)

@@ -9,8 +9,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from . import __version__
+from . import __version__, children
 from .errors import InputError, UsageError, ZdoctorError
+from .target import OPTION_KEYS, Target
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -22,21 +23,33 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
 
 
-def _target_args(sp: argparse.ArgumentParser) -> None:
-    """The options that describe the training to diagnose: interpreter, command, extra extensions."""
-    sp.add_argument("--python", metavar="PY", dest="sub_python", help="the training environment's interpreter")
-    sp.add_argument("--command", metavar="CMD", dest="run_command",
+#: Defaults of the target options; they are filled in after parsing (see :func:`parse_args`), so the same
+#: option given before the command (``zdoctor --ds-config f check``) or without one is never overwritten.
+TARGET_DEFAULTS: dict[str, Any] = {"sub_python": None, "run_command": None, "ext": [], "timeout": None}
+
+
+def _target_args(sp: argparse.ArgumentParser, top: bool = False) -> None:
+    """The options that describe the training to diagnose: interpreter, command, extra extensions, the job.
+
+    ``top``: for the parser without a command (``zdoctor --ds-config f`` runs the guide or the check with them),
+    where --python is already defined."""
+    if not top:
+        sp.add_argument("--python", metavar="PY", dest="sub_python", default=argparse.SUPPRESS,
+                        help="the training environment's interpreter")
+    sp.add_argument("--command", metavar="CMD", dest="run_command", default=argparse.SUPPRESS,
                     help="the failing launch command, run (bounded) under LD_DEBUG to confirm what it loads "
                          "and to verify remedies (default: a probe that imports torch and deepspeed and loads "
                          "the JIT-built ops)")
-    sp.add_argument("--ext", metavar="PATH", action="append", default=[],
+    sp.add_argument("--ext", metavar="PATH", action="append", default=argparse.SUPPRESS,
                     help="an extra extension (.so) the training imports before torch (repeatable)")
-    sp.add_argument("--timeout", metavar="S", type=float, default=None,
+    sp.add_argument("--timeout", metavar="S", type=float, default=argparse.SUPPRESS,
                     help="time limit in seconds for the traced command and for each remedy re-run (default 120)")
     off = sp.add_argument_group("offload capacity and storage")
     off.add_argument("--ds-config", metavar="FILE", help="the job's DeepSpeed config (JSON/HJSON) to lint and plan")
     off.add_argument("--offload-path", metavar="DIR", help="where NVMe offload would write (default: the config's "
                      "nvme_path)")
+    off.add_argument("--user", metavar="NAME", help="the user the training runs as, who owns the offload "
+                     "directory (default: the owner of the --python environment, else SUDO_USER, else you)")
     off.add_argument("--model-params", metavar="N", help="total model parameters (e.g. 2851M, 7e9, 70B)")
     off.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json to estimate parameters from")
     off.add_argument("--nodes", metavar="N", type=int, default=None, help="nodes in the job (default 1)")
@@ -47,6 +60,10 @@ def _target_args(sp: argparse.ArgumentParser) -> None:
                      help="size of the O_DIRECT throughput test on the offload path (default 1G at most; 0 skips)")
     off.add_argument("--gpu-sample", metavar="S", type=float, default=None,
                      help="sample GPU utilisation for S seconds (default: no sampling)")
+    off.add_argument("--p2p-test", action="store_true", default=None,
+                     help="copy 64 MiB between each pair of GPUs through torch (bounded; off by default)")
+    for action in off._group_actions:
+        action.default = argparse.SUPPRESS
 
 
 def _fleet_parser(sub: Any) -> None:
@@ -77,6 +94,10 @@ def _fleet_parser(sub: Any) -> None:
     f.add_argument("--timeout", metavar="S", type=float, default=DEFAULT_TIMEOUT,
                    help=f"seconds each node may take, connecting included (default {DEFAULT_TIMEOUT:g})")
     f.add_argument("--ssh-config", metavar="FILE", help="an ssh client config file for pdsh and ssh (ssh -F)")
+    f.add_argument("--push", action="store_true",
+                   help="copy zdoctor.pyz to nodes without zdoctor of this version, run it from a private "
+                        "temporary directory and remove it (ssh and pdsh)")
+    f.add_argument("--bundle", metavar="FILE", help="the zdoctor.pyz for --push (default: the one running)")
     f.add_argument("--replay", metavar="SESSION", help="evaluate a recorded fleet session again (an id, or last)")
     f.add_argument("--json", action="store_true", help="print one JSON document instead of the report")
     f.add_argument("--tui", action="store_true", help="show the result in the fleet screen")
@@ -93,6 +114,7 @@ def build_parser() -> Parser:
     from .tui import add_session_arguments
 
     add_session_arguments(p)
+    _target_args(p, top=True)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     c = sub.add_parser("check", help="run every check headless; exit 1 if anything fails")
@@ -123,10 +145,17 @@ def build_parser() -> Parser:
     pbs.add_parser("list", help="every bundled playbook")
     show = pbs.add_parser("show", help="one playbook's nodes and edges")
     show.add_argument("id")
+    pbs.add_parser("predicates", help="every named condition an edge may use, with what it asks")
     lint = pbs.add_parser("lint", help="validate playbook files (default: the bundled ones)")
     lint.add_argument("path", nargs="?", help="a playbook file or a directory of them")
 
     _fleet_parser(sub)
+
+    bb = sub.add_parser("build-bundle", help="build zdoctor.pyz: one file that runs with any python3 >= 3.8.1 "
+                        "on Linux x86_64 and aarch64, without network or pip")
+    bb.add_argument("-o", "--output", metavar="FILE", default="zdoctor.pyz", help="where (default: zdoctor.pyz)")
+    bb.add_argument("--wheels", metavar="DIR",
+                    help="the dependencies' wheels, already downloaded (default: pip download, cached)")
 
     t = sub.add_parser("tui", help="the guided session (the default on a terminal)")
     _target_args(t)
@@ -138,44 +167,13 @@ def _python(args: argparse.Namespace) -> str | None:
     return getattr(args, "sub_python", None) or args.python
 
 
-#: Options that describe the job for the offload, storage and GPU probes (``host.options``).
-OPTION_KEYS = ("ds_config", "offload_path", "model_params", "model_config", "nodes", "gpus_per_node", "train_log",
-               "io_size", "gpu_sample")
-
-
 def _live_host(args: argparse.Namespace):
-    """The live host for the training the arguments describe."""
+    """The live host for the training job the arguments describe (its :class:`Target`, validated once)."""
     from .host import LiveHost
 
-    command = getattr(args, "run_command", None)
-    if command is not None and not command.strip():
-        raise UsageError("zdoctor: --command is empty")
-    ext = [os.path.abspath(p) for p in getattr(args, "ext", None) or []]
-    for p in ext:
-        if not os.path.exists(p):
-            raise UsageError(f"zdoctor: --ext {p}: no such file")
-    timeout = getattr(args, "timeout", None)
-    if timeout is not None and not 0 < timeout <= 3600:
-        raise UsageError("zdoctor: --timeout must be between 0 and 3600 seconds")
-    options = {k: getattr(args, k, None) for k in OPTION_KEYS}
-    for key in ("nodes", "gpus_per_node"):
-        if options[key] is not None and options[key] < 1:
-            raise UsageError(f"zdoctor: --{key.replace('_', '-')} must be at least 1")
-    if options["io_size"] is not None:
-        from .storage.iotest import parse_size
-
-        parse_size(options["io_size"])  # a bad size is a one-line InputError (exit 2) before any probing
-    if options["model_params"] is not None:
-        from .offload.planner import parse_count
-
-        parse_count(options["model_params"])  # likewise for a count that is not one
-    for key, flag in (("ds_config", "--ds-config"), ("model_config", "--model-config"), ("train_log", "--log")):
-        if options[key] is not None:
-            options[key] = os.path.abspath(options[key])
-            if not os.path.exists(options[key]):
-                raise UsageError(f"zdoctor: {flag} {options[key]}: no such file")
-    return LiveHost(python=_python(args), command=command, ext=ext, timeout=timeout,
-                    options={k: v for k, v in options.items() if v is not None})
+    target = Target.from_args(_python(args), getattr(args, "run_command", None), getattr(args, "ext", None) or [],
+                              getattr(args, "timeout", None), {k: getattr(args, k, None) for k in OPTION_KEYS})
+    return LiveHost(target=target)
 
 
 def _open_log(mode: str, argv: Sequence[str], host_info: dict[str, Any], enabled: bool):
@@ -241,7 +239,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_fleet(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from .fleet.cli import run_fleet
+    from .fleet_command import run_fleet
 
     return run_fleet(args, argv, _open_log)
 
@@ -264,6 +262,24 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_build_bundle(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .bundle.build import build
+
+    out = Path(args.output)
+    if not out.parent.is_dir():
+        raise InputError(f"{out.parent}: no such directory")
+    wheels = Path(args.wheels) if args.wheels else None
+    if wheels is not None and not wheels.is_dir():
+        raise InputError(f"{wheels}: no such directory")
+    manifest = build(out, wheels)
+    deps = ", ".join(f"{k} {v}" for k, v in sorted(manifest["deps"].items()))
+    print(f"zdoctor: {out} built ({out.stat().st_size / 2**20:.1f} MiB; {deps}; psutil's native module for "
+          f"{', '.join(sorted(manifest['native']))})", file=sys.stderr)
+    return EXIT_OK
+
+
 def cmd_playbooks(args: argparse.Namespace) -> int:
     from . import playbook as pbmod
 
@@ -271,6 +287,16 @@ def cmd_playbooks(args: argparse.Namespace) -> int:
         for pid, book in sorted(pbmod.load_all().items()):
             print(f"{pid:<20} {book.title}")
             print(f"{'':<20} {book.summary.splitlines()[0] if book.summary else ''}")
+        return EXIT_OK
+    if args.pb_command == "predicates":
+        from .registry import PREDICATES, load_vocabulary
+
+        load_vocabulary()
+        for name, spec in sorted(PREDICATES.items()):
+            print(f"{name}  (reads {', '.join(spec.probes) or 'nothing'})")
+            print(f"    {spec.doc}")
+        print("An edge may also say `when = {finding = \"ID\", status = [\"warn\", \"fail\"]}` or "
+              "`when = {fact = \"probe.key\", equals = VALUE}` instead of naming a predicate.")
         return EXIT_OK
     if args.pb_command == "show":
         books = pbmod.load_all()
@@ -320,10 +346,20 @@ def cmd_tui(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return run_tui(python=_python(args), argv=list(argv), host=_live_host(args))
 
 
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """Parse the command line; the target options given nowhere get their defaults."""
+    args = build_parser().parse_args(argv)
+    for key, value in {**TARGET_DEFAULTS, **{k: None for k in OPTION_KEYS}}.items():
+        if not hasattr(args, key):
+            setattr(args, key, list(value) if isinstance(value, list) else value)
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    children.install_signal_handlers()  # an SSH drop (SIGHUP), SIGTERM or SIGINT ends what zdoctor started
     try:
-        args = build_parser().parse_args(argv)
+        args = parse_args(argv)
         if args.command == "check":
             return cmd_check(args, argv)
         if args.command == "snapshot":
@@ -334,6 +370,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_export(args)
         if args.command == "playbooks":
             return cmd_playbooks(args)
+        if args.command == "build-bundle":
+            return cmd_build_bundle(args)
         return cmd_tui(args, argv)
     except ZdoctorError as exc:
         print(f"zdoctor: error: {exc}" if not str(exc).startswith("zdoctor") else f"{exc}",

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .checks import run_checks
 from .errors import UsageError
+from .events import FindingRecorded, ProbeRecorded, Recorder, SummaryRecorded, no_record
 from .host import Host
 from .model import FAILING, Finding, sort_findings, summarize
 from .registry import PROBES, load_vocabulary
@@ -16,11 +16,6 @@ from .registry import PROBES, load_vocabulary
 if TYPE_CHECKING:
     from .playbook import Playbook
 
-Recorder = Callable[[str, dict[str, Any]], None]
-
-
-def _no_record(_type: str, _data: dict[str, Any]) -> None:
-    return None
 
 
 @dataclass
@@ -98,42 +93,23 @@ def walk_playbooks(host: Host, record: Recorder, books: dict[str, Playbook]) -> 
     return runs
 
 
-def record_results_once(record: Recorder) -> Recorder:
-    """Pass events through, but each probe result only the first time it is seen in this run.
-
-    The check and every playbook walk read the same cached results; the log needs each one once.
-    """
-    seen: set[tuple[str, float]] = set()
-
-    def rec(type_: str, data: dict[str, Any]) -> None:
-        if type_ == "probe_result":
-            key = (data["result"]["probe"], data["result"]["started"])
-            if key in seen:
-                return
-            seen.add(key)
-        record(type_, data)
-
-    return rec
-
-
-def check(host: Host, record: Recorder = _no_record, playbooks: dict[str, Playbook] | None = None,
+def check(host: Host, record: Recorder = no_record, playbooks: dict[str, Playbook] | None = None,
           walk: bool = True) -> CheckReport:
     """Run every check against ``host`` (probes run concurrently), record it, and walk the playbooks
     (default: every bundled one; see :func:`select_playbooks`)."""
     books = (select_playbooks() if playbooks is None else playbooks) if walk else {}
-    record = record_results_once(record)
     facts, findings = run_checks(host)
     for res in facts.values():
-        record("probe_result", {"result": res.to_dict()})
+        ProbeRecorded(result=res.to_dict()).record(record)
     merged: dict[str, Finding] = {}
     for f in findings:
         merged.setdefault(f.id, f)
     ordered = sort_findings(list(merged.values()))
     for f in ordered:
-        record("finding", {"finding": f.to_dict()})
+        FindingRecorded(finding=f.to_dict()).record(record)
     runs = walk_playbooks(host, record, books)
     report = CheckReport(host=host.info, findings=ordered, playbooks=runs)
-    record("summary", report.summary)
+    SummaryRecorded(counts=report.summary).record(record)
     return report
 
 

@@ -9,18 +9,31 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .checks import evaluate_check, probe_findings, probes_for
+from .conditions import holds, probes_of
 from .errors import InputError
+from .events import (
+    DiagnosisReached,
+    EdgeTaken,
+    Event,
+    FindingRecorded,
+    NodeEnter,
+    PlaybookEnd,
+    PlaybookStart,
+    ProbeRecorded,
+    Recorder,
+    SessionView,
+    StepBack,
+    fold,
+)
 from .host import Host
 from .model import Finding, ProbeResult
 from .playbook import END_KINDS, Edge, Node, Playbook
 from .registry import CHECKS, PREDICATES, Facts
-
-Record = Callable[[str, dict[str, Any]], None]
 
 
 @dataclass
@@ -33,18 +46,19 @@ class Candidate:
 
     @property
     def holds(self) -> bool | None:
-        """Whether the edge's condition is met (negation applied); None when it has no predicate."""
-        if self.edge.when is None or self.value is None:
+        """Whether the edge's condition is met (negation applied); None when it has no condition."""
+        if self.edge.is_fallback or self.value is None:
             return None
         return self.value != self.edge.negate
 
     def describe(self) -> str:
-        """``predicate X is true``, or the error the predicate raised."""
-        if self.edge.when is None:
+        """``predicate X is true`` (or ``finding F is warn or fail is true``), or the error it raised."""
+        if self.edge.is_fallback:
             return "fallback"
+        what = f"predicate {self.edge.when}" if self.edge.cond is None else self.edge.cond.describe()
         if self.error is not None:
-            return f"predicate {self.edge.when} failed ({self.error}); counted as false"
-        return f"predicate {self.edge.when} is {'true' if self.value else 'false'}"
+            return f"{what} failed ({self.error}); counted as false"
+        return f"{what} is {'true' if self.value else 'false'}"
 
 
 @dataclass
@@ -67,7 +81,7 @@ class NodeOutcome:
             "findings": [f.to_dict() for f in self.findings],
             "chosen": self.chosen.to if self.chosen else None,
             "reason": self.reason,
-            "candidates": [{"to": c.edge.to, "when": c.edge.when, "negate": c.edge.negate,
+            "candidates": [{"to": c.edge.to, "when": c.edge.condition_text, "negate": c.edge.negate,
                             "label": c.edge.label, "value": c.value, "holds": c.holds,
                             "error": c.error} for c in self.candidates],
         }
@@ -97,26 +111,32 @@ def _event_pair(event: Any) -> tuple[str, Mapping[str, Any]] | None:
     return None
 
 
+def _started(view: SessionView) -> bool:
+    """Whether the recorded events hold a start of the walk (a ``playbook_start``)."""
+    return any(ev.get("type") == "playbook_start" for ev in view.events if isinstance(ev, dict))
+
+
 def probe_names(node: Node) -> list[str]:
     """Every probe a visit of ``node`` runs: its own, those its checks read, those its edge predicates read."""
     names = list(node.probes) + probes_for(c for c in node.checks if c in CHECKS)
     for e in node.next:
         if e.when is not None and e.when in PREDICATES:
             names += PREDICATES[e.when].probes
+        if e.cond is not None:
+            names += probes_of(e.cond, CHECKS)
     return list(dict.fromkeys(names))
 
 
 class Walk:
     """One walk through a playbook on a host."""
 
-    def __init__(self, playbook: Playbook, host: Host, record: Record | None = None,
+    def __init__(self, playbook: Playbook, host: Host, record: Recorder | None = None,
                  max_visits: int = 3) -> None:
         self._setup(playbook, host, record, max_visits)
-        self._emit("playbook_start", {"playbook": playbook.id, "title": playbook.title,
-                                      "start": playbook.start})
+        self._emit(PlaybookStart(playbook=playbook.id, title=playbook.title, start=playbook.start))
         self._enter(playbook.start)
 
-    def _setup(self, playbook: Playbook, host: Host, record: Record | None, max_visits: int) -> None:
+    def _setup(self, playbook: Playbook, host: Host, record: Recorder | None, max_visits: int) -> None:
         if max_visits < 1:
             raise ValueError("max_visits must be at least 1")
         from .registry import load_vocabulary
@@ -139,9 +159,9 @@ class Walk:
         self._lock = threading.RLock()
 
     # -- recording ---------------------------------------------------------------------------------
-    def _emit(self, kind: str, data: dict[str, Any]) -> None:
+    def _emit(self, event: Event) -> None:
         if self.record is not None:
-            self.record(kind, data)
+            event.record(self.record)
 
     def _enter(self, nid: str) -> None:
         node = self.playbook.nodes[nid]
@@ -149,23 +169,33 @@ class Walk:
         self.path.append(nid)
         self.visits[nid] += 1
         self._outcome = None
-        self._emit("node_enter", {"playbook": self.playbook.id, "node": nid, "kind": node.kind,
-                                  "title": node.title})
+        self._emit(NodeEnter(playbook=self.playbook.id, node=nid, kind=node.kind, title=node.title))
         if node.kind == "diagnosis":
             self.diagnosis = nid
-            self._emit("diagnosis", {"playbook": self.playbook.id, "node": nid, "title": node.title})
+            self._emit(DiagnosisReached(playbook=self.playbook.id, node=nid, title=node.title))
 
     def _finish(self, reason: str, stopped: str | None) -> None:
         self.done = True
         self.end_reason = reason
         self.stopped = stopped
-        self._emit("playbook_end", {"playbook": self.playbook.id, "path": list(self.path),
-                                    "diagnosis": self.diagnosis, "reason": reason})
+        self._emit(PlaybookEnd(playbook=self.playbook.id, path=list(self.path), diagnosis=self.diagnosis,
+                               reason=reason))
 
     # -- evaluation --------------------------------------------------------------------------------
     @property
     def node(self) -> Node:
         return self.playbook.nodes[self.current]
+
+    @staticmethod
+    def _condition(edge: Edge, facts: Facts) -> tuple[bool, str | None]:
+        """Evaluate an edge's condition: a data condition from the checks' (cached) findings, else the
+        named predicate."""
+        if edge.cond is None:
+            return Walk._predicate(str(edge.when), facts)
+        try:
+            return holds(edge.cond, facts, lambda check: evaluate_check(check, facts)), None
+        except Exception as exc:  # noqa: BLE001 - a broken condition must not end the walk
+            return False, f"{type(exc).__name__}: {exc}"
 
     @staticmethod
     def _predicate(name: str, facts: Facts) -> tuple[bool, str | None]:
@@ -191,10 +221,10 @@ class Walk:
     def _choose(self, node: Node, facts: Facts) -> tuple[list[Candidate], Edge | None, str]:
         cands = []
         for e in node.next:
-            if e.when is None:
+            if e.is_fallback:
                 cands.append(Candidate(e))
             else:
-                value, error = self._predicate(e.when, facts)
+                value, error = self._condition(e, facts)
                 cands.append(Candidate(e, value, error))
         failed: list[str] = []
 
@@ -212,7 +242,7 @@ class Walk:
                 return cands, default, because("question default")
             return cands, None, because(f"question {node.id} has no default answer")
         for c in cands:
-            if c.edge.when is None:
+            if c.edge.is_fallback:
                 return cands, c.edge, because("fallback")
             if c.holds:
                 return cands, c.edge, because(c.describe())
@@ -221,6 +251,39 @@ class Walk:
         if not cands:
             return cands, None, f"{node.id} has no next step"
         return cands, None, "no edge applies: " + "; ".join(c.describe() for c in cands)
+
+    def unchecked_probes(self, facts: Facts, findings: list[Finding] | None = None) -> list[str]:
+        """``probe (why)`` for every probe the walk's verdict rests on that gave no facts: a probe a step on
+        the path declares (``probes = [...]``) that gave none while a check of that step could not judge
+        (came out skip or crash), and any probe that crashed or timed out. A probe with nothing to do, or
+        one whose step still judged (a fallback rule), does not count."""
+        steps = [(o.node, o.facts, o.findings) for o in self.outcomes if o is not self._outcome]
+        steps.append((self.node, facts, list(findings or [])))
+        seen: dict[str, str] = {}
+        for node, step_facts, step_findings in steps:
+            undecided = any(f.status in ("skip", "crash") for f in step_findings)
+            for name, res in step_facts.items():
+                if res.status in ("crash", "timeout") or (res.status != "ok" and undecided and name in node.probes):
+                    seen[name] = str(res.error or (res.facts or {}).get("skipped") or res.status)
+                elif res.status == "ok":
+                    seen.pop(name, None)
+        return [f"{name} ({why})" for name, why in seen.items()]
+
+    def _guard_healthy(self, node: Node, facts: Facts, cands: list[Candidate], chosen: Edge | None,
+                       reason: str, findings: list[Finding] | None = None) -> tuple[Edge | None, str]:
+        """A healthy diagnosis is never reached from missing data: when a probe the walk rests on gave no
+        facts, the walk goes to the playbook's ``not_checked`` diagnosis instead, and says which."""
+        implied = self.playbook.not_checked_edge(node)
+        if implied is None:
+            return chosen, reason
+        if not any(c.edge.to == implied.to for c in cands):
+            cands.append(Candidate(implied))
+        if chosen is None or not self.playbook.nodes[chosen.to].healthy:
+            return chosen, reason
+        missing = self.unchecked_probes(facts, findings)
+        if not missing:
+            return chosen, reason
+        return implied, f"not {chosen.to}: no facts from {', '.join(missing)}"
 
     def evaluate(self) -> NodeOutcome:
         """Probe, check and choose for the current node (once per visit; later calls reuse it)."""
@@ -235,13 +298,12 @@ class Walk:
             for name, res in facts.items():
                 if self._seen_results.get(name) is not res:
                     self._seen_results[name] = res
-                    self._emit("probe_result", {"playbook": self.playbook.id, "node": node.id,
-                                                "result": res.to_dict()})
+                    self._emit(ProbeRecorded(result=res.to_dict(), playbook=self.playbook.id, node=node.id))
             findings = self._findings(node, facts)
             for f in findings:
-                self._emit("finding", {"playbook": self.playbook.id, "node": node.id,
-                                       "finding": f.to_dict()})
+                self._emit(FindingRecorded(finding=f.to_dict(), playbook=self.playbook.id, node=node.id))
             cands, chosen, reason = self._choose(node, facts)
+            chosen, reason = self._guard_healthy(node, facts, cands, chosen, reason, findings)
             self._outcome = NodeOutcome(node=node, visit=self.visits[node.id], facts=facts,
                                         findings=findings, chosen=chosen, reason=reason, candidates=cands)
             self.outcomes.append(self._outcome)
@@ -260,7 +322,7 @@ class Walk:
                     return
                 self._go(chosen, outcome.reason, override=False)
                 return
-            edges = node.edges_to(to)
+            edges = node.edges_to(to) or [c.edge for c in outcome.candidates if c.edge.to == to]
             if not edges:
                 choices = ", ".join(e.to for e in node.next) or "none"
                 raise ValueError(f"{to!r} is not a next step of {node.id!r} (choices: {choices})")
@@ -285,9 +347,9 @@ class Walk:
             self._finish(f"stopped: {edge.to} would be visited {seen + 1} times (limit {self.max_visits}); "
                          f"the walk keeps going round the loop {edge.source} -> {edge.to}", "loop")
             return
-        self._emit("edge", {"playbook": self.playbook.id, "from": edge.source, "to": edge.to,
-                            "predicate": edge.when, "negate": edge.negate, "reason": reason,
-                            "override": override})
+        self._emit(EdgeTaken(playbook=self.playbook.id, source=edge.source, to=edge.to, predicate=edge.when,
+                             negate=edge.negate, reason=reason, override=override,
+                             condition=edge.cond.to_dict() if edge.cond is not None else None))
         self._enter(edge.to)
 
     def _end_here(self, node: Node, reason: str) -> None:
@@ -297,6 +359,23 @@ class Walk:
             self._finish(f"ended at {node.kind} node {node.id}, which has no next step", "no-edge")
         else:
             self._finish(f"stuck at {node.id}: {reason}", "no-edge")
+
+    def back(self) -> str:
+        """Return to the previous step of the path (a finished walk is open again); returns its id.
+
+        Recorded as a ``step_back`` event, so a resumed session stands where the user went back to."""
+        with self._lock:
+            if len(self.path) < 2:
+                raise ValueError(f"{self.current!r} is the first step of {self.playbook.id}: there is no previous one")
+            left = self.path.pop()
+            self.visits[left] -= 1
+            self.current = self.path[-1]
+            self.diagnosis = next((n for n in reversed(self.path) if self.playbook.nodes[n].kind == "diagnosis"), None)
+            self.done, self.end_reason, self.stopped = False, None, None
+            self._outcome = None
+            self._emit(StepBack(playbook=self.playbook.id, source=left, to=self.current,
+                                reason="the user went back to the previous step"))
+            return self.current
 
     def stop(self, reason: str = "stopped by the user") -> None:
         """End the walk where it stands."""
@@ -329,7 +408,7 @@ class Walk:
 
     # -- resuming ----------------------------------------------------------------------------------
     @classmethod
-    def resume(cls, playbook: Playbook, host: Host, events: Iterable[Any], record: Record | None = None,
+    def resume(cls, playbook: Playbook, host: Host, events: Iterable[Any], record: Recorder | None = None,
                max_visits: int = 3) -> Walk:
         """Rebuild the position (path, current node, diagnosis, done) from recorded events.
 
@@ -338,29 +417,19 @@ class Walk:
         """
         walk = cls.__new__(cls)
         walk._setup(playbook, host, record, max_visits)
-        started = False
-        path: list[str] = []
-        diagnosis: str | None = None
-        end: str | None = None
-        for event in events:
-            pair = _event_pair(event)
-            if pair is None or pair[1].get("playbook") != playbook.id:
-                continue
-            kind, data = pair
-            if kind == "playbook_start":
-                started, path, diagnosis, end = True, [], None, None
-            elif kind == "node_enter":
-                nid = data.get("node")
-                if not isinstance(nid, str) or nid not in playbook.nodes:
-                    raise InputError(f"recorded node {nid!r} is not in playbook {playbook.id} "
-                                     "(was the playbook changed since?)")
-                path.append(nid)
-            elif kind == "diagnosis":
-                diagnosis = data.get("node") if isinstance(data.get("node"), str) else diagnosis
-            elif kind == "playbook_end":
-                end = str(data.get("reason") or "ended")
-        if not started:
+        pairs = (_event_pair(e) for e in events)
+        view = fold([{**data, "type": kind} for kind, data in (p for p in pairs if p is not None)
+                     if data.get("playbook") == playbook.id])
+        recorded = view.walk_of(playbook.id)
+        if recorded is None or not _started(view):
             raise InputError(f"no recorded walk of playbook {playbook.id} to resume")
+        path = recorded.nodes
+        for nid in path:
+            if nid not in playbook.nodes:
+                raise InputError(f"recorded node {nid!r} is not in playbook {playbook.id} "
+                                 "(was the playbook changed since?)")
+        diagnosis = recorded.diagnosis_node
+        end = (str(recorded.end.get("reason") or "ended")) if recorded.end is not None else None
         if not path:
             walk._enter(playbook.start)
         else:

@@ -1,5 +1,7 @@
 """Errors that end a command with a one-line message and exit code 2."""
 
+from __future__ import annotations
+
 
 class ZdoctorError(Exception):
     """Base: the message is shown to the user as one line."""

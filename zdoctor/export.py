@@ -13,128 +13,40 @@ import os
 import re
 import shlex
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .atomic import write_text_atomic
 from .errors import UsageError
-from .model import STATUS_RANK, STATUSES, cap_text, visible_controls
+from .events import SessionView, WalkView, fold
+from .model import STATUS_RANK, cap_text, visible_controls
+from .present import (
+    MARKS,
+    SCRIPT_LABEL,
+    edge_sentence,
+    in_words,
+    option_label,
+    options_heading,
+    recommendation,
+    remedy_flags,
+    summary_parts,
+)
 
 FORMATS = ("md", "html", "json")
 EXTENSIONS = {"md": "md", "html": "html", "json": "json"}
 #: Characters of command output shown per block in Markdown and HTML (the JSON export keeps it all).
 BLOCK_CAP = 4000
-MARKS = {"ok": "✓", "warn": "!", "fail": "✗", "skip": "–", "crash": "‼"}
-STYLES = {"ok": "green", "warn": "yellow", "fail": "red", "skip": "dim", "crash": "bold magenta"}
 
 
 # --- the report model ---------------------------------------------------------------------------
 
-@dataclass
-class PlaybookRun:
-    """One walk through a playbook: nodes entered and edges taken, in order, and how it ended."""
-
-    playbook: str
-    title: str = ""
-    steps: list[dict[str, Any]] = field(default_factory=list)  # node_enter and edge events
-    diagnosis: dict[str, Any] | None = None
-    end: dict[str, Any] | None = None
-
-
-@dataclass
-class Report:
-    """What a session's events say, gathered for rendering."""
-
-    session_id: str = ""
-    start: dict[str, Any] = field(default_factory=dict)
-    resumes: list[dict[str, Any]] = field(default_factory=list)
-    end: dict[str, Any] | None = None
-    runs: list[PlaybookRun] = field(default_factory=list)
-    findings: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> latest "finding" event
-    probes: list[dict[str, Any]] = field(default_factory=list)
-    applied: list[dict[str, Any]] = field(default_factory=list)
-    summary: dict[str, Any] | None = None
-    others: list[dict[str, Any]] = field(default_factory=list)
-    fleet: dict[str, Any] | None = None  # the recorded fleet report (fleet_result), for a fleet session
-    fleet_nodes: int = 0
-    torn: bool = False
-
-    @property
-    def host(self) -> dict[str, Any]:
-        host = self.start.get("host")
-        return host if isinstance(host, dict) else {}
-
-    def sorted_findings(self) -> list[dict[str, Any]]:
-        """The latest version of each finding, worst first, then by id."""
-        found = [ev["finding"] for ev in self.findings.values()]
-        return sorted(found, key=lambda f: (STATUS_RANK.get(f.get("status"), len(STATUS_RANK)),
-                                            _s(f.get("id"))))
-
-    def counts(self) -> dict[str, Any]:
-        """The last recorded summary, or one counted from the latest findings when none is current."""
-        if self.summary is not None:
-            return {k: v for k, v in self.summary.items() if k not in ("seq", "ts", "type")}
-        counts: dict[str, Any] = {s: 0 for s in STATUSES}
-        for f in self.findings.values():
-            status = f["finding"].get("status")
-            counts[status] = counts.get(status, 0) + 1
-        counts["total"] = len(self.findings)
-        return counts
+#: What a session's events say, gathered for rendering (one fold, shared with resume and the walk).
+Report = SessionView
 
 
 def collect(events: list[dict[str, Any]]) -> Report:
     """Gather ``events`` into a :class:`Report`; unknown or odd events land in ``others``."""
-    rep = Report(torn=bool(getattr(events, "torn", False)))
-    current: dict[str, PlaybookRun] = {}
-
-    def run_for(ev: dict[str, Any]) -> PlaybookRun:
-        name = _s(ev.get("playbook"))
-        if name not in current:
-            current[name] = PlaybookRun(playbook=name)
-            rep.runs.append(current[name])
-        return current[name]
-
-    for ev in events:
-        if not isinstance(ev, dict):
-            rep.others.append({"type": "?", "value": ev})
-            continue
-        kind = ev.get("type")
-        if kind == "session_start":
-            rep.start = ev
-            rep.session_id = _s(ev.get("session_id"))
-        elif kind == "session_resume":
-            rep.resumes.append(ev)
-        elif kind == "session_end":
-            rep.end = ev
-        elif kind == "playbook_start":
-            run = PlaybookRun(playbook=_s(ev.get("playbook")), title=_s(ev.get("title")))
-            current[run.playbook] = run
-            rep.runs.append(run)
-        elif kind in ("node_enter", "edge"):
-            run_for(ev).steps.append(ev)
-        elif kind == "diagnosis":
-            run_for(ev).diagnosis = ev
-        elif kind == "playbook_end":
-            run_for(ev).end = ev
-        elif kind == "probe_result" and isinstance(ev.get("result"), dict):
-            rep.probes.append(ev)
-        elif kind == "finding" and isinstance(ev.get("finding"), dict) and "id" in ev["finding"]:
-            fid = _s(ev["finding"]["id"])
-            rep.findings.pop(fid, None)
-            rep.findings[fid] = ev
-            rep.summary = None  # a finding recorded after the summary (a re-check) makes it stale
-        elif kind in ("remedy_applied", "remedy_declined", "remedy_practised"):
-            rep.applied.append(ev)
-        elif kind == "summary":
-            rep.summary = ev
-        elif kind == "fleet_result" and isinstance(ev.get("report"), dict):
-            rep.fleet = ev["report"]
-        elif kind in ("fleet_start", "fleet_node"):
-            rep.fleet_nodes += kind == "fleet_node"  # kept whole in the JSON export; the report says the rest
-        else:
-            rep.others.append(ev)
-    return rep
+    return fold(events)
 
 
 # --- small helpers ------------------------------------------------------------------------------
@@ -203,14 +115,6 @@ def _command_line(argv: Any) -> str:
     return f"zdoctor {text}".rstrip()
 
 
-def _verified(value: Any) -> str:
-    if value is True:
-        return "verified: tried on this machine and it works"
-    if value is False:
-        return "verification failed: it did not fix the problem when tried"
-    return "not verified"
-
-
 def _host_line(host: dict[str, Any]) -> str:
     name = _s(host.get("hostname")) or "unknown host"
     details = [_s(host.get("os")), f"kernel {host['kernel']}" if host.get("kernel") else "",
@@ -223,7 +127,7 @@ def _host_line(host: dict[str, Any]) -> str:
 
 
 def _summary_parts(counts: dict[str, Any]) -> list[tuple[str, str]]:
-    parts = [(f"{MARKS[s]} {counts.get(s, 0)} {s}", s) for s in ("fail", "crash", "warn", "skip", "ok")]
+    parts = summary_parts(counts)
     total = counts.get("total", 0)
     parts.append((f"{total} finding{'' if total == 1 else 's'}", ""))
     return parts
@@ -231,6 +135,16 @@ def _summary_parts(counts: dict[str, Any]) -> list[tuple[str, str]]:
 
 TORN_NOTE = "The last event was cut off mid-write (the session was interrupted); it is left out."
 UNFINISHED_NOTE = "The walk did not reach its end in this session."
+OPEN_NOTE = "still open (exported during the session)"
+UNENDED_NOTE = "not recorded (interrupted, or still running)"
+
+
+def _ended(rep: Report) -> str:
+    """When and how the session ended; a session exported while it runs is still open."""
+    if rep.end is not None:
+        code = rep.end.get("exit_code")
+        return _when(rep.end.get("ts")) + (f", exit code {code}" if code is not None else "")
+    return OPEN_NOTE if rep.live else UNENDED_NOTE
 
 
 def _other_body(ev: dict[str, Any]) -> str:
@@ -239,15 +153,31 @@ def _other_body(ev: dict[str, Any]) -> str:
     return cap_text(body, 500)[0]
 
 
+_MECHANICAL_REASON = re.compile(r"(fallback|question default|predicate \S+ is (true|false))")
+
+
 def _edge_text(ev: dict[str, Any]) -> str:
-    """``→ to: reason (predicate p, negated; chosen by the user)`` without markup."""
-    notes = []
-    if ev.get("predicate"):
-        notes.append(f"predicate {ev['predicate']}" + (", negated" if ev.get("negate") else ""))
-    if ev.get("override"):
-        notes.append("chosen by the user" if ev.get("override") is True else f"override: {ev['override']}")
+    """Why the walk took an edge, as a sentence: a condition's description, never its internal name.
+
+    The walk records its own short forms (``fallback``, ``predicate X is true``); they are put into words
+    here, and a condition that could not be checked keeps its error.
+    """
     reason = _s(ev.get("reason"))
-    return reason + (f" ({'; '.join(notes)})" if notes else "")
+    first, *rest = reason.split("; ")
+    if ev.get("override"):
+        return "chosen by the user"
+    if isinstance(ev.get("condition"), dict):
+        from .conditions import parse_condition
+
+        cond, _problems = parse_condition(ev["condition"])
+        if cond is not None:
+            said = cond.describe()
+            return f"it is not the case that {said}" if ev.get("negate") else said
+    if reason and not _MECHANICAL_REASON.fullmatch(first):
+        return in_words(reason)
+    text = edge_sentence(ev.get("predicate"), ev.get("negate"), False, first)
+    broken = [in_words(part) for part in rest if " failed (" in part]
+    return text + (f" ({'; '.join(broken)})" if broken else "")
 
 
 # --- Markdown -----------------------------------------------------------------------------------
@@ -365,23 +295,22 @@ def _md_evidence(ev: dict[str, Any], cap: int) -> list[str]:
     return out
 
 
-def _md_remedy(n: int, rem: dict[str, Any]) -> list[str]:
-    flags = [_verified(rem.get("verified"))]
-    if rem.get("requires_root"):
-        flags.append("needs root")
-    out = [f"**{n}. {md_escape(rem.get('title') or 'Remedy')}** ({md_escape('; '.join(flags))})", ""]
+def _md_remedy(n: int, total: int, rem: dict[str, Any], elsewhere: bool) -> list[str]:
+    flags = remedy_flags(rem, recorded_elsewhere=elsewhere)
+    out = [f"**{md_escape(option_label(n, total))}: {md_escape(rem.get('title') or 'Remedy')}** "
+           f"({md_escape('; '.join(flags))})", ""]
     if rem.get("explanation"):
         out += [md_paragraph(rem["explanation"]), ""]
     commands = [_s(c) for c in rem.get("commands") or []]
     if commands:
-        out += [md_fence("\n".join(commands), "bash")]
+        out += [f"{md_escape(SCRIPT_LABEL)}:", "", md_fence("\n".join(commands), "bash")]
     undo = [_s(c) for c in rem.get("undo") or []]
     if undo:
         out += ["Undo:", "", md_fence("\n".join(undo), "bash")]
     return out
 
 
-def _md_finding(f: dict[str, Any], cap: int) -> list[str]:
+def _md_finding(f: dict[str, Any], cap: int, elsewhere: bool = False) -> list[str]:
     status = _s(f.get("status"))
     mark = MARKS.get(status, "?")
     out = [f"### {mark} {md_escape(status.upper())}: {md_escape(f.get('title') or f.get('id'))}", "",
@@ -395,23 +324,22 @@ def _md_finding(f: dict[str, Any], cap: int) -> list[str]:
             out += _md_evidence(ev, cap)
     remedies = [r for r in f.get("remedies") or [] if isinstance(r, dict)]
     if remedies:
-        out += ["#### Remedies", "",
-                "Run these in bash, in order, before the launch command:", ""]
+        out += [f"#### {md_escape(options_heading(len(remedies)))}", ""]
+        if recommendation(remedies):
+            out += [md_escape(recommendation(remedies)), ""]
         for i, rem in enumerate(remedies, 1):
-            out += _md_remedy(i, rem)
+            out += _md_remedy(i, len(remedies), rem, elsewhere)
     return out
 
 
-def _md_run(run: PlaybookRun) -> list[str]:
+def _md_run(run: WalkView) -> list[str]:
     title = f": {md_escape(run.title)}" if run.title else ""
     out = [f"### Playbook {md_code(run.playbook or 'unnamed')}{title}", ""]
     path = run.end.get("path") if run.end else None
     if isinstance(path, list) and path:
         out += ["Path: " + " → ".join(md_code(p) for p in path), ""]
-    n = 0
-    for ev in run.steps:
+    for n, ev in run.numbered():
         if ev.get("type") == "node_enter":
-            n += 1
             kind = f" ({md_escape(ev['kind'])})" if ev.get("kind") else ""
             label = f": {md_escape(ev['title'])}" if ev.get("title") else ""
             out.append(f"{n}. {md_code(ev.get('node'))}{kind}{label}")
@@ -427,7 +355,7 @@ def _md_run(run: PlaybookRun) -> list[str]:
         node = f" (node {md_code(diag['node'])})" if diag.get("node") else ""
         out += [f"**Diagnosis:** {md_escape(diag_title)}{node}", ""]
     if run.end and run.end.get("reason"):
-        out += [f"**Why:** {md_escape(run.end['reason'])}", ""]
+        out += [f"**Why:** {md_escape(in_words(str(run.end['reason'])))}", ""]
     if run.end is None:
         out += [UNFINISHED_NOTE, ""]
     return out
@@ -441,6 +369,8 @@ def _outcome(ev: dict[str, Any]) -> tuple[str, str]:
         return MARKS["skip"], "declined" + (f": {how}" if how and how != "declined" else "")
     if kind == "remedy_practised":
         return MARKS["skip"], "practised: nothing was run"
+    if kind == "remedy_copied":
+        return MARKS["skip"], "copied to the clipboard: nothing was run by zdoctor"
     return (MARKS["ok"], "applied") if ev.get("ok") is True else (MARKS["fail"], "failed")
 
 
@@ -480,12 +410,10 @@ def render_md(rep: Report, cap: int = BLOCK_CAP) -> str:
     out.append(f"- **Started:** {_when(start.get('started', start.get('ts')))}")
     for ev in rep.resumes:
         out.append(f"- **Resumed:** {_when(ev.get('resumed', ev.get('ts')))}")
-    if rep.end is not None:
-        code = rep.end.get("exit_code")
-        out.append(f"- **Ended:** {_when(rep.end.get('ts'))}"
-                   + (f", exit code {md_code(code)}" if code is not None else ""))
+    if rep.end is not None and rep.end.get("exit_code") is not None:
+        out.append(f"- **Ended:** {_when(rep.end.get('ts'))}, exit code {md_code(rep.end.get('exit_code'))}")
     else:
-        out.append("- **Ended:** not recorded (interrupted, or still running)")
+        out.append(f"- **Ended:** {md_escape(_ended(rep))}")
     out.append(f"- **zdoctor:** {md_escape(start.get('zdoctor_version') or 'unknown')}")
     out.append("")
     if rep.torn:
@@ -505,7 +433,7 @@ def render_md(rep: Report, cap: int = BLOCK_CAP) -> str:
     if not findings:
         out += ["No findings were recorded.", ""]
     for f in findings:
-        out += _md_finding(f, cap)
+        out += _md_finding(f, cap, rep.recorded_elsewhere)
     out += ["## What was applied", ""]
     if not rep.applied:
         out += ["Nothing was applied in this session.", ""]
@@ -530,239 +458,13 @@ def render_md(rep: Report, cap: int = BLOCK_CAP) -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-# --- HTML (rich) --------------------------------------------------------------------------------
-
-_HTML_FORMAT = """<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="UTF-8">
-<title>{title}</title>
-<style>
-{{stylesheet}}
-body {{{{
-    color: {{foreground}};
-    background-color: {{background}};
-}}}}
-</style>
-</head>
-<body>
-    <pre style="font-family:Menlo,'DejaVu Sans Mono',consolas,'Courier New',monospace"
-    ><code style="font-family:inherit">{{code}}</code></pre>
-</body>
-</html>
-"""
-
+# --- HTML ---------------------------------------------------------------------------------------
 
 def render_html(rep: Report, cap: int = BLOCK_CAP) -> str:
-    """A standalone HTML document built from rich renderables (inline styles, no external files).
+    """A standalone HTML document (see :mod:`zdoctor.htmlreport`)."""
+    from .htmlreport import render_html as html_document
 
-    Commands and outputs are printed unwrapped and without box borders, so they copy out intact.
-    """
-    import html
-    import io
-
-    from rich.console import Console
-    from rich.padding import Padding
-    from rich.rule import Rule
-    from rich.table import Table
-    from rich.text import Text
-
-    items: list[tuple[Any, bool]] = []  # (renderable, print unwrapped)
-
-    def t(text: Any, style: str = "") -> Text:
-        return Text(_s(text), style=style)
-
-    def add(*renderables: Any, soft: bool = False) -> None:
-        items.extend((r, soft) for r in renderables)
-
-    def literal(text: str, style: str) -> None:
-        body = text[:-1] if text.endswith("\n") else text
-        add(Text("\n".join("    " + line for line in body.split("\n")), style=style), soft=True)
-
-    def block(label: str, text: str) -> None:
-        shown, cut = cap_text(text, cap)
-        add(t(f"{label} (cut to {cap} characters; the JSON export has all of it):" if cut else f"{label}:",
-              "dim"))
-        literal(shown, "grey50" if label == "errors (stderr)" else "")
-
-    def commands(label: str, lines: list[Any]) -> None:
-        add(t(label, "dim"))
-        literal("\n".join(_s(c) for c in lines), "bold cyan")
-
-    def table_of(table: dict[str, Any]) -> Any:
-        columns = [_s(c) for c in table.get("columns") or []]
-        rows = [[_s(c) for c in r] for r in table.get("rows") or []]
-        marked = set(table.get("highlight") or [])
-        width = max([len(columns)] + [len(r) for r in rows])
-        grid = Table(expand=False)
-        grid.add_column(t(""), no_wrap=True)
-        for c in columns + [""] * (width - len(columns)):
-            grid.add_column(t(c))
-        for i, row in enumerate(rows):
-            hot = i in marked
-            grid.add_row(t("⚠" if hot else ""), *(t(c) for c in row + [""] * (width - len(row))),
-                         style="bold red" if hot else None)
-        return Padding(grid, (0, 0, 0, 4))
-
-    def evidence(ev: dict[str, Any]) -> None:
-        kind = _s(ev.get("kind")) or "command"
-        add(Text.assemble(t("  • "), t(ev.get("label") or kind, "bold"), t(f" ({kind})", "dim")))
-        if ev.get("argv"):
-            literal("$ " + _argv_text(ev["argv"]), "bold")
-        if kind == "command" or ev.get("exit_code") is not None:
-            add(t(f"    exit code {ev.get('exit_code')}", "red" if ev.get("exit_code") else "dim"))
-        if ev.get("paths"):
-            add(t("    files: " + ", ".join(_s(p) for p in ev["paths"]), "dim"))
-        if ev.get("error"):
-            add(t(f"    error: {ev['error']}", "red"))
-        if ev.get("truncated"):
-            add(t("    the output was cut when it was captured", "dim"))
-        if isinstance(ev.get("table"), dict):
-            add(table_of(ev["table"]))
-        if ev.get("stdout"):
-            label = {"file": "content", "traceback": "traceback", "note": "note"}.get(kind, "output")
-            block(f"    {label}", _s(ev["stdout"]))
-        if ev.get("stderr"):
-            block("    errors (stderr)", _s(ev["stderr"]))
-
-    def finding(f: dict[str, Any]) -> None:
-        status = _s(f.get("status"))
-        style = STYLES.get(status, "")
-        add(Text.assemble(t(f"{MARKS.get(status, '?')} {status.upper()} ", style),
-                          t(f.get("title") or f.get("id"), "bold"), t(f"  [{_s(f.get('id'))}]", "dim")))
-        if f.get("detail"):
-            add(Padding(t(f["detail"]), (0, 0, 0, 2)))
-        evidence_list = [e for e in f.get("evidence") or [] if isinstance(e, dict)]
-        if evidence_list:
-            add(t("  Evidence", "bold underline"))
-        for ev in evidence_list:
-            evidence(ev)
-        remedies = [r for r in f.get("remedies") or [] if isinstance(r, dict)]
-        if remedies:
-            add(t("  Remedies (run in bash, in order, before the launch command)", "bold underline"))
-        for i, rem in enumerate(remedies, 1):
-            flags = [_verified(rem.get("verified"))] + (["needs root"] if rem.get("requires_root") else [])
-            add(Text.assemble(t(f"  {i}. {rem.get('title') or 'Remedy'}", "bold"),
-                              t(f" ({'; '.join(flags)})", "green" if rem.get("verified") else "dim")))
-            if rem.get("explanation"):
-                add(Padding(t(rem["explanation"]), (0, 0, 0, 4)))
-            if rem.get("commands"):
-                commands("    commands:", rem["commands"])
-            if rem.get("undo"):
-                commands("    undo:", rem["undo"])
-        add(t(""))
-
-    start = rep.start
-    head = Table.grid(padding=(0, 2))
-    head.add_column(style="bold")
-    head.add_column()
-    head.add_row(t("Host"), t(_host_line(rep.host)))
-    head.add_row(t("Mode"), t(start.get("mode") or "unknown"))
-    if start.get("argv") is not None:
-        head.add_row(t("Command"), t(_command_line(start.get("argv"))))
-    head.add_row(t("Started"), t(_when(start.get("started", start.get("ts")))))
-    for ev in rep.resumes:
-        head.add_row(t("Resumed"), t(_when(ev.get("resumed", ev.get("ts")))))
-    if rep.end is not None:
-        code = rep.end.get("exit_code")
-        ended = _when(rep.end.get("ts")) + (f", exit code {code}" if code is not None else "")
-        head.add_row(t("Ended"), t(ended))
-    else:
-        head.add_row(t("Ended"), t("not recorded (interrupted, or still running)"))
-    head.add_row(t("zdoctor"), t(start.get("zdoctor_version") or "unknown"))
-    add(t(f"zdoctor session {rep.session_id or 'unknown'}", "bold underline"), head)
-    if rep.torn:
-        add(t(TORN_NOTE, "yellow"))
-
-    summary = Text()
-    for i, (text, status) in enumerate(_summary_parts(rep.counts())):
-        summary.append("  ·  " if i else "")
-        summary.append(text, STYLES.get(status, "bold"))
-    add(Rule(t("Summary")), summary)
-    if rep.fleet is not None:
-        add(Rule(t("Fleet")), t(_fleet_line(rep.fleet)))
-        for title, columns, rows, hot in fleet_tables(rep.fleet):
-            add(t(title, "bold"), table_of({"columns": columns, "rows": rows, "highlight": hot}))
-
-    if rep.runs:
-        add(Rule(t("Path through the playbooks")))
-    for run in rep.runs:
-        add(Text.assemble(t("Playbook ", "bold"), t(run.playbook or "unnamed", "bold cyan"),
-                          t(f": {run.title}" if run.title else "")))
-        n = 0
-        for ev in run.steps:
-            if ev.get("type") == "node_enter":
-                n += 1
-                add(Text.assemble(t(f"{n}. "), t(ev.get("node"), "cyan"),
-                                  t(f" ({ev['kind']})" if ev.get("kind") else "", "dim"),
-                                  t(f": {ev['title']}" if ev.get("title") else "")))
-            else:
-                add(Text.assemble(t("   → "), t(ev.get("to"), "cyan"), t(f" from {_s(ev.get('from'))}: ", "dim"),
-                                  t(_edge_text(ev))))
-        diag = run.diagnosis or {}
-        diag_title = diag.get("title") or (run.end or {}).get("diagnosis")
-        if diag_title:
-            add(Text.assemble(t("Diagnosis: ", "bold"), t(diag_title, "bold yellow")))
-        if run.end and run.end.get("reason"):
-            add(Text.assemble(t("Why: ", "bold"), t(run.end["reason"])))
-        if run.end is None:
-            add(t(UNFINISHED_NOTE, "dim"))
-        add(t(""))
-
-    add(Rule(t("Findings")))
-    findings = rep.sorted_findings()
-    if not findings:
-        add(t("No findings were recorded.", "dim"))
-    for f in findings:
-        finding(f)
-
-    add(Rule(t("What was applied")))
-    if not rep.applied:
-        add(t("Nothing was applied in this session.", "dim"))
-    for ev in rep.applied:
-        rem = ev.get("remedy") if isinstance(ev.get("remedy"), dict) else {}
-        mark, word = _outcome(ev)
-        style = {MARKS["ok"]: "green", MARKS["fail"]: "red"}.get(mark, "yellow")
-        exit_note = f", exit code {ev.get('exit_code')}" if ev.get("type") == "remedy_applied" else ""
-        add(Text.assemble(t(f"{mark} ", style), t(rem.get("title") or "Remedy", "bold"), t(f" ({word})")),
-            t(f"  for finding {_s(ev.get('finding_id'))} at {_when(ev.get('ts'))}{exit_note}", "dim"))
-        if ev.get("env_file"):
-            add(t(f"  environment changes written to {ev['env_file']}"))
-        if ev.get("changed"):
-            add(t("  changed: " + ", ".join(_s(p) for p in ev["changed"])))
-        if ev.get("backup"):
-            add(t(f"  backup: {ev['backup']}"))
-        if rem.get("commands"):
-            commands("  commands:", rem["commands"])
-        if rem.get("undo"):
-            commands("  undo:", rem["undo"])
-        if ev.get("output"):
-            block("  output", _s(ev["output"]))
-
-    if rep.probes:
-        grid = Table()
-        for col in ("Probe", "Status", "Time", "Step", "Error"):
-            grid.add_column(t(col))
-        for ev in rep.probes:
-            res = ev["result"]
-            dur = res.get("duration_s")
-            grid.add_row(t(res.get("probe")), t(res.get("status")),
-                         t(f"{dur:.2f} s" if isinstance(dur, (int, float)) else ""),
-                         t("/".join(_s(ev.get(k)) for k in ("playbook", "node") if ev.get(k))),
-                         t(res.get("error"), "red"))
-        add(Rule(t("Probes")), grid)
-    if rep.others:
-        add(Rule(t("Other events")))
-        for ev in rep.others:
-            add(Text.assemble(t(f"#{_s(ev.get('seq', '?'))} "), t(ev.get("type"), "cyan"),
-                              t(f" at {_when(ev.get('ts'))}: ", "dim"), t(_other_body(ev))))
-
-    console = Console(record=True, width=120, file=io.StringIO(), color_system="truecolor",
-                      force_terminal=True, force_jupyter=False, emoji=False, markup=False, highlight=False)
-    for renderable, soft in items:
-        console.print(renderable, soft_wrap=soft)
-    title = html.escape(f"zdoctor session {rep.session_id or 'unknown'}").replace("{", "{{").replace("}", "}}")
-    return console.export_html(inline_styles=True, code_format=_HTML_FORMAT.format(title=title))
+    return html_document(rep, cap)
 
 
 # --- JSON ---------------------------------------------------------------------------------------
@@ -790,11 +492,13 @@ def render_json(rep: Report, events: list[Any]) -> str:
 
 # --- entry points -------------------------------------------------------------------------------
 
-def render(events: list[dict[str, Any]], fmt: str) -> str:
-    """Render a session's ``events`` as ``md``, ``html`` or ``json`` text."""
+def render(events: list[dict[str, Any]], fmt: str, live: bool = False) -> str:
+    """Render a session's ``events`` as ``md``, ``html`` or ``json`` text; ``live`` says the session is still
+    running (the export is made from inside it)."""
     if fmt not in FORMATS:
         raise UsageError(f"unknown export format {fmt!r} (choose md, html or json)")
     rep = collect(events)
+    rep.live = live
     if fmt == "md":
         return render_md(rep)
     if fmt == "html":
@@ -809,14 +513,15 @@ def default_name(session_id: str, fmt: str) -> str:
     return f"zdoctor-{session_id}.{EXTENSIONS[fmt]}"
 
 
-def export_session(session_id: str, fmt: str, folder: str | os.PathLike[str] | None = None) -> Path:
+def export_session(session_id: str, fmt: str, folder: str | os.PathLike[str] | None = None,
+                   live: bool = False) -> Path:
     """Write session ``session_id`` as ``fmt`` into ``folder`` (default: the working directory) under its
     default name; where that folder cannot be written, into the state directory's ``exports``. Returns the
     absolute path written."""
     from .errors import ZdoctorError
     from .session import load_events, state_dir
 
-    text = render(load_events(session_id), fmt)
+    text = render(load_events(session_id), fmt, live=live)
     name = default_name(session_id, fmt)
     try:
         path = write_export(text, Path(folder or Path.cwd()) / name)

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterable
 
 from .host import Host
-from .model import ProbeResult
+from .model import Finding, ProbeResult
 from .playbook import Node, Playbook
 from .registry import CHECKS, PROBES, load_vocabulary
 
@@ -67,9 +67,9 @@ def abandon_probe(host: Host, name: str, waited_s: float) -> ProbeResult:
 
 
 def _edge_rule(edge) -> str:
-    if edge.when is None:
+    if edge.is_fallback:
         return "otherwise"
-    return f"if not {edge.when}" if edge.negate else f"if {edge.when}"
+    return f"if not {edge.condition_text}" if edge.negate else f"if {edge.condition_text}"
 
 
 def graph_text(book: Playbook, path: list[str] | None = None, current: str | None = None) -> str:
@@ -82,7 +82,7 @@ def graph_text(book: Playbook, path: list[str] | None = None, current: str | Non
 
     g = book.graph
     path = list(path or [])
-    taken = set(zip(path, path[1:], strict=False))
+    taken = set(zip(path, path[1:]))
     depth = nx.single_source_shortest_path_length(g, book.start)
     order = sorted(book.nodes, key=lambda n: (depth.get(n, len(book.nodes)), list(book.nodes).index(n)))
     width = max(len(n) for n in book.nodes)
@@ -102,4 +102,42 @@ def graph_text(book: Playbook, path: list[str] | None = None, current: str | Non
             arrow = "⇒" if (nid, e.to) in taken else "→"
             label = f"  ({e.label})" if e.label else ""
             out.append(f"    {arrow} {e.to:<{width}}  {_edge_rule(e)}{label}")
+        implied = book.not_checked_edge(node)
+        if implied is not None and all(e.to != implied.to for e in node.next):
+            arrow = "⇒" if (nid, implied.to) in taken else "→"
+            out.append(f"    {arrow} {implied.to:<{width}}  instead of a healthy end, if a probe gave no facts")
     return "\n".join(out)
+
+
+#: Which playbook follows up a failing finding, by the finding id's first part.
+PLAYBOOK_FOR = {"libs": "zero3-launch", "jit": "zero3-launch", "hangs": "zero3-launch", "toolchain": "toolchain",
+                "pyenv": "toolchain", "gpu": "gpu-stack", "offload": "offload-bottleneck",
+                "storage": "offload-bottleneck"}
+#: The placeholder in advice to name the training interpreter.
+TRAINING_PYTHON = "/path/to/env/bin/python"
+
+
+def target_label(pyenv: dict | None, fallback: str = "python3") -> str:
+    """The interpreter as zdoctor ran it (the path a user passes to --python), the same in every line."""
+    target = (pyenv or {}).get("target") or {}
+    return str(target.get("resolved") or target.get("requested") or fallback)
+
+
+def next_step(findings: Iterable[Finding], pyenv: dict | None, replay: bool = False) -> str:
+    """The one thing to do next, from the first pass: name the training interpreter when the probed one
+    cannot be it (missing, no torch), else walk the playbook of the worst finding."""
+    found = list(findings)
+    target = (pyenv or {}).get("target") or {}
+    torch = (pyenv or {}).get("torch") or {}
+    if not replay and not target.get("explicit") and (pyenv is None or pyenv.get("error")
+                                                       or torch.get("installed") is False):
+        return f"Next: name the training interpreter: zdoctor --python {TRAINING_PYTHON}"
+    if not replay and torch.get("installed") is False:
+        return "Next: install torch in the interpreter above, or name the training one with --python"
+    for status in ("fail", "crash", "warn"):
+        worst = [f for f in found if f.status == status]
+        if worst:
+            pid = PLAYBOOK_FOR.get(worst[0].id.split(".")[0], "zero3-launch")
+            verb = "fails" if status != "warn" else "warns"
+            return f"Next: walk {pid} (select it below): {worst[0].id} {verb}"
+    return "Next: nothing failed; walk zero3-launch (Enter) if the launch still fails, with --command \"...\""

@@ -91,7 +91,12 @@ class Evidence:
 
 @dataclass
 class Remedy:
-    """A fix as data: shell lines to paste before the launch command, and how to undo them."""
+    """A fix as data: shell lines to paste before the launch command, and how to undo them.
+
+    ``verified`` is true only when the fix was tried (the failing command re-run with it) and fixed it;
+    ``tried`` says it was tried at all; ``note`` says what the re-run showed, or why it was not tried.
+    :func:`zdoctor.present.verification_of` turns these into the one three-state verification.
+    """
 
     title: str
     commands: list[str] = field(default_factory=list)
@@ -99,14 +104,34 @@ class Remedy:
     requires_root: bool = False
     undo: list[str] = field(default_factory=list)
     explanation: str = ""
+    tried: bool = False
+    note: str = ""
+    # How the guide applies it when not by running ``commands`` in bash: {"kind": "fstab-add", ...} runs
+    # the safe core (zdoctor.storage.fstab.apply_fstab_line) as root instead.
+    action: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        from .present import verification_of
+
+        v = verification_of(self)
+        out = {"title": self.title, "commands": list(self.commands), "verified": v.verified,
+               "requires_root": self.requires_root, "undo": list(self.undo), "explanation": self.explanation,
+               "verification": v.to_dict()}
+        if self.action is not None:
+            out["action"] = self.action
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Remedy:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        from .present import NOT_TRIED, verification_of
+
+        known = {f.name for f in fields(cls)} - {"tried", "note"}
+        out = cls(**{k: v for k, v in d.items() if k in known})
+        v = verification_of(d)
+        out.verified = v.verified
+        out.tried = v.state != NOT_TRIED
+        out.note = v.reason
+        return out
 
 
 @dataclass
@@ -180,14 +205,14 @@ class ProbeResult:
 
 
 def summarize(findings: list[Finding]) -> dict[str, int]:
-    """Count findings per status, plus a total."""
-    counts = {s: 0 for s in STATUSES}
-    for f in findings:
-        counts[f.status] += 1
-    counts["total"] = len(findings)
-    return counts
+    """Count findings per status, plus a total (see :func:`zdoctor.present.count`)."""
+    from .present import count
+
+    return count(f.status for f in findings)
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
-    """Worst first, then by id, so reports read the same every time."""
-    return sorted(findings, key=lambda f: (STATUS_RANK[f.status], f.id))
+    """Worst first, then by id, so reports read the same every time (see :func:`zdoctor.present.finding_key`)."""
+    from .present import finding_key
+
+    return sorted(findings, key=lambda f: finding_key(f.status, f.id))

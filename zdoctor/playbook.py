@@ -17,6 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .conditions import Condition, FactCondition, owner_check, parse_condition
 from .errors import InputError
 
 try:
@@ -32,8 +33,8 @@ KINDS = ("probe", "question", "diagnosis", "remedy")
 END_KINDS = frozenset({"diagnosis", "remedy"})
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
-TOP_KEYS = ("id", "title", "summary", "start", "nodes")
-NODE_KEYS = ("kind", "title", "why", "explain", "probes", "checks", "question", "default", "next")
+TOP_KEYS = ("id", "title", "summary", "start", "nodes", "not_checked")
+NODE_KEYS = ("kind", "title", "why", "explain", "probes", "checks", "question", "default", "next", "healthy")
 EDGE_KEYS = ("to", "when", "negate", "label", "loop")
 #: A playbook is a few KiB of TOML.
 MAX_PLAYBOOK_BYTES = 1024 * 1024
@@ -45,7 +46,8 @@ _TOML_END = re.compile(r"^(?P<msg>.*?)\s*\(at end of document\)$", re.S)
 # -- data ------------------------------------------------------------------------------------------
 @dataclass
 class Edge:
-    """One outgoing edge; ``when`` is None for the fallback (or for a plain answer of a question)."""
+    """One outgoing edge: ``when`` names a predicate, or ``cond`` is a condition given as data (see
+    :mod:`zdoctor.conditions`); neither for the fallback (or for a plain answer of a question)."""
 
     source: str
     to: str
@@ -54,10 +56,16 @@ class Edge:
     label: str = ""
     loop: bool = False
     order: int = 0
+    cond: Condition | None = None
 
     @property
     def is_fallback(self) -> bool:
-        return self.when is None
+        return self.when is None and self.cond is None
+
+    @property
+    def condition_text(self) -> str | None:
+        """The condition as written: the predicate's name, or the data condition in words."""
+        return self.when if self.cond is None else self.cond.describe()
 
 
 @dataclass
@@ -74,6 +82,8 @@ class Node:
     question: str | None = None
     default: str | None = None
     next: list[Edge] = field(default_factory=list)
+    #: A diagnosis that says all is well (``healthy = true``): never to be reached from missing data.
+    healthy: bool = False
 
     @property
     def is_terminal(self) -> bool:
@@ -93,6 +103,8 @@ class Playbook:
     start: str
     path: Path
     nodes: dict[str, Node]
+    #: The diagnosis a walk ends in, instead of a ``healthy`` one, when a probe on its path gave no facts.
+    not_checked: str | None = None
 
     @cached_property
     def graph(self) -> networkx.DiGraph:
@@ -111,7 +123,22 @@ class Playbook:
                     continue
                 g.add_edge(node.id, e.to, edge=e, parallel=[e], when=e.when, negate=e.negate,
                            label=e.label, loop=e.loop, order=e.order)
+        for node in self.nodes.values():
+            e = self.not_checked_edge(node)
+            if e is not None and not g.has_edge(node.id, e.to):
+                g.add_edge(node.id, e.to, edge=e, parallel=[e], when=None, negate=False, label=e.label,
+                           loop=False, order=e.order, implied=True)
         return g
+
+    def not_checked_edge(self, node: Node) -> Edge | None:
+        """The implied edge from ``node`` to :attr:`not_checked`, taken instead of an edge into a healthy
+        diagnosis when a probe the walk rests on gave no facts (None when ``node`` has no such edge)."""
+        if not self.not_checked or self.not_checked not in self.nodes:
+            return None
+        if not any(self.nodes[e.to].healthy for e in node.next if e.to in self.nodes):
+            return None
+        return Edge(source=node.id, to=self.not_checked, label="not everything a healthy verdict rests on "
+                    "could be checked", order=len(node.next))
 
     def node(self, nid: str) -> Node:
         return self.nodes[nid]
@@ -250,7 +277,9 @@ class _Parser:
                 node = self.parse_node(nid, raw)
                 if node is not None:
                     nodes[nid] = node
-        return Playbook(id=pid, title=title, summary=summary, start=start, path=self.path, nodes=nodes)
+        not_checked = self.text(d, "not_checked", None, "the playbook", required=False)
+        return Playbook(id=pid, title=title, summary=summary, start=start, path=self.path, nodes=nodes,
+                        not_checked=not_checked)
 
     def parse_node(self, nid: str, raw: Any) -> Node | None:
         if not ID_RE.match(nid):
@@ -272,7 +301,10 @@ class _Parser:
             explain=self.text(raw, "explain", nid, where) or "",
             probes=self.names(raw, "probes", nid),
             checks=self.names(raw, "checks", nid),
+            healthy=self.flag(raw, "healthy", nid, where),
         )
+        if node.healthy and kind != "diagnosis":
+            self.err(nid, f"'healthy' is only allowed on diagnosis nodes (this node is {kind!r})")
         is_question = kind == "question"
         if is_question:
             node.question = self.text(raw, "question", nid, "a question node")
@@ -302,20 +334,27 @@ class _Parser:
         where = f"edge #{order + 1}"
         self.unknown_keys(raw, EDGE_KEYS, nid, where)
         to = self.text(raw, "to", nid, where)
-        when = self.text(raw, "when", nid, where, required=False)
+        cond = None
+        if isinstance(raw.get("when"), dict):
+            cond, problems = parse_condition(raw["when"])
+            for problem in problems:
+                self.err(nid, f"'when' in {where}: {problem}")
+            when = None
+        else:
+            when = self.text(raw, "when", nid, where, required=False)
         if when is not None and not when.strip():
             self.err(nid, f"'when' in {where} is empty (leave it out for a fallback edge)")
             when = None
         label = self.text(raw, "label", nid, where, required=False) or ""
         negate = self.flag(raw, "negate", nid, where)
         loop = self.flag(raw, "loop", nid, where)
-        if negate and when is None:
+        if negate and when is None and cond is None:
             self.err(nid, f"{where} sets 'negate' without a 'when' predicate")
         if is_question and not label.strip() and to:
             self.err(nid, f"answer edge to {to!r} needs a 'label' (the answer text shown to the user)")
         if not to:
             return None
-        return Edge(source=nid, to=to, when=when, negate=negate, label=label, loop=loop, order=order)
+        return Edge(source=nid, to=to, when=when, negate=negate, label=label, loop=loop, order=order, cond=cond)
 
 
 def _reference_errors(pb: Playbook) -> list[LintError]:
@@ -324,10 +363,18 @@ def _reference_errors(pb: Playbook) -> list[LintError]:
     out = []
     if pb.start and pb.start not in pb.nodes:
         out.append(LintError(file, None, f"start node {pb.start!r} is not defined"))
+    if pb.not_checked and pb.not_checked not in pb.nodes:
+        out.append(LintError(file, None, f"not_checked node {pb.not_checked!r} is not defined"))
+    elif pb.not_checked and (pb.nodes[pb.not_checked].kind != "diagnosis" or pb.nodes[pb.not_checked].healthy):
+        out.append(LintError(file, None, f"not_checked node {pb.not_checked!r} must be a diagnosis that is not "
+                                         "healthy"))
     for node in pb.nodes.values():
         for e in node.next:
             if e.to not in pb.nodes:
                 out.append(LintError(file, node.id, f"edge to unknown node {e.to!r}"))
+        if node.healthy and not pb.not_checked:
+            out.append(LintError(file, node.id, "a healthy diagnosis needs the playbook's not_checked "
+                                                "(the diagnosis to end in when a probe gave no facts)"))
         if node.kind == "question" and node.default:
             targets = [e.to for e in node.next]
             if node.default not in targets:
@@ -421,7 +468,44 @@ def _vocabulary_errors(pb: Playbook, vocab: Vocabulary) -> list[LintError]:
         out += [_unknown(file, node.id, "check", c, checks) for c in node.checks if c not in checks]
         out += [_unknown(file, node.id, "predicate", e.when, preds, prefix=f"edge to {e.to!r}: ")
                 for e in node.next if e.when is not None and e.when not in preds]
+        out += [LintError(file, node.id, f"edge to {e.to!r}: {problem}")
+                for e in node.next if e.cond is not None for problem in _condition_problems(e.cond, vocab)]
     return out
+
+
+def _condition_problems(cond: Condition, vocab: Vocabulary) -> list[str]:
+    """Why a data condition cannot hold: a finding id no registered check produces, or an unknown probe."""
+    if isinstance(cond, FactCondition):
+        probes = set(vocab.probes)
+        if cond.probe in probes:
+            return []
+        hint = difflib.get_close_matches(cond.probe, sorted(probes), n=1)
+        return [f"unknown probe {cond.probe!r} in fact {cond.fact!r}"
+                + (f" (did you mean {hint[0]!r}?)" if hint else "")]
+    checks = vocab.checks if isinstance(vocab.checks, Mapping) else {c: None for c in vocab.checks}
+    owner = owner_check(cond.finding, checks)
+    if owner is None:
+        return [f"no registered check produces finding {cond.finding!r}"]
+    if not finding_id_known(cond.finding, owner, checks):
+        return [f"check {owner!r} never produces a finding {cond.finding!r} (a typo?)"]
+    return []
+
+
+def finding_id_known(fid: str, owner: str, checks: Mapping[str, Any]) -> bool:
+    """Whether the module of check ``owner`` spells finding id ``fid`` (or a dotted prefix of ids it makes)."""
+    import inspect
+
+    from .registry import CHECKS
+
+    spec = checks.get(owner) or CHECKS.get(owner)
+    func = getattr(spec, "func", None)
+    if fid == owner or func is None:
+        return True
+    try:
+        source = inspect.getsource(inspect.getmodule(func))  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return True  # no source to read (a frozen build): trust the owner
+    return any(f"{q}{fid}{end}" in source for q in ('"', "'") for end in (q, ".", "{"))
 
 
 def end_nodes(pb: Playbook) -> set[str]:
@@ -565,10 +649,10 @@ def lint_path(path: str | Path) -> list[LintError]:
 
 
 def _edge_text(node: Node, e: Edge) -> str:
-    if e.when is None:
+    if e.is_fallback:
         cond = "(answer)" if node.kind == "question" else "(fallback)"
     else:
-        cond = f"{'unless' if e.negate else 'when'} {e.when}"
+        cond = f"{'unless' if e.negate else 'when'} {e.condition_text}"
     extras = [f'"{e.label}"'] if e.label else []
     if e.loop:
         extras.append("(loop)")
@@ -580,9 +664,12 @@ def _edge_text(node: Node, e: Edge) -> str:
 def describe(pb: Playbook) -> str:
     """A plain-text outline of a playbook: every node, what it runs and where it goes."""
     lines = [f"{pb.id}: {pb.title}", *(f"  {line}" for line in pb.summary.strip().splitlines()),
-             f"start: {pb.start}", ""]
+             f"start: {pb.start}"]
+    if pb.not_checked:
+        lines.append(f"not checked: {pb.not_checked} (instead of a healthy diagnosis when a probe gave no facts)")
+    lines.append("")
     for node in pb.nodes.values():
-        lines.append(f"[{node.kind}] {node.id}: {node.title}")
+        lines.append(f"[{node.kind}{', healthy' if node.healthy else ''}] {node.id}: {node.title}")
         lines.append(f"    why: {node.why}")
         if node.question:
             lines.append(f"    question: {node.question}")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import pkgutil
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -11,10 +13,10 @@ if TYPE_CHECKING:
     from .host import Host
     from .model import Evidence, Finding, ProbeResult
 
-ProbeFunc = Callable[["Host"], "tuple[dict[str, Any], list[Evidence]]"]
+ProbeFunc = typing.Callable[["Host"], "tuple[dict[str, Any], list[Evidence]]"]
 
 
-class Facts(Mapping[str, "ProbeResult"]):
+class Facts(typing.Mapping[str, "ProbeResult"]):
     """Probe results by probe name, with a safe path lookup for predicates and checks."""
 
     def __init__(self, results: Mapping[str, ProbeResult]):
@@ -41,13 +43,16 @@ class Facts(Mapping[str, "ProbeResult"]):
             return f"the {probe} probe did not run"
         return res.error or (res.facts or {}).get("skipped") or f"the {probe} probe ended with status {res.status}"
 
-    def evidence(self, *probes: str, kinds: tuple[str, ...] | None = ("table", "note")) -> list[Any]:
-        """The evidence of ``probes`` in order (only these kinds; ``kinds=None`` keeps all)."""
+    def evidence(self, *probes: str, kinds: tuple[str, ...] | None = ("table", "note"),
+                 labels: tuple[str, ...] = ()) -> list[Any]:
+        """The evidence of ``probes`` in order: only these kinds (``kinds=None`` keeps all), and only the
+        pieces whose label is or starts with one of ``labels`` (when any are given)."""
         out: list[Any] = []
         for name in probes:
             res = self._results.get(name)
             if res is not None:
-                out.extend(e for e in res.evidence if kinds is None or e.kind in kinds)
+                out.extend(e for e in res.evidence if (kinds is None or e.kind in kinds)
+                           and (not labels or e.label.startswith(labels)))
         return out
 
     def get_fact(self, probe: str, *path: str | int, default: Any = None) -> Any:
@@ -93,29 +98,43 @@ PROBES: dict[str, ProbeSpec] = {}
 CHECKS: dict[str, CheckSpec] = {}
 PREDICATES: dict[str, PredicateSpec] = {}
 
-#: Modules that register probes, checks and predicates when imported.
-VOCABULARY_MODULES = (
-    "zdoctor.probes.system",
-    "zdoctor.probes.pyenv",
-    "zdoctor.probes.toolchain",
-    "zdoctor.checks.pyenv",
-    "zdoctor.checks.toolchain",
-    "zdoctor.probes.hangs",
-    "zdoctor.probes.libs",
-    "zdoctor.checks.hangs",
-    "zdoctor.checks.libs",
-    "zdoctor.probes.offload",
-    "zdoctor.checks.offload",
-    "zdoctor.probes.storage",
-    "zdoctor.checks.storage",
-    "zdoctor.probes.gpu",
-    "zdoctor.checks.gpu",
-)
+#: Packages whose modules register probes, checks and predicates when imported: a new module there is
+#: found on its own (probes first, then checks; each package in module-name order). A new check module
+#: goes in zdoctor/checks/, a new probe module in zdoctor/probes/; nothing else needs to name it.
+VOCABULARY_PACKAGES = ("zdoctor.probes", "zdoctor.checks")
+
+
+def vocabulary_modules() -> list[str]:
+    """Every module of :data:`VOCABULARY_PACKAGES`, found in the installed package (or the bundle)."""
+    names: list[str] = []
+    for package in VOCABULARY_PACKAGES:
+        pkg = importlib.import_module(package)
+        found = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_"))
+        names += [f"{package}.{m}" for m in found if _registers(f"{package}.{m}")]
+    return names
+
+
+#: What a module that registers vocabulary says (modules without it, such as the probe script that runs in
+#: the training interpreter, are not imported).
+_MARKERS = ("@probe(", "@check(", "@predicate(")
+
+
+def _registers(name: str) -> bool:
+    """Whether module ``name``'s source registers a probe, check or predicate (read, not imported)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    loader = getattr(spec, "loader", None)
+    try:
+        source = loader.get_source(name) if loader is not None else None  # type: ignore[union-attr]
+    except (ImportError, OSError):
+        source = None
+    return source is None or any(marker in source for marker in _MARKERS)
 
 
 def load_vocabulary() -> None:
     """Import every module that registers vocabulary (idempotent)."""
-    for mod in VOCABULARY_MODULES:
+    for mod in vocabulary_modules():
         importlib.import_module(mod)
 
 

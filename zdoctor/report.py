@@ -3,22 +3,30 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+from .model import visible_controls
 
 if TYPE_CHECKING:
     from .doctor import CheckReport
+    from .model import Remedy
 
-MARKS = {"ok": "✓", "warn": "!", "fail": "✗", "skip": "-", "crash": "‼"}
-ASCII_MARKS = {"ok": "ok", "warn": "!!", "fail": "XX", "skip": "--", "crash": "!!!"}
-STYLES = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim", "crash": "bold magenta"}
+from .present import (
+    ASCII_MARKS,
+    MARKS,
+    STYLES,
+    option_label,
+    options_heading,
+    recommendation,
+    remedy_flags,
+    summary_parts,
+)
 
 
 def inert(text: object) -> str:
     """Text from the machine as rich markup that prints literally: control characters made visible,
     markup escaped."""
     from rich.markup import escape
-
-    from .model import visible_controls
 
     return escape(visible_controls(str(text)))
 
@@ -36,8 +44,6 @@ def _marks_for(stream: TextIO) -> dict[str, str]:
 def print_report(report: CheckReport, stream: TextIO | None = None, verbose: bool = False) -> None:
     """Render ``report`` for a person; honours NO_COLOR and plain (non-tty) output through rich."""
     from rich.console import Console
-    from rich.padding import Padding
-    from rich.syntax import Syntax
 
     stream = stream or sys.stdout
     console = Console(file=stream, highlight=False, soft_wrap=True)
@@ -54,23 +60,31 @@ def print_report(report: CheckReport, stream: TextIO | None = None, verbose: boo
             for line in f.detail.splitlines():
                 console.print(f"      {inert(line)}", style="dim" if f.status == "warn" else None)
         if f.status in ("fail", "crash") or (verbose and f.remedies):
-            for r in f.remedies:
-                flags = []
-                flags.append("verified" if r.verified else "not verified" if r.verified is False
-                             else "unverified")
-                if r.requires_root:
-                    flags.append("needs root")
-                console.print(f"      [bold]fix:[/] {inert(r.title)} [dim]({', '.join(flags)})[/]")
-                if r.commands:
-                    console.print(Padding(Syntax("\n".join(r.commands), "bash", theme="ansi_dark",
-                                                 background_color="default", word_wrap=True),
-                                          (0, 0, 0, 8)))
+            _print_remedies(console, f.remedies, replayed=host.get("kind") == "replay")
     for run in report.playbooks:
         end = run.diagnosis or "no diagnosis"
         console.print(f"[dim]  playbook {inert(run.id)}: {inert(' -> '.join(run.path))} => "
                       f"{inert(end)}[/]")
     s = report.summary
-    parts = [f"{s[k]} {k}" for k in ("fail", "crash", "warn", "ok", "skip") if s[k]]
+    parts = [text for text, _status in summary_parts(s, marks=False, skip_zero=True)]
     console.print(f"[bold]{s['total']} findings:[/] " + ", ".join(parts))
     if report.session:
         console.print(f"[dim]session {report.session} — `zdoctor export --last --format md` for a ticket[/]")
+
+
+def _print_remedies(console: Any, remedies: list[Remedy], replayed: bool) -> None:
+    """A finding's remedies as alternatives (``Option 1 (recommended)``, ``Option 2`` …), each with its own
+    script; every line made inert (a path from the machine cannot send an escape sequence)."""
+    from rich.padding import Padding
+    from rich.syntax import Syntax
+
+    if len(remedies) > 1:
+        console.print(f"      [bold]{options_heading(len(remedies))}[/]")
+        console.print(f"      [dim]{inert(recommendation(remedies))}[/]")
+    for i, r in enumerate(remedies, 1):
+        label = "fix" if len(remedies) == 1 else option_label(i, len(remedies))
+        flags = "; ".join(remedy_flags(r, recorded_elsewhere=replayed))
+        console.print(f"      [bold]{label}:[/] {inert(r.title)} [dim]({inert(flags)})[/]")
+        if r.commands:
+            console.print(Padding(Syntax(visible_controls("\n".join(r.commands)), "bash", theme="ansi_dark",
+                                         background_color="default", word_wrap=True), (0, 0, 0, 8)))

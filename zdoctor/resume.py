@@ -9,20 +9,21 @@ A session log (:mod:`zdoctor.session`) holds every node entered and every probe 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .events import Recorder, fold
 from .host import Host, LiveHost, ReplayHost
 from .model import ProbeResult
 from .session import SUFFIX, load_events, sessions_dir
+from .target import Target
 
 #: Session modes a guided walk can be resumed from.
 GUIDED_MODES = ("tui", "demo")
 
-Record = Callable[[str, dict[str, Any]], None]
 
 
 @dataclass
@@ -64,35 +65,18 @@ class ResumePoint:
 def read_point(session: str | os.PathLike[str], state_dir: Path | None = None) -> ResumePoint:
     """Read a session (an id, or a :class:`~pathlib.Path` to its log) into a :class:`ResumePoint`."""
     events = load_events(session, state_dir)
+    view = fold(events)
     path = Path(events.path) if events.path is not None else Path(str(session))
     point = ResumePoint(session_id=path.name[: -len(SUFFIX)] if path.name.endswith(SUFFIX) else path.name,
-                        path=path, mode=None, host_info={}, started=None, torn=events.torn, events=list(events))
-    starts: dict[str, int] = {}
-    for i, ev in enumerate(events):
-        kind = ev.get("type")
-        if kind == "session_start":
-            point.mode = ev.get("mode") if isinstance(ev.get("mode"), str) else None
-            point.host_info = ev.get("host") if isinstance(ev.get("host"), dict) else {}
-            point.started = ev.get("started", ev.get("ts"))
-        elif kind == "session_end":
-            point.closed = True
-        elif kind == "session_resume":
-            point.closed = False
-        elif kind == "playbook_start" and isinstance(ev.get("playbook"), str):
-            starts[ev["playbook"]] = i
-            point.playbook = ev["playbook"]
-    if point.playbook is not None:
-        first = starts[point.playbook]
-        for ev in events[first:]:
-            if ev.get("playbook") != point.playbook:
-                continue
-            kind = ev.get("type")
-            if kind == "node_enter" and isinstance(ev.get("node"), str):
-                point.nodes.append(ev["node"])
-            elif kind == "diagnosis" and isinstance(ev.get("node"), str):
-                point.diagnosis = ev["node"]
-            elif kind == "playbook_end":
-                point.walk_ended = True
+                        path=path, mode=view.mode, host_info=view.host,
+                        started=view.start.get("started", view.start.get("ts")), torn=events.torn,
+                        events=list(events), closed=view.closed)
+    walk = view.last_walk()
+    if walk is not None and walk.playbook:
+        point.playbook = walk.playbook
+        point.nodes = walk.nodes
+        point.diagnosis = walk.diagnosis_node
+        point.walk_ended = walk.ended
     return point
 
 
@@ -138,17 +122,8 @@ def find_point(session: str | None = None, state_dir: Path | None = None) -> Res
 
 
 def recorded_results(events: Iterable[Mapping[str, Any]]) -> dict[str, ProbeResult]:
-    """The latest recorded result of every probe in ``events``."""
-    out: dict[str, ProbeResult] = {}
-    for ev in events:
-        res = ev.get("result")
-        if ev.get("type") != "probe_result" or not isinstance(res, dict) or not isinstance(res.get("probe"), str):
-            continue
-        try:
-            out[res["probe"]] = ProbeResult.from_dict(res)
-        except (KeyError, TypeError, ValueError):
-            continue
-    return out
+    """The latest recorded result of each probe in ``events``."""
+    return fold(list(events)).results()
 
 
 class SessionHost(Host):
@@ -163,9 +138,8 @@ class SessionHost(Host):
         self.kind = base.kind
         self._recorded = dict(recorded)
         self.info = dict(base.info)
-        for attr in ("env", "python", "command", "ext", "timeout", "options", "python_explicit"):
-            if hasattr(base, attr):
-                setattr(self, attr, getattr(base, attr))
+        if getattr(base, "target", None) is not None:
+            self.target = base.target
 
     def _compute(self, name: str) -> ProbeResult:
         rec = self._recorded.get(name)
@@ -191,32 +165,10 @@ def rebuild_host(info: Mapping[str, Any]) -> Host:
         if not isinstance(source, str) or not source:
             raise InputError("the session replayed a snapshot but did not record which file")
         return ReplayHost.load(source)
-    python = info.get("python") if info.get("python_explicit") else None
-    options = info.get("options") if isinstance(info.get("options"), dict) else {}
-    ext = [str(e) for e in info.get("ext") or [] if isinstance(e, str)]
-    timeout = info.get("timeout") if isinstance(info.get("timeout"), (int, float)) else None
-    command = info.get("command") if isinstance(info.get("command"), str) else None
-    return LiveHost(python=python if isinstance(python, str) else None, command=command, ext=ext,
-                    timeout=timeout, options=options)
+    return LiveHost(target=Target.from_info(info))
 
 
-def once_per_result(record: Record, events: Iterable[Mapping[str, Any]]) -> Record:
-    """Pass events to ``record``, but not a probe result the session already holds."""
-    seen = {(ev["result"].get("probe"), ev["result"].get("started")) for ev in events
-            if ev.get("type") == "probe_result" and isinstance(ev.get("result"), dict)}
-
-    def rec(type_: str, data: dict[str, Any]) -> None:
-        if type_ == "probe_result" and isinstance(data.get("result"), dict):
-            key = (data["result"].get("probe"), data["result"].get("started"))
-            if key in seen:
-                return
-            seen.add(key)
-        record(type_, data)
-
-    return rec
-
-
-def resume_walk(point: ResumePoint, host: Host, record: Record | None = None):
+def resume_walk(point: ResumePoint, host: Host, record: Recorder | None = None):
     """The walk of ``point``'s playbook, back at the node where it stopped (see :meth:`Walk.resume`)."""
     from .engine import Walk
     from .playbook import load_all

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from . import children
 from .model import OUTPUT_CAP, Evidence, cap_text
 
 DEFAULT_TIMEOUT = 20.0
@@ -161,6 +162,7 @@ def run(
             env=dict(env) if env is not None else None,
             cwd=cwd,
             start_new_session=True,
+            preexec_fn=children.pdeathsig_hook(),
         )
     except FileNotFoundError:
         ev.error = f"{argv[0]}: executable not found"
@@ -174,6 +176,7 @@ def run(
         ev.error = f"{argv[0]}: cannot execute ({exc.strerror or exc})"
         ev.duration_s = time.monotonic() - t0
         return ev
+    children.register(proc.pid)
     if on_start is not None:
         on_start(proc.pid)
     pump = _Pump(proc, stdin, cap)
@@ -199,6 +202,7 @@ def run(
         if proc.returncode is None:
             _kill_group(proc)
             proc.wait()
+        children.forget(proc.pid)
     ev.duration_s = time.monotonic() - t0
     ev.exit_code = proc.returncode if ev.error is None else None
     pump.close()
@@ -233,12 +237,14 @@ def run_streaming(
     t0 = time.monotonic()
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=dict(env) if env is not None else None, start_new_session=True)
+                                env=dict(env) if env is not None else None, start_new_session=True,
+                                preexec_fn=children.pdeathsig_hook())
     except OSError as exc:
         ev.error = (f"{argv[0]}: executable not found" if isinstance(exc, FileNotFoundError)
                     else f"{argv[0]}: cannot execute ({exc.strerror or exc})")
         ev.duration_s = time.monotonic() - t0
         return ev
+    children.register(proc.pid)
     if on_start is not None:
         on_start(proc.pid)
     chunks = {"out": _HeadTail(cap), "err": _HeadTail(cap)}
@@ -269,6 +275,7 @@ def run_streaming(
             if pipe:
                 with contextlib.suppress(OSError):
                     pipe.close()
+    children.forget(proc.pid)
     ev.duration_s = time.monotonic() - t0
     ev.exit_code = proc.returncode if ev.error is None else None
     ev.stdout, t1 = chunks["out"].text(cap)

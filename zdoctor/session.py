@@ -277,14 +277,14 @@ def _info(path: Path) -> SessionInfo:
     except InputError as exc:
         info.error = str(exc)
         return info
+    from .events import fold
+
+    view = fold(events)
     info.events, info.torn = len(events), events.torn
-    for ev in events:
-        if ev["type"] == "session_start":
-            info.mode, info.started = ev.get("mode"), ev.get("started", ev.get("ts"))
-            host = ev.get("host")
-            info.hostname = host.get("hostname") if isinstance(host, dict) else None
-        elif ev["type"] == "session_end":
-            info.ended, info.exit_code = ev.get("ts"), ev.get("exit_code")
+    info.mode, info.hostname = view.mode, view.host.get("hostname")
+    info.started = view.start.get("started", view.start.get("ts")) if view.start else None
+    if view.end is not None:
+        info.ended, info.exit_code = view.end.get("ts"), view.end.get("exit_code")
     return info
 
 
@@ -356,6 +356,14 @@ def close_open_logs(exit_code: int | None) -> None:
             log.close(exit_code)
 
 
+def _result_key(type: Any, data: Any) -> tuple[Any, Any] | None:
+    """What makes a probe result the same one: its probe and when it started (None for other events)."""
+    if type != "probe_result" or not isinstance(data, Mapping) or not isinstance(data.get("result"), Mapping):
+        return None
+    result = data["result"]
+    return (result.get("probe"), result.get("started"))
+
+
 class SessionLog:
     """An open session file that events are appended to. Use :meth:`create` or :meth:`reopen`."""
 
@@ -367,6 +375,7 @@ class SessionLog:
         self._end = end  # the file's size after this log's last write: anything past it another process wrote
         self._lock = threading.Lock()
         _OPEN.add(self)
+        self._results: set[tuple[Any, Any]] = set()  # (probe, started) of the probe results written
 
     # -- opening -----------------------------------------------------------------------------------
     @classmethod
@@ -426,6 +435,7 @@ class SessionLog:
         except OSError as exc:
             raise InputError(f"cannot append to session log {path}: {exc.strerror or exc}") from None
         log = cls(session_id, path, fd, max(seqs, default=0) + 1, os.fstat(fd).st_size)
+        log._results = {k for k in (_result_key(e.get("type"), e) for e in events) if k is not None}
         data: dict[str, Any] = {"session_id": session_id, "zdoctor_version": __version__,
                                 "resumed": time.time(), "dropped_torn_bytes": dropped}
         if events.damage_note():
@@ -442,9 +452,18 @@ class SessionLog:
         return self._fd is None
 
     def record(self, type: str, data: Mapping[str, Any] | None = None) -> None:
-        """Append one event (redacted) and fsync it; safe to call from several threads."""
+        """Append one event (redacted) and fsync it; safe to call from several threads.
+
+        A probe result is written once per session: the check and every walk read the same cached
+        results, and a resumed session already holds the ones recorded before.
+        """
+        key = _result_key(type, data)
         payload = self._prepare(type, data)
         with self._lock:
+            if key is not None:
+                if key in self._results:
+                    return
+                self._results.add(key)
             self._append(type, payload)
 
     def close(self, exit_code: int | None = None) -> None:

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import threading
 import traceback
 from collections.abc import Iterable
+from typing import Any
 
 from ..host import Host
 from ..model import Evidence, Finding
 from ..registry import CHECKS, Facts, load_vocabulary
+
+
+def not_checked(fid: str, title: str, why: str, evidence: list[Evidence] | None = None) -> Finding:
+    """The ``skip`` finding of a check that could not look: ``TITLE: not checked``, with the reason."""
+    return Finding(id=fid, status="skip", title=f"{title}: not checked", detail=why, evidence=list(evidence or []))
 
 
 def probe_findings(facts: Facts) -> list[Finding]:
@@ -22,7 +29,31 @@ def probe_findings(facts: Facts) -> list[Finding]:
     return out
 
 
+#: Each check's findings for the probe results it last read: a check runs once per probe result, however
+#: many nodes, edges and renderers ask (results are compared by identity; a new result runs it again).
+_EVALUATED: dict[str, list[tuple[tuple[Any, ...], list[Finding]]]] = {}
+_EVALUATED_LOCK = threading.Lock()
+_KEEP = 8
+
+
 def evaluate_check(name: str, facts: Facts) -> list[Finding]:
+    """Check ``name``'s findings for ``facts``: computed once per set of probe results (see
+    :func:`_evaluate`), a new list each call."""
+    spec = CHECKS[name]
+    key = (spec.func, *(facts.get(p) for p in spec.probes))
+    with _EVALUATED_LOCK:
+        for seen, found in _EVALUATED.get(name, []):
+            if len(seen) == len(key) and all(a is b for a, b in zip(seen, key)):
+                return list(found)
+    found = _evaluate(name, facts)
+    with _EVALUATED_LOCK:
+        kept = _EVALUATED.setdefault(name, [])
+        kept.insert(0, (key, found))
+        del kept[_KEEP:]
+    return list(found)
+
+
+def _evaluate(name: str, facts: Facts) -> list[Finding]:
     """Run check ``name``; a check that raises becomes one ``crash`` finding with its traceback."""
     spec = CHECKS[name]
     broken = [p for p in spec.probes if p not in facts or facts[p].status in ("crash", "timeout")]

@@ -17,6 +17,8 @@ from ..model import Evidence, Finding, Remedy
 from ..probes.gccver import parse_torch_config, version_tuple
 from ..registry import Facts, check, predicate
 from ..shellquote import shell_quote
+from ..target import DEFAULT_PYTHON
+from . import evaluate_check, not_checked
 
 #: A driver branch that supports every CUDA 12.x and 13.0 runtime.
 DRIVER_BRANCH = "580"
@@ -41,10 +43,6 @@ def _result_facts(facts: Facts, name: str) -> dict[str, Any] | None:
 
 
 
-def _skip(fid: str, title: str, why: str, evidence: list[Evidence] | None = None) -> Finding:
-    return Finding(id=fid, status="skip", title=f"{title}: not checked", detail=why, evidence=evidence or [])
-
-
 def _gpus(facts: Facts) -> list[dict[str, Any]] | None:
     """The GPUs the nvml probe found (None when it found none or did not run)."""
     f = facts.of("nvml")
@@ -53,7 +51,7 @@ def _gpus(facts: Facts) -> list[dict[str, Any]] | None:
 
 def _python(facts: Facts) -> str:
     py = facts.of("pyenv") or {}
-    return (py.get("target") or {}).get("resolved") or (py.get("python") or {}).get("executable") or "python3"
+    return (py.get("target") or {}).get("resolved") or (py.get("python") or {}).get("executable") or DEFAULT_PYTHON
 
 
 def _pip(facts: Facts, *args: str) -> str:
@@ -115,7 +113,7 @@ def check_driver(facts: Facts) -> list[Finding]:
     ev = facts.evidence("nvml")
     if nv is None or nv.get("skipped"):
         why = (nv or {}).get("skipped") or facts.why_not("nvml")
-        return [_skip(fid, "NVIDIA driver and GPUs", why + ". The GPU checks that need the driver are skipped.",
+        return [not_checked(fid, "NVIDIA driver and GPUs", why + ". The GPU checks that need the driver are skipped.",
                       ev)]
     gpus = nv.get("gpus") or []
     names: dict[str, int] = {}
@@ -165,7 +163,7 @@ def check_pcie(facts: Facts) -> list[Finding]:
     fid = "gpu.pcie"
     gpus = _gpus(facts)
     if gpus is None:
-        return [_skip(fid, "PCIe links", facts.why_not("nvml"))]
+        return [not_checked(fid, "PCIe links", facts.why_not("nvml"))]
     rows, highlight, narrow, slow_busy, slow_idle, unknown = [], [], [], [], [], []
     for g in gpus:
         p = g.get("pcie") or {}
@@ -241,7 +239,7 @@ def _reset_remedy(gpus: list[dict[str, Any]]) -> Remedy:
 def check_health(facts: Facts) -> list[Finding]:
     gpus = _gpus(facts)
     if gpus is None:
-        return [_skip("gpu.health", "GPU health", facts.why_not("nvml"))]
+        return [not_checked("gpu.health", "GPU health", facts.why_not("nvml"))]
     return [_ecc(gpus), _throttle(gpus), _persistence(gpus), _processes(gpus), _compute_mode(gpus)]
 
 
@@ -422,7 +420,19 @@ def _wheel_remedy(facts: Facts, max_cuda: str | None) -> Remedy | None:
                     "and rebuild DeepSpeed's JIT ops afterwards (they are built per torch and CUDA version).")
 
 
-def _driver_remedy() -> Remedy:
+def _driver_remedy(gpus: list[dict[str, Any]] | None = None) -> Remedy:
+    from ..rules.drivers import driver_ceiling
+
+    ceil = driver_ceiling([g.get("name") or "" for g in gpus or []])
+    if ceil["branch"] is not None and ceil["branch"] < int(DRIVER_BRANCH):
+        b = ceil["branch"]
+        return Remedy(
+            title=f"Upgrade the NVIDIA driver to the {b} branch, the last that supports {ceil['arch']} GPUs "
+                  f"(CUDA up to {ceil['max_cuda'] or '?'})",
+            commands=[f"apt-get install -y nvidia-driver-{b}"], requires_root=True, verified=None,
+            explanation=f"Later branches ({DRIVER_BRANCH} included) dropped the {ceil['arch']} architecture: they "
+                        f"would not drive this GPU. With the {b} branch torch must be built for CUDA "
+                        f"{ceil['max_cuda'] or '(unknown)'} or older; a newer CUDA needs newer GPUs.")
     return Remedy(
         title=f"Upgrade the NVIDIA driver (branch {DRIVER_BRANCH} supports CUDA 12.x and 13.0)",
         commands=[f"apt-get install -y nvidia-driver-{DRIVER_BRANCH}"], requires_root=True, verified=None,
@@ -440,7 +450,7 @@ def check_runtime(facts: Facts) -> list[Finding]:
     gpus = _gpus(facts)
     drv_cuda = (nv or {}).get("cuda_driver_version")
     if tc["state"] in ("unknown", "missing", "rocm"):
-        return [_skip(fid, "Driver vs torch CUDA runtime", tc["why"] or "torch unknown")]
+        return [not_checked(fid, "Driver vs torch CUDA runtime", tc["why"] or "torch unknown")]
     if tc["state"] == "cpu":
         if gpus:
             rem = [r for r in [_wheel_remedy(facts, drv_cuda)] if r]
@@ -448,11 +458,12 @@ def check_runtime(facts: Facts) -> list[Finding]:
                             detail=f"{tc['why']}: DeepSpeed cannot use the GPUs ('DeepSpeed requires CUDA' / "
                                    "'Torch not compiled with CUDA enabled').", evidence=facts.evidence("nvml"),
                             remedies=rem)]
-        return [_skip(fid, "Driver vs torch CUDA runtime", f"{tc['why']}, and {facts.why_not('nvml')}")]
+        return [not_checked(fid, "Driver vs torch CUDA runtime", f"{tc['why']}, and {facts.why_not('nvml')}")]
     if not tc["cuda"]:
-        return [_skip(fid, "Driver vs torch CUDA runtime", f"{tc['why']}, and its wheel tag names no CUDA version")]
+        return [not_checked(fid, "Driver vs torch CUDA runtime",
+                            f"{tc['why']}, and its wheel tag names no CUDA version")]
     if not drv_cuda:
-        return [_skip(fid, "Driver vs torch CUDA runtime",
+        return [not_checked(fid, "Driver vs torch CUDA runtime",
                       f"torch is built for CUDA {tc['cuda'] or '?'}, but the driver's CUDA version is unknown: "
                       f"{facts.why_not('nvml')}")]
     v = cuda.driver_runtime_verdict(drv_cuda, tc["cuda"])
@@ -465,11 +476,17 @@ def check_runtime(facts: Facts) -> list[Finding]:
     ev = [Evidence.of_table("CUDA: driver vs torch", ["what", "from", "value"], rows, hl)]
     drv_int = nv.get("cuda_driver")
     if v["verdict"] == "too_old":
-        rem = [r for r in [_wheel_remedy(facts, drv_cuda), _driver_remedy()] if r]
+        rem = [r for r in [_wheel_remedy(facts, drv_cuda), _driver_remedy(gpus)] if r]
+        from ..rules.drivers import min_driver_pre11
+
+        pre11 = min_driver_pre11(v["runtime"]) if v.get("no_minor_compat") else None
         return [Finding(
             id=fid, status="fail",
             title=f"torch needs CUDA {v['runtime']} but driver {nv.get('driver')} supports only CUDA {v['driver']}",
-            detail="A CUDA runtime of a newer major version than the driver cannot start: CUDA reports "
+            detail=(f"Before CUDA 11 there is no minor-version compatibility: CUDA {v['runtime']} needs driver "
+                    f">= {pre11 or '(unknown)'} (NVIDIA's table of CUDA releases and their drivers), whatever the "
+                    "minor. " if v.get("no_minor_compat") else "") +
+                   "A CUDA runtime newer than the driver supports cannot start: CUDA reports "
                    "'CUDA driver version is insufficient for CUDA runtime version' and torch says 'The NVIDIA "
                    f"driver on your system is too old (found version {drv_int})'; torch.cuda.is_available() is "
                    "False and DeepSpeed stops. Either install a torch built for the driver's CUDA, or upgrade the "
@@ -502,20 +519,21 @@ def check_runtime(facts: Facts) -> list[Finding]:
     title = {"ok": f"torch's CUDA {v['runtime']} fits driver {nv.get('driver')} (CUDA {v['driver']})",
              "warn": f"torch's CUDA {v['runtime']} is newer than the driver's CUDA {v['driver']}",
              "fail": f"torch's CUDA {v['runtime']} cannot run on driver {nv.get('driver')}"}[status]
-    rem = [r for r in [_wheel_remedy(facts, drv_cuda), _driver_remedy()] if r] if status != "ok" else []
+    rem = [r for r in [_wheel_remedy(facts, drv_cuda), _driver_remedy(gpus)] if r] if status != "ok" else []
     return [Finding(id=fid, status=status, title=title, detail="\n".join(lines), evidence=ev, remedies=rem)]
 
 
 # -- gpu.toolkit ----------------------------------------------------------------------------------------
 
 
-def _toolkit_for(cs: dict[str, Any], torch_cuda_v: str, env: dict[str, str]) -> list[dict[str, Any]]:
+def _toolkit_for(cs: dict[str, Any], torch_cuda_v: str, env: dict[str, str],
+                 installed: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Installed toolkits (with headers) DeepSpeed would accept next to torch's CUDA; exact matches first."""
     good = []
     for t in cs.get("toolkits") or []:
         if not t.get("version") or not t.get("headers"):
             continue
-        verdict = cuda.deepspeed_nvcc_rule(t["version"], torch_cuda_v, {})["verdict"]
+        verdict = cuda.deepspeed_nvcc_rule(t["version"], torch_cuda_v, {}, installed)["verdict"]
         if verdict in ("match", "compatible"):
             good.append((0 if verdict == "match" else 1, t))
     return [t for _, t in sorted(good, key=lambda x: x[0])]
@@ -542,18 +560,37 @@ def _install_toolkit_remedy(torch_cuda_v: str, distro: dict[str, Any] | None) ->
                               f"{cuda.cuda_str(torch_cuda_v)} version label works without root.")
 
 
+def _installed_nvcc_rule(facts: Facts) -> dict[str, Any] | None:
+    """The nvcc rule read from the installed DeepSpeed (dsrelease probe), when that probe ran."""
+    from ..rules.deepspeed import CURRENT_READ_FROM, parse_version
+    from .dsrelease import nvcc_rule_of_installed
+
+    rule = nvcc_rule_of_installed(facts)
+    if rule is None:
+        ver = parse_version(_deepspeed(facts).get("version"))
+        if ver is not None and ver >= CURRENT_READ_FROM:
+            return {"state": "current", "skip_env": True}
+    return rule
+
+
+def _why_rule_unread(facts: Facts) -> str:
+    rec = (facts.get_fact("dsrelease", "rules") or {}).get("nvcc-minor-tolerance") or {}
+    return rec.get("why") or ("its files were not read" if "dsrelease" in facts else "the dsrelease probe did not run")
+
+
 @check("gpu.toolkit", title="CUDA toolkit (nvcc) vs torch's CUDA", probes=("cuda_stack", "pyenv"))
 def check_toolkit(facts: Facts) -> list[Finding]:
     tc = torch_cuda(facts)
     cs = facts.of("cuda_stack")
     if cs is None:
-        return [_skip("gpu.toolkit", "CUDA toolkit", facts.why_not("cuda_stack"))]
+        return [not_checked("gpu.toolkit", "CUDA toolkit", facts.why_not("cuda_stack"))]
     home, nv = cs.get("cuda_home") or {}, cs.get("nvcc") or {}
     found = f"(CUDA_HOME would be {home.get('path')}, nvcc {nv.get('release') or 'not run'})" if home.get("path") \
         else "(no CUDA toolkit found)"
     if tc["state"] not in ("ok", "import_failed") or not tc["cuda"]:
-        return [_skip("gpu.toolkit", "CUDA toolkit vs torch", f"{tc['why'] or 'torch CUDA unknown'}: DeepSpeed builds "
-                      f"no CUDA ops {found}", facts.evidence("cuda_stack"))]
+        return [not_checked("gpu.toolkit", "CUDA toolkit vs torch",
+                            f"{tc['why'] or 'torch CUDA unknown'}: DeepSpeed builds "
+                            f"no CUDA ops {found}", facts.evidence("cuda_stack"))]
     ds = _deepspeed(facts)
     env = {**(cs.get("env") or {})}
     ev = facts.evidence("cuda_stack")
@@ -563,7 +600,8 @@ def check_toolkit(facts: Facts) -> list[Finding]:
             ["DeepSpeed", "pyenv probe",
              (ds.get("version") or "installed") if ds.get("installed") else "not installed"],
             ["DS_SKIP_CUDA_CHECK", "environment", env.get("DS_SKIP_CUDA_CHECK", "unset")]]
-    good = _toolkit_for(cs, tc["cuda"], env)
+    installed_rule = _installed_nvcc_rule(facts)
+    good = _toolkit_for(cs, tc["cuda"], env, installed_rule)
     out: list[Finding] = []
     uses = ("DeepSpeed JIT-builds its CUDA ops (fused_adam, fused_lamb, quantizer, transformer kernels ...) "
             "with this toolkit on first use; cpu_adam and async_io are C++ ops on current DeepSpeed releases and "
@@ -603,9 +641,9 @@ def check_toolkit(facts: Facts) -> list[Finding]:
     # nvcc release vs torch
     fid = "gpu.toolkit.nvcc-version"
     if not nv.get("release"):
-        out.append(_skip(fid, "nvcc release vs torch", "no nvcc release to compare (see gpu.toolkit.cuda-home)"))
+        out.append(not_checked(fid, "nvcc release vs torch", "no nvcc release to compare (see gpu.toolkit.cuda-home)"))
         return out
-    ds_rule = cuda.deepspeed_nvcc_rule(nv["release"], tc["cuda"], env)
+    ds_rule = cuda.deepspeed_nvcc_rule(nv["release"], tc["cuda"], env, installed_rule)
     t_rule = cuda.torch_nvcc_rule(nv["release"], tc["cuda"])
     rows += [["DeepSpeed's rule", "assert_no_cuda_mismatch", ds_rule["verdict"]],
              ["torch's rule", "cpp_extension._check_cuda_version", t_rule["verdict"]]]
@@ -620,7 +658,10 @@ def check_toolkit(facts: Facts) -> list[Finding]:
         status = "fail" if ds.get("installed") else "warn"
         title = f"nvcc {nv['release']} does not match torch's CUDA {tc['cuda']}: CUDA op builds fail"
         lines.append("DeepSpeed compares nvcc's major.minor with torch.version.cuda before building any CUDA op; "
-                     "only the same release, or two minors of one major in its compatibility list, pass. " + uses)
+                     + (f"DeepSpeed {ds.get('version') or ''} predates the minor-version table (DeepSpeed PR 1139, "
+                        "June 2021): it accepts only the same major.minor. "
+                        if ds_rule.get("rule") == "old" else
+                        "only the same release, or two minors of one major in its compatibility list, pass. ") + uses)
         lines.append("DS_SKIP_CUDA_CHECK=1 silences the check but builds ops against the wrong toolkit: a last "
                      "resort, not a fix.")
         out.append(Finding(id=fid, status=status, title=title, detail="\n".join(lines), evidence=[table, *ev],
@@ -629,9 +670,17 @@ def check_toolkit(facts: Facts) -> list[Finding]:
         out.append(Finding(id=fid, status="warn", title=f"nvcc {nv['release']} vs torch's CUDA {tc['cuda']}: "
                            "mismatch allowed by DS_SKIP_CUDA_CHECK=1", detail="\n".join(lines), evidence=[table, *ev],
                            remedies=remedies))
+    elif ds_rule["verdict"] == "compatible" and installed_rule is None and ds.get("installed"):
+        lines.append(f"The installed DeepSpeed's own rule was not read ({_why_rule_unread(facts)}): releases before "
+                     "DeepSpeed PR 1139 (June 2021) refuse any minor mismatch, and the table grew later (11.7 in "
+                     "PR 2211): the current table accepts this pair; the installed release's is unknown.")
+        out.append(Finding(id=fid, status="warn", title=f"nvcc {nv['release']} vs torch's CUDA {tc['cuda']}: "
+                           "accepted by current DeepSpeed releases; the installed release's rule is unknown",
+                           detail="\n".join(lines), evidence=[table], remedies=remedies))
     else:
         title = (f"nvcc {nv['release']} matches torch's CUDA {tc['cuda']}" if ds_rule["verdict"] == "match" else
-                 f"nvcc {nv['release']} and torch's CUDA {tc['cuda']}: accepted as compatible")
+                 f"nvcc {nv['release']} and torch's CUDA {tc['cuda']}: accepted as compatible by DeepSpeed "
+                 f"{ds.get('version') or ''}".rstrip())
         out.append(Finding(id=fid, status="ok", title=title, detail="\n".join(lines) or "Same CUDA release.",
                            evidence=[table]))
     return out
@@ -665,12 +714,13 @@ def check_host_compiler(facts: Facts) -> list[Finding]:
     tc = torch_cuda(facts)
     cs, tch = facts.of("cuda_stack"), facts.of("toolchain")
     if cs is None or tch is None:
-        return [_skip(fid, "Host compiler vs nvcc", facts.why_not("cuda_stack" if cs is None else "toolchain"))]
+        return [not_checked(fid, "Host compiler vs nvcc", facts.why_not("cuda_stack" if cs is None else "toolchain"))]
     if tc["state"] not in ("ok", "import_failed") or not tc["cuda"]:
-        return [_skip(fid, "Host compiler vs nvcc", f"{tc['why'] or 'torch CUDA unknown'}: no CUDA op is compiled")]
+        return [not_checked(fid, "Host compiler vs nvcc",
+                            f"{tc['why'] or 'torch CUDA unknown'}: no CUDA op is compiled")]
     nv = cs.get("nvcc") or {}
     if not nv.get("release"):
-        return [_skip(fid, "Host compiler vs nvcc", "no working nvcc (see gpu.toolkit.cuda-home)")]
+        return [not_checked(fid, "Host compiler vs nvcc", "no working nvcc (see gpu.toolkit.cuda-home)")]
     hc = cs.get("host_config") or {}
     host, jit = tch.get("cuda_host") or {}, tch.get("jit") or {}
     if hc.get("gcc_max"):
@@ -796,7 +846,7 @@ def check_nccl(facts: Facts) -> list[Finding]:
     fid = "gpu.nccl"
     nf = _result_facts(facts, "nccl")
     if nf is None or nf.get("skipped"):
-        return [_skip(fid, "NCCL libraries", (nf or {}).get("skipped") or facts.why_not("nccl"))]
+        return [not_checked(fid, "NCCL libraries", (nf or {}).get("skipped") or facts.why_not("nccl"))]
     a = ncclmod.analyze(nf)
     ev = facts.evidence("nccl")
     lines = [p["text"] for p in a["problems"]] + a["notes"]
@@ -824,11 +874,19 @@ def check_nccl(facts: Facts) -> list[Finding]:
 
 @check("gpu.env", title="NCCL / CUDA environment of the training", probes=("gpu_env", "nvml"))
 def check_env(facts: Facts) -> list[Finding]:
+    """The training's NCCL and CUDA variables: deprecated names, NCCL_DEBUG, peer-to-peer,
+    CUDA_VISIBLE_DEVICES and CUDA_LAUNCH_BLOCKING, one finding each."""
     ge = facts.of("gpu_env")
     if ge is None:
-        return [_skip("gpu.env", "NCCL / CUDA environment", facts.why_not("gpu_env"))]
+        return [not_checked("gpu.env", "NCCL / CUDA environment", facts.why_not("gpu_env"))]
     env = ge.get("vars") or {}
     gpus = _gpus(facts)
+    return (_env_deprecated(env) + _env_nccl_debug(env) + _env_p2p(env, gpus, facts)
+            + _env_visible_devices(env, gpus, ge.get("gpus_per_node")) + _env_launch_blocking(env))
+
+
+def _env_deprecated(env: dict[str, str]) -> list[Finding]:
+    """Deprecated c10d/NCCL variable names, and the new names to use."""
     out: list[Finding] = []
     # deprecated names
     dep = envreview.deprecated(env)
@@ -853,6 +911,12 @@ def check_env(facts: Facts) -> list[Finding]:
     else:
         out.append(Finding(id="gpu.env.deprecated", status="ok", title="No deprecated NCCL variable names",
                            detail="None of " + ", ".join(envreview.DEPRECATED) + " is set."))
+    return out
+
+
+def _env_nccl_debug(env: dict[str, str]) -> list[Finding]:
+    """NCCL_DEBUG: whether a hang or NCCL failure would say where."""
+    out: list[Finding] = []
     # NCCL_DEBUG
     nd = envreview.nccl_debug(env)
     rem = []
@@ -866,9 +930,16 @@ def check_env(facts: Facts) -> list[Finding]:
     out.append(Finding(id="gpu.env.nccl-debug", status=nd["status"],
                        title="NCCL_DEBUG " + (f"= {nd['value']}" if nd["value"] else "not set"), detail=nd["text"],
                        remedies=rem))
+    return out
+
+
+def _env_p2p(env: dict[str, str], gpus: list[dict[str, Any]] | None, facts: Facts) -> list[Finding]:
+    """NCCL peer-to-peer against the GPU models (consumer boards hang with it on)."""
+    out: list[Finding] = []
     # peer-to-peer
     if gpus is None:
-        out.append(_skip("gpu.env.p2p", "GPU peer-to-peer", "the GPU models are unknown: " + facts.why_not("nvml")))
+        out.append(not_checked("gpu.env.p2p", "GPU peer-to-peer",
+                               "the GPU models are unknown: " + facts.why_not("nvml")))
     else:
         pp = envreview.p2p(env, [g.get("name") or "" for g in gpus])
         rem = []
@@ -887,12 +958,17 @@ def check_env(facts: Facts) -> list[Finding]:
                                                          and pp["consumer"] else "disabled on datacenter GPUs"
                                                          if pp["status"] == "warn" else "nothing to change"),
                            detail=pp["text"], remedies=rem))
+    return out
+
+
+def _env_visible_devices(env: dict[str, str], gpus: list[dict[str, Any]] | None, want: Any) -> list[Finding]:
+    """CUDA_VISIBLE_DEVICES against the GPUs present and the GPUs per node the job expects."""
+    out: list[Finding] = []
     # CUDA_VISIBLE_DEVICES
     vd = envreview.visible_devices(env.get("CUDA_VISIBLE_DEVICES"), gpus)
     rem = []
     lines = [vd["text"]]
     status = vd["status"]
-    want = ge.get("gpus_per_node")
     if gpus is not None and isinstance(want, int) and vd["status"] in ("ok", "warn"):
         n_vis = len(vd["visible"]) if vd["visible"] is not None else len(gpus)
         if want > n_vis:
@@ -917,12 +993,18 @@ def check_env(facts: Facts) -> list[Finding]:
         vis_ev = [Evidence.of_table("CUDA_VISIBLE_DEVICES vs the GPUs present",
                                     ["entry / GPU", "what CUDA makes of it"], rows, hl)]
     if vd["status"] == "skip" and status == "skip":
-        out.append(_skip("gpu.env.visible-devices", "CUDA_VISIBLE_DEVICES", vd["text"]))
+        out.append(not_checked("gpu.env.visible-devices", "CUDA_VISIBLE_DEVICES", vd["text"]))
     else:
         out.append(Finding(id="gpu.env.visible-devices", status=status, evidence=vis_ev,
                            title="CUDA_VISIBLE_DEVICES "
                            + ("not set" if not vd["set"] else f"= {env.get('CUDA_VISIBLE_DEVICES')!r}")
                            + ("" if status == "ok" else ": GPUs missing"), detail="\n".join(lines), remedies=rem))
+    return out
+
+
+def _env_launch_blocking(env: dict[str, str]) -> list[Finding]:
+    """CUDA_LAUNCH_BLOCKING left on (a debugging switch that slows training)."""
+    out: list[Finding] = []
     if env.get("CUDA_LAUNCH_BLOCKING", "0").strip() not in ("", "0"):
         out.append(Finding(id="gpu.env.launch-blocking", status="warn", title="CUDA_LAUNCH_BLOCKING is set",
                            detail="Every CUDA kernel launch waits for the kernel to finish: a debugging switch that "
@@ -947,7 +1029,7 @@ def _gpus_on_node(facts: Facts, lf: dict[str, Any]) -> int | None:
 def check_limits(facts: Facts) -> list[Finding]:
     lf = facts.of("host_limits")
     if lf is None:
-        return [_skip("gpu.limits", "Host limits", facts.why_not("host_limits"))]
+        return [not_checked("gpu.limits", "Host limits", facts.why_not("host_limits"))]
     ev = facts.evidence("host_limits")
     return [_shm(facts, lf, ev), _memlock(lf, ev), _nofile(lf, ev)]
 
@@ -958,7 +1040,7 @@ def _shm(facts: Facts, lf: dict[str, Any], ev: list[Evidence]) -> Finding:
     box = lf.get("container") or {}
     n = _gpus_on_node(facts, lf)
     if shm.get("total") is None:
-        return _skip(fid, "/dev/shm size", shm.get("error") or "/dev/shm could not be measured", ev)
+        return not_checked(fid, "/dev/shm size", shm.get("error") or "/dev/shm could not be measured", ev)
     size = shm["total"]
     if size >= limits.SHM_WARN:
         return Finding(id=fid, status="ok", title=f"/dev/shm is {limits.human(size)}",
@@ -1010,7 +1092,7 @@ def _memlock(lf: dict[str, Any], ev: list[Evidence]) -> Finding:
     t = lf.get("target") or {}
     soft, hard = t.get("memlock_soft_kb"), t.get("memlock_hard_kb")
     if soft is None:
-        return _skip(fid, "ulimit -l", t.get("error") or "the training shell did not report ulimit -l", ev)
+        return not_checked(fid, "ulimit -l", t.get("error") or "the training shell did not report ulimit -l", ev)
     if soft == "unlimited":
         return Finding(id=fid, status="ok", title="ulimit -l (locked memory) is unlimited",
                        detail="Pinned host buffers and RDMA registration are not capped.", evidence=ev)
@@ -1036,7 +1118,7 @@ def _nofile(lf: dict[str, Any], ev: list[Evidence]) -> Finding:
     t = lf.get("target") or {}
     soft, hard = t.get("nofile_soft"), t.get("nofile_hard")
     if soft is None:
-        return _skip(fid, "ulimit -n", t.get("error") or "the training shell did not report ulimit -n", ev)
+        return not_checked(fid, "ulimit -n", t.get("error") or "the training shell did not report ulimit -n", ev)
     if soft == "unlimited" or soft >= limits.NOFILE_LOW:
         return Finding(id=fid, status="ok", title=f"ulimit -n (open files) is {soft}", evidence=ev)
     rem = []
@@ -1071,83 +1153,13 @@ def gpu_none_visible(facts: Facts) -> bool:
     return bool(nv) and nv.get("source") is not None and not nv.get("count")
 
 
-@predicate("gpu_pcie_degraded", doc="A GPU link runs below its width, or its generation under load", probes=("nvml",))
-def gpu_pcie_degraded(facts: Facts) -> bool:
-    return "warn" in _status(check_pcie(facts), "gpu.pcie")
-
-
 @predicate("gpu_unhealthy", doc="ECC errors, prohibited compute mode, or thermal/hardware slowdowns", probes=("nvml",))
 def gpu_unhealthy(facts: Facts) -> bool:
-    fs = check_health(facts)
+    fs = evaluate_check("gpu.health", facts)
     return "fail" in _status(fs, "gpu.health") or "warn" in _status(fs, "gpu.health.throttle") \
         or "warn" in _status(fs, "gpu.health.ecc")
-
-
-@predicate("gpu_held_by_others", doc="Processes hold GPU memory", probes=("nvml",))
-def gpu_held_by_others(facts: Facts) -> bool:
-    return "warn" in _status(check_health(facts), "gpu.health.processes")
 
 
 @predicate("gpu_torch_without_cuda", doc="torch is missing, or a CPU/ROCm build", probes=("pyenv",))
 def gpu_torch_without_cuda(facts: Facts) -> bool:
     return torch_cuda(facts)["state"] in ("missing", "cpu", "rocm")
-
-
-@predicate("gpu_driver_too_old", doc="torch's CUDA runtime is newer than the driver supports", probes=("nvml", "pyenv"))
-def gpu_driver_too_old(facts: Facts) -> bool:
-    return bool(_status(check_runtime(facts), "gpu.runtime") & {"fail", "warn"})
-
-
-@predicate("gpu_nvcc_unusable", doc="No CUDA toolkit, no nvcc, or no CUDA headers where torch looks",
-           probes=("cuda_stack", "pyenv"))
-def gpu_nvcc_unusable(facts: Facts) -> bool:
-    return "warn" in _status(check_toolkit(facts), "gpu.toolkit.cuda-home")
-
-
-@predicate("gpu_nvcc_mismatch", doc="nvcc's release fails DeepSpeed's (or torch's) CUDA check",
-           probes=("cuda_stack", "pyenv"))
-def gpu_nvcc_mismatch(facts: Facts) -> bool:
-    return bool(_status(check_toolkit(facts), "gpu.toolkit.nvcc-version") & {"fail", "warn"})
-
-
-@predicate("gpu_host_gcc_unsupported", doc="The host compiler is outside the GCC range nvcc / torch accept",
-           probes=("cuda_stack", "toolchain", "pyenv"))
-def gpu_host_gcc_unsupported(facts: Facts) -> bool:
-    return "fail" in _status(check_host_compiler(facts), "gpu.host-compiler")
-
-
-@predicate("gpu_nccl_conflict", doc="Several NCCL libraries, or an older one than torch's", probes=("nccl", "pyenv"))
-def gpu_nccl_conflict(facts: Facts) -> bool:
-    return bool(_status(check_nccl(facts), "gpu.nccl") & {"fail", "warn"})
-
-
-@predicate("gpu_visible_devices_invalid", doc="CUDA_VISIBLE_DEVICES hides GPUs the job needs",
-           probes=("gpu_env", "nvml"))
-def gpu_visible_devices_invalid(facts: Facts) -> bool:
-    return bool(_status(check_env(facts), "gpu.env.visible-devices") & {"fail", "warn"})
-
-
-@predicate("gpu_deprecated_env", doc="Deprecated NCCL variable names are set", probes=("gpu_env",))
-def gpu_deprecated_env(facts: Facts) -> bool:
-    return "warn" in _status(check_env(facts), "gpu.env.deprecated")
-
-
-@predicate("gpu_p2p_risk", doc="Consumer GPUs with peer-to-peer on, or P2P off on datacenter GPUs",
-           probes=("gpu_env", "nvml"))
-def gpu_p2p_risk(facts: Facts) -> bool:
-    return "warn" in _status(check_env(facts), "gpu.env.p2p")
-
-
-@predicate("gpu_shm_small", doc="/dev/shm is under 512 MiB", probes=("host_limits", "nvml"))
-def gpu_shm_small(facts: Facts) -> bool:
-    return bool(_status(check_limits(facts), "gpu.limits.shm") & {"fail", "warn"})
-
-
-@predicate("gpu_memlock_limited", doc="ulimit -l of the training is not unlimited", probes=("host_limits",))
-def gpu_memlock_limited(facts: Facts) -> bool:
-    return "warn" in _status(check_limits(facts), "gpu.limits.memlock")
-
-
-@predicate("gpu_nofile_low", doc="ulimit -n of the training is under 4096", probes=("host_limits",))
-def gpu_nofile_low(facts: Facts) -> bool:
-    return "warn" in _status(check_limits(facts), "gpu.limits.nofile")

@@ -60,7 +60,26 @@ def _describe(p: dict[str, Any] | None, pid: int) -> str:
             f"{p.get('wchan') or '?'}, running {duration(p.get('elapsed_s'))})")
 
 
-def lock_remedy(lock: dict[str, Any], op: dict[str, Any] | None, orphans: list[int]) -> Remedy:
+def _trial_text(trial: dict[str, Any] | None) -> tuple[bool, str]:
+    """(verified, sentence) from the lock-free trial of this lock."""
+    if not trial:
+        return False, (" Not tried in advance (no trial was made); `zdoctor check` afterwards shows the lock "
+                       "gone.")
+    if not trial.get("tried"):
+        return False, f" Not tried in advance, because {trial.get('reason') or 'no trial could be made'}."
+    if trial.get("fixed"):
+        return True, (f" Tried without changing the node: {trial.get('how')} worked (exit 0 in "
+                      f"{trial.get('seconds')} s), so the lock is the only thing in the way; the copy was "
+                      "removed again and the real lock left in place.")
+    tail = " ".join(str(trial.get("output_tail") or "").strip().splitlines()[-3:])
+    return False, (f" Tried without changing the node: {trial.get('how')} did not work either "
+                   f"({trial.get('error') or 'exit ' + str(trial.get('exit_code'))}"
+                   + (f": {show(tail, 300)}" if tail else "") + "): removing the lock will stop the wait, "
+                   "but the op will still fail to load.")
+
+
+def lock_remedy(lock: dict[str, Any], op: dict[str, Any] | None, orphans: list[int],
+                trial: dict[str, Any] | None = None) -> Remedy:
     """Remove exactly this lock (after any orphaned compilers of the dead build have exited)."""
     commands = []
     if orphans:
@@ -75,14 +94,15 @@ def lock_remedy(lock: dict[str, Any], op: dict[str, Any] | None, orphans: list[i
     if orphans:
         expl += (" The first line waits until the compilers the dead build started have exited, so a new "
                  "build does not write the same object files at the same time.")
-    expl += (" Not verified in advance: removing a file proves itself; `zdoctor check` afterwards shows "
-             "the lock gone.")
+    verified, tried = _trial_text(trial)
+    expl += tried
     return Remedy(title=f"Remove the stale lock of op {show(lock.get('op'), 60)}", commands=commands,
-                  verified=False, requires_root=bool(op and op.get("dir_writable") is False), undo=[],
-                  explanation=expl)
+                  verified=verified, requires_root=bool(op and op.get("dir_writable") is False), undo=[],
+                  explanation=expl, tried=bool(trial and trial.get("tried")),
+                  note=(trial or {}).get("reason") or "" if not (trial and trial.get("tried")) else tried.strip())
 
 
-@check("hangs.stale-lock", title="Stale JIT build locks", probes=("jitcache", "processes"))
+@check("hangs.stale-lock", title="Stale JIT build locks", probes=("jitcache", "processes", "locktrial"))
 def check_stale_lock(facts: Facts) -> list[Finding]:
     cid = "hangs.stale-lock"
     jit, procs = facts.of("jitcache"), facts.of("processes")
@@ -94,9 +114,15 @@ def check_stale_lock(facts: Facts) -> list[Finding]:
     ops = {o["lock_path"]: o for o in jit.get("ops") or [] if o.get("lock_path")}
     by_pid = _procs_by_pid(procs)
     stale = [lk for lk in locks if lk.get("stale")]
+    trials = {t.get("lock"): t for t in (facts.get_fact("locktrial", "trials") or [])}
     if not stale:
         live = [lk for lk in locks if lk.get("present")]
         if not live:
+            if not jit.get("ops") and not any(r.get("exists") for r in jit.get("roots") or []):
+                return [Finding(id=cid, status="skip", title="JIT build locks: nothing to check (no op has been "
+                                f"built here: {jit.get('base')} does not exist)",
+                                detail=f"torch builds JIT ops under {jit.get('base')} (from {jit.get('source')}); "
+                                       "that directory is absent, so no lock can be left in it.", evidence=ev)]
             return [Finding(id=cid, status="ok", title="No JIT build locks", detail=f"Looked in {jit.get('base')} "
                             f"(from {jit.get('source')}); no op dir holds a `lock` file.", evidence=ev)]
         lines = [f"{lk['path']}: held by " + ", ".join(_describe(by_pid.get(p), p) for p in lk["holders"])
@@ -147,7 +173,7 @@ def check_stale_lock(facts: Facts) -> list[Finding]:
         out.append(Finding(id=f"{cid}.{_slug(_op_key(lk), used)}", status=status,
                            title=f"Stale JIT build lock for op {show(lk.get('op'), 60)}: launches that need it "
                                  "wait forever", detail="\n".join(lines), evidence=ev,
-                           remedies=[lock_remedy(lk, op, lk.get("orphans") or [])]))
+                           remedies=[lock_remedy(lk, op, lk.get("orphans") or [], trials.get(lk["path"]))]))
     return out
 
 
@@ -235,10 +261,12 @@ def check_corrupt_ops(facts: Facts) -> list[Finding]:
     ops = jit.get("ops") or []
     bad = [o for o in ops if o.get("so_path") and (o.get("so_info") or {}).get("kind") not in (None, "elf")]
     built = [o for o in ops if o.get("so_path")]
+    if not built:
+        return [Finding(id=cid, status="skip", title="Damaged JIT-built ops: nothing to check (no op has been "
+                        "built here yet)", detail=f"No built op .so in {jit.get('base')}.", evidence=ev)]
     if not bad:
         return [Finding(id=cid, status="ok", title=f"{len(built)} JIT-built op(s), none damaged",
-                        detail="Every built .so in the extension cache is a readable ELF file." if built else
-                        f"No op has been built in {jit.get('base')} yet.", evidence=ev)]
+                        detail="Every built .so in the extension cache is a readable ELF file.", evidence=ev)]
     out: list[Finding] = []
     used: set[str] = set()
     for o in bad:
@@ -307,6 +335,10 @@ def check_foreign_toolchain(facts: Facts) -> list[Finding]:
                            title=f"JIT op {show(o.get('name'), 60)} was built by GCC {built_ver}, newer than this "
                                  f"node's GCC {cur_ver}", detail="\n".join(detail), evidence=ev,
                            remedies=[_corrupt_remedy(o)]))
+    if not out and not any((o.get("so_info") or {}).get("kind") == "elf" for o in jit.get("ops") or []):
+        return [Finding(id=cid, status="skip", title="JIT ops and this node's compiler: nothing to check (no "
+                        "op has been built here yet)", detail="\n".join(notes) or f"No built op in {jit.get('base')}.",
+                        evidence=ev)]
     if not out:
         return [Finding(id=cid, status="ok", title="No JIT op was built by a newer compiler than this node's",
                         detail="\n".join(notes) or f"JIT compiler: {cur['path']}" + (f" (GCC {cur_ver})"

@@ -61,6 +61,8 @@ def failure_groups(facts: Facts) -> list[dict[str, Any]]:
     raw = live_errors or libs.get("failures") or []
     groups: dict[tuple[str, str], dict[str, Any]] = {}
     for f in raw:
+        if str(f.get("version", "")).startswith("GLIBC_"):
+            continue  # glibc, not libstdc++: the libs.glibc check speaks for it
         key = (_realpath_of(libs, f["provider"], f.get("provider_realpath")),
                f.get("required_by_realpath") or os.path.normpath(f["required_by"]))
         g = groups.setdefault(key, {"provider": f["provider"], "required_by": f["required_by"], "versions": [],
@@ -129,8 +131,11 @@ def check_glibcxx(facts: Facts) -> list[Finding]:
         winner = libs.get("libstdcxx") or {}
         n = len(libs.get("needs") or [])
         if not libs.get("targets"):
-            return [Finding(id=cid, status="ok", title="No C++ extension to check (torch is not installed, no "
-                            "JIT-built op, no --ext)", evidence=ev)]
+            return [Finding(id=cid, status="skip", title="Library versions: nothing to check (torch is not "
+                            "installed, no JIT-built op, no --ext)",
+                            detail="No C++ library of the training was found in the probed interpreter, so no "
+                                   "GLIBCXX need was read. If the training runs another interpreter, name it "
+                                   "with --python.", evidence=ev)]
         return [Finding(id=cid, status="ok",
                         title=f"{winner.get('path', 'libstdc++.so.6')} {winner.get('label', '')} provides all "
                               f"{n} libstdc++ versions the training's libraries need".replace("  ", " "),
@@ -166,17 +171,52 @@ def check_glibcxx(facts: Facts) -> list[Finding]:
     return out
 
 
+def probe_steps(live: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The default import probe's steps that loaded (``import torch``...) and those skipped, with why."""
+    loaded = [str(s.get("step")) for s in live.get("steps") or [] if s.get("ok") is True]
+    skipped = [f"{str(s.get('step')).replace('import ', '')} ({s.get('skipped')})"
+               for s in live.get("steps") or [] if s.get("skipped")]
+    return loaded, skipped
+
+
+def live_unchecked(facts: Facts) -> str | None:
+    """Why the live run exercised nothing the training loads (None when it did: a command ran, or the import
+    probe loaded something: torch, an --ext extension or a JIT-built op)."""
+    res = facts.get("livetrace")
+    live = facts.of("livetrace") or {}
+    if not live:
+        return (res.facts.get("skipped") if res is not None and res.facts else None) or \
+            (res.error if res is not None else None) or "the live trace did not run"
+    if live.get("command") or live.get("timed_out") or not live.get("ok"):
+        return None
+    loaded, _ = probe_steps(live)
+    python = (live.get("argv") or ["the probed interpreter"])[0]
+    if loaded:
+        return None
+    return (f"torch is not installed in {python}: nothing the training loads was imported; name the "
+            "training interpreter with --python")
+
+
 @check("libs.live", title="The command under the real loader", probes=("livetrace", "libs"))
 def check_live(facts: Facts) -> list[Finding]:
     cid = "libs.live"
-    res = facts.get("livetrace")
     live = facts.of("livetrace") or {}
     ev = facts.evidence("livetrace", kinds=None)
     if not live:
-        why = (res.facts.get("skipped") if res is not None and res.facts else None) or \
-              (res.error if res is not None else None) or "not run"
-        return [Finding(id=cid, status="skip", title=f"Live loader trace: {why}")]
+        return [Finding(id=cid, status="skip", title=f"Live loader trace: {live_unchecked(facts)}")]
     what = live.get("command") or "the import probe (torch, deepspeed, JIT-built ops)"
+    if not live.get("command"):
+        loaded_steps, skipped_steps = probe_steps(live)
+        what = "the import probe (" + (", ".join(s.replace("import ", "") for s in loaded_steps) or "nothing") + ")"
+        unchecked = live_unchecked(facts)
+        if unchecked:
+            return [Finding(id=cid, status="skip", title=f"Live loader trace: not checked: {unchecked}",
+                            detail=f"Ran {what}; not loaded: {', '.join(skipped_steps) or 'nothing'}. Nothing of "
+                                   "the training was loaded, so nothing was checked under the real loader.",
+                            evidence=ev)]
+        not_loaded = f"; not loaded: {', '.join(skipped_steps)}" if skipped_steps else ""
+    else:
+        not_loaded = ""
     notes = list(live.get("notes") or [])
     loaded = live.get("libstdcxx") or []
     lines = [f"Ran: {what}"]
@@ -202,7 +242,7 @@ def check_live(facts: Facts) -> list[Finding]:
         out.append(Finding(id=cid, status="fail", title=f"{what} fails (exit code {live.get('exit_code')})",
                            detail="\n".join([*lines, first]), evidence=ev))
     else:
-        out.append(Finding(id=cid, status="ok", title=f"{what} loads cleanly under the real loader",
+        out.append(Finding(id=cid, status="ok", title=f"{what} loads cleanly under the real loader{not_loaded}",
                            detail="\n".join(lines), evidence=ev))
     if agreement(facts) is False:
         out.append(Finding(id="libs.prediction", status="warn",
@@ -231,11 +271,26 @@ def check_inventory(facts: Facts) -> list[Finding]:
     libs = facts.of("libs") or {}
     if not libs:
         return [Finding(id="libs.inventory", status="skip", title="libstdc++ inventory: not taken")]
-    copies = libs.get("inventory") or []
+    copies = list(libs.get("inventory") or [])
     ev = [e for e in facts.evidence("libs", kinds=("table",)) if e.label.startswith("every libstdc++")]
-    short = [c for c in copies if not c.get("has_every_need") and not c.get("error")]
+    # the copy the run loaded (or failed with) may sit where the inventory does not look (an extension's
+    # RUNPATH, a dlopen by path): count it too
+    known = {c.get("realpath") or os.path.realpath(c["path"]) for c in copies}
+    for g in failure_groups(facts):
+        if g["provider_realpath"] not in known:
+            known.add(g["provider_realpath"])
+            copies.append({"path": g["provider"], "glibcxx_max": g.get("provider_max"), "has_every_need": False,
+                           "found_as": [f"loaded, and lacks {', '.join(g['versions'])} (needed by "
+                                        f"{os.path.basename(g['required_by'])})"]})
+    for x in (facts.of("livetrace") or {}).get("libstdcxx") or []:
+        real = x.get("realpath") or os.path.realpath(x["path"])
+        if real not in known:
+            known.add(real)
+            copies.append({"path": x["path"], "found_as": [f"loaded by the live run {x.get('via') or ''}".strip()]})
+    short = [c for c in copies if c.get("has_every_need") is False and not c.get("error")]
     title = f"{len(copies)} libstdc++.so.6 cop{'y' if len(copies) == 1 else 'ies'} found"
-    if short and libs.get("needs"):
+    if short and (libs.get("needs") or any(c.get("has_every_need") is False and "lacks" in " ".join(c["found_as"])
+                                           for c in copies)):
         title += f"; {len(short)} lack{'s' if len(short) == 1 else ''} a version the training needs"
     detail = "\n".join(f"{c['path']}: up to {c.get('glibcxx_max') or '?'}"
                        + (f" (GCC {c.get('gcc_series') or c['gcc_release']})" if c.get("gcc_release") else "")
@@ -256,9 +311,11 @@ def check_interpreter_rpath(facts: Facts) -> list[Finding]:
     cid = "libs.interpreter-rpath"
     libs = facts.of("libs") or {}
     interp = libs.get("interpreter") or {}
-    if not libs or not interp.get("rpath"):
-        return [Finding(id=cid, status="ok", title="The interpreter carries no DT_RPATH" if libs else
-                        "Interpreter RPATH: not checked")]
+    if not libs:
+        return [Finding(id=cid, status="skip", title="Interpreter RPATH: not checked",
+                        detail=facts.why_not("libs"))]
+    if not interp.get("rpath"):
+        return [Finding(id=cid, status="ok", title="The interpreter carries no DT_RPATH")]
     needs = sorted({*(libs.get("needs") or []),
                     *(e["version"] for e in (facts.of("livetrace") or {}).get("version_errors") or [])})
     old = [(c["path"], c.get("glibcxx_max")) for c in interp.get("rpath_copies") or []
@@ -276,11 +333,11 @@ def check_interpreter_rpath(facts: Facts) -> list[Finding]:
 
 
 def _gcc_of(comment: str) -> str | None:
-    """``GCC: (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0`` -> ``11.4.0``."""
-    if not comment.startswith("GCC:"):
-        return None
-    last = comment.split()[-1]
-    return last if last[:1].isdigit() else None
+    """``GCC: (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0`` -> ``11.4.0``; ``GCC: (GNU) 13.3.1 20240611 (Red Hat
+    13.3.1-2)`` -> ``13.3.1`` (the release, not the vendor's package suffix)."""
+    from ..forensics.jitcache import gcc_version_of
+
+    return gcc_version_of([comment]) if comment.startswith("GCC:") else None
 
 
 @check("libs.ext-compilers", title="The compiler that built each extension, beside the toolchain layers",
@@ -327,9 +384,56 @@ def check_ext_compilers(facts: Facts) -> list[Finding]:
                     detail="\n".join(lines), evidence=ev)]
 
 
+@check("libs.env-source", title="Where the offending LD_LIBRARY_PATH / LD_PRELOAD entry is set",
+       probes=("libs", "livetrace", "shellinit"))
+def check_env_source(facts: Facts) -> list[Finding]:
+    """For each LD_LIBRARY_PATH or LD_PRELOAD entry that supplies a failing libstdc++, the shell startup line
+    that sets it: the line to change so the fix outlives this shell."""
+    from ..forensics.shellinit import lines_for_entry
+
+    cid = "libs.env-source"
+    kinds = {"ld_library_path": "LD_LIBRARY_PATH", "ld_preload": "LD_PRELOAD"}
+    wanted: list[tuple[str, str]] = []
+    for g in failure_groups(facts):
+        src = g["source"].get("how") or g["source"]
+        if src.get("kind") in kinds and src.get("entry") and (kinds[src["kind"]], src["entry"]) not in wanted:
+            wanted.append((kinds[src["kind"]], src["entry"]))
+    if not wanted:
+        return [Finding(id=cid, status="skip", title="Where the offending entry is set: nothing to trace (no "
+                        "failing libstdc++ came through LD_LIBRARY_PATH or LD_PRELOAD)")]
+    init = facts.of("shellinit")
+    if init is None:
+        return [Finding(id=cid, status="skip", title="Where the offending entry is set: not checked",
+                        detail=facts.why_not("shellinit"))]
+    ev = facts.evidence("shellinit", kinds=("table",))
+    out = []
+    for var, entry in wanted:
+        lines = lines_for_entry(init, var, entry)
+        if lines:
+            first = lines[0]
+            detail = [f"{x['file']} line {x['line']}: {x['text']}" for x in lines]
+            detail.append(f"Every login shell and job started from it gets {entry} on {var} from this line; "
+                          "removing the entry in one shell does not outlive that shell. Delete or comment out "
+                          "the line (or move it into the one script that needs it).")
+            out.append(Finding(id=cid, status="warn",
+                               title=f"{var} entry {entry} is set in {first['file']} line {first['line']}: "
+                                     f"{first['text']}", detail="\n".join(detail), evidence=ev))
+        else:
+            read = init.get("files") or []
+            out.append(Finding(id=cid, status="warn",
+                               title=f"{var} entry {entry}: no shell startup file zdoctor read sets it",
+                               detail="Files read: " + (", ".join(read) or "none") + ". It may come from a "
+                                      "module file, a job script, a scheduler prolog or the launcher's "
+                                      "environment.", evidence=ev))
+    return out
+
+
 @check("libs.broken-files", title="Unreadable or corrupt extension files", probes=("libs",))
 def check_broken(facts: Facts) -> list[Finding]:
     libs = facts.of("libs") or {}
+    if not libs.get("targets"):
+        return [Finding(id="libs.broken-files", status="skip", title="Extension files: nothing to read (no C++ "
+                        "library of the training was found)")]
     errs = [t for t in libs.get("targets") or [] if t.get("error")]
     if not errs:
         return []
@@ -392,6 +496,14 @@ def live_failed(facts: Facts) -> bool:
 @predicate("live_run_hung", doc="the command did not finish within the time limit", probes=("livetrace",))
 def live_hung(facts: Facts) -> bool:
     return bool((facts.of("livetrace") or {}).get("timed_out"))
+
+
+@predicate("live_run_checked_nothing", doc="the live run loaded nothing of the training (no --command, torch "
+           "is not in the probed interpreter, no --ext, no JIT-built op)",
+           probes=("livetrace",))
+def live_checked_nothing(facts: Facts) -> bool:
+    # a live trace that gave no facts at all is a probe without facts: the playbook's not_checked end says so
+    return bool(facts.of("livetrace")) and live_unchecked(facts) is not None
 
 
 @predicate("prediction_disagrees", doc="the emulation and the real loader picked different libstdc++ copies",

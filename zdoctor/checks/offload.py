@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import InputError
 from ..model import Finding, Remedy
 from ..offload import planner
-from ..offload.dsconfig import load_config, nvme_patch
+from ..offload.dsconfig import load_config, nvme_patch, parse_config
 from ..registry import Facts, check, predicate
 from ..shellquote import shell_quote
 
@@ -68,7 +68,8 @@ def _heredoc_tag(text: str) -> str:
     return tag
 
 
-def nvme_patch_remedy(ds_path: str, target: str, block_size: int | None = None) -> Remedy | None:
+def nvme_patch_remedy(ds_path: str, target: str, block_size: int | None = None,
+                      text: str | None = None) -> Remedy | None:
     """A remedy that moves the config's offload to NVMe at ``target``: back up, then write the patched file.
 
     The patched text is built by :func:`zdoctor.offload.dsconfig.nvme_patch` (only the offload blocks change)
@@ -76,8 +77,9 @@ def nvme_patch_remedy(ds_path: str, target: str, block_size: int | None = None) 
     config cannot be patched (unreadable, no zero_optimization block).
     """
     try:
-        patch = nvme_patch(load_config(ds_path), target, block_size)
-    except InputError:
+        cfg = parse_config(text, ds_path) if text is not None else load_config(ds_path)
+        patch = nvme_patch(cfg, target, block_size)
+    except (InputError, ValueError):
         return None
     tag = _heredoc_tag(patch.new_text)
     body = patch.new_text if patch.new_text.endswith("\n") else patch.new_text + "\n"
@@ -181,7 +183,7 @@ def check_lints(facts: Facts) -> list[Finding]:
                     lines.append(f"  {note}")
         remedies = []
         if rule in ("nvme-without-path", "nvme-path") and ds and target and worst == "fail":
-            r = nvme_patch_remedy(ds["path"], target)
+            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"))
             if r:
                 remedies.append(r)
         title = RULE_TITLES.get(rule, rule)
@@ -190,6 +192,32 @@ def check_lints(facts: Facts) -> list[Finding]:
         out.append(Finding(id=f"offload.lint.{rule}", status=worst, title=f"{title} ({len(items)})",
                            detail="\n".join(lines), evidence=ev, remedies=remedies))
     return out
+
+
+# -- offload.patch -----------------------------------------------------------------------------------------
+
+@check("offload.patch", title="The ds_config change that moves NVMe offload to the new path",
+       probes=("dsconfig", "storage", "nvme_inventory", "capacity"))
+def check_patch(facts: Facts) -> list[Finding]:
+    """When the config offloads to NVMe and a better place is known (an unused NVMe drive to mount, or
+    --offload-path), the exact change to the config: a diff, and a remedy that backs up and rewrites it."""
+    cid = "offload.patch"
+    ds = facts.of("dsconfig")
+    if not ds or not ds.get("valid") or not ds.get("nvme_paths"):
+        return []
+    target = _offload_target(facts)
+    now = sorted({p["path"] for p in ds["nvme_paths"]})
+    if not target or now == [target]:
+        return []
+    r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"))
+    if r is None:
+        return [Finding(id=cid, status="skip", title=f"ds_config patch to {target}: not made",
+                        detail=f"{ds['path']} could not be read back to patch it here (it is not in the recorded "
+                               "facts); set nvme_path by hand.")]
+    diff = r.explanation.split("\n\n", 1)[-1]
+    return [Finding(id=cid, status="warn", title=f"ds_config: move nvme_path from {', '.join(now)} to {target}",
+                    detail=f"The change to {ds['path']}, as a diff (only the offload blocks change):\n{diff}",
+                    remedies=[r])]
 
 
 # -- offload.capacity ---------------------------------------------------------------------------------------
@@ -203,9 +231,11 @@ def check_capacity(facts: Facts) -> list[Finding]:
                         detail=facts.why_not("capacity"))]
     ev = facts.evidence("capacity", kinds=None)
     m = cap.get("machine") or {}
+    layer = f"{cap['largest_layer']:,}" if cap.get("largest_layer") else "unknown"
     head = [f"Model: {cap['params']:,} parameters ({cap['params_source']}); largest layer "
-            f"{cap['largest_layer']:,} ({cap['largest_layer_source']}).",
-            f"Job: {cap['nodes']} node(s) x {cap['gpus_per_node']} GPU(s) ({cap['gpus_per_node_source']}).",
+            f"{layer} ({cap['largest_layer_source']}).",
+            f"Job: {cap['nodes']} node(s) x {cap['gpus_per_node'] or 'an unknown number of'} GPU(s) "
+            f"({cap['gpus_per_node_source']}).",
             f"This node: MemAvailable {_gib(m.get('mem_available'))} (measured now: a running job's own memory is "
             f"not available), SwapFree {_gib(m.get('swap_free'))} (not counted), GPU memory "
             f"{_gib(m.get('gpu_memory'))} ({m.get('gpu_source')}).",
@@ -214,12 +244,21 @@ def check_capacity(facts: Facts) -> list[Finding]:
     table = cap.get("chosen_table")
     rows = cap.get(table) if table else None
     idx = cap.get("chosen_rows") or []
+    unknown = _unknown_lines(cap)
     if not rows or not idx:
-        fitting = [r["label"] for r in cap.get("zero3") or [] if r.get("cpu_fits") and r.get("gpu_fits") is not False]
+        z3 = cap.get("zero3") or []
+        fitting = [r["label"] for r in z3 if planner.fits(r)]
+        short = [r["label"] for r in z3 if r.get("cpu_fits") is False or r.get("gpu_fits") is False]
+        undecided = [r["label"] for r in z3 if r["label"] not in fitting and r["label"] not in short]
         detail = head + [cap.get("chosen_note") or ""]
-        detail.append("Choices that fit this node: " + ("; ".join(fitting) if fitting else "none of DeepSpeed's "
-                                                         "ZeRO-3 choices") + ".")
-        status = "ok" if fitting else "warn"
+        if fitting:
+            detail.append("Choices that fit this node: " + "; ".join(fitting) + ".")
+        if short:
+            detail.append("Choices that do not fit: " + "; ".join(short) + ".")
+        if undecided:
+            detail.append("Not known whether these fit: " + "; ".join(undecided) + ".")
+        detail += unknown
+        status = "ok" if fitting and not undecided else "warn"
         nvme = cap.get("nvme")
         if nvme:
             detail.append(f"NVMe offload at {nvme.get('path')}: at least {_gib(nvme['need_lower_bound'])} on disk per "
@@ -227,17 +266,21 @@ def check_capacity(facts: Facts) -> list[Finding]:
                           f"parameters); free: {_gib(nvme.get('free'))}.")
             if nvme.get("fits") is False:
                 status = "fail"
-        return [Finding(id=cid, status=status, title="Offload capacity: " + (
-            "NVMe offload; disk space " + ("short" if status == "fail" else "checked") if nvme else
-            f"{len(fitting)} of 6 ZeRO-3 choices fit this node"), detail="\n".join(x for x in detail if x),
-            evidence=ev)]
+        if nvme:
+            summary = "NVMe offload; disk space " + ("short" if status == "fail" else "checked")
+        elif undecided:
+            summary = (f"{len(fitting)} of {len(z3)} ZeRO-3 choices known to fit, {len(undecided)} unknown "
+                       f"(missing: {_missing_names(cap)})")
+        else:
+            summary = f"{len(fitting)} of {len(z3)} ZeRO-3 choices fit this node"
+        return [Finding(id=cid, status=status, title="Offload capacity: " + summary,
+                        detail="\n".join(x for x in detail if x), evidence=ev)]
     best = rows[idx[0]]
     detail = list(head)
-    low = "at least " if not cap["largest_layer"] and table == "zero3" else ""
     for i in idx:
         r = rows[i]
         detail.append(f"{r['label']}: per CPU {_gib(r['cpu_bytes'])} vs {_gib(r['cpu_available'])} available: "
-                      f"{planner.verdict(r['cpu_fits'], r['cpu_margin'])}; per GPU {low}{_gib(r['gpu_bytes'])} vs "
+                      f"{planner.verdict(r['cpu_fits'], r['cpu_margin'])}; per GPU {_gib(r['gpu_bytes'])} vs "
                       f"{_gib(r['gpu_memory'])}: {planner.verdict(r['gpu_fits'], r['gpu_margin'])}.")
     remedies: list[Remedy] = []
     if cap.get("ram_short"):
@@ -246,7 +289,7 @@ def check_capacity(facts: Facts) -> list[Finding]:
                  f"{_gib(best['cpu_available'])} is available")
         detail.append("When host memory runs out the kernel's OOM killer ends the job (exit -9, SIGKILL) or it "
                       "swaps and crawls.")
-        others = [r["label"] for r in cap.get("zero3") or [] if r.get("cpu_fits") and r.get("gpu_fits")]
+        others = [r["label"] for r in cap.get("zero3") or [] if planner.fits(r)]
         if others:
             detail.append("Choices that fit this node: " + "; ".join(others) + ".")
         detail.append(f"More nodes shrink the per-node need (it is split across nodes): {cap['nodes'] + 1} nodes "
@@ -254,7 +297,7 @@ def check_capacity(facts: Facts) -> list[Finding]:
         ds = facts.of("dsconfig")
         target = _offload_target(facts)
         if ds and target:
-            r = nvme_patch_remedy(ds["path"], target)
+            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"))
             if r:
                 remedies.append(r)
         elif ds:
@@ -273,21 +316,46 @@ def check_capacity(facts: Facts) -> list[Finding]:
         title = f"The chosen offload needs {_gib(best['gpu_bytes'])} per GPU; the GPU has {_gib(best['gpu_memory'])}"
     elif best.get("cpu_fits") is None:
         status = "warn"
-        title = "Offload capacity unknown: host memory could not be read"
+        title = f"Offload capacity unknown: host memory need or size not known ({best.get('cpu_unknown')})"
+    elif best.get("gpu_fits") is None:
+        status = "ok"
+        title = (f"The chosen offload fits host memory: {_gib(best['cpu_bytes'])} of {_gib(best['cpu_available'])}; "
+                 f"per GPU: unknown ({best.get('gpu_unknown')})")
     else:
         status = "ok"
         title = (f"The chosen offload fits: {_gib(best['cpu_bytes'])} of {_gib(best['cpu_available'])} host memory, "
                  f"{_gib(best['gpu_bytes'])} per GPU")
+    detail += unknown
     return [Finding(id=cid, status=status, title=title, detail="\n".join(detail), evidence=ev, remedies=remedies)]
+
+
+def _missing_names(cap: dict[str, Any]) -> str:
+    names = [k.replace("_", " ") for k in cap.get("missing") or {}]
+    if (cap.get("machine") or {}).get("gpu_memory") is None:
+        names.append("GPU memory")
+    if (cap.get("machine") or {}).get("mem_available") is None:
+        names.append("MemAvailable")
+    return ", ".join(names) or "nothing"
+
+
+def _unknown_lines(cap: dict[str, Any]) -> list[str]:
+    """One line per missing input: which figures it leaves unknown and what would supply it."""
+    out = [f"Unknown: {k.replace('_', ' ')} (not given); every figure that depends on it is shown as unknown. "
+           f"Supply it with {v}." for k, v in (cap.get("missing") or {}).items()]
+    m = cap.get("machine") or {}
+    if m.get("gpu_memory") is None:
+        out.append(f"Unknown: GPU memory ({m.get('gpu_source') or 'no GPU facts'}); NVML on the GPU node supplies "
+                   "it, so per-GPU fits are unknown here.")
+    return out
 
 
 def _renode(cap: dict[str, Any], row: dict[str, Any], nodes: int) -> int:
     if row["stage"] == 3:
-        cpu, _g, _l = planner.zero3_needs(cap["params"], cap["largest_layer"], cap["gpus_per_node"], nodes,
+        cpu, _g, _l = planner.zero3_needs(cap["params"], cap["largest_layer"], cap["gpus_per_node"] or 1, nodes,
                                           row["offload_optimizer"] == "cpu", row["offload_param"] == "cpu",
                                           bool(row["zero_init"]))
         return cpu
-    return planner.zero2_needs(cap["params"], cap["gpus_per_node"], nodes, row["offload_optimizer"] == "cpu")[0]
+    return planner.zero2_needs(cap["params"], cap["gpus_per_node"] or 1, nodes, row["offload_optimizer"] == "cpu")[0]
 
 
 # -- offload.breakdown ------------------------------------------------------------------------------------

@@ -5,8 +5,10 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from ..model import Evidence, Finding, Remedy
+from ..model import Finding, Remedy
 from ..registry import Facts, check, predicate
+from ..target import DEFAULT_PYTHON
+from . import not_checked
 
 PLACEHOLDER = "/path/to/env/bin/python"
 
@@ -27,14 +29,10 @@ def pyenv_facts(facts: Facts) -> dict[str, Any] | None:
     return res.facts if res is not None and res.status == "ok" else None
 
 
-def _evidence(facts: Facts) -> list[Evidence]:
-    res = facts.get("pyenv")
-    return list(res.evidence) if res is not None else []
-
 
 def _target_label(f: dict[str, Any]) -> str:
     target = f.get("target") or {}
-    return target.get("resolved") or target.get("requested") or "python3"
+    return target.get("resolved") or target.get("requested") or DEFAULT_PYTHON
 
 
 def _how_chosen(f: dict[str, Any]) -> str:
@@ -62,16 +60,13 @@ def retarget_remedy(f: dict[str, Any]) -> Remedy:
                   explanation=expl)
 
 
-def _skip(cid: str, title: str, why: str) -> list[Finding]:
-    return [Finding(id=cid, status="skip", title=title, detail=why)]
-
 
 @check("pyenv.interpreter", title="Target interpreter", probes=("pyenv",))
 def check_interpreter(facts: Facts) -> list[Finding]:
     f = pyenv_facts(facts)
     if f is None:
-        return _skip("pyenv.interpreter", "Target interpreter: not checked", "the pyenv probe gave no facts")
-    ev = _evidence(facts)
+        return [not_checked("pyenv.interpreter", "Target interpreter", "the pyenv probe gave no facts")]
+    ev = facts.evidence("pyenv", kinds=None)
     if f.get("error"):
         kind = f.get("error_kind") or "failed"
         title = f"{_ERROR_TITLES.get(kind, _ERROR_TITLES['failed'])}: {_target_label(f)}"
@@ -115,15 +110,15 @@ def check_torch_import(facts: Facts) -> list[Finding]:
     cid = "pyenv.torch-import"
     f = pyenv_facts(facts)
     if f is None or f.get("error"):
-        return _skip(cid, "import torch: not checked", "the target interpreter is not usable")
-    ev = _evidence(facts)
+        return [not_checked(cid, "import torch", "the target interpreter is not usable")]
+    ev = facts.evidence("pyenv", kinds=None)
     torch = f.get("torch") or {}
     imp = torch.get("import") or {}
     exe = _target_label(f)
     explicit = bool((f.get("target") or {}).get("explicit"))
     if not torch.get("installed"):
         if f.get("timed_out") and "basics" not in (f.get("stages") or []):
-            return _skip(cid, "import torch: not checked", "the probe timed out before looking for torch")
+            return [not_checked(cid, "import torch", "the probe timed out before looking for torch")]
         detail = ("importlib.util.find_spec('torch') finds nothing on this interpreter's sys.path:\n  "
                   + "\n  ".join((f.get("python") or {}).get("sys_path") or []) + f"\n\n{_how_chosen(f)}")
         remedies = [_install_torch_remedy(f)] if explicit else [retarget_remedy(f), _install_torch_remedy(f)]
@@ -157,7 +152,7 @@ def check_torch_import(facts: Facts) -> list[Finding]:
         return [Finding(id=cid, status="fail", title=f"import torch crashes the interpreter ({sig})",
                         detail=detail, evidence=ev)]
     if state != "ok":
-        return _skip(cid, "import torch: not checked", f"torch import state: {state}")
+        return [not_checked(cid, "import torch", f"torch import state: {state}")]
     secs = imp.get("seconds")
     title = f"torch {torch.get('version')} imports in {secs:.1f} s" if secs is not None else \
         f"torch {torch.get('version')} imports"

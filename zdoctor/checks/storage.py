@@ -11,6 +11,7 @@ from ..registry import Facts, check, predicate
 from ..storage import blockdev as bd
 from ..storage import fstab as fs
 from ..storage.iotest import explain_odirect, human, rate
+from . import not_checked
 
 #: Below this sustained sequential rate (bytes/s, either direction) offload waits on the disk.
 SLOW_BPS = 1.0e9
@@ -24,17 +25,11 @@ REFERENCE = ("For scale: DeepSpeed's tuning of one PCIe Gen4 consumer SSD reache
 
 
 
-def _evidence(facts: Facts, name: str, *labels: str) -> list[Evidence]:
-    res = facts.get(name)
-    if res is None:
-        return []
-    return [e for e in res.evidence if not labels or e.label in labels or e.label.startswith(labels)]
 
-
-def _skip(fid: str, what: str, facts: Facts, name: str = "storage") -> Finding:
+def _storage_not_checked(fid: str, what: str, facts: Facts, name: str = "storage") -> Finding:
     hint = ("" if name != "storage" else "\nGive the offload directory with --offload-path DIR, or the job's "
             "config with --ds-config FILE (its zero_optimization.offload_*.nvme_path).")
-    return Finding(id=fid, status="skip", title=f"{what}: not checked", detail=facts.why_not(name) + hint)
+    return not_checked(fid, what, facts.why_not(name) + hint)
 
 
 def _fast_enough(st: dict[str, Any]) -> bool:
@@ -54,9 +49,21 @@ def _slowest(st: dict[str, Any]) -> float | None:
     return min(rates) if rates else None
 
 
-def _dir_remedy(st: dict[str, Any], directory: str | None = None) -> Remedy:
-    user = st.get("user") or {}
-    return fs.offload_dir_remedy(directory or st["path"], user.get("name") or "root", user.get("group") or "root")
+def _user_of(facts: Facts, st: dict[str, Any] | None) -> dict[str, Any]:
+    """The training user the storage probe chose (also when it skipped: it needs no offload path)."""
+    if st and st.get("user"):
+        return st["user"]
+    try:
+        raw = facts["storage"].facts or {}
+    except KeyError:
+        return {}
+    return raw.get("user") if isinstance(raw.get("user"), dict) else {}
+
+
+def _dir_remedy(st: dict[str, Any], directory: str | None = None, user: dict[str, Any] | None = None) -> Remedy:
+    user = user or st.get("user") or {}
+    return fs.offload_dir_remedy(directory or st["path"], user.get("name") or "root", user.get("group") or "root",
+                                 rule=user.get("rule"))
 
 
 # -------------------------------------------------------------------------------------------- findings
@@ -65,8 +72,8 @@ def check_mount(facts: Facts) -> list[Finding]:
     fid = "storage.mount"
     st = facts.of("storage")
     if st is None:
-        return [_skip(fid, "Offload path", facts)]
-    ev = _evidence(facts, "storage", "where offload writes")
+        return [_storage_not_checked(fid, "Offload path", facts)]
+    ev = facts.evidence("storage", kinds=None, labels=("where offload writes",))
     m = st.get("mount") or {}
     path = st["path"]
     where = f"{m.get('fstype')} at {m.get('point')} (from {m.get('source')})" if m else "an unknown mount"
@@ -115,7 +122,9 @@ def check_mount(facts: Facts) -> list[Finding]:
     if acc and acc.get("user_writable") is False:
         return [Finding(id=fid, status="fail", title=f"Offload directory {path} is not writable",
                         detail="\n".join(findings_detail) + f"\nOwner {acc.get('owner')}:{acc.get('group')}, mode "
-                               f"{acc.get('mode')}; DeepSpeed, running as {user.get('name')}, cannot create its swap "
+                               f"{acc.get('mode')}; DeepSpeed, running as {user.get('name')}"
+                               + (f" (the training user, chosen by: {user['rule']})" if user.get("rule") else "")
+                               + ", cannot create its swap "
                                "files there.", evidence=ev, remedies=[_dir_remedy(st)])]
     return [Finding(id=fid, status="ok", title=f"Offload path {path}: {m.get('fstype')} on {m.get('point')}",
                     detail="\n".join(findings_detail), evidence=ev)]
@@ -165,7 +174,7 @@ def check_device(facts: Facts) -> list[Finding]:
     fid = "storage.device"
     st = facts.of("storage")
     if st is None:
-        return [_skip(fid, "Offload device", facts)]
+        return [_storage_not_checked(fid, "Offload device", facts)]
     dev = st.get("device")
     if not dev:
         return [Finding(id=fid, status="skip", title="Offload device: no block device",
@@ -220,7 +229,7 @@ def check_odirect(facts: Facts) -> list[Finding]:
     fid = "storage.odirect"
     st = facts.of("storage")
     if st is None:
-        return [_skip(fid, "O_DIRECT", facts)]
+        return [_storage_not_checked(fid, "O_DIRECT", facts)]
     od = st.get("odirect") or {}
     text = explain_odirect(od) if od else "not tested"
     if od.get("ok"):
@@ -244,7 +253,7 @@ def check_libaio(facts: Facts) -> list[Finding]:
     la = st.get("libaio")
     if not la:
         return [Finding(id=fid, status="skip", title="libaio: not checked", detail="no libaio facts")]
-    ev = _evidence(facts, "storage", "compile and link a libaio")
+    ev = facts.evidence("storage", kinds=None, labels=("compile and link a libaio",))
     found = (f"runtime library: {la.get('runtime') or 'not found'}; header libaio.h: {la.get('header') or 'not found'};"
              f" linkable libaio.so: {la.get('dev_library') or 'not found'}")
     lt = la.get("link_test") or {}
@@ -271,7 +280,7 @@ def check_throughput(facts: Facts) -> list[Finding]:
     fid = "storage.throughput"
     st = facts.of("storage")
     if st is None:
-        return [_skip(fid, "Offload throughput", facts)]
+        return [_storage_not_checked(fid, "Offload throughput", facts)]
     tp = st.get("throughput") or {}
     if not tp.get("ran"):
         return [Finding(id=fid, status="skip", title="Offload throughput: not measured",
@@ -324,8 +333,8 @@ def check_unmounted(facts: Facts) -> list[Finding]:
     fid = "storage.unmounted-nvme"
     inv = facts.of("nvme_inventory")
     if inv is None:
-        return [_skip(fid, "Unused NVMe drives", facts, "nvme_inventory")]
-    ev = _evidence(facts, "nvme_inventory", "NVMe drives")
+        return [_storage_not_checked(fid, "Unused NVMe drives", facts, "nvme_inventory")]
+    ev = facts.evidence("nvme_inventory", kinds=None, labels=("NVMe drives",))
     drives = inv.get("drives") or []
     if not drives:
         return [Finding(id=fid, status="ok", title="No NVMe drives on this node",
@@ -358,13 +367,12 @@ def check_fstab(facts: Facts) -> list[Finding]:
     needs_move = st is None or not (st.get("mount") or {}).get("fit") or not _fast_enough(st) \
         or not (st.get("odirect") or {}).get("ok", True)
     if sug and needs_move:
-        user = (st or {}).get("user") or {}
+        user = _user_of(facts, st)
         remedies = []
         if sug.get("needs_mkfs"):
             remedies.append(fs.mkfs_remedy(sug["device"], sug["fstype"], sug["uuid"]))
         remedies.append(fs.fstab_remedy(sug["uuid"], sug["mountpoint"], sug["fstype"]))
-        remedies.append(fs.offload_dir_remedy(sug["offload_dir"], user.get("name") or "root",
-                                              user.get("group") or "root"))
+        remedies.append(_dir_remedy(st or {}, sug["offload_dir"], user))
         detail = [f"Unused NVMe drive {sug['drive']}: mount {sug['device']} (UUID {sug['uuid']}) at "
                   f"{sug['mountpoint']} and offload into {sug['offload_dir']}."]
         if sug.get("needs_mkfs"):

@@ -6,13 +6,16 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from ..model import Evidence, Finding, Remedy
+from ..model import Finding, Remedy
 from ..probes.gccver import version_tuple
 from ..registry import Facts, check, predicate
 from ..shellquote import shell_quote
+from . import not_checked
 
 #: PyTorch documents gcc 9.4+ for its own C++17 build; torch >= 2.1 compiles extensions with -std=c++17.
 MIN_GCC_MAJOR = 9
+
+NO_FACTS = "the toolchain probe gave no facts"
 
 
 def toolchain_facts(facts: Facts) -> dict[str, Any] | None:
@@ -20,16 +23,6 @@ def toolchain_facts(facts: Facts) -> dict[str, Any] | None:
     return res.facts if res is not None and res.status == "ok" else None
 
 
-def _evidence(facts: Facts, table_only: bool = False) -> list[Evidence]:
-    res = facts.get("toolchain")
-    if res is None:
-        return []
-    return [e for e in res.evidence if e.kind == "table"] if table_only else list(res.evidence)
-
-
-def _skip(cid: str, title: str) -> list[Finding]:
-    return [Finding(id=cid, status="skip", title=f"{title}: not checked",
-                    detail="the toolchain probe gave no facts")]
 
 
 def _compiler_name(c: dict[str, Any]) -> str:
@@ -84,9 +77,9 @@ def check_jit_compiler(facts: Facts) -> list[Finding]:
     cid = "toolchain.jit-compiler"
     t = toolchain_facts(facts)
     if t is None:
-        return _skip(cid, "C++ compiler for JIT-built ops")
+        return [not_checked(cid, "C++ compiler for JIT-built ops", NO_FACTS)]
     jit = t["jit"]
-    ev = _evidence(facts)
+    ev = facts.evidence("toolchain", kinds=None)
     ds = bool(t.get("deepspeed_installed"))
     why = ("torch.utils.cpp_extension compiles C++ extensions with $CXX when it is set, else with `c++` "
            "from PATH. DeepSpeed builds its ops (cpu_adam for ZeRO-Offload, async_io for NVMe offload, "
@@ -126,7 +119,11 @@ def check_jit_compiler(facts: Facts) -> list[Finding]:
                      "libstdc++.so.6 loaded at run time must provide the ones they use (the loader steps "
                      "check that).")
     status, title = "ok", f"JIT ops will build with {jit['path']} ({name})"
-    if jit.get("family") not in ("gcc", "clang"):
+    if t.get("torch_installed") is False:
+        status, title = "skip", (f"JIT ops: none build here, torch is not installed in the probed interpreter "
+                                 f"(the compiler would be {jit['path']}, {name})")
+        lines.append("torch.utils.cpp_extension is what builds the ops; name the training interpreter with --python.")
+    elif jit.get("family") not in ("gcc", "clang"):
         status = "warn"
         title = f"JIT compiler {jit['path']} is not recognisably GCC or clang"
         lines.append("torch accepts only gcc/g++ and clang/clang++ here and otherwise warns that the "
@@ -147,7 +144,7 @@ def check_layers(facts: Facts) -> list[Finding]:
     cid = "toolchain.layers"
     t = toolchain_facts(facts)
     if t is None:
-        return _skip(cid, "Compiler layers")
+        return [not_checked(cid, "Compiler layers", NO_FACTS)]
     jit, tb = t["jit"], t.get("torch_build")
     parts = [f"JIT {_compiler_name(jit) if jit.get('path') else 'none'}"]
     if tb and tb.get("compiler"):
@@ -172,8 +169,12 @@ def check_layers(facts: Facts) -> list[Finding]:
     if shadowed:
         lines.append("Later PATH matches are never used unless named explicitly: "
                      + ", ".join(f"{c['path']} ({_compiler_name(c)})" for c in shadowed) + ".")
+    if t.get("torch_installed") is False:
+        return [Finding(id=cid, status="skip", title="Compiler layers: not compared, torch is not installed in the "
+                        f"probed interpreter ({'; '.join(parts)})", detail="\n".join(lines),
+                        evidence=facts.evidence("toolchain", kinds=("table",)))]
     return [Finding(id=cid, status="ok", title="Compiler layers: " + "; ".join(parts), detail="\n".join(lines),
-                    evidence=_evidence(facts, table_only=True))]
+                    evidence=facts.evidence("toolchain", kinds=("table",)))]
 
 
 @check("toolchain.sysconfig", title="Python's sysconfig compilers", probes=("toolchain",))
@@ -181,7 +182,7 @@ def check_sysconfig(facts: Facts) -> list[Finding]:
     cid = "toolchain.sysconfig"
     t = toolchain_facts(facts)
     if t is None:
-        return _skip(cid, "Python's sysconfig compilers")
+        return [not_checked(cid, "Python's sysconfig compilers", NO_FACTS)]
     sc = t.get("sysconfig") or {}
     if not sc:
         return [Finding(id=cid, status="skip", title="Python's sysconfig compilers: not checked",
@@ -190,7 +191,7 @@ def check_sysconfig(facts: Facts) -> list[Finding]:
     desc = ", ".join(f"{k}={v.get('value')!r} -> {v.get('path') or v.get('error')}" for k, v in sorted(sc.items()))
     if not broken:
         return [Finding(id=cid, status="ok", title="Python's sysconfig compilers resolve", detail=desc,
-                        evidence=_evidence(facts, table_only=True))]
+                        evidence=facts.evidence("toolchain", kinds=("table",)))]
     detail = (f"{desc}\nsetuptools compiles C/C++ extensions at `pip install` time with these (unless $CC/$CXX "
               "are set). They name compilers recorded when this Python was built, often a conda or "
               "cross-compiler name that does not exist here, so building DeepSpeed ops at install time "
@@ -206,7 +207,7 @@ def check_sysconfig(facts: Facts) -> list[Finding]:
             undo=[f"export {k}={shell_quote(env[k])}" if env.get(k) else f"unset {k}" for k in ("CC", "CXX")],
             explanation="setuptools and torch.utils.cpp_extension both honour $CC/$CXX."))
     return [Finding(id=cid, status="warn", title="Python's sysconfig " + " and ".join(sorted(broken))
-                    + " not found on PATH", detail=detail, evidence=_evidence(facts, table_only=True),
+                    + " not found on PATH", detail=detail, evidence=facts.evidence("toolchain", kinds=("table",)),
                     remedies=remedies)]
 
 
@@ -225,7 +226,7 @@ def check_devtoolset(facts: Facts) -> list[Finding]:
     cid = "toolchain.devtoolset"
     t = toolchain_facts(facts)
     if t is None:
-        return _skip(cid, "devtoolset / gcc-toolset")
+        return [not_checked(cid, "devtoolset / gcc-toolset", NO_FACTS)]
     ts = t.get("toolsets") or {}
     if t.get("devtoolset_on_path"):
         names = sorted({e["name"] for e in ts.get("on_path") or []} | set(ts.get("enabled") or [])
@@ -236,7 +237,7 @@ def check_devtoolset(facts: Facts) -> list[Finding]:
         where += [f"compiler {p}" for p in ts.get("compilers") or []]
         detail = f"Found: {'; '.join(where)}.\n\n{DEVTOOLSET_EXPLAINED}"
         return [Finding(id=cid, status="warn", title=f"{', '.join(names)} on PATH: it builds, it does not fix "
-                        "run-time GLIBCXX", detail=detail, evidence=_evidence(facts, table_only=True))]
+                        "run-time GLIBCXX", detail=detail, evidence=facts.evidence("toolchain", kinds=("table",)))]
     detail = "No devtoolset or gcc-toolset directory is on PATH and none is enabled through scl."
     if ts.get("installed"):
         detail += f" Installed but not enabled: {', '.join(ts['installed'])}."

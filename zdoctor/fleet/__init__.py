@@ -5,3 +5,5 @@ launch: the launcher argv (never a local shell); armor: the snapshot's transport
 collect: running the launcher in parallel with per-node timeouts; skew: the facts that must agree;
 result: the node x check matrix and the fleet report.
 """
+
+from __future__ import annotations

@@ -10,7 +10,8 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Callable, Sequence
+import typing
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,11 +40,16 @@ class NodeRun:
     argv: list[str] = field(default_factory=list)
     stderr: list[str] = field(default_factory=list)
     snapshot: dict[str, Any] | None = None
+    #: Under ``--push``: "bundle" when the node ran the pushed zdoctor.pyz, "own" when it had this version.
+    pushed: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"host": self.host, "status": self.status, "error": self.error, "exit_code": self.exit_code,
-                "duration_s": round(self.duration_s, 3), "argv": self.argv, "stderr": self.stderr,
-                "snapshot": self.snapshot}
+        out = {"host": self.host, "status": self.status, "error": self.error, "exit_code": self.exit_code,
+               "duration_s": round(self.duration_s, 3), "argv": self.argv, "stderr": self.stderr,
+               "snapshot": self.snapshot}
+        if self.pushed:
+            out["pushed"] = self.pushed
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> NodeRun:
@@ -52,7 +58,8 @@ class NodeRun:
         snap = d.get("snapshot")
         return cls(host=d["host"], status=d["status"], error=d.get("error"), exit_code=d.get("exit_code"),
                    duration_s=float(d.get("duration_s") or 0.0), argv=list(d.get("argv") or []),
-                   stderr=[str(s) for s in d.get("stderr") or []], snapshot=snap if isinstance(snap, dict) else None)
+                   stderr=[str(s) for s in d.get("stderr") or []], snapshot=snap if isinstance(snap, dict) else None,
+                   pushed=d.get("pushed") if d.get("pushed") in ("bundle", "own") else None)
 
 
 def _tail(lines: Sequence[str], n: int = 6) -> list[str]:
@@ -107,10 +114,10 @@ def require_launcher(opts: launch.FleetOptions) -> None:
                          f"(install it, or use --launcher {other})")
 
 
-OnNode = Callable[[NodeRun], None]
+OnNode = typing.Callable[[NodeRun], None]
 #: Called with the pid of each launcher process as it starts (it leads its own process group), so a
 #: caller can cancel the run by killing those groups.
-OnStart = Callable[[int], None]
+OnStart = typing.Callable[[int], None]
 
 
 def _one(host: str, argv: list[str], opts: launch.FleetOptions, on_start: OnStart | None) -> NodeRun:
@@ -242,6 +249,12 @@ def collect(hosts: Sequence[str], opts: launch.FleetOptions, on_node: OnNode | N
         raise UsageError(f"zdoctor fleet: unknown launcher {opts.launcher!r} (choose {', '.join(launch.LAUNCHERS)})")
     require_launcher(opts)
     launch.remote_argv(opts)  # a bad --zdoctor is a usage error before anything runs
+    if opts.push:
+        from pathlib import Path
+
+        from .push import collect_with_push
+
+        return collect_with_push(hosts, opts, Path(opts.push), on_node, on_start)
     if opts.launcher == "pdsh":
         return _pdsh(hosts, opts, on_node, on_start)
     return _per_node(hosts, opts, on_node, on_start)

@@ -34,6 +34,8 @@ class FleetOptions:
     timeout: float = DEFAULT_TIMEOUT
     ssh_config: str | None = None
     snapshot_args: list[str] = field(default_factory=list)
+    #: ``--push``: the zdoctor.pyz to copy to nodes that lack zdoctor of this version.
+    push: str | None = None
 
     @property
     def connect_timeout(self) -> int:
@@ -68,18 +70,20 @@ def remote_line(opts: FleetOptions) -> str:
     return shlex.join(["timeout", "-k", "5", str(max(1, math.ceil(opts.timeout))), *remote_argv(opts)])
 
 
-def ssh_argv(host: str, opts: FleetOptions) -> list[str]:
-    """``ssh`` to one host: no password prompts, a connect timeout, the remote line shell-quoted."""
+def ssh_argv(host: str, opts: FleetOptions, line: str | None = None) -> list[str]:
+    """``ssh`` to one host: no password prompts, a connect timeout, the remote line (default
+    :func:`remote_line`) shell-quoted."""
     argv = ["ssh", "-n", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={opts.connect_timeout}"]
     if opts.ssh_config:
         argv += ["-F", opts.ssh_config]
-    return [*argv, "--", host, remote_line(opts)]
+    return [*argv, "--", host, remote_line(opts) if line is None else line]
 
 
-def pdsh_argv(hosts: Sequence[str], opts: FleetOptions) -> list[str]:
+def pdsh_argv(hosts: Sequence[str], opts: FleetOptions, line: str | None = None) -> list[str]:
     """One ``pdsh`` over every host with its ssh module, fan-out, connect and command timeouts."""
     return ["pdsh", "-R", "ssh", "-f", str(max(1, opts.parallel)), "-t", str(opts.connect_timeout),
-            "-u", str(max(1, math.ceil(opts.timeout))), "-w", ",".join(hosts), remote_line(opts)]
+            "-u", str(max(1, math.ceil(opts.timeout))), "-w", ",".join(hosts),
+            remote_line(opts) if line is None else line]
 
 
 def pdsh_env(opts: FleetOptions, environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -98,7 +102,10 @@ def pdsh_env(opts: FleetOptions, environ: Mapping[str, str] | None = None) -> di
     return env
 
 
-def srun_argv(host: str, opts: FleetOptions) -> list[str]:
-    """One ``srun`` job step on one node; ``--overlap`` so it runs beside a job that holds the node."""
+def srun_argv(host: str, opts: FleetOptions, argv: Sequence[str] | None = None,
+              flags: Sequence[str] = ()) -> list[str]:
+    """One ``srun`` job step on one node; ``--overlap`` so it runs beside a job that holds the node. The step
+    runs ``argv`` (default :func:`remote_argv`), with any further srun ``flags``."""
     return ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={host}", "--overlap", "--quiet",
-            f"--immediate={opts.connect_timeout}", "--job-name=zdoctor-fleet", "--", *remote_argv(opts)]
+            f"--immediate={opts.connect_timeout}", "--job-name=zdoctor-fleet", *flags, "--",
+            *(remote_argv(opts) if argv is None else argv)]

@@ -6,16 +6,13 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
+from ..events import FleetNode, FleetStart, Recorder
 from .collect import NodeRun, OnNode, collect
 from .launch import FleetOptions, remote_argv
 from .record import record_report
 from .result import FleetReport
-
-Recorder = Callable[[str, dict[str, Any]], None]
 
 
 @dataclass
@@ -59,12 +56,12 @@ class LiveFleet:
 
     def run(self, on_node: OnNode | None = None) -> FleetReport:
         """Collect every node (each recorded as it arrives), evaluate, record the result."""
-        self.record("fleet_start", {"launcher": self.launcher, "source": self.source, "hosts": self.hosts,
-                                    "slots": self.slots, "remote": remote_argv(self.opts),
-                                    "timeout": self.opts.timeout, "parallel": self.opts.parallel})
+        FleetStart(launcher=self.launcher, source=self.source, hosts=list(self.hosts), slots=dict(self.slots or {}),
+                   remote=list(remote_argv(self.opts)), timeout=self.opts.timeout,
+                   parallel=self.opts.parallel).record(self.record)
 
         def arrived(node: NodeRun) -> None:
-            self.record("fleet_node", {"node": node.to_dict()})
+            FleetNode(node=node.to_dict()).record(self.record)
             if on_node:
                 on_node(node)
 

@@ -7,15 +7,13 @@ report without snapshots) and ``summary``. :func:`runs_from_events` reads the no
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from ..errors import InputError
+from ..events import FindingRecorded, FleetResult, Recorder, SummaryRecorded
 from ..model import summarize
 from .collect import NodeRun
 from .result import FleetReport
-
-Recorder = Callable[[str, dict[str, Any]], None]
 
 
 def record_report(report: FleetReport, record: Recorder) -> None:
@@ -28,12 +26,12 @@ def record_report(report: FleetReport, record: Recorder) -> None:
                 if not f.id.startswith("fleet.node."):
                     d["title"] = f"{node.host}: {f.title}"
                 d["id"] = f"{f.id}@{node.host}"
-                record("finding", {"finding": d, "node": node.host})
+                FindingRecorded(finding=d, node=node.host).record(record)
     for f in shown:
-        record("finding", {"finding": f.to_dict()})
-    record("fleet_result", {"report": report.to_dict()})
+        FindingRecorded(finding=f.to_dict()).record(record)
+    FleetResult(report=report.to_dict()).record(record)
     counts = summarize(shown + [f for n in report.nodes for f in n.findings if f.status in ("fail", "crash", "warn")])
-    record("summary", counts)
+    SummaryRecorded(counts=counts).record(record)
 
 
 def runs_from_events(events: list[dict[str, Any]], source: str) -> tuple[list[NodeRun], str, str,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import typing
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-Probes = Mapping[str, Mapping[str, Any]]
+Probes = typing.Mapping[str, typing.Mapping[str, Any]]
 #: Shown for a fact a node's snapshot does not have (probe skipped, nothing installed, no GPU).
 MISSING = "(none)"
 

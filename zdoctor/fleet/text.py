@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from ..report import STYLES, _marks_for, inert
+from ..present import STYLES
+from ..report import _marks_for, inert
 from .result import FleetReport, families
 from .skew import MISSING
 

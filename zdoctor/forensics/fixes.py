@@ -79,6 +79,9 @@ def propose(libs: Mapping[str, Any], live: Mapping[str, Any], env: Mapping[str, 
     providers = {os.path.realpath(f["provider"]) for f in failures if f.get("provider")}
     if good and os.path.realpath(good) not in providers:
         plans.append(preload(env, good, bad_preloads, rests + [f"{good} defines every needed version"]))
+    from .versioned import propose_versioned
+
+    plans += propose_versioned(libs, env, needs, failures, rests)
     for prefix in sorted({p for p in (conda_prefix_of(x) for x in providers) if p}):
         release = gcc_release_providing(needs)
         plans.append(conda_upgrade(prefix, release, rests + [f"the failing copy belongs to the conda env {prefix}"]))
@@ -89,7 +92,7 @@ def propose(libs: Mapping[str, Any], live: Mapping[str, Any], env: Mapping[str, 
             commands=[],
             explanation=f"Delete the line naming {etc[0]} from /etc/ld.so.preload (as root). That file "
                         "forces a library into every process on the node, even setuid ones; an old "
-                        "libstdc++ there breaks every newer C++ program. It changes the whole node, so "
-                        "zdoctor does not try it.",
-            rests_on=rests, verifiable=False, requires_root=True))
+                        "libstdc++ there breaks every newer C++ program.",
+            rests_on=rests, verifiable=False, requires_root=True,
+            verification="it changes every process on the node (and needs root)"))
     return plans

@@ -182,6 +182,10 @@ def parse_ld_so_cache(data: bytes) -> list[CacheEntry]:
     return out
 
 
+def _strip_prefix(text: str, prefix: str) -> str:
+    return text[len(prefix):] if text.startswith(prefix) else text
+
+
 def read_ld_so_cache(path: str = "/etc/ld.so.cache") -> list[CacheEntry]:
     """Parse the cache file at ``path``; a missing file is an empty cache, an unreadable one an error."""
     try:
@@ -196,7 +200,7 @@ def read_ld_so_cache(path: str = "/etc/ld.so.cache") -> list[CacheEntry]:
     try:
         return parse_ld_so_cache(data)
     except InputError as exc:
-        raise InputError(f"{path}: {str(exc).removeprefix('ld.so.cache: ')}") from None
+        raise InputError(f"{path}: {_strip_prefix(str(exc), 'ld.so.cache: ')}") from None
 
 
 _DIGITS = re.compile(r"\d+")

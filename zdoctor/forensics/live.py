@@ -22,9 +22,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .. import children
 from ..errors import UsageError
 from ..model import Evidence
 from ..runner import run, which_all
+from .jitguard import run_guarded
 from .lddebug import PidTrace, VersionError, all_version_errors, parse_ld_debug_dir, summarize, which_loaded
 from .strace import FileEvent, last_files, parse_strace, unfinished
 
@@ -166,8 +168,11 @@ class _LateAttach:
             argv += ["-p", str(p)]
         with self.lock:
             try:
+                # Its own group, ended with zdoctor; no parent-death signal: the timer thread that
+                # starts it exits at once, and the kernel would take that for the parent's death.
                 self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                             stderr=subprocess.DEVNULL)
+                                             stderr=subprocess.DEVNULL, start_new_session=True)
+                children.register(self.proc.pid)
                 self.attached = True
             except OSError:
                 self.proc = None
@@ -183,6 +188,8 @@ class _LateAttach:
                 except subprocess.TimeoutExpired:
                     self.proc.kill()
                     self.proc.wait()
+            if self.proc is not None:
+                children.forget(self.proc.pid)
 
 
 TRACE_PREFIX = "zdoctor-trace-"
@@ -274,8 +281,8 @@ def trace_command(
         else:
             run_env = {**dict(env), **ld_vars}
             full = list(argv)
-        ev = run(full, env=run_env, timeout=timeout, cwd=cwd, label=f"live trace: {shlex.join(argv)}"[:200],
-                 on_start=attacher.start if attacher is not None else None)
+        ev = run_guarded(full, run_env, timeout=timeout, cwd=cwd, label=f"live trace: {shlex.join(argv)}"[:200],
+                         on_start=attacher.start if attacher is not None else None)
         if attacher is not None:
             attacher.stop()
             if attacher.attached:
@@ -359,6 +366,22 @@ for mod in ("torch", "deepspeed"):
         step("import " + mod, lambda m=mod: importlib.import_module(m))
     else:
         emit(dict(step="import " + mod, ok=None, error=None, skipped="not installed"))
+prebuilt = []
+try:
+    ds_spec = importlib.util.find_spec("deepspeed")
+except Exception:
+    ds_spec = None
+if ds_spec is not None and ds_spec.origin:
+    ops_root = os.path.join(os.path.dirname(ds_spec.origin), "ops")
+    for dp, dns, fns in os.walk(ops_root):
+        if dp[len(ops_root):].count(os.sep) >= 4:
+            dns[:] = []
+        for fn in sorted(fns):
+            if fn.endswith(".so") and len(prebuilt) < 64:
+                prebuilt.append(os.path.join(dp, fn))
+for p in sorted(prebuilt):
+    n = os.path.basename(p).split(".")[0]
+    step("load prebuilt " + n, lambda p=p, n=n: load(p, n), path=p, module=n)
 mine = "py%d%d" % sys.version_info[:2]
 for p in ops:
     n = os.path.basename(p).split(".")[0]
@@ -377,7 +400,8 @@ def default_probe_argv(python: str, ext_paths: Sequence[str], op_paths: Sequence
     """``python -c PROBE ext:PATH... op:PATH...``: the paths travel as arguments, never in the program.
 
     ``ext_paths`` load first (extensions the training imports before torch), then torch and deepspeed,
-    then each JIT-built op in ``op_paths`` (skipped when its cache tag names another Python).
+    then every op prebuilt into the deepspeed package (``DS_BUILD_OPS=1``: ``deepspeed/ops/**/*.so``), then
+    each JIT-built op in ``op_paths`` (skipped when its cache tag names another Python).
     """
     return [python, "-c", PROBE_CODE, *[f"ext:{p}" for p in ext_paths], *[f"op:{p}" for p in op_paths]]
 

@@ -98,21 +98,62 @@ def parse_ld_so_help(text: str) -> dict[str, list[tuple[str, str]]]:
     return sections
 
 
-def legacy_subdirs(names: Sequence[str], platform: str | None) -> list[str]:
-    """glibc 2.33-2.36 legacy hwcap subdirectories, best first (``tls/haswell/x86_64`` ...).
+# x86 legacy hwcap bit names (glibc ``sysdeps/x86/dl-hwcap.h``), by bit number.
+X86_HWCAP_NAMES = ("sse2", "x86_64", "avx512_1")
+X86_64_HWCAP_IMPORTANT = 0x6  # HWCAP_X86_64 | HWCAP_X86_AVX512_1
 
-    ``names`` are the searched legacy names; the path components go ``tls``, the platform, then the
-    hwcap names, and every non-empty subset is tried, largest combination first.
+
+def legacy_subdirs(names: Sequence[str], platform: str | None) -> list[str]:
+    """glibc 2.26-2.36 legacy hwcap subdirectories, best first (``tls/haswell/avx512_1/x86_64`` ...).
+
+    ``names`` are the searched hwcap names, highest bit first, as ``ld.so --help`` lists them (a
+    ``tls`` or platform entry among them is ignored: pass the platform separately). This is
+    ``_dl_important_hwcaps``: the components are the hwcap names (lowest bit first), the platform,
+    then ``tls``; every subset is tried, largest first, each written from the last component to the
+    first. A platform equal to a hwcap name (``x86_64`` on AMD) is a component of its own, so
+    ``tls/x86_64/x86_64`` is searched and ``tls/x86_64`` twice, as ld.so does.
     """
-    comps = [n for n in ("tls",) if n in names]
-    if platform and platform in names:
-        comps.append(platform)
-    comps += [n for n in names if n not in comps]
+    rest = list(names)
+    for special in ("tls", platform):
+        if special in rest:
+            rest.remove(special)  # one entry each; a second ``x86_64`` is the hwcap bit of that name
+    return _subsets(rest[::-1] + ([platform] if platform else []) + ["tls"])
+
+
+def _subsets(comps: Sequence[str]) -> list[str]:
+    """Every non-empty subset of ``comps``, largest first, each joined from the last component down."""
     count = len(comps)
-    out = []
-    for mask in range((1 << count) - 1, 0, -1):
-        out.append("/".join(comps[i] for i in range(count) if mask & (1 << (count - 1 - i))))
-    return out
+    return ["/".join(comps[i] for i in range(count - 1, -1, -1) if mask & (1 << i))
+            for mask in range((1 << count) - 1, 0, -1)]
+
+
+def legacy_subdirs_from_hwcap(hwcap: int, platform: str | None, mask: int = X86_64_HWCAP_IMPORTANT,
+                              bit_names: Sequence[str] = X86_HWCAP_NAMES) -> list[str]:
+    """The legacy subdirectories from ld.so's own inputs: ``dl_hwcap``, the hwcap mask, the platform."""
+    masked = hwcap & mask
+    names = [bit_names[n] for n in range(len(bit_names)) if masked & (1 << n)]
+    return _subsets(names + ([platform] if platform else []) + ["tls"])
+
+
+def x86_64_hwcap_and_platform(flags: set[str], vendor: str) -> tuple[int, str]:
+    """``dl_hwcap`` and ``dl_platform`` as glibc's ``init_cpu_features`` sets them on x86_64 (< 2.37).
+
+    Every x86_64 CPU has the ``x86_64`` bit; only Intel CPUs get ``avx512_1`` (AVX512CD, BW, DQ, VL and
+    no AVX512ER) and a platform other than AT_PLATFORM's ``x86_64`` (``xeon_phi``, ``haswell``).
+    """
+    hwcap, platform = 1 << 1, "x86_64"
+    if vendor != "GenuineIntel":
+        return hwcap, platform
+    chosen = None
+    if "avx512cd" in flags:
+        if "avx512er" in flags:
+            if "avx512pf" in flags:
+                chosen = "xeon_phi"
+        elif {"avx512bw", "avx512dq", "avx512vl"} <= flags:
+            hwcap |= 1 << 2
+    if chosen is None and {"avx2", "fma", "bmi1", "bmi2", "abm", "movbe", "popcnt"} <= flags:
+        chosen = "haswell"
+    return hwcap, chosen or platform
 
 
 def _version_tuple(version: str | None) -> tuple[int, ...]:
@@ -136,6 +177,15 @@ def _cpu_flags() -> tuple[set[str], str]:
     flags = re.search(r"^flags\s*:(.*)$", text, re.M)
     vendor = re.search(r"^vendor_id\s*:\s*(\S+)", text, re.M)
     return set(flags.group(1).split()) if flags else set(), vendor.group(1) if vendor else ""
+
+
+def _libc_version() -> tuple[int, ...]:
+    """This process's glibc version, ``()`` when it is not glibc."""
+    try:
+        text = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (ValueError, OSError, AttributeError):
+        return ()
+    return _version_tuple(text.replace("glibc", "").strip())
 
 
 def _default_hwcaps(flags: set[str]) -> list[str]:
@@ -191,22 +241,25 @@ class LoaderConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Everything but the cache entries (they are in the cache file)."""
-        return {k: getattr(self, k) for k in (
+        out = {k: getattr(self, k) for k in (
             "system_dirs", "cache_path", "hwcaps_subdirs", "legacy_subdirs", "dst_lib", "platform",
             "preload_file", "glibc_version", "ld_so", "elfclass", "machine", "inhibit_cache", "source",
-            "cache_error")} | {"cache_entries": len(self.cache)}
+            "cache_error")}
+        out["cache_entries"] = len(self.cache)
+        return out
 
     @classmethod
     def defaults(cls, *, cache_path: str = DEFAULT_CACHE, read_cache: bool = True) -> LoaderConfig:
         """Debian or RHEL-style values guessed from the filesystem and ``/proc/cpuinfo``."""
         debian = os.path.isdir("/usr/lib/x86_64-linux-gnu")
         flags, vendor = _cpu_flags()
-        platform = "x86_64"
-        if vendor == "GenuineIntel" and {"avx2", "bmi1", "bmi2", "abm", "movbe", "popcnt"} <= flags:
-            platform = "xeon_phi" if "avx512er" in flags else "haswell"
+        hwcap, platform = x86_64_hwcap_and_platform(flags, vendor)
+        glibc = _libc_version()
+        legacy = legacy_subdirs_from_hwcap(hwcap, platform) if glibc and glibc < (2, 37) else []
         cfg = cls(system_dirs=list(DEBIAN_SYSTEM_DIRS if debian else RHEL_SYSTEM_DIRS),
-                  cache_path=cache_path, hwcaps_subdirs=_default_hwcaps(flags),
-                  dst_lib="lib/x86_64-linux-gnu" if debian else "lib64", platform=platform)
+                  cache_path=cache_path, hwcaps_subdirs=_default_hwcaps(flags), legacy_subdirs=legacy,
+                  dst_lib="lib/x86_64-linux-gnu" if debian else "lib64", platform=platform,
+                  glibc_version=".".join(map(str, glibc)) if glibc else None)
         if read_cache:
             cfg.load_cache()
         return cfg
@@ -227,7 +280,7 @@ class LoaderConfig:
                           cache_path: str = DEFAULT_CACHE, read_cache: bool = True) -> LoaderConfig:
         """Build the configuration from ``ld.so --list-diagnostics`` and ``ld.so --help`` output."""
         cfg = cls.defaults(cache_path=cache_path, read_cache=False)
-        cfg.ld_so = ld_so
+        cfg.ld_so, cfg.glibc_version = ld_so, None  # the defaults describe this process's glibc
         diag = parse_list_diagnostics(diagnostics)
         helped = parse_ld_so_help(help_text)
         used = False
@@ -256,9 +309,15 @@ class LoaderConfig:
             cfg.hwcaps_subdirs = [n for n, note in helped["hwcaps"] if "searched" in note]
             used = True
         legacy = [n for n, note in helped["legacy"] if "searched" in note]
-        if legacy and (not cfg.glibc_version or _version_tuple(cfg.glibc_version) < (2, 37)):
-            plat = next((n for n, note in helped["legacy"] if "AT_PLATFORM" in note), cfg.platform)
+        hwcap, important = diag.get("dl_hwcap"), diag.get("dl_hwcap_important")
+        if cfg.glibc_version and _version_tuple(cfg.glibc_version) >= (2, 37):
+            cfg.legacy_subdirs = []
+        elif legacy:  # the help names the bits the hwcap mask lets through
+            plat = next((n for n, note in helped["legacy"] if "AT_PLATFORM" in note), None)
             cfg.legacy_subdirs = legacy_subdirs(legacy, plat)
+        elif cfg.glibc_version and hwcap and important and re.fullmatch(r"0x[0-9a-fA-F]+", hwcap) \
+                and re.fullmatch(r"0x[0-9a-fA-F]+", important):
+            cfg.legacy_subdirs = legacy_subdirs_from_hwcap(int(hwcap, 16), cfg.platform, int(important, 16))
         else:
             cfg.legacy_subdirs = []
         cfg.source = "ld.so" if used else "defaults"

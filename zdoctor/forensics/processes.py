@@ -24,8 +24,17 @@ BUILD_TOOLS = ("ninja", "c++", "g++", "cc1plus", "gcc", "clang", "clang++", "nvc
 #: Environment variables kept from /proc/PID/environ.
 ENV_KEYS = ("LD_LIBRARY_PATH", "LD_PRELOAD", "TORCH_EXTENSIONS_DIR", "XDG_CACHE_HOME", "HOME", "CXX")
 #: Kernel wait channels of a process sleeping in nanosleep (torch's FileBaton polls with time.sleep).
+#: Where a process sleeping in ``time.sleep`` waits: clock_nanosleep from Python 3.11 on, select() before
+#: (so a poll loop under Python 3.8 to 3.10 shows poll_schedule_timeout). The kernel may add a compiler
+#: suffix (``poll_schedule_timeout.constprop.0``): compare with :func:`sleeping_wchan`.
 SLEEP_WCHANS = frozenset({"hrtimer_nanosleep", "do_nanosleep", "clock_nanosleep", "common_nsleep",
-                          "__x64_sys_clock_nanosleep", "__x64_sys_nanosleep"})
+                          "__x64_sys_clock_nanosleep", "__x64_sys_nanosleep", "poll_schedule_timeout",
+                          "do_select", "core_sys_select"})
+
+
+def sleeping_wchan(wchan: str | None) -> bool:
+    """Whether ``wchan`` (from /proc/PID/wchan) is a timed sleep, as a poll loop's ``time.sleep`` makes."""
+    return bool(wchan) and wchan.split(".", 1)[0] in SLEEP_WCHANS
 MAX_PROCS = 256
 MAX_SCAN = 20000
 MAX_OPEN_FILES = 128
@@ -90,7 +99,7 @@ def _why(exc: BaseException) -> str:
         return "AccessDenied"
     if isinstance(exc, PermissionError):
         return "AccessDenied"
-    if isinstance(exc, FileNotFoundError | ProcessLookupError):
+    if isinstance(exc, (FileNotFoundError, ProcessLookupError)):
         return "NoSuchProcess"
     return f"{type(exc).__name__}: {exc}"
 
@@ -359,7 +368,7 @@ def likely_waiters(procs: Sequence[ProcInfo], roots: Iterable[str] | None = None
     roots = [r for r in roots or []]
     out = []
     for p in procs:
-        if p.gone or p.state_letter not in ("S", None) or p.wchan not in SLEEP_WCHANS:
+        if p.gone or p.state_letter not in ("S", None) or not sleeping_wchan(p.wchan):
             continue
         if "python" not in (p.name or "") and not any("python" in os.path.basename(a) for a in p.cmdline[:1]):
             continue

@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..model import Evidence, Remedy
-from ..runner import run
 from ..shellquote import shell_quote
+from .jitguard import run_guarded
 
 VERIFY_TIMEOUT = 120.0
 
@@ -35,7 +35,12 @@ class Plan:
     verifiable: bool = True
     requires_root: bool = False
     verified: bool = False
-    verification: str = ""
+    verification: str = ""  # tried: what the re-run showed; not tried: why
+    tried: bool = False
+    # How to try it without changing the machine, when applying the env changes is not the whole of it:
+    # {"kind": "link", "name": ..., "target": ...} makes the link in a private temp dir put first on
+    # LD_LIBRARY_PATH for the re-run (see versioned.trial_env).
+    trial: dict[str, Any] | None = None
 
     def apply_to(self, env: Mapping[str, str]) -> dict[str, str]:
         """``env`` with this plan's changes applied."""
@@ -48,17 +53,21 @@ class Plan:
         return out
 
     def to_remedy(self) -> Remedy:
-        return Remedy(title=self.title, commands=list(self.commands), verified=self.verified,
-                      requires_root=self.requires_root, undo=list(self.undo),
-                      explanation=(self.explanation + (f" Verified: {self.verification}" if self.verification
-                                                       else "")).strip())
+        reason = self.verification or ("" if self.verifiable else "it would change the machine")
+        return Remedy(title=self.title, commands=list(self.commands), verified=self.verified and self.tried,
+                      requires_root=self.requires_root, undo=list(self.undo), explanation=self.explanation,
+                      tried=self.tried, note=reason)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Plan:
-        return cls(**d)
+        data = dict(d)
+        if "tried" not in data:  # recorded before plans said so: a re-run left one of these sentences
+            said = str(data.get("verification") or "")
+            data["tried"] = bool(data.get("verified")) or said.startswith(("the command", "re-running"))
+        return cls(**data)
 
 
 def split_path_list(value: str | None) -> list[str]:
@@ -160,26 +169,43 @@ def conda_upgrade(prefix: str, gcc_release: str | None, rests_on: list[str]) -> 
         undo=[],
         explanation=(f"The env's own libstdc++.so.6 is older than the GCC {major} runtime the libraries "
                      "need. conda-forge's libstdcxx-ng ships GCC's runtime; a newer one is backward "
-                     "compatible with everything already in the env. This needs the package channel, "
-                     "so zdoctor cannot try it here."),
+                     "compatible with everything already in the env."),
         rests_on=rests_on,
         verifiable=False,
-        verification="",
+        verification="it needs the network (the conda-forge channel) and changes the env",
     )
 
 
 def verify(plan: Plan, argv: Sequence[str], env: Mapping[str, str], *, timeout: float = VERIFY_TIMEOUT,
            cwd: str | None = None) -> Evidence:
-    """Re-run ``argv`` with the plan applied; set ``plan.verified`` only when it then succeeds."""
-    ev = run(list(argv), env=plan.apply_to(env), timeout=timeout, cwd=cwd,
-             label=f"verify: {plan.title}")
+    """Re-run ``argv`` with the plan applied; set ``plan.verified`` only when it then succeeds.
+
+    A plan with a ``trial`` is tried as the trial says (nothing on the machine changes: the temp
+    directory it uses is removed afterwards).
+    """
+    import tempfile
+
+    how = ""
+    with tempfile.TemporaryDirectory(prefix="zdoctor-trial-") as tmp:
+        if plan.trial:
+            from .versioned import trial_env
+
+            run_env = trial_env(plan, env, tmp)
+            how = (" (tried without changing anything: the link was made in a private temp directory put first "
+                   "on LD_LIBRARY_PATH for the re-run)")
+        else:
+            run_env = plan.apply_to(env)
+        ev = run_guarded(list(argv), run_env, timeout=timeout, cwd=cwd, label=f"verify: {plan.title}")
+    plan.tried = True
     if ev.error:
         plan.verified = False
-        plan.verification = f"re-running the command with this change failed: {ev.error}."
+        plan.verification = f"re-running the command with this change failed: {ev.error}{how}."
     elif ev.exit_code == 0:
         plan.verified = True
-        plan.verification = f"the command succeeded with this change (exit 0 in {ev.duration_s:.1f} s)."
+        plan.verification = f"the command succeeded with this change (exit 0 in {ev.duration_s:.1f} s){how}."
     else:
         plan.verified = False
-        plan.verification = f"the command still fails with this change (exit code {ev.exit_code})."
+        said = [line.strip() for line in (ev.stderr or ev.stdout or "").splitlines() if line.strip()]
+        plan.verification = (f"the command still fails with this change (exit code {ev.exit_code}){how}"
+                             + (f": {said[-1][:300]}" if said else "") + ".")
     return ev

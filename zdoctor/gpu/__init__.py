@@ -14,3 +14,5 @@ Modules (pure functions over data; the probes in :mod:`zdoctor.probes.gpu` do th
 
 Nothing here imports pynvml or torch at module import time.
 """
+
+from __future__ import annotations

@@ -108,12 +108,16 @@ def ds_mismatch_message(sys_cuda: str, torch_cuda: str) -> str:
             f"compiled with {torch_cuda}, unable to compile cuda/cpp extensions without a matching cuda version.")
 
 
-def deepspeed_nvcc_rule(nvcc_release: str, torch_cuda: str, env: Mapping[str, str]) -> dict[str, Any]:
+def deepspeed_nvcc_rule(nvcc_release: str, torch_cuda: str, env: Mapping[str, str],
+                        installed: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """DeepSpeed's ``assert_no_cuda_mismatch``: ``verdict`` match | compatible | skipped | mismatch.
 
     Same major.minor: match. Different, but same major and both minors listed in
     ``cuda_minor_mismatch_ok``: accepted with a notice. Otherwise ``DS_SKIP_CUDA_CHECK=1`` lets it pass with
-    a warning, else the op build raises with ``message``.
+    a warning, else the op build raises with ``message``. ``installed`` is the rule read from the installed
+    release (zdoctor/rules/deepspeed.py): its own table, or ``state`` old (no table: releases before
+    DeepSpeed PR 1139 accept only nvcc 11.1 with torch 11.0 besides an exact match), and whether it knows
+    DS_SKIP_CUDA_CHECK (PR 3436). ``rule`` in the result says which rule was applied.
     """
     sys_ver = parse_cuda(nvcc_release)
     torch_mm = ".".join(str(torch_cuda).split(".")[:2])
@@ -122,17 +126,26 @@ def deepspeed_nvcc_rule(nvcc_release: str, torch_cuda: str, env: Mapping[str, st
     sys_cuda = f"{sys_ver[0]}.{sys_ver[1]}"
     if sys_cuda == torch_mm:
         return {"verdict": "match", "message": None}
-    ok = DS_MINOR_MISMATCH_OK.get(sys_ver[0], ())
+    table: Mapping[int, Any] = DS_MINOR_MISMATCH_OK
+    rule = "current"
+    if installed is not None and installed.get("state") == "old":
+        table, rule = ({11: ("11.0", "11.1")} if installed.get("exception_11_1") else {}), "old"
+    elif installed is not None and installed.get("table"):
+        table, rule = {int(k): tuple(v) for k, v in installed["table"].items()}, "installed"
+    ok = table.get(sys_ver[0], ())
+    if rule == "old" and (sys_cuda, torch_mm) != ("11.1", "11.0"):
+        ok = ()
     if sys_cuda in ok and torch_mm in ok:
-        return {"verdict": "compatible",
+        return {"verdict": "compatible", "rule": rule,
                 "message": f"Installed CUDA version {sys_cuda} does not match the version torch was compiled "
                            f"with {torch_cuda} but since the APIs are compatible, accepting this combination"}
-    if env.get("DS_SKIP_CUDA_CHECK", "0") == "1":
-        return {"verdict": "skipped",
+    skip_known = installed is None or installed.get("skip_env", True)
+    if skip_known and env.get("DS_SKIP_CUDA_CHECK", "0") == "1":
+        return {"verdict": "skipped", "rule": rule,
                 "message": f"DeepSpeed Op Builder: Installed CUDA version {sys_cuda} does not match the version "
                            f"torch was compiled with {torch_cuda}.Detected `DS_SKIP_CUDA_CHECK=1`: Allowing this "
                            "combination of CUDA, but it may result in unexpected behavior."}
-    return {"verdict": "mismatch", "message": ds_mismatch_message(sys_cuda, str(torch_cuda))}
+    return {"verdict": "mismatch", "rule": rule, "message": ds_mismatch_message(sys_cuda, str(torch_cuda))}
 
 
 def torch_nvcc_rule(nvcc_release: str, torch_cuda: str) -> dict[str, Any]:
@@ -227,8 +240,10 @@ def driver_runtime_verdict(driver_cuda: str | int | None, runtime: str | None) -
     drv, rt = parse_cuda(driver_cuda), parse_cuda(runtime)
     if drv is None or rt is None:
         return {"verdict": "unknown", "driver": cuda_str(drv), "runtime": cuda_str(rt)}
-    verdict = "ok" if rt <= drv else "minor" if rt[0] == drv[0] else "too_old"
-    return {"verdict": verdict, "driver": cuda_str(drv), "runtime": cuda_str(rt)}
+    # minor-version compatibility exists from CUDA 11 on: before it a newer minor is as fatal as a major
+    verdict = "ok" if rt <= drv else "minor" if rt[0] == drv[0] and rt[0] >= 11 else "too_old"
+    return {"verdict": verdict, "driver": cuda_str(drv), "runtime": cuda_str(rt),
+            "no_minor_compat": rt[0] < 11}
 
 
 # -- remedies: wheels and toolkits -----------------------------------------------------------------------

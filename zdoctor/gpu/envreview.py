@@ -93,7 +93,8 @@ def p2p(env: Mapping[str, str], gpu_names: list[str]) -> dict[str, Any]:
                         "unless it works around a hang you have seen on this node."}
     return {"status": "ok", "consumer": bool(consumer), "disabled": disabled,
             "text": "NCCL_P2P_DISABLE=1 on consumer GPUs: NCCL copies through host memory." if disabled
-            else "Datacenter GPUs with peer-to-peer left to NCCL."}
+            else "Datacenter GPUs with peer-to-peer left to NCCL; whether it works behind the IOMMU and PCIe ACS "
+                 "is the gpu.p2p check's."}
 
 
 def visible_devices(value: str | None, gpus: list[dict[str, Any]] | None) -> dict[str, Any]:

@@ -232,7 +232,7 @@ def sample(nv: Any, gpus: list[dict[str, Any]], seconds: float, interval: float 
     series: list[dict[str, list[int]]] = [{"util": [], "gen": []} for _ in gpus]
     end = clock() + seconds
     while True:
-        for h, s in zip(handles, series, strict=False):
+        for h, s in zip(handles, series):
             if h is None:
                 continue
             with contextlib.suppress(nv.NVMLError):
@@ -242,7 +242,7 @@ def sample(nv: Any, gpus: list[dict[str, Any]], seconds: float, interval: float 
         if clock() >= end:
             break
         sleep(interval)
-    for g, s in zip(gpus, series, strict=False):
+    for g, s in zip(gpus, series):
         u, gen = s["util"], s["gen"]
         g["sample"] = {"seconds": seconds, "samples": max(len(u), len(gen)),
                        "util_max": max(u) if u else None, "util_mean": round(sum(u) / len(u), 1) if u else None,

@@ -158,7 +158,7 @@ def parse_query_csv(text: str) -> list[dict[str, Any]]:
     header = [re.sub(r"\s*\[.*\]$", "", h.strip()) for h in rows[0]]
     out = []
     for n, row in enumerate(r for r in rows[1:] if r):
-        d = dict(zip(header, (c.strip() for c in row), strict=False))
+        d = dict(zip(header, (c.strip() for c in row)))
         idx = integer(d.get("index"))
         g = empty_gpu(idx if idx is not None else n)
         g["name"], g["uuid"], g["pci_bus_id"] = d.get("name"), d.get("uuid"), d.get("pci.bus_id")

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import platform
 import socket
 from collections.abc import Mapping, Sequence
 
 from ..model import ProbeResult
+from ..target import Target
 from .base import Host, run_probe_guarded
 
 
@@ -24,40 +24,57 @@ def os_pretty_name(path: str = "/etc/os-release") -> str:
 
 
 class LiveHost(Host):
-    """Runs registered probes against this machine.
+    """Runs registered probes against this machine, for one training job (its :class:`Target`).
 
-    ``python`` is the target interpreter (the training environment's); ``python_explicit`` tells
-    whether the user named it. ``env`` is the environment the training runs with (default: ours).
+    ``LiveHost(target=t)``; the keyword form (``python``, ``env``, ``command``, ``ext``, ``timeout``,
+    ``options``) builds the target from its parts.
     """
 
     kind = "live"
 
     def __init__(self, python: str | None = None, env: Mapping[str, str] | None = None, *,
                  command: str | None = None, ext: Sequence[str] = (), timeout: float | None = None,
-                 options: Mapping[str, object] | None = None) -> None:
+                 options: Mapping[str, object] | None = None, target: Target | None = None) -> None:
         super().__init__()
-        self.env: dict[str, str] = dict(os.environ if env is None else env)
-        self.python_explicit = python is not None
-        self.python = python or "python3"
-        self.command = command
-        self.ext = list(ext)
-        self.timeout = timeout
-        #: The job's description for offload/storage/GPU probes: ds_config, offload_path, model_params,
-        #: model_config, nodes, gpus_per_node, train_log, io_size, gpu_sample (absent when not given).
-        self.options: dict[str, object] = dict(options or {})
+        self.target = target if target is not None else Target.of(
+            python, env, command=command, ext=ext, timeout=timeout, options=options)
         self.info = {
             "kind": self.kind,
             "hostname": socket.gethostname(),
             "os": os_pretty_name(),
             "kernel": platform.release(),
             "arch": platform.machine(),
-            "python": self.python,
-            "python_explicit": self.python_explicit,
-            "command": command,
-            "ext": list(ext),
-            "timeout": timeout,
-            "options": dict(options or {}),
+            **self.target.to_info(),
         }
+
+    # The job's parts, read from the target (kept for callers that name them directly).
+    @property
+    def python(self) -> str:
+        return self.target.python
+
+    @property
+    def python_explicit(self) -> bool:
+        return self.target.python_explicit
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self.target.env
+
+    @property
+    def command(self) -> str | None:
+        return self.target.command
+
+    @property
+    def ext(self) -> list[str]:
+        return self.target.ext
+
+    @property
+    def timeout(self) -> float | None:
+        return self.target.timeout
+
+    @property
+    def options(self) -> dict[str, object]:
+        return self.target.options
 
     def _compute(self, name: str) -> ProbeResult:
         return run_probe_guarded(self, name)

@@ -10,3 +10,5 @@ against this machine, and read the timings a crawling job prints.
 - :mod:`.walllog`: ``wall_clock_breakdown`` lines of a training log.
 - :mod:`.gpusample`: GPU utilisation sampled through NVML.
 """
+
+from __future__ import annotations

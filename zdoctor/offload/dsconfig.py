@@ -23,6 +23,7 @@ import re
 import shutil
 import stat
 import tempfile
+import typing
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from ..errors import InputError
 #: Larger files are refused: a ds_config is a few kilobytes.
 MAX_BYTES = 16 * 1024 * 1024
 
-KeyPath = tuple[str | int, ...]
+KeyPath = typing.Tuple[typing.Union[str, int], ...]
 
 _WHITESPACE = " \t\n\r"
 _PUNCTUATOR = "{}[],:"

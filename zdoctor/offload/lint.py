@@ -90,8 +90,28 @@ def _value(node: ast.AST) -> Any:
     raise _Unknown(ast.dump(node)[:80])
 
 
+def _annotation_text(node: ast.AST) -> str:
+    """Source text of a type annotation, as ``ast.unparse`` writes it (which Python 3.8 lacks)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_annotation_text(node.value)}.{node.attr}"
+    if isinstance(node, ast.Constant):
+        return repr(node.value) if isinstance(node.value, str) else str(node.value)
+    if isinstance(node, ast.Subscript):
+        inner = getattr(node.slice, "value", node.slice) if type(node.slice).__name__ == "Index" else node.slice
+        return f"{_annotation_text(node.value)}[{_annotation_text(inner)}]"
+    if isinstance(node, ast.Tuple):
+        return ", ".join(_annotation_text(e) for e in node.elts)
+    if isinstance(node, ast.List):
+        return "[" + ", ".join(_annotation_text(e) for e in node.elts) + "]"
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return f"{_annotation_text(node.left)} | {_annotation_text(node.right)}"
+    return type(node).__name__
+
+
 def _kind(annotation: ast.AST) -> tuple[str, bool]:
-    text = ast.unparse(annotation)
+    text = _annotation_text(annotation)
     optional = text.startswith("Optional[") or "None" in text
     inner = re.sub(r"^Optional\[(.*)\]$", r"\1", text)
     kinds = {"bool": "bool", "int": "int", "float": "float", "Path": "path", "str": "other",
@@ -110,7 +130,7 @@ def _field(stmt: ast.AnnAssign) -> FieldSpec | None:
     kind, optional = _kind(stmt.annotation)
     alias, deprecated, default = None, False, None
     node = stmt.value
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name | ast.Attribute) and \
+    if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)) and \
             (getattr(node.func, "id", None) or getattr(node.func, "attr", None)) == "Field":
         kw = {k.arg: k.value for k in node.keywords if k.arg}
         if "alias" in kw and isinstance(kw["alias"], ast.Constant):
@@ -119,7 +139,7 @@ def _field(stmt: ast.AnnAssign) -> FieldSpec | None:
             deprecated = True
         extra = kw.get("json_schema_extra")
         if isinstance(extra, ast.Dict):
-            for k, v in zip(extra.keys, extra.values, strict=False):
+            for k, v in zip(extra.keys, extra.values):
                 if isinstance(k, ast.Constant) and k.value == "deprecated" and isinstance(v, ast.Constant):
                     deprecated = bool(v.value)
         src = node.args[0] if node.args else kw.get("default")
@@ -517,7 +537,7 @@ def _bad_value(spec: FieldSpec, value: Any) -> str | None:
         if isinstance(value, float):
             return "Input should be a valid integer, got a number with a fractional part"
         return "Input should be a valid integer"
-    if spec.kind == "float" and not (isinstance(value, int | float) or
+    if spec.kind == "float" and not (isinstance(value, (int, float)) or
                                      isinstance(value, str) and re.fullmatch(r"\s*[-+]?[\d.eE+-]+\s*", value)):
         return "Input should be a valid number"
     if spec.kind == "bool" and not (isinstance(value, bool) or value in (0, 1) or
@@ -708,7 +728,7 @@ def _bucket_lints(cfg: DsConfig, eff: dict[str, Any], hidden: int) -> list[Lint]
     out: list[Lint] = []
     for name, hf, rule in rules:
         entry = zero.get(name)
-        if entry is None or not isinstance(entry["value"], int | float) or isinstance(entry["value"], bool):
+        if entry is None or not isinstance(entry["value"], (int, float)) or isinstance(entry["value"], bool):
             continue
         value = entry["value"]
         ratio = value / hf if hf else 0
@@ -807,7 +827,7 @@ def lint_config(cfg: DsConfig, ctx: LintContext) -> list[Lint]:
                              "exists only at stage 3; DeepSpeed ignores it here."))
         if which == "offload_optimizer":
             ratio = block["ratio"]["value"] if "ratio" in block else 1.0
-            if isinstance(ratio, int | float) and not isinstance(ratio, bool) and ratio < 1.0 and stage != 3:
+            if isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and ratio < 1.0 and stage != 3:
                 out.append(_lint(cfg, "ratio-below-stage3", "fail", ("zero_optimization", which, "ratio"), ratio,
                                  f"zero_optimization.offload_optimizer.ratio = {ratio} at stage {stage}: DeepSpeed "
                                  "refuses the config: Assertion failed, Partial offloading only supported for ZeRO "

@@ -31,7 +31,7 @@ def parse_count(text: str | int | float) -> int:
     """
     if isinstance(text, bool):
         raise InputError(f"model parameters {text!r}: not a number")
-    if isinstance(text, int | float):
+    if isinstance(text, (int, float)):
         value = float(text)
     else:
         raw = str(text).strip()
@@ -436,20 +436,77 @@ def gib(n: float | None) -> str:
     return "unknown" if n is None else f"{n / GIB:.2f} GiB"
 
 
-def fit_rows(rows: list[NeedRow], machine: Machine) -> list[dict[str, Any]]:
-    """Each need row with the machine next to it: cpu/gpu fits (None when unknown) and the margin in bytes."""
+#: What supplies each input a need can depend on, named when that input is missing.
+SUPPLIERS = {
+    "gpus_per_node": "--gpus-per-node (or the GPUs NVML lists on this node)",
+    "largest_layer": "--model-config (the model's config.json gives its largest layer)",
+    "params": "--model-params or --model-config",
+}
+
+
+def _row_needs(r: NeedRow, params: float, largest: float, gpn: int, nodes: int) -> tuple[int, int]:
+    if r.stage == 3:
+        cpu, gpu, _ = zero3_needs(params, largest, gpn, nodes, r.offload_optimizer == "cpu",
+                                  r.offload_param == "cpu", bool(r.zero_init))
+        return cpu, gpu
+    return zero2_needs(params, gpn, nodes, r.offload_optimizer == "cpu")
+
+
+def row_depends_on(r: NeedRow, params: float, largest: float, gpn: int, nodes: int) -> dict[str, set[str]]:
+    """Which inputs (``gpus_per_node``, ``largest_layer``) the row's cpu and gpu figures depend on, found by
+    re-evaluating DeepSpeed's formula with each input changed."""
+    base = _row_needs(r, params, largest, gpn, nodes)
+    out: dict[str, set[str]] = {"cpu": set(), "gpu": set()}
+    for name, changed in (("gpus_per_node", _row_needs(r, params, largest, gpn + 1, nodes)),
+                          ("largest_layer", _row_needs(r, params, largest + 10**6, gpn, nodes))):
+        for i, side in enumerate(("cpu", "gpu")):
+            if changed[i] != base[i]:
+                out[side].add(name)
+    return out
+
+
+def fit_rows(rows: list[NeedRow], machine: Machine, *, missing: dict[str, str] | None = None,
+             inputs: tuple[float, float, int, int] | None = None) -> list[dict[str, Any]]:
+    """Each need row with the machine next to it: cpu/gpu fits (None when unknown) and the margin in bytes.
+
+    ``missing`` names the inputs that were not given (``gpus_per_node``, ``largest_layer``) with what would
+    supply them; ``inputs`` are (params, largest layer, GPUs per node, nodes) the rows were computed from.
+    A figure that depends on a missing input is None (unknown), with ``cpu_unknown``/``gpu_unknown`` saying
+    what would supply it; "fits" is only ever computed from real numbers.
+    """
+    missing = missing or {}
     out = []
     for r in rows:
         d = r.to_dict()
+        deps = row_depends_on(r, *inputs) if inputs and missing else {"cpu": set(), "gpu": set()}
         avail, gpu = machine.mem_available, machine.gpu_memory
+        cpu_miss = sorted(missing[k] for k in deps["cpu"] if k in missing)
+        gpu_miss = sorted(missing[k] for k in deps["gpu"] if k in missing)
+        if cpu_miss:
+            d["cpu_bytes"] = None
+        if gpu_miss:
+            d["gpu_bytes"] = None
+        if avail is None:
+            cpu_miss.append("MemAvailable (/proc/meminfo could not be read)")
+        if gpu is None:
+            gpu_miss.append(f"GPU memory (NVML on the GPU node; here: {machine.gpu_source})")
+        d["cpu_unknown"] = "; ".join(cpu_miss) or None
+        d["gpu_unknown"] = "; ".join(gpu_miss) or None
         d["cpu_available"] = avail
-        d["cpu_fits"] = None if avail is None else r.cpu_bytes <= avail
-        d["cpu_margin"] = None if avail is None else avail - r.cpu_bytes
+        known_cpu = avail is not None and d["cpu_bytes"] is not None
+        known_gpu = gpu is not None and d["gpu_bytes"] is not None
+        d["cpu_fits"] = d["cpu_bytes"] <= avail if known_cpu else None
+        d["cpu_margin"] = avail - d["cpu_bytes"] if known_cpu else None
         d["gpu_memory"] = gpu
-        d["gpu_fits"] = None if gpu is None else r.gpu_bytes <= gpu
-        d["gpu_margin"] = None if gpu is None else gpu - r.gpu_bytes
+        d["gpu_fits"] = d["gpu_bytes"] <= gpu if known_gpu else None
+        d["gpu_margin"] = gpu - d["gpu_bytes"] if known_gpu else None
         out.append(d)
     return out
+
+
+def fits(row: dict[str, Any]) -> bool:
+    """The row fits this node on both sides, by real numbers (never from an unknown)."""
+    return row.get("cpu_fits") is True and row.get("gpu_fits") is True
 
 
 def verdict(fits: bool | None, margin: int | None) -> str:

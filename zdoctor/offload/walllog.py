@@ -36,8 +36,14 @@ _PAIR = re.compile(r"([A-Za-z_][\w.]*): (-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
 _PREFIX = re.compile(r"\[[^\]]*\] \[[A-Z]+\] \[logging\.py:\d+:log_dist\] ")
 _FLAG = re.compile(r"--zero[-_]offload\b")
 
-PHASES = (("forward", "fwd", "fwd_microstep"), ("backward", "bwd", "bwd_microstep"),
+#: Timer names per phase, current names first. Older releases print ``forward``/``forward_microstep``,
+#: ``backward``/``backward_microstep`` (runtime/engine.py FORWARD_MICRO_TIMER = 'forward_microstep'); a log
+#: from them read with the current names alone would show only ``step``, i.e. "the step takes 100%".
+PHASES = (("forward", "fwd", "fwd_microstep", "forward", "forward_microstep"),
+          ("backward", "bwd", "bwd_microstep", "backward", "backward_microstep"),
           ("step", "step", "step_microstep"))
+#: Parts of the backward timer: (current name, older name).
+BACKWARD_PARTS = (("bwd_inner", "backward_inner"), ("bwd_allreduce", "backward_allreduce"))
 SWAP_TIMERS = ("optimizer_swap_in_state", "optimizer_swap_out_state")
 
 
@@ -109,16 +115,24 @@ def breakdown(per_rank: dict[int, dict[str, TimerStats]], lines_read: int, timer
         if p:
             phases[phase] = p
     out["phases"] = phases
+    out["timer_names"] = ("older (forward/backward)" if any(p["timer"].startswith(("forward", "backward"))
+                                                           for p in phases.values()) else "current")
+    out["phases_missing"] = [ph for ph, *_ in PHASES if ph not in phases]
     total = sum(p["steady_mean_ms"] or 0 for p in phases.values())
     if phases and total > 0:
         out["iteration_ms"] = round(total, 3)
         out["shares"] = {k: round((p["steady_mean_ms"] or 0) / total, 4) for k, p in phases.items()}
-        out["dominant"] = max(out["shares"], key=lambda k: out["shares"][k])
+        if not out["phases_missing"]:  # a share of an incomplete set of phases is no share
+            out["dominant"] = max(out["shares"], key=lambda k: out["shares"][k])
     bwd = phases.get("backward")
     if bwd:
         suffix = "_microstep" if bwd["timer"].endswith("_microstep") else ""
-        parts = {k: timers[f"{k}{suffix}"]["steady_mean_ms"] for k in ("bwd_inner", "bwd_allreduce")
-                 if f"{k}{suffix}" in timers}
+        parts = {}
+        for k, older in BACKWARD_PARTS:
+            for name in (f"{k}{suffix}", f"{older}{suffix}"):
+                if name in timers:
+                    parts[k] = timers[name]["steady_mean_ms"]
+                    break
         if parts and bwd["steady_mean_ms"]:
             out["backward_parts"] = {k: {"mean_ms": v, "share": round(v / bwd["steady_mean_ms"], 4)}
                                      for k, v in parts.items()}

@@ -1,1 +1,3 @@
 """Probes: one module per subject, each registering functions Host -> (facts, evidence)."""
+
+from __future__ import annotations

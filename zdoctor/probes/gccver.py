@@ -5,28 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-#: The newest libstdc++ symbol version each GCC release provides (libstdc++ manual, "ABI Policy").
-#: An object built by that GCC may need version nodes up to this one, never newer.
-GCC_GLIBCXX: tuple[tuple[tuple[int, ...], str, str], ...] = (
-    ((4, 8, 0), "GLIBCXX_3.4.18", "CXXABI_1.3.7"),
-    ((4, 8, 3), "GLIBCXX_3.4.19", "CXXABI_1.3.7"),
-    ((4, 9, 0), "GLIBCXX_3.4.20", "CXXABI_1.3.8"),
-    ((5, 1), "GLIBCXX_3.4.21", "CXXABI_1.3.9"),
-    ((6, 1), "GLIBCXX_3.4.22", "CXXABI_1.3.10"),
-    ((7, 1), "GLIBCXX_3.4.23", "CXXABI_1.3.11"),
-    ((7, 2), "GLIBCXX_3.4.24", "CXXABI_1.3.11"),
-    ((8, 1), "GLIBCXX_3.4.25", "CXXABI_1.3.11"),
-    ((9, 1), "GLIBCXX_3.4.26", "CXXABI_1.3.12"),
-    ((9, 2), "GLIBCXX_3.4.27", "CXXABI_1.3.12"),
-    ((9, 3), "GLIBCXX_3.4.28", "CXXABI_1.3.12"),
-    ((10, 1), "GLIBCXX_3.4.28", "CXXABI_1.3.12"),
-    ((11, 1), "GLIBCXX_3.4.29", "CXXABI_1.3.13"),
-    ((12, 1), "GLIBCXX_3.4.30", "CXXABI_1.3.13"),
-    ((13, 1), "GLIBCXX_3.4.31", "CXXABI_1.3.14"),
-    ((13, 2), "GLIBCXX_3.4.32", "CXXABI_1.3.14"),
-    ((14, 1), "GLIBCXX_3.4.33", "CXXABI_1.3.15"),
-    ((15, 1), "GLIBCXX_3.4.34", "CXXABI_1.3.16"),
-)
+from ..forensics.versions import GCC_GLIBCXX
 
 _NUM = r"\d+(?:\.\d+)*"
 _GCC_LINE = re.compile(rf"^(?P<prog>\S+)\s+\((?P<vendor>[^)]*)\)\s+(?P<version>{_NUM})(?P<rest>.*)$")

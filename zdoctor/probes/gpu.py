@@ -32,6 +32,7 @@ from ..gpu import cuda, envreview, limits, nccl, nvml, smi
 from ..model import Evidence, cap_text
 from ..registry import probe
 from ..runner import run, which_all
+from ..target import target_of
 from .pyenv import TARGET_TIMEOUT
 from .toolchain import read_os_release
 
@@ -44,11 +45,11 @@ SMI_FALLBACK_PATHS = ("/usr/bin/nvidia-smi",)
 
 
 def _env(host: Any) -> dict[str, str]:
-    return dict(getattr(host, "env", None) or os.environ)
+    return dict(target_of(host).env)
 
 
 def _options(host: Any) -> dict[str, Any]:
-    return dict(getattr(host, "options", None) or {})
+    return dict(target_of(host).options)
 
 
 # -- nvml ---------------------------------------------------------------------------------------------

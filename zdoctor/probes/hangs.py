@@ -40,6 +40,7 @@ from ..forensics import jitcache as jc
 from ..forensics import processes as pr
 from ..model import Evidence
 from ..registry import probe
+from ..target import target_of
 from .pyenv import TARGET_TIMEOUT
 
 #: Seconds between the two CPU-time readings of each training process.
@@ -77,7 +78,7 @@ def interpreter_facts(pyenv: dict[str, Any] | None) -> dict[str, Any]:
     python = pyenv.get("python") or {}
     vi = python.get("version_info")
     version = None
-    if isinstance(vi, list | tuple) and len(vi) >= 2 and all(isinstance(x, int) for x in vi[:3]):
+    if isinstance(vi, (list, tuple)) and len(vi) >= 2 and all(isinstance(x, int) for x in vi[:3]):
         version = ".".join(str(x) for x in vi[:3])
     elif isinstance(python.get("version"), str):
         version = python["version"].split()[0] if python["version"].split() else None
@@ -163,7 +164,7 @@ def collect_jitcache(env: dict[str, str], pyenv: dict[str, Any] | None) -> tuple
 @probe("jitcache", title="JIT-built DeepSpeed ops", timeout=TARGET_TIMEOUT + 60, needs=("pyenv",))
 def jitcache_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     """torch's extension cache for the training environment: op dirs, built .so files, locks."""
-    env = dict(getattr(host, "env", None) or os.environ)
+    env = dict(target_of(host).env)
     pyenv = None
     try:
         res = host.result("pyenv")
@@ -252,3 +253,130 @@ def processes_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     facts, evidence = collect_processes(jit)
     facts["jitcache"] = "ok" if jit is not None else "unavailable"
     return facts, evidence
+
+
+# ------------------------------------------------------------------------------ the lock-free trial
+#: What a trial may copy: an op cache larger than this is not copied (the trial is then not made).
+TRIAL_MAX_BYTES = 1 << 30
+TRIAL_TIMEOUT = 120.0
+# Load op NAME the way a launch would: through DeepSpeed's builder when DeepSpeed has one by that name
+# (torch's FileBaton and ninja included), else by importing the built .so.
+TRIAL_CODE = r"""
+import importlib.util, sys
+name, so = sys.argv[1], sys.argv[2]
+import torch
+try:
+    from deepspeed.ops.op_builder.all_ops import ALL_OPS
+except Exception:
+    ALL_OPS = {}
+builder = ALL_OPS.get(name)
+if builder is not None:
+    builder.load()
+    print("loaded op", name, "through DeepSpeed's builder")
+else:
+    spec = importlib.util.spec_from_file_location(name, so)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    print("loaded", so)
+"""
+
+
+def _tree_bytes(path: str, limit: int) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+            except OSError:
+                continue
+            if total > limit:
+                return total
+    return total
+
+
+def _copy_without_locks(root: str, dest: str) -> None:
+    """Every op dir of ``root`` into ``dest``, each without its ``lock`` file (symlinks kept as links)."""
+    import shutil
+
+    for entry in os.scandir(root):
+        if not entry.is_dir(follow_symlinks=False):
+            continue
+        op_dir = entry.path
+
+        def skip(directory: str, names: list[str], top: str = op_dir) -> list[str]:
+            return [jc.LOCK_NAME] if os.path.samefile(directory, top) and jc.LOCK_NAME in names else []
+
+        shutil.copytree(op_dir, os.path.join(dest, entry.name), symlinks=True, ignore=skip)
+
+
+def try_without_lock(lock: dict[str, Any], op: dict[str, Any] | None, host: Any) -> dict[str, Any]:
+    """Load the op (or run ``--command``) from a lock-free copy of the op cache; nothing on the node changes."""
+    import shutil
+    import tempfile
+
+    from ..forensics.jitguard import run_guarded
+    from .libs import target_python
+
+    out: dict[str, Any] = {"lock": lock.get("path"), "op": lock.get("op"), "tried": False, "fixed": False}
+    if getattr(host, "kind", "") != "live":
+        out["reason"] = "a recorded node: nothing can be run here"
+        return out
+    if lock.get("in_use") is False:
+        out["reason"] = "the lock is in a tag dir this interpreter's torch does not use"
+        return out
+    command = target_of(host).command
+    root = (op or {}).get("root") or os.path.dirname(str(lock.get("dir") or ""))
+    so = (op or {}).get("so_path")
+    python = target_python(host)
+    if not command and not so:
+        out["reason"] = "the op was never built (no .so): a copy of its dir has nothing to load"
+        return out
+    if not command and not python:
+        out["reason"] = "the training interpreter was not found"
+        return out
+    if not root or not os.path.isdir(root):
+        out["reason"] = f"the op cache {root or '?'} cannot be read"
+        return out
+    size = _tree_bytes(root, TRIAL_MAX_BYTES)
+    if size > TRIAL_MAX_BYTES:
+        out["reason"] = f"the op cache {root} is larger than {TRIAL_MAX_BYTES >> 20} MiB: not copied"
+        return out
+    tmp = tempfile.mkdtemp(prefix="zdoctor-locktrial-")
+    try:
+        try:
+            _copy_without_locks(root, tmp)
+        except (OSError, shutil.Error) as exc:
+            out["reason"] = f"could not copy {root}: {exc}"
+            return out
+        env = dict(target_of(host).env)
+        env["TORCH_EXTENSIONS_DIR"] = tmp
+        if command:
+            argv = ["/bin/sh", "-c", command]
+            out["how"] = "the launch command, with TORCH_EXTENSIONS_DIR on a lock-free copy of the op cache"
+        else:
+            copied_so = os.path.join(tmp, os.path.relpath(so, root)) if so else ""
+            argv = [str(python), "-c", TRIAL_CODE, str(lock.get("op")), copied_so]
+            out["how"] = ("the op loaded by the training interpreter, with TORCH_EXTENSIONS_DIR on a lock-free copy "
+                          "of the op cache")
+        ev = run_guarded(argv, env, timeout=float(target_of(host).timeout or TRIAL_TIMEOUT),
+                         label=f"trial without the lock: {lock.get('op')}")
+        out.update(tried=True, fixed=ev.exit_code == 0 and not ev.error, seconds=round(ev.duration_s, 1),
+                   exit_code=ev.exit_code, error=ev.error, output_tail=(ev.stderr or ev.stdout or "")[-1500:])
+        return out
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@probe("locktrial", title="Stale JIT locks: the op loaded from a lock-free copy", timeout=TRIAL_TIMEOUT + 120,
+       needs=("jitcache", "processes"))
+def locktrial_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
+    """For each stale lock, prove (or disprove) that removing it is the fix, without removing it."""
+    procs = host.result("processes")
+    jit = host.result("jitcache")
+    locks = [lk for lk in ((procs.facts or {}).get("locks") or []) if lk.get("stale")] \
+        if procs.status == "ok" else []
+    if not locks:
+        return {"skipped": "no stale JIT build lock", "trials": []}, []
+    ops = {o.get("lock_path"): o for o in ((jit.facts or {}).get("ops") or [])} if jit.status == "ok" else {}
+    trials = [try_without_lock(lk, ops.get(lk["path"]), host) for lk in locks]
+    return {"trials": trials}, []

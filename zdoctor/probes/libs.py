@@ -10,12 +10,12 @@ re-runs the command with each change applied; only a change that makes it succee
 from __future__ import annotations
 
 import os
-import shutil
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..model import Evidence
 from ..registry import probe
+from ..target import target_of
 
 LIVE_TIMEOUT = 120.0
 #: The default import probe normally finishes in seconds; strace joins only a run this slow.
@@ -31,7 +31,7 @@ def _facts(host: Any, name: str) -> dict[str, Any]:
 
 
 def _env(host: Any) -> dict[str, str]:
-    return dict(getattr(host, "env", None) or os.environ)
+    return dict(target_of(host).env)
 
 
 def interpreter_of(host: Any, pyenv: dict[str, Any]) -> str | None:
@@ -158,7 +158,7 @@ def libs_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     torch = pyenv.get("torch") or {}
     ds = pyenv.get("deepspeed") or {}
     jit_good, jit_bad = jit_op_paths(jit)
-    targets = training_targets(ext=list(getattr(host, "ext", []) or []),
+    targets = training_targets(ext=list(target_of(host).ext),
                                torch_dir=torch.get("location") if torch.get("installed") else None,
                                deepspeed_ops=ds.get("prebuilt_ops") or [], jit_ops=jit_good)
     config = LoaderConfig.detect()
@@ -174,9 +174,9 @@ def libs_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     for f in audit["failures"]:
         describe_provider(f)
     facts = {
-        "interpreter": interp | {"rpath": audit["interpreter"].get("rpath"),
-                                 "runpath": audit["interpreter"].get("runpath"),
-                                 "rpath_copies": rpath_copies(interp)},
+        "interpreter": {**interp, "rpath": audit["interpreter"].get("rpath"),
+                        "runpath": audit["interpreter"].get("runpath"),
+                        "rpath_copies": rpath_copies(interp)},
         "env": {k: env.get(k) for k in ("LD_LIBRARY_PATH", "LD_PRELOAD", "CONDA_PREFIX", "CONDA_EXE")},
         "etc_preload": _read_preload(config.preload_file),
         "loader": {"system_dirs": list(config.system_dirs), "glibc": getattr(config, "glibc_version", None),
@@ -231,24 +231,22 @@ def _read_preload(path: str) -> list[str]:
 
 
 def target_python(host: Any) -> str | None:
-    """The training interpreter without waiting for the pyenv probe: --python, else python3 on PATH."""
-    want = getattr(host, "python", None) or "python3"
-    if "/" in want:
-        return want if os.path.exists(want) else None
-    return shutil.which(want, path=_env(host).get("PATH", ""))
+    """The training interpreter without waiting for the pyenv probe: --python, else python3 on PATH
+    (resolved as the pyenv probe resolves it)."""
+    return target_of(host).resolve_python()[0]
 
 
 def live_argv(host: Any, jit_good: list[str]) -> tuple[list[str] | None, str]:
     """The command to trace: ``--command`` through ``sh -c``, else the default import probe."""
     from ..forensics.live import default_probe_argv
 
-    command = getattr(host, "command", None)
+    command = target_of(host).command
     if command:
         return ["/bin/sh", "-c", command], "command"
     exe = target_python(host)
     if not exe:
         return None, "the training interpreter was not found"
-    return default_probe_argv(exe, list(getattr(host, "ext", []) or []), jit_good), "default probe"
+    return default_probe_argv(exe, list(target_of(host).ext), jit_good), "default probe"
 
 
 def _flat_files(last_files: dict[int, list[Any]]) -> list[str]:
@@ -256,6 +254,18 @@ def _flat_files(last_files: dict[int, list[Any]]) -> list[str]:
     for pid in sorted(last_files):
         for ev in last_files[pid]:
             out.append(f"pid {pid}: {ev.syscall} {ev.path}")
+    return out
+
+
+def _loaded_all(lt: Any, cap: int = 2000) -> list[dict[str, Any]]:
+    """Every object the traced processes loaded (name as asked for, path found), first pid first."""
+    from ..forensics.lddebug import summarize
+
+    out: list[dict[str, Any]] = []
+    for rec in summarize(lt.traces).values():
+        for x in rec["loaded"]:
+            if len(out) < cap and {"name": x["name"], "path": x["path"]} not in out:
+                out.append({"name": x["name"], "path": x["path"]})
     return out
 
 
@@ -273,7 +283,7 @@ def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     argv, why = live_argv(host, jit_good)
     if argv is None:
         return {"skipped": why}, []
-    timeout = float(getattr(host, "timeout", None) or LIVE_TIMEOUT)
+    timeout = float(target_of(host).timeout or LIVE_TIMEOUT)
     # The user's command is traced from its start; the default probe gets strace only if it stalls.
     lt = trace_command(argv, env, timeout=timeout,
                        strace_after=None if why == "command" else min(STRACE_AFTER, timeout / 2))
@@ -294,7 +304,7 @@ def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     facts = {
         "argv": list(argv),
         "source": why,
-        "command": getattr(host, "command", None),
+        "command": target_of(host).command,
         "timeout": timeout,
         "exit_code": lt.exit_code,
         "timed_out": lt.timed_out,
@@ -308,6 +318,7 @@ def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
         "strace_used": lt.strace_used,
         "steps": steps,
         "stderr_tail": (lt.evidence.stderr or "")[-2000:],
+        "loaded_all": _loaded_all(lt),
     }
     return facts, [lt.evidence]
 
@@ -326,7 +337,7 @@ def libfix_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
         return {"skipped": "no static audit"}, []
     plans = propose(libs, live, env)
     argv = live.get("argv")
-    timeout = float(getattr(host, "timeout", None) or VERIFY_TIMEOUT)
+    timeout = float(target_of(host).timeout or VERIFY_TIMEOUT)
     evidence: list[Evidence] = []
     to_verify = [p for p in plans if p.verifiable] if argv else []
     if to_verify:
@@ -339,3 +350,23 @@ def libfix_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     plans.sort(key=lambda p: (not p.verified, order[id(p)]))
     return {"plans": [p.to_dict() for p in plans], "argv": argv,
             "needed": bool(libs.get("failures") or live.get("version_errors"))}, evidence
+
+
+@probe("shellinit", title="Shell startup files that set LD_LIBRARY_PATH or LD_PRELOAD", timeout=20.0)
+def shellinit_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
+    """Read (never run) the training user's and the system's shell startup files, and the activate.d
+    scripts of the conda prefixes in play, for the lines that set LD_LIBRARY_PATH or LD_PRELOAD."""
+    from ..forensics.shellinit import scan
+
+    env = _env(host)
+    prefixes: list[str] = []
+    for entry in (env.get("LD_LIBRARY_PATH") or "").split(":"):
+        if entry and os.path.basename(os.path.normpath(entry)) in ("lib", "lib64"):
+            prefixes.append(os.path.dirname(os.path.normpath(entry)))
+    python = target_python(host)
+    if python:
+        prefixes.append(os.path.dirname(os.path.dirname(os.path.abspath(python))))
+    facts = scan(env.get("HOME"), list(dict.fromkeys(prefixes)))
+    rows = [[f"{x['file']}:{x['line']}", x["variable"], x["text"]] for x in facts["lines"]]
+    return facts, [Evidence.of_table("shell startup lines that set LD_LIBRARY_PATH / LD_PRELOAD",
+                                     ["where", "variable", "line"], rows)]

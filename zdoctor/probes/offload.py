@@ -52,11 +52,12 @@ from ..model import Evidence, cap_text
 from ..offload import gpusample, lint, planner, walllog
 from ..offload.dsconfig import load_config
 from ..registry import PROBES, probe
+from ..target import target_of
 from .pyenv import TARGET_TIMEOUT
 
 
 def _options(host: Any) -> dict[str, Any]:
-    return dict(getattr(host, "options", None) or {})
+    return dict(target_of(host).options)
 
 
 def _facts(host: Any, name: str) -> dict[str, Any] | None:
@@ -72,7 +73,7 @@ def _facts(host: Any, name: str) -> dict[str, Any] | None:
 
 def _python_version(pyenv: dict[str, Any] | None) -> tuple[int, ...] | None:
     vi = ((pyenv or {}).get("python") or {}).get("version_info")
-    if isinstance(vi, list | tuple) and len(vi) >= 2 and all(isinstance(x, int) for x in vi[:3]):
+    if isinstance(vi, (list, tuple)) and len(vi) >= 2 and all(isinstance(x, int) for x in vi[:3]):
         return tuple(vi[:3])
     return None
 
@@ -107,7 +108,7 @@ def _model(host: Any) -> tuple[dict[str, Any] | None, str | None]:
         if est is not None:
             largest, lsrc = est.largest_layer, f"{est.largest_layer_name} of {opts['model_config']}"
         else:
-            largest, lsrc = 0, "unknown without --model-config: 0 used, so needs that include it are lower bounds"
+            largest, lsrc = 0, "unknown without --model-config: the figures that depend on it are unknown"
         return {"params": params, "params_source": f"--model-params {opts['model_params']}", "largest_layer": largest,
                 "largest_layer_source": lsrc, "model": est.to_dict() if est else None}, None
     if est is not None:
@@ -183,7 +184,8 @@ def dsconfig_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     except InputError as exc:
         facts["error"] = str(exc)
         return facts, [Evidence(label=f"read {path}", kind="file", paths=[path], error=str(exc))]
-    facts.update(valid=True, syntax=cfg.syntax, json_error=cfg.json_error, bytes=len(cfg.text.encode("utf-8")))
+    facts.update(valid=True, syntax=cfg.syntax, json_error=cfg.json_error, bytes=len(cfg.text.encode("utf-8")),
+                 text=cfg.text if len(cfg.text) <= CONFIG_TEXT_MAX else None)
     eff = lint.effective(cfg, tables)
     facts["settings"] = eff
     facts["stage"] = eff["stage"]
@@ -212,7 +214,7 @@ def dsconfig_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     gpu_mem, _n, _src = planner.gpu_memory_from(_facts(host, "nvml") or _facts(host, "gpu"))
     ctx = lint.LintContext(tables=tables, ds_version=tables.version, python_version=pyver, hidden_size=hidden,
                            memlock_soft=soft, memlock_source=source, pinned_need=pinned, gpu_memory=gpu_mem,
-                           paths=paths, command=getattr(host, "command", None))
+                           paths=paths, command=target_of(host).command)
     lints = lint.lint_config(cfg, ctx)
     facts["lints"] = [x.to_dict() for x in lints]
     facts["uses_auto"] = any(x.rule == "auto-value" for x in lints)
@@ -225,6 +227,10 @@ def dsconfig_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
                                       x.message[:200]] for x in lints],
                                     [i for i, x in enumerate(lints) if x.severity == "fail"]))
     return facts, ev
+
+
+#: A ds_config up to this size is kept in the facts, so a patch to it can be shown (and replayed) as a diff.
+CONFIG_TEXT_MAX = 256 * 1024
 
 
 # -- capacity -------------------------------------------------------------------------------------------
@@ -250,14 +256,12 @@ def _chosen(ds: dict[str, Any] | None) -> tuple[dict[str, str] | None, str | Non
     return chosen, None, [], f"stage {stage}: DeepSpeed's estimators cover ZeRO-2 and ZeRO-3 only", stage
 
 
-def _capacity_table(rows: list[dict[str, Any]], chosen: list[int], title: str, layer_known: bool = True) -> Evidence:
+def _capacity_table(rows: list[dict[str, Any]], chosen: list[int], title: str) -> Evidence:
     out = []
     for r in rows:
-        # Without the largest layer, every GPU need and the CPU need of none/none with zero_init lack it.
-        low = "" if layer_known or r["stage"] != 3 else "≥ "
-        cpu_low = low if (r["offload_optimizer"], r["zero_init"]) == ("none", True) else ""
-        out.append([r["label"], cpu_low + planner.gib(r["cpu_bytes"]), planner.gib(r["cpu_available"]),
-                    planner.verdict(r["cpu_fits"], r["cpu_margin"]), low + planner.gib(r["gpu_bytes"]),
+        # A figure that depends on an input nobody gave is unknown, never computed from a stand-in.
+        out.append([r["label"], planner.gib(r["cpu_bytes"]), planner.gib(r["cpu_available"]),
+                    planner.verdict(r["cpu_fits"], r["cpu_margin"]), planner.gib(r["gpu_bytes"]),
                     planner.gib(r["gpu_memory"]), planner.verdict(r["gpu_fits"], r["gpu_margin"])])
     return Evidence.of_table(title, ["choice", "per-CPU need", "available (MemAvailable)", "CPU",
                                      "per-GPU need", "GPU memory", "GPU"], out, chosen)
@@ -283,9 +287,17 @@ def capacity_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     elif machine.gpu_count:
         gpn, gsrc = machine.gpu_count, "GPUs on this node"
     else:
-        gpn, gsrc = 1, "assumed (no GPU seen, no --gpus-per-node)"
-    z3 = planner.fit_rows(planner.zero3_rows(model["params"], model["largest_layer"], gpn, nodes), machine)
-    z2 = planner.fit_rows(planner.zero2_rows(model["params"], gpn, nodes), machine)
+        gpn, gsrc = 1, "unknown (no GPU seen, no --gpus-per-node)"
+    missing = {}
+    if gsrc.startswith("unknown"):
+        missing["gpus_per_node"] = planner.SUPPLIERS["gpus_per_node"]
+    if not model["largest_layer"]:
+        missing["largest_layer"] = planner.SUPPLIERS["largest_layer"]
+    inputs = (model["params"], model["largest_layer"], gpn, nodes)
+    z3 = planner.fit_rows(planner.zero3_rows(model["params"], model["largest_layer"], gpn, nodes), machine,
+                          missing=missing, inputs=inputs)
+    z2 = planner.fit_rows(planner.zero2_rows(model["params"], gpn, nodes), machine, missing=missing,
+                          inputs=inputs)
     chosen, table, idx, note, stage = _chosen(ds)
     rows = {"zero3": z3, "zero2": z2}.get(table or "", [])
     ram_short = ram_tight = gpu_short = None
@@ -301,12 +313,14 @@ def capacity_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
                                         chosen["offload_param"] == "nvme")
         nvme = {"path": disk_path, "need_lower_bound": need, "free": machine.disk_free,
                 "fits": None if machine.disk_free is None else need <= machine.disk_free}
-    facts = {**model, "nodes": nodes, "gpus_per_node": gpn, "gpus_per_node_source": gsrc,
+    facts = {**model, "nodes": nodes, "gpus_per_node": None if "gpus_per_node" in missing else gpn,
+             "gpus_per_node_source": gsrc, "missing": missing,
              "machine": machine.to_dict(), "memlock_source": src, "zero3": z3, "zero2": z2, "stage": stage,
              "chosen": chosen, "chosen_table": table, "chosen_rows": idx, "chosen_note": note,
              "ram_short": ram_short, "ram_tight": ram_tight, "gpu_short": gpu_short, "nvme": nvme,
              "offload_target": _offload_target(host),
-             "deepspeed_text": planner.deepspeed_text(model["params"], model["largest_layer"], gpn, nodes)}
+             "deepspeed_text": None if missing else
+             planner.deepspeed_text(model["params"], model["largest_layer"], gpn, nodes)}
     m = machine
     lock = "unlimited" if soft is None else ("unknown" if soft == -1 else planner.gib(soft))
     machine_rows = [["MemTotal", planner.gib(m.mem_total)], ["MemAvailable", planner.gib(m.mem_available)],
@@ -315,11 +329,17 @@ def capacity_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
                     [f"locked-memory limit ({src})", lock],
                     [f"GPU memory (smallest; {m.gpu_source})", planner.gib(m.gpu_memory)],
                     [f"offload disk free ({m.disk_path or 'no offload path'})", planner.gib(m.disk_free)]]
+    per_node = "an unknown number of" if "gpus_per_node" in missing else str(gpn)
     ev = [_capacity_table(z3, idx if table == "zero3" else [], f"ZeRO-3 needs for {model['params']:,} parameters, "
-                          f"{nodes} node(s) x {gpn} GPU(s) (DeepSpeed's estimator)", model["largest_layer"] > 0),
+                          f"{nodes} node(s) x {per_node} GPU(s) (DeepSpeed's estimator)"),
           _capacity_table(z2, idx if table == "zero2" else [], "ZeRO-2 needs (DeepSpeed's estimator)"),
-          Evidence.of_table("this node", ["what", "size"], machine_rows),
-          Evidence.note("DeepSpeed's own output for these numbers", facts["deepspeed_text"])]
+          Evidence.of_table("this node", ["what", "size"], machine_rows)]
+    if missing:
+        ev.append(Evidence.note("unknown inputs", "\n".join(
+            f"{k.replace('_', ' ')}: not given; the figures that depend on it are unknown. Supplied by {v}."
+            for k, v in missing.items())))
+    else:
+        ev.append(Evidence.note("DeepSpeed's own output for these numbers", facts["deepspeed_text"]))
     return facts, ev
 
 
@@ -367,3 +387,17 @@ def gpusample_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     return facts, [Evidence.of_table(f"GPU utilisation % over {facts['seconds']:g} s ({facts['samples']} samples)",
                                      ["gpu", "name", "min", "mean", "max", "over time"], rows)]
 
+
+
+# -- hostram ------------------------------------------------------------------------------------------
+
+@probe("hostram", title="Host memory beyond the offload estimate: swap buffers, inference, WSL2, kills",
+       timeout=60.0, needs=("dsconfig", "capacity"))
+def hostram_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
+    """Pinned buffers and parameter-only offload the estimator leaves out, memory now, kills in the log."""
+    from ..offload import hostram
+
+    opts = _options(host)
+    ds = _facts(host, "dsconfig") or {}
+    cap = _facts(host, "capacity") or {}
+    return hostram.collect(ds, cap, opts)

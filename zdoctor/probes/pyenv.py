@@ -32,6 +32,7 @@ from typing import Any
 from ..model import Evidence
 from ..registry import probe
 from ..runner import run, which_all
+from ..target import Target, target_of
 
 SENTINEL = "@@zdoctor@@ "
 SCRIPT = Path(__file__).with_name("probe_script.py")
@@ -96,20 +97,8 @@ def signal_name(exit_code: int | None) -> str | None:
 
 
 def resolve_target(python: str, env: dict[str, str]) -> tuple[str | None, str | None, str | None]:
-    """Find the interpreter: (path, error_kind, error). A bare name is looked up on the target PATH."""
-    if "/" not in python:
-        found = which_all(python, env.get("PATH"))
-        if not found:
-            return None, "missing", f"{python}: not found on the target PATH ({env.get('PATH', '')!r})"
-        return found[0], None, None
-    path = os.path.abspath(os.path.expanduser(python))
-    if not os.path.exists(path):
-        return None, "missing", f"{path}: no such file"
-    if os.path.isdir(path):
-        return None, "not_executable", f"{path}: is a directory, not an interpreter"
-    if not os.access(path, os.X_OK):
-        return None, "not_executable", f"{path}: not executable (permission denied)"
-    return path, None, None
+    """``(path, problem, message)`` for the interpreter ``python`` (see :meth:`Target.resolve_python`)."""
+    return Target(python=python, env=env).resolve_python()
 
 
 def env_interpreters(env: dict[str, str]) -> list[str]:
@@ -258,6 +247,16 @@ def _torch_facts(recs: dict[str, Any], pkg: dict[str, Any], timed_out: bool, sig
     return out
 
 
+def script_path() -> Path:
+    """The probe script as a file another interpreter can run: beside this module, or extracted from the
+    one-file bundle (whose modules are inside a zip)."""
+    if SCRIPT.is_file():
+        return SCRIPT
+    from ..resources import data_dir
+
+    return data_dir("probe") / SCRIPT.name
+
+
 def probe_target(python: str, env: dict[str, str], *, explicit: bool = False,
                  timeout: float = TARGET_TIMEOUT) -> tuple[dict[str, Any], list[Evidence]]:
     """Run the probe script under ``python`` with ``env`` and return (facts, evidence)."""
@@ -268,7 +267,7 @@ def probe_target(python: str, env: dict[str, str], *, explicit: bool = False,
         facts = empty_facts(target)
         facts.update(error=err, error_kind=kind, candidates=candidates(env, None))
         return facts, [Evidence.note(f"target interpreter {python}", err or "")]
-    ev = run([resolved, "-B", str(SCRIPT)], env=env, timeout=timeout, cap=OUTPUT_CAP_TARGET,
+    ev = run([resolved, "-B", str(script_path())], env=env, timeout=timeout, cap=OUTPUT_CAP_TARGET,
              label=f"probe script under {resolved}")
     facts = build_facts(parse_records(ev.stdout), ev, target)
     facts["candidates"] = candidates(env, resolved)
@@ -283,6 +282,5 @@ def probe_target(python: str, env: dict[str, str], *, explicit: bool = False,
 @probe("pyenv", title="Target Python interpreter", timeout=TARGET_TIMEOUT + 30)
 def pyenv_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     """The training interpreter: version, prefixes, packages, and an isolated ``import torch``."""
-    env = dict(getattr(host, "env", None) or os.environ)
-    python = getattr(host, "python", None) or "python3"
-    return probe_target(python, env, explicit=bool(getattr(host, "python_explicit", False)))
+    target = target_of(host)
+    return probe_target(target.python, dict(target.env), explicit=target.python_explicit)

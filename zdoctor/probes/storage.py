@@ -47,6 +47,7 @@ from ..storage import blockdev as bd
 from ..storage import fstab as fs
 from ..storage import iotest as io
 from ..storage import mounts as mt
+from ..target import target_of
 
 #: Each throughput phase stops after this many seconds; the probe's budget covers both and the rest.
 IO_TIME_LIMIT = 45.0
@@ -86,16 +87,61 @@ def offload_target(options: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def training_user(env: dict[str, str] | None = None) -> dict[str, str]:
-    """Who runs the training: the sudo caller when zdoctor runs under sudo, else the current user."""
-    env = env or dict(os.environ)
-    name = env.get("SUDO_USER") if os.geteuid() == 0 else None
+def _env_prefix(python: str) -> str | None:
+    """The environment an interpreter path belongs to: ``<prefix>`` of ``<prefix>/bin/python`` (a venv or
+    conda env; the path as given, links not followed, since a venv's python links to the base one)."""
+    path = os.path.abspath(python)
+    bindir = os.path.dirname(path)
+    if os.path.basename(bindir) not in ("bin", "Scripts"):
+        return None
+    return os.path.dirname(bindir)
+
+
+def _account(uid_or_name: int | str) -> dict[str, str] | None:
     try:
-        pw = pwd.getpwnam(name) if name else pwd.getpwuid(os.geteuid())
-        group = grp.getgrgid(pw.pw_gid).gr_name
-        return {"name": pw.pw_name, "group": group}
+        pw = pwd.getpwnam(uid_or_name) if isinstance(uid_or_name, str) else pwd.getpwuid(uid_or_name)
     except (KeyError, OSError):
-        return {"name": str(os.geteuid()), "group": str(os.getegid())}
+        return None
+    try:
+        group = grp.getgrgid(pw.pw_gid).gr_name
+    except KeyError:
+        group = str(pw.pw_gid)
+    return {"name": pw.pw_name, "group": group}
+
+
+def training_user(env: dict[str, str] | None = None, *, user: str | None = None, python: str | None = None,
+                  python_explicit: bool = False) -> dict[str, str]:
+    """Who runs the training, and the rule that chose it (``rule``), first match wins:
+
+    1. ``--user NAME``; 2. the owner of the ``--python`` interpreter's environment, when that is not
+    root; 3. ``SUDO_USER`` when zdoctor runs as root under sudo; 4. the user zdoctor runs as.
+    An unknown ``--user`` is kept by name with ``error`` set.
+    """
+    env = env or dict(os.environ)
+    if user:
+        found = _account(user)
+        if found:
+            return {**found, "rule": "--user"}
+        return {"name": user, "group": user, "rule": "--user", "error": f"no user {user!r} on this machine"}
+    if python and python_explicit:
+        prefix = _env_prefix(python)
+        try:
+            owner = os.stat(prefix).st_uid if prefix else None
+        except OSError:
+            owner = None
+        found = _account(owner) if owner not in (None, 0) else None
+        if found and prefix:
+            return {**found, "rule": f"owner of the training environment {prefix} (--python)"}
+    name = env.get("SUDO_USER") if os.geteuid() == 0 else None
+    found = _account(name) if name else None
+    if found:
+        return {**found, "rule": "SUDO_USER (zdoctor runs under sudo)"}
+    found = _account(os.geteuid())
+    rule = ("the user zdoctor runs as (root: nothing names another training user; name it with --user)"
+            if os.geteuid() == 0 else "the user zdoctor runs as")
+    if found:
+        return {**found, "rule": rule}
+    return {"name": str(os.geteuid()), "group": str(os.getegid()), "rule": rule}
 
 
 def access(path: str, user: dict[str, str] | None = None) -> dict[str, Any] | None:
@@ -159,7 +205,8 @@ def collect_storage(path: str, *, source: str = "--offload-path", explicit: bool
                     io_size: str | None = None, env: dict[str, str] | None = None, progress=None,
                     sysfs_root: str = "/sys", dev_root: str = "/dev", udev_root: str = "/run/udev",
                     mountinfo: str = mt.MOUNTINFO, fstab_path: str = fs.FSTAB, live: bool = True,
-                    io_time_limit: float = IO_TIME_LIMIT) -> tuple[dict[str, Any], list[Evidence]]:
+                    io_time_limit: float = IO_TIME_LIMIT,
+                    user: dict[str, str] | None = None) -> tuple[dict[str, Any], list[Evidence]]:
     """The ``storage`` facts for ``path`` (see the module docstring).
 
     ``live=False`` reads a recorded node (the roots and files given) and looks at nothing on this
@@ -186,7 +233,7 @@ def collect_storage(path: str, *, source: str = "--offload-path", explicit: bool
             evidence.extend(evs)
         else:
             facts["device_error"] = f"{m.source} ({m.fstype}) is not a block device"
-    facts["user"] = training_user(env)
+    facts["user"] = user if user is not None else training_user(env)
     if live:
         probed = facts["probed_path"]
         facts["access"] = access(probed, facts["user"])
@@ -227,17 +274,20 @@ def _throughput(facts: dict[str, Any], directory: str, io_size: str | None, expl
 @probe("storage", title="Offload storage: mount, device, O_DIRECT, libaio, throughput", timeout=STORAGE_TIMEOUT)
 def storage_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     """The offload path's mount and device, O_DIRECT, libaio, and (when asked) its throughput."""
-    options = dict(getattr(host, "options", None) or {})
+    options = dict(target_of(host).options)
     target = offload_target(options)
+    job = target_of(host)
+    env = dict(job.env)
+    user = training_user(env, user=str(options["user"]) if options.get("user") else None,
+                         python=job.python, python_explicit=job.python_explicit)
     if not target["path"]:
         why = ("no offload path: pass --offload-path DIR, or --ds-config with an nvme_path"
                if not target["ds_config_error"] else f"no offload path ({target['ds_config_error']})")
-        return {"skipped": why, **target}, []
-    env = dict(getattr(host, "env", None) or os.environ)
+        return {"skipped": why, **target, "user": user}, []
     io_size = options.get("io_size")
     facts, evidence = collect_storage(target["path"], source=target["source"], explicit=target["explicit"],
                                       io_size=None if io_size is None else str(io_size), env=env,
-                                      progress=getattr(host, "io_progress", None))
+                                      progress=getattr(host, "io_progress", None), user=user)
     facts.update(config_paths=target["config_paths"], ds_config_error=target["ds_config_error"])
     return facts, evidence
 

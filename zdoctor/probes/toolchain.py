@@ -24,6 +24,7 @@ from typing import Any
 from ..model import Evidence
 from ..registry import probe
 from ..runner import run, which_all
+from ..target import target_of
 from .gccver import glibcxx_for_gcc, parse_torch_config, parse_version_output, toolset_bin, toolset_of
 from .pyenv import TARGET_TIMEOUT
 
@@ -125,7 +126,7 @@ def identify_all(paths: list[str], env: dict[str, str], timeout: float = VERSION
         return run([p, "--version"], env=run_env, timeout=timeout, label=f"{p} --version")
 
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(unique)))) as pool:
-        evs = dict(zip(unique, pool.map(one, unique.values()), strict=True))
+        evs = dict(zip(unique, pool.map(one, unique.values())))
     info: dict[tuple[str, str], dict[str, Any]] = {}
     for key, ev in evs.items():
         parsed = parse_version_output(ev.stdout or ev.stderr)
@@ -302,7 +303,7 @@ def collect(env: dict[str, str], pyenv: dict[str, Any] | None, *, opt_rh: str = 
 @probe("toolchain", title="Compiler toolchain layers", timeout=TARGET_TIMEOUT + 60, needs=("pyenv",))
 def toolchain_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     """Compilers on PATH, the JIT and nvcc host compilers, sysconfig's, torch's, and toolsets."""
-    env = dict(getattr(host, "env", None) or os.environ)
+    env = dict(target_of(host).env)
     res = host.result("pyenv")
     pyenv = res.facts if res.status == "ok" else None
     return collect(env, pyenv)

@@ -8,11 +8,13 @@
 - :mod:`.iotest`: O_DIRECT, libaio (DeepSpeed's ``async_io`` op), and a bounded sequential
   write/read throughput test with 1 MiB blocks.
 - :mod:`.fstab`: fstab lines by UUID, the commands that mount a drive for offload, and a careful
-  apply (backup, ``findmnt --verify``, atomic replace, mount, roll back on failure).
+  apply (``findmnt --verify`` on a copy, backup, atomic replace, mount, roll back on failure).
 
 Everything here reads the machine through parameters (``sysfs_root``, ``dev_root``, mountinfo text)
 so it runs the same against a recorded tree.
 """
+
+from __future__ import annotations
 
 GIB = 1024**3
 MIB = 1024**2

@@ -148,44 +148,76 @@ def mkfs_remedy(device: str, fstype: str = "ext4", uuid: str | None = None, labe
 
 def fstab_remedy(uuid: str, mountpoint: str, fstype: str, *, fstab_path: str = FSTAB,
                  stamp: str | None = None, options: str = DEFAULT_OPTIONS, mount_now: bool = True) -> Remedy:
-    """Back up fstab, add the UUID line, validate with findmnt, and (``mount_now``) mount it."""
+    """Add the UUID line the careful way: build the new file beside the old one, ``findmnt --verify`` it,
+    back the old one up, move the new one into place, and (``mount_now``) mount it.
+
+    The backup name is fixed here, from the filesystem's UUID: the commands, the undo and the guide's
+    apply (which runs :func:`apply_fstab_line` as root, see ``action``) all name the same file, however
+    often the finding is evaluated.
+    """
     line = fstab_line(uuid, mountpoint, fstype, options)
-    stamp = stamp or time.strftime("%Y%m%dT%H%M%S")
+    # Named after the filesystem, not the clock: the same finding evaluated again (a resumed session, an
+    # export) names the same backup, so the recorded undo always points at the file the apply wrote.
+    stamp = stamp or f"zdoctor-{uuid.split('-')[0].lower()}"
     backup = f"{fstab_path}.bak.{stamp}"
+    staged = f"{fstab_path}.zdoctor-new.{stamp}"
     mp = os.path.normpath(mountpoint)
     reload = "if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi"
-    commands = [f"cp -p -- {q(fstab_path)} {q(backup)}"] + ([f"mkdir -p -- {q(mp)}"] if mount_now else []) + [
-        f"printf '%s\\n' {q(line)} >> {q(fstab_path)}",
-        f"findmnt --verify --tab-file {q(fstab_path)}",
+    mount = [f"mount -- {q(mp)}"] if fstab_path == FSTAB else [f"mount --fstab {q(fstab_path)} -- {q(mp)}"]
+    commands = ([f"mkdir -p -- {q(mp)}"] if mount_now else []) + [
+        f"cp -p -- {q(fstab_path)} {q(staged)}",
+        f"printf '%s\\n' {q(line)} | tee -a -- {q(staged)} >/dev/null",
+        f"findmnt --verify --tab-file {q(staged)}",
+        f"cp -p -- {q(fstab_path)} {q(backup)}",
+        f"mv -f -- {q(staged)} {q(fstab_path)}",
         reload,
-    ] + ([f"mount -- {q(mp)}"] if mount_now else [])
+    ] + (mount if mount_now else [])
     undo = ([f"umount -- {q(mp)}"] if mount_now else []) + [f"cp -p -- {q(backup)} {q(fstab_path)}", reload]
     return Remedy(
         title=f"Mount UUID={uuid} at {mp} at every boot",
         commands=commands, verified=False, requires_root=True, undo=undo,
-        explanation=(f"Adds `{line}` to {fstab_path} after a backup to {backup}. The filesystem is named by UUID "
+        action={"kind": "fstab-add", "fstab": fstab_path, "line": line, "backup": backup,
+                "mountpoint": mp, "mount": mount_now},
+        explanation=(f"Adds `{line}` to {fstab_path}. The new file is built beside the old one ({staged}) and "
+                     "checked with findmnt --verify before anything changes; only then is the old file backed up "
+                     f"to {backup} and the new one moved into place in one rename, so the file is always either "
+                     "the old one or the new one, never half-written. The filesystem is named by UUID "
                      "because /dev/nvme* names follow probe order and can change between boots. `nofail` and "
                      "`x-systemd.device-timeout=10s` let the node boot (without the mount) if the drive dies or "
                      "is removed, instead of dropping to an emergency shell. `noatime` saves a metadata write per "
-                     "read. findmnt --verify checks the file before anything is mounted; if it reports an error, "
-                     "restore the backup (the undo lines)."))
+                     "read. If findmnt --verify reports an error, stop: nothing was changed (remove the staged "
+                     "file). Applied from the guide, a failed mount puts the old file back."))
 
 
-def offload_dir_remedy(directory: str, user: str, group: str, *, shared: bool = False) -> Remedy:
-    """Create the offload directory for the training user (0750; 1777 only when several users share it)."""
+def offload_dir_remedy(directory: str, user: str, group: str, *, shared: bool = False,
+                       rule: str | None = None) -> Remedy:
+    """Create the offload directory for the training user (0750; 1777 only when several users share it).
+
+    ``rule`` says what chose ``user`` (``--user``, the owner of the ``--python`` environment, SUDO_USER,
+    the user zdoctor runs as); it is part of the explanation. For root there is no ``chown`` line: the
+    directory is root's as created, and the text says so instead of speaking of a training user.
+    """
     mode = "1777" if shared else "0750"
     d = os.path.normpath(directory)
     cmds = [f"mkdir -p -- {q(d)}"]
-    if not shared:
+    is_root = user in ("root", "0")
+    if not shared and not is_root:
         cmds.append(f"chown -- {q(f'{user}:{group}')} {q(d)}")
     cmds.append(f"chmod {mode} -- {q(d)}")
-    why = ("mode 1777 (sticky, like /tmp): every user may create files and only a file's owner may remove it"
-           if shared else f"owned by {user}:{group} with mode 0750: the training user writes, its group reads, "
-           "nobody else can read or tamper with the swapped optimizer state")
-    return Remedy(title=f"Create the offload directory {d}", commands=cmds, verified=False, requires_root=True,
-                  undo=[f"rmdir -- {q(d)}"],
-                  explanation=f"DeepSpeed writes its swap files under nvme_path; the directory is {why}. Never "
-                              "use 777: anyone on the node could replace the swap files.")
+    chosen = f" The training user is {user}, chosen by: {rule}." if rule else ""
+    if shared:
+        why = ("mode 1777 (sticky, like /tmp): every user may create files and only a file's owner may remove it")
+    elif is_root:
+        why = ("owned by root with mode 0750: only root can write there, so this fits a training that runs as "
+               "root; if it runs as another user, name that user with --user and zdoctor gives it the directory")
+    else:
+        why = (f"owned by {user}:{group} with mode 0750: the training user writes, its group reads, nobody else "
+               "can read or tamper with the swapped optimizer state")
+    owner = "root" if is_root and not shared else user
+    return Remedy(title=f"Create the offload directory {d}" + ("" if shared else f" for {owner}"), commands=cmds,
+                  verified=False, requires_root=True, undo=[f"rmdir -- {q(d)}"],
+                  explanation=f"DeepSpeed writes its swap files under nvme_path; the directory is {why}.{chosen} "
+                              "Never use 777: anyone on the node could replace the swap files.")
 
 
 def mount_remedy(mountpoint: str) -> Remedy:
@@ -297,20 +329,44 @@ def _backup_path(path: str, stamp: str) -> str:
     return cand
 
 
+def _make_backup(fstab_path: str, backup: str, original: bytes, st: os.stat_result) -> None:
+    """Write the backup atomically (a kill leaves no half-written backup), with the file's mode and times."""
+    tmp = _write_beside(backup, original, st)
+    try:
+        with contextlib.suppress(OSError):
+            os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+        os.replace(tmp, backup)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(backup)
+
+
 def apply_fstab_line(fstab_path: str, line: str, *, mount: Sequence[str] | Callable[[], Evidence],
                      findmnt: str = "findmnt", stamp: str | None = None, make_mountpoint: bool = True,
-                     timeout: float = 60.0) -> ApplyRecord:
+                     timeout: float = 60.0, backup: str | None = None,
+                     on_step: Callable[[str], None] | None = None) -> ApplyRecord:
     """Add ``line`` to the fstab at ``fstab_path`` the careful way, and mount it.
 
     1. refuse when findmnt is missing, the line is malformed, or the file already has an entry for
-       the same mount point or source; 2. back the file up (``<fstab>.bak.<stamp>``, mode kept);
-    3. write the new text to a temp file beside it; 4. ``findmnt --verify`` it: any error on the new
-    target, or more errors than the original had, refuses; 5. replace the file atomically;
-    6. run ``mount`` (argv, or a callable returning Evidence); 7. on any failure after the replace
-    (including KeyboardInterrupt) restore the original bytes from the backup. Returns the record of
-    every step; never raises for a failure on the way (KeyboardInterrupt is re-raised after rollback).
+       the same mount point or source; 2. write the new text to a temp file beside it; 3. ``findmnt
+    --verify`` it: any error on the new target, or more errors than the original had, refuses (nothing
+    changed); 4. back the file up (``backup``, the name the remedy's undo gives, else
+    ``<fstab>.bak.<stamp>``; mode kept; written atomically); 5. replace the file atomically (one rename:
+    a kill at any point leaves the old file or the new one, never a partial one); 6. run ``mount``
+    (argv, or a callable returning Evidence); 7. on any failure after the replace (including
+    KeyboardInterrupt) restore the original bytes from the backup. ``on_step`` sees each step as it is
+    done. Returns the record of every step; never raises for a failure on the way (KeyboardInterrupt is
+    re-raised after rollback).
     """
     rec = ApplyRecord(fstab=fstab_path, line=line)
+
+    def step(text: str) -> None:
+        rec.steps.append(text)
+        if on_step is not None:
+            on_step(text)
+
     new_entries = parse_fstab(line)
     if len(new_entries) != 1 or "\n" in line.strip():
         rec.error = f"not one fstab line: {line!r}"
@@ -334,6 +390,16 @@ def apply_fstab_line(fstab_path: str, line: str, *, mount: Sequence[str] | Calla
                          f"{'mount point ' + e.file if e.file.rstrip('/') == new.file.rstrip('/') else e.spec}; "
                          "refusing to add a second one")
             return rec
+    if backup is not None and os.path.lexists(backup):
+        try:
+            with open(backup, "rb") as fh:
+                same = fh.read() == original
+        except OSError:
+            same = False
+        if not same:
+            rec.error = (f"{backup} already exists and is not a copy of {fstab_path}: refusing to overwrite it "
+                         "(move it away, or restore from it first)")
+            return rec
     new_text = old_text + ("" if not old_text or old_text.endswith("\n") else "\n") + line.strip() + "\n"
     rec.diff = "".join(difflib.unified_diff(old_text.splitlines(True), new_text.splitlines(True),
                                             fromfile=fstab_path, tofile=f"{fstab_path} (new)"))
@@ -341,18 +407,15 @@ def apply_fstab_line(fstab_path: str, line: str, *, mount: Sequence[str] | Calla
         try:
             os.makedirs(new.file)
             rec.created_mountpoint = True
-            rec.steps.append(f"created mount point {new.file}")
+            step(f"created mount point {new.file}")
         except OSError as exc:
             rec.error = f"{new.file}: cannot create the mount point ({exc.strerror or exc})"
             return rec
     tmp: str | None = None
     replaced = False
     try:
-        rec.backup = _backup_path(fstab_path, stamp or time.strftime("%Y%m%dT%H%M%S"))
-        shutil.copy2(fstab_path, rec.backup)
-        rec.steps.append(f"backed up {fstab_path} to {rec.backup}")
         tmp = _write_beside(fstab_path, new_text.encode("utf-8", "surrogateescape"), st)
-        rec.steps.append(f"wrote the new text to {tmp}")
+        step(f"wrote the new text to {tmp}")
         before, _ = verify(fstab_path, findmnt, timeout)
         after, ev = verify(tmp, findmnt, timeout)
         mine = next((t for name, t in after["targets"].items() if name.rstrip("/") == new.file.rstrip("/")), None)
@@ -371,19 +434,22 @@ def apply_fstab_line(fstab_path: str, line: str, *, mount: Sequence[str] | Calla
             problem = f"findmnt --verify finds new problems: {after['summary']}"
         if problem:
             rec.error = problem
-            rec.steps.append("validation failed; the fstab was not changed")
+            step("validation failed; the fstab was not changed")
             return rec
-        rec.steps.append(f"validated: {after['summary']}")
+        step(f"validated: {after['summary']}")
+        rec.backup = backup or _backup_path(fstab_path, stamp or time.strftime("%Y%m%dT%H%M%S"))
+        _make_backup(fstab_path, rec.backup, original, st)
+        step(f"backed up {fstab_path} to {rec.backup}")
         os.replace(tmp, fstab_path)
         tmp = None
         replaced = True
         _fsync_dir(fstab_path)
-        rec.steps.append(f"replaced {fstab_path}")
+        step(f"replaced {fstab_path}")
         mev = mount() if callable(mount) else runner.run(list(mount), timeout=timeout, label="mount")
         rec.mount = mev.to_dict()
         if mev.exit_code != 0 or mev.error:
             raise RuntimeError(f"mount failed: {mev.error or (mev.stderr.strip() or f'exit {mev.exit_code}')}")
-        rec.steps.append("mounted")
+        step("mounted")
         rec.ok = True
         return rec
     except BaseException as exc:

@@ -18,7 +18,8 @@ import shlex
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+import typing
+from collections.abc import Mapping
 from typing import Any
 
 from .. import runner
@@ -35,7 +36,7 @@ TIME_LIMIT_S = 30.0  # per phase
 
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(i?B)?\s*$", re.IGNORECASE)
 
-Progress = Callable[[str, int, int], None]
+Progress = typing.Callable[[str, int, int], None]
 
 
 def parse_size(text: str | int) -> int:

@@ -10,13 +10,13 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import UsageError
-from .collect import NodeRun, require_launcher
-from .hosts import Node, expand_nodelist, read_hostfile
-from .launch import FleetOptions
-from .live import LiveFleet
-from .record import runs_from_events
-from .result import FleetReport
+from .errors import UsageError
+from .fleet.collect import NodeRun, require_launcher
+from .fleet.hosts import Node, expand_nodelist, read_hostfile
+from .fleet.launch import FleetOptions
+from .fleet.live import LiveFleet
+from .fleet.record import runs_from_events
+from .fleet.result import FleetReport
 
 SLURM_NODELIST_VARS = ("SLURM_JOB_NODELIST", "SLURM_NODELIST")
 
@@ -52,12 +52,12 @@ def options_from(args: argparse.Namespace, launcher: str) -> FleetOptions:
         if getattr(args, key):
             extra += [flag, os.path.abspath(getattr(args, key))]
     if args.model_params is not None:
-        from ..offload.planner import parse_count
+        from .offload.planner import parse_count
 
         parse_count(args.model_params)  # a count that is not one fails here, not on every node
         extra += ["--model-params", args.model_params]
     if args.io_size is not None:
-        from ..storage.iotest import parse_size
+        from .storage.iotest import parse_size
 
         parse_size(args.io_size)
         extra += ["--io-size", args.io_size]
@@ -69,7 +69,24 @@ def options_from(args: argparse.Namespace, launcher: str) -> FleetOptions:
         raise UsageError(f"zdoctor fleet: --ssh-config {args.ssh_config}: no such file")
     return FleetOptions(launcher=launcher, zdoctor=args.zdoctor, python=args.sub_python, parallel=args.parallel,
                         timeout=args.timeout, ssh_config=os.path.abspath(args.ssh_config) if args.ssh_config else None,
-                        snapshot_args=extra)
+                        snapshot_args=extra, push=_push_bundle(args))
+
+
+def _push_bundle(args: argparse.Namespace) -> str | None:
+    """``--push``: the bundle named by ``--bundle``, else the zdoctor.pyz this zdoctor runs from."""
+    if not getattr(args, "push", False):
+        if getattr(args, "bundle", None):
+            raise UsageError("zdoctor fleet: --bundle goes with --push")
+        return None
+    from .resources import BUNDLE
+
+    path = args.bundle or (str(BUNDLE) if BUNDLE is not None else None)
+    if path is None:
+        raise UsageError("zdoctor fleet: --push needs the one-file bundle: --bundle zdoctor.pyz (made by "
+                         "`zdoctor build-bundle`), or run the fleet from zdoctor.pyz itself")
+    if not os.path.isfile(path):
+        raise UsageError(f"zdoctor fleet: --bundle {path}: no such file")
+    return os.path.abspath(path)
 
 
 def _progress(total: int) -> Callable[[NodeRun], None] | None:
@@ -93,13 +110,13 @@ def _exporter(session: str | None) -> Callable[[str], Any] | None:
 
     from functools import partial
 
-    from ..export import export_session
+    from .export import export_session
 
     return partial(export_session, session)
 
 
 def _replay(args: argparse.Namespace) -> FleetReport:
-    from ..session import last_session_id, load_events
+    from .session import last_session_id, load_events
 
     sid = last_session_id() if args.replay == "last" else args.replay
     runs, launcher, source, slots = runs_from_events(load_events(sid), f"session {sid}")
@@ -133,7 +150,7 @@ def run_fleet(args: argparse.Namespace, argv: Sequence[str], open_log: Callable[
         fleet = LiveFleet(hosts, opts, source, slots, log.record if log else (lambda _t, _d: None),
                           log.id if log else None)
         if args.tui:
-            from ..tui import run_fleet_tui
+            from .tui import run_fleet_tui
 
             code = run_fleet_tui(live=fleet, exporter=_exporter(fleet.session))
             if log:
@@ -146,11 +163,11 @@ def run_fleet(args: argparse.Namespace, argv: Sequence[str], open_log: Callable[
         json.dump(report.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")
     elif args.tui:
-        from ..tui import run_fleet_tui
+        from .tui import run_fleet_tui
 
         run_fleet_tui(report, _exporter(report.session))
     else:
-        from .text import print_fleet
+        from .fleet.text import print_fleet
 
         print_fleet(report, verbose=args.verbose)
     return report.exit_code

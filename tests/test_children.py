@@ -1,0 +1,146 @@
+"""No orphans: every process zdoctor started ends when zdoctor is signalled, killed or its SSH session drops."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from prockit import dead, wait_for
+
+from zdoctor import children
+
+# A launch that starts a worker, as a launcher does; both record their pids and sleep.
+TREE = textwrap.dedent("""
+    import os, subprocess, sys, time
+    out = sys.argv[1]
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    with open(out + ".tmp", "w") as fh:
+        fh.write(f"{os.getpid()} {worker.pid}\\n")
+    os.rename(out + ".tmp", out)
+    time.sleep(600)
+""")
+
+# zdoctor's own entry point, as the console script runs it.
+ZDOCTOR = [sys.executable, "-c", "import sys; from zdoctor.cli import main; sys.exit(main())"]
+
+
+def _tree_pids(pidfile: Path) -> list[int]:
+    assert wait_for(pidfile.exists, 90), "the traced command never started"
+    return [int(p) for p in pidfile.read_text().split()]
+
+
+def _kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _start_check(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    (tmp_path / "tree.py").write_text(TREE)
+    pidfile = tmp_path / "pids"
+    cmd = f"{sys.executable} {tmp_path / 'tree.py'} {pidfile}"
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"))
+    proc = subprocess.Popen([*ZDOCTOR, "check", "--no-log", "--python", sys.executable, "--command", cmd,
+                             "--timeout", "300"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    return proc, pidfile
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGKILL],
+                         ids=["SIGHUP", "SIGTERM", "SIGINT", "SIGKILL"])
+def test_a_signalled_check_leaves_no_process_of_the_traced_launch(tmp_path, sig):
+    proc, pidfile = _start_check(tmp_path)
+    pids: list[int] = []
+    try:
+        pids = _tree_pids(pidfile)
+        assert not any(dead(p) for p in pids)
+        proc.send_signal(sig)
+        code = proc.wait(30)
+        assert all(wait_for(lambda p=p: dead(p), 15) for p in pids), "a process of the launch outlived zdoctor"
+        if sig == signal.SIGINT:
+            assert code == 130 and b"interrupted" in proc.stderr.read()
+        else:
+            assert code == -sig  # it dies of the signal, as the sender expects
+    finally:
+        _kill_all(pids)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+# A zdoctor stand-in that runs one command through the core and never gets to clean up by itself.
+DRIVER = textwrap.dedent("""
+    import sys, threading
+    from zdoctor import children, runner
+    if sys.argv[1] == "no-reaper":
+        children._reaper = False  # the parent-death signal alone
+    children.install_signal_handlers()
+    argv = [sys.executable, sys.argv[2], sys.argv[3]]
+    if sys.argv[4] == "remedy":
+        from zdoctor.apply import run_remedy
+        from zdoctor.model import Remedy
+        import shlex, os
+        work = threading.Thread(target=run_remedy, args=(Remedy(title="re-run", commands=[shlex.join(argv)]),
+                                                         dict(os.environ)))
+    else:
+        work = threading.Thread(target=runner.run, args=(argv,), kwargs={"timeout": 600})
+    work.start()
+    work.join()
+""")
+
+
+@pytest.mark.parametrize("how", ["runner", "remedy"])
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM, signal.SIGKILL], ids=["SIGHUP", "SIGTERM", "SIGKILL"])
+def test_children_started_from_a_worker_thread_end_with_zdoctor(tmp_path, sig, how):
+    (tmp_path / "tree.py").write_text(TREE)
+    pidfile = tmp_path / "pids"
+    proc = subprocess.Popen([sys.executable, "-c", DRIVER, "reaper", str(tmp_path / "tree.py"), str(pidfile), how],
+                            start_new_session=True)
+    pids: list[int] = []
+    try:
+        pids = _tree_pids(pidfile)
+        proc.send_signal(sig)
+        assert proc.wait(30) == -sig
+        assert all(wait_for(lambda p=p: dead(p), 15) for p in pids)
+    finally:
+        _kill_all(pids)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_parent_death_signal_ends_the_direct_child_on_sigkill(tmp_path):
+    (tmp_path / "tree.py").write_text(TREE)
+    pidfile = tmp_path / "pids"
+    proc = subprocess.Popen([sys.executable, "-c", DRIVER, "no-reaper", str(tmp_path / "tree.py"), str(pidfile),
+                             "runner"], start_new_session=True)
+    pids: list[int] = []
+    try:
+        pids = _tree_pids(pidfile)
+        proc.kill()
+        proc.wait(30)
+        assert wait_for(lambda: dead(pids[0]), 15), "the parent-death signal did not reach the child"
+    finally:
+        _kill_all(pids)
+
+
+def test_registry_forgets_reaped_groups_and_ends_running_ones(tmp_path):
+    from zdoctor.runner import run
+
+    ev = run([sys.executable, "-c", "print('ok')"])
+    assert ev.exit_code == 0 and children.running() == []
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    children.register(child.pid)
+    try:
+        assert children.end_all(grace=5) == [child.pid]
+        assert child.wait(10) == -signal.SIGTERM
+    finally:
+        children.forget(child.pid)
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert children.pdeathsig_hook() is not None or not sys.platform.startswith("linux")

@@ -1,0 +1,100 @@
+"""JIT build prerequisites with real tools where this machine has them (the system g++, this interpreter's
+Python.h) and stand-ins on PATH where it cannot break its own: a venv-style bin directory holding ninja,
+a pdsh/ssh PATH from an /etc/environment file, an interpreter without headers, a compiler driver without
+its back end."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import sys
+from pathlib import Path
+
+from test_gpu_facts import h200
+
+from zdoctor.checks.jitprereq import check_jitprereq
+from zdoctor.probes.jitprereq import collect_jitprereq
+
+CXX = shutil.which("c++") or shutil.which("g++")
+
+
+def script(path: Path, body: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return path
+
+
+def venv_with_ninja(tmp: Path) -> Path:
+    """An environment's bin/ with a python (this interpreter) and ninja, as `pip install ninja` leaves it."""
+    bindir = tmp / "venv" / "bin"
+    bindir.mkdir(parents=True)
+    (bindir / "python").symlink_to(sys.executable)
+    script(bindir / "ninja", "echo 1.11.1\n")
+    return bindir
+
+
+def etc_env(tmp: Path, path: str) -> str:
+    f = tmp / "environment"
+    f.write_text(f'PATH="{path}"\n')
+    return str(f)
+
+
+def findings(facts_doc):
+    return {f.id: f for f in check_jitprereq(h200(jitprereq=facts_doc))}
+
+
+def test_everything_in_place_with_the_real_compiler_and_headers(tmp_path):
+    bindir = venv_with_ninja(tmp_path)
+    env = {"PATH": f"{bindir}:/usr/bin:/bin"}
+    f, _ = collect_jitprereq(env, str(bindir / "python"), CXX, etc_env(tmp_path, f"{bindir}:/usr/bin:/bin"))
+    found = findings(f)
+    assert found["toolchain.jit-prereq.ninja"].status == "ok"
+    assert found["toolchain.jit-prereq.python-h"].status == "ok"
+    c = found["toolchain.jit-prereq.compile"]
+    assert c.status == "ok" and "includes Python.h" in c.title
+
+
+def test_ninja_beside_an_unactivated_interpreter(tmp_path):
+    bindir = venv_with_ninja(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    f, _ = collect_jitprereq({"PATH": str(empty)}, str(bindir / "python"), CXX, etc_env(tmp_path, str(empty)))
+    n = findings(f)["toolchain.jit-prereq.ninja"]
+    assert n.status == "fail" and "Ninja is required to load C++ extensions" in n.title
+    assert n.remedies[0].commands == [f'export PATH={bindir}:"$PATH"']
+
+
+def test_ninja_missing_from_the_path_pdsh_ranks_get(tmp_path):
+    bindir = venv_with_ninja(tmp_path)
+    sysbin = tmp_path / "sysbin"
+    sysbin.mkdir()
+    f, _ = collect_jitprereq({"PATH": f"{bindir}:/usr/bin"}, str(bindir / "python"), CXX,
+                             etc_env(tmp_path, str(sysbin)))
+    n = findings(f)["toolchain.jit-prereq.ninja"]
+    assert n.status == "warn" and f"only in {bindir}" in n.title and "pdsh" in n.title
+    assert str(sysbin) in n.detail and ".deepspeed_env" in n.detail
+    assert n.remedies[0].commands == ['printf \'PATH=%s\\n\' "$PATH" >> ~/.deepspeed_env']
+
+
+def test_python_h_missing_for_a_system_interpreter(tmp_path):
+    inc = tmp_path / "include" / "python3.11"
+    inc.mkdir(parents=True)
+    answer = json.dumps({"paths": {"include": str(inc)}, "version": "3.11", "prefix": "/usr"})
+    py = script(tmp_path / "bin" / "python3", f"echo '{answer}'\n")
+    f, _ = collect_jitprereq({"PATH": "/usr/bin:/bin"}, str(py), CXX, etc_env(tmp_path, "/usr/bin:/bin"))
+    h = findings(f)["toolchain.jit-prereq.python-h"]
+    assert h.status == "fail" and "Python.h is missing" in h.title and "Python.h: No such file" in h.detail
+    assert h.remedies[0].commands == ["apt-get install -y python3.11-dev"]
+
+
+def test_a_compiler_that_cannot_compile_one_line(tmp_path):
+    broken = script(tmp_path / "bin" / "c++", "echo \"c++: fatal error: cannot execute 'cc1plus': execvp: No "
+                    "such file or directory\" >&2\nexit 1\n")
+    f, _ = collect_jitprereq({"PATH": os.environ["PATH"]}, sys.executable, str(broken),
+                             etc_env(tmp_path, "/usr/bin:/bin"))
+    c = findings(f)["toolchain.jit-prereq.compile"]
+    assert c.status == "fail" and "cannot compile a one-line C++ file" in c.title and "cc1plus" in c.detail
+    assert any("g++" in cmd or "gcc-c++" in cmd for r in c.remedies for cmd in r.commands)

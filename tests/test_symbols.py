@@ -1,0 +1,185 @@
+"""Undefined symbols from g++-built libraries under the real loader: a C++11-ABI mismatch
+(-D_GLIBCXX_USE_CXX11_ABI=0 against 1), a shadowed copy of a CUDA-named library on LD_LIBRARY_PATH, a
+library that was never linked, and a prebuilt DeepSpeed op the default probe loads."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import run_cli
+
+from zdoctor.checks.symbols import check_symbols
+from zdoctor.forensics import symbols as sy
+from zdoctor.host.live import LiveHost
+from zdoctor.registry import load_vocabulary
+
+PY = sys.executable
+
+
+def gxx(out: Path, code: str, *flags: str) -> Path:
+    src = out.with_suffix(".cpp")
+    src.write_text(code)
+    subprocess.run(["g++", "-shared", "-fPIC", "-o", str(out), str(src), *flags], check=True,
+                   capture_output=True, text=True)
+    return out
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LD_")}
+    env.update(extra)
+    return env
+
+
+def dlopen_cmd(path: Path) -> str:
+    return shlex.join([PY, "-c", f"import ctypes; ctypes.CDLL({str(path)!r})"])
+
+
+def run(cmd: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", "-c", cmd], env=env, capture_output=True, text=True, timeout=60)
+
+
+def live_findings(cmd: str, env: dict[str, str]):
+    load_vocabulary()
+    host = LiveHost(python=PY, env=env, command=cmd, timeout=60)
+    facts = host.results(["livetrace", "symbols"])
+    return facts, check_symbols(facts)
+
+
+# libgreet stands for torch: many symbols, one of them taking a std::string
+GREET = ('#include <string>\nstd::string greet(const std::string& s) { return "hi " + s; }\n'
+         'extern "C" int greet_version() { return 1; }\n')
+CALLER = ('#include <string>\nstd::string greet(const std::string&);\nextern "C" int greet_version();\n'
+          'extern "C" int run_it() { return (int)greet("x").size() + greet_version(); }\n')
+
+
+def abi_kit(tmp: Path, ext_abi: int) -> Path:
+    lib = tmp / "lib"
+    lib.mkdir(exist_ok=True)
+    gxx(lib / "libgreet.so", GREET, "-D_GLIBCXX_USE_CXX11_ABI=1")
+    return gxx(tmp / f"ext{ext_abi}.so", CALLER, f"-D_GLIBCXX_USE_CXX11_ABI={ext_abi}", f"-L{lib}", "-lgreet",
+               f"-Wl,-rpath,{lib}")
+
+
+def test_demangle_and_abi_of_real_symbols():
+    assert sy.abi_of("_Z5greetRKSs") == 0
+    assert sy.abi_of("_Z5greetRKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE") == 1
+    d = sy.demangle(["_Z5greetRKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE", "_Z5greetRKSs", "cudaMalloc"])
+    new, old = d["_Z5greetRKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"], d["_Z5greetRKSs"]
+    assert "__cxx11" in new and "__cxx11" not in old
+    assert sy.normalize_abi(new) == sy.normalize_abi(old) == "greet(std::string const&)"
+    assert d["cudaMalloc"] is None
+    text = "ImportError: /x/y/op.so: undefined symbol: _ZN3c104cuda9SetDeviceEi\n"
+    assert sy.parse_undefined(text) == [{"object": "/x/y/op.so", "symbol": "_ZN3c104cuda9SetDeviceEi"}]
+
+
+def test_cxx11_abi_mismatch_end_to_end(tmp_path):
+    ext = abi_kit(tmp_path, 0)
+    env = clean_env()
+    cmd = dlopen_cmd(ext)
+    real = run(cmd, env)
+    assert real.returncode == 1 and "undefined symbol: _Z5greetRKSs" in real.stderr
+    proc = run_cli(["check", "--json", "--no-log", "--timeout", "60", "--python", PY, "--command", cmd,
+                    "--playbook", "zero3-launch"], env=env, timeout=300)
+    doc = json.loads(proc.stdout)
+    (f,) = [x for x in doc["findings"] if x["id"] == "libs.symbols"]
+    assert f["status"] == "fail" and "C++11 ABI mismatch with libgreet.so" in f["title"]
+    assert "greet(std::basic_string<char" in f["title"]
+    assert "_GLIBCXX_USE_CXX11_ABI=0" in f["detail"] and "_GLIBCXX_USE_CXX11_ABI=1" in f["detail"]
+    assert "-D_GLIBCXX_USE_CXX11_ABI=1" in f["remedies"][0]["commands"][0]
+    path = next(p["path"] for p in doc["playbooks"] if p["id"] == "zero3-launch")
+    assert path[-1] == "diag-undefined-symbol"
+    # the remedy's rebuild, with the ABI it names, loads
+    assert run(dlopen_cmd(abi_kit(tmp_path, 1)), env).returncode == 0
+
+
+def test_a_shadowed_copy_is_told_from_the_copy_that_has_the_symbol(tmp_path):
+    old, new = tmp_path / "conda" / "lib", tmp_path / "torch" / "lib"
+    old.mkdir(parents=True)
+    new.mkdir(parents=True)
+    gxx(old / "libcusparse.so.12", 'extern "C" int cusparseCreate(void** h) { return 0; }\n',
+        "-Wl,-soname,libcusparse.so.12")
+    gxx(new / "libcusparse.so.12", 'extern "C" int cusparseCreate(void** h) { return 0; }\n'
+        'extern "C" int cusparseSpSV_updateMatrix(void* h) { return 0; }\n', "-Wl,-soname,libcusparse.so.12")
+    ext = gxx(tmp_path / "sparse_op.so", 'extern "C" int cusparseSpSV_updateMatrix(void*);\n'
+              'extern "C" int op() { return cusparseSpSV_updateMatrix(0); }\n',
+              f"-L{new}", "-l:libcusparse.so.12", f"-Wl,--enable-new-dtags,-rpath,{new}")
+    env = clean_env(LD_LIBRARY_PATH=str(old))
+    cmd = dlopen_cmd(ext)
+    assert "undefined symbol: cusparseSpSV_updateMatrix" in run(cmd, env).stderr
+    facts, (f,) = live_findings(cmd, env)
+    e = facts.of("symbols")["errors"][0]
+    assert e["kind"] == "shadowed" and e["loaded_copy"] == str(old / "libcusparse.so.12")
+    assert e["exporting_copy"] == str(new / "libcusparse.so.12")
+    assert f.status == "fail" and str(old / "libcusparse.so.12") in f.title
+    fixed = run("\n".join([*f.remedies[0].commands, cmd]), env)
+    assert fixed.returncode == 0, fixed.stderr
+
+
+def test_a_library_never_linked_is_not_called_shadowed(tmp_path):
+    ext = gxx(tmp_path / "random_op.so", 'extern "C" int curandCreateGenerator(void**, int);\n'
+              'extern "C" int op() { void* g; return curandCreateGenerator(&g, 100); }\n')
+    env = clean_env()
+    cmd = dlopen_cmd(ext)
+    assert "undefined symbol: curandCreateGenerator" in run(cmd, env).stderr
+    facts, (f,) = live_findings(cmd, env)
+    assert facts.of("symbols")["errors"][0]["kind"] == "never-linked"
+    assert "never linked against libcurand" in f.title and "-lcurand" in f.detail
+
+
+def test_the_default_probe_loads_prebuilt_deepspeed_ops(tmp_path):
+    pkg = tmp_path / "site" / "deepspeed"
+    (pkg / "ops" / "adam").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    gxx(pkg / "ops" / "adam" / "cpu_adam_op.cpython-311-x86_64-linux-gnu.so",
+        'extern "C" int curandCreateGenerator(void**, int);\n'
+        'extern "C" int op() { void* g; return curandCreateGenerator(&g, 100); }\n')
+    env = clean_env(PYTHONPATH=str(tmp_path / "site"), TORCH_EXTENSIONS_DIR=str(tmp_path / "ext"))
+    load_vocabulary()
+    host = LiveHost(python=PY, env=env, timeout=60)
+    facts = host.results(["livetrace", "symbols"])
+    steps = {s["step"]: s for s in facts.of("livetrace")["steps"]}
+    assert steps["load prebuilt cpu_adam_op"]["ok"] is False
+    (f,) = check_symbols(facts)
+    assert "cpu_adam_op" in f.title and "libcurand" in f.title
+
+
+DS_ENV = Path(os.environ.get("ZDOCTOR_TEST_DS_ENV", Path.home() / ".cache" / "zdoctor-tests" / "ds-env"))
+TORCH_CALLER = ('#include <string>\n#include <cstdint>\nnamespace c10 { namespace detail {\n'
+                '[[noreturn]] void torchCheckFail(const char*, const char*, uint32_t, const std::string&);\n'
+                '[[noreturn]] void torchCheckFail(const char*, const char*, uint32_t, const char*);\n}}\n'
+                'extern "C" void op_fail(int which) {\n'
+                '  if (which) c10::detail::torchCheckFail("f", "file", 1, std::string("msg"));\n'
+                '  c10::detail::torchCheckFail("f", "file", 1, "msg"); }\n')
+
+
+def test_an_old_abi_extension_against_the_real_torch(tmp_path):
+    """An op built with -D_GLIBCXX_USE_CXX11_ABI=0 against the real torch (built with the C++11 ABI)."""
+    import pytest
+
+    py = DS_ENV / "bin" / "python"
+    libs = sorted(DS_ENV.glob("lib/python3*/site-packages/torch/lib"))
+    if not py.exists() or not libs:
+        pytest.skip("the torch+DeepSpeed test environment is not built here")
+    ext = gxx(tmp_path / "old_abi_op.so", TORCH_CALLER, "-D_GLIBCXX_USE_CXX11_ABI=0", f"-L{libs[0]}", "-lc10",
+              f"-Wl,-rpath,{libs[0]}")
+    cmd = shlex.join([str(py), "-c", f"import torch, ctypes; ctypes.CDLL({str(ext)!r})"])
+    env = clean_env()
+    assert "undefined symbol: _ZN3c106detail14torchCheckFailEPKcS2_jRKSs" in run(cmd, env).stderr
+    load_vocabulary()
+    host = LiveHost(python=str(py), env=env, command=cmd, timeout=120)
+    facts = host.results(["livetrace", "symbols"])
+    e = facts.of("symbols")["errors"][0]
+    assert e["kind"] == "abi-mismatch" and e["torch_abi"] is True and e["object_abi"] == 0
+    assert e["provider"].endswith("libc10.so")
+    (f,) = check_symbols(facts)
+    assert "torch._C._GLIBCXX_USE_CXX11_ABI = True" in f.detail
+    assert f.remedies[0].commands[0] == 'export CXXFLAGS="$CXXFLAGS -D_GLIBCXX_USE_CXX11_ABI=1"'
+    rebuilt = gxx(tmp_path / "new_abi_op.so", TORCH_CALLER, "-D_GLIBCXX_USE_CXX11_ABI=1", f"-L{libs[0]}", "-lc10",
+                  f"-Wl,-rpath,{libs[0]}")
+    assert run(shlex.join([str(py), "-c", f"import torch, ctypes; ctypes.CDLL({str(rebuilt)!r})"]),
+               env).returncode == 0

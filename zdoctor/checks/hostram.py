@@ -1,0 +1,90 @@
+"""Check ``offload.host-ram``: host memory an offload run needs beyond DeepSpeed's estimate (pinned swap
+buffers, parameter-only offload, WSL2's pinned-memory cap), memory that is nearly gone now, and a log
+that shows the job was killed. Never "RAM is fine" while either says otherwise."""
+
+from __future__ import annotations
+
+from ..model import Finding, Remedy
+from ..offload.planner import gib
+from ..registry import Facts, check, predicate
+
+
+@check("offload.host-ram", title="Host memory beyond the offload estimate", probes=("hostram",))
+def check_hostram(facts: Facts) -> list[Finding]:
+    f = facts.of("hostram")
+    if f is None:
+        return [Finding(id="offload.host-ram", status="skip", title="Host memory beyond the estimate: not checked",
+                        detail=facts.why_not("hostram"))]
+    if not f.get("config") and not f.get("log"):
+        return [Finding(id="offload.host-ram", status="skip", title="Host memory beyond the estimate: not checked",
+                        detail="no ds_config (--ds-config) and no training log (--log) given")]
+    ev = facts.evidence("hostram")
+    extra, est = f.get("extra_per_node") or 0, f.get("estimate_per_node")
+    avail, total = f.get("mem_available"), f.get("mem_total")
+    lines = [f"{x['what']}: {gib(x['per_node'])} per node ({x['formula']})." for x in f.get("extra") or []]
+    if est is not None:
+        lines.append(f"DeepSpeed's estimate for the model states: {gib(est)} per node; with the above: "
+                     f"{gib(est + extra)}.")
+    lines.append(f"Host memory now: {gib(avail)} available of {gib(total)}.")
+    rem: list[Remedy] = []
+    for x in f.get("extra") or []:
+        if "optimizer swap" in x["what"]:
+            rem.append(Remedy(title="Shrink the optimizer swap buffers: a smaller sub_group_size (e.g. 1e8) "
+                                    "and/or fewer buffers",
+                              commands=["# ds_config: zero_optimization.sub_group_size = 1e8; "
+                                        "offload_optimizer.buffer_count = 4 or less"],
+                              explanation="Each rank pins buffer_count buffers of the largest sub-group; a tenth of "
+                                          "the sub-group is a tenth of the pinned memory (more, smaller swaps)."))
+        if "parameter swap" in x["what"]:
+            rem.append(Remedy(title="Shrink the parameter swap buffers (offload_param.buffer_count x buffer_size)",
+                              commands=["# ds_config: zero_optimization.offload_param.buffer_size = 5e7"],
+                              explanation="buffer_size must still hold the largest parameter tensor."))
+    out: list[Finding] = []
+    kills = f.get("killed") or []
+    needed = (est or 0) + extra
+    if kills:
+        out.append(Finding(id="offload.host-ram", status="fail",
+                           title=f"The training log shows a process killed ({len(kills)} line(s), e.g. line "
+                                 f"{kills[0][0]}): host memory ran out",
+                           detail="\n".join([f"{f.get('log')}:{n}: {t}" for n, t in kills[:3]] + lines
+                                            + ["A SIGKILL (-9, 'Killed') of a training process is the kernel's OOM "
+                                               "killer far more often than anything else; `dmesg | grep -i oom` "
+                                               "on the node confirms it. RAM is the bottleneck, whatever the "
+                                               "model-state estimate says."]),
+                           evidence=ev, remedies=rem))
+    elif avail is not None and needed and needed > avail:
+        out.append(Finding(id="offload.host-ram", status="fail",
+                           title=f"Offload needs {gib(needed)} of host memory per node with its pinned buffers; "
+                                 f"{gib(avail)} is available", detail="\n".join(lines), evidence=ev, remedies=rem))
+    elif f.get("exhausted"):
+        out.append(Finding(id="offload.host-ram", status="warn",
+                           title=f"Host memory is nearly exhausted now: {gib(avail)} available of {gib(total)}",
+                           detail="\n".join(lines + ["Whatever holds it (a running job, page cache pinned by "
+                                                     "tmpfs, another user) leaves the offload no room."]),
+                           evidence=ev, remedies=rem))
+    elif extra:
+        out.append(Finding(id="offload.host-ram", status="ok",
+                           title=f"{gib(extra)} per node beyond the estimate fits in {gib(avail)} available",
+                           detail="\n".join(lines), evidence=ev))
+    if f.get("wsl") and f.get("pinned_blocks"):
+        out.append(Finding(id="offload.host-ram.wsl2", status="warn",
+                           title="WSL2 caps pinned host memory, and the config pins offload buffers",
+                           detail=f"pin_memory is true for {', '.join(f['pinned_blocks'])}. Under WSL2 CUDA's page-"
+                                  "locked memory is limited (NVIDIA's CUDA on WSL guide, 'WSL 2 Support "
+                                  "Constraints'), so a pinned allocation fails ('CUDA out of memory') long before "
+                                  "RAM is full. The size of the cap is not read here.",
+                           evidence=ev,
+                           remedies=[Remedy(title="Turn pinning off for the offload blocks (slower copies, no cap)",
+                                            commands=[f"# ds_config: zero_optimization.{b}.pin_memory = false"
+                                                      for b in f["pinned_blocks"]])]))
+    if not out:
+        out.append(Finding(id="offload.host-ram", status="ok",
+                           title="Nothing beyond DeepSpeed's estimate for this config; host memory not exhausted",
+                           detail="\n".join(lines), evidence=ev))
+    return out
+
+
+@predicate("offload_host_ram_exhausted", doc="host memory is (nearly) gone, the log shows a kill, or pinned "
+           "buffers push the need past what is available", probes=("hostram",))
+def offload_host_ram_exhausted(facts: Facts) -> bool:
+    return any(x.id == "offload.host-ram" and x.status in ("fail", "warn") for x in check_hostram(facts))

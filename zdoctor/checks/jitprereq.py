@@ -1,0 +1,117 @@
+"""Check ``toolchain.jit-prereq``: ninja on the PATH the ranks see, Python.h for the training interpreter,
+and a JIT compiler that compiles a one-line C++ file. Each missing piece is a finding with its exact fix."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from typing import Any
+
+from ..model import Finding, Remedy
+from ..registry import Facts, check, predicate
+from .toolchain import install_remedies
+
+SYSTEM_PREFIXES = ("/usr", "/usr/local")
+
+
+def _ninja(f: dict[str, Any], python: str | None, multinode: bool) -> Finding:
+    n = f["ninja"]
+    py = shlex.quote(python or "python3")
+    if not n["on_path"]:
+        where = n.get("beside_interpreter")
+        rem = ([Remedy(title="Put the environment's bin directory (which has ninja) on PATH",
+                       commands=[f'export PATH={shlex.quote(os.path.dirname(where))}:"$PATH"'])] if where else
+               [Remedy(title="Install ninja into the training environment",
+                       commands=[f"{py} -m pip install ninja",
+                                 f'export PATH={shlex.quote(os.path.dirname(python))}:"$PATH"' if python else ""])])
+        for r in rem:
+            r.commands = [c for c in r.commands if c]
+        return Finding(id="toolchain.jit-prereq.ninja", status="fail",
+                       title="ninja is not on the training PATH: JIT builds fail with 'Ninja is required to load "
+                             "C++ extensions'",
+                       detail="torch.utils.cpp_extension runs `ninja --version` from PATH before building any op "
+                              "(cpu_adam, async_io ...). "
+                              + (f"A ninja sits beside the interpreter ({where}) but that directory is not on "
+                                 "PATH (the environment is not activated)." if where else
+                                 "No ninja was found beside the interpreter either."), remedies=rem)
+    if not n["on_noninteractive_path"]:
+        d = os.path.dirname(n["on_path"])
+        return Finding(id="toolchain.jit-prereq.ninja", status="warn" if not multinode else "fail",
+                       title=f"ninja is only in {d}: ranks started by pdsh/ssh will not find it",
+                       detail=f"A command run by pdsh or ssh gets PATH={n['noninteractive_path']} "
+                              f"({n['noninteractive_source']}) plus what the user's shell startup files add, not "
+                              "this shell's PATH; DeepSpeed's multi-node runner forwards only NCCL*, PYTHON*, UCX*, "
+                              "MV2*, MLFLOW* variables and the lines of .deepspeed_env. Each remote rank's first JIT "
+                              "build then stops with 'Ninja is required to load C++ extensions'.",
+                       remedies=[Remedy(title="Forward this PATH to every rank through ~/.deepspeed_env "
+                                              "(DeepSpeed exports each NAME=VALUE line on the remote nodes)",
+                                        commands=['printf \'PATH=%s\\n\' "$PATH" >> ~/.deepspeed_env'],
+                                        undo=["sed -i '/^PATH=/d' ~/.deepspeed_env"])])
+    return Finding(id="toolchain.jit-prereq.ninja", status="ok",
+                   title=f"ninja at {n['on_path']}, also on a pdsh/ssh shell's PATH")
+
+
+def _headers(f: dict[str, Any], facts: Facts) -> Finding | None:
+    h = f["python_headers"]
+    if h.get("python_h") is None:
+        return Finding(id="toolchain.jit-prereq.python-h", status="skip", title="Python.h: not checked",
+                       detail=h.get("error") or "the training interpreter did not answer")
+    if h["python_h"]:
+        return Finding(id="toolchain.jit-prereq.python-h", status="ok",
+                       title=f"Python.h present for Python {h.get('version')} ({h['include']})")
+    ver = h.get("version") or "3"
+    prefix = h.get("prefix") or ""
+    distro = facts.get_fact("toolchain", "distro") or {}
+    ids = {distro.get("id") or "", *(distro.get("id_like") or [])}
+    if prefix in SYSTEM_PREFIXES:
+        if ids & {"rhel", "centos", "fedora", "rocky", "almalinux", "ol", "amzn"}:
+            rem = [Remedy(title=f"Install the headers of Python {ver}",
+                          commands=[f"dnf install -y python{ver}-devel"], requires_root=True)]
+        else:
+            rem = [Remedy(title=f"Install the headers of Python {ver}",
+                          commands=[f"apt-get install -y python{ver}-dev"], requires_root=True)]
+    else:
+        rem = [Remedy(title=f"Reinstall the interpreter at {prefix} with its headers (conda: `conda install "
+                            "python`; pyenv: `pyenv install --force`)", commands=[])]
+    return Finding(id="toolchain.jit-prereq.python-h", status="fail",
+                   title=f"Python.h is missing for the training interpreter (Python {ver}): every JIT op build fails",
+                   detail=f"torch compiles each op with -I{h.get('include')}, where Python.h must be; the build "
+                          "stops with 'fatal error: Python.h: No such file or directory'. The interpreter's "
+                          "development headers are not installed.", remedies=rem)
+
+
+def _compiles(f: dict[str, Any], facts: Facts) -> Finding | None:
+    c = f["compile"]
+    if not c.get("compiler"):
+        return None  # toolchain.jit-compiler reports a missing compiler
+    plain = c.get("plain") or {}
+    if plain.get("ok"):
+        return Finding(id="toolchain.jit-prereq.compile", status="ok",
+                       title=f"{c['compiler']} compiles a one-line C++ file"
+                             + (" and one that includes Python.h" if (c.get("with_python_h") or {}).get("ok") else ""))
+    err = (plain.get("stderr") or plain.get("error") or "").strip().splitlines()[-3:]
+    distro = facts.get_fact("toolchain", "distro") or {}
+    return Finding(id="toolchain.jit-prereq.compile", status="fail",
+                   title=f"{c['compiler']} cannot compile a one-line C++ file",
+                   detail="The compiler torch would use for JIT builds fails on `int main() { return 0; }`: "
+                          + (" | ".join(err) or "no output") + ". A compiler driver without its back end (cc1plus), "
+                          "without the C++ standard headers, or a broken wrapper is not a compiler.",
+                   remedies=install_remedies(distro))
+
+
+@check("toolchain.jit-prereq", title="JIT build prerequisites: ninja, Python.h, a working compiler",
+       probes=("jitprereq",))
+def check_jitprereq(facts: Facts) -> list[Finding]:
+    f = facts.of("jitprereq")
+    if f is None:
+        return [Finding(id="toolchain.jit-prereq", status="skip", title="JIT build prerequisites: not checked",
+                        detail=facts.why_not("jitprereq"))]
+    nodes = facts.get_fact("host_limits", "nodes") or 1
+    out = [_ninja(f, f.get("python"), bool(nodes and nodes > 1)), _headers(f, facts), _compiles(f, facts)]
+    return [x for x in out if x is not None]
+
+
+@predicate("jit_prereq_missing", doc="ninja, Python.h or a working JIT compiler is missing",
+           probes=("jitprereq",))
+def jit_prereq_missing(facts: Facts) -> bool:
+    return any(x.status in ("fail", "warn") for x in check_jitprereq(facts))

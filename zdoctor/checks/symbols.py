@@ -1,0 +1,103 @@
+"""Check ``libs.symbols``: each ``undefined symbol`` of the live run, with its cause and the fix that fits."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from typing import Any
+
+from ..model import Finding, Remedy
+from ..registry import Facts, check, predicate
+
+ABI_WORD = {0: "the old ABI (_GLIBCXX_USE_CXX11_ABI=0)", 1: "the C++11 ABI (_GLIBCXX_USE_CXX11_ABI=1)"}
+
+
+def _llp_without(dir_: str) -> str:
+    return ('export LD_LIBRARY_PATH="$(printf %s "$LD_LIBRARY_PATH" | tr : "\\n" | grep -vxF '
+            f'{shlex.quote(dir_)} | paste -sd: -)"')
+
+
+def _finding(e: dict[str, Any], i: int) -> Finding:
+    obj = e.get("object") or "?"
+    name = os.path.basename(obj)
+    sym = e["symbol"]
+    dem = e.get("demangled")
+    fid = "libs.symbols" + (f".{i + 1}" if i else "")
+    shown = f"{sym}" + (f" ({dem})" if dem else "")
+    kind = e["kind"]
+    if kind == "abi-mismatch":
+        torch_abi = e.get("torch_abi")
+        obj_abi, prov_abi = e.get("object_abi"), e.get("provider_abi")
+        want = int(torch_abi) if torch_abi is not None else prov_abi
+        lines = [f"{name} asks for {shown}, built with {ABI_WORD.get(obj_abi, 'an unknown ABI')}.",
+                 f"{e['provider']} exports the same function as {e.get('provider_symbol')}, built with "
+                 f"{ABI_WORD.get(prov_abi, 'an unknown ABI')}.",
+                 "torch._C._GLIBCXX_USE_CXX11_ABI = " + (str(torch_abi) if torch_abi is not None else "unknown") + ".",
+                 "The two were compiled with different _GLIBCXX_USE_CXX11_ABI settings, so std::string (and "
+                 "std::list) arguments mangle differently and the loader cannot match them. Upgrading libstdc++ "
+                 "does not help: the extension must be rebuilt with the ABI of the library it calls."]
+        return Finding(id=fid, status="fail", title=f"{name}: C++11 ABI mismatch with "
+                       f"{os.path.basename(e['provider'])} (undefined {dem or sym})",
+                       detail="\n".join(lines),
+                       remedies=[Remedy(title=f"Rebuild {name} with -D_GLIBCXX_USE_CXX11_ABI={want} (the ABI of "
+                                              f"{'torch' if torch_abi is not None else 'the library it calls'})",
+                                        commands=[f"export CXXFLAGS=\"$CXXFLAGS -D_GLIBCXX_USE_CXX11_ABI={want}\"",
+                                                  "# then rebuild/reinstall the package that ships "
+                                                  f"{shlex.quote(name)} from source against the installed torch, "
+                                                  "e.g. python -m pip install --no-binary :all: --no-build-isolation "
+                                                  "--force-reinstall PACKAGE"])])
+    if kind == "shadowed":
+        loaded, good = e["loaded_copy"], e["exporting_copy"]
+        return Finding(id=fid, status="fail",
+                       title=f"{name}: {e['library']} was loaded from {loaded}, a copy without {dem or sym}",
+                       detail=f"{name} needs {e['library']} and calls {shown}. The process loaded {loaded}, which "
+                              f"does not export it; {good} does. Another copy of the library shadows the one the "
+                              "extension was built against (an LD_LIBRARY_PATH entry, a conda environment's lib "
+                              "dir, or an earlier import).",
+                       remedies=[Remedy(title=f"Stop loading {os.path.dirname(loaded)} first: drop it from "
+                                              "LD_LIBRARY_PATH",
+                                        commands=[_llp_without(os.path.dirname(loaded))]),
+                                 Remedy(title="Or put the directory of the copy that has it first",
+                                        commands=[f'export LD_LIBRARY_PATH={shlex.quote(os.path.dirname(good))}'
+                                                  '"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"'])])
+    if kind == "never-linked":
+        lib = e["library"]
+        return Finding(id=fid, status="fail", title=f"{name} was never linked against {lib} ({sym})",
+                       detail=f"{name} calls {shown} from {lib}, but has no DT_NEEDED entry for it "
+                              f"(it needs: {', '.join(e.get('needed') or []) or 'nothing'}). No copy is shadowed: "
+                              f"the library was left off the link line (-l{lib[3:]}), so the symbol resolves only "
+                              "when something else loaded it first.",
+                       remedies=[Remedy(title=f"Rebuild {name} with -l{lib[3:]} on its link line; for a DeepSpeed "
+                                              "JIT op, remove the op dir so a release that links it rebuilds it",
+                                        commands=[f"# add -l{lib[3:]} to the extension's extra_ldflags, then rebuild"]),
+                                 Remedy(title=f"Workaround for one run: preload {lib}",
+                                        commands=[f'export LD_PRELOAD={lib}.so"${{LD_PRELOAD:+:$LD_PRELOAD}}"'])])
+    return Finding(id=fid, status="fail", title=f"{name}: undefined symbol {dem or sym}",
+                   detail=f"{name} needs {shown}. No loaded library exports it under another C++ ABI, no other copy "
+                          f"of a library it needs has it, and its prefix names no known library; "
+                          f"{e.get('why') or 'the cause is unknown'}.")
+
+
+@check("libs.symbols", title="Undefined symbols: ABI, shadowed or never-linked library", probes=("symbols",))
+def check_symbols(facts: Facts) -> list[Finding]:
+    f = facts.of("symbols")
+    if f is None or f.get("skipped"):
+        why = (f or {}).get("skipped") or facts.why_not("symbols")
+        return [Finding(id="libs.symbols", status="skip", title="Undefined symbols: not checked", detail=why)]
+    errs = f.get("errors") or []
+    if not errs:
+        return [Finding(id="libs.symbols", status="ok", title="No undefined symbol in the live run",
+                        detail=f"The live run's error output names no undefined symbol "
+                               f"({f.get('loaded_count', 0)} objects loaded).")]
+    ev = facts.evidence("symbols")
+    out = []
+    for i, e in enumerate(errs):
+        fi = _finding(e, i)
+        fi.evidence = ev
+        out.append(fi)
+    return out
+
+
+@predicate("undefined_symbol", doc="the live run failed on an undefined symbol", probes=("symbols",))
+def undefined_symbol(facts: Facts) -> bool:
+    return bool((facts.of("symbols") or {}).get("errors"))

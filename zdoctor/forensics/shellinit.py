@@ -1,0 +1,95 @@
+"""Where the training's LD_LIBRARY_PATH and LD_PRELOAD come from: the shell startup files that set them.
+
+An entry like ``/opt/conda/lib`` on LD_LIBRARY_PATH rarely comes from the command line; it comes from a
+line in a shell profile (``export LD_LIBRARY_PATH=/opt/conda/lib`` in ``~/.bashrc``), a file in
+``/etc/profile.d``, ``/etc/environment`` or a conda env's ``activate.d`` script. Removing the entry for one
+shell fixes one shell; the line in the file is what brings it back. This module reads those files (never
+runs them) and returns every line that sets one of the variables.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from collections.abc import Iterable
+from typing import Any
+
+#: Variables whose setting lines are collected.
+VARIABLES = ("LD_LIBRARY_PATH", "LD_PRELOAD")
+#: Per-user startup files, relative to the home directory (bash, sh, zsh), in the order shells read them.
+USER_FILES = (".bash_profile", ".bash_login", ".profile", ".bashrc", ".zshenv", ".zprofile", ".zshrc",
+              ".pam_environment")
+#: System-wide startup files (globs), as bash/sh/zsh and PAM read them.
+SYSTEM_FILES = ("/etc/environment", "/etc/profile", "/etc/profile.d/*.sh", "/etc/bash.bashrc", "/etc/bashrc",
+                "/etc/zsh/zshenv", "/etc/zshenv")
+#: Files read at most (a home directory full of profiles is not worth more).
+MAX_FILES = 200
+MAX_BYTES = 1 << 20
+
+_NAMES = "|".join(VARIABLES)
+_SETS = re.compile(r"^\s*(?:export\s+|declare\s+-x\s+|setenv\s+)?(?P<var>" + _NAMES + r")\s*[=\s]")
+_EXPORT_LIST = re.compile(r"^\s*export\s+.*\b(?P<var>" + _NAMES + r")\b")
+
+
+def startup_files(home: str | None, prefixes: Iterable[str] = (), root: str = "/") -> list[str]:
+    """Every startup file that exists under ``root``, as the node's own paths (``root`` stripped)."""
+    wanted: list[str] = []
+    if home:
+        wanted += [os.path.join(home, name) for name in USER_FILES]
+    wanted += list(SYSTEM_FILES)
+    for prefix in prefixes:
+        wanted.append(os.path.join(prefix, "etc", "conda", "activate.d", "*.sh"))
+    out: list[str] = []
+    for pattern in wanted:
+        full = os.path.join(root, pattern.lstrip("/"))
+        for path in sorted(glob.glob(full)) if any(c in pattern for c in "*?[") else [full]:
+            if os.path.isfile(path):
+                shown = "/" + os.path.relpath(path, root) if root != "/" else path
+                if shown not in out:
+                    out.append(shown)
+    return out[:MAX_FILES]
+
+
+def setting_lines(text: str) -> list[tuple[int, str, str]]:
+    """``(line number, variable, line)`` for each line of a shell file that sets one of :data:`VARIABLES`."""
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        m = _SETS.match(line) or _EXPORT_LIST.match(line)
+        if m:
+            out.append((n, m.group("var"), stripped[:400]))
+    return out
+
+
+def scan(home: str | None, prefixes: Iterable[str] = (), root: str = "/") -> dict[str, Any]:
+    """The ``shellinit`` facts: the files read and every line in them that sets LD_LIBRARY_PATH/LD_PRELOAD."""
+    files = startup_files(home, prefixes, root)
+    lines: list[dict[str, Any]] = []
+    errors: dict[str, str] = {}
+    for shown in files:
+        path = os.path.join(root, shown.lstrip("/")) if root != "/" else shown
+        try:
+            with open(path, "rb") as fh:
+                text = fh.read(MAX_BYTES).decode("utf-8", errors="replace")
+        except OSError as exc:
+            errors[shown] = exc.strerror or str(exc)
+            continue
+        for n, var, line in setting_lines(text):
+            lines.append({"file": shown, "line": n, "variable": var, "text": line})
+    return {"home": home, "files": files, "lines": lines, "errors": errors}
+
+
+def lines_for_entry(facts: dict[str, Any] | None, variable: str, entry: str) -> list[dict[str, Any]]:
+    """The recorded lines that set ``variable`` and name ``entry`` (a directory or file), first read first."""
+    norm = os.path.normpath(entry)
+    out = []
+    for x in (facts or {}).get("lines") or []:
+        if x.get("variable") != variable:
+            continue
+        words = re.split(r"[\s:=\"']+", str(x.get("text") or ""))
+        if any(w and os.path.normpath(w) == norm for w in words):
+            out.append(x)
+    return out

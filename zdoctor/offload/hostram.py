@@ -1,0 +1,136 @@
+"""Host memory an offload run takes beyond DeepSpeed's model-state estimate, and the signs that host
+memory ran out.
+
+DeepSpeed's ``estimate_zero3_model_states_mem_needs`` counts parameters, gradients and optimizer states
+for training. It does not count (read from DeepSpeed 0.19.8's runtime/swap_tensor):
+
+- NVMe optimizer offload: each rank page-locks ``offload_optimizer.buffer_count`` swap buffers of the
+  largest parameter sub-group (at most ``sub_group_size`` elements, default 1e9) in the master-weight
+  dtype (fp32: 4 bytes) — ``SwapBufferManager(num_elems=largest_numel, count=buffer_count)``;
+- NVMe parameter offload: each rank page-locks ``offload_param.buffer_count`` x ``buffer_size`` elements
+  of 16-bit parameters (``AsyncPartitionedParameterSwapper``);
+- parameter-only offload (ZeRO-Inference: ``offload_param`` cpu, no optimizer offload): the training
+  rows do not apply; host memory holds the 16-bit parameters (2 bytes each, split over the nodes);
+- WSL2, where CUDA's pinned (page-locked) host memory is capped (NVIDIA's CUDA on WSL user guide, "WSL 2
+  Support Constraints"; microsoft/WSL issue 8447: CUDA out of memory with pinned memory).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+#: Host memory below this share of MemTotal counts as nearly exhausted.
+EXHAUSTED_SHARE = 0.10
+KILL_LINE = re.compile(r"\bKilled\b|(?:exit ?code|exitcode|return code)\s*[=:]?\s*-9\b|signal 9\b|SIGKILL|"
+                       r"Out of memory: Kill|oom-kill|oom_reaper", re.I)
+
+
+def _value(block: dict[str, Any] | None, key: str) -> Any:
+    return ((block or {}).get(key) or {}).get("value")
+
+
+def _device(block: dict[str, Any] | None) -> str:
+    dev = _value(block, "device")
+    return dev if isinstance(dev, str) else "none"
+
+
+def extra_needs(settings: dict[str, Any], params: int | None, gpus_per_node: int, nodes: int) -> list[dict[str, Any]]:
+    """Each host-memory need the estimator leaves out: what, bytes per rank and per node, formula."""
+    out: list[dict[str, Any]] = []
+    world = max(1, gpus_per_node * nodes)
+    op, oo = settings.get("offload_param"), settings.get("offload_optimizer")
+    if _device(oo) == "nvme":
+        count = int(_value(oo, "buffer_count") or 4)
+        sub = int(float(_value(settings.get("zero_optimization"), "sub_group_size") or 1e9))
+        numel = min(sub, math.ceil(params / world)) if params else sub
+        per_rank = count * numel * 4
+        out.append({"what": "NVMe optimizer swap buffers (pinned)", "per_rank": per_rank,
+                    "per_node": per_rank * gpus_per_node,
+                    "formula": f"buffer_count {count} x {numel:,} elements (largest sub-group: min(sub_group_size "
+                               f"{sub:,}, parameters per rank)) x 4 bytes, per rank",
+                    "key": "zero_optimization.offload_optimizer.buffer_count / sub_group_size"})
+    if _device(op) == "nvme":
+        count = int(_value(op, "buffer_count") or 5)
+        size = int(float(_value(op, "buffer_size") or 1e8))
+        per_rank = count * size * 2
+        out.append({"what": "NVMe parameter swap buffers (pinned)", "per_rank": per_rank,
+                    "per_node": per_rank * gpus_per_node,
+                    "formula": f"buffer_count {count} x buffer_size {size:,} x 2 bytes, per rank",
+                    "key": "zero_optimization.offload_param.buffer_count / buffer_size"})
+    if _device(op) == "cpu" and _device(oo) == "none" and params:
+        per_node = math.ceil(params * 2 / max(1, nodes))
+        out.append({"what": "parameter-only offload (ZeRO-Inference): 16-bit parameters in host memory",
+                    "per_rank": math.ceil(per_node / max(1, gpus_per_node)), "per_node": per_node,
+                    "formula": f"{params:,} parameters x 2 bytes / {nodes} node(s)",
+                    "key": "zero_optimization.offload_param.device = cpu, no optimizer offload"})
+    return out
+
+
+def killed_lines(lines: list[str], limit: int = 5) -> list[list[Any]]:
+    """``[line number, text]`` of the log lines that say a process was killed (SIGKILL, -9, OOM)."""
+    out: list[list[Any]] = []
+    for i, line in enumerate(lines, 1):
+        if KILL_LINE.search(line):
+            out.append([i, line.strip()[:300]])
+            if len(out) >= limit:
+                break
+    return out
+
+
+def is_wsl(kernel_release: str, proc_version: str = "") -> bool:
+    text = f"{kernel_release} {proc_version}".lower()
+    return "microsoft" in text or "wsl" in text
+
+
+def collect(ds: dict[str, Any], cap: dict[str, Any], opts: dict[str, Any], *, meminfo: str | None = None,
+            kernel_release: str | None = None, proc_version: str = "/proc/version"
+            ) -> tuple[dict[str, Any], list[Any]]:
+    """The hostram facts from the dsconfig and capacity facts and the job options (``train_log``)."""
+    import platform
+
+    from ..model import Evidence
+    from . import planner, walllog
+
+    mem = planner.read_meminfo(meminfo)
+    settings = ds.get("settings") or {}
+    params = cap.get("params")
+    gpn = int(cap.get("gpus_per_node") or opts.get("gpus_per_node") or 1)
+    nodes = int(cap.get("nodes") or opts.get("nodes") or 1)
+    extra = extra_needs(settings, params, gpn, nodes) if settings else []
+    table, idx = cap.get("chosen_table"), cap.get("chosen_rows") or []
+    rows = cap.get(table) if table else None
+    estimate = rows[idx[0]]["cpu_bytes"] if rows and idx else None
+    log = opts.get("train_log")
+    kills: list[list[Any]] = []
+    log_error = None
+    if log:
+        try:
+            lines, _meta = walllog.read_log_lines(str(log))
+            kills = killed_lines(lines)
+        except Exception as exc:  # noqa: BLE001 - an unreadable log is reported by the trainlog probe
+            log_error = str(exc)
+    try:
+        with open(proc_version, encoding="utf-8", errors="replace") as fh:
+            pv = fh.read(512)
+    except OSError:
+        pv = ""
+    wsl = is_wsl(kernel_release if kernel_release is not None else platform.release(), pv if kernel_release is None
+                 else "")
+    total, avail = mem.get("MemTotal"), mem.get("MemAvailable")
+    pins = [b for b in ("offload_param", "offload_optimizer")
+            if settings.get(b) and _device(settings.get(b)) != "none" and _value(settings.get(b), "pin_memory")]
+    facts = {"config": ds.get("path"), "extra": extra, "extra_per_node": sum(x["per_node"] for x in extra),
+             "estimate_per_node": estimate, "mem_total": total, "mem_available": avail,
+             "exhausted": bool(total and avail is not None and avail < EXHAUSTED_SHARE * total),
+             "killed": kills, "log": log, "log_error": log_error, "wsl": wsl, "pinned_blocks": pins,
+             "devices": {b: _device(settings.get(b)) for b in ("offload_param", "offload_optimizer")}}
+    ev = [Evidence.of_table("host memory beyond DeepSpeed's estimate (per node)",
+                            ["what", "per rank", "per node", "how"],
+                            [[x["what"], planner.gib(x["per_rank"]), planner.gib(x["per_node"]), x["formula"]]
+                             for x in extra] or [["nothing beyond the estimate for this config", "-", "-", "-"]])]
+    if kills:
+        ev.append(Evidence.of_table(f"kills in {log}", ["line", "text"], [[str(n), t] for n, t in kills],
+                                    list(range(len(kills)))))
+    return facts, ev

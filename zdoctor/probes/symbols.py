@@ -1,0 +1,61 @@
+"""Probe ``symbols``: every ``undefined symbol`` error of the live run, demangled and triaged
+(C++11 ABI mismatch, shadowed library copy, never-linked library; see forensics/symbols.py)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..forensics import symbols as sy
+from ..model import Evidence
+from ..registry import probe
+
+
+def _facts(host: Any, name: str) -> dict[str, Any]:
+    try:
+        res = host.result(name)
+    except Exception:  # noqa: BLE001 - a missing probe only narrows what is read
+        return {}
+    return res.facts if res.status == "ok" else {}
+
+
+def error_text(live: dict[str, Any]) -> str:
+    """The live run's error output: stderr's tail and each failed step's error."""
+    parts = [live.get("stderr_tail") or ""]
+    parts += [str(s.get("error") or "") for s in live.get("steps") or [] if s.get("ok") is False]
+    return "\n".join(parts)
+
+
+def collect_symbols(live: dict[str, Any], pyenv: dict[str, Any], env: dict[str, str]
+                    ) -> tuple[dict[str, Any], list[Evidence]]:
+    """The facts for the live run ``live`` (livetrace facts) of the environment ``pyenv``."""
+    errors = sy.parse_undefined(error_text(live))
+    loaded: dict[str, str] = {}
+    for x in live.get("loaded_all") or []:
+        if x.get("path"):
+            loaded.setdefault(x["name"], x["path"])
+            loaded.setdefault(os.path.basename(x["path"]), x["path"])
+    torch = (pyenv or {}).get("torch") or {}
+    abi = torch.get("cxx11_abi")
+    sites = []
+    for pkg in ((pyenv or {}).get("packages") or {}).values():
+        loc = (pkg or {}).get("location") if isinstance(pkg, dict) else None
+        if isinstance(loc, str):
+            sites.append(os.path.dirname(loc))
+    found = [sy.triage(e["object"], e["symbol"], loaded, env, abi, list(dict.fromkeys(sites)))
+             for e in errors[:8]]
+    facts = {"errors": found, "torch_cxx11_abi": abi, "loaded_count": len(live.get("loaded_all") or [])}
+    rows = [[os.path.basename(f["object"] or "?"), f["symbol"][:60], (f["demangled"] or "-")[:80], f["kind"]]
+            for f in found]
+    ev = [Evidence.of_table("undefined symbols of the live run", ["object", "symbol", "demangled", "cause"],
+                            rows, list(range(len(rows))))] if rows else []
+    return facts, ev
+
+
+@probe("symbols", title="Undefined symbols, demangled and triaged", timeout=90, needs=("livetrace", "pyenv"))
+def symbols_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
+    live = _facts(host, "livetrace")
+    if not live:
+        return {"skipped": "no live run to read"}, []
+    env = dict(getattr(host, "env", None) or os.environ)
+    return collect_symbols(live, _facts(host, "pyenv"), env)
