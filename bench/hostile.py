@@ -89,6 +89,10 @@ def battery(work: Path) -> list[Row]:
             label = "FIFO" if target == str(fifo) else target
             rows.append(Row(f"check {flag} {label}", ["check", "--json", "--no-log", flag, target],
                             DEFAULT_TIME_BUDGET, _in_json(f"is {kind}")))
+    for target in (str(fifo), "/dev/zero"):
+        rows.append(Row(f"check --ext {'FIFO' if target == str(fifo) else target}",
+                        ["check", "--json", "--no-log", "--ext", target], DEFAULT_TIME_BUDGET,
+                        _in_stderr("only regular files are loaded as an extension")))
     for args, label in ((["check", "--replay"], "check --replay"), (["fleet", "--hostfile"], "fleet --hostfile")):
         for target in (str(fifo), "/dev/zero"):
             rows.append(Row(f"{label} {'FIFO' if target == str(fifo) else target}", [*args, target],

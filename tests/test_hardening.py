@@ -91,6 +91,18 @@ def test_named_inputs_that_are_not_regular_files_are_one_line_errors(tmp_path: P
     assert "only regular files are read" in (m.stdout if lint else m.stderr) and "Traceback" not in m.stderr
 
 
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
+def test_an_extension_that_is_not_a_regular_file_is_refused(tmp_path: Path, special: str):
+    """The import probe would dlopen it: a FIFO as --ext blocked the check for its whole time limit."""
+    target = special
+    if special == "fifo":
+        target = str(tmp_path / "pipe")
+        os.mkfifo(target)
+    m = run_measured(["check", "--json", "--no-log", "--ext", target], wall_limit=60)
+    assert not m.killed and m.wall_s < 20 and m.returncode == 2
+    assert f"--ext {target}: is a" in m.stderr and "only regular files are loaded as an extension" in m.stderr
+
+
 def test_a_large_valid_config_is_read_in_bounded_memory(tmp_path: Path):
     """A 14 MB JSON array took 2.38 GB and 42 s: a position was kept for every element."""
     cfg = tmp_path / "ds.json"
