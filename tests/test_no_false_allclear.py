@@ -164,6 +164,7 @@ def test_jit_checks_with_no_extension_directory_are_skip(tmp_path: Path):
     # The directory exists and holds no lock: that was looked at, so it is ok.
     (tmp_path / "absent").mkdir()
     jit["roots"][0]["exists"] = True
+    facts = Facts({**facts, "jitcache": _ok("jitcache", jit)})  # a new probe result: checks cache by result
     (f,) = evaluate_check("hangs.stale-lock", facts)
     assert f.status == "ok" and f.title == "No JIT build locks"
 
@@ -258,3 +259,26 @@ explain = "The thing was looked at and it was fine; there is nothing more to do 
     load_vocabulary()
     errors = [str(e) for e in lint_path(book)]
     assert any("not_checked" in e for e in errors), errors
+
+
+def test_no_undefined_symbol_is_not_said_of_a_live_run_that_loaded_nothing():
+    load_vocabulary()
+    steps = [{"step": "import torch", "ok": None, "error": None, "skipped": "not installed"}]
+    live = {"argv": ["/usr/bin/python3", "-c", "..."], "source": "default probe", "command": None, "ok": True,
+            "exit_code": 0, "timed_out": False, "libstdcxx": [], "version_errors": [], "steps": steps}
+    facts = Facts({"symbols": _ok("symbols", {"errors": [], "loaded_count": 0}), "livetrace": _ok("livetrace", live)})
+    (f,) = evaluate_check("libs.symbols", facts)
+    assert f.status == "skip" and "torch is not installed" in f.detail
+    loaded = dict(live, steps=[{"step": "import torch", "ok": True, "error": None}])
+    facts = Facts({"symbols": _ok("symbols", {"errors": [], "loaded_count": 9}),
+                   "livetrace": _ok("livetrace", loaded)})
+    (f,) = evaluate_check("libs.symbols", facts)
+    assert f.status == "ok"
+
+
+def test_triton_caches_not_created_yet_are_said_to_be_so(tmp_path: Path):
+    load_vocabulary()
+    caches = [{"name": "Triton's kernel cache", "path": str(tmp_path / "none"), "source": "HOME", "exists": False,
+               "mount": {"fstype": "ext4", "point": "/"}, "network": False, "locks": []}]
+    (f,) = evaluate_check("jit.other-caches", Facts({"other_caches": _ok("other_caches", {"caches": caches})}))
+    assert f.status == "ok" and "none created yet" in f.title

@@ -68,6 +68,12 @@ def check_other_caches(facts: Facts) -> list[Finding]:
                                title=f"{c['name']}: {len(held)} lock(s) held by running processes",
                                detail=", ".join(f"{x['path']} (pid {', '.join(map(str, x['holders']))})"
                                                 for x in held[:5]), evidence=ev))
+    if not out and f.get("caches") and not any(c.get("exists") for c in f["caches"]):
+        out.append(Finding(id="jit.other-caches", status="ok", title="Triton caches would go to local filesystems "
+                           "(none created yet)",
+                           detail="; ".join(f"{c['name']}: {c['path']} (the file system of its nearest existing "
+                                            f"parent: {(c.get('mount') or {}).get('fstype') or '?'})"
+                                            for c in f["caches"]), evidence=ev))
     if not out:
         out.append(Finding(id="jit.other-caches", status="ok", title="Triton caches are on local filesystems",
                            detail="; ".join(f"{c['name']}: {c['path']} "

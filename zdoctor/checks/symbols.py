@@ -78,13 +78,20 @@ def _finding(e: dict[str, Any], i: int) -> Finding:
                           f"{e.get('why') or 'the cause is unknown'}.")
 
 
-@check("libs.symbols", title="Undefined symbols: ABI, shadowed or never-linked library", probes=("symbols",))
+@check("libs.symbols", title="Undefined symbols: ABI, shadowed or never-linked library",
+       probes=("symbols", "livetrace"))
 def check_symbols(facts: Facts) -> list[Finding]:
+    from .libs import live_unchecked
+
     f = facts.of("symbols")
     if f is None or f.get("skipped"):
         why = (f or {}).get("skipped") or facts.why_not("symbols")
         return [Finding(id="libs.symbols", status="skip", title="Undefined symbols: not checked", detail=why)]
     errs = f.get("errors") or []
+    nothing = live_unchecked(facts) if facts.of("livetrace") else None
+    if not errs and nothing:
+        return [Finding(id="libs.symbols", status="skip", title="Undefined symbols: not checked, the live run "
+                        "loaded nothing of the training", detail=nothing)]
     if not errs:
         return [Finding(id="libs.symbols", status="ok", title="No undefined symbol in the live run",
                         detail=f"The live run's error output names no undefined symbol "
