@@ -4,9 +4,7 @@ newer compiler than this node's."""
 
 from __future__ import annotations
 
-import os
 import re
-import shlex
 from typing import Any
 
 from ..forensics.versions import gcc_release_for
@@ -14,6 +12,7 @@ from ..model import Finding, Remedy
 from ..probes.gccver import version_tuple
 from ..probes.hangs import duration, show
 from ..registry import Facts, check, predicate
+from ..shellquote import shell_quote
 
 #: On a network file system a lock younger than this may belong to a build running on another node.
 NETWORK_GRACE_S = 30 * 60
@@ -28,23 +27,6 @@ FILEBATON = (
 )
 
 
-def shell_quote(path: str) -> str:
-    """Quote ``path`` for one bash line: ``shlex.quote`` for printable text, else ANSI-C ``$'...'``
-    with every byte escaped, so names with newlines, control characters or undecodable bytes stay on one
-    line and name exactly that file."""
-    if path.isprintable():
-        return shlex.quote(path)
-    out = []
-    for b in os.fsencode(path):
-        if b == 0x27:
-            out.append("\\'")
-        elif b == 0x5C:
-            out.append("\\\\")
-        elif 0x20 <= b < 0x7F:
-            out.append(chr(b))
-        else:
-            out.append(f"\\x{b:02x}")
-    return "$'" + "".join(out) + "'"
 
 
 

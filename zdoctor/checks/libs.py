@@ -294,7 +294,15 @@ def check_inventory(facts: Facts) -> list[Finding]:
         title += f"; {len(short)} lack{'s' if len(short) == 1 else ''} a version the training needs"
     detail = "\n".join(f"{c['path']}: up to {c.get('glibcxx_max') or '?'}"
                        + (f" (GCC {c.get('gcc_series') or c['gcc_release']})" if c.get("gcc_release") else "")
-                       + f"; {', '.join(c['found_as'])}" for c in copies)
+                       + f"; {', '.join(c['found_as'])}" for c in copies if not c.get("error"))
+    damaged = [c for c in copies if c.get("error")]
+    if damaged:
+        # A copy the ELF reader refused (hostile counts, truncated by a crashed copy) is not evidence of
+        # anything it provides; where the loader may pick it, the training fails in ways no version explains.
+        title += f"; {len(damaged)} damaged"
+        lines = [f"{c['path']}: damaged, {c['error']}; {', '.join(c.get('found_as') or [])}" for c in damaged]
+        detail = "\n".join(filter(None, [detail, *lines]))
+        return [Finding(id="libs.inventory", status="warn", title=title, detail=detail, evidence=ev)]
     return [Finding(id="libs.inventory", status="ok", title=title, detail=detail, evidence=ev)]
 
 

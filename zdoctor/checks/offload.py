@@ -18,7 +18,7 @@ from ..model import Finding, Remedy
 from ..offload import planner
 from ..offload.dsconfig import load_config, nvme_patch, parse_config
 from ..registry import Facts, check, predicate
-from .hangs import shell_quote
+from ..shellquote import shell_quote
 
 #: GPUs busy less than this share of the time, on average, count as starved.
 GPU_STARVED_PCT = 50.0
