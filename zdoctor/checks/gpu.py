@@ -778,10 +778,10 @@ def check_host_compiler(facts: Facts) -> list[Finding]:
           *facts.evidence("cuda_stack")]
     if status == "ok":
         if host.get("family") != "gcc":
-            return [Finding(id=fid, status="skip", title="Host compiler vs nvcc: not checked",
-                            detail=f"nvcc's host compiler is {host.get('family') or 'unknown'} "
+            return [not_checked(fid, "Host compiler vs nvcc",
+                                f"nvcc's host compiler is {host.get('family') or 'unknown'} "
                                    f"({host.get('path') or host.get('error') or 'not found'}); only GCC ranges are "
-                                   "checked.", evidence=ev)]
+                                   "checked.", ev)]
         return [Finding(id=fid, status="ok", title=f"Host compiler GCC {host.get('version') or '?'} is supported by "
                         f"nvcc {nv['release']}", detail=f"Limit from {src}.", evidence=ev)]
     hi_major = min([x for x in (gmax, bounds[1][0] - 1 if bounds else None) if x is not None] or [13])

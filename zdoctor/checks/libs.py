@@ -10,6 +10,7 @@ from ..forensics.sources import live_source, static_source
 from ..forensics.versions import gcc_release_for, gcc_series, sort_key
 from ..model import Evidence, Finding, Remedy
 from ..registry import Facts, check, predicate
+from . import not_checked
 
 LIBSTDCXX = "libstdc++.so.6"
 
@@ -123,8 +124,8 @@ def check_glibcxx(facts: Facts) -> list[Finding]:
     cid = "libs.glibcxx"
     libs = facts.of("libs") or {}
     if not libs:
-        return [Finding(id=cid, status="skip", title="Library versions: not checked",
-                        detail=(facts.get("libs").error if facts.get("libs") else None) or "no static audit")]
+        return [not_checked(cid, "Library versions",
+                            (facts.get("libs").error if facts.get("libs") else None) or "no static audit")]
     groups = failure_groups(facts)
     ev = facts.evidence("libs", kinds=("table",))
     if not groups:
@@ -312,8 +313,7 @@ def check_interpreter_rpath(facts: Facts) -> list[Finding]:
     libs = facts.of("libs") or {}
     interp = libs.get("interpreter") or {}
     if not libs:
-        return [Finding(id=cid, status="skip", title="Interpreter RPATH: not checked",
-                        detail=facts.why_not("libs"))]
+        return [not_checked(cid, "Interpreter RPATH", facts.why_not("libs"))]
     if not interp.get("rpath"):
         return [Finding(id=cid, status="ok", title="The interpreter carries no DT_RPATH")]
     needs = sorted({*(libs.get("needs") or []),
@@ -403,8 +403,7 @@ def check_env_source(facts: Facts) -> list[Finding]:
                         "failing libstdc++ came through LD_LIBRARY_PATH or LD_PRELOAD)")]
     init = facts.of("shellinit")
     if init is None:
-        return [Finding(id=cid, status="skip", title="Where the offending entry is set: not checked",
-                        detail=facts.why_not("shellinit"))]
+        return [not_checked(cid, "Where the offending entry is set", facts.why_not("shellinit"))]
     ev = facts.evidence("shellinit", kinds=("table",))
     out = []
     for var, entry in wanted:

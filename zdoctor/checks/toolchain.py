@@ -185,8 +185,7 @@ def check_sysconfig(facts: Facts) -> list[Finding]:
         return [not_checked(cid, "Python's sysconfig compilers", NO_FACTS)]
     sc = t.get("sysconfig") or {}
     if not sc:
-        return [Finding(id=cid, status="skip", title="Python's sysconfig compilers: not checked",
-                        detail="the target interpreter was not probed")]
+        return [not_checked(cid, "Python's sysconfig compilers", "the target interpreter was not probed")]
     broken = {k: v for k, v in sc.items() if not v.get("path") and v.get("value") and not v.get("overridden_by")}
     desc = ", ".join(f"{k}={v.get('value')!r} -> {v.get('path') or v.get('error')}" for k, v in sorted(sc.items()))
     if not broken:
