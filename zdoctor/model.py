@@ -110,6 +110,10 @@ class Remedy:
     # the safe core (zdoctor.storage.fstab.apply_fstab_line) as root instead.
     action: dict[str, Any] | None = None
 
+    def __post_init__(self) -> None:
+        if self.verified:  # fixed the command when tried: so it was tried
+            self.tried = True
+
     def to_dict(self) -> dict[str, Any]:
         from .present import verification_of
 
