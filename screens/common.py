@@ -22,6 +22,7 @@ from textual.widgets import Static
 from zdoctor.model import CONTROL_CHARACTERS, Evidence, Finding, ProbeResult, Table, sort_findings
 from zdoctor.present import MARKS as PRESENT_MARKS
 from zdoctor.present import STYLES, SUMMARY_ORDER, count
+from zdoctor.redact import redact_text as shown
 
 if TYPE_CHECKING:
     from zdoctor.host import Host
@@ -92,7 +93,7 @@ async def in_thread(fn: Callable[..., T], *args: Any, name: str = "zdoctor") -> 
 # --- findings -----------------------------------------------------------------------------------
 
 def finding_line(f: Finding) -> Text:
-    return Text.assemble(" ", mark(f.status), " ", (f.title, "bold" if f.status in ("fail", "crash") else ""))
+    return Text.assemble(" ", mark(f.status), " ", (shown(f.title), "bold" if f.status in ("fail", "crash") else ""))
 
 
 def summary_text(findings: list[Finding]) -> Text:
@@ -114,7 +115,7 @@ def findings_text(findings: list[Finding], detail_lines: int = 0) -> Text:
         out.append_text(finding_line(f))
         out.append("\n")
         if detail_lines and f.status in ("fail", "warn", "crash") and f.detail:
-            lines = f.detail.splitlines()
+            lines = shown(f.detail).splitlines()
             for line in lines[:detail_lines]:
                 out.append(f"   {line}\n", style="dim")
             if len(lines) > detail_lines:
@@ -136,7 +137,7 @@ def rich_table(table: Table, only_hot: bool = False, title: str | None = None) -
         hot = i in table.highlight
         if only_hot and not hot:
             continue
-        cells = [str(c) for c in row] + [""] * (width - len(row))
+        cells = [shown(str(c)) for c in row] + [""] * (width - len(row))
         grid.add_row(HOT if hot else "", *cells[:width], style="bold red" if hot else None)
     return grid
 
@@ -166,23 +167,23 @@ def evidence_text(e: Evidence, cap: int = 3000) -> Text:
     from zdoctor.model import cap_text
 
     out = Text()
-    out.append(f"{e.label}", style="bold")
+    out.append(shown(e.label), style="bold")
     out.append(f"  ({e.kind})\n", style="dim")
     if e.argv:
         import shlex
 
-        out.append("$ " + shlex.join(e.argv) + "\n", style="bold")
+        out.append("$ " + shown(shlex.join(e.argv)) + "\n", style="bold")
     if e.exit_code is not None or e.kind == "command":
         out.append(f"exit code {e.exit_code}\n", style="red" if e.exit_code else "dim")
     if e.paths:
         out.append("files: " + ", ".join(e.paths) + "\n", style="dim")
     if e.error:
-        out.append(f"error: {e.error}\n", style="red")
+        out.append(f"error: {shown(e.error)}\n", style="red")
     for label, body in (("output", e.stdout), ("stderr", e.stderr)):
         if body:
-            shown, cut = cap_text(body, cap)
+            head_tail, cut = cap_text(shown(body), cap)
             out.append(f"{label}{' (cut; the JSON export has all of it)' if cut else ''}:\n", style="dim")
-            out.append(shown.rstrip("\n") + "\n")
+            out.append(head_tail.rstrip("\n") + "\n")
     out.rstrip()
     return out
 

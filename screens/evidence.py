@@ -11,7 +11,7 @@ from textual.widgets import DataTable, Header, Static
 
 from zdoctor.model import Evidence, Finding, sort_findings
 
-from .common import HOT, KeyBar, evidence_key, evidence_text, finding_line
+from .common import HOT, KeyBar, evidence_key, evidence_text, finding_line, shown
 
 
 def table_widget(ev: Evidence) -> DataTable:
@@ -25,7 +25,7 @@ def table_widget(ev: Evidence) -> DataTable:
     for i, row in enumerate(ev.table.rows):
         hot = i in ev.table.highlight
         style = "bold red" if hot else ""
-        cells = [str(c) for c in row] + [""] * (width - len(row))
+        cells = [shown(str(c)) for c in row] + [""] * (width - len(row))
         grid.add_row(Text(HOT if hot else "", style=style), *(Text(c, style=style) for c in cells[:width]))
     return grid
 
@@ -55,7 +55,7 @@ class EvidenceScreen(Screen[None]):
                 head = finding_line(f)
                 if f.detail:
                     head.append("\n")
-                    head.append(f.detail.rstrip(), style="")
+                    head.append(shown(f.detail).rstrip(), style="")
                 yield Static(head, classes="ev-finding")
                 for ev in f.evidence:
                     key = evidence_key(ev)

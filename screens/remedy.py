@@ -39,7 +39,7 @@ from zdoctor.present import (
 )
 from zdoctor.target import target_of
 
-from .common import ContextScreen, KeyBar, in_thread, mark
+from .common import ContextScreen, KeyBar, in_thread, mark, shown
 
 
 def shell(lines: list[str]) -> Syntax:
@@ -50,7 +50,7 @@ def verified_text(r: Remedy, elsewhere: bool = False) -> Text:
     """The remedy's verification, in the one wording of :func:`zdoctor.present.verification_text`."""
     v = verification_of(r)
     sym, style = verification_mark(v)
-    return Text(f"{sym} {verification_text(v, recorded_elsewhere=elsewhere)}", style=style)
+    return Text(f"{sym} {shown(verification_text(v, recorded_elsewhere=elsewhere))}", style=style)
 
 
 def flags_text(r: Remedy, elsewhere: bool = False) -> Text:
@@ -145,7 +145,7 @@ class RemedyScreen(ContextScreen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        findings = list(dict.fromkeys(f.title for f, _r in self.pairs))
+        findings = list(dict.fromkeys(shown(f.title) for f, _r in self.pairs))
         head = Text.assemble(("Fixes", "bold"), f" at {self.node}")
         if len(findings) == 1:
             head.append(f" for: {findings[0]}")
@@ -178,7 +178,7 @@ class RemedyScreen(ContextScreen):
     def option_text(self, i: int, f: Finding, r: Remedy) -> Text:
         flag, style = verification_mark(verification_of(r))
         label = option_label(i + 1, len(self.pairs), self.steps)
-        out = Text.assemble(f"{label}: ", (flag, style), " ", (r.title, "bold"))
+        out = Text.assemble(f"{label}: ", (flag, style), " ", (shown(r.title), "bold"))
         if r.requires_root:
             out.append("  [root]", style="yellow")
         done = self.outcomes.get(i)
@@ -187,7 +187,7 @@ class RemedyScreen(ContextScreen):
         if len({id(f) for f, _r in self.pairs}) > 1:
             out.append("\n   for ", style="dim")
             out.append_text(mark(f.status))
-            out.append(f" {f.title}", style="dim")
+            out.append(f" {shown(f.title)}", style="dim")
         return out
 
     @property

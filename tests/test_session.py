@@ -174,17 +174,23 @@ def test_torn_last_line_is_skipped_and_flagged(state_home: Path):
     assert load_events(clean.id).torn is False
 
 
-def test_malformed_middle_line_names_file_and_line(state_home: Path):
+def test_malformed_middle_line_is_skipped_and_named(state_home: Path):
+    """One bad line never loses a session: it is skipped, and the note says how many and where."""
     log = SessionLog.create("check", [], HOST)
     log.record("note", {"n": 1})
     log.close()
     lines = log.path.read_text().splitlines()
     lines.insert(1, "{not json")
     log.path.write_text("\n".join(lines) + "\n")
-    with pytest.raises(InputError, match=rf"^{log.path}:2: malformed event"):
-        load_events(log.id)
+    events = load_events(log.id)
+    assert [e["type"] for e in events] == ["session_start", "note", "session_end"]
+    assert [n for n, _r in events.skipped] == [2]
+    assert events.damage_note().startswith(f"{log.path}: 1 unreadable line skipped (line 2: malformed event")
     log.path.write_text(lines[0] + "\n[1, 2]\n")
-    with pytest.raises(InputError, match=rf"^{log.path}:2: malformed event: not a JSON object"):
+    events = load_events(log.path)
+    assert events.skipped == [(2, "malformed event: not a JSON object")] and len(events) == 1
+    log.path.write_text("{not json\n[1]\n")
+    with pytest.raises(InputError, match=rf"^{log.path}: no readable event \({log.path}: 2 unreadable lines"):
         load_events(log.path)
 
 

@@ -340,7 +340,7 @@ def test_path_from_the_ds_config(tmp_path):
     target = ps.offload_target({"ds_config": str(bad)})
     assert target["path"] is None and target["ds_config_error"].startswith(f"{bad}:2:")
     assert ps.offload_target({"ds_config": str(tmp_path / "missing.json")})["ds_config_error"].endswith(
-        "cannot read (No such file or directory)")
+        "missing.json: no such ds_config")
 
 
 def test_zdoctor_check_json_has_the_storage_findings(cli, loopfs):

@@ -722,3 +722,49 @@ def test_the_nvme_fix_is_shown_as_steps_in_order_not_alternatives(tmp_path):
         assert "pick one" not in fix and "Recommended" not in fix and "(recommended)" not in fix
 
     run(scenario())
+
+
+def test_a_secret_in_the_launch_command_never_reaches_the_screen(tmp_path):
+    """The training's --command line carries a password and a token: the guide shows the command, with the
+    secrets replaced, on the start screen, every step of the walk, the evidence and the fixes."""
+    from zdoctor.practice import scenarios_dir
+
+    doc = json.loads((scenarios_dir() / f"{SCENARIO}.json").read_text())
+    live = doc["probes"]["livetrace"]
+    secret_cmd = live["facts"]["command"] + " --password hunter2pass --token=tok3nvalue"
+    live["facts"]["command"] = secret_cmd
+    live["facts"]["argv"] = ["/bin/sh", "-c", secret_cmd]
+    for ev in live["evidence"]:
+        ev["label"] = f"live trace: /bin/sh -c {secret_cmd}"
+        if ev.get("argv"):
+            ev["argv"] = [*ev["argv"][:-1], secret_cmd]
+        ev["stdout"] = (ev.get("stdout") or "") + f"\nrunning {secret_cmd}\n"
+    seen: list[str] = []
+
+    async def scenario() -> None:
+        app = make(host=ReplayHost(doc, source="secret"), argv=["tui"], export_dir=tmp_path)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(pilot, lambda: name(app) == "StartScreen" and app.screen.findings is not None,
+                         what="the first pass")
+            seen.append(screen_text(app))
+            await pilot.press("enter")  # zero3-launch, the first playbook
+            for _ in range(12):
+                await step_ready(pilot, app)
+                seen.append(screen_text(app))
+                await pilot.press("e")
+                await pilot.pause(0.2)
+                seen.append(screen_text(app))
+                await pilot.press("escape")
+                await step_ready(pilot, app)
+                if app.screen.walk.node.kind == "diagnosis":
+                    await pilot.press("r")
+                    await pilot.pause(0.3)
+                    seen.append(screen_text(app))
+                    break
+                await pilot.press("n")
+            await pilot.press("q")
+
+    run(scenario())
+    text = "\n".join(seen)
+    assert "Evidence" in text and "--password" in text  # the command was on screen
+    assert "hunter2pass" not in text and "tok3nvalue" not in text

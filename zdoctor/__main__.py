@@ -1,7 +1,13 @@
-"""``python -m zdoctor``."""
+"""``python -m zdoctor``: restarted isolated (``python -I``) first, see :mod:`zdoctor.isolate`."""
 
 from __future__ import annotations
 
-from .cli import main
+import sys
+
+from .isolate import restart_isolated
+
+restart_isolated(sys.argv[1:], from_module=True)
+
+from .cli import main  # noqa: E402 - only once the interpreter is isolated
 
 raise SystemExit(main())

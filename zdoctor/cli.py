@@ -203,13 +203,14 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if log:
         report.session = log.id
         log.close(report.exit_code)
+    shown = report.redacted()
     if args.json:
-        json.dump(report.to_dict(), sys.stdout, indent=2)
+        json.dump(shown.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         from .report import print_report
 
-        print_report(report, verbose=args.verbose)
+        print_report(shown, verbose=args.verbose)
     return report.exit_code
 
 
@@ -246,7 +247,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     from .session import last_session_id, load_events
 
     sid = last_session_id() if args.last else args.session
-    text = render(load_events(sid), args.format)
+    events = load_events(sid)
+    note = events.damage_note()
+    if note:
+        print(f"zdoctor: warning: {note}; exporting the rest", file=sys.stderr)
+    text = render(events, args.format)
     if args.output:
         write_export(text, args.output)
         print(f"zdoctor: session {sid} exported to {args.output}", file=sys.stderr)
@@ -371,6 +376,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
+        from .session import close_open_logs
+
+        close_open_logs(130)  # the session still ends on record
         print("zdoctor: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:

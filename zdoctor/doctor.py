@@ -51,6 +51,14 @@ class CheckReport:
     def exit_code(self) -> int:
         return 1 if any(f.status in FAILING for f in self.findings) else 0
 
+    def redacted(self) -> CheckReport:
+        """The report as it may be shown or stored: secrets in command lines, environments and outputs
+        replaced (see :mod:`zdoctor.redact`); the real command line stays only in memory."""
+        from .redact import redact
+
+        findings = [Finding.from_dict(redact(f.to_dict())) for f in self.findings]
+        return CheckReport(host=redact(self.host), findings=findings, playbooks=self.playbooks, session=self.session)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "version": __version__,

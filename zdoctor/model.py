@@ -113,6 +113,10 @@ class Remedy:
     # create the directory), not an alternative to the finding's other remedies.
     step: bool = False
 
+    def __post_init__(self) -> None:
+        if self.verified:  # fixed the command when tried: so it was tried
+            self.tried = True
+
     def to_dict(self) -> dict[str, Any]:
         from .present import verification_of
 

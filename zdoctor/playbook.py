@@ -36,6 +36,8 @@ ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 TOP_KEYS = ("id", "title", "summary", "start", "nodes", "not_checked")
 NODE_KEYS = ("kind", "title", "why", "explain", "probes", "checks", "question", "default", "next", "healthy")
 EDGE_KEYS = ("to", "when", "negate", "label", "loop")
+#: A playbook is a few KiB of TOML.
+MAX_PLAYBOOK_BYTES = 1024 * 1024
 
 _TOML_POS = re.compile(r"^(?P<msg>.*?)\s*\(at line (?P<line>\d+), column (?P<col>\d+)\)$", re.S)
 _TOML_END = re.compile(r"^(?P<msg>.*?)\s*\(at end of document\)$", re.S)
@@ -182,17 +184,15 @@ def _toml_error(file: str, text: str, exc: Exception) -> LintError:
 
 
 def _read_toml(path: Path) -> tuple[dict[str, Any] | None, LintError | None]:
+    from .userfile import read_user_file
+
     file = str(path)
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None, LintError(file, None, "no such file")
-    except IsADirectoryError:
-        return None, LintError(file, None, "is a directory, not a playbook file")
-    except PermissionError:
-        return None, LintError(file, None, "permission denied")
-    except OSError as exc:
-        return None, LintError(file, None, f"cannot read ({exc.strerror or exc})")
+        raw = read_user_file(file, "playbook file", MAX_PLAYBOOK_BYTES)
+    except InputError as exc:
+        if not path.exists() and not path.is_symlink():
+            return None, LintError(file, None, "no such file")
+        return None, LintError(file, None, str(exc)[len(file) + 2:] if str(exc).startswith(file + ": ") else str(exc))
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -9,7 +9,7 @@ split into word parts on ``_``, ``-``, ``.``, spaces and camelCase boundaries, t
 insensitively, word by word (never as a plain substring):
 
 * a part equal to ``token``, ``secret(s)``, ``password(s)``, ``passwd``, ``passphrase``,
-  ``credential(s)``, ``authorization`` or ``key`` (``HF_TOKEN``, ``HUGGING_FACE_HUB_TOKEN``,
+  ``credential(s)``, ``auth``, ``authorization`` or ``key`` (``HF_TOKEN``, ``HUGGING_FACE_HUB_TOKEN``,
   ``AWS_SESSION_TOKEN``, ``WANDB_API_KEY``, ``AWS_ACCESS_KEY_ID``, ``ssh-key``, ``clientSecret``);
 * or one of those words run together with a qualifier (``APIKEY``, ``authToken``... see
   ``_SECRET_WORDS``).
@@ -23,13 +23,18 @@ directory. A name whose last part says it points at or describes a secret rather
 are ``HF_HOME``, ``AWS_REGION``, ``WANDB_PROJECT``. ``pip freeze`` lines (``tiktoken==0.7.0``) are not
 assignments.
 
+A member of a JSON object named exactly ``key`` (lower case) is a record's field, the dotted path of a
+setting (``{"key": "zero_optimization.offload_param.nvme_path"}``), and is kept; ``KEY=...``, ``--key x``
+and ``{"KEY": ...}`` are still secrets.
+
 Under a secret name only non-empty strings are replaced: ``None``, booleans and numbers ("is a token
 set?", "how many?") carry no key material; a nested dict is searched by its own keys; list items are
 redacted one by one.
 
 Inside strings
 --------------
-``NAME=value``, ``export NAME=value``, ``NAME: value``, ``"NAME": "value"`` and ``--name=value`` for such
+``NAME=value``, ``export NAME=value``, ``NAME: value``, ``"NAME": "value"``, ``--name=value`` and
+``--name value`` (a command line held as one string, ``--command "train.py --password x"``) for such
 names. An unquoted value runs to the next blank, or to the end of the line where the assignment opens
 it, as in ``env`` output (so ``HF_TOKEN=x python train.py`` keeps only ``HF_TOKEN=<redacted>``).
 Also ``Bearer``/``Basic`` credentials, credentials in URLs (``https://user:pw@host``), PEM private key
@@ -49,7 +54,7 @@ REDACTED = "<redacted>"
 #: Word parts that hold key material; only whole parts count (``tiktoken`` and ``keyring`` do not).
 _SECRET_WORDS = frozenset({
     "token", "secret", "secrets", "password", "passwords", "passwd", "passphrase", "credential",
-    "credentials", "authorization", "key",
+    "credentials", "authorization", "key", "auth",
     # the same words run together, as some tools spell them
     "apikey", "accesskey", "secretkey", "privatekey", "authkey", "signingkey", "masterkey", "sshkey",
     "licensekey", "encryptionkey", "authtoken", "accesstoken", "refreshtoken", "apitoken", "bearertoken",
@@ -58,7 +63,8 @@ _SECRET_WORDS = frozenset({
 #: A last part that makes the name describe a secret rather than hold it.
 _POINTER_WORDS = frozenset({"path", "paths", "file", "files", "dir", "dirs", "home", "url", "location",
                             "name", "set", "present", "len", "length", "count", "type", "expiry",
-                            "expiration", "expires", "error", "err", "exception", "warning"})
+                            "expiration", "expires", "error", "err", "exception", "warning", "sock",
+                            "socket", "method", "mode", "scheme", "host", "port"})
 
 _SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
 
@@ -100,6 +106,13 @@ _ASSIGN = re.compile(
     re.VERBOSE | re.MULTILINE | re.IGNORECASE,
 )
 _REST_OF_LINE = re.compile(r"[^\n]*")
+#: ``--password VALUE`` / ``-token VALUE`` inside a command line held as one string: the option, the
+#: blanks after it, and a value that is not itself an option (quoted, or up to the next blank).
+_OPTION_VALUE = re.compile(
+    r"""(?<![^\s"'=])(?P<flag>--?(?P<name>[A-Za-z][A-Za-z0-9_.-]*))(?P<gap>[ \t]+)
+        (?P<value>"(?:[^"\\\n]|\\.)*"?|'[^'\n]*'?|(?!-)[^\s"']+)""",
+    re.VERBOSE,
+)
 #: Values that hold nothing to hide: empty, or already redacted.
 _DONE = re.compile(r"(?:(?:Bearer|Basic|Token)[ \t]+)?(?:<redacted>)?", re.IGNORECASE)
 
@@ -137,20 +150,53 @@ def _assignments(text: str) -> str:
     return "".join(out)
 
 
+def _option_values(text: str) -> str:
+    """Replace the value after each secret-named option; after any other option the scan resumes right
+    behind the option itself, so ``sh -c 'train.py --password x'`` is still caught inside the quotes."""
+    out: list[str] = []
+    pos = 0
+    while True:
+        m = _OPTION_VALUE.search(text, pos)
+        if m is None:
+            break
+        value = m.group("value")
+        if not is_secret_name(m.group("name")) or _DONE.fullmatch(value.strip("\"'")):
+            out.append(text[pos:m.end("flag")])
+            pos = m.end("flag")
+            continue
+        quote = value[0] if value[0] in "\"'" else ""
+        closed = quote and len(value) > 1 and value.endswith(quote)
+        out.append(text[pos:m.start("value")] + f"{quote}{REDACTED}{quote if closed else ''}")
+        pos = m.end()
+    out.append(text[pos:])
+    return "".join(out)
+
+
 def redact_text(text: str) -> str:
-    """``text`` with secret assignments, credentials and token shapes replaced."""
+    """``text`` with secret assignments, ``--secret VALUE`` options, credentials and token shapes replaced."""
     if not text:
         return text
     text = _PEM.sub(REDACTED, text)
     text = _URL_CREDENTIALS.sub(lambda m: m.group("head") + REDACTED, text)
     text = _AUTH_SCHEME.sub(lambda m: m.group("scheme") + m.group("gap") + REDACTED, text)
     text = _SHAPES.sub(REDACTED, text)
+    text = _option_values(text)
     return _assignments(text)
 
 
 # --- data ---------------------------------------------------------------------------------------
 
 _FLAG = re.compile(r"^--?(?P<name>[A-Za-z][A-Za-z0-9_.-]*)$")
+
+
+#: Record fields spelled exactly so name what a record is about (a setting's dotted path, a dictionary
+#: key), never key material: ``{"key": "zero_optimization.offload_param.nvme_path"}``.
+_FIELD_NAMES = frozenset({"key"})
+
+
+def _secret_member(name: str) -> bool:
+    """Whether the member ``name`` of a JSON object holds a secret (see :data:`_FIELD_NAMES`)."""
+    return name not in _FIELD_NAMES and is_secret_name(name)
 
 
 def _secret_value(value: Any) -> Any:
@@ -186,7 +232,7 @@ def redact(obj: Any) -> Any:
     if isinstance(obj, str):
         return redact_text(obj)
     if isinstance(obj, dict):
-        return {k: (_secret_value(v) if isinstance(k, str) and is_secret_name(k) else redact(v))
+        return {k: (_secret_value(v) if isinstance(k, str) and _secret_member(k) else redact(v))
                 for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return _redact_sequence(obj)

@@ -1,4 +1,8 @@
-"""The one way zdoctor runs a program: argv (no shell), explicit env, timeout, capped output."""
+"""The one way zdoctor runs a program: argv (no shell), explicit env, timeout, capped output.
+
+Output is capped while it is read (the first and last bytes are kept), so a command that prints
+without end costs a bounded amount of memory.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -22,6 +27,109 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError):
         proc.kill()
+
+
+#: How long the output of a command that has exited may stay open before zdoctor stops reading it.
+HELD_OPEN_GRACE = 2.0
+
+
+class OutputHeldOpen(Exception):
+    """The command exited, but a process it left running keeps its standard output or error open."""
+
+    def __init__(self, exit_code: int | None) -> None:
+        super().__init__(exit_code)
+        self.exit_code = exit_code
+
+
+class _HeadTail:
+    """The first and last bytes of a stream of unknown length: memory stays bounded whatever is written."""
+
+    def __init__(self, cap: int) -> None:
+        # ``cap`` is in characters; a UTF-8 character is at most 4 bytes, and :func:`cap_text` keeps
+        # three quarters of the characters from the head and one quarter from the tail.
+        self.head_limit = 3 * cap + 4
+        self.tail_limit = cap + 4
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > 2 * self.tail_limit:  # trim in batches: amortised O(1) per byte
+                del self.tail[: len(self.tail) - self.tail_limit]
+
+    def text(self, cap: int) -> tuple[str, bool]:
+        """The decoded text, cut to ``cap`` characters (head and tail kept); (text, truncated)."""
+        head = self.head.decode("utf-8", "replace")
+        tail = bytes(self.tail[-self.tail_limit:]).decode("utf-8", "replace")
+        if self.total <= len(self.head) + len(self.tail):
+            return cap_text(head + tail, cap)
+        head = head[: cap * 3 // 4]
+        tail = tail[max(0, len(tail) - (cap - len(head))):]
+        cut = self.total - len(head.encode("utf-8", "replace")) - len(tail.encode("utf-8", "replace"))
+        return f"{head}\n[... {cut} bytes cut ...]\n{tail}", True
+
+
+class _Pump:
+    """Read a child's stdout and stderr on threads into :class:`_HeadTail` buffers (``communicate``
+    keeps everything a command prints, which an endless printer turns into gigabytes)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], stdin: bytes | None, cap: int) -> None:
+        self.proc = proc
+        self.out = _HeadTail(cap)
+        self.err = _HeadTail(cap)
+        self.threads = [threading.Thread(target=self._read, args=(pipe, buf), daemon=True)
+                        for pipe, buf in ((proc.stdout, self.out), (proc.stderr, self.err)) if pipe is not None]
+        if proc.stdin is not None:
+            self.threads.append(threading.Thread(target=self._write, args=(proc.stdin, stdin or b""), daemon=True))
+        for t in self.threads:
+            t.start()
+
+    @staticmethod
+    def _read(pipe: Any, buf: _HeadTail) -> None:
+        fd = pipe.fileno()
+        with contextlib.suppress(OSError, ValueError):
+            while True:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                buf.add(chunk)
+
+    @staticmethod
+    def _write(pipe: Any, data: bytes) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            pipe.write(data)
+        with contextlib.suppress(OSError, ValueError):
+            pipe.close()
+
+    def communicate(self, timeout: float) -> None:
+        """Wait until the child has exited and its output is at its end; TimeoutExpired otherwise.
+
+        :class:`OutputHeldOpen` when the child exited but, :data:`HELD_OPEN_GRACE` seconds later,
+        something it left running (a daemon a wrapper script forked) still holds its output open.
+        """
+        deadline = time.monotonic() + timeout
+        self.proc.wait(max(0.0, deadline - time.monotonic()))
+        grace_end = min(deadline, time.monotonic() + HELD_OPEN_GRACE)
+        for t in self.threads:
+            t.join(max(0.0, grace_end - time.monotonic()))
+            if t.is_alive():
+                if time.monotonic() >= deadline:
+                    raise subprocess.TimeoutExpired(self.proc.args, timeout)
+                raise OutputHeldOpen(self.proc.returncode)
+
+    def close(self) -> None:
+        """Stop reading (a grandchild that left the session may hold the pipes open for ever)."""
+        for pipe in (self.proc.stdout, self.proc.stderr, self.proc.stdin):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
 
 
 def run(
@@ -71,17 +179,22 @@ def run(
     children.register(proc.pid)
     if on_start is not None:
         on_start(proc.pid)
+    pump = _Pump(proc, stdin, cap)
+    held_open = False
     try:
-        out, err = proc.communicate(input=stdin, timeout=timeout)
+        pump.communicate(timeout)
+    except OutputHeldOpen:
+        # Not a hang: the command finished; a process it started (and did not detach from the output)
+        # lives on. What it printed up to here is the command's whole output.
+        held_open = True
+        _kill_group(proc)
+        pump.close()
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         try:
-            out, err = proc.communicate(timeout=5)
+            pump.communicate(5)
         except subprocess.TimeoutExpired:  # a grandchild left its session and holds the pipes
-            out, err = b"", b""
-            for pipe in (proc.stdout, proc.stderr):
-                if pipe:
-                    pipe.close()
+            pump.close()
             proc.wait()
         ev.error = f"timed out after {timeout:g}s; process group killed"
     finally:
@@ -92,9 +205,14 @@ def run(
         children.forget(proc.pid)
     ev.duration_s = time.monotonic() - t0
     ev.exit_code = proc.returncode if ev.error is None else None
-    ev.stdout, t1 = cap_text(out.decode("utf-8", "replace"), cap)
-    ev.stderr, t2 = cap_text(err.decode("utf-8", "replace"), cap)
+    pump.close()
+    ev.stdout, t1 = pump.out.text(cap)
+    ev.stderr, t2 = pump.err.text(cap)
     ev.truncated = t1 or t2
+    if held_open:
+        ev.stderr += (f"\n[zdoctor: {argv[0]} exited with code {proc.returncode}, but a process it left running "
+                      f"kept its output open; reading stopped {HELD_OPEN_GRACE:g}s after the exit and that "
+                      "process group was stopped]")
     return ev
 
 
@@ -129,14 +247,12 @@ def run_streaming(
     children.register(proc.pid)
     if on_start is not None:
         on_start(proc.pid)
-    chunks: dict[str, list[bytes]] = {"out": [], "err": []}
-    sizes = {"out": 0, "err": 0}
+    chunks = {"out": _HeadTail(cap), "err": _HeadTail(cap)}
 
     def pump(name: str, pipe: Any) -> None:
-        for raw in iter(pipe.readline, b""):
-            if sizes[name] < cap * 4:  # bytes; the text is capped to ``cap`` characters below
-                chunks[name].append(raw)
-                sizes[name] += len(raw)
+        # A line is read at most 64 KiB at a time: output without newlines stays bounded too.
+        for raw in iter(lambda: pipe.readline(65536), b""):
+            chunks[name].add(raw)
             if name == "out":
                 with contextlib.suppress(Exception):
                     on_line(raw.decode("utf-8", "replace").rstrip("\r\n"))
@@ -162,8 +278,8 @@ def run_streaming(
     children.forget(proc.pid)
     ev.duration_s = time.monotonic() - t0
     ev.exit_code = proc.returncode if ev.error is None else None
-    ev.stdout, t1 = cap_text(b"".join(chunks["out"]).decode("utf-8", "replace"), cap)
-    ev.stderr, t2 = cap_text(b"".join(chunks["err"]).decode("utf-8", "replace"), cap)
+    ev.stdout, t1 = chunks["out"].text(cap)
+    ev.stderr, t2 = chunks["err"].text(cap)
     ev.truncated = t1 or t2
     return ev
 

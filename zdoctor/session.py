@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import json
 import math
 import os
@@ -23,6 +24,7 @@ import stat
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePath
@@ -63,11 +65,36 @@ def validate_session_id(session_id: str) -> str:
     return session_id
 
 
+def _refuse_foreign(path: Path) -> None:
+    """Refuse a state folder that is a symbolic link or belongs to another user: zdoctor (often root)
+    would otherwise write its logs, and tighten modes, wherever the link or its owner points."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise InputError(f"cannot create session log directory {path}: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise InputError(f"refusing session log directory {path}: it is a symbolic link "
+                         f"(to {os.path.realpath(path)}); remove it or set XDG_STATE_HOME")
+    if not stat.S_ISDIR(st.st_mode):
+        raise InputError(f"cannot keep session logs in {path}: not a directory")
+    if st.st_uid != os.getuid():
+        raise InputError(f"refusing session log directory {path}: owned by uid {st.st_uid}, not by the "
+                         f"current user (uid {os.getuid()})")
+
+
 def _ensure_private_dir(path: Path) -> None:
-    """Create ``path`` and missing parents with mode 0700 (XDG spec); tighten the sessions folder."""
+    """Create ``path`` and missing parents with mode 0700 (XDG spec); tighten the sessions folder.
+
+    The sessions folder and the zdoctor folder above it must be real directories of the current user:
+    a symbolic link or another user's folder is refused (:func:`_refuse_foreign`), never followed.
+    """
+    for own in (path.parent, path):
+        _refuse_foreign(own)
     missing: list[Path] = []
     probe = path
-    while not probe.exists():
+    while not os.path.lexists(probe):
         missing.append(probe)
         if probe.parent == probe:
             break
@@ -79,11 +106,15 @@ def _ensure_private_dir(path: Path) -> None:
             except FileExistsError:
                 continue
             os.chmod(d, 0o700)
-        st = os.stat(path)
-        if not stat.S_ISDIR(st.st_mode):
-            raise InputError(f"cannot keep session logs in {path}: not a directory")
-        if st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) != 0o700:
-            os.chmod(path, 0o700)
+        for own in (path.parent, path):
+            _refuse_foreign(own)  # again: a link planted between the check and the mkdir
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            st = os.fstat(fd)
+            if stat.S_IMODE(st.st_mode) != 0o700:
+                os.fchmod(fd, 0o700)
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise InputError(f"cannot create session log directory {path}: {exc.strerror or exc}") from None
 
@@ -132,10 +163,27 @@ def jsonable(obj: Any) -> Any:
 
 
 class EventList(list):
-    """Events read from a log; ``torn`` is true when a half-written last line was skipped."""
+    """Events read from a log; ``torn`` is true when a half-written last line was skipped.
+
+    ``skipped`` lists the lines that could not be read, as (line number, reason); ``nul_bytes`` counts
+    NUL bytes dropped in front of events (logrotate's ``copytruncate`` leaves a run of them).
+    """
 
     torn: bool = False
     path: Path | None = None
+    skipped: list[tuple[int, str]] = []
+    nul_bytes: int = 0
+
+    def damage_note(self) -> str | None:
+        """One line saying what was skipped, or None when every line was read."""
+        parts = []
+        if self.skipped:
+            where = ", ".join(str(n) for n, _r in self.skipped[:10]) + (", ..." if len(self.skipped) > 10 else "")
+            parts.append(f"{len(self.skipped)} unreadable line{'s' if len(self.skipped) != 1 else ''} skipped "
+                         f"(line{'s' if len(self.skipped) != 1 else ''} {where}: {self.skipped[0][1]})")
+        if self.nul_bytes:
+            parts.append(f"{self.nul_bytes} NUL bytes skipped (a log truncated while it was written)")
+        return f"{self.path}: " + "; ".join(parts) if parts else None
 
 
 def _read_lines(path: Path) -> tuple[list[tuple[int, bytes]], bytes | None]:
@@ -172,29 +220,37 @@ def _resolve(session_id_or_path: str | os.PathLike[str], state: Path | None) -> 
 
 
 def load_events(session_id_or_path: str | os.PathLike[str], state_dir: Path | None = None) -> EventList:
-    """Every event of a session, in file order.
+    """Every readable event of a session, in file order.
 
     A string must be a session id (anything else is refused); a :class:`~pathlib.Path` is read as is.
     A torn last line (a crash mid-write) is skipped and flagged as ``result.torn``; a malformed line
-    elsewhere raises :class:`InputError` ``"FILE:LINE: malformed event: ..."``.
+    elsewhere is skipped and listed in ``result.skipped`` (one bad line never loses a session); NUL
+    bytes in front of an event are dropped and counted in ``result.nul_bytes``.
     """
     path = _resolve(session_id_or_path, state_dir)
     lines, tail = _read_lines(path)
     events = EventList()
     events.path = path
+    events.skipped = []
     for number, raw in lines:
-        if not raw.strip():
+        stripped = raw.lstrip(b"\0")
+        events.nul_bytes += len(raw) - len(stripped)
+        if not stripped.strip():
             continue
         try:
-            events.append(_parse(raw))
-        except (ValueError, UnicodeDecodeError) as exc:
-            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-            raise InputError(f"{path}:{number}: malformed event: {reason}") from None
+            events.append(_parse(stripped))
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else (str(exc) or type(exc).__name__)
+            events.skipped.append((number, f"malformed event: {reason}"[:200]))
     if tail is not None:
+        stripped = tail.lstrip(b"\0")
+        events.nul_bytes += len(tail) - len(stripped)
         try:
-            events.append(_parse(tail))
-        except (ValueError, UnicodeDecodeError):
+            events.append(_parse(stripped))
+        except (ValueError, UnicodeDecodeError, RecursionError):
             events.torn = True
+    if not events and events.skipped:
+        raise InputError(f"{path}: no readable event ({events.damage_note()})")
     return events
 
 
@@ -271,6 +327,35 @@ def last_session_id(state_dir: Path | None = None) -> str:
     return newest.name[: -len(SUFFIX)]
 
 
+_SEQ_AT_START = re.compile(rb"^\0*\{\"seq\":(\d+)", re.MULTILINE)
+
+
+def _last_seq(path: Path, start: int, end: int) -> int:
+    """The highest ``seq`` among the lines between byte ``start`` and ``end`` of ``path`` (0 if none)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return 0
+    try:
+        data = os.pread(fd, max(0, end - start), start)
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
+    return max((int(m.group(1)) for m in _SEQ_AT_START.finditer(data)), default=0)
+
+
+#: Logs open in this process, so that an interrupt can still close them with a ``session_end``.
+_OPEN: weakref.WeakSet[SessionLog] = weakref.WeakSet()
+
+
+def close_open_logs(exit_code: int | None) -> None:
+    """Record ``session_end`` with ``exit_code`` in every log this process still has open (SIGINT)."""
+    for log in list(_OPEN):
+        with contextlib.suppress(Exception):
+            log.close(exit_code)
+
+
 def _result_key(type: Any, data: Any) -> tuple[Any, Any] | None:
     """What makes a probe result the same one: its probe and when it started (None for other events)."""
     if type != "probe_result" or not isinstance(data, Mapping) or not isinstance(data.get("result"), Mapping):
@@ -282,12 +367,14 @@ def _result_key(type: Any, data: Any) -> tuple[Any, Any] | None:
 class SessionLog:
     """An open session file that events are appended to. Use :meth:`create` or :meth:`reopen`."""
 
-    def __init__(self, session_id: str, path: Path, fd: int, next_seq: int) -> None:
+    def __init__(self, session_id: str, path: Path, fd: int, next_seq: int, end: int = 0) -> None:
         self.id = session_id
         self.path = path
         self._fd: int | None = fd
         self._seq = next_seq
+        self._end = end  # the file's size after this log's last write: anything past it another process wrote
         self._lock = threading.Lock()
+        _OPEN.add(self)
         self._results: set[tuple[Any, Any]] = set()  # (probe, started) of the probe results written
 
     # -- opening -----------------------------------------------------------------------------------
@@ -347,10 +434,13 @@ class SessionLog:
             fd = os.open(path, flags)
         except OSError as exc:
             raise InputError(f"cannot append to session log {path}: {exc.strerror or exc}") from None
-        log = cls(session_id, path, fd, max(seqs, default=0) + 1)
+        log = cls(session_id, path, fd, max(seqs, default=0) + 1, os.fstat(fd).st_size)
         log._results = {k for k in (_result_key(e.get("type"), e) for e in events) if k is not None}
         data: dict[str, Any] = {"session_id": session_id, "zdoctor_version": __version__,
                                 "resumed": time.time(), "dropped_torn_bytes": dropped}
+        if events.damage_note():
+            data["skipped_lines"] = [n for n, _r in events.skipped]
+            data["skipped_nul_bytes"] = events.nul_bytes
         if argv is not None:
             data["argv"] = list(argv)
         log.record("session_resume", data)
@@ -387,6 +477,7 @@ class SessionLog:
             finally:
                 fd, self._fd = self._fd, None
                 os.close(fd)
+                _OPEN.discard(self)
 
     @staticmethod
     def _prepare(type: str, data: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -399,22 +490,38 @@ class SessionLog:
         return redact(payload)
 
     def _append(self, type: str, payload: dict[str, Any]) -> None:
-        """Write one line and fsync it; the caller holds the lock."""
+        """Write one line and fsync it; the caller holds the lock.
+
+        An advisory lock (``flock``) on the file serialises writers in other processes (a session
+        resumed twice): under it, lines another process appended since this one last wrote move the
+        next ``seq`` past theirs, so every event keeps a distinct number.
+        """
         if self._fd is None:
             raise ValueError(f"session log {self.path} is closed")
-        event = {"seq": self._seq, "ts": time.time(), "type": type, **payload}
-        # Lone surrogates (undecodable file names) become \udcXX escapes inside the JSON strings,
-        # which read back as the same text.
-        line = (json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n").encode(
-            "utf-8", errors="backslashreplace")
         try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        except OSError as exc:
+            raise InputError(f"cannot lock session log {self.path}: {exc.strerror or exc}") from None
+        try:
+            size = os.fstat(self._fd).st_size
+            if size != self._end:
+                self._seq = max(self._seq, _last_seq(self.path, self._end, size) + 1)
+            event = {"seq": self._seq, "ts": time.time(), "type": type, **payload}
+            # Lone surrogates (undecodable file names) become \udcXX escapes inside the JSON strings,
+            # which read back as the same text.
+            line = (json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n").encode(
+                "utf-8", errors="backslashreplace")
             view = memoryview(line)
             while view:
                 written = os.write(self._fd, view)
                 view = view[written:]
             os.fsync(self._fd)
+            self._end = os.fstat(self._fd).st_size
         except OSError as exc:
             raise InputError(f"cannot write session log {self.path}: {exc.strerror or exc}") from None
+        finally:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
         self._seq += 1
 
     def __enter__(self) -> SessionLog:

@@ -10,6 +10,7 @@ from it on resume (:meth:`Target.from_info`). Probes read it with :func:`target_
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +62,12 @@ class Target:
         for p in paths:
             if not os.path.exists(p):
                 raise UsageError(f"zdoctor: --ext {p}: no such file")
+            mode = os.stat(p).st_mode
+            if not stat.S_ISREG(mode):  # the import probe would dlopen it: a FIFO blocks it for good
+                from .userfile import kind_of
+
+                raise UsageError(f"zdoctor: --ext {p}: is {kind_of(mode)}, not a regular file; only regular "
+                                 "files are loaded as an extension")
         if timeout is not None and not 0 < timeout <= 3600:
             raise UsageError("zdoctor: --timeout must be between 0 and 3600 seconds")
         opts = {k: options.get(k) for k in OPTION_KEYS}

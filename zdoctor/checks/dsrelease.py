@@ -10,6 +10,7 @@ from typing import Any
 from ..model import Evidence, Finding, Remedy
 from ..registry import Facts, check
 from ..rules import deepspeed as dsr
+from . import not_checked
 
 
 def _sources(rule_id: str) -> str:
@@ -108,8 +109,7 @@ def _origin_findings(facts: dict[str, Any], ev: list[Evidence]) -> list[Finding]
 def check_release(facts: Facts) -> list[Finding]:
     f = facts.of("dsrelease")
     if f is None:
-        return [Finding(id="pyenv.deepspeed-release", status="skip", title="DeepSpeed release rules: not checked",
-                        detail=facts.why_not("dsrelease"))]
+        return [not_checked("pyenv.deepspeed-release", "DeepSpeed release rules", facts.why_not("dsrelease"))]
     if not f.get("installed"):
         return [Finding(id="pyenv.deepspeed-release", status="skip",
                         title="DeepSpeed release rules: DeepSpeed not installed",

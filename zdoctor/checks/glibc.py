@@ -14,6 +14,7 @@ from typing import Any
 from ..forensics.versions import parse_version
 from ..model import Finding, Remedy
 from ..registry import Facts, check, predicate
+from . import not_checked
 
 
 def _num(v: str | None) -> tuple[int, ...] | None:
@@ -73,7 +74,7 @@ def check_glibc(facts: Facts) -> list[Finding]:
         return out
     need = g.get("torch_needs")
     if not g:
-        return [Finding(id="libs.glibc", status="skip", title="glibc: not checked", detail=facts.why_not("glibc"))]
+        return [not_checked("libs.glibc", "glibc", facts.why_not("glibc"))]
     if not need or not host:
         return [Finding(id="libs.glibc", status="skip", title="glibc: nothing to compare",
                         detail=f"host glibc {host or 'unknown'}; torch's needs "

@@ -16,9 +16,9 @@ from ..gpu import nccl as ncclmod
 from ..model import Evidence, Finding, Remedy
 from ..probes.gccver import parse_torch_config, version_tuple
 from ..registry import Facts, check, predicate
+from ..shellquote import shell_quote
 from ..target import DEFAULT_PYTHON
 from . import evaluate_check, not_checked
-from .hangs import shell_quote
 
 #: A driver branch that supports every CUDA 12.x and 13.0 runtime.
 DRIVER_BRANCH = "580"
@@ -778,10 +778,10 @@ def check_host_compiler(facts: Facts) -> list[Finding]:
           *facts.evidence("cuda_stack")]
     if status == "ok":
         if host.get("family") != "gcc":
-            return [Finding(id=fid, status="skip", title="Host compiler vs nvcc: not checked",
-                            detail=f"nvcc's host compiler is {host.get('family') or 'unknown'} "
+            return [not_checked(fid, "Host compiler vs nvcc",
+                                f"nvcc's host compiler is {host.get('family') or 'unknown'} "
                                    f"({host.get('path') or host.get('error') or 'not found'}); only GCC ranges are "
-                                   "checked.", evidence=ev)]
+                                   "checked.", ev)]
         return [Finding(id=fid, status="ok", title=f"Host compiler GCC {host.get('version') or '?'} is supported by "
                         f"nvcc {nv['release']}", detail=f"Limit from {src}.", evidence=ev)]
     hi_major = min([x for x in (gmax, bounds[1][0] - 1 if bounds else None) if x is not None] or [13])
@@ -1079,7 +1079,7 @@ def _limits_conf_remedy(item: str, value: str) -> Remedy:
     path = f"/etc/security/limits.d/90-{item}.conf"
     return Remedy(title=f"Raise {item} for every login (/etc/security/limits.conf syntax)",
                   commands=[f"echo {shlex.quote(line)} | tee {shlex.quote(path)}"], requires_root=True,
-                  undo=[f"rm -f {shlex.quote(path)}"], verified=None,
+                  undo=[f"rm -f {shell_quote(path)}"], verified=None,
                   explanation=f"The line `{line}` in /etc/security/limits.conf (here as a drop-in file) applies to new "
                               "PAM logins, not to running shells or services. Docker: --ulimit "
                               f"{'memlock=-1:-1' if item == 'memlock' else 'nofile=65536:65536'}; systemd services: "

@@ -4,9 +4,7 @@ newer compiler than this node's."""
 
 from __future__ import annotations
 
-import os
 import re
-import shlex
 from typing import Any
 
 from ..forensics.versions import gcc_release_for
@@ -14,6 +12,8 @@ from ..model import Finding, Remedy
 from ..probes.gccver import version_tuple
 from ..probes.hangs import duration, show
 from ..registry import Facts, check, predicate
+from ..shellquote import shell_quote
+from . import not_checked
 
 #: On a network file system a lock younger than this may belong to a build running on another node.
 NETWORK_GRACE_S = 30 * 60
@@ -28,23 +28,6 @@ FILEBATON = (
 )
 
 
-def shell_quote(path: str) -> str:
-    """Quote ``path`` for one bash line: ``shlex.quote`` for printable text, else ANSI-C ``$'...'``
-    with every byte escaped, so names with newlines, control characters or undecodable bytes stay on one
-    line and name exactly that file."""
-    if path.isprintable():
-        return shlex.quote(path)
-    out = []
-    for b in os.fsencode(path):
-        if b == 0x27:
-            out.append("\\'")
-        elif b == 0x5C:
-            out.append("\\\\")
-        elif 0x20 <= b < 0x7F:
-            out.append(chr(b))
-        else:
-            out.append(f"\\x{b:02x}")
-    return "$'" + "".join(out) + "'"
 
 
 
@@ -125,8 +108,7 @@ def check_stale_lock(facts: Facts) -> list[Finding]:
     cid = "hangs.stale-lock"
     jit, procs = facts.of("jitcache"), facts.of("processes")
     if jit is None or procs is None:
-        return [Finding(id=cid, status="skip", title="Stale JIT build locks: not checked",
-                        detail="the jitcache or processes probe gave no facts")]
+        return [not_checked(cid, "Stale JIT build locks", "the jitcache or processes probe gave no facts")]
     ev = facts.evidence("jitcache", "processes")
     locks = procs.get("locks") or []
     ops = {o["lock_path"]: o for o in jit.get("ops") or [] if o.get("lock_path")}
@@ -200,8 +182,7 @@ def check_processes(facts: Facts) -> list[Finding]:
     cid = "hangs.processes"
     procs = facts.of("processes")
     if procs is None:
-        return [Finding(id=cid, status="skip", title="Training processes: not checked",
-                        detail="the processes probe gave no facts")]
+        return [not_checked(cid, "Training processes", "the processes probe gave no facts")]
     ev = facts.evidence("processes")
     plist = procs.get("processes") or []
     if not plist:
@@ -272,8 +253,7 @@ def check_corrupt_ops(facts: Facts) -> list[Finding]:
     cid = "jit.corrupt-ops"
     jit = facts.of("jitcache")
     if jit is None:
-        return [Finding(id=cid, status="skip", title="Damaged JIT-built ops: not checked",
-                        detail="the jitcache probe gave no facts")]
+        return [not_checked(cid, "Damaged JIT-built ops", "the jitcache probe gave no facts")]
     ev = facts.evidence("jitcache")
     procs = facts.of("processes")
     held = {lk["path"] for lk in (procs or {}).get("locks") or [] if lk.get("holders")}
@@ -318,8 +298,8 @@ def check_foreign_toolchain(facts: Facts) -> list[Finding]:
     cid = "jit.foreign-toolchain"
     jit, tc = facts.of("jitcache"), facts.of("toolchain")
     if jit is None or tc is None or not (tc.get("jit") or {}).get("path"):
-        return [Finding(id=cid, status="skip", title="JIT ops and this node's compiler: not checked",
-                        detail="the jitcache probe or the JIT compiler (toolchain probe) is missing")]
+        return [not_checked(cid, "JIT ops and this node's compiler",
+                            "the jitcache probe or the JIT compiler (toolchain probe) is missing")]
     cur = tc["jit"]
     cur_ver = cur.get("version") if cur.get("family") == "gcc" else None
     ev = facts.evidence("jitcache")

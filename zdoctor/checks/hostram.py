@@ -7,17 +7,17 @@ from __future__ import annotations
 from ..model import Finding, Remedy
 from ..offload.planner import gib
 from ..registry import Facts, check, predicate
+from . import not_checked
 
 
 @check("offload.host-ram", title="Host memory beyond the offload estimate", probes=("hostram",))
 def check_hostram(facts: Facts) -> list[Finding]:
     f = facts.of("hostram")
     if f is None:
-        return [Finding(id="offload.host-ram", status="skip", title="Host memory beyond the estimate: not checked",
-                        detail=facts.why_not("hostram"))]
+        return [not_checked("offload.host-ram", "Host memory beyond the estimate", facts.why_not("hostram"))]
     if not f.get("config") and not f.get("log"):
-        return [Finding(id="offload.host-ram", status="skip", title="Host memory beyond the estimate: not checked",
-                        detail="no ds_config (--ds-config) and no training log (--log) given")]
+        return [not_checked("offload.host-ram", "Host memory beyond the estimate",
+                            "no ds_config (--ds-config) and no training log (--log) given")]
     ev = facts.evidence("hostram")
     extra, est = f.get("extra_per_node") or 0, f.get("estimate_per_node")
     avail, total = f.get("mem_available"), f.get("mem_total")

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..model import Finding, Remedy
 from ..registry import Facts, check, predicate
+from . import not_checked
 from .toolchain import install_remedies
 
 SYSTEM_PREFIXES = ("/usr", "/usr/local")
@@ -54,8 +55,8 @@ def _ninja(f: dict[str, Any], python: str | None, multinode: bool) -> Finding:
 def _headers(f: dict[str, Any], facts: Facts) -> Finding | None:
     h = f["python_headers"]
     if h.get("python_h") is None:
-        return Finding(id="toolchain.jit-prereq.python-h", status="skip", title="Python.h: not checked",
-                       detail=h.get("error") or "the training interpreter did not answer")
+        return not_checked("toolchain.jit-prereq.python-h", "Python.h",
+                           h.get("error") or "the training interpreter did not answer")
     if h["python_h"]:
         return Finding(id="toolchain.jit-prereq.python-h", status="ok",
                        title=f"Python.h present for Python {h.get('version')} ({h['include']})")
@@ -104,8 +105,7 @@ def _compiles(f: dict[str, Any], facts: Facts) -> Finding | None:
 def check_jitprereq(facts: Facts) -> list[Finding]:
     f = facts.of("jitprereq")
     if f is None:
-        return [Finding(id="toolchain.jit-prereq", status="skip", title="JIT build prerequisites: not checked",
-                        detail=facts.why_not("jitprereq"))]
+        return [not_checked("toolchain.jit-prereq", "JIT build prerequisites", facts.why_not("jitprereq"))]
     nodes = facts.get_fact("host_limits", "nodes") or 1
     out = [_ninja(f, f.get("python"), bool(nodes and nodes > 1)), _headers(f, facts), _compiles(f, facts)]
     return [x for x in out if x is not None]

@@ -10,6 +10,7 @@ from ..forensics.sources import live_source, static_source
 from ..forensics.versions import gcc_release_for, gcc_series, sort_key
 from ..model import Evidence, Finding, Remedy
 from ..registry import Facts, check, predicate
+from . import not_checked
 
 LIBSTDCXX = "libstdc++.so.6"
 
@@ -139,8 +140,8 @@ def check_glibcxx(facts: Facts) -> list[Finding]:
     cid = "libs.glibcxx"
     libs = facts.of("libs") or {}
     if not libs:
-        return [Finding(id=cid, status="skip", title="Library versions: not checked",
-                        detail=(facts.get("libs").error if facts.get("libs") else None) or "no static audit")]
+        return [not_checked(cid, "Library versions",
+                            (facts.get("libs").error if facts.get("libs") else None) or "no static audit")]
     groups = failure_groups(facts)
     ev = facts.evidence("libs", kinds=("table",))
     if not groups:
@@ -311,7 +312,15 @@ def check_inventory(facts: Facts) -> list[Finding]:
         title += f"; {len(short)} lack{'s' if len(short) == 1 else ''} a version the training needs"
     detail = "\n".join(f"{c['path']}: up to {c.get('glibcxx_max') or '?'}"
                        + (f" (GCC {c.get('gcc_series') or c['gcc_release']})" if c.get("gcc_release") else "")
-                       + f"; {', '.join(c['found_as'])}" for c in copies)
+                       + f"; {', '.join(c['found_as'])}" for c in copies if not c.get("error"))
+    damaged = [c for c in copies if c.get("error")]
+    if damaged:
+        # A copy the ELF reader refused (hostile counts, truncated by a crashed copy) is not evidence of
+        # anything it provides; where the loader may pick it, the training fails in ways no version explains.
+        title += f"; {len(damaged)} damaged"
+        lines = [f"{c['path']}: damaged, {c['error']}; {', '.join(c.get('found_as') or [])}" for c in damaged]
+        detail = "\n".join(filter(None, [detail, *lines]))
+        return [Finding(id="libs.inventory", status="warn", title=title, detail=detail, evidence=ev)]
     return [Finding(id="libs.inventory", status="ok", title=title, detail=detail, evidence=ev)]
 
 
@@ -321,8 +330,7 @@ def check_interpreter_rpath(facts: Facts) -> list[Finding]:
     libs = facts.of("libs") or {}
     interp = libs.get("interpreter") or {}
     if not libs:
-        return [Finding(id=cid, status="skip", title="Interpreter RPATH: not checked",
-                        detail=facts.why_not("libs"))]
+        return [not_checked(cid, "Interpreter RPATH", facts.why_not("libs"))]
     if not interp.get("rpath"):
         return [Finding(id=cid, status="ok", title="The interpreter carries no DT_RPATH")]
     needs = sorted({*(libs.get("needs") or []),
@@ -412,8 +420,7 @@ def check_env_source(facts: Facts) -> list[Finding]:
                         "failing libstdc++ came through LD_LIBRARY_PATH or LD_PRELOAD)")]
     init = facts.of("shellinit")
     if init is None:
-        return [Finding(id=cid, status="skip", title="Where the offending entry is set: not checked",
-                        detail=facts.why_not("shellinit"))]
+        return [not_checked(cid, "Where the offending entry is set", facts.why_not("shellinit"))]
     ev = facts.evidence("shellinit", kinds=("table",))
     out = []
     for var, entry in wanted:

@@ -18,7 +18,8 @@ from ..model import Finding, Remedy
 from ..offload import planner
 from ..offload.dsconfig import load_config, nvme_patch, parse_config
 from ..registry import Facts, check, predicate
-from .hangs import shell_quote
+from ..shellquote import shell_quote
+from . import not_checked
 
 #: GPUs busy less than this share of the time, on average, count as starved.
 GPU_STARVED_PCT = 50.0
@@ -115,7 +116,7 @@ def check_config(facts: Facts) -> list[Finding]:
     cid = "offload.config"
     ds = facts.of("dsconfig")
     if ds is None:
-        return [Finding(id=cid, status="skip", title="ds_config: not checked", detail=facts.why_not("dsconfig"))]
+        return [not_checked(cid, "ds_config", facts.why_not("dsconfig"))]
     ev = facts.evidence("dsconfig", kinds=None)
     if not ds.get("valid"):
         return [Finding(id=cid, status="fail", title="ds_config cannot be read by DeepSpeed",

@@ -14,6 +14,7 @@ from typing import Any
 from ..gpu import p2p
 from ..model import Finding, Remedy
 from ..registry import Facts, check, predicate
+from . import not_checked
 
 WORKAROUND = Remedy(
     title="Workaround: NCCL_P2P_DISABLE=1 (NCCL copies through host memory)",
@@ -56,8 +57,7 @@ def _pairs_text(pairs: dict[str, Any], want_ok: bool) -> list[str]:
 def check_p2p(facts: Facts) -> list[Finding]:
     f = facts.of("p2p")
     if f is None:
-        return [Finding(id="gpu.p2p", status="skip", title="GPU peer-to-peer: not checked",
-                        detail=facts.why_not("p2p"))]
+        return [not_checked("gpu.p2p", "GPU peer-to-peer", facts.why_not("p2p"))]
     ev = facts.evidence("p2p")
     gpus = f.get("gpus") or []
     nv = facts.of("nvml") or {}

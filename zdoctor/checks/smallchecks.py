@@ -7,14 +7,14 @@ import shlex
 
 from ..model import Finding, Remedy
 from ..registry import Facts, check
+from . import not_checked
 
 
 @check("gpu.shm-access", title="/dev/shm writable by the training user", probes=("shm_access",))
 def check_shm_access(facts: Facts) -> list[Finding]:
     f = facts.of("shm_access")
     if f is None:
-        return [Finding(id="gpu.shm-access", status="skip", title="/dev/shm access: not checked",
-                        detail=facts.why_not("shm_access"))]
+        return [not_checked("gpu.shm-access", "/dev/shm access", facts.why_not("shm_access"))]
     ev = facts.evidence("shm_access")
     if f.get("write_test"):
         return [Finding(id="gpu.shm-access", status="ok",
@@ -41,8 +41,7 @@ def check_shm_access(facts: Facts) -> list[Finding]:
 def check_other_caches(facts: Facts) -> list[Finding]:
     f = facts.of("other_caches")
     if f is None:
-        return [Finding(id="jit.other-caches", status="skip", title="Other JIT caches: not checked",
-                        detail=facts.why_not("other_caches"))]
+        return [not_checked("jit.other-caches", "Other JIT caches", facts.why_not("other_caches"))]
     ev = facts.evidence("other_caches")
     out = []
     for c in f.get("caches") or []:
@@ -86,8 +85,7 @@ def check_other_caches(facts: Facts) -> list[Finding]:
 def check_stdcxx_links(facts: Facts) -> list[Finding]:
     f = facts.of("stdcxx_links")
     if f is None:
-        return [Finding(id="libs.stdcxx-link", status="skip", title="libstdc++.so.6 links: not checked",
-                        detail=facts.why_not("stdcxx_links"))]
+        return [not_checked("libs.stdcxx-link", "libstdc++.so.6 links", facts.why_not("stdcxx_links"))]
     ev = facts.evidence("stdcxx_links")
     out = []
     for d in f.get("dirs") or []:

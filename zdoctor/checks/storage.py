@@ -247,12 +247,12 @@ def check_libaio(facts: Facts) -> list[Finding]:
     fid = "storage.libaio"
     st = facts.of("storage")
     if st is None:
-        return [Finding(id=fid, status="skip", title="libaio: not checked",
-                        detail="Only NVMe offload needs libaio, and no offload path was given: "
+        return [not_checked(fid, "libaio",
+                            "Only NVMe offload needs libaio, and no offload path was given: "
                                + facts.why_not("storage"))]
     la = st.get("libaio")
     if not la:
-        return [Finding(id=fid, status="skip", title="libaio: not checked", detail="no libaio facts")]
+        return [not_checked(fid, "libaio", "no libaio facts")]
     ev = facts.evidence("storage", kinds=None, labels=("compile and link a libaio",))
     found = (f"runtime library: {la.get('runtime') or 'not found'}; header libaio.h: {la.get('header') or 'not found'};"
              f" linkable libaio.so: {la.get('dev_library') or 'not found'}")
@@ -406,8 +406,7 @@ def check_fstab(facts: Facts) -> list[Finding]:
                         detail=f"{m.get('point') or st['path']} " + ("is in fstab." if st.get("in_fstab") else
                                                                      "needs no fstab entry.")
                         + ("" if sug else " No unused NVMe drive to add."))]
-    return [Finding(id=fid, status="skip", title="fstab: not checked",
-                    detail=facts.why_not("storage") + "; no unused NVMe drive to suggest.")]
+    return [not_checked(fid, "fstab", facts.why_not("storage") + "; no unused NVMe drive to suggest.")]
 
 
 # -------------------------------------------------------------------------------------------- predicates

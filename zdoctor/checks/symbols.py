@@ -8,6 +8,7 @@ from typing import Any
 
 from ..model import Finding, Remedy
 from ..registry import Facts, check, predicate
+from . import not_checked
 
 ABI_WORD = {0: "the old ABI (_GLIBCXX_USE_CXX11_ABI=0)", 1: "the C++11 ABI (_GLIBCXX_USE_CXX11_ABI=1)"}
 
@@ -86,7 +87,7 @@ def check_symbols(facts: Facts) -> list[Finding]:
     f = facts.of("symbols")
     if f is None or f.get("skipped"):
         why = (f or {}).get("skipped") or facts.why_not("symbols")
-        return [Finding(id="libs.symbols", status="skip", title="Undefined symbols: not checked", detail=why)]
+        return [not_checked("libs.symbols", "Undefined symbols", why)]
     errs = f.get("errors") or []
     nothing = live_unchecked(facts) if facts.of("livetrace") else None
     if not errs and nothing:

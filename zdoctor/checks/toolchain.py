@@ -9,6 +9,7 @@ from typing import Any
 from ..model import Finding, Remedy
 from ..probes.gccver import version_tuple
 from ..registry import Facts, check, predicate
+from ..shellquote import shell_quote
 from . import not_checked
 
 #: PyTorch documents gcc 9.4+ for its own C++17 build; torch >= 2.1 compiles extensions with -std=c++17.
@@ -65,7 +66,7 @@ def _export_cxx(path: str, old: str | None) -> Remedy:
     return Remedy(
         title=f"Build JIT ops with {path}",
         commands=[f"export CXX={shlex.quote(path)}"],
-        undo=[f"export CXX={shlex.quote(old)}"] if old else ["unset CXX"],
+        undo=[f"export CXX={shell_quote(old)}"] if old else ["unset CXX"],
         explanation="torch.utils.cpp_extension runs $CXX when it is set; this compiler is already "
                     "installed and answers --version.",
     )
@@ -98,7 +99,7 @@ def check_jit_compiler(facts: Facts) -> list[Finding]:
         gxx = t["winners"].get("g++") or t["winners"].get("c++")
         if jit.get("source") == "CXX" and t["winners"].get("c++"):
             remedies.append(Remedy(title="Unset the broken $CXX (torch then uses c++ from PATH)",
-                                   commands=["unset CXX"], undo=[f"export CXX={shlex.quote(jit['value'])}"],
+                                   commands=["unset CXX"], undo=[f"export CXX={shell_quote(jit['value'])}"],
                                    explanation=f"c++ on PATH is {t['winners']['c++']}."))
         elif gxx and build_safe(gxx):
             remedies.append(_export_cxx(gxx, jit["value"] if jit.get("source") == "CXX" else None))
@@ -184,8 +185,7 @@ def check_sysconfig(facts: Facts) -> list[Finding]:
         return [not_checked(cid, "Python's sysconfig compilers", NO_FACTS)]
     sc = t.get("sysconfig") or {}
     if not sc:
-        return [Finding(id=cid, status="skip", title="Python's sysconfig compilers: not checked",
-                        detail="the target interpreter was not probed")]
+        return [not_checked(cid, "Python's sysconfig compilers", "the target interpreter was not probed")]
     broken = {k: v for k, v in sc.items() if not v.get("path") and v.get("value") and not v.get("overridden_by")}
     desc = ", ".join(f"{k}={v.get('value')!r} -> {v.get('path') or v.get('error')}" for k, v in sorted(sc.items()))
     if not broken:
@@ -203,7 +203,7 @@ def check_sysconfig(facts: Facts) -> list[Finding]:
         remedies.append(Remedy(
             title="Build extensions with the compilers on PATH",
             commands=[f"export CC={shlex.quote(gcc)}", f"export CXX={shlex.quote(gxx)}"],
-            undo=[f"export {k}={shlex.quote(env[k])}" if env.get(k) else f"unset {k}" for k in ("CC", "CXX")],
+            undo=[f"export {k}={shell_quote(env[k])}" if env.get(k) else f"unset {k}" for k in ("CC", "CXX")],
             explanation="setuptools and torch.utils.cpp_extension both honour $CC/$CXX."))
     return [Finding(id=cid, status="warn", title="Python's sysconfig " + " and ".join(sorted(broken))
                     + " not found on PATH", detail=detail, evidence=facts.evidence("toolchain", kinds=("table",)),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import struct
 import threading
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -23,6 +24,12 @@ VER_FLG_WEAK = 0x2
 #: Sanity bounds: a header claiming more than this is corrupt, not a real library.
 MAX_SECTIONS = 1 << 16
 MAX_COMMENT = 64 * 1024
+#: A version name longer than this is not one.
+MAX_VERSION_NAME = 256
+VERNEED_SIZE = 16  # Elf{32,64}_Verneed and Elf{32,64}_Vernaux are both 16 bytes
+VERDEF_SIZE = 20
+VERDAUX_SIZE = 8
+MAX_VERSION_SECTION = 4 * 1024 * 1024
 ELF_MAGIC = b"\x7fELF"
 
 
@@ -216,19 +223,16 @@ def _fill(fh: Any, info: ElfInfo, size: int) -> None:
                 info.flags_1 = int(tag.entry.d_val)
             elif kind == "DT_NULL":
                 break
+    little = elf.little_endian
     for sec in sections:
         if isinstance(sec, GNUVerNeedSection):
-            for vn, auxs in sec.iter_versions():
-                entries = info.verneed.setdefault(vn.name, [])
-                entries.extend((a.name, bool(a["vna_flags"] & VER_FLG_WEAK)) for a in auxs)
+            strtab = _strtab(elf, sec["sh_link"], size)
+            for file, needs in _verneed(fh, sec.header, strtab, little):
+                info.verneed.setdefault(file, []).extend(needs)
         elif isinstance(sec, GNUVerDefSection):
+            strtab = _strtab(elf, sec["sh_link"], size)
             names = info.verdef if info.verdef is not None else []
-            for vd, auxs in sec.iter_versions():
-                if vd["vd_flags"] & VER_FLG_BASE:
-                    continue
-                first = next(iter(auxs), None)
-                if first is not None:
-                    names.append(first.name)
+            names.extend(_verdef(fh, sec.header, strtab, little))
             info.verdef = names
         elif sec.name == ".comment" and sec["sh_type"] == "SHT_PROGBITS":
             fh.seek(sec["sh_offset"])
@@ -239,3 +243,101 @@ def _fill(fh: Any, info: ElfInfo, size: int) -> None:
                 if text and text not in seen:
                     seen.append(text)
             info.comment = seen
+
+
+# -- symbol versions, read with every count bounded by the section's size -----------------------------
+# pyelftools walks ``sh_info`` entries and each entry's ``vn_cnt`` auxiliaries as the file states them:
+# a crafted section (``sh_info = 0xffffffff``, ``vn_next = 0``) makes it loop for ever on the same
+# entry, growing without bound. ld.so walks the chain until a zero ``next``; so does this reader, and a
+# count or offset that cannot fit in the section makes the file "corrupt".
+
+
+def _strtab(elf: Any, index: int, size: int) -> tuple[int, int]:
+    """(file offset, size) of the string table a version section links to."""
+    if not 0 < index < elf["e_shnum"]:
+        raise ValueError(f"version section links to string table {index}, which does not exist")
+    hdr = elf._get_section_header(index)
+    if hdr["sh_offset"] + hdr["sh_size"] > size:
+        raise ValueError("the version string table extends past the end of the file (truncated?)")
+    return hdr["sh_offset"], hdr["sh_size"]
+
+
+def _name(fh: Any, strtab: tuple[int, int], offset: int) -> str:
+    base, length = strtab
+    if offset >= length:
+        raise ValueError(f"version name offset {offset} lies outside its string table ({length} bytes)")
+    fh.seek(base + offset)
+    raw = fh.read(min(MAX_VERSION_NAME, length - offset))
+    end = raw.find(b"\0")
+    if end < 0:
+        raise ValueError("unterminated version name")
+    return raw[:end].decode("utf-8", "replace")
+
+
+def _section_bytes(fh: Any, hdr: Any) -> bytes:
+    if hdr["sh_size"] > MAX_VERSION_SECTION:
+        raise ValueError(f"version section of {hdr['sh_size']} bytes (real ones are a few KiB)")
+    fh.seek(hdr["sh_offset"])
+    data = fh.read(hdr["sh_size"])
+    if len(data) != hdr["sh_size"]:
+        raise ValueError("version section extends past the end of the file (truncated?)")
+    return data
+
+
+def _verneed(fh: Any, hdr: Any, strtab: tuple[int, int], little: bool) -> list[tuple[str, list[tuple[str, bool]]]]:
+    """``.gnu.version_r``: [(file, [(version, weak)])], each count bounded by the section's size."""
+    data = _section_bytes(fh, hdr)
+    end = "<" if little else ">"
+    limit = len(data) // VERNEED_SIZE
+    if hdr["sh_info"] > limit:
+        raise ValueError(f".gnu.version_r claims {hdr['sh_info']} entries; {len(data)} bytes hold at most {limit}")
+    out: list[tuple[str, list[tuple[str, bool]]]] = []
+    off = 0
+    for _ in range(hdr["sh_info"]):
+        if off + VERNEED_SIZE > len(data):
+            raise ValueError(f".gnu.version_r entry at offset {off} lies outside the section")
+        _ver, cnt, file_off, aux, nxt = struct.unpack_from(end + "HHIII", data, off)
+        if cnt > limit:
+            raise ValueError(f".gnu.version_r entry claims {cnt} versions; the section holds at most {limit}")
+        needs: list[tuple[str, bool]] = []
+        a = off + aux
+        for _j in range(cnt):
+            if a + VERNEED_SIZE > len(data):
+                raise ValueError(f".gnu.version_r version at offset {a} lies outside the section")
+            _hash, flags, _other, name, anext = struct.unpack_from(end + "IHHII", data, a)
+            needs.append((_name(fh, strtab, name), bool(flags & VER_FLG_WEAK)))
+            if anext == 0:
+                break
+            a += anext
+        out.append((_name(fh, strtab, file_off), needs))
+        if nxt == 0:
+            break
+        off += nxt
+    return out
+
+
+def _verdef(fh: Any, hdr: Any, strtab: tuple[int, int], little: bool) -> list[str]:
+    """``.gnu.version_d``: the version names defined (the base entry left out), counts bounded."""
+    data = _section_bytes(fh, hdr)
+    end = "<" if little else ">"
+    limit = len(data) // VERDAUX_SIZE
+    if hdr["sh_info"] > len(data) // VERDEF_SIZE:
+        raise ValueError(f".gnu.version_d claims {hdr['sh_info']} entries; {len(data)} bytes cannot hold them")
+    names: list[str] = []
+    off = 0
+    for _ in range(hdr["sh_info"]):
+        if off + VERDEF_SIZE > len(data):
+            raise ValueError(f".gnu.version_d entry at offset {off} lies outside the section")
+        _ver, flags, _ndx, cnt, _hash, aux, nxt = struct.unpack_from(end + "HHHHIII", data, off)
+        if cnt > limit:
+            raise ValueError(f".gnu.version_d entry claims {cnt} names; the section holds at most {limit}")
+        if not flags & VER_FLG_BASE and cnt:
+            a = off + aux
+            if a + VERDAUX_SIZE > len(data):
+                raise ValueError(f".gnu.version_d name at offset {a} lies outside the section")
+            name, _anext = struct.unpack_from(end + "II", data, a)
+            names.append(_name(fh, strtab, name))
+        if nxt == 0:
+            break
+        off += nxt
+    return names

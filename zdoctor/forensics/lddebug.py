@@ -24,22 +24,23 @@ from typing import Any
 MAX_FILE_BYTES = 20 * 1024 * 1024
 
 LINE = re.compile(r"^\s*(\d+):\t(.*)$")
-_FILE_NEEDED = re.compile(r"^file=(?P<name>.+?) \[\d+\];\s+needed by (?P<by>.+?) \[\d+\]$")
-_FILE_DLOPEN = re.compile(r"^file=(?P<name>.+?) \[\d+\];\s+dynamically loaded by (?P<by>.+?) \[\d+\]$")
-_LINK_MAP = re.compile(r"^file=(?P<name>.+?) \[\d+\];\s+generating link map$")
-_FIND = re.compile(r"^find library=(?P<name>.+?) \[\d+\]; searching$")
-_SEARCH_PATH = re.compile(r"^ search path=(?P<dirs>.*?)(?:\t\t\((?P<src>[^\t]+)\))?$")
-_SEARCH_CACHE = re.compile(r"^ search cache=(?P<cache>.*)$")
-_TRYING = re.compile(r"^  trying file=(?P<path>.+)$")
-_TRY_NOTE = re.compile(r"^\s+\((?P<why>[^()]+)\)$")
+# Messages may span lines (a path holding a newline): ``.`` matches one too.
+_FILE_NEEDED = re.compile(r"^file=(?P<name>.+?) \[\d+\];\s+needed by (?P<by>.+?) \[\d+\]$", re.DOTALL)
+_FILE_DLOPEN = re.compile(r"^file=(?P<name>.+?) \[\d+\];\s+dynamically loaded by (?P<by>.+?) \[\d+\]$", re.DOTALL)
+_LINK_MAP = re.compile(r"^file=(?P<name>.+?) \[\d+\];\s+generating link map$", re.DOTALL)
+_FIND = re.compile(r"^find library=(?P<name>.+?) \[\d+\]; searching$", re.DOTALL)
+_SEARCH_PATH = re.compile(r"^ search path=(?P<dirs>.*?)(?:\t\t\((?P<src>[^\t]+)\))?$", re.DOTALL)
+_SEARCH_CACHE = re.compile(r"^ search cache=(?P<cache>.*)$", re.DOTALL)
+_TRYING = re.compile(r"^  trying file=(?P<path>.+)$", re.DOTALL)
+_TRY_NOTE = re.compile(r"^\s+\((?P<why>[^()]+)\)$", re.DOTALL)
 _CHECK = re.compile(
-    r"^checking for version `(?P<ver>[^']+)' in file (?P<prov>.+?) \[\d+\] required by file (?P<req>.+?) \[\d+\]$"
-)
+    r"^checking for version `(?P<ver>[^']+)' in file (?P<prov>.+?) \[\d+\] required by file (?P<req>.+?) \[\d+\]$",
+    re.DOTALL)
 _ERROR = re.compile(r"^(?P<obj>.*?): error: (?P<occ>[^:]+): (?P<msg>.*) \((?P<kind>fatal|continued)\)$")
 _VERSION_MSG = re.compile(r"^(?P<weak>weak )?version `(?P<ver>[^']+)' not found \(required by (?P<req>.+)\)$")
-_INIT = re.compile(r"^calling init: (?P<path>.+)$")
-_FINI = re.compile(r"^calling fini: (?P<path>.*?)(?: \[\d+\])?$")
-_OPENING = re.compile(r"^opening file=(?P<path>.+?) \[\d+\]; direct_opencount=(?P<n>\d+)$")
+_INIT = re.compile(r"^calling init: (?P<path>.+)$", re.DOTALL)
+_FINI = re.compile(r"^calling fini: (?P<path>.*?)(?: \[\d+\])?$", re.DOTALL)
+_OPENING = re.compile(r"^opening file=(?P<path>.+?) \[\d+\]; direct_opencount=(?P<n>\d+)$", re.DOTALL)
 
 #: Search-step sources as ld.so labels them (plus "cache" for ``search cache=``).
 LD_LIBRARY_PATH = "LD_LIBRARY_PATH"
@@ -269,18 +270,34 @@ class _Parser:
         return lk.candidate != os.path.join(last.dirs[-1], os.path.basename(lk.name))
 
 
-def parse_ld_debug(text: str, *, truncated: bool = False) -> dict[int, PidTrace]:
-    """Parse ``LD_DEBUG`` output (one or many pids interleaved) into one :class:`PidTrace` per pid."""
+def parse_ld_debug(text: str, *, truncated: bool = False, loader_only: bool = False) -> dict[int, PidTrace]:
+    """Parse ``LD_DEBUG`` output (one or many pids interleaved) into one :class:`PidTrace` per pid.
+
+    ``loader_only``: ``text`` holds nothing but the loader's lines (an ``LD_DEBUG_OUTPUT`` file), so a
+    line without the ``PID:`` prefix continues the one before it (a path holding a newline); in mixed
+    output such a line is the program's own and is skipped.
+    """
     parsers: dict[int, _Parser] = {}
-    for line in text.splitlines():
+    pending: tuple[int, str] | None = None
+
+    def flush() -> None:
+        if pending is not None:
+            pid, msg = pending
+            p = parsers.get(pid)
+            if p is None:
+                p = parsers[pid] = _Parser(pid)
+            p.feed(msg)
+
+    # Only "\n" ends a line (``splitlines`` would also cut at \x0b, \x1c, \u2028 ... inside a path). A line
+    # without the ``PID:\t`` prefix continues the message before it: a path that holds a newline.
+    for line in text.split("\n"):
         m = LINE.match(line)
-        if not m:
-            continue
-        pid = int(m[1])
-        p = parsers.get(pid)
-        if p is None:
-            p = parsers[pid] = _Parser(pid)
-        p.feed(m[2])
+        if m:
+            flush()
+            pending = (int(m[1]), m[2])
+        elif loader_only and pending is not None and line:
+            pending = (pending[0], f"{pending[1]}\n{line}")
+    flush()
     out = {pid: p.finish() for pid, p in parsers.items()}
     if truncated:
         for t in out.values():
@@ -320,7 +337,7 @@ def parse_ld_debug_dir(directory: str, prefix: str, *, limit: int = MAX_FILE_BYT
             text, cut = read_bounded(os.path.join(directory, name), limit)
         except OSError:
             continue
-        for pid, t in parse_ld_debug(text, truncated=cut).items():
+        for pid, t in parse_ld_debug(text, truncated=cut, loader_only=True).items():
             if pid in traces:  # one file per pid, but be safe: keep the first
                 continue
             traces[pid] = t

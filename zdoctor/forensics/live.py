@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 import shutil
+import stat
 import subprocess
 import tempfile
 import threading
@@ -191,6 +192,39 @@ class _LateAttach:
                 children.forget(self.proc.pid)
 
 
+TRACE_PREFIX = "zdoctor-trace-"
+_TRACE_DIR = re.compile(re.escape(TRACE_PREFIX) + r"(\d+)-[A-Za-z0-9_]+$")
+
+
+def sweep_stale_trace_dirs(root: str | None = None) -> list[str]:
+    """Remove the trace folders (``zdoctor-trace-PID-xxxx``) that a zdoctor killed mid-run left behind:
+    only this user's real directories, and only when the process PID in the name is gone. Returns them."""
+    root = root or tempfile.gettempdir()
+    removed: list[str] = []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return removed
+    for name in names:
+        m = _TRACE_DIR.match(name)
+        if not m or int(m.group(1)) == os.getpid():
+            continue
+        full = os.path.join(root, name)
+        try:
+            st = os.lstat(full)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+                continue
+            os.kill(int(m.group(1)), 0)
+            continue  # its zdoctor still runs
+        except ProcessLookupError:
+            pass
+        except OSError:  # PermissionError: a live process of another user holds the pid
+            continue
+        shutil.rmtree(full, ignore_errors=True)
+        removed.append(full)
+    return removed
+
+
 def trace_command(
     argv: Sequence[str],
     env: Mapping[str, str],
@@ -213,7 +247,8 @@ def trace_command(
         raise UsageError("no command to trace")
     notes: list[str] = []
     path = env.get("PATH", os.defpath)
-    tmp = tempfile.mkdtemp(prefix="zdoctor-trace-")
+    sweep_stale_trace_dirs()
+    tmp = tempfile.mkdtemp(prefix=f"{TRACE_PREFIX}{os.getpid()}-")
     try:
         ld_prefix = os.path.join(tmp, "ld")
         ld_vars = {"LD_DEBUG": LD_DEBUG_CATEGORIES, "LD_DEBUG_OUTPUT": ld_prefix}

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..model import Evidence, Remedy
+from ..shellquote import shell_quote
 from .jitguard import run_guarded
 
 VERIFY_TIMEOUT = 120.0
@@ -80,7 +81,7 @@ def export_line(name: str, value: str | None) -> str:
     """``export NAME=value`` (quoted) or ``unset NAME`` when the new value is empty or None."""
     if not value:
         return f"unset {name}"
-    return f"export {name}={shlex.quote(value)}"
+    return f"export {name}={shell_quote(value)}"  # $'..\xff..' for bytes that are not text
 
 
 def restore_line(name: str, old: str | None) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -14,6 +15,8 @@ from .base import Host
 
 SNAPSHOT_FORMAT = "zdoctor-snapshot"
 SNAPSHOT_VERSION = 1
+#: A snapshot is a few MiB at most (every evidence is capped); a larger file is not one.
+MAX_SNAPSHOT_BYTES = 32 * 1024 * 1024
 
 
 def snapshot_document(host: Host) -> dict[str, Any]:
@@ -52,21 +55,21 @@ class ReplayHost(Host):
     @classmethod
     def load(cls, path: str) -> ReplayHost:
         """Read a snapshot file; any problem is an :class:`InputError` with a one-line message."""
+        from ..userfile import read_user_file
+
+        if not os.path.lexists(path):
+            raise InputError(f"{path}: no such file")
+        raw = read_user_file(path, "snapshot file", MAX_SNAPSHOT_BYTES)
         try:
-            with open(path, encoding="utf-8") as fh:
-                document = json.load(fh)
-        except FileNotFoundError:
-            raise InputError(f"{path}: no such file") from None
-        except IsADirectoryError:
-            raise InputError(f"{path}: is a directory, not a snapshot file") from None
-        except PermissionError:
-            raise InputError(f"{path}: permission denied") from None
+            document = json.loads(raw.decode("utf-8"))
         except UnicodeDecodeError:
             raise InputError(f"{path}: not a text file") from None
         except json.JSONDecodeError as exc:
             raise InputError(f"{path}:{exc.lineno}:{exc.colno}: malformed JSON: {exc.msg}") from None
-        except OSError as exc:
-            raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        except ValueError as exc:  # an integer past the interpreter's digit limit
+            raise InputError(f"{path}: unreadable JSON: {exc}") from None
+        except RecursionError:
+            raise InputError(f"{path}: nested too deeply to read") from None
         return cls(document, source=path)
 
     def forget(self, names: Iterable[str]) -> None:

@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import stat
+import tempfile
 import typing
 from collections import Counter
 from collections.abc import Callable
@@ -83,6 +84,34 @@ def line_col(text: str, pos: int) -> tuple[int, int]:
     """1-based line and column of offset ``pos``, counted like Python's json module."""
     line = text.count("\n", 0, pos) + 1
     return line, pos - text.rfind("\n", 0, pos)
+
+
+class _NotPlainJson(ValueError):
+    """An array the strict JSON reader would read differently from DeepSpeed's HJSON reader."""
+
+
+def _hjson_float(text: str) -> Any:
+    """A JSON fraction as hjson returns it: an integral value below 1e10 becomes an int."""
+    res = float(text)
+    if res != res or res in (float("inf"), float("-inf")):
+        raise _NotPlainJson(text)
+    return int(res) if int(res) == res and abs(res) < 1e10 else res
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    if len({k for k, _v in pairs}) != len(pairs):
+        raise _NotPlainJson("duplicate key")
+    return dict(pairs)
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotPlainJson(name)
+
+
+#: Reads a strict-JSON array at C speed, the values as DeepSpeed's HJSON reader gives them; anything
+#: where the two could differ (duplicate keys, NaN, comments, trailing commas) falls back to :class:`_Decoder`.
+_FAST_ARRAY = json.JSONDecoder(parse_float=_hjson_float, parse_constant=_no_constant,
+                               object_pairs_hook=_no_duplicates)
 
 
 class _Decoder:
@@ -250,7 +279,11 @@ class _Decoder:
                         except (OverflowError, ValueError):  # hjson dies here with OverflowError
                             raise ParseError(f"number {word} is out of range", begin) from None
                     else:
-                        res = int(integer)
+                        try:
+                            res = int(integer)
+                        except ValueError:  # past the interpreter's digit limit (4300 by default)
+                            raise ParseError(f"integer of {len(integer)} digits is too long to read", begin) \
+                                from None
                     return res, end
                 if is_eol:
                     return s[begin:end].strip(), end
@@ -286,7 +319,9 @@ class _Decoder:
             end += 1
 
     # -- containers ----------------------------------------------------------------------------------
-    def value(self, idx: int, path: KeyPath, key_pos: int | None) -> tuple[Any, int]:
+    def value(self, idx: int, path: KeyPath, key_pos: int | None, record: bool = True) -> tuple[Any, int]:
+        """The value at ``idx``; its span is kept when ``record`` (never inside an array: a position
+        kept per element made a 14 MB array cost gigabytes)."""
         s = self.s
         if idx < 0 or idx >= len(s):
             raise ParseError("Expecting value", idx)
@@ -297,15 +332,19 @@ class _Decoder:
             else:
                 val, end = self.string(idx + 1)
         elif ch == "{":
-            val, end = self.obj(idx + 1, path, braces=True)
+            val, end = self.obj(idx + 1, path, braces=True, record=record)
         elif ch == "[":
-            val, end = self.array(idx + 1, path)
+            try:  # members of arrays have no recorded span: the C reader can take a strict-JSON array whole
+                val, end = _FAST_ARRAY.raw_decode(s, idx)
+            except (ValueError, RecursionError):
+                val, end = self.array(idx + 1, path)
         else:
             val, end = self.tfnns(idx)
-        self.spans[path] = Span(key_pos, idx, end)
+        if record:
+            self.spans[path] = Span(key_pos, idx, end)
         return val, end
 
-    def obj(self, end: int, path: KeyPath, braces: bool) -> tuple[dict[str, Any], int]:
+    def obj(self, end: int, path: KeyPath, braces: bool, record: bool = True) -> tuple[dict[str, Any], int]:
         pairs: list[tuple[str, Any, int]] = []
         ch, end = self.next(end)
         if braces and ch == "}":
@@ -316,7 +355,7 @@ class _Decoder:
             if ch != ":":
                 raise ParseError("Expecting ':' delimiter", end)
             ch, end = self.next(end + 1)
-            val, end = self.value(end, (*path, key), key_pos)
+            val, end = self.value(end, (*path, key), key_pos, record)
             pairs.append((key, val, key_pos))
             ch, end = self.next(end)
             if ch == ",":
@@ -346,7 +385,7 @@ class _Decoder:
         if ch == "":
             raise ParseError("End of input while parsing an array (did you forget a closing ']'?)", end)
         while True:
-            val, end = self.value(end, (*path, len(values)), None)
+            val, end = self.value(end, (*path, len(values)), None, record=False)
             values.append(val)
             ch, end = self.next(end)
             if ch == ",":
@@ -474,30 +513,11 @@ def _key_at(text: str, pos: int) -> str:
 
 
 def read_text(path: str, what: str = "file", cap: int = MAX_BYTES) -> str:
-    """The UTF-8 text of ``path``; missing, unreadable, huge, binary or undecodable files are InputErrors."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such {what}") from None
-    except PermissionError:
-        raise InputError(f"{path}: permission denied") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise InputError(f"{path}: is a directory, not a {what}")
-    if not stat.S_ISREG(st.st_mode):
-        raise InputError(f"{path}: not a regular file")
-    if st.st_size > cap:
-        raise InputError(f"{path}: {st.st_size} bytes, larger than the {cap // (1024 * 1024)} MiB a {what} may be")
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(cap + 1)
-    except PermissionError:
-        raise InputError(f"{path}: permission denied") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if len(raw) > cap:
-        raise InputError(f"{path}: larger than the {cap // (1024 * 1024)} MiB a {what} may be")
+    """The UTF-8 text of ``path``; missing, unreadable, huge, binary or undecodable files are InputErrors,
+    and so is anything but a regular file (see :mod:`zdoctor.userfile`)."""
+    from ..userfile import read_user_file
+
+    raw = read_user_file(path, what, cap)
     if b"\x00" in raw:
         off = raw.index(b"\x00")
         before = raw[:off].decode("utf-8", "replace")
@@ -671,9 +691,11 @@ def apply_config_patch(path: str, new_text: str,
         out["validated"] = True
     except Exception as exc:  # noqa: BLE001 - any failed validation rolls back
         out["error"] = str(exc) or type(exc).__name__
-        tmp = f"{path}.zdoctor-rollback"
-        try:
-            with open(tmp, "wb") as fh:
+        tmp = None
+        try:  # a fresh temp file (O_EXCL): never a name someone could have planted a link at
+            fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".zdoctor-rollback",
+                                       dir=os.path.dirname(os.path.abspath(path)))
+            with os.fdopen(fd, "wb") as fh:
                 fh.write(original)
                 fh.flush()
                 os.fsync(fh.fileno())
@@ -682,8 +704,9 @@ def apply_config_patch(path: str, new_text: str,
             out["rolled_back"] = True
         except OSError as rexc:
             out["error"] += f"; rolling back failed ({rexc.strerror or rexc}): the original is in {backup}"
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
     return out
 
 

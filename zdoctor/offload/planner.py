@@ -327,6 +327,10 @@ def load_model_config(path: str) -> ModelEstimate:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}:{exc.lineno}:{exc.colno}: malformed JSON: {exc.msg}") from None
+    except ValueError as exc:  # an integer past the interpreter's digit limit
+        raise InputError(f"{path}: unreadable JSON: {exc}") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply to read") from None
     try:
         return estimate_hf(data)
     except InputError as exc:

@@ -16,7 +16,6 @@ timers; ``bwd_inner``/``bwd_allreduce`` are parts of ``bwd``, the swaps parts of
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -24,8 +23,9 @@ from typing import Any
 
 from ..errors import InputError
 
-#: Logs larger than this are read from the end (the timings of the latest steps are what matter).
-MAX_BYTES = 256 * 1024 * 1024
+#: Logs larger than this are read from the end (the timings of the latest steps are what matter); the cap
+#: keeps a log of any size under the memory budget (bytes, text and lines of it held at once).
+MAX_BYTES = 32 * 1024 * 1024
 #: Phase means leave out the first sample when there are at least this many (warm-up, JIT, allocation).
 WARMUP_MIN_SAMPLES = 3
 #: The swaps count as dominating the optimizer step from this share of it on.
@@ -152,18 +152,11 @@ def breakdown(per_rank: dict[int, dict[str, TimerStats]], lines_read: int, timer
 
 def read_log_lines(path: str, cap: int = MAX_BYTES) -> tuple[list[str], dict[str, Any]]:
     """The lines of a log (the last ``cap`` bytes of a larger one) and what was read."""
+    from ..userfile import open_user_file
+
+    fh, st = open_user_file(path, "training log")  # a regular file only: a FIFO would block for ever
     try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such training log") from None
-    except PermissionError:
-        raise InputError(f"{path}: permission denied") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if os.path.isdir(path):
-        raise InputError(f"{path}: is a directory, not a training log")
-    try:
-        with open(path, "rb") as fh:
+        with fh:
             head = fh.read(64 * 1024)
             nul = head.find(b"\x00")
             if nul >= 0:
@@ -172,13 +165,13 @@ def read_log_lines(path: str, cap: int = MAX_BYTES) -> tuple[list[str], dict[str
             skipped = 0
             if size is not None and size > cap:
                 fh.seek(size - cap)
-                fh.readline()  # the first, partial line
+                fh.readline(cap)  # the first, partial line
                 skipped = fh.tell()
                 data = fh.read(cap)
             else:
                 fh.seek(0)
                 data = fh.read(cap + 1)
-                if len(data) > cap:  # a growing file or a pipe-like one: keep the tail
+                if len(data) > cap:  # a growing file: keep the tail
                     data = data[-cap:]
                     skipped = -1
     except PermissionError:

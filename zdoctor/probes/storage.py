@@ -35,7 +35,6 @@ mountpoint, fstype, uuid, needs_mkfs, offload_dir}) or None.
 from __future__ import annotations
 
 import grp
-import json
 import os
 import pwd
 import stat
@@ -57,23 +56,13 @@ CONFIG_KEYS = ("offload_optimizer", "offload_param")
 
 
 def config_paths(ds_config: str) -> tuple[list[dict[str, Any]], str | None]:
-    """The ``nvme_path`` entries of a ds_config (JSON; HJSON when the hjson module is there)."""
-    try:
-        with open(ds_config, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        return [], f"{ds_config}: cannot read ({exc.strerror or exc})"
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        try:
-            import hjson  # type: ignore[import-not-found]
-        except ImportError:
-            return [], f"{ds_config}:{exc.lineno}:{exc.colno}: {exc.msg}"
-        try:
-            doc = hjson.loads(text)
-        except Exception as exc2:  # noqa: BLE001 - any parse failure is reported, not raised
-            return [], f"{ds_config}: {exc2}"
+    """The ``nvme_path`` entries of a ds_config, read as DeepSpeed reads it (HJSON)."""
+    from ..offload.dsconfig import load_config
+
+    try:  # the one bounded reader: a regular file under the size cap, UTF-8, depth and digits bounded
+        doc = load_config(ds_config).data
+    except InputError as exc:
+        return [], str(exc)
     zero = doc.get("zero_optimization") if isinstance(doc, dict) else None
     out = []
     for key in CONFIG_KEYS:

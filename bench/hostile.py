@@ -1,0 +1,193 @@
+"""The hostile battery: every input zdoctor must survive, run as real zdoctor processes.
+
+Each row runs ``python -m zdoctor ...`` from this checkout with one hostile input (built here: a real
+FIFO, /dev/zero, a crafted ELF, a real symlink, a loop device when run as root), and reports its peak
+RSS (``wait4``, the process and the children it waited for) and its wall time against the budgets:
+under 512 MB, and within the time the probe itself allows (its ``--timeout``, else the default).
+
+    python bench/hostile.py [--json FILE] [--only SUBSTRING]
+
+Exit code 1 when any row is over a budget or did not behave (the expected refusal or finding).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+from envkit import system_libstdcxx  # noqa: E402
+from hostilekit import RSS_BUDGET_MB, Measured, craft_looping_verneed, run_measured  # noqa: E402
+
+#: Wall-time budget of a row whose probe has no --timeout of its own: the default probe budget.
+DEFAULT_TIME_BUDGET = 60.0
+
+
+@dataclass
+class Row:
+    name: str
+    args: list[str]
+    time_budget: float
+    expect: Callable[[Measured], bool]
+    env: dict[str, str] | None = None
+    setup: Callable[[], None] | None = None
+    cleanup: Callable[[], None] | None = None
+
+
+def _in_json(text: str) -> Callable[[Measured], bool]:
+    return lambda m: text in m.stdout
+
+
+def _in_stderr(text: str) -> Callable[[Measured], bool]:
+    return lambda m: text in m.stderr
+
+
+def _no_crash(m: Measured) -> bool:
+    try:
+        doc = json.loads(m.stdout)
+    except ValueError:
+        return False
+    return not [f for f in doc["findings"] if f["status"] == "crash"]
+
+
+def battery(work: Path) -> list[Row]:
+    fifo = work / "fifo"
+    os.mkfifo(fifo)
+    crafted = craft_looping_verneed(system_libstdcxx(), work / "libhostile.so")
+    libdir = work / "lib"
+    libdir.mkdir()
+    shutil.copy2(crafted, libdir / "libstdc++.so.6")
+    big = work / "big.json"
+    big.write_text(json.dumps({"train_batch_size": 8, "x": list(range(1_700_000))}))
+    configs = {
+        "100000-digit integer": '{"train_batch_size": ' + "9" * 100_000 + "}",
+        "10000-deep nesting": '{"a": ' + "[" * 10_000 + "]" * 10_000 + "}",
+        "latin-1 bytes": b'{"zero_optimization": {"offload_param": {"nvme_path": "/tmp/caf\xe9"}}}',
+        "binary": bytes(range(256)) * 4,
+    }
+    rows: list[Row] = [
+        Row("check --command yes --timeout 10", ["check", "--json", "--no-log", "--command", "yes", "--timeout", "10"],
+            10 + 15, _in_json("bytes cut")),
+        Row("check --ext crafted .gnu.version_r", ["check", "--json", "--no-log", "--ext", str(crafted)],
+            DEFAULT_TIME_BUDGET, _in_json("corrupt ELF: .gnu.version_r claims 4294967295 entries")),
+        Row("crafted libstdc++.so.6 on LD_LIBRARY_PATH", ["check", "--json", "--no-log"], DEFAULT_TIME_BUDGET,
+            _in_json("damaged, corrupt ELF"), env={**os.environ, "LD_LIBRARY_PATH": str(libdir)}),
+    ]
+    for flag in ("--ds-config", "--model-config", "--log"):
+        for target, kind in ((str(fifo), "a FIFO"), ("/dev/zero", "a character device")):
+            label = "FIFO" if target == str(fifo) else target
+            rows.append(Row(f"check {flag} {label}", ["check", "--json", "--no-log", flag, target],
+                            DEFAULT_TIME_BUDGET, _in_json(f"is {kind}")))
+    for target in (str(fifo), "/dev/zero"):
+        rows.append(Row(f"check --ext {'FIFO' if target == str(fifo) else target}",
+                        ["check", "--json", "--no-log", "--ext", target], DEFAULT_TIME_BUDGET,
+                        _in_stderr("only regular files are loaded as an extension")))
+    for args, label in ((["check", "--replay"], "check --replay"), (["fleet", "--hostfile"], "fleet --hostfile")):
+        for target in (str(fifo), "/dev/zero"):
+            rows.append(Row(f"{label} {'FIFO' if target == str(fifo) else target}", [*args, target],
+                            DEFAULT_TIME_BUDGET, _in_stderr("only regular files are read")))
+    log = work / "train.log"
+    line = (b"[2026-01-01 00:00:00,000] [INFO] [logging.py:96:log_dist] [Rank 0] time (ms) | fwd_microstep: 101.5 "
+            b"| bwd_microstep: 200.1 | step_microstep: 300.2\n")
+    with open(log, "wb") as fh:  # 400 MB, mostly a hole
+        fh.write(line * 1000)
+        fh.seek(400 * 1024 * 1024)
+        fh.write(line * 1000)
+    rows.append(Row("check --log 400 MB training log", ["check", "--json", "--no-log", "--log", str(log)],
+                    DEFAULT_TIME_BUDGET, _no_crash))
+    rows.append(Row("check --ds-config 14 MB JSON array", ["check", "--json", "--no-log", "--ds-config", str(big)],
+                    DEFAULT_TIME_BUDGET, _no_crash))
+    for name, data in configs.items():
+        path = work / f"{name.replace(' ', '-')}.json"
+        path.write_bytes(data if isinstance(data, bytes) else data.encode())
+        for flag in ("--ds-config", "--model-config"):
+            rows.append(Row(f"check {flag} {name}", ["check", "--json", "--no-log", flag, str(path)],
+                            DEFAULT_TIME_BUDGET, _no_crash))
+    # -- writing through links
+    link_fifo = work / "to-fifo.md"
+    link_fifo.symlink_to(fifo)
+    rows.append(Row("export -o symlink to a FIFO", ["export", "--last", "--format", "md", "-o", str(link_fifo)],
+                    DEFAULT_TIME_BUDGET, _in_stderr("refusing to write through it")))
+    rows.append(Row("export -o FIFO without reader", ["export", "--last", "--format", "md", "-o", str(fifo)],
+                    DEFAULT_TIME_BUDGET, _in_stderr("no process read this FIFO within 10s")))
+    loop: dict[str, str] = {}
+    if os.geteuid() == 0 and shutil.which("losetup"):
+        backing = work / "disk.img"
+        backing.write_bytes(b"\0" * (1 << 20))
+        link_dev = work / "to-device.json"
+
+        def attach() -> None:
+            loop["dev"] = subprocess.run(["losetup", "-f", "--show", str(backing)], capture_output=True,
+                                         text=True, check=True).stdout.strip()
+            link_dev.symlink_to(loop["dev"])
+
+        def detach() -> None:
+            if loop.get("dev"):
+                subprocess.run(["losetup", "-d", loop["dev"]], check=False)
+
+        rows.append(Row("snapshot -o symlink to a loop device", ["snapshot", "-o", str(link_dev)],
+                        DEFAULT_TIME_BUDGET, _in_stderr("a symbolic link to a block device"), setup=attach,
+                        cleanup=detach))
+    state = work / "state-link"
+    (state / "zdoctor").mkdir(parents=True)
+    victim = work / "victim"
+    victim.mkdir(mode=0o755)
+    (state / "zdoctor" / "sessions").symlink_to(victim)
+    rows.append(Row("state directory is a symlink", ["check", "--json", "--playbook", "gpu-stack"],
+                    DEFAULT_TIME_BUDGET, _in_stderr("it is a symbolic link"),
+                    env={**os.environ, "XDG_STATE_HOME": str(state)}))
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    ap.add_argument("--only", metavar="TEXT", help="run only the rows whose name contains TEXT")
+    opts = ap.parse_args()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="zdoctor-hostile-") as tmp:
+        work = Path(tmp)
+        state = work / "state"
+        state.mkdir()
+        base_env = {**os.environ, "XDG_STATE_HOME": str(state)}
+        # one recorded session for the export rows
+        run_measured(["check", "--json", "--playbook", "gpu-stack"], env=base_env, cwd=str(REPO))
+        rows = [r for r in battery(work) if not opts.only or opts.only in r.name]
+        print("| input | peak RSS (MB) | wall (s) | budget | result |\n|---|---|---|---|---|")
+        for row in rows:
+            if row.setup:
+                row.setup()
+            try:
+                env = row.env or base_env
+                m = run_measured(row.args, env=env, cwd=str(REPO), wall_limit=row.time_budget + 30)
+            finally:
+                if row.cleanup:
+                    row.cleanup()
+            ok_rss = m.peak_rss_mb < RSS_BUDGET_MB
+            ok_time = not m.killed and m.wall_s <= row.time_budget
+            behaved = row.expect(m) and "Traceback" not in m.stderr
+            verdict = "ok" if ok_rss and ok_time and behaved else \
+                "OVER BUDGET" if not (ok_rss and ok_time) else "unexpected output"
+            print(f"| {row.name} | {m.peak_rss_mb:.0f} | {m.wall_s:.1f} | {RSS_BUDGET_MB} MB, "
+                  f"{row.time_budget:g} s | {verdict} |", flush=True)
+            results.append({"input": row.name, "peak_rss_mb": round(m.peak_rss_mb, 1), "wall_s": round(m.wall_s, 2),
+                            "rss_budget_mb": RSS_BUDGET_MB, "time_budget_s": row.time_budget, "verdict": verdict,
+                            "exit_code": m.returncode})
+    if opts.json:
+        Path(opts.json).write_text(json.dumps(results, indent=1) + "\n")
+    return 0 if all(r["verdict"] == "ok" for r in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

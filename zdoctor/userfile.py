@@ -1,0 +1,76 @@
+"""The one way zdoctor opens a file a user named (ds_config, model config, log, snapshot, hostfile,
+playbook): a regular file only, checked before it is opened, and never read past a size cap.
+
+``/dev/zero`` would be read until memory runs out, a FIFO blocks the open (and every read) until a
+writer comes, a directory or a socket is not a document: each is refused with one line. The file is
+opened with ``O_NONBLOCK`` (a FIFO swapped in after the check cannot hang the open) and checked
+again on the open descriptor.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import BinaryIO
+
+from .errors import InputError
+
+#: What a file type is called in messages.
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+
+
+def kind_of(mode: int) -> str:
+    """``a FIFO (named pipe)``, ``a character device`` ... for a non-regular ``st_mode``."""
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1024 * 1024):g} MiB"
+
+
+def open_user_file(path: str, what: str = "file", cap: int | None = None) -> tuple[BinaryIO, os.stat_result]:
+    """Open ``path`` for reading after checking that it is a regular file (at most ``cap`` bytes when
+    given); any refusal is an :class:`InputError` of one line naming the file and ``what`` it was to be."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such {what}") from None
+    except PermissionError:
+        raise InputError(f"{path}: permission denied") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{path}: is {kind_of(st.st_mode)}, not a regular file; only regular files are "
+                         f"read as a {what}")
+    if cap is not None and st.st_size > cap:
+        raise InputError(f"{path}: {st.st_size} bytes, larger than the {_mib(cap)} a {what} may be")
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(path, flags)
+    except PermissionError:
+        raise InputError(f"{path}: permission denied") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # replaced between the check and the open
+            raise InputError(f"{path}: is {kind_of(st.st_mode)}, not a regular file; only regular files are "
+                             f"read as a {what}")
+        return os.fdopen(fd, "rb"), st
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_user_file(path: str, what: str = "file", cap: int = 16 * 1024 * 1024) -> bytes:
+    """The bytes of the regular file ``path``, refused (:class:`InputError`) past ``cap`` bytes."""
+    fh, _st = open_user_file(path, what, cap)
+    try:
+        with fh:
+            raw = fh.read(cap + 1)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if len(raw) > cap:  # it grew after the check
+        raise InputError(f"{path}: larger than the {_mib(cap)} a {what} may be")
+    return raw
