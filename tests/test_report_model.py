@@ -455,3 +455,13 @@ def test_terminal_playbook_lines_name_the_diagnosis_in_words():
     assert ("playbook zero3-launch: symptom -> diag-not-checked => Not checked: torch is not in this interpreter "
             "(diag-not-checked)") in text
     assert "=> no diagnosis: not: " in text and "predicate" not in text
+
+
+def test_readme_and_help_speak_the_three_states_of_a_remedy():
+    """The README and `--help` say "tried" / "not tried, because", not the older "verified" for a remedy."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for stale in ("each is verified by re-running", "marked unverified", "whether each was verified"):
+        assert stale not in readme, stale
+    help_text = subprocess.run([sys.executable, "-m", "zdoctor", "check", "--help"], capture_output=True,
+                               text=True, timeout=60, env={**os.environ, "COLUMNS": "200"}).stdout
+    assert "and to try remedies" in help_text and "to verify remedies" not in help_text

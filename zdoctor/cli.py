@@ -38,7 +38,7 @@ def _target_args(sp: argparse.ArgumentParser, top: bool = False) -> None:
                     "(default: the first python3 on PATH)", **given_here)
     sp.add_argument("--command", metavar="CMD", dest="run_command", default=argparse.SUPPRESS,
                     help="the failing launch command, run (bounded) under LD_DEBUG to confirm what it loads "
-                         "and to verify remedies (default: a probe that imports torch and deepspeed and loads "
+                         "and to try remedies (default: a probe that imports torch and deepspeed and loads "
                          "the JIT-built ops)")
     sp.add_argument("--ext", metavar="PATH", action="append", default=argparse.SUPPRESS,
                     help="an extra extension (.so) the training imports before torch (repeatable)")
