@@ -465,3 +465,16 @@ def test_readme_and_help_speak_the_three_states_of_a_remedy():
     help_text = subprocess.run([sys.executable, "-m", "zdoctor", "check", "--help"], capture_output=True,
                                text=True, timeout=60, env={**os.environ, "COLUMNS": "200"}).stdout
     assert "and to try remedies" in help_text and "to verify remedies" not in help_text
+
+
+def test_the_start_screens_next_line_names_the_finding_by_its_title():
+    """"Next: walk gpu-stack ...: gpu.limits.memlock warns" put a check id where a sentence belongs."""
+    from zdoctor.guide import next_step
+
+    pyenv = {"target": {"explicit": True, "resolved": "/env/bin/python"}, "torch": {"installed": True}}
+    warn = Finding("gpu.limits.memlock", "warn", "ulimit -l (locked memory) is 8192 KiB in the training shell")
+    line = next_step([Finding("gpu.env.nccl-debug", "ok", "NCCL_DEBUG not set"), warn], pyenv)
+    assert line == ("Next: walk gpu-stack (select it below), for a warning: ulimit -l (locked memory) is 8192 KiB "
+                    "in the training shell")
+    fail = Finding("libs.glibcxx", "fail", "cpu_adam.so needs GLIBCXX_3.4.30")
+    assert next_step([warn, fail], pyenv).endswith("for a failure: cpu_adam.so needs GLIBCXX_3.4.30")

@@ -138,6 +138,6 @@ def next_step(findings: Iterable[Finding], pyenv: dict | None, replay: bool = Fa
         worst = [f for f in found if f.status == status]
         if worst:
             pid = PLAYBOOK_FOR.get(worst[0].id.split(".")[0], "zero3-launch")
-            verb = "fails" if status != "warn" else "warns"
-            return f"Next: walk {pid} (select it below): {worst[0].id} {verb}"
+            what = "a warning" if status == "warn" else "a failure"
+            return f"Next: walk {pid} (select it below), for {what}: {worst[0].title}"
     return "Next: nothing failed; walk zero3-launch (Enter) if the launch still fails, with --command \"...\""
