@@ -256,14 +256,17 @@ class RemedyScreen(ContextScreen):
         info = self.ctx.host.info
         out = []
         if self.ctx.practice:
+            # Nothing runs and nothing is written: no "runs in the terminal", no file to source.
             out.append("Practice: nothing is run; you see what would run on the recorded node.")
-        else:
-            core = core_action(r)
-            out.append(f"Runs here, on {here}: {core}." if core else
-                       f"Runs here, on {here}, in bash; it stops at the first line that fails.")
-            if info.get("kind") == "replay":
-                out.append(f"The evidence came from a snapshot of {info.get('hostname', 'another node')}: the "
-                           "commands act on THIS machine.")
+            out.append(str(verified_text(r, self.elsewhere)))
+            out.append("Undo: " + ("; ".join(r.undo) if r.undo else "none recorded."))
+            return out
+        core = core_action(r)
+        out.append(f"Runs here, on {here}: {core}." if core else
+                   f"Runs here, on {here}, in bash; it stops at the first line that fails.")
+        if info.get("kind") == "replay":
+            out.append(f"The evidence came from a snapshot of {info.get('hostname', 'another node')}: the "
+                       "commands act on THIS machine.")
         out += [f"Runs in the terminal: {reason}." for reason in how.reasons]
         if how.env_lines:
             out.append("export/unset lines cannot change the shell you launch from: they are also written to a "

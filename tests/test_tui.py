@@ -768,3 +768,23 @@ def test_a_secret_in_the_launch_command_never_reaches_the_screen(tmp_path):
     text = "\n".join(seen)
     assert "Evidence" in text and "--password" in text  # the command was on screen
     assert "hunter2pass" not in text and "tok3nvalue" not in text
+
+
+def test_practice_confirmation_promises_no_file_and_no_terminal_run(tmp_path):
+    """In practice nothing runs and nothing is written: the confirmation of an `unset` fix must not say
+    that its lines "are also written to a file for you to source"."""
+    async def scenario() -> None:
+        app = make(demo=SCENARIO, export_dir=tmp_path)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await walk_to_diagnosis(pilot, app)
+            await pilot.press("r")
+            await settle(pilot, lambda: name(app) == "RemedyScreen", what="the fix screen")
+            await pilot.press("a")
+            await settle(pilot, lambda: name(app) == "ConfirmApply", what="the confirmation")
+            notes = plain(app.screen.query_one("#confirm-notes"))
+            assert "Practice: nothing is run" in notes and "unset LD_LIBRARY_PATH" in plain(
+                app.screen.query_one("#confirm-commands"))
+            assert "written to a file" not in notes and "Runs in the terminal" not in notes
+            assert "tried on the recorded node: fixed" in notes
+
+    run(scenario())
