@@ -408,13 +408,17 @@ def test_terminal_scripts_are_printed_whole_and_unpadded_at_80_columns():
 
     line = "echo '* - memlock unlimited' | tee /etc/security/limits.d/90-memlock.conf"
     f = Finding("gpu.limits.memlock", "warn", "ulimit -l is 8192 KiB",
-                remedies=[Remedy("Raise memlock", [line, "export NCCL_DEBUG=INFO"], requires_root=True)])
+                remedies=[Remedy("Raise memlock", [line, "export NCCL_DEBUG=INFO",
+                                                   "cat > /tmp/ds.json <<'ZD'\n{\"a\": 1}\nZD"], requires_root=True)])
     buf = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
     print_report(CheckReport(host=HOST, findings=[f]), buf, verbose=True)
     buf.seek(0)
     lines = buf.read().splitlines()
     assert f"        {line}" in lines
     assert "        export NCCL_DEBUG=INFO" in lines
+    # A here-document pastes as written: its body and terminator stay at column 0, not indented.
+    at = lines.index("        cat > /tmp/ds.json <<'ZD'")
+    assert lines[at + 1:at + 3] == ['{"a": 1}', "ZD"]
 
 
 def test_before_the_launch_command_only_above_scripts_that_change_the_launching_shell(state_home: Path):
