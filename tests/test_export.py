@@ -398,7 +398,7 @@ def test_declined_and_practised_remedies_are_listed_with_what_was_applied(state_
     log.close(0)
     events = load_events(log.id)
     md = render(events, "md")
-    applied = md.split("## What was applied\n", 1)[1].split("\n## ", 1)[0]
+    applied = md.split("## What was done with the fixes\n", 1)[1].split("\n## ", 1)[0]
     assert "(declined: answered No in the confirmation)" in applied
     assert "(practised: nothing was run)" in applied
     assert "(failed)" in applied and "- Exit code: `3`" in applied

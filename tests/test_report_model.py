@@ -482,3 +482,13 @@ def test_the_start_screens_next_line_names_the_finding_by_its_title():
                     "in the training shell")
     fail = Finding("libs.glibcxx", "fail", "cpu_adam.so needs GLIBCXX_3.4.30")
     assert next_step([warn, fail], pyenv).endswith("for a failure: cpu_adam.so needs GLIBCXX_3.4.30")
+
+
+def test_a_session_whose_fixes_were_declined_or_practised_does_not_say_applied(state_home: Path):
+    """The practice session declined one fix and practised another: nothing was applied, and the heading
+    over them says what was done with the fixes; a session that applied one keeps "What was applied"."""
+    installed_fixtures(state_home)
+    md, doc = render(load_events(PRACTICE), "md"), render(load_events(PRACTICE), "html")
+    assert "## What was applied" not in md and "## What was done with the fixes" in md
+    assert "What was applied" not in doc and "<h2>What was done with the fixes</h2>" in doc
+    assert "## What was applied" in render(load_events(APPLIED), "md")

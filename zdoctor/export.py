@@ -22,6 +22,7 @@ from .events import SessionView, WalkView, fold
 from .model import STATUS_RANK, cap_text, visible_controls
 from .present import (
     MARKS,
+    applied_heading,
     are_steps,
     edge_sentence,
     in_words,
@@ -436,7 +437,7 @@ def render_md(rep: Report, cap: int = BLOCK_CAP) -> str:
         out += ["No findings were recorded.", ""]
     for f in findings:
         out += _md_finding(f, cap, rep.recorded_elsewhere)
-    out += ["## What was applied", ""]
+    out += [f"## {md_escape(applied_heading(rep.applied))}", ""]
     if not rep.applied:
         out += ["Nothing was applied in this session.", ""]
     for ev in rep.applied:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .model import cap_text
 from .present import (
+    applied_heading,
     are_steps,
     in_words,
     mark,
@@ -260,7 +261,7 @@ def summary_html(rep: Report, findings: list[dict[str, Any]], anchors: list[str]
     if shown:
         out.append("<ul>" + "".join(f'<li>{status_span(f.get("status"))} <a href="#{a}">'
                                      f'{esc(f.get("title") or f.get("id"))}</a></li>' for f, a in shown) + "</ul>")
-    nav = [("path", "Path through the playbooks"), ("findings", "Findings"), ("applied", "What was applied")]
+    nav = [("path", "Path through the playbooks"), ("findings", "Findings"), ("applied", applied_heading(rep.applied))]
     out.append("<p>" + " · ".join(f'<a href="#{a}">{esc(t)}</a>' for a, t in nav) + "</p>")
     out.append("</section>")
     return "\n".join(out)
@@ -287,7 +288,7 @@ def render_html(rep: Report, cap: int) -> str:
     body += ["</section>", '<section id="findings">', "<h2>Findings</h2>"]
     body += [finding_html(f, finding_ids[i], cap, rep.recorded_elsewhere) for i, f in enumerate(findings)] \
         or ['<p class="muted">No findings were recorded.</p>']
-    body += ["</section>", '<section id="applied">', "<h2>What was applied</h2>"]
+    body += ["</section>", '<section id="applied">', f"<h2>{esc(applied_heading(rep.applied))}</h2>"]
     body += [applied_html(ev, cap) for ev in rep.applied] or ['<p class="muted">Nothing was applied in this '
                                                               "session.</p>"]
     body.append("</section>")

@@ -171,6 +171,13 @@ def script_label(commands: Iterable[str]) -> str:
     return MACHINE_SCRIPT_LABEL
 
 
+def applied_heading(events: Iterable[Mapping[str, Any]]) -> str:
+    """The export's heading over the remedy events: "What was applied" only when every one of them was an
+    application (a declined, practised or copied fix was not applied)."""
+    kinds = {str(ev.get("type")) for ev in events}
+    return "What was applied" if kinds <= {"remedy_applied"} else "What was done with the fixes"
+
+
 #: Above remedies that are the steps of one fix (each marked ``step``), not alternatives.
 STEPS_HEADING = "Steps: do them in order (together they are the fix)"
 
