@@ -117,59 +117,43 @@ _OPTION_VALUE = re.compile(
 _DONE = re.compile(r"(?:(?:Bearer|Basic|Token)[ \t]+)?(?:<redacted>)?", re.IGNORECASE)
 
 
-def _assignments(text: str) -> str:
-    """Replace values assigned to secret names.
+def _secret_values(text: str, pattern: re.Pattern[str], resume: str) -> str:
+    """Replace the ``value`` group of each ``pattern`` match whose ``name`` says secret.
 
-    An unquoted value runs to the next blank, or to the end of the line when the assignment opens the
-    line (``env`` output, YAML, headers), where a value may hold blanks. After a harmless name the scan
-    resumes inside its value, so ``--env=HF_TOKEN=x`` is still caught.
+    After a harmless name the scan resumes at the end of group ``resume``, so a secret nested in the value
+    of another (``--env=HF_TOKEN=x``, ``sh -c 'train.py --password x'``) is still caught. A quoted value
+    keeps its quotes; an unquoted one that opens a line (``lead``: ``env`` output, YAML, headers) runs to the
+    end of that line, where a value may hold blanks.
     """
     out: list[str] = []
     pos = 0
     while True:
-        m = _ASSIGN.search(text, pos)
+        m = pattern.search(text, pos)
         if m is None:
             break
         value = m.group("value")
         if not is_secret_name(m.group("name")) or _DONE.fullmatch(value.strip("\"'")):
-            out.append(text[pos:m.end("sep")])
-            pos = m.end("sep")
+            out.append(text[pos:m.end(resume)])
+            pos = m.end(resume)
             continue
-        out.append(text[pos:m.start("value")])
-        quote = value[0]
-        if quote in "\"'":
-            closed = len(value) > 1 and value.endswith(quote)
-            out.append(f"{quote}{REDACTED}{quote if closed else ''}")
-            pos = m.end()
-        else:
-            out.append(REDACTED)
-            pos = m.end()
-            if m.group("lead") is not None:
-                pos = _REST_OF_LINE.match(text, m.start("value")).end()
-    out.append(text[pos:])
-    return "".join(out)
-
-
-def _option_values(text: str) -> str:
-    """Replace the value after each secret-named option; after any other option the scan resumes right
-    behind the option itself, so ``sh -c 'train.py --password x'`` is still caught inside the quotes."""
-    out: list[str] = []
-    pos = 0
-    while True:
-        m = _OPTION_VALUE.search(text, pos)
-        if m is None:
-            break
-        value = m.group("value")
-        if not is_secret_name(m.group("name")) or _DONE.fullmatch(value.strip("\"'")):
-            out.append(text[pos:m.end("flag")])
-            pos = m.end("flag")
-            continue
-        quote = value[0] if value[0] in "\"'" else ""
+        quote = value[0] if value[:1] in ("\"", "'") else ""
         closed = quote and len(value) > 1 and value.endswith(quote)
         out.append(text[pos:m.start("value")] + f"{quote}{REDACTED}{quote if closed else ''}")
         pos = m.end()
+        if not quote and m.groupdict().get("lead") is not None:
+            pos = _REST_OF_LINE.match(text, m.start("value")).end()
     out.append(text[pos:])
     return "".join(out)
+
+
+def _assignments(text: str) -> str:
+    """Replace values assigned to secret names (``NAME=value``, ``name: value``)."""
+    return _secret_values(text, _ASSIGN, "sep")
+
+
+def _option_values(text: str) -> str:
+    """Replace the value after each secret-named option (``--password VALUE``)."""
+    return _secret_values(text, _OPTION_VALUE, "flag")
 
 
 def redact_text(text: str) -> str:
