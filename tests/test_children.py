@@ -144,3 +144,28 @@ def test_registry_forgets_reaped_groups_and_ends_running_ones(tmp_path):
             child.kill()
             child.wait()
     assert children.pdeathsig_hook() is not None or not sys.platform.startswith("linux")
+
+
+# After SIGINT, a worker thread still queued (a remedy re-run behind the traced launch) starts its command.
+AFTER_SIGINT = textwrap.dedent("""
+    import os, signal, sys, threading, time
+    from zdoctor import children, runner
+    children.install_signal_handlers()
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+    except KeyboardInterrupt:
+        pass
+    t0 = time.monotonic()
+    ev = runner.run([sys.executable, "-c", "import time; time.sleep(600)"], timeout=600)
+    print(f"{ev.exit_code} {time.monotonic() - t0:.1f}")
+""")
+
+
+def test_a_child_started_after_an_interrupt_is_ended_at_once(tmp_path):
+    """zdoctor interrupted: a probe or re-run that a worker thread starts afterwards must not keep it alive
+    (the interpreter waits for its threads) -- the new child is killed as it starts."""
+    proc = subprocess.run([sys.executable, "-c", AFTER_SIGINT], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    code, took = proc.stdout.split()
+    assert int(code) == -signal.SIGKILL and float(took) < 60, proc.stdout

@@ -32,6 +32,8 @@ _groups: set[int] = set()
 _lock = threading.Lock()
 _prctl: Any = None
 _installed = False
+#: Set by a signal that ends zdoctor: a child that a worker thread starts after it is ended at once.
+_closing = False
 
 
 def _load_prctl() -> Any:
@@ -109,8 +111,15 @@ def _tell_reaper(line: str) -> None:
 
 
 def register(pgid: int) -> None:
-    """Remember a running child's process group (its pid: it leads a session of its own)."""
+    """Remember a running child's process group (its pid: it leads a session of its own).
+
+    Once a signal is ending zdoctor, the group is killed instead: probes and re-runs still queued in
+    worker threads must not start what nobody will end (the interpreter waits for those threads)."""
     with _lock:
+        if _closing:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+            return
         _groups.add(pgid)
         _tell_reaper(f"+{pgid}")
 
@@ -156,6 +165,9 @@ def end_all(grace: float = GRACE_S) -> list[int]:
 
 
 def _handler(signum: int, frame: Any) -> None:
+    global _closing
+    with _lock:
+        _closing = True
     end_all()
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
