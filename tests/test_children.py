@@ -169,3 +169,31 @@ def test_a_child_started_after_an_interrupt_is_ended_at_once(tmp_path):
     assert proc.returncode == 0, proc.stderr
     code, took = proc.stdout.split()
     assert int(code) == -signal.SIGKILL and float(took) < 60, proc.stdout
+
+
+# The signal arrives while the main thread itself holds the registry's lock (starting a child, say).
+SIGNAL_UNDER_LOCK = textwrap.dedent("""
+    import os, signal, sys, threading, time
+    from zdoctor import children, runner
+    children.install_signal_handlers()
+    threading.Thread(target=runner.run, args=([sys.executable, "-c", "import time; time.sleep(600)"],),
+                     kwargs={"timeout": 600, "on_start": lambda pid: print(pid, flush=True)}).start()
+    time.sleep(float(sys.argv[1]))
+    with children._lock:
+        os.kill(os.getpid(), getattr(signal, sys.argv[2]))
+        time.sleep(60)
+""")
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP", "SIGINT"])
+def test_a_signal_while_the_main_thread_holds_the_lock_still_ends_zdoctor_and_its_children(sig):
+    proc = subprocess.Popen([sys.executable, "-c", SIGNAL_UNDER_LOCK, "3", sig], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        child = int(proc.stdout.readline())
+        proc.wait(30)  # it used to wait for its own lock forever
+        assert wait_for(lambda: dead(child), 15), "the child outlived zdoctor"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

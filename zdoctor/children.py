@@ -116,12 +116,11 @@ def register(pgid: int) -> None:
     Once a signal is ending zdoctor, the group is killed instead: probes and re-runs still queued in
     worker threads must not start what nobody will end (the interpreter waits for those threads)."""
     with _lock:
-        if _closing:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
-            return
         _groups.add(pgid)
         _tell_reaper(f"+{pgid}")
+    if _closing:  # set before the signal's own look at the groups: one of the two ends this group
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
 
 
 def forget(pgid: int) -> None:
@@ -148,8 +147,11 @@ def _alive(pgid: int) -> bool:
 
 
 def end_all(grace: float = GRACE_S) -> list[int]:
-    """SIGTERM every registered group, SIGKILL what is left after ``grace`` seconds; the groups ended."""
-    groups = running()
+    """SIGTERM every registered group, SIGKILL what is left after ``grace`` seconds; the groups ended.
+
+    Takes no lock: a signal handler calls it in the main thread, which may be holding the lock itself.
+    """
+    groups = sorted(_groups)  # one C-level copy under the GIL
     for pgid in groups:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGTERM)
@@ -166,8 +168,7 @@ def end_all(grace: float = GRACE_S) -> list[int]:
 
 def _handler(signum: int, frame: Any) -> None:
     global _closing
-    with _lock:
-        _closing = True
+    _closing = True  # no lock here (see end_all); register() checks it after adding a group
     end_all()
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
