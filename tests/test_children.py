@@ -197,3 +197,40 @@ def test_a_signal_while_the_main_thread_holds_the_lock_still_ends_zdoctor_and_it
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+# The signal lands on a probe's thread, not the main one, while the main thread waits for the probes.
+SIGNAL_ON_A_WORKER = textwrap.dedent("""
+    import os, signal, sys, threading, time
+    from zdoctor import children, registry, runner
+    from zdoctor.host import LiveHost
+    children.install_signal_handlers()
+
+    @registry.probe("t.sleeper", title="sleeps", timeout=600)
+    def sleeper(host):
+        ev = runner.run([sys.executable, "-c", "import time; time.sleep(600)"], timeout=600,
+                        on_start=lambda pid: print(pid, flush=True))
+        return {}, [ev]
+
+    def aim():
+        time.sleep(2)
+        worker = next(t for t in threading.enumerate() if t.name == "probe:t.sleeper")
+        signal.pthread_kill(worker.ident, getattr(signal, sys.argv[1]))
+
+    threading.Thread(target=aim, daemon=True).start()
+    LiveHost().results(["t.sleeper"])
+""")
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_signal_delivered_to_a_probe_thread_still_ends_zdoctor(sig):
+    proc = subprocess.Popen([sys.executable, "-c", SIGNAL_ON_A_WORKER, sig], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        child = int(proc.stdout.readline())
+        proc.wait(30)  # the main thread sat in one long join and never ran the handler
+        assert wait_for(lambda: dead(child), 15), "the child outlived zdoctor"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -27,6 +27,8 @@ PR_SET_PDEATHSIG = 1
 HANDLED_SIGNALS = ("SIGHUP", "SIGTERM", "SIGINT")
 #: How long the groups get to exit after SIGTERM before SIGKILL.
 GRACE_S = 1.0
+#: The longest the main thread waits without returning to Python (where signal handlers run).
+WAIT_SLICE_S = 0.25
 
 _groups: set[int] = set()
 _lock = threading.Lock()
@@ -128,6 +130,30 @@ def forget(pgid: int) -> None:
     with _lock:
         _groups.discard(pgid)
         _tell_reaper(f"-{pgid}")
+
+
+def join(thread: threading.Thread, timeout: float | None = None) -> None:
+    """``thread.join(timeout)`` in short slices.
+
+    The kernel may hand a signal to any thread; Python runs its handler only in the main thread, and only
+    once that thread is back in Python code. A main thread blocked in one long join would never see it.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while thread.is_alive():
+        left = WAIT_SLICE_S if deadline is None else min(WAIT_SLICE_S, deadline - time.monotonic())
+        if left <= 0:
+            return
+        thread.join(left)
+
+
+def as_completed(futures: Any) -> Any:
+    """``concurrent.futures.as_completed`` waiting in short slices (see :func:`join`)."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    pending = set(futures)
+    while pending:
+        done, pending = wait(pending, timeout=WAIT_SLICE_S, return_when=FIRST_COMPLETED)
+        yield from done
 
 
 def running() -> list[int]:

@@ -12,10 +12,11 @@ import threading
 import time
 import typing
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import children
 from ..errors import InputError, UsageError
 from ..runner import run, run_streaming
 from . import launch
@@ -138,7 +139,7 @@ def _per_node(hosts: Sequence[str], opts: launch.FleetOptions, on_node: OnNode |
     results: dict[str, NodeRun] = {}
     with ThreadPoolExecutor(max_workers=max(1, min(opts.parallel, len(hosts)))) as pool:
         futures = {pool.submit(_one, h, build(h, opts), opts, on_start): h for h in hosts}
-        for fut in as_completed(futures):
+        for fut in children.as_completed(futures):
             h = futures[fut]
             results[h] = fut.result()
             if on_node:

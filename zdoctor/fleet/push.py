@@ -25,10 +25,10 @@ import re
 import shlex
 import typing
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .. import __version__
+from .. import __version__, children
 from ..errors import UsageError
 from ..runner import run
 from . import launch
@@ -184,7 +184,7 @@ def collect_with_push(hosts: Sequence[str], opts: launch.FleetOptions, bundle: P
                                ev.duration_s, on_start)
 
             futures = {pool.submit(ask, h): h for h in hosts}
-        for fut in as_completed(futures):
+        for fut in children.as_completed(futures):
             h = futures[fut]
             results[h] = fut.result()
             if on_node:

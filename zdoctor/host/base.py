@@ -8,6 +8,7 @@ import traceback
 from collections.abc import Iterable
 from typing import Any
 
+from .. import children
 from ..model import Evidence, ProbeResult
 from ..registry import PROBES, Facts
 
@@ -52,7 +53,7 @@ class Host:
         for t in threads:
             t.start()
         for t in threads:
-            t.join()
+            children.join(t)
         return Facts({n: self._results[n] for n in wanted})
 
     def settle(self, name: str, result: ProbeResult) -> ProbeResult:
@@ -91,7 +92,7 @@ def run_probe_guarded(host: Host, name: str) -> ProbeResult:
     t0 = time.monotonic()
     worker = threading.Thread(target=target, name=f"probe:{name}", daemon=True)
     worker.start()
-    worker.join(spec.timeout)
+    children.join(worker, spec.timeout)
     duration = time.monotonic() - t0
     if worker.is_alive():
         return ProbeResult(
