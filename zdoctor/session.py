@@ -434,7 +434,9 @@ class SessionLog:
             fd = os.open(path, flags)
         except OSError as exc:
             raise InputError(f"cannot append to session log {path}: {exc.strerror or exc}") from None
-        log = cls(session_id, path, fd, max(seqs, default=0) + 1, os.fstat(fd).st_size)
+        # end 0: the first append reads every seq under the lock, including lines another writer added
+        # after load_events above (taking the file's size here would skip those and reuse their numbers)
+        log = cls(session_id, path, fd, max(seqs, default=0) + 1, 0)
         log._results = {k for k in (_result_key(e.get("type"), e) for e in events) if k is not None}
         data: dict[str, Any] = {"session_id": session_id, "zdoctor_version": __version__,
                                 "resumed": time.time(), "dropped_torn_bytes": dropped}
