@@ -136,14 +136,19 @@ def _one(host: str, argv: list[str], opts: launch.FleetOptions, on_start: OnStar
 def _per_node(hosts: Sequence[str], opts: launch.FleetOptions, on_node: OnNode | None,
               on_start: OnStart | None) -> list[NodeRun]:
     build = launch.ssh_argv if opts.launcher == "ssh" else launch.srun_argv
-    results: dict[str, NodeRun] = {}
     with ThreadPoolExecutor(max_workers=max(1, min(opts.parallel, len(hosts)))) as pool:
         futures = {pool.submit(_one, h, build(h, opts), opts, on_start): h for h in hosts}
-        for fut in children.as_completed(futures):
-            h = futures[fut]
-            results[h] = fut.result()
-            if on_node:
-                on_node(results[h])
+        return gather(futures, hosts, on_node)
+
+
+def gather(futures: dict[Any, str], hosts: Sequence[str], on_node: OnNode | None) -> list[NodeRun]:
+    """Each node's run as it completes (told to ``on_node``), then all of them in host order."""
+    results: dict[str, NodeRun] = {}
+    for fut in children.as_completed(futures):
+        h = futures[fut]
+        results[h] = fut.result()
+        if on_node:
+            on_node(results[h])
     return [results[h] for h in hosts]
 
 

@@ -28,11 +28,11 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .. import __version__, children
+from .. import __version__
 from ..errors import UsageError
 from ..runner import run
 from . import launch
-from .collect import OUTPUT_CAP, NodeRun, classify, split_pdsh
+from .collect import OUTPUT_CAP, NodeRun, classify, gather, split_pdsh
 
 MARK = "@@zdoctor-push-dir"
 #: What ``mktemp -d "$TMPDIR/zdoctor-push.XXXXXXXXXX"`` makes: an absolute path of plain characters.
@@ -160,7 +160,6 @@ def collect_with_push(hosts: Sequence[str], opts: launch.FleetOptions, bundle: P
         raise UsageError(f"zdoctor fleet: --push: srun runs the bundle as the step's program: chmod +x {bundle}")
     launch.remote_argv(opts)
     line = ask_line(opts)
-    results: dict[str, NodeRun] = {}
     with ThreadPoolExecutor(max_workers=max(1, min(opts.parallel, len(hosts)))) as pool:
         futures = {}
         if opts.launcher == "pdsh":
@@ -184,9 +183,4 @@ def collect_with_push(hosts: Sequence[str], opts: launch.FleetOptions, bundle: P
                                ev.duration_s, on_start)
 
             futures = {pool.submit(ask, h): h for h in hosts}
-        for fut in children.as_completed(futures):
-            h = futures[fut]
-            results[h] = fut.result()
-            if on_node:
-                on_node(results[h])
-    return [results[h] for h in hosts]
+        return gather(futures, hosts, on_node)
