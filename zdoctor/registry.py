@@ -84,6 +84,8 @@ class CheckSpec:
     func: Callable[[Facts], list[Finding]]
     title: str
     probes: tuple[str, ...]
+    #: The symptom kinds its findings can explain (see :mod:`zdoctor.symptoms`).
+    explains: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -148,11 +150,13 @@ def probe(name: str, *, title: str, timeout: float = 30.0, needs: tuple[str, ...
     return deco
 
 
-def check(name: str, *, title: str, probes: tuple[str, ...]):
-    """Register ``func(facts) -> [Finding]`` as check ``name`` reading the given probes."""
+def check(name: str, *, title: str, probes: tuple[str, ...], explains: tuple[str, ...] = ()):
+    """Register ``func(facts) -> [Finding]`` as check ``name`` reading the given probes; ``explains`` names
+    the symptom kinds its findings can explain (the check then reads the ``symptoms`` probe too)."""
 
     def deco(func: Callable[[Facts], list[Finding]]):
-        CHECKS[name] = CheckSpec(name, func, title, probes)
+        reads = tuple(dict.fromkeys((*probes, "symptoms"))) if explains else probes
+        CHECKS[name] = CheckSpec(name, func, title, reads, tuple(explains))
         return func
 
     return deco
