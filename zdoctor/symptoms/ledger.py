@@ -17,11 +17,7 @@ from ..model import Evidence, Finding
 from ..registry import CHECKS, Facts
 from ..rules.signatures import signature
 from .match import symptoms_of
-from .model import SOURCE_WORDS, Symptom
-
-#: Statuses of a finding that can explain a symptom.
-EXPLAINING = frozenset({"fail", "warn", "crash"})
-UNEXPLAINED_PREFIX = "symptom.unexplained."
+from .model import SOURCE_WORDS, UNEXPLAINED_PREFIX, Symptom, explained_by
 
 
 @dataclass
@@ -36,6 +32,7 @@ class Entry:
         return bool(self.explained_by)
 
     def to_dict(self) -> dict[str, Any]:
+        """The entry as the report and the exports show it (the shape :func:`..view.ledger_entries` gives)."""
         s = self.symptom
         return {"id": s.id, "source": s.source, "where": s.where, "text": s.text, "kind": s.kind,
                 "signature": s.signature, "explained_by": list(self.explained_by)}
@@ -43,12 +40,8 @@ class Entry:
 
 def build(symptoms: Iterable[Symptom], findings: Iterable[Finding]) -> list[Entry]:
     """Join symptoms with the problem-stating findings whose ``explains`` names them."""
-    findings = [f for f in findings if not f.id.startswith(UNEXPLAINED_PREFIX)]
-    out = []
-    for s in symptoms:
-        by = sorted({f.id for f in findings if f.status in EXPLAINING and s.id in f.explains})
-        out.append(Entry(s, by))
-    return out
+    triples = [(f.id, f.status, f.explains) for f in findings]
+    return [Entry(s, explained_by(s.id, triples)) for s in symptoms]
 
 
 def explaining_checks(kinds: Iterable[str]) -> list[str]:

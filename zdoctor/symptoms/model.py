@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 #: Where a symptom was seen.
 SOURCES = ("command", "log", "user", "process")
 #: What each source is called in sentences.
+#: Statuses of a finding that can explain a symptom: an ``ok`` or a ``skip`` never explains a failure.
+EXPLAINING = frozenset({"fail", "warn", "crash"})
+#: Id prefix of the finding that stands for a symptom nothing explains.
+UNEXPLAINED_PREFIX = "symptom.unexplained."
 SOURCE_WORDS = {"command": "the --command run", "log": "the --log file", "user": "the message you gave",
                 "process": "the hung run"}
+
+
+def explained_by(symptom_id: str, findings: Iterable[tuple[str, str, Iterable[str]]]) -> list[str]:
+    """The ids of the findings, given as ``(id, status, explains)``, that explain ``symptom_id``: they say so
+    and state a problem; the ledger's own unexplained findings never count."""
+    return sorted({fid for fid, status, explains in findings if status in EXPLAINING
+                   and not fid.startswith(UNEXPLAINED_PREFIX) and symptom_id in explains})
 
 
 @dataclass
