@@ -12,6 +12,7 @@ from .events import FindingRecorded, ProbeRecorded, Recorder, SummaryRecorded, n
 from .host import Host
 from .model import FAILING, Finding, sort_findings, summarize
 from .registry import PROBES, load_vocabulary
+from .target import target_of
 
 if TYPE_CHECKING:
     from .playbook import Playbook
@@ -144,14 +145,20 @@ def check(host: Host, record: Recorder = no_record, playbooks: dict[str, Playboo
         FindingRecorded(finding=f.to_dict()).record(record)
     runs = walk_playbooks(host, record, books)
     report = CheckReport(host=host.info, findings=ordered, playbooks=runs, symptoms=[e.to_dict() for e in entries],
-                         incomplete=incomplete_reason(facts))
+                         incomplete=incomplete_reason(facts, target_of(host).command))
     SummaryRecorded(counts=report.summary).record(record)
     return report
 
 
-def incomplete_reason(facts: Any) -> str | None:
-    """Why the training environment itself could not be examined: its interpreter probe crashed or timed
-    out, the interpreter is not usable, or it has no torch; None when it was examined."""
+def incomplete_reason(facts: Any, command: str | None = None) -> str | None:
+    """Why the training environment itself could not be examined, or None when it was. With a ``--command``
+    the command is the training: incomplete only when it could not be run. Without one, the training
+    interpreter is examined: its probe crashed or timed out, it is not usable, or it has no torch."""
+    if command:
+        live = facts.get("livetrace") if hasattr(facts, "get") else None
+        if live is not None and live.status in ("crash", "timeout"):
+            return f"the --command run could not be traced: {live.error or live.status}"
+        return None
     res = facts.get("pyenv") if hasattr(facts, "get") else None
     if res is None:
         return None

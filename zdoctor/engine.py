@@ -157,6 +157,7 @@ class Walk:
         self.visits: Counter[str] = Counter()
         self._outcome: NodeOutcome | None = None
         self._seen_results: dict[str, ProbeResult] = {}
+        self._arrived_because = ""
         self._lock = threading.RLock()
 
     # -- recording ---------------------------------------------------------------------------------
@@ -366,6 +367,7 @@ class Walk:
             self._finish(f"stopped: {edge.to} would be visited {seen + 1} times (limit {self.max_visits}); "
                          f"the walk keeps going round the loop {edge.source} -> {edge.to}", "loop")
             return
+        self._arrived_because = reason
         self._emit(EdgeTaken(playbook=self.playbook.id, source=edge.source, to=edge.to, predicate=edge.when,
                              negate=edge.negate, reason=reason, override=override,
                              condition=edge.cond.to_dict() if edge.cond is not None else None))
@@ -373,7 +375,9 @@ class Walk:
 
     def _end_here(self, node: Node, reason: str) -> None:
         if node.kind in END_KINDS:
-            self._finish(f"reached {node.kind} {node.id}: {node.title}", None)
+            why = self._arrived_because
+            said = f" ({why})" if node.id == self.playbook.unexplained and why else ""
+            self._finish(f"reached {node.kind} {node.id}: {node.title}{said}", None)
         elif node.is_terminal:
             self._finish(f"ended at {node.kind} node {node.id}, which has no next step", "no-edge")
         else:
