@@ -105,13 +105,17 @@ def assess(facts: Facts, findings: list[Finding]) -> tuple[list[Entry], list[Fin
     return entries, [unexplained_finding(e, findings) for e in entries if not e.explained]
 
 
-def unexplained_on(host: Any) -> list[Entry]:
-    """The symptoms on ``host`` that no finding explains: the checks able to explain each symptom's kind
-    are evaluated (their probes run, once per host)."""
+def ledger_on(host: Any) -> list[Entry]:
+    """The ledger of ``host``: the checks able to explain each symptom's kind are evaluated (their probes
+    run, once per host)."""
     symptoms = symptoms_of(host.results(["symptoms"]))
     if not symptoms:
         return []
     names = explaining_checks({s.kind for s in symptoms})
     facts = host.results(probes_for(names)) if names else Facts({})
-    findings = [f for name in names for f in evaluate_check(name, facts)]
-    return [e for e in build(symptoms, findings) if not e.explained]
+    return build(symptoms, [f for name in names for f in evaluate_check(name, facts)])
+
+
+def unexplained_on(host: Any) -> list[Entry]:
+    """The symptoms on ``host`` that no finding explains."""
+    return [e for e in ledger_on(host) if not e.explained]
