@@ -324,3 +324,42 @@ def test_a_session_recorded_before_symptoms_exports_with_none():
     assert "## What you saw" in md and "No symptom given" in md
     probes = [e for e in events if e.get("type") == "probe_result"]
     assert ledger_entries(probes, []) == []
+
+
+# -- the guide ----------------------------------------------------------------------------------------
+
+def test_the_guide_takes_a_pasted_error_at_80x24_and_the_walk_shows_it_unexplained(tmp_path):
+    import asyncio
+
+    import dsenv
+    from test_tui import make, name, plain, screen_text, settle, walk_to_diagnosis
+
+    from zdoctor.host import LiveHost
+
+    py = str(dsenv.ensure())
+
+    async def scenario() -> None:
+        host = LiveHost(python=py, env=clean_env())
+        app = make(host=host, argv=["tui"], export_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot, lambda: name(app) == "StartScreen" and app.screen.findings is not None,
+                         timeout=240, what="the first pass")
+            assert "paste the error you saw" in screen_text(app)
+            await pilot.press("s")
+            await pilot.press(*"RuntimeError: the frobnicator is misaligned")
+            await pilot.press("enter")
+            start = app.screen
+            await settle(pilot, lambda: bool(start.symptoms), timeout=120, what="the pasted symptom judged")
+            first = plain(start.query_one("#pass-findings"))
+            assert "S1" in first and "RuntimeError: the frobnicator is misaligned" in first and "UNEXPLAINED" in first
+            menu = start.query_one("#start-menu")
+            ids = [menu.get_option_at_index(i).id for i in range(menu.option_count)]
+            while ids[menu.highlighted] != "pb:toolchain":
+                await pilot.press("down")
+            await pilot.press("enter")
+            path = await walk_to_diagnosis(pilot, app)
+            assert path[-1] == "diag-unexplained", path
+            shown = plain(app.screen.query_one("#walk-symptoms"))
+            assert "UNEXPLAINED" in shown and "frobnicator" in shown
+
+    asyncio.run(scenario())
