@@ -46,7 +46,8 @@ def test_check_json_document(cli):
     doc = json.loads(proc.stdout)
     assert set(doc) >= {"version", "host", "findings", "summary", "playbooks", "session"}
     failing = [f for f in doc["findings"] if f["status"] in ("fail", "crash")]
-    assert proc.returncode == (1 if failing else 0)
+    unexplained = [s for s in doc["symptoms"] if not s["explained_by"]]
+    assert proc.returncode == doc["exit_code"] == (3 if doc["incomplete"] else 1 if failing or unexplained else 0)
     for f in doc["findings"]:
         assert set(f) >= {"id", "status", "title", "detail", "evidence", "remedies"}
         assert f["status"] in ("ok", "warn", "fail", "skip", "crash")
@@ -58,10 +59,10 @@ def test_check_json_document(cli):
     assert any(i.startswith("pyenv.") for i in ids)
 
 
-def test_check_fails_with_exit_1_for_a_missing_interpreter(cli, tmp_path):
+def test_check_with_a_missing_interpreter_is_incomplete_with_exit_3_and_fails_it(cli, tmp_path):
     missing = tmp_path / "no such env" / "bin" / "python"
     proc = cli(["check", "--json", "--python", str(missing)])
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 3, proc.stderr
     doc = json.loads(proc.stdout)
     failing = [f for f in doc["findings"] if f["status"] == "fail"]
     assert any(str(missing) in f["title"] + f["detail"] for f in failing)
@@ -228,7 +229,7 @@ def test_hostile_path_names_stay_inert(cli, tmp_path):
     hostile = tmp_path / "a b $(touch pwned); `touch pwned2`"
     hostile.mkdir()
     proc = cli(["check", "--json", "--python", str(hostile / "python")], cwd=str(tmp_path))
-    assert proc.returncode == 1
+    assert proc.returncode == 3  # the interpreter is not there: incomplete
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
     assert not Path("pwned").exists()
 

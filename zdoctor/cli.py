@@ -294,7 +294,7 @@ def cmd_playbooks(args: argparse.Namespace) -> int:
 
         load_vocabulary()
         for name, spec in sorted(PREDICATES.items()):
-            print(f"{name}  (reads {', '.join(spec.probes) or 'nothing'})")
+            print(f"{name}  (reads {', '.join(spec.reads) or 'nothing'})")
             print(f"    {spec.doc}")
         print("An edge may also say `when = {finding = \"ID\", status = [\"warn\", \"fail\"]}` or "
               "`when = {fact = \"probe.key\", equals = VALUE}` instead of naming a predicate.")

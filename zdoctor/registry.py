@@ -87,6 +87,12 @@ class CheckSpec:
     #: The symptom kinds its findings can explain (see :mod:`zdoctor.symptoms`).
     explains: tuple[str, ...] = ()
 
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """Every probe it reads: its own, and ``symptoms`` when it can explain one (read when there, never
+        needed: a check judges its own subject whether or not a symptom was given)."""
+        return (*self.probes, "symptoms") if self.explains and "symptoms" not in self.probes else self.probes
+
 
 @dataclass(frozen=True)
 class PredicateSpec:
@@ -155,8 +161,7 @@ def check(name: str, *, title: str, probes: tuple[str, ...], explains: tuple[str
     the symptom kinds its findings can explain (the check then reads the ``symptoms`` probe too)."""
 
     def deco(func: Callable[[Facts], list[Finding]]):
-        reads = tuple(dict.fromkeys((*probes, "symptoms"))) if explains else probes
-        CHECKS[name] = CheckSpec(name, func, title, reads, tuple(explains))
+        CHECKS[name] = CheckSpec(name, func, title, probes, tuple(explains))
         return func
 
     return deco
