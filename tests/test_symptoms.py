@@ -174,6 +174,7 @@ def test_a_command_hung_on_a_fifo_is_a_symptom_naming_the_call_it_waits_in(tmp_p
     (s,) = [s for s in doc["symptoms"] if s["kind"] == "hang"]
     assert s["text"].startswith("the command did not finish within 3 s")
     assert str(fifo) in s["text"]  # strace saw the open that never returned
+    assert "(cat): sleeping in " in s["text"]  # and /proc said where the process sleeps, just before the end
     assert rc == 1
 
 

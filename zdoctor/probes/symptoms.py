@@ -46,7 +46,8 @@ def _command_symptoms(host: Any, start: int) -> tuple[list[Symptom], list[str]]:
     ev = res.evidence[0] if res.evidence else None
     found = from_run(facts.get("exit_code"), bool(facts.get("timed_out")), ev.stdout if ev else "",
                      ev.stderr if ev else facts.get("stderr_tail", ""), timeout=facts.get("timeout"),
-                     waiting_in=facts.get("pending_calls") or [], start=start)
+                     waiting_in=[*(facts.get("pending_calls") or []), *(facts.get("stuck_states") or [])],
+                     start=start)
     return found, []
 
 
