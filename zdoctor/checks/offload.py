@@ -69,8 +69,21 @@ def _heredoc_tag(text: str) -> str:
     return tag
 
 
+def config_edit_needs_root(ds: dict) -> bool:
+    """Whether rewriting the ds_config needs root, from its recorded directory: one owned by root that only
+    root may write to. A config owned by the training user, or with no recorded owner, needs no root."""
+    own = ds.get("file") or {}
+    uid, mode = own.get("dir_owner_uid"), own.get("dir_mode")
+    if not isinstance(uid, int) or not isinstance(mode, str):
+        return False
+    try:
+        return uid == 0 and not int(mode, 8) & 0o022
+    except ValueError:
+        return False
+
+
 def nvme_patch_remedy(ds_path: str, target: str, block_size: int | None = None,
-                      text: str | None = None) -> Remedy | None:
+                      text: str | None = None, requires_root: bool = False) -> Remedy | None:
     """A remedy that moves the config's offload to NVMe at ``target``: back up, then write the patched file.
 
     The patched text is built by :func:`zdoctor.offload.dsconfig.nvme_patch` (only the offload blocks change)
@@ -87,7 +100,7 @@ def nvme_patch_remedy(ds_path: str, target: str, block_size: int | None = None,
     q = shell_quote(ds_path)
     commands = [f"cp -p -- {q} {shell_quote(ds_path + '.bak')}", f"cat > {q} <<'{tag}'\n{body}{tag}"]
     return Remedy(title=f"Move offload to NVMe at {target} in {os.path.basename(ds_path)}", commands=commands,
-                  verified=False, requires_root=not os.access(os.path.dirname(ds_path) or ".", os.W_OK),
+                  verified=False, requires_root=requires_root,
                   undo=[f"mv -- {shell_quote(ds_path + '.bak')} {q}"],
                   explanation="Rewrites only " + ", ".join(patch.changed) + " (every other line, comments "
                   "included, stays), keeping the other settings of those blocks. The new text was read back "
@@ -184,7 +197,7 @@ def check_lints(facts: Facts) -> list[Finding]:
                     lines.append(f"  {note}")
         remedies = []
         if rule in ("nvme-without-path", "nvme-path") and ds and target and worst == "fail":
-            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"))
+            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), requires_root=config_edit_needs_root(ds))
             if r:
                 remedies.append(r)
         title = RULE_TITLES.get(rule, rule)
@@ -210,7 +223,7 @@ def check_patch(facts: Facts) -> list[Finding]:
     now = sorted({p["path"] for p in ds["nvme_paths"]})
     if not target or now == [target]:
         return []
-    r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"))
+    r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), requires_root=config_edit_needs_root(ds))
     if r is None:
         return [Finding(id=cid, status="skip", title=f"ds_config patch to {target}: not made",
                         detail=f"{ds['path']} could not be read back to patch it here (it is not in the recorded "
@@ -298,7 +311,7 @@ def check_capacity(facts: Facts) -> list[Finding]:
         ds = facts.of("dsconfig")
         target = _offload_target(facts)
         if ds and target:
-            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"))
+            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), requires_root=config_edit_needs_root(ds))
             if r:
                 remedies.append(r)
         elif ds:
