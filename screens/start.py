@@ -258,7 +258,9 @@ class StartScreen(ContextScreen):
     def next_line(self, findings: list[Finding]) -> str:
         """The one "what to do next" line (see :func:`zdoctor.guide.next_step`)."""
         from zdoctor.guide import next_step
+        from zdoctor.playbook import load_all
 
         res = self.ctx.host.recorded().get("pyenv")
         pyenv = res.facts if res is not None and res.status == "ok" else None
-        return next_step(findings, pyenv, replay=self.ctx.host.info.get("kind") == "replay")
+        return next_step(findings, pyenv, replay=self.ctx.host.info.get("kind") == "replay", host=self.ctx.host,
+                         books=load_all())

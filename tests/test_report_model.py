@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -492,3 +493,35 @@ def test_a_session_whose_fixes_were_declined_or_practised_does_not_say_applied(s
     assert "## What was applied" not in md and "## What was done with the fixes" in md
     assert "What was applied" not in doc and "<h2>What was done with the fixes</h2>" in doc
     assert "## What was applied" in render(load_events(APPLIED), "md")
+
+
+def test_the_start_screen_suggests_only_a_walk_that_reaches_its_finding():
+    """On the part 2 node (no GPU recorded) the gpu-stack walk ends at the driver step: the memlock warning is
+    never on its path, so the start screen may not send the user there "for a warning"; every walk it does
+    suggest, for every practice node, shows the finding it names."""
+    from zdoctor.doctor import run_checks
+    from zdoctor.guide import findings_on_walk, next_step
+    from zdoctor.host import ReplayHost
+    from zdoctor.playbook import load_all
+    from zdoctor.practice import load_scenarios
+    from zdoctor.registry import load_vocabulary
+
+    load_vocabulary()
+    books = load_all()
+    for s in load_scenarios():
+        host = ReplayHost.load(str(s.snapshot))
+        _facts, found = run_checks(host)
+        for f in [x for x in found if x.status in ("fail", "warn")]:
+            line = next_step([f], None, replay=True, host=host, books=books)
+            m = re.match(r"Next: walk (\S+) \(select it below\), for a (?:warning|failure): (.*)$", line)
+            if m:
+                assert m.group(2) == f.title and f.id in findings_on_walk(books[m.group(1)], host), (s.id, line)
+            else:
+                assert line.startswith("Next: read the ") and "no walk reaches it" in line, line
+                assert all(f.id not in findings_on_walk(b, host) for b in books.values()), (s.id, f.id)
+    part2 = ReplayHost.load(str(next(s for s in load_scenarios() if s.part == 2).snapshot))
+    _facts, found = run_checks(part2)
+    memlock = [f for f in found if f.id == "gpu.limits.memlock"]
+    assert memlock and memlock[0].status == "warn"
+    line = next_step(memlock, None, replay=True, host=part2, books=books)
+    assert "walk gpu-stack" not in line and memlock[0].title in line
