@@ -525,3 +525,26 @@ def test_the_start_screen_suggests_only_a_walk_that_reaches_its_finding():
     assert memlock and memlock[0].status == "warn"
     line = next_step(memlock, None, replay=True, host=part2, books=books)
     assert "walk gpu-stack" not in line and memlock[0].title in line
+
+
+def test_counted_nouns_agree_with_their_number():
+    """"(1 rows)", "1 NVMe drive(s)", "process(es)": every finding of every practice node says "1 row" /
+    "2 rows"; a copy that lacks a needed version is no check mark."""
+    from zdoctor.doctor import check
+    from zdoctor.host import ReplayHost
+    from zdoctor.plural import count_of
+    from zdoctor.practice import load_scenarios
+
+    assert [count_of(1, "row"), count_of(2, "row"), count_of(1, "process"), count_of(3, "process"),
+            count_of(2, "copy")] == ["1 row", "2 rows", "1 process", "3 processes", "2 copies"]
+    for s in load_scenarios():
+        report = check(ReplayHost.load(str(s.snapshot)))
+        for f in report.findings:
+            for text in (f.title, f.detail or ""):
+                assert not re.search(r"\w\((?:s|es)\)", text), (s.id, f.id, text[:200])
+            if f.status == "ok":
+                assert not re.search(r"\black(s)?\b|\bmissing\b|\bnot found\b", f.title), (s.id, f.id, f.title)
+        by_id = {f.id: f for f in report.findings}
+        if s.part == 2:
+            assert by_id["storage.unmounted-nvme"].title.startswith("1 NVMe drive present but not mounted")
+            assert "Job: 1 node x 8 GPUs" in by_id["offload.capacity"].detail

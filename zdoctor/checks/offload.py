@@ -17,6 +17,7 @@ from ..errors import InputError
 from ..model import Finding, Remedy
 from ..offload import planner
 from ..offload.dsconfig import load_config, nvme_patch, parse_config
+from ..plural import count_of
 from ..registry import Facts, check, predicate
 from ..shellquote import shell_quote
 from . import not_checked
@@ -248,7 +249,8 @@ def check_capacity(facts: Facts) -> list[Finding]:
     layer = f"{cap['largest_layer']:,}" if cap.get("largest_layer") else "unknown"
     head = [f"Model: {cap['params']:,} parameters ({cap['params_source']}); largest layer "
             f"{layer} ({cap['largest_layer_source']}).",
-            f"Job: {cap['nodes']} node(s) x {cap['gpus_per_node'] or 'an unknown number of'} GPU(s) "
+            f"Job: {count_of(cap['nodes'], 'node')} x "
+            + (count_of(cap["gpus_per_node"], "GPU") if cap["gpus_per_node"] else "an unknown number of GPUs") + " "
             f"({cap['gpus_per_node_source']}).",
             f"This node: MemAvailable {_gib(m.get('mem_available'))} (measured now: a running job's own memory is "
             f"not available), SwapFree {_gib(m.get('swap_free'))} (not counted), GPU memory "
@@ -452,9 +454,10 @@ def check_gpu_util(facts: Facts) -> list[Finding]:
     if starved:
         lines.append(f"Busy less than {GPU_STARVED_PCT:g}% of the time on average: the GPUs wait for the offload path "
                      "(CPU optimizer, PCIe transfers, NVMe swaps). Only meaningful while the job is training.")
-        return [Finding(id=cid, status="warn", title=f"{len(starved)} of {len(gpus)} GPU(s) mostly idle while "
+        idle = f"{len(starved)} of {count_of(len(gpus), 'GPU')}"
+        return [Finding(id=cid, status="warn", title=f"{idle} mostly idle while "
                         "sampled", detail="\n".join(lines), evidence=ev)]
-    return [Finding(id=cid, status="ok", title=f"GPU utilisation: {len(gpus)} GPU(s) busy while sampled",
+    return [Finding(id=cid, status="ok", title=f"GPU utilisation: {count_of(len(gpus), 'GPU')} busy while sampled",
                     detail="\n".join(lines), evidence=ev)]
 
 
