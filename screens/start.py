@@ -139,19 +139,25 @@ class StartScreen(ContextScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         with VerticalScroll(id="start-top"):
-            # the first pass before the node's description: at 80x24 a failing finding shows without scrolling
+            # the first pass's failures before the node's description, the other findings after it: at 80x24
+            # a failing finding shows without scrolling
             yield Static(Text("First pass of every check", style="bold underline"), id="pass-title")
             yield ProbePanel(id="pass-probes")
             yield Static("", id="pass-findings")
             yield Static(glance_text(self.ctx.host, self.glance_width()), id="glance")
+            yield Static("", id="pass-rest")
         yield Static(Text("Next: wait for the first pass of every check (c cancels a slow probe)", style="bold"),
                      id="next-step")
         yield OptionList(id="start-menu")
         yield KeyBar()
 
     def glance_width(self) -> int | None:
-        """The glance's line width (the screen's less the padding), once the screen has a size."""
-        return self.size.width - 2 if self.size.width > 10 else None
+        """The glance's line width (its own content width, inside padding), once laid out."""
+        try:
+            width = self.query_one("#glance", Static).content_size.width
+        except Exception:  # noqa: BLE001 - not composed yet
+            return None
+        return width - 2 if width > 10 else None  # less room for a scroll bar that may appear
 
     def on_resize(self) -> None:
         self.query_one("#glance", Static).update(glance_text(self.ctx.host, self.glance_width()))
@@ -273,9 +279,14 @@ class StartScreen(ContextScreen):
     def show_findings(self, findings: list[Finding]) -> None:
         self.findings = findings
         panel = self.query_one(ProbePanel)
-        out = Text.assemble(summary_text(findings), "   ", panel.summary(), "\n")
-        out.append_text(findings_text(findings))
+        failing = [f for f in findings if f.status in ("fail", "crash")]
+        out = Text.assemble(summary_text(findings), "   ", panel.summary())
+        if failing:
+            out.append("\n")
+            out.append_text(findings_text(failing))
         self.query_one("#pass-findings", Static).update(out)
+        rest = findings_text([f for f in findings if f not in failing])
+        self.query_one("#pass-rest", Static).update(rest)
         panel.display = False
         self.query_one("#glance", Static).update(glance_text(self.ctx.host, self.glance_width()))
         self.query_one("#next-step", Static).update(Text(self.next_line(findings), style="bold"))
