@@ -2,7 +2,7 @@
 on the same node as part 1, and amend part 1 with that node's facts.
 
 Both parts tell of one node, ``train-node-01``: part 1's recording gives its identity (OS, kernel, memory,
-the training venv /opt/ds-env with torch and DeepSpeed); the recorded ``ssd-node`` block-device tree gives
+the training venv /opt/ds-env with torch and DeepSpeed); the block-device tree ``train-node-01`` gives
 its disks (root on nvme0n1p2, ``/ssd`` a SATA SSD on sda, a blank NVMe drive); ``scenario-node`` gives
 the startup files of its user alice (the ``~/.bashrc`` line that puts /opt/conda/lib on LD_LIBRARY_PATH).
 The node's own figures (kernel, CPUs, memory, /dev/shm, no swap, bare metal) are :data:`NODE_MEMINFO_KB` and
@@ -55,7 +55,7 @@ PART1 = "conda-ld-library-path.json"
 PART2 = "slow-ssd-offload.json"
 SCENARIO_NODE = FIX / "scenario-node"
 DS_ENV_SHOWN = "/opt/ds-env"
-#: The node's disks as the ssd-node tree has them: the root file system, and /ssd's free space (one figure).
+#: The node's disks as its tree has them: the root file system, and /ssd's free space (one figure).
 ROOT_DEVICE = "/dev/nvme0n1p2"
 SSD = {"device": "/dev/sda", "name": "sda", "point": "/ssd", "fstype": "xfs", "majmin": "8:0",
        "total": 999_653_638_144, "avail": 657_537_581_056}
