@@ -271,7 +271,7 @@ def test_gpusample_probe_and_check(fake_nvml):
     assert facts["gpusample"].status == "ok" and facts["gpusample"].facts["samples"] >= 2
     assert pred("gpu_underutilised", facts)
     f = found["offload.gpu-util"]
-    assert f.status == "warn" and f.title == "1 of 2 GPU(s) mostly idle while sampled"
+    assert f.status == "warn" and f.title == "1 of 2 GPUs mostly idle while sampled"
 
 
 def test_nvml_unavailable_is_a_skip(monkeypatch):

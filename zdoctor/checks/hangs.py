@@ -9,11 +9,15 @@ from typing import Any
 
 from ..forensics.versions import gcc_release_for
 from ..model import Finding, Remedy
+from ..plural import count_of
 from ..probes.gccver import version_tuple
 from ..probes.hangs import duration, show
 from ..registry import Facts, check, predicate
 from ..shellquote import shell_quote
 from . import not_checked
+
+#: The processes the hang check counts, as a counted noun.
+JOB_PROCESS = "python, launcher or compiler process"
 
 #: On a network file system a lock younger than this may belong to a build running on another node.
 NETWORK_GRACE_S = 30 * 60
@@ -214,10 +218,10 @@ def check_processes(facts: Facts) -> list[Finding]:
     stuck = [p for p in plist if p.get("state_letter") == "D"]
     if not stuck:
         return [Finding(id=cid, status="ok",
-                        title=f"{len(plist)} python, launcher or compiler process(es), none stuck in the kernel",
+                        title=f"{count_of(len(plist), JOB_PROCESS)}, none stuck in the kernel",
                         detail="\n".join(lines) or "All of them are running or sleeping interruptibly.",
                         evidence=ev)]
-    detail = [f"{len(stuck)} process(es) in state D (uninterruptible sleep): they wait inside the kernel, "
+    detail = [f"{count_of(len(stuck), 'process')} in state D (uninterruptible sleep): they wait inside the kernel, "
               "for a disk or network file system (NFS, Lustre), the GPU driver or pinned-memory allocation, "
               "and cannot even be killed until that wait ends. The wait channel names the kernel function "
               "they wait in.", ""]
@@ -233,7 +237,7 @@ def check_processes(facts: Facts) -> list[Finding]:
                "'task ... blocked for more than 120 seconds' reports for the same processes."]
     if lines:
         detail += [""] + lines
-    return [Finding(id=cid, status="warn", title=f"{len(stuck)} python, launcher or compiler process(es) stuck in "
+    return [Finding(id=cid, status="warn", title=f"{count_of(len(stuck), JOB_PROCESS)} stuck in "
                     f"uninterruptible sleep (wchan {', '.join(sorted({p.get('wchan') or '?' for p in stuck}))})",
                     detail="\n".join(detail), evidence=ev)]
 
@@ -264,7 +268,7 @@ def check_corrupt_ops(facts: Facts) -> list[Finding]:
         return [Finding(id=cid, status="skip", title="Damaged JIT-built ops: nothing to check (no op has been "
                         "built here yet)", detail=f"No built op .so in {jit.get('base')}.", evidence=ev)]
     if not bad:
-        return [Finding(id=cid, status="ok", title=f"{len(built)} JIT-built op(s), none damaged",
+        return [Finding(id=cid, status="ok", title=f"{count_of(len(built), 'JIT-built op')}, none damaged",
                         detail="Every built .so in the extension cache is a readable ELF file.", evidence=ev)]
     out: list[Finding] = []
     used: set[str] = set()

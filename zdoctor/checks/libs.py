@@ -328,7 +328,9 @@ def check_inventory(facts: Facts) -> list[Finding]:
         lines = [f"{c['path']}: damaged, {c['error']}; {', '.join(c.get('found_as') or [])}" for c in damaged]
         detail = "\n".join(filter(None, [detail, *lines]))
         return [Finding(id="libs.inventory", status="warn", title=title, detail=detail, evidence=ev)]
-    return [Finding(id="libs.inventory", status="ok", title=title, detail=detail, evidence=ev)]
+    # a title that states a problem (a copy lacks a needed version) is a warning, never under a check mark
+    lacking = "lack" in title
+    return [Finding(id="libs.inventory", status="warn" if lacking else "ok", title=title, detail=detail, evidence=ev)]
 
 
 @check("libs.interpreter-rpath", title="The interpreter's DT_RPATH", probes=("libs", "livetrace"))

@@ -17,6 +17,7 @@ from ..errors import InputError
 from ..model import Finding, Remedy
 from ..offload import planner
 from ..offload.dsconfig import load_config, nvme_patch, parse_config
+from ..plural import count_of
 from ..registry import Facts, check, predicate
 from ..shellquote import shell_quote
 from . import not_checked
@@ -69,8 +70,21 @@ def _heredoc_tag(text: str) -> str:
     return tag
 
 
+def config_edit_needs_root(ds: dict) -> bool:
+    """Whether rewriting the ds_config needs root, from its recorded directory: one owned by root that only
+    root may write to. A config owned by the training user, or with no recorded owner, needs no root."""
+    own = ds.get("file") or {}
+    uid, mode = own.get("dir_owner_uid"), own.get("dir_mode")
+    if not isinstance(uid, int) or not isinstance(mode, str):
+        return False
+    try:
+        return uid == 0 and not int(mode, 8) & 0o022
+    except ValueError:
+        return False
+
+
 def nvme_patch_remedy(ds_path: str, target: str, block_size: int | None = None,
-                      text: str | None = None) -> Remedy | None:
+                      text: str | None = None, requires_root: bool = False) -> Remedy | None:
     """A remedy that moves the config's offload to NVMe at ``target``: back up, then write the patched file.
 
     The patched text is built by :func:`zdoctor.offload.dsconfig.nvme_patch` (only the offload blocks change)
@@ -87,7 +101,7 @@ def nvme_patch_remedy(ds_path: str, target: str, block_size: int | None = None,
     q = shell_quote(ds_path)
     commands = [f"cp -p -- {q} {shell_quote(ds_path + '.bak')}", f"cat > {q} <<'{tag}'\n{body}{tag}"]
     return Remedy(title=f"Move offload to NVMe at {target} in {os.path.basename(ds_path)}", commands=commands,
-                  verified=False, requires_root=not os.access(os.path.dirname(ds_path) or ".", os.W_OK),
+                  verified=False, requires_root=requires_root,
                   undo=[f"mv -- {shell_quote(ds_path + '.bak')} {q}"],
                   explanation="Rewrites only " + ", ".join(patch.changed) + " (every other line, comments "
                   "included, stays), keeping the other settings of those blocks. The new text was read back "
@@ -184,7 +198,7 @@ def check_lints(facts: Facts) -> list[Finding]:
                     lines.append(f"  {note}")
         remedies = []
         if rule in ("nvme-without-path", "nvme-path") and ds and target and worst == "fail":
-            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"))
+            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), requires_root=config_edit_needs_root(ds))
             if r:
                 remedies.append(r)
         title = RULE_TITLES.get(rule, rule)
@@ -210,7 +224,7 @@ def check_patch(facts: Facts) -> list[Finding]:
     now = sorted({p["path"] for p in ds["nvme_paths"]})
     if not target or now == [target]:
         return []
-    r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"))
+    r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), requires_root=config_edit_needs_root(ds))
     if r is None:
         return [Finding(id=cid, status="skip", title=f"ds_config patch to {target}: not made",
                         detail=f"{ds['path']} could not be read back to patch it here (it is not in the recorded "
@@ -235,7 +249,8 @@ def check_capacity(facts: Facts) -> list[Finding]:
     layer = f"{cap['largest_layer']:,}" if cap.get("largest_layer") else "unknown"
     head = [f"Model: {cap['params']:,} parameters ({cap['params_source']}); largest layer "
             f"{layer} ({cap['largest_layer_source']}).",
-            f"Job: {cap['nodes']} node(s) x {cap['gpus_per_node'] or 'an unknown number of'} GPU(s) "
+            f"Job: {count_of(cap['nodes'], 'node')} x "
+            + (count_of(cap["gpus_per_node"], "GPU") if cap["gpus_per_node"] else "an unknown number of GPUs") + " "
             f"({cap['gpus_per_node_source']}).",
             f"This node: MemAvailable {_gib(m.get('mem_available'))} (measured now: a running job's own memory is "
             f"not available), SwapFree {_gib(m.get('swap_free'))} (not counted), GPU memory "
@@ -298,7 +313,7 @@ def check_capacity(facts: Facts) -> list[Finding]:
         ds = facts.of("dsconfig")
         target = _offload_target(facts)
         if ds and target:
-            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"))
+            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), requires_root=config_edit_needs_root(ds))
             if r:
                 remedies.append(r)
         elif ds:
@@ -439,9 +454,10 @@ def check_gpu_util(facts: Facts) -> list[Finding]:
     if starved:
         lines.append(f"Busy less than {GPU_STARVED_PCT:g}% of the time on average: the GPUs wait for the offload path "
                      "(CPU optimizer, PCIe transfers, NVMe swaps). Only meaningful while the job is training.")
-        return [Finding(id=cid, status="warn", title=f"{len(starved)} of {len(gpus)} GPU(s) mostly idle while "
+        idle = f"{len(starved)} of {count_of(len(gpus), 'GPU')}"
+        return [Finding(id=cid, status="warn", title=f"{idle} mostly idle while "
                         "sampled", detail="\n".join(lines), evidence=ev)]
-    return [Finding(id=cid, status="ok", title=f"GPU utilisation: {len(gpus)} GPU(s) busy while sampled",
+    return [Finding(id=cid, status="ok", title=f"GPU utilisation: {count_of(len(gpus), 'GPU')} busy while sampled",
                     detail="\n".join(lines), evidence=ev)]
 
 

@@ -45,6 +45,7 @@ gpus [{index, name, util {min, mean, max}, mem_util, series, sparkline, errors}]
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ..errors import InputError
@@ -158,6 +159,17 @@ def _settings_table(eff: dict[str, Any]) -> Evidence:
                              hl)
 
 
+def _ownership(path: str) -> dict[str, Any] | None:
+    """Who owns the ds_config and the directory it sits in (uid, mode), as recorded on the node: whether
+    rewriting it needs root is judged from these, wherever the facts are read."""
+    try:
+        st = os.stat(path)
+        dst = os.stat(os.path.dirname(os.path.abspath(path)))
+    except OSError:
+        return None
+    return {"owner_uid": st.st_uid, "dir_owner_uid": dst.st_uid, "dir_mode": oct(dst.st_mode & 0o7777)}
+
+
 @probe("dsconfig", title="DeepSpeed config (ds_config) as DeepSpeed reads it", timeout=TARGET_TIMEOUT + 60,
        needs=("pyenv", "host_limits"))
 def dsconfig_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
@@ -179,6 +191,7 @@ def dsconfig_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
                              "stage": None, "devices": {}, "nvme_paths": [], "wall_clock_breakdown": None,
                              "uses_auto": False, "settings": None, "paths": {}, "memlock": None,
                              "hidden_size": None, "lints": [], "offload_target": _offload_target(host)}
+    facts["file"] = _ownership(path)
     try:
         cfg = load_config(path)
     except InputError as exc:
