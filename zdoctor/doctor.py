@@ -66,8 +66,8 @@ class CheckReport:
 
     @property
     def exit_code(self) -> int:
-        """3 when the training environment could not be examined, else 1 for a failing finding or an
-        unexplained symptom, else 0."""
+        """3 when the training environment itself could not be examined (first: every other verdict is then
+        partial), else 1 for a failing finding or an unexplained symptom, else 0."""
         if self.incomplete is not None:
             return 3
         return 1 if self.unexplained or any(f.status in FAILING for f in self.findings) else 0

@@ -76,6 +76,9 @@ class ProbeSpec:
     title: str
     timeout: float
     needs: tuple[str, ...]
+    #: Computed from other probes' results alone (never from the machine): a replayed snapshot that lacks
+    #: it computes it from what it recorded.
+    derived: bool = False
 
 
 @dataclass(frozen=True)
@@ -146,11 +149,12 @@ def load_vocabulary() -> None:
         importlib.import_module(mod)
 
 
-def probe(name: str, *, title: str, timeout: float = 30.0, needs: tuple[str, ...] = ()):
-    """Register ``func(host) -> (facts, evidence)`` as probe ``name``; ``needs`` are probes it reads."""
+def probe(name: str, *, title: str, timeout: float = 30.0, needs: tuple[str, ...] = (), derived: bool = False):
+    """Register ``func(host) -> (facts, evidence)`` as probe ``name``; ``needs`` are probes it reads;
+    ``derived``: it reads nothing but them (and the job's options), so a replay can compute it."""
 
     def deco(func: ProbeFunc) -> ProbeFunc:
-        PROBES[name] = ProbeSpec(name, func, title, timeout, needs)
+        PROBES[name] = ProbeSpec(name, func, title, timeout, needs, derived)
         return func
 
     return deco

@@ -52,7 +52,7 @@ def _command_symptoms(host: Any, start: int) -> tuple[list[Symptom], list[str]]:
 
 
 @probe("symptoms", title="What the user saw: the command's errors, the log's, a hung run, a pasted message",
-       timeout=180.0, needs=("livetrace",))
+       timeout=180.0, needs=("livetrace",), derived=True)
 def symptoms_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Every symptom, with where it was seen; and what could not be read."""
     target = target_of(host)
@@ -66,7 +66,8 @@ def symptoms_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
             found = [Symptom(id=f"S{len(symptoms) + 1}", source="user", text=lines[-1][:400], kind="error-line",
                              fields={"text": lines[-1][:400]}, where="--symptom")]
         symptoms += found
-    if target.command:
+    # A replayed node's command is the one its snapshot recorded (its livetrace holds the run).
+    if target.command or (host.info.get("kind") == "replay" and host.info.get("command")):
         found, why = _command_symptoms(host, len(symptoms) + 1)
         symptoms += found
         unread += why
