@@ -392,7 +392,7 @@ def gpusample_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
 # -- hostram ------------------------------------------------------------------------------------------
 
 @probe("hostram", title="Host memory beyond the offload estimate: swap buffers, inference, WSL2, kills",
-       timeout=60.0, needs=("dsconfig", "capacity"))
+       timeout=60.0, needs=("dsconfig", "capacity", "nvml"))
 def hostram_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Pinned buffers and parameter-only offload the estimator leaves out, memory now, kills in the log."""
     from ..offload import hostram
@@ -400,4 +400,5 @@ def hostram_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     opts = _options(host)
     ds = _facts(host, "dsconfig") or {}
     cap = _facts(host, "capacity") or {}
-    return hostram.collect(ds, cap, opts)
+    _mem, gpus, _src = planner.gpu_memory_from(_facts(host, "nvml") or _facts(host, "gpu"))
+    return hostram.collect(ds, cap, opts, gpu_count=gpus or None)
