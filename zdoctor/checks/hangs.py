@@ -184,9 +184,25 @@ def check_processes(facts: Facts) -> list[Finding]:
     if procs is None:
         return [not_checked(cid, "Training processes", "the processes probe gave no facts")]
     ev = facts.evidence("processes")
-    plist = procs.get("processes") or []
+    scope = procs.get("scope") or {"kind": "node"}
+    allp = procs.get("processes") or []
+    if scope.get("kind") in ("pid", "command"):
+        job = set(scope.get("pids") or [])
+        plist = [p for p in allp if p["pid"] in job]
+        others_stuck = [p for p in allp if p["pid"] not in job and p.get("state_letter") == "D"]
+        if not plist:
+            return [Finding(id=cid, status="skip", title="The job's processes: none found",
+                            detail=f"The job is {scope.get('how')}: {scope.get('missing') or 'none of them runs now'}. "
+                                   "Nothing was judged about other processes on this node.", evidence=ev)]
+        what = f"the job's {len(plist)} process(es)"
+        where = f"The job is {scope.get('how')}."
+    else:
+        plist, others_stuck = allp, []
+        what = f"{len(plist)} python, launcher or compiler process(es) on this node"
+        where = ("Which of them belong to the training job is not known (no --pid or --command): these are the "
+                 "python, launcher and compiler processes on this node, whoever started them.")
     if not plist:
-        return [Finding(id=cid, status="ok", title="No python, launcher or compiler process running",
+        return [Finding(id=cid, status="ok", title="No python, launcher or compiler process running on this node",
                         detail="No python, deepspeed, torchrun, accelerate, ninja or compiler process was found "
                                "(zdoctor's own are left out).", evidence=ev)]
     lines: list[str] = []
@@ -211,13 +227,16 @@ def check_processes(facts: Facts) -> list[Finding]:
     if waiting:
         lines.append(f"Pids {', '.join(map(str, waiting))} sleep in a poll loop like launches waiting on a stale "
                      "JIT build lock (see the stale-lock finding).")
+    if others_stuck:
+        lines.append(f"{len(others_stuck)} other process(es) on this node, not part of the job, are in state D: "
+                     + ", ".join(_describe(p, p["pid"]) for p in others_stuck))
     stuck = [p for p in plist if p.get("state_letter") == "D"]
     if not stuck:
-        return [Finding(id=cid, status="ok",
-                        title=f"{len(plist)} python, launcher or compiler process(es), none stuck in the kernel",
-                        detail="\n".join(lines) or "All of them are running or sleeping interruptibly.",
+        return [Finding(id=cid, status="ok", title=f"{what[0].upper()}{what[1:]}, none stuck in the kernel",
+                        detail="\n".join([where, *lines] if lines else
+                                         [where, "All of them are running or sleeping interruptibly."]),
                         evidence=ev)]
-    detail = [f"{len(stuck)} process(es) in state D (uninterruptible sleep): they wait inside the kernel, "
+    detail = [where, f"{len(stuck)} process(es) in state D (uninterruptible sleep): they wait inside the kernel, "
               "for a disk or network file system (NFS, Lustre), the GPU driver or pinned-memory allocation, "
               "and cannot even be killed until that wait ends. The wait channel names the kernel function "
               "they wait in.", ""]
@@ -233,7 +252,9 @@ def check_processes(facts: Facts) -> list[Finding]:
                "'task ... blocked for more than 120 seconds' reports for the same processes."]
     if lines:
         detail += [""] + lines
-    return [Finding(id=cid, status="warn", title=f"{len(stuck)} python, launcher or compiler process(es) stuck in "
+    of = "of the job's processes" if scope.get("kind") in ("pid", "command") else \
+        "python, launcher or compiler process(es) on this node"
+    return [Finding(id=cid, status="warn", title=f"{len(stuck)} {of} stuck in "
                     f"uninterruptible sleep (wchan {', '.join(sorted({p.get('wchan') or '?' for p in stuck}))})",
                     detail="\n".join(detail), evidence=ev)]
 
