@@ -115,8 +115,22 @@ def check_stale_lock(facts: Facts) -> list[Finding]:
     by_pid = _procs_by_pid(procs)
     stale = [lk for lk in locks if lk.get("stale")]
     trials = {t.get("lock"): t for t in (facts.get_fact("locktrial", "trials") or [])}
+    unscanned = list(jit.get("unscanned") or [])
+    if jit.get("truncated") and not unscanned:  # facts recorded before the list was kept
+        unscanned = [f"op dirs after the first {len(jit.get('ops') or [])} were not read"]
+    gaps = (["", f"Not scanned ({len(unscanned)}), so a lock there would not be seen:"]
+            + [f"- {show(x, 300)}" for x in unscanned[:20]]
+            + ([f"- ... and {len(unscanned) - 20} more"] if len(unscanned) > 20 else [])) if unscanned else []
     if not stale:
         live = [lk for lk in locks if lk.get("present")]
+        if unscanned and not live:
+            return [Finding(id=cid, status="warn",
+                            title=f"JIT build locks: {len(unscanned)} place(s) not scanned; no lock in the "
+                                  f"{len(jit.get('ops') or [])} op dir(s) read",
+                            detail="\n".join([f"Looked in {jit.get('base')} (from {jit.get('source')}). A stale lock "
+                                              "in a place that was not read would make launches wait forever "
+                                              "unseen; read it as its owner (or as root) to be sure.", *gaps]),
+                            evidence=ev)]
         if not live:
             if not jit.get("ops") and not any(r.get("exists") for r in jit.get("roots") or []):
                 return [Finding(id=cid, status="skip", title="JIT build locks: nothing to check (no op has been "
@@ -127,9 +141,11 @@ def check_stale_lock(facts: Facts) -> list[Finding]:
                             f"(from {jit.get('source')}); no op dir holds a `lock` file.", evidence=ev)]
         lines = [f"{lk['path']}: held by " + ", ".join(_describe(by_pid.get(p), p) for p in lk["holders"])
                  for lk in live]
-        return [Finding(id=cid, status="ok", title=f"{len(live)} JIT build(s) in progress",
+        return [Finding(id=cid, status="warn" if unscanned else "ok",
+                        title=f"{len(live)} JIT build(s) in progress"
+                              + (f"; {len(unscanned)} place(s) not scanned" if unscanned else ""),
                         detail="A live process holds each lock; launches that need the op wait for it.\n"
-                               + "\n".join(lines), evidence=ev)]
+                               + "\n".join(lines + gaps), evidence=ev)]
     out: list[Finding] = []
     used: set[str] = set()
     for lk in stale:
@@ -170,6 +186,7 @@ def check_stale_lock(facts: Facts) -> list[Finding]:
             lines += ["", "The op was never finished: there is no built .so in its dir."]
         if why:
             lines += [""] + why
+        lines += gaps
         out.append(Finding(id=f"{cid}.{_slug(_op_key(lk), used)}", status=status,
                            title=f"Stale JIT build lock for op {show(lk.get('op'), 60)}: launches that need it "
                                  "wait forever", detail="\n".join(lines), evidence=ev,
@@ -387,5 +404,8 @@ def jit_op_corrupt(facts: Facts) -> bool:
 @predicate("training_process_stuck", doc="a training process is in uninterruptible sleep (state D)",
            probes=("processes",))
 def training_process_stuck(facts: Facts) -> bool:
-    procs = facts.of("processes")
-    return any(p.get("state_letter") == "D" for p in (procs or {}).get("processes") or [])
+    procs = facts.of("processes") or {}
+    scope = procs.get("scope") or {"kind": "node"}
+    job = set(scope.get("pids") or []) if scope.get("kind") in ("pid", "command") else None
+    return any(p.get("state_letter") == "D" and (job is None or p.get("pid") in job)
+               for p in procs.get("processes") or [])

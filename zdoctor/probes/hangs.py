@@ -11,7 +11,9 @@
   lock_uid, lock_owner, lock_regular, lock_kind, dir_writable, build_cxx, build_compiler, build_compiler_path,
   build_compiler_realpath, so_info {kind, error, size, soname, needed, glibcxx_newest, cxxabi_newest,
   compilers, compiler_version}, python_tag_mismatch, in_use, errors.
-- ``truncated``: more op dirs than were read; ``locks``: lock paths; ``corrupt``: op dirs whose .so is bad.
+- ``truncated``: more op dirs than were read; ``unscanned``: what was not read, one line each (a directory
+  that could not be listed or whose listing hit its cap, the op dirs past the cap, an op dir whose lock
+  could not be looked up); ``locks``: lock paths; ``corrupt``: op dirs whose .so is bad.
 - ``deepspeed``: {installed, location, prebuilt_ops (paths of .so files shipped in the package)}.
 
 ``processes`` facts:
@@ -137,7 +139,8 @@ def collect_jitcache(env: dict[str, str], pyenv: dict[str, Any] | None) -> tuple
         roots.append({"path": root, "exists": os.path.isdir(root),
                       "tag": leaf if source != "TORCH_EXTENSIONS_DIR" and jc.TAG_RE.match(leaf) else None,
                       "mount": mount, "network": jc.is_network_fs((mount or {}).get("fstype"))})
-    ops = jc.scan_jit_cache(env, it["python_version"], expected=expected)
+    unscanned: list[str] = []
+    ops = jc.scan_jit_cache(env, it["python_version"], expected=expected, unscanned=unscanned)
     ds = it["deepspeed"]
     loc = ds.get("location") if isinstance(ds.get("location"), str) else None
     facts: dict[str, Any] = {
@@ -150,6 +153,7 @@ def collect_jitcache(env: dict[str, str], pyenv: dict[str, Any] | None) -> tuple
         "expected_tag": expected,
         "ops": [op.to_dict() for op in ops],
         "truncated": len(ops) >= jc.MAX_OPS,
+        "unscanned": unscanned,
         "locks": [op.lock_path for op in ops if op.lock_path],
         "corrupt": [op.dir for op in ops if op.corrupt],
         "deepspeed": {"installed": ds.get("installed"), "location": loc, "prebuilt_ops": jc.prebuilt_ops(loc)},
