@@ -28,10 +28,13 @@ class PlaybookRun:
     diagnosis: str | None
     reason: str
     diagnosis_title: str = ""
+    #: Failing findings the walk met on its way that its end does not name: {id, title, status, node}.
+    failing_on_path: list[dict[str, str]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "title": self.title, "path": self.path, "diagnosis": self.diagnosis,
-                "diagnosis_title": self.diagnosis_title, "reason": self.reason}
+                "diagnosis_title": self.diagnosis_title, "reason": self.reason,
+                "failing_on_path": self.failing_on_path}
 
 
 @dataclass
@@ -92,7 +95,7 @@ def walk_playbooks(host: Host, record: Recorder, books: dict[str, Playbook]) -> 
         result = Walk(book, host, record=record).run()
         diag = book.nodes.get(result.diagnosis) if result.diagnosis else None
         runs.append(PlaybookRun(pid, book.title, list(result.path), result.diagnosis, result.reason,
-                                diag.title if diag is not None else ""))
+                                diag.title if diag is not None else "", list(result.failing_on_path)))
     return runs
 
 

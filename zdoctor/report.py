@@ -71,6 +71,9 @@ def print_report(report: CheckReport, stream: TextIO | None = None, verbose: boo
             end = f"no diagnosis: {in_words(run.reason)}" if run.reason else "no diagnosis"
         console.print(f"[dim]  playbook {inert(run.id)}: {inert(' -> '.join(run.path))} => "
                       f"{inert(end)}[/]")
+        for x in run.failing_on_path:
+            console.print(f"    also failing on the way (step {inert(x['node'])}): {inert(x['title'])} "
+                          f"[dim]({inert(x['id'])})[/]")
     s = report.summary
     parts = [text for text, _status in summary_parts(s, marks=False, skip_zero=True)]
     console.print(f"[bold]{s['total']} findings:[/] " + ", ".join(parts))

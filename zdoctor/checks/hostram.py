@@ -111,7 +111,9 @@ def check_hostram(facts: Facts) -> list[Finding]:
     return out
 
 
-@predicate("offload_host_ram_exhausted", doc="host memory is (nearly) gone, the log shows a kill, or pinned "
-           "buffers push the need past what is available", probes=("hostram",))
+@predicate("offload_host_ram_exhausted", doc="host memory is (nearly) gone, the log shows a kill, pinned "
+           "buffers push the need past what is available, or WSL2 caps the pinned memory the config asks for",
+           probes=("hostram",))
 def offload_host_ram_exhausted(facts: Facts) -> bool:
-    return any(x.id == "offload.host-ram" and x.status in ("fail", "warn") for x in check_hostram(facts))
+    return any(x.id in ("offload.host-ram", "offload.host-ram.wsl2") and x.status in ("fail", "warn")
+               for x in check_hostram(facts))
