@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 from prockit import spawn, wait_for  # noqa: F401 - spawn is a fixture
 from test_gpu_facts import facts_of
 
@@ -87,3 +88,13 @@ def test_with_a_command_its_running_processes_are_the_job(stuck, spawn, tmp_path
     f = judge(facts)
     assert f.status == "ok" and f.title.startswith("The job's"), f.title
     assert f"pid {stuck}" in f.detail and "not part of the job" in f.detail
+
+
+def test_pid_on_the_command_line_reaches_the_job_options():
+    bad = run_cli(["check", "--pid", "0", "--no-log"])
+    assert bad.returncode == 2 and "--pid must be at least 1" in bad.stderr
+    from zdoctor.cli import build_parser
+    from zdoctor.target import OPTION_KEYS
+
+    args = build_parser().parse_args(["check", "--pid", "4242"])
+    assert "pid" in OPTION_KEYS and args.pid == 4242
