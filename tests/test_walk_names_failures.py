@@ -81,3 +81,18 @@ def test_wsl2_pinned_memory_is_routed_not_ignored(tmp_path):
     assert result.path[-1] == "diag-host-ram", result.path
     ram = next(o for o in result.outcomes if o.node.id == "ram")
     assert {f.id: f.status for f in ram.findings}["offload.host-ram.wsl2"] == "warn"
+
+
+def test_nvme_offload_without_libaio_ends_in_its_own_diagnosis(tmp_path, tmpfs):
+    cfg = tmp_path / "ds_config.json"
+    doc = json.loads((OFFLOAD / "zero3-nvme-offload.json").read_text())
+    zero = doc["zero_optimization"]
+    zero["sub_group_size"] = 1e7  # small pinned swap buffers: host memory is not what stops this run
+    zero["offload_param"]["buffer_size"] = 1e7
+    cfg.write_text(json.dumps(doc))
+    libaio = json.loads((OFFLOAD / "libaio-missing.json").read_text())
+    host = recorded({"ds_config": str(cfg), "model_params": "7B", "gpus_per_node": 8,
+                     "offload_path": str(tmpfs / "offload")}, storage={"libaio": libaio})
+    result = Walk(load_all()["offload-bottleneck"], host).run()
+    assert result.path[-2:] == ["device", "diag-aio-missing"], result.path
+    assert "storage.libaio" not in {x["id"] for x in result.failing_on_path}  # the end lists it itself

@@ -502,6 +502,14 @@ def nvme_path_unsuitable(facts: Facts) -> bool:
     return any(x["rule"] in ("nvme-path", "nvme-without-path") and x["severity"] == "fail" for x in _lints(facts))
 
 
+@predicate("nvme_offload_without_aio", probes=("dsconfig", "storage"),
+           doc="The ds_config offloads to NVMe and libaio's development files are missing: DeepSpeed cannot build "
+               "its async_io op and stops at start. False when libaio was not examined.")
+def nvme_offload_without_aio(facts: Facts) -> bool:
+    libaio = facts.get_fact("storage", "libaio", default=None)
+    return offload_to_nvme_configured(facts) and isinstance(libaio, dict) and libaio.get("ok") is False
+
+
 @predicate("offload_ram_short", probes=("capacity",),
            doc="The ds_config's offload choice does not fit in this node's MemAvailable even with zero.Init, by "
                "DeepSpeed's own estimator (the job gets OOM-killed, -9, or swaps). False when unknown.")
