@@ -28,25 +28,28 @@ def identity(name: str) -> dict[str, int | str] | None:
 
 
 def _child(write_fd: int, path: str, groups: list[int], uid: int, gid: int) -> None:
-    code = 0
+    """Answer ``0`` (created), ``ERRNO`` (the create failed) or ``sERRNO`` (switching users failed)."""
+    answer = "0"
     try:
-        os.setpgid(0, 0)
-        os.setgroups(groups)  # root's supplementary groups go; the user's own come in
-        os.setgid(gid)
-        os.setuid(uid)
-        if os.getuid() != uid or os.geteuid() != uid:
-            code = errno.EPERM
-        else:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            os.close(fd)
-            os.unlink(path)
-    except OSError as exc:
-        code = exc.errno or errno.EIO
-    except BaseException:  # noqa: BLE001 - the child must never return into the parent's code
-        code = errno.EIO
-    try:
-        os.write(write_fd, str(code).encode())
-    finally:
+        try:
+            os.setpgid(0, 0)
+            os.setgroups(groups)  # root's supplementary groups go; the user's own come in
+            os.setgid(gid)
+            os.setuid(uid)
+            switched = os.getuid() == uid and os.geteuid() == uid and os.getgid() == gid
+        except OSError as exc:
+            answer, switched = f"s{exc.errno or errno.EIO}", False
+        if switched:
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                os.close(fd)
+                os.unlink(path)
+            except OSError as exc:
+                answer = str(exc.errno or errno.EIO)
+        elif answer == "0":
+            answer = f"s{errno.EPERM}"
+        os.write(write_fd, answer.encode())
+    finally:  # the child must never return into the parent's code
         os._exit(0)
 
 
@@ -100,7 +103,9 @@ def can_create(directory: str, name: str, timeout: float = CHILD_TIMEOUT_S) -> d
     finally:
         os.close(rfd)
         children.forget(pid)
-    if not raw.isdigit():
+    if raw.startswith("s") and raw[1:].isdigit():
+        out["error"] = f"could not switch to {name}: {os.strerror(int(raw[1:]))}"
+    elif not raw.isdigit():
         out["error"] = f"the test as {name} gave no answer"
     elif raw == "0":
         out["ok"] = True

@@ -317,6 +317,15 @@ def training_processes(match: Sequence[str] = DEFAULT_MATCH, *, watch: Sequence[
     wanted = set(include)
     skip = (_own_tree() if exclude is None else set(exclude)) - wanted
     out: list[ProcInfo] = []
+    for pid in sorted(wanted)[:limit]:  # the job's own processes first: the cap never cuts them off
+        try:
+            info = read_process(psutil.Process(pid), None, watch)
+        except psutil.Error:
+            continue
+        if not info.gone:
+            info.matched = _matches(info.name, info.cmdline, match)
+            out.append(info)
+    skip |= wanted
     for n, proc in enumerate(psutil.process_iter()):
         if n >= MAX_SCAN or len(out) >= limit:
             break
@@ -333,7 +342,7 @@ def training_processes(match: Sequence[str] = DEFAULT_MATCH, *, watch: Sequence[
         except psutil.Error:
             cmdline = []
         pat = _matches(name, cmdline, match)
-        if pat is None and proc.pid not in wanted and not (watch and _holds_watched(proc.pid, watch)):
+        if pat is None and not (watch and _holds_watched(proc.pid, watch)):
             continue
         info = read_process(proc, pat, watch)
         if not info.gone:
