@@ -65,7 +65,12 @@ def _target_args(sp: argparse.ArgumentParser, top: bool = False) -> None:
                      help="sample GPU utilisation for S seconds (default: no sampling)")
     off.add_argument("--p2p-test", action="store_true", default=None,
                      help="copy 64 MiB between each pair of GPUs through torch (bounded; off by default)")
-    for action in off._group_actions:
+    hang = sp.add_argument_group("hangs")
+    hang.add_argument("--pid", metavar="PID", type=int, default=None,
+                      help="the training job's process: it and its descendants are the job the hang check judges "
+                           "(default: the processes running --command, else every python, launcher and compiler "
+                           "process on this node)")
+    for action in off._group_actions + hang._group_actions:
         action.default = argparse.SUPPRESS
 
 

@@ -33,10 +33,13 @@ class PlaybookRun:
     examined: list[str] = field(default_factory=list)
     not_examined: list[str] = field(default_factory=list)
     healthy: bool = False
+    #: Failing findings the walk met on its way that its end does not name: {id, title, status, node}.
+    failing_on_path: list[dict[str, str]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         out = {"id": self.id, "title": self.title, "path": self.path, "diagnosis": self.diagnosis,
-               "diagnosis_title": self.diagnosis_title, "reason": self.reason, "healthy": self.healthy}
+               "diagnosis_title": self.diagnosis_title, "reason": self.reason, "healthy": self.healthy,
+               "failing_on_path": self.failing_on_path}
         if self.healthy:
             out["examined"] = list(self.examined)
             out["not_examined"] = list(self.not_examined)
@@ -120,7 +123,8 @@ def walk_playbooks(host: Host, record: Recorder, books: dict[str, Playbook]) -> 
         runs.append(PlaybookRun(pid, book.title, list(result.path), result.diagnosis, result.reason,
                                 diag.title if diag is not None else "",
                                 examined=list(diag.examined) if healthy and diag else [],
-                                not_examined=list(diag.not_examined) if healthy and diag else [], healthy=healthy))
+                                not_examined=list(diag.not_examined) if healthy and diag else [], healthy=healthy,
+                                failing_on_path=list(result.failing_on_path)))
     return runs
 
 

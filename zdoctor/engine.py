@@ -31,7 +31,7 @@ from .events import (
     fold,
 )
 from .host import Host
-from .model import Finding, ProbeResult
+from .model import FAILING, Finding, ProbeResult
 from .playbook import END_KINDS, Edge, Node, Playbook
 from .registry import CHECKS, PREDICATES, Facts
 from .symptoms.ledger import unexplained_on
@@ -100,6 +100,41 @@ class WalkResult:
     findings: list[Finding] = field(default_factory=list)
     outcomes: list[NodeOutcome] = field(default_factory=list)
     facts: dict[str, ProbeResult] = field(default_factory=dict)
+    #: Failing findings met on the way that the end does not name (see :func:`failing_on_path`).
+    failing_on_path: list[dict[str, str]] = field(default_factory=list)
+
+
+def failing_on_path(outcomes: Iterable[NodeOutcome], path: list[str], end: Node) -> list[dict[str, str]]:
+    """The failing findings (fail or crash) the walk met on its way to ``end`` that the end does not name:
+    ``{id, title, status, node}`` each, first seen first. A finding of a check that the end (or a diagnosis
+    on the path) lists, that the end's own step found, or that an edge taken tested by id, is named there;
+    any other one is named with the end, so a walk never ends past a failing finding without saying so."""
+    on_path = set(path)
+    outcomes = [o for o in outcomes if o.node.id in on_path]
+    # the end's own checks, and the findings an edge taken on the way tested by id, are named already
+    owners = list(end.checks) + [c for o in outcomes if o.node.kind in END_KINDS for c in o.node.checks]
+    owners += [str(getattr(o.chosen.cond, "finding", "")) for o in outcomes
+               if o.chosen is not None and o.chosen.cond is not None]
+    owners = [c for c in owners if c]
+    named: set[str] = set(owners)
+    seen: dict[str, dict[str, str]] = {}
+    for o in outcomes:
+        for f in o.findings:
+            if o.node.id == end.id or f.id in named or any(f.id.startswith(c + ".") for c in owners):
+                named.add(f.id)
+            elif f.status in FAILING:
+                seen.setdefault(f.id, {"id": f.id, "title": f.title, "status": f.status, "node": o.node.id})
+            else:  # a later visit found it no longer failing
+                seen.pop(f.id, None)
+    return [x for fid, x in seen.items() if fid not in named]
+
+
+def naming(failing: list[dict[str, str]]) -> str:
+    """``; also failing on the way: storage.libaio (libaio ...), ...`` (empty when nothing is)."""
+    if not failing:
+        return ""
+    return "; also failing on the way: " + "; ".join(f"{x['id']} ({x['title']}, at step {x['node']})"
+                                                     for x in failing)
 
 
 def _event_pair(event: Any) -> tuple[str, Mapping[str, Any]] | None:
@@ -377,7 +412,8 @@ class Walk:
         if node.kind in END_KINDS:
             why = self._arrived_because
             said = f" ({why})" if node.id == self.playbook.unexplained and why else ""
-            self._finish(f"reached {node.kind} {node.id}: {node.title}{said}", None)
+            self._finish(f"reached {node.kind} {node.id}: {node.title}{said}"
+                         + naming(failing_on_path(self.outcomes, self.path, node)), None)
         elif node.is_terminal:
             self._finish(f"ended at {node.kind} node {node.id}, which has no next step", "no-edge")
         else:
@@ -424,10 +460,12 @@ class Walk:
         for outcome in self.outcomes:
             for f in outcome.findings:
                 findings[f.id] = f
+        end = self.playbook.nodes.get(self.path[-1]) if self.done and self.stopped is None and self.path else None
         return WalkResult(playbook=self.playbook.id, path=list(self.path), diagnosis=self.diagnosis,
                           reason=self.end_reason or "", stopped=self.stopped,
                           findings=list(findings.values()), outcomes=list(self.outcomes),
-                          facts=dict(self._seen_results))
+                          facts=dict(self._seen_results),
+                          failing_on_path=failing_on_path(self.outcomes, self.path, end) if end else [])
 
     # -- resuming ----------------------------------------------------------------------------------
     @classmethod

@@ -81,6 +81,9 @@ def print_report(report: CheckReport, stream: TextIO | None = None, verbose: boo
         if run.healthy:
             for line in scope_lines(run.examined, run.not_examined):
                 console.print(f"[dim]      {inert(line)}[/]")
+        for x in run.failing_on_path:
+            console.print(f"    also failing on the way (step {inert(x['node'])}): {inert(x['title'])} "
+                          f"[dim]({inert(x['id'])})[/]")
     s = report.summary
     headline = unexplained_headline(report.symptoms)
     if headline:

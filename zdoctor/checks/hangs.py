@@ -119,8 +119,22 @@ def check_stale_lock(facts: Facts) -> list[Finding]:
     by_pid = _procs_by_pid(procs)
     stale = [lk for lk in locks if lk.get("stale")]
     trials = {t.get("lock"): t for t in (facts.get_fact("locktrial", "trials") or [])}
+    unscanned = list(jit.get("unscanned") or [])
+    if jit.get("truncated") and not unscanned:  # facts recorded before the list was kept
+        unscanned = [f"op dirs after the first {len(jit.get('ops') or [])} were not read"]
+    gaps = (["", f"Not scanned ({len(unscanned)}), so a lock there would not be seen:"]
+            + [f"- {show(x, 300)}" for x in unscanned[:20]]
+            + ([f"- ... and {len(unscanned) - 20} more"] if len(unscanned) > 20 else [])) if unscanned else []
     if not stale:
         live = [lk for lk in locks if lk.get("present")]
+        if unscanned and not live:
+            return [Finding(id=cid, status="warn",
+                            title=f"JIT build locks: {len(unscanned)} place(s) not scanned; no lock in the "
+                                  f"{len(jit.get('ops') or [])} op dir(s) read",
+                            detail="\n".join([f"Looked in {jit.get('base')} (from {jit.get('source')}). A stale lock "
+                                              "in a place that was not read would make launches wait forever "
+                                              "unseen; read it as its owner (or as root) to be sure.", *gaps]),
+                            evidence=ev)]
         if not live:
             if not jit.get("ops") and not any(r.get("exists") for r in jit.get("roots") or []):
                 return [Finding(id=cid, status="skip", title="JIT build locks: nothing to check (no op has been "
@@ -131,9 +145,11 @@ def check_stale_lock(facts: Facts) -> list[Finding]:
                             f"(from {jit.get('source')}); no op dir holds a `lock` file.", evidence=ev)]
         lines = [f"{lk['path']}: held by " + ", ".join(_describe(by_pid.get(p), p) for p in lk["holders"])
                  for lk in live]
-        return [Finding(id=cid, status="ok", title=f"{len(live)} JIT build(s) in progress",
+        return [Finding(id=cid, status="warn" if unscanned else "ok",
+                        title=f"{len(live)} JIT build(s) in progress"
+                              + (f"; {len(unscanned)} place(s) not scanned" if unscanned else ""),
                         detail="A live process holds each lock; launches that need the op wait for it.\n"
-                               + "\n".join(lines), evidence=ev)]
+                               + "\n".join(lines + gaps), evidence=ev)]
     out: list[Finding] = []
     used: set[str] = set()
     for lk in stale:
@@ -174,6 +190,7 @@ def check_stale_lock(facts: Facts) -> list[Finding]:
             lines += ["", "The op was never finished: there is no built .so in its dir."]
         if why:
             lines += [""] + why
+        lines += gaps
         out.append(Finding(id=f"{cid}.{_slug(_op_key(lk), used)}", status=status,
                            title=f"Stale JIT build lock for op {show(lk.get('op'), 60)}: launches that need it "
                                  "wait forever", detail="\n".join(lines), evidence=ev,
@@ -188,9 +205,25 @@ def check_processes(facts: Facts) -> list[Finding]:
     if procs is None:
         return [not_checked(cid, "Training processes", "the processes probe gave no facts")]
     ev = facts.evidence("processes")
-    plist = procs.get("processes") or []
+    scope = procs.get("scope") or {"kind": "node"}
+    allp = procs.get("processes") or []
+    if scope.get("kind") in ("pid", "command"):
+        job = set(scope.get("pids") or [])
+        plist = [p for p in allp if p["pid"] in job]
+        others_stuck = [p for p in allp if p["pid"] not in job and p.get("state_letter") == "D"]
+        if not plist:
+            return [Finding(id=cid, status="skip", title="The job's processes: none found",
+                            detail=f"The job is {scope.get('how')}: {scope.get('missing') or 'none of them runs now'}. "
+                                   "Nothing was judged about other processes on this node.", evidence=ev)]
+        what = f"the job's {count_of(len(plist), 'process')}"
+        where = f"The job is {scope.get('how')}."
+    else:
+        plist, others_stuck = allp, []
+        what = f"{count_of(len(plist), JOB_PROCESS)} on this node"
+        where = ("Which of them belong to the training job is not known (no --pid or --command): these are the "
+                 "python, launcher and compiler processes on this node, whoever started them.")
     if not plist:
-        return [Finding(id=cid, status="ok", title="No python, launcher or compiler process running",
+        return [Finding(id=cid, status="ok", title="No python, launcher or compiler process running on this node",
                         detail="No python, deepspeed, torchrun, accelerate, ninja or compiler process was found "
                                "(zdoctor's own are left out).", evidence=ev)]
     lines: list[str] = []
@@ -215,14 +248,18 @@ def check_processes(facts: Facts) -> list[Finding]:
     if waiting:
         lines.append(f"Pids {', '.join(map(str, waiting))} sleep in a poll loop like launches waiting on a stale "
                      "JIT build lock (see the stale-lock finding).")
+    if others_stuck:
+        lines.append(f"{count_of(len(others_stuck), 'other process', 'other processes')} on this node, not part of "
+                     "the job, in state D: "
+                     + ", ".join(_describe(p, p["pid"]) for p in others_stuck))
     stuck = [p for p in plist if p.get("state_letter") == "D"]
     if not stuck:
-        return [Finding(id=cid, status="ok",
-                        title=f"{count_of(len(plist), JOB_PROCESS)}, none stuck in the kernel",
-                        detail="\n".join(lines) or "All of them are running or sleeping interruptibly.",
+        return [Finding(id=cid, status="ok", title=f"{what[0].upper()}{what[1:]}, none stuck in the kernel",
+                        detail="\n".join([where, *lines] if lines else
+                                         [where, "All of them are running or sleeping interruptibly."]),
                         evidence=ev)]
-    detail = [f"{count_of(len(stuck), 'process')} in state D (uninterruptible sleep): they wait inside the kernel, "
-              "for a disk or network file system (NFS, Lustre), the GPU driver or pinned-memory allocation, "
+    detail = [where, f"{count_of(len(stuck), 'process')} in state D (uninterruptible sleep): they wait inside the "
+              "kernel, for a disk or network file system (NFS, Lustre), the GPU driver or pinned-memory allocation, "
               "and cannot even be killed until that wait ends. The wait channel names the kernel function "
               "they wait in.", ""]
     for p in stuck:
@@ -237,7 +274,9 @@ def check_processes(facts: Facts) -> list[Finding]:
                "'task ... blocked for more than 120 seconds' reports for the same processes."]
     if lines:
         detail += [""] + lines
-    return [Finding(id=cid, status="warn", title=f"{count_of(len(stuck), JOB_PROCESS)} stuck in "
+    of = "of the job's processes" if scope.get("kind") in ("pid", "command") else \
+        f"{JOB_PROCESS}{'es' if len(stuck) != 1 else ''} on this node"
+    return [Finding(id=cid, status="warn", title=f"{len(stuck)} {of} stuck in "
                     f"uninterruptible sleep (wchan {', '.join(sorted({p.get('wchan') or '?' for p in stuck}))})",
                     detail="\n".join(detail), evidence=ev)]
 
@@ -370,5 +409,8 @@ def jit_op_corrupt(facts: Facts) -> bool:
 @predicate("training_process_stuck", doc="a training process is in uninterruptible sleep (state D)",
            probes=("processes",))
 def training_process_stuck(facts: Facts) -> bool:
-    procs = facts.of("processes")
-    return any(p.get("state_letter") == "D" for p in (procs or {}).get("processes") or [])
+    procs = facts.of("processes") or {}
+    scope = procs.get("scope") or {"kind": "node"}
+    job = set(scope.get("pids") or []) if scope.get("kind") in ("pid", "command") else None
+    return any(p.get("state_letter") == "D" and (job is None or p.get("pid") in job)
+               for p in procs.get("processes") or [])

@@ -327,6 +327,13 @@ def check_capacity(facts: Facts) -> list[Finding]:
         detail.append("Without zero.Init every process first builds the whole model in host memory (the "
                       "zero_init=0 row). The HF Trainer does this for you at stage 3; a hand-written loop must wrap "
                       "model construction in `with deepspeed.zero.Init(config_dict_or_path=ds_config):`.")
+    elif (table == "zero3" and len(idx) > 1 and cap.get("ram_short") is False and cap.get("ram_tight") is None
+          and rows[idx[1]].get("cpu_fits") is None):
+        status = "warn"
+        title = (f"The chosen offload fits host memory with deepspeed.zero.Init ({_gib(best['cpu_bytes'])} of "
+                 f"{_gib(best['cpu_available'])}); without zero.Init: unknown ({rows[idx[1]].get('cpu_unknown')})")
+        detail.append("Without zero.Init every process first builds the whole model in host memory; that need "
+                      "depends on an input that was not given, so no fit is claimed for it.")
     elif cap.get("gpu_short"):
         status = "warn"
         title = f"The chosen offload needs {_gib(best['gpu_bytes'])} per GPU; the GPU has {_gib(best['gpu_memory'])}"
@@ -509,6 +516,14 @@ def offload_to_cpu_configured(facts: Facts) -> bool:
                "tmpfs/ramfs, overlay, a network or FUSE file system; or device nvme has no nvme_path.")
 def nvme_path_unsuitable(facts: Facts) -> bool:
     return any(x["rule"] in ("nvme-path", "nvme-without-path") and x["severity"] == "fail" for x in _lints(facts))
+
+
+@predicate("nvme_offload_without_aio", probes=("dsconfig", "storage"),
+           doc="The ds_config offloads to NVMe and libaio's development files are missing: DeepSpeed cannot build "
+               "its async_io op and stops at start. False when libaio was not examined.")
+def nvme_offload_without_aio(facts: Facts) -> bool:
+    libaio = facts.get_fact("storage", "libaio", default=None)
+    return offload_to_nvme_configured(facts) and isinstance(libaio, dict) and libaio.get("ok") is False
 
 
 @predicate("offload_ram_short", probes=("capacity",),
