@@ -8,7 +8,10 @@ _IRREGULAR = {"process": "processes", "copy": "copies", "entry": "entries", "swi
 
 def plural(word: str) -> str:
     """The plural of ``word``."""
-    return _IRREGULAR.get(word, word + "s")
+    head, _, last = word.rpartition(" ")
+    if last in _IRREGULAR:
+        return f"{head} {_IRREGULAR[last]}".lstrip()
+    return word + ("es" if word.endswith(("s", "sh", "ch", "x")) else "s")
 
 
 def count_of(n: int, word: str, many: str | None = None) -> str:
