@@ -63,6 +63,11 @@ def core_action(remedy: Remedy) -> str | None:
                 f"with findmnt --verify, the file is backed up to {action.get('backup')}, replaced in one "
                 "rename" + (", and the mount point mounted; a failed mount puts the old file back"
                              if action.get("mount", True) else ""))
+    if action.get("kind") == "file-replace":
+        return (f"zdoctor's careful file replace: only while {action.get('path')} is still the regular file shown "
+                "(not a link, same bytes), the new text is written beside it, the old file kept as "
+                f"{action.get('backup')} (or the next free name), and the new one moved into place in one rename; "
+                "in a folder of the file's owner it is written as that owner")
     return None
 
 
@@ -230,6 +235,12 @@ def run_remedy(remedy: Remedy, env: Mapping[str, str], *, on_output: Callable[[s
 
         argv = action_argv(remedy.action)  # the safe core, not the copyable lines
         watch = [p for p in (remedy.action.get("fstab"), remedy.action.get("backup")) if p]
+        before = file_states(watch)
+    elif remedy.action and remedy.action.get("kind") == "file-replace":
+        from .replace_apply import action_argv as replace_argv
+
+        argv = replace_argv(remedy.action)  # the safe core, not the copyable lines
+        watch = [p for p in (remedy.action.get("path"), remedy.action.get("backup")) if p]
         before = file_states(watch)
     if remedy.requires_root and os.geteuid() != 0:
         argv = ["sudo", "--", *argv]

@@ -10,6 +10,7 @@ hjson-only), ``offload.capacity``, ``offload.breakdown``, ``offload.gpu-util``.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Any
 
@@ -71,11 +72,14 @@ def _heredoc_tag(text: str) -> str:
 
 def nvme_patch_remedy(ds_path: str, target: str, block_size: int | None = None,
                       text: str | None = None) -> Remedy | None:
-    """A remedy that moves the config's offload to NVMe at ``target``: back up, then write the patched file.
+    """A remedy that moves the config's offload to NVMe at ``target``, applied through the safe core.
 
     The patched text is built by :func:`zdoctor.offload.dsconfig.nvme_patch` (only the offload blocks change)
-    and checked to read back as a valid config; the unified diff goes into the explanation. None when the
-    config cannot be patched (unreadable, no zero_optimization block).
+    and checked to read back as a valid config; the unified diff goes into the explanation. The guide
+    applies it with :mod:`zdoctor.replace_apply` (``action``): only if the file is still the regular file
+    whose bytes were shown, backed up under a new name, replaced in one rename. The copyable commands do
+    the same in the same order and stop at the first failing line. None when the config cannot be patched
+    (unreadable, no zero_optimization block).
     """
     try:
         cfg = parse_config(text, ds_path) if text is not None else load_config(ds_path)
@@ -84,14 +88,34 @@ def nvme_patch_remedy(ds_path: str, target: str, block_size: int | None = None,
         return None
     tag = _heredoc_tag(patch.new_text)
     body = patch.new_text if patch.new_text.endswith("\n") else patch.new_text + "\n"
-    q = shell_quote(ds_path)
-    commands = [f"cp -p -- {q} {shell_quote(ds_path + '.bak')}", f"cat > {q} <<'{tag}'\n{body}{tag}"]
+    sha = hashlib.sha256(cfg.text.encode("utf-8", "surrogateescape")).hexdigest()
+    folder, name = os.path.split(os.path.abspath(ds_path))
+    backup = f"{ds_path}.bak.zdoctor-{sha[:12]}"
+    qn, unchanged = shell_quote(name), f"test \"$(sha256sum < {shell_quote(name)})\" = '{sha}  -'"
+    commands = [
+        f"cd -P -- {shell_quote(folder)}",
+        f"test -f {qn} && test ! -L {qn}",
+        unchanged,
+        f"new=$(mktemp -- {shell_quote('.' + name + '.zdoctor-XXXXXX')})",
+        f"cat > \"$new\" <<'{tag}'\n{body}{tag}",
+        f"chmod --reference={qn} -- \"$new\"",
+        f"chown --reference={qn} -- \"$new\"",
+        "sync -- \"$new\"",
+        f"ln -- {qn} {shell_quote(os.path.basename(backup))}",
+        unchanged,
+        f"mv -f -- \"$new\" {qn}",
+    ]
     return Remedy(title=f"Move offload to NVMe at {target} in {os.path.basename(ds_path)}", commands=commands,
-                  verified=False, requires_root=not os.access(os.path.dirname(ds_path) or ".", os.W_OK),
-                  undo=[f"mv -- {shell_quote(ds_path + '.bak')} {q}"],
+                  verified=False, requires_root=not os.access(folder, os.W_OK),
+                  undo=[f"mv -f -- {shell_quote(backup)} {shell_quote(ds_path)}"],
+                  action={"kind": "file-replace", "path": ds_path, "sha256": sha, "text": body, "backup": backup},
                   explanation="Rewrites only " + ", ".join(patch.changed) + " (every other line, comments "
                   "included, stays), keeping the other settings of those blocks. The new text was read back "
-                  "through DeepSpeed's reader rules before it was offered. Not verified by a training run.\n\n"
+                  "through DeepSpeed's reader rules before it was offered. Applied only while the file is still "
+                  "the regular file (not a link) shown here, byte for byte: the new text is written beside it, "
+                  f"the old file is kept as {backup} (a name no file has; never overwritten) and the new one "
+                  "moved into place in one rename, with the old owner and mode, so the config is always the "
+                  "old file or the new one, never half-written. Not verified by a training run.\n\n"
                   + patch.diff)
 
 

@@ -1,0 +1,109 @@
+"""Replace one file through the safe core, as its own process (the guide runs it, under sudo when needed).
+
+``python -m zdoctor.replace_apply --path P --sha256 H --backup B --text-part T [--text-part T ...]``
+replaces ``P`` with the concatenated parts (several arguments, so configs far past the 128 KiB a
+single argument may be still fit) when ``P`` still holds the bytes whose SHA-256 is ``H`` (the bytes
+the preview showed), through :class:`zdoctor.atomic.CheckedReplace`. As root, in a folder that belongs
+to the file's owner, it first becomes that owner (groups dropped): root never writes in a folder the
+training user controls. Each step is printed; the last line is ``zdoctor-replace-record: {json}``.
+Exit 0 when the file was replaced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import pwd
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from .atomic import CheckedReplace
+from .errors import InputError
+
+RECORD_PREFIX = "zdoctor-replace-record: "
+#: One argument stays well under the kernel's 128 KiB limit per argument.
+PART_CHARS = 32 * 1024
+
+
+def text_parts(text: str) -> list[str]:
+    """``text`` cut into argument-sized parts (never empty: one empty part for an empty text)."""
+    return [text[i:i + PART_CHARS] for i in range(0, len(text), PART_CHARS)] or [""]
+
+
+def action_argv(action: dict[str, Any]) -> list[str]:
+    """The argv that applies a ``file-replace`` remedy action with this interpreter and this zdoctor."""
+    import zdoctor
+
+    home = os.path.dirname(os.path.dirname(os.path.abspath(zdoctor.__file__)))
+    boot = (f"import sys; sys.path.insert(0, {home!r}); from zdoctor.replace_apply import main; "
+            "sys.exit(main(sys.argv[1:]))")
+    argv = [sys.executable, "-I", "-c", boot, "--path", str(action["path"]), "--sha256", str(action["sha256"]),
+            "--backup", str(action["backup"])]
+    for part in text_parts(str(action["text"])):
+        argv += ["--text-part", part]
+    return argv
+
+
+def become_folder_owner(path: str) -> str | None:
+    """As root, when the file and its folder belong to the same other user, become that user (groups
+    dropped). Returns who the write runs as, in words (None: as whoever runs this)."""
+    if os.geteuid() != 0:
+        return None
+    folder = os.path.dirname(os.path.abspath(path))
+    dst, fst = os.stat(folder), os.lstat(path)
+    if dst.st_uid == 0 or dst.st_uid != fst.st_uid:
+        return None
+    try:
+        name = pwd.getpwuid(dst.st_uid).pw_name
+    except KeyError:
+        name = f"uid {dst.st_uid}"
+    os.setgroups([])
+    os.setgid(fst.st_gid)
+    os.setuid(dst.st_uid)
+    return f"{name} (the owner of {folder}; root does not write in another user's folder)"
+
+
+def replace(path: str, text: str, sha256: str, backup: str | None, step: Any = print) -> dict[str, Any]:
+    """Replace ``path`` with ``text`` if it still holds the bytes hashed ``sha256``; the record of it."""
+    rec: dict[str, Any] = {"path": path, "ok": False, "backup": None, "as_user": None, "error": None}
+    try:
+        rec["as_user"] = become_folder_owner(path)
+        if rec["as_user"]:
+            step(f"writing as {rec['as_user']}")
+        rep = CheckedReplace.stage(path, text.encode("utf-8", "surrogateescape"), what="file")
+        if hashlib.sha256(rep.original).hexdigest() != sha256:
+            rep.close()
+            raise InputError(f"{path}: changed since it was shown (someone edited it); nothing changed - look "
+                             "at it again and re-run")
+        step(f"checked {path}: a regular file, unchanged since it was shown")
+        step(f"wrote the new text beside it ({rep.staged_path}) and synced it")
+        rec["backup"] = rep.commit(backup)
+        if rec["backup"]:
+            step(f"backed up the old file to {rec['backup']}")
+        step(f"replaced {path} in one rename")
+        rec["ok"] = True
+    except (InputError, OSError) as exc:
+        rec["error"] = str(exc) if isinstance(exc, InputError) else f"{path}: {exc.strerror or exc}"
+    return rec
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="zdoctor-replace", description=__doc__)
+    parser.add_argument("--path", required=True)
+    parser.add_argument("--sha256", required=True)
+    parser.add_argument("--backup", default=None)
+    parser.add_argument("--text-part", action="append", default=[])
+    args = parser.parse_args(argv)
+    rec = replace(args.path, "".join(args.text_part), args.sha256, args.backup,
+                  step=lambda text: print(text, flush=True))
+    if rec["error"]:
+        print(f"error: {rec['error']}", flush=True)
+    print(RECORD_PREFIX + json.dumps(rec), flush=True)
+    return 0 if rec["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
