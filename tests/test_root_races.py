@@ -4,14 +4,22 @@ with a compiled racer, and zdoctor must never write, copy or delete through what
 from __future__ import annotations
 
 import os
+import random
 import shutil
+import signal
+import stat
+import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
+import racekit
 from racekit import build_racer, can_race, intact, loop_device, racing, unprivileged_user, user_dir
 
+from zdoctor import apply, replace_apply
+from zdoctor.checks.offload import nvme_patch_remedy
+from zdoctor.offload.dsconfig import load_config
 from zdoctor.storage import iotest
 
 pytestmark = pytest.mark.skipif(can_race() is not None, reason=can_race() or "")
@@ -54,3 +62,122 @@ def test_odirect_tests_never_write_through_a_link_swapped_in_for_their_file(race
         assert swaps > 0, "the racer never got to swap a link in: the race did not run"
         assert intact(dev, size)
         assert not [p for p in offload.iterdir() if p.name.startswith(f".zdoctor-{which}-") and not p.is_symlink()]
+
+
+# -- the ds_config fix ----------------------------------------------------------------------------------
+
+OFFLOAD_CFG = (Path(__file__).parent / "fixtures" / "offload" / "zero3-cpu-offload.json").read_text()
+
+
+def _as_user(user, argv: list[str]) -> None:
+    """Run ``argv`` as the racing user (the training user acting between the preview and the apply)."""
+    subprocess.run(argv, preexec_fn=racekit._drop_to(user), check=True, capture_output=True, timeout=30)
+
+
+def _user_config(user, folder: Path, text: str = OFFLOAD_CFG, mode: int = 0o640) -> Path:
+    cfg = folder / "ds_config.json"
+    cfg.write_text(text)
+    os.chown(cfg, user.uid, user.gid)
+    os.chmod(cfg, mode)
+    return cfg
+
+
+def _nvme_remedy(cfg: Path):
+    remedy = nvme_patch_remedy(str(cfg), "/mnt/nvme")
+    assert remedy is not None
+    return remedy
+
+
+def _root_victim(root_dir: Path, text: str = "root's own file\n") -> Path:
+    victim = root_dir / "authorized_keys"
+    victim.write_text(text)
+    os.chmod(victim, 0o600)
+    return victim
+
+
+def test_ds_config_fix_never_copies_through_a_planted_backup_link(racer_user, root_dir):
+    victim = _root_victim(root_dir)
+    with user_dir(racer_user) as folder:
+        cfg = _user_config(racer_user, folder)
+        remedy = _nvme_remedy(cfg)
+        for name in (cfg.name + ".bak", os.path.basename(remedy.action["backup"])):
+            _as_user(racer_user, ["ln", "-s", str(victim), str(folder / name)])
+        out = apply.run_remedy(remedy, dict(os.environ))
+        assert out.ok, out.output
+        assert victim.read_text() == "root's own file\n" and victim.stat().st_uid == 0
+        assert stat.S_IMODE(victim.stat().st_mode) == 0o600
+        backup = Path(remedy.action["backup"] + "-2")
+        assert not backup.is_symlink() and backup.read_text() == OFFLOAD_CFG
+        st = cfg.stat()
+        assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (racer_user.uid, racer_user.gid, 0o640)
+        assert load_config(str(cfg)).get(("zero_optimization", "offload_optimizer", "device")) == "nvme"
+
+
+def test_ds_config_fix_refuses_a_config_swapped_for_a_link_after_the_preview(racer_user, root_dir):
+    victim = _root_victim(root_dir, "ssh-ed25519 AAAA admin\n")
+    with user_dir(racer_user) as folder:
+        cfg = _user_config(racer_user, folder)
+        remedy = _nvme_remedy(cfg)
+        _as_user(racer_user, ["ln", "-sfn", str(victim), str(cfg)])
+        out = apply.run_remedy(remedy, dict(os.environ))
+        assert not out.ok and "symbolic link" in out.output
+        assert victim.read_text() == "ssh-ed25519 AAAA admin\n" and victim.stat().st_uid == 0
+        assert cfg.is_symlink() and not [p for p in folder.iterdir() if ".bak" in p.name]
+
+
+def test_ds_config_fix_refuses_a_config_edited_after_the_preview(racer_user):
+    with user_dir(racer_user) as folder:
+        cfg = _user_config(racer_user, folder)
+        remedy = _nvme_remedy(cfg)
+        edited = OFFLOAD_CFG.replace('"stage": 3', '"stage": 3, "note": "edited"')
+        _as_user(racer_user, ["python3", "-c", f"open({str(cfg)!r}, 'w').write({edited!r})"])
+        out = apply.run_remedy(remedy, dict(os.environ))
+        assert not out.ok and "changed since it was shown" in out.output
+        assert cfg.read_text() == edited
+
+
+def test_ds_config_fix_of_a_large_config_written_as_its_owner(racer_user):
+    big = OFFLOAD_CFG.rstrip().rstrip("}") + ', "comment": "' + "x" * (300 * 1024) + '"}\n'
+    with user_dir(racer_user, mode=0o700) as folder:
+        cfg = _user_config(racer_user, folder, big, mode=0o600)
+        remedy = _nvme_remedy(cfg)
+        out = apply.run_remedy(remedy, dict(os.environ))
+        assert out.ok, out.output[-2000:]
+        assert f"writing as {racer_user.name}" in out.output
+        st = cfg.stat()
+        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (racer_user.uid, 0o600)
+        assert Path(remedy.action["backup"]).stat().st_uid == racer_user.uid
+        assert load_config(str(cfg)).get(("comment",)) == "x" * (300 * 1024)
+
+
+def test_ds_config_fix_killed_at_any_point_leaves_the_old_or_the_new_config(racer_user):
+    with user_dir(racer_user) as folder:
+        cfg = _user_config(racer_user, folder)
+        remedy = _nvme_remedy(cfg)
+        new = remedy.action["text"]
+        argv = replace_apply.action_argv(remedy.action)
+        rng = random.Random(7)
+        for _ in range(60):
+            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(rng.uniform(0.0, 0.15))
+            proc.send_signal(signal.SIGTERM)
+            proc.wait()
+            assert cfg.read_text() in (OFFLOAD_CFG, new)
+            if cfg.read_text() == new:  # start over from the old config
+                cfg.write_text(OFFLOAD_CFG)
+            assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_ds_config_copyable_lines_stop_at_the_first_failing_check(racer_user):
+    with user_dir(racer_user) as folder:
+        cfg = _user_config(racer_user, folder)
+        remedy = _nvme_remedy(cfg)
+        cfg.write_text(OFFLOAD_CFG + "\n")  # edited after the preview
+        done = subprocess.run(["bash", "-c", apply.script(remedy, trace=False)], capture_output=True, text=True)
+        assert done.returncode != 0 and cfg.read_text() == OFFLOAD_CFG + "\n"
+        assert [p.name for p in folder.iterdir()] == [cfg.name]
+        cfg.write_text(OFFLOAD_CFG)
+        done = subprocess.run(["bash", "-c", apply.script(remedy, trace=False)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert cfg.read_text() == remedy.action["text"] and cfg.stat().st_uid == racer_user.uid
+        assert Path(remedy.action["backup"]).read_text() == OFFLOAD_CFG

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import pwd
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -26,6 +27,7 @@ from .errors import InputError
 RECORD_PREFIX = "zdoctor-replace-record: "
 #: One argument stays well under the kernel's 128 KiB limit per argument.
 PART_CHARS = 32 * 1024
+HELD_SIGNALS = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT}
 
 
 def text_parts(text: str) -> list[str]:
@@ -69,25 +71,36 @@ def become_folder_owner(path: str) -> str | None:
 def replace(path: str, text: str, sha256: str, backup: str | None, step: Any = print) -> dict[str, Any]:
     """Replace ``path`` with ``text`` if it still holds the bytes hashed ``sha256``; the record of it."""
     rec: dict[str, Any] = {"path": path, "ok": False, "backup": None, "as_user": None, "error": None}
+    # The replace takes milliseconds: a signal waits until it is done or undone (a handler run between
+    # two steps would leave the staged file behind), then ends the process.
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
     try:
         rec["as_user"] = become_folder_owner(path)
         if rec["as_user"]:
             step(f"writing as {rec['as_user']}")
         rep = CheckedReplace.stage(path, text.encode("utf-8", "surrogateescape"), what="file")
-        if hashlib.sha256(rep.original).hexdigest() != sha256:
-            rep.close()
-            raise InputError(f"{path}: changed since it was shown (someone edited it); nothing changed - look "
-                             "at it again and re-run")
-        step(f"checked {path}: a regular file, unchanged since it was shown")
-        step(f"wrote the new text beside it ({rep.staged_path}) and synced it")
-        rec["backup"] = rep.commit(backup)
+        try:
+            if hashlib.sha256(rep.original).hexdigest() != sha256:
+                raise InputError(f"{path}: changed since it was shown (someone edited it); nothing changed - "
+                                 "look at it again and re-run")
+            step(f"checked {path}: a regular file, unchanged since it was shown")
+            step(f"wrote the new text beside it ({rep.staged_path}) and synced it")
+            rec["backup"] = rep.commit(backup)
+        finally:
+            rep.close()  # the staged file goes when anything (a signal too) stopped the replace
         if rec["backup"]:
             step(f"backed up the old file to {rec['backup']}")
         step(f"replaced {path} in one rename")
         rec["ok"] = True
     except (InputError, OSError) as exc:
         rec["error"] = str(exc) if isinstance(exc, InputError) else f"{path}: {exc.strerror or exc}"
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
     return rec
+
+
+def _exit_on(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -97,6 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--backup", default=None)
     parser.add_argument("--text-part", action="append", default=[])
     args = parser.parse_args(argv)
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # end through the cleanups, not in the middle of them
+        signal.signal(sig, _exit_on)
     rec = replace(args.path, "".join(args.text_part), args.sha256, args.backup,
                   step=lambda text: print(text, flush=True))
     if rec["error"]:
