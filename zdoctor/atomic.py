@@ -235,12 +235,21 @@ class CheckedReplace:
             os.close(dir_fd)
             raise
 
+    def back_up(self, backup: str) -> str:
+        """Keep the old bytes under ``backup`` (the preferred name, in the same folder) or the next free
+        name; returns the path used. :class:`InputError` (nothing changed) when that fails."""
+        try:
+            self.backup = _link_backup(self, os.path.basename(backup))
+        except OSError as exc:
+            raise InputError(f"{backup}: cannot write the backup ({exc.strerror or exc}); nothing changed") from None
+        return self.backup
+
     def commit(self, backup: str | None) -> str | None:
-        """Back up (``backup``: the preferred name, in the same folder; None: no backup), re-check and
-        rename into place. Returns the backup's path. :class:`InputError` leaves the file as it was."""
+        """Back up (``backup``: see :meth:`back_up`; None: no new backup), re-check and rename into place.
+        Returns the backup's path. :class:`InputError` leaves the file as it was."""
         try:
             if backup is not None:
-                self.backup = _link_backup(self, os.path.basename(backup))
+                self.back_up(backup)
             _read_checked(self.path, self.dir_fd, self.name, self.original, self.st.st_uid, "file",
                           same_as=self.st)
             os.rename(self.tmp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
