@@ -155,9 +155,9 @@ def test_ds_config_fix_killed_at_any_point_leaves_the_old_or_the_new_config(race
         cfg = _user_config(racer_user, folder)
         remedy = _nvme_remedy(cfg)
         new = remedy.action["text"]
-        from zdoctor import replace_apply
+        from zdoctor import core_apply
 
-        argv = replace_apply.action_argv(remedy.action)
+        argv = core_apply.action_argv(remedy.action)
         rng = random.Random(7)
         for _ in range(60):
             proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -68,6 +68,10 @@ def core_action(remedy: Remedy) -> str | None:
                 "(not a link, same bytes), the new text is written beside it, the old file kept as "
                 f"{action.get('backup')} (or the next free name), and the new one moved into place in one rename; "
                 "in a folder of the file's owner it is written as that owner")
+    if action.get("kind") == "remove-lock":
+        return (f"zdoctor's careful remove: {action.get('path')} is removed only if no link is on the way (its op "
+                "folder reached without following links)" + (", after the dead build's compilers have exited"
+                                                              if action.get("wait_pids") else ""))
     return None
 
 
@@ -237,10 +241,16 @@ def run_remedy(remedy: Remedy, env: Mapping[str, str], *, on_output: Callable[[s
         watch = [p for p in (remedy.action.get("fstab"), remedy.action.get("backup")) if p]
         before = file_states(watch)
     elif remedy.action and remedy.action.get("kind") == "file-replace":
-        from .replace_apply import action_argv as replace_argv
+        from .core_apply import action_argv as replace_argv
 
         argv = replace_argv(remedy.action)  # the safe core, not the copyable lines
         watch = [p for p in (remedy.action.get("path"), remedy.action.get("backup")) if p]
+        before = file_states(watch)
+    elif remedy.action and remedy.action.get("kind") == "remove-lock":
+        from .core_apply import remove_action_argv
+
+        argv = remove_action_argv(remedy.action)
+        watch = [str(remedy.action.get("path"))]
         before = file_states(watch)
     if remedy.requires_root and os.geteuid() != 0:
         argv = ["sudo", "--", *argv]

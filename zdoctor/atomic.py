@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import stat
 import sys
 import tempfile
@@ -364,3 +365,59 @@ def replace_checked(path: str, new: bytes, *, expect: bytes, backup: str | None,
     """Replace ``path`` with ``new`` if it still holds ``expect`` (see :class:`CheckedReplace`); returns
     the backup's path. :class:`InputError` (one line, nothing changed) on any refusal."""
     return CheckedReplace.stage(path, new, expect=expect, expect_uid=expect_uid, what=what).commit(backup)
+
+
+def open_dir_nofollow(path: str) -> int:
+    """A descriptor of the directory ``path``, reached one component at a time with ``O_NOFOLLOW`` from
+    where the path led when it was resolved: a component swapped for a symbolic link since then (or the
+    directory itself being a link) fails with ELOOP or ENOTDIR instead of being followed."""
+    real = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    parts = [p for p in real.split("/") if p] + [os.path.basename(os.path.abspath(path))]
+    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts:
+            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def remove_checked(path: str, kind: str = "file") -> str:
+    """Remove ``path`` (a regular file, or with ``kind="dir"`` a directory tree) without following any
+    link: its folder is opened with :func:`open_dir_nofollow`, the entry is checked there to be what
+    ``kind`` says (a link is refused, never followed) and removed relative to that descriptor (a tree
+    with ``shutil.rmtree``'s descriptor-based walk). Returns what was done, in words; an
+    :class:`InputError` (one line, nothing removed) when the path is not what it was."""
+    folder, name = os.path.split(os.path.abspath(path))
+    try:
+        dir_fd = open_dir_nofollow(folder)
+    except OSError as exc:
+        why = "a symbolic link is on the way (swapped in since it was looked at)" \
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR) else (exc.strerror or str(exc))
+        raise InputError(f"{path}: not removed: cannot open {folder} without following links ({why})") from None
+    try:
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return f"{path} is already gone"
+        want = stat.S_ISDIR if kind == "dir" else stat.S_ISREG
+        if not want(st.st_mode):
+            from .userfile import kind_of
+
+            what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else kind_of(st.st_mode)
+            raise InputError(f"{path}: not removed: it is {what}, not the {kind} that was found")
+        try:
+            if kind == "dir":
+                shutil.rmtree(name, dir_fd=dir_fd)
+            else:
+                os.unlink(name, dir_fd=dir_fd)
+        except OSError as exc:
+            raise InputError(f"{path}: not removed ({exc.strerror or exc})") from None
+        with contextlib.suppress(OSError):
+            os.fsync(dir_fd)
+        return f"removed {path}"
+    finally:
+        os.close(dir_fd)

@@ -76,7 +76,7 @@ def nvme_patch_remedy(ds_path: str, target: str, block_size: int | None = None,
 
     The patched text is built by :func:`zdoctor.offload.dsconfig.nvme_patch` (only the offload blocks change)
     and checked to read back as a valid config; the unified diff goes into the explanation. The guide
-    applies it with :mod:`zdoctor.replace_apply` (``action``): only if the file is still the regular file
+    applies it with :mod:`zdoctor.core_apply` (``action``): only if the file is still the regular file
     whose bytes were shown, backed up under a new name, replaced in one rename. The copyable commands do
     the same in the same order and stop at the first failing line. None when the config cannot be patched
     (unreadable, no zero_optimization block).

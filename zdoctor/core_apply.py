@@ -1,12 +1,16 @@
-"""Replace one file through the safe core, as its own process (the guide runs it, under sudo when needed).
+"""Change one file through the safe core, as its own process (the guide runs it, under sudo when needed).
 
-``python -m zdoctor.replace_apply --path P --sha256 H --backup B --text-part T [--text-part T ...]``
+``python -m zdoctor.core_apply --path P --sha256 H --backup B --text-part T [--text-part T ...]``
 replaces ``P`` with the concatenated parts (several arguments, so configs far past the 128 KiB a
 single argument may be still fit) when ``P`` still holds the bytes whose SHA-256 is ``H`` (the bytes
 the preview showed), through :class:`zdoctor.atomic.CheckedReplace`. As root, in a folder that belongs
 to the file's owner, it first becomes that owner (groups dropped): root never writes in a folder the
 training user controls. Each step is printed; the last line is ``zdoctor-replace-record: {json}``.
 Exit 0 when the file was replaced.
+
+``python -m zdoctor.core_apply --remove P [--dir] [--wait-pid N ...]`` waits until the processes ``N``
+have exited, then removes ``P`` through :func:`zdoctor.atomic.remove_checked` (no link on the way is
+followed), as the owner of its folder in the same way.
 """
 
 from __future__ import annotations
@@ -18,10 +22,11 @@ import os
 import pwd
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
-from .atomic import CheckedReplace
+from .atomic import CheckedReplace, remove_checked
 from .errors import InputError
 
 RECORD_PREFIX = "zdoctor-replace-record: "
@@ -37,16 +42,55 @@ def text_parts(text: str) -> list[str]:
 
 def action_argv(action: dict[str, Any]) -> list[str]:
     """The argv that applies a ``file-replace`` remedy action with this interpreter and this zdoctor."""
-    import zdoctor
-
-    home = os.path.dirname(os.path.dirname(os.path.abspath(zdoctor.__file__)))
-    boot = (f"import sys; sys.path.insert(0, {home!r}); from zdoctor.replace_apply import main; "
-            "sys.exit(main(sys.argv[1:]))")
-    argv = [sys.executable, "-I", "-c", boot, "--path", str(action["path"]), "--sha256", str(action["sha256"]),
+    argv = _boot() + ["--path", str(action["path"]), "--sha256", str(action["sha256"]),
             "--backup", str(action["backup"])]
     for part in text_parts(str(action["text"])):
         argv += ["--text-part", part]
     return argv
+
+
+def remove_action_argv(action: dict[str, Any]) -> list[str]:
+    """The argv that applies a ``remove-lock`` remedy action (see the module's text)."""
+    argv = _boot() + ["--remove", str(action["path"])] + (["--dir"] if action.get("lock_kind") == "dir" else [])
+    for pid in action.get("wait_pids") or []:
+        argv += ["--wait-pid", str(int(pid))]
+    return argv
+
+
+def _boot() -> list[str]:
+    import zdoctor
+
+    home = os.path.dirname(os.path.dirname(os.path.abspath(zdoctor.__file__)))
+    return [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {home!r}); from zdoctor.core_apply "
+            "import main; sys.exit(main(sys.argv[1:]))"]
+
+
+def remove(path: str, kind: str, wait_pids: Sequence[int], step: Any = print) -> dict[str, Any]:
+    """Wait for ``wait_pids`` to exit, then remove ``path`` without following links; the record of it."""
+    rec: dict[str, Any] = {"path": path, "ok": False, "as_user": None, "error": None}
+    while any(_alive(pid) for pid in wait_pids):
+        time.sleep(1)
+    if wait_pids:
+        step("the processes waited for have exited")
+    try:
+        rec["as_user"] = become_folder_owner(path)
+        if rec["as_user"]:
+            step(f"removing as {rec['as_user']}")
+        step(remove_checked(path, kind))
+        rec["ok"] = True
+    except (InputError, OSError) as exc:
+        rec["error"] = str(exc) if isinstance(exc, InputError) else f"{path}: {exc.strerror or exc}"
+    return rec
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def become_folder_owner(path: str) -> str | None:
@@ -55,7 +99,10 @@ def become_folder_owner(path: str) -> str | None:
     if os.geteuid() != 0:
         return None
     folder = os.path.dirname(os.path.abspath(path))
-    dst, fst = os.stat(folder), os.lstat(path)
+    try:
+        dst, fst = os.stat(folder), os.lstat(path)
+    except OSError:  # the core says what is wrong with it
+        return None
     if dst.st_uid == 0 or dst.st_uid != fst.st_uid:
         return None
     try:
@@ -105,15 +152,25 @@ def _exit_on(signum: int, _frame: object) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="zdoctor-replace", description=__doc__)
-    parser.add_argument("--path", required=True)
-    parser.add_argument("--sha256", required=True)
+    parser.add_argument("--path")
+    parser.add_argument("--sha256")
+    parser.add_argument("--remove", metavar="PATH")
+    parser.add_argument("--dir", action="store_true")
+    parser.add_argument("--wait-pid", type=int, action="append", default=[])
     parser.add_argument("--backup", default=None)
     parser.add_argument("--text-part", action="append", default=[])
     args = parser.parse_args(argv)
     for sig in (signal.SIGTERM, signal.SIGHUP):  # end through the cleanups, not in the middle of them
         signal.signal(sig, _exit_on)
-    rec = replace(args.path, "".join(args.text_part), args.sha256, args.backup,
-                  step=lambda text: print(text, flush=True))
+    def step(text: str) -> None:
+        print(text, flush=True)
+
+    if args.remove:
+        rec = remove(args.remove, "dir" if args.dir else "file", args.wait_pid, step=step)
+    elif args.path and args.sha256:
+        rec = replace(args.path, "".join(args.text_part), args.sha256, args.backup, step=step)
+    else:
+        parser.error("give --path and --sha256, or --remove")
     if rec["error"]:
         print(f"error: {rec['error']}", flush=True)
     print(RECORD_PREFIX + json.dumps(rec), flush=True)
