@@ -18,6 +18,7 @@ import racekit
 from racekit import build_racer, can_race, intact, loop_device, racing, unprivileged_user, user_dir
 
 from zdoctor import apply
+from zdoctor.checks.hangs import lock_remedy
 from zdoctor.checks.offload import nvme_patch_remedy
 from zdoctor.offload.dsconfig import load_config
 from zdoctor.storage import iotest
@@ -183,3 +184,27 @@ def test_ds_config_copyable_lines_stop_at_the_first_failing_check(racer_user):
         assert done.returncode == 0, done.stderr
         assert cfg.read_text() == remedy.action["text"] and cfg.stat().st_uid == racer_user.uid
         assert Path(remedy.action["backup"]).read_text() == OFFLOAD_CFG
+
+
+# -- the stale-lock fix -----------------------------------------------------------------------------------
+
+def test_stale_lock_fix_never_deletes_through_an_op_dir_swapped_for_a_link(racer_user, root_dir):
+    theirs = root_dir / "root-op"
+    theirs.mkdir()
+    (theirs / "lock").write_text("")
+    with user_dir(racer_user) as ext:
+        _as_user(racer_user, ["mkdir", str(ext / "cpu_adam")])
+        _as_user(racer_user, ["touch", str(ext / "cpu_adam" / "lock")])
+        remedy = lock_remedy({"path": str(ext / "cpu_adam" / "lock"), "op": "cpu_adam"}, {"lock_kind": "file"}, [])
+        _as_user(racer_user, ["mv", str(ext / "cpu_adam"), str(ext / "old")])
+        _as_user(racer_user, ["ln", "-s", str(theirs), str(ext / "cpu_adam")])
+        out = apply.run_remedy(remedy, dict(os.environ))
+        assert not out.ok and "symbolic link" in out.output
+        assert (theirs / "lock").exists()
+        done = subprocess.run(["bash", "-c", apply.script(remedy)], capture_output=True, text=True)
+        assert done.returncode != 0 and (theirs / "lock").exists()  # the copyable line refuses it too
+        _as_user(racer_user, ["rm", str(ext / "cpu_adam")])
+        _as_user(racer_user, ["mv", str(ext / "old"), str(ext / "cpu_adam")])
+        out = apply.run_remedy(remedy, dict(os.environ))
+        assert out.ok, out.output
+        assert f"removing as {racer_user.name}" in out.output and not (ext / "cpu_adam" / "lock").exists()
