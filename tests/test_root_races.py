@@ -3,6 +3,7 @@ with a compiled racer, and zdoctor must never write, copy or delete through what
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -15,11 +16,13 @@ from pathlib import Path
 
 import pytest
 import racekit
+from hostilekit import run_measured
 from racekit import build_racer, can_race, intact, loop_device, racing, unprivileged_user, user_dir
 
 from zdoctor import apply
 from zdoctor.checks.hangs import lock_remedy
 from zdoctor.checks.offload import nvme_patch_remedy
+from zdoctor.model import Remedy
 from zdoctor.offload.dsconfig import load_config
 from zdoctor.storage import iotest
 
@@ -208,3 +211,38 @@ def test_stale_lock_fix_never_deletes_through_an_op_dir_swapped_for_a_link(racer
         out = apply.run_remedy(remedy, dict(os.environ))
         assert out.ok, out.output
         assert f"removing as {racer_user.name}" in out.output and not (ext / "cpu_adam" / "lock").exists()
+
+
+# -- zdoctor's own state: the fix files and the state directory ---------------------------------------------
+
+def test_fix_files_are_never_written_through_the_users_link(racer_user, root_dir):
+    profile_d = root_dir / "profile.d"  # a stand-in for /etc/profile.d
+    profile_d.mkdir()
+    with user_dir(racer_user) as state:
+        _as_user(racer_user, ["mkdir", "-p", str(state / "zdoctor")])
+        _as_user(racer_user, ["ln", "-s", str(profile_d), str(state / "zdoctor" / "fixes")])
+        r = Remedy("preload", ["export LD_PRELOAD=/tmp/evil.so"])
+        out = apply.run_remedy(r, dict(os.environ), env_file=(state / "zdoctor" / "fixes", "fix-1.sh"))
+        assert out.exit_code == 0 and out.env_file is None
+        assert "could not write the environment file" in (out.error or "")
+        assert not list(profile_d.iterdir())
+        _as_user(racer_user, ["rm", str(state / "zdoctor" / "fixes")])
+        _as_user(racer_user, ["mkdir", str(state / "zdoctor" / "fixes")])  # a real folder, but the user's
+        out = apply.run_remedy(r, dict(os.environ), env_file=(state / "zdoctor" / "fixes", "fix-2.sh"))
+        assert out.env_file is None and f"owned by uid {racer_user.uid}" in (out.error or "")
+        assert not list((state / "zdoctor" / "fixes").iterdir())
+
+
+def test_a_missing_home_makes_no_directories_and_the_check_still_reports(tmp_path):
+    home = Path(f"/nonexistent-zdrace-{os.getpid()}")
+    env = {k: v for k, v in os.environ.items() if k != "XDG_STATE_HOME"}
+    env["HOME"] = str(home)
+    m = run_measured(["check", "--json", "--playbook", "gpu-stack"], env=env, wall_limit=90)
+    try:
+        assert m.returncode in (0, 1), m.stderr
+        (line,) = [x for x in m.stderr.splitlines() if "session not recorded" in x]
+        assert f"not creating session log directory {home}/.local/state/zdoctor/sessions: {home} does not exist" in line
+        assert not home.exists() and "Traceback" not in m.stderr
+        assert json.loads(m.stdout)["findings"]
+    finally:
+        shutil.rmtree(home, ignore_errors=True)

@@ -210,12 +210,31 @@ class ApplyOutcome:
 
 
 def write_env_file(lines: list[str], folder: Path, name: str) -> Path:
-    """Write the ``export``/``unset`` lines to ``folder/name`` (mode 0600) for the user to source."""
-    from .atomic import write_text_atomic
+    """Write the ``export``/``unset`` lines to the new file ``folder/name`` (mode 0600) for the user to
+    source. ``folder`` (zdoctor's ``fixes`` folder) is checked like the sessions folder: a symbolic link
+    or another user's folder is refused, never written through; the file is created with ``O_EXCL``
+    and ``O_NOFOLLOW`` in that folder's descriptor."""
+    from .session import ensure_private_dir
 
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    ensure_private_dir(folder, "fix file directory")
     text = "# Written by zdoctor: source this file in the shell (or job script) that launches training.\n"
-    return Path(write_text_atomic(folder / name, text + "\n".join(lines) + "\n", 0o600))
+    data = (text + "\n".join(lines) + "\n").encode("utf-8", "backslashreplace")
+    dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if os.fstat(dir_fd).st_uid != os.getuid():
+            raise InputError(f"{folder}: not the current user's folder; nothing written")
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                     dir_fd=dir_fd)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    finally:
+        os.close(dir_fd)
+    return folder / name
 
 
 def run_remedy(remedy: Remedy, env: Mapping[str, str], *, on_output: Callable[[str], None] | None = None,
