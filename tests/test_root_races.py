@@ -246,3 +246,18 @@ def test_a_missing_home_makes_no_directories_and_the_check_still_reports(tmp_pat
         assert json.loads(m.stdout)["findings"]
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_ds_config_fix_refuses_a_config_whose_owner_changed_since_the_preview(racer_user):
+    with user_dir(racer_user) as folder:
+        cfg = folder / "ds_config.json"
+        cfg.write_text(OFFLOAD_CFG)  # root's config in the user's folder
+        os.chmod(cfg, 0o644)
+        remedy = _nvme_remedy(cfg)
+        assert remedy.action["uid"] == 0
+        _as_user(racer_user, ["sh", "-c", f"cp {cfg} {folder}/x && mv -f {folder}/x {cfg}"])  # same bytes, theirs
+        out = apply.run_remedy(remedy, dict(os.environ))
+        assert not out.ok and f"now belongs to uid {racer_user.uid}, not uid 0" in out.output
+        assert cfg.read_text() == OFFLOAD_CFG and cfg.stat().st_uid == racer_user.uid
+        done = subprocess.run(["bash", "-c", apply.script(remedy, trace=False)], capture_output=True, text=True)
+        assert done.returncode != 0 and cfg.read_text() == OFFLOAD_CFG  # the copyable lines check it too

@@ -44,6 +44,8 @@ def action_argv(action: dict[str, Any]) -> list[str]:
     """The argv that applies a ``file-replace`` remedy action with this interpreter and this zdoctor."""
     argv = _boot() + ["--path", str(action["path"]), "--sha256", str(action["sha256"]),
             "--backup", str(action["backup"])]
+    if isinstance(action.get("uid"), int):
+        argv += ["--uid", str(action["uid"])]
     for part in text_parts(str(action["text"])):
         argv += ["--text-part", part]
     return argv
@@ -115,8 +117,10 @@ def become_folder_owner(path: str) -> str | None:
     return f"{name} (the owner of {folder}; root does not write in another user's folder)"
 
 
-def replace(path: str, text: str, sha256: str, backup: str | None, step: Any = print) -> dict[str, Any]:
-    """Replace ``path`` with ``text`` if it still holds the bytes hashed ``sha256``; the record of it."""
+def replace(path: str, text: str, sha256: str, backup: str | None, step: Any = print,
+            uid: int | None = None) -> dict[str, Any]:
+    """Replace ``path`` with ``text`` if it still holds the bytes hashed ``sha256`` (and still belongs to
+    ``uid`` when given); the record of it."""
     rec: dict[str, Any] = {"path": path, "ok": False, "backup": None, "as_user": None, "error": None}
     # The replace takes milliseconds: a signal waits until it is done or undone (a handler run between
     # two steps would leave the staged file behind), then ends the process.
@@ -125,7 +129,7 @@ def replace(path: str, text: str, sha256: str, backup: str | None, step: Any = p
         rec["as_user"] = become_folder_owner(path)
         if rec["as_user"]:
             step(f"writing as {rec['as_user']}")
-        rep = CheckedReplace.stage(path, text.encode("utf-8", "surrogateescape"), what="file")
+        rep = CheckedReplace.stage(path, text.encode("utf-8", "surrogateescape"), expect_uid=uid, what="file")
         try:
             if hashlib.sha256(rep.original).hexdigest() != sha256:
                 raise InputError(f"{path}: changed since it was shown (someone edited it); nothing changed - "
@@ -158,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dir", action="store_true")
     parser.add_argument("--wait-pid", type=int, action="append", default=[])
     parser.add_argument("--backup", default=None)
+    parser.add_argument("--uid", type=int, default=None)
     parser.add_argument("--text-part", action="append", default=[])
     args = parser.parse_args(argv)
     for sig in (signal.SIGTERM, signal.SIGHUP):  # end through the cleanups, not in the middle of them
@@ -168,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.remove:
         rec = remove(args.remove, "dir" if args.dir else "file", args.wait_pid, step=step)
     elif args.path and args.sha256:
-        rec = replace(args.path, "".join(args.text_part), args.sha256, args.backup, step=step)
+        rec = replace(args.path, "".join(args.text_part), args.sha256, args.backup, step=step, uid=args.uid)
     else:
         parser.error("give --path and --sha256, or --remove")
     if rec["error"]:

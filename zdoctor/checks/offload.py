@@ -71,7 +71,7 @@ def _heredoc_tag(text: str) -> str:
 
 
 def nvme_patch_remedy(ds_path: str, target: str, block_size: int | None = None,
-                      text: str | None = None) -> Remedy | None:
+                      text: str | None = None, uid: int | None = None) -> Remedy | None:
     """A remedy that moves the config's offload to NVMe at ``target``, applied through the safe core.
 
     The patched text is built by :func:`zdoctor.offload.dsconfig.nvme_patch` (only the offload blocks change)
@@ -79,36 +79,47 @@ def nvme_patch_remedy(ds_path: str, target: str, block_size: int | None = None,
     applies it with :mod:`zdoctor.core_apply` (``action``): only if the file is still the regular file
     whose bytes were shown, backed up under a new name, replaced in one rename. The copyable commands do
     the same in the same order and stop at the first failing line. None when the config cannot be patched
-    (unreadable, no zero_optimization block).
+    (unreadable, no zero_optimization block). ``uid`` is the file's owner when it was read (taken from
+    the file itself when not given): the fix applies only while the owner is the same.
     """
     try:
         cfg = parse_config(text, ds_path) if text is not None else load_config(ds_path)
         patch = nvme_patch(cfg, target, block_size)
     except (InputError, ValueError):
         return None
+    if uid is None:
+        try:
+            uid = os.stat(ds_path).st_uid
+        except OSError:  # a snapshot of another node: the bytes are still checked
+            uid = None
     tag = _heredoc_tag(patch.new_text)
     body = patch.new_text if patch.new_text.endswith("\n") else patch.new_text + "\n"
     sha = hashlib.sha256(cfg.text.encode("utf-8", "surrogateescape")).hexdigest()
     folder, name = os.path.split(os.path.abspath(ds_path))
     backup = f"{ds_path}.bak.zdoctor-{sha[:12]}"
-    qn, unchanged = shell_quote(name), f"test \"$(sha256sum < {shell_quote(name)})\" = '{sha}  -'"
+    qn = shell_quote(name)
+    # One test a line: `set -e` does not stop at a failure on the left of `&&`.
+    unchanged = ([f"test \"$(stat -c %u -- {qn})\" = {uid}"] if uid is not None else []) + \
+        [f"test \"$(sha256sum < {qn})\" = '{sha}  -'"]
     commands = [
         f"cd -P -- {shell_quote(folder)}",
-        f"test -f {qn} && test ! -L {qn}",
-        unchanged,
+        f"test -f {qn}",
+        f"test ! -L {qn}",
+        *unchanged,
         f"new=$(mktemp -- {shell_quote('.' + name + '.zdoctor-XXXXXX')})",
         f"cat > \"$new\" <<'{tag}'\n{body}{tag}",
         f"chmod --reference={qn} -- \"$new\"",
         f"chown --reference={qn} -- \"$new\"",
         "sync -- \"$new\"",
         f"ln -- {qn} {shell_quote(os.path.basename(backup))}",
-        unchanged,
+        *unchanged,
         f"mv -f -- \"$new\" {qn}",
     ]
     return Remedy(title=f"Move offload to NVMe at {target} in {os.path.basename(ds_path)}", commands=commands,
                   verified=False, requires_root=not os.access(folder, os.W_OK),
                   undo=[f"mv -f -- {shell_quote(backup)} {shell_quote(ds_path)}"],
-                  action={"kind": "file-replace", "path": ds_path, "sha256": sha, "text": body, "backup": backup},
+                  action={"kind": "file-replace", "path": ds_path, "sha256": sha, "uid": uid, "text": body,
+                          "backup": backup},
                   explanation="Rewrites only " + ", ".join(patch.changed) + " (every other line, comments "
                   "included, stays), keeping the other settings of those blocks. The new text was read back "
                   "through DeepSpeed's reader rules before it was offered. Applied only while the file is still "
@@ -117,6 +128,11 @@ def nvme_patch_remedy(ds_path: str, target: str, block_size: int | None = None,
                   "moved into place in one rename, with the old owner and mode, so the config is always the "
                   "old file or the new one, never half-written. Not verified by a training run.\n\n"
                   + patch.diff)
+
+
+def _owner_uid(ds: dict[str, Any]) -> int | None:
+    uid = (ds.get("owner") or {}).get("uid") if isinstance(ds.get("owner"), dict) else None
+    return uid if isinstance(uid, int) else None
 
 
 def _offload_target(facts: Facts) -> str | None:
@@ -208,7 +224,7 @@ def check_lints(facts: Facts) -> list[Finding]:
                     lines.append(f"  {note}")
         remedies = []
         if rule in ("nvme-without-path", "nvme-path") and ds and target and worst == "fail":
-            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"))
+            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), uid=_owner_uid(ds))
             if r:
                 remedies.append(r)
         title = RULE_TITLES.get(rule, rule)
@@ -234,7 +250,7 @@ def check_patch(facts: Facts) -> list[Finding]:
     now = sorted({p["path"] for p in ds["nvme_paths"]})
     if not target or now == [target]:
         return []
-    r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"))
+    r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), uid=_owner_uid(ds))
     if r is None:
         return [Finding(id=cid, status="skip", title=f"ds_config patch to {target}: not made",
                         detail=f"{ds['path']} could not be read back to patch it here (it is not in the recorded "
@@ -322,7 +338,7 @@ def check_capacity(facts: Facts) -> list[Finding]:
         ds = facts.of("dsconfig")
         target = _offload_target(facts)
         if ds and target:
-            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"))
+            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), uid=_owner_uid(ds))
             if r:
                 remedies.append(r)
         elif ds:

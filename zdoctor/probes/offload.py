@@ -45,6 +45,7 @@ gpus [{index, name, util {min, mean, max}, mem_util, series, sparkline, errors}]
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ..errors import InputError
@@ -158,6 +159,15 @@ def _settings_table(eff: dict[str, Any]) -> Evidence:
                              hl)
 
 
+def _owner(path: str) -> dict[str, int] | None:
+    """The ds_config's owner as read (a fix applies only while it is still the same)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return {"uid": st.st_uid, "gid": st.st_gid}
+
+
 @probe("dsconfig", title="DeepSpeed config (ds_config) as DeepSpeed reads it", timeout=TARGET_TIMEOUT + 60,
        needs=("pyenv", "host_limits"))
 def dsconfig_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
@@ -185,7 +195,7 @@ def dsconfig_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
         facts["error"] = str(exc)
         return facts, [Evidence(label=f"read {path}", kind="file", paths=[path], error=str(exc))]
     facts.update(valid=True, syntax=cfg.syntax, json_error=cfg.json_error, bytes=len(cfg.text.encode("utf-8")),
-                 text=cfg.text if len(cfg.text) <= CONFIG_TEXT_MAX else None)
+                 text=cfg.text if len(cfg.text) <= CONFIG_TEXT_MAX else None, owner=_owner(path))
     eff = lint.effective(cfg, tables)
     facts["settings"] = eff
     facts["stage"] = eff["stage"]
