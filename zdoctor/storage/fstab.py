@@ -361,6 +361,9 @@ def apply_fstab_line(fstab_path: str, line: str, *, mount: Sequence[str] | Calla
         rec.error = str(exc)
         return rec
     if note:
+        if backup is not None:  # the backup goes beside the file that is edited
+            backup = os.path.join(os.path.dirname(fstab_path), os.path.basename(backup))
+            note += f" (backup: {backup})"
         step(note)
     try:
         with open(fstab_path, "rb") as fh:
