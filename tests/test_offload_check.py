@@ -158,7 +158,7 @@ def test_70b_does_not_fit_and_the_nvme_patch_remedy_works(tmp_path, ds_location)
     patched = load_config(cfg)
     assert patched.get(("zero_optimization", "offload_optimizer")) == {"device": "nvme", "nvme_path": str(nvme)}
     assert patched.get(("zero_optimization", "offload_param", "device")) == "nvme"
-    assert Path(cfg + ".bak").read_bytes() == (OFF / "zero3-cpu-offload.json").read_bytes()
+    assert Path(remedy.action["backup"]).read_bytes() == (OFF / "zero3-cpu-offload.json").read_bytes()
     subprocess.run(["bash", "-c", "\n".join(remedy.undo)], check=True, timeout=60)
     assert Path(cfg).read_bytes() == (OFF / "zero3-cpu-offload.json").read_bytes()
 

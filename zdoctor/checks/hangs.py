@@ -4,6 +4,7 @@ newer compiler than this node's."""
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -90,9 +91,15 @@ def lock_remedy(lock: dict[str, Any], op: dict[str, Any] | None, orphans: list[i
     if orphans:
         commands.append(f"while kill -0 {' '.join(str(p) for p in orphans)} 2>/dev/null; do sleep 1; done")
     # torch's O_CREAT|O_EXCL fails on a directory named `lock` just as on a file; rm -f cannot remove one.
-    rm = "rm -rf --" if (op or {}).get("lock_kind") == "dir" else "rm -f --"
-    commands.append(f"{rm} {shell_quote(lock['path'])}")
-    expl = ("Deletes only the lock file; the op dir and whatever was already compiled stay. Stop the "
+    kind = "dir" if (op or {}).get("lock_kind") == "dir" else "file"
+    rm = "rm -rf --" if kind == "dir" else "rm -f --"
+    op_dir, name = os.path.split(os.path.abspath(lock["path"]))
+    parent, op_name = os.path.split(op_dir)
+    # One line that refuses a link on the way (a subshell: the caller's directory stays).
+    commands.append(f"(cd -P -- {shell_quote(parent)} && test ! -L {shell_quote(op_name)} && cd -- "
+                    f"{shell_quote(op_name)} && test ! -L {shell_quote(name)} && {rm} {shell_quote(name)})")
+    expl = ("Deletes only the lock file (never through a link: an op dir or lock swapped for one is left "
+            "alone); the op dir and whatever was already compiled stay. Stop the "
             "launches that are waiting first: once the lock is gone they stop waiting and try to load an "
             "op that was never finished (ImportError: cannot open shared object file). The next launch "
             "takes the lock and builds the op again (ninja redoes whatever the dead build left unfinished).")
@@ -103,6 +110,7 @@ def lock_remedy(lock: dict[str, Any], op: dict[str, Any] | None, orphans: list[i
     expl += tried
     return Remedy(title=f"Remove the stale lock of op {show(lock.get('op'), 60)}", commands=commands,
                   verified=verified, requires_root=bool(op and op.get("dir_writable") is False), undo=[],
+                  action={"kind": "remove-lock", "path": lock["path"], "lock_kind": kind, "wait_pids": list(orphans)},
                   explanation=expl, tried=bool(trial and trial.get("tried")),
                   note=(trial or {}).get("reason") or "" if not (trial and trial.get("tried")) else tried.strip())
 

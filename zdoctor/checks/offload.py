@@ -10,6 +10,7 @@ hjson-only), ``offload.capacity``, ``offload.breakdown``, ``offload.gpu-util``.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Any
 
@@ -84,29 +85,70 @@ def config_edit_needs_root(ds: dict) -> bool:
 
 
 def nvme_patch_remedy(ds_path: str, target: str, block_size: int | None = None,
-                      text: str | None = None, requires_root: bool = False) -> Remedy | None:
-    """A remedy that moves the config's offload to NVMe at ``target``: back up, then write the patched file.
+                      text: str | None = None, uid: int | None = None,
+                      requires_root: bool | None = None) -> Remedy | None:
+    """A remedy that moves the config's offload to NVMe at ``target``, applied through the safe core.
 
     The patched text is built by :func:`zdoctor.offload.dsconfig.nvme_patch` (only the offload blocks change)
-    and checked to read back as a valid config; the unified diff goes into the explanation. None when the
-    config cannot be patched (unreadable, no zero_optimization block).
+    and checked to read back as a valid config; the unified diff goes into the explanation. The guide
+    applies it with :mod:`zdoctor.core_apply` (``action``): only if the file is still the regular file
+    whose bytes were shown, backed up under a new name, replaced in one rename. The copyable commands do
+    the same in the same order and stop at the first failing line. None when the config cannot be patched
+    (unreadable, no zero_optimization block). ``uid`` is the file's owner when it was read (taken from
+    the file itself when not given): the fix applies only while the owner is the same.
     """
     try:
         cfg = parse_config(text, ds_path) if text is not None else load_config(ds_path)
         patch = nvme_patch(cfg, target, block_size)
     except (InputError, ValueError):
         return None
+    if uid is None:
+        try:
+            uid = os.stat(ds_path).st_uid
+        except OSError:  # a snapshot of another node: the bytes are still checked
+            uid = None
     tag = _heredoc_tag(patch.new_text)
     body = patch.new_text if patch.new_text.endswith("\n") else patch.new_text + "\n"
-    q = shell_quote(ds_path)
-    commands = [f"cp -p -- {q} {shell_quote(ds_path + '.bak')}", f"cat > {q} <<'{tag}'\n{body}{tag}"]
+    sha = hashlib.sha256(cfg.text.encode("utf-8", "surrogateescape")).hexdigest()
+    folder, name = os.path.split(os.path.abspath(ds_path))
+    backup = f"{ds_path}.bak.zdoctor-{sha[:12]}"
+    qn = shell_quote(name)
+    # One test a line: `set -e` does not stop at a failure on the left of `&&`.
+    unchanged = ([f"test \"$(stat -c %u -- {qn})\" = {uid}"] if uid is not None else []) + \
+        [f"test \"$(sha256sum < {qn})\" = '{sha}  -'"]
+    commands = [
+        f"cd -P -- {shell_quote(folder)}",
+        f"test -f {qn}",
+        f"test ! -L {qn}",
+        *unchanged,
+        f"new=$(mktemp -- {shell_quote('.' + name + '.zdoctor-XXXXXX')})",
+        f"cat > \"$new\" <<'{tag}'\n{body}{tag}",
+        f"chmod --reference={qn} -- \"$new\"",
+        f"chown --reference={qn} -- \"$new\"",
+        "sync -- \"$new\"",
+        f"ln -- {qn} {shell_quote(os.path.basename(backup))}",
+        *unchanged,
+        f"mv -f -- \"$new\" {qn}",
+    ]
     return Remedy(title=f"Move offload to NVMe at {target} in {os.path.basename(ds_path)}", commands=commands,
-                  verified=False, requires_root=requires_root,
-                  undo=[f"mv -- {shell_quote(ds_path + '.bak')} {q}"],
+                  verified=False,
+                  requires_root=not os.access(folder, os.W_OK) if requires_root is None else requires_root,
+                  undo=[f"mv -f -- {shell_quote(backup)} {shell_quote(ds_path)}"],
+                  action={"kind": "file-replace", "path": ds_path, "sha256": sha, "uid": uid, "text": body,
+                          "backup": backup},
                   explanation="Rewrites only " + ", ".join(patch.changed) + " (every other line, comments "
                   "included, stays), keeping the other settings of those blocks. The new text was read back "
-                  "through DeepSpeed's reader rules before it was offered. Not verified by a training run.\n\n"
+                  "through DeepSpeed's reader rules before it was offered. Applied only while the file is still "
+                  "the regular file (not a link) shown here, byte for byte: the new text is written beside it, "
+                  f"the old file is kept as {backup} (a name no file has; never overwritten) and the new one "
+                  "moved into place in one rename, with the old owner and mode, so the config is always the "
+                  "old file or the new one, never half-written. Not verified by a training run.\n\n"
                   + patch.diff)
+
+
+def _owner_uid(ds: dict[str, Any]) -> int | None:
+    uid = (ds.get("file") or {}).get("owner_uid") if isinstance(ds.get("file"), dict) else None
+    return uid if isinstance(uid, int) else None
 
 
 def _offload_target(facts: Facts) -> str | None:
@@ -198,7 +240,8 @@ def check_lints(facts: Facts) -> list[Finding]:
                     lines.append(f"  {note}")
         remedies = []
         if rule in ("nvme-without-path", "nvme-path") and ds and target and worst == "fail":
-            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), requires_root=config_edit_needs_root(ds))
+            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), uid=_owner_uid(ds),
+                                  requires_root=config_edit_needs_root(ds))
             if r:
                 remedies.append(r)
         title = RULE_TITLES.get(rule, rule)
@@ -224,7 +267,8 @@ def check_patch(facts: Facts) -> list[Finding]:
     now = sorted({p["path"] for p in ds["nvme_paths"]})
     if not target or now == [target]:
         return []
-    r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), requires_root=config_edit_needs_root(ds))
+    r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), uid=_owner_uid(ds),
+                          requires_root=config_edit_needs_root(ds))
     if r is None:
         return [Finding(id=cid, status="skip", title=f"ds_config patch to {target}: not made",
                         detail=f"{ds['path']} could not be read back to patch it here (it is not in the recorded "
@@ -313,7 +357,8 @@ def check_capacity(facts: Facts) -> list[Finding]:
         ds = facts.of("dsconfig")
         target = _offload_target(facts)
         if ds and target:
-            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), requires_root=config_edit_needs_root(ds))
+            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), uid=_owner_uid(ds),
+                                  requires_root=config_edit_needs_root(ds))
             if r:
                 remedies.append(r)
         elif ds:

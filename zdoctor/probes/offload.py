@@ -160,14 +160,16 @@ def _settings_table(eff: dict[str, Any]) -> Evidence:
 
 
 def _ownership(path: str) -> dict[str, Any] | None:
-    """Who owns the ds_config and the directory it sits in (uid, mode), as recorded on the node: whether
-    rewriting it needs root is judged from these, wherever the facts are read."""
+    """Who owns the ds_config and the directory it sits in (uid, gid, mode), as recorded on the node: whether
+    rewriting it needs root is judged from these, wherever the facts are read, and a fix applies only while
+    the file's owner is still the same."""
     try:
         st = os.stat(path)
         dst = os.stat(os.path.dirname(os.path.abspath(path)))
     except OSError:
         return None
-    return {"owner_uid": st.st_uid, "dir_owner_uid": dst.st_uid, "dir_mode": oct(dst.st_mode & 0o7777)}
+    return {"owner_uid": st.st_uid, "owner_gid": st.st_gid, "dir_owner_uid": dst.st_uid,
+            "dir_mode": oct(dst.st_mode & 0o7777)}
 
 
 @probe("dsconfig", title="DeepSpeed config (ds_config) as DeepSpeed reads it", timeout=TARGET_TIMEOUT + 60,
