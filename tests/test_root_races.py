@@ -239,7 +239,7 @@ def test_a_missing_home_makes_no_directories_and_the_check_still_reports(tmp_pat
     env["HOME"] = str(home)
     m = run_measured(["check", "--json", "--playbook", "gpu-stack"], env=env, wall_limit=90)
     try:
-        assert m.returncode in (0, 1), m.stderr
+        assert m.returncode in (0, 1, 3), m.stderr
         (line,) = [x for x in m.stderr.splitlines() if "session not recorded" in x]
         assert f"not creating session log directory {home}/.local/state/zdoctor/sessions: {home} does not exist" in line
         assert not home.exists() and "Traceback" not in m.stderr
