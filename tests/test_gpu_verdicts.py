@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pynvml
 from test_gpu_facts import facts_of
 from test_gpu_nvml import _raise, fake_h200, no_smi
 
-from zdoctor.checks.gpu import check_driver, check_health
+from zdoctor.checks.gpu import check_driver, check_health, check_runtime
 from zdoctor.doctor import CheckReport
 from zdoctor.gpu import kmod
 from zdoctor.probes.gpu import collect_nvml
@@ -135,3 +136,109 @@ def test_unload_order_of_proc_modules():
     assert order.index("nvidia_drm") < order.index("nvidia_modeset") and order[-1] == "nvidia"
     assert kmod.kernel_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  Wed Jan 22 2025", None) \
         == "570.86.15"
+
+
+# -- CUDA that does not start although the versions fit ---------------------------------------------------
+
+#: torch's own texts (c10/cuda/CUDAFunctions.cpp device_count_impl, wrapped by TORCH_WARN "CUDA initialization: ")
+TORCH_802 = ("CUDA initialization: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions "
+             "before calling NumCudaDevices() that might have already set an error? Error 802: system not yet "
+             "initialized (Triggered internally at /pytorch/c10/cuda/CUDAFunctions.cpp:119.)")
+TORCH_999 = ("CUDA initialization: CUDA unknown error - this may be due to an incorrectly set up environment, e.g. "
+             "changing env variable CUDA_VISIBLE_DEVICES after program start. Setting the available devices to be "
+             "zero. (Triggered internally at /pytorch/c10/cuda/CUDAFunctions.cpp:119.)")
+
+FAKE_TORCH_CUDA_WARNS = '''
+import warnings
+__version__ = "2.11.0+cu130"
+class version:
+    cuda = "13.0"
+    hip = None
+    git_version = "70d99e998b4955e0049d13a98d77ae1b14db1f45"
+class cuda:
+    @staticmethod
+    def is_available():
+        warnings.warn(%r, UserWarning)
+        return False
+'''
+
+FAKE_TORCH_CUDA_SILENT = '''
+__version__ = "2.11.0+cu130"
+class version:
+    cuda = "13.0"
+    hip = None
+    git_version = "70d99e998b4955e0049d13a98d77ae1b14db1f45"
+class cuda:
+    @staticmethod
+    def is_available():
+        return False
+    @staticmethod
+    def init():
+        raise RuntimeError(%r)
+'''
+
+
+def _probe_cuda_record(tmp_path: Path, body: str) -> dict[str, Any]:
+    """Run the real probe script against a torch package whose CUDA start fails as torch's does."""
+    from test_probe_script import PY38, make_pkg, run_script
+
+    make_pkg(tmp_path, "torch", body, "2.11.0")
+    python = PY38 if os.path.exists(PY38) else sys.executable
+    proc, parsed = run_script(python, tmp_path)
+    assert "torch_cuda" in parsed["records"], proc.stderr
+    return parsed["records"]["torch_cuda"]
+
+
+def _facts_with(record: dict[str, Any], nvml_changes: dict[str, Any] | None = None, torch_cuda: str = "13.0"):
+    from test_gpu_facts import h200, h200_nvml, h200_pyenv
+
+    py = h200_pyenv()
+    py["torch"]["cuda"] = torch_cuda
+    py["torch"]["cuda_check"] = {"state": "ok", **{k: v for k, v in record.items() if k != "t"}}
+    nv = h200_nvml()
+    nv.update(nvml_changes or {})
+    return h200(nvml=nv, pyenv=py)
+
+
+def test_cuda_802_with_fitting_versions_says_the_cause_is_elsewhere(tmp_path):
+    from test_gpu_checks import branch
+
+    rec = _probe_cuda_record(tmp_path, FAKE_TORCH_CUDA_WARNS % TORCH_802)
+    assert rec["available"] is False and "Error 802: system not yet initialized" in rec["init_error"]
+    facts = _facts_with(rec)
+    f = {x.id: x for x in check_runtime(facts)}["gpu.runtime"]
+    assert f.status == "fail"
+    assert "newer than" not in f.title
+    assert f.title == ("CUDA cannot start on driver 580.159.04 (CUDA error 802); torch's CUDA 13.0 fits the "
+                       "driver's CUDA 13.0")
+    assert "the cause is elsewhere" in f.detail and "nvidia-fabricmanager" in f.detail
+    assert "cudaErrorSystemNotReady" in f.detail
+    assert f.remedies == []  # no torch or driver swap: neither is the cause
+    table = f.evidence[-1].table.rows
+    assert table[1] == ["CUDA error number", "802"]
+    assert branch("diag-cuda-start", facts)
+
+
+def test_cuda_999_comes_from_torchs_sentence_and_init_text_is_read_when_no_warning(tmp_path):
+    rec = _probe_cuda_record(tmp_path, FAKE_TORCH_CUDA_WARNS % TORCH_999)
+    f = {x.id: x for x in check_runtime(_facts_with(rec))}["gpu.runtime"]
+    assert "(CUDA error 999)" in f.title and "nvidia_uvm" in f.detail
+    silent = "CUDA error: forward compatibility was attempted on non supported HW"
+    rec = _probe_cuda_record(tmp_path / "silent", FAKE_TORCH_CUDA_SILENT % silent)
+    assert rec["init_error"] == f"RuntimeError: {silent}"
+    f = {x.id: x for x in check_runtime(_facts_with(rec))}["gpu.runtime"]
+    assert "(CUDA error 804)" in f.title and "cuda-compat" in f.detail
+
+
+def test_versions_compare_as_versions_not_text():
+    rec = {"available": False, "init_error": None}
+    # driver CUDA 12.10 is newer than torch's 12.9: the runtime fits, CUDA's failure is not the versions
+    facts = _facts_with(rec, {"cuda_driver": 12100, "cuda_driver_version": "12.10"}, torch_cuda="12.9")
+    f = {x.id: x for x in check_runtime(facts)}["gpu.runtime"]
+    assert f.title.startswith("CUDA cannot start") and "newer than" not in f.title
+    assert "CUDA error unknown" in f.title and "number is unknown" in f.detail
+    # torch's 12.10 on a driver of CUDA 12.9 is the newer side
+    facts = _facts_with({"available": True}, {"cuda_driver": 12090, "cuda_driver_version": "12.9"},
+                        torch_cuda="12.10")
+    f = {x.id: x for x in check_runtime(facts)}["gpu.runtime"]
+    assert f.title == "torch's CUDA 12.10 is newer than the driver's CUDA 12.9"

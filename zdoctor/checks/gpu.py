@@ -94,7 +94,8 @@ def torch_cuda(facts: Facts) -> dict[str, Any]:
         return out
     out.update(state="ok", cuda=str(torch["cuda"]), source="torch.version.cuda",
                runtime=parse_torch_config(torch.get("config")).get("cuda_runtime"),
-               available=(torch.get("cuda_check") or {}).get("available"))
+               available=(torch.get("cuda_check") or {}).get("available"),
+               init_error=(torch.get("cuda_check") or {}).get("init_error"))
     return out
 
 
@@ -614,10 +615,10 @@ def check_runtime(facts: Facts) -> list[Finding]:
         lines.append(f"torch's CUDA {v['runtime']} runs on this driver (it supports CUDA up to {v['driver']}).")
     if tc["runtime"] and cuda.parse_cuda(tc["runtime"]) != cuda.parse_cuda(tc["cuda"]):
         lines.append(f"torch's config says 'CUDA Runtime {tc['runtime']}' while torch.version.cuda is {tc['cuda']}.")
+    if tc["available"] is False and gpus and v["verdict"] == "ok":
+        return [_cuda_start_failed(facts, tc, v, nv, ev)]
     if tc["available"] is False and gpus:
-        status = "warn" if status == "ok" else status
-        lines.append("torch.cuda.is_available() returned False although the driver lists GPUs: look at "
-                     "CUDA_VISIBLE_DEVICES (gpu.env.visible-devices) and the device nodes /dev/nvidia*.")
+        lines.append("torch.cuda.is_available() returned False although the driver lists GPUs.")
     if tc["state"] == "import_failed":
         lines.append(f"{tc['why']}; the CUDA version comes from the {tc['source']}.")
     title = {"ok": f"torch's CUDA {v['runtime']} fits driver {nv.get('driver')} (CUDA {v['driver']})",
@@ -625,6 +626,34 @@ def check_runtime(facts: Facts) -> list[Finding]:
              "fail": f"torch's CUDA {v['runtime']} cannot run on driver {nv.get('driver')}"}[status]
     rem = [r for r in [_wheel_remedy(facts, drv_cuda), _driver_remedy(gpus)] if r] if status != "ok" else []
     return [Finding(id=fid, status=status, title=title, detail="\n".join(lines), evidence=ev, remedies=rem)]
+
+
+def _cuda_start_failed(facts: Facts, tc: dict[str, Any], v: dict[str, Any], nv: dict[str, Any],
+                       ev: list[Evidence]) -> Finding:
+    """CUDA does not start although torch's CUDA fits the driver: the versions are not the cause."""
+    err = cuda.cuda_init_error(tc.get("init_error"))
+    lines = [f"torch's CUDA {v['runtime']} runs on driver {nv.get('driver')} (it supports CUDA up to "
+             f"{v['driver']}), so the versions are not the cause: the cause is elsewhere.",
+             "torch.cuda.is_available() returned False although the driver lists the GPUs."]
+    if err is None:
+        lines.append("torch gave no error text (the probe recorded none), so the CUDA error number is unknown.")
+        head = "CUDA error unknown"
+    else:
+        lines.append(f"torch said: {err['text']}")
+        if err["code"] is not None:
+            lines.append(f"CUDA error {err['code']}" + (f" ({err['name']}, '{err['message']}')" if err["name"] else "")
+                         + (f": {err['meaning']}." if err["meaning"] else "."))
+        head = f"CUDA error {err['code']}" if err["code"] is not None else "CUDA error (number not given)"
+    lines.append("Also look at CUDA_VISIBLE_DEVICES (gpu.env.visible-devices) and the device nodes /dev/nvidia*.")
+    return Finding(id="gpu.runtime", status="fail",
+                   title=f"CUDA cannot start on driver {nv.get('driver')} ({head}); torch's CUDA {v['runtime']} fits "
+                         f"the driver's CUDA {v['driver']}",
+                   detail="\n".join(lines), evidence=ev + [Evidence.of_table(
+                       "torch's CUDA start error (torch.cuda.is_available() / torch.cuda.init() in the pyenv probe)",
+                       ["what", "value"],
+                       [["text", (err or {}).get("text") or "none recorded"],
+                        ["CUDA error number", _n((err or {}).get("code"))],
+                        ["CUDA error name", (err or {}).get("name") or "unknown"]], [1])])
 
 
 # -- gpu.toolkit ----------------------------------------------------------------------------------------
@@ -1267,3 +1296,12 @@ def gpu_unhealthy(facts: Facts) -> bool:
 @predicate("gpu_torch_without_cuda", doc="torch is missing, or a CPU/ROCm build", probes=("pyenv",))
 def gpu_torch_without_cuda(facts: Facts) -> bool:
     return torch_cuda(facts)["state"] in ("missing", "cpu", "rocm")
+
+
+@predicate("gpu_cuda_start_failed", doc="CUDA does not start although torch's CUDA fits the driver",
+           probes=("nvml", "pyenv"))
+def gpu_cuda_start_failed(facts: Facts) -> bool:
+    tc = torch_cuda(facts)
+    drv = (facts.of("nvml") or {}).get("cuda_driver_version")
+    return bool(tc["state"] == "ok" and tc["available"] is False and _gpus(facts) and drv
+                and cuda.driver_runtime_verdict(drv, tc["cuda"])["verdict"] == "ok")
