@@ -264,7 +264,7 @@ def check_libaio(facts: Facts) -> list[Finding]:
     if la.get("ok"):
         calls = lt.get("calls")
         title = ("libaio makes the calls DeepSpeed's async_io makes (" + ", ".join(_called(lt)) + ")" if calls
-                 else "libaio links and runs its basic calls; which calls the installed DeepSpeed makes is unknown"
+                 else "libaio links and runs its core calls; which calls the installed DeepSpeed makes is unknown"
                  if lt.get("ran") else "libaio is there for DeepSpeed's async_io op")
         return [Finding(id=fid, status="ok", title=title, detail=found, evidence=ev)]
     if lt.get("ran") and lt.get("failed_call") and lt.get("ok") is False and la.get("header") \
@@ -312,7 +312,7 @@ def _aio_calls_line(lt: dict[str, Any]) -> str:
                 f"the test made {', '.join(_called(lt))}"
                 + ("" if lt.get("ran_ok") is None else ": they ran" if lt.get("ran_ok") else ": they failed") + ".")
     return (f"Which libaio calls DeepSpeed makes is unknown ({lt.get('calls_why') or 'its sources were not read'}); "
-            f"the test made libaio's basic calls: {', '.join(_called(lt))}.")
+            f"the test made libaio's core calls ({', '.join(_called(lt))}).")
 
 
 def _newer_libaio_remedies(la: dict[str, Any]) -> list[Remedy]:

@@ -17,7 +17,7 @@ from typing import Any
 #: libaio's API (libaio.h) as DeepSpeed may call it.
 LIBAIO_CALLS = ("io_setup", "io_queue_init", "io_submit", "io_getevents", "io_pgetevents", "io_queue_release",
                 "io_destroy", "io_cancel", "io_prep_pread", "io_prep_pwrite")
-#: What a test makes when DeepSpeed's own calls are unknown: libaio's basic cycle.
+#: What a test makes when DeepSpeed's own calls are unknown: libaio's core cycle.
 BASIC_CALLS = ("io_setup", "io_prep_pwrite", "io_prep_pread", "io_submit", "io_getevents", "io_destroy")
 _CALL = re.compile(r"\b(" + "|".join(LIBAIO_CALLS) + r")\s*\(")
 SOURCE_SUFFIXES = (".cpp", ".cc", ".c", ".h", ".hpp")

@@ -329,7 +329,7 @@ def libaio_status(env: Mapping[str, str] | None = None, *, release_path: str = "
     Looks for the runtime library (``ctypes.util.find_library``), the header and the unversioned
     ``libaio.so`` (honouring CFLAGS/CPATH/LDFLAGS/LIBRARY_PATH/CONDA_PREFIX as the op build does), then
     compiles, links and runs a program making the libaio calls the installed DeepSpeed's csrc/aio makes
-    (:mod:`zdoctor.storage.aiocalls`; libaio's basic cycle when those are unknown) with the environment's C
+    (:mod:`zdoctor.storage.aiocalls`; libaio's core cycle when those are unknown) with the environment's C
     compiler: the decisive test. Keys: ok, runtime, header, dev_library, link_test {ran, ok, compiler,
     error, calls, calls_source, ran_ok, failed_call, returned}, package, install, distro.
     """
