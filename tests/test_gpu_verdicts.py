@@ -242,3 +242,33 @@ def test_versions_compare_as_versions_not_text():
                         torch_cuda="12.10")
     f = {x.id: x for x in check_runtime(facts)}["gpu.runtime"]
     assert f.title == "torch's CUDA 12.10 is newer than the driver's CUDA 12.9"
+
+
+# -- which of the user's symptoms these findings explain -----------------------------------------------------
+
+
+def _symptoms(text: str) -> dict[str, Any]:
+    from zdoctor.symptoms.extract import from_text
+
+    return {"symptoms": [s.to_dict() for s in from_text(text, "symptom", "--symptom")]}
+
+
+def test_the_findings_explain_the_messages_they_are_about(tmp_path, monkeypatch):
+    from test_gpu_facts import h200_all
+
+    from zdoctor.registry import Facts
+
+    monkeypatch.setattr(pynvml, "nvmlInit", _raise(pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH))
+    nv, _ev = collect_nvml(_mismatch_smi(tmp_path), nv=pynvml, kmod_paths=_kmod_files(tmp_path))
+    sym = _symptoms("Failed to initialize NVML: Driver/library version mismatch")
+    assert check_driver(facts_of(nvml=nv, symptoms=sym))[0].explains == ["S1"]
+
+    rec = _probe_cuda_record(tmp_path / "cuda", FAKE_TORCH_CUDA_WARNS % TORCH_802)
+    facts = _facts_with(rec)
+    both = {**{n: facts.get(n) for n in h200_all()}}
+    both["symptoms"] = facts_of(symptoms=_symptoms(TORCH_802)).get("symptoms")
+    f = {x.id: x for x in check_runtime(Facts(both))}["gpu.runtime"]
+    assert f.explains == ["S1"]
+    other = facts_of(symptoms=_symptoms(TORCH_802.replace("802: system not yet", "803: system has unsupported")))
+    both["symptoms"] = other.get("symptoms")
+    assert {x.id: x for x in check_runtime(Facts(both))}["gpu.runtime"].explains == []

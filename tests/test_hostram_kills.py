@@ -123,3 +123,20 @@ def test_a_bare_sigkill_does_not_claim_to_know_who_killed(tmp_path):
     found = by_id(check_hostram(h200(hostram=f)))["offload.host-ram"]
     assert found.status == "fail" and "the log does not say who killed it" in found.title
     assert "CONSTRAINT_MEMCG" in found.detail
+
+
+def test_the_memcg_kill_explains_the_kernels_oom_line_and_the_kill(tmp_path):
+    from test_gpu_facts import facts_of, h200_all
+
+    from zdoctor.registry import Facts
+    from zdoctor.symptoms.extract import from_text
+
+    text = (OFFLOAD / "memcg-oom-kmsg.txt").read_text() + "Killed\n"
+    f, _ = _collect(tmp_path, text, cgroup_root=str(tmp_path / "none"))
+    syms = {"symptoms": [s.to_dict() for s in from_text(text, "log", "--log")]}
+    kinds = {s["id"]: (s["kind"], s["fields"].get("constraint")) for s in syms["symptoms"]}
+    assert ("oom-kill", "CONSTRAINT_MEMCG") in kinds.values() and ("killed", None) in kinds.values()
+    base = {n: h200().get(n) for n in h200_all()}
+    base.update(hostram=facts_of(hostram=f).get("hostram"), symptoms=facts_of(symptoms=syms).get("symptoms"))
+    found = by_id(check_hostram(Facts(base)))["offload.host-ram"]
+    assert set(found.explains) == set(kinds), (found.explains, kinds)

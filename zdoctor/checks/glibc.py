@@ -17,6 +17,7 @@ from ..model import Finding, Remedy
 from ..probes.glibc import glibc_version_errors
 from ..registry import Facts, check, predicate
 from ..shellquote import shell_quote
+from ..symptoms.match import ids_for
 from . import not_checked
 
 
@@ -143,7 +144,11 @@ def check_glibc(facts: Facts) -> list[Finding]:
                            title=f"{', '.join(who)} need{'s' if len(who) == 1 else ''} {need}, newer than this host's "
                                  f"glibc {host or '(unknown)'}",
                            detail="\n".join(lines), evidence=ev,
-                           remedies=_remedies(facts, host, need, libs)))
+                           remedies=_remedies(facts, host, need, libs),
+                           explains=list(dict.fromkeys(
+                               sid for e in errs for sid in ids_for(facts, "version-not-found",
+                                                                    version=e.get("version"),
+                                                                    object=e.get("required_by"))))))
         return out
     need = g.get("torch_needs")
     if not g:

@@ -17,6 +17,7 @@ from ..model import Evidence, Finding, Remedy
 from ..probes.gccver import parse_torch_config, version_tuple
 from ..registry import Facts, check, predicate
 from ..shellquote import shell_quote
+from ..symptoms.match import ids_for
 from ..target import DEFAULT_PYTHON
 from . import evaluate_check, not_checked
 
@@ -113,7 +114,9 @@ def check_driver(facts: Facts) -> list[Finding]:
     nv = _result_facts(facts, "nvml")
     ev = facts.evidence("nvml")
     if nv is not None and _driver_mismatch(nv):
-        return [_mismatch_finding(nv, ev)]
+        found = _mismatch_finding(nv, ev)
+        found.explains = ids_for(facts, "driver-mismatch")
+        return [found]
     if nv is not None and (nv.get("library") or {}).get("error_kind") == "gpu_lost" and nv.get("skipped"):
         return [Finding(id=fid, status="fail", title="A GPU has fallen off the bus: NVML cannot start",
                         detail=f"{(nv.get('library') or {}).get('error')}. No CUDA program can use the node's "
@@ -165,7 +168,8 @@ def check_driver(facts: Facts) -> list[Finding]:
     ns = sorted({f for g in gpus for f in g.get("not_supported") or []})
     if ns:
         lines.append("Not supported by this GPU/driver (shown as n/a): " + ", ".join(ns) + ".")
-    return [Finding(id=fid, status=status, title=title, detail="\n".join(lines), evidence=ev, remedies=remedies)]
+    return [Finding(id=fid, status=status, title=title, detail="\n".join(lines), evidence=ev, remedies=remedies,
+                    explains=ids_for(facts, "xid", xid="79") if lost else [])]
 
 
 #: NVML answers on a GPU that mean the GPU itself is gone, whatever field was asked.
@@ -646,6 +650,7 @@ def _cuda_start_failed(facts: Facts, tc: dict[str, Any], v: dict[str, Any], nv: 
         head = f"CUDA error {err['code']}" if err["code"] is not None else "CUDA error (number not given)"
     lines.append("Also look at CUDA_VISIBLE_DEVICES (gpu.env.visible-devices) and the device nodes /dev/nvidia*.")
     return Finding(id="gpu.runtime", status="fail",
+                   explains=ids_for(facts, "cuda-error", number=str(err["code"])) if err and err["code"] else [],
                    title=f"CUDA cannot start on driver {nv.get('driver')} ({head}); torch's CUDA {v['runtime']} fits "
                          f"the driver's CUDA {v['driver']}",
                    detail="\n".join(lines), evidence=ev + [Evidence.of_table(

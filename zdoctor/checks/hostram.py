@@ -10,6 +10,7 @@ from ..gpu.limits import human
 from ..model import Evidence, Finding, Remedy
 from ..offload.planner import gib
 from ..registry import Facts, check, predicate
+from ..symptoms.match import ids_for
 from . import not_checked
 
 
@@ -48,8 +49,10 @@ def check_hostram(facts: Facts) -> list[Finding]:
     ooms = f.get("oom_kills") or []
     memcg = [k for k in ooms if k.get("kind") == "memcg"]
     host_wide = [k for k in ooms if k.get("kind") != "memcg"]
+    killed = ids_for(facts, "killed", signal="9")
     if memcg and not host_wide:
         out.append(_memcg_kill(f, memcg, lines, ev, rem))
+        out[-1].explains = ids_for(facts, "oom-kill", constraint="CONSTRAINT_MEMCG") + killed
     elif host_wide:
         k = host_wide[0]
         scope = {"global": "host memory ran out (the kernel's OOM killer, constraint "
@@ -63,7 +66,8 @@ def check_hostram(facts: Facts) -> list[Finding]:
                            detail="\n".join([f"{f.get('log')}:{x['line']}: {x['text']}" for x in host_wide[:3]]
                                             + lines + ["RAM is the bottleneck, whatever the model-state estimate "
                                                        "says; the memory available now is after the kill."]),
-                           evidence=ev, remedies=rem))
+                           evidence=ev, remedies=rem,
+                           explains=ids_for(facts, "oom-kill", constraint=k.get("constraint")) + killed))
     elif kills:
         out.append(Finding(id="offload.host-ram", status="fail",
                            title=f"The training log shows a process killed ({len(kills)} line(s), e.g. line "
@@ -76,7 +80,7 @@ def check_hostram(facts: Facts) -> list[Finding]:
                                                "says whether it was the whole host (constraint=CONSTRAINT_NONE) "
                                                "or the job's memory cgroup (CONSTRAINT_MEMCG, 'Memory cgroup out "
                                                "of memory'), whose limit is not the host's memory."]),
-                           evidence=ev, remedies=rem))
+                           evidence=ev, remedies=rem, explains=killed))
     elif avail is not None and needed and needed > avail:
         out.append(Finding(id="offload.host-ram", status="fail",
                            title=f"Offload needs {gib(needed)} of host memory per node with its pinned buffers; "

@@ -12,6 +12,7 @@ from ..registry import Facts, check, predicate
 from ..storage import blockdev as bd
 from ..storage import fstab as fs
 from ..storage.iotest import explain_odirect, human, rate
+from ..symptoms.match import ids_for
 from . import not_checked
 
 #: Below this sustained sequential rate (bytes/s, either direction) offload waits on the disk.
@@ -275,7 +276,8 @@ def check_libaio(facts: Facts) -> list[Finding]:
                         detail=found + f"\n{call} is in DeepSpeed's csrc/aio sources but not in this libaio "
                                + ("(io_pgetevents came with libaio 0.3.111; older releases such as CentOS 7's "
                                   "0.3.109 lack it)" if call == "io_pgetevents" else "") + ".",
-                        evidence=ev, remedies=_newer_libaio_remedies(la))]
+                        evidence=ev, remedies=_newer_libaio_remedies(la),
+                        explains=ids_for(facts, "undefined-reference", symbol=call))]
     if lt.get("ran") and lt.get("ok") and lt.get("ran_ok") is False:
         call, rc = lt.get("failed_call") or "a libaio call", lt.get("returned")
         errname = errno.errorcode.get(-rc, str(rc)) if isinstance(rc, int) and rc < 0 else None
@@ -297,7 +299,7 @@ def check_libaio(facts: Facts) -> list[Finding]:
                     detail=found + "\nDeepSpeed stops with: async_io requires the dev libaio .so object and headers "
                                    "but these were not found." + ("" if la.get("install") else
                                    " Install your distribution's libaio development package."),
-                    evidence=ev, remedies=remedies)]
+                    evidence=ev, remedies=remedies, explains=ids_for(facts, "libaio-missing"))]
 
 
 def _called(lt: dict[str, Any]) -> list[str]:
