@@ -272,3 +272,9 @@ def test_the_findings_explain_the_messages_they_are_about(tmp_path, monkeypatch)
     other = facts_of(symptoms=_symptoms(TORCH_802.replace("802: system not yet", "803: system has unsupported")))
     both["symptoms"] = other.get("symptoms")
     assert {x.id: x for x in check_runtime(Facts(both))}["gpu.runtime"].explains == []
+
+
+def test_wheel_tags_read_as_versions():
+    from zdoctor.checks.gpu import wheel_tag_cuda
+
+    assert [wheel_tag_cuda(t) for t in ("cu92", "cu118", "cu130", "cu1210")] == ["9.2", "11.8", "13.0", "12.10"]

@@ -82,7 +82,7 @@ def torch_cuda(facts: Facts) -> dict[str, Any]:
     if imp != "ok":
         tag = (torch.get("dist_version") or "").partition("+")[2]
         if tag.startswith("cu") and tag[2:].isdigit() and len(tag) >= 4:
-            out.update(state="import_failed", cuda=f"{int(tag[2:-1])}.{tag[-1]}", source=f"wheel tag +{tag}")
+            out.update(state="import_failed", cuda=wheel_tag_cuda(tag), source=f"wheel tag +{tag}")
         else:
             out.update(state="import_failed")
         out["why"] = f"import torch failed in {where} ({imp})"
@@ -98,6 +98,14 @@ def torch_cuda(facts: Facts) -> dict[str, Any]:
                available=(torch.get("cuda_check") or {}).get("available"),
                init_error=(torch.get("cuda_check") or {}).get("init_error"))
     return out
+
+
+def wheel_tag_cuda(tag: str) -> str:
+    """``cu130`` -> ``13.0``, ``cu92`` -> ``9.2``, ``cu1210`` -> ``12.10``: a two-digit major from CUDA 10 on,
+    and a minor that may have two digits."""
+    digits = tag[2:]
+    major, minor = (digits[:-1], digits[-1]) if len(digits) <= 3 else (digits[:2], digits[2:])
+    return f"{int(major)}.{int(minor)}"
 
 
 def _deepspeed(facts: Facts) -> dict[str, Any]:
