@@ -41,7 +41,7 @@ def test_lints_clean_and_explains_every_node():
     assert pb.start == "driver"
     for node in pb.nodes.values():
         assert len(node.why) > 20 and len(node.explain) > 80, node.id
-        if node.kind == "diagnosis":
+        if node.kind == "diagnosis" and node.id != pb.unexplained:  # that end names the symptoms, not a check
             assert node.checks, node.id
     order = ["driver", "gpus", "runtime", "toolkit", "host-compiler", "nccl", "environment", "limits"]
     assert all(n in pb.nodes for n in order)
@@ -92,8 +92,10 @@ def test_each_mismatch_ends_at_its_diagnosis(changes, end):
 
 def test_check_json_reports_the_gpu_part_as_it_is_on_this_machine(cli):
     proc = cli(["check", "--json", "--no-log"], timeout=180)
-    assert proc.returncode in (0, 1), proc.stderr
+    assert proc.returncode in (0, 1, 3), proc.stderr
     doc = json.loads(proc.stdout)
+    # 3: the default interpreter has no torch here, so the training environment could not be examined
+    assert proc.returncode != 3 or doc.get("exit_code") == 3
     found = {f["id"]: f for f in doc["findings"]}
     for fid in ("gpu.driver", "gpu.runtime", "gpu.nccl", "gpu.env.deprecated", "gpu.limits.shm"):
         assert any(k == fid or k.startswith(fid + ".") for k in found), fid

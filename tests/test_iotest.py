@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -136,19 +135,10 @@ def test_measure_reports_a_full_disk(tmp_path):
 
 # -- libaio ----------------------------------------------------------------------------------------------------
 def fake_libaio(tmp: Path) -> dict[str, str]:
-    """A real header and shared library with libaio's io_setup, built with the system compiler."""
-    (tmp / "include").mkdir()
-    (tmp / "lib").mkdir()
-    (tmp / "include" / "libaio.h").write_text("typedef struct io_context *io_context_t;\n"
-                                              "int io_setup(int maxevents, io_context_t *ctxp);\n")
-    src = tmp / "aio.c"
-    src.write_text(textwrap.dedent("""
-        #include "libaio.h"
-        int io_setup(int maxevents, io_context_t *ctxp) { (void)maxevents; *ctxp = 0; return 0; }
-    """))
-    subprocess.run(["gcc", "-shared", "-fPIC", "-I", str(tmp / "include"), "-o", str(tmp / "lib" / "libaio.so"),
-                    str(src)], check=True)
-    return {"PATH": os.environ["PATH"], "CFLAGS": f"-I{tmp / 'include'}", "LDFLAGS": f"-L{tmp / 'lib'}"}
+    """A real header and shared library with libaio's calls over the kernel's AIO system calls."""
+    from aiokit import build_libaio
+
+    return build_libaio(tmp)
 
 
 def test_libaio_found_through_the_build_flags(tmp_path):
@@ -157,6 +147,7 @@ def test_libaio_found_through_the_build_flags(tmp_path):
     assert facts["ok"] is True and facts["link_test"]["ok"] is True
     assert facts["header"] == str(tmp_path / "include" / "libaio.h")
     assert facts["dev_library"] == str(tmp_path / "lib" / "libaio.so")
+    assert facts["link_test"]["ran_ok"] is True
     assert ev[0].exit_code == 0 and f"-I{tmp_path / 'include'}" in ev[0].argv
 
 

@@ -11,13 +11,14 @@ import os
 import shlex
 from typing import Any
 
-from ..gpu import cuda, envreview, limits, nvml
+from ..gpu import cuda, envreview, kmod, limits, nvml
 from ..gpu import nccl as ncclmod
 from ..model import Evidence, Finding, Remedy
 from ..plural import count_of
 from ..probes.gccver import parse_torch_config, version_tuple
 from ..registry import Facts, check, predicate
 from ..shellquote import shell_quote
+from ..symptoms.match import ids_for
 from ..target import DEFAULT_PYTHON
 from . import evaluate_check, not_checked
 
@@ -82,7 +83,7 @@ def torch_cuda(facts: Facts) -> dict[str, Any]:
     if imp != "ok":
         tag = (torch.get("dist_version") or "").partition("+")[2]
         if tag.startswith("cu") and tag[2:].isdigit() and len(tag) >= 4:
-            out.update(state="import_failed", cuda=f"{int(tag[2:-1])}.{tag[-1]}", source=f"wheel tag +{tag}")
+            out.update(state="import_failed", cuda=wheel_tag_cuda(tag), source=f"wheel tag +{tag}")
         else:
             out.update(state="import_failed")
         out["why"] = f"import torch failed in {where} ({imp})"
@@ -95,8 +96,17 @@ def torch_cuda(facts: Facts) -> dict[str, Any]:
         return out
     out.update(state="ok", cuda=str(torch["cuda"]), source="torch.version.cuda",
                runtime=parse_torch_config(torch.get("config")).get("cuda_runtime"),
-               available=(torch.get("cuda_check") or {}).get("available"))
+               available=(torch.get("cuda_check") or {}).get("available"),
+               init_error=(torch.get("cuda_check") or {}).get("init_error"))
     return out
+
+
+def wheel_tag_cuda(tag: str) -> str:
+    """``cu130`` -> ``13.0``, ``cu92`` -> ``9.2``, ``cu1210`` -> ``12.10``: a two-digit major from CUDA 10 on,
+    and a minor that may have two digits."""
+    digits = tag[2:]
+    major, minor = (digits[:-1], digits[-1]) if len(digits) <= 3 else (digits[:2], digits[2:])
+    return f"{int(major)}.{int(minor)}"
 
 
 def _deepspeed(facts: Facts) -> dict[str, Any]:
@@ -112,18 +122,42 @@ def check_driver(facts: Facts) -> list[Finding]:
     fid = "gpu.driver"
     nv = _result_facts(facts, "nvml")
     ev = facts.evidence("nvml")
+    if nv is not None and _driver_mismatch(nv):
+        found = _mismatch_finding(nv, ev)
+        found.explains = ids_for(facts, "driver-mismatch")
+        return [found]
+    if nv is not None and (nv.get("library") or {}).get("error_kind") == "gpu_lost" and nv.get("skipped"):
+        return [Finding(id=fid, status="fail", title="A GPU has fallen off the bus: NVML cannot start",
+                        detail=f"{(nv.get('library') or {}).get('error')}. No CUDA program can use the node's "
+                               "GPUs until the lost GPU is reset or the node rebooted; `dmesg | grep -i xid` "
+                               "shows the Xid error (79: fallen off the bus) and when it happened.",
+                        evidence=ev, remedies=[_reboot_remedy()])]
     if nv is None or nv.get("skipped"):
         why = (nv or {}).get("skipped") or facts.why_not("nvml")
         return [not_checked(fid, "NVIDIA driver and GPUs", why + ". The GPU checks that need the driver are skipped.",
                       ev)]
     gpus = nv.get("gpus") or []
+    lost = unreachable_gpus(gpus)
     names: dict[str, int] = {}
     for g in gpus:
+        if g in lost:
+            continue
         names[g.get("name") or "?"] = names.get(g.get("name") or "?", 0) + 1
     title = (f"NVIDIA driver {nv.get('driver') or '?'} (CUDA up to {nv.get('cuda_driver_version') or '?'}), "
-             f"{count_of(len(gpus), 'GPU')}: " + ", ".join(f"{n}x {k}" for k, n in names.items()))
+             f"{count_of(len(gpus), 'GPU')}: " + ", ".join([f"{n}x {k}" for k, n in names.items()]
+                                                          + ([f"{len(lost)} unreachable"] if lost else [])))
     lines = [f"Source: {nv.get('source')}."]
     status = "ok"
+    remedies: list[Remedy] = []
+    if lost:
+        status = "fail"
+        title = (f"GPU {', '.join(str(g['index']) for g in lost)} cannot be reached through the driver; "
+                 + title[0].lower() + title[1:])
+        for g in lost:
+            lines.append(f"GPU {g['index']}: {gpu_error(g)}: NVML has no working handle for it, so nothing about "
+                         "it is known and CUDA cannot use it ('GPU is lost' means it fell off the PCIe bus: "
+                         "`dmesg | grep -i xid` shows Xid 79).")
+        remedies = [_reset_remedy(lost), _reboot_remedy()]
     smi = nv.get("smi") or {}
     if nv.get("source") == "nvidia-smi":
         status = "warn"
@@ -136,13 +170,84 @@ def check_driver(facts: Facts) -> list[Finding]:
         lines.append("nvidia-smi agrees with NVML (driver, CUDA version, GPU count and UUIDs).")
     elif smi.get("error"):
         lines.append(f"nvidia-smi cross-check not possible: {smi['error']}.")
-    bad = [g for g in gpus if g.get("errors")]
+    bad = [g for g in gpus if g.get("errors") and g not in lost]
     for g in bad:
-        lines.append(f"GPU {g['index']}: NVML errors: " + "; ".join(f"{k}: {v}" for k, v in g["errors"].items()))
+        lines.append(f"GPU {g['index']}: NVML errors (those fields are unknown): "
+                     + "; ".join(f"{k}: {v}" for k, v in g["errors"].items()))
     ns = sorted({f for g in gpus for f in g.get("not_supported") or []})
     if ns:
         lines.append("Not supported by this GPU/driver (shown as n/a): " + ", ".join(ns) + ".")
-    return [Finding(id=fid, status=status, title=title, detail="\n".join(lines), evidence=ev)]
+    return [Finding(id=fid, status=status, title=title, detail="\n".join(lines), evidence=ev, remedies=remedies,
+                    explains=ids_for(facts, "xid", xid="79") if lost else [])]
+
+
+#: NVML answers on a GPU that mean the GPU itself is gone, whatever field was asked.
+LOST_WORDS = ("GPU is lost", "GPU requires restart")
+
+
+def unreachable_gpus(gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """GPUs NVML gave no handle for, or answered 'GPU is lost' / 'requires restart' on."""
+    return [g for g in gpus if "handle" in (g.get("errors") or {})
+            or any(w in str(v) for v in (g.get("errors") or {}).values() for w in LOST_WORDS)]
+
+
+def gpu_error(g: dict[str, Any]) -> str:
+    errs = g.get("errors") or {}
+    return f"handle: {errs['handle']}" if "handle" in errs else "; ".join(f"{k}: {v}" for k, v in errs.items())
+
+
+def _reboot_remedy() -> Remedy:
+    return Remedy(title="Drain the node and reboot it", commands=["systemctl reboot"], requires_root=True,
+                  note="not tried: it stops every process on the node",
+                  explanation="Move the jobs off the node first. A reboot loads the kernel module that matches the "
+                              "installed driver and re-initialises every GPU.")
+
+
+def _driver_mismatch(nv: dict[str, Any]) -> bool:
+    return (nv.get("library") or {}).get("error_kind") == "driver_mismatch" \
+        or kmod.MISMATCH_TEXT in str((nv.get("smi") or {}).get("error") or "")
+
+
+def _mismatch_finding(nv: dict[str, Any], ev: list[Evidence]) -> Finding:
+    """The loaded kernel module is another release than the user-space libraries: nothing CUDA starts."""
+    km = nv.get("kernel_module") or {}
+    kv, lv = km.get("kernel_version"), km.get("library_version")
+    rows = [["loaded kernel module (nvidia)", "/sys/module/nvidia/version, /proc/driver/nvidia/version",
+             kv or "unknown"],
+            ["user-space library", km.get("library") or "libnvidia-ml.so.1 (not found in ld.so.cache)",
+             lv or "unknown"],
+            ["NVML", "nvmlInit", (nv.get("library") or {}).get("error") or "-"],
+            ["nvidia-smi", (nv.get("smi") or {}).get("path") or "-", (nv.get("smi") or {}).get("error") or "-"]]
+    evidence = [Evidence.of_table("NVIDIA kernel module vs user-space driver", ["what", "from", "value"], rows,
+                                  [0, 1])] + list(ev)
+    versions = f" (kernel module {kv}, libraries {lv})" if kv and lv and kv != lv else ""
+    order = km.get("unload_order")
+    remedies = []
+    if order:
+        remedies.append(Remedy(
+            title="Reload the NVIDIA kernel modules (no reboot)",
+            commands=["fuser -v /dev/nvidia* || true",
+                      "systemctl stop nvidia-persistenced nvidia-fabricmanager 2>/dev/null || true",
+                      "modprobe -r " + " ".join(shlex.quote(m) for m in order),
+                      "modprobe nvidia", "nvidia-smi"],
+            requires_root=True, note="not tried: it needs root and every process on the GPUs stopped",
+            explanation="The first line lists the processes that hold a GPU: stop them (training, nvidia-smi "
+                        "loops, monitoring agents) or the unload fails with 'Module nvidia is in use'. The "
+                        "modules are removed users first (" + " -> ".join(order) + ", as /proc/modules lists "
+                        "them); loading nvidia again loads the installed release. With a desktop on the "
+                        "GPU (nvidia_drm in use by the display server), reboot instead. Restart the services "
+                        "stopped above afterwards."))
+    remedies.append(_reboot_remedy())
+    mods = ("Loaded NVIDIA modules: " + ", ".join(order) + ".") if order else \
+        f"The loaded modules are unknown: {km.get('modules_error') or 'not read'}."
+    return Finding(
+        id="gpu.driver", status="fail",
+        title="NVIDIA kernel module and driver libraries differ: Driver/library version mismatch" + versions,
+        detail="The NVIDIA kernel module in memory is another release than the user-space driver libraries on "
+               "disk: the driver was upgraded and the old module is still loaded. NVML and nvidia-smi refuse "
+               "to start ('Failed to initialize NVML: Driver/library version mismatch') and CUDA fails the "
+               "same way, so no GPU can be used until the new module is loaded. " + mods,
+        evidence=evidence, remedies=remedies)
 
 
 # -- gpu.pcie -------------------------------------------------------------------------------------------
@@ -241,7 +346,19 @@ def check_health(facts: Facts) -> list[Finding]:
     gpus = _gpus(facts)
     if gpus is None:
         return [not_checked("gpu.health", "GPU health", facts.why_not("nvml"))]
-    return [_ecc(gpus), _throttle(gpus), _persistence(gpus), _processes(gpus), _compute_mode(gpus)]
+    lost = unreachable_gpus(gpus)
+    out: list[Finding] = []
+    if lost:
+        out.append(Finding(id="gpu.health.reachable", status="fail",
+                           title="GPU " + ", ".join(str(g["index"]) for g in lost) + " unreachable: its health "
+                                 "is unknown and CUDA cannot use it",
+                           detail="\n".join(f"GPU {g['index']}: {gpu_error(g)}" for g in lost)
+                                  + "\nThe health checks below cover only the GPUs NVML could read.",
+                           remedies=[_reset_remedy(lost), _reboot_remedy()]))
+    gpus = [g for g in gpus if g not in lost]
+    if not gpus:
+        return out
+    return out + [_ecc(gpus), _throttle(gpus), _persistence(gpus), _processes(gpus), _compute_mode(gpus)]
 
 
 def _ecc(gpus: list[dict[str, Any]]) -> Finding:
@@ -512,10 +629,10 @@ def check_runtime(facts: Facts) -> list[Finding]:
         lines.append(f"torch's CUDA {v['runtime']} runs on this driver (it supports CUDA up to {v['driver']}).")
     if tc["runtime"] and cuda.parse_cuda(tc["runtime"]) != cuda.parse_cuda(tc["cuda"]):
         lines.append(f"torch's config says 'CUDA Runtime {tc['runtime']}' while torch.version.cuda is {tc['cuda']}.")
+    if tc["available"] is False and gpus and v["verdict"] == "ok":
+        return [_cuda_start_failed(facts, tc, v, nv, ev)]
     if tc["available"] is False and gpus:
-        status = "warn" if status == "ok" else status
-        lines.append("torch.cuda.is_available() returned False although the driver lists GPUs: look at "
-                     "CUDA_VISIBLE_DEVICES (gpu.env.visible-devices) and the device nodes /dev/nvidia*.")
+        lines.append("torch.cuda.is_available() returned False although the driver lists GPUs.")
     if tc["state"] == "import_failed":
         lines.append(f"{tc['why']}; the CUDA version comes from the {tc['source']}.")
     title = {"ok": f"torch's CUDA {v['runtime']} fits driver {nv.get('driver')} (CUDA {v['driver']})",
@@ -523,6 +640,35 @@ def check_runtime(facts: Facts) -> list[Finding]:
              "fail": f"torch's CUDA {v['runtime']} cannot run on driver {nv.get('driver')}"}[status]
     rem = [r for r in [_wheel_remedy(facts, drv_cuda), _driver_remedy(gpus)] if r] if status != "ok" else []
     return [Finding(id=fid, status=status, title=title, detail="\n".join(lines), evidence=ev, remedies=rem)]
+
+
+def _cuda_start_failed(facts: Facts, tc: dict[str, Any], v: dict[str, Any], nv: dict[str, Any],
+                       ev: list[Evidence]) -> Finding:
+    """CUDA does not start although torch's CUDA fits the driver: the versions are not the cause."""
+    err = cuda.cuda_init_error(tc.get("init_error"))
+    lines = [f"torch's CUDA {v['runtime']} runs on driver {nv.get('driver')} (it supports CUDA up to "
+             f"{v['driver']}), so the versions are not the cause: the cause is elsewhere.",
+             "torch.cuda.is_available() returned False although the driver lists the GPUs."]
+    if err is None:
+        lines.append("torch gave no error text (the probe recorded none), so the CUDA error number is unknown.")
+        head = "CUDA error unknown"
+    else:
+        lines.append(f"torch said: {err['text']}")
+        if err["code"] is not None:
+            lines.append(f"CUDA error {err['code']}" + (f" ({err['name']}, '{err['message']}')" if err["name"] else "")
+                         + (f": {err['meaning']}." if err["meaning"] else "."))
+        head = f"CUDA error {err['code']}" if err["code"] is not None else "CUDA error (number not given)"
+    lines.append("Also look at CUDA_VISIBLE_DEVICES (gpu.env.visible-devices) and the device nodes /dev/nvidia*.")
+    return Finding(id="gpu.runtime", status="fail",
+                   explains=ids_for(facts, "cuda-error", number=str(err["code"])) if err and err["code"] else [],
+                   title=f"CUDA cannot start on driver {nv.get('driver')} ({head}); torch's CUDA {v['runtime']} fits "
+                         f"the driver's CUDA {v['driver']}",
+                   detail="\n".join(lines), evidence=ev + [Evidence.of_table(
+                       "torch's CUDA start error (torch.cuda.is_available() / torch.cuda.init() in the pyenv probe)",
+                       ["what", "value"],
+                       [["text", (err or {}).get("text") or "none recorded"],
+                        ["CUDA error number", _n((err or {}).get("code"))],
+                        ["CUDA error name", (err or {}).get("name") or "unknown"]], [1])])
 
 
 # -- gpu.toolkit ----------------------------------------------------------------------------------------
@@ -1165,3 +1311,12 @@ def gpu_unhealthy(facts: Facts) -> bool:
 @predicate("gpu_torch_without_cuda", doc="torch is missing, or a CPU/ROCm build", probes=("pyenv",))
 def gpu_torch_without_cuda(facts: Facts) -> bool:
     return torch_cuda(facts)["state"] in ("missing", "cpu", "rocm")
+
+
+@predicate("gpu_cuda_start_failed", doc="CUDA does not start although torch's CUDA fits the driver",
+           probes=("nvml", "pyenv"))
+def gpu_cuda_start_failed(facts: Facts) -> bool:
+    tc = torch_cuda(facts)
+    drv = (facts.of("nvml") or {}).get("cuda_driver_version")
+    return bool(tc["state"] == "ok" and tc["available"] is False and _gpus(facts) and drv
+                and cuda.driver_runtime_verdict(drv, tc["cuda"])["verdict"] == "ok")

@@ -4,9 +4,13 @@ that shows the job was killed. Never "RAM is fine" while either says otherwise."
 
 from __future__ import annotations
 
-from ..model import Finding, Remedy
+from typing import Any
+
+from ..gpu.limits import human
+from ..model import Evidence, Finding, Remedy
 from ..offload.planner import gib
 from ..registry import Facts, check, predicate
+from ..symptoms.match import ids_for
 from . import not_checked
 
 
@@ -52,16 +56,41 @@ def check_hostram(facts: Facts) -> list[Finding]:
     unknowns = [x["unknown"] for x in f.get("extra") or [] if x.get("unknown")]
     if f.get("extra") and est is None:
         unknowns.append(f.get("estimate_unknown") or "DeepSpeed's estimate for the model states")
-    if kills:
+    ooms = f.get("oom_kills") or []
+    memcg = [k for k in ooms if k.get("kind") == "memcg"]
+    host_wide = [k for k in ooms if k.get("kind") != "memcg"]
+    killed = ids_for(facts, "killed", signal="9")
+    if memcg and not host_wide:
+        out.append(_memcg_kill(f, memcg, lines, ev, rem))
+        out[-1].explains = ids_for(facts, "oom-kill", constraint="CONSTRAINT_MEMCG") + killed
+    elif host_wide:
+        k = host_wide[0]
+        scope = {"global": "host memory ran out (the kernel's OOM killer, constraint "
+                           f"{k.get('constraint') or 'not logged'})",
+                 "cpuset": "the memory of the NUMA nodes the job's cpuset allows ran out (CONSTRAINT_CPUSET)",
+                 "mempolicy": "the memory of the NUMA nodes the job's memory policy allows ran out "
+                              "(CONSTRAINT_MEMORY_POLICY)"}.get(k.get("kind"), "memory ran out")
+        out.append(Finding(id="offload.host-ram", status="fail",
+                           title=f"The kernel's OOM killer killed {k.get('task')} (pid {k.get('pid')}, log line "
+                                 f"{k.get('line')}): {scope}",
+                           detail="\n".join([f"{f.get('log')}:{x['line']}: {x['text']}" for x in host_wide[:3]]
+                                            + lines + ["RAM is the bottleneck, whatever the model-state estimate "
+                                                       "says; the memory available now is after the kill."]),
+                           evidence=ev, remedies=rem,
+                           explains=ids_for(facts, "oom-kill", constraint=k.get("constraint")) + killed))
+    elif kills:
         out.append(Finding(id="offload.host-ram", status="fail",
                            title=f"The training log shows a process killed ({len(kills)} line(s), e.g. line "
-                                 f"{kills[0][0]}): host memory ran out",
+                                 f"{kills[0][0]}): most likely host memory ran out (the log does not say who "
+                                 "killed it)",
                            detail="\n".join([f"{f.get('log')}:{n}: {t}" for n, t in kills[:3]] + lines
                                             + ["A SIGKILL (-9, 'Killed') of a training process is the kernel's OOM "
-                                               "killer far more often than anything else; `dmesg | grep -i oom` "
-                                               "on the node confirms it. RAM is the bottleneck, whatever the "
-                                               "model-state estimate says."]),
-                           evidence=ev, remedies=rem))
+                                               "killer far more often than anything else, but the log has no OOM "
+                                               "record: `dmesg -T | grep -iE 'out of memory|oom-kill'` on the node "
+                                               "says whether it was the whole host (constraint=CONSTRAINT_NONE) "
+                                               "or the job's memory cgroup (CONSTRAINT_MEMCG, 'Memory cgroup out "
+                                               "of memory'), whose limit is not the host's memory."]),
+                           evidence=ev, remedies=rem, explains=killed))
     elif avail is not None and needed and needed > avail:
         out.append(Finding(id="offload.host-ram", status="fail",
                            title=f"Offload needs {gib(needed)} of host memory per node with its pinned buffers; "
@@ -109,6 +138,38 @@ def check_hostram(facts: Facts) -> list[Finding]:
                            title="Nothing beyond DeepSpeed's estimate for this config; host memory not exhausted",
                            detail="\n".join(lines), evidence=ev))
     return out
+
+
+def _memcg_kill(f: dict[str, Any], kills: list[dict[str, Any]], lines: list[str], ev: list[Evidence],
+                rem: list[Remedy]) -> Finding:
+    """A kill by the memory cgroup's own limit: the job's limit, not the host's memory, ran out."""
+    k = kills[0]
+    limit = k.get("limit_kb")
+    now = k.get("cgroup_now") or {}
+    limit_text = human(limit * 1024) if isinstance(limit, int) else "a limit the log does not show"
+    avail, total = f.get("mem_available"), f.get("mem_total")
+    detail = [f"{f.get('log')}:{x['line']}: {x['text']}" for x in kills[:3]]
+    detail.append(f"The kernel killed {k.get('task')} (pid {k.get('pid')}) because the memory cgroup "
+                  f"{k.get('memcg') or '(path not logged)'} reached its limit ({limit_text}"
+                  + (f", usage {human(k['usage_kb'] * 1024)}" if isinstance(k.get("usage_kb"), int) else "")
+                  + "): constraint=CONSTRAINT_MEMCG. The host itself did not run out: "
+                  f"{gib(avail)} available of {gib(total)} now.")
+    if now:
+        detail.append(f"That cgroup's limit now: {human(now['bytes']) if now.get('bytes') is not None else 'no limit'} "
+                      f"({now['file']}).")
+    detail += lines
+    limit_rem = Remedy(
+        title="Raise the job's memory limit (the cgroup's, set by whatever started the job)",
+        commands=["# Slurm: sbatch/srun --mem=0 (all of the node's memory) or a larger --mem / --mem-per-gpu",
+                  "# docker: docker run --memory=<size> (or no --memory); Kubernetes: resources.limits.memory",
+                  "# systemd unit or scope: MemoryMax=<size> (v1: MemoryLimit=)"],
+        note="not tried: the limit belongs to the scheduler or container that started the job",
+        explanation="The limit is the job's share of the node, not the node's RAM: the same job fits once the "
+                    "limit covers what it takes (DeepSpeed's estimate plus the pinned buffers above).")
+    return Finding(id="offload.host-ram", status="fail",
+                   title=f"The job's memory cgroup limit ({limit_text}) was hit and the kernel killed "
+                         f"{k.get('task')}; the host had memory left ({gib(avail)} available)",
+                   detail="\n".join(detail), evidence=ev, remedies=[limit_rem] + rem)
 
 
 @predicate("offload_host_ram_exhausted", doc="host memory is (nearly) gone, the log shows a kill, pinned "

@@ -12,7 +12,7 @@ import shlex
 from typing import Any
 
 from ..gpu import p2p
-from ..model import Finding, Remedy
+from ..model import Evidence, Finding, Remedy
 from ..registry import Facts, check, predicate
 from . import not_checked
 
@@ -92,10 +92,14 @@ def check_p2p(facts: Facts) -> list[Finding]:
     if copy:
         if copy.get("hung_pair") or copy.get("timed_out"):
             hp = copy.get("hung_pair")
-            out.append(Finding(id="gpu.p2p.copy", status="fail",
-                               title=f"Peer copy GPU {hp[0]} -> GPU {hp[1]} hung (killed at the time limit)" if hp
-                               else "The peer-copy test hung (killed at the time limit)",
-                               detail="\n".join(lines), evidence=ev,
+            what = f"Peer copy GPU {hp[0]} -> GPU {hp[1]} hung (killed at the time limit)" if hp \
+                else "The peer-copy test hung (killed at the time limit)"
+            visible = translated or redirect
+            detail = list(lines)
+            if not visible:
+                what += ": peer path broken, cause not visible"
+                detail.append(_not_visible(iommu, unknown_acs))
+            out.append(Finding(id="gpu.p2p.copy", status="fail", title=what, detail="\n".join(detail), evidence=ev,
                                remedies=[WORKAROUND] + ([_acs_fix(redirect)] if redirect else [])
                                + ([_iommu_fix(iommu)] if translated else [])))
         else:
@@ -106,11 +110,7 @@ def check_p2p(facts: Facts) -> list[Finding]:
                                          f"{bad[0].get('error') or 'the data arrived wrong'}",
                                    detail="\n".join(lines), evidence=ev, remedies=[WORKAROUND]))
             elif copy.get("pairs"):
-                speeds = [p.get("gbps") for p in copy["pairs"] if p.get("gbps")]
-                out.append(Finding(id="gpu.p2p.copy", status="ok",
-                                   title=f"Peer copies between {len(copy['pairs'])} GPU pairs arrived intact"
-                                         + (f" ({min(speeds)}-{max(speeds)} GB/s)" if speeds else ""),
-                                   detail="\n".join(lines), evidence=ev))
+                out.append(_copy_speed(copy["pairs"], gpus_by_index(nv), f.get("nvlinks") or {}, lines, ev))
     if risky:
         why = ("the IOMMU translates the GPUs' DMA" if translated else "") + \
               (" and " if translated and redirect else "") + \
@@ -137,7 +137,80 @@ def check_p2p(facts: Facts) -> list[Finding]:
     return out
 
 
+def gpus_by_index(nv: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    return {g.get("index"): g for g in nv.get("gpus") or [] if isinstance(g.get("index"), int)}
+
+
+def _not_visible(iommu: dict[str, Any], unknown_acs: list[str]) -> str:
+    """What to look at when the copy hangs with nothing in the IOMMU or ACS state to blame."""
+    seen = f"The IOMMU is {iommu.get('mode')}" + (f" and the ACS of {', '.join(unknown_acs)} is unknown"
+                                                  if unknown_acs else " and no bridge redirects peer traffic")
+    return (seen + ": what zdoctor can see does not explain the hang. Check: `nvidia-smi topo -p2p rw` (what the "
+            "driver offers per pair); `dmesg -T | grep -iE 'xid|aer|pcieport|nvrm'` (Xid or PCIe AER errors on "
+            "the path); `nvidia-smi nvlink -s` and `nvidia-smi nvlink -e` (NVLink down or erroring) and, on "
+            "NVSwitch systems, `systemctl status nvidia-fabricmanager`; the BIOS's ACS / PCIe peer-to-peer and "
+            "IOMMU settings (a BIOS can redirect without showing it to the OS); CUDA's p2pBandwidthLatencyTest "
+            "or nccl-tests' all_reduce_perf between the two GPUs to confirm outside torch.")
+
+
+def _copy_speed(pairs: list[dict[str, Any]], gpus: dict[int, dict[str, Any]], nvlinks: dict[str, Any],
+                lines: list[str], ev: list[Any]) -> Finding:
+    """Intact copies, judged against what the link between the two GPUs should carry."""
+    rows, slow, unknown = [], [], []
+    for x in pairs:
+        a, b = gpus.get(x.get("src")), gpus.get(x.get("dst"))
+        exp = p2p.expected_rate(a, b, nvlinks) if a and b else {"gbps": None, "link": None,
+                                                                 "why": "the GPUs are not in NVML's list"}
+        got = x.get("gbps")
+        share = got / exp["gbps"] if isinstance(got, (int, float)) and exp["gbps"] else None
+        if share is None:
+            unknown.append(x)
+        elif share < p2p.SLOW_SHARE:
+            slow.append((x, exp, share))
+        rows.append([f"{x.get('src')} -> {x.get('dst')}", f"{got} GB/s" if got is not None else "not timed",
+                     exp["link"] or "unknown", f"{exp['gbps']} GB/s" if exp["gbps"] else exp["why"] or "unknown",
+                     f"{share:.0%}" if share is not None else "-"])
+    table = Evidence.of_table("Peer copies against the link between the GPUs",
+                              ["pair", "measured", "link", "expected", "share"], rows,
+                              [i for i, x in enumerate(pairs) if any(x is s[0] for s in slow)])
+    n = len(pairs)
+    if slow:
+        x, exp, share = slow[0]
+        return Finding(id="gpu.p2p.copy", status="warn",
+                       title=f"Peer copies arrived intact but slow: GPU {x['src']} -> GPU {x['dst']} at {x['gbps']} "
+                             f"GB/s, {share:.0%} of its {exp['link']} link ({exp['gbps']} GB/s)",
+                       detail="\n".join(lines + [
+                           f"{len(slow)} of {n} pair(s) reach less than {p2p.SLOW_SHARE:.0%} of what their link "
+                           "carries. A copy that slow goes through host memory (peer access not enabled for that "
+                           "pair), crosses a bridge that forwards peer traffic badly, or runs on a link that "
+                           "trained down; NCCL's collectives inside the node are held to that speed. "
+                           "`nvidia-smi topo -m` shows how each pair is connected."]),
+                       evidence=ev + [table], remedies=[])
+    if unknown:
+        return Finding(id="gpu.p2p.copy", status="ok",
+                       title=f"Peer copies between {n} GPU pairs arrived intact (speed not judged: the link's "
+                             "rate is unknown for " + ", ".join(f"{x.get('src')}->{x.get('dst')}" for x in unknown)
+                             + ")", detail="\n".join(lines), evidence=ev + [table])
+    speeds = [x["gbps"] for x in pairs]
+    return Finding(id="gpu.p2p.copy", status="ok",
+                   title=f"Peer copies between {n} GPU pairs arrived intact at the link's speed "
+                         f"({min(speeds)}-{max(speeds)} GB/s)", detail="\n".join(lines), evidence=ev + [table])
+
+
 @predicate("gpu_p2p_blocked", doc="IOMMU translation or ACS redirect behind GPUs that report P2P, or a hung "
-           "peer copy", probes=("p2p", "nvml"))
+           "peer copy with one of them in the path", probes=("p2p", "nvml"))
 def gpu_p2p_blocked(facts: Facts) -> bool:
-    return any(x.status in ("warn", "fail") for x in check_p2p(facts))
+    return _iommu_or_acs(facts) and any(x.status in ("warn", "fail") for x in check_p2p(facts))
+
+
+@predicate("gpu_p2p_broken_unexplained", doc="a peer copy hung, failed or crawled with neither IOMMU translation "
+           "nor an ACS redirect in the path", probes=("p2p", "nvml"))
+def gpu_p2p_broken_unexplained(facts: Facts) -> bool:
+    return not _iommu_or_acs(facts) and any(x.id == "gpu.p2p.copy" and x.status in ("warn", "fail")
+                                            for x in check_p2p(facts))
+
+
+def _iommu_or_acs(facts: Facts) -> bool:
+    f = facts.of("p2p") or {}
+    return (f.get("iommu") or {}).get("mode") == "translated" or any(
+        (a or {}).get("redirect") for a in (f.get("acs") or {}).values())

@@ -4,6 +4,7 @@ directory owned by the training user)."""
 
 from __future__ import annotations
 
+import errno
 from typing import Any
 
 from ..model import Evidence, Finding, Remedy
@@ -12,6 +13,7 @@ from ..registry import Facts, check, predicate
 from ..storage import blockdev as bd
 from ..storage import fstab as fs
 from ..storage.iotest import explain_odirect, human, rate
+from ..symptoms.match import ids_for
 from . import not_checked
 
 #: Below this sustained sequential rate (bytes/s, either direction) offload waits on the disk.
@@ -254,14 +256,39 @@ def check_libaio(facts: Facts) -> list[Finding]:
     la = st.get("libaio")
     if not la:
         return [not_checked(fid, "libaio", "no libaio facts")]
-    ev = facts.evidence("storage", kinds=None, labels=("compile and link a libaio",))
+    ev = facts.evidence("storage", kinds=None, labels=("compile and link a libaio", "run the libaio test program"))
     found = (f"runtime library: {la.get('runtime') or 'not found'}; header libaio.h: {la.get('header') or 'not found'};"
              f" linkable libaio.so: {la.get('dev_library') or 'not found'}")
     lt = la.get("link_test") or {}
     if lt.get("ran"):
         found += f"\nTest build with {lt.get('compiler')} -laio: {'links' if lt.get('ok') else lt.get('error')}"
+        found += "\n" + _aio_calls_line(lt)
     if la.get("ok"):
-        return [Finding(id=fid, status="ok", title="libaio is there for DeepSpeed's async_io op", detail=found,
+        calls = lt.get("calls")
+        title = ("libaio makes the calls DeepSpeed's async_io makes (" + ", ".join(_called(lt)) + ")" if calls
+                 else "libaio links and runs its core calls; which calls the installed DeepSpeed makes is unknown"
+                 if lt.get("ran") else "libaio is there for DeepSpeed's async_io op")
+        return [Finding(id=fid, status="ok", title=title, detail=found, evidence=ev)]
+    if lt.get("ran") and lt.get("failed_call") and lt.get("ok") is False and la.get("header") \
+            and la.get("dev_library"):
+        call = lt["failed_call"]
+        return [Finding(id=fid, status="fail",
+                        title=f"libaio has no {call}, which DeepSpeed's async_io calls: the op cannot be built",
+                        detail=found + f"\n{call} is in DeepSpeed's csrc/aio sources but not in this libaio "
+                               + ("(io_pgetevents came with libaio 0.3.111; older releases such as CentOS 7's "
+                                  "0.3.109 lack it)" if call == "io_pgetevents" else "") + ".",
+                        evidence=ev, remedies=_newer_libaio_remedies(la),
+                        explains=ids_for(facts, "undefined-reference", symbol=call))]
+    if lt.get("ran") and lt.get("ok") and lt.get("ran_ok") is False:
+        call, rc = lt.get("failed_call") or "a libaio call", lt.get("returned")
+        errname = errno.errorcode.get(-rc, str(rc)) if isinstance(rc, int) and rc < 0 else None
+        return [Finding(id=fid, status="fail",
+                        title=f"libaio's {call} fails here" + (f" ({errname})" if errname else "")
+                              + ": DeepSpeed's async_io would fail at its first swap",
+                        detail=found + "\nThe library links, but the kernel refuses the call: "
+                               + ("EAGAIN from io_setup/io_queue_init means /proc/sys/fs/aio-max-nr is used up "
+                                  "(`cat /proc/sys/fs/aio-nr /proc/sys/fs/aio-max-nr`); ENOSYS or EPERM means "
+                                  "the kernel or a sandbox (seccomp, gVisor) does not offer native AIO."),
                         evidence=ev)]
     remedies = []
     if la.get("install"):
@@ -273,7 +300,36 @@ def check_libaio(facts: Facts) -> list[Finding]:
                     detail=found + "\nDeepSpeed stops with: async_io requires the dev libaio .so object and headers "
                                    "but these were not found." + ("" if la.get("install") else
                                    " Install your distribution's libaio development package."),
-                    evidence=ev, remedies=remedies)]
+                    evidence=ev, remedies=remedies, explains=ids_for(facts, "libaio-missing"))]
+
+
+def _called(lt: dict[str, Any]) -> list[str]:
+    p = lt.get("plan") or {}
+    return [p.get("init") or "io_setup", "io_submit", p.get("wait") or "io_getevents", p.get("release") or "io_destroy"]
+
+
+def _aio_calls_line(lt: dict[str, Any]) -> str:
+    if lt.get("calls"):
+        srcs = lt.get("calls_source") or []
+        return (f"DeepSpeed's async_io calls (from {len(srcs)} file(s) of its csrc/aio): {', '.join(lt['calls'])}; "
+                f"the test made {', '.join(_called(lt))}"
+                + ("" if lt.get("ran_ok") is None else ": they ran" if lt.get("ran_ok") else ": they failed") + ".")
+    return (f"Which libaio calls DeepSpeed makes is unknown ({lt.get('calls_why') or 'its sources were not read'}); "
+            f"the test made libaio's core calls ({', '.join(_called(lt))}).")
+
+
+def _newer_libaio_remedies(la: dict[str, Any]) -> list[Remedy]:
+    out = []
+    if la.get("install"):
+        out.append(Remedy(title=f"Install the distribution's newest {la['package']}", commands=[la["install"]],
+                          requires_root=True, note="not tried: it needs root",
+                          explanation="Only helps where the distribution ships libaio 0.3.111 or newer."))
+    out.append(Remedy(title="Use a newer libaio from conda-forge in the training environment",
+                      commands=["conda install -c conda-forge 'libaio>=0.3.111'",
+                                'export CFLAGS="-I$CONDA_PREFIX/include" LDFLAGS="-L$CONDA_PREFIX/lib"'],
+                      note="not tried: it installs packages",
+                      explanation="DeepSpeed's op build reads CFLAGS/LDFLAGS (and CONDA_PREFIX) to find libaio."))
+    return out
 
 
 @check("storage.throughput", title="Offload path throughput (O_DIRECT, 1 MiB blocks)", probes=("storage",))

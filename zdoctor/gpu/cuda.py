@@ -246,6 +246,58 @@ def driver_runtime_verdict(driver_cuda: str | int | None, runtime: str | None) -
             "no_minor_compat": rt[0] < 11}
 
 
+# -- why CUDA did not start ------------------------------------------------------------------------------
+
+#: cudaError_t numbers torch reports at CUDA start (CUDA runtime API, driver_types.h): name, what the
+#: runtime prints, and where the cause usually is.
+CUDA_INIT_ERRORS: dict[int, tuple[str, str, str]] = {
+    3: ("cudaErrorInitializationError", "initialization error",
+        "the CUDA driver could not start: device nodes /dev/nvidia* missing or not accessible, or the kernel "
+        "module is not loaded"),
+    35: ("cudaErrorInsufficientDriver", "CUDA driver version is insufficient for CUDA runtime version",
+         "no driver, or one older than the CUDA runtime torch carries"),
+    46: ("cudaErrorDevicesUnavailable", "CUDA-capable device(s) is/are busy or unavailable",
+         "the GPUs are in exclusive-process or prohibited compute mode and taken, or held by another container"),
+    100: ("cudaErrorNoDevice", "no CUDA-capable device is detected",
+          "CUDA_VISIBLE_DEVICES hides every GPU, or the container was given none"),
+    101: ("cudaErrorInvalidDevice", "invalid device ordinal", "CUDA_VISIBLE_DEVICES names a GPU that is not there"),
+    802: ("cudaErrorSystemNotReady", "system not yet initialized",
+          "on NVSwitch systems (HGX/DGX) the NVIDIA Fabric Manager is not running, or is another version than "
+          "the driver: `systemctl status nvidia-fabricmanager`, `nvidia-smi -q | grep -A2 Fabric`"),
+    803: ("cudaErrorSystemDriverMismatch", "system has unsupported display driver / cuda driver combination",
+          "the libcuda.so.1 that was loaded belongs to another driver release than the kernel module: a "
+          "cuda-compat directory or an old libcuda on LD_LIBRARY_PATH, or a driver upgrade without a reboot"),
+    804: ("cudaErrorCompatNotSupportedOnDevice", "forward compatibility was attempted on non supported HW",
+          "a forward-compatibility libcuda (cuda-compat) is loaded on a GPU that does not support it "
+          "(GeForce and most workstation boards): drop the cuda-compat directory from LD_LIBRARY_PATH"),
+    999: ("cudaErrorUnknown", "unknown error",
+          "the driver failed without saying why: often the nvidia_uvm module is not loaded (/dev/nvidia-uvm "
+          "missing), or the GPU is in a bad state after a suspend/resume or an Xid error (`dmesg | grep -i "
+          "xid`); reloading nvidia_uvm or a reboot clears it"),
+}
+#: The fixed sentences torch's c10/cuda/CUDAFunctions.cpp (device_count_impl) uses instead of a number.
+_TORCH_INIT_TEXTS = (("CUDA unknown error", 999), ("CUDA driver initialization failed", 3),
+                     ("The NVIDIA driver on your system is too old", 35), ("Found no NVIDIA driver", 35))
+_ERROR_NUMBER = re.compile(r"\bError (\d+): ([^(\n]+)")
+
+
+def cuda_init_error(text: str | None) -> dict[str, Any] | None:
+    """torch's CUDA start error text -> ``{text, code, name, message, meaning}`` (code None when the text
+    names no known error); None for no text."""
+    if not text:
+        return None
+    line = text.strip().splitlines()[0] if text.strip() else text
+    code: int | None = None
+    m = _ERROR_NUMBER.search(text)
+    if m:
+        code = int(m.group(1))
+    else:
+        by_name = next((c for c, (_n, msg, _w) in CUDA_INIT_ERRORS.items() if msg in text), None)
+        code = by_name or next((c for t, c in _TORCH_INIT_TEXTS if t in text), None)
+    name, msg, meaning = CUDA_INIT_ERRORS.get(code, (None, None, None)) if code is not None else (None, None, None)
+    return {"text": line[:500], "code": code, "name": name, "message": msg, "meaning": meaning}
+
+
 # -- remedies: wheels and toolkits -----------------------------------------------------------------------
 
 #: CUDA variants PyTorch publishes wheel indexes for (https://download.pytorch.org/whl/cuXYZ).

@@ -165,6 +165,49 @@ def pair_status_text(code: int | None) -> str:
     return NVML_P2P_STATUS.get(code, "unknown") if code is not None else "not read"
 
 
+#: PCIe bandwidth per lane and direction after line encoding, GB/s (PCI-SIG: 2.5/5 GT/s 8b/10b, 8/16/32 GT/s
+#: 128b/130b, 64 GT/s PAM4 with FLIT).
+PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+#: NVLink bandwidth per link and direction, GB/s, by the version NVML reports (NVIDIA's NVLink generations:
+#: P100 1.0, V100 2.0, A100 3.0, H100/H200 4.0, B200 5.0).
+NVLINK_LINK_GBPS = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}
+#: A peer copy below this share of the link's rate is called slow (a healthy copy reaches most of it).
+SLOW_SHARE = 0.25
+
+
+def expected_rate(gpu_a: dict[str, Any], gpu_b: dict[str, Any], nvlinks: dict[str, Any] | None = None
+                  ) -> dict[str, Any]:
+    """The rate a peer copy from GPU a to GPU b should reach: NVLink when NVML lists active links between
+    them (or to an NVSwitch), else the narrower PCIe link (generation the link can reach x its width).
+    ``{"gbps": float | None, "link": "NVLink 4 x18" | "PCIe Gen5 x16" | None, "why": ...}``."""
+    links = _nvlinks_between(gpu_a, gpu_b, nvlinks or {})
+    if links:
+        version = min(x.get("version") or 0 for x in links)
+        per = NVLINK_LINK_GBPS.get(version)
+        if per is None:
+            return {"gbps": None, "link": f"NVLink x{len(links)}", "why": f"NVLink version {version} unknown"}
+        return {"gbps": round(per * len(links), 1), "link": f"NVLink {version} x{len(links)}", "why": None}
+    gens = [(g.get("pcie") or {}).get("gen_max") for g in (gpu_a, gpu_b)]
+    widths = [(g.get("pcie") or {}).get("width") or (g.get("pcie") or {}).get("width_max") for g in (gpu_a, gpu_b)]
+    if None in gens or None in widths:
+        return {"gbps": None, "link": None, "why": "the GPUs' PCIe links were not reported"}
+    gen, width = min(gens), min(widths)  # type: ignore[type-var]
+    lane = PCIE_LANE_GBPS.get(gen)
+    if lane is None:
+        return {"gbps": None, "link": f"PCIe Gen{gen} x{width}", "why": f"PCIe Gen{gen}'s rate is not known here"}
+    return {"gbps": round(lane * width, 1), "link": f"PCIe Gen{gen} x{width}", "why": None}
+
+
+def _nvlinks_between(a: dict[str, Any], b: dict[str, Any], nvlinks: dict[str, Any]) -> list[dict[str, Any]]:
+    """Active NVLinks of GPU a that reach GPU b directly, or an NVSwitch (then every link of a counts)."""
+    mine = [x for x in nvlinks.get(str(a.get("index"))) or [] if x.get("active")]
+    b_bdf = normalize_bdf(b.get("pci_bus_id") or "")
+    direct = [x for x in mine if normalize_bdf(x.get("remote") or "") == b_bdf]
+    if direct:
+        return direct
+    return [x for x in mine if x.get("remote_type") == "switch"]
+
+
 #: The bounded peer-copy test, run by the training interpreter: argv[1] bytes per copy, argv[2] pairs cap.
 PEER_COPY_CODE = r'''
 import json, sys, time
@@ -184,7 +227,9 @@ for i in range(count):
         emit(dict(rec, begin=True))
         try:
             a = torch.arange(n_bytes // 4, dtype=torch.int32, device="cuda:%d" % i)
+            a[:1024].to("cuda:%d" % j)  # the first copy of a pair sets up peer access: not timed
             torch.cuda.synchronize(i)
+            torch.cuda.synchronize(j)
             t0 = time.perf_counter()
             b = a.to("cuda:%d" % j)
             torch.cuda.synchronize(j)

@@ -100,16 +100,79 @@ def killed_lines(lines: list[str], limit: int = 5) -> list[list[Any]]:
     return out
 
 
+_OOM_KILL = re.compile(r"oom-kill:constraint=(CONSTRAINT_\w+)((?:,\w+=[^,\s]*)*)")
+_KILLED_PROCESS = re.compile(r"(Memory cgroup out of memory|Out of memory)(?: \(oom_kill_allocating_task\))?: "
+                             r"Kill(?:ed)? process (\d+) \(([^)]*)\)")
+_MEMCG_USAGE = re.compile(r"\bmemory: usage (\d+)kB, limit (\d+)kB")
+#: The kernel's OOM constraint (mm/oom_kill.c ``oom_constraint_text``) -> what ran out.
+CONSTRAINTS = {"CONSTRAINT_NONE": "global", "CONSTRAINT_MEMCG": "memcg", "CONSTRAINT_CPUSET": "cpuset",
+               "CONSTRAINT_MEMORY_POLICY": "mempolicy"}
+#: A memcg limit the kernel prints for "no limit" (PAGE_COUNTER_MAX in kB) is above this.
+NO_LIMIT_KB = 1 << 50
+
+
+def oom_kills(lines: list[str], limit: int = 5) -> list[dict[str, Any]]:
+    """The kernel's OOM kills in log lines: ``kind`` (memcg | global | cpuset | mempolicy), ``constraint``,
+    ``memcg`` (oom_memcg), ``task``, ``pid``, ``limit_kb`` / ``usage_kb`` of the memcg (its
+    "memory: usage ..kB, limit ..kB" line), ``line`` and ``text`` of the "Killed process" line."""
+    out: list[dict[str, Any]] = []
+    pending: dict[str, Any] = {}
+    for i, line in enumerate(lines, 1):
+        m = _MEMCG_USAGE.search(line)
+        if m:
+            pending.update(usage_kb=int(m.group(1)), limit_kb=int(m.group(2)))
+            continue
+        m = _OOM_KILL.search(line)
+        if m:
+            fields = dict(kv.split("=", 1) for kv in m.group(2).split(",") if "=" in kv)
+            pending.update(constraint=m.group(1), kind=CONSTRAINTS.get(m.group(1), "unknown"),
+                           memcg=fields.get("oom_memcg"), task=fields.get("task"),
+                           pid=int(fields["pid"]) if fields.get("pid", "").isdigit() else None)
+            continue
+        m = _KILLED_PROCESS.search(line)
+        if m:
+            kind = "memcg" if m.group(1).startswith("Memory cgroup") else pending.get("kind") or "global"
+            rec = {"kind": kind, "constraint": pending.get("constraint"), "memcg": pending.get("memcg"),
+                   "task": m.group(3), "pid": int(m.group(2)), "line": i, "text": line.strip()[:300],
+                   "limit_kb": None, "usage_kb": None}
+            if kind == "memcg" and (pending.get("limit_kb") or 0) < NO_LIMIT_KB:
+                rec.update(limit_kb=pending.get("limit_kb"), usage_kb=pending.get("usage_kb"))
+            out.append(rec)
+            pending = {}
+            if len(out) >= limit:
+                break
+    return out
+
+
+def memcg_limit(path: str | None, root: str = "/sys/fs/cgroup") -> dict[str, Any] | None:
+    """The memory limit of cgroup ``path`` now (v2 ``memory.max``, v1 ``memory/.../memory.limit_in_bytes``),
+    when that cgroup still exists: ``{file, bytes}`` (bytes None for "max")."""
+    if not path or ".." in path.split("/"):
+        return None
+    rel = path.lstrip("/")
+    for f in (f"{root}/{rel}/memory.max", f"{root}/memory/{rel}/memory.limit_in_bytes",
+              f"{root}/unified/{rel}/memory.max"):
+        try:
+            with open(f, encoding="ascii", errors="replace") as fh:
+                text = fh.read(64).strip()
+        except OSError:
+            continue
+        value = int(text) if text.isdigit() else None
+        return {"file": f, "bytes": value if value is not None and value < NO_LIMIT_KB * 1024 else None}
+    return None
+
+
 def is_wsl(kernel_release: str, proc_version: str = "") -> bool:
     text = f"{kernel_release} {proc_version}".lower()
     return "microsoft" in text or "wsl" in text
 
 
 def collect(ds: dict[str, Any], cap: dict[str, Any], opts: dict[str, Any], *, meminfo: str | None = None,
-            kernel_release: str | None = None, proc_version: str = "/proc/version", gpu_count: int | None = None
-            ) -> tuple[dict[str, Any], list[Any]]:
+            kernel_release: str | None = None, proc_version: str = "/proc/version", gpu_count: int | None = None,
+            cgroup_root: str = "/sys/fs/cgroup") -> tuple[dict[str, Any], list[Any]]:
     """The hostram facts from the dsconfig and capacity facts, the job options (``train_log``,
-    ``gpus_per_node``) and the GPUs seen on this node (``gpu_count``, when the capacity plan did not run)."""
+    ``gpus_per_node``), the GPUs seen on this node (``gpu_count``, when the capacity plan did not run) and the
+    cgroups of the kills the log records (under ``cgroup_root``)."""
     import platform
 
     from ..model import Evidence
@@ -135,11 +198,13 @@ def collect(ds: dict[str, Any], cap: dict[str, Any], opts: dict[str, Any], *, me
         estimate_unknown = cap.get("chosen_note") or "no offload choice DeepSpeed's estimator covers"
     log = opts.get("train_log")
     kills: list[list[Any]] = []
+    ooms: list[dict[str, Any]] = []
     log_error = None
     if log:
         try:
             lines, _meta = walllog.read_log_lines(str(log))
             kills = killed_lines(lines)
+            ooms = oom_kills(lines)
         except Exception as exc:  # noqa: BLE001 - an unreadable log is reported by the trainlog probe
             log_error = str(exc)
     try:
@@ -157,8 +222,10 @@ def collect(ds: dict[str, Any], cap: dict[str, Any], opts: dict[str, Any], *, me
              "gpus_per_node": gpn, "estimate_per_node": estimate, "estimate_unknown": estimate_unknown,
              "mem_total": total, "mem_available": avail,
              "exhausted": bool(total and avail is not None and avail < EXHAUSTED_SHARE * total),
-             "killed": kills, "log": log, "log_error": log_error, "wsl": wsl, "pinned_blocks": pins,
+             "killed": kills, "oom_kills": ooms, "log": log, "log_error": log_error, "wsl": wsl, "pinned_blocks": pins,
              "devices": {b: _device(settings.get(b)) for b in ("offload_param", "offload_optimizer")}}
+    for k in ooms:
+        k["cgroup_now"] = memcg_limit(k["memcg"], cgroup_root) if k["kind"] == "memcg" else None
     ev = [Evidence.of_table("host memory beyond DeepSpeed's estimate (per node)",
                             ["what", "per rank", "per node", "how"],
                             [[x["what"], planner.gib(x["per_rank"]), planner.gib(x["per_node"]),

@@ -13,6 +13,8 @@ from ..forensics.elf import read_elf
 from ..forensics.versions import newest
 from ..model import Evidence
 from ..registry import probe
+from ..target import target_of
+from .libs import LIVE_TIMEOUT
 
 LIBC_SONAMES = ("libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1")
 MAX_LIBS = 80
@@ -99,6 +101,40 @@ def _facts(host: Any, name: str) -> dict[str, Any]:
     return res.facts if res.status == "ok" else {}
 
 
-@probe("glibc", title="The host's glibc vs what torch needs", timeout=60, needs=("pyenv",))
+def glibc_version_errors(live: list[dict[str, Any]] | None, static: list[dict[str, Any]] | None
+                         ) -> list[dict[str, Any]]:
+    """GLIBC_x version errors: the real loader's (live run), else the emulation's."""
+    def glibc(errs: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+        return [e for e in errs or [] if str(e.get("version", "")).startswith("GLIBC_")]
+
+    return glibc(live) or glibc(static)
+
+
+OWNERS_TIMEOUT = max(LIVE_TIMEOUT + 30, 90) + 30
+
+
+@probe("glibc", title="The host's glibc vs what torch needs, and who owns a library needing a newer one",
+       timeout=OWNERS_TIMEOUT, needs=("pyenv", "libs", "livetrace"))
 def glibc_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
-    return collect_glibc(_facts(host, "pyenv"))
+    """The host's glibc, torch's GLIBC_x needs, and the package (pip RECORD, conda-meta, dpkg -S or rpm -qf)
+    of every library the loader refused for its GLIBC_x need (``owners``: {library: owner})."""
+    from .owner import owner_of
+
+    pyenv = _facts(host, "pyenv")
+    facts, evidence = collect_glibc(pyenv)
+    errs = glibc_version_errors(_facts(host, "livetrace").get("version_errors"),
+                                _facts(host, "libs").get("failures"))
+    sites = [p for p in ((pyenv.get("python") or {}).get("sys_path") or []) if isinstance(p, str) and p]
+    env = dict(target_of(host).env)
+    owners: dict[str, Any] = {}
+    for e in errs[:20]:
+        lib = e.get("required_by")
+        if isinstance(lib, str) and lib and lib not in owners:
+            owners[lib] = owner_of(lib, sites, env)
+    facts["owners"] = owners
+    if owners:
+        rows = [[lib, o["kind"], f"{o.get('package') or '?'} {o.get('version') or ''}".strip(), o.get("how") or "-"]
+                for lib, o in owners.items()]
+        evidence.append(Evidence.of_table("owner of each library needing a newer glibc",
+                                          ["library", "kind", "package", "found by"], rows))
+    return facts, evidence

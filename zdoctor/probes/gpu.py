@@ -28,7 +28,7 @@ import os
 import re
 from typing import Any
 
-from ..gpu import cuda, envreview, limits, nccl, nvml, smi
+from ..gpu import cuda, envreview, kmod, limits, nccl, nvml, smi
 from ..model import Evidence, cap_text
 from ..registry import probe
 from ..runner import run, which_all
@@ -121,12 +121,28 @@ def _num(v: Any, unit: str = "") -> str:
     return "n/a" if v is None else f"{v}{unit}"
 
 
-def collect_nvml(env: dict[str, str], *, sample_s: float = 0.0, nv: Any = None,
-                 smi_timeout: float = SMI_TIMEOUT) -> tuple[dict[str, Any], list[Evidence]]:
-    """NVML first; nvidia-smi as a cross-check, and as the source when NVML cannot be used."""
+def nvml_library_paths(ld_cache: str = "/etc/ld.so.cache") -> list[str]:
+    """Where the loader finds libnvidia-ml.so.1 (ld.so.cache), for the user-space driver's version."""
+    from ..errors import InputError
+    from ..forensics.ldcache import read_ld_so_cache
+
+    try:
+        return [e.path for e in read_ld_so_cache(ld_cache) if e.soname == "libnvidia-ml.so.1"]
+    except InputError:
+        return []
+
+
+def collect_nvml(env: dict[str, str], *, sample_s: float = 0.0, nv: Any = None, smi_timeout: float = SMI_TIMEOUT,
+                 kmod_paths: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[Evidence]]:
+    """NVML first; nvidia-smi as a cross-check, and as the source when NVML cannot be used. A kernel-module
+    vs library mismatch adds ``kernel_module`` (the loaded NVIDIA modules, see :mod:`zdoctor.gpu.kmod`)."""
     facts = nvml.collect(nv, sample_s=sample_s)
     lib = {"available": facts["available"], "error_kind": facts["error_kind"], "error": facts["error"]}
     smi_facts, evidence = run_smi(env, smi_timeout)
+    if lib["error_kind"] == "driver_mismatch" or kmod.MISMATCH_TEXT in str(smi_facts.get("error") or ""):
+        paths = dict(kmod_paths or {})
+        paths.setdefault("nvml_libs", nvml_library_paths())
+        facts["kernel_module"] = kmod.collect(**paths)
     facts["library"] = lib
     facts["sampled_s"] = sample_s if sample_s > 0 and facts.get("count") else 0.0
     facts["source"] = "nvml" if facts["available"] and facts.get("count") is not None else None

@@ -43,6 +43,54 @@ def nvml_pairs(count: int) -> dict[str, Any]:
     return out
 
 
+MAX_NVLINKS = 18
+#: nvmlIntNvLinkDeviceType_t: what the other end of an NVLink is.
+NVLINK_REMOTE = {0: "gpu", 1: "ibmnpu", 2: "switch", 255: "unknown"}
+
+
+def nvml_nvlinks(count: int, nv: Any = None) -> dict[str, Any]:
+    """Per GPU index (as text): its active NVLinks ``[{link, active, version, remote, remote_type}]``;
+    empty when NVML is unusable or the GPUs have no NVLink."""
+    out: dict[str, Any] = {}
+    try:
+        if nv is None:
+            import pynvml as nv
+        nv.nvmlInit()
+    except Exception:  # noqa: BLE001 - no driver, no module: no NVLink facts
+        return out
+    try:
+        for i in range(count):
+            try:
+                h = nv.nvmlDeviceGetHandleByIndex(i)
+            except Exception:  # noqa: BLE001
+                continue
+            links = []
+            for link in range(MAX_NVLINKS):
+                try:
+                    active = bool(nv.nvmlDeviceGetNvLinkState(h, link))
+                except Exception:  # noqa: BLE001 - NOT_SUPPORTED / INVALID_ARGUMENT past the last link
+                    break
+                if not active:
+                    continue
+                rec: dict[str, Any] = {"link": link, "active": True, "version": None, "remote": None,
+                                       "remote_type": None}
+                with contextlib.suppress(Exception):
+                    rec["version"] = int(nv.nvmlDeviceGetNvLinkVersion(h, link))
+                with contextlib.suppress(Exception):
+                    bus = nv.nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId
+                    rec["remote"] = bus.decode() if isinstance(bus, bytes) else str(bus)
+                with contextlib.suppress(Exception):
+                    rec["remote_type"] = NVLINK_REMOTE.get(int(nv.nvmlDeviceGetNvLinkRemoteDeviceType(h, link)),
+                                                           "unknown")
+                links.append(rec)
+            if links:
+                out[str(i)] = links
+    finally:
+        with contextlib.suppress(Exception):
+            nv.nvmlShutdown()
+    return out
+
+
 def lspci_acs(bdfs: list[str], env: dict[str, str], sys_root: str = "/sys") -> tuple[dict[str, Any], list[Evidence]]:
     """ACS of each bridge: from its sysfs config space, else from ``lspci -vvv -s BDF``."""
     tool = shutil.which("lspci", path=env.get("PATH") or os.defpath)
@@ -66,7 +114,8 @@ def lspci_acs(bdfs: list[str], env: dict[str, str], sys_root: str = "/sys") -> t
 
 def collect_p2p(gpus: list[dict[str, Any]], env: dict[str, str], *, sys_root: str = "/sys",
                 cmdline: str = "/proc/cmdline", pairs: dict[str, Any] | None = None,
-                acs: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[Evidence]]:
+                acs: dict[str, Any] | None = None, nvlinks: dict[str, Any] | None = None
+                ) -> tuple[dict[str, Any], list[Evidence]]:
     bdfs = [p2p.normalize_bdf(g.get("pci_bus_id") or "") for g in gpus]
     chains = {b: p2p.pci_chain(b, sys_root) for b in bdfs if b}
     iommu = p2p.iommu_state([b for b in bdfs if b], sys_root, cmdline)
@@ -82,7 +131,10 @@ def collect_p2p(gpus: list[dict[str, Any]], env: dict[str, str], *, sys_root: st
         acs, ev = lspci_acs(bridges, env, sys_root)
     if pairs is None:
         pairs = nvml_pairs(len(gpus)) if len(gpus) > 1 else {}
-    facts = {"gpus": bdfs, "iommu": iommu, "chains": chains, "between": between, "acs": acs, "nvml_pairs": pairs}
+    if nvlinks is None:
+        nvlinks = nvml_nvlinks(len(gpus)) if len(gpus) > 1 else {}
+    facts = {"gpus": bdfs, "iommu": iommu, "chains": chains, "between": between, "acs": acs, "nvml_pairs": pairs,
+             "nvlinks": nvlinks}
     rows = [[k, v["common"] or "root complex", ", ".join(v["ports"]) or "-",
              ", ".join(f"{b}: {p2p.acs_word(acs.get(b))}" for b in v["bridges"]) or "-",
              p2p.pair_status_text(pairs.get(k) if isinstance(pairs.get(k), int) else None)]

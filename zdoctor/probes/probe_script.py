@@ -267,16 +267,39 @@ def stage_torch():
     return torch
 
 
+def cuda_init_error(cuda, said):
+    """Why CUDA did not start: the warning is_available() gave ("CUDA initialization: ..."), else the error
+    torch.cuda.init() raises; None when neither says anything."""
+    for w in said:
+        text = str(getattr(w, "message", w))
+        if "CUDA" in text:
+            return text[:2000]
+    init = getattr(cuda, "init", None)
+    if init is None:
+        return None
+    try:
+        init()
+    except Exception as exc:  # the text is the fact wanted
+        return ("%s: %s" % (type(exc).__name__, exc))[:2000]
+    return None
+
+
 def stage_torch_cuda(torch):
     """torch.cuda.is_available() and friends; a separate stage because a broken driver can hang it."""
     emit("torch_cuda_check", {"state": "started"})
     errors = {}
     cuda = getattr(torch, "cuda", None)
-    rec = {"available": None, "device_count": None, "cudnn": None, "nccl": None}
+    rec = {"available": None, "device_count": None, "cudnn": None, "nccl": None, "init_error": None}
     if cuda is not None:
-        rec["available"] = safe(errors, "available", lambda: bool(cuda.is_available()))
+        import warnings
+
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            rec["available"] = safe(errors, "available", lambda: bool(cuda.is_available()))
         if rec["available"]:
             rec["device_count"] = safe(errors, "device_count", cuda.device_count)
+        elif getattr(getattr(torch, "version", None), "cuda", None):
+            rec["init_error"] = cuda_init_error(cuda, said)
         nccl = getattr(cuda, "nccl", None)
         if nccl is not None and hasattr(nccl, "version"):
             rec["nccl"] = safe(errors, "nccl", lambda: as_list(nccl.version()))

@@ -48,6 +48,7 @@ from ..storage import fstab as fs
 from ..storage import iotest as io
 from ..storage import mounts as mt
 from ..target import target_of
+from .pyenv import TARGET_TIMEOUT
 
 #: Each throughput phase stops after this many seconds; the probe's budget covers both and the rest.
 IO_TIME_LIMIT = 45.0
@@ -205,8 +206,8 @@ def collect_storage(path: str, *, source: str = "--offload-path", explicit: bool
                     io_size: str | None = None, env: dict[str, str] | None = None, progress=None,
                     sysfs_root: str = "/sys", dev_root: str = "/dev", udev_root: str = "/run/udev",
                     mountinfo: str = mt.MOUNTINFO, fstab_path: str = fs.FSTAB, live: bool = True,
-                    io_time_limit: float = IO_TIME_LIMIT,
-                    user: dict[str, str] | None = None) -> tuple[dict[str, Any], list[Evidence]]:
+                    io_time_limit: float = IO_TIME_LIMIT, user: dict[str, str] | None = None,
+                    ds_location: str | None = None) -> tuple[dict[str, Any], list[Evidence]]:
     """The ``storage`` facts for ``path`` (see the module docstring).
 
     ``live=False`` reads a recorded node (the roots and files given) and looks at nothing on this
@@ -239,7 +240,7 @@ def collect_storage(path: str, *, source: str = "--offload-path", explicit: bool
         facts["access"] = access(probed, facts["user"])
         probed_dir = probed if os.path.isdir(probed) else os.path.dirname(probed)
         facts["odirect"] = io.odirect_check(probed_dir)
-        facts["libaio"], evs = io.libaio_status(env)
+        facts["libaio"], evs = io.libaio_status(env, ds_location=ds_location)
         evidence.extend(evs)
         facts["throughput"] = _throughput(facts, probed_dir, io_size, explicit, progress, io_time_limit)
     evidence.insert(0, _mount_table(facts))
@@ -271,7 +272,18 @@ def _throughput(facts: dict[str, Any], directory: str, io_size: str | None, expl
     return res
 
 
-@probe("storage", title="Offload storage: mount, device, O_DIRECT, libaio, throughput", timeout=STORAGE_TIMEOUT)
+def _deepspeed_location(host: Any) -> str | None:
+    """Where the training interpreter's DeepSpeed is installed (the pyenv probe), for its csrc/aio sources."""
+    try:
+        res = host.result("pyenv")
+    except Exception:  # noqa: BLE001 - without it the libaio test makes libaio's basic calls
+        return None
+    loc = ((res.facts or {}).get("deepspeed") or {}).get("location") if res.status == "ok" else None
+    return loc if isinstance(loc, str) else None
+
+
+@probe("storage", title="Offload storage: mount, device, O_DIRECT, libaio, throughput",
+       timeout=STORAGE_TIMEOUT + TARGET_TIMEOUT + 30, needs=("pyenv",))
 def storage_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     """The offload path's mount and device, O_DIRECT, libaio, and (when asked) its throughput."""
     options = dict(target_of(host).options)
@@ -287,7 +299,8 @@ def storage_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     io_size = options.get("io_size")
     facts, evidence = collect_storage(target["path"], source=target["source"], explicit=target["explicit"],
                                       io_size=None if io_size is None else str(io_size), env=env,
-                                      progress=getattr(host, "io_progress", None), user=user)
+                                      progress=getattr(host, "io_progress", None), user=user,
+                                      ds_location=_deepspeed_location(host))
     facts.update(config_paths=target["config_paths"], ds_config_error=target["ds_config_error"])
     return facts, evidence
 

@@ -29,7 +29,7 @@ from typing import Any
 from .. import runner
 from ..errors import InputError
 from ..model import Evidence
-from . import GIB, MIB
+from . import GIB, MIB, aiocalls
 
 BLOCK = MIB  # DeepSpeed aio block_size default
 QUEUE_DEPTH = 8  # DeepSpeed aio queue_depth default
@@ -300,9 +300,6 @@ def measure(directory: str, size: int, *, block: int = BLOCK, queue_depth: int =
 
 # -- libaio -----------------------------------------------------------------------------------------------
 
-LIBAIO_TEST = b"#include <libaio.h>\nint main(void) { io_context_t ctx = 0; return io_setup(1, &ctx) < 0; }\n"
-
-
 def os_release(path: str = "/etc/os-release") -> dict[str, str]:
     out: dict[str, str] = {}
     try:
@@ -364,14 +361,16 @@ def _search(name: str, dirs: list[str]) -> str | None:
 
 
 def libaio_status(env: Mapping[str, str] | None = None, *, release_path: str = "/etc/os-release",
-                  compile_test: bool = True, timeout: float = 30.0) -> tuple[dict[str, Any], list[Evidence]]:
-    """Whether DeepSpeed's ``async_io`` op can be built in the training environment ``env``.
+                  compile_test: bool = True, timeout: float = 30.0, ds_location: str | None = None
+                  ) -> tuple[dict[str, Any], list[Evidence]]:
+    """Whether DeepSpeed's ``async_io`` op can be built and make its calls in the training environment ``env``.
 
     Looks for the runtime library (``ctypes.util.find_library``), the header and the unversioned
     ``libaio.so`` (honouring CFLAGS/CPATH/LDFLAGS/LIBRARY_PATH/CONDA_PREFIX as the op build does), then
-    compiles and links a program that calls ``io_setup`` with the environment's C compiler: the
-    decisive test. Keys: ok, runtime, header, dev_library, link_test {ran, ok, compiler, error},
-    package, install, distro.
+    compiles, links and runs a program making the libaio calls the installed DeepSpeed's csrc/aio makes
+    (:mod:`zdoctor.storage.aiocalls`; libaio's core cycle when those are unknown) with the environment's C
+    compiler: the decisive test. Keys: ok, runtime, header, dev_library, link_test {ran, ok, compiler,
+    error, calls, calls_source, ran_ok, failed_call, returned}, package, install, distro.
     """
     env = dict(os.environ if env is None else env)
     conda = env.get("CONDA_PREFIX")
@@ -397,16 +396,36 @@ def libaio_status(env: Mapping[str, str] | None = None, *, release_path: str = "
     cc = env.get("CC") or next((c for name in ("cc", "gcc") for c in runner.which_all(name, env.get("PATH"))),
                                None)
     if compile_test and cc:
+        ds = aiocalls.deepspeed_aio_calls(ds_location)
         with tempfile.TemporaryDirectory(prefix="zdoctor-aio-") as tmp:
-            argv = (shlex.split(cc) + shlex.split(env.get("CFLAGS", "")) + ["-x", "c", "-", "-o",
-                    os.path.join(tmp, "aio_test")] + shlex.split(env.get("LDFLAGS", "")) + ["-laio"])
-            ev = runner.run(argv, env=env, stdin=LIBAIO_TEST, timeout=timeout, cwd=tmp,
+            exe = os.path.join(tmp, "aio_test")
+            argv = (shlex.split(cc) + shlex.split(env.get("CFLAGS", "")) + ["-x", "c", "-", "-o", exe]
+                    + shlex.split(env.get("LDFLAGS", "")) + ["-laio"])
+            ev = runner.run(argv, env=env, stdin=aiocalls.call_program(ds["calls"]), timeout=timeout, cwd=tmp,
                             label="compile and link a libaio test program (as DeepSpeed's async_io build does)")
-        evidence.append(ev)
-        ok = ev.exit_code == 0
-        facts["link_test"] = {"ran": True, "ok": ok, "compiler": cc,
-                              "error": None if ok else (ev.error or _first_error(ev.stderr))}
-        facts["ok"] = ok
+            evidence.append(ev)
+            linked = ev.exit_code == 0
+            lt: dict[str, Any] = {"ran": True, "ok": linked, "compiler": cc,
+                                  "error": None if linked else (ev.error or _first_error(ev.stderr)),
+                                  "calls": ds["calls"], "calls_source": ds["sources"], "calls_why": ds["why"],
+                                  "plan": aiocalls.plan(ds["calls"]), "ran_ok": None, "failed_call": None,
+                                  "returned": None}
+            if linked:
+                data = os.path.join(tmp, "aio_data")
+                with open(data, "wb") as fh:
+                    fh.write(b"\0" * 4096)
+                run_ev = runner.run([exe, data], env=env, timeout=timeout, cwd=tmp,
+                                    label="run the libaio test program (the calls DeepSpeed's async_io makes)")
+                evidence.append(run_ev)
+                lt["ran_ok"] = run_ev.exit_code == 0 and "OK" in (run_ev.stdout or "")
+                if not lt["ran_ok"]:
+                    lt["failed_call"], lt["returned"] = aiocalls.failed_call(run_stdout=run_ev.stdout or "")
+                    lt["error"] = run_ev.error or (run_ev.stdout or run_ev.stderr or "").strip()[-300:] \
+                        or f"exit code {run_ev.exit_code}"
+            else:
+                lt["failed_call"], _ = aiocalls.failed_call(build_stderr=ev.stderr or "")
+        facts["link_test"] = lt
+        facts["ok"] = bool(linked and lt["ran_ok"])
     else:
         facts["ok"] = bool(facts["header"] and facts["dev_library"])
     return facts, evidence
