@@ -48,7 +48,7 @@ def test_a_gpu_without_an_nvml_handle_fails_driver_and_health(monkeypatch, tmp_p
     drv = check_driver(facts_of(nvml=facts))[0]
     assert drv.status == "fail"
     assert drv.title.startswith("GPU 1 cannot be reached through the driver")
-    assert "2 GPU(s): 1x NVIDIA H200, 1 unreachable" in drv.title
+    assert "2 GPUs: 1x NVIDIA H200, 1 unreachable" in drv.title
     assert "GPU 1: handle: GPU is lost" in drv.detail
     assert any("nvidia-smi -r -i 1" in c for r in drv.remedies for c in r.commands)
     health = {f.id: f for f in check_health(facts_of(nvml=facts))}

@@ -345,7 +345,7 @@ def test_path_from_the_ds_config(tmp_path):
 
 def test_zdoctor_check_json_has_the_storage_findings(cli, loopfs):
     proc = cli(["check", "--json", "--no-log", "--offload-path", loopfs["mnt"], "--io-size", "16M"])
-    assert proc.returncode in (0, 1), proc.stderr
+    assert proc.returncode in (0, 1, 3), proc.stderr
     doc = json.loads(proc.stdout)
     ids = {f["id"] for f in doc["findings"]}
     assert set(CHECK_IDS) <= ids

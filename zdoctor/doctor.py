@@ -46,6 +46,10 @@ class PlaybookRun:
         return out
 
 
+#: The findings that say the training environment could not be examined (its interpreter, its torch).
+ENVIRONMENT_FINDINGS = ("pyenv.",)
+
+
 @dataclass
 class CheckReport:
     """Everything `zdoctor check` says, ready for the terminal or for JSON."""
@@ -69,11 +73,13 @@ class CheckReport:
 
     @property
     def exit_code(self) -> int:
-        """3 when the training environment itself could not be examined (first: every other verdict is then
-        partial), else 1 for a failing finding or an unexplained symptom, else 0."""
-        if self.incomplete is not None:
+        """1 for a failing finding or an unexplained symptom; 3 instead when the training environment itself
+        could not be examined and nothing but that (the interpreter's own findings) failed; else 0."""
+        failing = [f for f in self.findings if f.status in FAILING]
+        if self.incomplete is not None and not self.unexplained and all(f.id.startswith(ENVIRONMENT_FINDINGS)
+                                                                        for f in failing):
             return 3
-        return 1 if self.unexplained or any(f.status in FAILING for f in self.findings) else 0
+        return 1 if self.unexplained or failing else 0
 
     def redacted(self) -> CheckReport:
         """The report as it may be shown or stored: secrets in command lines, environments and outputs

@@ -151,8 +151,7 @@ def check_driver(facts: Facts) -> list[Finding]:
     remedies: list[Remedy] = []
     if lost:
         status = "fail"
-        title = (f"GPU {', '.join(str(g['index']) for g in lost)} cannot be reached through the driver; "
-                 + title[0].lower() + title[1:])
+        title = f"GPU {', '.join(str(g['index']) for g in lost)} cannot be reached through the driver; {title}"
         for g in lost:
             lines.append(f"GPU {g['index']}: {gpu_error(g)}: NVML has no working handle for it, so nothing about "
                          "it is known and CUDA cannot use it ('GPU is lost' means it fell off the PCIe bus: "
