@@ -183,3 +183,68 @@ def test_an_old_abi_extension_against_the_real_torch(tmp_path):
                   f"-Wl,-rpath,{libs[0]}")
     assert run(shlex.join([str(py), "-c", f"import torch, ctypes; ctypes.CDLL({str(rebuilt)!r})"]),
                env).returncode == 0
+
+
+MAIN = ('#include <string>\nstd::string greet(const std::string&);\n'
+        'int main() { return (int)greet("x").size(); }\n')
+
+
+def link_cmd(tmp: Path, abi: int, *link: str) -> str:
+    src = tmp / f"main{abi}.cpp"
+    src.write_text(MAIN)
+    return shlex.join(["g++", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", str(src), *link, "-o", str(tmp / "main")])
+
+
+def test_a_link_time_undefined_reference_is_no_all_clear_and_gets_the_abi_rule(tmp_path):
+    """The build's own `undefined reference to` (GNU ld, demangled): the library on the link line defines the
+    same function under the C++11 ABI, so the finding is the ABI mismatch with that library, never "No
+    undefined symbol"."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    gxx(lib / "libgreet.so", GREET, "-D_GLIBCXX_USE_CXX11_ABI=1")
+    cmd = link_cmd(tmp_path, 0, f"-L{lib}", "-lgreet")
+    real = run(cmd, clean_env())
+    assert real.returncode == 1 and "undefined reference to `greet(std::string const&)'" in real.stderr
+
+    facts, out = live_findings(cmd, clean_env())
+    (f,) = out
+    assert f.status == "fail", f.title
+    assert "No undefined symbol" not in f.title
+    assert "C++11 ABI mismatch with libgreet.so" in f.title and "greet(std::string const&)" in f.title
+    assert "std::__cxx11::basic_string" in f.detail and "_GLIBCXX_USE_CXX11_ABI=0" in f.detail
+    assert f.remedies and "-D_GLIBCXX_USE_CXX11_ABI=1" in f.remedies[0].title
+    # the remedy is right: the same link with the library's ABI succeeds
+    assert run(link_cmd(tmp_path, 1, f"-L{lib}", "-lgreet"), clean_env()).returncode == 0
+
+
+def test_a_mangled_undefined_reference_with_nothing_defining_it(tmp_path):
+    """--no-demangle prints the mangled name; with no library on the link line defining it under either ABI
+    the finding says so (demangled), and says what it read."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    gxx(lib / "libother.so", 'extern "C" int other() { return 1; }\n')
+    cmd = link_cmd(tmp_path, 1, f"-L{lib}", "-lother", "-Wl,--no-demangle")
+    real = run(cmd, clean_env())
+    assert real.returncode == 1 and "undefined reference to `_Z5greetRKNSt7__cxx11" in real.stderr
+    facts, out = live_findings(cmd, clean_env())
+    (f,) = out
+    assert f.status == "fail"
+    assert f.title.startswith("Link failed: undefined reference to greet(std::__cxx11::basic_string")
+    assert "libother.so" in f.detail and "missing from the link line" in f.detail
+
+
+def test_gold_and_lld_undefined_references_are_read(tmp_path):
+    """gold's quoting (real output) and lld's two-line form; an lld line is no run-time undefined symbol."""
+    from zdoctor.forensics.linkerrors import parse_link_errors
+
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    gxx(lib / "libgreet.so", GREET, "-D_GLIBCXX_USE_CXX11_ABI=1")
+    real = run(link_cmd(tmp_path, 0, "-fuse-ld=gold", f"-L{lib}", "-lgreet"), clean_env())
+    assert real.returncode == 1
+    (ref,) = parse_link_errors(real.stderr)
+    assert ref["demangled"] == "greet(std::string const&)"
+    lld = "ld.lld: error: undefined symbol: greet(std::string const&)\n>>> referenced by main.cpp\n"
+    assert parse_link_errors(lld) == [{"symbol": "greet(std::string const&)", "demangled":
+                                       "greet(std::string const&)", "where": "main.cpp"}]
+    assert sy.parse_undefined(lld) == []

@@ -18,12 +18,57 @@ def _llp_without(dir_: str) -> str:
             f'{shlex.quote(dir_)} | paste -sd: -)"')
 
 
+def _abi_remedy(what: str, want: int, why: str) -> Remedy:
+    return Remedy(title=f"Rebuild {what} with -D_GLIBCXX_USE_CXX11_ABI={want} (the ABI of {why})",
+                  commands=[f"export CXXFLAGS=\"$CXXFLAGS -D_GLIBCXX_USE_CXX11_ABI={want}\"",
+                            f"# then rebuild {shlex.quote(what)} (for a torch extension: against the installed "
+                            "torch, with python -m pip install --no-build-isolation --force-reinstall PACKAGE)"])
+
+
+def _link_finding(e: dict[str, Any], fid: str) -> Finding:
+    """A build's ``undefined reference to``: the ABI twin on the link line, or nothing that defines it."""
+    where = e.get("object") or "the object being linked"
+    sym, dem = e["symbol"], e.get("demangled")
+    shown = dem or sym
+    ref_abi, torch_abi = e.get("object_abi"), e.get("torch_abi")
+    lines = [f"The link failed: {where} references {shown}"
+             + (f", compiled with {ABI_WORD[ref_abi]}" if ref_abi in ABI_WORD else "") + "."]
+    if torch_abi is not None:
+        lines.append(f"torch._C._GLIBCXX_USE_CXX11_ABI = {int(torch_abi)}.")
+    if e["kind"] == "abi-mismatch":
+        prov_abi = e.get("provider_abi")
+        lines += [f"{e['provider']} defines the same function as {e.get('provider_symbol')}, built with "
+                  f"{ABI_WORD.get(prov_abi, 'an unknown ABI')}.",
+                  "The two were compiled with different _GLIBCXX_USE_CXX11_ABI settings, so std::string (and "
+                  "std::list) arguments mangle differently and the linker cannot match them."]
+        want = prov_abi if prov_abi in ABI_WORD else int(bool(torch_abi))
+        return Finding(id=fid, status="fail",
+                       title=f"Link failed: C++11 ABI mismatch with {os.path.basename(e['provider'])} "
+                             f"(undefined reference to {shown})", detail="\n".join(lines),
+                       remedies=[_abi_remedy(where, int(want), os.path.basename(e["provider"]))])
+    searched = e.get("searched") or []
+    lines.append(("No library on the link line or loaded by the run defines it under either C++ ABI (read: "
+                  + ", ".join(os.path.basename(p) for p in searched[:12]) + ")" if searched else
+                  "No library on the link line was found to read") +
+                 ": the library that defines it is missing from the link line (-lNAME), or was built "
+                 "without that function.")
+    rems = []
+    if torch_abi is not None and ref_abi in ABI_WORD and ref_abi != int(torch_abi):
+        lines.append(f"It was compiled with {ABI_WORD[ref_abi]}, torch with {ABI_WORD[int(torch_abi)]}: a "
+                     "torch function referenced with the other ABI is never found.")
+        rems.append(_abi_remedy(where, int(torch_abi), "torch"))
+    return Finding(id=fid, status="fail", title=f"Link failed: undefined reference to {shown}",
+                   detail="\n".join(lines), remedies=rems)
+
+
 def _finding(e: dict[str, Any], i: int) -> Finding:
     obj = e.get("object") or "?"
     name = os.path.basename(obj)
     sym = e["symbol"]
     dem = e.get("demangled")
     fid = "libs.symbols" + (f".{i + 1}" if i else "")
+    if e.get("link_time"):
+        return _link_finding(e, fid)
     shown = f"{sym}" + (f" ({dem})" if dem else "")
     kind = e["kind"]
     if kind == "abi-mismatch":
@@ -95,7 +140,8 @@ def check_symbols(facts: Facts) -> list[Finding]:
                         "loaded nothing of the training", detail=nothing)]
     if not errs:
         return [Finding(id="libs.symbols", status="ok", title="No undefined symbol in the live run",
-                        detail=f"The live run's error output names no undefined symbol "
+                        detail=f"The live run's error output names no undefined symbol and no link-time "
+                               f"undefined reference "
                                f"({f.get('loaded_count', 0)} objects loaded).")]
     ev = facts.evidence("symbols")
     out = []

@@ -43,6 +43,9 @@ def parse_undefined(text: str) -> list[dict[str, str | None]]:
     """Each distinct ``(object, symbol)`` of the undefined-symbol errors in ``text``."""
     out: list[dict[str, str | None]] = []
     for m in UNDEFINED.finditer(text or ""):
+        line_start = (text or "").rfind("\n", 0, m.start()) + 1
+        if "lld: error:" in text[line_start:m.start() + 1]:
+            continue  # lld's link-time "undefined symbol": the build's error, read by linkerrors
         rec = {"object": m.group("obj"), "symbol": m.group("sym")}
         if rec not in out:
             out.append(rec)

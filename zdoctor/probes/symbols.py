@@ -7,8 +7,12 @@ import os
 from typing import Any
 
 from ..forensics import symbols as sy
+from ..forensics.linkerrors import link_libraries, parse_link_errors, triage_link
 from ..model import Evidence
 from ..registry import probe
+
+#: Libraries the run loaded that are searched for the other-ABI twin of an undefined reference.
+MAX_LOADED_SCANNED = 40
 
 
 def _facts(host: Any, name: str) -> dict[str, Any]:
@@ -44,6 +48,12 @@ def collect_symbols(live: dict[str, Any], pyenv: dict[str, Any], env: dict[str, 
             sites.append(os.path.dirname(loc))
     found = [sy.triage(e["object"], e["symbol"], loaded, env, abi, list(dict.fromkeys(sites)))
              for e in errors[:8]]
+    refs = parse_link_errors(error_text(live))
+    if refs:
+        # the link line (the command, or the failing build line in the output) and what the run loaded
+        libraries = link_libraries([live.get("command") or "", error_text(live)])
+        libraries += [p for p in dict.fromkeys(loaded.values()) if p not in libraries][:MAX_LOADED_SCANNED]
+        found += [triage_link(r, libraries, abi) for r in refs[:8]]
     facts = {"errors": found, "torch_cxx11_abi": abi, "loaded_count": len(live.get("loaded_all") or [])}
     rows = [[os.path.basename(f["object"] or "?"), f["symbol"][:60], (f["demangled"] or "-")[:80], f["kind"]]
             for f in found]
