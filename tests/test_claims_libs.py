@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,62 @@ def test_the_copy_named_as_having_every_version_has_those_of_the_runs_own_module
     assert "lacks GLIBCXX_3.4.11" in holey
     assert "2 lack a version the training needs" in inv["title"]
 
+
+
+OP_SOURCE = r"""
+#include <Python.h>
+static PyMethodDef methods[] = {{nullptr, nullptr, 0, nullptr}};
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "h1op", nullptr, -1, methods};
+PyMODINIT_FUNC PyInit_h1op(void) { return PyModule_Create(&mod); }
+"""
+
+
+@pytest.fixture(scope="module")
+def torch_op(tmp_path_factory) -> dict[str, Path]:
+    """A JIT-built op as torch leaves one: it needs libc10.so with no RUNPATH (torch has loaded it by then)."""
+    import dsenv
+
+    python = dsenv.ensure()
+    root = tmp_path_factory.mktemp("h1op")
+    torch_lib = subprocess.run([str(python), "-c", "import os, torch; print(os.path.dirname(torch.__file__))"],
+                               capture_output=True, text=True, check=True).stdout.strip() + "/lib"
+    include = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    cache = root / "cache"
+    op_dir = cache / "h1op"
+    op_dir.mkdir(parents=True)
+    (op_dir / "build.ninja").write_text("ninja_required_version = 1.3\ncxx = c++\n")
+    src = root / "h1op.cpp"
+    src.write_text(OP_SOURCE)
+    subprocess.run(["g++", "-shared", "-fPIC", f"-I{include}", str(src), f"-L{torch_lib}", "-Wl,--no-as-needed",
+                    "-lc10", "-o", str(op_dir / "h1op.so")], check=True, capture_output=True)
+    shadow = root / "shadow"
+    shadow.mkdir()
+    (shadow / "typing_extensions.py").write_text('raise ImportError("typing_extensions is broken here")\n')
+    return {"python": python, "cache": cache, "shadow": shadow, "op": op_dir / "h1op.so"}
+
+
+def test_an_op_is_not_blamed_when_import_torch_failed(torch_op):
+    """torch fails to import (a stray module on PYTHONPATH): the op, which needs torch's libc10.so, is not
+    loaded on its own (it would fail with 'libc10.so: cannot open shared object file'); the failure named is
+    torch's, and the op is listed as not loaded because of it."""
+    env = env_with(TORCH_EXTENSIONS_DIR=str(torch_op["cache"]), PYTHONPATH=str(torch_op["shadow"]))
+    alone = bash(shlex.join([str(torch_op["python"]), "-c",
+                             f"import ctypes; ctypes.CDLL({str(torch_op['op'])!r})"]), env)
+    assert "libc10.so: cannot open shared object file" in alone.stderr  # what loading it first would say
+    rc, doc = check(["--python", str(torch_op["python"])], env)
+    assert rc == 1
+    (live,) = findings(doc, "libs.live", "fail")
+    assert "import torch fails" in live["title"]
+    assert "typing_extensions is broken here" in live["detail"]
+    assert "libc10.so" not in live["detail"]
+    assert "load h1op (import torch failed; the launch loads it after torch)" in live["detail"]
+    assert not [f for f in doc["findings"] if "libc10.so: cannot open" in f["title"] + f["detail"]]
+
+
+def test_the_same_op_is_loaded_after_a_working_torch(torch_op):
+    env = env_with(TORCH_EXTENSIONS_DIR=str(torch_op["cache"]))
+    rc, doc = check(["--python", str(torch_op["python"])], env)
+    (live,) = findings(doc, "libs.live")
+    assert live["status"] == "ok", live
+    assert "loads cleanly" in live["title"] and "h1op" in live["title"]

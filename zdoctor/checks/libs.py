@@ -269,10 +269,18 @@ def check_live(facts: Facts) -> list[Finding]:
                            detail="\n".join(lines), evidence=ev))
     elif not live.get("ok"):
         errs = live.get("version_errors") or []
+        failed_step = next((s for s in live.get("steps") or [] if s.get("ok") is False), None)
         first = errs[0]["message"] if errs else (live.get("stderr_tail") or "").strip().splitlines()[-1:] or [""]
         first = first if isinstance(first, str) else first[0]
-        out.append(Finding(id=cid, status="fail", title=f"{what} fails (exit code {live.get('exit_code')})",
-                           detail="\n".join([*lines, first]), evidence=ev))
+        title = f"{what} fails (exit code {live.get('exit_code')})"
+        if failed_step is not None and not errs:
+            # the probe's own first failing step, not whatever the last line of its output came from
+            title = f"{what}: {failed_step.get('step')} fails (exit code {live.get('exit_code')})"
+            first = f"{failed_step.get('step')}: {failed_step.get('error')}"
+            _, skipped_steps = probe_steps(live)
+            if skipped_steps:
+                first += f"\nNot loaded: {', '.join(skipped_steps)}."
+        out.append(Finding(id=cid, status="fail", title=title, detail="\n".join([*lines, first]), evidence=ev))
     else:
         out.append(Finding(id=cid, status="ok", title=f"{what} loads cleanly under the real loader{not_loaded}",
                            detail="\n".join(lines), evidence=ev))
