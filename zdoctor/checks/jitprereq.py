@@ -8,6 +8,7 @@ import shlex
 from typing import Any
 
 from ..model import Finding, Remedy
+from ..packages import managers, python_headers_package
 from ..registry import Facts, check, predicate
 from . import not_checked
 from .toolchain import install_remedies
@@ -61,19 +62,7 @@ def _headers(f: dict[str, Any], facts: Facts) -> Finding | None:
         return Finding(id="toolchain.jit-prereq.python-h", status="ok",
                        title=f"Python.h present for Python {h.get('version')} ({h['include']})")
     ver = h.get("version") or "3"
-    prefix = h.get("prefix") or ""
-    distro = facts.get_fact("toolchain", "distro") or {}
-    ids = {distro.get("id") or "", *(distro.get("id_like") or [])}
-    if prefix in SYSTEM_PREFIXES:
-        if ids & {"rhel", "centos", "fedora", "rocky", "almalinux", "ol", "amzn"}:
-            rem = [Remedy(title=f"Install the headers of Python {ver}",
-                          commands=[f"dnf install -y python{ver}-devel"], requires_root=True)]
-        else:
-            rem = [Remedy(title=f"Install the headers of Python {ver}",
-                          commands=[f"apt-get install -y python{ver}-dev"], requires_root=True)]
-    else:
-        rem = [Remedy(title=f"Reinstall the interpreter at {prefix} with its headers (conda: `conda install "
-                            "python`; pyenv: `pyenv install --force`)", commands=[])]
+    rem = header_remedies(h, facts)
     return Finding(id="toolchain.jit-prereq.python-h", status="fail",
                    title=f"Python.h is missing for the training interpreter (Python {ver}): every JIT op build fails",
                    detail=f"torch compiles each op with -I{h.get('include')}, where Python.h must be; the build "
@@ -81,15 +70,44 @@ def _headers(f: dict[str, Any], facts: Facts) -> Finding | None:
                           "development headers are not installed.", remedies=rem)
 
 
+def header_remedies(h: dict[str, Any], facts: Facts) -> list[Remedy]:
+    """Complete the Python installation the headers come from: a venv's base interpreter, installed by the
+    node's package manager, conda or pyenv."""
+    ver = h.get("version") or "3"
+    prefix = os.path.normpath(h.get("prefix") or "") if h.get("prefix") else ""
+    base = os.path.normpath(h.get("base_prefix") or prefix) if (h.get("base_prefix") or prefix) else ""
+    of = f" (the base interpreter of the venv {prefix})" if base and prefix and base != prefix else ""
+    if base in SYSTEM_PREFIXES:
+        distro = facts.get_fact("toolchain", "distro") or {}
+        default = os.path.basename(h.get("base_executable") or "") == "python3"
+        return [Remedy(title=f"Install the headers of Python {ver}{of} ({pm.label})",
+                       commands=pm.install(python_headers_package(ver, pm.family, default)), requires_root=True)
+                for pm in managers(distro)]
+    if h.get("base_is_conda"):
+        return [Remedy(title=f"Reinstall Python {ver} in the conda environment {base}{of}: its headers come with it",
+                       commands=[f"conda install -y -p {shlex.quote(base)} --force-reinstall python={ver}"])]
+    parent = os.path.dirname(base)
+    if os.path.basename(parent) == "versions" and os.path.basename(os.path.dirname(parent)) in (".pyenv", "pyenv"):
+        release = os.path.basename(base)
+        return [Remedy(title=f"Rebuild pyenv's Python {release}{of} with its headers",
+                       commands=[f"pyenv install --force {shlex.quote(release)}"])]
+    return [Remedy(title=f"Reinstall the interpreter at {base or 'its prefix'}{of} with its development headers",
+                   commands=[])]
+
+
 def _compiles(f: dict[str, Any], facts: Facts) -> Finding | None:
     c = f["compile"]
     if not c.get("compiler"):
         return None  # toolchain.jit-compiler reports a missing compiler
     plain = c.get("plain") or {}
+    withpy = c.get("with_python_h")
+    if plain.get("ok") and withpy is not None and not withpy.get("ok"):
+        return _python_h_fails(c["compiler"], withpy, f, facts)
     if plain.get("ok"):
         return Finding(id="toolchain.jit-prereq.compile", status="ok",
                        title=f"{c['compiler']} compiles a one-line C++ file"
-                             + (" and one that includes Python.h" if (c.get("with_python_h") or {}).get("ok") else ""))
+                             + (" and one that includes Python.h" if (withpy or {}).get("ok") else
+                                "; a file including Python.h was not tried (no Python.h)"))
     err = (plain.get("stderr") or plain.get("error") or "").strip().splitlines()[-3:]
     distro = facts.get_fact("toolchain", "distro") or {}
     return Finding(id="toolchain.jit-prereq.compile", status="fail",
@@ -98,6 +116,19 @@ def _compiles(f: dict[str, Any], facts: Facts) -> Finding | None:
                           + (" | ".join(err) or "no output") + ". A compiler driver without its back end (cc1plus), "
                           "without the C++ standard headers, or a broken wrapper is not a compiler.",
                    remedies=install_remedies(distro))
+
+
+def _python_h_fails(cxx: str, withpy: dict[str, Any], f: dict[str, Any], facts: Facts) -> Finding:
+    """The compile of a file including Python.h failed: its own error output is the finding."""
+    h = f.get("python_headers") or {}
+    err = (withpy.get("stderr") or withpy.get("error") or "").strip()
+    first = next((line for line in err.splitlines() if "error" in line), err.splitlines()[0] if err else "")
+    return Finding(id="toolchain.jit-prereq.compile", status="fail",
+                   title=f"{cxx} cannot compile a file that includes Python.h: {first.strip() or 'no output'}",
+                   detail=f"torch compiles every op with -I{h.get('include')} and #include <Python.h>; that "
+                          f"compile failed here (a plain C++ file compiles). The compiler said:\n"
+                          + "\n".join(err.splitlines()[-12:]),
+                   remedies=header_remedies(h, facts))
 
 
 @check("toolchain.jit-prereq", title="JIT build prerequisites: ninja, Python.h, a working compiler",

@@ -18,7 +18,8 @@ from ..runner import run
 SSHD_DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 COMPILE_TIMEOUT = 60.0
 PATHS_CODE = "import sysconfig, json, sys; print(json.dumps({'paths': sysconfig.get_paths(), 'version': " \
-             "'%d.%d' % sys.version_info[:2], 'prefix': sys.prefix}))"
+             "'%d.%d' % sys.version_info[:2], 'prefix': sys.prefix, 'base_prefix': sys.base_prefix, " \
+             "'base_executable': getattr(sys, '_base_executable', sys.executable)}))"
 
 
 def noninteractive_path(etc_environment: str = "/etc/environment") -> tuple[str, str]:
@@ -58,8 +59,12 @@ def python_include(python: str | None, env: dict[str, str]) -> tuple[dict[str, A
         return {"include": None, "python_h": None, "error": ev.error or (ev.stderr or "").strip()[-300:]
                 or "no answer"}, ev
     inc = (d.get("paths") or {}).get("include")
+    base = d.get("base_prefix") or d.get("prefix")
+    # a venv's headers are its base interpreter's: that installation is the one to complete
     return {"include": inc, "python_h": bool(inc and os.path.isfile(os.path.join(inc, "Python.h"))),
-            "version": d.get("version"), "prefix": d.get("prefix"), "error": None}, ev
+            "version": d.get("version"), "prefix": d.get("prefix"), "base_prefix": base,
+            "base_executable": d.get("base_executable"),
+            "base_is_conda": bool(base and os.path.isdir(os.path.join(base, "conda-meta"))), "error": None}, ev
 
 
 def compile_test(cxx: str | None, env: dict[str, str], include: str | None) -> tuple[dict[str, Any], list[Evidence]]:
