@@ -114,3 +114,23 @@ def test_the_same_op_is_loaded_after_a_working_torch(torch_op):
     (live,) = findings(doc, "libs.live")
     assert live["status"] == "ok", live
     assert "loads cleanly" in live["title"] and "h1op" in live["title"]
+
+
+def test_the_toolchain_walk_never_ends_in_place_when_ninja_cannot_start(copies, tmp_path):
+    """torch imports and a compiler compiles, but ninja (first on PATH) is stopped by the loader: the old
+    libstdc++ an LD_LIBRARY_PATH entry supplies lacks a node it needs. The walk ends at the missing
+    prerequisite, not at "The toolchain is in place"."""
+    import dsenv
+    from test_jitprereq import cxx_ninja
+
+    python = dsenv.ensure()
+    ninja = cxx_ninja(tmp_path / "bin")
+    env = env_with(LD_LIBRARY_PATH=str(copies["old"]))
+    env["PATH"] = f"{ninja.parent}:{env['PATH']}"
+    assert "GLIBCXX_3.4.30' not found" in bash("ninja --version", env).stderr
+    rc, doc = check(["--python", str(python), "--playbook", "toolchain"], env)
+    assert rc == 1
+    path = next(p["path"] for p in doc["playbooks"] if p["id"] == "toolchain")
+    assert path[-1] == "diag-jit-prereq" and "diag-layers" not in path
+    (n,) = findings(doc, "toolchain.jit-prereq.ninja", "fail")
+    assert n["remedies"][0]["verified"] and n["remedies"][0]["commands"] == ["unset LD_LIBRARY_PATH"]

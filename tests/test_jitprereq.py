@@ -165,3 +165,55 @@ def test_headers_of_a_pyenv_base_and_of_a_system_python_per_distribution(tmp_pat
         facts = h200(toolchain=dict(h200()["toolchain"].facts, distro=distro))
         (r,) = header_remedies(system, facts)
         assert r.commands == want and r.requires_root
+
+
+NINJA_SOURCE = r"""
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+static std::mutex m;
+static std::condition_variable cv;
+int main() {
+    static volatile int never = 0;
+    std::unique_lock<std::mutex> lk(m);
+    if (never) cv.wait(lk);   /* GLIBCXX_3.4.30, as a ninja built by GCC 12 needs */
+    std::puts("1.11.1");
+    return 0;
+}
+"""
+
+
+def cxx_ninja(bindir: Path) -> Path:
+    """A ninja built with the system g++: a real C++ program that needs the system libstdc++'s newest nodes."""
+    import subprocess
+
+    bindir.mkdir(parents=True, exist_ok=True)
+    src = bindir.parent / "ninja.cpp"
+    src.write_text(NINJA_SOURCE)
+    subprocess.run(["g++", "-O0", str(src), "-o", str(bindir / "ninja")], check=True, capture_output=True)
+    return bindir / "ninja"
+
+
+def test_ninja_found_but_unable_to_start_under_the_loaded_libstdcxx(tmp_path):
+    """ninja is on PATH, but an LD_LIBRARY_PATH entry gives it an older libstdc++: `ninja --version` fails
+    in the loader, so the finding fails; dropping the entry was tried and made ninja run."""
+    from envkit import make_old_libstdcxx
+
+    ninja = cxx_ninja(tmp_path / "bin")
+    old = make_old_libstdcxx(tmp_path / "old").parent
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    env = {"PATH": f"{ninja.parent}:/usr/bin:/bin", "LD_LIBRARY_PATH": f"{old}:{keep}"}
+    f, _ = collect_jitprereq(env, sys.executable, CXX, etc_env(tmp_path, f"{ninja.parent}:/usr/bin:/bin"))
+    n = findings(f)["toolchain.jit-prereq.ninja"]
+    assert n.status == "fail", n.title
+    assert f"ninja at {ninja} cannot start under the training environment" in n.title
+    assert "GLIBCXX_3.4.30' not found" in n.title
+    drop = n.remedies[0]
+    assert drop.commands == [f"export LD_LIBRARY_PATH={keep}"]
+    assert drop.tried and drop.verified and "1.11.1" in drop.note
+    assert not n.remedies[1].tried and n.remedies[1].note.startswith("not tried, because")
+    # and the same ninja is ok, saying it ran, where nothing shadows the libstdc++ it needs
+    f, _ = collect_jitprereq({"PATH": env["PATH"]}, sys.executable, CXX, etc_env(tmp_path, env["PATH"]))
+    ok = findings(f)["toolchain.jit-prereq.ninja"]
+    assert ok.status == "ok" and "runs (`ninja --version`: 1.11.1)" in ok.title

@@ -7,6 +7,7 @@ import os
 import shlex
 from typing import Any
 
+from ..forensics.remedies import export_line, restore_line
 from ..model import Finding, Remedy
 from ..packages import managers, python_headers_package
 from ..registry import Facts, check, predicate
@@ -36,6 +37,9 @@ def _ninja(f: dict[str, Any], python: str | None, multinode: bool) -> Finding:
                               + (f"A ninja sits beside the interpreter ({where}) but that directory is not on "
                                  "PATH (the environment is not activated)." if where else
                                  "No ninja was found beside the interpreter either."), remedies=rem)
+    runs = n.get("runs")
+    if runs is not None and not runs.get("ok"):
+        return _ninja_does_not_run(n["on_path"], runs, python)
     if not n["on_noninteractive_path"]:
         d = os.path.dirname(n["on_path"])
         return Finding(id="toolchain.jit-prereq.ninja", status="warn" if not multinode else "fail",
@@ -49,8 +53,44 @@ def _ninja(f: dict[str, Any], python: str | None, multinode: bool) -> Finding:
                                               "(DeepSpeed exports each NAME=VALUE line on the remote nodes)",
                                         commands=['printf \'PATH=%s\\n\' "$PATH" >> ~/.deepspeed_env'],
                                         undo=["sed -i '/^PATH=/d' ~/.deepspeed_env"])])
+    if runs is None:
+        return Finding(id="toolchain.jit-prereq.ninja", status="skip",
+                       title=f"ninja at {n['on_path']}, also on a pdsh/ssh shell's PATH; whether it starts was not "
+                             "recorded")
     return Finding(id="toolchain.jit-prereq.ninja", status="ok",
-                   title=f"ninja at {n['on_path']}, also on a pdsh/ssh shell's PATH")
+                   title=f"ninja at {n['on_path']} runs (`ninja --version`: {runs.get('version')}), and is also on "
+                         "a pdsh/ssh shell's PATH")
+
+
+def _ninja_does_not_run(ninja: str, runs: dict[str, Any], python: str | None) -> Finding:
+    """ninja is on PATH but ``ninja --version`` fails under the training environment: torch stops there."""
+    err = (runs.get("error") or f"exit status {runs.get('exit_code')}").strip()
+    first = err.splitlines()[-1] if err else ""
+    lines = [f"torch.utils.cpp_extension runs `ninja --version` before building any op; under the training "
+             f"environment {ninja} fails:", *err.splitlines()[-6:]]
+    rems: list[Remedy] = []
+    trial = runs.get("without_entries")
+    if runs.get("missing_version"):
+        lines.append(f"The loader gave ninja {runs.get('provider')}, which lacks {runs['missing_version']}: "
+                     "an older libstdc++ than the one ninja was built against comes first.")
+    if trial:
+        entries = ", ".join(trial["entries"])
+        rems.append(Remedy(
+            title=f"Drop {entries} from LD_LIBRARY_PATH",
+            commands=[export_line("LD_LIBRARY_PATH", trial.get("ld_library_path"))],
+            undo=[restore_line("LD_LIBRARY_PATH", trial.get("old"))], tried=True, verified=bool(trial.get("ok")),
+            note=(f"`ninja --version` without it printed {trial.get('version')}" if trial.get("ok") else
+                  f"`ninja --version` without it still fails: {(trial.get('error') or '').strip()[-200:]}"),
+            explanation="ld.so searches LD_LIBRARY_PATH first; without that entry ninja gets a libstdc++ new "
+                        "enough for it. The job's own libraries keep every other entry."))
+    py = shlex.quote(python or "python3")
+    rems.append(Remedy(title="Or install ninja from PyPI into the training environment and put it first on PATH",
+                       commands=[f"{py} -m pip install ninja",
+                                 *([f'export PATH={shlex.quote(os.path.dirname(python))}:"$PATH"'] if python else [])],
+                       note="not tried, because it installs into the training environment"))
+    return Finding(id="toolchain.jit-prereq.ninja", status="fail",
+                   title=f"ninja at {ninja} cannot start under the training environment: {first}",
+                   detail="\n".join(lines), remedies=rems)
 
 
 def _headers(f: dict[str, Any], facts: Facts) -> Finding | None:
