@@ -74,7 +74,7 @@ def test_demangle_and_abi_of_real_symbols():
     assert sy.normalize_abi(new) == sy.normalize_abi(old) == "greet(std::string const&)"
     assert d["cudaMalloc"] is None
     text = "ImportError: /x/y/op.so: undefined symbol: _ZN3c104cuda9SetDeviceEi\n"
-    assert sy.parse_undefined(text) == [{"object": "/x/y/op.so", "symbol": "_ZN3c104cuda9SetDeviceEi"}]
+    assert sy.parse_undefined(text) == [{"object": "/x/y/op.so", "symbol": "_ZN3c104cuda9SetDeviceEi", "version": None}]
 
 
 def test_cxx11_abi_mismatch_end_to_end(tmp_path):
@@ -248,3 +248,57 @@ def test_gold_and_lld_undefined_references_are_read(tmp_path):
     assert parse_link_errors(lld) == [{"symbol": "greet(std::string const&)", "demangled":
                                        "greet(std::string const&)", "where": "main.cpp"}]
     assert sy.parse_undefined(lld) == []
+
+
+def test_the_only_installed_copy_is_another_release_than_the_symbol_version_asks_for(tmp_path):
+    """op.so was linked against release 2.0 of libh1foo (version node libh1foo.so.1, exporting foo_b); the
+    only copy installed, by a pip package, is release 1.0: same node, no foo_b. The loader names the symbol
+    and its version node; the finding names the library, its package release from the metadata, and that
+    it is the only copy, never "cause unknown"."""
+    vmap = tmp_path / "v.map"
+    vmap.write_text("libh1foo.so.1 { global: *; };\n")
+    flags = (f"-Wl,--version-script={vmap}", "-Wl,-soname,libh1foo.so.1")
+    new = tmp_path / "build" / "libh1foo.so.1"
+    new.parent.mkdir()
+    gxx(new, 'extern "C" int foo_a() { return 1; }\nextern "C" int foo_b() { return 2; }\n', *flags)
+    (new.parent / "libh1foo.so").symlink_to(new.name)
+    site = tmp_path / "site-packages"
+    libdir = site / "h1foo" / "lib"
+    libdir.mkdir(parents=True)
+    gxx(libdir / "libh1foo.so.1", 'extern "C" int foo_a() { return 1; }\n', *flags)
+    info = site / "h1foo-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: h1foo\nVersion: 1.0\n\nThe library.\n")
+    (info / "RECORD").write_text("h1foo/lib/libh1foo.so.1,sha256=x,10\nh1foo-1.0.dist-info/METADATA,,\n")
+    op = gxx(tmp_path / "op.so", 'extern "C" int foo_b();\nextern "C" int run_it() { return foo_b(); }\n',
+             f"-L{new.parent}", "-lh1foo", f"-Wl,-rpath,{libdir}")
+    cmd = dlopen_cmd(op)
+    real = run(cmd, clean_env())
+    assert "undefined symbol: foo_b, version libh1foo.so.1" in real.stderr
+
+    facts, out = live_findings(cmd, clean_env())
+    (f,) = out
+    assert f.status == "fail"
+    assert "the installed libh1foo.so.1 (h1foo 1.0) is another release: it lacks foo_b" in f.title
+    assert "version node libh1foo.so.1" in f.detail and "defines the node libh1foo.so.1 but not foo_b" in f.detail
+    assert "h1foo 1.0, per its pip metadata" in f.detail and "the only copy of libh1foo.so.1" in f.detail
+    assert "unknown" not in f.detail and "no known library" not in f.detail
+    assert f.remedies[0].commands[-1] == "python -m pip install --upgrade h1foo"
+
+
+def test_package_metadata_of_a_dpkg_owned_library(tmp_path):
+    """dpkg's file lists and status file, as dpkg writes them: the owner and its installed release."""
+    from zdoctor.forensics.owner import dpkg_owner, package_of
+
+    info = tmp_path / "info"
+    info.mkdir()
+    (info / "libh1bar1:amd64.list").write_text("/.\n/usr\n/usr/lib/x86_64-linux-gnu/libh1bar.so.1\n")
+    status = tmp_path / "status"
+    status.write_text("Package: other\nVersion: 9\n\nPackage: libh1bar1\nStatus: install ok installed\n"
+                      "Architecture: amd64\nVersion: 2.4-1\n\n")
+    got = dpkg_owner("/lib/x86_64-linux-gnu/libh1bar.so.1", str(info), str(status))  # merged /usr spelling
+    assert got is not None and (got["name"], got["version"]) == ("libh1bar1", "2.4-1")
+    assert dpkg_owner("/usr/lib/x86_64-linux-gnu/libnothing.so", str(info), str(status)) is None
+    if os.path.isdir("/var/lib/dpkg/info"):  # this node's own dpkg database, where there is one
+        real = package_of("/usr/lib/x86_64-linux-gnu/libc.so.6")
+        assert real is not None and real["manager"] == "dpkg" and real["name"].startswith("libc6")

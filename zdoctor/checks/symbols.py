@@ -6,6 +6,7 @@ import os
 import shlex
 from typing import Any
 
+from ..forensics.symbols import library_for_prefix
 from ..model import Finding, Remedy
 from ..registry import Facts, check, predicate
 from . import not_checked
@@ -118,10 +119,47 @@ def _finding(e: dict[str, Any], i: int) -> Finding:
                                         commands=[f"# add -l{lib[3:]} to the extension's extra_ldflags, then rebuild"]),
                                  Remedy(title=f"Workaround for one run: preload {lib}",
                                         commands=[f'export LD_PRELOAD={lib}.so"${{LD_PRELOAD:+:$LD_PRELOAD}}"'])])
+    if kind == "other-release":
+        return _other_release(e, fid, name, shown)
+    looked = ["no loaded library exports it under another C++ ABI", "no other copy of a library it needs has it"]
+    if not library_for_prefix(sym):
+        looked.append("its prefix names no known library")
     return Finding(id=fid, status="fail", title=f"{name}: undefined symbol {dem or sym}",
-                   detail=f"{name} needs {shown}. No loaded library exports it under another C++ ABI, no other copy "
-                          f"of a library it needs has it, and its prefix names no known library; "
-                          f"{e.get('why') or 'the cause is unknown'}.")
+                   detail=f"{name} needs {shown}" + (f" (version node {e['version']})" if e.get("version") else "")
+                          + f". Read: {'; '.join(looked)}; {e.get('why') or 'the cause is not known'}.")
+
+
+def _other_release(e: dict[str, Any], fid: str, name: str, shown: str) -> Finding:
+    """The symbol's version node names a library whose only copy here is a release without the symbol."""
+    lib, have, node = e["library"], e["loaded_copy"], e["version"]
+    pkg = e.get("package") or {}
+    release = (f"{pkg.get('name')} {pkg.get('version') or '(version not recorded)'}, per its {pkg['manager']} "
+               "metadata" if pkg.get("name") else "no package metadata names it")
+    only = not e.get("other_copies")
+    lines = [f"{name} asks for {shown} in version node {node}: that node is {lib}'s.",
+             f"The loaded {lib} is {have} ({release}). It defines the node {node} but not {e['symbol']}: it is "
+             f"another release of {lib} than the one {name} was built against, which exports it.",
+             (f"It is the only copy of {lib} zdoctor found ({e.get('searched', 0)} directories searched: beside "
+              "every loaded library, LD_LIBRARY_PATH, the environment's pip packages, CUDA toolkits, system dirs)."
+              if only else f"Other copies found, none exporting it: {', '.join(e['other_copies'][:4])}.")]
+    rems = []
+    if pkg.get("manager") == "pip" and pkg.get("name"):
+        rems.append(Remedy(title=f"Install the release of {pkg['name']} that {name} was built against (one that "
+                                 f"exports {e['symbol']}), replacing {pkg.get('version')}",
+                           commands=["# the release the package of " + shlex.quote(name) + " names in its "
+                                     "requirements, e.g.:",
+                                     f"python -m pip install --upgrade {shlex.quote(str(pkg['name']))}"]))
+    elif pkg.get("manager") == "dpkg" and pkg.get("name"):
+        rems.append(Remedy(title=f"Install the release of {pkg['name']} that {name} was built against, replacing "
+                                 f"{pkg.get('version')}",
+                           commands=["apt-get update", f"apt-get install -y --only-upgrade {pkg['name']}"],
+                           requires_root=True))
+    rems.append(Remedy(title=f"Or rebuild {name} against the installed {lib} ({release.split(',')[0]})",
+                       commands=[f"# rebuild the package that ships {shlex.quote(name)} from source on this node"]))
+    return Finding(id=fid, status="fail",
+                   title=f"{name}: the installed {lib} ({pkg.get('name') or have} {pkg.get('version') or ''}".rstrip()
+                         + f") is another release: it lacks {shown}",
+                   detail="\n".join(lines), remedies=rems)
 
 
 @check("libs.symbols", title="Undefined symbols: ABI, shadowed or never-linked library",

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 UNDEFINED = re.compile(r"(?P<obj>/[^\s:]+?\.so[.\d]*)?:? ?(?:undefined symbol|symbol lookup error: [^:]+: "
-                       r"undefined symbol): (?P<sym>[A-Za-z_][\w.$@]*)")
+                       r"undefined symbol): (?P<sym>[A-Za-z_][\w.$@]*)(?:, version (?P<ver>[\w.@+-]+))?")
 #: Library a symbol prefix belongs to (CUDA math libraries, NCCL, cuDNN), for the never-linked case.
 PREFIX_LIBRARY = (("curand", "libcurand"), ("cublasLt", "libcublasLt"), ("cublas", "libcublas"),
                   ("cusparse", "libcusparse"), ("cusolver", "libcusolver"), ("cufft", "libcufft"),
@@ -46,7 +46,7 @@ def parse_undefined(text: str) -> list[dict[str, str | None]]:
         line_start = (text or "").rfind("\n", 0, m.start()) + 1
         if "lld: error:" in text[line_start:m.start() + 1]:
             continue  # lld's link-time "undefined symbol": the build's error, read by linkerrors
-        rec = {"object": m.group("obj"), "symbol": m.group("sym")}
+        rec = {"object": m.group("obj"), "symbol": m.group("sym"), "version": m.group("ver")}
         if rec not in out:
             out.append(rec)
     return out
@@ -156,11 +156,12 @@ def search_dirs(env: Mapping[str, str], loaded: Iterable[str], site_dirs: Iterab
 
 
 def triage(obj: str | None, symbol: str, loaded: Mapping[str, str], env: Mapping[str, str],
-           torch_abi: bool | None, site_dirs: Iterable[str] = ()) -> dict[str, Any]:
-    """The cause of ``obj``'s undefined ``symbol`` in a process that loaded ``loaded`` (soname or name ->
-    path). ``kind``: abi-mismatch | shadowed | never-linked | unknown, with what shows it."""
+           torch_abi: bool | None, site_dirs: Iterable[str] = (), version: str | None = None) -> dict[str, Any]:
+    """The cause of ``obj``'s undefined ``symbol`` (asked for in version node ``version``, when the loader
+    named one) in a process that loaded ``loaded`` (soname or name -> path). ``kind``: abi-mismatch |
+    shadowed | other-release | never-linked | unknown, with what shows it."""
     dem = demangle([symbol]).get(symbol)
-    rec: dict[str, Any] = {"object": obj, "symbol": symbol, "demangled": dem, "kind": "unknown",
+    rec: dict[str, Any] = {"object": obj, "symbol": symbol, "version": version, "demangled": dem, "kind": "unknown",
                            "object_abi": abi_of(symbol), "torch_abi": torch_abi, "provider": None,
                            "provider_symbol": None, "provider_abi": None, "needed": [], "loaded_copy": None,
                            "exporting_copy": None, "library": None, "why": None}
@@ -208,7 +209,19 @@ def triage(obj: str | None, symbol: str, loaded: Mapping[str, str], env: Mapping
             if symbol in dynamic_symbols(cand)["defined"]:
                 rec.update(kind="shadowed", library=soname, loaded_copy=have, exporting_copy=cand)
                 return rec
-    # 3. nothing the object needs could provide it
+    # 3. the version node names the library, and its only copy here is a release without the symbol
+    if version:
+        from .elf import read_elf
+        from .owner import package_of
+
+        for soname in rec["needed"]:
+            have = loaded.get(soname)
+            if have and version in (read_elf(have).verdef or []):
+                others = [c for c in candidate_copies(soname, dirs) if os.path.realpath(c) != os.path.realpath(have)]
+                rec.update(kind="other-release", library=soname, loaded_copy=have, package=package_of(have),
+                           other_copies=others, searched=len(dirs))
+                return rec
+    # 4. nothing the object needs could provide it
     lib = library_for_prefix(symbol)
     if lib and not any(n.startswith(lib + ".so") for n in rec["needed"]):
         rec.update(kind="never-linked", library=lib,

@@ -46,7 +46,7 @@ def collect_symbols(live: dict[str, Any], pyenv: dict[str, Any], env: dict[str, 
         loc = (pkg or {}).get("location") if isinstance(pkg, dict) else None
         if isinstance(loc, str):
             sites.append(os.path.dirname(loc))
-    found = [sy.triage(e["object"], e["symbol"], loaded, env, abi, list(dict.fromkeys(sites)))
+    found = [sy.triage(e["object"], e["symbol"], loaded, env, abi, list(dict.fromkeys(sites)), e.get("version"))
              for e in errors[:8]]
     refs = parse_link_errors(error_text(live))
     if refs:
