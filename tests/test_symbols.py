@@ -116,6 +116,12 @@ def test_a_shadowed_copy_is_told_from_the_copy_that_has_the_symbol(tmp_path):
     assert e["kind"] == "shadowed" and e["loaded_copy"] == str(old / "libcusparse.so.12")
     assert e["exporting_copy"] == str(new / "libcusparse.so.12")
     assert f.status == "fail" and str(old / "libcusparse.so.12") in f.title
+    # in the loader's order: the shadowing entry dropped first, then the good copy's dir put first; both
+    # were tried by re-running the command before being offered
+    drop, first = f.remedies
+    assert drop.commands == ["unset LD_LIBRARY_PATH"] and drop.tried and drop.verified
+    assert first.title == f"Put {new} first on LD_LIBRARY_PATH" and first.tried and first.verified
+    assert "the command succeeded with this change" in drop.note
     fixed = run("\n".join([*f.remedies[0].commands, cmd]), env)
     assert fixed.returncode == 0, fixed.stderr
 
@@ -129,6 +135,25 @@ def test_a_library_never_linked_is_not_called_shadowed(tmp_path):
     facts, (f,) = live_findings(cmd, env)
     assert facts.of("symbols")["errors"][0]["kind"] == "never-linked"
     assert "never linked against libcurand" in f.title and "-lcurand" in f.detail
+
+
+def test_a_preload_workaround_names_the_file_that_loads_and_was_tried(tmp_path):
+    """Only libcurand.so.10 is installed (as pip's CUDA wheels ship it): a bare `libcurand.so` preload loads
+    nothing, so the workaround names the full path of the copy exporting the symbol, tried before offered."""
+    curand = tmp_path / "nvidia" / "curand" / "lib"
+    curand.mkdir(parents=True)
+    gxx(curand / "libcurand.so.10", 'extern "C" int curandCreateGenerator(void** g, int t) { return 0; }\n',
+        "-Wl,-soname,libcurand.so.10")
+    ext = gxx(tmp_path / "random_op.so", 'extern "C" int curandCreateGenerator(void**, int);\n'
+              'extern "C" int op() { void* g; return curandCreateGenerator(&g, 100); }\n')
+    env = clean_env(LD_LIBRARY_PATH=str(curand))
+    cmd = dlopen_cmd(ext)
+    assert run(f"LD_PRELOAD=libcurand.so {cmd}", env).returncode != 0  # the bare name: nothing to load
+    facts, (f,) = live_findings(cmd, env)
+    workaround = f.remedies[-1]
+    assert workaround.title == f"Workaround for one run: preload {curand / 'libcurand.so.10'}"
+    assert workaround.tried and workaround.verified
+    assert run("\n".join([*workaround.commands, cmd]), env).returncode == 0
 
 
 def test_the_default_probe_loads_prebuilt_deepspeed_ops(tmp_path):

@@ -6,6 +6,7 @@ import os
 import shlex
 from typing import Any
 
+from ..forensics.remedies import Plan
 from ..forensics.symbols import library_for_prefix
 from ..model import Finding, Remedy
 from ..registry import Facts, check, predicate
@@ -17,6 +18,11 @@ ABI_WORD = {0: "the old ABI (_GLIBCXX_USE_CXX11_ABI=0)", 1: "the C++11 ABI (_GLI
 def _llp_without(dir_: str) -> str:
     return ('export LD_LIBRARY_PATH="$(printf %s "$LD_LIBRARY_PATH" | tr : "\\n" | grep -vxF '
             f'{shlex.quote(dir_)} | paste -sd: -)"')
+
+
+def _tried(e: dict[str, Any]) -> list[Remedy]:
+    """The environment-only workarounds the probe re-ran the command with, with what each re-run showed."""
+    return [Plan.from_dict(p).to_remedy() for p in e.get("plans") or []]
 
 
 def _abi_remedy(what: str, want: int, why: str) -> Remedy:
@@ -101,12 +107,12 @@ def _finding(e: dict[str, Any], i: int) -> Finding:
                               f"does not export it; {good} does. Another copy of the library shadows the one the "
                               "extension was built against (an LD_LIBRARY_PATH entry, a conda environment's lib "
                               "dir, or an earlier import).",
-                       remedies=[Remedy(title=f"Stop loading {os.path.dirname(loaded)} first: drop it from "
-                                              "LD_LIBRARY_PATH",
-                                        commands=[_llp_without(os.path.dirname(loaded))]),
-                                 Remedy(title="Or put the directory of the copy that has it first",
-                                        commands=[f'export LD_LIBRARY_PATH={shlex.quote(os.path.dirname(good))}'
-                                                  '"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"'])])
+                       remedies=_tried(e) or [
+                           Remedy(title=f"Stop loading {os.path.dirname(loaded)} first: drop it from LD_LIBRARY_PATH",
+                                  commands=[_llp_without(os.path.dirname(loaded))]),
+                           Remedy(title="Or put the directory of the copy that has it first",
+                                  commands=[f'export LD_LIBRARY_PATH={shlex.quote(os.path.dirname(good))}'
+                                            '"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"'])])
     if kind == "never-linked":
         lib = e["library"]
         return Finding(id=fid, status="fail", title=f"{name} was never linked against {lib} ({sym})",
@@ -117,8 +123,9 @@ def _finding(e: dict[str, Any], i: int) -> Finding:
                        remedies=[Remedy(title=f"Rebuild {name} with -l{lib[3:]} on its link line; for a DeepSpeed "
                                               "JIT op, remove the op dir so a release that links it rebuilds it",
                                         commands=[f"# add -l{lib[3:]} to the extension's extra_ldflags, then rebuild"]),
-                                 Remedy(title=f"Workaround for one run: preload {lib}",
-                                        commands=[f'export LD_PRELOAD={lib}.so"${{LD_PRELOAD:+:$LD_PRELOAD}}"'])])
+                                 *(_tried(e) if "plans" in e else [
+                                     Remedy(title=f"Workaround for one run: preload {lib}",
+                                            commands=[f'export LD_PRELOAD={lib}.so"${{LD_PRELOAD:+:$LD_PRELOAD}}"'])])])
     if kind == "other-release":
         return _other_release(e, fid, name, shown)
     looked = ["no loaded library exports it under another C++ ABI", "no other copy of a library it needs has it"]

@@ -8,11 +8,15 @@ from typing import Any
 
 from ..forensics import symbols as sy
 from ..forensics.linkerrors import link_libraries, parse_link_errors, triage_link
+from ..forensics.symtrials import plans_for, try_plans
 from ..model import Evidence
 from ..registry import probe
+from ..target import target_of
 
 #: Libraries the run loaded that are searched for the other-ABI twin of an undefined reference.
 MAX_LOADED_SCANNED = 40
+#: Each environment-only workaround is tried by re-running the failing command within this time.
+TRIAL_TIMEOUT = 60.0
 
 
 def _facts(host: Any, name: str) -> dict[str, Any]:
@@ -30,8 +34,8 @@ def error_text(live: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def collect_symbols(live: dict[str, Any], pyenv: dict[str, Any], env: dict[str, str]
-                    ) -> tuple[dict[str, Any], list[Evidence]]:
+def collect_symbols(live: dict[str, Any], pyenv: dict[str, Any], env: dict[str, str],
+                    trial_timeout: float = TRIAL_TIMEOUT) -> tuple[dict[str, Any], list[Evidence]]:
     """The facts for the live run ``live`` (livetrace facts) of the environment ``pyenv``."""
     errors = sy.parse_undefined(error_text(live))
     loaded: dict[str, str] = {}
@@ -48,6 +52,9 @@ def collect_symbols(live: dict[str, Any], pyenv: dict[str, Any], env: dict[str, 
             sites.append(os.path.dirname(loc))
     found = [sy.triage(e["object"], e["symbol"], loaded, env, abi, list(dict.fromkeys(sites)), e.get("version"))
              for e in errors[:8]]
+    for rec in found:
+        plans = plans_for(rec, env, list(dict.fromkeys(loaded.values())), list(dict.fromkeys(sites)))
+        rec["plans"] = [p.to_dict() for p in try_plans(plans, live.get("argv"), env, trial_timeout)]
     refs = parse_link_errors(error_text(live))
     if refs:
         # the link line (the command, or the failing build line in the output) and what the run loaded
@@ -62,10 +69,12 @@ def collect_symbols(live: dict[str, Any], pyenv: dict[str, Any], env: dict[str, 
     return facts, ev
 
 
-@probe("symbols", title="Undefined symbols, demangled and triaged", timeout=90, needs=("livetrace", "pyenv"))
+@probe("symbols", title="Undefined symbols, demangled and triaged", timeout=90 + 3 * TRIAL_TIMEOUT,
+       needs=("livetrace", "pyenv"))
 def symbols_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     live = _facts(host, "livetrace")
     if not live:
         return {"skipped": "no live run to read"}, []
     env = dict(getattr(host, "env", None) or os.environ)
-    return collect_symbols(live, _facts(host, "pyenv"), env)
+    timeout = min(float(getattr(target_of(host), "timeout", None) or TRIAL_TIMEOUT), TRIAL_TIMEOUT)
+    return collect_symbols(live, _facts(host, "pyenv"), env, timeout)
