@@ -8,13 +8,13 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.widgets import Header, OptionList, Static
+from textual.widgets import Header, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from zdoctor.model import Finding
 from zdoctor.target import DEFAULT_PYTHON
 
-from .common import ContextScreen, KeyBar, ProbePanel, findings_text, in_thread, summary_text
+from .common import ContextScreen, KeyBar, ProbePanel, findings_text, in_thread, summary_text, symptoms_text
 
 GPU_PROBE = "nvml"
 
@@ -112,12 +112,14 @@ class StartScreen(ContextScreen):
         Binding("c", "cancel", "Cancel probes", id="cancel"),
         Binding("p", "practice", "Practice", id="practice"),
         Binding("u", "resume_last", "Resume", id="resume"),
+        Binding("s", "symptom", "Paste error", id="symptom"),
     ]
 
     def __init__(self, ctx: Any) -> None:
         super().__init__(ctx)
         self.findings: list[Finding] | None = None
         self.sessions: list[Any] | None = None
+        self.symptoms: list[dict[str, Any]] = []
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -128,6 +130,7 @@ class StartScreen(ContextScreen):
             yield Static("", id="pass-findings")
         yield Static(Text("Next: wait for the first pass of every check (c cancels a slow probe)", style="bold"),
                      id="next-step")
+        yield Input(placeholder="s: paste the error you saw (optional), then Enter", id="symptom-box")
         yield OptionList(id="start-menu")
         yield KeyBar()
 
@@ -230,6 +233,27 @@ class StartScreen(ContextScreen):
             self.ctx.host.forget(names)
         self.query_one(ProbePanel).start(self.ctx.host, names)
 
+    def action_symptom(self) -> None:
+        self.query_one("#symptom-box", Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        """A pasted error becomes a symptom of the session: the checks are judged against it again."""
+        event.stop()
+        text = event.value.strip()
+        box = self.query_one("#symptom-box", Input)
+        box.value = ""
+        self.query_one("#start-menu", OptionList).focus()
+        if not text:
+            return
+        target = getattr(self.ctx.host, "target", None)
+        if target is None:
+            self.notify("a recorded node's symptoms are as recorded", severity="warning")
+            return
+        target.options.setdefault("symptom", []).append(text)
+        self.ctx.host.forget(["symptoms"])
+        self.notify("judging the checks against the error you pasted", timeout=3)
+        self.run_worker(self._evaluate(), group="first-pass-check", exclusive=True)
+
     def action_cancel(self) -> None:
         names = self.query_one(ProbePanel).cancel()
         if names:
@@ -243,12 +267,17 @@ class StartScreen(ContextScreen):
         from zdoctor.doctor import check
 
         report = await in_thread(check, self.ctx.host, self.ctx.record, None, False)
+        self.symptoms = report.symptoms
         self.show_findings(report.findings)
 
     def show_findings(self, findings: list[Finding]) -> None:
         self.findings = findings
         panel = self.query_one(ProbePanel)
-        out = Text.assemble(summary_text(findings), "   ", panel.summary(), "\n")
+        out = Text()
+        if self.symptoms:  # what the user saw comes first; with none, the box below asks for it
+            out.append_text(symptoms_text(self.symptoms))
+            out.append("\n")
+        out.append_text(Text.assemble(summary_text(findings), "   ", panel.summary(), "\n"))
         out.append_text(findings_text(findings))
         self.query_one("#pass-findings", Static).update(out)
         panel.display = False

@@ -673,7 +673,8 @@ def test_start_screen_at_80x24_without_torch_says_what_to_do_next(tmp_path):
             menu_top = next(i for i, x in enumerate(lines) if "Playbooks: walk one step" in x)
             between = [x for x in lines[lines.index(next(x for x in lines if x.strip().startswith("Next:"))) + 1:
                                          menu_top] if x.strip().strip("─")]
-            assert between == []  # the Next line ends the start: only a rule separates it from the menu
+            # the Next line ends the start: only the box for the error you saw stands between it and the menu
+            assert [x.strip() for x in between] == ["s: paste the error you saw (optional), then Enter"]
 
     run(scenario())
 

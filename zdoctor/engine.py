@@ -34,6 +34,7 @@ from .host import Host
 from .model import Finding, ProbeResult
 from .playbook import END_KINDS, Edge, Node, Playbook
 from .registry import CHECKS, PREDICATES, Facts
+from .symptoms.ledger import unexplained_on
 
 
 @dataclass
@@ -156,6 +157,7 @@ class Walk:
         self.visits: Counter[str] = Counter()
         self._outcome: NodeOutcome | None = None
         self._seen_results: dict[str, ProbeResult] = {}
+        self._arrived_because = ""
         self._lock = threading.RLock()
 
     # -- recording ---------------------------------------------------------------------------------
@@ -285,6 +287,23 @@ class Walk:
             return chosen, reason
         return implied, f"not {chosen.to}: no facts from {', '.join(missing)}"
 
+    def _guard_unexplained(self, node: Node, cands: list[Candidate], chosen: Edge | None,
+                           reason: str) -> tuple[Edge | None, str]:
+        """A healthy diagnosis is never reached while a symptom the user saw is explained by no finding: the
+        walk goes to the playbook's ``unexplained`` diagnosis instead, quoting the symptom."""
+        implied = self.playbook.unexplained_edge(node)
+        if implied is None:
+            return chosen, reason
+        if not any(c.edge.to == implied.to for c in cands):
+            cands.append(Candidate(implied))
+        if chosen is None or not self.playbook.nodes[chosen.to].open_end:
+            return chosen, reason
+        open_ones = unexplained_on(self.host)
+        if not open_ones:
+            return chosen, reason
+        quoted = "; ".join(f'{e.symptom.id} "{e.symptom.text}"' for e in open_ones)
+        return implied, f"not {chosen.to}: unexplained symptom(s) {quoted}"
+
     def evaluate(self) -> NodeOutcome:
         """Probe, check and choose for the current node (once per visit; later calls reuse it)."""
         with self._lock:
@@ -304,6 +323,7 @@ class Walk:
                 self._emit(FindingRecorded(finding=f.to_dict(), playbook=self.playbook.id, node=node.id))
             cands, chosen, reason = self._choose(node, facts)
             chosen, reason = self._guard_healthy(node, facts, cands, chosen, reason, findings)
+            chosen, reason = self._guard_unexplained(node, cands, chosen, reason)
             self._outcome = NodeOutcome(node=node, visit=self.visits[node.id], facts=facts,
                                         findings=findings, chosen=chosen, reason=reason, candidates=cands)
             self.outcomes.append(self._outcome)
@@ -347,6 +367,7 @@ class Walk:
             self._finish(f"stopped: {edge.to} would be visited {seen + 1} times (limit {self.max_visits}); "
                          f"the walk keeps going round the loop {edge.source} -> {edge.to}", "loop")
             return
+        self._arrived_because = reason
         self._emit(EdgeTaken(playbook=self.playbook.id, source=edge.source, to=edge.to, predicate=edge.when,
                              negate=edge.negate, reason=reason, override=override,
                              condition=edge.cond.to_dict() if edge.cond is not None else None))
@@ -354,7 +375,9 @@ class Walk:
 
     def _end_here(self, node: Node, reason: str) -> None:
         if node.kind in END_KINDS:
-            self._finish(f"reached {node.kind} {node.id}: {node.title}", None)
+            why = self._arrived_because
+            said = f" ({why})" if node.id == self.playbook.unexplained and why else ""
+            self._finish(f"reached {node.kind} {node.id}: {node.title}{said}", None)
         elif node.is_terminal:
             self._finish(f"ended at {node.kind} node {node.id}, which has no next step", "no-edge")
         else:

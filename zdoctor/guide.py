@@ -102,10 +102,12 @@ def graph_text(book: Playbook, path: list[str] | None = None, current: str | Non
             arrow = "⇒" if (nid, e.to) in taken else "→"
             label = f"  ({e.label})" if e.label else ""
             out.append(f"    {arrow} {e.to:<{width}}  {_edge_rule(e)}{label}")
-        implied = book.not_checked_edge(node)
-        if implied is not None and all(e.to != implied.to for e in node.next):
-            arrow = "⇒" if (nid, implied.to) in taken else "→"
-            out.append(f"    {arrow} {implied.to:<{width}}  instead of a healthy end, if a probe gave no facts")
+        for implied, when in ((book.not_checked_edge(node), "instead of a healthy end, if a probe gave no facts"),
+                              (book.unexplained_edge(node), "instead of a healthy end, while a symptom is "
+                                                            "unexplained")):
+            if implied is not None and all(e.to != implied.to for e in node.next):
+                arrow = "⇒" if (nid, implied.to) in taken else "→"
+                out.append(f"    {arrow} {implied.to:<{width}}  {when}")
     return "\n".join(out)
 
 

@@ -84,6 +84,14 @@ class CheckSpec:
     func: Callable[[Facts], list[Finding]]
     title: str
     probes: tuple[str, ...]
+    #: The symptom kinds its findings can explain (see :mod:`zdoctor.symptoms`).
+    explains: tuple[str, ...] = ()
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """Every probe it reads: its own, and ``symptoms`` when it can explain one (read when there, never
+        needed: a check judges its own subject whether or not a symptom was given)."""
+        return (*self.probes, "symptoms") if self.explains and "symptoms" not in self.probes else self.probes
 
 
 @dataclass(frozen=True)
@@ -148,11 +156,12 @@ def probe(name: str, *, title: str, timeout: float = 30.0, needs: tuple[str, ...
     return deco
 
 
-def check(name: str, *, title: str, probes: tuple[str, ...]):
-    """Register ``func(facts) -> [Finding]`` as check ``name`` reading the given probes."""
+def check(name: str, *, title: str, probes: tuple[str, ...], explains: tuple[str, ...] = ()):
+    """Register ``func(facts) -> [Finding]`` as check ``name`` reading the given probes; ``explains`` names
+    the symptom kinds its findings can explain (the check then reads the ``symptoms`` probe too)."""
 
     def deco(func: Callable[[Facts], list[Finding]]):
-        CHECKS[name] = CheckSpec(name, func, title, probes)
+        CHECKS[name] = CheckSpec(name, func, title, probes, tuple(explains))
         return func
 
     return deco

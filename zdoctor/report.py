@@ -14,14 +14,20 @@ if TYPE_CHECKING:
 from .present import (
     ASCII_MARKS,
     MARKS,
+    NO_SYMPTOMS,
     STYLES,
+    SYMPTOMS_HEADING,
     are_steps,
     in_words,
     option_label,
     options_heading,
     recommendation,
     remedy_flags,
+    scope_lines,
     summary_parts,
+    symptom_place,
+    symptom_verdict,
+    unexplained_headline,
 )
 
 
@@ -55,6 +61,7 @@ def print_report(report: CheckReport, stream: TextIO | None = None, verbose: boo
     if host.get("kind") == "replay":
         where += f" (replayed from {host.get('source', '?')})"
     console.print(f"[bold]zdoctor check[/] on {inert(where)} — {inert(str(host.get('os', '')))}")
+    _print_symptoms(console, report)
     for f in report.findings:
         style = STYLES[f.status]
         console.print(f"[{style}]{marks[f.status]:>3}[/] {inert(f.title)}  [dim]({inert(f.id)})[/]")
@@ -71,11 +78,33 @@ def print_report(report: CheckReport, stream: TextIO | None = None, verbose: boo
             end = f"no diagnosis: {in_words(run.reason)}" if run.reason else "no diagnosis"
         console.print(f"[dim]  playbook {inert(run.id)}: {inert(' -> '.join(run.path))} => "
                       f"{inert(end)}[/]")
+        if run.healthy:
+            for line in scope_lines(run.examined, run.not_examined):
+                console.print(f"[dim]      {inert(line)}[/]")
     s = report.summary
+    headline = unexplained_headline(report.symptoms)
+    if headline:
+        console.print(f"[bold red]{inert(headline)}[/]")
+    if report.incomplete:
+        console.print(f"[bold yellow]Incomplete: {inert(report.incomplete)}[/]")
     parts = [text for text, _status in summary_parts(s, marks=False, skip_zero=True)]
     console.print(f"[bold]{s['total']} findings:[/] " + ", ".join(parts))
     if report.session:
         console.print(f"[dim]session {report.session} — `zdoctor export --last --format md` for a ticket[/]")
+
+
+def _print_symptoms(console: Any, report: CheckReport) -> None:
+    """The symptom ledger first: each thing the user saw, quoted, with what explains it or UNEXPLAINED."""
+    headline = unexplained_headline(report.symptoms)
+    if not report.symptoms:
+        console.print(f"[dim]{SYMPTOMS_HEADING}: {NO_SYMPTOMS}[/]")
+        return
+    console.print(f"[bold]{SYMPTOMS_HEADING}:[/]" + (f" [bold red]{inert(headline)}[/]" if headline else ""))
+    for e in report.symptoms:
+        verdict = symptom_verdict(e)
+        style = "green" if e.get("explained_by") else "bold red"
+        console.print(f"  {inert(e.get('id'))} [dim]({inert(symptom_place(e))})[/] {inert(e.get('text'))}")
+        console.print(f"      [{style}]{inert(verdict)}[/]")
 
 
 def _print_remedies(console: Any, remedies: list[Remedy], replayed: bool) -> None:

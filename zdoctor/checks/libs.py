@@ -12,6 +12,7 @@ from ..forensics.sources import live_source, static_source
 from ..forensics.versions import gcc_release_for, gcc_series, newest, sort_key
 from ..model import Evidence, Finding, Remedy
 from ..registry import Facts, check, predicate
+from ..symptoms.match import ids_for
 from . import not_checked
 
 LIBSTDCXX = "libstdc++.so.6"
@@ -150,7 +151,7 @@ def _what_was_read(targets: list[dict[str, Any]]) -> str:
 
 
 @check("libs.glibcxx", title="GLIBCXX/CXXABI versions needed vs provided",
-       probes=("libs", "livetrace", "libfix"))
+       probes=("libs", "livetrace", "libfix"), explains=("version-not-found",))
 def check_glibcxx(facts: Facts) -> list[Finding]:
     cid = "libs.glibcxx"
     libs = facts.of("libs") or {}
@@ -198,8 +199,10 @@ def check_glibcxx(facts: Facts) -> list[Finding]:
         for m in g["messages"][:3]:
             if m:
                 lines.append(m)
+        explains = [sid for v in g["versions"]
+                    for sid in ids_for(facts, "version-not-found", version=v, object=g["required_by"])]
         out.append(Finding(id=cid, status="fail", title=title, detail="\n".join(lines), evidence=ev,
-                           remedies=remedies))
+                           remedies=remedies, explains=list(dict.fromkeys(explains))))
     return out
 
 
@@ -229,7 +232,8 @@ def live_unchecked(facts: Facts) -> str | None:
             "training interpreter with --python")
 
 
-@check("libs.live", title="The command under the real loader", probes=("livetrace", "libs"))
+@check("libs.live", title="The command under the real loader", probes=("livetrace", "libs"),
+       explains=("version-not-found",))
 def check_live(facts: Facts) -> list[Finding]:
     cid = "libs.live"
     live = facts.of("livetrace") or {}
@@ -280,7 +284,11 @@ def check_live(facts: Facts) -> list[Finding]:
             _, skipped_steps = probe_steps(live)
             if skipped_steps:
                 first += f"\nNot loaded: {', '.join(skipped_steps)}."
-        out.append(Finding(id=cid, status="fail", title=title, detail="\n".join([*lines, first]), evidence=ev))
+        # Only a version the real loader reported missing explains a symptom: "it fails" explains nothing.
+        explains = [sid for e in errs for sid in ids_for(facts, "version-not-found", version=e.get("version"),
+                                                          object=e.get("required_by"))]
+        out.append(Finding(id=cid, status="fail", title=title, detail="\n".join([*lines, first]), evidence=ev,
+                           explains=list(dict.fromkeys(explains))))
     else:
         out.append(Finding(id=cid, status="ok", title=f"{what} loads cleanly under the real loader{not_loaded}",
                            detail="\n".join(lines), evidence=ev))
