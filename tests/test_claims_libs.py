@@ -128,9 +128,12 @@ def test_the_toolchain_walk_never_ends_in_place_when_ninja_cannot_start(copies, 
     env = env_with(LD_LIBRARY_PATH=str(copies["old"]))
     env["PATH"] = f"{ninja.parent}:{env['PATH']}"
     assert "GLIBCXX_3.4.30' not found" in bash("ninja --version", env).stderr
-    rc, doc = check(["--python", str(python), "--playbook", "toolchain"], env)
+    seen = "RuntimeError: Ninja is required to load C++ extensions"  # what torch said to the user
+    rc, doc = check(["--python", str(python), "--playbook", "toolchain", "--symptom", seen], env)
     assert rc == 1
     path = next(p["path"] for p in doc["playbooks"] if p["id"] == "toolchain")
     assert path[-1] == "diag-jit-prereq" and "diag-layers" not in path
     (n,) = findings(doc, "toolchain.jit-prereq.ninja", "fail")
+    (symptom,) = [s for s in doc["symptoms"] if s["text"] == seen]
+    assert n["explains"] == [symptom["id"]] and symptom["explained_by"] == [n["id"]]
     assert n["remedies"][0]["verified"] and n["remedies"][0]["commands"] == ["unset LD_LIBRARY_PATH"]

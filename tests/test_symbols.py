@@ -43,11 +43,15 @@ def run(cmd: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["bash", "-c", cmd], env=env, capture_output=True, text=True, timeout=60)
 
 
-def live_findings(cmd: str, env: dict[str, str]):
+def live_findings(cmd: str, env: dict[str, str], *probes: str):
     load_vocabulary()
     host = LiveHost(python=PY, env=env, command=cmd, timeout=60)
-    facts = host.results(["livetrace", "symbols"])
+    facts = host.results(["livetrace", *probes, "symbols"])
     return facts, check_symbols(facts)
+
+
+def symptom_ids(facts, kind: str) -> list[str]:
+    return [s["id"] for s in facts.of("symptoms")["symptoms"] if s["kind"] == kind]
 
 
 # libgreet stands for torch: many symbols, one of them taking a std::string
@@ -231,9 +235,10 @@ def test_a_link_time_undefined_reference_is_no_all_clear_and_gets_the_abi_rule(t
     real = run(cmd, clean_env())
     assert real.returncode == 1 and "undefined reference to `greet(std::string const&)'" in real.stderr
 
-    facts, out = live_findings(cmd, clean_env())
+    facts, out = live_findings(cmd, clean_env(), "symptoms")
     (f,) = out
     assert f.status == "fail", f.title
+    assert f.explains and f.explains == symptom_ids(facts, "undefined-reference")
     assert "No undefined symbol" not in f.title
     assert "C++11 ABI mismatch with libgreet.so" in f.title and "greet(std::string const&)" in f.title
     assert "std::__cxx11::basic_string" in f.detail and "_GLIBCXX_USE_CXX11_ABI=0" in f.detail
@@ -301,9 +306,10 @@ def test_the_only_installed_copy_is_another_release_than_the_symbol_version_asks
     real = run(cmd, clean_env())
     assert "undefined symbol: foo_b, version libh1foo.so.1" in real.stderr
 
-    facts, out = live_findings(cmd, clean_env())
+    facts, out = live_findings(cmd, clean_env(), "symptoms")
     (f,) = out
     assert f.status == "fail"
+    assert f.explains and f.explains == symptom_ids(facts, "undefined-symbol")
     assert "the installed libh1foo.so.1 (h1foo 1.0) is another release: it lacks foo_b" in f.title
     assert "version node libh1foo.so.1" in f.detail and "defines the node libh1foo.so.1 but not foo_b" in f.detail
     assert "h1foo 1.0, per its pip metadata" in f.detail and "the only copy of libh1foo.so.1" in f.detail

@@ -4,6 +4,7 @@ and a JIT compiler that compiles a one-line C++ file. Each missing piece is a fi
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from typing import Any
 
@@ -11,10 +12,12 @@ from ..forensics.remedies import export_line, restore_line
 from ..model import Finding, Remedy
 from ..packages import managers, python_headers_package
 from ..registry import Facts, check, predicate
+from ..symptoms.match import ids_for
 from . import not_checked
 from .toolchain import install_remedies
 
 SYSTEM_PREFIXES = ("/usr", "/usr/local")
+_MISSING_HEADER = re.compile(r"fatal error: ([\w./+-]+\.h(?:pp)?): No such file or directory")
 
 
 def _ninja(f: dict[str, Any], python: str | None, multinode: bool) -> Finding:
@@ -163,7 +166,9 @@ def _python_h_fails(cxx: str, withpy: dict[str, Any], f: dict[str, Any], facts: 
     h = f.get("python_headers") or {}
     err = (withpy.get("stderr") or withpy.get("error") or "").strip()
     first = next((line for line in err.splitlines() if "error" in line), err.splitlines()[0] if err else "")
+    header = _MISSING_HEADER.search(err)
     return Finding(id="toolchain.jit-prereq.compile", status="fail",
+                   explains=ids_for(facts, "missing-header", header=header.group(1)) if header else [],
                    title=f"{cxx} cannot compile a file that includes Python.h: {first.strip() or 'no output'}",
                    detail=f"torch compiles every op with -I{h.get('include')} and #include <Python.h>; that "
                           f"compile failed here (a plain C++ file compiles). The compiler said:\n"
@@ -172,13 +177,19 @@ def _python_h_fails(cxx: str, withpy: dict[str, Any], f: dict[str, Any], facts: 
 
 
 @check("toolchain.jit-prereq", title="JIT build prerequisites: ninja, Python.h, a working compiler",
-       probes=("jitprereq",))
+       probes=("jitprereq",), explains=("ninja-missing", "missing-header"))
 def check_jitprereq(facts: Facts) -> list[Finding]:
     f = facts.of("jitprereq")
     if f is None:
         return [not_checked("toolchain.jit-prereq", "JIT build prerequisites", facts.why_not("jitprereq"))]
     nodes = facts.get_fact("host_limits", "nodes") or 1
-    out = [_ninja(f, f.get("python"), bool(nodes and nodes > 1)), _headers(f, facts), _compiles(f, facts)]
+    ninja = _ninja(f, f.get("python"), bool(nodes and nodes > 1))
+    if ninja.status == "fail":  # torch's "Ninja is required" is what a missing or unstartable ninja gives
+        ninja.explains = ids_for(facts, "ninja-missing")
+    headers = _headers(f, facts)
+    if headers is not None and headers.status == "fail":
+        headers.explains = ids_for(facts, "missing-header", header="Python.h")
+    out = [ninja, headers, _compiles(f, facts)]
     return [x for x in out if x is not None]
 
 

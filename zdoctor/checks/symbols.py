@@ -10,6 +10,7 @@ from ..forensics.remedies import Plan
 from ..forensics.symbols import library_for_prefix
 from ..model import Finding, Remedy
 from ..registry import Facts, check, predicate
+from ..symptoms.match import ids_for
 from . import not_checked
 
 ABI_WORD = {0: "the old ABI (_GLIBCXX_USE_CXX11_ABI=0)", 1: "the C++11 ABI (_GLIBCXX_USE_CXX11_ABI=1)"}
@@ -170,7 +171,7 @@ def _other_release(e: dict[str, Any], fid: str, name: str, shown: str) -> Findin
 
 
 @check("libs.symbols", title="Undefined symbols: ABI, shadowed or never-linked library",
-       probes=("symbols", "livetrace"))
+       probes=("symbols", "livetrace"), explains=("undefined-symbol", "undefined-reference"))
 def check_symbols(facts: Facts) -> list[Finding]:
     from .libs import live_unchecked
 
@@ -193,8 +194,18 @@ def check_symbols(facts: Facts) -> list[Finding]:
     for i, e in enumerate(errs):
         fi = _finding(e, i)
         fi.evidence = ev
+        fi.explains = _explains(facts, e)
         out.append(fi)
     return out
+
+
+def _explains(facts: Facts, e: dict[str, Any]) -> list[str]:
+    """The symptoms this triage explains: the same symbol (and object, at run time), with a cause found."""
+    if e.get("link_time"):
+        return ids_for(facts, "undefined-reference", symbol=e["symbol"])
+    if e.get("kind") == "unknown":
+        return []
+    return ids_for(facts, "undefined-symbol", symbol=e["symbol"], object=e.get("object"))
 
 
 @predicate("undefined_symbol", doc="the live run failed on an undefined symbol", probes=("symbols",))
