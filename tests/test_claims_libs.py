@@ -137,3 +137,36 @@ def test_the_toolchain_walk_never_ends_in_place_when_ninja_cannot_start(copies, 
     (symptom,) = [s for s in doc["symptoms"] if s["text"] == seen]
     assert n["explains"] == [symptom["id"]] and symptom["explained_by"] == [n["id"]]
     assert n["remedies"][0]["verified"] and n["remedies"][0]["commands"] == ["unset LD_LIBRARY_PATH"]
+
+
+def test_another_librarys_missing_version_node_is_no_libstdcxx_finding(tmp_path):
+    """op.so needs node H1FOO_2 of libh1foo.so.1; the copy loaded defines only H1FOO_1. The loader's message
+    has the libstdc++ message's shape, but no libstdc++ copy lacks anything: no libstdc++ finding or remedy
+    claims it (the failure stays the live run's, quoted)."""
+    src = tmp_path / "foo.c"
+    old_map, new_map = tmp_path / "old.map", tmp_path / "new.map"
+    old_map.write_text("H1FOO_1 { global: foo_a; local: *; };\n")
+    new_map.write_text("H1FOO_1 { global: foo_a; local: *; };\nH1FOO_2 { global: foo_b; } H1FOO_1;\n")
+    src.write_text("int foo_a(void) { return 1; }\nint foo_b(void) { return 2; }\n")
+    old, new = tmp_path / "old", tmp_path / "new"
+    for d, vmap in ((old, old_map), (new, new_map)):
+        d.mkdir()
+        subprocess.run(["gcc", "-shared", "-fPIC", str(src), f"-Wl,--version-script={vmap}",
+                        "-Wl,-soname,libh1foo.so.1", "-o", str(d / "libh1foo.so.1")], check=True)
+    (new / "libh1foo.so").symlink_to("libh1foo.so.1")
+    op_src = tmp_path / "op.c"
+    op_src.write_text("int foo_b(void);\nint run_it(void) { return foo_b(); }\n")
+    op = tmp_path / "op.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", str(op_src), f"-L{new}", "-lh1foo", f"-Wl,-rpath,{old}", "-o",
+                    str(op)], check=True)
+    cmd = shlex.join([PY, "-c", f"import ctypes; ctypes.CDLL({str(op)!r})"])
+    env = env_with()
+    real = bash(cmd, env)
+    assert f"version `H1FOO_2' not found (required by {op})" in real.stderr
+
+    rc, doc = check(["--python", PY, "--command", cmd], env)
+    assert rc == 1
+    assert not [f for f in findings(doc, "libs.glibcxx") if "H1FOO_2" in f["title"] + f["detail"]]
+    assert not [r for f in doc["findings"] for r in f["remedies"] if "libstdc++" in r["title"]]
+    (live,) = findings(doc, "libs.live", "fail")
+    assert "H1FOO_2" in live["detail"]

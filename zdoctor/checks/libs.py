@@ -7,7 +7,7 @@ from typing import Any
 
 from ..forensics.fixes import best_copy
 from ..forensics.remedies import Plan
-from ..forensics.runneeds import has_every, needed_versions
+from ..forensics.runneeds import has_every, is_libstdcxx_version, needed_versions
 from ..forensics.sources import live_source, static_source
 from ..forensics.versions import gcc_release_for, gcc_series, newest, sort_key
 from ..model import Evidence, Finding, Remedy
@@ -65,8 +65,8 @@ def failure_groups(facts: Facts) -> list[dict[str, Any]]:
     raw = live_errors or libs.get("failures") or []
     groups: dict[tuple[str, str], dict[str, Any]] = {}
     for f in raw:
-        if str(f.get("version", "")).startswith("GLIBC_"):
-            continue  # glibc, not libstdc++: the libs.glibc check speaks for it
+        if not is_libstdcxx_version(str(f.get("version", ""))):
+            continue  # glibc's (libs.glibc speaks for it) or another library's node: no libstdc++ copy lacks it
         key = (_realpath_of(libs, f["provider"], f.get("provider_realpath")),
                f.get("required_by_realpath") or os.path.normpath(f["required_by"]))
         g = groups.setdefault(key, {"provider": f["provider"], "required_by": f["required_by"], "versions": [],

@@ -9,16 +9,17 @@ from typing import Any
 from .elf import read_elf
 from .inventory import conda_prefix_of
 from .remedies import Plan, conda_upgrade, fix_ld_library_path, fix_preload, preload, split_path_list
-from .runneeds import has_every, needed_versions
+from .runneeds import has_every, is_libstdcxx_version, needed_versions
 from .versions import gcc_release_providing, missing, sort_key
 
 LIBSTDCXX = "libstdc++.so.6"
 
 
 def failing_versions(libs: Mapping[str, Any], live: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The version failures to fix: the real loader's when it reported any, else the emulation's."""
-    live_errors = list(live.get("version_errors") or [])
-    return live_errors or list(libs.get("failures") or [])
+    """The libstdc++ version failures to fix: the real loader's when it reported any, else the emulation's
+    (glibc's or another library's missing nodes are no libstdc++ copy's to fix)."""
+    live_errors = [e for e in live.get("version_errors") or [] if is_libstdcxx_version(str(e.get("version")))]
+    return live_errors or [f for f in libs.get("failures") or [] if is_libstdcxx_version(str(f.get("version")))]
 
 
 def lacks(path: str, needs: list[str]) -> bool:

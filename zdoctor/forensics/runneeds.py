@@ -61,12 +61,18 @@ def libstdcxx_needs(paths: Iterable[str]) -> dict[str, list[str]]:
     return {v: needers[v] for v in sorted(needers, key=sort_key)}
 
 
+def is_libstdcxx_version(name: str) -> bool:
+    """Whether ``name`` is a node libstdc++ defines (GLIBCXX_*, CXXABI_*): not glibc's, libgcc_s' or another
+    library's."""
+    return family_of(name) in ("GLIBCXX", "CXXABI")
+
+
 def needed_versions(libs: Mapping[str, Any], live: Mapping[str, Any]) -> list[str]:
     """The libstdc++ versions the training needs, from one place: the static audit's, those of every object
     the traced run loaded, and each the real loader reported missing (glibc's own versions left out)."""
     errors = [str(e.get("version") or "") for e in live.get("version_errors") or []]
     names = {*(libs.get("needs") or []), *(live.get("needs") or {}),
-             *(v for v in errors if family_of(v) in ("GLIBCXX", "CXXABI"))}
+             *(v for v in errors if is_libstdcxx_version(v))}
     return sorted(names, key=sort_key)
 
 
