@@ -139,10 +139,9 @@ def test_the_toolchain_walk_never_ends_in_place_when_ninja_cannot_start(copies, 
     assert n["remedies"][0]["verified"] and n["remedies"][0]["commands"] == ["unset LD_LIBRARY_PATH"]
 
 
-def test_another_librarys_missing_version_node_is_no_libstdcxx_finding(tmp_path):
-    """op.so needs node H1FOO_2 of libh1foo.so.1; the copy loaded defines only H1FOO_1. The loader's message
-    has the libstdc++ message's shape, but no libstdc++ copy lacks anything: no libstdc++ finding or remedy
-    claims it (the failure stays the live run's, quoted)."""
+def two_releases(tmp_path: Path, *link: str) -> tuple[Path, Path, Path]:
+    """libh1foo.so.1 as release 1 (node H1FOO_1) in old/ and release 2 (adds H1FOO_2: foo_b) in new/, and an
+    op.so linked against release 2 that calls foo_b."""
     src = tmp_path / "foo.c"
     old_map, new_map = tmp_path / "old.map", tmp_path / "new.map"
     old_map.write_text("H1FOO_1 { global: foo_a; local: *; };\n")
@@ -157,8 +156,16 @@ def test_another_librarys_missing_version_node_is_no_libstdcxx_finding(tmp_path)
     op_src = tmp_path / "op.c"
     op_src.write_text("int foo_b(void);\nint run_it(void) { return foo_b(); }\n")
     op = tmp_path / "op.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", str(op_src), f"-L{new}", "-lh1foo", f"-Wl,-rpath,{old}", "-o",
-                    str(op)], check=True)
+    subprocess.run(["gcc", "-shared", "-fPIC", str(op_src), f"-L{new}", "-lh1foo", *link, "-o", str(op)],
+                   check=True)
+    return old, new, op
+
+
+def test_another_librarys_missing_version_node_is_no_libstdcxx_finding(tmp_path):
+    """op.so needs node H1FOO_2 of libh1foo.so.1; the copy loaded defines only H1FOO_1. The loader's message
+    has the libstdc++ message's shape, but no libstdc++ copy lacks anything: no libstdc++ finding or remedy
+    claims it. The finding names the library, the release loaded and the node it lacks."""
+    old, new, op = two_releases(tmp_path, f"-Wl,-rpath,{tmp_path / 'old'}")
     cmd = shlex.join([PY, "-c", f"import ctypes; ctypes.CDLL({str(op)!r})"])
     env = env_with()
     real = bash(cmd, env)
@@ -170,3 +177,23 @@ def test_another_librarys_missing_version_node_is_no_libstdcxx_finding(tmp_path)
     assert not [r for f in doc["findings"] for r in f["remedies"] if "libstdc++" in r["title"]]
     (live,) = findings(doc, "libs.live", "fail")
     assert "H1FOO_2" in live["detail"]
+    (sym,) = findings(doc, "libs.symbols", "fail")
+    assert sym["title"] == (f"op.so needs H1FOO_2 of libh1foo.so.1: the loaded copy ({old}/libh1foo.so.1) is "
+                            "another release, and no other copy found has it")
+    assert "defines H1FOO_1: it is another release" in sym["detail"]
+    (symptom,) = [x for x in doc["symptoms"] if "H1FOO_2" in x["text"]]
+    assert "libs.symbols" in symptom["explained_by"]
+
+
+def test_a_release_shadowed_by_an_ld_library_path_entry(tmp_path):
+    """op.so's own RUNPATH names release 2, but LD_LIBRARY_PATH (searched first) holds release 1: the copy
+    with the node is named, and dropping the entry was tried by re-running the command."""
+    old, new, op = two_releases(tmp_path, f"-Wl,--enable-new-dtags,-rpath,{tmp_path / 'new'}")
+    cmd = shlex.join([PY, "-c", f"import ctypes; ctypes.CDLL({str(op)!r})"])
+    env = env_with(LD_LIBRARY_PATH=str(old))
+    assert "H1FOO_2' not found" in bash(cmd, env).stderr
+    rc, doc = check(["--python", PY, "--command", cmd], env)
+    (sym,) = findings(doc, "libs.symbols", "fail")
+    assert f"{new}/libh1foo.so.1 has it" in sym["title"]
+    drop = sym["remedies"][0]
+    assert drop["commands"] == ["unset LD_LIBRARY_PATH"] and drop["verified"]

@@ -77,6 +77,8 @@ def _finding(e: dict[str, Any], i: int) -> Finding:
     fid = "libs.symbols" + (f".{i + 1}" if i else "")
     if e.get("link_time"):
         return _link_finding(e, fid)
+    if e.get("version_node"):
+        return _version_node_finding(e, fid)
     shown = f"{sym}" + (f" ({dem})" if dem else "")
     kind = e["kind"]
     if kind == "abi-mismatch":
@@ -137,23 +139,40 @@ def _finding(e: dict[str, Any], i: int) -> Finding:
                           + f". Read: {'; '.join(looked)}; {e.get('why') or 'the cause is not known'}.")
 
 
-def _other_release(e: dict[str, Any], fid: str, name: str, shown: str) -> Finding:
-    """The symbol's version node names a library whose only copy here is a release without the symbol."""
+def _release_of(pkg: dict[str, Any]) -> str:
+    return (f"{pkg.get('name')} {pkg.get('version') or '(version not recorded)'}, per its {pkg['manager']} metadata"
+            if pkg.get("name") else "no package metadata names it")
+
+
+def _version_node_finding(e: dict[str, Any], fid: str) -> Finding:
+    """Another library's version node is missing: the loaded copy is another release (or shadows one)."""
+    name = os.path.basename(str(e.get("object") or "?"))
     lib, have, node = e["library"], e["loaded_copy"], e["version"]
     pkg = e.get("package") or {}
-    release = (f"{pkg.get('name')} {pkg.get('version') or '(version not recorded)'}, per its {pkg['manager']} "
-               "metadata" if pkg.get("name") else "no package metadata names it")
-    only = not e.get("other_copies")
-    lines = [f"{name} asks for {shown} in version node {node}: that node is {lib}'s.",
-             f"The loaded {lib} is {have} ({release}). It defines the node {node} but not {e['symbol']}: it is "
-             f"another release of {lib} than the one {name} was built against, which exports it.",
-             (f"It is the only copy of {lib} zdoctor found ({e.get('searched', 0)} directories searched: beside "
-              "every loaded library, LD_LIBRARY_PATH, the environment's pip packages, CUDA toolkits, system dirs)."
-              if only else f"Other copies found, none exporting it: {', '.join(e['other_copies'][:4])}.")]
+    defines = [d for d in e.get("defines") or [] if d != lib]
+    lines = [f"The loader said: {e.get('message') or node + ' not found'}",
+             f"{name} needs version node {node} of {lib}. The loaded copy {have} ({_release_of(pkg)}) defines "
+             + (", ".join(defines[-6:]) if defines else "no version node") + f": it is another release of {lib} "
+             f"than the one {name} was built against."]
+    if e["kind"] == "shadowed-release":
+        lines.append(f"{e['exporting_copy']} defines {node}: the loader found the other copy first.")
+        return Finding(id=fid, status="fail", title=f"{name} needs {node} of {lib}; the loaded {have} is another "
+                       f"release, {e['exporting_copy']} has it", detail="\n".join(lines), remedies=_tried(e))
+    lines.append(f"No other copy of {lib} zdoctor found defines it ({e.get('searched', 0)} directories searched).")
+    rems = _package_remedies(pkg, name, f"defines {node}", lib)
+    return Finding(id=fid, status="fail",
+                   title=f"{name} needs {node} of {lib}: the loaded copy ({pkg.get('name') or have} "
+                         f"{pkg.get('version') or ''}".rstrip() + ") is another release, and no other copy found "
+                         "has it",
+                   detail="\n".join(lines), remedies=rems)
+
+
+def _package_remedies(pkg: dict[str, Any], name: str, wanted: str, lib: str) -> list[Remedy]:
+    """Install the release of the library's package that ``name`` was built against, or rebuild ``name``."""
     rems = []
     if pkg.get("manager") == "pip" and pkg.get("name"):
         rems.append(Remedy(title=f"Install the release of {pkg['name']} that {name} was built against (one that "
-                                 f"exports {e['symbol']}), replacing {pkg.get('version')}",
+                                 f"{wanted}), replacing {pkg.get('version')}",
                            commands=["# the release the package of " + shlex.quote(name) + " names in its "
                                      "requirements, e.g.:",
                                      f"python -m pip install --upgrade {shlex.quote(str(pkg['name']))}"]))
@@ -162,8 +181,25 @@ def _other_release(e: dict[str, Any], fid: str, name: str, shown: str) -> Findin
                                  f"{pkg.get('version')}",
                            commands=["apt-get update", f"apt-get install -y --only-upgrade {pkg['name']}"],
                            requires_root=True))
-    rems.append(Remedy(title=f"Or rebuild {name} against the installed {lib} ({release.split(',')[0]})",
+    rems.append(Remedy(title=f"Or rebuild {name} against the installed {lib}"
+                             + (f" ({pkg['name']} {pkg.get('version')})" if pkg.get("name") else ""),
                        commands=[f"# rebuild the package that ships {shlex.quote(name)} from source on this node"]))
+    return rems
+
+
+def _other_release(e: dict[str, Any], fid: str, name: str, shown: str) -> Finding:
+    """The symbol's version node names a library whose only copy here is a release without the symbol."""
+    lib, have, node = e["library"], e["loaded_copy"], e["version"]
+    pkg = e.get("package") or {}
+    release = _release_of(pkg)
+    only = not e.get("other_copies")
+    lines = [f"{name} asks for {shown} in version node {node}: that node is {lib}'s.",
+             f"The loaded {lib} is {have} ({release}). It defines the node {node} but not {e['symbol']}: it is "
+             f"another release of {lib} than the one {name} was built against, which exports it.",
+             (f"It is the only copy of {lib} zdoctor found ({e.get('searched', 0)} directories searched: beside "
+              "every loaded library, LD_LIBRARY_PATH, the environment's pip packages, CUDA toolkits, system dirs)."
+              if only else f"Other copies found, none exporting it: {', '.join(e['other_copies'][:4])}.")]
+    rems = _package_remedies(pkg, name, f"exports {e['symbol']}", lib)
     return Finding(id=fid, status="fail",
                    title=f"{name}: the installed {lib} ({pkg.get('name') or have} {pkg.get('version') or ''}".rstrip()
                          + f") is another release: it lacks {shown}",
@@ -171,7 +207,7 @@ def _other_release(e: dict[str, Any], fid: str, name: str, shown: str) -> Findin
 
 
 @check("libs.symbols", title="Undefined symbols: ABI, shadowed or never-linked library",
-       probes=("symbols", "livetrace"), explains=("undefined-symbol", "undefined-reference"))
+       probes=("symbols", "livetrace"), explains=("undefined-symbol", "undefined-reference", "version-not-found"))
 def check_symbols(facts: Facts) -> list[Finding]:
     from .libs import live_unchecked
 
@@ -203,11 +239,14 @@ def _explains(facts: Facts, e: dict[str, Any]) -> list[str]:
     """The symptoms this triage explains: the same symbol (and object, at run time), with a cause found."""
     if e.get("link_time"):
         return ids_for(facts, "undefined-reference", symbol=e["symbol"])
+    if e.get("version_node"):
+        return ids_for(facts, "version-not-found", version=e["version"], object=e.get("object"))
     if e.get("kind") == "unknown":
         return []
     return ids_for(facts, "undefined-symbol", symbol=e["symbol"], object=e.get("object"))
 
 
-@predicate("undefined_symbol", doc="the live run failed on an undefined symbol", probes=("symbols",))
+@predicate("undefined_symbol", doc="the live run failed on an undefined symbol, a link-time undefined reference "
+           "or another library's missing version node", probes=("symbols",))
 def undefined_symbol(facts: Facts) -> bool:
     return bool((facts.of("symbols") or {}).get("errors"))

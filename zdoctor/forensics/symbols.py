@@ -155,6 +155,18 @@ def search_dirs(env: Mapping[str, str], loaded: Iterable[str], site_dirs: Iterab
     return list(dict.fromkeys(os.path.normpath(d) for d in dirs))
 
 
+def own_dirs(obj: str | None) -> list[str]:
+    """The directories ``obj``'s own RUNPATH (else RPATH) names, $ORIGIN expanded."""
+    if not obj or not os.path.isfile(obj):
+        return []
+    from .elf import read_elf
+
+    elf = read_elf(obj)
+    origin = os.path.dirname(os.path.realpath(obj))
+    return [d.replace("$ORIGIN", origin).replace("${ORIGIN}", origin)
+            for d in ((elf.runpath or elf.rpath or "").split(":")) if d]
+
+
 def triage(obj: str | None, symbol: str, loaded: Mapping[str, str], env: Mapping[str, str],
            torch_abi: bool | None, site_dirs: Iterable[str] = (), version: str | None = None) -> dict[str, Any]:
     """The cause of ``obj``'s undefined ``symbol`` (asked for in version node ``version``, when the loader
@@ -188,14 +200,7 @@ def triage(obj: str | None, symbol: str, loaded: Mapping[str, str], env: Mapping
                     return rec
     # 2. a library the object needs, loaded from a copy that lacks the symbol while another copy has it
     dirs = search_dirs(env, loaded_paths, site_dirs)
-    if obj and os.path.isfile(obj):
-        from .elf import read_elf
-
-        elf = read_elf(obj)
-        origin = os.path.dirname(os.path.realpath(obj))
-        own = [d.replace("$ORIGIN", origin).replace("${ORIGIN}", origin)
-               for d in ((elf.runpath or elf.rpath or "").split(":")) if d]
-        dirs = list(dict.fromkeys([*own, *dirs]))
+    dirs = list(dict.fromkeys([*own_dirs(obj), *dirs]))
     for soname in rec["needed"]:
         have = loaded.get(soname)
         if not have:
@@ -227,3 +232,24 @@ def triage(obj: str | None, symbol: str, loaded: Mapping[str, str], env: Mapping
         rec.update(kind="never-linked", library=lib,
                    why=f"{os.path.basename(obj or '?')} has no DT_NEEDED entry for {lib}.so")
     return rec
+
+
+def triage_version(error: Mapping[str, Any], env: Mapping[str, str], loaded: Iterable[str],
+                   site_dirs: Iterable[str] = ()) -> dict[str, Any]:
+    """A missing version node of a library other than libstdc++ and glibc (``libfoo.so.1: version `FOO_2'
+    not found (required by op.so)``): the loaded copy's nodes, its package release, and any other copy here
+    that defines the node. ``kind``: other-release (no copy here has it) | shadowed-release (another does)."""
+    from .elf import read_elf
+    from .owner import package_of
+
+    provider, version = str(error.get("provider") or ""), str(error.get("version") or "")
+    info = read_elf(provider)
+    soname = info.soname if info.ok and info.soname else os.path.basename(provider)
+    dirs = list(dict.fromkeys([*own_dirs(error.get("required_by")), *search_dirs(env, loaded, site_dirs)]))
+    others = [c for c in candidate_copies(soname, dirs) if os.path.realpath(c) != os.path.realpath(provider)]
+    having = [c for c in others if version in (read_elf(c).verdef or [])]
+    return {"object": error.get("required_by"), "symbol": None, "version": version, "version_node": True,
+            "kind": "shadowed-release" if having else "other-release", "library": soname, "loaded_copy": provider,
+            "defines": list(info.verdef or []) if info.ok else None, "package": package_of(provider),
+            "exporting_copy": having[0] if having else None, "other_copies": others, "searched": len(dirs),
+            "message": error.get("message")}

@@ -60,8 +60,9 @@ def _preload(env: Mapping[str, str], path: str, rests_on: list[str]) -> Plan:
 def plans_for(rec: Mapping[str, Any], env: Mapping[str, str], loaded: Sequence[str] = (),
               site_dirs: Sequence[str] = ()) -> list[Plan]:
     """The environment-only plans that fit a triaged undefined symbol, in the loader's order."""
-    rests = [f"{os.path.basename(str(rec.get('object') or '?'))}: undefined symbol {rec.get('symbol')}"]
-    if rec.get("kind") == "shadowed":
+    what = f"undefined symbol {rec['symbol']}" if rec.get("symbol") else f"version {rec.get('version')} not found"
+    rests = [f"{os.path.basename(str(rec.get('object') or '?'))}: {what}"]
+    if rec.get("kind") in ("shadowed", "shadowed-release"):
         loaded_dir = os.path.dirname(os.path.normpath(str(rec["loaded_copy"])))
         entries = [e for e in split_path_list(env.get("LD_LIBRARY_PATH")) if e and os.path.normpath(e) == loaded_dir]
         plans = [fix_ld_library_path(env, entries, rests)] if entries else []

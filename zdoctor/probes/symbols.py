@@ -8,6 +8,7 @@ from typing import Any
 
 from ..forensics import symbols as sy
 from ..forensics.linkerrors import link_libraries, parse_link_errors, triage_link
+from ..forensics.runneeds import is_libstdcxx_version
 from ..forensics.symtrials import plans_for, try_plans
 from ..model import Evidence
 from ..registry import probe
@@ -52,6 +53,10 @@ def collect_symbols(live: dict[str, Any], pyenv: dict[str, Any], env: dict[str, 
             sites.append(os.path.dirname(loc))
     found = [sy.triage(e["object"], e["symbol"], loaded, env, abi, list(dict.fromkeys(sites)), e.get("version"))
              for e in errors[:8]]
+    for e in live.get("version_errors") or []:
+        v = str(e.get("version") or "")
+        if e.get("provider") and not is_libstdcxx_version(v) and not v.startswith("GLIBC_") and len(found) < 16:
+            found.append(sy.triage_version(e, env, list(dict.fromkeys(loaded.values())), list(dict.fromkeys(sites))))
     for rec in found:
         plans = plans_for(rec, env, list(dict.fromkeys(loaded.values())), list(dict.fromkeys(sites)))
         rec["plans"] = [p.to_dict() for p in try_plans(plans, live.get("argv"), env, trial_timeout)]
@@ -62,8 +67,8 @@ def collect_symbols(live: dict[str, Any], pyenv: dict[str, Any], env: dict[str, 
         libraries += [p for p in dict.fromkeys(loaded.values()) if p not in libraries][:MAX_LOADED_SCANNED]
         found += [triage_link(r, libraries, abi) for r in refs[:8]]
     facts = {"errors": found, "torch_cxx11_abi": abi, "loaded_count": len(live.get("loaded_all") or [])}
-    rows = [[os.path.basename(f["object"] or "?"), f["symbol"][:60], (f["demangled"] or "-")[:80], f["kind"]]
-            for f in found]
+    rows = [[os.path.basename(f["object"] or "?"), (f["symbol"] or f"version node {f.get('version')}")[:60],
+             (f.get("demangled") or "-")[:80], f["kind"]] for f in found]
     ev = [Evidence.of_table("undefined symbols of the live run", ["object", "symbol", "demangled", "cause"],
                             rows, list(range(len(rows))))] if rows else []
     return facts, ev
