@@ -17,7 +17,7 @@ from zdoctor.forensics.elf import read_elf
 
 @pytest.fixture(scope="module")
 def copies(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("h1copies")
+    root = tmp_path_factory.mktemp("copies")
     return {
         # GCC 10's copy: lacks GLIBCXX_3.4.30, the node the module's error names
         "old": make_old_libstdcxx(root / "old").parent,
@@ -60,8 +60,8 @@ def test_the_copy_named_as_having_every_version_has_those_of_the_runs_own_module
 OP_SOURCE = r"""
 #include <Python.h>
 static PyMethodDef methods[] = {{nullptr, nullptr, 0, nullptr}};
-static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "h1op", nullptr, -1, methods};
-PyMODINIT_FUNC PyInit_h1op(void) { return PyModule_Create(&mod); }
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "jitop", nullptr, -1, methods};
+PyMODINIT_FUNC PyInit_jitop(void) { return PyModule_Create(&mod); }
 """
 
 
@@ -71,23 +71,23 @@ def torch_op(tmp_path_factory) -> dict[str, Path]:
     import dsenv
 
     python = dsenv.ensure()
-    root = tmp_path_factory.mktemp("h1op")
+    root = tmp_path_factory.mktemp("jitop")
     torch_lib = subprocess.run([str(python), "-c", "import os, torch; print(os.path.dirname(torch.__file__))"],
                                capture_output=True, text=True, check=True).stdout.strip() + "/lib"
     include = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
                              capture_output=True, text=True, check=True).stdout.strip()
     cache = root / "cache"
-    op_dir = cache / "h1op"
+    op_dir = cache / "jitop"
     op_dir.mkdir(parents=True)
     (op_dir / "build.ninja").write_text("ninja_required_version = 1.3\ncxx = c++\n")
-    src = root / "h1op.cpp"
+    src = root / "jitop.cpp"
     src.write_text(OP_SOURCE)
     subprocess.run(["g++", "-shared", "-fPIC", f"-I{include}", str(src), f"-L{torch_lib}", "-Wl,--no-as-needed",
-                    "-lc10", "-o", str(op_dir / "h1op.so")], check=True, capture_output=True)
+                    "-lc10", "-o", str(op_dir / "jitop.so")], check=True, capture_output=True)
     shadow = root / "shadow"
     shadow.mkdir()
     (shadow / "typing_extensions.py").write_text('raise ImportError("typing_extensions is broken here")\n')
-    return {"python": python, "cache": cache, "shadow": shadow, "op": op_dir / "h1op.so"}
+    return {"python": python, "cache": cache, "shadow": shadow, "op": op_dir / "jitop.so"}
 
 
 def test_an_op_is_not_blamed_when_import_torch_failed(torch_op):
@@ -104,7 +104,7 @@ def test_an_op_is_not_blamed_when_import_torch_failed(torch_op):
     assert "import torch fails" in live["title"]
     assert "typing_extensions is broken here" in live["detail"]
     assert "libc10.so" not in live["detail"]
-    assert "load h1op (import torch failed; the launch loads it after torch)" in live["detail"]
+    assert "load jitop (import torch failed; the launch loads it after torch)" in live["detail"]
     assert not [f for f in doc["findings"] if "libc10.so: cannot open" in f["title"] + f["detail"]]
 
 
@@ -113,7 +113,7 @@ def test_the_same_op_is_loaded_after_a_working_torch(torch_op):
     rc, doc = check(["--python", str(torch_op["python"])], env)
     (live,) = findings(doc, "libs.live")
     assert live["status"] == "ok", live
-    assert "loads cleanly" in live["title"] and "h1op" in live["title"]
+    assert "loads cleanly" in live["title"] and "jitop" in live["title"]
 
 
 def test_the_toolchain_walk_never_ends_in_place_when_ninja_cannot_start(copies, tmp_path):
@@ -140,48 +140,48 @@ def test_the_toolchain_walk_never_ends_in_place_when_ninja_cannot_start(copies, 
 
 
 def two_releases(tmp_path: Path, *link: str) -> tuple[Path, Path, Path]:
-    """libh1foo.so.1 as release 1 (node H1FOO_1) in old/ and release 2 (adds H1FOO_2: foo_b) in new/, and an
+    """libzdfoo.so.1 as release 1 (node ZDFOO_1) in old/ and release 2 (adds ZDFOO_2: foo_b) in new/, and an
     op.so linked against release 2 that calls foo_b."""
     src = tmp_path / "foo.c"
     old_map, new_map = tmp_path / "old.map", tmp_path / "new.map"
-    old_map.write_text("H1FOO_1 { global: foo_a; local: *; };\n")
-    new_map.write_text("H1FOO_1 { global: foo_a; local: *; };\nH1FOO_2 { global: foo_b; } H1FOO_1;\n")
+    old_map.write_text("ZDFOO_1 { global: foo_a; local: *; };\n")
+    new_map.write_text("ZDFOO_1 { global: foo_a; local: *; };\nZDFOO_2 { global: foo_b; } ZDFOO_1;\n")
     src.write_text("int foo_a(void) { return 1; }\nint foo_b(void) { return 2; }\n")
     old, new = tmp_path / "old", tmp_path / "new"
     for d, vmap in ((old, old_map), (new, new_map)):
         d.mkdir()
         subprocess.run(["gcc", "-shared", "-fPIC", str(src), f"-Wl,--version-script={vmap}",
-                        "-Wl,-soname,libh1foo.so.1", "-o", str(d / "libh1foo.so.1")], check=True)
-    (new / "libh1foo.so").symlink_to("libh1foo.so.1")
+                        "-Wl,-soname,libzdfoo.so.1", "-o", str(d / "libzdfoo.so.1")], check=True)
+    (new / "libzdfoo.so").symlink_to("libzdfoo.so.1")
     op_src = tmp_path / "op.c"
     op_src.write_text("int foo_b(void);\nint run_it(void) { return foo_b(); }\n")
     op = tmp_path / "op.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", str(op_src), f"-L{new}", "-lh1foo", *link, "-o", str(op)],
+    subprocess.run(["gcc", "-shared", "-fPIC", str(op_src), f"-L{new}", "-lzdfoo", *link, "-o", str(op)],
                    check=True)
     return old, new, op
 
 
 def test_another_librarys_missing_version_node_is_no_libstdcxx_finding(tmp_path):
-    """op.so needs node H1FOO_2 of libh1foo.so.1; the copy loaded defines only H1FOO_1. The loader's message
+    """op.so needs node ZDFOO_2 of libzdfoo.so.1; the copy loaded defines only ZDFOO_1. The loader's message
     has the libstdc++ message's shape, but no libstdc++ copy lacks anything: no libstdc++ finding or remedy
     claims it. The finding names the library, the release loaded and the node it lacks."""
     old, new, op = two_releases(tmp_path, f"-Wl,-rpath,{tmp_path / 'old'}")
     cmd = shlex.join([PY, "-c", f"import ctypes; ctypes.CDLL({str(op)!r})"])
     env = env_with()
     real = bash(cmd, env)
-    assert f"version `H1FOO_2' not found (required by {op})" in real.stderr
+    assert f"version `ZDFOO_2' not found (required by {op})" in real.stderr
 
     rc, doc = check(["--python", PY, "--command", cmd], env)
     assert rc == 1
-    assert not [f for f in findings(doc, "libs.glibcxx") if "H1FOO_2" in f["title"] + f["detail"]]
+    assert not [f for f in findings(doc, "libs.glibcxx") if "ZDFOO_2" in f["title"] + f["detail"]]
     assert not [r for f in doc["findings"] for r in f["remedies"] if "libstdc++" in r["title"]]
     (live,) = findings(doc, "libs.live", "fail")
-    assert "H1FOO_2" in live["detail"]
+    assert "ZDFOO_2" in live["detail"]
     (sym,) = findings(doc, "libs.symbols", "fail")
-    assert sym["title"] == (f"op.so needs H1FOO_2 of libh1foo.so.1: the loaded copy ({old}/libh1foo.so.1) is "
+    assert sym["title"] == (f"op.so needs ZDFOO_2 of libzdfoo.so.1: the loaded copy ({old}/libzdfoo.so.1) is "
                             "another release, and no other copy found has it")
-    assert "defines H1FOO_1: it is another release" in sym["detail"]
-    (symptom,) = [x for x in doc["symptoms"] if "H1FOO_2" in x["text"]]
+    assert "defines ZDFOO_1: it is another release" in sym["detail"]
+    (symptom,) = [x for x in doc["symptoms"] if "ZDFOO_2" in x["text"]]
     assert "libs.symbols" in symptom["explained_by"]
 
 
@@ -191,9 +191,9 @@ def test_a_release_shadowed_by_an_ld_library_path_entry(tmp_path):
     old, new, op = two_releases(tmp_path, f"-Wl,--enable-new-dtags,-rpath,{tmp_path / 'new'}")
     cmd = shlex.join([PY, "-c", f"import ctypes; ctypes.CDLL({str(op)!r})"])
     env = env_with(LD_LIBRARY_PATH=str(old))
-    assert "H1FOO_2' not found" in bash(cmd, env).stderr
+    assert "ZDFOO_2' not found" in bash(cmd, env).stderr
     rc, doc = check(["--python", PY, "--command", cmd], env)
     (sym,) = findings(doc, "libs.symbols", "fail")
-    assert f"{new}/libh1foo.so.1 has it" in sym["title"]
+    assert f"{new}/libzdfoo.so.1 has it" in sym["title"]
     drop = sym["remedies"][0]
     assert drop["commands"] == ["unset LD_LIBRARY_PATH"] and drop["verified"]

@@ -281,40 +281,40 @@ def test_gold_and_lld_undefined_references_are_read(tmp_path):
 
 
 def test_the_only_installed_copy_is_another_release_than_the_symbol_version_asks_for(tmp_path):
-    """op.so was linked against release 2.0 of libh1foo (version node libh1foo.so.1, exporting foo_b); the
+    """op.so was linked against release 2.0 of libzdfoo (version node libzdfoo.so.1, exporting foo_b); the
     only copy installed, by a pip package, is release 1.0: same node, no foo_b. The loader names the symbol
     and its version node; the finding names the library, its package release from the metadata, and that
     it is the only copy, never "cause unknown"."""
     vmap = tmp_path / "v.map"
-    vmap.write_text("libh1foo.so.1 { global: *; };\n")
-    flags = (f"-Wl,--version-script={vmap}", "-Wl,-soname,libh1foo.so.1")
-    new = tmp_path / "build" / "libh1foo.so.1"
+    vmap.write_text("libzdfoo.so.1 { global: *; };\n")
+    flags = (f"-Wl,--version-script={vmap}", "-Wl,-soname,libzdfoo.so.1")
+    new = tmp_path / "build" / "libzdfoo.so.1"
     new.parent.mkdir()
     gxx(new, 'extern "C" int foo_a() { return 1; }\nextern "C" int foo_b() { return 2; }\n', *flags)
-    (new.parent / "libh1foo.so").symlink_to(new.name)
+    (new.parent / "libzdfoo.so").symlink_to(new.name)
     site = tmp_path / "site-packages"
-    libdir = site / "h1foo" / "lib"
+    libdir = site / "zdfoo" / "lib"
     libdir.mkdir(parents=True)
-    gxx(libdir / "libh1foo.so.1", 'extern "C" int foo_a() { return 1; }\n', *flags)
-    info = site / "h1foo-1.0.dist-info"
+    gxx(libdir / "libzdfoo.so.1", 'extern "C" int foo_a() { return 1; }\n', *flags)
+    info = site / "zdfoo-1.0.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: h1foo\nVersion: 1.0\n\nThe library.\n")
-    (info / "RECORD").write_text("h1foo/lib/libh1foo.so.1,sha256=x,10\nh1foo-1.0.dist-info/METADATA,,\n")
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: zdfoo\nVersion: 1.0\n\nThe library.\n")
+    (info / "RECORD").write_text("zdfoo/lib/libzdfoo.so.1,sha256=x,10\nzdfoo-1.0.dist-info/METADATA,,\n")
     op = gxx(tmp_path / "op.so", 'extern "C" int foo_b();\nextern "C" int run_it() { return foo_b(); }\n',
-             f"-L{new.parent}", "-lh1foo", f"-Wl,-rpath,{libdir}")
+             f"-L{new.parent}", "-lzdfoo", f"-Wl,-rpath,{libdir}")
     cmd = dlopen_cmd(op)
     real = run(cmd, clean_env())
-    assert "undefined symbol: foo_b, version libh1foo.so.1" in real.stderr
+    assert "undefined symbol: foo_b, version libzdfoo.so.1" in real.stderr
 
     facts, out = live_findings(cmd, clean_env(), "symptoms")
     (f,) = out
     assert f.status == "fail"
     assert f.explains and f.explains == symptom_ids(facts, "undefined-symbol")
-    assert "the installed libh1foo.so.1 (h1foo 1.0) is another release: it lacks foo_b" in f.title
-    assert "version node libh1foo.so.1" in f.detail and "defines the node libh1foo.so.1 but not foo_b" in f.detail
-    assert "h1foo 1.0, per its pip metadata" in f.detail and "the only copy of libh1foo.so.1" in f.detail
+    assert "the installed libzdfoo.so.1 (zdfoo 1.0) is another release: it lacks foo_b" in f.title
+    assert "version node libzdfoo.so.1" in f.detail and "defines the node libzdfoo.so.1 but not foo_b" in f.detail
+    assert "zdfoo 1.0, per its pip metadata" in f.detail and "the only copy of libzdfoo.so.1" in f.detail
     assert "unknown" not in f.detail and "no known library" not in f.detail
-    assert f.remedies[0].commands[-1] == "python -m pip install --upgrade h1foo"
+    assert f.remedies[0].commands[-1] == "python -m pip install --upgrade zdfoo"
 
 
 def test_package_metadata_of_a_dpkg_owned_library(tmp_path):
@@ -323,12 +323,12 @@ def test_package_metadata_of_a_dpkg_owned_library(tmp_path):
 
     info = tmp_path / "info"
     info.mkdir()
-    (info / "libh1bar1:amd64.list").write_text("/.\n/usr\n/usr/lib/x86_64-linux-gnu/libh1bar.so.1\n")
+    (info / "libzdbar1:amd64.list").write_text("/.\n/usr\n/usr/lib/x86_64-linux-gnu/libzdbar.so.1\n")
     status = tmp_path / "status"
-    status.write_text("Package: other\nVersion: 9\n\nPackage: libh1bar1\nStatus: install ok installed\n"
+    status.write_text("Package: other\nVersion: 9\n\nPackage: libzdbar1\nStatus: install ok installed\n"
                       "Architecture: amd64\nVersion: 2.4-1\n\n")
-    got = dpkg_owner("/lib/x86_64-linux-gnu/libh1bar.so.1", str(info), str(status))  # merged /usr spelling
-    assert got is not None and (got["name"], got["version"]) == ("libh1bar1", "2.4-1")
+    got = dpkg_owner("/lib/x86_64-linux-gnu/libzdbar.so.1", str(info), str(status))  # merged /usr spelling
+    assert got is not None and (got["name"], got["version"]) == ("libzdbar1", "2.4-1")
     assert dpkg_owner("/usr/lib/x86_64-linux-gnu/libnothing.so", str(info), str(status)) is None
     if os.path.isdir("/var/lib/dpkg/info"):  # this node's own dpkg database, where there is one
         real = package_of("/usr/lib/x86_64-linux-gnu/libc.so.6")
