@@ -8,6 +8,7 @@ import shlex
 from typing import Any
 
 from ..model import Evidence, Finding, Remedy
+from ..packages import managers, package_name
 from ..registry import Facts, check
 from ..rules import deepspeed as dsr
 from . import not_checked
@@ -17,7 +18,14 @@ def _sources(rule_id: str) -> str:
     return "; ".join(dsr.RULES_BY_ID[rule_id]["sources"])
 
 
-def _rule_findings(facts: dict[str, Any], ev: list[Evidence]) -> list[Finding]:
+def _libaio_remedies(distro: dict[str, Any]) -> list[Remedy]:
+    """Install libaio's headers and library: one alternative per package manager this node may have."""
+    return [Remedy(title=f"Install the libaio headers and library ({pm.label})",
+                   commands=pm.install(package_name("libaio headers", pm.family)), requires_root=True)
+            for pm in managers(distro)]
+
+
+def _rule_findings(facts: dict[str, Any], ev: list[Evidence], distro: dict[str, Any]) -> list[Finding]:
     out: list[Finding] = []
     rules = facts.get("rules") or {}
     ver = facts.get("version") or "?"
@@ -32,10 +40,7 @@ def _rule_findings(facts: dict[str, Any], ev: list[Evidence]) -> list[Finding]:
                    f"Sources: {_sources('libaio-detection')}. Trust the storage checks' link test of libaio "
                    "instead of ds_report's column.",
             evidence=ev,
-            remedies=[Remedy(title="Install the libaio headers and library with the distribution's package manager",
-                             commands=["sudo apt-get install -y libaio-dev   # Debian/Ubuntu",
-                                       "sudo dnf install -y libaio-devel     # RHEL/Rocky/Fedora"],
-                             requires_root=True),
+            remedies=[*_libaio_remedies(distro),
                       Remedy(title="Or upgrade DeepSpeed to a release that link-tests libaio (after PR 1247)",
                              commands=["python -m pip install --upgrade deepspeed"])]))
     pin = rules.get("zero12-pin-memory") or {}
@@ -105,7 +110,8 @@ def _origin_findings(facts: dict[str, Any], ev: list[Evidence]) -> list[Finding]
     return out
 
 
-@check("pyenv.deepspeed-release", title="Rules of the installed DeepSpeed release", probes=("dsrelease",))
+@check("pyenv.deepspeed-release", title="Rules of the installed DeepSpeed release",
+       probes=("dsrelease", "toolchain"))
 def check_release(facts: Facts) -> list[Finding]:
     f = facts.of("dsrelease")
     if f is None:
@@ -115,7 +121,7 @@ def check_release(facts: Facts) -> list[Finding]:
                         title="DeepSpeed release rules: DeepSpeed not installed",
                         detail="No DeepSpeed in the training environment.")]
     ev = facts.evidence("dsrelease")
-    out = _rule_findings(f, ev) + _origin_findings(f, ev)
+    out = _rule_findings(f, ev, facts.get_fact("toolchain", "distro") or {}) + _origin_findings(f, ev)
     unknown = [rid for rid, r in (f.get("rules") or {}).items() if r.get("state") == "unknown"]
     summary = Finding(
         id="pyenv.deepspeed-release", status="ok" if not unknown else "skip",

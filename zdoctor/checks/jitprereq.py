@@ -4,15 +4,20 @@ and a JIT compiler that compiles a one-line C++ file. Each missing piece is a fi
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from typing import Any
 
+from ..forensics.remedies import export_line, restore_line
 from ..model import Finding, Remedy
+from ..packages import managers, python_headers_package
 from ..registry import Facts, check, predicate
+from ..symptoms.match import ids_for
 from . import not_checked
 from .toolchain import install_remedies
 
 SYSTEM_PREFIXES = ("/usr", "/usr/local")
+_MISSING_HEADER = re.compile(r"fatal error: ([\w./+-]+\.h(?:pp)?): No such file or directory")
 
 
 def _ninja(f: dict[str, Any], python: str | None, multinode: bool) -> Finding:
@@ -35,6 +40,9 @@ def _ninja(f: dict[str, Any], python: str | None, multinode: bool) -> Finding:
                               + (f"A ninja sits beside the interpreter ({where}) but that directory is not on "
                                  "PATH (the environment is not activated)." if where else
                                  "No ninja was found beside the interpreter either."), remedies=rem)
+    runs = n.get("runs")
+    if runs is not None and not runs.get("ok"):
+        return _ninja_does_not_run(n["on_path"], runs, python)
     if not n["on_noninteractive_path"]:
         d = os.path.dirname(n["on_path"])
         return Finding(id="toolchain.jit-prereq.ninja", status="warn" if not multinode else "fail",
@@ -48,8 +56,44 @@ def _ninja(f: dict[str, Any], python: str | None, multinode: bool) -> Finding:
                                               "(DeepSpeed exports each NAME=VALUE line on the remote nodes)",
                                         commands=['printf \'PATH=%s\\n\' "$PATH" >> ~/.deepspeed_env'],
                                         undo=["sed -i '/^PATH=/d' ~/.deepspeed_env"])])
+    if runs is None:
+        return Finding(id="toolchain.jit-prereq.ninja", status="skip",
+                       title=f"ninja at {n['on_path']}, also on a pdsh/ssh shell's PATH; whether it starts was not "
+                             "recorded")
     return Finding(id="toolchain.jit-prereq.ninja", status="ok",
-                   title=f"ninja at {n['on_path']}, also on a pdsh/ssh shell's PATH")
+                   title=f"ninja at {n['on_path']} runs (`ninja --version`: {runs.get('version')}), and is also on "
+                         "a pdsh/ssh shell's PATH")
+
+
+def _ninja_does_not_run(ninja: str, runs: dict[str, Any], python: str | None) -> Finding:
+    """ninja is on PATH but ``ninja --version`` fails under the training environment: torch stops there."""
+    err = (runs.get("error") or f"exit status {runs.get('exit_code')}").strip()
+    first = err.splitlines()[-1] if err else ""
+    lines = [f"torch.utils.cpp_extension runs `ninja --version` before building any op; under the training "
+             f"environment {ninja} fails:", *err.splitlines()[-6:]]
+    rems: list[Remedy] = []
+    trial = runs.get("without_entries")
+    if runs.get("missing_version"):
+        lines.append(f"The loader gave ninja {runs.get('provider')}, which lacks {runs['missing_version']}: "
+                     "an older libstdc++ than the one ninja was built against comes first.")
+    if trial:
+        entries = ", ".join(trial["entries"])
+        rems.append(Remedy(
+            title=f"Drop {entries} from LD_LIBRARY_PATH",
+            commands=[export_line("LD_LIBRARY_PATH", trial.get("ld_library_path"))],
+            undo=[restore_line("LD_LIBRARY_PATH", trial.get("old"))], tried=True, verified=bool(trial.get("ok")),
+            note=(f"`ninja --version` without it printed {trial.get('version')}" if trial.get("ok") else
+                  f"`ninja --version` without it still fails: {(trial.get('error') or '').strip()[-200:]}"),
+            explanation="ld.so searches LD_LIBRARY_PATH first; without that entry ninja gets a libstdc++ new "
+                        "enough for it. The job's own libraries keep every other entry."))
+    py = shlex.quote(python or "python3")
+    rems.append(Remedy(title="Or install ninja from PyPI into the training environment and put it first on PATH",
+                       commands=[f"{py} -m pip install ninja",
+                                 *([f'export PATH={shlex.quote(os.path.dirname(python))}:"$PATH"'] if python else [])],
+                       note="not tried, because it installs into the training environment"))
+    return Finding(id="toolchain.jit-prereq.ninja", status="fail",
+                   title=f"ninja at {ninja} cannot start under the training environment: {first}",
+                   detail="\n".join(lines), remedies=rems)
 
 
 def _headers(f: dict[str, Any], facts: Facts) -> Finding | None:
@@ -61,19 +105,7 @@ def _headers(f: dict[str, Any], facts: Facts) -> Finding | None:
         return Finding(id="toolchain.jit-prereq.python-h", status="ok",
                        title=f"Python.h present for Python {h.get('version')} ({h['include']})")
     ver = h.get("version") or "3"
-    prefix = h.get("prefix") or ""
-    distro = facts.get_fact("toolchain", "distro") or {}
-    ids = {distro.get("id") or "", *(distro.get("id_like") or [])}
-    if prefix in SYSTEM_PREFIXES:
-        if ids & {"rhel", "centos", "fedora", "rocky", "almalinux", "ol", "amzn"}:
-            rem = [Remedy(title=f"Install the headers of Python {ver}",
-                          commands=[f"dnf install -y python{ver}-devel"], requires_root=True)]
-        else:
-            rem = [Remedy(title=f"Install the headers of Python {ver}",
-                          commands=[f"apt-get install -y python{ver}-dev"], requires_root=True)]
-    else:
-        rem = [Remedy(title=f"Reinstall the interpreter at {prefix} with its headers (conda: `conda install "
-                            "python`; pyenv: `pyenv install --force`)", commands=[])]
+    rem = header_remedies(h, facts)
     return Finding(id="toolchain.jit-prereq.python-h", status="fail",
                    title=f"Python.h is missing for the training interpreter (Python {ver}): every JIT op build fails",
                    detail=f"torch compiles each op with -I{h.get('include')}, where Python.h must be; the build "
@@ -81,15 +113,44 @@ def _headers(f: dict[str, Any], facts: Facts) -> Finding | None:
                           "development headers are not installed.", remedies=rem)
 
 
+def header_remedies(h: dict[str, Any], facts: Facts) -> list[Remedy]:
+    """Complete the Python installation the headers come from: a venv's base interpreter, installed by the
+    node's package manager, conda or pyenv."""
+    ver = h.get("version") or "3"
+    prefix = os.path.normpath(h.get("prefix") or "") if h.get("prefix") else ""
+    base = os.path.normpath(h.get("base_prefix") or prefix) if (h.get("base_prefix") or prefix) else ""
+    of = f" (the base interpreter of the venv {prefix})" if base and prefix and base != prefix else ""
+    if base in SYSTEM_PREFIXES:
+        distro = facts.get_fact("toolchain", "distro") or {}
+        default = os.path.basename(h.get("base_executable") or "") == "python3"
+        return [Remedy(title=f"Install the headers of Python {ver}{of} ({pm.label})",
+                       commands=pm.install(python_headers_package(ver, pm.family, default)), requires_root=True)
+                for pm in managers(distro)]
+    if h.get("base_is_conda"):
+        return [Remedy(title=f"Reinstall Python {ver} in the conda environment {base}{of}: its headers come with it",
+                       commands=[f"conda install -y -p {shlex.quote(base)} --force-reinstall python={ver}"])]
+    parent = os.path.dirname(base)
+    if os.path.basename(parent) == "versions" and os.path.basename(os.path.dirname(parent)) in (".pyenv", "pyenv"):
+        release = os.path.basename(base)
+        return [Remedy(title=f"Rebuild pyenv's Python {release}{of} with its headers",
+                       commands=[f"pyenv install --force {shlex.quote(release)}"])]
+    return [Remedy(title=f"Reinstall the interpreter at {base or 'its prefix'}{of} with its development headers",
+                   commands=[])]
+
+
 def _compiles(f: dict[str, Any], facts: Facts) -> Finding | None:
     c = f["compile"]
     if not c.get("compiler"):
         return None  # toolchain.jit-compiler reports a missing compiler
     plain = c.get("plain") or {}
+    withpy = c.get("with_python_h")
+    if plain.get("ok") and withpy is not None and not withpy.get("ok"):
+        return _python_h_fails(c["compiler"], withpy, f, facts)
     if plain.get("ok"):
         return Finding(id="toolchain.jit-prereq.compile", status="ok",
                        title=f"{c['compiler']} compiles a one-line C++ file"
-                             + (" and one that includes Python.h" if (c.get("with_python_h") or {}).get("ok") else ""))
+                             + (" and one that includes Python.h" if (withpy or {}).get("ok") else
+                                "; a file including Python.h was not tried (no Python.h)"))
     err = (plain.get("stderr") or plain.get("error") or "").strip().splitlines()[-3:]
     distro = facts.get_fact("toolchain", "distro") or {}
     return Finding(id="toolchain.jit-prereq.compile", status="fail",
@@ -100,14 +161,35 @@ def _compiles(f: dict[str, Any], facts: Facts) -> Finding | None:
                    remedies=install_remedies(distro))
 
 
+def _python_h_fails(cxx: str, withpy: dict[str, Any], f: dict[str, Any], facts: Facts) -> Finding:
+    """The compile of a file including Python.h failed: its own error output is the finding."""
+    h = f.get("python_headers") or {}
+    err = (withpy.get("stderr") or withpy.get("error") or "").strip()
+    first = next((line for line in err.splitlines() if "error" in line), err.splitlines()[0] if err else "")
+    header = _MISSING_HEADER.search(err)
+    return Finding(id="toolchain.jit-prereq.compile", status="fail",
+                   explains=ids_for(facts, "missing-header", header=header.group(1)) if header else [],
+                   title=f"{cxx} cannot compile a file that includes Python.h: {first.strip() or 'no output'}",
+                   detail=f"torch compiles every op with -I{h.get('include')} and #include <Python.h>; that "
+                          f"compile failed here (a plain C++ file compiles). The compiler said:\n"
+                          + "\n".join(err.splitlines()[-12:]),
+                   remedies=header_remedies(h, facts))
+
+
 @check("toolchain.jit-prereq", title="JIT build prerequisites: ninja, Python.h, a working compiler",
-       probes=("jitprereq",))
+       probes=("jitprereq",), explains=("ninja-missing", "missing-header"))
 def check_jitprereq(facts: Facts) -> list[Finding]:
     f = facts.of("jitprereq")
     if f is None:
         return [not_checked("toolchain.jit-prereq", "JIT build prerequisites", facts.why_not("jitprereq"))]
     nodes = facts.get_fact("host_limits", "nodes") or 1
-    out = [_ninja(f, f.get("python"), bool(nodes and nodes > 1)), _headers(f, facts), _compiles(f, facts)]
+    ninja = _ninja(f, f.get("python"), bool(nodes and nodes > 1))
+    if ninja.status == "fail":  # torch's "Ninja is required" is what a missing or unstartable ninja gives
+        ninja.explains = ids_for(facts, "ninja-missing")
+    headers = _headers(f, facts)
+    if headers is not None and headers.status == "fail":
+        headers.explains = ids_for(facts, "missing-header", header="Python.h")
+    out = [ninja, headers, _compiles(f, facts)]
     return [x for x in out if x is not None]
 
 

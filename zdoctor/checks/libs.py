@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..forensics.fixes import best_copy
 from ..forensics.remedies import Plan
+from ..forensics.runneeds import has_every, is_libstdcxx_version, needed_versions
 from ..forensics.sources import live_source, static_source
-from ..forensics.versions import gcc_release_for, gcc_series, sort_key
+from ..forensics.versions import gcc_release_for, gcc_series, newest, sort_key
 from ..model import Evidence, Finding, Remedy
 from ..registry import Facts, check, predicate
 from ..symptoms.match import ids_for
@@ -63,8 +65,8 @@ def failure_groups(facts: Facts) -> list[dict[str, Any]]:
     raw = live_errors or libs.get("failures") or []
     groups: dict[tuple[str, str], dict[str, Any]] = {}
     for f in raw:
-        if str(f.get("version", "")).startswith("GLIBC_"):
-            continue  # glibc, not libstdc++: the libs.glibc check speaks for it
+        if not is_libstdcxx_version(str(f.get("version", ""))):
+            continue  # glibc's (libs.glibc speaks for it) or another library's node: no libstdc++ copy lacks it
         key = (_realpath_of(libs, f["provider"], f.get("provider_realpath")),
                f.get("required_by_realpath") or os.path.normpath(f["required_by"]))
         g = groups.setdefault(key, {"provider": f["provider"], "required_by": f["required_by"], "versions": [],
@@ -114,9 +116,22 @@ def _remedies(facts: Facts) -> list[Remedy]:
     return [p.to_remedy() for p in _plans(facts)]
 
 
-def _good_copy(libs: dict[str, Any]) -> str | None:
-    good = [c for c in libs.get("inventory") or [] if c.get("has_every_need")]
-    return good[0]["path"] if good else None
+def _needs_line(needs: list[str]) -> str:
+    """``13 versions, up to GLIBCXX_3.4.30 and CXXABI_1.3.13``: the needs a copy was checked against."""
+    tops = [v for v in (newest(needs, "GLIBCXX"), newest(needs, "CXXABI")) if v]
+    return f"{len(needs)} version{'s' if len(needs) != 1 else ''}" + (f", up to {' and '.join(tops)}" if tops else "")
+
+
+def _good_copy_line(facts: Facts) -> str:
+    """The sentence naming a copy that defines every version the training needs (every object the failing
+    run loaded included), checked against those needs; or that no copy found does."""
+    libs = facts.of("libs") or {}
+    needs = needed_versions(libs, facts.of("livetrace") or {})
+    good = best_copy(libs, needs)
+    checked = f"({_needs_line(needs)}, those of the training's libraries and of every object the run loaded)"
+    if good:
+        return f"A copy with every needed version {checked}: {good}."
+    return f"No libstdc++ copy zdoctor found defines every needed version {checked}."
 
 
 _TARGET_KINDS = (("torch", "torch librar{}", "y", "ies"), ("deepspeed-op", "prebuilt DeepSpeed op{}", "", "s"),
@@ -161,7 +176,7 @@ def check_glibcxx(facts: Facts) -> list[Finding]:
                                f"strings), in what the audit read: {_what_was_read(libs['targets'])}.",
                         evidence=ev)]
     remedies = _remedies(facts)
-    good = _good_copy(libs)
+    good_line = _good_copy_line(facts)
     out = []
     for g in groups:
         versions = ", ".join(g["versions"])
@@ -178,8 +193,7 @@ def check_glibcxx(facts: Facts) -> list[Finding]:
             ("Seen by the real loader (LD_DEBUG trace of the command)." if g["origin"] == "live"
              else "Predicted by the loader emulation (the command was not run, or did not reach this import)."),
         ]
-        if good:
-            lines.append(f"A copy with every needed version: {good}.")
+        lines.append(good_line)
         lines.append("libstdc++ is backward compatible: a newer copy satisfies older needs. Never replace "
                      "the system libstdc++ to fix this; change which copy the training loads.")
         for m in g["messages"][:3]:
@@ -259,13 +273,22 @@ def check_live(facts: Facts) -> list[Finding]:
                            detail="\n".join(lines), evidence=ev))
     elif not live.get("ok"):
         errs = live.get("version_errors") or []
+        failed_step = next((s for s in live.get("steps") or [] if s.get("ok") is False), None)
         first = errs[0]["message"] if errs else (live.get("stderr_tail") or "").strip().splitlines()[-1:] or [""]
         first = first if isinstance(first, str) else first[0]
+        title = f"{what} fails (exit code {live.get('exit_code')})"
+        if failed_step is not None and not errs:
+            # the probe's own first failing step, not whatever the last line of its output came from
+            title = f"{what}: {failed_step.get('step')} fails (exit code {live.get('exit_code')})"
+            first = f"{failed_step.get('step')}: {failed_step.get('error')}"
+            _, skipped_steps = probe_steps(live)
+            if skipped_steps:
+                first += f"\nNot loaded: {', '.join(skipped_steps)}."
         # Only a version the real loader reported missing explains a symptom: "it fails" explains nothing.
         explains = [sid for e in errs for sid in ids_for(facts, "version-not-found", version=e.get("version"),
                                                           object=e.get("required_by"))]
-        out.append(Finding(id=cid, status="fail", title=f"{what} fails (exit code {live.get('exit_code')})",
-                           detail="\n".join([*lines, first]), evidence=ev, explains=list(dict.fromkeys(explains))))
+        out.append(Finding(id=cid, status="fail", title=title, detail="\n".join([*lines, first]), evidence=ev,
+                           explains=list(dict.fromkeys(explains))))
     else:
         out.append(Finding(id=cid, status="ok", title=f"{what} loads cleanly under the real loader{not_loaded}",
                            detail="\n".join(lines), evidence=ev))
@@ -291,12 +314,21 @@ def agreement(facts: Facts) -> bool | None:
     return predicted in live
 
 
-@check("libs.inventory", title="Every libstdc++ on the node", probes=("libs",))
+def _lacking(copy: dict[str, Any], needs: list[str]) -> str:
+    """``; lacks GLIBCXX_3.4.11`` for an inventory copy that misses a needed version ('' otherwise)."""
+    if copy.get("versions") is None:
+        return ""
+    lack = [n for n in needs if n not in set(copy["versions"])]
+    return f"; lacks {', '.join(lack)}" if lack else ""
+
+
+@check("libs.inventory", title="Every libstdc++ on the node", probes=("libs", "livetrace"))
 def check_inventory(facts: Facts) -> list[Finding]:
     libs = facts.of("libs") or {}
     if not libs:
         return [Finding(id="libs.inventory", status="skip", title="libstdc++ inventory: not taken")]
-    copies = list(libs.get("inventory") or [])
+    needs = needed_versions(libs, facts.of("livetrace") or {})
+    copies = [dict(c, has_every_need=has_every(c, needs)) for c in libs.get("inventory") or []]
     ev = [e for e in facts.evidence("libs", kinds=("table",)) if e.label.startswith("every libstdc++")]
     # the copy the run loaded (or failed with) may sit where the inventory does not look (an extension's
     # RUNPATH, a dlopen by path): count it too
@@ -314,12 +346,11 @@ def check_inventory(facts: Facts) -> list[Finding]:
             copies.append({"path": x["path"], "found_as": [f"loaded by the live run {x.get('via') or ''}".strip()]})
     short = [c for c in copies if c.get("has_every_need") is False and not c.get("error")]
     title = f"{len(copies)} libstdc++.so.6 cop{'y' if len(copies) == 1 else 'ies'} found"
-    if short and (libs.get("needs") or any(c.get("has_every_need") is False and "lacks" in " ".join(c["found_as"])
-                                           for c in copies)):
+    if short and needs:
         title += f"; {len(short)} lack{'s' if len(short) == 1 else ''} a version the training needs"
     detail = "\n".join(f"{c['path']}: up to {c.get('glibcxx_max') or '?'}"
                        + (f" (GCC {c.get('gcc_series') or c['gcc_release']})" if c.get("gcc_release") else "")
-                       + f"; {', '.join(c['found_as'])}" for c in copies if not c.get("error"))
+                       + f"; {', '.join(c['found_as'])}" + _lacking(c, needs) for c in copies if not c.get("error"))
     damaged = [c for c in copies if c.get("error")]
     if damaged:
         # A copy the ELF reader refused (hostile counts, truncated by a crashed copy) is not evidence of
@@ -342,8 +373,7 @@ def check_interpreter_rpath(facts: Facts) -> list[Finding]:
         return [not_checked(cid, "Interpreter RPATH", facts.why_not("libs"))]
     if not interp.get("rpath"):
         return [Finding(id=cid, status="ok", title="The interpreter carries no DT_RPATH")]
-    needs = sorted({*(libs.get("needs") or []),
-                    *(e["version"] for e in (facts.of("livetrace") or {}).get("version_errors") or [])})
+    needs = needed_versions(libs, facts.of("livetrace") or {})
     old = [(c["path"], c.get("glibcxx_max")) for c in interp.get("rpath_copies") or []
            if needs and not set(needs) <= set(c.get("versions") or [])]
     if not old:

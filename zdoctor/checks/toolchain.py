@@ -7,6 +7,7 @@ import shlex
 from typing import Any
 
 from ..model import Finding, Remedy
+from ..packages import managers, package_name
 from ..probes.gccver import version_tuple
 from ..registry import Facts, check, predicate
 from ..shellquote import shell_quote
@@ -31,26 +32,14 @@ def _compiler_name(c: dict[str, Any]) -> str:
 
 
 def install_remedies(distro: dict[str, Any]) -> list[Remedy]:
-    """Install g++ with the system package manager (root), matching the distribution when known."""
-    ids = {distro.get("id") or "", *(distro.get("id_like") or [])}
-    apt = Remedy(title="Install g++ (Debian/Ubuntu)", commands=["apt-get update", "apt-get install -y g++"],
-                 requires_root=True, undo=["apt-get remove -y g++"],
-                 explanation="Installs the distribution's C++ compiler; `c++` then points at it.")
-    old_rhel = bool(ids & {"rhel", "centos"}) and version_tuple(distro.get("version_id"))[:1] == (7,)
-    pm = "yum" if old_rhel else "dnf"
-    dnf = Remedy(title=f"Install g++ (RHEL/Rocky/Fedora, {pm})", commands=[f"{pm} install -y gcc-c++"],
-                 requires_root=True, undo=[f"{pm} remove -y gcc-c++"],
-                 explanation="Installs the distribution's C++ compiler; `c++` then points at it.")
-    zypper = Remedy(title="Install g++ (SUSE)", commands=["zypper install -y gcc-c++"], requires_root=True,
-                    undo=["zypper remove -y gcc-c++"],
-                    explanation="Installs the distribution's C++ compiler; `c++` then points at it.")
-    if ids & {"debian", "ubuntu"}:
-        return [apt]
-    if ids & {"rhel", "centos", "fedora", "rocky", "almalinux", "ol", "amzn"}:
-        return [dnf]
-    if ids & {"suse", "opensuse", "sles", "opensuse-leap", "opensuse-tumbleweed"}:
-        return [zypper]
-    return [apt, dnf]
+    """Install the C++ compiler with this node's package manager (root), by its package name there."""
+    out = []
+    for pm in managers(distro):
+        pkg = package_name("c++ compiler", pm.family)
+        out.append(Remedy(title=f"Install g++ ({pm.label})", commands=pm.install(pkg), requires_root=True,
+                          undo=pm.remove(pkg),
+                          explanation="Installs the distribution's C++ compiler; `c++` then points at it."))
+    return out
 
 
 def build_safe(path: str) -> bool:

@@ -9,15 +9,17 @@ from typing import Any
 from .elf import read_elf
 from .inventory import conda_prefix_of
 from .remedies import Plan, conda_upgrade, fix_ld_library_path, fix_preload, preload, split_path_list
+from .runneeds import has_every, is_libstdcxx_version, needed_versions
 from .versions import gcc_release_providing, missing, sort_key
 
 LIBSTDCXX = "libstdc++.so.6"
 
 
 def failing_versions(libs: Mapping[str, Any], live: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The version failures to fix: the real loader's when it reported any, else the emulation's."""
-    live_errors = list(live.get("version_errors") or [])
-    return live_errors or list(libs.get("failures") or [])
+    """The libstdc++ version failures to fix: the real loader's when it reported any, else the emulation's
+    (glibc's or another library's missing nodes are no libstdc++ copy's to fix)."""
+    live_errors = [e for e in live.get("version_errors") or [] if is_libstdcxx_version(str(e.get("version")))]
+    return live_errors or [f for f in libs.get("failures") or [] if is_libstdcxx_version(str(f.get("version")))]
 
 
 def lacks(path: str, needs: list[str]) -> bool:
@@ -46,8 +48,7 @@ def offending_preloads(env: Mapping[str, str], needs: list[str]) -> list[str]:
 
 def best_copy(libs: Mapping[str, Any], needs: list[str]) -> str | None:
     """A libstdc++ from the inventory that has every need: the system's first, then the newest."""
-    good = [c for c in libs.get("inventory") or [] if not c.get("error")
-            and set(needs) <= set(c.get("versions") or [])]
+    good = [c for c in libs.get("inventory") or [] if has_every(c, needs)]
     if not good:
         return None
 
@@ -64,7 +65,7 @@ def propose(libs: Mapping[str, Any], live: Mapping[str, Any], env: Mapping[str, 
     failures = failing_versions(libs, live)
     if not failures:
         return []
-    needs = sorted({*(libs.get("needs") or []), *(f["version"] for f in failures)}, key=sort_key)
+    needs = sorted({*needed_versions(libs, live), *(f["version"] for f in failures)}, key=sort_key)
     rests = [f.get("message") or f"{f['provider']}: version `{f['version']}' not found "
              f"(required by {f['required_by']})" for f in failures[:3]]
     plans: list[Plan] = []

@@ -358,9 +358,11 @@ def step(name, fn, **extra):
         traceback.print_exc()
         sys.stderr.flush()
         emit(dict(step=name, ok=False, error="%s: %s" % (type(e).__name__, e), **extra))
-    else:
-        emit(dict(step=name, ok=True, error=None, **extra))
+        return False
+    emit(dict(step=name, ok=True, error=None, **extra))
+    return True
 import re
+AFTER_TORCH = "import torch failed; the launch loads it after torch"
 def load(path, name):
     loader = importlib.machinery.ExtensionFileLoader(name, path)
     spec = importlib.util.spec_from_file_location(name, path, loader=loader)
@@ -371,13 +373,16 @@ ops = [a[3:] for a in sys.argv[1:] if a.startswith("op:")]
 for p in ext:
     n = os.path.basename(p).split(".")[0]
     step("load " + n, lambda p=p, n=n: load(p, n), path=p, module=n)
+torch_failed = False
 for mod in ("torch", "deepspeed"):
     try:
         present = importlib.util.find_spec(mod) is not None
     except Exception:
         present = True
-    if present:
-        step("import " + mod, lambda m=mod: importlib.import_module(m))
+    if present and torch_failed:
+        emit(dict(step="import " + mod, ok=None, error=None, skipped=AFTER_TORCH))
+    elif present:
+        torch_failed = not step("import " + mod, lambda m=mod: importlib.import_module(m)) and mod == "torch"
     else:
         emit(dict(step="import " + mod, ok=None, error=None, skipped="not installed"))
 prebuilt = []
@@ -395,6 +400,9 @@ if ds_spec is not None and ds_spec.origin:
                 prebuilt.append(os.path.join(dp, fn))
 for p in sorted(prebuilt):
     n = os.path.basename(p).split(".")[0]
+    if torch_failed:
+        emit(dict(step="load prebuilt " + n, ok=None, error=None, path=p, module=n, skipped=AFTER_TORCH))
+        continue
     step("load prebuilt " + n, lambda p=p, n=n: load(p, n), path=p, module=n)
 mine = "py%d%d" % sys.version_info[:2]
 for p in ops:
@@ -404,6 +412,9 @@ for p in ops:
     if m and m.group(1) != mine:
         emit(dict(step="load " + n, ok=None, error=None, path=p, module=n,
                   skipped="built for %s, this is %s" % (m.group(1), mine)))
+        continue
+    if torch_failed:
+        emit(dict(step="load " + n, ok=None, error=None, path=p, module=n, skipped=AFTER_TORCH))
         continue
     step("load " + n, lambda p=p, n=n: load(p, n), path=p, module=n)
 sys.exit(1 if failed else 0)

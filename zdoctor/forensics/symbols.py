@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 UNDEFINED = re.compile(r"(?P<obj>/[^\s:]+?\.so[.\d]*)?:? ?(?:undefined symbol|symbol lookup error: [^:]+: "
-                       r"undefined symbol): (?P<sym>[A-Za-z_][\w.$@]*)")
+                       r"undefined symbol): (?P<sym>[A-Za-z_][\w.$@]*)(?:, version (?P<ver>[\w.@+-]+))?")
 #: Library a symbol prefix belongs to (CUDA math libraries, NCCL, cuDNN), for the never-linked case.
 PREFIX_LIBRARY = (("curand", "libcurand"), ("cublasLt", "libcublasLt"), ("cublas", "libcublas"),
                   ("cusparse", "libcusparse"), ("cusolver", "libcusolver"), ("cufft", "libcufft"),
@@ -43,7 +43,10 @@ def parse_undefined(text: str) -> list[dict[str, str | None]]:
     """Each distinct ``(object, symbol)`` of the undefined-symbol errors in ``text``."""
     out: list[dict[str, str | None]] = []
     for m in UNDEFINED.finditer(text or ""):
-        rec = {"object": m.group("obj"), "symbol": m.group("sym")}
+        line_start = (text or "").rfind("\n", 0, m.start()) + 1
+        if "lld: error:" in text[line_start:m.start() + 1]:
+            continue  # lld's link-time "undefined symbol": the build's error, read by linkerrors
+        rec = {"object": m.group("obj"), "symbol": m.group("sym"), "version": m.group("ver")}
         if rec not in out:
             out.append(rec)
     return out
@@ -152,12 +155,25 @@ def search_dirs(env: Mapping[str, str], loaded: Iterable[str], site_dirs: Iterab
     return list(dict.fromkeys(os.path.normpath(d) for d in dirs))
 
 
+def own_dirs(obj: str | None) -> list[str]:
+    """The directories ``obj``'s own RUNPATH (else RPATH) names, $ORIGIN expanded."""
+    if not obj or not os.path.isfile(obj):
+        return []
+    from .elf import read_elf
+
+    elf = read_elf(obj)
+    origin = os.path.dirname(os.path.realpath(obj))
+    return [d.replace("$ORIGIN", origin).replace("${ORIGIN}", origin)
+            for d in ((elf.runpath or elf.rpath or "").split(":")) if d]
+
+
 def triage(obj: str | None, symbol: str, loaded: Mapping[str, str], env: Mapping[str, str],
-           torch_abi: bool | None, site_dirs: Iterable[str] = ()) -> dict[str, Any]:
-    """The cause of ``obj``'s undefined ``symbol`` in a process that loaded ``loaded`` (soname or name ->
-    path). ``kind``: abi-mismatch | shadowed | never-linked | unknown, with what shows it."""
+           torch_abi: bool | None, site_dirs: Iterable[str] = (), version: str | None = None) -> dict[str, Any]:
+    """The cause of ``obj``'s undefined ``symbol`` (asked for in version node ``version``, when the loader
+    named one) in a process that loaded ``loaded`` (soname or name -> path). ``kind``: abi-mismatch |
+    shadowed | other-release | never-linked | unknown, with what shows it."""
     dem = demangle([symbol]).get(symbol)
-    rec: dict[str, Any] = {"object": obj, "symbol": symbol, "demangled": dem, "kind": "unknown",
+    rec: dict[str, Any] = {"object": obj, "symbol": symbol, "version": version, "demangled": dem, "kind": "unknown",
                            "object_abi": abi_of(symbol), "torch_abi": torch_abi, "provider": None,
                            "provider_symbol": None, "provider_abi": None, "needed": [], "loaded_copy": None,
                            "exporting_copy": None, "library": None, "why": None}
@@ -184,14 +200,7 @@ def triage(obj: str | None, symbol: str, loaded: Mapping[str, str], env: Mapping
                     return rec
     # 2. a library the object needs, loaded from a copy that lacks the symbol while another copy has it
     dirs = search_dirs(env, loaded_paths, site_dirs)
-    if obj and os.path.isfile(obj):
-        from .elf import read_elf
-
-        elf = read_elf(obj)
-        origin = os.path.dirname(os.path.realpath(obj))
-        own = [d.replace("$ORIGIN", origin).replace("${ORIGIN}", origin)
-               for d in ((elf.runpath or elf.rpath or "").split(":")) if d]
-        dirs = list(dict.fromkeys([*own, *dirs]))
+    dirs = list(dict.fromkeys([*own_dirs(obj), *dirs]))
     for soname in rec["needed"]:
         have = loaded.get(soname)
         if not have:
@@ -205,9 +214,42 @@ def triage(obj: str | None, symbol: str, loaded: Mapping[str, str], env: Mapping
             if symbol in dynamic_symbols(cand)["defined"]:
                 rec.update(kind="shadowed", library=soname, loaded_copy=have, exporting_copy=cand)
                 return rec
-    # 3. nothing the object needs could provide it
+    # 3. the version node names the library, and its only copy here is a release without the symbol
+    if version:
+        from .elf import read_elf
+        from .owner import package_of
+
+        for soname in rec["needed"]:
+            have = loaded.get(soname)
+            if have and version in (read_elf(have).verdef or []):
+                others = [c for c in candidate_copies(soname, dirs) if os.path.realpath(c) != os.path.realpath(have)]
+                rec.update(kind="other-release", library=soname, loaded_copy=have, package=package_of(have),
+                           other_copies=others, searched=len(dirs))
+                return rec
+    # 4. nothing the object needs could provide it
     lib = library_for_prefix(symbol)
     if lib and not any(n.startswith(lib + ".so") for n in rec["needed"]):
         rec.update(kind="never-linked", library=lib,
                    why=f"{os.path.basename(obj or '?')} has no DT_NEEDED entry for {lib}.so")
     return rec
+
+
+def triage_version(error: Mapping[str, Any], env: Mapping[str, str], loaded: Iterable[str],
+                   site_dirs: Iterable[str] = ()) -> dict[str, Any]:
+    """A missing version node of a library other than libstdc++ and glibc (``libfoo.so.1: version `FOO_2'
+    not found (required by op.so)``): the loaded copy's nodes, its package release, and any other copy here
+    that defines the node. ``kind``: other-release (no copy here has it) | shadowed-release (another does)."""
+    from .elf import read_elf
+    from .owner import package_of
+
+    provider, version = str(error.get("provider") or ""), str(error.get("version") or "")
+    info = read_elf(provider)
+    soname = info.soname if info.ok and info.soname else os.path.basename(provider)
+    dirs = list(dict.fromkeys([*own_dirs(error.get("required_by")), *search_dirs(env, loaded, site_dirs)]))
+    others = [c for c in candidate_copies(soname, dirs) if os.path.realpath(c) != os.path.realpath(provider)]
+    having = [c for c in others if version in (read_elf(c).verdef or [])]
+    return {"object": error.get("required_by"), "symbol": None, "version": version, "version_node": True,
+            "kind": "shadowed-release" if having else "other-release", "library": soname, "loaded_copy": provider,
+            "defines": list(info.verdef or []) if info.ok else None, "package": package_of(provider),
+            "exporting_copy": having[0] if having else None, "other_copies": others, "searched": len(dirs),
+            "message": error.get("message")}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from typing import Any
@@ -17,8 +18,10 @@ from ..runner import run
 #: What sshd gives a non-interactive session when /etc/environment sets no PATH (OpenSSH's default).
 SSHD_DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 COMPILE_TIMEOUT = 60.0
+NINJA_TIMEOUT = 20.0
 PATHS_CODE = "import sysconfig, json, sys; print(json.dumps({'paths': sysconfig.get_paths(), 'version': " \
-             "'%d.%d' % sys.version_info[:2], 'prefix': sys.prefix}))"
+             "'%d.%d' % sys.version_info[:2], 'prefix': sys.prefix, 'base_prefix': sys.base_prefix, " \
+             "'base_executable': getattr(sys, '_base_executable', sys.executable)}))"
 
 
 def noninteractive_path(etc_environment: str = "/etc/environment") -> tuple[str, str]:
@@ -45,7 +48,40 @@ def find_ninja(env: dict[str, str], python: str | None, etc_environment: str = "
     ni_path, ni_source = noninteractive_path(etc_environment)
     remote = shutil.which("ninja", path=ni_path)
     return {"on_path": on_path, "beside_interpreter": beside, "noninteractive_path": ni_path,
-            "noninteractive_source": ni_source, "on_noninteractive_path": remote}
+            "noninteractive_source": ni_source, "on_noninteractive_path": remote,
+            "runs": ninja_runs(on_path, env) if on_path else None}
+
+
+_NOT_FOUND = re.compile(r"(?P<provider>/\S+): version `(?P<version>[^']+)' not found")
+
+
+def _version_of(ninja: str, env: dict[str, str]) -> dict[str, Any]:
+    ev = run([ninja, "--version"], env=env, timeout=NINJA_TIMEOUT, label=f"{ninja} --version")
+    return {"ok": ev.exit_code == 0 and not ev.error, "exit_code": ev.exit_code,
+            "version": (ev.stdout or "").strip()[:40] or None,
+            "error": ((ev.stderr or "").strip() or ev.error or "")[-800:] or None}
+
+
+def ninja_runs(ninja: str, env: dict[str, str]) -> dict[str, Any]:
+    """``ninja --version`` under the training environment, as torch runs it before every JIT build. When the
+    loader stops it on a library an LD_LIBRARY_PATH entry supplies, the run is tried again without that
+    entry (the change the remedy would make, tried before it is offered)."""
+    from ..forensics.remedies import split_path_list, without_entries
+
+    out = _version_of(ninja, env)
+    m = _NOT_FOUND.search(out.get("error") or "") if not out["ok"] else None
+    if m:
+        out["provider"], out["missing_version"] = m.group("provider"), m.group("version")
+        entries = [e for e in split_path_list(env.get("LD_LIBRARY_PATH"))
+                   if e and os.path.normpath(e) == os.path.dirname(os.path.normpath(m.group("provider")))]
+        if entries:
+            trial_env = dict(env)
+            trial_env["LD_LIBRARY_PATH"] = without_entries(env.get("LD_LIBRARY_PATH"), entries)
+            if not trial_env["LD_LIBRARY_PATH"]:
+                del trial_env["LD_LIBRARY_PATH"]
+            out["without_entries"] = {"entries": entries, "ld_library_path": trial_env.get("LD_LIBRARY_PATH"),
+                                      "old": env.get("LD_LIBRARY_PATH"), **_version_of(ninja, trial_env)}
+    return out
 
 
 def python_include(python: str | None, env: dict[str, str]) -> tuple[dict[str, Any], Evidence | None]:
@@ -58,8 +94,12 @@ def python_include(python: str | None, env: dict[str, str]) -> tuple[dict[str, A
         return {"include": None, "python_h": None, "error": ev.error or (ev.stderr or "").strip()[-300:]
                 or "no answer"}, ev
     inc = (d.get("paths") or {}).get("include")
+    base = d.get("base_prefix") or d.get("prefix")
+    # a venv's headers are its base interpreter's: that installation is the one to complete
     return {"include": inc, "python_h": bool(inc and os.path.isfile(os.path.join(inc, "Python.h"))),
-            "version": d.get("version"), "prefix": d.get("prefix"), "error": None}, ev
+            "version": d.get("version"), "prefix": d.get("prefix"), "base_prefix": base,
+            "base_executable": d.get("base_executable"),
+            "base_is_conda": bool(base and os.path.isdir(os.path.join(base, "conda-meta"))), "error": None}, ev
 
 
 def compile_test(cxx: str | None, env: dict[str, str], include: str | None) -> tuple[dict[str, Any], list[Evidence]]:
@@ -96,7 +136,10 @@ def collect_jitprereq(env: dict[str, str], python: str | None, cxx: str | None,
     inc, inc_ev = python_include(python, env)
     cc, cc_ev = compile_test(cxx, env, inc.get("include") if inc.get("python_h") else None)
     facts = {"python": python, "ninja": ninja, "python_headers": inc, "compile": cc}
-    rows = [["ninja on the training PATH", ninja["on_path"] or "not found"],
+    runs = ninja.get("runs") or {}
+    rows = [["ninja on the training PATH", (ninja["on_path"] or "not found")
+             + ("" if not ninja["on_path"] else f" (runs: {runs.get('version')})" if runs.get("ok")
+                else " (does NOT run under the training environment)")],
             ["ninja beside the interpreter", ninja["beside_interpreter"] or "no"],
             [f"ninja on a pdsh/ssh shell's PATH ({ninja['noninteractive_source']})",
              ninja["on_noninteractive_path"] or "not found"],

@@ -274,6 +274,7 @@ def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Run the command under LD_DEBUG=libs,files,versions (strace where it helps); record what loaded."""
     from ..forensics.jitcache import scan_jit_cache
     from ..forensics.live import parse_probe_output, trace_command
+    from ..forensics.runneeds import libstdcxx_needs, run_objects
 
     env = _env(host)
     # Scanned here rather than read from the jitcache probe, which waits for the interpreter probe:
@@ -320,6 +321,8 @@ def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
         "steps": steps,
         "stderr_tail": (lt.evidence.stderr or "")[-2000:],
         "loaded_all": _loaded_all(lt),
+        # version -> objects needing it: every object the run mapped, read now (a replay never looks here)
+        "needs": libstdcxx_needs(run_objects(lt.traces)),
     }
     return facts, [lt.evidence]
 
