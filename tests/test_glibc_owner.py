@@ -15,7 +15,7 @@ import pytest
 from conftest import run_cli
 from test_glibc import newer_glibc_lib
 
-from zdoctor.probes.owner import owner_of
+from zdoctor.forensics.owner import owner_of
 
 PY = sys.executable
 
@@ -69,12 +69,12 @@ def test_a_system_library_is_owned_by_its_os_package():
                 if os.path.exists(p)), None)
     assert lib, "zlib is part of every Debian/Ubuntu base image"
     o = owner_of(lib, [])
-    assert (o["kind"], o["package"]) == ("dpkg", "zlib1g")
+    assert (o["manager"], o["name"]) == ("dpkg", "zlib1g")
 
 
 def test_a_file_copied_by_hand_has_no_owner_and_no_torch_remedy(tmp_path):
     lib = newer_glibc_lib(tmp_path / "libhand.so")
-    assert owner_of(str(lib), [str(tmp_path)])["kind"] == "unknown"
+    assert owner_of(str(lib), [str(tmp_path)])["manager"] == "unknown"
     from test_gpu_facts import facts_of
 
     from zdoctor.checks.glibc import check_glibc

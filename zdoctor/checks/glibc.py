@@ -39,8 +39,8 @@ def _python(facts: Facts) -> str:
 
 def _build_remedy(facts: Facts, who: str, owners: list[dict[str, Any]]) -> Remedy:
     """Reinstall the package the refused library belongs to, from a build for this host's glibc."""
-    kinds = {o["kind"] for o in owners}
-    pkgs = sorted({o["package"] for o in owners if o.get("package")})
+    kinds = {o["manager"] for o in owners}
+    pkgs = sorted({o["name"] for o in owners if o.get("name")})
     py = shell_quote(_python(facts))
     if kinds == {"pip"}:
         return Remedy(
@@ -78,17 +78,17 @@ def _build_remedy(facts: Facts, who: str, owners: list[dict[str, Any]]) -> Remed
 
 
 def _owner_line(lib: str, o: dict[str, Any]) -> str:
-    if not o.get("package"):
+    if not o.get("name"):
         return f"{lib}: no pip RECORD, conda-meta file, dpkg or rpm database lists it."
-    return f"{lib} belongs to the {o['kind']} package {o['package']}" + (f" {o['version']}." if o.get("version")
+    return f"{lib} belongs to the {o['manager']} package {o['name']}" + (f" {o['version']}." if o.get("version")
                                                                           else ".")
 
 
 def _owner_by_place(lib: str, torch_dir: str | None) -> dict[str, Any]:
     """The owner when no package database names one: torch's when the file is under torch's directory."""
     if torch_dir and os.path.realpath(lib).startswith(os.path.realpath(torch_dir) + os.sep):
-        return {"kind": "pip", "package": "torch", "version": None}
-    return {"kind": "unknown", "package": None, "version": None}
+        return {"manager": "pip", "name": "torch", "version": None}
+    return {"manager": "unknown", "name": None, "version": None}
 
 
 def _remedies(facts: Facts, host: str | None, need: str | None, libs: list[str]) -> list[Remedy]:
@@ -97,10 +97,10 @@ def _remedies(facts: Facts, host: str | None, need: str | None, libs: list[str])
     owners = []
     for lib in libs:
         o = owners_fact.get(lib) or {}
-        if o.get("kind") in (None, "unknown"):
+        if o.get("manager") in (None, "unknown"):
             o = _owner_by_place(lib, torch_dir)
         owners.append({**o, "path": lib})
-    torch_only = all(o.get("kind") == "pip" and str(o.get("package") or "").lower() == "torch" for o in owners)
+    torch_only = all(o.get("manager") == "pip" and str(o.get("name") or "").lower() == "torch" for o in owners)
     if libs and not torch_only:
         first = _build_remedy(facts, ", ".join(os.path.basename(x) for x in libs), owners)
     else:

@@ -1,20 +1,30 @@
-"""Which installed package a library file belongs to, and its release, from the package metadata on disk.
+"""Which installed package a file belongs to, and its release, from the package metadata on disk.
 
-pip: the ``*.dist-info`` of the ``site-packages`` directory above the file whose ``RECORD`` lists it
-(``Name`` and ``Version`` from its ``METADATA``). dpkg: the ``/var/lib/dpkg/info/*.list`` naming the file,
-its ``Version`` from ``/var/lib/dpkg/status``. Every read is bounded; nothing here raises.
+pip: a ``*.dist-info/RECORD`` of the ``site-packages`` above the file (or of the interpreter's other site
+directories) that lists it, ``Name`` and ``Version`` from its ``METADATA``. conda: the ``conda-meta/*.json``
+of the prefix above it. dpkg: the ``/var/lib/dpkg/info/*.list`` naming the file (either spelling of a
+merged ``/usr``), its ``Version`` from ``/var/lib/dpkg/status``. rpm: ``rpm -qf``. Every read is bounded;
+nothing here raises. An owner is ``{manager, name, version, how}`` (``prefix`` too for conda).
 """
 
 from __future__ import annotations
 
+import csv
 import glob
+import io
+import json
 import os
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+from ..runner import run, which_all
 
 MAX_DIST_INFOS = 2000
 MAX_FILE_BYTES = 4 * 1024 * 1024
 DPKG_INFO = "/var/lib/dpkg/info"
 DPKG_STATUS = "/var/lib/dpkg/status"
+RPM_TIMEOUT = 20.0
+UNKNOWN_HOW = "not in a pip RECORD, a conda-meta file, dpkg's file lists or rpm"
 
 
 def _read(path: str, limit: int = MAX_FILE_BYTES) -> str:
@@ -46,18 +56,52 @@ def _site_dir(path: str) -> str | None:
     return None
 
 
-def pip_owner(path: str) -> dict[str, Any] | None:
-    """The pip distribution whose RECORD lists ``path`` (by its path as given or its real file)."""
-    site = _site_dir(path)
-    if site is None:
-        return None
-    wanted = {os.path.relpath(os.path.abspath(path), site), os.path.relpath(os.path.realpath(path), site)}
-    for info in sorted(glob.glob(os.path.join(glob.escape(site), "*.dist-info")))[:MAX_DIST_INFOS]:
-        record = _read(os.path.join(info, "RECORD"))
-        if any(line.split(",", 1)[0] in wanted for line in record.splitlines()):
-            meta = _headers(_read(os.path.join(info, "METADATA")))
-            return {"manager": "pip", "name": meta.get("name"), "version": meta.get("version"),
-                    "metadata": os.path.join(info, "METADATA")}
+def pip_owner(path: str, sites: Iterable[str] = ()) -> dict[str, Any] | None:
+    """The pip distribution whose RECORD lists ``path`` (compared by real path), looked for in the
+    ``site-packages`` above it and in ``sites``."""
+    real = os.path.realpath(path)
+    base = os.path.basename(path)
+    roots = [d for d in (_site_dir(path), _site_dir(real), *sites) if d]
+    seen = 0
+    for site in dict.fromkeys(roots):
+        for info in sorted(glob.glob(os.path.join(glob.escape(site), "*.dist-info"))):
+            seen += 1
+            if seen > MAX_DIST_INFOS:
+                return None
+            record = _read(os.path.join(info, "RECORD"))
+            if base not in record:
+                continue
+            try:
+                rows = list(csv.reader(io.StringIO(record)))
+            except csv.Error:
+                continue
+            if any(row and os.path.basename(row[0]) == base and os.path.realpath(os.path.join(site, row[0])) == real
+                   for row in rows):
+                meta = _headers(_read(os.path.join(info, "METADATA")))
+                name, _sep, version = os.path.basename(info)[: -len(".dist-info")].partition("-")
+                return {"manager": "pip", "name": meta.get("name") or name, "version": meta.get("version") or
+                        version or None, "how": os.path.join(info, "RECORD")}
+    return None
+
+
+def conda_owner(path: str) -> dict[str, Any] | None:
+    """The conda package listing ``path`` in the ``conda-meta`` of the prefix above it."""
+    real = os.path.realpath(path)
+    d = os.path.dirname(real)
+    while d and d != os.path.dirname(d):
+        meta = os.path.join(d, "conda-meta")
+        if os.path.isdir(meta):
+            rel = os.path.relpath(real, d)
+            for f in sorted(glob.glob(os.path.join(glob.escape(meta), "*.json")))[:MAX_DIST_INFOS]:
+                try:
+                    doc = json.loads(_read(f))
+                except ValueError:
+                    continue
+                if isinstance(doc, dict) and rel in (doc.get("files") or []):
+                    return {"manager": "conda", "name": doc.get("name"), "version": doc.get("version"), "how": f,
+                            "prefix": d}
+            return None
+        d = os.path.dirname(d)
     return None
 
 
@@ -70,8 +114,7 @@ def dpkg_owner(path: str, info_dir: str = DPKG_INFO, status: str = DPKG_STATUS) 
         if any(line.strip() in wanted for line in _read(lst).splitlines()):
             name = os.path.basename(lst)[:-len(".list")]
             package = name.split(":", 1)[0]
-            return {"manager": "dpkg", "name": package, "version": _dpkg_version(package, status),
-                    "metadata": lst}
+            return {"manager": "dpkg", "name": package, "version": _dpkg_version(package, status), "how": lst}
     return None
 
 
@@ -83,6 +126,24 @@ def _dpkg_version(package: str, status: str) -> str | None:
     return None
 
 
-def package_of(path: str) -> dict[str, Any] | None:
-    """The package ``path`` belongs to (pip first, then dpkg), or None when no metadata names it."""
-    return pip_owner(path) or dpkg_owner(path)
+def rpm_owner(path: str, env: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """The RPM package owning ``path`` (``rpm -qf``), where rpm is installed."""
+    found = which_all("rpm", (env or {}).get("PATH") or "/usr/bin:/bin:/usr/sbin:/sbin")
+    if not found:
+        return None
+    ev = run([found[0], "-qf", "--qf", "%{NAME} %{VERSION}-%{RELEASE}\\n", path], timeout=RPM_TIMEOUT,
+             label=f"rpm -qf {path}")
+    words = (ev.stdout or "").split()
+    if ev.exit_code == 0 and len(words) >= 2:
+        return {"manager": "rpm", "name": words[0], "version": words[1], "how": f"rpm -qf {path}"}
+    return None
+
+
+def package_of(path: str, sites: Iterable[str] = (), env: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """The package ``path`` belongs to (pip, then conda, then dpkg, then rpm), or None when none names it."""
+    return pip_owner(path, sites) or conda_owner(path) or dpkg_owner(path) or rpm_owner(path, env)
+
+
+def owner_of(path: str, sites: Iterable[str] = (), env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """:func:`package_of`, or an ``unknown`` owner that says where zdoctor looked."""
+    return package_of(path, sites, env) or {"manager": "unknown", "name": None, "version": None, "how": UNKNOWN_HOW}

@@ -118,7 +118,7 @@ OWNERS_TIMEOUT = max(LIVE_TIMEOUT + 30, 90) + 30
 def glibc_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     """The host's glibc, torch's GLIBC_x needs, and the package (pip RECORD, conda-meta, dpkg -S or rpm -qf)
     of every library the loader refused for its GLIBC_x need (``owners``: {library: owner})."""
-    from .owner import owner_of
+    from ..forensics.owner import owner_of
 
     pyenv = _facts(host, "pyenv")
     facts, evidence = collect_glibc(pyenv)
@@ -133,8 +133,8 @@ def glibc_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
             owners[lib] = owner_of(lib, sites, env)
     facts["owners"] = owners
     if owners:
-        rows = [[lib, o["kind"], f"{o.get('package') or '?'} {o.get('version') or ''}".strip(), o.get("how") or "-"]
+        rows = [[lib, o["manager"], f"{o.get('name') or '?'} {o.get('version') or ''}".strip(), o.get("how") or "-"]
                 for lib, o in owners.items()]
         evidence.append(Evidence.of_table("owner of each library needing a newer glibc",
-                                          ["library", "kind", "package", "found by"], rows))
+                                          ["library", "manager", "package", "found by"], rows))
     return facts, evidence
