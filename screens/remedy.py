@@ -31,8 +31,10 @@ from zdoctor.present import (
     are_steps,
     option_label,
     options_heading,
+    pasted_script,
     recommendation,
     script_label,
+    undo_label,
     verification_mark,
     verification_of,
     verification_text,
@@ -211,13 +213,13 @@ class RemedyScreen(ContextScreen):
         self.query_one("#rem-commands", Static).update(
             Group(Text(f"{option_label(i + 1, len(self.pairs), self.steps)}: {script_label(r.commands)}:",
                        style="bold"),
-                  shell(r.commands)))
+                  shell(pasted_script(r.commands))))
         table = effect_table(r, known_env(self.ctx.host))
         effect = self.query_one("#rem-effect", Static)
         effect.update(table if table is not None else "")
         effect.display = table is not None
         undo = self.query_one("#rem-undo", Static)
-        undo.update(Group(Text("Undo:", style="bold"), shell(r.undo)) if r.undo else "")
+        undo.update(Group(Text(f"{undo_label(r.undo)}:", style="bold"), shell(pasted_script(r.undo))) if r.undo else "")
         undo.display = bool(r.undo)
 
     @property
@@ -228,7 +230,7 @@ class RemedyScreen(ContextScreen):
     # -- actions -----------------------------------------------------------------------------------
     def action_copy(self) -> None:
         f, r = self.pairs[self.index]
-        self.app.copy_to_clipboard("\n".join(r.commands) + "\n")
+        self.app.copy_to_clipboard("\n".join(pasted_script(r.commands)) + "\n")
         record_remedy(self.ctx.record, "copied", self.playbook, self.node, f.id, r)
         self.notify(f"copied {len(r.commands)} line(s) to the clipboard (OSC 52: where the terminal allows it; "
                     "otherwise select them on screen)", timeout=5)
@@ -259,7 +261,7 @@ class RemedyScreen(ContextScreen):
             # Nothing runs and nothing is written: no "runs in the terminal", no file to source.
             out.append("Practice: nothing is run; you see what would run on the recorded node.")
             out.append(str(verified_text(r, self.elsewhere)))
-            out.append("Undo: " + ("; ".join(r.undo) if r.undo else "none recorded."))
+            out.append("Undo: " + (" && ".join(r.undo) if r.undo else "none recorded."))
             return out
         core = core_action(r)
         out.append(f"Runs here, on {here}: {core}." if core else
@@ -272,7 +274,7 @@ class RemedyScreen(ContextScreen):
             out.append("export/unset lines cannot change the shell you launch from: they are also written to a "
                        "file for you to source.")
         out.append(str(verified_text(r, self.elsewhere)))
-        out.append("Undo: " + ("; ".join(r.undo) if r.undo else "none recorded."))
+        out.append("Undo: " + (" && ".join(r.undo) if r.undo else "none recorded."))
         return out
 
     def confirmed(self, i: int, f: Finding, r: Remedy, how: ApplyPlan, yes: bool | None) -> None:
@@ -370,7 +372,7 @@ class RemedyScreen(ContextScreen):
             text.append(f"\nBefore launching, run in that shell or job script:  source {outcome.env_file}",
                         style="bold")
         if r.undo:
-            text.append("\nUndo: " + "; ".join(r.undo), style="dim")
+            text.append("\nUndo: " + " && ".join(r.undo), style="dim")
         text.append("\nRecorded in the session log; x exports the report.", style="dim")
         self.result(text)
         self.notify(f"{r.title}: {status}", severity="information" if outcome.ok else "error", timeout=5)

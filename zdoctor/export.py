@@ -22,16 +22,19 @@ from .events import SessionView, WalkView, fold
 from .model import STATUS_RANK, cap_text, visible_controls
 from .present import (
     MARKS,
+    STOPS_NOTE,
     applied_heading,
     are_steps,
     edge_sentence,
     in_words,
     option_label,
     options_heading,
+    pasted_script,
     recommendation,
     remedy_flags,
     script_label,
     summary_parts,
+    undo_label,
 )
 
 FORMATS = ("md", "html", "json")
@@ -305,10 +308,10 @@ def _md_remedy(n: int, total: int, rem: dict[str, Any], elsewhere: bool, steps: 
         out += [md_paragraph(rem["explanation"]), ""]
     commands = [_s(c) for c in rem.get("commands") or []]
     if commands:
-        out += [f"{md_escape(script_label(commands))}:", "", md_fence("\n".join(commands), "bash")]
+        out += [f"{md_escape(script_label(commands))}:", "", md_fence("\n".join(pasted_script(commands)), "bash")]
     undo = [_s(c) for c in rem.get("undo") or []]
     if undo:
-        out += ["Undo:", "", md_fence("\n".join(undo), "bash")]
+        out += [undo_label(undo) + ":", "", md_fence("\n".join(pasted_script(undo)), "bash")]
     return out
 
 
@@ -393,10 +396,11 @@ def _md_applied(ev: dict[str, Any], cap: int) -> list[str]:
     out.append("")
     commands = [_s(c) for c in rem.get("commands") or []]
     if commands:
-        out += ["Commands:", "", md_fence("\n".join(commands), "bash")]
+        out += [f"Commands ({STOPS_NOTE}):" if len(commands) > 1 else "Commands:", "",
+                md_fence("\n".join(pasted_script(commands)), "bash")]
     undo = [_s(c) for c in rem.get("undo") or []]
     if undo:
-        out += ["Undo:", "", md_fence("\n".join(undo), "bash")]
+        out += [undo_label(undo) + ":", "", md_fence("\n".join(pasted_script(undo)), "bash")]
     if ev.get("output"):
         out += _md_output("Output", _s(ev["output"]), cap)
     return out

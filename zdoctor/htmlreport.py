@@ -19,11 +19,13 @@ from .present import (
     mark,
     option_label,
     options_heading,
+    pasted_script,
     recommendation,
     remedy_flags,
     safe_text,
     script_label,
     summary_parts,
+    undo_label,
 )
 
 if TYPE_CHECKING:
@@ -158,9 +160,10 @@ def remedies_html(remedies: list[dict[str, Any]], elsewhere: bool) -> str:
             out.append(f"<p>{esc(rem['explanation'])}</p>")
         if rem.get("commands"):
             commands = [str(c) for c in rem["commands"]]
-            out.append(f"<p>{esc(script_label(commands))}:</p>\n" + pre("\n".join(commands)))
+            out.append(f"<p>{esc(script_label(commands))}:</p>\n" + pre("\n".join(pasted_script(commands))))
         if rem.get("undo"):
-            out.append("<p>Undo:</p>\n" + pre("\n".join(str(c) for c in rem["undo"])))
+            undo = [str(c) for c in rem["undo"]]
+            out.append(f"<p>{esc(undo_label(undo))}:</p>\n" + pre("\n".join(pasted_script(undo))))
     return "\n".join(out)
 
 

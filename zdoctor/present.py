@@ -164,11 +164,68 @@ _SHELL_ONLY = re.compile(r"^\s*(?:export\s|unset\s|[A-Za-z_][A-Za-z0-9_]*=)")
 def script_label(commands: Iterable[str]) -> str:
     """The line above a remedy's script: "before the launch command" only when every line changes the
     launching shell's environment (``export``, ``unset``, ``VAR=``); a script that writes a file, installs a
-    package or mounts a disk does its work whenever it runs (and may act on new logins only)."""
+    package or mounts a disk does its work whenever it runs (and may act on new logins only). Above several
+    lines it says that the printed block (:func:`pasted_script`) stops at the first line that fails."""
     lines = [str(c) for c in commands if str(c).strip() and not str(c).lstrip().startswith("#")]
-    if lines and all(_SHELL_ONLY.match(c) for c in lines):
-        return SCRIPT_LABEL
-    return MACHINE_SCRIPT_LABEL
+    label = SCRIPT_LABEL if lines and all(_SHELL_ONLY.match(c) for c in lines) else MACHINE_SCRIPT_LABEL
+    return f"{label} ({STOPS_NOTE})" if len(lines) > 1 else label
+
+
+#: Said after the label of a script of several lines: the printed block is one ``&&`` chain.
+STOPS_NOTE = "pasted as one block, it stops at the first line that fails"
+
+
+def _comment_at(line: str) -> int | None:
+    """Where a shell comment starts in ``line`` (a ``#`` at a word's start, outside quotes), or None."""
+    quote = ""
+    escaped = False
+    for i, ch in enumerate(line):
+        if escaped:
+            escaped = False
+        elif quote:
+            if ch == quote:
+                quote = ""
+            elif ch == "\\" and quote == '"':
+                escaped = True
+        elif ch == "\\":
+            escaped = True
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+            return i
+    return None
+
+
+def _chained(command: str) -> str:
+    """``command`` followed by `` &&``: at the end of its first line when it opens a here-document (the
+    body and terminator follow), at the end of its last line otherwise (a quoted word may span lines),
+    and before a trailing comment."""
+    if "\n" in command and "<<" not in command.partition("\n")[0]:
+        head, _, last = command.rpartition("\n")
+        return f"{head}\n{_chained(last)}"
+    first, newline, rest = command.partition("\n")
+    cut = _comment_at(first)
+    first = f"{first.rstrip()} &&" if cut is None else f"{first[:cut].rstrip()} && {first[cut:]}"
+    return first + newline + rest
+
+
+def pasted_script(commands: Iterable[str]) -> list[str]:
+    """A remedy's lines as they are printed to be pasted: for several, one ``&&`` chain, so that a line that
+    fails stops the rest (a failed ``findmnt --verify`` never lets the ``mv`` into /etc/fstab run). The chain
+    runs in the shell it is pasted into, so its ``export`` and ``unset`` lines still reach it; comment lines
+    stay as they are."""
+    lines = [str(c) for c in commands if str(c).strip()]
+    commands_at = [i for i, c in enumerate(lines) if not c.lstrip().startswith("#")]
+    if len(commands_at) < 2:
+        return lines
+    last = commands_at[-1]
+    return [_chained(c) if i in commands_at and i != last else c for i, c in enumerate(lines)]
+
+
+def undo_label(commands: Iterable[str]) -> str:
+    """The line above a remedy's undo (which is a script too: several lines stop at the first that fails)."""
+    lines = [c for c in commands if str(c).strip() and not str(c).lstrip().startswith("#")]
+    return f"Undo ({STOPS_NOTE})" if len(lines) > 1 else "Undo"
 
 
 def applied_heading(events: Iterable[Mapping[str, Any]]) -> str:

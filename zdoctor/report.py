@@ -19,6 +19,7 @@ from .present import (
     in_words,
     option_label,
     options_heading,
+    pasted_script,
     recommendation,
     remedy_flags,
     summary_parts,
@@ -92,7 +93,7 @@ def _print_remedies(console: Any, remedies: list[Remedy], replayed: bool) -> Non
         label = "fix" if len(remedies) == 1 else option_label(i, len(remedies), steps)
         flags = "; ".join(remedy_flags(r, recorded_elsewhere=replayed))
         console.print(f"      [bold]{label}:[/] {inert(r.title)} [dim]({inert(flags)})[/]")
-        for command in r.commands:
+        for command in pasted_script(r.commands):
             # Each line whole and unpadded, whatever the width: a shell line cut at the edge (or one that
             # gained trailing blanks) is a different command when copied.
             console.print(Text("        " + visible_controls(command), style="cyan"), soft_wrap=True, crop=False)
