@@ -29,6 +29,7 @@ from zdoctor.events import record_remedy
 from zdoctor.model import Finding, Remedy
 from zdoctor.present import (
     are_steps,
+    only_changes_the_shell,
     option_label,
     options_heading,
     pasted_script,
@@ -38,6 +39,7 @@ from zdoctor.present import (
     verification_mark,
     verification_of,
     verification_text,
+    written_text,
 )
 from zdoctor.target import target_of
 
@@ -270,7 +272,10 @@ class RemedyScreen(ContextScreen):
             out.append(f"The evidence came from a snapshot of {info.get('hostname', 'another node')}: the "
                        "commands act on THIS machine.")
         out += [f"Runs in the terminal: {reason}." for reason in how.reasons]
-        if how.env_lines:
+        if how.env_lines and only_changes_the_shell(r.commands):
+            out.append("These lines only change a shell: zdoctor cannot change the one you launch from, so it "
+                       "writes them to a file for you to source there; nothing else on this machine changes.")
+        elif how.env_lines:
             out.append("export/unset lines cannot change the shell you launch from: they are also written to a "
                        "file for you to source.")
         out.append(str(verified_text(r, self.elsewhere)))
@@ -358,16 +363,23 @@ class RemedyScreen(ContextScreen):
         self.finish(i, f, r, outcome)
 
     def finish(self, i: int, f: Finding, r: Remedy, outcome: ApplyOutcome) -> None:
-        record_remedy(self.ctx.record, "applied", self.playbook, self.node, f.id, r, **outcome.to_dict(),
-                      ran_on=socket.gethostname())
-        status = "applied" if outcome.ok else ("cancelled" if outcome.cancelled else "failed")
+        # A script of export/unset lines changes no shell that outlives it: what it did is the file written.
+        written = outcome.ok and bool(outcome.env_file) and only_changes_the_shell(r.commands)
+        record_remedy(self.ctx.record, "written" if written else "applied", self.playbook, self.node, f.id, r,
+                      **outcome.to_dict(), ran_on=socket.gethostname())
+        status = "written" if written else "applied" if outcome.ok else (
+            "cancelled" if outcome.cancelled else "failed")
         self.mark_done(i, status)
-        text = Text.assemble(mark("ok" if outcome.ok else "fail"), " ",
-                             (f"{status}: exit code {outcome.exit_code}, {outcome.duration_s:.1f} s", "bold"))
+        headline = (written_text(outcome.env_file) if written else
+                    f"{status}: exit code {outcome.exit_code}, {outcome.duration_s:.1f} s")
+        text = Text.assemble(mark("ok" if outcome.ok else "fail"), " ", (headline, "bold"))
         if outcome.error:
             text.append(f"\n{outcome.error}", style="red")
-        text.append("\nWhat changed: " + ("; ".join(outcome.changed) if outcome.changed else "no file named in the "
-                                          "commands changed"))
+        if not written:
+            text.append("\nWhat changed: " + ("; ".join(outcome.changed) if outcome.changed else
+                                              "no file named in the commands changed"))
+        if outcome.env_file and not written:
+            text.append(f"\nThe export/unset lines were {written_text(outcome.env_file)}.", style="bold")
         if outcome.env_file:
             text.append(f"\nBefore launching, run in that shell or job script:  source {outcome.env_file}",
                         style="bold")

@@ -35,6 +35,7 @@ from .present import (
     script_label,
     summary_parts,
     undo_label,
+    written_text,
 )
 
 FORMATS = ("md", "html", "json")
@@ -368,7 +369,8 @@ def _md_run(run: WalkView) -> list[str]:
 
 
 def _outcome(ev: dict[str, Any]) -> tuple[str, str]:
-    """(mark, word) for a remedy event: applied, failed, declined (with how) or practised."""
+    """(mark, word) for a remedy event: applied, failed, declined (with how), practised, copied, or written
+    to a file to source."""
     kind = ev.get("type")
     if kind == "remedy_declined":
         how = _s(ev.get("how") or "")
@@ -377,6 +379,8 @@ def _outcome(ev: dict[str, Any]) -> tuple[str, str]:
         return MARKS["skip"], "practised: nothing was run"
     if kind == "remedy_copied":
         return MARKS["skip"], "copied to the clipboard: nothing was run by zdoctor"
+    if kind == "remedy_written":
+        return MARKS["ok"], written_text(_s(ev.get("env_file")) or "a file")
     return (MARKS["ok"], "applied") if ev.get("ok") is True else (MARKS["fail"], "failed")
 
 
@@ -387,8 +391,8 @@ def _md_applied(ev: dict[str, Any], cap: int) -> list[str]:
            f"- For finding {md_code(ev.get('finding_id'))}, at {_when(ev.get('ts'))}"]
     if ev.get("type") == "remedy_applied":
         out.append(f"- Exit code: {md_code(ev.get('exit_code')) if ev.get('exit_code') is not None else 'none'}")
-    if ev.get("env_file"):
-        out.append(f"- Environment changes written to {md_code(ev['env_file'])}")
+    if ev.get("env_file") and ev.get("type") != "remedy_written":
+        out.append(f"- Environment changes {md_escape(written_text(ev['env_file']))}")
     if ev.get("changed"):
         out.append("- Changed: " + ", ".join(md_code(p) for p in ev["changed"]))
     if ev.get("backup"):

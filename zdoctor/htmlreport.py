@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .model import cap_text
 from .present import (
+    STOPS_NOTE,
     applied_heading,
     are_steps,
     in_words,
@@ -26,6 +27,7 @@ from .present import (
     script_label,
     summary_parts,
     undo_label,
+    written_text,
 )
 
 if TYPE_CHECKING:
@@ -220,17 +222,20 @@ def applied_html(ev: dict[str, Any], cap: int) -> str:
            "<ul>", f"<li>For finding <code>{esc(ev.get('finding_id'))}</code>, at {esc(_when(ev.get('ts')))}</li>"]
     if ev.get("type") == "remedy_applied":
         out.append(f"<li>Exit code: <code>{esc(ev.get('exit_code'))}</code></li>")
-    if ev.get("env_file"):
-        out.append(f"<li>Environment changes written to <code>{esc(ev['env_file'])}</code></li>")
+    if ev.get("env_file") and ev.get("type") != "remedy_written":
+        out.append(f"<li>Environment changes {esc(written_text(ev['env_file']))}</li>")
     if ev.get("changed"):
         out.append("<li>Changed: " + ", ".join(f"<code>{esc(p)}</code>" for p in ev["changed"]) + "</li>")
     if ev.get("backup"):
         out.append(f"<li>Backup: <code>{esc(ev['backup'])}</code></li>")
     out.append("</ul>")
     if rem.get("commands"):
-        out.append("<p>Commands:</p>\n" + pre("\n".join(str(c) for c in rem["commands"])))
+        commands = [str(c) for c in rem["commands"]]
+        label = f"Commands ({STOPS_NOTE})" if len(commands) > 1 else "Commands"
+        out.append(f"<p>{esc(label)}:</p>\n" + pre("\n".join(pasted_script(commands))))
     if rem.get("undo"):
-        out.append("<p>Undo:</p>\n" + pre("\n".join(str(c) for c in rem["undo"])))
+        undo = [str(c) for c in rem["undo"]]
+        out.append(f"<p>{esc(undo_label(undo))}:</p>\n" + pre("\n".join(pasted_script(undo))))
     if ev.get("output"):
         out.append(block("Output", str(ev["output"]), cap))
     return "\n".join(out)

@@ -166,9 +166,13 @@ def script_label(commands: Iterable[str]) -> str:
     launching shell's environment (``export``, ``unset``, ``VAR=``); a script that writes a file, installs a
     package or mounts a disk does its work whenever it runs (and may act on new logins only). Above several
     lines it says that the printed block (:func:`pasted_script`) stops at the first line that fails."""
-    lines = [str(c) for c in commands if str(c).strip() and not str(c).lstrip().startswith("#")]
-    label = SCRIPT_LABEL if lines and all(_SHELL_ONLY.match(c) for c in lines) else MACHINE_SCRIPT_LABEL
+    lines = _command_lines(commands)
+    label = SCRIPT_LABEL if only_changes_the_shell(lines) else MACHINE_SCRIPT_LABEL
     return f"{label} ({STOPS_NOTE})" if len(lines) > 1 else label
+
+
+def _command_lines(commands: Iterable[str]) -> list[str]:
+    return [str(c) for c in commands if str(c).strip() and not str(c).lstrip().startswith("#")]
 
 
 #: Said after the label of a script of several lines: the printed block is one ``&&`` chain.
@@ -222,10 +226,21 @@ def pasted_script(commands: Iterable[str]) -> list[str]:
     return [_chained(c) if i in commands_at and i != last else c for i, c in enumerate(lines)]
 
 
+def written_text(env_file: Any) -> str:
+    """What applying a remedy whose lines only change a shell did: it wrote them to a file to source."""
+    return f"written to {env_file}: source it in the launching shell"
+
+
+def only_changes_the_shell(commands: Iterable[str]) -> bool:
+    """Whether every line of a script only changes the shell it runs in (``export``, ``unset``, ``VAR=``):
+    run by zdoctor, such a script changes nothing that outlives it."""
+    lines = _command_lines(commands)
+    return bool(lines) and all(_SHELL_ONLY.match(c) for c in lines)
+
+
 def undo_label(commands: Iterable[str]) -> str:
     """The line above a remedy's undo (which is a script too: several lines stop at the first that fails)."""
-    lines = [c for c in commands if str(c).strip() and not str(c).lstrip().startswith("#")]
-    return f"Undo ({STOPS_NOTE})" if len(lines) > 1 else "Undo"
+    return f"Undo ({STOPS_NOTE})" if len(_command_lines(commands)) > 1 else "Undo"
 
 
 def applied_heading(events: Iterable[Mapping[str, Any]]) -> str:
