@@ -29,6 +29,7 @@ from zdoctor.events import record_remedy
 from zdoctor.model import Finding, Remedy
 from zdoctor.present import (
     are_steps,
+    missing_tools,
     only_changes_the_shell,
     option_label,
     options_heading,
@@ -64,6 +65,8 @@ def flags_text(r: Remedy, elsewhere: bool = False) -> Text:
     out.append("\n")
     undo = f"{len(r.undo)} line(s), below" if r.undo else "none recorded"
     out.append("undo: " + undo, style="" if r.undo else "dim")
+    for said in missing_tools(r):
+        out.append(f"\n✗ {shown(said)}", style="bold red")
     return out
 
 
@@ -279,6 +282,7 @@ class RemedyScreen(ContextScreen):
             out.append("export/unset lines cannot change the shell you launch from: they are also written to a "
                        "file for you to source.")
         out.append(str(verified_text(r, self.elsewhere)))
+        out += [f"{said}: the commands will fail here." for said in missing_tools(r)]
         out.append("Undo: " + (" && ".join(r.undo) if r.undo else "none recorded."))
         return out
 

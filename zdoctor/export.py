@@ -392,7 +392,7 @@ def _md_applied(ev: dict[str, Any], cap: int) -> list[str]:
     if ev.get("type") == "remedy_applied":
         out.append(f"- Exit code: {md_code(ev.get('exit_code')) if ev.get('exit_code') is not None else 'none'}")
     if ev.get("env_file") and ev.get("type") != "remedy_written":
-        out.append(f"- Environment changes {md_escape(written_text(ev['env_file']))}")
+        out.append(f"- Environment changes {written_text(md_code(ev['env_file']))}")
     if ev.get("changed"):
         out.append("- Changed: " + ", ".join(md_code(p) for p in ev["changed"]))
     if ev.get("backup"):

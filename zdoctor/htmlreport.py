@@ -223,7 +223,7 @@ def applied_html(ev: dict[str, Any], cap: int) -> str:
     if ev.get("type") == "remedy_applied":
         out.append(f"<li>Exit code: <code>{esc(ev.get('exit_code'))}</code></li>")
     if ev.get("env_file") and ev.get("type") != "remedy_written":
-        out.append(f"<li>Environment changes {esc(written_text(ev['env_file']))}</li>")
+        out.append(f"<li>Environment changes {written_text('<code>' + esc(ev['env_file']) + '</code>')}</li>")
     if ev.get("changed"):
         out.append("<li>Changed: " + ", ".join(f"<code>{esc(p)}</code>" for p in ev["changed"]) + "</li>")
     if ev.get("backup"):

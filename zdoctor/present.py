@@ -105,7 +105,8 @@ def verification_of(remedy: Any) -> Verification:
     if isinstance(remedy, Mapping):
         rec = remedy.get("verification")
         if isinstance(rec, Mapping) and rec.get("state") in VERIFICATION_STATES:
-            return Verification(str(rec["state"]), str(rec.get("reason") or ""))
+            reason = str(rec.get("reason") or "")
+            return Verification(str(rec["state"]), reason or (DEFAULT_NOT_TRIED if rec["state"] == NOT_TRIED else ""))
         explanation = str(remedy.get("explanation") or "")
         said = explanation[explanation.index("Verified: ") + len("Verified: "):] if "Verified: " in explanation else ""
         if remedy.get("verified") is True:
@@ -117,14 +118,14 @@ def verification_of(remedy: Any) -> Verification:
                 sentence = explanation[explanation.rfind(".", 0, explanation.index(marker)) + 1:].strip()
                 sentence = sentence.split(". ")[0]
                 return Verification(NOT_TRIED, sentence[:1].lower() + sentence[1:])
-        return Verification(NOT_TRIED, OLD_RECORD if remedy.get("verified") is False else "")
+        return Verification(NOT_TRIED, OLD_RECORD if remedy.get("verified") is False else DEFAULT_NOT_TRIED)
     if getattr(remedy, "verified", None) is True:
         return Verification(FIXED, getattr(remedy, "note", "") or "")
     if getattr(remedy, "tried", False):
         return Verification(NOT_FIXED, getattr(remedy, "note", "") or "")
     reason = getattr(remedy, "note", "") or ""
-    if not reason and getattr(remedy, "requires_root", False):
-        reason = NOT_TRIED_ROOT
+    if not reason:  # the reason is part of the record (the JSON says what the guide and the exports say)
+        reason = NOT_TRIED_ROOT if getattr(remedy, "requires_root", False) else DEFAULT_NOT_TRIED
     return Verification(NOT_TRIED, reason)
 
 
@@ -293,13 +294,25 @@ def recommendation(remedies: list[Any]) -> str:
     return "Recommended because it is the most direct change the evidence supports."
 
 
+def tool_missing(tool: str, looked: Iterable[str]) -> str:
+    """The one sentence for a tool a remedy's commands need that the node does not have."""
+    return f"{tool} was not found on this node (looked: {'; '.join(looked)})"
+
+
+def missing_tools(remedy: Any) -> list[str]:
+    """What a remedy's commands need that the node lacks, each in the words of :func:`tool_missing`."""
+    said = remedy.get("missing") if isinstance(remedy, Mapping) else getattr(remedy, "missing", None)
+    return [str(s) for s in said] if isinstance(said, list) else []
+
+
 def remedy_flags(remedy: Any, recorded_elsewhere: bool = False) -> list[str]:
-    """The notes shown beside a remedy's title: its verification, and ``needs root``."""
+    """The notes shown beside a remedy's title: its verification, ``needs root``, and every tool its commands
+    need that the node does not have."""
     flags = [verification_text(verification_of(remedy), recorded_elsewhere)]
     root = remedy.get("requires_root") if isinstance(remedy, Mapping) else getattr(remedy, "requires_root", False)
     if root and "root" not in flags[0]:
         flags.append("needs root")
-    return flags
+    return flags + missing_tools(remedy)
 
 
 # --- the playbook path in sentences ---------------------------------------------------------------
