@@ -25,6 +25,7 @@ from pathlib import Path
 from . import children
 from .errors import InputError
 from .model import Remedy, cap_text
+from .sysfile import action_argv as create_argv
 from .target import Target
 
 ENV_LINE = re.compile(r"^\s*(export|unset)\s+")
@@ -63,6 +64,10 @@ def core_action(remedy: Remedy) -> str | None:
                 f"with findmnt --verify, the file is backed up to {action.get('backup')}, replaced in one "
                 "rename" + (", and the mount point mounted; a failed mount puts the old file back"
                              if action.get("mount", True) else ""))
+    if action.get("kind") == "file-create":
+        checked = f", checked as {action['check']} first" if action.get("check") else ""
+        return (f"zdoctor's careful create: {action.get('path')} is written beside its name and linked into place "
+                f"only while no file has that name{checked}; nothing that is there is replaced")
     return None
 
 
@@ -230,6 +235,10 @@ def run_remedy(remedy: Remedy, env: Mapping[str, str], *, on_output: Callable[[s
 
         argv = action_argv(remedy.action)  # the safe core, not the copyable lines
         watch = [p for p in (remedy.action.get("fstab"), remedy.action.get("backup")) if p]
+        before = file_states(watch)
+    elif remedy.action and remedy.action.get("kind") == "file-create":
+        argv = create_argv(remedy.action)
+        watch = [str(remedy.action.get("path"))]
         before = file_states(watch)
     if remedy.requires_root and os.geteuid() != 0:
         argv = ["sudo", "--", *argv]

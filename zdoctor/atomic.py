@@ -163,3 +163,34 @@ def write_text_atomic(path: str | os.PathLike[str], text: str, mode: int = 0o600
         finally:
             os.close(dfd)
     return target
+
+
+def write_beside(path: str, data: bytes, like: os.stat_result | None, mode: int = 0o644) -> str:
+    """Write ``data`` to a new temp file next to ``path`` with the mode of ``like`` (and its owner, as root),
+    or ``mode`` for a file that is new; return the temp file's name (the caller renames it into place or
+    removes it)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.zdoctor-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fchmod(fh.fileno(), like.st_mode & 0o7777 if like is not None else mode)
+            if like is not None and os.geteuid() == 0:
+                os.fchown(fh.fileno(), like.st_uid, like.st_gid)
+            os.fsync(fh.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return tmp
+
+
+def fsync_dir(path: str) -> None:
+    """Flush the directory that holds ``path`` (a rename into it is then on disk)."""
+    with contextlib.suppress(OSError):
+        dfd = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)

@@ -14,7 +14,6 @@ import os
 import re
 import shlex
 import shutil
-import tempfile
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Sequence
@@ -22,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .. import runner
+from ..atomic import fsync_dir, write_beside
 from ..model import Evidence, Remedy
 from .mounts import MountEntry, unescape
 
@@ -293,34 +293,6 @@ class ApplyRecord:
         return asdict(self)
 
 
-def _write_beside(path: str, data: bytes, like: os.stat_result) -> str:
-    """Write ``data`` to a new temp file next to ``path`` with ``path``'s mode (and owner, as root)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.zdoctor-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fchmod(fh.fileno(), like.st_mode & 0o7777)
-            if os.geteuid() == 0:
-                os.fchown(fh.fileno(), like.st_uid, like.st_gid)
-            os.fsync(fh.fileno())
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return tmp
-
-
-def _fsync_dir(path: str) -> None:
-    with contextlib.suppress(OSError):
-        dfd = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-
-
 def _backup_path(path: str, stamp: str) -> str:
     cand, n = f"{path}.bak.{stamp}", 1
     while os.path.lexists(cand):
@@ -331,7 +303,7 @@ def _backup_path(path: str, stamp: str) -> str:
 
 def _make_backup(fstab_path: str, backup: str, original: bytes, st: os.stat_result) -> None:
     """Write the backup atomically (a kill leaves no half-written backup), with the file's mode and times."""
-    tmp = _write_beside(backup, original, st)
+    tmp = write_beside(backup, original, st)
     try:
         with contextlib.suppress(OSError):
             os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
@@ -340,7 +312,7 @@ def _make_backup(fstab_path: str, backup: str, original: bytes, st: os.stat_resu
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    _fsync_dir(backup)
+    fsync_dir(backup)
 
 
 def apply_fstab_line(fstab_path: str, line: str, *, mount: Sequence[str] | Callable[[], Evidence],
@@ -414,7 +386,7 @@ def apply_fstab_line(fstab_path: str, line: str, *, mount: Sequence[str] | Calla
     tmp: str | None = None
     replaced = False
     try:
-        tmp = _write_beside(fstab_path, new_text.encode("utf-8", "surrogateescape"), st)
+        tmp = write_beside(fstab_path, new_text.encode("utf-8", "surrogateescape"), st)
         step(f"wrote the new text to {tmp}")
         before, _ = verify(fstab_path, findmnt, timeout)
         after, ev = verify(tmp, findmnt, timeout)
@@ -443,7 +415,7 @@ def apply_fstab_line(fstab_path: str, line: str, *, mount: Sequence[str] | Calla
         os.replace(tmp, fstab_path)
         tmp = None
         replaced = True
-        _fsync_dir(fstab_path)
+        fsync_dir(fstab_path)
         step(f"replaced {fstab_path}")
         mev = mount() if callable(mount) else runner.run(list(mount), timeout=timeout, label="mount")
         rec.mount = mev.to_dict()
@@ -480,9 +452,9 @@ def _rollback(rec: ApplyRecord, fstab_path: str, original: bytes, st: os.stat_re
         except OSError:
             data = original
     try:
-        tmp = _write_beside(fstab_path, data, st)
+        tmp = write_beside(fstab_path, data, st)
         os.replace(tmp, fstab_path)
-        _fsync_dir(fstab_path)
+        fsync_dir(fstab_path)
         with open(fstab_path, "rb") as fh:
             rec.restored_identical = fh.read() == original
         rec.rolled_back = True
