@@ -28,13 +28,14 @@ from zdoctor.apply import ApplyOutcome, ApplyPlan, core_action, env_effect, know
 from zdoctor.events import record_remedy
 from zdoctor.model import Finding, Remedy
 from zdoctor.present import (
-    are_steps,
+    first_line,
+    fix_groups,
     missing_tools,
     only_changes_the_shell,
     option_label,
-    options_heading,
     pasted_script,
     recommendation,
+    requires_of,
     script_label,
     undo_label,
     verification_mark,
@@ -145,21 +146,30 @@ class RemedyScreen(ContextScreen):
         super().__init__(ctx)
         self.playbook = playbook
         self.node = node
-        self.pairs = pairs
-        self.steps = are_steps(r for _f, r in pairs)
+        # Grouped by finding: one finding's remedies are alternatives (or steps) among themselves only; a
+        # finding whose fix depends on another's comes after it.
+        self.groups = fix_groups(pairs)
+        self.pairs = [(g.finding, r) for g in self.groups for r in g.remedies]
+        self.group_of = [g for g in self.groups for _r in g.remedies]
+        self.labels = [option_label(j, len(g.remedies), g.steps) for g in self.groups
+                       for j in range(1, len(g.remedies) + 1)]
+        self.titles = {f.id: f.title for f, _r in pairs}
+        self.option_at: dict[int, int] = {}
         self.running: threading.Event | None = None
         self.outcomes: dict[int, str] = {}
 
     def compose(self) -> ComposeResult:
         yield Header()
-        findings = list(dict.fromkeys(shown(f.title) for f, _r in self.pairs))
         head = Text.assemble(("Fixes", "bold"), f" at {self.node}")
-        if len(findings) == 1:
-            head.append(f" for: {findings[0]}")
-        remedies = [r for _f, r in self.pairs]
-        head.append(f"\n{options_heading(len(remedies), are_steps(remedies))}", style="bold")
-        if recommendation(remedies):
-            head.append(f" {recommendation(remedies)}", style="dim")
+        if len(self.groups) == 1:
+            (group,) = self.groups
+            head.append(f" for: {shown(group.finding.title)}")
+            head.append(f"\n{group.heading}", style="bold")
+            if recommendation(group.remedies):
+                head.append(f" {recommendation(group.remedies)}", style="dim")
+        else:
+            head.append(f" for {len(self.groups)} findings: each has its own fix, and needs it; where one fix "
+                        "depends on another, it says which comes first.", style="bold")
         yield Static(head, id="rem-title")
         yield OptionList(id="remedies")
         with VerticalScroll(id="rem-body"):
@@ -172,11 +182,27 @@ class RemedyScreen(ContextScreen):
             yield Static("", id="rem-explain")
         yield KeyBar()
 
+    def group_text(self, k: int) -> Text:
+        """The line above one finding's remedies: the finding, how its remedies relate, what comes first."""
+        g = self.groups[k]
+        out = Text.assemble(mark(g.finding.status), " ", (shown(g.finding.title), "bold"), f" — {g.heading}")
+        if g.also_for:
+            out.append("\n   also the fix for: " + "; ".join(shown(f.title) for f in g.also_for), style="dim")
+        if g.after:
+            out.append(f"\n   {shown(first_line(g.after, self.titles))}", style="bold yellow")
+        return out
+
     def on_mount(self) -> None:
         menu = self.query_one("#remedies", OptionList)
-        for i, (f, r) in enumerate(self.pairs):
-            menu.add_option(Option(self.option_text(i, f, r), id=f"rem:{i}"))
-        menu.highlighted = 0
+        i = 0
+        for k, g in enumerate(self.groups):
+            if len(self.groups) > 1:
+                menu.add_option(Option(self.group_text(k), id=f"head:{k}", disabled=True))
+            for r in g.remedies:
+                self.option_at[i] = menu.option_count
+                menu.add_option(Option(self.option_text(i, g.finding, r), id=f"rem:{i}"))
+                i += 1
+        menu.highlighted = self.option_at.get(0, 0)
         menu.focus()
         self.query_one("#rem-log", Log).display = False
         self.query_one("#rem-result", Static).display = False
@@ -184,27 +210,27 @@ class RemedyScreen(ContextScreen):
 
     def option_text(self, i: int, f: Finding, r: Remedy) -> Text:
         flag, style = verification_mark(verification_of(r))
-        label = option_label(i + 1, len(self.pairs), self.steps)
-        out = Text.assemble(f"{label}: ", (flag, style), " ", (shown(r.title), "bold"))
+        out = Text.assemble(f"{self.labels[i]}: ", (flag, style), " ", (shown(r.title), "bold"))
         if r.requires_root:
             out.append("  [root]", style="yellow")
         done = self.outcomes.get(i)
         if done:
             out.append(f"  [{done}]", style="bold")
-        if len({id(f) for f, _r in self.pairs}) > 1:
-            out.append("\n   for ", style="dim")
-            out.append_text(mark(f.status))
-            out.append(f" {shown(f.title)}", style="dim")
         return out
 
     @property
     def index(self) -> int:
+        """The remedy highlighted in the list (a finding's heading line is not one)."""
         menu = self.query_one("#remedies", OptionList)
-        return menu.highlighted or 0
+        at = menu.highlighted or 0
+        option_id = (menu.get_option_at_index(at).id or "") if menu.option_count else ""
+        if option_id.startswith("rem:"):
+            return int(option_id.partition(":")[2])
+        return next((i for i, o in self.option_at.items() if o > at), 0)
 
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
         event.stop()
-        if event.option.id:
+        if event.option.id and event.option.id.startswith("rem:"):
             self.show(int(event.option.id.partition(":")[2]))
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
@@ -215,10 +241,12 @@ class RemedyScreen(ContextScreen):
         f, r = self.pairs[i]
         self.query_one("#rem-flags", Static).update(flags_text(r, self.elsewhere))
         self.query_one("#rem-explain", Static).update(Text(r.explanation) if r.explanation else "")
-        self.query_one("#rem-commands", Static).update(
-            Group(Text(f"{option_label(i + 1, len(self.pairs), self.steps)}: {script_label(r.commands)}:",
-                       style="bold"),
-                  shell(pasted_script(r.commands))))
+        parts: list[Any] = []
+        if requires_of(r):
+            parts.append(Text(shown(first_line(requires_of(r), self.titles)), style="bold yellow"))
+        parts += [Text(f"{self.labels[i]}: {script_label(r.commands)}:", style="bold"),
+                  shell(pasted_script(r.commands))]
+        self.query_one("#rem-commands", Static).update(Group(*parts))
         table = effect_table(r, known_env(self.ctx.host))
         effect = self.query_one("#rem-effect", Static)
         effect.update(table if table is not None else "")
@@ -261,7 +289,7 @@ class RemedyScreen(ContextScreen):
     def notes(self, r: Remedy, how: ApplyPlan) -> list[str]:
         here = socket.gethostname()
         info = self.ctx.host.info
-        out = []
+        out = [first_line(requires_of(r), self.titles)] if requires_of(r) else []
         if self.ctx.practice:
             # Nothing runs and nothing is written: no "runs in the terminal", no file to source.
             out.append("Practice: nothing is run; you see what would run on the recorded node.")
@@ -402,7 +430,7 @@ class RemedyScreen(ContextScreen):
         self.outcomes[i] = status
         menu = self.query_one("#remedies", OptionList)
         f, r = self.pairs[i]
-        menu.replace_option_prompt_at_index(i, self.option_text(i, f, r))
+        menu.replace_option_prompt_at_index(self.option_at.get(i, i), self.option_text(i, f, r))
 
     def action_cancel(self) -> None:
         if self.running is None:

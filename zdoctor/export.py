@@ -26,12 +26,14 @@ from .present import (
     applied_heading,
     are_steps,
     edge_sentence,
+    first_line,
     in_words,
     option_label,
     options_heading,
     pasted_script,
     recommendation,
     remedy_flags,
+    requires_of,
     script_label,
     summary_parts,
     undo_label,
@@ -301,10 +303,13 @@ def _md_evidence(ev: dict[str, Any], cap: int) -> list[str]:
     return out
 
 
-def _md_remedy(n: int, total: int, rem: dict[str, Any], elsewhere: bool, steps: bool = False) -> list[str]:
+def _md_remedy(n: int, total: int, rem: dict[str, Any], elsewhere: bool, steps: bool = False,
+               titles: dict[str, str] | None = None) -> list[str]:
     flags = remedy_flags(rem, recorded_elsewhere=elsewhere)
     out = [f"**{md_escape(option_label(n, total, steps))}: {md_escape(rem.get('title') or 'Remedy')}** "
            f"({md_escape('; '.join(flags))})", ""]
+    if requires_of(rem):
+        out += [f"**{md_escape(first_line(requires_of(rem), titles))}**", ""]
     if rem.get("explanation"):
         out += [md_paragraph(rem["explanation"]), ""]
     commands = [_s(c) for c in rem.get("commands") or []]
@@ -316,7 +321,8 @@ def _md_remedy(n: int, total: int, rem: dict[str, Any], elsewhere: bool, steps: 
     return out
 
 
-def _md_finding(f: dict[str, Any], cap: int, elsewhere: bool = False) -> list[str]:
+def _md_finding(f: dict[str, Any], cap: int, elsewhere: bool = False,
+                titles: dict[str, str] | None = None) -> list[str]:
     status = _s(f.get("status"))
     mark = MARKS.get(status, "?")
     out = [f"### {mark} {md_escape(status.upper())}: {md_escape(f.get('title') or f.get('id'))}", "",
@@ -335,7 +341,7 @@ def _md_finding(f: dict[str, Any], cap: int, elsewhere: bool = False) -> list[st
         if recommendation(remedies):
             out += [md_escape(recommendation(remedies)), ""]
         for i, rem in enumerate(remedies, 1):
-            out += _md_remedy(i, len(remedies), rem, elsewhere, steps)
+            out += _md_remedy(i, len(remedies), rem, elsewhere, steps, titles)
     return out
 
 
@@ -443,8 +449,9 @@ def render_md(rep: Report, cap: int = BLOCK_CAP) -> str:
     out += ["## Findings", ""]
     if not findings:
         out += ["No findings were recorded.", ""]
+    titles = {str(f.get("id")): _s(f.get("title")) for f in findings}
     for f in findings:
-        out += _md_finding(f, cap, rep.recorded_elsewhere)
+        out += _md_finding(f, cap, rep.recorded_elsewhere, titles)
     out += [f"## {md_escape(applied_heading(rep.applied))}", ""]
     if not rep.applied:
         out += ["Nothing was applied in this session.", ""]

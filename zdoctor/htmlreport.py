@@ -16,6 +16,7 @@ from .present import (
     STOPS_NOTE,
     applied_heading,
     are_steps,
+    first_line,
     in_words,
     mark,
     option_label,
@@ -23,6 +24,7 @@ from .present import (
     pasted_script,
     recommendation,
     remedy_flags,
+    requires_of,
     safe_text,
     script_label,
     summary_parts,
@@ -149,7 +151,7 @@ def evidence_html(ev: dict[str, Any], cap: int) -> str:
     return "\n".join(out)
 
 
-def remedies_html(remedies: list[dict[str, Any]], elsewhere: bool) -> str:
+def remedies_html(remedies: list[dict[str, Any]], elsewhere: bool, titles: dict[str, str] | None = None) -> str:
     n = len(remedies)
     steps = are_steps(remedies)
     out = [f"<h4>{esc(options_heading(n, steps))}</h4>"]
@@ -158,6 +160,8 @@ def remedies_html(remedies: list[dict[str, Any]], elsewhere: bool) -> str:
     for i, rem in enumerate(remedies, 1):
         out.append(f"<h5>{esc(option_label(i, n, steps))}: {esc(rem.get('title') or 'Remedy')}</h5>")
         out.append(f"<p class=\"muted\">{esc('; '.join(remedy_flags(rem, recorded_elsewhere=elsewhere)))}</p>")
+        if requires_of(rem):
+            out.append(f"<p><strong>{esc(first_line(requires_of(rem), titles))}</strong></p>")
         if rem.get("explanation"):
             out.append(f"<p>{esc(rem['explanation'])}</p>")
         if rem.get("commands"):
@@ -169,7 +173,8 @@ def remedies_html(remedies: list[dict[str, Any]], elsewhere: bool) -> str:
     return "\n".join(out)
 
 
-def finding_html(f: dict[str, Any], anchor: str, cap: int, elsewhere: bool) -> str:
+def finding_html(f: dict[str, Any], anchor: str, cap: int, elsewhere: bool,
+                 titles: dict[str, str] | None = None) -> str:
     status = str(f.get("status") or "")
     out = [f'<article class="finding" id="{anchor}">',
            f"<h3>{status_span(status)} {esc(status.upper())}: {esc(f.get('title') or f.get('id'))}</h3>",
@@ -182,7 +187,7 @@ def finding_html(f: dict[str, Any], anchor: str, cap: int, elsewhere: bool) -> s
         out += [evidence_html(e, cap) for e in evidence]
     remedies = [r for r in f.get("remedies") or [] if isinstance(r, dict)]
     if remedies:
-        out.append(remedies_html(remedies, elsewhere))
+        out.append(remedies_html(remedies, elsewhere, titles))
     out.append("</article>")
     return "\n".join(out)
 
@@ -294,7 +299,8 @@ def render_html(rep: Report, cap: int) -> str:
     body += ['<section id="path">', "<h2>Path through the playbooks</h2>"]
     body += [run_html(run, anchors) for run in rep.runs] or ['<p class="muted">No playbook was walked.</p>']
     body += ["</section>", '<section id="findings">', "<h2>Findings</h2>"]
-    body += [finding_html(f, finding_ids[i], cap, rep.recorded_elsewhere) for i, f in enumerate(findings)] \
+    titles = {str(f.get("id")): str(f.get("title") or "") for f in findings}
+    body += [finding_html(f, finding_ids[i], cap, rep.recorded_elsewhere, titles) for i, f in enumerate(findings)] \
         or ['<p class="muted">No findings were recorded.</p>']
     body += ["</section>", '<section id="applied">', f"<h2>{esc(applied_heading(rep.applied))}</h2>"]
     body += [applied_html(ev, cap) for ev in rep.applied] or ['<p class="muted">Nothing was applied in this '

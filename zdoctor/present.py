@@ -278,6 +278,81 @@ def option_label(i: int, n: int, steps: bool = False) -> str:
     return f"Option {i}" + (" (recommended)" if i == 1 else "")
 
 
+def _get(item: Any, key: str, default: Any = None) -> Any:
+    return item.get(key, default) if isinstance(item, Mapping) else getattr(item, key, default)
+
+
+def requires_of(remedy: Any) -> list[str]:
+    """The findings whose fix must be done before ``remedy`` (their ids)."""
+    said = _get(remedy, "requires")
+    return [str(x) for x in said] if isinstance(said, list) else []
+
+
+def first_line(required: Iterable[str], titles: Mapping[str, str] | None = None) -> str:
+    """The ordered step before a remedy that depends on the fixes of other findings: what comes first."""
+    titles = titles or {}
+    parts = [f"the fix of “{titles[i]}” ({i})" if titles.get(i) else f"the fix of finding {i}" for i in required]
+    return "First: " + " and ".join(parts) + "; then this one, which depends on it (not a choice between them)."
+
+
+@dataclass
+class FixGroup:
+    """One finding's remedies on a screen that gathers several findings' fixes: its own alternatives (or
+    steps), ``after`` the findings on the same screen whose fix comes first, ``also_for`` the findings whose
+    identical remedy is listed here once."""
+
+    finding: Any
+    remedies: list[Any]
+    after: list[str]
+    also_for: list[Any]
+
+    @property
+    def steps(self) -> bool:
+        return are_steps(self.remedies)
+
+    @property
+    def heading(self) -> str:
+        return options_heading(len(self.remedies), self.steps)
+
+
+def fix_groups(pairs: Iterable[tuple[Any, Any]]) -> list[FixGroup]:
+    """``(finding, remedy)`` pairs grouped by finding: one finding's remedies are alternatives (or the steps
+    of one fix), never mixed with another finding's; a remedy offered by several findings is listed once,
+    under the first; a finding whose fix depends on another's (``requires``) comes after it."""
+    groups: dict[str, FixGroup] = {}
+    seen: dict[tuple[str, tuple[str, ...]], FixGroup] = {}
+    for finding, remedy in pairs:
+        fid = str(_get(finding, "id"))
+        key = (str(_get(remedy, "title")), tuple(str(c) for c in _get(remedy, "commands") or []))
+        if key in seen and seen[key] is not groups.get(fid):
+            if all(_get(f, "id") != fid for f in seen[key].also_for):
+                seen[key].also_for.append(finding)
+            continue
+        group = groups.setdefault(fid, FixGroup(finding, [], [], []))
+        group.remedies.append(remedy)
+        seen[key] = group
+    listed = [g for g in groups.values() if g.remedies]
+    for g in listed:
+        g.after = [i for r in g.remedies for i in requires_of(r) if i in groups and i != _get(g.finding, "id")]
+        g.after = list(dict.fromkeys(g.after))
+    ordered: list[FixGroup] = []
+    placing: set[str] = set()
+
+    def place(g: FixGroup) -> None:
+        fid = str(_get(g.finding, "id"))
+        if g in ordered or fid in placing:
+            return
+        placing.add(fid)
+        for dep in g.after:
+            if groups[dep].remedies:
+                place(groups[dep])
+        ordered.append(g)
+
+    for g in listed:
+        place(g)
+    return ordered
+
+
 def recommendation(remedies: list[Any]) -> str:
     """Why the first of several remedies is recommended (empty for one or none)."""
     if len(remedies) < 2 or are_steps(remedies):

@@ -70,7 +70,7 @@ def _heredoc_tag(text: str) -> str:
 
 
 def nvme_patch_remedy(ds_path: str, target: str, block_size: int | None = None,
-                      text: str | None = None) -> Remedy | None:
+                      text: str | None = None, requires: list[str] | None = None) -> Remedy | None:
     """A remedy that moves the config's offload to NVMe at ``target``: back up, then write the patched file.
 
     The patched text is built by :func:`zdoctor.offload.dsconfig.nvme_patch` (only the offload blocks change)
@@ -88,11 +88,23 @@ def nvme_patch_remedy(ds_path: str, target: str, block_size: int | None = None,
     commands = [f"cp -p -- {q} {shell_quote(ds_path + '.bak')}", f"cat > {q} <<'{tag}'\n{body}{tag}"]
     return Remedy(title=f"Move offload to NVMe at {target} in {os.path.basename(ds_path)}", commands=commands,
                   verified=False, requires_root=not os.access(os.path.dirname(ds_path) or ".", os.W_OK),
-                  undo=[f"mv -- {shell_quote(ds_path + '.bak')} {q}"],
+                  undo=[f"mv -- {shell_quote(ds_path + '.bak')} {q}"], requires=list(requires or []),
                   explanation="Rewrites only " + ", ".join(patch.changed) + " (every other line, comments "
                   "included, stays), keeping the other settings of those blocks. The new text was read back "
                   "through DeepSpeed's reader rules before it was offered. Not verified by a training run.\n\n"
                   + patch.diff)
+
+
+#: The finding whose fix (format, mount, create the directory) makes the NVMe inventory's suggested
+#: offload directory exist: a config pointed there depends on it.
+MOUNT_FIX = "storage.fstab"
+
+
+def _target_requires(facts: Facts, target: str) -> list[str]:
+    """The fixes that must come before the config points at ``target``: the mount of the unused NVMe drive
+    when ``target`` is the directory that fix creates."""
+    sugg = (facts.of("nvme_inventory") or {}).get("suggestion") or {}
+    return [MOUNT_FIX] if sugg.get("offload_dir") == target else []
 
 
 def _offload_target(facts: Facts) -> str | None:
@@ -184,7 +196,7 @@ def check_lints(facts: Facts) -> list[Finding]:
                     lines.append(f"  {note}")
         remedies = []
         if rule in ("nvme-without-path", "nvme-path") and ds and target and worst == "fail":
-            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"))
+            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), requires=_target_requires(facts, target))
             if r:
                 remedies.append(r)
         title = RULE_TITLES.get(rule, rule)
@@ -210,7 +222,7 @@ def check_patch(facts: Facts) -> list[Finding]:
     now = sorted({p["path"] for p in ds["nvme_paths"]})
     if not target or now == [target]:
         return []
-    r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"))
+    r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), requires=_target_requires(facts, target))
     if r is None:
         return [Finding(id=cid, status="skip", title=f"ds_config patch to {target}: not made",
                         detail=f"{ds['path']} could not be read back to patch it here (it is not in the recorded "
@@ -298,7 +310,7 @@ def check_capacity(facts: Facts) -> list[Finding]:
         ds = facts.of("dsconfig")
         target = _offload_target(facts)
         if ds and target:
-            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"))
+            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), requires=_target_requires(facts, target))
             if r:
                 remedies.append(r)
         elif ds:
