@@ -94,3 +94,12 @@ def test_the_label_says_a_block_stops_and_a_single_line_says_nothing_of_it():
     assert script_label(["export A=1", "unset B"]).endswith(f"before the launch command ({STOPS_NOTE})")
     assert script_label(["apt-get install -y libaio-dev"]) == "Run in bash, in order"
     assert pasted_script(["apt-get install -y libaio-dev"]) == ["apt-get install -y libaio-dev"]
+
+
+def test_a_line_with_its_own_or_does_not_run_after_an_earlier_failure(tmp_path: Path):
+    """``a && x || y`` would run ``y`` when ``a`` failed: such a line is grouped in braces."""
+    marker = tmp_path / "ran"
+    done = paste("\n".join(pasted_script(["false", f"false 2>/dev/null || touch {marker}"])), tmp_path)
+    assert done.returncode != 0 and not marker.exists()
+    done = paste("\n".join(pasted_script(["true", f"false 2>/dev/null || touch {marker}"])), tmp_path)
+    assert done.returncode == 0 and marker.exists()

@@ -102,3 +102,67 @@ def test_the_core_refuses_an_unsafe_folder_and_a_text_pam_limits_would_misread(t
     assert not (folder / "91-x.conf").exists()
     rec = create_system_file(str(folder / "91-x.conf"), "* soft memlock unlimited\n", check="limits.conf")
     assert rec.ok and (folder / "91-x.conf").read_text() == "* soft memlock unlimited\n"
+
+
+GRUB = 'GRUB_DEFAULT=0\nGRUB_TIMEOUT=5\nGRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX="console=ttyS0"\n'
+
+
+def grub_stand_in(tmp_path: Path) -> Path:
+    folder = tmp_path / "default-h5"
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o755)
+    grub = folder / "grub"
+    grub.write_text(GRUB)
+    grub.chmod(0o644)
+    (folder / "grub.bak").write_text("# the admin's own backup\n")
+    return grub
+
+
+def iommu_remedy(grub: Path, then: str):
+    from zdoctor.sysfile import kernel_parameters_remedy
+
+    remedy = kernel_parameters_remedy(["intel_iommu=on", "iommu=pt"], title="iommu=pt", explanation="",
+                                      grub=str(grub))
+    remedy.action["then"] = then  # the stand-in has no boot loader to rebuild
+    return remedy
+
+
+def test_the_grub_edit_backs_up_under_its_own_name_and_is_undone(tmp_path: Path):
+    from zdoctor.checks.p2p import _iommu_fix
+
+    assert _iommu_fix({"units": ["dmar0"]}).action["kind"] == "file-edit"  # the IOMMU fix goes through the core
+    grub = grub_stand_in(tmp_path)
+    remedy = iommu_remedy(grub, "true")
+    assert "careful edit" in core_action(remedy)
+    out = run_remedy(remedy, dict(os.environ), timeout=60)
+    assert out.exit_code == 0, out.output
+    assert 'GRUB_CMDLINE_LINUX="console=ttyS0 intel_iommu=on iommu=pt"' in grub.read_text()
+    backup = Path(remedy.action["backup"])
+    assert backup.read_text() == GRUB and (grub.parent / "grub.bak").read_text() == "# the admin's own backup\n"
+    again = run_remedy(remedy, dict(os.environ), timeout=60)  # already there: nothing changes, backup kept
+    assert again.exit_code == 0 and grub.read_text().count("iommu=pt") == 1 and backup.read_text() == GRUB
+    paste(remedy.undo[:1], tmp_path)
+    assert grub.read_text() == GRUB
+
+
+def test_the_grub_edit_is_put_back_when_the_rebuild_fails_and_refuses_a_link(tmp_path: Path):
+    grub = grub_stand_in(tmp_path)
+    out = run_remedy(iommu_remedy(grub, "false"), dict(os.environ), timeout=60)
+    assert out.exit_code == 1 and "put the old file back" in out.output
+    assert grub.read_text() == GRUB
+    real = tmp_path / "elsewhere"
+    real.write_text(GRUB)
+    grub.unlink()
+    grub.symlink_to(real)
+    out = run_remedy(iommu_remedy(grub, "true"), dict(os.environ), timeout=60)
+    assert out.exit_code == 1 and "without following links" in out.output
+    assert real.read_text() == GRUB and grub.is_symlink()
+
+
+def test_a_pasted_grub_block_stops_when_its_backup_name_is_taken(tmp_path: Path):
+    grub = grub_stand_in(tmp_path)
+    remedy = iommu_remedy(grub, "true")
+    Path(remedy.action["backup"]).write_text("# something else\n")
+    done = paste(remedy.commands, tmp_path)
+    assert done.returncode != 0
+    assert grub.read_text() == GRUB and Path(remedy.action["backup"]).read_text() == "# something else\n"

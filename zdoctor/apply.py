@@ -68,6 +68,10 @@ def core_action(remedy: Remedy) -> str | None:
         checked = f", checked as {action['check']} first" if action.get("check") else ""
         return (f"zdoctor's careful create: {action.get('path')} is written beside its name and linked into place "
                 f"only while no file has that name{checked}; nothing that is there is replaced")
+    if action.get("kind") == "file-edit":
+        then = f", then `{action['then']}` (a failure puts the old file back)" if action.get("then") else ""
+        return (f"zdoctor's careful edit: {action.get('path')} is read without following links, the edit checked, "
+                f"the old file backed up to {action.get('backup')} and the new one renamed into place{then}")
     return None
 
 
@@ -236,9 +240,9 @@ def run_remedy(remedy: Remedy, env: Mapping[str, str], *, on_output: Callable[[s
         argv = action_argv(remedy.action)  # the safe core, not the copyable lines
         watch = [p for p in (remedy.action.get("fstab"), remedy.action.get("backup")) if p]
         before = file_states(watch)
-    elif remedy.action and remedy.action.get("kind") == "file-create":
+    elif remedy.action and remedy.action.get("kind") in ("file-create", "file-edit"):
         argv = create_argv(remedy.action)
-        watch = [str(remedy.action.get("path"))]
+        watch = [str(p) for p in (remedy.action.get("path"), remedy.action.get("backup")) if p]
         before = file_states(watch)
     if remedy.requires_root and os.geteuid() != 0:
         argv = ["sudo", "--", *argv]

@@ -201,6 +201,37 @@ def _comment_at(line: str) -> int | None:
     return None
 
 
+def _unquoted(line: str) -> str:
+    """``line`` with its quoted parts (and escaped characters) taken out: what the shell parses as syntax."""
+    out, quote, escaped = [], "", False
+    for ch in line:
+        if escaped:
+            escaped = False
+        elif quote:
+            if ch == quote:
+                quote = ""
+            elif ch == "\\" and quote == '"':
+                escaped = True
+        elif ch == "\\":
+            escaped = True
+        elif ch in "'\"":
+            quote = ch
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _grouped(command: str) -> str:
+    """A one-line ``command`` whose own ``||`` or ``;`` would bind looser than the chain's ``&&``, in braces
+    (``a && x || y`` would run ``y`` when ``a`` failed)."""
+    if "\n" in command or _comment_at(command) is not None:
+        return command
+    bare = _unquoted(command)
+    if "||" not in bare and ";" not in bare:
+        return command
+    return f"{{ {command.rstrip().rstrip(';')}; }}"
+
+
 def _chained(command: str) -> str:
     """``command`` followed by `` &&``: at the end of its first line when it opens a here-document (the
     body and terminator follow), at the end of its last line otherwise (a quoted word may span lines),
@@ -224,6 +255,7 @@ def pasted_script(commands: Iterable[str]) -> list[str]:
     if len(commands_at) < 2:
         return lines
     last = commands_at[-1]
+    lines = [_grouped(c) if i in commands_at else c for i, c in enumerate(lines)]
     return [_chained(c) if i in commands_at and i != last else c for i, c in enumerate(lines)]
 
 

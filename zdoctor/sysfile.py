@@ -1,13 +1,15 @@
-"""Create a system configuration file (a drop-in under /etc) the careful way, and the remedy that does it.
+"""Write a system configuration file under /etc the careful way, and the remedies that do it.
 
-A drop-in is written under a name that does not exist yet, so nothing an admin wrote is replaced and the
-undo (removing that one file) gives back exactly what was there. The core refuses a folder that is a
-symbolic link or that anyone but root may change (root never writes through a path another user controls),
-refuses when a file of that name appeared since the preview, checks the text before anything changes,
-writes it beside its final name and links it into place in one step that fails if the name is taken.
+A drop-in is created under a name that does not exist yet, so nothing an admin wrote is replaced and the
+undo (removing that one file) gives back exactly what was there. A file that must be edited in place
+(/etc/default/grub) is backed up under a name of its own first and replaced in one rename; its undo puts
+the backup back. Either way the core refuses a folder that is a symbolic link or that anyone but root may
+change (root never writes through a path another user controls), opens nothing through a link, and checks
+the new text before anything changes.
 
-``python -m zdoctor.sysfile --path P --text T --check limits.conf`` runs :func:`create_system_file` (the
-guide starts it under sudo); the last line it prints is ``zdoctor-sysfile-record: {json}``.
+``python -m zdoctor.sysfile --path P --text T --check limits.conf`` runs :func:`create_system_file`,
+``--path P --edit NAME --arg W --backup B --check NAME`` runs :func:`replace_system_file` (the guide starts
+it under sudo); the last line printed is ``zdoctor-sysfile-record: {json}``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import stat
+import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -55,7 +59,34 @@ def check_limits_conf(text: str) -> str | None:
     return None
 
 
-CHECKS: dict[str, Callable[[str], str | None]] = {"limits.conf": check_limits_conf}
+_GRUB_CMDLINE = re.compile(r'^(GRUB_CMDLINE_LINUX=)"([^"\\$`]*)"\s*$', re.M)
+
+
+def add_kernel_parameters(text: str, words: Sequence[str]) -> str:
+    """/etc/default/grub with ``words`` added to ``GRUB_CMDLINE_LINUX`` (those already there kept once);
+    ValueError when there is no plain double-quoted ``GRUB_CMDLINE_LINUX=`` line to edit."""
+    found = list(_GRUB_CMDLINE.finditer(text))
+    if len(found) != 1:
+        raise ValueError(f"{len(found)} plain GRUB_CMDLINE_LINUX=\"...\" lines (one is needed to edit it safely)")
+    m = found[0]
+    have = m.group(2).split()
+    new = " ".join(have + [w for w in words if w not in have])
+    return f"{text[:m.start()]}{m.group(1)}\"{new}\"{text[m.end():]}"
+
+
+def check_grub_default(text: str) -> str | None:
+    """Why ``text`` is not a /etc/default/grub to install (None when bash reads it and it has its line)."""
+    if len(_GRUB_CMDLINE.findall(text)) != 1:
+        return "no single plain GRUB_CMDLINE_LINUX line"
+    done = subprocess.run(["bash", "-n"], input=text, text=True, capture_output=True, timeout=10) \
+        if shutil.which("bash") else None
+    if done is not None and done.returncode != 0:
+        return f"bash -n refuses it: {done.stderr.strip()[:200]}"
+    return None
+
+
+CHECKS: dict[str, Callable[[str], str | None]] = {"limits.conf": check_limits_conf, "grub": check_grub_default}
+EDITS: dict[str, Callable[[str, Sequence[str]], str]] = {"kernel-parameters": add_kernel_parameters}
 
 
 @dataclass
@@ -130,6 +161,88 @@ def create_system_file(path: str, text: str, *, check: str | None = None, mode: 
     return rec
 
 
+def _read_nofollow(path: str) -> tuple[bytes, os.stat_result]:
+    """The bytes of a regular file, opened without following a link and without blocking on a FIFO."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(0, "not a regular file")
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return b"".join(chunks), st
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+
+
+def replace_system_file(path: str, edit: str, args: Sequence[str], *, backup: str, check: str | None = None,
+                        on_step: Callable[[str], None] | None = None) -> CreateRecord:
+    """Edit ``path`` with the edit named ``edit`` (a key of :data:`EDITS`), the careful way: the file is read
+    without following a link, the new text checked (``check``), the old bytes backed up to ``backup`` (a
+    name of its own: refused when it holds something else) and the new text renamed into place with the
+    file's mode and owner. Nothing changes on a refusal; the record says what happened."""
+    rec = CreateRecord(path=path)
+
+    def step(said: str) -> None:
+        rec.steps.append(said)
+        if on_step is not None:
+            on_step(said)
+
+    def refuse(said: str) -> CreateRecord:
+        rec.error = said
+        step(f"nothing was changed: {said}")
+        return rec
+
+    folder = os.path.dirname(os.path.abspath(path))
+    problem = _folder_problem(folder)
+    if problem:
+        return refuse(problem)
+    try:
+        original, st = _read_nofollow(path)
+    except OSError as exc:
+        return refuse(f"{path}: cannot read it as a regular file without following links ({exc.strerror or exc})")
+    try:
+        new_text = EDITS[edit](original.decode("utf-8"), list(args))
+    except (KeyError, ValueError, UnicodeDecodeError) as exc:
+        return refuse(f"{path}: cannot make the edit: {exc}")
+    if new_text.encode("utf-8") == original:
+        rec.ok = True
+        step(f"{path} already says so: nothing to change")
+        return rec
+    said = CHECKS[check](new_text) if check else None
+    if said:
+        return refuse(f"the new text is refused: {said}")
+    if os.path.lexists(backup):
+        try:
+            same = _read_nofollow(backup)[0] == original
+        except OSError:
+            same = False
+        if not same:
+            return refuse(f"{backup} already exists and is not a copy of {path}: refusing to overwrite it")
+    tmp: str | None = None
+    try:
+        saved = write_beside(backup, original, st)
+        os.replace(saved, backup)
+        fsync_dir(backup)
+        step(f"backed up {path} to {backup}")
+        tmp = write_beside(path, new_text.encode("utf-8"), st)
+        os.replace(tmp, path)
+        tmp = None
+        fsync_dir(path)
+        step(f"replaced {path} in one rename")
+        rec.ok = True
+    except OSError as exc:
+        return refuse(f"{path}: {exc.strerror or exc}")
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+    return rec
+
+
 def free_name(folder: str, stem: str, suffix: str, taken: Iterable[str] | None) -> str:
     """``stem + suffix``, or ``stem-2 + suffix`` … : the first name not in ``taken`` (the folder's names
     as recorded on the node)."""
@@ -166,24 +279,81 @@ def create_file_remedy(path: str, text: str, *, title: str, explanation: str, ch
                               "the folder as it was.")
 
 
+def kernel_parameters_remedy(words: Sequence[str], *, title: str, explanation: str,
+                             grub: str = "/etc/default/grub") -> Remedy:
+    """Add kernel parameters to GRUB_CMDLINE_LINUX: the old file backed up under a name of its own, the
+    edit checked, renamed into place, then the boot configuration rebuilt; the undo puts the backup back."""
+    q = shell_quote(grub)
+    backup = f"{grub}.bak.zdoctor-" + "-".join(w.replace("=", "_") for w in words)
+    qb = shell_quote(backup)
+    staged = shell_quote(os.path.join(os.path.dirname(grub), f".{os.path.basename(grub)}.zdoctor-new"))
+    rebuild = "update-grub 2>/dev/null || grub2-mkconfig -o /boot/grub2/grub.cfg"
+    wanted = " ".join(words)
+    commands = [f"test ! -e {qb} && test ! -L {qb}",
+                f"cp -p -- {q} {qb}",
+                f"sed 's/^GRUB_CMDLINE_LINUX=\"/GRUB_CMDLINE_LINUX=\"{wanted} /' {q} > {staged}",
+                f"grep -q '^GRUB_CMDLINE_LINUX=\"{wanted} ' {staged} && bash -n {staged}",
+                f"chmod --reference={q} -- {staged}",
+                f"mv -f -- {staged} {q}",
+                rebuild,
+                "# then reboot"]
+    return Remedy(title=title, commands=commands, requires_root=True,
+                  undo=[f"cp -p -- {qb} {q}", rebuild],
+                  action={"kind": "file-edit", "path": grub, "edit": "kernel-parameters", "args": list(words),
+                          "backup": backup, "check": "grub", "then": rebuild},
+                  explanation=f"{explanation} The old {grub} is kept as {backup} (a name of its own, never an "
+                              "earlier backup overwritten); the new one is checked (bash reads it, the line has the "
+                              "parameters) before it is renamed into place.")
+
+
 def action_argv(action: dict[str, Any]) -> list[str]:
-    """The argv that applies a ``file-create`` remedy action with this interpreter and this zdoctor."""
+    """The argv that applies a ``file-create`` or ``file-edit`` remedy action with this interpreter and this
+    zdoctor."""
     import zdoctor
 
     home = os.path.dirname(os.path.dirname(os.path.abspath(zdoctor.__file__)))
     boot = (f"import sys; sys.path.insert(0, {home!r}); from zdoctor.sysfile import main; "
             "sys.exit(main(sys.argv[1:]))")
-    argv = [sys.executable, "-I", "-c", boot, "--path", str(action["path"]), "--text", str(action["text"])]
+    argv = [sys.executable, "-I", "-c", boot, "--path", str(action["path"])]
+    if action.get("kind") == "file-edit":
+        argv += ["--edit", str(action["edit"]), "--backup", str(action["backup"])]
+        argv += [f"--arg={a}" for a in action.get("args") or []]
+        argv += ["--then", str(action["then"])] if action.get("then") else []
+    else:
+        argv += ["--text", str(action["text"])]
     return argv + (["--check", str(action["check"])] if action.get("check") else [])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="zdoctor-sysfile", description="Create a system file, carefully.")
+    parser = argparse.ArgumentParser(prog="zdoctor-sysfile", description="Write a system file, carefully.")
     parser.add_argument("--path", required=True)
-    parser.add_argument("--text", required=True)
+    parser.add_argument("--text")
+    parser.add_argument("--edit", choices=sorted(EDITS))
+    parser.add_argument("--arg", action="append", default=[])
+    parser.add_argument("--backup")
+    parser.add_argument("--then", help="a shell line to run once the file is in place (it is put back if it fails)")
     parser.add_argument("--check", choices=sorted(CHECKS))
     args = parser.parse_args(argv)
-    rec = create_system_file(args.path, args.text, check=args.check, on_step=lambda s: print(s, flush=True))
+
+    def say(s: str) -> None:
+        print(s, flush=True)
+
+    if args.edit:
+        if not args.backup:
+            parser.error("--edit needs --backup")
+        rec = replace_system_file(args.path, args.edit, args.arg, backup=args.backup, check=args.check, on_step=say)
+        if rec.ok and args.then and os.path.lexists(args.backup):
+            done = subprocess.run(["bash", "-c", args.then], stdin=subprocess.DEVNULL, timeout=600)
+            if done.returncode != 0:
+                os.replace(write_beside(args.path, _read_nofollow(args.backup)[0], os.stat(args.backup)), args.path)
+                rec.ok, rec.error = False, f"{args.then!r} failed (exit {done.returncode}): put the old file back"
+                say(rec.error)
+            else:
+                say(f"ran {args.then}")
+    elif args.text is not None:
+        rec = create_system_file(args.path, args.text, check=args.check, on_step=say)
+    else:
+        parser.error("give --text (create) or --edit (replace)")
     print(RECORD_PREFIX + json.dumps(rec.to_dict()), flush=True)
     return 0 if rec.ok else 1
 
