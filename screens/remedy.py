@@ -129,7 +129,8 @@ class ConfirmApply(ModalScreen[bool]):
 
 
 class RemedyScreen(ContextScreen):
-    """The remedies of one step; each can be copied, declined or applied."""
+    """The remedies of one step, grouped by finding (each finding's own alternatives or steps, a fix that
+    depends on another after it); each can be copied, declined or applied."""
 
     PALETTE_GROUP = "Fixes"
     BINDINGS = [

@@ -1,6 +1,7 @@
-"""The report model: how statuses, counts, finding order, a remedy's verification and a finding's remedy
-options are put into words. The terminal report, the Markdown and HTML exports, the fleet report and the
-TUI all take their marks, styles and sentences from here, so they say the same thing.
+"""The report model: how statuses, counts, finding order, a remedy's verification, a finding's remedy
+options (grouped by finding, with what comes first) and a printed script are put into words. The terminal
+report, the Markdown and HTML exports, the fleet report and the TUI all take their marks, styles and
+sentences from here, so they say the same thing.
 """
 
 from __future__ import annotations
