@@ -13,6 +13,7 @@ Exit code 1 when any row is over a budget or did not behave (the expected refusa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -29,6 +30,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from envkit import system_libstdcxx  # noqa: E402
 from hostilekit import RSS_BUDGET_MB, Measured, craft_looping_verneed, run_measured  # noqa: E402
+from racekit import build_racer, can_race, intact, loop_device, racing, unprivileged_user  # noqa: E402
 
 #: Wall-time budget of a row whose probe has no --timeout of its own: the default probe budget.
 DEFAULT_TIME_BUDGET = 60.0
@@ -139,6 +141,13 @@ def battery(work: Path) -> list[Row]:
         rows.append(Row("snapshot -o symlink to a loop device", ["snapshot", "-o", str(link_dev)],
                         DEFAULT_TIME_BUDGET, _in_stderr("a symbolic link to a block device"), setup=attach,
                         cleanup=detach))
+    home = Path(f"/nonexistent-zdoctor-hostile-{os.getpid()}")
+    rows.append(Row("HOME=/nonexistent (no XDG_STATE_HOME)", ["check", "--json", "--playbook", "gpu-stack"],
+                    DEFAULT_TIME_BUDGET, lambda m: "not creating session log directory" in m.stderr
+                    and not home.exists() and _no_crash(m),
+                    env={**{k: v for k, v in os.environ.items() if k != "XDG_STATE_HOME"}, "HOME": str(home)}))
+    if can_race() is None and shutil.which("losetup"):
+        rows.append(_racing_offload_row(work))
     state = work / "state-link"
     (state / "zdoctor").mkdir(parents=True)
     victim = work / "victim"
@@ -148,6 +157,33 @@ def battery(work: Path) -> list[Row]:
                     DEFAULT_TIME_BUDGET, _in_stderr("it is a symbolic link"),
                     env={**os.environ, "XDG_STATE_HOME": str(state)}))
     return rows
+
+
+def _racing_offload_row(work: Path) -> Row:
+    """The offload directory's owner (a user made for the row) renames a link to a loop device over each
+    test file zdoctor creates there, while ``check --offload-path`` runs the O_DIRECT tests."""
+    held = contextlib.ExitStack()
+    state: dict[str, object] = {}
+    root_dir, offload = work / "race-root", work / "race-offload"
+    root_dir.mkdir(mode=0o755)
+    os.chmod(work, 0o755)
+
+    def setup() -> None:
+        user = held.enter_context(unprivileged_user())
+        offload.mkdir()
+        os.chown(offload, user.uid, user.gid)
+        state["dev"], _ = held.enter_context(loop_device(root_dir))
+        racer = build_racer("swap_in_link", root_dir)
+        held.enter_context(racing(user, [str(racer), str(offload), ".zdoctor-", str(state["dev"]), "both"]))
+
+    def cleanup() -> None:
+        state["intact"] = intact(str(state["dev"]), 16 << 20)
+        held.close()
+
+    return Row("check --offload-path: the owner swaps a link to a loop device in",
+               ["check", "--json", "--no-log", "--offload-path", str(offload), "--io-size", "16M"],
+               DEFAULT_TIME_BUDGET, lambda m: _no_crash(m) and state.get("intact") is True, setup=setup,
+               cleanup=cleanup)
 
 
 def main() -> int:

@@ -108,6 +108,28 @@ def summary_text(findings: list[Finding]) -> Text:
     return out or Text("no findings", style="dim")
 
 
+def symptoms_text(entries: list[dict[str, Any]]) -> Text:
+    """The symptom ledger in a few lines: each thing the user saw, quoted, and what explains it or UNEXPLAINED
+    (the words of :mod:`zdoctor.present`)."""
+    from zdoctor.present import NO_SYMPTOMS, SYMPTOMS_HEADING, symptom_place, symptom_verdict, unexplained_headline
+
+    out = Text()
+    if not entries:
+        out.append(f"{SYMPTOMS_HEADING}: {NO_SYMPTOMS}", style="dim")
+        return out
+    out.append(f"{SYMPTOMS_HEADING}:", style="bold")
+    headline = unexplained_headline(entries)
+    if headline:
+        out.append(f" {headline}", style="bold red")
+    for e in entries:
+        explained = bool(e.get("explained_by"))
+        out.append(f"\n  {e.get('id')} ", style="bold")
+        out.append(f"({symptom_place(e)}) ", style="dim")
+        out.append(str(e.get("text") or ""))
+        out.append(f"\n      {symptom_verdict(e)}", style="green" if explained else "bold red")
+    return out
+
+
 def findings_text(findings: list[Finding], detail_lines: int = 0) -> Text:
     """One line per finding, worst first; ``detail_lines`` of detail under each failing or warning one."""
     out = Text()

@@ -10,6 +10,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 
 from zdoctor.model import Evidence, Finding, sort_findings
+from zdoctor.plural import count_of
 
 from .common import HOT, KeyBar, evidence_key, evidence_text, finding_line, shown
 
@@ -66,7 +67,8 @@ class EvidenceScreen(Screen[None]):
                     seen[key] = f.id
                     if ev.table is not None:
                         hot = f"; {len(ev.table.highlight)} marked {HOT}" if ev.table.highlight else ""
-                        yield Static(Text.assemble((ev.label, "bold"), (f"  ({len(ev.table.rows)} rows{hot})", "dim")),
+                        rows = count_of(len(ev.table.rows), "row")
+                        yield Static(Text.assemble((ev.label, "bold"), (f"  ({rows}{hot})", "dim")),
                                      classes="ev-label")
                         yield table_widget(ev)
                     else:

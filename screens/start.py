@@ -8,13 +8,13 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.widgets import Header, OptionList, Static
+from textual.widgets import Header, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from zdoctor.model import Finding
 from zdoctor.target import DEFAULT_PYTHON
 
-from .common import ContextScreen, KeyBar, ProbePanel, findings_text, in_thread, summary_text
+from .common import ContextScreen, KeyBar, ProbePanel, findings_text, in_thread, summary_text, symptoms_text
 
 GPU_PROBE = "nvml"
 
@@ -47,8 +47,24 @@ def gpu_line(host: Any) -> Text:
     return out
 
 
-def glance_text(host: Any) -> Text:
-    """Host, OS, CPUs and memory; GPUs; the target interpreter with torch and DeepSpeed."""
+def phrases(parts: list[tuple[str, Text]], width: int | None) -> Text:
+    """Each ``(separator, phrase)`` after the one before it; with ``width``, lines break between phrases (the
+    separator is dropped there), never inside one."""
+    out = Text()
+    used = 0
+    for i, (sep, part) in enumerate(parts):
+        if i and width and used + len(sep) + part.cell_len > width:
+            out.append("\n")
+            used, sep = 0, ""
+        out.append(sep if i else "")
+        out.append_text(part)
+        used += (len(sep) if i else 0) + part.cell_len
+    return out
+
+
+def glance_text(host: Any, width: int | None = None) -> Text:
+    """Host, OS, CPUs and memory; GPUs; the target interpreter with torch and DeepSpeed. With ``width``, a
+    line breaks between its phrases (" · "), never in the middle of one."""
     info = host.info
     rec = host.recorded()
     sysf = rec["system"].facts if "system" in rec and rec["system"].status == "ok" else {}
@@ -60,7 +76,8 @@ def glance_text(host: Any) -> Text:
     mem = (sysf.get("memory") or {}).get("MemTotal")
     if mem:
         parts.append(f"{_gib(mem)} RAM")
-    out = Text.assemble((name, "bold"), "  ", " · ".join(p for p in parts if p))
+    out = phrases([("", Text(name, style="bold")), *((" · " if i else "  ", Text(p))
+                                                     for i, p in enumerate(q for q in parts if q))], width)
     out.append("\n")
     out.append_text(gpu_line(host))
     out.append("\n")
@@ -76,14 +93,14 @@ def glance_text(host: Any) -> Text:
         label = target_label(py, target)  # the path the findings name, and the one --python takes
         version = str(pyinfo.get("version") or "?").split()[0]
         env = "conda" if (pyinfo.get("conda") or {}).get("prefix_is_conda") else "venv" if pyinfo.get("in_venv") else ""
-        out.append("Target: ")
-        out.append(label, style="bold")
-        out.append(f"  Python {version}{f' ({env})' if env else ''}")
         torch = py.get("torch") or {}
         ds = py.get("deepspeed") or {}
-        out.append(f" · torch {torch.get('version') or torch.get('dist_version')}" if torch.get("installed")
-                   else " · no torch")
-        out.append(f" · DeepSpeed {ds.get('version')}" if ds.get("installed") else " · no DeepSpeed")
+        out.append_text(phrases([
+            ("", Text.assemble("Target: ", (label, "bold"))),
+            ("  ", Text(f"Python {version}{f' ({env})' if env else ''}")),
+            (" · ", Text(f"torch {torch.get('version') or torch.get('dist_version')}" if torch.get("installed")
+                         else "no torch")),
+            (" · ", Text(f"DeepSpeed {ds.get('version')}" if ds.get("installed") else "no DeepSpeed"))], width))
         if torch.get("installed") is False:
             out.append(f"\n! torch is not installed in {label}: nothing of torch, DeepSpeed or their ops can be "
                        "checked there", style="bold yellow")
@@ -112,24 +129,41 @@ class StartScreen(ContextScreen):
         Binding("c", "cancel", "Cancel probes", id="cancel"),
         Binding("p", "practice", "Practice", id="practice"),
         Binding("u", "resume_last", "Resume", id="resume"),
+        Binding("s", "symptom", "Paste error", id="symptom"),
     ]
 
     def __init__(self, ctx: Any) -> None:
         super().__init__(ctx)
         self.findings: list[Finding] | None = None
         self.sessions: list[Any] | None = None
+        self.symptoms: list[dict[str, Any]] = []
 
     def compose(self) -> ComposeResult:
         yield Header()
         with VerticalScroll(id="start-top"):
-            yield Static(glance_text(self.ctx.host), id="glance")
+            # the first pass's failures before the node's description, the other findings after it: at 80x24
+            # a failing finding shows without scrolling
             yield Static(Text("First pass of every check", style="bold underline"), id="pass-title")
             yield ProbePanel(id="pass-probes")
             yield Static("", id="pass-findings")
+            yield Static(glance_text(self.ctx.host, self.glance_width()), id="glance")
+            yield Static("", id="pass-rest")
         yield Static(Text("Next: wait for the first pass of every check (c cancels a slow probe)", style="bold"),
                      id="next-step")
+        yield Input(placeholder="s: paste the error you saw (optional), then Enter", id="symptom-box")
         yield OptionList(id="start-menu")
         yield KeyBar()
+
+    def glance_width(self) -> int | None:
+        """The glance's line width (its own content width, inside padding), once laid out."""
+        try:
+            width = self.query_one("#glance", Static).content_size.width
+        except Exception:  # noqa: BLE001 - not composed yet
+            return None
+        return width - 2 if width > 10 else None  # less room for a scroll bar that may appear
+
+    def on_resize(self) -> None:
+        self.query_one("#glance", Static).update(glance_text(self.ctx.host, self.glance_width()))
 
     def on_mount(self) -> None:
         self.fill_menu()
@@ -230,35 +264,68 @@ class StartScreen(ContextScreen):
             self.ctx.host.forget(names)
         self.query_one(ProbePanel).start(self.ctx.host, names)
 
+    def action_symptom(self) -> None:
+        self.query_one("#symptom-box", Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        """A pasted error becomes a symptom of the session: the checks are judged against it again."""
+        event.stop()
+        text = event.value.strip()
+        box = self.query_one("#symptom-box", Input)
+        box.value = ""
+        self.query_one("#start-menu", OptionList).focus()
+        if not text:
+            return
+        target = getattr(self.ctx.host, "target", None)
+        if target is None:
+            self.notify("a recorded node's symptoms are as recorded", severity="warning")
+            return
+        target.options.setdefault("symptom", []).append(text)
+        self.ctx.host.forget(["symptoms"])
+        self.notify("judging the checks against the error you pasted", timeout=3)
+        self.run_worker(self._evaluate(), group="first-pass-check", exclusive=True)
+
     def action_cancel(self) -> None:
         names = self.query_one(ProbePanel).cancel()
         if names:
             self.notify(f"stopped waiting for {', '.join(names)}", timeout=4)
 
     def on_probe_panel_finished(self, event: ProbePanel.Finished) -> None:
-        self.query_one("#glance", Static).update(glance_text(self.ctx.host))
+        self.query_one("#glance", Static).update(glance_text(self.ctx.host, self.glance_width()))
         self.run_worker(self._evaluate(), group="first-pass-check", exclusive=True)
 
     async def _evaluate(self) -> None:
         from zdoctor.doctor import check
 
         report = await in_thread(check, self.ctx.host, self.ctx.record, None, False)
+        self.symptoms = report.symptoms
         self.show_findings(report.findings)
 
     def show_findings(self, findings: list[Finding]) -> None:
         self.findings = findings
         panel = self.query_one(ProbePanel)
-        out = Text.assemble(summary_text(findings), "   ", panel.summary(), "\n")
-        out.append_text(findings_text(findings))
+        failing = [f for f in findings if f.status in ("fail", "crash")]
+        out = Text()
+        if self.symptoms:  # what the user saw comes first; with none, the box below asks for it
+            out.append_text(symptoms_text(self.symptoms))
+            out.append("\n")
+        out.append_text(Text.assemble(summary_text(findings), "   ", panel.summary()))
+        if failing:
+            out.append("\n")
+            out.append_text(findings_text(failing))
         self.query_one("#pass-findings", Static).update(out)
+        rest = findings_text([f for f in findings if f not in failing])
+        self.query_one("#pass-rest", Static).update(rest)
         panel.display = False
-        self.query_one("#glance", Static).update(glance_text(self.ctx.host))
+        self.query_one("#glance", Static).update(glance_text(self.ctx.host, self.glance_width()))
         self.query_one("#next-step", Static).update(Text(self.next_line(findings), style="bold"))
 
     def next_line(self, findings: list[Finding]) -> str:
         """The one "what to do next" line (see :func:`zdoctor.guide.next_step`)."""
         from zdoctor.guide import next_step
+        from zdoctor.playbook import load_all
 
         res = self.ctx.host.recorded().get("pyenv")
         pyenv = res.facts if res is not None and res.status == "ok" else None
-        return next_step(findings, pyenv, replay=self.ctx.host.info.get("kind") == "replay")
+        return next_step(findings, pyenv, replay=self.ctx.host.info.get("kind") == "replay", host=self.ctx.host,
+                         books=load_all())

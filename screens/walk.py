@@ -15,8 +15,18 @@ from textual.widgets.option_list import Option
 
 from zdoctor.model import Finding, Remedy, sort_findings
 from zdoctor.present import in_words
+from zdoctor.symptoms.ledger import ledger_on
 
-from .common import ContextScreen, KeyBar, ProbePanel, findings_text, in_thread, rich_table, tables_of
+from .common import (
+    ContextScreen,
+    KeyBar,
+    ProbePanel,
+    findings_text,
+    in_thread,
+    rich_table,
+    symptoms_text,
+    tables_of,
+)
 
 INLINE_ROWS = 8
 INLINE_TABLES = 2
@@ -127,6 +137,7 @@ class WalkScreen(ContextScreen):
         yield Static("", id="practice-banner")
         yield Static("", id="crumbs")
         with VerticalScroll(id="walk-body"):
+            yield Static("", id="walk-symptoms")
             yield Static("", id="node-title")
             yield Static("", id="why")
             yield Static("", id="explain")
@@ -203,8 +214,16 @@ class WalkScreen(ContextScreen):
 
     async def _evaluate(self, visit: int) -> None:
         outcome = await in_thread(self.walk.evaluate, name="evaluate")
+        entries = await in_thread(ledger_on, self.ctx.host, name="symptoms")
         if visit == self._visit:
+            self.show_symptoms([e.to_dict() for e in entries])
             self.show_outcome(outcome)
+
+    def show_symptoms(self, entries: list[dict[str, Any]]) -> None:
+        """The symptom ledger above the step, while there is one."""
+        box = self.query_one("#walk-symptoms", Static)
+        box.update(symptoms_text(entries) if entries else "")
+        box.display = bool(entries)
 
     def show_outcome(self, outcome: Any) -> None:
         self.outcome = outcome

@@ -2,9 +2,11 @@
 on the same node as part 1, and amend part 1 with that node's facts.
 
 Both parts tell of one node, ``train-node-01``: part 1's recording gives its identity (OS, kernel, memory,
-the training venv /opt/ds-env with torch and DeepSpeed); the recorded ``ssd-node`` block-device tree gives
+the training venv /opt/ds-env with torch and DeepSpeed); the block-device tree ``train-node-01`` gives
 its disks (root on nvme0n1p2, ``/ssd`` a SATA SSD on sda, a blank NVMe drive); ``scenario-node`` gives
 the startup files of its user alice (the ``~/.bashrc`` line that puts /opt/conda/lib on LD_LIBRARY_PATH).
+The node's own figures (kernel, CPUs, memory, /dev/shm, no swap, bare metal) are :data:`NODE_MEMINFO_KB` and
+the constants beside it, written into both parts, so no figure of the recording machine is left in the story.
 
 Part 2's offload facts (ds_config lints with the installed DeepSpeed's fields, the memory planner for 13B
 parameters on 8 GPUs, the training log's breakdown) are probed live from real files, with the node's
@@ -26,7 +28,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 FIX = HERE / "fixtures"
-NODE = FIX / "storage" / "ssd-node"
+NODE = FIX / "storage" / "train-node-01"
 OFFLOAD_PATH = "/ssd/offload"
 HOSTNAME = "train-node-01"
 
@@ -53,7 +55,7 @@ PART1 = "conda-ld-library-path.json"
 PART2 = "slow-ssd-offload.json"
 SCENARIO_NODE = FIX / "scenario-node"
 DS_ENV_SHOWN = "/opt/ds-env"
-#: The node's disks as the ssd-node tree has them: the root file system, and /ssd's free space (one figure).
+#: The node's disks as its tree has them: the root file system, and /ssd's free space (one figure).
 ROOT_DEVICE = "/dev/nvme0n1p2"
 SSD = {"device": "/dev/sda", "name": "sda", "point": "/ssd", "fstype": "xfs", "majmin": "8:0",
        "total": 999_653_638_144, "avail": 657_537_581_056}
@@ -61,6 +63,18 @@ SSD = {"device": "/dev/sda", "name": "sda", "point": "/ssd", "fstype": "xfs", "m
 SATA_READ_BPS, SATA_WRITE_BPS = 530_000_000, 500_000_000
 #: How the node's own files are found when a kit recorded them (its home and system files).
 SCRUB_DS_ENV = os.path.expanduser("~/.cache/zdoctor-tests/ds-env")
+#: The training log: DeepSpeed 0.19's timer lines (printed bare, without the logger prefix of 0.17).
+TRAIN_LOG = FIX / "offload" / "ds-0.19-wallclock-nvme.log"
+#: The node itself: Debian 12's kernel, 64 CPUs and 256 GiB of RAM for its 8 GPUs (too little to hold a 13B
+#: model's optimizer states in host memory, hence the NVMe offload), no swap, /dev/shm at tmpfs's default
+#: half of RAM; MemAvailable is read while the job runs.
+NODE_KERNEL = "6.1.0-28-amd64"
+NODE_CPUS = 64
+NODE_MEMINFO_KB = {"MemTotal": 263_842_468, "MemAvailable": 246_981_120, "SwapTotal": 0, "SwapFree": 0,
+                   "Shmem": 2_105_344, "HugePages_Total": 0}
+NODE_SHM_BYTES = NODE_MEMINFO_KB["MemTotal"] // 2 * 1024
+#: Debian's libaio packages, installed on the node (the NVMe offload job builds DeepSpeed's async_io op).
+LIBAIO_DEBS = ("libaio1", "libaio-dev")
 
 
 def node_identity(part1: dict) -> dict:
@@ -69,12 +83,39 @@ def node_identity(part1: dict) -> dict:
     return {k: h[k] for k in ("hostname", "os", "kernel", "arch", "python", "python_explicit")}
 
 
+def node_meminfo_text() -> str:
+    """The node's /proc/meminfo lines."""
+    return "".join(f"{k + ':':<16}{v:>8} kB\n" for k, v in NODE_MEMINFO_KB.items())
+
+
 def node_meminfo(part1: dict, path: Path) -> str:
     """The node's /proc/meminfo (as part 1 recorded it) written to ``path`` for the planner to read."""
     mem = part1["probes"]["system"]["facts"]["memory"]
     path.write_text("".join(f"{k}: {mem[k] // 1024} kB\n" for k in ("MemTotal", "MemAvailable", "SwapTotal",
                                                                     "SwapFree", "Shmem") if k in mem))
     return str(path)
+
+
+def node_libaio(tmp: str) -> dict:
+    """The libaio check as the node answers it: Debian's libaio packages unpacked under ``tmp`` (``apt-get
+    download``, ``dpkg -x``), found and compiled against by zdoctor's own test, then shown at their
+    installed paths."""
+    import subprocess
+
+    from zdoctor.storage import iotest as io
+
+    root = os.path.join(tmp, "root")
+    subprocess.run(["apt-get", "download", *LIBAIO_DEBS], cwd=tmp, check=True, capture_output=True)
+    for deb in sorted(Path(tmp).glob("*.deb")):
+        subprocess.run(["dpkg", "-x", str(deb), root], check=True)
+    libdir = os.path.join(root, "usr", "lib", "x86_64-linux-gnu")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LD_")}
+    env.update(CFLAGS=f"-I{root}/usr/include", LDFLAGS=f"-L{libdir}")
+    facts, _ = io.libaio_status(env)
+    assert facts["ok"], facts
+    facts = json.loads(json.dumps(facts).replace(root, ""))
+    facts["runtime"] = "libaio.so.1"  # ldconfig's answer on the node, where the package is installed
+    return facts
 
 
 def ssd_view(path: str) -> dict:
@@ -87,6 +128,14 @@ def ssd_view(path: str) -> dict:
             "block": {"device": SSD["device"], "is_block": True, "name": SSD["name"], "nvme": False,
                       "rotational": False},
             "free_bytes": SSD["avail"], "total_bytes": SSD["total"]}
+
+
+def node_limits(live) -> None:
+    """The host_limits probe as the node answers it: bare metal (no container clue), /dev/shm at its size."""
+    facts = live.result("host_limits").facts
+    facts["container"] = {"clues": [], "in_container": False, "kind": None}
+    facts["shm"].update(total=NODE_SHM_BYTES, free=NODE_SHM_BYTES,
+                        options=f"rw,nosuid,nodev,size={NODE_SHM_BYTES // 1024}k,inode64")
 
 
 def _whole_disk(directory: str) -> str:
@@ -134,18 +183,19 @@ def node_storage(measured_dir: str) -> tuple[dict, dict]:
         kw = dict(sysfs_root=os.path.join(tmp, "sys"), dev_root=os.path.join(tmp, "dev"),
                   udev_root=os.path.join(tmp, "run/udev"), mountinfo=str(NODE / "mountinfo"), live=False)
         facts, ev = ps.collect_storage(OFFLOAD_PATH, source="ds_config zero_optimization.offload_optimizer.nvme_path",
-                                       explicit=False, fstab_path="/etc/fstab", **kw)
+                                       explicit=False, fstab_path=str(NODE / "fstab"), **kw)
         inventory = ps.collect_inventory(swaps=str(NODE / "swaps"), **kw)
         text = json.dumps({"storage": [facts, [e.to_dict() for e in ev]],
                            "nvme_inventory": [inventory[0], [e.to_dict() for e in inventory[1]]]})
-        text = text.replace(tmp, "")
+        text = text.replace(tmp, "").replace(str(NODE / "fstab"), "/etc/fstab")
     done = json.loads(text)
     facts = done["storage"][0]
     facts.update(exists=True, is_dir=True, user={"name": "alice", "group": "alice"},
                  space={"total_bytes": SSD["total"], "free_bytes": SSD["avail"], "avail_bytes": SSD["avail"]},
                  access={"owner": "alice", "group": "alice", "mode": "0o755", "writable": True, "user_writable": True},
                  odirect=io.odirect_check(measured_dir), throughput=measure_at_sata_rates(measured_dir))
-    facts["libaio"], _ = io.libaio_status(dict(os.environ))
+    with tempfile.TemporaryDirectory() as tmp:
+        facts["libaio"] = node_libaio(tmp)
     ev = [e for e in done["storage"][1] if e.get("label") != "where offload writes"]
     ev.insert(0, ps._mount_table(facts).to_dict())
     return {"storage": (facts, ev), "nvme_inventory": tuple(done["nvme_inventory"])}
@@ -167,7 +217,9 @@ def record_slow_ssd(out: Path | None = None, part1_path: Path | None = None) -> 
     with tempfile.TemporaryDirectory() as tmp:
         planner.MEMINFO = node_meminfo(part1, Path(tmp) / "meminfo")
         planner.fs_space = lambda p: ({"total": SSD["total"], "free": SSD["avail"], "measured_at": OFFLOAD_PATH}
-                                      if p.startswith(SSD["point"]) else real_space(p))
+                                      if p.startswith(SSD["point"]) else
+                                      {"total": NODE_SHM_BYTES, "free": NODE_SHM_BYTES, "measured_at": p}
+                                      if p == "/dev/shm" else real_space(p))
         lint.inspect_path = lambda p, mounts="/proc/self/mountinfo": ssd_view(p)
         try:
             env = {k: v for k, v in os.environ.items() if not k.startswith("LD_")}
@@ -176,9 +228,12 @@ def record_slow_ssd(out: Path | None = None, part1_path: Path | None = None) -> 
             live = LiveHost(python=ds_python, env=env,
                             options={"ds_config": str(FIX / "offload" / "zero3-nvme-on-ssd.json"),
                                      "model_params": "13B", "gpus_per_node": 8,
-                                     "train_log": str(FIX / "offload" / "ds-0.17-wallclock-nvme.log")})
+                                     "train_log": str(TRAIN_LOG)})
+            node_limits(live)
             for name in ("pyenv", "dsconfig", "capacity", "trainlog", "gpusample"):
                 live.result(name)
+            # the job's files are alice's, in her home (here they are the test suite's fixtures)
+            live.result("dsconfig").facts["file"] = {"owner_uid": 1000, "dir_owner_uid": 1000, "dir_mode": "0o755"}
             doc = snapshot_document(live)
         finally:
             planner.MEMINFO, planner.fs_space, lint.inspect_path = saved
@@ -188,6 +243,7 @@ def record_slow_ssd(out: Path | None = None, part1_path: Path | None = None) -> 
     for name, (facts, evidence) in storage.items():
         doc["probes"][name] = {"probe": name, "status": "ok", "facts": facts, "evidence": evidence, "error": None,
                                "started": doc["created"], "duration_s": 0.0}
+    doc["probes"].pop("nvml", None)  # the recording machine's (no GPU); the node's GPUs were not recorded
     doc["host"] = {**doc["host"], **node_identity(part1),
                    "options": {k: (os.path.join("/home/alice/job", os.path.basename(str(v)))
                                    if k in ("ds_config", "train_log") else v)
@@ -209,6 +265,19 @@ def amend_part1(path: Path) -> dict:
     from zdoctor.model import Evidence
 
     doc = json.loads(path.read_text())
+    recorded_kernel = doc["host"]["kernel"]
+    doc = json.loads(json.dumps(doc).replace(recorded_kernel, NODE_KERNEL))
+    # plan keys, which an older redaction took for secrets (a member named ``key`` is a record's field)
+    keys = {"Drop ": "ld-library-path", "Preload ": "ld-preload", "Upgrade libstdcxx-ng": "conda-libstdcxx"}
+    for plan in (doc["probes"].get("libfix") or {}).get("facts", {}).get("plans") or []:
+        if plan.get("key") == "<redacted>":
+            plan["key"] = next(v for k, v in keys.items() if plan["title"].startswith(k))
+    system = doc["probes"]["system"]
+    system["facts"].update(cpus=NODE_CPUS, memory={k: v * 1024 if k != "HugePages_Total" else v
+                                                   for k, v in NODE_MEMINFO_KB.items()})
+    for ev in system["evidence"]:
+        if ev.get("label") == "read /proc/meminfo":
+            ev["stdout"] = node_meminfo_text().rstrip("\n")
     for root in doc["probes"]["jitcache"]["facts"].get("roots") or []:
         if (root.get("mount") or {}).get("point") == "/":
             root["mount"]["source"] = ROOT_DEVICE

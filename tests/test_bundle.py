@@ -103,7 +103,7 @@ def test_check_snapshot_replay_export_from_an_empty_directory_offline(bundle, tm
         (poison / pkg / "__init__.py").write_text(f"raise SystemExit('the {pkg} on PYTHONPATH was imported')\n")
     check = run_bundle(python, bundle, ["check", "--json"], home, work, PYTHONPATH=str(poison),
                        PYTHONUSERBASE=str(poison))
-    assert check.returncode in (0, 1), check.stderr
+    assert check.returncode in (0, 1, 3), check.stderr
     doc = json.loads(check.stdout)
     assert doc["version"] == __version__
     assert doc["summary"]["total"] > 20
@@ -163,7 +163,7 @@ def test_extracts_only_the_native_module_and_data_into_a_private_verified_cache(
     so.chmod(0o700)
     so.write_bytes(b"not an ELF file")
     proc = run_bundle(python, bundle, ["check", "--json"], home, tmp_path)
-    assert proc.returncode in (0, 1), proc.stderr
+    assert proc.returncode in (0, 1, 3), proc.stderr
     assert hashlib.sha256(so.read_bytes()).hexdigest() == digest
     assert json.loads(proc.stdout)["summary"]["crash"] == 0
 

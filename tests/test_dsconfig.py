@@ -315,7 +315,7 @@ def test_apply_config_patch_backs_up_writes_and_validates(tmp_path):
     assert (tmp_path / "ds.json.bak").read_bytes() == original
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
     again = apply_config_patch(str(path), new_text)  # a second backup does not overwrite the first
-    assert again["backup"] == str(path) + ".bak.1"
+    assert again["backup"] == str(path) + ".bak-2"
 
 
 def test_apply_config_patch_refuses_a_broken_text_before_touching_anything(tmp_path):

@@ -72,7 +72,10 @@ def test_predicate_true_takes_its_edge() -> None:
     res = Walk(pb("branching"), replay(alpha={"value": 20}, beta={"present": True}), rec).run()
     assert res.path == ["gather", "too-high", "lower-alpha"]
     assert res.diagnosis == "too-high" and res.stopped is None
-    assert res.reason == "reached remedy lower-alpha: Lower alpha"
+    # the diagnosis lists no check, so the failing finding met on the way is named with the end
+    assert res.reason == ("reached remedy lower-alpha: Lower alpha; also failing on the way: alpha.level "
+                          "(alpha is 20, at step gather)")
+    assert res.failing_on_path == [{"id": "alpha.level", "title": "alpha is 20", "status": "fail", "node": "gather"}]
     assert rec.of("edge")[0]["reason"] == "predicate alpha_high is true"
     assert [(f.id, f.status) for f in res.findings] == [("alpha.level", "fail")]
 

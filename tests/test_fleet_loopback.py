@@ -169,7 +169,7 @@ def test_srun_runs_one_step_per_node_with_the_node_list(fleet, cli, tmp_path):
 @pytest.mark.parametrize("launcher", ["pdsh", "ssh"])
 def test_each_node_is_reported_as_it_finishes(fleet, launcher):
     """A node that answers is reported while a hung one is still running: pdsh's output is read as it comes."""
-    from zdoctor.fleet.collect import collect
+    from zdoctor.fleet.dispatch import collect
     from zdoctor.fleet.launch import FleetOptions
 
     t0 = time.monotonic()

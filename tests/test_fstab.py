@@ -355,3 +355,45 @@ def test_the_backup_name_is_the_same_however_often_the_finding_is_made(tmp_path)
     again = fs.fstab_remedy(UUID, "/mnt/nvme", "ext4", fstab_path=str(tmp_path / "fstab"))
     assert first.action["backup"] == again.action["backup"] == f"{tmp_path / 'fstab'}.bak.zdoctor-0bfe0b2c"
     assert first.undo == again.undo and first.commands == again.commands
+
+
+def test_apply_refuses_when_another_admin_edits_the_fstab_meanwhile(tab, tmp_path):
+    line = f"tmpfs {tmp_path / 'mp'} tmpfs size=1m,nofail 0 0"
+    edited = ORIGINAL + b"tmpfs /srv/other tmpfs size=1m 0 0\n"
+
+    def on_step(text):
+        if text.startswith("validated"):  # another admin saves the file while findmnt ran
+            tab.write_bytes(edited)
+
+    rec = fs.apply_fstab_line(str(tab), line, mount=["true"], stamp="C1", on_step=on_step)
+    assert not rec.ok and "changed since it was shown" in rec.error
+    assert tab.read_bytes() == edited  # the other edit kept, not overwritten
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+
+
+def test_apply_edits_the_target_of_a_root_owned_fstab_link_and_says_so(tmp_path):
+    real = tmp_path / "etc-real" / "fstab"
+    real.parent.mkdir()
+    real.write_bytes(ORIGINAL)
+    link = tmp_path / "fstab"
+    link.symlink_to(real)
+    (tmp_path / "mp").mkdir()
+    line = f"tmpfs {tmp_path / 'mp'} tmpfs size=1m,nofail 0 0"
+    rec = fs.apply_fstab_line(str(link), line, mount=["true"], stamp="L1", make_mountpoint=False)
+    assert rec.ok, rec.error
+    assert link.is_symlink() and real.read_bytes() == ORIGINAL + line.encode() + b"\n"
+    assert rec.steps[0] == f"{link} is a symbolic link to {real} (root's alone): editing {real}"
+    assert rec.backup == f"{real}.bak.L1"
+
+
+def test_apply_refuses_an_fstab_link_into_a_folder_another_user_may_write(tmp_path):
+    real = tmp_path / "shared" / "fstab"
+    real.parent.mkdir()
+    real.parent.chmod(0o777)
+    real.write_bytes(ORIGINAL)
+    link = tmp_path / "fstab"
+    link.symlink_to(real)
+    rec = fs.apply_fstab_line(str(link), f"tmpfs {tmp_path / 'mp'} tmpfs size=1m 0 0", mount=["true"],
+                              make_mountpoint=False)
+    assert not rec.ok and "is not root's alone" in rec.error
+    assert link.is_symlink() and real.read_bytes() == ORIGINAL

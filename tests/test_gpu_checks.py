@@ -47,7 +47,7 @@ def test_the_healthy_h200_passes_every_gpu_check():
     status = {f.id: f.status for f in found}
     assert set(status.values()) == {"ok"}, status
     f = by_id(found)
-    assert f["gpu.driver"].title == "NVIDIA driver 580.159.04 (CUDA up to 13.0), 1 GPU(s): 1x NVIDIA H200"
+    assert f["gpu.driver"].title == "NVIDIA driver 580.159.04 (CUDA up to 13.0), 1 GPU: 1x NVIDIA H200"
     assert "nvidia-smi agrees with NVML" in f["gpu.driver"].detail
     assert f["gpu.runtime"].title == "torch's CUDA 13.0 fits driver 580.159.04 (CUDA 13.0)"
     assert f["gpu.toolkit.nvcc-version"].title == "nvcc 13.0 matches torch's CUDA 13.0"
@@ -103,7 +103,7 @@ def test_cpu_torch_on_a_gpu_node_fails_and_points_at_the_matching_index():
     py["torch"].update(cuda=None, version="2.11.0+cpu")
     facts = h200(pyenv=py)
     f = by_id(g.check_runtime(facts))["gpu.runtime"]
-    assert f.status == "fail" and f.title == "torch is a CPU build on a node with 1 GPU(s)"
+    assert f.status == "fail" and f.title == "torch is a CPU build on a node with 1 GPU"
     assert f.remedies[0].commands[0].endswith("--index-url https://download.pytorch.org/whl/cu130")
     assert g.gpu_torch_without_cuda(facts)
     assert by_id(g.check_toolkit(facts))["gpu.toolkit"].status == "skip"

@@ -38,8 +38,42 @@ def test_nvme_swap_buffers_are_counted_per_rank(tmp_path):
     found = by_id(check_hostram(facts))["offload.host-ram"]
     assert "NVMe optimizer swap buffers (pinned): 119.21 GiB per node" in found.detail  # 8 x 16e9 bytes
     assert any("sub_group_size" in r.title for r in found.remedies)
-    need = f["extra_per_node"] + (f["estimate_per_node"] or 0)
-    assert found.status == ("fail" if need > f["mem_available"] else "ok")
+    # NVMe offload is outside DeepSpeed's estimator: the buffers are a floor, never a "fits"
+    assert f["estimate_per_node"] is None and "NVMe offload is not modelled" in f["estimate_unknown"]
+    assert found.status == ("fail" if f["extra_per_node"] > f["mem_available"] else "skip"), found.title
+    assert "fits" not in found.title or "unknown whether it fits" in found.title
+
+
+def test_swap_buffers_sized_from_unknown_parameters_per_rank_are_unknown(tmp_path):
+    """No model size and no GPUs seen (none on this node, no --gpus-per-node): the buffers' size per rank
+    and per node is unknown, and the check says so instead of a number or a fit."""
+    facts = live_facts(OFFLOAD / "zero3-nvme-offload.json")
+    assert facts.of("capacity") is None  # no model size: nothing was planned
+    f = facts.of("hostram")
+    opt = next(x for x in f["extra"] if "optimizer swap" in x["what"])
+    assert opt["per_rank"] is None and opt["per_node"] is None and "parameter count" in opt["unknown"]
+    assert opt["at_most"]["per_rank"] == 4 * 1_000_000_000 * 4 and opt["at_most"]["per_node"] is None
+    par = next(x for x in f["extra"] if "parameter swap" in x["what"])
+    assert par["per_rank"] == 5 * 100_000_000 * 2 and par["per_node"] is None and "GPUs per node" in par["unknown"]
+    assert f["extra_per_node"] is None and f["gpus_per_node"] is None
+    found = by_id(check_hostram(facts))["offload.host-ram"]
+    assert found.status == "skip" and "unknown whether it fits" in found.title, found.title
+    assert "GiB per node" not in found.title and "unknown per node" in found.detail
+    # a known parameter count alone still leaves the per-rank share unknown without the GPU count
+    f = live_facts(OFFLOAD / "zero3-nvme-offload.json", model_params="70B").of("hostram")
+    opt = next(x for x in f["extra"] if "optimizer swap" in x["what"])
+    assert opt["per_rank"] is None and "GPUs per node" in opt["unknown"] and f["extra_per_node"] is None
+
+
+def test_parameter_only_offload_without_a_model_size_is_not_nothing_beyond(tmp_path):
+    cfg = tmp_path / "ds_inference.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": True},
+                               "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}}))
+    facts = live_facts(cfg, gpus_per_node=8)
+    (x,) = facts.of("hostram")["extra"]
+    assert x["per_node"] is None and "parameter count" in x["unknown"]
+    found = by_id(check_hostram(facts))["offload.host-ram"]
+    assert found.status == "skip" and "Nothing beyond" not in found.title, found.title
 
 
 def test_parameter_only_offload_for_inference(tmp_path):

@@ -53,7 +53,7 @@ def test_check_with_a_python_without_torch_says_nothing_ok_about_torch(pythons: 
     env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(tmp_path / "no-ops-here"))
     for py in pythons:
         proc = run_cli(["check", "--json", "--no-log", "--python", py], env=env, timeout=300)
-        assert proc.returncode in (0, 1), proc.stderr
+        assert proc.returncode == 3, proc.stderr  # incomplete: no torch to examine
         doc = json.loads(proc.stdout)
         oks = [f["title"] for f in doc["findings"] if f["status"] == "ok" and ABOUT_TORCH.search(f["title"])]
         assert oks == [], (py, oks)

@@ -158,7 +158,7 @@ def test_70b_does_not_fit_and_the_nvme_patch_remedy_works(tmp_path, ds_location)
     patched = load_config(cfg)
     assert patched.get(("zero_optimization", "offload_optimizer")) == {"device": "nvme", "nvme_path": str(nvme)}
     assert patched.get(("zero_optimization", "offload_param", "device")) == "nvme"
-    assert Path(cfg + ".bak").read_bytes() == (OFF / "zero3-cpu-offload.json").read_bytes()
+    assert Path(remedy.action["backup"]).read_bytes() == (OFF / "zero3-cpu-offload.json").read_bytes()
     subprocess.run(["bash", "-c", "\n".join(remedy.undo)], check=True, timeout=60)
     assert Path(cfg).read_bytes() == (OFF / "zero3-cpu-offload.json").read_bytes()
 
@@ -271,7 +271,7 @@ def test_gpusample_probe_and_check(fake_nvml):
     assert facts["gpusample"].status == "ok" and facts["gpusample"].facts["samples"] >= 2
     assert pred("gpu_underutilised", facts)
     f = found["offload.gpu-util"]
-    assert f.status == "warn" and f.title == "1 of 2 GPU(s) mostly idle while sampled"
+    assert f.status == "warn" and f.title == "1 of 2 GPUs mostly idle while sampled"
 
 
 def test_nvml_unavailable_is_a_skip(monkeypatch):
@@ -336,6 +336,24 @@ def test_missing_inputs_give_unknown_figures_and_no_fits():
     assert f.status == "warn" and "unknown" in f.title and "Choices that fit this node" not in f.detail
     for supplier in ("--gpus-per-node", "--model-config", "NVML"):
         assert supplier in f.detail, supplier
+
+
+def test_a_need_that_moves_only_past_four_gpus_is_unknown_without_the_gpu_count():
+    """DeepSpeed's zero_init=0 need is max(4 x GPUs per node, 18) bytes per parameter: the same for 1 and 2
+    GPUs, larger from 5 on. With no GPU seen and no --gpus-per-node it is unknown, and the chosen offload
+    is not said to fit without zero.Init."""
+    row = planner.zero3_rows(1e8, 0, 1, 1)[1]
+    assert row.zero_init is False and "gpus_per_node" in planner.row_depends_on(row, 1e8, 0, 1, 1)["cpu"]
+    host = JobHost({"model_params": "100M", "ds_config": str(OFF / "zero3-cpu-offload.json")},
+                   {"host_limits": {"target": {"memlock_soft_kb": 8192}}})
+    facts, found = check(host)
+    cap = facts["capacity"].facts
+    with_init, without = (cap["zero3"][i] for i in cap["chosen_rows"])
+    assert with_init["cpu_bytes"] == int(1e8 * 18 * 1.5) and with_init["cpu_fits"] is True
+    assert without["cpu_bytes"] is None and without["cpu_fits"] is None and "--gpus-per-node" in without["cpu_unknown"]
+    assert cap["ram_short"] is False and cap["ram_tight"] is None
+    f = found["offload.capacity"]
+    assert f.status == "warn" and "without zero.Init: unknown" in f.title, f.title
 
 
 def test_real_numbers_still_say_fits(tmp_path):

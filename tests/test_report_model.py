@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -492,3 +493,58 @@ def test_a_session_whose_fixes_were_declined_or_practised_does_not_say_applied(s
     assert "## What was applied" not in md and "## What was done with the fixes" in md
     assert "What was applied" not in doc and "<h2>What was done with the fixes</h2>" in doc
     assert "## What was applied" in render(load_events(APPLIED), "md")
+
+
+def test_the_start_screen_suggests_only_a_walk_that_reaches_its_finding():
+    """On the part 2 node (no GPU recorded) the gpu-stack walk ends at the driver step: the memlock warning is
+    never on its path, so the start screen may not send the user there "for a warning"; every walk it does
+    suggest, for every practice node, shows the finding it names."""
+    from zdoctor.doctor import run_checks
+    from zdoctor.guide import findings_on_walk, next_step
+    from zdoctor.host import ReplayHost
+    from zdoctor.playbook import load_all
+    from zdoctor.practice import load_scenarios
+    from zdoctor.registry import load_vocabulary
+
+    load_vocabulary()
+    books = load_all()
+    for s in load_scenarios():
+        host = ReplayHost.load(str(s.snapshot))
+        _facts, found = run_checks(host)
+        for f in [x for x in found if x.status in ("fail", "warn")]:
+            line = next_step([f], None, replay=True, host=host, books=books)
+            m = re.match(r"Next: walk (\S+) \(select it below\), for a (?:warning|failure): (.*)$", line)
+            if m:
+                assert m.group(2) == f.title and f.id in findings_on_walk(books[m.group(1)], host), (s.id, line)
+            else:
+                assert line.startswith("Next: read the ") and "no walk reaches it" in line, line
+                assert all(f.id not in findings_on_walk(b, host) for b in books.values()), (s.id, f.id)
+    part2 = ReplayHost.load(str(next(s for s in load_scenarios() if s.part == 2).snapshot))
+    _facts, found = run_checks(part2)
+    memlock = [f for f in found if f.id == "gpu.limits.memlock"]
+    assert memlock and memlock[0].status == "warn"
+    line = next_step(memlock, None, replay=True, host=part2, books=books)
+    assert "walk gpu-stack" not in line and memlock[0].title in line
+
+
+def test_counted_nouns_agree_with_their_number():
+    """"(1 rows)", "1 NVMe drive(s)", "process(es)": every finding of every practice node says "1 row" /
+    "2 rows"; a copy that lacks a needed version is no check mark."""
+    from zdoctor.doctor import check
+    from zdoctor.host import ReplayHost
+    from zdoctor.plural import count_of
+    from zdoctor.practice import load_scenarios
+
+    assert [count_of(1, "row"), count_of(2, "row"), count_of(1, "process"), count_of(3, "process"),
+            count_of(2, "copy")] == ["1 row", "2 rows", "1 process", "3 processes", "2 copies"]
+    for s in load_scenarios():
+        report = check(ReplayHost.load(str(s.snapshot)))
+        for f in report.findings:
+            for text in (f.title, f.detail or ""):
+                assert not re.search(r"\w\((?:s|es)\)", text), (s.id, f.id, text[:200])
+            if f.status == "ok":
+                assert not re.search(r"\black(s)?\b|\bmissing\b|\bnot found\b", f.title), (s.id, f.id, f.title)
+        by_id = {f.id: f for f in report.findings}
+        if s.part == 2:
+            assert by_id["storage.unmounted-nvme"].title.startswith("1 NVMe drive present but not mounted")
+            assert "Job: 1 node x 8 GPUs" in by_id["offload.capacity"].detail

@@ -148,7 +148,7 @@ def test_the_grub_edit_backs_up_under_its_own_name_and_is_undone(tmp_path: Path)
 def test_the_grub_edit_is_put_back_when_the_rebuild_fails_and_refuses_a_link(tmp_path: Path):
     grub = grub_stand_in(tmp_path)
     out = run_remedy(iommu_remedy(grub, "false"), dict(os.environ), timeout=60)
-    assert out.exit_code == 1 and "put the old file back" in out.output
+    assert out.exit_code == 1 and f"put the old {grub} back" in out.output
     assert grub.read_text() == GRUB
     real = tmp_path / "elsewhere"
     real.write_text(GRUB)

@@ -8,6 +8,7 @@ import asyncio
 import io
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -109,7 +110,7 @@ def test_start_screen_then_walk_a_playbook_to_its_diagnosis(tmp_path):
             glance = plain(start.query_one("#glance"))
             assert "vm" in glance and "Debian GNU/Linux 12" in glance
             assert "Target: /opt/train-env/bin/python" in glance and "torch 2.13.0+cpu" in glance
-            first = plain(start.query_one("#pass-findings"))
+            first = plain(start.query_one("#pass-findings")) + plain(start.query_one("#pass-rest"))
             assert "✓" in first and "torch 2.13.0+cpu imports" in first
             menu = start.query_one("#start-menu")
             ids = [menu.get_option_at_index(i).id for i in range(menu.option_count)]
@@ -231,7 +232,7 @@ def test_remedy_is_applied_only_after_yes_and_recorded(tmp_path):
             await settle(pilot, lambda: name(app) == "RemedyScreen", what="the remedy screen")
             rs = app.screen
             commands = plain(rs.query_one("#rem-commands"))
-            assert f"rm -f -- {lock}" in commands
+            assert f"cd -- {lock.parent.name} && test ! -L lock && rm -f -- lock)" in commands
             await pilot.press("a")
             await settle(pilot, lambda: name(app) == "ConfirmApply", what="the confirmation")
             assert app.focused is not None and app.focused.id == "no"  # the default answer is No
@@ -248,7 +249,7 @@ def test_remedy_is_applied_only_after_yes_and_recorded(tmp_path):
             assert not lock.exists()
             result = plain(rs.query_one("#rem-result"))
             assert f"What changed: removed {lock}" in result
-            assert any(f"+ rm -f -- {lock}" in line for line in rs.query_one("#rem-log").lines)
+            assert f"removed {lock}" in rs.query_one("#rem-log").lines  # by the core, not by the line
             await pilot.press("x")
             await settle(pilot, lambda: name(app) == "ExportScreen")
             await pilot.press("m")
@@ -673,7 +674,8 @@ def test_start_screen_at_80x24_without_torch_says_what_to_do_next(tmp_path):
             menu_top = next(i for i, x in enumerate(lines) if "Playbooks: walk one step" in x)
             between = [x for x in lines[lines.index(next(x for x in lines if x.strip().startswith("Next:"))) + 1:
                                          menu_top] if x.strip().strip("─")]
-            assert between == []  # the Next line ends the start: only a rule separates it from the menu
+            # the Next line ends the start: only the box for the error you saw stands between it and the menu
+            assert [x.strip() for x in between] == ["s: paste the error you saw (optional), then Enter"]
 
     run(scenario())
 
@@ -787,5 +789,31 @@ def test_practice_confirmation_promises_no_file_and_no_terminal_run(tmp_path):
                 app.screen.query_one("#confirm-commands"))
             assert "written to a file" not in notes and "Runs in the terminal" not in notes
             assert "tried on the recorded node: fixed" in notes
+
+    run(scenario())
+
+
+def test_at_80x24_the_start_screen_shows_its_failing_findings_and_unbroken_phrases(tmp_path):
+    """"✗ 2 fail" over a findings list zero rows high: every failing finding's title is on the first screen
+    at 80x24, and the node's description breaks between its phrases, never inside one ("kernel ..." whole)."""
+    from zdoctor.practice import get_scenario
+
+    async def scenario() -> None:
+        app = make(host=get_scenario(SCENARIO).host(), argv=["tui"], export_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot, lambda: name(app) == "StartScreen" and app.screen.findings is not None,
+                         what="the first pass")
+            app.clear_notifications()
+            await pilot.pause(0.3)
+            flat = " ".join(screen_text(app).split())
+            failing = [f for f in app.screen.findings if f.status == "fail"]
+            assert failing
+            for f in failing:
+                assert " ".join(f.title.split()) in flat, f.title
+            glance = plain(app.screen.query_one("#glance")).splitlines()
+            kernel = next(line for line in glance if "kernel" in line)
+            assert re.search(r"kernel \S+", kernel) and not kernel.rstrip().endswith(("kernel", "·"))
+            for line in glance:
+                assert not line.rstrip().endswith("·") and not line.lstrip().startswith("·"), line
 
     run(scenario())

@@ -84,6 +84,27 @@ class Tmux:
             time.sleep(0.1)
         raise AssertionError(f"never saw {texts!r}; the screen:\n{screen}")
 
+    def wait_gone(self, *texts: str, timeout: float = 60.0) -> str:
+        """Wait until none of ``texts`` is on the screen (a closed dialog, a left screen)."""
+        end = time.monotonic() + timeout
+        screen = ""
+        while time.monotonic() < end:
+            screen = self.screen()
+            flat = " ".join(screen.split())
+            if not any(" ".join(t.split()) in flat for t in texts):
+                return screen
+            time.sleep(0.1)
+        raise AssertionError(f"still saw one of {texts!r}; the screen:\n{screen}")
+
+    def press(self, key: str, *until: str, gone: tuple[str, ...] = ()) -> str:
+        """Send one key and wait for the screen state it leads to: ``until`` shown and ``gone`` no longer shown.
+        The next key goes only to the screen that is ready for it (an Escape followed at once by a key reaches
+        a busy app as one Alt+key sequence; a key sent mid-transition goes to the screen being left)."""
+        self.send(key, pause=0)
+        if gone:
+            self.wait_gone(*gone)
+        return self.wait(*until) if until else self.screen()
+
     def pane(self, field: str) -> str:
         return self.tmux("display-message", "-p", "-t", "zd", f"#{{{field}}}").strip()
 
@@ -143,43 +164,38 @@ def go_next(term: Tmux, times: int = 1) -> None:
 
 
 def test_a_whole_practice_scenario_in_a_real_terminal(term, tmp_path, state_home):
+    """Every key waits for the screen state the previous one led to, never for a fixed time: on a loaded
+    machine a key sent during a step transition, or right after an Escape, would otherwise be lost."""
     term.start(["--demo"], (80, 24), "screen", no_color=True)
     term.wait("Practice (learn mode)", SCENARIO)
-    term.send("Enter")
-    term.wait("1. The symptom: run the launch under the real loader", "Probes:", "n Next step")
-    term.send("?")
-    term.wait("Keys", "Next step", "Other branch", "Export")
-    term.send("Escape")
-    term.send("t")
-    term.wait("Glossary", "SONAME")
-    term.send("Escape")
+    term.press("Enter", "1. The symptom: run the launch under the real loader", "Probes:", "n Next step")
+    term.wait("Next → 2. Which libstdc++")
+    term.press("?", "Keys", "Esc closes", "Next step", "Other branch", "Export")
+    term.press("Escape", "1. The symptom", gone=("Esc closes",))
+    term.press("t", "Glossary", "SONAME")
+    term.press("Escape", "1. The symptom", gone=("Glossary",))
     go_next(term, 2)
-    term.wait("3. GLIBCXX versions: needed vs provided")
-    term.send("e")
-    term.wait("Evidence: 3. GLIBCXX versions", "what each library the training imports gets")
-    term.send("Escape")
+    term.wait("3. GLIBCXX versions: needed vs provided", "Next → 4. Every layer")
+    term.press("e", "Evidence: 3. GLIBCXX versions", "what each library the training imports gets")
+    term.press("Escape", "Next → 4. Every layer", gone=("Evidence: 3. GLIBCXX versions",))
     go_next(term, 5)
     screen = term.wait("Diagnosis: An LD_LIBRARY_PATH entry loads an old libstdc++")
     assert "1 symptom › 2 loaded › 3 needs › 4 layers" in " ".join(screen.split())
-    term.send("g")
-    term.wait("● diag-ld-library-path", "⇒ diag-ld-library-path")
-    term.send("Escape")
-    term.send("r")
-    term.wait("Drop /opt/conda/lib from LD_LIBRARY_PATH", "unset LD_LIBRARY_PATH", "a Apply")
-    term.send("a")
-    term.wait("Yes, apply", "Practice: nothing is run")
-    term.send("Enter")  # the focused answer is No
-    term.wait("Declined (answered No in the confirmation)")
-    term.send("Escape", "n")
-    term.wait("Walk finished")
-    term.send("x")
-    term.wait("Export this session")
-    term.send("m")
+    term.press("g", "● diag-ld-library-path", "⇒ diag-ld-library-path")
+    term.press("Escape", "Diagnosis: An LD_LIBRARY_PATH entry", gone=("● diag-ld-library-path",))
+    term.press("r", "Drop /opt/conda/lib from LD_LIBRARY_PATH", "unset LD_LIBRARY_PATH", "a Apply")
+    term.press("a", "Yes, apply", "Practice: nothing is run")
+    term.press("Enter", "Declined (answered No in the confirmation)")  # the focused answer is No
+    term.press("Escape", "Diagnosis: An LD_LIBRARY_PATH entry", gone=("Declined (answered No",))
+    term.press("n", "Walk finished")
+    term.press("x", "Export this session")
+    term.send("m", pause=0)
     sid = only_session(state_home)
     md_path = tmp_path / f"zdoctor-{sid}.md"
     term.wait("Written:", str(tmp_path)[:30])
     assert md_path.exists()
-    term.send("Escape", "q")
+    term.press("Escape", gone=("Export this session",))
+    term.send("q", pause=0)
     assert term.wait_dead() in ("0", "")
 
     md = md_path.read_text()

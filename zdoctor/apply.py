@@ -72,6 +72,15 @@ def core_action(remedy: Remedy) -> str | None:
         then = f", then `{action['then']}` (a failure puts the old file back)" if action.get("then") else ""
         return (f"zdoctor's careful edit: {action.get('path')} is read without following links, the edit checked, "
                 f"the old file backed up to {action.get('backup')} and the new one renamed into place{then}")
+    if action.get("kind") == "file-replace":
+        return (f"zdoctor's careful file replace: only while {action.get('path')} is still the regular file shown "
+                "(not a link, same bytes), the new text is written beside it, the old file kept as "
+                f"{action.get('backup')} (or the next free name), and the new one moved into place in one rename; "
+                "in a folder of the file's owner it is written as that owner")
+    if action.get("kind") == "remove-lock":
+        return (f"zdoctor's careful remove: {action.get('path')} is removed only if no link is on the way (its op "
+                "folder reached without following links)" + (", after the dead build's compilers have exited"
+                                                              if action.get("wait_pids") else ""))
     return None
 
 
@@ -210,12 +219,31 @@ class ApplyOutcome:
 
 
 def write_env_file(lines: list[str], folder: Path, name: str) -> Path:
-    """Write the ``export``/``unset`` lines to ``folder/name`` (mode 0600) for the user to source."""
-    from .atomic import write_text_atomic
+    """Write the ``export``/``unset`` lines to the new file ``folder/name`` (mode 0600) for the user to
+    source. ``folder`` (zdoctor's ``fixes`` folder) is checked like the sessions folder: a symbolic link
+    or another user's folder is refused, never written through; the file is created with ``O_EXCL``
+    and ``O_NOFOLLOW`` in that folder's descriptor."""
+    from .session import ensure_private_dir
 
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    ensure_private_dir(folder, "fix file directory")
     text = "# Written by zdoctor: source this file in the shell (or job script) that launches training.\n"
-    return Path(write_text_atomic(folder / name, text + "\n".join(lines) + "\n", 0o600))
+    data = (text + "\n".join(lines) + "\n").encode("utf-8", "backslashreplace")
+    dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if os.fstat(dir_fd).st_uid != os.getuid():
+            raise InputError(f"{folder}: not the current user's folder; nothing written")
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                     dir_fd=dir_fd)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    finally:
+        os.close(dir_fd)
+    return folder / name
 
 
 def run_remedy(remedy: Remedy, env: Mapping[str, str], *, on_output: Callable[[str], None] | None = None,
@@ -243,6 +271,18 @@ def run_remedy(remedy: Remedy, env: Mapping[str, str], *, on_output: Callable[[s
     elif remedy.action and remedy.action.get("kind") in ("file-create", "file-edit"):
         argv = create_argv(remedy.action)
         watch = [str(p) for p in (remedy.action.get("path"), remedy.action.get("backup")) if p]
+        before = file_states(watch)
+    elif remedy.action and remedy.action.get("kind") == "file-replace":
+        from .core_apply import action_argv as replace_argv
+
+        argv = replace_argv(remedy.action)  # the safe core, not the copyable lines
+        watch = [p for p in (remedy.action.get("path"), remedy.action.get("backup")) if p]
+        before = file_states(watch)
+    elif remedy.action and remedy.action.get("kind") == "remove-lock":
+        from .core_apply import remove_action_argv
+
+        argv = remove_action_argv(remedy.action)
+        watch = [str(remedy.action.get("path"))]
         before = file_states(watch)
     if remedy.requires_root and os.geteuid() != 0:
         argv = ["sudo", "--", *argv]

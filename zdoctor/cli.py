@@ -42,6 +42,9 @@ def _target_args(sp: argparse.ArgumentParser, top: bool = False) -> None:
                          "the JIT-built ops)")
     sp.add_argument("--ext", metavar="PATH", action="append", default=argparse.SUPPRESS,
                     help="an extra extension (.so) the training imports before torch (repeatable)")
+    sp.add_argument("--symptom", metavar="TEXT", action="append", default=argparse.SUPPRESS,
+                    help="the error you saw (a line of the failing output, pasted); repeatable. zdoctor explains "
+                         "it with a finding or shows it as unexplained")
     sp.add_argument("--timeout", metavar="S", type=float, default=argparse.SUPPRESS,
                     help="time limit in seconds for the traced command and for each remedy re-run (default 120)")
     off = sp.add_argument_group("offload capacity and storage")
@@ -62,7 +65,12 @@ def _target_args(sp: argparse.ArgumentParser, top: bool = False) -> None:
                      help="sample GPU utilisation for S seconds (default: no sampling)")
     off.add_argument("--p2p-test", action="store_true", default=None,
                      help="copy 64 MiB between each pair of GPUs through torch (bounded; off by default)")
-    for action in off._group_actions:
+    hang = sp.add_argument_group("hangs")
+    hang.add_argument("--pid", metavar="PID", type=int, default=None,
+                      help="the training job's process: it and its descendants are the job the hang check judges "
+                           "(default: the processes running --command, else every python, launcher and compiler "
+                           "process on this node)")
+    for action in off._group_actions + hang._group_actions:
         action.default = argparse.SUPPRESS
 
 
@@ -291,7 +299,7 @@ def cmd_playbooks(args: argparse.Namespace) -> int:
 
         load_vocabulary()
         for name, spec in sorted(PREDICATES.items()):
-            print(f"{name}  (reads {', '.join(spec.probes) or 'nothing'})")
+            print(f"{name}  (reads {', '.join(spec.reads) or 'nothing'})")
             print(f"    {spec.doc}")
         print("An edge may also say `when = {finding = \"ID\", status = [\"warn\", \"fail\"]}` or "
               "`when = {fact = \"probe.key\", equals = VALUE}` instead of naming a predicate.")

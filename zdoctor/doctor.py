@@ -12,6 +12,7 @@ from .events import FindingRecorded, ProbeRecorded, Recorder, SummaryRecorded, n
 from .host import Host
 from .model import FAILING, Finding, sort_findings, summarize
 from .registry import PROBES, load_vocabulary
+from .target import target_of
 
 if TYPE_CHECKING:
     from .playbook import Playbook
@@ -28,10 +29,21 @@ class PlaybookRun:
     diagnosis: str | None
     reason: str
     diagnosis_title: str = ""
+    #: A healthy end's scope: what it examined and what it did not (empty for any other end).
+    examined: list[str] = field(default_factory=list)
+    not_examined: list[str] = field(default_factory=list)
+    healthy: bool = False
+    #: Failing findings the walk met on its way that its end does not name: {id, title, status, node}.
+    failing_on_path: list[dict[str, str]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "title": self.title, "path": self.path, "diagnosis": self.diagnosis,
-                "diagnosis_title": self.diagnosis_title, "reason": self.reason}
+        out = {"id": self.id, "title": self.title, "path": self.path, "diagnosis": self.diagnosis,
+               "diagnosis_title": self.diagnosis_title, "reason": self.reason, "healthy": self.healthy,
+               "failing_on_path": self.failing_on_path}
+        if self.healthy:
+            out["examined"] = list(self.examined)
+            out["not_examined"] = list(self.not_examined)
+        return out
 
 
 @dataclass
@@ -42,14 +54,26 @@ class CheckReport:
     findings: list[Finding]
     playbooks: list[PlaybookRun] = field(default_factory=list)
     session: str | None = None
+    #: The symptom ledger: each symptom with the findings that explain it (``explained_by`` empty: unexplained).
+    symptoms: list[dict[str, Any]] = field(default_factory=list)
+    #: Why the training environment itself could not be examined (exit 3), or None.
+    incomplete: str | None = None
 
     @property
     def summary(self) -> dict[str, int]:
         return summarize(self.findings)
 
     @property
+    def unexplained(self) -> list[dict[str, Any]]:
+        return [s for s in self.symptoms if not s.get("explained_by")]
+
+    @property
     def exit_code(self) -> int:
-        return 1 if any(f.status in FAILING for f in self.findings) else 0
+        """3 when the training environment itself could not be examined (first: every other verdict is then
+        partial), else 1 for a failing finding or an unexplained symptom, else 0."""
+        if self.incomplete is not None:
+            return 3
+        return 1 if self.unexplained or any(f.status in FAILING for f in self.findings) else 0
 
     def redacted(self) -> CheckReport:
         """The report as it may be shown or stored: secrets in command lines, environments and outputs
@@ -57,16 +81,20 @@ class CheckReport:
         from .redact import redact
 
         findings = [Finding.from_dict(redact(f.to_dict())) for f in self.findings]
-        return CheckReport(host=redact(self.host), findings=findings, playbooks=self.playbooks, session=self.session)
+        return CheckReport(host=redact(self.host), findings=findings, playbooks=self.playbooks, session=self.session,
+                           symptoms=redact(self.symptoms), incomplete=self.incomplete)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "version": __version__,
             "host": self.host,
+            "symptoms": [dict(s) for s in self.symptoms],
             "findings": [f.to_dict() for f in self.findings],
             "summary": self.summary,
             "playbooks": [p.to_dict() for p in self.playbooks],
             "session": self.session,
+            "incomplete": self.incomplete,
+            "exit_code": self.exit_code,
         }
 
 
@@ -91,8 +119,12 @@ def walk_playbooks(host: Host, record: Recorder, books: dict[str, Playbook]) -> 
     for pid, book in books.items():
         result = Walk(book, host, record=record).run()
         diag = book.nodes.get(result.diagnosis) if result.diagnosis else None
+        healthy = diag is not None and diag.healthy and result.stopped is None
         runs.append(PlaybookRun(pid, book.title, list(result.path), result.diagnosis, result.reason,
-                                diag.title if diag is not None else ""))
+                                diag.title if diag is not None else "",
+                                examined=list(diag.examined) if healthy and diag else [],
+                                not_examined=list(diag.not_examined) if healthy and diag else [], healthy=healthy,
+                                failing_on_path=list(result.failing_on_path)))
     return runs
 
 
@@ -101,19 +133,53 @@ def check(host: Host, record: Recorder = no_record, playbooks: dict[str, Playboo
     """Run every check against ``host`` (probes run concurrently), record it, and walk the playbooks
     (default: every bundled one; see :func:`select_playbooks`)."""
     books = (select_playbooks() if playbooks is None else playbooks) if walk else {}
+    from .symptoms.ledger import assess
+
     facts, findings = run_checks(host)
     for res in facts.values():
         ProbeRecorded(result=res.to_dict()).record(record)
     merged: dict[str, Finding] = {}
     for f in findings:
         merged.setdefault(f.id, f)
+    entries, unexplained = assess(facts, list(merged.values()))
+    for f in unexplained:
+        merged.setdefault(f.id, f)
     ordered = sort_findings(list(merged.values()))
     for f in ordered:
         FindingRecorded(finding=f.to_dict()).record(record)
     runs = walk_playbooks(host, record, books)
-    report = CheckReport(host=host.info, findings=ordered, playbooks=runs)
+    report = CheckReport(host=host.info, findings=ordered, playbooks=runs, symptoms=[e.to_dict() for e in entries],
+                         incomplete=incomplete_reason(facts, target_of(host).command))
     SummaryRecorded(counts=report.summary).record(record)
     return report
+
+
+def incomplete_reason(facts: Any, command: str | None = None) -> str | None:
+    """Why the training environment itself could not be examined, or None when it was. With a ``--command``
+    the command is the training: incomplete only when it could not be run. Without one, the training
+    interpreter is examined: its probe crashed or timed out, it is not usable, or it has no torch."""
+    if command:
+        live = facts.get("livetrace") if hasattr(facts, "get") else None
+        if live is not None and live.status in ("crash", "timeout"):
+            return f"the --command run could not be traced: {live.error or live.status}"
+        return None
+    res = facts.get("pyenv") if hasattr(facts, "get") else None
+    if res is None:
+        return None
+    if res.status in ("crash", "timeout"):
+        return f"the training interpreter's probe {'crashed' if res.status == 'crash' else 'timed out'}: " \
+               f"{res.error or 'no answer'}"
+    if res.status != "ok":
+        return f"the training interpreter was not probed: {res.error or (res.facts or {}).get('skipped') or res.status}"
+    py = res.facts or {}
+    error = py.get("error")
+    if error:
+        return f"the training interpreter could not be probed: {error}"
+    torch = py.get("torch")
+    if isinstance(torch, dict) and torch.get("installed") is False:
+        target = (py.get("target") or {}).get("resolved") or "the probed interpreter"
+        return f"torch is not installed in {target}: name the training interpreter with --python"
+    return None
 
 
 def snapshot(host: Host) -> dict[str, Any]:

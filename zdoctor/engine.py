@@ -31,9 +31,10 @@ from .events import (
     fold,
 )
 from .host import Host
-from .model import Finding, ProbeResult
+from .model import FAILING, Finding, ProbeResult
 from .playbook import END_KINDS, Edge, Node, Playbook
 from .registry import CHECKS, PREDICATES, Facts
+from .symptoms.ledger import unexplained_on
 
 
 @dataclass
@@ -99,6 +100,41 @@ class WalkResult:
     findings: list[Finding] = field(default_factory=list)
     outcomes: list[NodeOutcome] = field(default_factory=list)
     facts: dict[str, ProbeResult] = field(default_factory=dict)
+    #: Failing findings met on the way that the end does not name (see :func:`failing_on_path`).
+    failing_on_path: list[dict[str, str]] = field(default_factory=list)
+
+
+def failing_on_path(outcomes: Iterable[NodeOutcome], path: list[str], end: Node) -> list[dict[str, str]]:
+    """The failing findings (fail or crash) the walk met on its way to ``end`` that the end does not name:
+    ``{id, title, status, node}`` each, first seen first. A finding of a check that the end (or a diagnosis
+    on the path) lists, that the end's own step found, or that an edge taken tested by id, is named there;
+    any other one is named with the end, so a walk never ends past a failing finding without saying so."""
+    on_path = set(path)
+    outcomes = [o for o in outcomes if o.node.id in on_path]
+    # the end's own checks, and the findings an edge taken on the way tested by id, are named already
+    owners = list(end.checks) + [c for o in outcomes if o.node.kind in END_KINDS for c in o.node.checks]
+    owners += [str(getattr(o.chosen.cond, "finding", "")) for o in outcomes
+               if o.chosen is not None and o.chosen.cond is not None]
+    owners = [c for c in owners if c]
+    named: set[str] = set(owners)
+    seen: dict[str, dict[str, str]] = {}
+    for o in outcomes:
+        for f in o.findings:
+            if o.node.id == end.id or f.id in named or any(f.id.startswith(c + ".") for c in owners):
+                named.add(f.id)
+            elif f.status in FAILING:
+                seen.setdefault(f.id, {"id": f.id, "title": f.title, "status": f.status, "node": o.node.id})
+            else:  # a later visit found it no longer failing
+                seen.pop(f.id, None)
+    return [x for fid, x in seen.items() if fid not in named]
+
+
+def naming(failing: list[dict[str, str]]) -> str:
+    """``; also failing on the way: storage.libaio (libaio ...), ...`` (empty when nothing is)."""
+    if not failing:
+        return ""
+    return "; also failing on the way: " + "; ".join(f"{x['id']} ({x['title']}, at step {x['node']})"
+                                                     for x in failing)
 
 
 def _event_pair(event: Any) -> tuple[str, Mapping[str, Any]] | None:
@@ -156,6 +192,7 @@ class Walk:
         self.visits: Counter[str] = Counter()
         self._outcome: NodeOutcome | None = None
         self._seen_results: dict[str, ProbeResult] = {}
+        self._arrived_because = ""
         self._lock = threading.RLock()
 
     # -- recording ---------------------------------------------------------------------------------
@@ -285,6 +322,23 @@ class Walk:
             return chosen, reason
         return implied, f"not {chosen.to}: no facts from {', '.join(missing)}"
 
+    def _guard_unexplained(self, node: Node, cands: list[Candidate], chosen: Edge | None,
+                           reason: str) -> tuple[Edge | None, str]:
+        """A healthy diagnosis is never reached while a symptom the user saw is explained by no finding: the
+        walk goes to the playbook's ``unexplained`` diagnosis instead, quoting the symptom."""
+        implied = self.playbook.unexplained_edge(node)
+        if implied is None:
+            return chosen, reason
+        if not any(c.edge.to == implied.to for c in cands):
+            cands.append(Candidate(implied))
+        if chosen is None or not self.playbook.nodes[chosen.to].open_end:
+            return chosen, reason
+        open_ones = unexplained_on(self.host)
+        if not open_ones:
+            return chosen, reason
+        quoted = "; ".join(f'{e.symptom.id} "{e.symptom.text}"' for e in open_ones)
+        return implied, f"not {chosen.to}: unexplained symptom(s) {quoted}"
+
     def evaluate(self) -> NodeOutcome:
         """Probe, check and choose for the current node (once per visit; later calls reuse it)."""
         with self._lock:
@@ -304,6 +358,7 @@ class Walk:
                 self._emit(FindingRecorded(finding=f.to_dict(), playbook=self.playbook.id, node=node.id))
             cands, chosen, reason = self._choose(node, facts)
             chosen, reason = self._guard_healthy(node, facts, cands, chosen, reason, findings)
+            chosen, reason = self._guard_unexplained(node, cands, chosen, reason)
             self._outcome = NodeOutcome(node=node, visit=self.visits[node.id], facts=facts,
                                         findings=findings, chosen=chosen, reason=reason, candidates=cands)
             self.outcomes.append(self._outcome)
@@ -347,6 +402,7 @@ class Walk:
             self._finish(f"stopped: {edge.to} would be visited {seen + 1} times (limit {self.max_visits}); "
                          f"the walk keeps going round the loop {edge.source} -> {edge.to}", "loop")
             return
+        self._arrived_because = reason
         self._emit(EdgeTaken(playbook=self.playbook.id, source=edge.source, to=edge.to, predicate=edge.when,
                              negate=edge.negate, reason=reason, override=override,
                              condition=edge.cond.to_dict() if edge.cond is not None else None))
@@ -354,7 +410,10 @@ class Walk:
 
     def _end_here(self, node: Node, reason: str) -> None:
         if node.kind in END_KINDS:
-            self._finish(f"reached {node.kind} {node.id}: {node.title}", None)
+            why = self._arrived_because
+            said = f" ({why})" if node.id == self.playbook.unexplained and why else ""
+            self._finish(f"reached {node.kind} {node.id}: {node.title}{said}"
+                         + naming(failing_on_path(self.outcomes, self.path, node)), None)
         elif node.is_terminal:
             self._finish(f"ended at {node.kind} node {node.id}, which has no next step", "no-edge")
         else:
@@ -401,10 +460,12 @@ class Walk:
         for outcome in self.outcomes:
             for f in outcome.findings:
                 findings[f.id] = f
+        end = self.playbook.nodes.get(self.path[-1]) if self.done and self.stopped is None and self.path else None
         return WalkResult(playbook=self.playbook.id, path=list(self.path), diagnosis=self.diagnosis,
                           reason=self.end_reason or "", stopped=self.stopped,
                           findings=list(findings.values()), outcomes=list(self.outcomes),
-                          facts=dict(self._seen_results))
+                          facts=dict(self._seen_results),
+                          failing_on_path=failing_on_path(self.outcomes, self.path, end) if end else [])
 
     # -- resuming ----------------------------------------------------------------------------------
     @classmethod

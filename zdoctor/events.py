@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Mapping, Protocol
 
 from .model import ProbeResult
+from .symptoms.view import ledger_entries
 
 #: Keys of the envelope every recorded event carries.
 ENVELOPE = ("seq", "ts", "type")
@@ -435,6 +436,10 @@ class SessionView:
     def recorded_elsewhere(self) -> bool:
         """The evidence came from another node (a replay or a practice scenario), not this machine."""
         return self.host.get("kind") == "replay" or self.start.get("mode") == "demo"
+
+    def symptoms(self) -> list[dict[str, Any]]:
+        """The symptom ledger: each recorded symptom with the findings that explain it."""
+        return ledger_entries(self.probes, self.sorted_findings())
 
     def sorted_findings(self) -> list[dict[str, Any]]:
         """The latest version of each finding, worst first, then by id."""

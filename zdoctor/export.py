@@ -22,7 +22,9 @@ from .events import SessionView, WalkView, fold
 from .model import STATUS_RANK, cap_text, visible_controls
 from .present import (
     MARKS,
+    NO_SYMPTOMS,
     STOPS_NOTE,
+    SYMPTOMS_HEADING,
     applied_heading,
     are_steps,
     edge_sentence,
@@ -36,7 +38,10 @@ from .present import (
     requires_of,
     script_label,
     summary_parts,
+    symptom_place,
+    symptom_verdict,
     undo_label,
+    unexplained_headline,
     written_text,
 )
 
@@ -416,6 +421,22 @@ def _md_applied(ev: dict[str, Any], cap: int) -> list[str]:
     return out
 
 
+def _md_symptoms(entries: list[dict[str, Any]]) -> list[str]:
+    """The symptom ledger, first: each thing the user saw, quoted, and what explains it or UNEXPLAINED."""
+    out = [f"## {SYMPTOMS_HEADING}", ""]
+    if not entries:
+        return out + [md_paragraph(NO_SYMPTOMS.capitalize() + "."), ""]
+    headline = unexplained_headline(entries)
+    if headline:
+        out += [f"**{md_escape(headline)}.**", ""]
+    for e in entries:
+        verdict = symptom_verdict(e)
+        shown = f"**{md_escape(verdict)}**" if not e.get("explained_by") else md_escape(verdict)
+        place = md_escape(symptom_place(e))
+        out.append(f"- **{md_escape(e.get('id'))}** ({place}): {md_code(e.get('text'))} — {shown}")
+    return out + [""]
+
+
 def render_md(rep: Report, cap: int = BLOCK_CAP) -> str:
     """The Markdown report."""
     start = rep.start
@@ -436,6 +457,7 @@ def render_md(rep: Report, cap: int = BLOCK_CAP) -> str:
     if rep.torn:
         out += [f"> {TORN_NOTE}", ""]
 
+    out += _md_symptoms(rep.symptoms())
     out += ["## Summary", "", " · ".join(text for text, _ in _summary_parts(rep.counts())), ""]
     if rep.fleet is not None:
         out += ["## Fleet", "", md_paragraph(_fleet_line(rep.fleet)), ""]
@@ -502,6 +524,7 @@ def render_json(rep: Report, events: list[Any]) -> str:
         "exit_code": rep.end.get("exit_code") if rep.end else None,
         "torn_last_event": rep.torn,
         "events": list(events),
+        "symptoms": rep.symptoms(),
         "findings": rep.sorted_findings(),
         "summary": rep.counts(),
     }

@@ -7,8 +7,9 @@ Never imports textual; networkx is imported only for the graph picture.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
+from .engine import Walk
 from .host import Host
 from .model import Finding, ProbeResult
 from .playbook import Node, Playbook
@@ -102,10 +103,12 @@ def graph_text(book: Playbook, path: list[str] | None = None, current: str | Non
             arrow = "⇒" if (nid, e.to) in taken else "→"
             label = f"  ({e.label})" if e.label else ""
             out.append(f"    {arrow} {e.to:<{width}}  {_edge_rule(e)}{label}")
-        implied = book.not_checked_edge(node)
-        if implied is not None and all(e.to != implied.to for e in node.next):
-            arrow = "⇒" if (nid, implied.to) in taken else "→"
-            out.append(f"    {arrow} {implied.to:<{width}}  instead of a healthy end, if a probe gave no facts")
+        for implied, when in ((book.not_checked_edge(node), "instead of a healthy end, if a probe gave no facts"),
+                              (book.unexplained_edge(node), "instead of a healthy end, while a symptom is "
+                                                            "unexplained")):
+            if implied is not None and all(e.to != implied.to for e in node.next):
+                arrow = "⇒" if (nid, implied.to) in taken else "→"
+                out.append(f"    {arrow} {implied.to:<{width}}  {when}")
     return "\n".join(out)
 
 
@@ -123,9 +126,37 @@ def target_label(pyenv: dict | None, fallback: str = "python3") -> str:
     return str(target.get("resolved") or target.get("requested") or fallback)
 
 
-def next_step(findings: Iterable[Finding], pyenv: dict | None, replay: bool = False) -> str:
+def findings_on_walk(book: Playbook, host: Host) -> set[str]:
+    """The ids of every finding a walk of ``book`` on ``host`` shows, following the edges the facts choose
+    (the probes it needs are the first pass's, already run)."""
+    walk = Walk(book, host)
+    seen: set[str] = set()
+    for _ in range(len(book.nodes) + 1):
+        if walk.done:
+            break
+        seen |= {f.id for f in walk.evaluate().findings}
+        walk.advance()
+    return seen
+
+
+def _walk_for(finding: Finding, host: Host | None, books: Mapping[str, Playbook] | None) -> str | None:
+    """The playbook whose walk reaches ``finding``: the one for its subject first, then any other; without a
+    host to walk on, the subject's playbook."""
+    first = PLAYBOOK_FOR.get(finding.id.split(".")[0], "zero3-launch")
+    if host is None or books is None:
+        return first
+    for pid in [first, *sorted(set(books) - {first})]:
+        if pid in books and finding.id in findings_on_walk(books[pid], host):
+            return pid
+    return None
+
+
+def next_step(findings: Iterable[Finding], pyenv: dict | None, replay: bool = False, host: Host | None = None,
+              books: Mapping[str, Playbook] | None = None) -> str:
     """The one thing to do next, from the first pass: name the training interpreter when the probed one
-    cannot be it (missing, no torch), else walk the playbook of the worst finding."""
+    cannot be it (missing, no torch), else walk the playbook that reaches the worst finding (with ``host``
+    and ``books``: a walk on the host's facts shows it). A warning no walk reaches is named as one to read in
+    the list, not as a walk."""
     found = list(findings)
     target = (pyenv or {}).get("target") or {}
     torch = (pyenv or {}).get("torch") or {}
@@ -134,10 +165,16 @@ def next_step(findings: Iterable[Finding], pyenv: dict | None, replay: bool = Fa
         return f"Next: name the training interpreter: zdoctor --python {TRAINING_PYTHON}"
     if not replay and torch.get("installed") is False:
         return "Next: install torch in the interpreter above, or name the training one with --python"
+    unwalked: Finding | None = None
     for status in ("fail", "crash", "warn"):
-        worst = [f for f in found if f.status == status]
-        if worst:
-            pid = PLAYBOOK_FOR.get(worst[0].id.split(".")[0], "zero3-launch")
+        for worst in (f for f in found if f.status == status):
+            pid = _walk_for(worst, host, books)
+            if pid is None:
+                unwalked = unwalked or worst
+                continue
             what = "a warning" if status == "warn" else "a failure"
-            return f"Next: walk {pid} (select it below), for {what}: {worst[0].title}"
+            return f"Next: walk {pid} (select it below), for {what}: {worst.title}"
+    if unwalked is not None:
+        what = "warning" if unwalked.status == "warn" else "failure"
+        return f"Next: read the {what} in the list above (no walk reaches it): {unwalked.title}"
     return "Next: nothing failed; walk zero3-launch (Enter) if the launch still fails, with --command \"...\""

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from .model import cap_text
 from .present import (
+    NO_SYMPTOMS,
     STOPS_NOTE,
+    SYMPTOMS_HEADING,
     applied_heading,
     are_steps,
     first_line,
@@ -28,7 +30,10 @@ from .present import (
     safe_text,
     script_label,
     summary_parts,
+    symptom_place,
+    symptom_verdict,
     undo_label,
+    unexplained_headline,
     written_text,
 )
 
@@ -264,6 +269,24 @@ def header_html(rep: Report) -> str:
     return "\n".join(out)
 
 
+def symptoms_html(entries: list[dict[str, Any]]) -> str:
+    """The symptom ledger, first: each thing the user saw, quoted, and what explains it or UNEXPLAINED."""
+    out = ['<section id="symptoms">', f"<h2>{esc(SYMPTOMS_HEADING)}</h2>"]
+    if not entries:
+        out += [f'<p class="muted">{esc(NO_SYMPTOMS.capitalize())}.</p>', "</section>"]
+        return "\n".join(out)
+    headline = unexplained_headline(entries)
+    if headline:
+        out.append(f'<p class="fail"><strong>{esc(headline)}.</strong></p>')
+    out.append("<ul>")
+    for e in entries:
+        cls = "ok" if e.get("explained_by") else "fail"
+        out.append(f"<li><strong>{esc(e.get('id'))}</strong> ({esc(symptom_place(e))}): <code>{esc(e.get('text'))}"
+                   f'</code> — <span class="{cls}">{esc(symptom_verdict(e))}</span></li>')
+    out += ["</ul>", "</section>"]
+    return "\n".join(out)
+
+
 def summary_html(rep: Report, findings: list[dict[str, Any]], anchors: list[str]) -> str:
     counts = rep.counts()
     parts = [f'<span class="{s}">{esc(text)}</span>' for text, s in summary_parts(counts)]
@@ -285,12 +308,12 @@ def render_html(rep: Report, cap: int) -> str:
     from .export import _fleet_line, _when, fleet_tables
 
     anchors = Anchors()
-    for reserved in ("summary", "fleet", "path", "findings", "applied", "probes", "other"):
+    for reserved in ("symptoms", "summary", "fleet", "path", "findings", "applied", "probes", "other"):
         anchors.used.add(reserved)
     findings = rep.sorted_findings()
     finding_ids = [anchors.make("finding", f.get("id")) for f in findings]
     title = f"zdoctor session {rep.session_id or 'unknown'}"
-    body = [header_html(rep), summary_html(rep, findings, finding_ids)]
+    body = [header_html(rep), symptoms_html(rep.symptoms()), summary_html(rep, findings, finding_ids)]
     if rep.fleet is not None:
         body += ['<section id="fleet">', "<h2>Fleet</h2>", f"<p>{esc(_fleet_line(rep.fleet))}</p>"]
         for name, columns, rows, hot in fleet_tables(rep.fleet):

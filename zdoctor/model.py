@@ -162,6 +162,8 @@ class Finding:
     detail: str = ""
     evidence: list[Evidence] = field(default_factory=list)
     remedies: list[Remedy] = field(default_factory=list)
+    #: Ids of the symptoms (what the user saw) this finding explains, matched on their concrete content.
+    explains: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -175,14 +177,17 @@ class Finding:
             "detail": self.detail,
             "evidence": [e.to_dict() for e in self.evidence],
             "remedies": [r.to_dict() for r in self.remedies],
+            "explains": list(self.explains),
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Finding:
+        explains = d.get("explains")
         return cls(
             id=d["id"], status=d["status"], title=d["title"], detail=d.get("detail", ""),
             evidence=[Evidence.from_dict(e) for e in d.get("evidence", [])],
             remedies=[Remedy.from_dict(r) for r in d.get("remedies", [])],
+            explains=[str(x) for x in explains] if isinstance(explains, list) else [],
         )
 
 

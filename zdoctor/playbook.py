@@ -33,8 +33,9 @@ KINDS = ("probe", "question", "diagnosis", "remedy")
 END_KINDS = frozenset({"diagnosis", "remedy"})
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
-TOP_KEYS = ("id", "title", "summary", "start", "nodes", "not_checked")
-NODE_KEYS = ("kind", "title", "why", "explain", "probes", "checks", "question", "default", "next", "healthy")
+TOP_KEYS = ("id", "title", "summary", "start", "nodes", "not_checked", "unexplained")
+NODE_KEYS = ("kind", "title", "why", "explain", "probes", "checks", "question", "default", "next", "healthy",
+             "examined", "not_examined", "elsewhere")
 EDGE_KEYS = ("to", "when", "negate", "label", "loop")
 #: A playbook is a few KiB of TOML.
 MAX_PLAYBOOK_BYTES = 1024 * 1024
@@ -84,6 +85,17 @@ class Node:
     next: list[Edge] = field(default_factory=list)
     #: A diagnosis that says all is well (``healthy = true``): never to be reached from missing data.
     healthy: bool = False
+    #: A healthy diagnosis's scope: what it rests on, and what it did not look at.
+    examined: list[str] = field(default_factory=list)
+    not_examined: list[str] = field(default_factory=list)
+    #: A diagnosis that only says the cause is elsewhere (``elsewhere = true``): like a healthy one, it gives
+    #: way to the playbook's ``unexplained`` end while a symptom the user saw is explained by no finding.
+    elsewhere: bool = False
+
+    @property
+    def open_end(self) -> bool:
+        """A diagnosis that names no cause: healthy, or "the cause is elsewhere"."""
+        return self.healthy or self.elsewhere
 
     @property
     def is_terminal(self) -> bool:
@@ -105,6 +117,8 @@ class Playbook:
     nodes: dict[str, Node]
     #: The diagnosis a walk ends in, instead of a ``healthy`` one, when a probe on its path gave no facts.
     not_checked: str | None = None
+    #: The diagnosis a walk ends in, instead of a ``healthy`` one, while a symptom the user saw is unexplained.
+    unexplained: str | None = None
 
     @cached_property
     def graph(self) -> networkx.DiGraph:
@@ -124,21 +138,32 @@ class Playbook:
                 g.add_edge(node.id, e.to, edge=e, parallel=[e], when=e.when, negate=e.negate,
                            label=e.label, loop=e.loop, order=e.order)
         for node in self.nodes.values():
-            e = self.not_checked_edge(node)
-            if e is not None and not g.has_edge(node.id, e.to):
-                g.add_edge(node.id, e.to, edge=e, parallel=[e], when=None, negate=False, label=e.label,
-                           loop=False, order=e.order, implied=True)
+            for e in (self.not_checked_edge(node), self.unexplained_edge(node)):
+                if e is not None and not g.has_edge(node.id, e.to):
+                    g.add_edge(node.id, e.to, edge=e, parallel=[e], when=None, negate=False, label=e.label,
+                               loop=False, order=e.order, implied=True)
         return g
+
+    def _leads_to_healthy(self, node: Node) -> bool:
+        return any(self.nodes[e.to].healthy for e in node.next if e.to in self.nodes)
 
     def not_checked_edge(self, node: Node) -> Edge | None:
         """The implied edge from ``node`` to :attr:`not_checked`, taken instead of an edge into a healthy
         diagnosis when a probe the walk rests on gave no facts (None when ``node`` has no such edge)."""
-        if not self.not_checked or self.not_checked not in self.nodes:
-            return None
-        if not any(self.nodes[e.to].healthy for e in node.next if e.to in self.nodes):
+        if not self.not_checked or self.not_checked not in self.nodes or not self._leads_to_healthy(node):
             return None
         return Edge(source=node.id, to=self.not_checked, label="not everything a healthy verdict rests on "
                     "could be checked", order=len(node.next))
+
+    def unexplained_edge(self, node: Node) -> Edge | None:
+        """The implied edge from ``node`` to :attr:`unexplained`, taken instead of an edge into a healthy
+        diagnosis while a symptom the user saw is explained by no finding (None when ``node`` has none)."""
+        if not self.unexplained or self.unexplained not in self.nodes:
+            return None
+        if not any(self.nodes[e.to].open_end for e in node.next if e.to in self.nodes):
+            return None
+        return Edge(source=node.id, to=self.unexplained, label="a symptom you saw is not explained by any finding",
+                    order=len(node.next) + 1)
 
     def node(self, nid: str) -> Node:
         return self.nodes[nid]
@@ -278,8 +303,9 @@ class _Parser:
                 if node is not None:
                     nodes[nid] = node
         not_checked = self.text(d, "not_checked", None, "the playbook", required=False)
+        unexplained = self.text(d, "unexplained", None, "the playbook", required=False)
         return Playbook(id=pid, title=title, summary=summary, start=start, path=self.path, nodes=nodes,
-                        not_checked=not_checked)
+                        not_checked=not_checked, unexplained=unexplained)
 
     def parse_node(self, nid: str, raw: Any) -> Node | None:
         if not ID_RE.match(nid):
@@ -302,9 +328,20 @@ class _Parser:
             probes=self.names(raw, "probes", nid),
             checks=self.names(raw, "checks", nid),
             healthy=self.flag(raw, "healthy", nid, where),
+            examined=self.names(raw, "examined", nid),
+            not_examined=self.names(raw, "not_examined", nid),
+            elsewhere=self.flag(raw, "elsewhere", nid, where),
         )
+        if node.elsewhere and (kind != "diagnosis" or node.healthy):
+            self.err(nid, "'elsewhere' is only allowed on a diagnosis that is not healthy")
         if node.healthy and kind != "diagnosis":
             self.err(nid, f"'healthy' is only allowed on diagnosis nodes (this node is {kind!r})")
+        if (node.examined or node.not_examined) and not node.healthy:
+            self.err(nid, "'examined' and 'not_examined' are the scope of a healthy diagnosis (healthy = true)")
+        if node.healthy and not node.not_examined:
+            self.err(nid, "a healthy diagnosis must list what it did not examine ('not_examined')")
+        if node.healthy and not node.examined:
+            self.err(nid, "a healthy diagnosis must list what it examined ('examined')")
         is_question = kind == "question"
         if is_question:
             node.question = self.text(raw, "question", nid, "a question node")
@@ -367,6 +404,14 @@ def _reference_errors(pb: Playbook) -> list[LintError]:
         out.append(LintError(file, None, f"not_checked node {pb.not_checked!r} is not defined"))
     elif pb.not_checked and (pb.nodes[pb.not_checked].kind != "diagnosis" or pb.nodes[pb.not_checked].healthy):
         out.append(LintError(file, None, f"not_checked node {pb.not_checked!r} must be a diagnosis that is not "
+                                         "healthy"))
+    if not pb.unexplained and any(n.open_end for n in pb.nodes.values()):
+        out.append(LintError(file, None, "a playbook with a healthy diagnosis needs 'unexplained': the diagnosis a "
+                                         "walk ends in while a symptom the user saw is explained by no finding"))
+    elif pb.unexplained and pb.unexplained not in pb.nodes:
+        out.append(LintError(file, None, f"unexplained node {pb.unexplained!r} is not defined"))
+    elif pb.unexplained and (pb.nodes[pb.unexplained].kind != "diagnosis" or pb.nodes[pb.unexplained].healthy):
+        out.append(LintError(file, None, f"unexplained node {pb.unexplained!r} must be a diagnosis that is not "
                                          "healthy"))
     for node in pb.nodes.values():
         for e in node.next:
@@ -667,6 +712,8 @@ def describe(pb: Playbook) -> str:
              f"start: {pb.start}"]
     if pb.not_checked:
         lines.append(f"not checked: {pb.not_checked} (instead of a healthy diagnosis when a probe gave no facts)")
+    if pb.unexplained:
+        lines.append(f"unexplained: {pb.unexplained} (instead of a healthy diagnosis while a symptom is unexplained)")
     lines.append("")
     for node in pb.nodes.values():
         lines.append(f"[{node.kind}{', healthy' if node.healthy else ''}] {node.id}: {node.title}")

@@ -465,3 +465,42 @@ def in_words(reason: str) -> str:
         return doc if m.group("value") == "true" else f"not: {doc}"
 
     return _PREDICATE_SAID.sub(said, reason)
+
+
+# -- the symptom ledger -------------------------------------------------------------------------------
+SYMPTOMS_HEADING = "What you saw"
+UNEXPLAINED_WORD = "UNEXPLAINED"
+NO_SYMPTOMS = "no symptom given: no --command, --log or --symptom (nothing zdoctor could tie its findings to)"
+
+
+def symptom_verdict(entry: Mapping[str, Any]) -> str:
+    """``explained by libs.glibcxx`` or ``UNEXPLAINED`` (with the catalogue's word where it knows the line)."""
+    by = [str(x) for x in entry.get("explained_by") or []]
+    if by:
+        return "explained by " + ", ".join(by)
+    if entry.get("signature"):
+        return f"{UNEXPLAINED_WORD} on this node (the message is known: {entry['signature']}, from the message only)"
+    return UNEXPLAINED_WORD
+
+
+def symptom_place(entry: Mapping[str, Any]) -> str:
+    """Where a symptom was seen, in words."""
+    from .symptoms.model import SOURCE_WORDS
+
+    src = str(entry.get("source") or "")
+    return str(entry.get("where") or SOURCE_WORDS.get(src, src))
+
+
+def unexplained_headline(entries: Iterable[Mapping[str, Any]]) -> str | None:
+    """The summary's first sentence while a symptom stands unexplained, else None."""
+    open_ones = [e for e in entries if not e.get("explained_by")]
+    if not open_ones:
+        return None
+    n = len(open_ones)
+    return (f"{n} symptom{'s' if n != 1 else ''} you saw {'are' if n != 1 else 'is'} not explained by any finding: "
+            "no verdict below is the answer to it")
+
+
+def scope_lines(examined: Iterable[str], not_examined: Iterable[str]) -> list[str]:
+    """A healthy end's scope in two lines."""
+    return [f"examined: {'; '.join(examined) or '-'}", f"not examined: {'; '.join(not_examined) or '-'}"]

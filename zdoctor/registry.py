@@ -76,6 +76,9 @@ class ProbeSpec:
     title: str
     timeout: float
     needs: tuple[str, ...]
+    #: Computed from other probes' results alone (never from the machine): a replayed snapshot that lacks
+    #: it computes it from what it recorded.
+    derived: bool = False
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,14 @@ class CheckSpec:
     func: Callable[[Facts], list[Finding]]
     title: str
     probes: tuple[str, ...]
+    #: The symptom kinds its findings can explain (see :mod:`zdoctor.symptoms`).
+    explains: tuple[str, ...] = ()
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """Every probe it reads: its own, and ``symptoms`` when it can explain one (read when there, never
+        needed: a check judges its own subject whether or not a symptom was given)."""
+        return (*self.probes, "symptoms") if self.explains and "symptoms" not in self.probes else self.probes
 
 
 @dataclass(frozen=True)
@@ -138,21 +149,23 @@ def load_vocabulary() -> None:
         importlib.import_module(mod)
 
 
-def probe(name: str, *, title: str, timeout: float = 30.0, needs: tuple[str, ...] = ()):
-    """Register ``func(host) -> (facts, evidence)`` as probe ``name``; ``needs`` are probes it reads."""
+def probe(name: str, *, title: str, timeout: float = 30.0, needs: tuple[str, ...] = (), derived: bool = False):
+    """Register ``func(host) -> (facts, evidence)`` as probe ``name``; ``needs`` are probes it reads;
+    ``derived``: it reads nothing but them (and the job's options), so a replay can compute it."""
 
     def deco(func: ProbeFunc) -> ProbeFunc:
-        PROBES[name] = ProbeSpec(name, func, title, timeout, needs)
+        PROBES[name] = ProbeSpec(name, func, title, timeout, needs, derived)
         return func
 
     return deco
 
 
-def check(name: str, *, title: str, probes: tuple[str, ...]):
-    """Register ``func(facts) -> [Finding]`` as check ``name`` reading the given probes."""
+def check(name: str, *, title: str, probes: tuple[str, ...], explains: tuple[str, ...] = ()):
+    """Register ``func(facts) -> [Finding]`` as check ``name`` reading the given probes; ``explains`` names
+    the symptom kinds its findings can explain (the check then reads the ``symptoms`` probe too)."""
 
     def deco(func: Callable[[Facts], list[Finding]]):
-        CHECKS[name] = CheckSpec(name, func, title, probes)
+        CHECKS[name] = CheckSpec(name, func, title, probes, tuple(explains))
         return func
 
     return deco

@@ -14,7 +14,9 @@ if TYPE_CHECKING:
 from .present import (
     ASCII_MARKS,
     MARKS,
+    NO_SYMPTOMS,
     STYLES,
+    SYMPTOMS_HEADING,
     are_steps,
     first_line,
     in_words,
@@ -24,7 +26,11 @@ from .present import (
     recommendation,
     remedy_flags,
     requires_of,
+    scope_lines,
     summary_parts,
+    symptom_place,
+    symptom_verdict,
+    unexplained_headline,
 )
 
 
@@ -58,6 +64,7 @@ def print_report(report: CheckReport, stream: TextIO | None = None, verbose: boo
     if host.get("kind") == "replay":
         where += f" (replayed from {host.get('source', '?')})"
     console.print(f"[bold]zdoctor check[/] on {inert(where)} — {inert(str(host.get('os', '')))}")
+    _print_symptoms(console, report)
     titles = {f.id: f.title for f in report.findings}
     for f in report.findings:
         style = STYLES[f.status]
@@ -75,11 +82,36 @@ def print_report(report: CheckReport, stream: TextIO | None = None, verbose: boo
             end = f"no diagnosis: {in_words(run.reason)}" if run.reason else "no diagnosis"
         console.print(f"[dim]  playbook {inert(run.id)}: {inert(' -> '.join(run.path))} => "
                       f"{inert(end)}[/]")
+        if run.healthy:
+            for line in scope_lines(run.examined, run.not_examined):
+                console.print(f"[dim]      {inert(line)}[/]")
+        for x in run.failing_on_path:
+            console.print(f"    also failing on the way (step {inert(x['node'])}): {inert(x['title'])} "
+                          f"[dim]({inert(x['id'])})[/]")
     s = report.summary
+    headline = unexplained_headline(report.symptoms)
+    if headline:
+        console.print(f"[bold red]{inert(headline)}[/]")
+    if report.incomplete:
+        console.print(f"[bold yellow]Incomplete: {inert(report.incomplete)}[/]")
     parts = [text for text, _status in summary_parts(s, marks=False, skip_zero=True)]
     console.print(f"[bold]{s['total']} findings:[/] " + ", ".join(parts))
     if report.session:
         console.print(f"[dim]session {report.session} — `zdoctor export --last --format md` for a ticket[/]")
+
+
+def _print_symptoms(console: Any, report: CheckReport) -> None:
+    """The symptom ledger first: each thing the user saw, quoted, with what explains it or UNEXPLAINED."""
+    headline = unexplained_headline(report.symptoms)
+    if not report.symptoms:
+        console.print(f"[dim]{SYMPTOMS_HEADING}: {NO_SYMPTOMS}[/]")
+        return
+    console.print(f"[bold]{SYMPTOMS_HEADING}:[/]" + (f" [bold red]{inert(headline)}[/]" if headline else ""))
+    for e in report.symptoms:
+        verdict = symptom_verdict(e)
+        style = "green" if e.get("explained_by") else "bold red"
+        console.print(f"  {inert(e.get('id'))} [dim]({inert(symptom_place(e))})[/] {inert(e.get('text'))}")
+        console.print(f"      [{style}]{inert(verdict)}[/]")
 
 
 def _print_remedies(console: Any, remedies: list[Remedy], replayed: bool, titles: dict[str, str] | None = None) -> None:

@@ -65,7 +65,7 @@ def validate_session_id(session_id: str) -> str:
     return session_id
 
 
-def _refuse_foreign(path: Path) -> None:
+def _refuse_foreign(path: Path, what: str = "session log directory") -> None:
     """Refuse a state folder that is a symbolic link or belongs to another user: zdoctor (often root)
     would otherwise write its logs, and tighten modes, wherever the link or its owner points."""
     try:
@@ -73,25 +73,27 @@ def _refuse_foreign(path: Path) -> None:
     except FileNotFoundError:
         return
     except OSError as exc:
-        raise InputError(f"cannot create session log directory {path}: {exc.strerror or exc}") from None
+        raise InputError(f"cannot create {what} {path}: {exc.strerror or exc}") from None
     if stat.S_ISLNK(st.st_mode):
-        raise InputError(f"refusing session log directory {path}: it is a symbolic link "
+        raise InputError(f"refusing {what} {path}: it is a symbolic link "
                          f"(to {os.path.realpath(path)}); remove it or set XDG_STATE_HOME")
     if not stat.S_ISDIR(st.st_mode):
         raise InputError(f"cannot keep session logs in {path}: not a directory")
     if st.st_uid != os.getuid():
-        raise InputError(f"refusing session log directory {path}: owned by uid {st.st_uid}, not by the "
+        raise InputError(f"refusing {what} {path}: owned by uid {st.st_uid}, not by the "
                          f"current user (uid {os.getuid()})")
 
 
-def _ensure_private_dir(path: Path) -> None:
-    """Create ``path`` and missing parents with mode 0700 (XDG spec); tighten the sessions folder.
+def ensure_private_dir(path: Path, what: str = "session log directory") -> None:
+    """Create ``path`` and missing parents with mode 0700 (XDG spec); tighten the folder itself.
 
-    The sessions folder and the zdoctor folder above it must be real directories of the current user:
-    a symbolic link or another user's folder is refused (:func:`_refuse_foreign`), never followed.
+    The folder and the one above it (``zdoctor/sessions``, ``zdoctor/fixes``) must be real directories
+    of the current user: a symbolic link or another user's folder is refused (:func:`_refuse_foreign`),
+    never followed. Missing folders are only created below an existing directory of the current user
+    that is not ``/``: ``HOME=/nonexistent`` must not make root create ``/nonexistent/.local/...``.
     """
     for own in (path.parent, path):
-        _refuse_foreign(own)
+        _refuse_foreign(own, what)
     missing: list[Path] = []
     probe = path
     while not os.path.lexists(probe):
@@ -99,6 +101,8 @@ def _ensure_private_dir(path: Path) -> None:
         if probe.parent == probe:
             break
         probe = probe.parent
+    if missing:
+        _refuse_base(path, probe, missing[-1], what)
     try:
         for d in reversed(missing):
             try:
@@ -107,7 +111,7 @@ def _ensure_private_dir(path: Path) -> None:
                 continue
             os.chmod(d, 0o700)
         for own in (path.parent, path):
-            _refuse_foreign(own)  # again: a link planted between the check and the mkdir
+            _refuse_foreign(own, what)  # again: a link planted between the check and the mkdir
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
         try:
             st = os.fstat(fd)
@@ -117,6 +121,23 @@ def _ensure_private_dir(path: Path) -> None:
             os.close(fd)
     except OSError as exc:
         raise InputError(f"cannot create session log directory {path}: {exc.strerror or exc}") from None
+
+
+def _refuse_base(path: Path, base: Path, first: Path, what: str) -> None:
+    """Refuse to create ``first`` (the topmost missing folder of ``path``) inside ``base`` unless
+    ``base`` is a directory of the current user other than ``/``."""
+    try:
+        st = os.stat(base)
+    except OSError as exc:
+        raise InputError(f"cannot create {what} {path}: {base}: {exc.strerror or exc}") from None
+    if str(base) == "/" or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        why = f"{first} does not exist" if str(base) == "/" else \
+            f"{first} does not exist and {base} belongs to uid {st.st_uid}, not the current user"
+        raise InputError(f"not creating {what} {path}: {why} (set HOME or XDG_STATE_HOME to a directory "
+                         "of yours)")
+
+
+_ensure_private_dir = ensure_private_dir
 
 
 def _fsync_dir(path: Path) -> None:

@@ -15,7 +15,6 @@ it under sudo); the last line printed is ``zdoctor-sysfile-record: {json}``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
@@ -27,7 +26,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .atomic import fsync_dir, write_beside
+from .atomic import create_checked, replace_checked
+from .errors import InputError
 from .model import Remedy
 from .shellquote import shell_quote
 
@@ -95,6 +95,7 @@ class CreateRecord:
 
     path: str
     ok: bool = False
+    backup: str | None = None
     error: str | None = None
     steps: list[str] = field(default_factory=list)
 
@@ -120,10 +121,9 @@ def _folder_problem(folder: str) -> str | None:
 
 def create_system_file(path: str, text: str, *, check: str | None = None, mode: int = 0o644,
                        on_step: Callable[[str], None] | None = None) -> CreateRecord:
-    """Create ``path`` with ``text``: refused when the folder is unsafe, the name exists (a file, a link,
-    anything), or ``check`` (a key of :data:`CHECKS`) finds the text wrong. The text goes to a temp file
-    beside the name and is hard-linked to it (which fails if the name was taken meanwhile), so the file
-    appears whole or not at all. Never raises for a refusal or a failure: the record says what happened."""
+    """Create ``path`` with ``text`` through :func:`zdoctor.atomic.create_checked`: refused when the folder
+    is unsafe, the name exists (a file, a link, anything), or ``check`` (a key of :data:`CHECKS`) finds the
+    text wrong. Never raises for a refusal or a failure: the record says what happened."""
     rec = CreateRecord(path=path)
 
     def step(said: str) -> None:
@@ -131,33 +131,21 @@ def create_system_file(path: str, text: str, *, check: str | None = None, mode: 
         if on_step is not None:
             on_step(said)
 
-    folder = os.path.dirname(os.path.abspath(path))
-    rec.error = _folder_problem(folder)
-    if rec.error is None and os.path.lexists(path):
-        rec.error = f"{path} already exists: refusing to replace it (zdoctor writes only a name that is free)"
+    rec.error = _folder_problem(os.path.dirname(os.path.abspath(path)))
     if rec.error is None and check is not None:
         said = CHECKS[check](text) if check in CHECKS else f"no check named {check!r}"
         rec.error = f"the new text is refused: {said}" if said else None
         if said is None:
             step(f"checked the text as {check}")
+    if rec.error is None:
+        try:
+            create_checked(path, text.encode("utf-8"), mode)
+            step(f"wrote {path} beside its name and linked it into place (no file had that name)")
+            rec.ok = True
+        except InputError as exc:
+            rec.error = str(exc)
     if rec.error is not None:
         step(f"nothing was changed: {rec.error}")
-        return rec
-    tmp: str | None = None
-    try:
-        tmp = write_beside(path, text.encode("utf-8"), None, mode)
-        step(f"wrote the text to {tmp}")
-        os.link(tmp, path)  # fails with EEXIST if the name appeared: never replaces
-        step(f"linked it into place as {path}")
-        fsync_dir(path)
-        rec.ok = True
-    except OSError as exc:
-        rec.error = f"{path}: {exc.strerror or exc}"
-        step(f"nothing was changed: {rec.error}")
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
     return rec
 
 
@@ -181,9 +169,10 @@ def _read_nofollow(path: str) -> tuple[bytes, os.stat_result]:
 def replace_system_file(path: str, edit: str, args: Sequence[str], *, backup: str, check: str | None = None,
                         on_step: Callable[[str], None] | None = None) -> CreateRecord:
     """Edit ``path`` with the edit named ``edit`` (a key of :data:`EDITS`), the careful way: the file is read
-    without following a link, the new text checked (``check``), the old bytes backed up to ``backup`` (a
-    name of its own: refused when it holds something else) and the new text renamed into place with the
-    file's mode and owner. Nothing changes on a refusal; the record says what happened."""
+    without following a link, the new text checked (``check``), then :func:`zdoctor.atomic.replace_checked`
+    (still the bytes read, the old ones kept under ``backup`` or the next free name, never an earlier backup
+    overwritten, the new text renamed into place with the file's mode and owner). Nothing changes on a
+    refusal; the record says what happened (``backup``: the name the old bytes were kept under)."""
     rec = CreateRecord(path=path)
 
     def step(said: str) -> None:
@@ -201,7 +190,7 @@ def replace_system_file(path: str, edit: str, args: Sequence[str], *, backup: st
     if problem:
         return refuse(problem)
     try:
-        original, st = _read_nofollow(path)
+        original, _st = _read_nofollow(path)
     except OSError as exc:
         return refuse(f"{path}: cannot read it as a regular file without following links ({exc.strerror or exc})")
     try:
@@ -215,32 +204,30 @@ def replace_system_file(path: str, edit: str, args: Sequence[str], *, backup: st
     said = CHECKS[check](new_text) if check else None
     if said:
         return refuse(f"the new text is refused: {said}")
-    if os.path.lexists(backup):
-        try:
-            same = _read_nofollow(backup)[0] == original
-        except OSError:
-            same = False
-        if not same:
-            return refuse(f"{backup} already exists and is not a copy of {path}: refusing to overwrite it")
-    tmp: str | None = None
     try:
-        saved = write_beside(backup, original, st)
-        os.replace(saved, backup)
-        fsync_dir(backup)
-        step(f"backed up {path} to {backup}")
-        tmp = write_beside(path, new_text.encode("utf-8"), st)
-        os.replace(tmp, path)
-        tmp = None
-        fsync_dir(path)
-        step(f"replaced {path} in one rename")
-        rec.ok = True
-    except OSError as exc:
-        return refuse(f"{path}: {exc.strerror or exc}")
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+        # Unchanged since it was read, still no link, backed up under a name no file has, one rename.
+        rec.backup = replace_checked(path, new_text.encode("utf-8"), expect=original, backup=backup, what="file")
+    except InputError as exc:
+        return refuse(str(exc))
+    step(f"backed up {path} to {rec.backup}")
+    step(f"replaced {path} in one rename")
+    rec.ok = True
     return rec
+
+
+def put_back(path: str, rec: CreateRecord, on_step: Callable[[str], None] | None = None) -> None:
+    """Undo a :func:`replace_system_file` whose follow-up failed: the backup's bytes back in one rename."""
+    try:
+        with open(rec.backup or "", "rb") as fh:
+            old = fh.read()
+        current, _st = _read_nofollow(path)
+        replace_checked(path, old, expect=current, backup=None, what="file")
+        said = f"put the old {path} back from {rec.backup}"
+    except (OSError, InputError) as exc:
+        said = f"could not put the old file back ({exc}): copy {rec.backup} over {path} by hand"
+    rec.steps.append(said)
+    if on_step is not None:
+        on_step(said)
 
 
 def free_name(folder: str, stem: str, suffix: str, taken: Iterable[str] | None) -> str:
@@ -342,12 +329,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.backup:
             parser.error("--edit needs --backup")
         rec = replace_system_file(args.path, args.edit, args.arg, backup=args.backup, check=args.check, on_step=say)
-        if rec.ok and args.then and os.path.lexists(args.backup):
+        if rec.ok and args.then and rec.backup:
             done = subprocess.run(["bash", "-c", args.then], stdin=subprocess.DEVNULL, timeout=600)
             if done.returncode != 0:
-                os.replace(write_beside(args.path, _read_nofollow(args.backup)[0], os.stat(args.backup)), args.path)
-                rec.ok, rec.error = False, f"{args.then!r} failed (exit {done.returncode}): put the old file back"
+                rec.ok, rec.error = False, f"{args.then!r} failed (exit {done.returncode})"
                 say(rec.error)
+                put_back(args.path, rec, say)
             else:
                 say(f"ran {args.then}")
     elif args.text is not None:

@@ -21,7 +21,7 @@ from .errors import UsageError
 DEFAULT_PYTHON = "python3"
 #: The job options the offload, storage and GPU probes read (``target.options``).
 OPTION_KEYS = ("ds_config", "offload_path", "model_params", "model_config", "nodes", "gpus_per_node", "train_log",
-               "io_size", "gpu_sample", "user", "p2p_test")
+               "io_size", "gpu_sample", "user", "p2p_test", "symptom", "pid")
 #: Options naming a file: made absolute, and they must exist.
 FILE_OPTIONS = (("ds_config", "--ds-config"), ("model_config", "--model-config"), ("train_log", "--log"))
 
@@ -68,6 +68,9 @@ class Target:
 
                 raise UsageError(f"zdoctor: --ext {p}: is {kind_of(mode)}, not a regular file; only regular "
                                  "files are loaded as an extension")
+        for text in options.get("symptom") or []:
+            if not str(text).strip():
+                raise UsageError("zdoctor: --symptom is empty")
         if timeout is not None and not 0 < timeout <= 3600:
             raise UsageError("zdoctor: --timeout must be between 0 and 3600 seconds")
         opts = {k: options.get(k) for k in OPTION_KEYS}
@@ -78,7 +81,7 @@ class Target:
                 pwd.getpwnam(opts["user"])
             except KeyError:
                 raise UsageError(f"zdoctor: --user {opts['user']}: no such user on this machine") from None
-        for key in ("nodes", "gpus_per_node"):
+        for key in ("nodes", "gpus_per_node", "pid"):
             if opts[key] is not None and opts[key] < 1:
                 raise UsageError(f"zdoctor: --{key.replace('_', '-')} must be at least 1")
         if opts["io_size"] is not None:

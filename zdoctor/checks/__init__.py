@@ -40,7 +40,7 @@ def evaluate_check(name: str, facts: Facts) -> list[Finding]:
     """Check ``name``'s findings for ``facts``: computed once per set of probe results (see
     :func:`_evaluate`), a new list each call."""
     spec = CHECKS[name]
-    key = (spec.func, *(facts.get(p) for p in spec.probes))
+    key = (spec.func, *(facts.get(p) for p in spec.reads))
     with _EVALUATED_LOCK:
         for seen, found in _EVALUATED.get(name, []):
             if len(seen) == len(key) and all(a is b for a, b in zip(seen, key)):
@@ -73,7 +73,7 @@ def probes_for(check_names: Iterable[str]) -> list[str]:
     """Every probe the named checks read, in a stable order."""
     out: list[str] = []
     for name in check_names:
-        for p in CHECKS[name].probes:
+        for p in CHECKS[name].reads:
             if p not in out:
                 out.append(p)
     return out

@@ -14,6 +14,7 @@ from typing import Any
 from ..gpu import cuda, envreview, limits, nvml
 from ..gpu import nccl as ncclmod
 from ..model import Evidence, Finding, Remedy
+from ..plural import count_of
 from ..probes.gccver import parse_torch_config, version_tuple
 from ..registry import Facts, check, predicate
 from ..shellquote import shell_quote
@@ -121,7 +122,7 @@ def check_driver(facts: Facts) -> list[Finding]:
     for g in gpus:
         names[g.get("name") or "?"] = names.get(g.get("name") or "?", 0) + 1
     title = (f"NVIDIA driver {nv.get('driver') or '?'} (CUDA up to {nv.get('cuda_driver_version') or '?'}), "
-             f"{len(gpus)} GPU(s): " + ", ".join(f"{n}x {k}" for k, n in names.items()))
+             f"{count_of(len(gpus), 'GPU')}: " + ", ".join(f"{n}x {k}" for k, n in names.items()))
     lines = [f"Source: {nv.get('source')}."]
     status = "ok"
     smi = nv.get("smi") or {}
@@ -366,7 +367,7 @@ def _processes(gpus: list[dict[str, Any]]) -> Finding:
     pids = sorted({p["pid"] for p in procs if isinstance(p.get("pid"), int)})
     ev = [Evidence.of_table("Processes on the GPUs", ["GPU", "pid", "name", "memory", "type"], rows)]
     return Finding(
-        id=fid, status="warn", title=f"{len(pids)} process(es) hold GPU memory",
+        id=fid, status="warn", title=f"{count_of(len(pids), 'process')} hold{'s' if len(pids) == 1 else ''} GPU memory",
         detail="Memory held by another process is not available to the training: a leftover rank of a killed "
                "run is the usual culprit, and the next launch fails with CUDA out of memory or hangs waiting for "
                "peers. If this node runs the training right now, these may be its own ranks. A pid shown as "
@@ -455,7 +456,8 @@ def check_runtime(facts: Facts) -> list[Finding]:
     if tc["state"] == "cpu":
         if gpus:
             rem = [r for r in [_wheel_remedy(facts, drv_cuda)] if r]
-            return [Finding(id=fid, status="fail", title=f"torch is a CPU build on a node with {len(gpus)} GPU(s)",
+            return [Finding(id=fid, status="fail",
+                            title=f"torch is a CPU build on a node with {count_of(len(gpus), 'GPU')}",
                             detail=f"{tc['why']}: DeepSpeed cannot use the GPUs ('DeepSpeed requires CUDA' / "
                                    "'Torch not compiled with CUDA enabled').", evidence=facts.evidence("nvml"),
                             remedies=rem)]
@@ -1055,7 +1057,7 @@ def _shm(facts: Facts, lf: dict[str, Any], ev: list[Evidence]) -> Finding:
               "memory segment' / 'unhandled system error', and DataLoader workers die with 'bus error' or "
               "'No space left on device'.")
     if n is not None:
-        detail += f" This node has {n} GPU(s)."
+        detail += f" This node has {count_of(n, 'GPU')}."
     rem = [Remedy(title="Fall back from NCCL's shared-memory transport (slower)",
                   commands=["export NCCL_SHM_DISABLE=1"],
                   undo=["unset NCCL_SHM_DISABLE"], verified=None,

@@ -4,16 +4,21 @@ newer compiler than this node's."""
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
 from ..forensics.versions import gcc_release_for
 from ..model import Finding, Remedy
+from ..plural import count_of
 from ..probes.gccver import version_tuple
 from ..probes.hangs import duration, show
 from ..registry import Facts, check, predicate
 from ..shellquote import shell_quote
 from . import not_checked
+
+#: The processes the hang check counts, as a counted noun.
+JOB_PROCESS = "python, launcher or compiler process"
 
 #: On a network file system a lock younger than this may belong to a build running on another node.
 NETWORK_GRACE_S = 30 * 60
@@ -86,9 +91,15 @@ def lock_remedy(lock: dict[str, Any], op: dict[str, Any] | None, orphans: list[i
     if orphans:
         commands.append(f"while kill -0 {' '.join(str(p) for p in orphans)} 2>/dev/null; do sleep 1; done")
     # torch's O_CREAT|O_EXCL fails on a directory named `lock` just as on a file; rm -f cannot remove one.
-    rm = "rm -rf --" if (op or {}).get("lock_kind") == "dir" else "rm -f --"
-    commands.append(f"{rm} {shell_quote(lock['path'])}")
-    expl = ("Deletes only the lock file; the op dir and whatever was already compiled stay. Stop the "
+    kind = "dir" if (op or {}).get("lock_kind") == "dir" else "file"
+    rm = "rm -rf --" if kind == "dir" else "rm -f --"
+    op_dir, name = os.path.split(os.path.abspath(lock["path"]))
+    parent, op_name = os.path.split(op_dir)
+    # One line that refuses a link on the way (a subshell: the caller's directory stays).
+    commands.append(f"(cd -P -- {shell_quote(parent)} && test ! -L {shell_quote(op_name)} && cd -- "
+                    f"{shell_quote(op_name)} && test ! -L {shell_quote(name)} && {rm} {shell_quote(name)})")
+    expl = ("Deletes only the lock file (never through a link: an op dir or lock swapped for one is left "
+            "alone); the op dir and whatever was already compiled stay. Stop the "
             "launches that are waiting first: once the lock is gone they stop waiting and try to load an "
             "op that was never finished (ImportError: cannot open shared object file). The next launch "
             "takes the lock and builds the op again (ninja redoes whatever the dead build left unfinished).")
@@ -99,6 +110,7 @@ def lock_remedy(lock: dict[str, Any], op: dict[str, Any] | None, orphans: list[i
     expl += tried
     return Remedy(title=f"Remove the stale lock of op {show(lock.get('op'), 60)}", commands=commands,
                   verified=verified, requires_root=bool(op and op.get("dir_writable") is False), undo=[],
+                  action={"kind": "remove-lock", "path": lock["path"], "lock_kind": kind, "wait_pids": list(orphans)},
                   explanation=expl, tried=bool(trial and trial.get("tried")),
                   note=(trial or {}).get("reason") or "" if not (trial and trial.get("tried")) else tried.strip())
 
@@ -115,8 +127,22 @@ def check_stale_lock(facts: Facts) -> list[Finding]:
     by_pid = _procs_by_pid(procs)
     stale = [lk for lk in locks if lk.get("stale")]
     trials = {t.get("lock"): t for t in (facts.get_fact("locktrial", "trials") or [])}
+    unscanned = list(jit.get("unscanned") or [])
+    if jit.get("truncated") and not unscanned:  # facts recorded before the list was kept
+        unscanned = [f"op dirs after the first {len(jit.get('ops') or [])} were not read"]
+    gaps = (["", f"Not scanned ({len(unscanned)}), so a lock there would not be seen:"]
+            + [f"- {show(x, 300)}" for x in unscanned[:20]]
+            + ([f"- ... and {len(unscanned) - 20} more"] if len(unscanned) > 20 else [])) if unscanned else []
     if not stale:
         live = [lk for lk in locks if lk.get("present")]
+        if unscanned and not live:
+            return [Finding(id=cid, status="warn",
+                            title=f"JIT build locks: {len(unscanned)} place(s) not scanned; no lock in the "
+                                  f"{len(jit.get('ops') or [])} op dir(s) read",
+                            detail="\n".join([f"Looked in {jit.get('base')} (from {jit.get('source')}). A stale lock "
+                                              "in a place that was not read would make launches wait forever "
+                                              "unseen; read it as its owner (or as root) to be sure.", *gaps]),
+                            evidence=ev)]
         if not live:
             if not jit.get("ops") and not any(r.get("exists") for r in jit.get("roots") or []):
                 return [Finding(id=cid, status="skip", title="JIT build locks: nothing to check (no op has been "
@@ -127,9 +153,11 @@ def check_stale_lock(facts: Facts) -> list[Finding]:
                             f"(from {jit.get('source')}); no op dir holds a `lock` file.", evidence=ev)]
         lines = [f"{lk['path']}: held by " + ", ".join(_describe(by_pid.get(p), p) for p in lk["holders"])
                  for lk in live]
-        return [Finding(id=cid, status="ok", title=f"{len(live)} JIT build(s) in progress",
+        return [Finding(id=cid, status="warn" if unscanned else "ok",
+                        title=f"{len(live)} JIT build(s) in progress"
+                              + (f"; {len(unscanned)} place(s) not scanned" if unscanned else ""),
                         detail="A live process holds each lock; launches that need the op wait for it.\n"
-                               + "\n".join(lines), evidence=ev)]
+                               + "\n".join(lines + gaps), evidence=ev)]
     out: list[Finding] = []
     used: set[str] = set()
     for lk in stale:
@@ -170,6 +198,7 @@ def check_stale_lock(facts: Facts) -> list[Finding]:
             lines += ["", "The op was never finished: there is no built .so in its dir."]
         if why:
             lines += [""] + why
+        lines += gaps
         out.append(Finding(id=f"{cid}.{_slug(_op_key(lk), used)}", status=status,
                            title=f"Stale JIT build lock for op {show(lk.get('op'), 60)}: launches that need it "
                                  "wait forever", detail="\n".join(lines), evidence=ev,
@@ -184,9 +213,25 @@ def check_processes(facts: Facts) -> list[Finding]:
     if procs is None:
         return [not_checked(cid, "Training processes", "the processes probe gave no facts")]
     ev = facts.evidence("processes")
-    plist = procs.get("processes") or []
+    scope = procs.get("scope") or {"kind": "node"}
+    allp = procs.get("processes") or []
+    if scope.get("kind") in ("pid", "command"):
+        job = set(scope.get("pids") or [])
+        plist = [p for p in allp if p["pid"] in job]
+        others_stuck = [p for p in allp if p["pid"] not in job and p.get("state_letter") == "D"]
+        if not plist:
+            return [Finding(id=cid, status="skip", title="The job's processes: none found",
+                            detail=f"The job is {scope.get('how')}: {scope.get('missing') or 'none of them runs now'}. "
+                                   "Nothing was judged about other processes on this node.", evidence=ev)]
+        what = f"the job's {count_of(len(plist), 'process')}"
+        where = f"The job is {scope.get('how')}."
+    else:
+        plist, others_stuck = allp, []
+        what = f"{count_of(len(plist), JOB_PROCESS)} on this node"
+        where = ("Which of them belong to the training job is not known (no --pid or --command): these are the "
+                 "python, launcher and compiler processes on this node, whoever started them.")
     if not plist:
-        return [Finding(id=cid, status="ok", title="No python, launcher or compiler process running",
+        return [Finding(id=cid, status="ok", title="No python, launcher or compiler process running on this node",
                         detail="No python, deepspeed, torchrun, accelerate, ninja or compiler process was found "
                                "(zdoctor's own are left out).", evidence=ev)]
     lines: list[str] = []
@@ -211,14 +256,18 @@ def check_processes(facts: Facts) -> list[Finding]:
     if waiting:
         lines.append(f"Pids {', '.join(map(str, waiting))} sleep in a poll loop like launches waiting on a stale "
                      "JIT build lock (see the stale-lock finding).")
+    if others_stuck:
+        lines.append(f"{count_of(len(others_stuck), 'other process', 'other processes')} on this node, not part of "
+                     "the job, in state D: "
+                     + ", ".join(_describe(p, p["pid"]) for p in others_stuck))
     stuck = [p for p in plist if p.get("state_letter") == "D"]
     if not stuck:
-        return [Finding(id=cid, status="ok",
-                        title=f"{len(plist)} python, launcher or compiler process(es), none stuck in the kernel",
-                        detail="\n".join(lines) or "All of them are running or sleeping interruptibly.",
+        return [Finding(id=cid, status="ok", title=f"{what[0].upper()}{what[1:]}, none stuck in the kernel",
+                        detail="\n".join([where, *lines] if lines else
+                                         [where, "All of them are running or sleeping interruptibly."]),
                         evidence=ev)]
-    detail = [f"{len(stuck)} process(es) in state D (uninterruptible sleep): they wait inside the kernel, "
-              "for a disk or network file system (NFS, Lustre), the GPU driver or pinned-memory allocation, "
+    detail = [where, f"{count_of(len(stuck), 'process')} in state D (uninterruptible sleep): they wait inside the "
+              "kernel, for a disk or network file system (NFS, Lustre), the GPU driver or pinned-memory allocation, "
               "and cannot even be killed until that wait ends. The wait channel names the kernel function "
               "they wait in.", ""]
     for p in stuck:
@@ -233,7 +282,9 @@ def check_processes(facts: Facts) -> list[Finding]:
                "'task ... blocked for more than 120 seconds' reports for the same processes."]
     if lines:
         detail += [""] + lines
-    return [Finding(id=cid, status="warn", title=f"{len(stuck)} python, launcher or compiler process(es) stuck in "
+    of = "of the job's processes" if scope.get("kind") in ("pid", "command") else \
+        f"{JOB_PROCESS}{'es' if len(stuck) != 1 else ''} on this node"
+    return [Finding(id=cid, status="warn", title=f"{len(stuck)} {of} stuck in "
                     f"uninterruptible sleep (wchan {', '.join(sorted({p.get('wchan') or '?' for p in stuck}))})",
                     detail="\n".join(detail), evidence=ev)]
 
@@ -264,7 +315,7 @@ def check_corrupt_ops(facts: Facts) -> list[Finding]:
         return [Finding(id=cid, status="skip", title="Damaged JIT-built ops: nothing to check (no op has been "
                         "built here yet)", detail=f"No built op .so in {jit.get('base')}.", evidence=ev)]
     if not bad:
-        return [Finding(id=cid, status="ok", title=f"{len(built)} JIT-built op(s), none damaged",
+        return [Finding(id=cid, status="ok", title=f"{count_of(len(built), 'JIT-built op')}, none damaged",
                         detail="Every built .so in the extension cache is a readable ELF file.", evidence=ev)]
     out: list[Finding] = []
     used: set[str] = set()
@@ -366,5 +417,8 @@ def jit_op_corrupt(facts: Facts) -> bool:
 @predicate("training_process_stuck", doc="a training process is in uninterruptible sleep (state D)",
            probes=("processes",))
 def training_process_stuck(facts: Facts) -> bool:
-    procs = facts.of("processes")
-    return any(p.get("state_letter") == "D" for p in (procs or {}).get("processes") or [])
+    procs = facts.of("processes") or {}
+    scope = procs.get("scope") or {"kind": "node"}
+    job = set(scope.get("pids") or []) if scope.get("kind") in ("pid", "command") else None
+    return any(p.get("state_letter") == "D" and (job is None or p.get("pid") in job)
+               for p in procs.get("processes") or [])

@@ -19,12 +19,17 @@ def check_hostram(facts: Facts) -> list[Finding]:
         return [not_checked("offload.host-ram", "Host memory beyond the estimate",
                             "no ds_config (--ds-config) and no training log (--log) given")]
     ev = facts.evidence("hostram")
-    extra, est = f.get("extra_per_node") or 0, f.get("estimate_per_node")
+    extra, est = f.get("extra_per_node"), f.get("estimate_per_node")
+    known_extra = f.get("extra_known_per_node") or 0
     avail, total = f.get("mem_available"), f.get("mem_total")
-    lines = [f"{x['what']}: {gib(x['per_node'])} per node ({x['formula']})." for x in f.get("extra") or []]
+    lines = [f"{x['what']}: {gib(x.get('per_node'))} per node ({x['formula']})"
+             + (f"; unknown without {x['unknown']}" if x.get("unknown") else "") + "." for x in f.get("extra") or []]
     if est is not None:
         lines.append(f"DeepSpeed's estimate for the model states: {gib(est)} per node; with the above: "
-                     f"{gib(est + extra)}.")
+                     f"{gib(None if extra is None else est + extra)}.")
+    elif f.get("extra"):
+        why_est = f.get("estimate_unknown") or "not in the facts"
+        lines.append(f"DeepSpeed's estimate for the model states: unknown ({why_est}).")
     lines.append(f"Host memory now: {gib(avail)} available of {gib(total)}.")
     rem: list[Remedy] = []
     for x in f.get("extra") or []:
@@ -41,7 +46,12 @@ def check_hostram(facts: Facts) -> list[Finding]:
                               explanation="buffer_size must still hold the largest parameter tensor."))
     out: list[Finding] = []
     kills = f.get("killed") or []
-    needed = (est or 0) + extra
+    # The whole need is known only when every part is; otherwise only the known parts are a floor.
+    needed = None if extra is None or (f.get("extra") and est is None) else (est or 0) + extra
+    floor = (est or 0) + known_extra
+    unknowns = [x["unknown"] for x in f.get("extra") or [] if x.get("unknown")]
+    if f.get("extra") and est is None:
+        unknowns.append(f.get("estimate_unknown") or "DeepSpeed's estimate for the model states")
     if kills:
         out.append(Finding(id="offload.host-ram", status="fail",
                            title=f"The training log shows a process killed ({len(kills)} line(s), e.g. line "
@@ -56,15 +66,29 @@ def check_hostram(facts: Facts) -> list[Finding]:
         out.append(Finding(id="offload.host-ram", status="fail",
                            title=f"Offload needs {gib(needed)} of host memory per node with its pinned buffers; "
                                  f"{gib(avail)} is available", detail="\n".join(lines), evidence=ev, remedies=rem))
+    elif avail is not None and needed is None and floor > avail:
+        out.append(Finding(id="offload.host-ram", status="fail",
+                           title=f"Offload needs at least {gib(floor)} of host memory per node with its pinned "
+                                 f"buffers; {gib(avail)} is available",
+                           detail="\n".join(lines + ["The rest of the need is unknown: " + "; ".join(unknowns)
+                                                     + "."]), evidence=ev, remedies=rem))
     elif f.get("exhausted"):
         out.append(Finding(id="offload.host-ram", status="warn",
                            title=f"Host memory is nearly exhausted now: {gib(avail)} available of {gib(total)}",
                            detail="\n".join(lines + ["Whatever holds it (a running job, page cache pinned by "
                                                      "tmpfs, another user) leaves the offload no room."]),
                            evidence=ev, remedies=rem))
+    elif f.get("extra") and (needed is None or avail is None):
+        why = "; ".join(unknowns) if needed is None else "MemAvailable could not be read"
+        out.append(Finding(id="offload.host-ram", status="skip",
+                           title="Host memory beyond the offload estimate: unknown whether it fits "
+                                 f"(unknown: {why})",
+                           detail="\n".join(lines + [f"Not judged: a figure that depends on {why} is unknown, so "
+                                                     "no fit is claimed. Give the missing inputs and run again."]),
+                           evidence=ev, remedies=rem))
     elif extra:
         out.append(Finding(id="offload.host-ram", status="ok",
-                           title=f"{gib(extra)} per node beyond the estimate fits in {gib(avail)} available",
+                           title=f"{gib(needed)} per node with the pinned buffers fits in {gib(avail)} available",
                            detail="\n".join(lines), evidence=ev))
     if f.get("wsl") and f.get("pinned_blocks"):
         out.append(Finding(id="offload.host-ram.wsl2", status="warn",
@@ -77,6 +101,9 @@ def check_hostram(facts: Facts) -> list[Finding]:
                            remedies=[Remedy(title="Turn pinning off for the offload blocks (slower copies, no cap)",
                                             commands=[f"# ds_config: zero_optimization.{b}.pin_memory = false"
                                                       for b in f["pinned_blocks"]])]))
+    if not out and avail is None:
+        out.append(not_checked("offload.host-ram", "Host memory beyond the estimate",
+                               "MemAvailable could not be read (/proc/meminfo)", ev))
     if not out:
         out.append(Finding(id="offload.host-ram", status="ok",
                            title="Nothing beyond DeepSpeed's estimate for this config; host memory not exhausted",
@@ -84,7 +111,9 @@ def check_hostram(facts: Facts) -> list[Finding]:
     return out
 
 
-@predicate("offload_host_ram_exhausted", doc="host memory is (nearly) gone, the log shows a kill, or pinned "
-           "buffers push the need past what is available", probes=("hostram",))
+@predicate("offload_host_ram_exhausted", doc="host memory is (nearly) gone, the log shows a kill, pinned "
+           "buffers push the need past what is available, or WSL2 caps the pinned memory the config asks for",
+           probes=("hostram",))
 def offload_host_ram_exhausted(facts: Facts) -> bool:
-    return any(x.id == "offload.host-ram" and x.status in ("fail", "warn") for x in check_hostram(facts))
+    return any(x.id in ("offload.host-ram", "offload.host-ram.wsl2") and x.status in ("fail", "warn")
+               for x in check_hostram(facts))

@@ -10,6 +10,7 @@ from ..forensics.sources import live_source, static_source
 from ..forensics.versions import gcc_release_for, gcc_series, sort_key
 from ..model import Evidence, Finding, Remedy
 from ..registry import Facts, check, predicate
+from ..symptoms.match import ids_for
 from . import not_checked
 
 LIBSTDCXX = "libstdc++.so.6"
@@ -135,7 +136,7 @@ def _what_was_read(targets: list[dict[str, Any]]) -> str:
 
 
 @check("libs.glibcxx", title="GLIBCXX/CXXABI versions needed vs provided",
-       probes=("libs", "livetrace", "libfix"))
+       probes=("libs", "livetrace", "libfix"), explains=("version-not-found",))
 def check_glibcxx(facts: Facts) -> list[Finding]:
     cid = "libs.glibcxx"
     libs = facts.of("libs") or {}
@@ -184,8 +185,10 @@ def check_glibcxx(facts: Facts) -> list[Finding]:
         for m in g["messages"][:3]:
             if m:
                 lines.append(m)
+        explains = [sid for v in g["versions"]
+                    for sid in ids_for(facts, "version-not-found", version=v, object=g["required_by"])]
         out.append(Finding(id=cid, status="fail", title=title, detail="\n".join(lines), evidence=ev,
-                           remedies=remedies))
+                           remedies=remedies, explains=list(dict.fromkeys(explains))))
     return out
 
 
@@ -215,7 +218,8 @@ def live_unchecked(facts: Facts) -> str | None:
             "training interpreter with --python")
 
 
-@check("libs.live", title="The command under the real loader", probes=("livetrace", "libs"))
+@check("libs.live", title="The command under the real loader", probes=("livetrace", "libs"),
+       explains=("version-not-found",))
 def check_live(facts: Facts) -> list[Finding]:
     cid = "libs.live"
     live = facts.of("livetrace") or {}
@@ -257,8 +261,11 @@ def check_live(facts: Facts) -> list[Finding]:
         errs = live.get("version_errors") or []
         first = errs[0]["message"] if errs else (live.get("stderr_tail") or "").strip().splitlines()[-1:] or [""]
         first = first if isinstance(first, str) else first[0]
+        # Only a version the real loader reported missing explains a symptom: "it fails" explains nothing.
+        explains = [sid for e in errs for sid in ids_for(facts, "version-not-found", version=e.get("version"),
+                                                          object=e.get("required_by"))]
         out.append(Finding(id=cid, status="fail", title=f"{what} fails (exit code {live.get('exit_code')})",
-                           detail="\n".join([*lines, first]), evidence=ev))
+                           detail="\n".join([*lines, first]), evidence=ev, explains=list(dict.fromkeys(explains))))
     else:
         out.append(Finding(id=cid, status="ok", title=f"{what} loads cleanly under the real loader{not_loaded}",
                            detail="\n".join(lines), evidence=ev))
@@ -321,7 +328,9 @@ def check_inventory(facts: Facts) -> list[Finding]:
         lines = [f"{c['path']}: damaged, {c['error']}; {', '.join(c.get('found_as') or [])}" for c in damaged]
         detail = "\n".join(filter(None, [detail, *lines]))
         return [Finding(id="libs.inventory", status="warn", title=title, detail=detail, evidence=ev)]
-    return [Finding(id="libs.inventory", status="ok", title=title, detail=detail, evidence=ev)]
+    # a title that states a problem (a copy lacks a needed version) is a warning, never under a check mark
+    lacking = "lack" in title
+    return [Finding(id="libs.inventory", status="warn" if lacking else "ok", title=title, detail=detail, evidence=ev)]
 
 
 @check("libs.interpreter-rpath", title="The interpreter's DT_RPATH", probes=("libs", "livetrace"))

@@ -10,6 +10,7 @@ hjson-only), ``offload.capacity``, ``offload.breakdown``, ``offload.gpu-util``.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Any
 
@@ -17,6 +18,7 @@ from ..errors import InputError
 from ..model import Finding, Remedy
 from ..offload import planner
 from ..offload.dsconfig import load_config, nvme_patch, parse_config
+from ..plural import count_of
 from ..registry import Facts, check, predicate
 from ..shellquote import shell_quote
 from . import not_checked
@@ -69,29 +71,78 @@ def _heredoc_tag(text: str) -> str:
     return tag
 
 
+def config_edit_needs_root(ds: dict) -> bool:
+    """Whether rewriting the ds_config needs root, from its recorded directory: one owned by root that only
+    root may write to. A config owned by the training user, or with no recorded owner, needs no root."""
+    own = ds.get("file") or {}
+    uid, mode = own.get("dir_owner_uid"), own.get("dir_mode")
+    if not isinstance(uid, int) or not isinstance(mode, str):
+        return False
+    try:
+        return uid == 0 and not int(mode, 8) & 0o022
+    except ValueError:
+        return False
+
+
 def nvme_patch_remedy(ds_path: str, target: str, block_size: int | None = None,
-                      text: str | None = None, requires: list[str] | None = None) -> Remedy | None:
-    """A remedy that moves the config's offload to NVMe at ``target``: back up, then write the patched file.
+                      text: str | None = None, uid: int | None = None,
+                      requires_root: bool | None = None, requires: list[str] | None = None) -> Remedy | None:
+    """A remedy that moves the config's offload to NVMe at ``target``, applied through the safe core.
 
     The patched text is built by :func:`zdoctor.offload.dsconfig.nvme_patch` (only the offload blocks change)
-    and checked to read back as a valid config; the unified diff goes into the explanation. None when the
-    config cannot be patched (unreadable, no zero_optimization block).
+    and checked to read back as a valid config; the unified diff goes into the explanation. The guide
+    applies it with :mod:`zdoctor.core_apply` (``action``): only if the file is still the regular file
+    whose bytes were shown, backed up under a new name, replaced in one rename. The copyable commands do
+    the same in the same order and stop at the first failing line. None when the config cannot be patched
+    (unreadable, no zero_optimization block). ``uid`` is the file's owner when it was read (taken from
+    the file itself when not given): the fix applies only while the owner is the same.
     """
     try:
         cfg = parse_config(text, ds_path) if text is not None else load_config(ds_path)
         patch = nvme_patch(cfg, target, block_size)
     except (InputError, ValueError):
         return None
+    if uid is None:
+        try:
+            uid = os.stat(ds_path).st_uid
+        except OSError:  # a snapshot of another node: the bytes are still checked
+            uid = None
     tag = _heredoc_tag(patch.new_text)
     body = patch.new_text if patch.new_text.endswith("\n") else patch.new_text + "\n"
-    q = shell_quote(ds_path)
-    commands = [f"cp -p -- {q} {shell_quote(ds_path + '.bak')}", f"cat > {q} <<'{tag}'\n{body}{tag}"]
+    sha = hashlib.sha256(cfg.text.encode("utf-8", "surrogateescape")).hexdigest()
+    folder, name = os.path.split(os.path.abspath(ds_path))
+    backup = f"{ds_path}.bak.zdoctor-{sha[:12]}"
+    qn = shell_quote(name)
+    # One test a line: `set -e` does not stop at a failure on the left of `&&`.
+    unchanged = ([f"test \"$(stat -c %u -- {qn})\" = {uid}"] if uid is not None else []) + \
+        [f"test \"$(sha256sum < {qn})\" = '{sha}  -'"]
+    commands = [
+        f"cd -P -- {shell_quote(folder)}",
+        f"test -f {qn}",
+        f"test ! -L {qn}",
+        *unchanged,
+        f"new=$(mktemp -- {shell_quote('.' + name + '.zdoctor-XXXXXX')})",
+        f"cat > \"$new\" <<'{tag}'\n{body}{tag}",
+        f"chmod --reference={qn} -- \"$new\"",
+        f"chown --reference={qn} -- \"$new\"",
+        "sync -- \"$new\"",
+        f"ln -- {qn} {shell_quote(os.path.basename(backup))}",
+        *unchanged,
+        f"mv -f -- \"$new\" {qn}",
+    ]
     return Remedy(title=f"Move offload to NVMe at {target} in {os.path.basename(ds_path)}", commands=commands,
-                  verified=False, requires_root=not os.access(os.path.dirname(ds_path) or ".", os.W_OK),
-                  undo=[f"mv -- {shell_quote(ds_path + '.bak')} {q}"], requires=list(requires or []),
+                  verified=False,
+                  requires_root=not os.access(folder, os.W_OK) if requires_root is None else requires_root,
+                  undo=[f"mv -f -- {shell_quote(backup)} {shell_quote(ds_path)}"], requires=list(requires or []),
+                  action={"kind": "file-replace", "path": ds_path, "sha256": sha, "uid": uid, "text": body,
+                          "backup": backup},
                   explanation="Rewrites only " + ", ".join(patch.changed) + " (every other line, comments "
                   "included, stays), keeping the other settings of those blocks. The new text was read back "
-                  "through DeepSpeed's reader rules before it was offered. Not verified by a training run.\n\n"
+                  "through DeepSpeed's reader rules before it was offered. Applied only while the file is still "
+                  "the regular file (not a link) shown here, byte for byte: the new text is written beside it, "
+                  f"the old file is kept as {backup} (a name no file has; never overwritten) and the new one "
+                  "moved into place in one rename, with the old owner and mode, so the config is always the "
+                  "old file or the new one, never half-written. Not verified by a training run.\n\n"
                   + patch.diff)
 
 
@@ -105,6 +156,11 @@ def _target_requires(facts: Facts, target: str) -> list[str]:
     when ``target`` is the directory that fix creates."""
     sugg = (facts.of("nvme_inventory") or {}).get("suggestion") or {}
     return [MOUNT_FIX] if sugg.get("offload_dir") == target else []
+
+
+def _owner_uid(ds: dict[str, Any]) -> int | None:
+    uid = (ds.get("file") or {}).get("owner_uid") if isinstance(ds.get("file"), dict) else None
+    return uid if isinstance(uid, int) else None
 
 
 def _offload_target(facts: Facts) -> str | None:
@@ -196,7 +252,9 @@ def check_lints(facts: Facts) -> list[Finding]:
                     lines.append(f"  {note}")
         remedies = []
         if rule in ("nvme-without-path", "nvme-path") and ds and target and worst == "fail":
-            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), requires=_target_requires(facts, target))
+            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), uid=_owner_uid(ds),
+                                  requires_root=config_edit_needs_root(ds),
+                                  requires=_target_requires(facts, target))
             if r:
                 remedies.append(r)
         title = RULE_TITLES.get(rule, rule)
@@ -222,7 +280,9 @@ def check_patch(facts: Facts) -> list[Finding]:
     now = sorted({p["path"] for p in ds["nvme_paths"]})
     if not target or now == [target]:
         return []
-    r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), requires=_target_requires(facts, target))
+    r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), uid=_owner_uid(ds),
+                          requires_root=config_edit_needs_root(ds),
+                          requires=_target_requires(facts, target))
     if r is None:
         return [Finding(id=cid, status="skip", title=f"ds_config patch to {target}: not made",
                         detail=f"{ds['path']} could not be read back to patch it here (it is not in the recorded "
@@ -247,7 +307,8 @@ def check_capacity(facts: Facts) -> list[Finding]:
     layer = f"{cap['largest_layer']:,}" if cap.get("largest_layer") else "unknown"
     head = [f"Model: {cap['params']:,} parameters ({cap['params_source']}); largest layer "
             f"{layer} ({cap['largest_layer_source']}).",
-            f"Job: {cap['nodes']} node(s) x {cap['gpus_per_node'] or 'an unknown number of'} GPU(s) "
+            f"Job: {count_of(cap['nodes'], 'node')} x "
+            + (count_of(cap["gpus_per_node"], "GPU") if cap["gpus_per_node"] else "an unknown number of GPUs") + " "
             f"({cap['gpus_per_node_source']}).",
             f"This node: MemAvailable {_gib(m.get('mem_available'))} (measured now: a running job's own memory is "
             f"not available), SwapFree {_gib(m.get('swap_free'))} (not counted), GPU memory "
@@ -310,7 +371,9 @@ def check_capacity(facts: Facts) -> list[Finding]:
         ds = facts.of("dsconfig")
         target = _offload_target(facts)
         if ds and target:
-            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), requires=_target_requires(facts, target))
+            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), uid=_owner_uid(ds),
+                                  requires_root=config_edit_needs_root(ds),
+                                  requires=_target_requires(facts, target))
             if r:
                 remedies.append(r)
         elif ds:
@@ -324,6 +387,13 @@ def check_capacity(facts: Facts) -> list[Finding]:
         detail.append("Without zero.Init every process first builds the whole model in host memory (the "
                       "zero_init=0 row). The HF Trainer does this for you at stage 3; a hand-written loop must wrap "
                       "model construction in `with deepspeed.zero.Init(config_dict_or_path=ds_config):`.")
+    elif (table == "zero3" and len(idx) > 1 and cap.get("ram_short") is False and cap.get("ram_tight") is None
+          and rows[idx[1]].get("cpu_fits") is None):
+        status = "warn"
+        title = (f"The chosen offload fits host memory with deepspeed.zero.Init ({_gib(best['cpu_bytes'])} of "
+                 f"{_gib(best['cpu_available'])}); without zero.Init: unknown ({rows[idx[1]].get('cpu_unknown')})")
+        detail.append("Without zero.Init every process first builds the whole model in host memory; that need "
+                      "depends on an input that was not given, so no fit is claimed for it.")
     elif cap.get("gpu_short"):
         status = "warn"
         title = f"The chosen offload needs {_gib(best['gpu_bytes'])} per GPU; the GPU has {_gib(best['gpu_memory'])}"
@@ -451,9 +521,10 @@ def check_gpu_util(facts: Facts) -> list[Finding]:
     if starved:
         lines.append(f"Busy less than {GPU_STARVED_PCT:g}% of the time on average: the GPUs wait for the offload path "
                      "(CPU optimizer, PCIe transfers, NVMe swaps). Only meaningful while the job is training.")
-        return [Finding(id=cid, status="warn", title=f"{len(starved)} of {len(gpus)} GPU(s) mostly idle while "
+        idle = f"{len(starved)} of {count_of(len(gpus), 'GPU')}"
+        return [Finding(id=cid, status="warn", title=f"{idle} mostly idle while "
                         "sampled", detail="\n".join(lines), evidence=ev)]
-    return [Finding(id=cid, status="ok", title=f"GPU utilisation: {len(gpus)} GPU(s) busy while sampled",
+    return [Finding(id=cid, status="ok", title=f"GPU utilisation: {count_of(len(gpus), 'GPU')} busy while sampled",
                     detail="\n".join(lines), evidence=ev)]
 
 
@@ -505,6 +576,14 @@ def offload_to_cpu_configured(facts: Facts) -> bool:
                "tmpfs/ramfs, overlay, a network or FUSE file system; or device nvme has no nvme_path.")
 def nvme_path_unsuitable(facts: Facts) -> bool:
     return any(x["rule"] in ("nvme-path", "nvme-without-path") and x["severity"] == "fail" for x in _lints(facts))
+
+
+@predicate("nvme_offload_without_aio", probes=("dsconfig", "storage"),
+           doc="The ds_config offloads to NVMe and libaio's development files are missing: DeepSpeed cannot build "
+               "its async_io op and stops at start. False when libaio was not examined.")
+def nvme_offload_without_aio(facts: Facts) -> bool:
+    libaio = facts.get_fact("storage", "libaio", default=None)
+    return offload_to_nvme_configured(facts) and isinstance(libaio, dict) and libaio.get("ok") is False
 
 
 @predicate("offload_ram_short", probes=("capacity",),

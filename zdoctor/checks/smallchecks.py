@@ -16,13 +16,18 @@ def check_shm_access(facts: Facts) -> list[Finding]:
     if f is None:
         return [not_checked("gpu.shm-access", "/dev/shm access", facts.why_not("shm_access"))]
     ev = facts.evidence("shm_access")
+    path = f.get("path") or "/dev/shm"
+    who = f"{f['tested_as']} (uid {f.get('user_uid')})" if f.get("tested_as") and f.get("user_uid") is not None \
+        else f"uid {f['euid']}"
+    if f.get("skipped") or f.get("write_test") is None:
+        return [not_checked("gpu.shm-access", f"{path} access as {f.get('user') or 'the training user'}",
+                            f.get("skipped") or f.get("error") or "no create test ran", ev)]
     if f.get("write_test"):
         return [Finding(id="gpu.shm-access", status="ok",
-                        title=f"/dev/shm is writable by uid {f['euid']} (mode {f['mode']})", evidence=ev)]
-    path = f.get("path") or "/dev/shm"
+                        title=f"{path} is writable by {who} (mode {f['mode']})", evidence=ev)]
     return [Finding(
         id="gpu.shm-access", status="fail",
-        title=f"uid {f['euid']} cannot create files in {path} (mode {f['mode']}, owner uid {f['uid']}): "
+        title=f"{who} cannot create files in {path} (mode {f['mode']}, owner uid {f['uid']}): "
               f"{f.get('error')}",
         detail="NCCL's shared-memory transport, torch's DataLoader workers (shared tensors) and DeepSpeed's "
                "shm communication create files here; their size is not the problem, the permission is. /dev/shm "

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..model import Evidence, Finding, Remedy
+from ..plural import count_of
 from ..registry import Facts, check, predicate
 from ..storage import blockdev as bd
 from ..storage import fstab as fs
@@ -342,7 +343,9 @@ def check_unmounted(facts: Facts) -> list[Finding]:
                                "local disk).", evidence=ev)]
     free = _usable(inv)
     if not free:
-        return [Finding(id=fid, status="ok", title=f"All {len(drives)} NVMe drive(s) are in use",
+        in_use = (f"All {count_of(len(drives), 'NVMe drive')} are in use" if len(drives) != 1
+                  else "The one NVMe drive is in use")
+        return [Finding(id=fid, status="ok", title=in_use,
                         detail="\n".join(f"{d['name']}: {d['reason']}" for d in drives), evidence=ev)]
     st = facts.of("storage")
     lines = [f"{d['name']} ({human(d.get('size_bytes'))}, {d.get('model') or '?'}, {_link_text(d.get('link'))}): "
@@ -352,7 +355,7 @@ def check_unmounted(facts: Facts) -> list[Finding]:
         lines.append(f"{len(blanks)} blank drives: striped together (RAID-0) they add up their bandwidth.")
     on_fast = st is not None and (st.get("mount") or {}).get("fit") and _fast_enough(st)
     status = "ok" if on_fast else "warn"
-    title = (f"{len(free)} NVMe drive(s) present but not mounted: " + ", ".join(d["name"] for d in free))
+    title = (f"{count_of(len(free), 'NVMe drive')} present but not mounted: " + ", ".join(d["name"] for d in free))
     if not on_fast:
         lines.append("Offload is not on fast local storage while these drives sit idle; storage.fstab has the steps.")
     return [Finding(id=fid, status=status, title=title, detail="\n".join(lines), evidence=ev)]

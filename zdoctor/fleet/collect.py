@@ -133,7 +133,7 @@ def _one(host: str, argv: list[str], opts: launch.FleetOptions, on_start: OnStar
     return node
 
 
-def _per_node(hosts: Sequence[str], opts: launch.FleetOptions, on_node: OnNode | None,
+def per_node(hosts: Sequence[str], opts: launch.FleetOptions, on_node: OnNode | None,
               on_start: OnStart | None) -> list[NodeRun]:
     build = launch.ssh_argv if opts.launcher == "ssh" else launch.srun_argv
     with ThreadPoolExecutor(max_workers=max(1, min(opts.parallel, len(hosts)))) as pool:
@@ -198,7 +198,7 @@ def split_pdsh(hosts: Sequence[str], stdout: str, stderr: str) -> tuple[dict[str
     return out, err, codes, timed_out, stray
 
 
-def _pdsh(hosts: Sequence[str], opts: launch.FleetOptions, on_node: OnNode | None,
+def pdsh_nodes(hosts: Sequence[str], opts: launch.FleetOptions, on_node: OnNode | None,
           on_start: OnStart | None) -> list[NodeRun]:
     """One pdsh over every host; a node whose snapshot arrives whole is reported at once, the rest at the end."""
     argv = launch.pdsh_argv(hosts, opts)
@@ -243,24 +243,3 @@ def _pdsh(hosts: Sequence[str], opts: launch.FleetOptions, on_node: OnNode | Non
         if on_node:
             on_node(node)
     return nodes
-
-
-def collect(hosts: Sequence[str], opts: launch.FleetOptions, on_node: OnNode | None = None,
-            on_start: OnStart | None = None) -> list[NodeRun]:
-    """Snapshot every host through ``opts.launcher``; results in host order, one per host.
-
-    ``on_node`` hears of each node as it finishes, one call at a time (possibly from a reader thread).
-    """
-    if opts.launcher not in launch.LAUNCHERS:
-        raise UsageError(f"zdoctor fleet: unknown launcher {opts.launcher!r} (choose {', '.join(launch.LAUNCHERS)})")
-    require_launcher(opts)
-    launch.remote_argv(opts)  # a bad --zdoctor is a usage error before anything runs
-    if opts.push:
-        from pathlib import Path
-
-        from .push import collect_with_push
-
-        return collect_with_push(hosts, opts, Path(opts.push), on_node, on_start)
-    if opts.launcher == "pdsh":
-        return _pdsh(hosts, opts, on_node, on_start)
-    return _per_node(hosts, opts, on_node, on_start)

@@ -9,7 +9,8 @@ import threading
 from dataclasses import dataclass, field
 
 from ..events import FleetNode, FleetStart, Recorder
-from .collect import NodeRun, OnNode, collect
+from .collect import NodeRun, OnNode
+from .dispatch import collect
 from .launch import FleetOptions, remote_argv
 from .record import record_report
 from .result import FleetReport

@@ -23,7 +23,6 @@ import dataclasses
 import os
 import re
 import shlex
-import typing
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,15 +31,12 @@ from .. import __version__
 from ..errors import UsageError
 from ..runner import run
 from . import launch
-from .collect import OUTPUT_CAP, NodeRun, classify, gather, split_pdsh
+from .collect import OUTPUT_CAP, NodeRun, OnNode, OnStart, classify, gather, split_pdsh
 
 MARK = "@@zdoctor-push-dir"
 #: What ``mktemp -d "$TMPDIR/zdoctor-push.XXXXXXXXXX"`` makes: an absolute path of plain characters.
 _DIR = re.compile(r"^/[A-Za-z0-9._/-]{1,200}/zdoctor-push\.[A-Za-z0-9]{10}$")
 ASK_TIMEOUT = 20
-
-OnNode = typing.Callable[[NodeRun], None]
-OnStart = typing.Callable[[int], None]
 
 
 def _sh(script: str, *args: str) -> str:

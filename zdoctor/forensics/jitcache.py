@@ -317,23 +317,56 @@ def read_op(name: str, path: str, tag: str | None, root: str, env: Mapping[str, 
     return op
 
 
+def _unread(path: str, err: str | None) -> str | None:
+    """Why (part of) directory ``path`` was not listed (``err`` from :func:`_list_dir`); None when it was,
+    or when it does not exist (nothing was built there)."""
+    if err is None or not os.path.lexists(path):
+        return None
+    return err if err.startswith(path) else f"{path}: {err}"
+
+
+def _lock_unknown(op_dir: str) -> str | None:
+    """Why it is not known whether ``op_dir`` holds a lock (its ``lock`` entry cannot be looked up)."""
+    try:
+        os.lstat(os.path.join(op_dir, LOCK_NAME))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{op_dir}: {exc.strerror or exc}"
+    return None
+
+
 def scan_jit_cache(env: Mapping[str, str], python_version: str | None = None, *,
-                   expected: str | None = None, max_ops: int = MAX_OPS) -> list[JitOp]:
+                   expected: str | None = None, max_ops: int = MAX_OPS,
+                   unscanned: list[str] | None = None) -> list[JitOp]:
     """Every op dir under the extension roots of ``env``, sorted by root then name (never raises).
 
     ``python_version`` ("3.11.7") fills ``python_tag_mismatch``; ``expected`` (the tag torch would use,
-    see :func:`expected_tag`) fills ``in_use``. At most ``max_ops`` ops are read.
+    see :func:`expected_tag`) fills ``in_use``. At most ``max_ops`` ops are read. ``unscanned`` gets one
+    line for each place that was not (fully) read: a directory that could not be listed, a listing cut at
+    its cap, the op dirs left after ``max_ops``, an op dir whose ``lock`` could not be looked up.
     """
+    gaps = unscanned if unscanned is not None else []
     ops: list[JitOp] = []
     now = time.time()
     seen: set[tuple[int, int]] = set()
-    _base, source = cache_base(env)
-    for root in extension_roots(env):
+    base, source = cache_base(env)
+    roots = extension_roots(env)
+    if base not in roots:  # the tag dirs are listed below; the dir above them was listed to find them
+        why = _unread(base, _list_dir(base)[1])
+        if why:
+            gaps.append(why)
+    for root in roots:
         leaf = os.path.basename(root.rstrip("/"))
         base_tag = leaf if source != "TORCH_EXTENSIONS_DIR" and TAG_RE.match(leaf) else None
-        entries, _err = _list_dir(root)
-        for e in entries:
+        entries, err = _list_dir(root)
+        why = _unread(root, err)
+        if why:
+            gaps.append(why)
+        for n, e in enumerate(entries):
             if len(ops) >= max_ops:
+                gaps.append(f"{root}: {len(entries) - n} more entries not read (at most {max_ops} op dirs are "
+                            "read)")
                 return ops
             if base_tag is None and source != "TORCH_EXTENSIONS_DIR" and TAG_RE.match(e.name):
                 continue  # a tag level, listed as its own root
@@ -349,6 +382,10 @@ def scan_jit_cache(env: Mapping[str, str], python_version: str | None = None, *,
                     continue  # the same dir reached twice through a symlink
                 seen.add(ident)
             op = read_op(e.name, e.path, base_tag, root, env, python_version, now)
+            if op.lock_path is None:
+                why = _lock_unknown(e.path)
+                if why:
+                    gaps.append(f"{why} (whether it holds a lock is not known)")
             if source == "TORCH_EXTENSIONS_DIR":
                 op.in_use = True
             elif base_tag is None:

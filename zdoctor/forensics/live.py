@@ -29,6 +29,7 @@ from ..runner import run, which_all
 from .jitguard import run_guarded
 from .lddebug import PidTrace, VersionError, all_version_errors, parse_ld_debug_dir, summarize, which_loaded
 from .strace import FileEvent, last_files, parse_strace, unfinished
+from .stuck import StuckSampler, describe
 
 LD_DEBUG_CATEGORIES = "libs,files,versions"
 STRACE_TRACE = "trace=openat,open,execve,stat,lstat,newfstatat,statx,access,faccessat,faccessat2"
@@ -60,6 +61,8 @@ class LiveTrace:
     last_files: dict[int, list[FileEvent]] = field(default_factory=dict)
     #: Calls a process was still inside when the trace stopped (strace only): where a hang sits.
     pending_calls: list[FileEvent] = field(default_factory=list)
+    #: Each process of a run that hit its time limit, as sampled just before: state and wchan.
+    stuck_states: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     strace_available: bool = False
     strace_used: bool = False
@@ -77,6 +80,7 @@ class LiveTrace:
             "stderr_version_errors": [asdict(e) for e in self.stderr_version_errors],
             "last_files": {str(pid): [e.to_dict() for e in evs] for pid, evs in self.last_files.items()},
             "pending_calls": [e.to_dict() for e in self.pending_calls],
+            "stuck_states": list(self.stuck_states),
             "notes": list(self.notes),
             "strace_available": self.strace_available,
             "strace_used": self.strace_used,
@@ -281,8 +285,17 @@ def trace_command(
         else:
             run_env = {**dict(env), **ld_vars}
             full = list(argv)
+        # Just before the time limit, where each process of a hung run waits (state and wchan).
+        sampler = StuckSampler(max(0.2, timeout - min(2.0, timeout * 0.1)))
+
+        def started(pid: int) -> None:
+            sampler.start(pid)
+            if attacher is not None:
+                attacher.start(pid)
+
         ev = run_guarded(full, run_env, timeout=timeout, cwd=cwd, label=f"live trace: {shlex.join(argv)}"[:200],
-                         on_start=attacher.start if attacher is not None else None)
+                         on_start=started)
+        sampler.stop()
         if attacher is not None:
             attacher.stop()
             if attacher.attached:
@@ -316,6 +329,7 @@ def trace_command(
             stderr_version_errors=parse_stderr_version_errors(ev.stderr),
             last_files=recent,
             pending_calls=stuck,
+            stuck_states=[describe(s) for s in sampler.states] if timed_out else [],
             notes=notes,
             strace_available=bool(strace_found),
             strace_used=strace_ok,

@@ -253,15 +253,79 @@ def _read_into(info: ProcInfo, proc: psutil.Process, watch: Sequence[str]) -> No
     info.environ = _field(info, "environ", lambda: read_environ(proc.pid))
 
 
+def process_tree(roots: Iterable[int]) -> set[int]:
+    """``roots`` and all their descendants that are alive now."""
+    out: set[int] = set()
+    for pid in roots:
+        try:
+            proc = psutil.Process(pid)
+            out.add(pid)
+            out.update(c.pid for c in proc.children(recursive=True))
+        except psutil.Error:
+            continue
+    return out
+
+
+#: Programs zdoctor wraps a traced command in: they carry the command line but are not the job.
+WRAPPERS = ("strace", "ltrace", "timeout", "setpriv")
+
+
+def runs_command(cmdline: Sequence[str], command: str) -> bool:
+    """Whether ``cmdline`` is ``command``: ``sh -c COMMAND``, the command's own words, or its first word's
+    script run by an interpreter (``python /usr/bin/deepspeed train.py`` for ``deepspeed train.py``)."""
+    import shlex
+
+    if not cmdline or os.path.basename(cmdline[0]) in WRAPPERS:
+        return False
+    if len(cmdline) >= 3 and os.path.basename(cmdline[0]) in ("sh", "bash", "dash") and cmdline[1] == "-c":
+        return cmdline[2] == command
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return False
+    if not words:
+        return False
+    base = os.path.basename
+    if list(cmdline) == words or (base(cmdline[0]) == base(words[0]) and list(cmdline[1:]) == words[1:]):
+        return True
+    return len(cmdline) >= 2 and base(cmdline[1]) == base(words[0]) and list(cmdline[2:]) == words[1:]
+
+
+def command_roots(command: str, limit: int = MAX_SCAN) -> list[int]:
+    """The pids that run ``command`` (see :func:`runs_command`) and whose parent does not, sorted."""
+    found: dict[int, int | None] = {}
+    for n, proc in enumerate(psutil.process_iter()):
+        if n >= limit:
+            break
+        try:
+            if runs_command(proc.cmdline(), command):
+                found[proc.pid] = proc.ppid()
+        except psutil.Error:
+            continue
+    return sorted(pid for pid, ppid in found.items() if ppid not in found)
+
+
 def training_processes(match: Sequence[str] = DEFAULT_MATCH, *, watch: Sequence[str] = (),
-                       exclude: Iterable[int] | None = None, limit: int = MAX_PROCS) -> list[ProcInfo]:
+                       exclude: Iterable[int] | None = None, limit: int = MAX_PROCS,
+                       include: Iterable[int] = ()) -> list[ProcInfo]:
     """Processes whose name, argv[0] or argv[1] contains a ``match`` pattern, sorted by pid.
 
     Processes with their cwd or an open file inside a ``watch`` dir (op dirs) are included whatever
-    their name. ``exclude`` defaults to zdoctor's own process and its descendants.
+    their name, and so are the pids in ``include`` (the job's own tree) even when zdoctor started them.
+    ``exclude`` defaults to zdoctor's own process and its descendants.
     """
-    skip = _own_tree() if exclude is None else set(exclude)
+    wanted = set(include)
+    skip = (_own_tree() if exclude is None else set(exclude)) - wanted
     out: list[ProcInfo] = []
+    for pid in sorted(wanted)[:limit]:  # the job's own processes first: the cap never cuts them off
+        try:
+            info = read_process(psutil.Process(pid), None, watch)
+        except psutil.Error:
+            continue
+        if not info.gone:
+            info.matched = _matches(info.name, info.cmdline, match)
+            out.append(info)
+    skip |= wanted
     for n, proc in enumerate(psutil.process_iter()):
         if n >= MAX_SCAN or len(out) >= limit:
             break

@@ -15,21 +15,16 @@ to NVMe by editing only the offload blocks of the original text, and write it ba
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import json
-import os
 import re
-import shutil
-import stat
-import tempfile
 import typing
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..atomic import write_text_atomic
+from ..atomic import CheckedReplace, replace_checked
 from ..errors import InputError
 
 #: Larger files are refused: a ds_config is a few kilobytes.
@@ -642,45 +637,25 @@ def nvme_patch(cfg: DsConfig, nvme_path: str, block_size: int | None = None,
     return ConfigPatch(path=cfg.path, old_text=cfg.text, new_text=text, diff=diff, changed=changed)
 
 
-def _backup_path(path: str) -> str:
-    cand = f"{path}.bak"
-    n = 1
-    while os.path.lexists(cand):
-        cand = f"{path}.bak.{n}"
-        n += 1
-    return cand
-
-
 def apply_config_patch(path: str, new_text: str,
                        validate: Callable[[DsConfig], None] | None = None) -> dict[str, Any]:
-    """Replace the ds_config at ``path`` with ``new_text``, carefully.
+    """Replace the ds_config at ``path`` with ``new_text``, carefully (through
+    :class:`zdoctor.atomic.CheckedReplace`).
 
-    The new text must parse as a DeepSpeed config before anything is touched. The current file is
-    copied to ``path.bak`` (``.bak.1``... when taken), the new text is written atomically with the
-    file's mode (and owner, when running as root), then read back through :func:`load_config` and
-    ``validate`` (a callable raising on a bad config). If that fails the original bytes are written
-    back. Returns what was done: {path, backup, written, validated, rolled_back, error}.
+    The new text must parse as a DeepSpeed config before anything is touched. A symbolic link or a
+    file that is not regular is refused; the old bytes are kept as ``path.bak`` (``.bak-2``... when
+    taken, never overwritten), the new text is written beside the file with its mode (and owner, as
+    root) and renamed into place, then read back through :func:`load_config` and ``validate`` (a
+    callable raising on a bad config). If that fails the original bytes are put back the same way.
+    Returns what was done: {path, backup, written, validated, rolled_back, error}.
     """
     out: dict[str, Any] = {"path": path, "backup": None, "written": False, "validated": False,
                            "rolled_back": False, "error": None}
     parse_config(new_text, path)  # refuse a broken edit before touching anything
-    try:
-        st = os.stat(path)
-        with open(path, "rb") as fh:
-            original = fh.read()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    backup = _backup_path(path)
-    try:
-        shutil.copy2(path, backup)
-    except OSError as exc:
-        raise InputError(f"{backup}: cannot write the backup ({exc.strerror or exc}); nothing changed") from None
-    out["backup"] = backup
-    mode = stat.S_IMODE(st.st_mode)
-    write_text_atomic(path, new_text, mode=mode)
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        with contextlib.suppress(OSError):
-            os.chown(path, st.st_uid, st.st_gid)
+    new = new_text.encode("utf-8")
+    rep = CheckedReplace.stage(path, new, what="ds_config")
+    original = rep.original
+    out["backup"] = rep.commit(f"{path}.bak")
     out["written"] = True
     try:
         back = load_config(path)
@@ -691,22 +666,11 @@ def apply_config_patch(path: str, new_text: str,
         out["validated"] = True
     except Exception as exc:  # noqa: BLE001 - any failed validation rolls back
         out["error"] = str(exc) or type(exc).__name__
-        tmp = None
-        try:  # a fresh temp file (O_EXCL): never a name someone could have planted a link at
-            fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".zdoctor-rollback",
-                                       dir=os.path.dirname(os.path.abspath(path)))
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(original)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, mode)
-            os.replace(tmp, path)
+        try:
+            replace_checked(path, original, expect=new, backup=None, what="ds_config")
             out["rolled_back"] = True
-        except OSError as rexc:
-            out["error"] += f"; rolling back failed ({rexc.strerror or rexc}): the original is in {backup}"
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
+        except InputError as rexc:
+            out["error"] += f"; rolling back failed ({rexc}): the original is in {out['backup']}"
     return out
 
 

@@ -36,36 +36,57 @@ def _device(block: dict[str, Any] | None) -> str:
     return dev if isinstance(dev, str) else "none"
 
 
-def extra_needs(settings: dict[str, Any], params: int | None, gpus_per_node: int, nodes: int) -> list[dict[str, Any]]:
-    """Each host-memory need the estimator leaves out: what, bytes per rank and per node, formula."""
+def _times(a: int | None, b: int | None) -> int | None:
+    return None if a is None or b is None else a * b
+
+
+def extra_needs(settings: dict[str, Any], params: int | None, gpus_per_node: int | None,
+                nodes: int) -> list[dict[str, Any]]:
+    """Each host-memory need the estimator leaves out: what, bytes per rank and per node, formula.
+
+    A figure that depends on an input nobody gave (the parameter count, the GPUs per node) is None, with
+    ``unknown`` saying what is missing (and ``at_most`` where a config value caps it); never a stand-in."""
     out: list[dict[str, Any]] = []
-    world = max(1, gpus_per_node * nodes)
     op, oo = settings.get("offload_param"), settings.get("offload_optimizer")
+    gpn_missing = "the GPUs per node (--gpus-per-node, or the GPUs NVML lists on this node)"
     if _device(oo) == "nvme":
         count = int(_value(oo, "buffer_count") or 4)
         sub = int(float(_value(settings.get("zero_optimization"), "sub_group_size") or 1e9))
-        numel = min(sub, math.ceil(params / world)) if params else sub
-        per_rank = count * numel * 4
+        missing = [m for m, gone in (("the parameter count (--model-params or --model-config)", not params),
+                                     (gpn_missing, gpus_per_node is None)) if gone]
+        numel = min(sub, math.ceil(params / (gpus_per_node * max(1, nodes)))) if params and gpus_per_node else None
+        per_rank = None if numel is None else count * numel * 4
         out.append({"what": "NVMe optimizer swap buffers (pinned)", "per_rank": per_rank,
-                    "per_node": per_rank * gpus_per_node,
-                    "formula": f"buffer_count {count} x {numel:,} elements (largest sub-group: min(sub_group_size "
-                               f"{sub:,}, parameters per rank)) x 4 bytes, per rank",
+                    "per_node": _times(per_rank, gpus_per_node),
+                    "at_most": {"per_rank": count * sub * 4, "per_node": _times(count * sub * 4, gpus_per_node)},
+                    "unknown": "; ".join(missing) or None,
+                    "formula": f"buffer_count {count} x "
+                               f"{f'{numel:,}' if numel is not None else 'unknown'} elements (largest sub-group: "
+                               f"min(sub_group_size {sub:,}, parameters per rank)) x 4 bytes, per rank",
                     "key": "zero_optimization.offload_optimizer.buffer_count / sub_group_size"})
     if _device(op) == "nvme":
         count = int(_value(op, "buffer_count") or 5)
         size = int(float(_value(op, "buffer_size") or 1e8))
         per_rank = count * size * 2
         out.append({"what": "NVMe parameter swap buffers (pinned)", "per_rank": per_rank,
-                    "per_node": per_rank * gpus_per_node,
+                    "per_node": _times(per_rank, gpus_per_node),
+                    "unknown": gpn_missing if gpus_per_node is None else None,
                     "formula": f"buffer_count {count} x buffer_size {size:,} x 2 bytes, per rank",
                     "key": "zero_optimization.offload_param.buffer_count / buffer_size"})
-    if _device(op) == "cpu" and _device(oo) == "none" and params:
-        per_node = math.ceil(params * 2 / max(1, nodes))
+    if _device(op) == "cpu" and _device(oo) == "none":
+        per_node = math.ceil(params * 2 / max(1, nodes)) if params else None
         out.append({"what": "parameter-only offload (ZeRO-Inference): 16-bit parameters in host memory",
-                    "per_rank": math.ceil(per_node / max(1, gpus_per_node)), "per_node": per_node,
-                    "formula": f"{params:,} parameters x 2 bytes / {nodes} node(s)",
+                    "per_rank": None if per_node is None or not gpus_per_node else
+                    math.ceil(per_node / gpus_per_node), "per_node": per_node,
+                    "unknown": None if params else "the parameter count (--model-params or --model-config)",
+                    "formula": f"{f'{params:,}' if params else 'unknown'} parameters x 2 bytes / {nodes} node(s)",
                     "key": "zero_optimization.offload_param.device = cpu, no optimizer offload"})
     return out
+
+
+def known_sum(values: list[int | None]) -> int | None:
+    """The sum, or None when any part is unknown."""
+    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
 
 
 def killed_lines(lines: list[str], limit: int = 5) -> list[list[Any]]:
@@ -85,9 +106,10 @@ def is_wsl(kernel_release: str, proc_version: str = "") -> bool:
 
 
 def collect(ds: dict[str, Any], cap: dict[str, Any], opts: dict[str, Any], *, meminfo: str | None = None,
-            kernel_release: str | None = None, proc_version: str = "/proc/version"
+            kernel_release: str | None = None, proc_version: str = "/proc/version", gpu_count: int | None = None
             ) -> tuple[dict[str, Any], list[Any]]:
-    """The hostram facts from the dsconfig and capacity facts and the job options (``train_log``)."""
+    """The hostram facts from the dsconfig and capacity facts, the job options (``train_log``,
+    ``gpus_per_node``) and the GPUs seen on this node (``gpu_count``, when the capacity plan did not run)."""
     import platform
 
     from ..model import Evidence
@@ -95,13 +117,22 @@ def collect(ds: dict[str, Any], cap: dict[str, Any], opts: dict[str, Any], *, me
 
     mem = planner.read_meminfo(meminfo)
     settings = ds.get("settings") or {}
-    params = cap.get("params")
-    gpn = int(cap.get("gpus_per_node") or opts.get("gpus_per_node") or 1)
+    params = cap.get("params") or None
+    given = cap.get("gpus_per_node") or opts.get("gpus_per_node") or gpu_count
+    gpn = int(given) if given else None
     nodes = int(cap.get("nodes") or opts.get("nodes") or 1)
     extra = extra_needs(settings, params, gpn, nodes) if settings else []
     table, idx = cap.get("chosen_table"), cap.get("chosen_rows") or []
     rows = cap.get(table) if table else None
     estimate = rows[idx[0]]["cpu_bytes"] if rows and idx else None
+    if estimate is not None:
+        estimate_unknown = None
+    elif not cap:
+        estimate_unknown = "DeepSpeed's estimate needs the model size (--model-params or --model-config)"
+    elif rows and idx:
+        estimate_unknown = f"DeepSpeed's estimate depends on {rows[idx[0]].get('cpu_unknown') or 'an unknown input'}"
+    else:
+        estimate_unknown = cap.get("chosen_note") or "no offload choice DeepSpeed's estimator covers"
     log = opts.get("train_log")
     kills: list[list[Any]] = []
     log_error = None
@@ -121,14 +152,17 @@ def collect(ds: dict[str, Any], cap: dict[str, Any], opts: dict[str, Any], *, me
     total, avail = mem.get("MemTotal"), mem.get("MemAvailable")
     pins = [b for b in ("offload_param", "offload_optimizer")
             if settings.get(b) and _device(settings.get(b)) != "none" and _value(settings.get(b), "pin_memory")]
-    facts = {"config": ds.get("path"), "extra": extra, "extra_per_node": sum(x["per_node"] for x in extra),
-             "estimate_per_node": estimate, "mem_total": total, "mem_available": avail,
+    facts = {"config": ds.get("path"), "extra": extra, "extra_per_node": known_sum([x["per_node"] for x in extra]),
+             "extra_known_per_node": sum(x["per_node"] for x in extra if x["per_node"] is not None),
+             "gpus_per_node": gpn, "estimate_per_node": estimate, "estimate_unknown": estimate_unknown,
+             "mem_total": total, "mem_available": avail,
              "exhausted": bool(total and avail is not None and avail < EXHAUSTED_SHARE * total),
              "killed": kills, "log": log, "log_error": log_error, "wsl": wsl, "pinned_blocks": pins,
              "devices": {b: _device(settings.get(b)) for b in ("offload_param", "offload_optimizer")}}
     ev = [Evidence.of_table("host memory beyond DeepSpeed's estimate (per node)",
                             ["what", "per rank", "per node", "how"],
-                            [[x["what"], planner.gib(x["per_rank"]), planner.gib(x["per_node"]), x["formula"]]
+                            [[x["what"], planner.gib(x["per_rank"]), planner.gib(x["per_node"]),
+                              x["formula"] + (f" (unknown: {x['unknown']})" if x.get("unknown") else "")]
                              for x in extra] or [["nothing beyond the estimate for this config", "-", "-", "-"]])]
     if kills:
         ev.append(Evidence.of_table(f"kills in {log}", ["line", "text"], [[str(n), t] for n, t in kills],

@@ -454,11 +454,14 @@ def _row_needs(r: NeedRow, params: float, largest: float, gpn: int, nodes: int) 
 
 def row_depends_on(r: NeedRow, params: float, largest: float, gpn: int, nodes: int) -> dict[str, set[str]]:
     """Which inputs (``gpus_per_node``, ``largest_layer``) the row's cpu and gpu figures depend on, found by
-    re-evaluating DeepSpeed's formula with each input changed."""
+    re-evaluating DeepSpeed's formula with each input set to values across its whole range (one step is not
+    enough: ``max(4 * gpus_per_node, 18)`` does not move from 1 to 2 GPUs, but does from 4 to 8)."""
     base = _row_needs(r, params, largest, gpn, nodes)
     out: dict[str, set[str]] = {"cpu": set(), "gpu": set()}
-    for name, changed in (("gpus_per_node", _row_needs(r, params, largest, gpn + 1, nodes)),
-                          ("largest_layer", _row_needs(r, params, largest + 10**6, gpn, nodes))):
+    trials = [("gpus_per_node", _row_needs(r, params, largest, g, nodes)) for g in (1, 2, 4, 8, 16, 64, 1024)
+              if g != gpn]
+    trials += [("largest_layer", _row_needs(r, params, x, gpn, nodes)) for x in (largest + 10**6, largest * 4 + 1)]
+    for name, changed in trials:
         for i, side in enumerate(("cpu", "gpu")):
             if changed[i] != base[i]:
                 out[side].add(name)

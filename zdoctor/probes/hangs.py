@@ -11,7 +11,9 @@
   lock_uid, lock_owner, lock_regular, lock_kind, dir_writable, build_cxx, build_compiler, build_compiler_path,
   build_compiler_realpath, so_info {kind, error, size, soname, needed, glibcxx_newest, cxxabi_newest,
   compilers, compiler_version}, python_tag_mismatch, in_use, errors.
-- ``truncated``: more op dirs than were read; ``locks``: lock paths; ``corrupt``: op dirs whose .so is bad.
+- ``truncated``: more op dirs than were read; ``unscanned``: what was not read, one line each (a directory
+  that could not be listed or whose listing hit its cap, the op dirs past the cap, an op dir whose lock
+  could not be looked up); ``locks``: lock paths; ``corrupt``: op dirs whose .so is bad.
 - ``deepspeed``: {installed, location, prebuilt_ops (paths of .so files shipped in the package)}.
 
 ``processes`` facts:
@@ -27,6 +29,9 @@
   dir], uncertain [pids whose open files could not be read], waiters [pids that look like
   FileBaton.wait], present (still there, same inode, after the process scan), stale (present and no
   owner)}.
+- ``scope``: which processes are the job: {kind (pid | command | node), roots, pids (the job's tree), how,
+  missing (why no process of the job was found, or None)}; with ``node`` nothing names the job, and the
+  processes are only those on this node.
 - ``jitcache``: the status of the jitcache probe it read.
 """
 
@@ -134,7 +139,8 @@ def collect_jitcache(env: dict[str, str], pyenv: dict[str, Any] | None) -> tuple
         roots.append({"path": root, "exists": os.path.isdir(root),
                       "tag": leaf if source != "TORCH_EXTENSIONS_DIR" and jc.TAG_RE.match(leaf) else None,
                       "mount": mount, "network": jc.is_network_fs((mount or {}).get("fstype"))})
-    ops = jc.scan_jit_cache(env, it["python_version"], expected=expected)
+    unscanned: list[str] = []
+    ops = jc.scan_jit_cache(env, it["python_version"], expected=expected, unscanned=unscanned)
     ds = it["deepspeed"]
     loc = ds.get("location") if isinstance(ds.get("location"), str) else None
     facts: dict[str, Any] = {
@@ -147,6 +153,7 @@ def collect_jitcache(env: dict[str, str], pyenv: dict[str, Any] | None) -> tuple
         "expected_tag": expected,
         "ops": [op.to_dict() for op in ops],
         "truncated": len(ops) >= jc.MAX_OPS,
+        "unscanned": unscanned,
         "locks": [op.lock_path for op in ops if op.lock_path],
         "corrupt": [op.dir for op in ops if op.corrupt],
         "deepspeed": {"installed": ds.get("installed"), "location": loc, "prebuilt_ops": jc.prebuilt_ops(loc)},
@@ -174,7 +181,7 @@ def jitcache_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     return collect_jitcache(env, pyenv)
 
 
-def processes_table(procs: list[pr.ProcInfo], stress: set[int]) -> Evidence:
+def processes_table(procs: list[pr.ProcInfo], stress: set[int], title: str = "training processes") -> Evidence:
     """pid | command | state | wchan | elapsed | libstdc++ mapped."""
     rows, hl = [], []
     for i, p in enumerate(procs):
@@ -191,7 +198,7 @@ def processes_table(procs: list[pr.ProcInfo], stress: set[int]) -> Evidence:
             libs = "unreadable" if "maps" in p.errors else "not mapped"
         rows.append([str(p.pid), show(cmd, 60), state, show(p.wchan or p.errors.get("wchan") or "?", 32),
                      duration(p.elapsed_s), show(libs, 70)])
-    return Evidence.of_table("training processes", ["pid", "command", "state", "wchan", "elapsed",
+    return Evidence.of_table(title, ["pid", "command", "state", "wchan", "elapsed",
                                                     "libstdc++ mapped"], rows, hl)
 
 
@@ -222,12 +229,33 @@ def lock_report(ops: list[jc.JitOp], procs: list[pr.ProcInfo], roots: list[dict[
     return out
 
 
-def collect_processes(jit: dict[str, Any] | None, sample_s: float = CPU_SAMPLE_S
-                      ) -> tuple[dict[str, Any], list[Evidence]]:
-    """The processes facts; ``jit`` (the jitcache facts) supplies the locks to attribute."""
+def job_scope(pid: int | None = None, command: str | None = None) -> dict[str, Any]:
+    """Which processes are the training job: ``pid`` and its descendants, else the processes that run
+    ``command`` and theirs, else nothing is known (``kind`` node: the scan is of this node's processes)."""
+    if pid:
+        roots = [pid] if pr.process_tree([pid]) else []
+        return {"kind": "pid", "roots": roots, "pids": sorted(pr.process_tree(roots)),
+                "how": f"pid {pid} and its descendants (--pid)",
+                "missing": None if roots else f"no process {pid} runs on this node"}
+    if command:
+        roots = pr.command_roots(command)
+        return {"kind": "command", "roots": roots, "pids": sorted(pr.process_tree(roots)),
+                "how": f"the processes running --command {show(command, 120)} and their descendants",
+                "missing": None if roots else "no process runs the command now (it is not running on this node, "
+                                              "or it already ended)"}
+    return {"kind": "node", "roots": [], "pids": [], "missing": None,
+            "how": "not known: python, launcher and compiler processes on this node, whoever started them "
+                   "(give --pid or --command to name the job)"}
+
+
+def collect_processes(jit: dict[str, Any] | None, sample_s: float = CPU_SAMPLE_S, *, pid: int | None = None,
+                      command: str | None = None) -> tuple[dict[str, Any], list[Evidence]]:
+    """The processes facts; ``jit`` (the jitcache facts) supplies the locks to attribute; ``pid`` or
+    ``command`` names the job (see :func:`job_scope`)."""
     ops = [jc.JitOp.from_dict(d) for d in (jit or {}).get("ops") or []]
     watch = sorted({op.dir for op in ops if op.lock_path} | {os.path.realpath(op.dir) for op in ops if op.lock_path})
-    procs = pr.training_processes(watch=watch)
+    scope = job_scope(pid, command)
+    procs = pr.training_processes(watch=watch, include=scope["pids"])
     running = [p for p in procs if not p.gone and p.state_letter != "Z"]  # a zombie uses no CPU: no wait for it
     pr.sample_cpu(running, sample_s)
     locks = lock_report(ops, procs, (jit or {}).get("roots") or [])
@@ -237,8 +265,14 @@ def collect_processes(jit: dict[str, Any] | None, sample_s: float = CPU_SAMPLE_S
         "sample_s": sample_s if running else 0.0,
         "self_pid": os.getpid(),
         "locks": locks,
+        "scope": scope,
     }
-    return facts, [processes_table(procs, stress)]
+    job = set(scope["pids"])
+    if scope["kind"] == "node":
+        return facts, [processes_table(procs, stress, "processes on this node (which are the job's is not known)")]
+    return facts, [processes_table([p for p in procs if p.pid in job], stress, f"the job's processes: {scope['how']}"),
+                   processes_table([p for p in procs if p.pid not in job], stress,
+                                   "other python, launcher and compiler processes on this node (not the job)")]
 
 
 @probe("processes", title="Running training processes", timeout=TARGET_TIMEOUT + 90, needs=("jitcache",))
@@ -250,7 +284,9 @@ def processes_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
         jit = res.facts if res.status == "ok" else None
     except Exception:  # noqa: BLE001 - the processes are worth listing without the locks
         jit = None
-    facts, evidence = collect_processes(jit)
+    job = target_of(host)
+    pid = job.options.get("pid")
+    facts, evidence = collect_processes(jit, pid=int(pid) if pid else None, command=job.command)
     facts["jitcache"] = "ok" if jit is not None else "unavailable"
     return facts, evidence
 

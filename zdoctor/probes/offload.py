@@ -30,8 +30,8 @@ about the job (``host.options``) and is skipped, with the reason, when that was 
 - ``stage``, ``chosen`` {offload_param, offload_optimizer} from the ds_config (None without one),
   ``chosen_table`` (zero3 | zero2 | None), ``chosen_rows`` (indices), ``chosen_note`` (why none).
 - ``ram_short`` (the chosen offload does not fit in MemAvailable even with zero_init; None: unknown),
-  ``ram_tight`` (it fits only with zero.Init), ``gpu_short``; ``nvme`` {path, need_lower_bound, free,
-  fits} or None; ``deepspeed_text``: the table as DeepSpeed prints it.
+  ``ram_tight`` (it fits only with zero.Init; None: without zero.Init unknown), ``gpu_short``;
+  ``nvme`` {path, need_lower_bound, free, fits} or None; ``deepspeed_text``: the table as DeepSpeed prints it.
 
 ``trainlog`` (``train_log``) facts: walllog.parse_log(): path, size, read_bytes, head_skipped, lines_read,
 timer_lines, ranks, rank, format, timers {name: {count, total_ms, mean_ms, min_ms, max_ms, first_ms,
@@ -45,6 +45,7 @@ gpus [{index, name, util {min, mean, max}, mem_util, series, sparkline, errors}]
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ..errors import InputError
@@ -158,6 +159,19 @@ def _settings_table(eff: dict[str, Any]) -> Evidence:
                              hl)
 
 
+def _ownership(path: str) -> dict[str, Any] | None:
+    """Who owns the ds_config and the directory it sits in (uid, gid, mode), as recorded on the node: whether
+    rewriting it needs root is judged from these, wherever the facts are read, and a fix applies only while
+    the file's owner is still the same."""
+    try:
+        st = os.stat(path)
+        dst = os.stat(os.path.dirname(os.path.abspath(path)))
+    except OSError:
+        return None
+    return {"owner_uid": st.st_uid, "owner_gid": st.st_gid, "dir_owner_uid": dst.st_uid,
+            "dir_mode": oct(dst.st_mode & 0o7777)}
+
+
 @probe("dsconfig", title="DeepSpeed config (ds_config) as DeepSpeed reads it", timeout=TARGET_TIMEOUT + 60,
        needs=("pyenv", "host_limits"))
 def dsconfig_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
@@ -179,6 +193,7 @@ def dsconfig_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
                              "stage": None, "devices": {}, "nvme_paths": [], "wall_clock_breakdown": None,
                              "uses_auto": False, "settings": None, "paths": {}, "memlock": None,
                              "hidden_size": None, "lints": [], "offload_target": _offload_target(host)}
+    facts["file"] = _ownership(path)
     try:
         cfg = load_config(path)
     except InputError as exc:
@@ -305,7 +320,8 @@ def capacity_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
         best = rows[idx[0]]
         ram_short = None if best["cpu_fits"] is None else not best["cpu_fits"]
         if table == "zero3" and len(idx) > 1 and ram_short is False:
-            ram_tight = rows[idx[1]]["cpu_fits"] is False
+            without = rows[idx[1]]["cpu_fits"]
+            ram_tight = None if without is None else without is False
         gpu_short = None if best["gpu_fits"] is None else not best["gpu_fits"]
     nvme = None
     if chosen and "nvme" in chosen.values():
@@ -392,7 +408,7 @@ def gpusample_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
 # -- hostram ------------------------------------------------------------------------------------------
 
 @probe("hostram", title="Host memory beyond the offload estimate: swap buffers, inference, WSL2, kills",
-       timeout=60.0, needs=("dsconfig", "capacity"))
+       timeout=60.0, needs=("dsconfig", "capacity", "nvml"))
 def hostram_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Pinned buffers and parameter-only offload the estimator leaves out, memory now, kills in the log."""
     from ..offload import hostram
@@ -400,4 +416,5 @@ def hostram_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     opts = _options(host)
     ds = _facts(host, "dsconfig") or {}
     cap = _facts(host, "capacity") or {}
-    return hostram.collect(ds, cap, opts)
+    _mem, gpus, _src = planner.gpu_memory_from(_facts(host, "nvml") or _facts(host, "gpu"))
+    return hostram.collect(ds, cap, opts, gpu_count=gpus or None)

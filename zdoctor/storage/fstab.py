@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 import shutil
+import stat
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Sequence
@@ -21,7 +22,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .. import runner
-from ..atomic import fsync_dir, write_beside
+from ..atomic import CheckedReplace, replace_checked
+from ..errors import InputError
 from ..model import Evidence, Remedy
 from .mounts import MountEntry, unescape
 
@@ -293,26 +295,31 @@ class ApplyRecord:
         return asdict(self)
 
 
-def _backup_path(path: str, stamp: str) -> str:
-    cand, n = f"{path}.bak.{stamp}", 1
-    while os.path.lexists(cand):
-        n += 1
-        cand = f"{path}.bak.{stamp}-{n}"
-    return cand
-
-
-def _make_backup(fstab_path: str, backup: str, original: bytes, st: os.stat_result) -> None:
-    """Write the backup atomically (a kill leaves no half-written backup), with the file's mode and times."""
-    tmp = write_beside(backup, original, st)
-    try:
-        with contextlib.suppress(OSError):
-            os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
-        os.replace(tmp, backup)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    fsync_dir(backup)
+def resolve_link(fstab_path: str) -> tuple[str, str | None]:
+    """The file to edit for ``fstab_path`` and a note: a symbolic link is followed only when the link's
+    folder, the target and every folder above the target belong to root and only root may write them
+    (a link someone else controls is refused with :class:`FstabError`)."""
+    if not os.path.islink(fstab_path):
+        return fstab_path, None
+    real = os.path.realpath(fstab_path)
+    checked = [os.path.dirname(os.path.abspath(fstab_path)), real]
+    d = os.path.dirname(real)
+    while True:
+        checked.append(d)
+        if d == os.path.dirname(d):
+            break
+        d = os.path.dirname(d)
+    for path in checked:
+        try:
+            st = os.lstat(path)
+        except OSError as exc:
+            raise FstabError(f"{fstab_path} is a symbolic link to {real}: cannot check {path} "
+                             f"({exc.strerror or exc}); nothing changed") from None
+        if st.st_uid != 0 or st.st_mode & 0o022 and not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
+                                                          and path != os.path.dirname(real)):
+            raise FstabError(f"{fstab_path} is a symbolic link to {real}, and {path} is not root's alone "
+                             "(owner or write permission): refusing to edit it; nothing changed")
+    return real, f"{fstab_path} is a symbolic link to {real} (root's alone): editing {real}"
 
 
 def apply_fstab_line(fstab_path: str, line: str, *, mount: Sequence[str] | Callable[[], Evidence],
@@ -349,7 +356,16 @@ def apply_fstab_line(fstab_path: str, line: str, *, mount: Sequence[str] | Calla
                      "first; install util-linux (it provides findmnt)")
         return rec
     try:
-        st = os.stat(fstab_path)
+        fstab_path, note = resolve_link(fstab_path)
+    except FstabError as exc:
+        rec.error = str(exc)
+        return rec
+    if note:
+        if backup is not None:  # the backup goes beside the file that is edited
+            backup = os.path.join(os.path.dirname(fstab_path), os.path.basename(backup))
+            note += f" (backup: {backup})"
+        step(note)
+    try:
         with open(fstab_path, "rb") as fh:
             original = fh.read()
     except OSError as exc:
@@ -383,13 +399,14 @@ def apply_fstab_line(fstab_path: str, line: str, *, mount: Sequence[str] | Calla
         except OSError as exc:
             rec.error = f"{new.file}: cannot create the mount point ({exc.strerror or exc})"
             return rec
-    tmp: str | None = None
+    rep: CheckedReplace | None = None
     replaced = False
+    new_bytes = new_text.encode("utf-8", "surrogateescape")
     try:
-        tmp = write_beside(fstab_path, new_text.encode("utf-8", "surrogateescape"), st)
-        step(f"wrote the new text to {tmp}")
+        rep = CheckedReplace.stage(fstab_path, new_bytes, expect=original, what="fstab")
+        step(f"wrote the new text to {rep.staged_path}")
         before, _ = verify(fstab_path, findmnt, timeout)
-        after, ev = verify(tmp, findmnt, timeout)
+        after, ev = verify(rep.staged_path, findmnt, timeout)
         mine = next((t for name, t in after["targets"].items() if name.rstrip("/") == new.file.rstrip("/")), None)
         rec.validation = {"argv": ev.argv, "exit_code": ev.exit_code, "stdout": ev.stdout, "stderr": ev.stderr,
                           "summary": after["summary"], "errors": after["errors"], "warnings": after["warnings"],
@@ -409,13 +426,13 @@ def apply_fstab_line(fstab_path: str, line: str, *, mount: Sequence[str] | Calla
             step("validation failed; the fstab was not changed")
             return rec
         step(f"validated: {after['summary']}")
-        rec.backup = backup or _backup_path(fstab_path, stamp or time.strftime("%Y%m%dT%H%M%S"))
-        _make_backup(fstab_path, rec.backup, original, st)
-        step(f"backed up {fstab_path} to {rec.backup}")
-        os.replace(tmp, fstab_path)
-        tmp = None
+        wanted = backup or f"{fstab_path}.bak.{stamp or time.strftime('%Y%m%dT%H%M%S')}"
+        kept = backup is not None and os.path.lexists(backup)  # a copy of this very file, checked above
+        # the core re-reads the file right before the rename: an edit made meanwhile is refused, not lost
+        rec.backup = wanted if kept else rep.back_up(wanted)
+        step(f"backed up {fstab_path} to {rec.backup}" + (" (already there)" if kept else ""))
+        rep.commit(None)
         replaced = True
-        fsync_dir(fstab_path)
         step(f"replaced {fstab_path}")
         mev = mount() if callable(mount) else runner.run(list(mount), timeout=timeout, label="mount")
         rec.mount = mev.to_dict()
@@ -426,23 +443,22 @@ def apply_fstab_line(fstab_path: str, line: str, *, mount: Sequence[str] | Calla
         return rec
     except BaseException as exc:
         if rec.error is None:
-            rec.error = str(exc) if isinstance(exc, RuntimeError) else f"{type(exc).__name__}: {exc}"
+            rec.error = str(exc) if isinstance(exc, (RuntimeError, InputError)) else f"{type(exc).__name__}: {exc}"
         if replaced:
-            _rollback(rec, fstab_path, original, st)
+            _rollback(rec, fstab_path, original, new_bytes)
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
         return rec
     finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+        if rep is not None:
+            rep.close()
         if not rec.ok and rec.created_mountpoint:
             with contextlib.suppress(OSError):
                 os.rmdir(new.file)
                 rec.steps.append(f"removed the mount point {new.file} it had created")
 
 
-def _rollback(rec: ApplyRecord, fstab_path: str, original: bytes, st: os.stat_result) -> None:
+def _rollback(rec: ApplyRecord, fstab_path: str, original: bytes, new: bytes) -> None:
     """Copy the backup back over the file (atomically) and check the bytes are the original ones."""
     data = original
     if rec.backup:
@@ -452,14 +468,12 @@ def _rollback(rec: ApplyRecord, fstab_path: str, original: bytes, st: os.stat_re
         except OSError:
             data = original
     try:
-        tmp = write_beside(fstab_path, data, st)
-        os.replace(tmp, fstab_path)
-        fsync_dir(fstab_path)
+        replace_checked(fstab_path, data, expect=new, backup=None, what="fstab")
         with open(fstab_path, "rb") as fh:
             rec.restored_identical = fh.read() == original
         rec.rolled_back = True
         rec.steps.append(f"rolled back {fstab_path} from {rec.backup}")
-    except OSError as exc:
+    except (OSError, InputError) as exc:
         rec.restored_identical = False
-        rec.steps.append(f"ROLLBACK FAILED ({exc.strerror or exc}): restore by hand with "
+        rec.steps.append(f"ROLLBACK FAILED ({getattr(exc, 'strerror', None) or exc}): restore by hand with "
                          f"cp -p -- {q(rec.backup or '')} {q(fstab_path)}")

@@ -3,7 +3,9 @@
 DeepSpeed's swapper opens its swap files with O_DIRECT and drives them through libaio (the
 ``async_io`` op) in 1 MiB blocks with 8 requests in flight. :func:`measure` does the same with
 threads (``os.pwrite``/``os.preadv`` on an O_DIRECT descriptor, ``queue_depth`` requests at once),
-bounded in size and time, and always removes its test file.
+bounded in size and time, and always removes its test file. The test file is created once, by zdoctor,
+and used only through the descriptor that created it: never reopened by name in a directory another
+user may own.
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ from __future__ import annotations
 import contextlib
 import ctypes.util
 import errno
+import fcntl
 import mmap
 import os
 import re
 import shlex
+import stat
 import tempfile
 import threading
 import time
@@ -108,32 +112,75 @@ def _temp_name(directory: str, what: str) -> str:
     return os.path.join(directory, f".zdoctor-{what}-{os.getpid()}-{os.urandom(4).hex()}")
 
 
+class _TestFile:
+    """zdoctor's own test file in ``directory``, opened once and used only through that descriptor.
+
+    The file is created with ``O_CREAT|O_EXCL|O_NOFOLLOW`` relative to a descriptor of the directory
+    (so nothing the directory's owner renames over the name later is ever opened), checked with
+    ``fstat`` to be the regular file just created, and switched to O_DIRECT on the same descriptor
+    (``fcntl``): a file system that refuses O_DIRECT refuses there, after the file exists, so it is
+    still removed. :meth:`close` removes the name only while it still names this file.
+    """
+
+    def __init__(self, directory: str, what: str) -> None:
+        self.path = _temp_name(directory, what)
+        self.name = os.path.basename(self.path)
+        self.dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.fd = -1
+        try:
+            self.fd = os.open(self.name, os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_RDWR | os.O_CLOEXEC,
+                              0o600, dir_fd=self.dir_fd)
+            st = os.fstat(self.fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_uid != os.geteuid():
+                raise OSError(errno.EPERM, f"{self.path} is not the file zdoctor just created")
+        except BaseException:
+            self.close()
+            raise
+
+    def direct(self) -> None:
+        """Turn on O_DIRECT for the descriptor (EINVAL where the file system refuses it)."""
+        fcntl.fcntl(self.fd, fcntl.F_SETFL, fcntl.fcntl(self.fd, fcntl.F_GETFL) | os.O_DIRECT)
+
+    def close(self) -> bool:
+        """Remove the file (only if the name still leads to it) and close; True when it is gone."""
+        gone = True
+        if self.fd >= 0:
+            mine = os.fstat(self.fd)
+            with contextlib.suppress(OSError):
+                now = os.stat(self.name, dir_fd=self.dir_fd, follow_symlinks=False)
+                if (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino):
+                    os.unlink(self.name, dir_fd=self.dir_fd)
+            gone = os.fstat(self.fd).st_nlink == 0
+            os.close(self.fd)
+            self.fd = -1
+        if self.dir_fd >= 0:
+            os.close(self.dir_fd)
+            self.dir_fd = -1
+        return gone
+
+
 def odirect_check(directory: str, block: int = 4096) -> dict[str, Any]:
     """Write and read back one aligned block with O_DIRECT in ``directory``.
 
     Keys: ok (True | False | None = could not test), stage (open | write | read | create), errno,
-    error, tested_in. The test file is created first without O_DIRECT, so a refusing open cannot leave
-    it behind, and it is always removed.
+    error, tested_in. The test file is created once (see :class:`_TestFile`) and only ever used
+    through that descriptor, so a link swapped in for its name is never written; it is always removed.
     """
     out: dict[str, Any] = {"tested_in": directory, "ok": None, "stage": None, "errno": None, "error": None}
-    path = _temp_name(directory, "odirect")
     stage = "create"
-    fd = -1
+    test: _TestFile | None = None
     try:
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        test = _TestFile(directory, "odirect")
         stage = "open"
-        fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
+        test.direct()
         stage = "write"
         with _aligned(block, os.urandom(block)) as buf:
-            n = os.pwrite(fd, buf, 0)
+            n = os.pwrite(test.fd, buf, 0)
             if n != block:
                 raise OSError(errno.EIO, f"short write: {n} of {block} bytes")
-            os.close(fd)
-            fd = -1
             stage = "read"
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
             with _aligned(block) as back:
-                got = os.preadv(fd, [back], 0)
+                got = os.preadv(test.fd, [back], 0)
                 if got != block or back[:] != buf[:]:
                     raise OSError(errno.EIO, f"read back {got} bytes that differ from what was written")
         out.update(ok=True, stage="done")
@@ -142,10 +189,8 @@ def odirect_check(directory: str, block: int = 4096) -> dict[str, Any]:
         # Not being allowed to create a file says nothing about O_DIRECT.
         out["ok"] = None if stage == "create" else False
     finally:
-        if fd >= 0:
-            os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(path)
+        if test is not None:
+            test.close()
     return out
 
 
@@ -232,30 +277,24 @@ def measure(directory: str, size: int, *, block: int = BLOCK, queue_depth: int =
     """
     nblocks = max(1, size // block)
     total = nblocks * block
-    path = _temp_name(directory, "iotest")
-    out: dict[str, Any] = {"ran": True, "file": path, "size_bytes": total, "block_bytes": block,
+    out: dict[str, Any] = {"ran": True, "file": None, "size_bytes": total, "block_bytes": block,
                            "queue_depth": queue_depth, "time_limit_s": time_limit, "write": None, "read": None,
                            "error": None, "removed": False}
-    fd = -1
+    test: _TestFile | None = None
     try:
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-        fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
-        out["write"] = _phase(fd, nblocks, block, queue_depth, True, time_limit, progress, total)
-        os.close(fd)
-        fd = -1
+        test = _TestFile(directory, "iotest")
+        out["file"] = test.path
+        test.direct()
+        out["write"] = _phase(test.fd, nblocks, block, queue_depth, True, time_limit, progress, total)
         written = out["write"]["bytes"] // block
         if written:
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-            out["read"] = _phase(fd, written, block, queue_depth, False, time_limit, progress, written * block)
+            out["read"] = _phase(test.fd, written, block, queue_depth, False, time_limit, progress,
+                                 written * block)
         out["error"] = (out["write"] or {}).get("error") or (out["read"] or {}).get("error")
     except OSError as exc:
         out["error"] = f"{_errno_name(exc.errno) or ''} {exc.strerror or exc}".strip()
     finally:
-        if fd >= 0:
-            os.close(fd)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        out["removed"] = not os.path.lexists(path)
+        out["removed"] = test.close() if test is not None else True
     return out
 
 

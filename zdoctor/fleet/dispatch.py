@@ -1,0 +1,30 @@
+"""Which way the fleet's snapshots are collected: through pdsh in one run, one launcher run per node, or by
+pushing the one-file bundle first. Above :mod:`.collect` (the ways) and :mod:`.push` (the bundle), so
+neither imports the other's caller."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..errors import UsageError
+from . import launch
+from .collect import NodeRun, OnNode, OnStart, pdsh_nodes, per_node, require_launcher
+from .push import collect_with_push
+
+
+def collect(hosts: Sequence[str], opts: launch.FleetOptions, on_node: OnNode | None = None,
+            on_start: OnStart | None = None) -> list[NodeRun]:
+    """Snapshot every host through ``opts.launcher``; results in host order, one per host.
+
+    ``on_node`` hears of each node as it finishes, one call at a time (possibly from a reader thread).
+    """
+    if opts.launcher not in launch.LAUNCHERS:
+        raise UsageError(f"zdoctor fleet: unknown launcher {opts.launcher!r} (choose {', '.join(launch.LAUNCHERS)})")
+    require_launcher(opts)
+    launch.remote_argv(opts)  # a bad --zdoctor is a usage error before anything runs
+    if opts.push:
+        return collect_with_push(hosts, opts, Path(opts.push), on_node, on_start)
+    if opts.launcher == "pdsh":
+        return pdsh_nodes(hosts, opts, on_node, on_start)
+    return per_node(hosts, opts, on_node, on_start)

@@ -1,0 +1,130 @@
+"""Find symptoms in what the user saw: error lines recognised by the signature catalogue, the last
+traceback's final line, compiler errors, and how a run ended (a signal, a time limit, a bare exit status)."""
+
+from __future__ import annotations
+
+import re
+import signal as signal_module
+from collections.abc import Iterable
+
+from ..rules.signatures import SIGNATURES, Signature
+from .model import Symptom
+
+#: At most this many symptoms from one source: a log of a thousand failing steps is one story.
+MAX_PER_SOURCE = 12
+#: Lines longer than this are cut when quoted.
+MAX_LINE = 400
+
+_TRACEBACK = "Traceback (most recent call last):"
+#: ``SomeError: text`` at the start of a line (a traceback's final line, or a logged exception).
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::|$)")
+#: A compiler's or linker's error line: ``file.cpp:12:3: error: ...``, ``collect2: error: ...``.
+_COMPILER_ERROR = re.compile(r"(?:^|\s)(?:fatal )?error: ")
+#: Lines that only repeat what another line says.
+_NOISE = re.compile(r"^(?:During handling of the above exception|The above exception was the direct cause)")
+
+
+def _clean(line: str) -> str:
+    line = line.strip()
+    return line if len(line) <= MAX_LINE else line[:MAX_LINE] + " ..."
+
+
+def recognise(line: str) -> tuple[Signature, dict[str, str]] | None:
+    """The first catalogue signature matching ``line``, with the fields it gives."""
+    for sig in SIGNATURES:
+        m = sig.regex.search(line)
+        if m is not None:
+            fields = {k: v.strip() for k, v in m.groupdict().items() if v is not None}
+            fields.update(dict(sig.fields))
+            return sig, fields
+    return None
+
+
+def _traceback_finals(lines: list[str]) -> set[int]:
+    """Indexes of the final line of each traceback (the exception line after the frames)."""
+    out: set[int] = set()
+    i = 0
+    while i < len(lines):
+        if lines[i].strip() == _TRACEBACK:
+            j = i + 1
+            while j < len(lines) and (lines[j].startswith((" ", "\t")) or not lines[j].strip()):
+                j += 1
+            if j < len(lines):
+                out.add(j)
+            i = j
+        i += 1
+    return out
+
+
+def from_text(text: str, source: str, where: str = "", start: int = 1) -> list[Symptom]:
+    """The symptoms in ``text`` (ids ``S<start>`` on): each recognised line once per kind and fields, the last
+    traceback's final line, and the first compiler errors."""
+    lines = text.splitlines()
+    finals = _traceback_finals(lines)
+    if not finals:  # no traceback: the last line that reads as an exception stands for it
+        exc = [n for n, raw in enumerate(lines) if _EXCEPTION_LINE.match(raw.strip())]
+        finals = set(exc[-1:])
+    last_final = max(finals) if finals else None
+    found: list[Symptom] = []
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    compiler_errors = 0
+
+    def add(line: str, kind: str, fields: dict[str, str], sig: str | None, lineno: int) -> None:
+        key = (kind, tuple(sorted(fields.items())))
+        if key in seen or len(found) >= MAX_PER_SOURCE:
+            return
+        seen.add(key)
+        place = f"{where} line {lineno}" if where and source == "log" else where
+        found.append(Symptom(id=f"S{start + len(found)}", source=source, text=_clean(line), kind=kind,
+                             fields=fields, signature=sig, where=place))
+
+    for n, raw in enumerate(lines):
+        line = raw.strip()
+        if not line or _NOISE.match(line):
+            continue
+        hit = recognise(line)
+        if hit is not None:
+            sig, fields = hit
+            add(line, sig.kind, fields, sig.id, n + 1)
+        elif n == last_final or (source != "command" and n in finals):
+            add(line, "error-line", {"text": _clean(line)}, None, n + 1)
+        elif _COMPILER_ERROR.search(line) and compiler_errors < 3:
+            compiler_errors += 1
+            add(line, "error-line", {"text": _clean(line)}, None, n + 1)
+        elif source == "user" and _EXCEPTION_LINE.match(line):
+            add(line, "error-line", {"text": _clean(line)}, None, n + 1)
+    return found
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal_module.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def from_run(exit_code: int | None, timed_out: bool, stdout: str, stderr: str, *, timeout: float | None = None,
+             waiting_in: Iterable[str] = (), start: int = 1) -> list[Symptom]:
+    """The symptoms of a ``--command`` run: its error lines, then how it ended when that says more (killed by
+    a signal, stopped at the time limit, or a failing exit status with no error line to show for it)."""
+    found = from_text(f"{stdout}\n{stderr}", "command", "--command output", start)
+    nxt = start + len(found)
+    kinds = {(s.kind, s.fields.get("signal")) for s in found}
+    if timed_out:
+        waits = [w for w in waiting_in if w][:3]
+        text = f"the command did not finish within {timeout:g} s" if timeout else "the command did not finish"
+        if waits:
+            text += "; it was waiting in " + "; ".join(waits)
+        found.append(Symptom(id=f"S{nxt}", source="process", text=text, kind="hang",
+                             fields={"waiting_in": waits[0] if waits else ""}, where="--command run"))
+    elif exit_code is not None and exit_code < 0:
+        sig = str(-exit_code)
+        if ("killed", sig) not in kinds:
+            kind = "killed" if exit_code == -9 else "signal"
+            found.append(Symptom(id=f"S{nxt}", source="command", kind=kind, fields={"signal": sig},
+                                 text=f"the command was ended by {signal_name(-exit_code)}", where="--command run"))
+    elif exit_code not in (None, 0) and not found:
+        found.append(Symptom(id=f"S{nxt}", source="command", kind="exit-status", fields={"code": str(exit_code)},
+                             text=f"the command exited with status {exit_code} and printed no error line",
+                             where="--command run"))
+    return found

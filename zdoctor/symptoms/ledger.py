@@ -1,0 +1,121 @@
+"""The symptom ledger: each symptom with the findings that explain it, or shown as unexplained.
+
+A symptom is explained by a finding that says so (its ``explains`` names the symptom) and states a problem
+(fail, warn or crash): an ``ok`` never explains a failure. A symptom nothing explains becomes a failing
+``symptom.unexplained.<id>`` finding that quotes it, says what zdoctor examined and what it did not, and,
+where the catalogue knows the message, names the likely cause "from the message only".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ..checks import evaluate_check, probes_for
+from ..model import Evidence, Finding
+from ..registry import CHECKS, Facts
+from ..rules.signatures import signature
+from .match import symptoms_of
+from .model import SOURCE_WORDS, UNEXPLAINED_PREFIX, Symptom, explained_by
+
+
+@dataclass
+class Entry:
+    """One symptom and the ids of the findings that explain it."""
+
+    symptom: Symptom
+    explained_by: list[str]
+
+    @property
+    def explained(self) -> bool:
+        return bool(self.explained_by)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The entry as the report and the exports show it (the shape :func:`..view.ledger_entries` gives)."""
+        s = self.symptom
+        return {"id": s.id, "source": s.source, "where": s.where, "text": s.text, "kind": s.kind,
+                "signature": s.signature, "explained_by": list(self.explained_by)}
+
+
+def build(symptoms: Iterable[Symptom], findings: Iterable[Finding]) -> list[Entry]:
+    """Join symptoms with the problem-stating findings whose ``explains`` names them."""
+    triples = [(f.id, f.status, f.explains) for f in findings]
+    return [Entry(s, explained_by(s.id, triples)) for s in symptoms]
+
+
+def explaining_checks(kinds: Iterable[str]) -> list[str]:
+    """The checks that declare they can explain a symptom of one of ``kinds``."""
+    wanted = set(kinds)
+    return [name for name, spec in CHECKS.items() if wanted & set(spec.explains)]
+
+
+def scope(kind: str, findings: Iterable[Finding]) -> tuple[list[str], list[str]]:
+    """(what was examined, what was not) for a symptom of ``kind``: the checks that can explain it, each
+    with what it concluded; a check that could not look is "not examined" with its reason."""
+    by_check: dict[str, list[Finding]] = {}
+    for f in findings:
+        for name in CHECKS:
+            if f.id == name or f.id.startswith(name + "."):
+                by_check.setdefault(name, []).append(f)
+                break
+    examined, not_examined = [], []
+    for name in explaining_checks([kind]):
+        spec = CHECKS[name]
+        found = by_check.get(name, [])
+        if not found:
+            not_examined.append(f"{spec.title} (did not run)")
+        elif all(f.status == "skip" for f in found):
+            not_examined.append(f"{spec.title}: {found[0].detail or found[0].title}")
+        else:
+            examined.append(f"{spec.title}: {'; '.join(f.title for f in found if f.status != 'skip')}")
+    return examined, not_examined
+
+
+def unexplained_finding(entry: Entry, findings: list[Finding]) -> Finding:
+    """The failing finding that stands for one unexplained symptom."""
+    s = entry.symptom
+    sig = signature(s.signature)
+    examined, not_examined = scope(s.kind, findings)
+    if sig is not None and not sig.confirm:
+        not_examined.append(f"no check of zdoctor examines the {sig.layer} layer on this node")
+    if not examined and not not_examined:
+        not_examined.append("no check of zdoctor recognises this message")
+    lines = [f"Seen in {SOURCE_WORDS.get(s.source, s.source)}{f' ({s.where})' if s.where else ''}:", f"  {s.text}"]
+    if sig is not None:
+        lines += ["", f"Likely cause, from the message only, not confirmed on this node: {sig.meaning}.",
+                  f"Read next: {sig.read_next}."]
+    lines += ["", "Examined: " + ("; ".join(examined) if examined else "nothing that can explain it"),
+              "Not examined: " + ("; ".join(not_examined) if not_examined else "-")]
+    rows = [["examined", x] for x in examined] + [["not examined", x] for x in not_examined]
+    evidence = [Evidence.of_table(f"what zdoctor looked at for {s.id}", ["", "check"], rows)] if rows else []
+    if sig is not None:
+        evidence.append(Evidence.note(f"catalogue entry {sig.id}", f"{sig.meaning}\n\nsource of the message: "
+                                      + "; ".join(sig.sources)))
+    title = f'Unexplained: "{s.text}"'
+    if sig is not None:
+        title += " (likely cause from the message only)"
+    return Finding(id=f"{UNEXPLAINED_PREFIX}{s.id}", status="fail", title=title, detail="\n".join(lines),
+                   evidence=evidence, explains=[])
+
+
+def assess(facts: Facts, findings: list[Finding]) -> tuple[list[Entry], list[Finding]]:
+    """The ledger for ``facts`` and every finding, and one failing finding per unexplained symptom."""
+    entries = build(symptoms_of(facts), findings)
+    return entries, [unexplained_finding(e, findings) for e in entries if not e.explained]
+
+
+def ledger_on(host: Any) -> list[Entry]:
+    """The ledger of ``host``: the checks able to explain each symptom's kind are evaluated (their probes
+    run, once per host)."""
+    symptoms = symptoms_of(host.results(["symptoms"]))
+    if not symptoms:
+        return []
+    names = explaining_checks({s.kind for s in symptoms})
+    facts = host.results(probes_for(names)) if names else Facts({})
+    return build(symptoms, [f for name in names for f in evaluate_check(name, facts)])
+
+
+def unexplained_on(host: Any) -> list[Entry]:
+    """The symptoms on ``host`` that no finding explains."""
+    return [e for e in ledger_on(host) if not e.explained]

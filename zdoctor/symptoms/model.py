@@ -1,0 +1,54 @@
+"""One symptom: a line the user saw (or the way a run ended), with the concrete fields findings match on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Where a symptom was seen.
+SOURCES = ("command", "log", "user", "process")
+#: What each source is called in sentences.
+#: Statuses of a finding that can explain a symptom: an ``ok`` or a ``skip`` never explains a failure.
+EXPLAINING = frozenset({"fail", "warn", "crash"})
+#: Id prefix of the finding that stands for a symptom nothing explains.
+UNEXPLAINED_PREFIX = "symptom.unexplained."
+SOURCE_WORDS = {"command": "the --command run", "log": "the --log file", "user": "the message you gave",
+                "process": "the hung run"}
+
+
+def explained_by(symptom_id: str, findings: Iterable[tuple[str, str, Iterable[str]]]) -> list[str]:
+    """The ids of the findings, given as ``(id, status, explains)``, that explain ``symptom_id``: they say so
+    and state a problem; the ledger's own unexplained findings never count."""
+    return sorted({fid for fid, status, explains in findings if status in EXPLAINING
+                   and not fid.startswith(UNEXPLAINED_PREFIX) and symptom_id in explains})
+
+
+@dataclass
+class Symptom:
+    """``kind`` is the signature's kind (or ``error-line``, ``exit-status``, ``hang``); ``fields`` are the
+    values a finding must share to explain it (the GLIBCXX version and requiring object, the symbol, the
+    signal ...); ``signature`` names the catalogue entry that recognised the line, if one did."""
+
+    id: str
+    source: str
+    text: str
+    kind: str
+    fields: dict[str, str] = field(default_factory=dict)
+    signature: str | None = None
+    where: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "source": self.source, "text": self.text, "kind": self.kind,
+                "fields": dict(self.fields), "signature": self.signature, "where": self.where}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Symptom | None:
+        """The symptom a dict describes, or None when it is not one (a damaged snapshot or session)."""
+        if not isinstance(d, dict) or not all(isinstance(d.get(k), str) for k in ("id", "source", "text", "kind")):
+            return None
+        fields = d.get("fields") if isinstance(d.get("fields"), dict) else {}
+        sig = d.get("signature") if isinstance(d.get("signature"), str) else None
+        return cls(id=d["id"], source=d["source"], text=d["text"], kind=d["kind"],
+                   fields={str(k): str(v) for k, v in fields.items()}, signature=sig,
+                   where=d.get("where") if isinstance(d.get("where"), str) else "")

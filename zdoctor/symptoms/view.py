@@ -1,0 +1,32 @@
+"""The symptom ledger of a recorded session: the symptoms its ``symptoms`` probe recorded, joined with the
+latest recorded findings (a session recorded before symptoms existed has none)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .model import Symptom, explained_by
+
+
+def recorded_symptoms(probe_events: Iterable[Mapping[str, Any]]) -> list[Symptom]:
+    """The symptoms of the last recorded ``symptoms`` probe result."""
+    facts: Any = None
+    for ev in probe_events:
+        res = ev.get("result") if isinstance(ev, Mapping) else None
+        if isinstance(res, Mapping) and res.get("probe") == "symptoms" and res.get("status") == "ok":
+            facts = res.get("facts")
+    items = facts.get("symptoms") if isinstance(facts, Mapping) else None
+    out = [Symptom.from_dict(d) for d in items or []] if isinstance(items, list) else []
+    return [s for s in out if s is not None]
+
+
+def ledger_entries(probe_events: Iterable[Mapping[str, Any]],
+                   findings: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each recorded symptom as the report's ledger entry: ``{id, source, where, text, kind, signature,
+    explained_by}``."""
+    triples = [(str(f.get("id")), str(f.get("status")), [str(x) for x in f.get("explains") or []]
+                if isinstance(f.get("explains"), list) else []) for f in findings if isinstance(f, Mapping)]
+    return [{"id": s.id, "source": s.source, "where": s.where, "text": s.text, "kind": s.kind,
+             "signature": s.signature, "explained_by": explained_by(s.id, triples)}
+            for s in recorded_symptoms(probe_events)]
