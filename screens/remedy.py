@@ -331,8 +331,9 @@ class RemedyScreen(ContextScreen):
         log.display = True
         log.clear()
         log.write_line("Practice: on the recorded node this would run:")
-        for c in r.commands:
-            log.write_line(f"  {c}")
+        for c in pasted_script(r.commands):
+            for line in c.splitlines():
+                log.write_line(f"  {line}")
         record_remedy(self.ctx.record, "practised", self.playbook, self.node, f.id, r)
         self.mark_done(i, "practised")
         self.result(Text("Practice: nothing was run on this machine.", style="bold"))
