@@ -169,8 +169,8 @@ class RemedyScreen(ContextScreen):
             if recommendation(group.remedies):
                 head.append(f" {recommendation(group.remedies)}", style="dim")
         else:
-            head.append(f" for {len(self.groups)} findings: each has its own fix, and needs it; where one fix "
-                        "depends on another, it says which comes first.", style="bold")
+            head.append(f": {len(self.groups)} findings, each with its own fix, in the order to do them",
+                        style="bold")
         yield Static(head, id="rem-title")
         yield OptionList(id="remedies")
         with VerticalScroll(id="rem-body"):
