@@ -24,7 +24,7 @@ from textual.worker import Worker, WorkerState
 from zdoctor.errors import ZdoctorError
 from zdoctor.fleet.result import NODE_PROBLEMS, families
 from zdoctor.model import Finding, sort_findings
-from zdoctor.present import MARKS, STYLES
+from zdoctor.present import MARKS, STYLES, pasted_script
 from zdoctor.resources import data_dir
 
 from .common import NO_CONTROL_CHARACTERS, KeyBar
@@ -312,10 +312,10 @@ class FleetFindingScreen(EvidenceScreen):
             parts.append(Static(head, classes="ev-label"))
             parts.append(Static(flags_text(r), classes="ev-item"))
             if r.commands:
-                parts.append(Static(shell(r.commands), classes="ev-item"))
+                parts.append(Static(shell(pasted_script(r.commands)), classes="ev-item"))
             if r.undo:
                 parts.append(Static(Text("undo:", style="dim"), classes="ev-item"))
-                parts.append(Static(shell(r.undo), classes="ev-ref"))
+                parts.append(Static(shell(pasted_script(r.undo)), classes="ev-ref"))
         body.mount_all(parts)
 
 

@@ -28,14 +28,20 @@ from zdoctor.apply import ApplyOutcome, ApplyPlan, core_action, env_effect, know
 from zdoctor.events import record_remedy
 from zdoctor.model import Finding, Remedy
 from zdoctor.present import (
-    are_steps,
+    first_line,
+    fix_groups,
+    missing_tools,
+    only_changes_the_shell,
     option_label,
-    options_heading,
+    pasted_script,
     recommendation,
+    requires_of,
     script_label,
+    undo_label,
     verification_mark,
     verification_of,
     verification_text,
+    written_text,
 )
 from zdoctor.target import target_of
 
@@ -60,6 +66,8 @@ def flags_text(r: Remedy, elsewhere: bool = False) -> Text:
     out.append("\n")
     undo = f"{len(r.undo)} line(s), below" if r.undo else "none recorded"
     out.append("undo: " + undo, style="" if r.undo else "dim")
+    for said in missing_tools(r):
+        out.append(f"\n✗ {shown(said)}", style="bold red")
     return out
 
 
@@ -121,7 +129,8 @@ class ConfirmApply(ModalScreen[bool]):
 
 
 class RemedyScreen(ContextScreen):
-    """The remedies of one step; each can be copied, declined or applied."""
+    """The remedies of one step, grouped by finding (each finding's own alternatives or steps, a fix that
+    depends on another after it); each can be copied, declined or applied."""
 
     PALETTE_GROUP = "Fixes"
     BINDINGS = [
@@ -138,21 +147,30 @@ class RemedyScreen(ContextScreen):
         super().__init__(ctx)
         self.playbook = playbook
         self.node = node
-        self.pairs = pairs
-        self.steps = are_steps(r for _f, r in pairs)
+        # Grouped by finding: one finding's remedies are alternatives (or steps) among themselves only; a
+        # finding whose fix depends on another's comes after it.
+        self.groups = fix_groups(pairs)
+        self.pairs = [(g.finding, r) for g in self.groups for r in g.remedies]
+        self.group_of = [g for g in self.groups for _r in g.remedies]
+        self.labels = [option_label(j, len(g.remedies), g.steps) for g in self.groups
+                       for j in range(1, len(g.remedies) + 1)]
+        self.titles = {f.id: f.title for f, _r in pairs}
+        self.option_at: dict[int, int] = {}
         self.running: threading.Event | None = None
         self.outcomes: dict[int, str] = {}
 
     def compose(self) -> ComposeResult:
         yield Header()
-        findings = list(dict.fromkeys(shown(f.title) for f, _r in self.pairs))
         head = Text.assemble(("Fixes", "bold"), f" at {self.node}")
-        if len(findings) == 1:
-            head.append(f" for: {findings[0]}")
-        remedies = [r for _f, r in self.pairs]
-        head.append(f"\n{options_heading(len(remedies), are_steps(remedies))}", style="bold")
-        if recommendation(remedies):
-            head.append(f" {recommendation(remedies)}", style="dim")
+        if len(self.groups) == 1:
+            (group,) = self.groups
+            head.append(f" for: {shown(group.finding.title)}")
+            head.append(f"\n{group.heading}", style="bold")
+            if recommendation(group.remedies):
+                head.append(f" {recommendation(group.remedies)}", style="dim")
+        else:
+            head.append(f": {len(self.groups)} findings, each with its own fix, in the order to do them",
+                        style="bold")
         yield Static(head, id="rem-title")
         yield OptionList(id="remedies")
         with VerticalScroll(id="rem-body"):
@@ -165,11 +183,27 @@ class RemedyScreen(ContextScreen):
             yield Static("", id="rem-explain")
         yield KeyBar()
 
+    def group_text(self, k: int) -> Text:
+        """The line above one finding's remedies: the finding, how its remedies relate, what comes first."""
+        g = self.groups[k]
+        out = Text.assemble(mark(g.finding.status), " ", (shown(g.finding.title), "bold"), f" — {g.heading}")
+        if g.also_for:
+            out.append("\n   also the fix for: " + "; ".join(shown(f.title) for f in g.also_for), style="dim")
+        if g.after:
+            out.append(f"\n   {shown(first_line(g.after, self.titles))}", style="bold yellow")
+        return out
+
     def on_mount(self) -> None:
         menu = self.query_one("#remedies", OptionList)
-        for i, (f, r) in enumerate(self.pairs):
-            menu.add_option(Option(self.option_text(i, f, r), id=f"rem:{i}"))
-        menu.highlighted = 0
+        i = 0
+        for k, g in enumerate(self.groups):
+            if len(self.groups) > 1:
+                menu.add_option(Option(self.group_text(k), id=f"head:{k}", disabled=True))
+            for r in g.remedies:
+                self.option_at[i] = menu.option_count
+                menu.add_option(Option(self.option_text(i, g.finding, r), id=f"rem:{i}"))
+                i += 1
+        menu.highlighted = self.option_at.get(0, 0)
         menu.focus()
         self.query_one("#rem-log", Log).display = False
         self.query_one("#rem-result", Static).display = False
@@ -177,27 +211,27 @@ class RemedyScreen(ContextScreen):
 
     def option_text(self, i: int, f: Finding, r: Remedy) -> Text:
         flag, style = verification_mark(verification_of(r))
-        label = option_label(i + 1, len(self.pairs), self.steps)
-        out = Text.assemble(f"{label}: ", (flag, style), " ", (shown(r.title), "bold"))
+        out = Text.assemble(f"{self.labels[i]}: ", (flag, style), " ", (shown(r.title), "bold"))
         if r.requires_root:
             out.append("  [root]", style="yellow")
         done = self.outcomes.get(i)
         if done:
             out.append(f"  [{done}]", style="bold")
-        if len({id(f) for f, _r in self.pairs}) > 1:
-            out.append("\n   for ", style="dim")
-            out.append_text(mark(f.status))
-            out.append(f" {shown(f.title)}", style="dim")
         return out
 
     @property
     def index(self) -> int:
+        """The remedy highlighted in the list (a finding's heading line is not one)."""
         menu = self.query_one("#remedies", OptionList)
-        return menu.highlighted or 0
+        at = menu.highlighted or 0
+        option_id = (menu.get_option_at_index(at).id or "") if menu.option_count else ""
+        if option_id.startswith("rem:"):
+            return int(option_id.partition(":")[2])
+        return next((i for i, o in self.option_at.items() if o > at), 0)
 
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
         event.stop()
-        if event.option.id:
+        if event.option.id and event.option.id.startswith("rem:"):
             self.show(int(event.option.id.partition(":")[2]))
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
@@ -208,16 +242,18 @@ class RemedyScreen(ContextScreen):
         f, r = self.pairs[i]
         self.query_one("#rem-flags", Static).update(flags_text(r, self.elsewhere))
         self.query_one("#rem-explain", Static).update(Text(r.explanation) if r.explanation else "")
-        self.query_one("#rem-commands", Static).update(
-            Group(Text(f"{option_label(i + 1, len(self.pairs), self.steps)}: {script_label(r.commands)}:",
-                       style="bold"),
-                  shell(r.commands)))
+        parts: list[Any] = []
+        if requires_of(r):
+            parts.append(Text(shown(first_line(requires_of(r), self.titles)), style="bold yellow"))
+        parts += [Text(f"{self.labels[i]}: {script_label(r.commands)}:", style="bold"),
+                  shell(pasted_script(r.commands))]
+        self.query_one("#rem-commands", Static).update(Group(*parts))
         table = effect_table(r, known_env(self.ctx.host))
         effect = self.query_one("#rem-effect", Static)
         effect.update(table if table is not None else "")
         effect.display = table is not None
         undo = self.query_one("#rem-undo", Static)
-        undo.update(Group(Text("Undo:", style="bold"), shell(r.undo)) if r.undo else "")
+        undo.update(Group(Text(f"{undo_label(r.undo)}:", style="bold"), shell(pasted_script(r.undo))) if r.undo else "")
         undo.display = bool(r.undo)
 
     @property
@@ -228,7 +264,7 @@ class RemedyScreen(ContextScreen):
     # -- actions -----------------------------------------------------------------------------------
     def action_copy(self) -> None:
         f, r = self.pairs[self.index]
-        self.app.copy_to_clipboard("\n".join(r.commands) + "\n")
+        self.app.copy_to_clipboard("\n".join(pasted_script(r.commands)) + "\n")
         record_remedy(self.ctx.record, "copied", self.playbook, self.node, f.id, r)
         self.notify(f"copied {len(r.commands)} line(s) to the clipboard (OSC 52: where the terminal allows it; "
                     "otherwise select them on screen)", timeout=5)
@@ -254,12 +290,12 @@ class RemedyScreen(ContextScreen):
     def notes(self, r: Remedy, how: ApplyPlan) -> list[str]:
         here = socket.gethostname()
         info = self.ctx.host.info
-        out = []
+        out = [first_line(requires_of(r), self.titles)] if requires_of(r) else []
         if self.ctx.practice:
             # Nothing runs and nothing is written: no "runs in the terminal", no file to source.
             out.append("Practice: nothing is run; you see what would run on the recorded node.")
             out.append(str(verified_text(r, self.elsewhere)))
-            out.append("Undo: " + ("; ".join(r.undo) if r.undo else "none recorded."))
+            out.append("Undo: " + (" && ".join(r.undo) if r.undo else "none recorded."))
             return out
         core = core_action(r)
         out.append(f"Runs here, on {here}: {core}." if core else
@@ -268,11 +304,15 @@ class RemedyScreen(ContextScreen):
             out.append(f"The evidence came from a snapshot of {info.get('hostname', 'another node')}: the "
                        "commands act on THIS machine.")
         out += [f"Runs in the terminal: {reason}." for reason in how.reasons]
-        if how.env_lines:
+        if how.env_lines and only_changes_the_shell(r.commands):
+            out.append("These lines only change a shell: zdoctor cannot change the one you launch from, so it "
+                       "writes them to a file for you to source there; nothing else on this machine changes.")
+        elif how.env_lines:
             out.append("export/unset lines cannot change the shell you launch from: they are also written to a "
                        "file for you to source.")
         out.append(str(verified_text(r, self.elsewhere)))
-        out.append("Undo: " + ("; ".join(r.undo) if r.undo else "none recorded."))
+        out += [f"{said}: the commands will fail here." for said in missing_tools(r)]
+        out.append("Undo: " + (" && ".join(r.undo) if r.undo else "none recorded."))
         return out
 
     def confirmed(self, i: int, f: Finding, r: Remedy, how: ApplyPlan, yes: bool | None) -> None:
@@ -291,8 +331,9 @@ class RemedyScreen(ContextScreen):
         log.display = True
         log.clear()
         log.write_line("Practice: on the recorded node this would run:")
-        for c in r.commands:
-            log.write_line(f"  {c}")
+        for c in pasted_script(r.commands):
+            for line in c.splitlines():
+                log.write_line(f"  {line}")
         record_remedy(self.ctx.record, "practised", self.playbook, self.node, f.id, r)
         self.mark_done(i, "practised")
         self.result(Text("Practice: nothing was run on this machine.", style="bold"))
@@ -356,21 +397,28 @@ class RemedyScreen(ContextScreen):
         self.finish(i, f, r, outcome)
 
     def finish(self, i: int, f: Finding, r: Remedy, outcome: ApplyOutcome) -> None:
-        record_remedy(self.ctx.record, "applied", self.playbook, self.node, f.id, r, **outcome.to_dict(),
-                      ran_on=socket.gethostname())
-        status = "applied" if outcome.ok else ("cancelled" if outcome.cancelled else "failed")
+        # A script of export/unset lines changes no shell that outlives it: what it did is the file written.
+        written = outcome.ok and bool(outcome.env_file) and only_changes_the_shell(r.commands)
+        record_remedy(self.ctx.record, "written" if written else "applied", self.playbook, self.node, f.id, r,
+                      **outcome.to_dict(), ran_on=socket.gethostname())
+        status = "written" if written else "applied" if outcome.ok else (
+            "cancelled" if outcome.cancelled else "failed")
         self.mark_done(i, status)
-        text = Text.assemble(mark("ok" if outcome.ok else "fail"), " ",
-                             (f"{status}: exit code {outcome.exit_code}, {outcome.duration_s:.1f} s", "bold"))
+        headline = (written_text(outcome.env_file) if written else
+                    f"{status}: exit code {outcome.exit_code}, {outcome.duration_s:.1f} s")
+        text = Text.assemble(mark("ok" if outcome.ok else "fail"), " ", (headline, "bold"))
         if outcome.error:
             text.append(f"\n{outcome.error}", style="red")
-        text.append("\nWhat changed: " + ("; ".join(outcome.changed) if outcome.changed else "no file named in the "
-                                          "commands changed"))
+        if not written:
+            text.append("\nWhat changed: " + ("; ".join(outcome.changed) if outcome.changed else
+                                              "no file named in the commands changed"))
+        if outcome.env_file and not written:
+            text.append(f"\nThe export/unset lines were {written_text(outcome.env_file)}.", style="bold")
         if outcome.env_file:
             text.append(f"\nBefore launching, run in that shell or job script:  source {outcome.env_file}",
                         style="bold")
         if r.undo:
-            text.append("\nUndo: " + "; ".join(r.undo), style="dim")
+            text.append("\nUndo: " + " && ".join(r.undo), style="dim")
         text.append("\nRecorded in the session log; x exports the report.", style="dim")
         self.result(text)
         self.notify(f"{r.title}: {status}", severity="information" if outcome.ok else "error", timeout=5)
@@ -384,7 +432,7 @@ class RemedyScreen(ContextScreen):
         self.outcomes[i] = status
         menu = self.query_one("#remedies", OptionList)
         f, r = self.pairs[i]
-        menu.replace_option_prompt_at_index(i, self.option_text(i, f, r))
+        menu.replace_option_prompt_at_index(self.option_at.get(i, i), self.option_text(i, f, r))
 
     def action_cancel(self) -> None:
         if self.running is None:

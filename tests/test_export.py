@@ -197,7 +197,7 @@ def test_md_hostile_text_is_inert(session: str):
     # Output full of backtick fences stays one code block with the exact content.
     assert '<pre><code class="language-text">````\n```bash\nrm -rf /\n```\n`````x\n</code></pre>' in text
     # Remedy lines are shown exactly, never broken out of their block.
-    assert "<pre><code class=\"language-bash\">echo '$(touch pwned)'\necho ````\n</code></pre>" in text
+    assert "<pre><code class=\"language-bash\">echo '$(touch pwned)' &&\necho ````\n</code></pre>" in text
     # Table cells with pipes and newlines stay in their cell.
     assert f"<td>{HOSTILE}</td>\n<td>x<br>y</td>" in text
     assert "<th>a|b</th>\n<th>`c`</th>" in text

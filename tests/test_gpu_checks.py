@@ -403,12 +403,19 @@ def test_memlock_limit_and_its_remedies():
     f = by_id(g.check_limits(facts))["gpu.limits.memlock"]
     assert f.status == "warn" and "64 KiB" in f.title and "0.19.5" in f.detail
     assert f.remedies[0].commands == ["ulimit -l unlimited"]
-    assert f.remedies[1].commands == ["echo '* - memlock unlimited' | tee /etc/security/limits.d/90-memlock.conf"]
-    assert f.remedies[1].requires_root and "memlock=-1:-1" in f.remedies[1].explanation
+    # A new drop-in through the careful create (a recording without the folder's names: the default name,
+    # and the first line stops if it is taken), never a tee over a file of that name.
+    drop_in = f.remedies[1]
+    assert drop_in.action == {"kind": "file-create", "path": "/etc/security/limits.d/90-zdoctor-memlock.conf",
+                              "text": "# Written by zdoctor: memlock for every PAM login.\n* - memlock unlimited\n",
+                              "check": "limits.conf"}
+    assert drop_in.commands[0].startswith("test ! -e /etc/security/limits.d/90-zdoctor-memlock.conf")
+    assert not any("tee" in c for c in drop_in.commands)
+    assert drop_in.requires_root and "memlock=-1:-1" in drop_in.explanation
     assert branch("diag-memlock", facts)
     f = by_id(g.check_limits(h200(host_limits=limits_with(memlock_soft_kb=64, memlock_hard_kb=64))))
-    assert [r.commands[0] for r in f["gpu.limits.memlock"].remedies] == [
-        "echo '* - memlock unlimited' | tee /etc/security/limits.d/90-memlock.conf"]
+    assert [r.action["path"] for r in f["gpu.limits.memlock"].remedies] == [
+        "/etc/security/limits.d/90-zdoctor-memlock.conf"]
 
 
 def test_nofile_limit():

@@ -100,7 +100,7 @@ def test_iommu_translation_and_acs_redirect_with_p2p_reported_ok_warns_with_work
     acs_fix = x.remedies[1]
     assert acs_fix.commands == [f"sudo setpci -s {b} ECAP_ACS+0x6.w=0000" for b in sorted([SWITCH_UP, *DOWN])]
     assert acs_fix.requires_root and "isolation" in acs_fix.explanation
-    assert "iommu=pt" in x.remedies[2].commands[0] and "reboot" in x.remedies[2].explanation
+    assert x.remedies[2].action["args"] == ["intel_iommu=on", "iommu=pt"] and "reboot" in x.remedies[2].explanation
 
 
 def test_passthrough_and_open_acs_is_ok(tmp_path):

@@ -25,6 +25,7 @@ from pathlib import Path
 from . import children
 from .errors import InputError
 from .model import Remedy, cap_text
+from .sysfile import action_argv as create_argv
 from .target import Target
 
 ENV_LINE = re.compile(r"^\s*(export|unset)\s+")
@@ -63,6 +64,14 @@ def core_action(remedy: Remedy) -> str | None:
                 f"with findmnt --verify, the file is backed up to {action.get('backup')}, replaced in one "
                 "rename" + (", and the mount point mounted; a failed mount puts the old file back"
                              if action.get("mount", True) else ""))
+    if action.get("kind") == "file-create":
+        checked = f", checked as {action['check']} first" if action.get("check") else ""
+        return (f"zdoctor's careful create: {action.get('path')} is written beside its name and linked into place "
+                f"only while no file has that name{checked}; nothing that is there is replaced")
+    if action.get("kind") == "file-edit":
+        then = f", then `{action['then']}` (a failure puts the old file back)" if action.get("then") else ""
+        return (f"zdoctor's careful edit: {action.get('path')} is read without following links, the edit checked, "
+                f"the old file backed up to {action.get('backup')} and the new one renamed into place{then}")
     if action.get("kind") == "file-replace":
         return (f"zdoctor's careful file replace: only while {action.get('path')} is still the regular file shown "
                 "(not a link, same bytes), the new text is written beside it, the old file kept as "
@@ -258,6 +267,10 @@ def run_remedy(remedy: Remedy, env: Mapping[str, str], *, on_output: Callable[[s
 
         argv = action_argv(remedy.action)  # the safe core, not the copyable lines
         watch = [p for p in (remedy.action.get("fstab"), remedy.action.get("backup")) if p]
+        before = file_states(watch)
+    elif remedy.action and remedy.action.get("kind") in ("file-create", "file-edit"):
+        argv = create_argv(remedy.action)
+        watch = [str(p) for p in (remedy.action.get("path"), remedy.action.get("backup")) if p]
         before = file_states(watch)
     elif remedy.action and remedy.action.get("kind") == "file-replace":
         from .core_apply import action_argv as replace_argv

@@ -367,6 +367,36 @@ def replace_checked(path: str, new: bytes, *, expect: bytes, backup: str | None,
     return CheckedReplace.stage(path, new, expect=expect, expect_uid=expect_uid, what=what).commit(backup)
 
 
+def create_checked(path: str, new: bytes, mode: int = 0o644) -> None:
+    """Create ``path`` holding ``new`` only while no file has that name: its folder is opened without
+    following links, the bytes are written beside it (``O_EXCL``, ``mode``, fsync) and hard-linked in as
+    the name (``link`` fails rather than replace what appeared meanwhile), so the file appears whole or
+    not at all. :class:`InputError` (one line, nothing changed) on any refusal."""
+    folder, name = os.path.split(os.path.abspath(path))
+    try:
+        dir_fd = open_dir_nofollow(folder)
+    except OSError as exc:
+        raise InputError(f"{folder}: cannot open it without following links ({exc.strerror or exc}); "
+                         "nothing changed") from None
+    try:
+        like = os.stat_result((stat.S_IFREG | mode, 0, 0, 1, os.geteuid(), os.getegid(), 0, 0, 0, 0))
+        tmp = _create_beside(dir_fd, name, new, like, path)
+        try:
+            os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+        except FileExistsError:
+            raise InputError(f"{path} already exists: refusing to replace it (only a free name is written); "
+                             "nothing changed") from None
+        except OSError as exc:
+            raise InputError(f"{path}: cannot create ({exc.strerror or exc}); nothing changed") from None
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+        with contextlib.suppress(OSError):
+            os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
 def open_dir_nofollow(path: str) -> int:
     """A descriptor of the directory ``path``, reached one component at a time with ``O_NOFOLLOW`` from
     where the path led when it was resolved: a component swapped for a symbolic link since then (or the

@@ -242,14 +242,16 @@ class SummaryRecorded(Event):
                    counts={k: v for k, v in ev.items() if k not in ENVELOPE})
 
 
-#: What a person did with a remedy: ran it, said no, practised it, or copied its commands.
+#: What a person did with a remedy: ran it, said no, practised it, copied its commands, or had its
+#: ``export``/``unset`` lines written to a file to source (all a remedy of only such lines can be given).
 REMEDY_KINDS = {"applied": "remedy_applied", "declined": "remedy_declined", "practised": "remedy_practised",
-                "copied": "remedy_copied"}
+                "copied": "remedy_copied", "written": "remedy_written"}
 
 
 @dataclass(frozen=True)
 class RemedyOutcome(Event):
-    """A remedy applied (with its outcome), declined (with how), practised or copied."""
+    """A remedy applied (with its outcome), declined (with how), practised, copied, or written to a file to
+    source (``env_file``)."""
 
     TYPE: ClassVar[str] = "remedy"
     type: str = _f("remedy_applied", str)
@@ -277,7 +279,7 @@ class RemedyOutcome(Event):
 
     @property
     def outcome(self) -> str:
-        """``applied``, ``declined``, ``practised`` or ``copied``."""
+        """``applied``, ``declined``, ``practised``, ``copied`` or ``written``."""
         return next((k for k, v in REMEDY_KINDS.items() if v == self.type), self.type)
 
 
@@ -356,7 +358,8 @@ def parse(ev: Any) -> Event:
 def record_remedy(recorder: Recorder, outcome: str, playbook: str | None, node: str | None,
                   finding_id: str | None, remedy: Any, **details: Any) -> None:
     """Record what a person did with a remedy: ``applied`` (``details``: the run's outcome), ``declined``
-    (``how``), ``practised`` or ``copied``."""
+    (``how``), ``practised``, ``copied``, or ``written`` (its lines only change a shell: ``details`` name
+    the ``env_file`` to source)."""
     if outcome not in REMEDY_KINDS:
         raise ValueError(f"unknown remedy outcome {outcome!r}")
     data = remedy.to_dict() if hasattr(remedy, "to_dict") else dict(remedy)

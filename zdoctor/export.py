@@ -23,20 +23,26 @@ from .model import STATUS_RANK, cap_text, visible_controls
 from .present import (
     MARKS,
     NO_SYMPTOMS,
+    STOPS_NOTE,
     SYMPTOMS_HEADING,
     applied_heading,
     are_steps,
     edge_sentence,
+    first_line,
     in_words,
     option_label,
     options_heading,
+    pasted_script,
     recommendation,
     remedy_flags,
+    requires_of,
     script_label,
     summary_parts,
     symptom_place,
     symptom_verdict,
+    undo_label,
     unexplained_headline,
+    written_text,
 )
 
 FORMATS = ("md", "html", "json")
@@ -302,22 +308,26 @@ def _md_evidence(ev: dict[str, Any], cap: int) -> list[str]:
     return out
 
 
-def _md_remedy(n: int, total: int, rem: dict[str, Any], elsewhere: bool, steps: bool = False) -> list[str]:
+def _md_remedy(n: int, total: int, rem: dict[str, Any], elsewhere: bool, steps: bool = False,
+               titles: dict[str, str] | None = None) -> list[str]:
     flags = remedy_flags(rem, recorded_elsewhere=elsewhere)
     out = [f"**{md_escape(option_label(n, total, steps))}: {md_escape(rem.get('title') or 'Remedy')}** "
            f"({md_escape('; '.join(flags))})", ""]
+    if requires_of(rem):
+        out += [f"**{md_escape(first_line(requires_of(rem), titles))}**", ""]
     if rem.get("explanation"):
         out += [md_paragraph(rem["explanation"]), ""]
     commands = [_s(c) for c in rem.get("commands") or []]
     if commands:
-        out += [f"{md_escape(script_label(commands))}:", "", md_fence("\n".join(commands), "bash")]
+        out += [f"{md_escape(script_label(commands))}:", "", md_fence("\n".join(pasted_script(commands)), "bash")]
     undo = [_s(c) for c in rem.get("undo") or []]
     if undo:
-        out += ["Undo:", "", md_fence("\n".join(undo), "bash")]
+        out += [undo_label(undo) + ":", "", md_fence("\n".join(pasted_script(undo)), "bash")]
     return out
 
 
-def _md_finding(f: dict[str, Any], cap: int, elsewhere: bool = False) -> list[str]:
+def _md_finding(f: dict[str, Any], cap: int, elsewhere: bool = False,
+                titles: dict[str, str] | None = None) -> list[str]:
     status = _s(f.get("status"))
     mark = MARKS.get(status, "?")
     out = [f"### {mark} {md_escape(status.upper())}: {md_escape(f.get('title') or f.get('id'))}", "",
@@ -336,7 +346,7 @@ def _md_finding(f: dict[str, Any], cap: int, elsewhere: bool = False) -> list[st
         if recommendation(remedies):
             out += [md_escape(recommendation(remedies)), ""]
         for i, rem in enumerate(remedies, 1):
-            out += _md_remedy(i, len(remedies), rem, elsewhere, steps)
+            out += _md_remedy(i, len(remedies), rem, elsewhere, steps, titles)
     return out
 
 
@@ -370,7 +380,8 @@ def _md_run(run: WalkView) -> list[str]:
 
 
 def _outcome(ev: dict[str, Any]) -> tuple[str, str]:
-    """(mark, word) for a remedy event: applied, failed, declined (with how) or practised."""
+    """(mark, word) for a remedy event: applied, failed, declined (with how), practised, copied, or written
+    to a file to source."""
     kind = ev.get("type")
     if kind == "remedy_declined":
         how = _s(ev.get("how") or "")
@@ -379,6 +390,8 @@ def _outcome(ev: dict[str, Any]) -> tuple[str, str]:
         return MARKS["skip"], "practised: nothing was run"
     if kind == "remedy_copied":
         return MARKS["skip"], "copied to the clipboard: nothing was run by zdoctor"
+    if kind == "remedy_written":
+        return MARKS["ok"], written_text(_s(ev.get("env_file")) or "a file")
     return (MARKS["ok"], "applied") if ev.get("ok") is True else (MARKS["fail"], "failed")
 
 
@@ -389,8 +402,8 @@ def _md_applied(ev: dict[str, Any], cap: int) -> list[str]:
            f"- For finding {md_code(ev.get('finding_id'))}, at {_when(ev.get('ts'))}"]
     if ev.get("type") == "remedy_applied":
         out.append(f"- Exit code: {md_code(ev.get('exit_code')) if ev.get('exit_code') is not None else 'none'}")
-    if ev.get("env_file"):
-        out.append(f"- Environment changes written to {md_code(ev['env_file'])}")
+    if ev.get("env_file") and ev.get("type") != "remedy_written":
+        out.append(f"- Environment changes {written_text(md_code(ev['env_file']))}")
     if ev.get("changed"):
         out.append("- Changed: " + ", ".join(md_code(p) for p in ev["changed"]))
     if ev.get("backup"):
@@ -398,10 +411,11 @@ def _md_applied(ev: dict[str, Any], cap: int) -> list[str]:
     out.append("")
     commands = [_s(c) for c in rem.get("commands") or []]
     if commands:
-        out += ["Commands:", "", md_fence("\n".join(commands), "bash")]
+        out += [f"Commands ({STOPS_NOTE}):" if len(commands) > 1 else "Commands:", "",
+                md_fence("\n".join(pasted_script(commands)), "bash")]
     undo = [_s(c) for c in rem.get("undo") or []]
     if undo:
-        out += ["Undo:", "", md_fence("\n".join(undo), "bash")]
+        out += [undo_label(undo) + ":", "", md_fence("\n".join(pasted_script(undo)), "bash")]
     if ev.get("output"):
         out += _md_output("Output", _s(ev["output"]), cap)
     return out
@@ -457,8 +471,9 @@ def render_md(rep: Report, cap: int = BLOCK_CAP) -> str:
     out += ["## Findings", ""]
     if not findings:
         out += ["No findings were recorded.", ""]
+    titles = {str(f.get("id")): _s(f.get("title")) for f in findings}
     for f in findings:
-        out += _md_finding(f, cap, rep.recorded_elsewhere)
+        out += _md_finding(f, cap, rep.recorded_elsewhere, titles)
     out += [f"## {md_escape(applied_heading(rep.applied))}", ""]
     if not rep.applied:
         out += ["Nothing was applied in this session.", ""]

@@ -14,21 +14,27 @@ from typing import TYPE_CHECKING, Any
 from .model import cap_text
 from .present import (
     NO_SYMPTOMS,
+    STOPS_NOTE,
     SYMPTOMS_HEADING,
     applied_heading,
     are_steps,
+    first_line,
     in_words,
     mark,
     option_label,
     options_heading,
+    pasted_script,
     recommendation,
     remedy_flags,
+    requires_of,
     safe_text,
     script_label,
     summary_parts,
     symptom_place,
     symptom_verdict,
+    undo_label,
     unexplained_headline,
+    written_text,
 )
 
 if TYPE_CHECKING:
@@ -150,7 +156,7 @@ def evidence_html(ev: dict[str, Any], cap: int) -> str:
     return "\n".join(out)
 
 
-def remedies_html(remedies: list[dict[str, Any]], elsewhere: bool) -> str:
+def remedies_html(remedies: list[dict[str, Any]], elsewhere: bool, titles: dict[str, str] | None = None) -> str:
     n = len(remedies)
     steps = are_steps(remedies)
     out = [f"<h4>{esc(options_heading(n, steps))}</h4>"]
@@ -159,17 +165,21 @@ def remedies_html(remedies: list[dict[str, Any]], elsewhere: bool) -> str:
     for i, rem in enumerate(remedies, 1):
         out.append(f"<h5>{esc(option_label(i, n, steps))}: {esc(rem.get('title') or 'Remedy')}</h5>")
         out.append(f"<p class=\"muted\">{esc('; '.join(remedy_flags(rem, recorded_elsewhere=elsewhere)))}</p>")
+        if requires_of(rem):
+            out.append(f"<p><strong>{esc(first_line(requires_of(rem), titles))}</strong></p>")
         if rem.get("explanation"):
             out.append(f"<p>{esc(rem['explanation'])}</p>")
         if rem.get("commands"):
             commands = [str(c) for c in rem["commands"]]
-            out.append(f"<p>{esc(script_label(commands))}:</p>\n" + pre("\n".join(commands)))
+            out.append(f"<p>{esc(script_label(commands))}:</p>\n" + pre("\n".join(pasted_script(commands))))
         if rem.get("undo"):
-            out.append("<p>Undo:</p>\n" + pre("\n".join(str(c) for c in rem["undo"])))
+            undo = [str(c) for c in rem["undo"]]
+            out.append(f"<p>{esc(undo_label(undo))}:</p>\n" + pre("\n".join(pasted_script(undo))))
     return "\n".join(out)
 
 
-def finding_html(f: dict[str, Any], anchor: str, cap: int, elsewhere: bool) -> str:
+def finding_html(f: dict[str, Any], anchor: str, cap: int, elsewhere: bool,
+                 titles: dict[str, str] | None = None) -> str:
     status = str(f.get("status") or "")
     out = [f'<article class="finding" id="{anchor}">',
            f"<h3>{status_span(status)} {esc(status.upper())}: {esc(f.get('title') or f.get('id'))}</h3>",
@@ -182,7 +192,7 @@ def finding_html(f: dict[str, Any], anchor: str, cap: int, elsewhere: bool) -> s
         out += [evidence_html(e, cap) for e in evidence]
     remedies = [r for r in f.get("remedies") or [] if isinstance(r, dict)]
     if remedies:
-        out.append(remedies_html(remedies, elsewhere))
+        out.append(remedies_html(remedies, elsewhere, titles))
     out.append("</article>")
     return "\n".join(out)
 
@@ -222,17 +232,20 @@ def applied_html(ev: dict[str, Any], cap: int) -> str:
            "<ul>", f"<li>For finding <code>{esc(ev.get('finding_id'))}</code>, at {esc(_when(ev.get('ts')))}</li>"]
     if ev.get("type") == "remedy_applied":
         out.append(f"<li>Exit code: <code>{esc(ev.get('exit_code'))}</code></li>")
-    if ev.get("env_file"):
-        out.append(f"<li>Environment changes written to <code>{esc(ev['env_file'])}</code></li>")
+    if ev.get("env_file") and ev.get("type") != "remedy_written":
+        out.append(f"<li>Environment changes {written_text('<code>' + esc(ev['env_file']) + '</code>')}</li>")
     if ev.get("changed"):
         out.append("<li>Changed: " + ", ".join(f"<code>{esc(p)}</code>" for p in ev["changed"]) + "</li>")
     if ev.get("backup"):
         out.append(f"<li>Backup: <code>{esc(ev['backup'])}</code></li>")
     out.append("</ul>")
     if rem.get("commands"):
-        out.append("<p>Commands:</p>\n" + pre("\n".join(str(c) for c in rem["commands"])))
+        commands = [str(c) for c in rem["commands"]]
+        label = f"Commands ({STOPS_NOTE})" if len(commands) > 1 else "Commands"
+        out.append(f"<p>{esc(label)}:</p>\n" + pre("\n".join(pasted_script(commands))))
     if rem.get("undo"):
-        out.append("<p>Undo:</p>\n" + pre("\n".join(str(c) for c in rem["undo"])))
+        undo = [str(c) for c in rem["undo"]]
+        out.append(f"<p>{esc(undo_label(undo))}:</p>\n" + pre("\n".join(pasted_script(undo))))
     if ev.get("output"):
         out.append(block("Output", str(ev["output"]), cap))
     return "\n".join(out)
@@ -309,7 +322,8 @@ def render_html(rep: Report, cap: int) -> str:
     body += ['<section id="path">', "<h2>Path through the playbooks</h2>"]
     body += [run_html(run, anchors) for run in rep.runs] or ['<p class="muted">No playbook was walked.</p>']
     body += ["</section>", '<section id="findings">', "<h2>Findings</h2>"]
-    body += [finding_html(f, finding_ids[i], cap, rep.recorded_elsewhere) for i, f in enumerate(findings)] \
+    titles = {str(f.get("id")): str(f.get("title") or "") for f in findings}
+    body += [finding_html(f, finding_ids[i], cap, rep.recorded_elsewhere, titles) for i, f in enumerate(findings)] \
         or ['<p class="muted">No findings were recorded.</p>']
     body += ["</section>", '<section id="applied">', f"<h2>{esc(applied_heading(rep.applied))}</h2>"]
     body += [applied_html(ev, cap) for ev in rep.applied] or ['<p class="muted">Nothing was applied in this '

@@ -112,6 +112,11 @@ class Remedy:
     # One step of several that together are the fix, done in the order listed (format, then mount, then
     # create the directory), not an alternative to the finding's other remedies.
     step: bool = False
+    # Tools the commands need that the node does not have, each said by zdoctor.present.tool_missing.
+    missing: list[str] = field(default_factory=list)
+    # Ids of findings whose fix must be done before this one (it depends on them; it is no alternative to
+    # them): pointing the config at a directory on a drive the storage.fstab fix mounts.
+    requires: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.verified:  # fixed the command when tried: so it was tried
@@ -128,6 +133,10 @@ class Remedy:
             out["action"] = self.action
         if self.step:
             out["step"] = True
+        if self.missing:
+            out["missing"] = list(self.missing)
+        if self.requires:
+            out["requires"] = list(self.requires)
         return out
 
     @classmethod

@@ -1,6 +1,7 @@
-"""The report model: how statuses, counts, finding order, a remedy's verification and a finding's remedy
-options are put into words. The terminal report, the Markdown and HTML exports, the fleet report and the
-TUI all take their marks, styles and sentences from here, so they say the same thing.
+"""The report model: how statuses, counts, finding order, a remedy's verification, a finding's remedy
+options (grouped by finding, with what comes first) and a printed script are put into words. The terminal
+report, the Markdown and HTML exports, the fleet report and the TUI all take their marks, styles and
+sentences from here, so they say the same thing.
 """
 
 from __future__ import annotations
@@ -105,7 +106,8 @@ def verification_of(remedy: Any) -> Verification:
     if isinstance(remedy, Mapping):
         rec = remedy.get("verification")
         if isinstance(rec, Mapping) and rec.get("state") in VERIFICATION_STATES:
-            return Verification(str(rec["state"]), str(rec.get("reason") or ""))
+            reason = str(rec.get("reason") or "")
+            return Verification(str(rec["state"]), reason or (DEFAULT_NOT_TRIED if rec["state"] == NOT_TRIED else ""))
         explanation = str(remedy.get("explanation") or "")
         said = explanation[explanation.index("Verified: ") + len("Verified: "):] if "Verified: " in explanation else ""
         if remedy.get("verified") is True:
@@ -117,14 +119,14 @@ def verification_of(remedy: Any) -> Verification:
                 sentence = explanation[explanation.rfind(".", 0, explanation.index(marker)) + 1:].strip()
                 sentence = sentence.split(". ")[0]
                 return Verification(NOT_TRIED, sentence[:1].lower() + sentence[1:])
-        return Verification(NOT_TRIED, OLD_RECORD if remedy.get("verified") is False else "")
+        return Verification(NOT_TRIED, OLD_RECORD if remedy.get("verified") is False else DEFAULT_NOT_TRIED)
     if getattr(remedy, "verified", None) is True:
         return Verification(FIXED, getattr(remedy, "note", "") or "")
     if getattr(remedy, "tried", False):
         return Verification(NOT_FIXED, getattr(remedy, "note", "") or "")
     reason = getattr(remedy, "note", "") or ""
-    if not reason and getattr(remedy, "requires_root", False):
-        reason = NOT_TRIED_ROOT
+    if not reason:  # the reason is part of the record (the JSON says what the guide and the exports say)
+        reason = NOT_TRIED_ROOT if getattr(remedy, "requires_root", False) else DEFAULT_NOT_TRIED
     return Verification(NOT_TRIED, reason)
 
 
@@ -164,11 +166,115 @@ _SHELL_ONLY = re.compile(r"^\s*(?:export\s|unset\s|[A-Za-z_][A-Za-z0-9_]*=)")
 def script_label(commands: Iterable[str]) -> str:
     """The line above a remedy's script: "before the launch command" only when every line changes the
     launching shell's environment (``export``, ``unset``, ``VAR=``); a script that writes a file, installs a
-    package or mounts a disk does its work whenever it runs (and may act on new logins only)."""
-    lines = [str(c) for c in commands if str(c).strip() and not str(c).lstrip().startswith("#")]
-    if lines and all(_SHELL_ONLY.match(c) for c in lines):
-        return SCRIPT_LABEL
-    return MACHINE_SCRIPT_LABEL
+    package or mounts a disk does its work whenever it runs (and may act on new logins only). Above several
+    lines it says that the printed block (:func:`pasted_script`) stops at the first line that fails."""
+    lines = _command_lines(commands)
+    label = SCRIPT_LABEL if only_changes_the_shell(lines) else MACHINE_SCRIPT_LABEL
+    return f"{label} ({STOPS_NOTE})" if len(lines) > 1 else label
+
+
+def _command_lines(commands: Iterable[str]) -> list[str]:
+    return [str(c) for c in commands if str(c).strip() and not str(c).lstrip().startswith("#")]
+
+
+#: Said after the label of a script of several lines: the printed block is one ``&&`` chain.
+STOPS_NOTE = "pasted as one block, it stops at the first line that fails"
+
+
+def _comment_at(line: str) -> int | None:
+    """Where a shell comment starts in ``line`` (a ``#`` at a word's start, outside quotes), or None."""
+    quote = ""
+    escaped = False
+    for i, ch in enumerate(line):
+        if escaped:
+            escaped = False
+        elif quote:
+            if ch == quote:
+                quote = ""
+            elif ch == "\\" and quote == '"':
+                escaped = True
+        elif ch == "\\":
+            escaped = True
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+            return i
+    return None
+
+
+def _unquoted(line: str) -> str:
+    """``line`` with its quoted parts (and escaped characters) taken out: what the shell parses as syntax."""
+    out, quote, escaped = [], "", False
+    for ch in line:
+        if escaped:
+            escaped = False
+        elif quote:
+            if ch == quote:
+                quote = ""
+            elif ch == "\\" and quote == '"':
+                escaped = True
+        elif ch == "\\":
+            escaped = True
+        elif ch in "'\"":
+            quote = ch
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _grouped(command: str) -> str:
+    """A one-line ``command`` whose own ``||`` or ``;`` would bind looser than the chain's ``&&``, in braces
+    (``a && x || y`` would run ``y`` when ``a`` failed)."""
+    if "\n" in command or _comment_at(command) is not None:
+        return command
+    bare = _unquoted(command)
+    if "||" not in bare and ";" not in bare:
+        return command
+    return f"{{ {command.rstrip().rstrip(';')}; }}"
+
+
+def _chained(command: str) -> str:
+    """``command`` followed by `` &&``: at the end of its first line when it opens a here-document (the
+    body and terminator follow), at the end of its last line otherwise (a quoted word may span lines),
+    and before a trailing comment."""
+    if "\n" in command and "<<" not in command.partition("\n")[0]:
+        head, _, last = command.rpartition("\n")
+        return f"{head}\n{_chained(last)}"
+    first, newline, rest = command.partition("\n")
+    cut = _comment_at(first)
+    first = f"{first.rstrip()} &&" if cut is None else f"{first[:cut].rstrip()} && {first[cut:]}"
+    return first + newline + rest
+
+
+def pasted_script(commands: Iterable[str]) -> list[str]:
+    """A remedy's lines as they are printed to be pasted: for several, one ``&&`` chain, so that a line that
+    fails stops the rest (a failed ``findmnt --verify`` never lets the ``mv`` into /etc/fstab run). The chain
+    runs in the shell it is pasted into, so its ``export`` and ``unset`` lines still reach it; comment lines
+    stay as they are."""
+    lines = [str(c) for c in commands if str(c).strip()]
+    commands_at = [i for i, c in enumerate(lines) if not c.lstrip().startswith("#")]
+    if len(commands_at) < 2:
+        return lines
+    last = commands_at[-1]
+    lines = [_grouped(c) if i in commands_at else c for i, c in enumerate(lines)]
+    return [_chained(c) if i in commands_at and i != last else c for i, c in enumerate(lines)]
+
+
+def written_text(env_file: Any) -> str:
+    """What applying a remedy whose lines only change a shell did: it wrote them to a file to source."""
+    return f"written to {env_file}: source it in the launching shell"
+
+
+def only_changes_the_shell(commands: Iterable[str]) -> bool:
+    """Whether every line of a script only changes the shell it runs in (``export``, ``unset``, ``VAR=``):
+    run by zdoctor, such a script changes nothing that outlives it."""
+    lines = _command_lines(commands)
+    return bool(lines) and all(_SHELL_ONLY.match(c) for c in lines)
+
+
+def undo_label(commands: Iterable[str]) -> str:
+    """The line above a remedy's undo (which is a script too: several lines stop at the first that fails)."""
+    return f"Undo ({STOPS_NOTE})" if len(_command_lines(commands)) > 1 else "Undo"
 
 
 def applied_heading(events: Iterable[Mapping[str, Any]]) -> str:
@@ -205,6 +311,81 @@ def option_label(i: int, n: int, steps: bool = False) -> str:
     return f"Option {i}" + (" (recommended)" if i == 1 else "")
 
 
+def _get(item: Any, key: str, default: Any = None) -> Any:
+    return item.get(key, default) if isinstance(item, Mapping) else getattr(item, key, default)
+
+
+def requires_of(remedy: Any) -> list[str]:
+    """The findings whose fix must be done before ``remedy`` (their ids)."""
+    said = _get(remedy, "requires")
+    return [str(x) for x in said] if isinstance(said, list) else []
+
+
+def first_line(required: Iterable[str], titles: Mapping[str, str] | None = None) -> str:
+    """The ordered step before a remedy that depends on the fixes of other findings: what comes first."""
+    titles = titles or {}
+    parts = [f"the fix of “{titles[i]}” ({i})" if titles.get(i) else f"the fix of finding {i}" for i in required]
+    return "First: " + " and ".join(parts) + "; then this one, which depends on it (not a choice between them)."
+
+
+@dataclass
+class FixGroup:
+    """One finding's remedies on a screen that gathers several findings' fixes: its own alternatives (or
+    steps), ``after`` the findings on the same screen whose fix comes first, ``also_for`` the findings whose
+    identical remedy is listed here once."""
+
+    finding: Any
+    remedies: list[Any]
+    after: list[str]
+    also_for: list[Any]
+
+    @property
+    def steps(self) -> bool:
+        return are_steps(self.remedies)
+
+    @property
+    def heading(self) -> str:
+        return options_heading(len(self.remedies), self.steps)
+
+
+def fix_groups(pairs: Iterable[tuple[Any, Any]]) -> list[FixGroup]:
+    """``(finding, remedy)`` pairs grouped by finding: one finding's remedies are alternatives (or the steps
+    of one fix), never mixed with another finding's; a remedy offered by several findings is listed once,
+    under the first; a finding whose fix depends on another's (``requires``) comes after it."""
+    groups: dict[str, FixGroup] = {}
+    seen: dict[tuple[str, tuple[str, ...]], FixGroup] = {}
+    for finding, remedy in pairs:
+        fid = str(_get(finding, "id"))
+        key = (str(_get(remedy, "title")), tuple(str(c) for c in _get(remedy, "commands") or []))
+        if key in seen and seen[key] is not groups.get(fid):
+            if all(_get(f, "id") != fid for f in seen[key].also_for):
+                seen[key].also_for.append(finding)
+            continue
+        group = groups.setdefault(fid, FixGroup(finding, [], [], []))
+        group.remedies.append(remedy)
+        seen[key] = group
+    listed = [g for g in groups.values() if g.remedies]
+    for g in listed:
+        g.after = [i for r in g.remedies for i in requires_of(r) if i in groups and i != _get(g.finding, "id")]
+        g.after = list(dict.fromkeys(g.after))
+    ordered: list[FixGroup] = []
+    placing: set[str] = set()
+
+    def place(g: FixGroup) -> None:
+        fid = str(_get(g.finding, "id"))
+        if g in ordered or fid in placing:
+            return
+        placing.add(fid)
+        for dep in g.after:
+            if groups[dep].remedies:
+                place(groups[dep])
+        ordered.append(g)
+
+    for g in listed:
+        place(g)
+    return ordered
+
+
 def recommendation(remedies: list[Any]) -> str:
     """Why the first of several remedies is recommended (empty for one or none)."""
     if len(remedies) < 2 or are_steps(remedies):
@@ -221,13 +402,25 @@ def recommendation(remedies: list[Any]) -> str:
     return "Recommended because it is the most direct change the evidence supports."
 
 
+def tool_missing(tool: str, looked: Iterable[str]) -> str:
+    """The one sentence for a tool a remedy's commands need that the node does not have."""
+    return f"{tool} was not found on this node (looked: {'; '.join(looked)})"
+
+
+def missing_tools(remedy: Any) -> list[str]:
+    """What a remedy's commands need that the node lacks, each in the words of :func:`tool_missing`."""
+    said = remedy.get("missing") if isinstance(remedy, Mapping) else getattr(remedy, "missing", None)
+    return [str(s) for s in said] if isinstance(said, list) else []
+
+
 def remedy_flags(remedy: Any, recorded_elsewhere: bool = False) -> list[str]:
-    """The notes shown beside a remedy's title: its verification, and ``needs root``."""
+    """The notes shown beside a remedy's title: its verification, ``needs root``, and every tool its commands
+    need that the node does not have."""
     flags = [verification_text(verification_of(remedy), recorded_elsewhere)]
     root = remedy.get("requires_root") if isinstance(remedy, Mapping) else getattr(remedy, "requires_root", False)
     if root and "root" not in flags[0]:
         flags.append("needs root")
-    return flags
+    return flags + missing_tools(remedy)
 
 
 # --- the playbook path in sentences ---------------------------------------------------------------

@@ -18,11 +18,14 @@ from .present import (
     STYLES,
     SYMPTOMS_HEADING,
     are_steps,
+    first_line,
     in_words,
     option_label,
     options_heading,
+    pasted_script,
     recommendation,
     remedy_flags,
+    requires_of,
     scope_lines,
     summary_parts,
     symptom_place,
@@ -62,6 +65,7 @@ def print_report(report: CheckReport, stream: TextIO | None = None, verbose: boo
         where += f" (replayed from {host.get('source', '?')})"
     console.print(f"[bold]zdoctor check[/] on {inert(where)} — {inert(str(host.get('os', '')))}")
     _print_symptoms(console, report)
+    titles = {f.id: f.title for f in report.findings}
     for f in report.findings:
         style = STYLES[f.status]
         console.print(f"[{style}]{marks[f.status]:>3}[/] {inert(f.title)}  [dim]({inert(f.id)})[/]")
@@ -69,7 +73,7 @@ def print_report(report: CheckReport, stream: TextIO | None = None, verbose: boo
             for line in f.detail.splitlines():
                 console.print(f"      {inert(line)}", style="dim" if f.status == "warn" else None)
         if f.status in ("fail", "crash") or (verbose and f.remedies):
-            _print_remedies(console, f.remedies, replayed=host.get("kind") == "replay")
+            _print_remedies(console, f.remedies, replayed=host.get("kind") == "replay", titles=titles)
     for run in report.playbooks:
         # The diagnosis in words (its node id after it, for the JSON and the playbook files).
         if run.diagnosis:
@@ -110,9 +114,10 @@ def _print_symptoms(console: Any, report: CheckReport) -> None:
         console.print(f"      [{style}]{inert(verdict)}[/]")
 
 
-def _print_remedies(console: Any, remedies: list[Remedy], replayed: bool) -> None:
+def _print_remedies(console: Any, remedies: list[Remedy], replayed: bool, titles: dict[str, str] | None = None) -> None:
     """A finding's remedies as alternatives (``Option 1 (recommended)``, ``Option 2`` …), each with its own
-    script; every line made inert (a path from the machine cannot send an escape sequence)."""
+    script, after what must come first when it depends on another finding's fix; every line made inert
+    (a path from the machine cannot send an escape sequence)."""
     from rich.text import Text
 
     steps = are_steps(remedies)
@@ -124,7 +129,9 @@ def _print_remedies(console: Any, remedies: list[Remedy], replayed: bool) -> Non
         label = "fix" if len(remedies) == 1 else option_label(i, len(remedies), steps)
         flags = "; ".join(remedy_flags(r, recorded_elsewhere=replayed))
         console.print(f"      [bold]{label}:[/] {inert(r.title)} [dim]({inert(flags)})[/]")
-        for command in r.commands:
+        if requires_of(r):
+            console.print(f"        [bold]{inert(first_line(requires_of(r), titles))}[/]")
+        for command in pasted_script(r.commands):
             # Each line whole and unpadded, whatever the width: a shell line cut at the edge (or one that
             # gained trailing blanks) is a different command when copied.
             console.print(Text("        " + visible_controls(command), style="cyan"), soft_wrap=True, crop=False)

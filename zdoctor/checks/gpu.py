@@ -19,6 +19,7 @@ from ..probes.gccver import parse_torch_config, version_tuple
 from ..registry import Facts, check, predicate
 from ..shellquote import shell_quote
 from ..symptoms.match import ids_for
+from ..sysfile import LIMITS_D, create_file_remedy, free_name
 from ..target import DEFAULT_PYTHON
 from . import evaluate_check, not_checked
 
@@ -1221,17 +1222,23 @@ def _shm(facts: Facts, lf: dict[str, Any], ev: list[Evidence]) -> Finding:
                    remedies=rem)
 
 
-def _limits_conf_remedy(item: str, value: str) -> Remedy:
+def _limits_conf_remedy(item: str, value: str, dropins: dict[str, Any] | None) -> Remedy:
+    """A new drop-in under pam_limits' folder, named so that no file the node has is replaced."""
     line = f"* - {item} {value}"
-    path = f"/etc/security/limits.d/90-{item}.conf"
-    return Remedy(title=f"Raise {item} for every login (/etc/security/limits.conf syntax)",
-                  commands=[f"echo {shlex.quote(line)} | tee {shlex.quote(path)}"], requires_root=True,
-                  undo=[f"rm -f {shell_quote(path)}"], verified=None,
-                  explanation=f"The line `{line}` in /etc/security/limits.conf (here as a drop-in file) applies to new "
-                              "PAM logins, not to running shells or services. Docker: --ulimit "
-                              f"{'memlock=-1:-1' if item == 'memlock' else 'nofile=65536:65536'}; systemd services: "
-                              f"{'LimitMEMLOCK=infinity' if item == 'memlock' else 'LimitNOFILE=65536'}; Slurm "
-                              "propagates the limits of the submitting shell unless configured otherwise.")
+    dropins = dropins or {}
+    folder = dropins.get("path") if isinstance(dropins.get("path"), str) else LIMITS_D
+    path = free_name(folder, f"90-zdoctor-{item}", ".conf", dropins.get("names"))
+    unknown = "" if isinstance(dropins.get("names"), list) else (
+        f" The names in {folder} were not read ({dropins.get('error') or 'not recorded'}): the first line stops if "
+        "this one is taken.")
+    return create_file_remedy(
+        path, f"# Written by zdoctor: {item} for every PAM login.\n{line}\n", check="limits.conf",
+        title=f"Raise {item} for every login (a new drop-in {os.path.basename(path)})", verified=None,
+        explanation=f"The line `{line}` in /etc/security/limits.conf syntax applies to new PAM logins, not to "
+                    "running shells or services. Docker: --ulimit "
+                    f"{'memlock=-1:-1' if item == 'memlock' else 'nofile=65536:65536'}; systemd services: "
+                    f"{'LimitMEMLOCK=infinity' if item == 'memlock' else 'LimitNOFILE=65536'}; Slurm "
+                    "propagates the limits of the submitting shell unless configured otherwise." + unknown)
 
 
 def _memlock(lf: dict[str, Any], ev: list[Evidence]) -> Finding:
@@ -1248,7 +1255,7 @@ def _memlock(lf: dict[str, Any], ev: list[Evidence]) -> Finding:
         rem.append(Remedy(title="Raise the soft limit in the launching shell",
                           commands=[f"ulimit -l {'unlimited' if hard == 'unlimited' else hard}"], verified=None,
                           explanation="A process may raise its soft limit up to the hard limit without root."))
-    rem.append(_limits_conf_remedy("memlock", "unlimited"))
+    rem.append(_limits_conf_remedy("memlock", "unlimited", lf.get("limits_d")))
     nodes = lf.get("nodes")
     return Finding(
         id=fid, status="warn", title=f"ulimit -l (locked memory) is {soft} KiB in the training shell",
@@ -1274,7 +1281,7 @@ def _nofile(lf: dict[str, Any], ev: list[Evidence]) -> Finding:
         new = target if hard == "unlimited" else min(hard, target)
         rem.append(Remedy(title="Raise the soft limit in the launching shell", commands=[f"ulimit -n {new}"],
                           verified=None))
-    rem.append(_limits_conf_remedy("nofile", str(target)))
+    rem.append(_limits_conf_remedy("nofile", str(target), lf.get("limits_d")))
     return Finding(id=fid, status="warn", title=f"ulimit -n (open files) is only {soft}",
                    detail="Each rank opens sockets to its peers, DataLoader workers pass tensors as file descriptors, "
                           "and NVMe offload opens swap files: a low limit ends in 'Too many open files'.",

@@ -86,7 +86,7 @@ def config_edit_needs_root(ds: dict) -> bool:
 
 def nvme_patch_remedy(ds_path: str, target: str, block_size: int | None = None,
                       text: str | None = None, uid: int | None = None,
-                      requires_root: bool | None = None) -> Remedy | None:
+                      requires_root: bool | None = None, requires: list[str] | None = None) -> Remedy | None:
     """A remedy that moves the config's offload to NVMe at ``target``, applied through the safe core.
 
     The patched text is built by :func:`zdoctor.offload.dsconfig.nvme_patch` (only the offload blocks change)
@@ -133,7 +133,7 @@ def nvme_patch_remedy(ds_path: str, target: str, block_size: int | None = None,
     return Remedy(title=f"Move offload to NVMe at {target} in {os.path.basename(ds_path)}", commands=commands,
                   verified=False,
                   requires_root=not os.access(folder, os.W_OK) if requires_root is None else requires_root,
-                  undo=[f"mv -f -- {shell_quote(backup)} {shell_quote(ds_path)}"],
+                  undo=[f"mv -f -- {shell_quote(backup)} {shell_quote(ds_path)}"], requires=list(requires or []),
                   action={"kind": "file-replace", "path": ds_path, "sha256": sha, "uid": uid, "text": body,
                           "backup": backup},
                   explanation="Rewrites only " + ", ".join(patch.changed) + " (every other line, comments "
@@ -144,6 +144,18 @@ def nvme_patch_remedy(ds_path: str, target: str, block_size: int | None = None,
                   "moved into place in one rename, with the old owner and mode, so the config is always the "
                   "old file or the new one, never half-written. Not verified by a training run.\n\n"
                   + patch.diff)
+
+
+#: The finding whose fix (format, mount, create the directory) makes the NVMe inventory's suggested
+#: offload directory exist: a config pointed there depends on it.
+MOUNT_FIX = "storage.fstab"
+
+
+def _target_requires(facts: Facts, target: str) -> list[str]:
+    """The fixes that must come before the config points at ``target``: the mount of the unused NVMe drive
+    when ``target`` is the directory that fix creates."""
+    sugg = (facts.of("nvme_inventory") or {}).get("suggestion") or {}
+    return [MOUNT_FIX] if sugg.get("offload_dir") == target else []
 
 
 def _owner_uid(ds: dict[str, Any]) -> int | None:
@@ -241,7 +253,8 @@ def check_lints(facts: Facts) -> list[Finding]:
         remedies = []
         if rule in ("nvme-without-path", "nvme-path") and ds and target and worst == "fail":
             r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), uid=_owner_uid(ds),
-                                  requires_root=config_edit_needs_root(ds))
+                                  requires_root=config_edit_needs_root(ds),
+                                  requires=_target_requires(facts, target))
             if r:
                 remedies.append(r)
         title = RULE_TITLES.get(rule, rule)
@@ -268,7 +281,8 @@ def check_patch(facts: Facts) -> list[Finding]:
     if not target or now == [target]:
         return []
     r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), uid=_owner_uid(ds),
-                          requires_root=config_edit_needs_root(ds))
+                          requires_root=config_edit_needs_root(ds),
+                          requires=_target_requires(facts, target))
     if r is None:
         return [Finding(id=cid, status="skip", title=f"ds_config patch to {target}: not made",
                         detail=f"{ds['path']} could not be read back to patch it here (it is not in the recorded "
@@ -358,7 +372,8 @@ def check_capacity(facts: Facts) -> list[Finding]:
         target = _offload_target(facts)
         if ds and target:
             r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), uid=_owner_uid(ds),
-                                  requires_root=config_edit_needs_root(ds))
+                                  requires_root=config_edit_needs_root(ds),
+                                  requires=_target_requires(facts, target))
             if r:
                 remedies.append(r)
         elif ds:

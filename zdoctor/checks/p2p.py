@@ -14,6 +14,7 @@ from typing import Any
 from ..gpu import p2p
 from ..model import Evidence, Finding, Remedy
 from ..registry import Facts, check, predicate
+from ..sysfile import kernel_parameters_remedy
 from . import not_checked
 
 WORKAROUND = Remedy(
@@ -25,12 +26,9 @@ WORKAROUND = Remedy(
 
 def _iommu_fix(iommu: dict[str, Any]) -> Remedy:
     vendor = "amd_iommu=on" if any(u.startswith("ivhd") for u in iommu.get("units") or []) else "intel_iommu=on"
-    return Remedy(
+    return kernel_parameters_remedy(
+        [vendor, "iommu=pt"],
         title="Fix: IOMMU passthrough for host-owned devices (kernel parameter iommu=pt, then reboot)",
-        commands=[f"sudo sed -i.bak 's/^GRUB_CMDLINE_LINUX=\"/GRUB_CMDLINE_LINUX=\"{vendor} iommu=pt /' "
-                  "/etc/default/grub",
-                  "sudo update-grub 2>/dev/null || sudo grub2-mkconfig -o /boot/grub2/grub.cfg", "# then reboot"],
-        requires_root=True, undo=["sudo mv /etc/default/grub.bak /etc/default/grub && sudo update-grub"],
         explanation="Cost: a reboot; devices the host drives DMA without IOMMU translation (less protection "
                     "from a misbehaving device); VFIO/VM passthrough still works.")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from ..present import STYLES
+from ..present import STYLES, pasted_script
 from ..report import _marks_for, inert
 from .result import FleetReport, families
 from .skew import MISSING
@@ -69,7 +69,7 @@ def print_fleet(report: FleetReport, stream: TextIO | None = None, verbose: bool
                     console.print(f"        {inert(line)}", style="dim")
             for rem in f.remedies if verbose else []:
                 console.print(f"        [bold]fix:[/] {inert(rem.title)}")
-                for cmd in rem.commands:
+                for cmd in pasted_script(rem.commands):
                     console.print(f"          {inert(cmd)}")
     verdict = "[bold red]fleet is not ready[/]" if report.exit_code else "[bold green]fleet is consistent[/]"
     console.print(verdict + (f"  [dim]session {report.session} — `zdoctor export --last --format md`[/]"

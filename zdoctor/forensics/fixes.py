@@ -85,7 +85,8 @@ def propose(libs: Mapping[str, Any], live: Mapping[str, Any], env: Mapping[str, 
     plans += propose_versioned(libs, env, needs, failures, rests)
     for prefix in sorted({p for p in (conda_prefix_of(x) for x in providers) if p}):
         release = gcc_release_providing(needs)
-        plans.append(conda_upgrade(prefix, release, rests + [f"the failing copy belongs to the conda env {prefix}"]))
+        plans.append(conda_upgrade(prefix, release, rests + [f"the failing copy belongs to the conda env {prefix}"],
+                                   env))
     etc = [p for p in libs.get("etc_preload") or [] if os.path.realpath(p) in providers]
     if etc:
         plans.append(Plan(

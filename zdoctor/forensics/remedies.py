@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..model import Evidence, Remedy
+from ..present import tool_missing
 from ..shellquote import shell_quote
 from .jitguard import run_guarded
 
@@ -41,6 +43,8 @@ class Plan:
     # {"kind": "link", "name": ..., "target": ...} makes the link in a private temp dir put first on
     # LD_LIBRARY_PATH for the re-run (see versioned.trial_env).
     trial: dict[str, Any] | None = None
+    # Tools the commands need that this node lacks (zdoctor.present.tool_missing sentences).
+    missing: list[str] = field(default_factory=list)
 
     def apply_to(self, env: Mapping[str, str]) -> dict[str, str]:
         """``env`` with this plan's changes applied."""
@@ -56,7 +60,7 @@ class Plan:
         reason = self.verification or ("" if self.verifiable else "it would change the machine")
         return Remedy(title=self.title, commands=list(self.commands), verified=self.verified and self.tried,
                       requires_root=self.requires_root, undo=list(self.undo), explanation=self.explanation,
-                      tried=self.tried, note=reason)
+                      tried=self.tried, note=reason, missing=list(self.missing))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -157,11 +161,33 @@ def fix_preload(env: Mapping[str, str], offending: Sequence[str], rests_on: list
     )
 
 
-def conda_upgrade(prefix: str, gcc_release: str | None, rests_on: list[str]) -> Plan:
-    """Bring a conda env's libstdc++ up to the GCC release whose libstdc++ has every needed version."""
+def find_conda(prefix: str, env: Mapping[str, str]) -> tuple[str | None, list[str]]:
+    """How to run conda for the env at ``prefix``: ``conda`` when it is on the training PATH, else the path of
+    the one ``CONDA_EXE`` names or the env's (or its base install's) own; None and where it was looked for
+    when there is none."""
+    path = env.get("PATH") or os.defpath
+    if shutil.which("conda", path=path):
+        return "conda", []
+    root = os.path.dirname(os.path.dirname(prefix)) if os.path.basename(os.path.dirname(prefix)) == "envs" else None
+    candidates = [env.get("CONDA_EXE") or ""] + [os.path.join(p, sub, "conda") for p in (prefix, root) if p
+                                                 for sub in ("bin", "condabin")]
+    for c in candidates:
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return c, []
+    looked = [f"the training PATH ({path})", "CONDA_EXE " + (f"({env['CONDA_EXE']})" if env.get("CONDA_EXE")
+                                                               else "(unset)")]
+    looked += candidates[1:]
+    return None, looked
+
+
+def conda_upgrade(prefix: str, gcc_release: str | None, rests_on: list[str],
+                  env: Mapping[str, str] | None = None) -> Plan:
+    """Bring a conda env's libstdc++ up to the GCC release whose libstdc++ has every needed version; where
+    this node has no conda (``env`` given: the training environment), the plan says so."""
     major = (gcc_release or "12").split(".")[0]
     spec = f"libstdcxx-ng>={major}"
-    cmd = shlex.join(["conda", "install", "-y", "-p", prefix, "-c", "conda-forge", spec])
+    conda, looked = find_conda(prefix, env) if env is not None else ("conda", [])
+    cmd = shlex.join([conda or "conda", "install", "-y", "-p", prefix, "-c", "conda-forge", spec])
     return Plan(
         key="conda-libstdcxx",
         title=f"Upgrade libstdcxx-ng in the conda env {prefix} to GCC {major}'s",
@@ -173,6 +199,7 @@ def conda_upgrade(prefix: str, gcc_release: str | None, rests_on: list[str]) -> 
         rests_on=rests_on,
         verifiable=False,
         verification="it needs the network (the conda-forge channel) and changes the env",
+        missing=[] if conda else [tool_missing("conda", looked)],
     )
 
 

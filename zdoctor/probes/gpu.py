@@ -16,7 +16,8 @@ Each gathers plain JSON facts (snapshots replay them) and the evidence behind th
 - ``gpu_env``: ``vars`` (NCCL_*, TORCH_NCCL_*, CUDA_VISIBLE_DEVICES ...), ``gpus_per_node``, ``nodes``.
 - ``host_limits``: ``shm`` {path, exists, total, free, fstype, options, error}, ``container`` {in_container,
   kind, clues}, ``target`` {memlock_soft_kb, memlock_hard_kb, nofile_soft, nofile_hard, error},
-  ``own`` (zdoctor's own limits), ``gpus_per_node``, ``nodes``.
+  ``own`` (zdoctor's own limits), ``limits_d`` {path, names, error} (pam_limits' drop-ins), ``gpus_per_node``,
+  ``nodes``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from ..gpu import cuda, envreview, kmod, limits, nccl, nvml, smi
 from ..model import Evidence, cap_text
 from ..registry import probe
 from ..runner import run, which_all
+from ..sysfile import LIMITS_D
 from ..target import target_of
 from .pyenv import TARGET_TIMEOUT
 from .toolchain import read_os_release
@@ -412,15 +414,24 @@ def gpu_env_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     return facts, [Evidence.note("NCCL / CUDA variables of the training environment", text)]
 
 
-def collect_limits(env: dict[str, str], *, shm_path: str = "/dev/shm", timeout: float = 10.0
-                   ) -> tuple[dict[str, Any], list[Evidence]]:
-    """/dev/shm, container clues, and the training shell's memlock and open-file limits."""
+def limits_dropins(folder: str = LIMITS_D) -> dict[str, Any]:
+    """The names in pam_limits' drop-in folder (a fix writes a name that is not among them)."""
+    try:
+        return {"path": folder, "names": sorted(os.listdir(folder)), "error": None}
+    except OSError as exc:
+        return {"path": folder, "names": None, "error": exc.strerror or str(exc)}
+
+
+def collect_limits(env: dict[str, str], *, shm_path: str = "/dev/shm", timeout: float = 10.0,
+                   limits_d: str = LIMITS_D) -> tuple[dict[str, Any], list[Evidence]]:
+    """/dev/shm, container clues, the training shell's memlock and open-file limits, and the names in
+    pam_limits' drop-in folder."""
     ev = run(["/bin/sh", "-c", limits.ULIMIT_SCRIPT], env=env, timeout=timeout,
              label="sh -c 'ulimit -S -l; ulimit -H -l; ulimit -S -n; ulimit -H -n'")
     target = limits.parse_ulimits(ev.stdout)
     target["error"] = ev.error or (None if ev.exit_code == 0 else f"exit code {ev.exit_code}")
     facts = {"shm": limits.shm_info(shm_path), "container": limits.container_info(env), "target": target,
-             "own": limits.own_limits()}
+             "own": limits.own_limits(), "limits_d": limits_dropins(limits_d)}
     shm = facts["shm"]
     rows = [[shm_path, limits.human(shm["total"]), f"{shm.get('fstype') or '?'} {shm.get('options') or ''}".strip()],
             ["ulimit -l (locked memory, KiB)", f"{target['memlock_soft_kb']} (hard {target['memlock_hard_kb']})",
