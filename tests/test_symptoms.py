@@ -364,3 +364,26 @@ def test_the_guide_takes_a_pasted_error_at_80x24_and_the_walk_shows_it_unexplain
             assert "UNEXPLAINED" in shown and "frobnicator" in shown
 
     asyncio.run(scenario())
+
+
+def test_every_check_a_catalogue_entry_names_declares_the_kind_it_explains():
+    load_vocabulary()
+    from zdoctor.registry import CHECKS
+
+    for s in SIGNATURES:
+        for name in s.confirm:
+            assert s.kind in CHECKS[name].explains, (s.id, s.kind, name)
+
+
+def test_too_many_open_files_is_explained_by_the_training_shells_low_limit():
+    line = "OSError: [Errno 24] Too many open files: '/data/shard-00042.arrow'"
+    env = clean_env(NO_COLOR="1")
+    proc = subprocess.run(["prlimit", "--nofile=1024:4096", sys.executable, "-m", "zdoctor", "check", "--json",
+                           "--no-log", "--python", PY, "--playbook", "gpu-stack", "--symptom", line],
+                          capture_output=True, text=True, env=env, timeout=300, cwd=str(Path(__file__).parent.parent))
+    doc = json.loads(proc.stdout)
+    (s,) = doc["symptoms"]
+    assert s["signature"] == "resource.too-many-open-files" and s["explained_by"] == ["gpu.limits.nofile"]
+    nofile = next(f for f in doc["findings"] if f["id"] == "gpu.limits.nofile")
+    assert nofile["status"] == "warn" and "1024" in nofile["title"] and nofile["explains"] == [s["id"]]
+    assert unexplained(doc) == []

@@ -118,7 +118,8 @@ def _remedies(facts: Facts, host: str | None, need: str | None, libs: list[str])
                    commands=["# e.g. a container image of a newer distribution release; check with: ldd --version"])]
 
 
-@check("libs.glibc", title="glibc (GLIBC_x) needed vs the host's", probes=("glibc", "livetrace"))
+@check("libs.glibc", title="glibc (GLIBC_x) needed vs the host's", probes=("glibc", "livetrace"),
+       explains=("version-not-found",))
 def check_glibc(facts: Facts) -> list[Finding]:
     g = facts.of("glibc") or {}
     host = g.get("host")

@@ -118,14 +118,16 @@ def _deepspeed(facts: Facts) -> dict[str, Any]:
 # -- gpu.driver -----------------------------------------------------------------------------------------
 
 
-@check("gpu.driver", title="NVIDIA driver and GPUs", probes=("nvml",))
+@check("gpu.driver", title="NVIDIA driver and GPUs", probes=("nvml",),
+       explains=("driver-mismatch", "xid", "cuda-error"))
 def check_driver(facts: Facts) -> list[Finding]:
     fid = "gpu.driver"
     nv = _result_facts(facts, "nvml")
     ev = facts.evidence("nvml")
     if nv is not None and _driver_mismatch(nv):
         found = _mismatch_finding(nv, ev)
-        found.explains = ids_for(facts, "driver-mismatch")
+        # CUDA's 803 (cudaErrorSystemDriverMismatch) is the same mismatch seen from the runtime
+        found.explains = ids_for(facts, "driver-mismatch") + ids_for(facts, "cuda-error", number="803")
         return [found]
     if nv is not None and (nv.get("library") or {}).get("error_kind") == "gpu_lost" and nv.get("skipped"):
         return [Finding(id=fid, status="fail", title="A GPU has fallen off the bus: NVML cannot start",
@@ -560,7 +562,8 @@ def _driver_remedy(gpus: list[dict[str, Any]] | None = None) -> Remedy:
                     "package (cuda-compat-<major>-<minor>), put first on LD_LIBRARY_PATH.")
 
 
-@check("gpu.runtime", title="Driver's CUDA version vs torch's CUDA runtime", probes=("nvml", "pyenv"))
+@check("gpu.runtime", title="Driver's CUDA version vs torch's CUDA runtime", probes=("nvml", "pyenv"),
+       explains=("cuda-error",))
 def check_runtime(facts: Facts) -> list[Finding]:
     fid = "gpu.runtime"
     tc = torch_cuda(facts)
@@ -726,7 +729,8 @@ def _why_rule_unread(facts: Facts) -> str:
     return rec.get("why") or ("its files were not read" if "dsrelease" in facts else "the dsrelease probe did not run")
 
 
-@check("gpu.toolkit", title="CUDA toolkit (nvcc) vs torch's CUDA", probes=("cuda_stack", "pyenv"))
+@check("gpu.toolkit", title="CUDA toolkit (nvcc) vs torch's CUDA", probes=("cuda_stack", "pyenv"),
+       explains=("cuda-version-mismatch",))
 def check_toolkit(facts: Facts) -> list[Finding]:
     tc = torch_cuda(facts)
     cs = facts.of("cuda_stack")
@@ -813,7 +817,8 @@ def check_toolkit(facts: Facts) -> list[Finding]:
         lines.append("DS_SKIP_CUDA_CHECK=1 silences the check but builds ops against the wrong toolkit: a last "
                      "resort, not a fix.")
         out.append(Finding(id=fid, status=status, title=title, detail="\n".join(lines), evidence=[table, *ev],
-                           remedies=remedies))
+                           remedies=remedies, explains=ids_for(facts, "cuda-version-mismatch", nvcc=nv["release"],
+                                                               torch=tc["cuda"])))
     elif ds_rule["verdict"] == "skipped":
         out.append(Finding(id=fid, status="warn", title=f"nvcc {nv['release']} vs torch's CUDA {tc['cuda']}: "
                            "mismatch allowed by DS_SKIP_CUDA_CHECK=1", detail="\n".join(lines), evidence=[table, *ev],
@@ -1173,13 +1178,14 @@ def _gpus_on_node(facts: Facts, lf: dict[str, Any]) -> int | None:
     return n if isinstance(n, int) else None
 
 
-@check("gpu.limits", title="/dev/shm, locked memory and open files of the training", probes=("host_limits", "nvml"))
+@check("gpu.limits", title="/dev/shm, locked memory and open files of the training", probes=("host_limits", "nvml"),
+       explains=("nofile", "shm"))
 def check_limits(facts: Facts) -> list[Finding]:
     lf = facts.of("host_limits")
     if lf is None:
         return [not_checked("gpu.limits", "Host limits", facts.why_not("host_limits"))]
     ev = facts.evidence("host_limits")
-    return [_shm(facts, lf, ev), _memlock(lf, ev), _nofile(lf, ev)]
+    return [_shm(facts, lf, ev), _memlock(lf, ev), _nofile(facts, lf, ev)]
 
 
 def _shm(facts: Facts, lf: dict[str, Any], ev: list[Evidence]) -> Finding:
@@ -1219,7 +1225,7 @@ def _shm(facts: Facts, lf: dict[str, Any], ev: list[Evidence]) -> Finding:
                              explanation="tmpfs uses RAM only as files are written; the size is a cap. For a "
                                          "permanent change, set the size on the /dev/shm line of /etc/fstab."))
     return Finding(id=fid, status=status, title=f"/dev/shm is only {limits.human(size)}", detail=detail, evidence=ev,
-                   remedies=rem)
+                   remedies=rem, explains=ids_for(facts, "shm"))
 
 
 def _limits_conf_remedy(item: str, value: str, dropins: dict[str, Any] | None) -> Remedy:
@@ -1267,7 +1273,7 @@ def _memlock(lf: dict[str, Any], ev: list[Evidence]) -> Finding:
         evidence=ev, remedies=rem)
 
 
-def _nofile(lf: dict[str, Any], ev: list[Evidence]) -> Finding:
+def _nofile(facts: Facts, lf: dict[str, Any], ev: list[Evidence]) -> Finding:
     fid = "gpu.limits.nofile"
     t = lf.get("target") or {}
     soft, hard = t.get("nofile_soft"), t.get("nofile_hard")
@@ -1285,7 +1291,7 @@ def _nofile(lf: dict[str, Any], ev: list[Evidence]) -> Finding:
     return Finding(id=fid, status="warn", title=f"ulimit -n (open files) is only {soft}",
                    detail="Each rank opens sockets to its peers, DataLoader workers pass tensors as file descriptors, "
                           "and NVMe offload opens swap files: a low limit ends in 'Too many open files'.",
-                   evidence=ev, remedies=rem)
+                   evidence=ev, remedies=rem, explains=ids_for(facts, "nofile"))
 
 
 # -- predicates -----------------------------------------------------------------------------------------

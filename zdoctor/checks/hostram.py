@@ -14,7 +14,8 @@ from ..symptoms.match import ids_for
 from . import not_checked
 
 
-@check("offload.host-ram", title="Host memory beyond the offload estimate", probes=("hostram",))
+@check("offload.host-ram", title="Host memory beyond the offload estimate", probes=("hostram",),
+       explains=("oom-kill", "killed"))
 def check_hostram(facts: Facts) -> list[Finding]:
     f = facts.of("hostram")
     if f is None:

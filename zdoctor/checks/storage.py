@@ -245,7 +245,8 @@ def check_odirect(facts: Facts) -> list[Finding]:
         "fails at the first swap. Use a local ext4 or xfs filesystem."))]
 
 
-@check("storage.libaio", title="libaio for DeepSpeed's async_io op", probes=("storage",))
+@check("storage.libaio", title="libaio for DeepSpeed's async_io op", probes=("storage",),
+       explains=("undefined-reference", "libaio-missing"))
 def check_libaio(facts: Facts) -> list[Finding]:
     fid = "storage.libaio"
     st = facts.of("storage")

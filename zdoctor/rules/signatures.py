@@ -86,7 +86,6 @@ SIGNATURES: tuple[Signature, ...] = (
         meaning="the loader did not find the library on any path it searched (RPATH, LD_LIBRARY_PATH, RUNPATH, "
                 "ld.so.cache, the default directories)",
         read_next="the paths the loader tried in order (LD_DEBUG=libs), and where the library really is",
-        confirm=("libs.live", "libs.symbols"),
         sources=("glibc elf/dl-load.c (_dl_map_object: \"cannot open shared object file\")",)),
     Signature(
         id="link.undefined-reference", kind="undefined-reference", layer="build",
@@ -124,8 +123,8 @@ SIGNATURES: tuple[Signature, ...] = (
         id="build.extension-failed", kind="build-failed", layer="build",
         pattern=r"RuntimeError: Error building extension '(?P<op>[\w.-]+)'",
         meaning="the JIT build of a DeepSpeed op failed; the real cause is in the compiler lines above it",
-        read_next="the first 'error:' line of the build output, and the op's build directory",
-        confirm=("toolchain.jit-prereq", "libs.symbols"),
+        read_next="the first 'error:' line of the build output (zdoctor reads it as a symptom of its own), and the "
+                  "op's build directory",
         sources=("PyTorch torch/utils/cpp_extension.py (_run_ninja_build: \"Error building extension '{}'\")",)),
     Signature(
         id="deepspeed.cuda-mismatch", kind="cuda-version-mismatch", layer="build",
@@ -177,7 +176,6 @@ SIGNATURES: tuple[Signature, ...] = (
         meaning="the ds_config's batch sizes do not satisfy train_batch_size = micro_batch_per_gpu x "
                 "gradient_accumulation_steps x world_size",
         read_next="the three batch settings and the world size the launch gives",
-        confirm=("offload.config",),
         sources=("DeepSpeed deepspeed/runtime/config.py (_batch_assertion)",)),
     # -- CUDA and the driver ------------------------------------------------------------------------
     Signature(
