@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from zdoctor.forensics import jitcache as jc
+from zdoctor.storage import mounts
 
 SOURCE = r"""
 #include <string>
@@ -212,13 +213,13 @@ def test_prebuilt_ops_inside_the_package(tmp_path: Path, real_so: Path) -> None:
 
 
 def test_mount_lookup(tmp_path: Path) -> None:
-    mounts = tmp_path / "mounts"
+    table = tmp_path / "mounts"
     home = tmp_path / "shared home"
-    mounts.write_text(f"/dev/vda / ext4 rw 0 0\nfiler:/export {str(home).replace(' ', chr(92) + '040')} "
+    table.write_text(f"/dev/vda / ext4 rw 0 0\nfiler:/export {str(home).replace(' ', chr(92) + '040')} "
                       "nfs4 rw 0 0\n")
     home.mkdir()
-    m = jc.mount_of(str(home / ".cache" / "torch_extensions"), str(mounts))
-    assert m == {"point": str(home), "fstype": "nfs4", "source": "filer:/export"}
-    assert jc.is_network_fs("nfs4") and jc.is_network_fs("fuse.sshfs") and not jc.is_network_fs("ext4")
-    assert jc.mount_of(str(tmp_path), str(mounts))["fstype"] == "ext4"
-    assert jc.mount_of(str(tmp_path), str(tmp_path / "absent")) is None
+    m = mounts.mount_of(str(home / ".cache" / "torch_extensions"), str(table))
+    assert (m["point"], m["fstype"], m["source"]) == (str(home), "nfs4", "filer:/export")
+    assert mounts.is_network_fs("nfs4") and mounts.is_network_fs("fuse.sshfs") and not mounts.is_network_fs("ext4")
+    assert mounts.mount_of(str(tmp_path), str(table))["fstype"] == "ext4"
+    assert mounts.mount_of(str(tmp_path), str(tmp_path / "absent")) is None

@@ -98,3 +98,32 @@ def test_h200_mountinfo_mirrors_the_captured_mounts_and_df():
         source, fstype, *_, point = line.split()
         m = mt.mount_for(point, entries, resolve=False)
         assert (m.point, m.source, m.fstype) == (point, source, fstype)
+
+
+def test_one_reader_and_one_classifier_judge_a_path_the_same_everywhere(tmp_path):
+    """The storage check, the ds_config lint, the JIT cache and /dev/shm all read mounts here: a file system
+    is network (or not) for all of them, from mountinfo or /proc/mounts text alike."""
+    from zdoctor.gpu import limits
+    from zdoctor.offload import lint
+    from zdoctor.storage import mounts as m
+
+    info = tmp_path / "mountinfo"
+    info.write_text("1 0 8:1 / / rw - ext4 /dev/sda1 rw\n"
+                    "2 1 0:50 / /mnt/share rw - virtiofs share rw\n"
+                    "3 1 0:51 / /mnt/ocfs rw - ocfs2 /dev/sdb rw\n"
+                    "4 1 0:52 / /mnt/ssh rw - fuse.sshfs host:/x rw\n"
+                    "5 1 0:53 / /dev/shm rw - tmpfs tmpfs rw,size=65536k\n")
+    procmounts = tmp_path / "mounts"
+    procmounts.write_text("/dev/sda1 / ext4 rw 0 0\nshare /mnt/share virtiofs rw 0 0\n/dev/sdb /mnt/ocfs ocfs2 rw 0 0\n"
+                          "host:/x /mnt/ssh fuse.sshfs rw 0 0\ntmpfs /dev/shm tmpfs rw,size=65536k 0 0\n")
+    for table in (info, procmounts):
+        entries = m.read_mountinfo(str(table))
+        for path, network in (("/mnt/share/a", True), ("/mnt/ocfs/b", True), ("/mnt/ssh/c", True), ("/x", False)):
+            found = m.mount_of(path, str(table))
+            assert m.is_network_fs(found["fstype"]) is network, (table.name, path)
+            assert m.describe(m.mount_for(path, entries, resolve=False))["network"] is network
+        assert limits.parse_mounts(table.read_text())["fstype"] == "tmpfs"
+    from zdoctor.forensics import jitcache
+
+    for mod in (lint, jitcache, limits):  # no copy of its own of the list or the lookup
+        assert not hasattr(mod, "NETWORK_FS") and getattr(mod, "mount_of", m.mount_of) is m.mount_of

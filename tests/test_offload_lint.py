@@ -18,6 +18,7 @@ from test_dsconfig import as_other_user
 
 from zdoctor.offload import lint
 from zdoctor.offload.dsconfig import load_config, parse_config
+from zdoctor.storage import mounts
 
 OFF = FIXTURES / "offload"
 CONFIGS = sorted(p for p in OFF.glob("*json") if "duplicate" not in p.name and "truncated" not in p.name)
@@ -289,7 +290,7 @@ def path_lints(path: str, info: dict) -> list[lint.Lint]:
 
 
 def test_nvme_path_on_tmpfs_is_memory():
-    assert lint.mount_of("/dev/shm")["fstype"] == "tmpfs"
+    assert mounts.mount_of("/dev/shm")["fstype"] == "tmpfs"
     info = lint.inspect_path("/dev/shm/zdoctor-offload")
     assert info["category"] == "memory" and info["writable"] and not info["exists"]
     lints = path_lints("/dev/shm/zdoctor-offload", info)
@@ -332,14 +333,14 @@ def test_container_mounts_are_categorised():
              "/work": ("overlay", "overlay"), "/dev/shm/x": ("tmpfs", "memory"),
              "/mnt/nvme/offload": ("ext4", "block"), "/mnt/with space/a": ("xfs", "block")}
     for path, (fstype, cat) in cases.items():
-        m = lint.mount_of(path, mi)
+        m = mounts.mount_of(path, mi)
         assert m["fstype"] == fstype, path
-        assert lint.fs_category(m["fstype"], m["source"]) == cat, path
+        assert mounts.fs_category(m["fstype"], m["source"]) == cat, path
     real = lint.inspect_path("/")
     for path, needle in (("/mnt/shared/job", "a network file system"), ("/mnt/bucket/x", "FUSE"),
                          ("/work", "copy-on-write layer")):
-        m = lint.mount_of(path, mi)
+        m = mounts.mount_of(path, mi)
         info = {**real, "path": path, "exists": True, "is_dir": True, "mount": m,
-                "category": lint.fs_category(m["fstype"], m["source"])}
+                "category": mounts.fs_category(m["fstype"], m["source"])}
         lints = path_lints(path, info)
         assert any(x.severity == "fail" and needle in x.message for x in lints), path

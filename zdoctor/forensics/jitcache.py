@@ -45,10 +45,6 @@ MAX_OP_FILES = 2048
 MAX_PREBUILT_DEPTH = 4
 MAX_PREBUILT = 200
 WRAPPERS = ("ccache", "sccache", "distcc")
-#: File systems where a lock may be held by a process on another machine.
-NETWORK_FS = ("nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "smbfs", "beegfs", "ceph", "glusterfs",
-              "afs", "9p", "wekafs", "fuse.sshfs", "fuse.glusterfs", "fuse.cephfs", "panfs")
-
 _GCC_COMMENT = re.compile(r"GCC: \(.*\) (\d+(?:\.\d+)+)")
 _CLANG_COMMENT = re.compile(r"clang version (\d+(?:\.\d+)+)")
 
@@ -427,24 +423,3 @@ def prebuilt_ops(deepspeed_dir: str | None) -> list[str]:
     return sorted(out)[:MAX_PREBUILT]
 
 
-def mount_of(path: str, mounts: str = "/proc/self/mounts") -> dict[str, str] | None:
-    """The mount holding ``path`` (longest mount-point prefix of its realpath): {point, fstype, source}."""
-    real = os.path.realpath(path)
-    best: dict[str, str] | None = None
-    try:
-        with open(mounts, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                parts = line.split()
-                if len(parts) < 3:
-                    continue
-                point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), parts[1])
-                inside = real == point or real.startswith(point.rstrip("/") + "/")
-                if inside and (best is None or len(point) >= len(best["point"])):
-                    best = {"point": point, "fstype": parts[2], "source": parts[0]}
-    except OSError:
-        return None
-    return best
-
-
-def is_network_fs(fstype: str | None) -> bool:
-    return bool(fstype) and (fstype in NETWORK_FS or fstype.split(".")[0] in NETWORK_FS)

@@ -11,6 +11,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from ..storage.mounts import mount_at, parse_mount_table
+
 MIB = 1024 * 1024
 #: DeepSpeed's ds_report warns below this /dev/shm size.
 SHM_WARN = 512 * MIB
@@ -21,13 +23,9 @@ ULIMIT_SCRIPT = "ulimit -S -l; ulimit -H -l; ulimit -S -n; ulimit -H -n"
 
 
 def parse_mounts(text: str, mountpoint: str = "/dev/shm") -> dict[str, Any] | None:
-    """The mount that is active at ``mountpoint`` (the last line for it in /proc/mounts), or None."""
-    found = None
-    for line in (text or "").splitlines():
-        parts = line.split()
-        if len(parts) >= 4 and parts[1] == mountpoint:
-            found = {"source": parts[0], "fstype": parts[2], "options": parts[3]}
-    return found
+    """The mount that is active at ``mountpoint`` in mount-table text (``/proc/mounts`` or mountinfo), or None."""
+    m = mount_at(mountpoint, parse_mount_table(text or ""))
+    return {"source": m.source, "fstype": m.fstype, "options": ",".join(m.options)} if m else None
 
 
 def shm_info(path: str = "/dev/shm", mounts_text: str | None = None) -> dict[str, Any]:

@@ -20,6 +20,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..storage.mounts import fs_category, mount_of
 from .dsconfig import DsConfig, KeyPath, dotted
 
 STATIC_VERSION = "0.19.8"
@@ -364,50 +365,6 @@ def device_of(eff: dict[str, Any], which: str) -> str:
 
 
 # -- the nvme_path on this machine ---------------------------------------------------------------------
-
-MEMORY_FS = ("tmpfs", "ramfs")
-NETWORK_FS = ("nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "smbfs", "beegfs", "ceph", "glusterfs", "afs", "9p",
-              "wekafs", "panfs", "virtiofs")
-
-
-def mount_of(path: str, mounts: str = "/proc/self/mountinfo") -> dict[str, Any] | None:
-    """The mount holding ``path`` (longest mount-point prefix of its realpath), from mountinfo."""
-    real = os.path.realpath(path)
-    best: dict[str, Any] | None = None
-    try:
-        with open(mounts, encoding="utf-8", errors="surrogateescape") as fh:
-            for line in fh:
-                left, sep, right = line.partition(" - ")
-                parts, rparts = left.split(), right.split()
-                if not sep or len(parts) < 5 or len(rparts) < 2:
-                    continue
-                point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), parts[4])
-                inside = real == point or real.startswith(point.rstrip("/") + "/")
-                if inside and (best is None or len(point) >= len(best["point"])):
-                    best = {"point": point, "fstype": rparts[0], "source": rparts[1], "dev": parts[2],
-                            "options": parts[5] if len(parts) > 5 else ""}
-    except OSError:
-        return None
-    return best
-
-
-def fs_category(fstype: str | None, source: str | None) -> str:
-    """memory | overlay | network | fuse | block | other | unknown."""
-    if not fstype:
-        return "unknown"
-    base = fstype.split(".")[0]
-    if fstype in MEMORY_FS:
-        return "memory"
-    if fstype == "overlay":
-        return "overlay"
-    if fstype in NETWORK_FS or base in NETWORK_FS:
-        return "network"
-    if base == "fuse" or fstype == "fuseblk" and not (source or "").startswith("/dev/"):
-        return "fuse"
-    if (source or "").startswith("/dev/"):
-        return "block"
-    return "other"
-
 
 def _block_info(source: str) -> dict[str, Any]:
     info: dict[str, Any] = {"device": source, "is_block": False, "name": None, "nvme": False, "rotational": None}

@@ -45,6 +45,7 @@ from ..forensics import jitcache as jc
 from ..forensics import processes as pr
 from ..model import Evidence
 from ..registry import probe
+from ..storage.mounts import is_network_fs, mount_of
 from ..target import target_of
 from .pyenv import TARGET_TIMEOUT
 
@@ -134,11 +135,11 @@ def collect_jitcache(env: dict[str, str], pyenv: dict[str, Any] | None) -> tuple
     expected = jc.expected_tag(it["python_version"], it["abiflags"], it["cuda"], it["hip"], it["torch_known"])
     roots = []
     for root in jc.extension_roots(env):
-        mount = jc.mount_of(root) if os.path.isdir(root) else None
+        mount = mount_of(root) if os.path.isdir(root) else None
         leaf = os.path.basename(root.rstrip("/"))
         roots.append({"path": root, "exists": os.path.isdir(root),
                       "tag": leaf if source != "TORCH_EXTENSIONS_DIR" and jc.TAG_RE.match(leaf) else None,
-                      "mount": mount, "network": jc.is_network_fs((mount or {}).get("fstype"))})
+                      "mount": mount, "network": is_network_fs((mount or {}).get("fstype"))})
     unscanned: list[str] = []
     ops = jc.scan_jit_cache(env, it["python_version"], expected=expected, unscanned=unscanned)
     ds = it["deepspeed"]

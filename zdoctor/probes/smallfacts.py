@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import asuser
-from ..forensics import jitcache as jc
 from ..model import Evidence
 from ..registry import probe
+from ..storage.mounts import is_network_fs, mount_of
 from ..target import target_of
 from .storage import training_user
 
@@ -118,7 +118,7 @@ def other_caches(env: dict[str, str], proc_locks: str = "/proc/locks",
         probe_path = path
         while probe_path and not os.path.exists(probe_path):
             probe_path = os.path.dirname(probe_path)
-        mount = jc.mount_of(probe_path or "/", mounts) if probe_path else None
+        mount = mount_of(probe_path or "/", mounts) if probe_path else None
         lock_files = []
         if os.path.isdir(path):
             try:
@@ -129,7 +129,7 @@ def other_caches(env: dict[str, str], proc_locks: str = "/proc/locks",
             except OSError:
                 pass
         out.append({**c, "exists": os.path.isdir(path), "mount": mount,
-                    "network": jc.is_network_fs((mount or {}).get("fstype")), "locks": lock_files})
+                    "network": is_network_fs((mount or {}).get("fstype")), "locks": lock_files})
     return out
 
 

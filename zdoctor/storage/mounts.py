@@ -1,4 +1,7 @@
-"""The mount holding a path: point, file system, options, source device, space, fitness for offload."""
+"""The one reader of the mount table and the one classifier of file systems: the mount holding a path
+(point, file system, options, source device), its space, and whether it is network, memory, a container
+layer, FUSE or a block device, and fit for offload's O_DIRECT swap files. Every check that asks where a path
+lives asks here, so they cannot judge the same path differently."""
 
 from __future__ import annotations
 
@@ -36,8 +39,13 @@ UNFIT_FS: dict[str, str] = {
     "cgroup2": "not storage",
 }
 
-#: Shared/parallel file systems: usable, but every node shares one network path; treated as slow.
-NETWORK_FS = ("lustre", "gpfs", "beegfs", "ceph", "glusterfs", "wekafs", "panfs", "afs", "ocfs2", "gfs2")
+#: File systems whose data crosses a network (or a host/guest share): shared and parallel file systems,
+#: network shares, and the FUSE clients of them. A lock there may be held by a process on another machine.
+NETWORK_FS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "virtiofs", "afs", "lustre", "gpfs", "beegfs", "ceph",
+              "glusterfs", "wekafs", "panfs", "ocfs2", "gfs2")
+NETWORK_FUSE = ("fuse.sshfs", "fuse.glusterfs", "fuse.cephfs", "fuse.s3fs", "fuse.gcsfuse", "fuse.rclone")
+MEMORY_FS = ("tmpfs", "ramfs")
+PROC_MOUNTS = "/proc/self/mounts"
 
 
 def unescape(text: str) -> str:
@@ -87,11 +95,31 @@ def parse_mountinfo(text: str) -> list[MountEntry]:
     return out
 
 
+def parse_proc_mounts(text: str) -> list[MountEntry]:
+    """Every well-formed line of ``/proc/mounts`` text (``source point fstype options dump pass``), in order;
+    the fields mountinfo has and this format lacks are left empty."""
+    out: list[MountEntry] = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 4:
+            continue
+        out.append(MountEntry(mount_id=0, parent_id=0, majmin="", root="/", point=unescape(parts[1]),
+                              options=parts[3].split(","), fstype=parts[2], source=unescape(parts[0])))
+    return out
+
+
+def parse_mount_table(text: str) -> list[MountEntry]:
+    """Mountinfo text or ``/proc/mounts`` text, told apart by mountinfo's `` - `` separator."""
+    first = next((ln for ln in text.splitlines() if ln.strip()), "")
+    return parse_mountinfo(text) if " - " in first else parse_proc_mounts(text)
+
+
 def read_mountinfo(path: str = MOUNTINFO) -> list[MountEntry]:
-    """Parse the mountinfo file at ``path`` (empty list when it cannot be read)."""
+    """Parse the mount table at ``path``, mountinfo or ``/proc/mounts`` format (empty list when it cannot
+    be read)."""
     try:
         with open(path, encoding="utf-8", errors="surrogateescape") as fh:
-            return parse_mountinfo(fh.read())
+            return parse_mount_table(fh.read())
     except OSError:
         return []
 
@@ -120,10 +148,49 @@ def mount_for(path: str, mounts: list[MountEntry], *, resolve: bool = True) -> M
     return best
 
 
-def is_network_fs(fstype: str) -> bool:
+def mount_at(point: str, mounts: list[MountEntry]) -> MountEntry | None:
+    """The mount active at exactly ``point`` (the last one there: a mount stacked on top hides those below)."""
+    found = None
+    for m in mounts:
+        if m.point == point:
+            found = m
+    return found
+
+
+def mount_of(path: str, table: str = MOUNTINFO) -> dict[str, Any] | None:
+    """The mount holding ``path`` read from the mount table at ``table`` (mountinfo or /proc/mounts), as
+    ``{point, fstype, source, dev, options}``; None when the table cannot be read or nothing holds it."""
+    m = mount_for(path, read_mountinfo(table))
+    if m is None:
+        return None
+    return {"point": m.point, "fstype": m.fstype, "source": m.source, "dev": m.majmin, "options": ",".join(m.options)}
+
+
+def is_network_fs(fstype: str | None) -> bool:
+    """Whether data on this file system crosses a network (see :data:`NETWORK_FS`)."""
+    if not fstype:
+        return False
+    return fstype in NETWORK_FS or fstype.split(".")[0] in NETWORK_FS or fstype in NETWORK_FUSE
+
+
+def fs_category(fstype: str | None, source: str | None) -> str:
+    """memory | overlay | fuse | network | block | other | unknown. A FUSE client of a network store
+    (fuse.sshfs, fuse.s3fs ...) is ``fuse``, what O_DIRECT meets first; :func:`is_network_fs` still says it
+    crosses a network."""
+    if not fstype:
+        return "unknown"
     base = fstype.split(".")[0]
-    return base in NETWORK_FS or fstype in ("nfs", "nfs4", "cifs", "smb3", "smbfs", "9p") or \
-        fstype in ("fuse.sshfs", "fuse.glusterfs", "fuse.cephfs", "fuse.s3fs", "fuse.gcsfuse", "fuse.rclone")
+    if fstype in MEMORY_FS:
+        return "memory"
+    if fstype == "overlay":
+        return "overlay"
+    if base == "fuse" or fstype == "fuseblk" and not (source or "").startswith("/dev/"):
+        return "fuse"
+    if is_network_fs(fstype):
+        return "network"
+    if (source or "").startswith("/dev/"):
+        return "block"
+    return "other"
 
 
 def fitness(m: MountEntry) -> tuple[bool, str | None]:
