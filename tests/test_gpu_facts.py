@@ -13,10 +13,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+from zdoctor.forensics.gccver import parse_torch_config, parse_version_output
 from zdoctor.forensics.ldcache import lookup, read_ld_so_cache
 from zdoctor.gpu import cuda, envreview, limits, nccl, nvml, smi
 from zdoctor.model import ProbeResult
-from zdoctor.probes.gccver import parse_torch_config, parse_version_output
 from zdoctor.registry import Facts
 
 H200 = Path(__file__).parent / "fixtures" / "gpu-node-h200"

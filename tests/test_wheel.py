@@ -27,7 +27,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_wheel_carries_the_data(wheel: Path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "zdoctor/cli.py" in names
-    assert "zdoctor/probes/probe_script.py" in names
+    assert "zdoctor/scripts/probe_script.py" in names
     assert any(n.startswith("zdoctor/playbooks/") and n.endswith(".toml") for n in names)
     assert any(n.startswith("zdoctor/screens/") and n.endswith(".py") for n in names)
     assert any(n.startswith("zdoctor/assets/") for n in names)

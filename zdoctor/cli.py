@@ -152,6 +152,8 @@ def build_parser() -> Parser:
     show = pbs.add_parser("show", help="one playbook's nodes and edges")
     show.add_argument("id")
     pbs.add_parser("predicates", help="every named condition an edge may use, with what it asks")
+    pbs.add_parser("vocabulary", help="every check: its module, the probes it reads, the finding ids it produces "
+                                      "and the symptom kinds it explains")
     lint = pbs.add_parser("lint", help="validate playbook files (default: the bundled ones)")
     lint.add_argument("path", nargs="?", help="a playbook file or a directory of them")
 
@@ -299,10 +301,20 @@ def cmd_playbooks(args: argparse.Namespace) -> int:
 
         load_vocabulary()
         for name, spec in sorted(PREDICATES.items()):
-            print(f"{name}  (reads {', '.join(spec.reads) or 'nothing'})")
+            print(f"{name}  (reads {', '.join(spec.probes) or 'nothing'})")
             print(f"    {spec.doc}")
         print("An edge may also say `when = {finding = \"ID\", status = [\"warn\", \"fail\"]}` or "
               "`when = {fact = \"probe.key\", equals = VALUE}` instead of naming a predicate.")
+        return EXIT_OK
+    if args.pb_command == "vocabulary":
+        from .registry import CHECKS, load_vocabulary
+
+        load_vocabulary()
+        for name, spec in sorted(CHECKS.items()):
+            print(f"{name}  ({spec.func.__module__})")
+            print(f"    probes: {', '.join(spec.probes) or '-'}")
+            print(f"    findings: {', '.join((name, *spec.findings))}")
+            print(f"    explains: {', '.join(spec.explains) or '-'}")
         return EXIT_OK
     if args.pb_command == "show":
         books = pbmod.load_all()

@@ -89,6 +89,22 @@ class CheckSpec:
     probes: tuple[str, ...]
     #: The symptom kinds its findings can explain (see :mod:`zdoctor.symptoms`).
     explains: tuple[str, ...] = ()
+    #: The finding ids it can produce: exact ids, or ``family.*`` for ids made below ``family`` (one per
+    #: op, per lint rule ...). ``NAME.not-checked`` and ``NAME.crash`` are always its own.
+    findings: tuple[str, ...] = ()
+
+    def produces(self, fid: str) -> bool:
+        """Whether it declares finding ``fid`` (or ``fid`` is a dotted prefix of ids it declares)."""
+        if fid in (self.name, f"{self.name}.not-checked", f"{self.name}.crash"):
+            return True
+        for declared in self.findings:
+            if declared.endswith(".*"):
+                family = declared[:-2]
+                if fid == family or fid.startswith(family + ".") or family.startswith(fid + "."):
+                    return True
+            elif fid == declared or declared.startswith(fid + "."):
+                return True
+        return False
 
     @property
     def reads(self) -> tuple[str, ...]:
@@ -116,31 +132,14 @@ VOCABULARY_PACKAGES = ("zdoctor.probes", "zdoctor.checks")
 
 
 def vocabulary_modules() -> list[str]:
-    """Every module of :data:`VOCABULARY_PACKAGES`, found in the installed package (or the bundle)."""
+    """Every module of :data:`VOCABULARY_PACKAGES`, found in the installed package (or the bundle): each of
+    them registers vocabulary when imported (helpers that register nothing live elsewhere)."""
     names: list[str] = []
     for package in VOCABULARY_PACKAGES:
         pkg = importlib.import_module(package)
-        found = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_"))
-        names += [f"{package}.{m}" for m in found if _registers(f"{package}.{m}")]
+        names += [f"{package}.{m.name}" for m in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name)
+                  if not m.name.startswith("_")]
     return names
-
-
-#: What a module that registers vocabulary says (modules without it, such as the probe script that runs in
-#: the training interpreter, are not imported).
-_MARKERS = ("@probe(", "@check(", "@predicate(")
-
-
-def _registers(name: str) -> bool:
-    """Whether module ``name``'s source registers a probe, check or predicate (read, not imported)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec(name)
-    loader = getattr(spec, "loader", None)
-    try:
-        source = loader.get_source(name) if loader is not None else None  # type: ignore[union-attr]
-    except (ImportError, OSError):
-        source = None
-    return source is None or any(marker in source for marker in _MARKERS)
 
 
 def load_vocabulary() -> None:
@@ -160,12 +159,14 @@ def probe(name: str, *, title: str, timeout: float = 30.0, needs: tuple[str, ...
     return deco
 
 
-def check(name: str, *, title: str, probes: tuple[str, ...], explains: tuple[str, ...] = ()):
-    """Register ``func(facts) -> [Finding]`` as check ``name`` reading the given probes; ``explains`` names
-    the symptom kinds its findings can explain (the check then reads the ``symptoms`` probe too)."""
+def check(name: str, *, title: str, probes: tuple[str, ...], findings: tuple[str, ...] = (),
+          explains: tuple[str, ...] = ()):
+    """Register ``func(facts) -> [Finding]`` as check ``name`` reading the given probes. ``findings`` are the
+    ids it produces besides ``name`` itself (``family.*`` for a family); ``explains`` names the symptom kinds
+    its findings can explain (the check then reads the ``symptoms`` probe too)."""
 
     def deco(func: Callable[[Facts], list[Finding]]):
-        CHECKS[name] = CheckSpec(name, func, title, probes, tuple(explains))
+        CHECKS[name] = CheckSpec(name, func, title, probes, tuple(explains), tuple(findings))
         return func
 
     return deco

@@ -111,7 +111,9 @@ def _origin_findings(facts: dict[str, Any], ev: list[Evidence]) -> list[Finding]
 
 
 @check("pyenv.deepspeed-release", title="Rules of the installed DeepSpeed release",
-       probes=("dsrelease", "toolchain"))
+       probes=("dsrelease", "toolchain"),
+       findings=("pyenv.deepspeed-release.jit-op-other-release", "pyenv.deepspeed-release.libaio-dpkg",
+                 "pyenv.deepspeed-release.pin-memory-ignored", "pyenv.deepspeed-release.timer-names"))
 def check_release(facts: Facts) -> list[Finding]:
     f = facts.of("dsrelease")
     if f is None:

@@ -11,11 +11,11 @@ import os
 import shlex
 from typing import Any
 
+from ..forensics.gccver import parse_torch_config, version_tuple
 from ..gpu import cuda, envreview, kmod, limits, nvml
 from ..gpu import nccl as ncclmod
 from ..model import Evidence, Finding, Remedy
 from ..plural import count_of
-from ..probes.gccver import parse_torch_config, version_tuple
 from ..registry import Facts, check, predicate
 from ..shellquote import shell_quote
 from ..symptoms.match import ids_for
@@ -343,7 +343,9 @@ def _reset_remedy(gpus: list[dict[str, Any]]) -> Remedy:
                               "back, the GPU needs a reboot or an RMA.")
 
 
-@check("gpu.health", title="GPU health: ECC, clocks, persistence, processes", probes=("nvml",))
+@check("gpu.health", title="GPU health: ECC, clocks, persistence, processes", probes=("nvml",),
+       findings=("gpu.health.compute-mode", "gpu.health.ecc", "gpu.health.persistence", "gpu.health.processes",
+                 "gpu.health.reachable", "gpu.health.throttle"))
 def check_health(facts: Facts) -> list[Finding]:
     gpus = _gpus(facts)
     if gpus is None:
@@ -730,7 +732,8 @@ def _why_rule_unread(facts: Facts) -> str:
 
 
 @check("gpu.toolkit", title="CUDA toolkit (nvcc) vs torch's CUDA", probes=("cuda_stack", "pyenv"),
-       explains=("cuda-version-mismatch",))
+       explains=("cuda-version-mismatch",),
+       findings=("gpu.toolkit.cuda-home", "gpu.toolkit.nvcc-version"))
 def check_toolkit(facts: Facts) -> list[Finding]:
     tc = torch_cuda(facts)
     cs = facts.of("cuda_stack")
@@ -1025,7 +1028,9 @@ def check_nccl(facts: Facts) -> list[Finding]:
 # -- gpu.env --------------------------------------------------------------------------------------------
 
 
-@check("gpu.env", title="NCCL / CUDA environment of the training", probes=("gpu_env", "nvml"))
+@check("gpu.env", title="NCCL / CUDA environment of the training", probes=("gpu_env", "nvml"),
+       findings=("gpu.env.deprecated", "gpu.env.launch-blocking", "gpu.env.nccl-debug", "gpu.env.p2p",
+                 "gpu.env.visible-devices"))
 def check_env(facts: Facts) -> list[Finding]:
     """The training's NCCL and CUDA variables: deprecated names, NCCL_DEBUG, peer-to-peer,
     CUDA_VISIBLE_DEVICES and CUDA_LAUNCH_BLOCKING, one finding each."""
@@ -1179,7 +1184,8 @@ def _gpus_on_node(facts: Facts, lf: dict[str, Any]) -> int | None:
 
 
 @check("gpu.limits", title="/dev/shm, locked memory and open files of the training", probes=("host_limits", "nvml"),
-       explains=("nofile", "shm"))
+       explains=("nofile", "shm"),
+       findings=("gpu.limits.memlock", "gpu.limits.nofile", "gpu.limits.shm"))
 def check_limits(facts: Facts) -> list[Finding]:
     lf = facts.of("host_limits")
     if lf is None:

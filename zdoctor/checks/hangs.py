@@ -8,10 +8,10 @@ import os
 import re
 from typing import Any
 
+from ..forensics.gccver import version_tuple
 from ..forensics.versions import gcc_release_for
 from ..model import Finding, Remedy
 from ..plural import count_of
-from ..probes.gccver import version_tuple
 from ..probes.hangs import duration, show
 from ..registry import Facts, check, predicate
 from ..shellquote import shell_quote
@@ -115,7 +115,8 @@ def lock_remedy(lock: dict[str, Any], op: dict[str, Any] | None, orphans: list[i
                   note=(trial or {}).get("reason") or "" if not (trial and trial.get("tried")) else tried.strip())
 
 
-@check("hangs.stale-lock", title="Stale JIT build locks", probes=("jitcache", "processes", "locktrial"))
+@check("hangs.stale-lock", title="Stale JIT build locks", probes=("jitcache", "processes", "locktrial"),
+       findings=("hangs.stale-lock.*",))
 def check_stale_lock(facts: Facts) -> list[Finding]:
     cid = "hangs.stale-lock"
     jit, procs = facts.of("jitcache"), facts.of("processes")
@@ -299,7 +300,8 @@ def _corrupt_remedy(op: dict[str, Any]) -> Remedy:
                     "a minute or more. Not verified in advance: `zdoctor check` afterwards shows the dir gone.")
 
 
-@check("jit.corrupt-ops", title="Damaged JIT-built ops", probes=("jitcache",))
+@check("jit.corrupt-ops", title="Damaged JIT-built ops", probes=("jitcache",),
+       findings=("jit.corrupt-ops.*",))
 def check_corrupt_ops(facts: Facts) -> list[Finding]:
     cid = "jit.corrupt-ops"
     jit = facts.of("jitcache")
@@ -344,7 +346,8 @@ def _mm(v: str | None) -> tuple[int, ...]:
     return version_tuple(v)[:2]
 
 
-@check("jit.foreign-toolchain", title="JIT ops built by a newer compiler", probes=("jitcache", "toolchain"))
+@check("jit.foreign-toolchain", title="JIT ops built by a newer compiler", probes=("jitcache", "toolchain"),
+       findings=("jit.foreign-toolchain.*",))
 def check_foreign_toolchain(facts: Facts) -> list[Finding]:
     cid = "jit.foreign-toolchain"
     jit, tc = facts.of("jitcache"), facts.of("toolchain")

@@ -15,7 +15,8 @@ from . import not_checked
 
 
 @check("offload.host-ram", title="Host memory beyond the offload estimate", probes=("hostram",),
-       explains=("oom-kill", "killed"))
+       explains=("oom-kill", "killed"),
+       findings=("offload.host-ram.wsl2",))
 def check_hostram(facts: Facts) -> list[Finding]:
     f = facts.of("hostram")
     if f is None:

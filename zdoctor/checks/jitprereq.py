@@ -177,7 +177,8 @@ def _python_h_fails(cxx: str, withpy: dict[str, Any], f: dict[str, Any], facts: 
 
 
 @check("toolchain.jit-prereq", title="JIT build prerequisites: ninja, Python.h, a working compiler",
-       probes=("jitprereq",), explains=("ninja-missing", "missing-header"))
+       probes=("jitprereq",), explains=("ninja-missing", "missing-header"),
+       findings=("toolchain.jit-prereq.compile", "toolchain.jit-prereq.ninja", "toolchain.jit-prereq.python-h"))
 def check_jitprereq(facts: Facts) -> list[Finding]:
     f = facts.of("jitprereq")
     if f is None:

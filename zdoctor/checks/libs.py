@@ -233,7 +233,8 @@ def live_unchecked(facts: Facts) -> str | None:
 
 
 @check("libs.live", title="The command under the real loader", probes=("livetrace", "libs"),
-       explains=("version-not-found",))
+       explains=("version-not-found",),
+       findings=("libs.prediction",))
 def check_live(facts: Facts) -> list[Finding]:
     cid = "libs.live"
     live = facts.of("livetrace") or {}
@@ -483,7 +484,8 @@ def check_env_source(facts: Facts) -> list[Finding]:
     return out
 
 
-@check("libs.broken-files", title="Unreadable or corrupt extension files", probes=("libs",))
+@check("libs.broken-files", title="Unreadable or corrupt extension files", probes=("libs",),
+       findings=("libs.broken-files.*",))
 def check_broken(facts: Facts) -> list[Finding]:
     libs = facts.of("libs") or {}
     if not libs.get("targets"):

@@ -220,7 +220,8 @@ def _storage_note(facts: Facts, path: str) -> str | None:
     return None
 
 
-@check("offload.lint", title="ds_config lints", probes=("dsconfig",))
+@check("offload.lint", title="ds_config lints", probes=("dsconfig",),
+       findings=("offload.lint.*",))
 def check_lints(facts: Facts) -> list[Finding]:
     ds = facts.of("dsconfig")
     log = facts.of("trainlog")

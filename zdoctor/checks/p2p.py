@@ -51,7 +51,8 @@ def _pairs_text(pairs: dict[str, Any], want_ok: bool) -> list[str]:
     return out
 
 
-@check("gpu.p2p", title="GPU peer-to-peer: IOMMU, ACS, NVML status", probes=("p2p", "nvml"))
+@check("gpu.p2p", title="GPU peer-to-peer: IOMMU, ACS, NVML status", probes=("p2p", "nvml"),
+       findings=("gpu.p2p.copy",))
 def check_p2p(facts: Facts) -> list[Finding]:
     f = facts.of("p2p")
     if f is None:

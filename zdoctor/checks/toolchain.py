@@ -6,9 +6,9 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from ..forensics.gccver import version_tuple
 from ..model import Finding, Remedy
 from ..packages import managers, package_name
-from ..probes.gccver import version_tuple
 from ..registry import Facts, check, predicate
 from ..shellquote import shell_quote
 from . import not_checked

@@ -35,7 +35,7 @@ from ..runner import run, which_all
 from ..target import Target, target_of
 
 SENTINEL = "@@zdoctor@@ "
-SCRIPT = Path(__file__).with_name("probe_script.py")
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "probe_script.py"
 #: Seconds the probe script may run: ``import torch`` on a cold NFS home can take tens of seconds.
 TARGET_TIMEOUT = 60.0
 MIN_VERSION = (3, 8)

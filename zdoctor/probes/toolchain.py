@@ -21,11 +21,11 @@ import shlex
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ..forensics.gccver import glibcxx_for_gcc, parse_torch_config, parse_version_output, toolset_bin, toolset_of
 from ..model import Evidence
 from ..registry import probe
 from ..runner import run, which_all
 from ..target import target_of
-from .gccver import glibcxx_for_gcc, parse_torch_config, parse_version_output, toolset_bin, toolset_of
 from .pyenv import TARGET_TIMEOUT
 
 COMPILER_NAMES = ("gcc", "g++", "cc", "c++")
