@@ -14,8 +14,8 @@ from textual.widgets import Button, Header, OptionList, Static
 from textual.widgets.option_list import Option
 
 from zdoctor.model import Finding, Remedy, sort_findings
-from zdoctor.present import in_words
 from zdoctor.symptoms.ledger import ledger_on
+from zdoctor.walkwords import in_words
 
 from .common import (
     ContextScreen,

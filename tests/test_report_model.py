@@ -326,10 +326,10 @@ def test_every_recorded_event_reads_back_as_its_kind_and_writes_the_same_data(st
 
 def test_one_fold_serves_export_resume_and_the_walk(state_home: Path):
     from zdoctor.engine import Walk
-    from zdoctor.events import read_session
     from zdoctor.playbook import load_all
     from zdoctor.practice import get_scenario
     from zdoctor.resume import read_point
+    from zdoctor.session import read_session
 
     installed_fixtures(state_home)
     view = read_session(INTERRUPTED)

@@ -556,10 +556,3 @@ def fold(events: Iterable[Any]) -> SessionView:
         else:
             view.others.append(ev)
     return view
-
-
-def read_session(session_id_or_path: Any, state_dir: Any = None) -> SessionView:
-    """Read a session's log (see :func:`zdoctor.session.load_events`) and fold it."""
-    from .session import load_events
-
-    return fold(load_events(session_id_or_path, state_dir))

@@ -52,12 +52,12 @@ def options_from(args: argparse.Namespace, launcher: str) -> FleetOptions:
         if getattr(args, key):
             extra += [flag, os.path.abspath(getattr(args, key))]
     if args.model_params is not None:
-        from .offload.planner import parse_count
+        from .units import parse_count
 
         parse_count(args.model_params)  # a count that is not one fails here, not on every node
         extra += ["--model-params", args.model_params]
     if args.io_size is not None:
-        from .storage.iotest import parse_size
+        from .units import parse_size
 
         parse_size(args.io_size)
         extra += ["--io-size", args.io_size]

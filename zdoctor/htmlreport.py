@@ -19,7 +19,6 @@ from .present import (
     applied_heading,
     are_steps,
     first_line,
-    in_words,
     mark,
     option_label,
     options_heading,
@@ -36,6 +35,7 @@ from .present import (
     unexplained_headline,
     written_text,
 )
+from .walkwords import in_words
 
 if TYPE_CHECKING:
     from .events import SessionView as Report
@@ -127,7 +127,7 @@ def block(label: str, text: str, cap: int) -> str:
 
 
 def evidence_html(ev: dict[str, Any], cap: int) -> str:
-    from .export import _argv_text
+    from .exportparts import _argv_text
 
     kind = str(ev.get("kind") or "command")
     out = [f"<h5>{esc(ev.get('label') or kind)} <span class=\"muted\">({esc(kind)})</span></h5>"]
@@ -198,7 +198,7 @@ def finding_html(f: dict[str, Any], anchor: str, cap: int, elsewhere: bool,
 
 
 def run_html(run: WalkView, anchors: Anchors) -> str:
-    from .export import UNFINISHED_NOTE, _edge_text
+    from .exportparts import UNFINISHED_NOTE, _edge_text
 
     out = [f'<h3 id="{anchors.make("playbook", run.playbook)}">Playbook <code>{esc(run.playbook or "unnamed")}'
            f"</code>{': ' + esc(run.title) if run.title else ''}</h3>"]
@@ -223,7 +223,7 @@ def run_html(run: WalkView, anchors: Anchors) -> str:
 
 
 def applied_html(ev: dict[str, Any], cap: int) -> str:
-    from .export import _outcome, _when
+    from .exportparts import _outcome, _when
 
     rem = ev.get("remedy") if isinstance(ev.get("remedy"), dict) else {}
     sym, word = _outcome(ev)
@@ -252,7 +252,7 @@ def applied_html(ev: dict[str, Any], cap: int) -> str:
 
 
 def header_html(rep: Report) -> str:
-    from .export import TORN_NOTE, _command_line, _ended, _host_line, _when
+    from .exportparts import TORN_NOTE, _command_line, _ended, _host_line, _when
 
     start = rep.start
     rows = [("Host", _host_line(rep.host)), ("Mode", start.get("mode") or "unknown")]
@@ -305,7 +305,7 @@ def summary_html(rep: Report, findings: list[dict[str, Any]], anchors: list[str]
 
 def render_html(rep: Report, cap: int) -> str:
     """The standalone HTML document for ``rep``."""
-    from .export import _fleet_line, _when, fleet_tables
+    from .exportparts import _fleet_line, _when, fleet_tables
 
     anchors = Anchors()
     for reserved in ("symptoms", "summary", "fleet", "path", "findings", "applied", "probes", "other"):
@@ -339,7 +339,7 @@ def render_html(rep: Report, cap: int) -> str:
         body += ['<section id="probes">', "<h2>Probes</h2>",
                  table(["Probe", "Status", "Time", "Step", "Error"], rows), "</section>"]
     if rep.others:
-        from .export import _other_body
+        from .exportparts import _other_body
 
         body += ['<section id="other">', "<h2>Other events</h2>", "<ul>"]
         body += [f"<li>#{esc(ev.get('seq', '?'))} <code>{esc(ev.get('type'))}</code> at {esc(_when(ev.get('ts')))}: "

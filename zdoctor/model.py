@@ -7,11 +7,7 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-STATUSES = ("ok", "warn", "fail", "skip", "crash")
-#: Order used when sorting findings for display: worst first.
-STATUS_RANK = {"crash": 0, "fail": 1, "warn": 2, "skip": 3, "ok": 4}
-#: Statuses that make `zdoctor check` exit 1.
-FAILING = frozenset({"fail", "crash"})
+from .verdicts import FAILING, NOT_TRIED, STATUS_RANK, STATUSES, count, finding_key, verification_of  # noqa: F401
 
 OUTPUT_CAP = 64 * 1024
 
@@ -95,7 +91,7 @@ class Remedy:
 
     ``verified`` is true only when the fix was tried (the failing command re-run with it) and fixed it;
     ``tried`` says it was tried at all; ``note`` says what the re-run showed, or why it was not tried.
-    :func:`zdoctor.present.verification_of` turns these into the one three-state verification.
+    :func:`zdoctor.verdicts.verification_of` turns these into the one three-state verification.
     """
 
     title: str
@@ -123,8 +119,6 @@ class Remedy:
             self.tried = True
 
     def to_dict(self) -> dict[str, Any]:
-        from .present import verification_of
-
         v = verification_of(self)
         out = {"title": self.title, "commands": list(self.commands), "verified": v.verified,
                "requires_root": self.requires_root, "undo": list(self.undo), "explanation": self.explanation,
@@ -141,8 +135,6 @@ class Remedy:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Remedy:
-        from .present import NOT_TRIED, verification_of
-
         known = {f.name for f in fields(cls)} - {"tried", "note"}
         out = cls(**{k: v for k, v in d.items() if k in known})
         v = verification_of(d)
@@ -228,14 +220,10 @@ class ProbeResult:
 
 
 def summarize(findings: list[Finding]) -> dict[str, int]:
-    """Count findings per status, plus a total (see :func:`zdoctor.present.count`)."""
-    from .present import count
-
+    """Count findings per status, plus a total (see :func:`zdoctor.verdicts.count`)."""
     return count(f.status for f in findings)
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
-    """Worst first, then by id, so reports read the same every time (see :func:`zdoctor.present.finding_key`)."""
-    from .present import finding_key
-
+    """Worst first, then by id, so reports read the same every time (see :func:`zdoctor.verdicts.finding_key`)."""
     return sorted(findings, key=lambda f: finding_key(f.status, f.id))

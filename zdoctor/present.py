@@ -11,29 +11,33 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .model import STATUS_RANK, STATUSES, visible_controls
+from .model import visible_controls
+from .verdicts import (  # noqa: F401 - the verdict semantics, named here for the renderers
+    DEFAULT_NOT_TRIED,
+    FIXED,
+    NOT_FIXED,
+    NOT_TRIED,
+    NOT_TRIED_ROOT,
+    OLD_NOT_TRIED,
+    OLD_RECORD,
+    STATUS_RANK,
+    STATUSES,
+    VERIFICATION_STATES,
+    Verification,
+    count,
+    finding_key,
+    verification_of,
+)
 
 #: One mark per status (Unicode), and the ASCII fallback for a terminal that cannot show them.
 MARKS = {"ok": "✓", "warn": "!", "fail": "✗", "skip": "-", "crash": "‼"}
 ASCII_MARKS = {"ok": "ok", "warn": "!!", "fail": "XX", "skip": "--", "crash": "!!!"}
+#: The mark and style of each verification state.
+VERIFICATION_MARKS = {FIXED: ("✓", "bold green"), NOT_FIXED: ("✗", "bold red"), NOT_TRIED: ("?", "yellow")}
 #: One rich style per status.
 STYLES = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim", "crash": "bold magenta"}
 #: The order statuses are counted in, in every summary line: worst first.
 SUMMARY_ORDER = ("fail", "crash", "warn", "skip", "ok")
-
-#: The three verification states of a remedy.
-FIXED = "fixed"
-NOT_FIXED = "not_fixed"
-NOT_TRIED = "not_tried"
-VERIFICATION_STATES = (FIXED, NOT_FIXED, NOT_TRIED)
-VERIFICATION_MARKS = {FIXED: ("✓", "bold green"), NOT_FIXED: ("✗", "bold red"), NOT_TRIED: ("?", "yellow")}
-#: Why a remedy was not tried when its maker said nothing more precise.
-DEFAULT_NOT_TRIED = "zdoctor has no way to try it here"
-NOT_TRIED_ROOT = "it needs root and changes the machine"
-OLD_RECORD = "this session was recorded without saying whether it was tried"
-#: Sentences older sessions put in a remedy's explanation when zdoctor did not try it.
-OLD_NOT_TRIED = ("zdoctor cannot try it here", "zdoctor does not try it", "Not verified in advance")
-
 
 def mark(status: str, ascii_only: bool = False) -> str:
     """The mark for ``status`` (``?`` for an unknown one)."""
@@ -43,17 +47,6 @@ def mark(status: str, ascii_only: bool = False) -> str:
 def style(status: str) -> str:
     """The rich style for ``status`` (none for an unknown one)."""
     return STYLES.get(status, "")
-
-
-def count(statuses: Iterable[str]) -> dict[str, int]:
-    """Count ``statuses`` per known status, plus a ``total``."""
-    counts = {s: 0 for s in STATUSES}
-    total = 0
-    for s in statuses:
-        counts[s] = counts.get(s, 0) + 1
-        total += 1
-    counts["total"] = total
-    return counts
 
 
 def summary_parts(counts: Mapping[str, Any], marks: bool = True, skip_zero: bool = False) -> list[tuple[str, str]]:
@@ -67,67 +60,9 @@ def summary_parts(counts: Mapping[str, Any], marks: bool = True, skip_zero: bool
     return out
 
 
-def finding_key(status: Any, fid: Any) -> tuple[int, str]:
-    """The sort key of a finding: worst status first, then by id."""
-    return (STATUS_RANK.get(status, len(STATUS_RANK)), "" if fid is None else str(fid))
-
-
 def safe_text(text: Any) -> str:
     """Machine text made safe to show: control characters (escape sequences, carriage returns) as ``\\xNN``."""
     return visible_controls("" if text is None else str(text))
-
-
-# --- verification ---------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Verification:
-    """Whether a remedy was tried: ``fixed``, ``not_fixed`` (with what the re-run showed) or ``not_tried``
-    (with the reason)."""
-
-    state: str
-    reason: str = ""
-
-    @property
-    def verified(self) -> bool:
-        """Tried, and it fixed the failing command."""
-        return self.state == FIXED
-
-    def to_dict(self) -> dict[str, str]:
-        return {"state": self.state, "reason": self.reason}
-
-
-def verification_of(remedy: Any) -> Verification:
-    """The verification of a :class:`~zdoctor.model.Remedy` or of a remedy recorded as a dict.
-
-    A dict from an older session carries only ``verified``: true is ``fixed``; false is ``not_fixed``
-    where its explanation says the re-run still failed, else ``not_tried`` (it was the flag of remedies
-    zdoctor could not try).
-    """
-    if isinstance(remedy, Mapping):
-        rec = remedy.get("verification")
-        if isinstance(rec, Mapping) and rec.get("state") in VERIFICATION_STATES:
-            reason = str(rec.get("reason") or "")
-            return Verification(str(rec["state"]), reason or (DEFAULT_NOT_TRIED if rec["state"] == NOT_TRIED else ""))
-        explanation = str(remedy.get("explanation") or "")
-        said = explanation[explanation.index("Verified: ") + len("Verified: "):] if "Verified: " in explanation else ""
-        if remedy.get("verified") is True:
-            return Verification(FIXED, said)
-        if said.startswith(("the command still fails", "re-running the command")):
-            return Verification(NOT_FIXED, said)
-        for marker in OLD_NOT_TRIED:
-            if marker in explanation:
-                sentence = explanation[explanation.rfind(".", 0, explanation.index(marker)) + 1:].strip()
-                sentence = sentence.split(". ")[0]
-                return Verification(NOT_TRIED, sentence[:1].lower() + sentence[1:])
-        return Verification(NOT_TRIED, OLD_RECORD if remedy.get("verified") is False else DEFAULT_NOT_TRIED)
-    if getattr(remedy, "verified", None) is True:
-        return Verification(FIXED, getattr(remedy, "note", "") or "")
-    if getattr(remedy, "tried", False):
-        return Verification(NOT_FIXED, getattr(remedy, "note", "") or "")
-    reason = getattr(remedy, "note", "") or ""
-    if not reason:  # the reason is part of the record (the JSON says what the guide and the exports say)
-        reason = NOT_TRIED_ROOT if getattr(remedy, "requires_root", False) else DEFAULT_NOT_TRIED
-    return Verification(NOT_TRIED, reason)
 
 
 def verification_text(v: Verification, recorded_elsewhere: bool = False, with_reason: bool = True) -> str:
@@ -421,50 +356,6 @@ def remedy_flags(remedy: Any, recorded_elsewhere: bool = False) -> list[str]:
     if root and "root" not in flags[0]:
         flags.append("needs root")
     return flags + missing_tools(remedy)
-
-
-# --- the playbook path in sentences ---------------------------------------------------------------
-
-def edge_sentence(predicate: Any, negate: Any = False, override: Any = False, reason: Any = "") -> str:
-    """Why a walk took an edge, as a sentence (the predicate's own description, not its name)."""
-    from .registry import PREDICATES, load_vocabulary
-
-    if override:
-        return "chosen by the user" + (f" ({reason})" if reason else "")
-    if not predicate:
-        if isinstance(reason, str) and reason.startswith("answer: "):
-            return f"answered: {reason[len('answer: '):]}"
-        return "the next step when no other condition holds"
-    load_vocabulary()
-    spec = PREDICATES.get(str(predicate))
-    said = spec.doc if spec is not None else f"the condition {predicate} held"
-    said = said.rstrip(".")
-    return f"it is not the case that {said}" if negate else said
-
-
-_PREDICATE_SAID = re.compile(r"predicate (?P<name>[A-Za-z0-9_]+) "
-                             r"(?:is (?P<value>true|false)|failed \((?P<error>[^)]*)\); counted as false)")
-_REACHED = re.compile(r"^reached (?P<kind>diagnosis|remedy) \S+: ")
-
-
-def in_words(reason: str) -> str:
-    """A walk's recorded reason with every ``predicate NAME is true/false`` (or ``... failed (...)``) put into
-    the words of the predicate's description."""
-    from .registry import PREDICATES, load_vocabulary
-
-    reason = _REACHED.sub(lambda m: f"reached the {m.group('kind')}: ", reason)
-    if "predicate " not in reason:
-        return reason
-    load_vocabulary()
-
-    def said(m: re.Match) -> str:
-        spec = PREDICATES.get(m.group("name"))
-        doc = (spec.doc if spec is not None else f"the condition {m.group('name')} held").rstrip(".")
-        if m.group("error") is not None:
-            return f"could not check whether {doc} ({m.group('error')})"
-        return doc if m.group("value") == "true" else f"not: {doc}"
-
-    return _PREDICATE_SAID.sub(said, reason)
 
 
 # -- the symptom ledger -------------------------------------------------------------------------------

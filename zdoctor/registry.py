@@ -7,13 +7,21 @@ import pkgutil
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .host import Host
-    from .model import Evidence, Finding, ProbeResult
+from .model import Evidence, Finding, ProbeResult
 
-ProbeFunc = typing.Callable[["Host"], "tuple[dict[str, Any], list[Evidence]]"]
+
+class ProbeHost(typing.Protocol):
+    """What a probe needs of the host it runs on (a live node or a replayed snapshot): the results of the
+    probes it reads, and what the host says about itself."""
+
+    info: dict[str, Any]
+
+    def result(self, name: str) -> ProbeResult: ...
+
+
+ProbeFunc = typing.Callable[[ProbeHost], "tuple[dict[str, Any], list[Evidence]]"]
 
 
 class Facts(typing.Mapping[str, "ProbeResult"]):

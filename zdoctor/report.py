@@ -19,7 +19,6 @@ from .present import (
     SYMPTOMS_HEADING,
     are_steps,
     first_line,
-    in_words,
     option_label,
     options_heading,
     pasted_script,
@@ -32,6 +31,7 @@ from .present import (
     symptom_verdict,
     unexplained_headline,
 )
+from .walkwords import in_words
 
 
 def inert(text: object) -> str:

@@ -32,6 +32,7 @@ from typing import Any
 
 from . import __version__
 from .errors import InputError
+from .events import SessionView, fold
 from .redact import redact
 
 SESSION_ID_RE = re.compile(r"\d{8}T\d{6}-[0-9a-f]{4}")
@@ -298,7 +299,6 @@ def _info(path: Path) -> SessionInfo:
     except InputError as exc:
         info.error = str(exc)
         return info
-    from .events import fold
 
     view = fold(events)
     info.events, info.torn = len(events), events.torn
@@ -558,3 +558,8 @@ class SessionLog:
         if fd is not None and not sys.is_finalizing():
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def read_session(session_id_or_path: Any, state_dir: Any = None) -> SessionView:
+    """Read a session's log (see :func:`load_events`) and fold it."""
+    return fold(load_events(session_id_or_path, state_dir))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import UsageError
+from .units import parse_count, parse_size
 
 #: The interpreter looked up on the training PATH when none is named.
 DEFAULT_PYTHON = "python3"
@@ -85,12 +86,8 @@ class Target:
             if opts[key] is not None and opts[key] < 1:
                 raise UsageError(f"zdoctor: --{key.replace('_', '-')} must be at least 1")
         if opts["io_size"] is not None:
-            from .storage.iotest import parse_size
-
             parse_size(opts["io_size"])  # a bad size is a one-line InputError (exit 2) before any probing
         if opts["model_params"] is not None:
-            from .offload.planner import parse_count
-
             parse_count(opts["model_params"])  # likewise for a count that is not one
         for key, flag in FILE_OPTIONS:
             if opts[key] is not None:

@@ -41,7 +41,7 @@ class Plan:
     tried: bool = False
     # How to try it without changing the machine, when applying the env changes is not the whole of it:
     # {"kind": "link", "name": ..., "target": ...} makes the link in a private temp dir put first on
-    # LD_LIBRARY_PATH for the re-run (see versioned.trial_env).
+    # LD_LIBRARY_PATH for the re-run (see trial_env).
     trial: dict[str, Any] | None = None
     # Tools the commands need that this node lacks (zdoctor.present.tool_missing sentences).
     missing: list[str] = field(default_factory=list)
@@ -203,6 +203,17 @@ def conda_upgrade(prefix: str, gcc_release: str | None, rests_on: list[str],
     )
 
 
+def trial_env(plan: Plan, env: Mapping[str, str], tmp: str) -> dict[str, str]:
+    """The re-run's environment for a plan with a ``link`` trial: the link in ``tmp``, first on the path."""
+    out = plan.apply_to(env)
+    trial = plan.trial or {}
+    if trial.get("kind") == "link":
+        os.symlink(trial["target"], os.path.join(tmp, trial["name"]))
+        old = out.get("LD_LIBRARY_PATH")
+        out["LD_LIBRARY_PATH"] = tmp + (":" + old if old else "")
+    return out
+
+
 def verify(plan: Plan, argv: Sequence[str], env: Mapping[str, str], *, timeout: float = VERIFY_TIMEOUT,
            cwd: str | None = None) -> Evidence:
     """Re-run ``argv`` with the plan applied; set ``plan.verified`` only when it then succeeds.
@@ -215,8 +226,6 @@ def verify(plan: Plan, argv: Sequence[str], env: Mapping[str, str], *, timeout: 
     how = ""
     with tempfile.TemporaryDirectory(prefix="zdoctor-trial-") as tmp:
         if plan.trial:
-            from .versioned import trial_env
-
             run_env = trial_env(plan, env, tmp)
             how = (" (tried without changing anything: the link was made in a private temp directory put first "
                    "on LD_LIBRARY_PATH for the re-run)")

@@ -134,13 +134,3 @@ def propose_versioned(libs: Mapping[str, Any], env: Mapping[str, str], needs: li
     return plans
 
 
-def trial_env(plan: Plan, env: Mapping[str, str], tmp: str) -> dict[str, str]:
-    """The re-run's environment for a plan with a ``link`` trial: the link in ``tmp``, first on the path."""
-    out = plan.apply_to(env)
-    trial = plan.trial or {}
-    if trial.get("kind") == "link":
-        os.symlink(trial["target"], os.path.join(tmp, trial["name"]))
-        old = out.get("LD_LIBRARY_PATH")
-        out["LD_LIBRARY_PATH"] = tmp + (":" + old if old else "")
-    return out
-

@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import runner
-from ..errors import InputError
 from ..model import Evidence
+from ..units import parse_size  # noqa: F401 - the io size of --io-size, parsed where every option is
 from . import GIB, MIB, aiocalls
 
 BLOCK = MIB  # DeepSpeed aio block_size default
@@ -38,23 +38,8 @@ FREE_SHARE = 10  # the test never uses more than 1/FREE_SHARE of the free space
 MIN_SIZE = 16 * MIB
 TIME_LIMIT_S = 30.0  # per phase
 
-_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(i?B)?\s*$", re.IGNORECASE)
 
 Progress = typing.Callable[[str, int, int], None]
-
-
-def parse_size(text: str | int) -> int:
-    """``"256M"`` -> 268435456 (K/M/G/T are powers of 1024, an optional ``iB``/``B`` is ignored);
-    ``"0"`` -> 0 (skip the test). Anything else raises :class:`InputError`."""
-    if isinstance(text, int):
-        if text < 0:
-            raise InputError(f"io size {text}: must not be negative")
-        return text
-    m = _SIZE.match(str(text))
-    if not m:
-        raise InputError(f"io size {text!r}: expected a size like 256M, 1G or 0 (skip)")
-    mult = {"": 1, "K": 1024, "M": MIB, "G": GIB, "T": 1024 * GIB}[m.group(2).upper()]
-    return int(float(m.group(1)) * mult)
 
 
 def human(n: float | None) -> str:

@@ -1,0 +1,95 @@
+"""What a verdict means, below every renderer and the model: the order of statuses, how findings are
+counted and sorted, and the three verification states of a remedy (tried: fixed, tried: did not fix, not
+tried) with how an older record reads back. No words for a person here beyond the recorded reasons:
+:mod:`zdoctor.present` puts these into sentences, marks and styles."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+STATUSES = ("ok", "warn", "fail", "skip", "crash")
+#: Order used when sorting findings for display: worst first.
+STATUS_RANK = {"crash": 0, "fail": 1, "warn": 2, "skip": 3, "ok": 4}
+#: Statuses that make `zdoctor check` exit 1.
+FAILING = frozenset({"fail", "crash"})
+
+#: The three verification states of a remedy.
+FIXED = "fixed"
+NOT_FIXED = "not_fixed"
+NOT_TRIED = "not_tried"
+VERIFICATION_STATES = (FIXED, NOT_FIXED, NOT_TRIED)
+#: Why a remedy was not tried when its maker said nothing more precise.
+DEFAULT_NOT_TRIED = "zdoctor has no way to try it here"
+NOT_TRIED_ROOT = "it needs root and changes the machine"
+OLD_RECORD = "this session was recorded without saying whether it was tried"
+#: Sentences older sessions put in a remedy's explanation when zdoctor did not try it.
+OLD_NOT_TRIED = ("zdoctor cannot try it here", "zdoctor does not try it", "Not verified in advance")
+
+
+def count(statuses: Iterable[str]) -> dict[str, int]:
+    """Count ``statuses`` per known status, plus a ``total``."""
+    counts = {s: 0 for s in STATUSES}
+    total = 0
+    for s in statuses:
+        counts[s] = counts.get(s, 0) + 1
+        total += 1
+    counts["total"] = total
+    return counts
+
+
+def finding_key(status: Any, fid: Any) -> tuple[int, str]:
+    """The sort key of a finding: worst status first, then by id."""
+    return (STATUS_RANK.get(status, len(STATUS_RANK)), "" if fid is None else str(fid))
+
+
+@dataclass(frozen=True)
+class Verification:
+    """Whether a remedy was tried: ``fixed``, ``not_fixed`` (with what the re-run showed) or ``not_tried``
+    (with the reason)."""
+
+    state: str
+    reason: str = ""
+
+    @property
+    def verified(self) -> bool:
+        """Tried, and it fixed the failing command."""
+        return self.state == FIXED
+
+    def to_dict(self) -> dict[str, str]:
+        return {"state": self.state, "reason": self.reason}
+
+
+def verification_of(remedy: Any) -> Verification:
+    """The verification of a :class:`~zdoctor.model.Remedy` or of a remedy recorded as a dict.
+
+    A dict from an older session carries only ``verified``: true is ``fixed``; false is ``not_fixed``
+    where its explanation says the re-run still failed, else ``not_tried`` (it was the flag of remedies
+    zdoctor could not try).
+    """
+    if isinstance(remedy, Mapping):
+        rec = remedy.get("verification")
+        if isinstance(rec, Mapping) and rec.get("state") in VERIFICATION_STATES:
+            reason = str(rec.get("reason") or "")
+            return Verification(str(rec["state"]), reason or (DEFAULT_NOT_TRIED if rec["state"] == NOT_TRIED else ""))
+        explanation = str(remedy.get("explanation") or "")
+        said = explanation[explanation.index("Verified: ") + len("Verified: "):] if "Verified: " in explanation else ""
+        if remedy.get("verified") is True:
+            return Verification(FIXED, said)
+        if said.startswith(("the command still fails", "re-running the command")):
+            return Verification(NOT_FIXED, said)
+        for marker in OLD_NOT_TRIED:
+            if marker in explanation:
+                sentence = explanation[explanation.rfind(".", 0, explanation.index(marker)) + 1:].strip()
+                sentence = sentence.split(". ")[0]
+                return Verification(NOT_TRIED, sentence[:1].lower() + sentence[1:])
+        return Verification(NOT_TRIED, OLD_RECORD if remedy.get("verified") is False else DEFAULT_NOT_TRIED)
+    if getattr(remedy, "verified", None) is True:
+        return Verification(FIXED, getattr(remedy, "note", "") or "")
+    if getattr(remedy, "tried", False):
+        return Verification(NOT_FIXED, getattr(remedy, "note", "") or "")
+    reason = getattr(remedy, "note", "") or ""
+    if not reason:  # the reason is part of the record (the JSON says what the guide and the exports say)
+        reason = NOT_TRIED_ROOT if getattr(remedy, "requires_root", False) else DEFAULT_NOT_TRIED
+    return Verification(NOT_TRIED, reason)
