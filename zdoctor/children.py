@@ -8,6 +8,14 @@ goes. SIGKILL cannot be caught: for it, each child asks the kernel for a parent-
 with the thread that started it; and a small reaper process, told of every group as it starts and
 ends, kills the groups still registered when its pipe from zdoctor closes (zdoctor is gone, however
 it died), which also ends the grandchildren a parent-death signal does not reach.
+
+A process group is not enough: ninja starts each compiler in a group of its own, a daemon starts a
+session of its own. So every command runs under a keeper (:mod:`zdoctor.shim`, started by :func:`popen`)
+that is a child subreaper, kills what the command left when it exits, and ends the whole tree when
+zdoctor ends it or goes away (a pipe from zdoctor reaches its end, even when zdoctor and its reaper were
+both killed at once); and, where the node allows it, in a cgroup of its own (:mod:`zdoctor.cgroup`),
+killed as one by zdoctor, by the reaper, or by the next zdoctor that starts. zdoctor is a child
+subreaper itself, so a keeper killed outright hands its tree to zdoctor, which ends it on the way out.
 """
 
 from __future__ import annotations
@@ -23,14 +31,20 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from . import cgroup, shim
+
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 HANDLED_SIGNALS = ("SIGHUP", "SIGTERM", "SIGINT")
 #: How long the groups get to exit after SIGTERM before SIGKILL.
 GRACE_S = 1.0
 #: The longest the main thread waits without returning to Python (where signal handlers run).
 WAIT_SLICE_S = 0.25
 
-_groups: set[int] = set()
+#: Running children: process group -> the directory of their cgroup ("" when none).
+_groups: dict[int, str] = {}
+#: Called (no arguments; returning notes for the user) once zdoctor has ended its children on the way out.
+_after_end: list[Callable[[], list[str]]] = []
 _lock = threading.Lock()
 _prctl: Any = None
 _installed = False
@@ -52,8 +66,8 @@ def _load_prctl() -> Any:
     return _prctl or None
 
 
-def pdeathsig_hook() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the child get SIGKILL when its parent thread dies (None: unsupported).
+def pdeathsig_hook(sig: int = signal.SIGKILL) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get ``sig`` when its parent thread dies (None: unsupported).
 
     The child checks its parent afterwards: a parent that died between the fork and the ``prctl``
     would otherwise be missed.
@@ -64,31 +78,43 @@ def pdeathsig_hook() -> Callable[[], None] | None:
     parent = os.getpid()
 
     def hook() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
         if os.getppid() != parent:
             os._exit(137)
 
     return hook
 
 
-# The reaper: reads "+PGID" / "-PGID" lines; at end of input (zdoctor gone) kills what is left.
+# The reaper: reads "+PGID CGROUP" / "-PGID" lines; at end of input (zdoctor gone) kills what is left.
 REAPER = r"""
 import os, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 signal.signal(signal.SIGHUP, signal.SIG_IGN)
-groups = set()
+groups = {}
 for line in sys.stdin:
-    line = line.strip()
-    if line[1:].isdigit():
-        (groups.add if line[0] == "+" else groups.discard)(int(line[1:]))
-for g in groups:
+    word, _, path = line.strip().partition(" ")
+    if word[1:].isdigit():
+        if word[0] == "+":
+            groups[int(word[1:])] = path
+        else:
+            groups.pop(int(word[1:]), None)
+for g, path in groups.items():
     try:
         os.killpg(g, signal.SIGKILL)
     except OSError:
         pass
-"""
+    if path:
+        kind, _, where = path.partition(":")
+        kill_cgroup(where, kind)
+        try:
+            os.rmdir(where)
+        except OSError:
+            pass
+""" + cgroup.KILL_SOURCE
 
 _reaper: Any = None  # the reaper's Popen; False once it could not be started
+_life: int | None = None  # the read end of the pipe every keeper watches; its write end lives only here
+_life_w: int | None = None
 
 
 def _tell_reaper(line: str) -> None:
@@ -112,15 +138,141 @@ def _tell_reaper(line: str) -> None:
         _reaper = False
 
 
-def register(pgid: int) -> None:
-    """Remember a running child's process group (its pid: it leads a session of its own).
+def _lifeline() -> int:
+    """The read end of zdoctor's lifeline: it reaches its end when zdoctor is gone, however it died."""
+    global _life, _life_w
+    if _life is None:
+        r, w = os.pipe()  # both close on exec: a keeper gets the read end through pass_fds only
+        _life, _life_w = r, w
+    return _life
+
+
+def set_subreaper() -> bool:
+    """Make zdoctor a child subreaper: a keeper killed outright leaves its tree to zdoctor, not to init."""
+    prctl = _load_prctl()
+    return bool(prctl is not None and prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+
+
+class Contained:
+    """A command started under its keeper: ``proc`` is the keeper (its pid leads the process group),
+    ``cgroup`` the command's own cgroup (None where the node has none), ``error`` why the command
+    itself could not be started (the keeper then exits 127)."""
+
+    def __init__(self, proc: Any, group: cgroup.Cgroup | None, error: OSError | None) -> None:
+        self.proc, self.cgroup, self.error = proc, group, error
+
+    def kill(self) -> None:
+        """End the command's whole tree now: its cgroup at once, then its keeper's group."""
+        if self.cgroup is not None:
+            self.cgroup.kill()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def stop(self, grace: float = GRACE_S) -> None:
+        """Ask the keeper to end the tree (SIGTERM first, so a build can clean up), then :meth:`kill`."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        with contextlib.suppress(Exception):
+            self.proc.wait(grace)
+        self.kill()
+
+    def finish(self) -> None:
+        """After the keeper was reaped: kill whatever is still in the cgroup, remove it, forget the group."""
+        if self.cgroup is not None:
+            if self.cgroup.members():
+                self.cgroup.kill()
+            self.cgroup.remove()
+        forget(self.proc.pid)
+
+
+def _env_block(env: Any) -> bytes:
+    return b"".join(os.fsencode(k) + b"=" + os.fsencode(v) + b"\0"
+                    for k, v in (os.environ if env is None else env).items() if "=" not in k and k)
+
+
+def _feed(fd: int, data: bytes) -> None:
+    with contextlib.suppress(OSError):
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+def _read_status(fd: int, timeout: float = 60.0) -> bytes:
+    import select
+
+    data = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while not data.endswith(b"\n") and time.monotonic() < deadline:
+            if not select.select([fd], [], [], WAIT_SLICE_S)[0]:
+                continue
+            chunk = os.read(fd, 64)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(fd)
+    return data.strip()
+
+
+def popen(argv: Any, *, env: Any = None, prefix: Any = (), **kwargs: Any) -> Contained:
+    """Start ``argv`` under its keeper, in a session and (where allowed) a cgroup of its own; registered.
+
+    ``env`` is the command's environment (default: zdoctor's); the keeper itself gets an empty one.
+    ``prefix`` is a program the keeper runs under (a tracer: ``strace ... --``); it gets the command's
+    environment without its ``LD_`` variables. ``kwargs`` go to ``subprocess.Popen`` (stdin, stdout,
+    stderr, cwd). OSError when the keeper (or the prefix) cannot start; a command that cannot start
+    gives ``error`` (its errno and message) on the result.
+    """
+    import subprocess
+
+    group = cgroup.create()
+    env_r, env_w = os.pipe()
+    st_r, st_w = os.pipe()
+    life = _lifeline()
+    keeper = [sys.executable, "-I", "-S", "-c", shim.SOURCE, str(life), str(env_r), str(st_w),
+              group.procs if group is not None else "", "--", *argv]
+    outer_env: dict[str, str] = {}
+    if prefix:
+        base = os.environ if env is None else env
+        outer_env = {k: v for k, v in base.items() if not k.startswith("LD_")}
+    try:
+        proc = subprocess.Popen([*prefix, *keeper], env=outer_env, start_new_session=True, close_fds=True,
+                                pass_fds=(life, env_r, st_w),
+                                preexec_fn=pdeathsig_hook(signal.SIGTERM if not prefix else signal.SIGKILL),
+                                **kwargs)
+    except BaseException:
+        for fd in (env_r, env_w, st_r, st_w):
+            os.close(fd)
+        if group is not None:
+            group.remove(0)
+        raise
+    os.close(env_r)
+    os.close(st_w)
+    register(proc.pid, group)
+    threading.Thread(target=_feed, args=(env_w, _env_block(env)), daemon=True).start()
+    status = _read_status(st_r)
+    error = None
+    if status.startswith(b"E"):
+        code = int(status[1:] or 0)
+        error = OSError(code, os.strerror(code) if code else "cannot execute")
+    return Contained(proc, group, error)
+
+
+def register(pgid: int, group: cgroup.Cgroup | None = None) -> None:
+    """Remember a running child's process group (its pid: it leads a session of its own) and cgroup.
 
     Once a signal is ending zdoctor, the group is killed instead: probes and re-runs still queued in
     worker threads must not start what nobody will end (the interpreter waits for those threads)."""
+    where = f"{group.kind}:{group.path}" if group is not None else ""
     with _lock:
-        _groups.add(pgid)
-        _tell_reaper(f"+{pgid}")
+        _groups[pgid] = where
+        _tell_reaper(f"+{pgid} {where}".rstrip())
     if _closing:  # set before the signal's own look at the groups: one of the two ends this group
+        if group is not None:
+            group.kill()
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
 
@@ -128,7 +280,7 @@ def register(pgid: int) -> None:
 def forget(pgid: int) -> None:
     """The group's leader was reaped: nothing to end any more."""
     with _lock:
-        _groups.discard(pgid)
+        _groups.pop(pgid, None)
         _tell_reaper(f"-{pgid}")
 
 
@@ -175,9 +327,11 @@ def _alive(pgid: int) -> bool:
 def end_all(grace: float = GRACE_S) -> list[int]:
     """SIGTERM every registered group, SIGKILL what is left after ``grace`` seconds; the groups ended.
 
-    Takes no lock: a signal handler calls it in the main thread, which may be holding the lock itself.
+    A keeper ends its whole tree on SIGTERM; a cgroup is killed as one at the end, whatever its members
+    did in between. Takes no lock: a signal handler calls it in the main thread, which may be holding
+    the lock itself.
     """
-    groups = sorted(_groups)  # one C-level copy under the GIL
+    groups = dict(_groups)  # one C-level copy under the GIL
     for pgid in groups:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGTERM)
@@ -189,13 +343,93 @@ def end_all(grace: float = GRACE_S) -> list[int]:
     for pgid in left:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
-    return groups
+    for where in groups.values():
+        if where:
+            kind, _, path = where.partition(":")
+            cgroup.Cgroup(path, kind).kill()
+    return sorted(groups)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (from each process's parent in /proc/PID/stat)."""
+    kids: dict[int, list[int]] = {}
+    try:
+        names = [n for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return []
+    for name in names:
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                data = fh.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(b")") + 2:].split()
+        if len(fields) > 1 and fields[0] != b"Z":
+            kids.setdefault(int(fields[1]), []).append(int(name))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in kids.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _kill_orphans() -> None:
+    """SIGKILL every descendant of zdoctor but its reaper, until none is left (zdoctor is going)."""
+    spare = {_reaper.pid} if _reaper else set()
+    for _ in range(100):
+        left = [p for p in descendants(os.getpid()) if p not in spare]
+        if not left:
+            return
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
+
+
+def after_end(callback: Callable[[], list[str]]) -> Callable[[], None]:
+    """Run ``callback`` once zdoctor has ended its children on the way out; it returns notes for the user.
+
+    Returns the function that takes the callback back (the run it guards finished by itself)."""
+    _after_end.append(callback)
+
+    def withdraw() -> None:
+        with contextlib.suppress(ValueError):
+            _after_end.remove(callback)
+
+    return withdraw
+
+
+def _run_after_end() -> list[str]:
+    notes: list[str] = []
+    while _after_end:
+        callback = _after_end.pop()
+        try:
+            notes.extend(callback())
+        except Exception as exc:  # noqa: BLE001 - going away: one line, not a traceback
+            notes.append(f"a clean-up after ending the commands failed: {type(exc).__name__}: {exc}")
+    for note in notes:
+        with contextlib.suppress(OSError, ValueError):
+            print(f"zdoctor: {note}", file=sys.stderr, flush=True)
+    return notes
+
+
+def shutdown() -> list[str]:
+    """zdoctor is leaving (the guide quit, the check ended): end every child still running, then run the
+    clean-ups of the runs that were ended (a stale build lock); returns their notes, also printed."""
+    if not _groups and not _after_end:
+        return []
+    end_all()
+    return _run_after_end()
 
 
 def _handler(signum: int, frame: Any) -> None:
     global _closing
     _closing = True  # no lock here (see end_all); register() checks it after adding a group
     end_all()
+    _kill_orphans()
+    _run_after_end()
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     signal.signal(signum, signal.SIG_DFL)
@@ -211,6 +445,8 @@ def install_signal_handlers() -> bool:
     if threading.current_thread() is not threading.main_thread():
         return False
     _load_prctl()
+    set_subreaper()
+    cgroup.sweep_stale()
     for name in HANDLED_SIGNALS:
         sig = getattr(signal, name, None)
         if sig is None:
