@@ -158,8 +158,8 @@ class Contained:
     ``cgroup`` the command's own cgroup (None where the node has none), ``error`` why the command
     itself could not be started (the keeper then exits 127)."""
 
-    def __init__(self, proc: Any, group: cgroup.Cgroup | None, error: OSError | None) -> None:
-        self.proc, self.cgroup, self.error = proc, group, error
+    def __init__(self, proc: Any, group: cgroup.Cgroup | None, error: OSError | None, traced: bool = False) -> None:
+        self.proc, self.cgroup, self.error, self.traced = proc, group, error, traced
 
     def kill(self) -> None:
         """End the command's whole tree now: its cgroup at once, then its keeper's group."""
@@ -169,11 +169,23 @@ class Contained:
             os.killpg(self.proc.pid, signal.SIGKILL)
 
     def stop(self, grace: float = GRACE_S) -> None:
-        """Ask the keeper to end the tree (SIGTERM first, so a build can clean up), then :meth:`kill`."""
+        """Ask the keeper to end the tree (SIGTERM first, so a build can clean up), then :meth:`kill`.
+
+        A tracer goes first (SIGKILL, alone): its log then ends inside the calls the command hangs in."""
+        if self.traced and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGTERM)
-        with contextlib.suppress(Exception):
-            self.proc.wait(grace)
+        deadline = time.monotonic() + grace
+        while _alive(self.proc.pid) and time.monotonic() < deadline:
+            if self.proc.poll() is None:
+                with contextlib.suppress(Exception):
+                    self.proc.wait(0.02)
+            else:
+                _reap_orphans(self.proc.pid)
+                time.sleep(0.02)
         self.kill()
 
     def finish(self) -> None:
@@ -182,7 +194,29 @@ class Contained:
             if self.cgroup.members():
                 self.cgroup.kill()
             self.cgroup.remove()
+        if self.traced:
+            _reap_orphans(self.proc.pid)
         forget(self.proc.pid)
+
+
+def _reap_orphans(pgid: int) -> None:
+    """Reap the exited processes of group ``pgid`` handed to zdoctor as the subreaper (a keeper whose
+    tracer died): no ``Popen`` waits for them, and a zombie would keep the group alive."""
+    me = os.getpid()
+    try:
+        names = [n for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return
+    for name in names:
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                data = fh.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(b")") + 2:].split()
+        if len(fields) > 2 and fields[0] == b"Z" and int(fields[1]) == me and int(fields[2]) == pgid:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(int(name), os.WNOHANG)
 
 
 def _env_block(env: Any) -> bytes:
@@ -258,7 +292,7 @@ def popen(argv: Any, *, env: Any = None, prefix: Any = (), **kwargs: Any) -> Con
     if status.startswith(b"E"):
         code = int(status[1:] or 0)
         error = OSError(code, os.strerror(code) if code else "cannot execute")
-    return Contained(proc, group, error)
+    return Contained(proc, group, error, traced=bool(prefix))
 
 
 def register(pgid: int, group: cgroup.Cgroup | None = None) -> None:
