@@ -425,12 +425,14 @@ def _kill_orphans() -> None:
 def after_end(callback: Callable[[], list[str]]) -> Callable[[], None]:
     """Run ``callback`` once zdoctor has ended its children on the way out; it returns notes for the user.
 
-    Returns the function that takes the callback back (the run it guards finished by itself)."""
+    Returns the function that takes the callback back (the run it guards finished by itself); once zdoctor
+    is ending its children the callback stays: the run finished because it was ended."""
     _after_end.append(callback)
 
     def withdraw() -> None:
-        with contextlib.suppress(ValueError):
-            _after_end.remove(callback)
+        if not _closing:
+            with contextlib.suppress(ValueError):
+                _after_end.remove(callback)
 
     return withdraw
 
@@ -452,8 +454,10 @@ def _run_after_end() -> list[str]:
 def shutdown() -> list[str]:
     """zdoctor is leaving (the guide quit, the check ended): end every child still running, then run the
     clean-ups of the runs that were ended (a stale build lock); returns their notes, also printed."""
+    global _closing
     if not _groups and not _after_end:
         return []
+    _closing = True
     end_all()
     return _run_after_end()
 
