@@ -155,3 +155,31 @@ def test_leaving_the_guide_during_a_first_time_jit_build_leaves_no_compiler_and_
             assert not lock.exists(), "the lock torch made during the ended build is still there"
     finally:
         term.tmux("kill-server", check=False)
+
+
+def test_leaving_the_step_that_runs_the_build_ends_it_and_removes_the_lock(tmp_path, build, monkeypatch):
+    """Esc, then Leave, on the step whose probe traces the launch: the guide gives up on that probe
+    (:func:`abandon_probe`, as `c` does); the build it runs ends with it, and the lock goes."""
+    from zdoctor.guide import abandon_probe
+    from zdoctor.host import LiveHost
+    from zdoctor.registry import load_vocabulary
+    from zdoctor.target import Target
+
+    load_vocabulary()
+    python, argv, env, ext, lock = build
+    for key in [k for k in os.environ if k not in env]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    host = LiveHost(target=Target.from_args(str(python), " ".join(argv), [], 600, {}))
+    probe = threading.Thread(target=host.result, args=("livetrace",), daemon=True)
+    probe.start()
+    assert wait_for(lambda: _compiling(tmp_path), 240), "the build never reached the compiler"
+    assert lock.exists()
+    shown = abandon_probe(host, "livetrace", 5.0)
+    assert shown.status == "timeout" and "cancelled by the user" in (shown.error or "")
+    probe.join(60)
+    assert not probe.is_alive()
+    later = host.result("livetrace")  # what the probe found once its command was ended
+    said = " ".join(str(e.error or "") for e in later.evidence)
+    _assert_left_clean(tmp_path, lock, said)

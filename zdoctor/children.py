@@ -45,6 +45,10 @@ WAIT_SLICE_S = 0.25
 _groups: dict[int, str] = {}
 #: Called (no arguments; returning notes for the user) once zdoctor has ended its children on the way out.
 _after_end: list[Callable[[], list[str]]] = []
+#: The thread that started each running group (a probe's thread is named ``probe:NAME``).
+_owners: dict[int, str] = {}
+#: Groups zdoctor ended before they finished by themselves (a probe abandoned, a step left).
+_ended: set[int] = set()
 _lock = threading.Lock()
 _prctl: Any = None
 _installed = False
@@ -303,6 +307,7 @@ def register(pgid: int, group: cgroup.Cgroup | None = None) -> None:
     where = f"{group.kind}:{group.path}" if group is not None else ""
     with _lock:
         _groups[pgid] = where
+        _owners[pgid] = threading.current_thread().name
         _tell_reaper(f"+{pgid} {where}".rstrip())
     if _closing:  # set before the signal's own look at the groups: one of the two ends this group
         if group is not None:
@@ -315,6 +320,7 @@ def forget(pgid: int) -> None:
     """The group's leader was reaped: nothing to end any more."""
     with _lock:
         _groups.pop(pgid, None)
+        _owners.pop(pgid, None)
         _tell_reaper(f"-{pgid}")
 
 
@@ -382,6 +388,38 @@ def end_all(grace: float = GRACE_S) -> list[int]:
             kind, _, path = where.partition(":")
             cgroup.Cgroup(path, kind).kill()
     return sorted(groups)
+
+
+def end_started_by(thread_name: str, grace: float = GRACE_S) -> list[int]:
+    """End every running command that the thread ``thread_name`` started (its whole tree); the groups.
+
+    For a caller that stops waiting on work still under way (an abandoned probe): what it started must
+    not run on by itself. The run that started it then reports it as ended (:func:`was_ended`)."""
+    with _lock:
+        mine = {g: w for g, w in _groups.items() if _owners.get(g) == thread_name}
+        _ended.update(mine)
+    for pgid in mine:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while any(_alive(g) for g in mine) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for pgid, where in mine.items():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        if where:
+            kind, _, path = where.partition(":")
+            cgroup.Cgroup(path, kind).kill()
+    return sorted(mine)
+
+
+def was_ended(pgid: int) -> bool:
+    """Whether zdoctor ended the group (it did not finish, nor reach its time limit, by itself); asked once."""
+    with _lock:
+        if pgid in _ended:
+            _ended.discard(pgid)
+            return True
+    return _closing
 
 
 def descendants(pid: int) -> list[int]:

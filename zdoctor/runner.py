@@ -19,6 +19,8 @@ from . import children
 from .model import OUTPUT_CAP, Evidence, cap_text
 
 DEFAULT_TIMEOUT = 20.0
+#: The error of a run zdoctor ended before it finished (its probe abandoned, zdoctor leaving).
+ENDED = "stopped by zdoctor before it finished; its processes were ended"
 
 
 def _kill_group(child: children.Contained) -> None:
@@ -214,6 +216,8 @@ def run(
             _kill_group(child)
             proc.wait()
         child.finish()
+    if ev.error is None and children.was_ended(proc.pid):
+        ev.error = ENDED
     ev.duration_s = time.monotonic() - t0
     ev.exit_code = proc.returncode if ev.error is None else None
     pump.close()
@@ -291,6 +295,8 @@ def run_streaming(
                 with contextlib.suppress(OSError):
                     pipe.close()
     child.finish()
+    if ev.error is None and children.was_ended(proc.pid):
+        ev.error = ENDED
     ev.duration_s = time.monotonic() - t0
     ev.exit_code = proc.returncode if ev.error is None else None
     ev.stdout, t1 = chunks["out"].text(cap)

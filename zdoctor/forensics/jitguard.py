@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import children
 from ..model import Evidence
-from ..runner import run
+from ..runner import ENDED, run
 from .jitcache import LOCK_NAME, MAX_DIR_ENTRIES, extension_roots
 
 MAX_PROC_SCAN = 100_000
@@ -116,7 +116,7 @@ def run_guarded(argv: Sequence[str], env: Mapping[str, str], **kwargs: Any) -> E
         ev = run(argv, env=env, **kwargs)
     finally:
         withdraw()
-    if ev.error and ev.error.startswith("timed out"):
+    if ev.error and (ev.error.startswith("timed out") or ev.error == ENDED):
         notes = clean_left_locks(before, env)
         if notes:
             ev.error = "; ".join([ev.error, *notes])
