@@ -419,7 +419,7 @@ def was_ended(pgid: int) -> bool:
         if pgid in _ended:
             _ended.discard(pgid)
             return True
-    return _closing
+    return False
 
 
 def descendants(pid: int) -> list[int]:
