@@ -200,3 +200,23 @@ def test_a_cgroup_outlives_zdoctor_its_reaper_and_the_keeper_and_the_next_zdocto
         _kill(_sleepers(token))
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_a_python_wrapper_that_backgrounds_children_leaves_none_after_a_check(tmp_path):
+    """`--python` names a wrapper script that starts 100 children, each in a session of its own, then runs
+    the real interpreter: zdoctor runs it for several probes, and none of their children outlives the run
+    that started it."""
+    token = _token()
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f"#!/bin/sh\nfor i in $(seq 100); do setsid sleep {token} </dev/null >/dev/null 2>&1 & done\n"
+                       f'exec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"))
+    try:
+        proc = subprocess.run([sys.executable, "-m", "zdoctor", "check", "--no-log", "--json", "--python", str(wrapper)],
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode in (0, 1, 3), proc.stderr[-2000:]
+        assert f'"{wrapper}"' in proc.stdout  # the wrapper was the interpreter probed
+        assert wait_for(lambda: not _sleepers(token), 15), f"{len(_sleepers(token))} children outlived zdoctor"
+    finally:
+        _kill(_sleepers(token))
