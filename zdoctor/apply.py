@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import children
+from . import contain
 from .errors import InputError
 from .model import Remedy, cap_text
 from .target import Target
@@ -255,7 +255,7 @@ def _stream(argv: list[str], env: dict[str, str], cwd: str | None, on_output: Ca
             cancel: threading.Event | None, timeout: float | None, outcome: ApplyOutcome) -> None:
     chunks: list[str] = []
     try:
-        child = children.popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        child = contain.popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT)
     except OSError as exc:
         outcome.error = f"{argv[0]}: {exc.strerror or exc}"

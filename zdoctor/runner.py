@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from . import children
+from . import children, contain
 from .model import OUTPUT_CAP, Evidence, cap_text
 
 DEFAULT_TIMEOUT = 20.0
@@ -23,7 +23,7 @@ DEFAULT_TIMEOUT = 20.0
 ENDED = "stopped by zdoctor before it finished; its processes were ended"
 
 
-def _kill_group(child: children.Contained) -> None:
+def _kill_group(child: contain.Contained) -> None:
     """End the child's whole tree: its keeper ends it (SIGTERM), then its cgroup and group are killed."""
     child.stop(grace=children.GRACE_S)
     with contextlib.suppress(ProcessLookupError):
@@ -155,7 +155,7 @@ def run(
 ) -> Evidence:
     """Run ``argv`` and return its :class:`Evidence`; never raises for a failing program.
 
-    The child runs contained (:func:`zdoctor.children.popen`: a keeper, a session, a cgroup where the
+    The child runs contained (:func:`zdoctor.contain.popen`: a keeper, a session, a cgroup where the
     node has them), so a timeout ends it and everything it started, and whatever it leaves running
     when it exits is ended too, with exactly ``env`` (default: zdoctor's own environment). A missing or
     non-executable program is reported in ``error`` with ``exit_code`` None; a timeout sets ``error``
@@ -167,7 +167,7 @@ def run(
     ev = Evidence(label=label or " ".join(argv[:3]), kind="command", argv=argv, started=time.time())
     t0 = time.monotonic()
     try:
-        child = children.popen(
+        child = contain.popen(
             argv,
             env=dict(env) if env is not None else None,
             prefix=prefix,
@@ -251,7 +251,7 @@ def run_streaming(
     ev = Evidence(label=label or " ".join(argv[:3]), kind="command", argv=argv, started=time.time())
     t0 = time.monotonic()
     try:
-        child = children.popen(argv, env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL,
+        child = contain.popen(argv, env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except OSError as exc:
         ev.error = _not_started(argv[0], exc)
