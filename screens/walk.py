@@ -473,6 +473,7 @@ class WalkScreen(ContextScreen):
         self.app.push_screen(AskScreen(question, body, answers), answered)
 
     def leave(self) -> None:
+        self.query_one(ProbePanel).cancel()  # what this step still runs ends with it (its commands too)
         if len(self.app.screen_stack) > 2:
             self.app.pop_screen()
         else:  # opened first (--demo SCENARIO, --resume): go to where it would have been opened from

@@ -501,10 +501,9 @@ def test_a_python_wrapper_that_leaves_a_child_running_is_reported_as_such(tmp_pa
     assert m.wall_s < 30, "waited for the helper as if the interpreter hung"
     text = json.dumps(doc["findings"])
     assert "hang?" not in text and "did not start" not in text
-    assert "kept its output open; reading stopped 2s after the exit" in text
     pyenv = [f for f in doc["findings"] if f["id"].startswith("pyenv.")]
     assert pyenv and not [f for f in pyenv if f["status"] == "crash"]
-    if marker.exists():  # the helper was in the wrapper's process group: stopped with it
+    if marker.exists():  # the helper is ended as soon as the interpreter that left it exits
         pid = int(marker.read_text())
         with pytest.raises(ProcessLookupError):
             for _ in range(50):

@@ -63,3 +63,18 @@ def test_a_verify_rerun_that_times_out_while_torch_builds_leaves_the_cache_as_fo
     assert "removed the JIT build lock the killed run left" in ev.error, ev.error
     assert (cache / "slow_op").is_dir() and not (cache / "slow_op" / "lock").exists()
     assert plan.verified is False
+
+
+def test_a_new_lock_whose_build_directory_a_compiler_still_works_in_is_left(tmp_path, spawn):
+    """torch's python is gone (nobody has the lock open) but a compiler of its build still runs in the op's
+    build directory, as ninja's jobs do: the build is still held, so the lock stays and is reported."""
+    cache = tmp_path / "ext"
+    (cache / "op").mkdir(parents=True)
+    before = lock_files(_env(cache))
+    lock = cache / "op" / "lock"
+    lock.write_text("")
+    compiler = spawn("import time; time.sleep(600)", cwd=str(cache / "op"), argv0="cc1plus")
+    notes = clean_left_locks(before, _env(cache))
+    assert lock.exists()
+    assert notes == [f"a JIT build lock appeared during the run and is still held by pid {compiler}: "
+                     f"left in place: {lock}"]

@@ -10,11 +10,9 @@ commands are compared before and after, so the outcome lists what was created, m
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shlex
-import signal
 import subprocess
 import threading
 import time
@@ -22,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import children
+from . import contain
 from .errors import InputError
 from .model import Remedy, cap_text
 from .sysfile import action_argv as create_argv
@@ -310,13 +308,17 @@ def _stream(argv: list[str], env: dict[str, str], cwd: str | None, on_output: Ca
             cancel: threading.Event | None, timeout: float | None, outcome: ApplyOutcome) -> None:
     chunks: list[str] = []
     try:
-        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=children.pdeathsig_hook())
+        child = contain.popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT)
     except OSError as exc:
         outcome.error = f"{argv[0]}: {exc.strerror or exc}"
         return
-    children.register(proc.pid)
+    proc = child.proc
+    if child.error is not None:
+        proc.communicate()
+        child.finish()
+        outcome.error = f"{argv[0]}: {child.error.strerror or child.error}"
+        return
     deadline = None if timeout is None else time.monotonic() + timeout
 
     def stop() -> None:
@@ -328,12 +330,7 @@ def _stream(argv: list[str], env: dict[str, str], cwd: str | None, on_output: Ca
             else:
                 time.sleep(0.05)
                 continue
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(2)
-            except (OSError, subprocess.TimeoutExpired):
-                with contextlib.suppress(OSError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+            child.stop(grace=2)
             return
 
     watcher = threading.Thread(target=stop, daemon=True)
@@ -345,7 +342,7 @@ def _stream(argv: list[str], env: dict[str, str], cwd: str | None, on_output: Ca
         if on_output is not None:
             on_output(line)
     proc.wait()
-    children.forget(proc.pid)
+    child.finish()
     watcher.join(3)
     outcome.exit_code = proc.returncode
     outcome.output = "\n".join(chunks)

@@ -377,6 +377,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     children.install_signal_handlers()  # an SSH drop (SIGHUP), SIGTERM or SIGINT ends what zdoctor started
     try:
+        return _dispatch(argv)
+    finally:
+        children.shutdown()  # the guide quit (q, or left) while a command ran: end its tree, clean up after it
+
+
+def _dispatch(argv: list[str]) -> int:
+    try:
         args = parse_args(argv)
         if args.command == "check":
             return cmd_check(args, argv)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 
+from . import children
 from .engine import Walk
 from .host import Host
 from .model import Finding, ProbeResult
@@ -59,12 +60,15 @@ def pending(host: Host, names: Iterable[str]) -> list[str]:
 def abandon_probe(host: Host, name: str, waited_s: float) -> ProbeResult:
     """Give up waiting for a running probe: the host answers a ``timeout`` result from now on.
 
-    The probe's own thread is not stopped (its subprocesses end at their own time limit); a result it
-    produces later replaces this one for the steps that come after. Returns the result in effect.
+    The commands the probe runs are ended (their whole trees; a JIT lock one left is removed, as at a time
+    limit); a result the probe still produces replaces this one for the steps that come after. Returns
+    the result in effect.
     """
     res = ProbeResult(probe=name, status="timeout", started=time.time() - waited_s, duration_s=waited_s,
                       error=f"probe {name} was cancelled by the user after {waited_s:.1f} s")
-    return host.settle(name, res)
+    settled = host.settle(name, res)
+    children.end_started_by(f"probe:{name}")
+    return settled
 
 
 def _edge_rule(edge) -> str:

@@ -7,26 +7,35 @@ without end costs a bounded amount of memory.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
-import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from . import children
+from . import children, contain
 from .model import OUTPUT_CAP, Evidence, cap_text
 
 DEFAULT_TIMEOUT = 20.0
+#: The error of a run zdoctor ended before it finished (its probe abandoned, zdoctor leaving).
+ENDED = "stopped by zdoctor before it finished; its processes were ended"
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """Kill the whole process group the child leads (the child and everything it started)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+def _kill_group(child: contain.Contained) -> None:
+    """End the child's whole tree: its keeper ends it (SIGTERM), then its cgroup and group are killed."""
+    child.stop(grace=children.GRACE_S)
     with contextlib.suppress(ProcessLookupError):
-        proc.kill()
+        child.proc.kill()
+
+
+def _not_started(argv0: str, exc: OSError) -> str:
+    if isinstance(exc, FileNotFoundError) or exc.errno == errno.ENOENT:
+        return f"{argv0}: executable not found"
+    if isinstance(exc, PermissionError) or exc.errno == errno.EACCES:
+        return f"{argv0}: permission denied"
+    return f"{argv0}: cannot execute ({exc.strerror or exc})"
 
 
 #: How long the output of a command that has exited may stay open before zdoctor stops reading it.
@@ -142,41 +151,45 @@ def run(
     cap: int = OUTPUT_CAP,
     label: str | None = None,
     on_start: Callable[[int], None] | None = None,
+    prefix: Sequence[str] = (),
 ) -> Evidence:
     """Run ``argv`` and return its :class:`Evidence`; never raises for a failing program.
 
-    The child runs in a new session (so its process group can be killed as one on timeout) with
-    exactly ``env`` (default: zdoctor's own environment). A missing or non-executable program is
-    reported in ``error`` with ``exit_code`` None; a timeout sets ``error`` and keeps the output
-    produced so far. ``on_start`` is called with the child's pid once it runs.
+    The child runs contained (:func:`zdoctor.contain.popen`: a keeper, a session, a cgroup where the
+    node has them), so a timeout ends it and everything it started, and whatever it leaves running
+    when it exits is ended too, with exactly ``env`` (default: zdoctor's own environment). A missing or
+    non-executable program is reported in ``error`` with ``exit_code`` None; a timeout sets ``error``
+    and keeps the output produced so far. ``on_start`` is called with the keeper's pid once it runs
+    (the command is its child). ``prefix`` is a tracer the contained command runs under
+    (``strace ... --``): the command's exit, not the tracer's wait for its daemons, ends the run.
     """
     argv = [str(a) for a in argv]
     ev = Evidence(label=label or " ".join(argv[:3]), kind="command", argv=argv, started=time.time())
     t0 = time.monotonic()
     try:
-        proc = subprocess.Popen(
+        child = contain.popen(
             argv,
+            env=dict(env) if env is not None else None,
+            prefix=prefix,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env=dict(env) if env is not None else None,
             cwd=cwd,
-            start_new_session=True,
-            preexec_fn=children.pdeathsig_hook(),
         )
-    except FileNotFoundError:
-        ev.error = f"{argv[0]}: executable not found"
-        ev.duration_s = time.monotonic() - t0
-        return ev
-    except PermissionError:
-        ev.error = f"{argv[0]}: permission denied"
-        ev.duration_s = time.monotonic() - t0
-        return ev
     except OSError as exc:
-        ev.error = f"{argv[0]}: cannot execute ({exc.strerror or exc})"
+        ev.error = _not_started(str(prefix[0]) if prefix else argv[0], exc)
         ev.duration_s = time.monotonic() - t0
         return ev
-    children.register(proc.pid)
+    proc = child.proc
+    if child.error is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=10)
+        _kill_group(child)
+        proc.wait()
+        child.finish()
+        ev.error = _not_started(argv[0], child.error)
+        ev.duration_s = time.monotonic() - t0
+        return ev
     if on_start is not None:
         on_start(proc.pid)
     pump = _Pump(proc, stdin, cap)
@@ -187,10 +200,10 @@ def run(
         # Not a hang: the command finished; a process it started (and did not detach from the output)
         # lives on. What it printed up to here is the command's whole output.
         held_open = True
-        _kill_group(proc)
+        _kill_group(child)
         pump.close()
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
+        _kill_group(child)
         try:
             pump.communicate(5)
         except subprocess.TimeoutExpired:  # a grandchild left its session and holds the pipes
@@ -200,9 +213,11 @@ def run(
     finally:
         # A child that exited may have left grandchildren holding the pipes: never leave them behind.
         if proc.returncode is None:
-            _kill_group(proc)
+            _kill_group(child)
             proc.wait()
-        children.forget(proc.pid)
+        child.finish()
+    if ev.error is None and children.was_ended(proc.pid):
+        ev.error = ENDED
     ev.duration_s = time.monotonic() - t0
     ev.exit_code = proc.returncode if ev.error is None else None
     pump.close()
@@ -236,15 +251,19 @@ def run_streaming(
     ev = Evidence(label=label or " ".join(argv[:3]), kind="command", argv=argv, started=time.time())
     t0 = time.monotonic()
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=dict(env) if env is not None else None, start_new_session=True,
-                                preexec_fn=children.pdeathsig_hook())
+        child = contain.popen(argv, env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except OSError as exc:
-        ev.error = (f"{argv[0]}: executable not found" if isinstance(exc, FileNotFoundError)
-                    else f"{argv[0]}: cannot execute ({exc.strerror or exc})")
+        ev.error = _not_started(argv[0], exc)
         ev.duration_s = time.monotonic() - t0
         return ev
-    children.register(proc.pid)
+    proc = child.proc
+    if child.error is not None:
+        proc.communicate()
+        child.finish()
+        ev.error = _not_started(argv[0], child.error)
+        ev.duration_s = time.monotonic() - t0
+        return ev
     if on_start is not None:
         on_start(proc.pid)
     chunks = {"out": _HeadTail(cap), "err": _HeadTail(cap)}
@@ -264,18 +283,20 @@ def run_streaming(
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
+        _kill_group(child)
         proc.wait()
         ev.error = f"timed out after {timeout:g}s; process group killed"
     for r in readers:
         r.join(5)
     if any(r.is_alive() for r in readers):  # a grandchild left its session and holds the pipes
-        _kill_group(proc)
+        _kill_group(child)
         for pipe in (proc.stdout, proc.stderr):
             if pipe:
                 with contextlib.suppress(OSError):
                     pipe.close()
-    children.forget(proc.pid)
+    child.finish()
+    if ev.error is None and children.was_ended(proc.pid):
+        ev.error = ENDED
     ev.duration_s = time.monotonic() - t0
     ev.exit_code = proc.returncode if ev.error is None else None
     ev.stdout, t1 = chunks["out"].text(cap)

@@ -2,10 +2,12 @@
 
 torch's ``FileBaton`` creates ``<op dir>/lock`` when a build starts and deletes it when the build ends;
 a builder killed in between leaves it, and every later launch then waits forever. zdoctor kills the
-commands it re-runs when they pass their time limit, so around such a run it notes the locks that
-exist before; after a timeout, a lock that was not there before and that no process holds any more
-was left by the killed run: it is removed (the build directory is left as it was found), and a new
-lock still held by a live process is reported, not touched.
+commands it re-runs when they pass their time limit, and every command still running when zdoctor
+itself goes (the guide quit, a signal), so around such a run it notes the locks that exist before;
+after the kill, a lock that was not there before and that no process holds any more (none has it open
+or works in its build directory, as ninja and the compilers do) was left by the killed run: it is
+removed (the build directory is left as it was found) and zdoctor says so; a new lock still held by a
+live process is reported, not touched.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .. import children
 from ..model import Evidence
-from ..runner import run
+from ..runner import ENDED, run
 from .jitcache import LOCK_NAME, MAX_DIR_ENTRIES, extension_roots
 
 MAX_PROC_SCAN = 100_000
@@ -41,11 +44,13 @@ def lock_files(env: Mapping[str, str]) -> dict[str, int]:
 
 
 def holders(path: str) -> list[int]:
-    """Pids of the processes that have ``path`` open (those this user may look at)."""
+    """Pids of the processes that hold the build of lock ``path``: have it open, or work in (or under) its
+    directory (those this user may look at)."""
     try:
         target = os.stat(path)
     except OSError:
         return []
+    build = os.path.dirname(os.path.realpath(path))
     found: list[int] = []
     try:
         pids = [p for p in os.listdir("/proc") if p.isdigit()]
@@ -53,6 +58,13 @@ def holders(path: str) -> list[int]:
         return []
     scanned = 0
     for pid in pids:
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            cwd = ""
+        if cwd == build or cwd.startswith(build + os.sep):
+            found.append(int(pid))
+            continue
         fd_dir = f"/proc/{pid}/fd"
         try:
             fds = os.listdir(fd_dir)
@@ -96,10 +108,15 @@ def clean_left_locks(before: Mapping[str, int], env: Mapping[str, str]) -> list[
 
 
 def run_guarded(argv: Sequence[str], env: Mapping[str, str], **kwargs: Any) -> Evidence:
-    """:func:`~zdoctor.runner.run` that leaves torch's extension cache as found when the run is killed."""
+    """:func:`~zdoctor.runner.run` that leaves torch's extension cache as found when the run is killed:
+    at its time limit, or because zdoctor itself is going while it runs."""
     before = lock_files(env)
-    ev = run(argv, env=env, **kwargs)
-    if ev.error and ev.error.startswith("timed out"):
+    withdraw = children.after_end(lambda: clean_left_locks(before, env))
+    try:
+        ev = run(argv, env=env, **kwargs)
+    finally:
+        withdraw()
+    if ev.error and (ev.error.startswith("timed out") or ev.error == ENDED):
         notes = clean_left_locks(before, env)
         if notes:
             ev.error = "; ".join([ev.error, *notes])

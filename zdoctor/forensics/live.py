@@ -271,30 +271,24 @@ def trace_command(
                 strace_ok = True
         strace_log = os.path.join(tmp, "strace")
         attacher = _LateAttach(strace_found[0], strace_log, strace_after) if strace_ok and strace_after else None
-        if attacher is not None:
-            run_env = {**dict(env), **ld_vars}
-            full = list(argv)
-        elif strace_ok:
-            loader_vars = {k: v for k, v in env.items() if k.startswith("LD_") and k not in ld_vars}
-            loader_vars.update(ld_vars)
-            run_env = {k: v for k, v in env.items() if not k.startswith("LD_")}
-            full = [strace_found[0], "-f", "-tt", "-e", STRACE_TRACE, "-o", strace_log, "-s", STRACE_STRLEN]
-            for k, v in loader_vars.items():
-                full += ["-E", f"{k}={v}"]
-            full += ["--", *argv]
-        else:
-            run_env = {**dict(env), **ld_vars}
-            full = list(argv)
+        run_env = {**dict(env), **ld_vars}
+        tracer: list[str] = []
+        if strace_ok and attacher is None:
+            # strace runs the command's keeper (with no LD_ variable: the keeper hands them to the command),
+            # so the command's own exit ends the run even when it left a daemon strace would wait for.
+            tracer = [strace_found[0], "-f", "-tt", "-e", STRACE_TRACE, "-o", strace_log, "-s", STRACE_STRLEN, "--"]
+        started: list[int] = []
         # Just before the time limit, where each process of a hung run waits (state and wchan).
         sampler = StuckSampler(max(0.2, timeout - min(2.0, timeout * 0.1)))
 
-        def started(pid: int) -> None:
+        def on_start(pid: int) -> None:
+            started.append(pid)
             sampler.start(pid)
             if attacher is not None:
                 attacher.start(pid)
 
-        ev = run_guarded(full, run_env, timeout=timeout, cwd=cwd, label=f"live trace: {shlex.join(argv)}"[:200],
-                         on_start=started)
+        ev = run_guarded(list(argv), run_env, timeout=timeout, cwd=cwd,
+                         label=f"live trace: {shlex.join(argv)}"[:200], on_start=on_start, prefix=tracer)
         sampler.stop()
         if attacher is not None:
             attacher.stop()
@@ -313,7 +307,10 @@ def trace_command(
             text, cut = _read_tail(strace_log, MAX_STRACE_BYTES)
             if cut:
                 notes.append("strace log too large: only its end was read")
-            events = [e for e in parse_strace(text) if not e.path.startswith(tmp + os.sep)]  # not our own logs
+            events = parse_strace(text)
+            # Not our own logs, and not the keeper (the first process traced, or the one attached to).
+            keeper = started[0] if attacher is not None and started else (events[0].pid if events else None)
+            events = [e for e in events if e.pid != keeper and not e.path.startswith(tmp + os.sep)]
             recent, stuck = last_files(events), unfinished(events)
         if timed_out:
             notes.append(f"timed out after {timeout:g}s; process group killed")

@@ -38,7 +38,8 @@ def describe(s: dict[str, str]) -> str:
 
 class StuckSampler:
     """Sample the states of a process tree once, ``delay`` seconds after :meth:`start` (just before the
-    run's time limit), skipping the processes named in ``skip`` (a tracer)."""
+    run's time limit): the processes below ``pid`` that have no child of their own (a parent only waits for
+    its children), less those named in ``skip`` (a tracer)."""
 
     def __init__(self, delay: float, skip: tuple[str, ...] = ("strace",)) -> None:
         self.delay = delay
@@ -55,11 +56,12 @@ class StuckSampler:
         import psutil
 
         try:
-            root = psutil.Process(pid)
-            pids = [pid, *(c.pid for c in root.children(recursive=True))]
+            tree = psutil.Process(pid).children(recursive=True)
+            # the processes that wait on something themselves: parents only wait for their children
+            leaves = [c.pid for c in tree if not c.children()]
         except psutil.Error:
             return
-        found = [s for s in map(process_state, pids) if s is not None and s["comm"] not in self.skip]
+        found = [s for s in map(process_state, leaves) if s is not None and s["comm"] not in self.skip]
         self.states = found[:16]
 
     def stop(self) -> None:

@@ -1,0 +1,173 @@
+"""Start a command contained: under its keeper (:mod:`zdoctor.shim`), in a session and, where the node
+allows it, a cgroup of its own (:mod:`zdoctor.cgroup`), registered with :mod:`zdoctor.children` until it
+is reaped. What the command starts stays in the keeper's tree; ending the command ends all of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from . import cgroup, children, shim
+
+_life: int | None = None  # the read end of the pipe every keeper watches; its write end lives only here
+_life_w: int | None = None
+
+
+def _lifeline() -> int:
+    """The read end of zdoctor's lifeline: it reaches its end when zdoctor is gone, however it died."""
+    global _life, _life_w
+    if _life is None:
+        r, w = os.pipe()  # both close on exec: a keeper gets the read end through pass_fds only
+        _life, _life_w = r, w
+    return _life
+
+
+
+class Contained:
+    """A command started under its keeper: ``proc`` is the keeper (its pid leads the process group),
+    ``cgroup`` the command's own cgroup (None where the node has none), ``error`` why the command
+    itself could not be started (the keeper then exits 127)."""
+
+    def __init__(self, proc: Any, group: cgroup.Cgroup | None, error: OSError | None, traced: bool = False) -> None:
+        self.proc, self.cgroup, self.error, self.traced = proc, group, error, traced
+
+    def kill(self) -> None:
+        """End the command's whole tree now: its cgroup at once, then its keeper's group."""
+        if self.cgroup is not None:
+            self.cgroup.kill()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def stop(self, grace: float = children.GRACE_S) -> None:
+        """Ask the keeper to end the tree (SIGTERM first, so a build can clean up), then :meth:`kill`.
+
+        A tracer goes first (SIGKILL, alone): its log then ends inside the calls the command hangs in."""
+        if self.traced and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while children.alive(self.proc.pid) and time.monotonic() < deadline:
+            if self.proc.poll() is None:
+                with contextlib.suppress(Exception):
+                    self.proc.wait(0.02)
+            else:
+                _reap_orphans(self.proc.pid)
+                time.sleep(0.02)
+        self.kill()
+
+    def finish(self) -> None:
+        """After the keeper was reaped: kill whatever is still in the cgroup, remove it, forget the group."""
+        if self.cgroup is not None:
+            if self.cgroup.members():
+                self.cgroup.kill()
+            self.cgroup.remove()
+        if self.traced:
+            _reap_orphans(self.proc.pid)
+        children.forget(self.proc.pid)
+
+
+def _reap_orphans(pgid: int) -> None:
+    """Reap the exited processes of group ``pgid`` handed to zdoctor as the subreaper (a keeper whose
+    tracer died): no ``Popen`` waits for them, and a zombie would keep the group alive."""
+    me = os.getpid()
+    try:
+        names = [n for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return
+    for name in names:
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                data = fh.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(b")") + 2:].split()
+        if len(fields) > 2 and fields[0] == b"Z" and int(fields[1]) == me and int(fields[2]) == pgid:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(int(name), os.WNOHANG)
+
+
+def _env_block(env: Mapping[str, str] | None) -> bytes:
+    return b"".join(os.fsencode(k) + b"=" + os.fsencode(v) + b"\0"
+                    for k, v in (os.environ if env is None else env).items() if "=" not in k and k)
+
+
+def _feed(fd: int, data: bytes) -> None:
+    with contextlib.suppress(OSError):
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+def _read_status(fd: int, timeout: float = 60.0) -> bytes:
+    data = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while not data.endswith(b"\n") and time.monotonic() < deadline:
+            if not select.select([fd], [], [], children.WAIT_SLICE_S)[0]:
+                continue
+            chunk = os.read(fd, 64)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(fd)
+    return data.strip()
+
+
+def popen(argv: Sequence[str], *, env: Mapping[str, str] | None = None, prefix: Sequence[str] = (),
+          **kwargs: Any) -> Contained:
+    """Start ``argv`` under its keeper, in a session and (where allowed) a cgroup of its own; registered.
+
+    ``env`` is the command's environment (default: zdoctor's); the keeper itself gets an empty one.
+    ``prefix`` is a program the keeper runs under (a tracer: ``strace ... --``); it gets the command's
+    environment without its ``LD_`` variables. ``kwargs`` go to ``subprocess.Popen`` (stdin, stdout,
+    stderr, cwd). OSError when the keeper (or the prefix) cannot start; a command that cannot start
+    gives ``error`` (its errno and message) on the result.
+    """
+    group = cgroup.create()
+    env_r, env_w = os.pipe()
+    st_r, st_w = os.pipe()
+    life = _lifeline()
+    keeper = [sys.executable, "-I", "-S", "-c", shim.SOURCE, str(life), str(env_r), str(st_w),
+              group.procs if group is not None else "", "--", *argv]
+    outer_env: dict[str, str] = {}
+    if prefix:
+        base = os.environ if env is None else env
+        outer_env = {k: v for k, v in base.items() if not k.startswith("LD_")}
+    try:
+        proc = subprocess.Popen([*prefix, *keeper], env=outer_env, start_new_session=True, close_fds=True,
+                                pass_fds=(life, env_r, st_w),
+                                preexec_fn=children.pdeathsig_hook(signal.SIGTERM if not prefix else signal.SIGKILL),
+                                **kwargs)
+    except BaseException:
+        for fd in (env_r, env_w, st_r, st_w):
+            os.close(fd)
+        if group is not None:
+            group.remove(0)
+        raise
+    os.close(env_r)
+    os.close(st_w)
+    children.register(proc.pid, group)
+    threading.Thread(target=_feed, args=(env_w, _env_block(env)), daemon=True).start()
+    status = _read_status(st_r)
+    error = None
+    if status.startswith(b"E"):
+        code = int(status[1:] or 0)
+        error = OSError(code, os.strerror(code) if code else "cannot execute")
+    return Contained(proc, group, error, traced=bool(prefix))
+
+
