@@ -44,6 +44,10 @@ def _target_args(sp: argparse.ArgumentParser, top: bool = False) -> None:
                     help="an extra extension (.so) the training imports before torch (repeatable)")
     sp.add_argument("--timeout", metavar="S", type=float, default=argparse.SUPPRESS,
                     help="time limit in seconds for the traced command and for each remedy re-run (default 120)")
+    sp.add_argument("--as-root", action="store_const", const=True, default=None,
+                    help="when zdoctor runs as root, run the training environment's code (the probe interpreter, "
+                         "the traced command, remedy trials) as root too (default: as the environment's owner "
+                         "when that is another user)")
     off = sp.add_argument_group("offload capacity and storage")
     off.add_argument("--ds-config", metavar="FILE", help="the job's DeepSpeed config (JSON/HJSON) to lint and plan")
     off.add_argument("--offload-path", metavar="DIR", help="where NVMe offload would write (default: the config's "

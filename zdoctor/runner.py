@@ -13,10 +13,13 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import children
 from .model import OUTPUT_CAP, Evidence, cap_text
+
+if TYPE_CHECKING:
+    from .privilege import RunAs
 
 DEFAULT_TIMEOUT = 20.0
 
@@ -132,6 +135,21 @@ class _Pump:
                     pipe.close()
 
 
+def credentials_hook(run_as: RunAs | None) -> Callable[[], None] | None:
+    """The child's ``preexec_fn``: drop to ``run_as`` first (a credential change clears the parent-death
+    signal), then ask for that signal."""
+    death = children.pdeathsig_hook()
+    if run_as is None:
+        return death
+
+    def hook() -> None:
+        run_as.drop()
+        if death is not None:
+            death()
+
+    return hook
+
+
 def run(
     argv: Sequence[str],
     *,
@@ -142,16 +160,21 @@ def run(
     cap: int = OUTPUT_CAP,
     label: str | None = None,
     on_start: Callable[[int], None] | None = None,
+    run_as: RunAs | None = None,
 ) -> Evidence:
     """Run ``argv`` and return its :class:`Evidence`; never raises for a failing program.
 
     The child runs in a new session (so its process group can be killed as one on timeout) with
     exactly ``env`` (default: zdoctor's own environment). A missing or non-executable program is
     reported in ``error`` with ``exit_code`` None; a timeout sets ``error`` and keeps the output
-    produced so far. ``on_start`` is called with the child's pid once it runs.
+    produced so far. ``on_start`` is called with the child's pid once it runs. With ``run_as`` the child
+    runs as that account (:func:`credentials_hook`) and the evidence label says so.
     """
     argv = [str(a) for a in argv]
     ev = Evidence(label=label or " ".join(argv[:3]), kind="command", argv=argv, started=time.time())
+    if run_as is not None:
+        ev.label += f" [as {run_as.describe()}]"
+        env = run_as.child_env(os.environ if env is None else env)
     t0 = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -162,7 +185,7 @@ def run(
             env=dict(env) if env is not None else None,
             cwd=cwd,
             start_new_session=True,
-            preexec_fn=children.pdeathsig_hook(),
+            preexec_fn=credentials_hook(run_as),
         )
     except FileNotFoundError:
         ev.error = f"{argv[0]}: executable not found"

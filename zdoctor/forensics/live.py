@@ -25,7 +25,9 @@ from typing import Any
 from .. import children
 from ..errors import UsageError
 from ..model import Evidence
+from ..privilege import RunAs
 from ..runner import run, which_all
+from ..systools import system_tool
 from .jitguard import run_guarded
 from .lddebug import PidTrace, VersionError, all_version_errors, parse_ld_debug_dir, summarize, which_loaded
 from .strace import FileEvent, last_files, parse_strace, unfinished
@@ -233,6 +235,7 @@ def trace_command(
     cwd: str | None = None,
     use_strace: bool = True,
     strace_after: float | None = None,
+    run_as: RunAs | None = None,
 ) -> LiveTrace:
     """Run ``argv`` once under ``LD_DEBUG`` (and strace when usable) and report what the loader did.
 
@@ -241,6 +244,8 @@ def trace_command(
     With ``strace_after``, the command starts without strace (strace slows a big import by a third)
     and strace attaches to it, and its children, only once it has run that many seconds: a run that
     finishes normally costs nothing extra, and one that hangs still names what it was touching.
+    With ``run_as`` the command runs as that account (strace, when it runs the command, stays root and
+    starts it with ``-u``); its LD_DEBUG logs go to a folder of its own that zdoctor only reads.
     """
     argv = [str(a) for a in argv]
     if not argv or not argv[0]:
@@ -250,9 +255,18 @@ def trace_command(
     sweep_stale_trace_dirs()
     tmp = tempfile.mkdtemp(prefix=f"{TRACE_PREFIX}{os.getpid()}-")
     try:
-        ld_prefix = os.path.join(tmp, "ld")
+        ld_dir = tmp
+        if run_as is not None:
+            os.chmod(tmp, 0o711)  # the account may enter, not list or write
+            ld_dir = os.path.join(tmp, "ld-logs")
+            os.mkdir(ld_dir, 0o700)
+            os.chown(ld_dir, run_as.uid, run_as.gid)
+            env = run_as.child_env(env)
+        ld_prefix = os.path.join(ld_dir, "ld")
         ld_vars = {"LD_DEBUG": LD_DEBUG_CATEGORIES, "LD_DEBUG_OUTPUT": ld_prefix}
         strace_found = which_all("strace", path) if use_strace else []
+        if use_strace and run_as is not None:  # strace stays root: never the one on the user's PATH
+            strace_found = [t for t in [system_tool("strace")] if t]
         strace_ok = False
         if use_strace and not strace_found:
             notes.append("strace not installed: hang analysis limited to LD_DEBUG")
@@ -275,21 +289,28 @@ def trace_command(
             loader_vars.update(ld_vars)
             run_env = {k: v for k, v in env.items() if not k.startswith("LD_")}
             full = [strace_found[0], "-f", "-tt", "-e", STRACE_TRACE, "-o", strace_log, "-s", STRACE_STRLEN]
+            if run_as is not None:
+                full += ["-u", run_as.name]
             for k, v in loader_vars.items():
                 full += ["-E", f"{k}={v}"]
             full += ["--", *argv]
         else:
             run_env = {**dict(env), **ld_vars}
             full = list(argv)
-        ev = run_guarded(full, run_env, timeout=timeout, cwd=cwd, label=f"live trace: {shlex.join(argv)}"[:200],
-                         on_start=attacher.start if attacher is not None else None)
+        strace_starts_it = strace_ok and attacher is None  # then strace itself drops to run_as (-u)
+        as_user = None if strace_starts_it else run_as
+        label = f"live trace: {shlex.join(argv)}"[:200]
+        if run_as is not None and as_user is None:
+            label += f" [command as {run_as.describe()}, strace as root]"
+        ev = run_guarded(full, run_env, timeout=timeout, cwd=cwd, label=label,
+                         on_start=attacher.start if attacher is not None else None, run_as=as_user)
         if attacher is not None:
             attacher.stop()
             if attacher.attached:
                 notes.append(f"still running after {strace_after:g}s: strace attached to follow it")
             strace_ok = attacher.attached
         timed_out = bool(ev.error and ev.error.startswith("timed out"))
-        traces = parse_ld_debug_dir(tmp, "ld")
+        traces = parse_ld_debug_dir(ld_dir, "ld")
         if not traces and ev.error is None:
             notes.append("LD_DEBUG produced no output (a set-user-ID or statically linked program ignores it)")
         if any(t.truncated for t in traces.values()):
