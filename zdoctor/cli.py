@@ -207,6 +207,10 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if log:
         report.session = log.id
         log.close(report.exit_code)
+        if log.failure is not None:
+            report.session = None
+            print(f"zdoctor: warning: the session could not be recorded ({log.failure}); the report is complete "
+                  "but export and --resume cannot use this run", file=sys.stderr)
     shown = report.redacted()
     if args.json:
         json.dump(shown.to_dict(), sys.stdout, indent=2)

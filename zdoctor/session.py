@@ -374,6 +374,8 @@ class SessionLog:
         self._seq = next_seq
         self._end = end  # the file's size after this log's last write: anything past it another process wrote
         self._lock = threading.Lock()
+        #: Why events stopped being written (a full disk, an I/O error); None while the log is whole.
+        self.failure: str | None = None
         _OPEN.add(self)
         self._results: set[tuple[Any, Any]] = set()  # (probe, started) of the probe results written
 
@@ -406,6 +408,11 @@ class SessionLog:
             "session_id": sid, "zdoctor_version": __version__, "mode": mode, "argv": list(argv),
             "host": host_info, "started": started,
         })
+        if log.failure is not None:  # not even the start fits: no session at all
+            log.close()
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise InputError(log.failure)
         return log
 
     @classmethod
@@ -457,11 +464,17 @@ class SessionLog:
         """Append one event (redacted) and fsync it; safe to call from several threads.
 
         A probe result is written once per session: the check and every walk read the same cached
-        results, and a resumed session already holds the ones recorded before.
+        results, and a resumed session already holds the ones recorded before. Once a write failed (a
+        full disk), the line it left is cut off, :attr:`failure` says why and later events are dropped:
+        the work goes on unrecorded instead of failing.
         """
+        if self.failure is not None:
+            return
         key = _result_key(type, data)
         payload = self._prepare(type, data)
         with self._lock:
+            if self.failure is not None:
+                return
             if key is not None:
                 if key in self._results:
                     return
@@ -475,7 +488,8 @@ class SessionLog:
             if self._fd is None:
                 return
             try:
-                self._append("session_end", payload)
+                if self.failure is None:
+                    self._append("session_end", payload)
             finally:
                 fd, self._fd = self._fd, None
                 os.close(fd)
@@ -514,10 +528,16 @@ class SessionLog:
             line = (json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n").encode(
                 "utf-8", errors="backslashreplace")
             view = memoryview(line)
-            while view:
-                written = os.write(self._fd, view)
-                view = view[written:]
-            os.fsync(self._fd)
+            try:
+                while view:
+                    written = os.write(self._fd, view)
+                    view = view[written:]
+                os.fsync(self._fd)
+            except OSError as exc:  # a full disk or an I/O error: keep the log whole, stop writing
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, size)
+                self.failure = f"cannot write session log {self.path}: {exc.strerror or exc}"
+                return
             self._end = os.fstat(self._fd).st_size
         except OSError as exc:
             raise InputError(f"cannot write session log {self.path}: {exc.strerror or exc}") from None
