@@ -33,6 +33,7 @@ from typing import Any
 from . import __version__
 from .errors import InputError
 from .redact import redact
+from .shape import event_problems
 
 SESSION_ID_RE = re.compile(r"\d{8}T\d{6}-[0-9a-f]{4}")
 SUFFIX = ".jsonl"
@@ -206,6 +207,9 @@ def _parse(raw: bytes) -> dict[str, Any]:
         raise ValueError("not a JSON object")
     if not isinstance(event.get("type"), str):
         raise ValueError('no "type"')
+    problems = event_problems(event)
+    if problems:
+        raise ValueError(f"{event['type']} event of the wrong shape: {problems[0]}")
     return event
 
 
