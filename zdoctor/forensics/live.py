@@ -9,6 +9,7 @@ runs without them (an ``LD_LIBRARY_PATH`` that breaks the command must not break
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import stat
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -28,6 +30,7 @@ from ..model import Evidence
 from ..privilege import RunAs
 from ..runner import run, which_all
 from ..systools import system_tool
+from ..userfile import open_regular_text
 from .jitguard import run_guarded
 from .lddebug import PidTrace, VersionError, all_version_errors, parse_ld_debug_dir, summarize, which_loaded
 from .strace import FileEvent, last_files, parse_strace, unfinished
@@ -103,7 +106,7 @@ def _preload_entries(value: str | None) -> list[str]:
 
 def _system_preload() -> list[str]:
     try:
-        with open(SYSTEM_PRELOAD, encoding="utf-8", errors="replace") as fh:
+        with open_regular_text(SYSTEM_PRELOAD, encoding="utf-8", errors="replace") as fh:
             text = fh.read(64 * 1024)
     except OSError:
         return []
@@ -128,18 +131,54 @@ def _strace_problem(strace: str) -> str | None:
     return why
 
 
-def _read_tail(path: str, limit: int) -> tuple[str, bool]:
-    try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as fh:
-            if size > limit:
-                fh.seek(size - limit)
-                data = fh.read(limit)
-                data = data[data.find(b"\n") + 1:]
-                return data.decode("utf-8", "surrogateescape"), True
-            return fh.read().decode("utf-8", "surrogateescape"), False
-    except OSError:
-        return "", False
+class _StraceTail:
+    """strace writes its log into a FIFO that this reads as it comes, keeping only the last ``limit`` bytes:
+    a busy command makes strace write about 100 MiB a minute, which now costs neither disk nor memory."""
+
+    def __init__(self, path: str, limit: int) -> None:
+        self.path, self.limit = path, limit
+        self.buf = bytearray()
+        self.total = 0
+        self.done = threading.Event()
+        os.mkfifo(path, 0o600)
+        # Opened before strace starts (its open for writing then returns at once); non-blocking, so an
+        # end of input before strace opened it is told from the end by ``done``.
+        self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        self.thread = threading.Thread(target=self._pump, daemon=True)
+        self.thread.start()
+
+    def _pump(self) -> None:
+        import select
+
+        while True:
+            ready, _, _ = select.select([self.fd], [], [], 0.1)
+            try:
+                chunk = os.read(self.fd, 1 << 16) if ready else b""
+            except BlockingIOError:
+                chunk = b""
+            except OSError:
+                break
+            if chunk:
+                self.total += len(chunk)
+                self.buf += chunk
+                if len(self.buf) > 2 * self.limit:  # trim in batches
+                    del self.buf[: len(self.buf) - self.limit]
+            elif self.done.is_set():
+                break
+            elif ready:  # no writer (yet, or any more): wait a little
+                time.sleep(0.05)
+
+    def text(self) -> tuple[str, bool]:
+        """What strace wrote (its last ``limit`` bytes, from a line start when cut); call after strace ended."""
+        self.done.set()
+        self.thread.join(10)
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+        data = bytes(self.buf[-self.limit:])
+        cut = self.total > len(data)
+        if cut:
+            data = data[data.find(b"\n") + 1:]
+        return data.decode("utf-8", "surrogateescape"), cut
 
 
 class _LateAttach:
@@ -254,6 +293,7 @@ def trace_command(
     path = env.get("PATH", os.defpath)
     sweep_stale_trace_dirs()
     tmp = tempfile.mkdtemp(prefix=f"{TRACE_PREFIX}{os.getpid()}-")
+    strace_tail: _StraceTail | None = None
     try:
         ld_dir = tmp
         if run_as is not None:
@@ -280,6 +320,7 @@ def trace_command(
             else:
                 strace_ok = True
         strace_log = os.path.join(tmp, "strace")
+        strace_tail = _StraceTail(strace_log, MAX_STRACE_BYTES) if strace_ok else None
         attacher = _LateAttach(strace_found[0], strace_log, strace_after) if strace_ok and strace_after else None
         if attacher is not None:
             run_env = {**dict(env), **ld_vars}
@@ -318,7 +359,7 @@ def trace_command(
         recent: dict[int, list[FileEvent]] = {}
         stuck: list[FileEvent] = []
         if strace_ok:
-            text, cut = _read_tail(strace_log, MAX_STRACE_BYTES)
+            text, cut = strace_tail.text() if strace_tail is not None else ("", False)
             if cut:
                 notes.append("strace log too large: only its end was read")
             events = [e for e in parse_strace(text) if not e.path.startswith(tmp + os.sep)]  # not our own logs
@@ -342,6 +383,8 @@ def trace_command(
             strace_used=strace_ok,
         )
     finally:
+        if strace_tail is not None:
+            strace_tail.text()  # stops its reader
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -34,6 +34,7 @@ from ..privilege import RunAs, runs_as_of
 from ..registry import probe
 from ..runner import run, which_all
 from ..target import target_of
+from ..userfile import open_regular_text
 from .pyenv import TARGET_TIMEOUT
 from .toolchain import read_os_release
 
@@ -180,14 +181,14 @@ def _nvcc_version(path: str, env: dict[str, str], timeout: float) -> tuple[dict[
 def _toolkit_version(root: str) -> tuple[str | None, str]:
     """The version of a toolkit directory from version.json / version.txt (no process started)."""
     try:
-        with open(os.path.join(root, "version.json"), encoding="utf-8") as fh:
+        with open_regular_text(os.path.join(root, "version.json"), encoding="utf-8") as fh:
             v = (json.load(fh).get("cuda") or {}).get("version")
         if v:
             return cuda.cuda_str(v), "version.json"
     except (OSError, ValueError, AttributeError):
         pass
     try:
-        with open(os.path.join(root, "version.txt"), encoding="utf-8", errors="replace") as fh:
+        with open_regular_text(os.path.join(root, "version.txt"), encoding="utf-8", errors="replace") as fh:
             v = cuda.cuda_str(fh.read(200))
         if v:
             return v, "version.txt"
@@ -260,7 +261,7 @@ def collect_cuda(env: dict[str, str], *, timeout: float = NVCC_TIMEOUT,
         for rel in cuda.HOST_CONFIG_PATHS:
             p = os.path.join(home["path"], rel)
             try:
-                with open(p, encoding="utf-8", errors="replace") as fh:
+                with open_regular_text(p, encoding="utf-8", errors="replace") as fh:
                     hc.update(cuda.parse_host_config(fh.read(512 * 1024)), path=p)
                 break
             except OSError:

@@ -17,6 +17,7 @@ from ..model import Evidence
 from ..privilege import runs_as_of
 from ..registry import probe
 from ..target import target_of
+from ..userfile import open_regular_text
 
 LIVE_TIMEOUT = 120.0
 #: The default import probe normally finishes in seconds; strace joins only a run this slow.
@@ -225,7 +226,7 @@ def rpath_copies(interp: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _read_preload(path: str) -> list[str]:
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
+        with open_regular_text(path, encoding="utf-8", errors="replace") as fh:
             return [w for line in fh for w in line.split("#", 1)[0].replace(":", " ").split()]
     except OSError:
         return []

@@ -23,6 +23,7 @@ from typing import Any
 
 from .. import runner
 from ..model import Evidence, Remedy
+from ..userfile import open_regular_text
 from .mounts import MountEntry, unescape
 
 FSTAB = "/etc/fstab"
@@ -72,7 +73,7 @@ def parse_fstab(text: str) -> list[FstabEntry]:
 
 def read_fstab(path: str = FSTAB) -> list[FstabEntry]:
     try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+        with open_regular_text(path, encoding="utf-8", errors="surrogateescape") as fh:
             return parse_fstab(fh.read())
     except OSError:
         return []

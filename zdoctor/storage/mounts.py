@@ -7,6 +7,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..userfile import open_regular_text
+
 MOUNTINFO = "/proc/self/mountinfo"
 
 _ESCAPE = re.compile(r"\\([0-7]{3})")
@@ -90,7 +92,7 @@ def parse_mountinfo(text: str) -> list[MountEntry]:
 def read_mountinfo(path: str = MOUNTINFO) -> list[MountEntry]:
     """Parse the mountinfo file at ``path`` (empty list when it cannot be read)."""
     try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+        with open_regular_text(path, encoding="utf-8", errors="surrogateescape") as fh:
             return parse_mountinfo(fh.read())
     except OSError:
         return []
