@@ -4,6 +4,7 @@ budget. The strace log is capped while it is written (it never lands on disk).""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import subprocess
@@ -80,10 +81,8 @@ def test_the_strace_log_is_capped_while_it_is_written():
             for d in glob.glob(f"/tmp/{live.TRACE_PREFIX}{os.getpid()}-*"):
                 for root, _dirs, files in os.walk(d):
                     for f in files:
-                        try:
+                        with contextlib.suppress(OSError):
                             total += os.lstat(os.path.join(root, f)).st_size
-                        except OSError:
-                            pass
             peak[0] = max(peak[0], total)
             time.sleep(0.1)
 
