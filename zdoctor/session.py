@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
@@ -34,6 +34,7 @@ from . import __version__
 from .errors import InputError
 from .redact import redact
 from .shape import event_problems
+from .userfile import open_regular
 
 SESSION_ID_RE = re.compile(r"\d{8}T\d{6}-[0-9a-f]{4}")
 SUFFIX = ".jsonl"
@@ -174,6 +175,7 @@ class EventList(list):
     path: Path | None = None
     skipped: list[tuple[int, str]] = []
     nul_bytes: int = 0
+    cut_bytes: int = 0
 
     def damage_note(self) -> str | None:
         """One line saying what was skipped, or None when every line was read."""
@@ -184,21 +186,42 @@ class EventList(list):
                          f"(line{'s' if len(self.skipped) != 1 else ''} {where}: {self.skipped[0][1]})")
         if self.nul_bytes:
             parts.append(f"{self.nul_bytes} NUL bytes skipped (a log truncated while it was written)")
+        if self.cut_bytes:
+            parts.append(f"only the first {MAX_LOG_BYTES >> 20} MiB were read ({self.cut_bytes} bytes after them "
+                         "were not)")
         return f"{self.path}: " + "; ".join(parts) if parts else None
 
 
-def _read_lines(path: Path) -> tuple[list[tuple[int, bytes]], bytes | None]:
-    """Complete lines (numbered from 1) and the unterminated tail, if any."""
+#: A session log is never written past this size, and only this much of a larger one is read.
+MAX_LOG_BYTES = 32 * 1024 * 1024
+
+
+def _read_lines(path: Path, events: EventList) -> Iterator[tuple[int, bytes, bool]]:
+    """(number from 1, line, complete) for each line of the log, read as a stream (a regular file only) up
+    to :data:`MAX_LOG_BYTES`; what lies past that is counted in ``events.cut_bytes``."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        fh = open_regular(path)
     except FileNotFoundError:
         raise InputError(f"{path}: no such session log") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read session log: {exc.strerror or exc}") from None
-    chunks = data.split(b"\n")
-    tail = chunks.pop()
-    return list(enumerate(chunks, start=1)), (tail if tail.strip() else None)
+    with fh:
+        size = os.fstat(fh.fileno()).st_size
+        read, number = 0, 0
+        try:
+            while True:
+                raw = fh.readline(MAX_LOG_BYTES - read + 1)
+                if not raw:
+                    return
+                number += 1
+                read += len(raw)
+                if read > MAX_LOG_BYTES:
+                    events.cut_bytes = max(0, size - (read - len(raw)))
+                    return
+                complete = raw.endswith(b"\n")
+                yield number, raw[:-1] if complete else raw, complete
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read session log: {exc.strerror or exc}") from None
 
 
 def _parse(raw: bytes) -> dict[str, Any]:
@@ -232,11 +255,10 @@ def load_events(session_id_or_path: str | os.PathLike[str], state_dir: Path | No
     bytes in front of an event are dropped and counted in ``result.nul_bytes``.
     """
     path = _resolve(session_id_or_path, state_dir)
-    lines, tail = _read_lines(path)
     events = EventList()
     events.path = path
     events.skipped = []
-    for number, raw in lines:
+    for number, raw, complete in _read_lines(path, events):
         stripped = raw.lstrip(b"\0")
         events.nul_bytes += len(raw) - len(stripped)
         if not stripped.strip():
@@ -244,15 +266,11 @@ def load_events(session_id_or_path: str | os.PathLike[str], state_dir: Path | No
         try:
             events.append(_parse(stripped))
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            if not complete:  # a half-written last line
+                events.torn = True
+                continue
             reason = exc.msg if isinstance(exc, json.JSONDecodeError) else (str(exc) or type(exc).__name__)
             events.skipped.append((number, f"malformed event: {reason}"[:200]))
-    if tail is not None:
-        stripped = tail.lstrip(b"\0")
-        events.nul_bytes += len(tail) - len(stripped)
-        try:
-            events.append(_parse(stripped))
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            events.torn = True
     if not events and events.skipped:
         raise InputError(f"{path}: no readable event ({events.damage_note()})")
     return events
@@ -531,6 +549,10 @@ class SessionLog:
             # which read back as the same text.
             line = (json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n").encode(
                 "utf-8", errors="backslashreplace")
+            if size + len(line) > MAX_LOG_BYTES:
+                self.failure = (f"session log {self.path} reached its {MAX_LOG_BYTES >> 20} MiB cap; later events "
+                                "were not recorded")
+                return
             view = memoryview(line)
             try:
                 while view:
