@@ -207,7 +207,9 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if log:
         report.session = log.id
         log.close(report.exit_code)
-        if log.failure is not None:
+        if log.failure is not None and log.capped:
+            print(f"zdoctor: warning: the session was recorded only in part ({log.failure})", file=sys.stderr)
+        elif log.failure is not None:
             report.session = None
             print(f"zdoctor: warning: the session could not be recorded ({log.failure}); the report is complete "
                   "but export and --resume cannot use this run", file=sys.stderr)

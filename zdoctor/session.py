@@ -398,6 +398,8 @@ class SessionLog:
         self._lock = threading.Lock()
         #: Why events stopped being written (a full disk, an I/O error); None while the log is whole.
         self.failure: str | None = None
+        #: The failure is the size cap: what came before it is recorded and readable.
+        self.capped = False
         _OPEN.add(self)
         self._results: set[tuple[Any, Any]] = set()  # (probe, started) of the probe results written
 
@@ -550,6 +552,7 @@ class SessionLog:
             line = (json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n").encode(
                 "utf-8", errors="backslashreplace")
             if size + len(line) > MAX_LOG_BYTES:
+                self.capped = True
                 self.failure = (f"session log {self.path} reached its {MAX_LOG_BYTES >> 20} MiB cap; later events "
                                 "were not recorded")
                 return
