@@ -90,3 +90,17 @@ def test_system_tools_are_found_in_system_directories_only(tmp_path, monkeypatch
     assert found is not None and os.path.dirname(found) in systools.SYSTEM_DIRS
     assert systools.system_tool("zdoctor-h8-no-such-tool") is None
     assert fstab_apply._mount_argv("/etc/fstab", "/mnt/x")[0] == systools.system_tool("mount")
+
+
+def test_a_remedy_trial_runs_as_the_owner(account, env_dir):
+    from zdoctor.forensics.remedies import Plan, verify
+
+    seen = plant_witness(env_dir, account)
+    python = str(env_dir / "bin" / "python")
+    run_as = privilege.code_runs_as(Target.of(python, _env()))
+    plan = Plan(key="ld-library-path", title="drop an entry", env_changes={"ZDOCTOR_H8_TRIAL": "1"})
+    ev = verify(plan, [python, "-c", "import os; assert os.environ['ZDOCTOR_H8_TRIAL'] == '1'"], _env(),
+                timeout=60, run_as=run_as)
+    assert plan.verified, (ev.stderr, plan.verification)
+    assert {r[0] for r in witnessed(seen)} == {account.uid}
+    assert f"[as user {account.name}" in ev.label
