@@ -156,6 +156,9 @@ def battery(work: Path) -> list[Row]:
     rows.append(Row("state directory is a symlink", ["check", "--json", "--playbook", "gpu-stack"],
                     DEFAULT_TIME_BUDGET, _in_stderr("it is a symbolic link"),
                     env={**os.environ, "XDG_STATE_HOME": str(state)}))
+    rows += recorded_rows(work) + reader_rows(work, fifo)
+    if os.geteuid() == 0 and shutil.which("mount"):
+        rows.append(full_disk_row(work))
     return rows
 
 
@@ -184,6 +187,101 @@ def _racing_offload_row(work: Path) -> Row:
                ["check", "--json", "--no-log", "--offload-path", str(offload), "--io-size", "16M"],
                DEFAULT_TIME_BUDGET, lambda m: _no_crash(m) and state.get("intact") is True, setup=setup,
                cleanup=cleanup)
+
+
+def recorded_rows(work: Path) -> list[Row]:
+    """Recordings of the wrong shape: a mutated snapshot, a session event of the wrong type, a 200 MB log,
+    deeply nested playbook TOML, an export into a FIFO another user planted."""
+    rows = []
+    doc = json.loads((REPO / "tests" / "fixtures" / "snapshots" / "healthy.json").read_text())
+    doc["probes"]["pyenv"]["facts"]["target"] = "x"
+    doc["probes"]["toolchain"]["facts"]["compilers"] = [1]
+    snap = work / "mutated-snapshot.json"
+    snap.write_text(json.dumps(doc))
+    rows.append(Row("check --replay snapshot with wrong-typed fields", ["check", "--json", "--replay", str(snap)],
+                    DEFAULT_TIME_BUDGET, lambda m: _no_crash(m) and "malformed" in m.stdout))
+    odd = work / "state-odd" / "zdoctor" / "sessions"
+    odd.mkdir(parents=True, mode=0o700)
+    src = sorted((REPO / "tests" / "fixtures" / "sessions").glob("*.jsonl"))[-1]
+    events = [json.loads(line) for line in src.read_text().splitlines() if line.strip()]
+    for e in events:
+        if e.get("type") == "finding":
+            e["finding"]["remedies"] = 7
+            break
+    (odd / src.name).write_text("".join(json.dumps(e) + "\n" for e in events))
+    rows.append(Row("export of a session with a wrong-typed finding", ["export", "--last", "--format", "md"],
+                    DEFAULT_TIME_BUDGET, _in_stderr("event of the wrong shape"),
+                    env={**os.environ, "XDG_STATE_HOME": str(work / "state-odd")}))
+    big = work / "state-big" / "zdoctor" / "sessions"
+    big.mkdir(parents=True, mode=0o700)
+    sid = "20261201T120000-b8aa"
+    with open(big / f"{sid}.jsonl", "w") as fh:
+        fh.write(json.dumps({"seq": 1, "ts": 1.0, "type": "session_start", "session_id": sid, "mode": "check",
+                             "argv": ["check"], "host": {}, "started": 1.0}) + "\n")
+        seq = 2
+        while fh.tell() < 200 << 20:
+            fh.write(json.dumps({"seq": seq, "ts": 1.0, "type": "finding", "finding": {
+                "id": f"f{seq}", "status": "warn", "title": "t", "detail": "x" * 60000}}) + "\n")
+            seq += 1
+    rows.append(Row("export of a 200 MB session log", ["export", "--session", sid, "--format", "md", "-o",
+                                                       str(work / "big.md")],
+                    DEFAULT_TIME_BUDGET, _in_stderr("only the first 32 MiB were read"),
+                    env={**os.environ, "XDG_STATE_HOME": str(work / "state-big")}))
+    deep = work / "deep.toml"
+    deep.write_text("id = 'x'\nnodes = " + "[" * 5000 + "]" * 5000 + "\n")
+    rows.append(Row("playbooks lint 5000-deep TOML", ["playbooks", "lint", str(deep)], DEFAULT_TIME_BUDGET,
+                    lambda m: "nested too deeply" in m.stdout + m.stderr))
+    if os.geteuid() == 0:
+        shared = work / "shared"
+        shared.mkdir(mode=0o1777)
+        planted = shared / "report.md"
+        os.mkfifo(planted)
+        os.chown(planted, 65534, 65534)
+        rows.append(Row("export -o FIFO another user planted", ["export", "--last", "--format", "md", "-o",
+                                                                str(planted)],
+                        DEFAULT_TIME_BUDGET, _in_stderr("that belongs to another user")))
+    return rows
+
+
+def reader_rows(work: Path, fifo: Path) -> list[Row]:
+    """FIFOs where zdoctor reads on its own: a libstdc++.so.6 on LD_LIBRARY_PATH, an op's build.ninja."""
+    lib = work / "fifo-lib"
+    lib.mkdir()
+    os.mkfifo(lib / "libstdc++.so.6")
+    ops = work / "fifo-ops"
+    (ops / "cpu_adam").mkdir(parents=True)
+    os.mkfifo(ops / "cpu_adam" / "build.ninja")
+    return [Row("FIFO libstdc++.so.6 on LD_LIBRARY_PATH", ["check", "--json", "--no-log"], DEFAULT_TIME_BUDGET,
+                _no_crash, env={**os.environ, "LD_LIBRARY_PATH": str(lib)}),
+            Row("FIFO build.ninja in the op cache", ["check", "--json", "--no-log", "--playbook", "zero3-launch"],
+                DEFAULT_TIME_BUDGET, _no_crash, env={**os.environ, "TORCH_EXTENSIONS_DIR": str(ops)})]
+
+
+def full_disk_row(work: Path) -> Row:
+    """The session log on a real 256 KiB tmpfs, full."""
+    point = work / "full"
+    point.mkdir()
+
+    def setup() -> None:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "zdoctor-full", str(point)],
+                       check=True)
+        (point / "zdoctor" / "sessions").mkdir(parents=True, mode=0o700)
+        fd = os.open(point / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            while True:
+                os.write(fd, b"\1" * 4096)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        os.truncate(point / "filler", max(0, (point / "filler").stat().st_size - 8192))
+
+    def cleanup() -> None:
+        subprocess.run(["umount", "-l", str(point)], check=False)
+
+    return Row("full disk under the session log", ["check", "--json", "--playbook", "gpu-stack"],
+               DEFAULT_TIME_BUDGET, lambda m: m.returncode in (0, 1, 3) and "could not be recorded" in m.stderr,
+               env={**os.environ, "XDG_STATE_HOME": str(point)}, setup=setup, cleanup=cleanup)
 
 
 def main() -> int:

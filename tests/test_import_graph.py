@@ -16,11 +16,12 @@ PACKAGE = ROOT / "zdoctor"
 #: is in the layer of the longest prefix listed.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("zdoctor", "zdoctor.errors", "zdoctor.units", "zdoctor.verdicts", "zdoctor.plural", "zdoctor.shellquote",
-              "zdoctor.rules", "zdoctor.symptoms.model", "zdoctor.resources", "zdoctor.scripts",
+              "zdoctor.symptoms.model", "zdoctor.resources", "zdoctor.scripts",
               "zdoctor.shim")),
     ("model", ("zdoctor.model", "zdoctor.redact", "zdoctor.userfile", "zdoctor.atomic", "zdoctor.children",
                "zdoctor.runner", "zdoctor.target", "zdoctor.packages", "zdoctor.present", "zdoctor.asuser",
-               "zdoctor.sysfile", "zdoctor.isolate_env", "zdoctor.contain", "zdoctor.cgroup")),
+               "zdoctor.sysfile", "zdoctor.isolate_env", "zdoctor.contain", "zdoctor.cgroup",
+               "zdoctor.rules", "zdoctor.runas", "zdoctor.privilege", "zdoctor.trainuser", "zdoctor.systools", "zdoctor.shape")),
     ("facts", ("zdoctor.registry", "zdoctor.host", "zdoctor.forensics", "zdoctor.storage", "zdoctor.gpu",
                "zdoctor.offload", "zdoctor.symptoms.extract", "zdoctor.symptoms.match", "zdoctor.symptoms.view",
                "zdoctor.symptoms", "zdoctor.core_apply", "zdoctor.glossary")),

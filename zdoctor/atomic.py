@@ -119,7 +119,17 @@ def _special_target(target: Path) -> bool | None:
                          "refusing to write through it (name the file itself, or -o - for standard output)")
     if stat.S_ISREG(lst.st_mode) or stat.S_ISDIR(lst.st_mode):
         return None
+    if lst.st_uid != os.geteuid() and not _system_path(target):
+        from .userfile import kind_of
+
+        raise InputError(f"{target}: {kind_of(lst.st_mode)} that belongs to another user (uid {lst.st_uid}); "
+                         "refusing to write into it (name a file of your own, or -o - for standard output)")
     return False
+
+
+def _system_path(target: Path) -> bool:
+    """Whether ``target`` lies under /dev or /proc, which only the system populates (``/dev/null``)."""
+    return os.path.abspath(target).startswith(("/dev/", "/proc/"))
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str, mode: int = 0o600) -> Path:

@@ -47,6 +47,10 @@ def _target_args(sp: argparse.ArgumentParser, top: bool = False) -> None:
                          "it with a finding or shows it as unexplained")
     sp.add_argument("--timeout", metavar="S", type=float, default=argparse.SUPPRESS,
                     help="time limit in seconds for the traced command and for each remedy re-run (default 120)")
+    sp.add_argument("--as-root", action="store_const", const=True, default=None,
+                    help="when zdoctor runs as root, run the training environment's code (the probe interpreter, "
+                         "the traced command, remedy trials) as root too (default: as the environment's owner "
+                         "when that is another user)")
     off = sp.add_argument_group("offload capacity and storage")
     off.add_argument("--ds-config", metavar="FILE", help="the job's DeepSpeed config (JSON/HJSON) to lint and plan")
     off.add_argument("--offload-path", metavar="DIR", help="where NVMe offload would write (default: the config's "
@@ -213,6 +217,12 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if log:
         report.session = log.id
         log.close(report.exit_code)
+        if log.failure is not None and log.capped:
+            print(f"zdoctor: warning: the session was recorded only in part ({log.failure})", file=sys.stderr)
+        elif log.failure is not None:
+            report.session = None
+            print(f"zdoctor: warning: the session could not be recorded ({log.failure}); the report is complete "
+                  "but export and --resume cannot use this run", file=sys.stderr)
     shown = report.redacted()
     if args.json:
         json.dump(shown.to_dict(), sys.stdout, indent=2)

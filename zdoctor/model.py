@@ -198,6 +198,10 @@ class ProbeResult:
     error: str | None = None
     started: float = 0.0
     duration_s: float = 0.0
+    #: Read from a recording (a snapshot or a session), not probed here; not part of the record.
+    replayed: bool = field(default=False, compare=False, repr=False)
+    #: Of a recording: where its facts hold null in place of an object or array (see zdoctor.shape).
+    doubtful: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -226,6 +226,8 @@ def _read_toml(path: Path) -> tuple[dict[str, Any] | None, LintError | None]:
         return tomllib.loads(text), None
     except tomllib.TOMLDecodeError as exc:
         return None, _toml_error(file, text, exc)
+    except RecursionError:  # arrays or inline tables nested thousands deep
+        return None, LintError(file, None, "nested too deeply to read (arrays or inline tables)")
 
 
 class _Parser:

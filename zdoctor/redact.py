@@ -74,12 +74,19 @@ def name_parts(name: str) -> list[str]:
     return [p.lower() for p in _SPLIT.split(name) if p]
 
 
+#: Words no harmless name contains: a part holding one anywhere is a secret (``PGPASSWORD``, ``dbpasswd``).
+_SECRET_STEMS = ("password", "passwd", "passphrase")
+#: Secret only as the last part (``--pass``, ``--db-pass``; ``--pass-through`` is not).
+_LAST_WORDS = frozenset({"pass"})
+
+
 def is_secret_name(name: str) -> bool:
     """Whether a variable or key called ``name`` holds key material (see the module docstring)."""
     parts = name_parts(name)
     if not parts or parts[-1] in _POINTER_WORDS:
         return False
-    return any(p in _SECRET_WORDS for p in parts)
+    return (parts[-1] in _LAST_WORDS or any(p in _SECRET_WORDS for p in parts)
+            or any(stem in p for p in parts for stem in _SECRET_STEMS))
 
 
 # --- text ---------------------------------------------------------------------------------------
@@ -87,6 +94,13 @@ def is_secret_name(name: str) -> bool:
 _PEM = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)",
                   re.DOTALL)
 _URL_CREDENTIALS = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]*:)[^\s/@]+(?=@)")
+#: ``user:pw@host`` without a scheme (``mysql://`` dropped, ``rsync``, ``lftp``): a word, a colon, the
+#: password, ``@`` and a host name.
+_BARE_CREDENTIALS = re.compile(r"(?P<head>(?<![^\s\"'=(])[A-Za-z0-9._%+-]+:)(?!<redacted>@)[^\s/@:\"']+"
+                               r"(?=@[A-Za-z0-9][A-Za-z0-9.-]*(?![^\s/:\"')]))")
+#: Tools whose ``-p`` takes the password itself (``mysql -pSECRET``, ``sshpass -p SECRET``).
+_SHORT_P_TOOLS = re.compile(r"(?P<tool>(?<![^\s/\"'])(?:mysql[a-z]*|mariadb[a-z-]*|sshpass))(?P<args>[^\n|;&]*)")
+_SHORT_P = re.compile(r"(?P<flag>(?<!\S)-p)(?P<gap>[ \t]*)(?P<value>(?!-)(?!<redacted>)(?:\\.|[^\s\\])+)")
 _AUTH_SCHEME = re.compile(r"\b(?P<scheme>Bearer|Basic)(?P<gap>\s+)(?!<redacted>)[A-Za-z0-9._~+/=-]+",
                           re.IGNORECASE)
 _SHAPES = re.compile(
@@ -102,7 +116,7 @@ _ASSIGN = re.compile(
     r"""(?P<lead>^[ \t]*(?:(?:export|declare\s+-x|setenv|set)[ \t]+)?)?
         (?<![A-Za-z0-9_.])(?P<q>["']?)(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)
         (?P<sep>[ \t]*(?P<op>[:=])(?!=)[ \t]*)
-        (?P<value>"(?:[^"\\\n]|\\.)*"?|'[^'\n]*'?|(?:(?:Bearer|Basic|Token)[ \t]+)?[^\s"']*)""",
+        (?P<value>"(?:[^"\\\n]|\\.)*"?|'[^'\n]*'?|(?:(?:Bearer|Basic|Token)[ \t]+)?(?:\\.|[^\s"'\\])*)""",
     re.VERBOSE | re.MULTILINE | re.IGNORECASE,
 )
 _REST_OF_LINE = re.compile(r"[^\n]*")
@@ -110,14 +124,14 @@ _REST_OF_LINE = re.compile(r"[^\n]*")
 #: blanks after it, and a value that is not itself an option (quoted, or up to the next blank).
 _OPTION_VALUE = re.compile(
     r"""(?<![^\s"'=])(?P<flag>--?(?P<name>[A-Za-z][A-Za-z0-9_.-]*))(?P<gap>[ \t]+)
-        (?P<value>"(?:[^"\\\n]|\\.)*"?|'[^'\n]*'?|(?!-)[^\s"']+)""",
+        (?P<value>"(?:[^"\\\n]|\\.)*"?|'[^'\n]*'?|(?!-)(?:\\.|[^\s"'\\])+)""",
     re.VERBOSE,
 )
 #: Values that hold nothing to hide: empty, or already redacted.
 _DONE = re.compile(r"(?:(?:Bearer|Basic|Token)[ \t]+)?(?:<redacted>)?", re.IGNORECASE)
 
 
-def _secret_values(text: str, pattern: re.Pattern[str], resume: str) -> str:
+def _secret_values(text: str, pattern: re.Pattern[str], resume: str, found: list[str] | None = None) -> str:
     """Replace the ``value`` group of each ``pattern`` match whose ``name`` says secret.
 
     After a harmless name the scan resumes at the end of group ``resume``, so a secret nested in the value
@@ -138,34 +152,52 @@ def _secret_values(text: str, pattern: re.Pattern[str], resume: str) -> str:
             continue
         quote = value[0] if value[:1] in ("\"", "'") else ""
         closed = quote and len(value) > 1 and value.endswith(quote)
+        if found is not None:
+            found.append(value[1:-1] if closed else value[len(quote):])
         out.append(text[pos:m.start("value")] + f"{quote}{REDACTED}{quote if closed else ''}")
         pos = m.end()
         if not quote and m.groupdict().get("lead") is not None:
             pos = _REST_OF_LINE.match(text, m.start("value")).end()
+            if found is not None:
+                found.append(text[m.start("value"):pos])
     out.append(text[pos:])
     return "".join(out)
 
 
-def _assignments(text: str) -> str:
-    """Replace values assigned to secret names (``NAME=value``, ``name: value``)."""
-    return _secret_values(text, _ASSIGN, "sep")
+def _short_p(text: str, found: list[str] | None) -> str:
+    """``-pSECRET`` / ``-p SECRET`` after a tool whose ``-p`` is the password (``mysql``, ``sshpass``)."""
+    def inner(m: re.Match[str]) -> str:
+        if found is not None:
+            found.append(m.group("value"))
+        return m.group("flag") + m.group("gap") + REDACTED
+
+    return _SHORT_P_TOOLS.sub(lambda t: t.group("tool") + _SHORT_P.sub(inner, t.group("args")), text)
 
 
-def _option_values(text: str) -> str:
-    """Replace the value after each secret-named option (``--password VALUE``)."""
-    return _secret_values(text, _OPTION_VALUE, "flag")
+def _sub(pattern: re.Pattern[str], text: str, found: list[str] | None, keep: tuple[str, ...] = ()) -> str:
+    """Replace each match of ``pattern`` but its ``keep`` groups (a prefix) by ``<redacted>``."""
+    def repl(m: re.Match[str]) -> str:
+        head = "".join(m.group(g) for g in keep)
+        if found is not None:
+            found.append(m.group(0)[len(head):])
+        return head + REDACTED
+
+    return pattern.sub(repl, text)
 
 
-def redact_text(text: str) -> str:
-    """``text`` with secret assignments, ``--secret VALUE`` options, credentials and token shapes replaced."""
+def redact_text(text: str, found: list[str] | None = None) -> str:
+    """``text`` with secret assignments, ``--secret VALUE`` options, credentials and token shapes replaced;
+    each value replaced is appended to ``found`` when given."""
     if not text:
         return text
-    text = _PEM.sub(REDACTED, text)
-    text = _URL_CREDENTIALS.sub(lambda m: m.group("head") + REDACTED, text)
-    text = _AUTH_SCHEME.sub(lambda m: m.group("scheme") + m.group("gap") + REDACTED, text)
-    text = _SHAPES.sub(REDACTED, text)
-    text = _option_values(text)
-    return _assignments(text)
+    text = _sub(_PEM, text, found)
+    text = _sub(_URL_CREDENTIALS, text, found, ("head",))
+    text = _sub(_BARE_CREDENTIALS, text, found, ("head",))
+    text = _sub(_AUTH_SCHEME, text, found, ("scheme", "gap"))
+    text = _sub(_SHAPES, text, found)
+    text = _short_p(text, found)
+    text = _secret_values(text, _OPTION_VALUE, "flag", found)
+    return _secret_values(text, _ASSIGN, "sep", found)
 
 
 # --- data ---------------------------------------------------------------------------------------
@@ -183,41 +215,89 @@ def _secret_member(name: str) -> bool:
     return name not in _FIELD_NAMES and is_secret_name(name)
 
 
-def _secret_value(value: Any) -> Any:
+def _secret_value(value: Any, found: list[str]) -> Any:
     """Replace a value found under a secret name."""
     if isinstance(value, (str, bytes)):
+        if value and isinstance(value, str):
+            found.append(value)
         return REDACTED if value else value
     if isinstance(value, dict):
-        return redact(value)
+        return _redact(value, found)
     if isinstance(value, (list, tuple)):
-        return type(value)(_secret_value(v) for v in value)
+        return type(value)(_secret_value(v, found) for v in value)
     return copy.deepcopy(value)
 
 
-def _redact_sequence(items: list[Any] | tuple[Any, ...]) -> list[Any] | tuple[Any, ...]:
-    """Redact each item; an argv-style ``--token VALUE`` pair loses its value too."""
+#: argv words after which the next word is the password (``sshpass -p X``, ``mysql -p X``).
+_PASSWORD_TOOLS = re.compile(r"(?:.*/)?(?:mysql[a-z]*|mariadb[a-z-]*|sshpass)")
+
+
+def _redact_sequence(items: list[Any] | tuple[Any, ...], found: list[str]) -> list[Any] | tuple[Any, ...]:
+    """Redact each item; an argv-style ``--token VALUE`` pair loses its value too, and so does ``-p X`` /
+    ``-pX`` of a tool whose ``-p`` is the password."""
     out: list[Any] = []
     hide_next = False
+    short_p = bool(items) and isinstance(items[0], str) and bool(_PASSWORD_TOOLS.fullmatch(items[0]))
     for item in items:
         if hide_next and isinstance(item, str) and not item.startswith("-"):
+            if item:
+                found.append(item)
             out.append(REDACTED if item else item)
             hide_next = False
             continue
         hide_next = False
         if isinstance(item, str):
             flag = _FLAG.match(item)
-            hide_next = bool(flag and is_secret_name(flag.group("name")))
-        out.append(redact(item))
+            hide_next = bool(flag and is_secret_name(flag.group("name"))) or (short_p and item == "-p")
+            if short_p and item.startswith("-p") and len(item) > 2 and item[2:] != REDACTED:
+                found.append(item[2:])
+                out.append("-p" + REDACTED)
+                continue
+        out.append(_redact(item, found))
     return type(items)(out) if isinstance(items, tuple) else out
 
 
-def redact(obj: Any) -> Any:
-    """A deep copy of ``obj`` with secret values replaced by ``<redacted>`` (see the module docstring)."""
+def _redact(obj: Any, found: list[str]) -> Any:
     if isinstance(obj, str):
-        return redact_text(obj)
+        return redact_text(obj, found)
     if isinstance(obj, dict):
-        return {k: (_secret_value(v) if isinstance(k, str) and _secret_member(k) else redact(v))
+        return {k: (_secret_value(v, found) if isinstance(k, str) and _secret_member(k) else _redact(v, found))
                 for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return _redact_sequence(obj)
+        return _redact_sequence(obj, found)
     return copy.deepcopy(obj)
+
+
+#: A secret value shorter than this is not searched for elsewhere (``x`` would blank every x).
+MIN_ECHO_LENGTH = 4
+
+
+def _unescape(value: str) -> str:
+    """A shell word's value as a program sees it (``a\\ b`` is ``a b``)."""
+    return re.sub(r"\\(.)", r"\1", value)
+
+
+def _replace_echoes(obj: Any, values: list[str]) -> Any:
+    """``obj`` with every occurrence of each of ``values`` replaced (a command that printed its argv)."""
+    if isinstance(obj, str):
+        for v in values:
+            obj = obj.replace(v, REDACTED)
+        return obj
+    if isinstance(obj, dict):
+        return {k: _replace_echoes(v, values) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_replace_echoes(v, values) for v in obj)
+    return obj
+
+
+def redact(obj: Any) -> Any:
+    """A deep copy of ``obj`` with secret values replaced by ``<redacted>`` (see the module docstring).
+
+    A value found anywhere in ``obj`` is also replaced wherever else it appears in ``obj``: the output
+    of a command that prints its own arguments holds the password the command line was given."""
+    found: list[str] = []
+    out = _redact(obj, found)
+    values = {w for v in found for w in (v, _unescape(v)) if len(w) >= MIN_ECHO_LENGTH and w != REDACTED}
+    if not values:
+        return out
+    return _replace_echoes(out, sorted(values, key=len, reverse=True))

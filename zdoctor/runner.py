@@ -13,10 +13,13 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import children, contain
 from .model import OUTPUT_CAP, Evidence, cap_text
+
+if TYPE_CHECKING:
+    from .runas import RunAs
 
 DEFAULT_TIMEOUT = 20.0
 #: The error of a run zdoctor ended before it finished (its probe abandoned, zdoctor leaving).
@@ -152,6 +155,7 @@ def run(
     label: str | None = None,
     on_start: Callable[[int], None] | None = None,
     prefix: Sequence[str] = (),
+    run_as: RunAs | None = None,
 ) -> Evidence:
     """Run ``argv`` and return its :class:`Evidence`; never raises for a failing program.
 
@@ -161,16 +165,21 @@ def run(
     non-executable program is reported in ``error`` with ``exit_code`` None; a timeout sets ``error``
     and keeps the output produced so far. ``on_start`` is called with the keeper's pid once it runs
     (the command is its child). ``prefix`` is a tracer the contained command runs under
-    (``strace ... --``): the command's exit, not the tracer's wait for its daemons, ends the run.
+    (``strace ... --``): the command's exit, not the tracer's wait for its daemons, ends the run. With
+    ``run_as`` the keeper and the command run as that account and the evidence label says so.
     """
     argv = [str(a) for a in argv]
     ev = Evidence(label=label or " ".join(argv[:3]), kind="command", argv=argv, started=time.time())
+    if run_as is not None:
+        ev.label += f" [as {run_as.describe()}]"
+        env = run_as.child_env(os.environ if env is None else env)
     t0 = time.monotonic()
     try:
         child = contain.popen(
             argv,
             env=dict(env) if env is not None else None,
             prefix=prefix,
+            run_as=run_as,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

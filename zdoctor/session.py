@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
@@ -34,6 +34,8 @@ from . import __version__
 from .errors import InputError
 from .events import SessionView, fold
 from .redact import redact
+from .shape import event_problems
+from .userfile import open_regular
 
 SESSION_ID_RE = re.compile(r"\d{8}T\d{6}-[0-9a-f]{4}")
 SUFFIX = ".jsonl"
@@ -195,6 +197,7 @@ class EventList(list):
     path: Path | None = None
     skipped: list[tuple[int, str]] = []
     nul_bytes: int = 0
+    cut_bytes: int = 0
 
     def damage_note(self) -> str | None:
         """One line saying what was skipped, or None when every line was read."""
@@ -205,21 +208,42 @@ class EventList(list):
                          f"(line{'s' if len(self.skipped) != 1 else ''} {where}: {self.skipped[0][1]})")
         if self.nul_bytes:
             parts.append(f"{self.nul_bytes} NUL bytes skipped (a log truncated while it was written)")
+        if self.cut_bytes:
+            parts.append(f"only the first {MAX_LOG_BYTES >> 20} MiB were read ({self.cut_bytes} bytes after them "
+                         "were not)")
         return f"{self.path}: " + "; ".join(parts) if parts else None
 
 
-def _read_lines(path: Path) -> tuple[list[tuple[int, bytes]], bytes | None]:
-    """Complete lines (numbered from 1) and the unterminated tail, if any."""
+#: A session log is never written past this size, and only this much of a larger one is read.
+MAX_LOG_BYTES = 32 * 1024 * 1024
+
+
+def _read_lines(path: Path, events: EventList) -> Iterator[tuple[int, bytes, bool]]:
+    """(number from 1, line, complete) for each line of the log, read as a stream (a regular file only) up
+    to :data:`MAX_LOG_BYTES`; what lies past that is counted in ``events.cut_bytes``."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        fh = open_regular(path)
     except FileNotFoundError:
         raise InputError(f"{path}: no such session log") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read session log: {exc.strerror or exc}") from None
-    chunks = data.split(b"\n")
-    tail = chunks.pop()
-    return list(enumerate(chunks, start=1)), (tail if tail.strip() else None)
+    with fh:
+        size = os.fstat(fh.fileno()).st_size
+        read, number = 0, 0
+        try:
+            while True:
+                raw = fh.readline(MAX_LOG_BYTES - read + 1)
+                if not raw:
+                    return
+                number += 1
+                read += len(raw)
+                if read > MAX_LOG_BYTES:
+                    events.cut_bytes = max(0, size - (read - len(raw)))
+                    return
+                complete = raw.endswith(b"\n")
+                yield number, raw[:-1] if complete else raw, complete
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read session log: {exc.strerror or exc}") from None
 
 
 def _parse(raw: bytes) -> dict[str, Any]:
@@ -228,6 +252,9 @@ def _parse(raw: bytes) -> dict[str, Any]:
         raise ValueError("not a JSON object")
     if not isinstance(event.get("type"), str):
         raise ValueError('no "type"')
+    problems = event_problems(event)
+    if problems:
+        raise ValueError(f"{event['type']} event of the wrong shape: {problems[0]}")
     return event
 
 
@@ -250,11 +277,10 @@ def load_events(session_id_or_path: str | os.PathLike[str], state_dir: Path | No
     bytes in front of an event are dropped and counted in ``result.nul_bytes``.
     """
     path = _resolve(session_id_or_path, state_dir)
-    lines, tail = _read_lines(path)
     events = EventList()
     events.path = path
     events.skipped = []
-    for number, raw in lines:
+    for number, raw, complete in _read_lines(path, events):
         stripped = raw.lstrip(b"\0")
         events.nul_bytes += len(raw) - len(stripped)
         if not stripped.strip():
@@ -262,15 +288,11 @@ def load_events(session_id_or_path: str | os.PathLike[str], state_dir: Path | No
         try:
             events.append(_parse(stripped))
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            if not complete:  # a half-written last line
+                events.torn = True
+                continue
             reason = exc.msg if isinstance(exc, json.JSONDecodeError) else (str(exc) or type(exc).__name__)
             events.skipped.append((number, f"malformed event: {reason}"[:200]))
-    if tail is not None:
-        stripped = tail.lstrip(b"\0")
-        events.nul_bytes += len(tail) - len(stripped)
-        try:
-            events.append(_parse(stripped))
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            events.torn = True
     if not events and events.skipped:
         raise InputError(f"{path}: no readable event ({events.damage_note()})")
     return events
@@ -395,6 +417,10 @@ class SessionLog:
         self._seq = next_seq
         self._end = end  # the file's size after this log's last write: anything past it another process wrote
         self._lock = threading.Lock()
+        #: Why events stopped being written (a full disk, an I/O error); None while the log is whole.
+        self.failure: str | None = None
+        #: The failure is the size cap: what came before it is recorded and readable.
+        self.capped = False
         _OPEN.add(self)
         self._results: set[tuple[Any, Any]] = set()  # (probe, started) of the probe results written
 
@@ -427,6 +453,11 @@ class SessionLog:
             "session_id": sid, "zdoctor_version": __version__, "mode": mode, "argv": list(argv),
             "host": host_info, "started": started,
         })
+        if log.failure is not None:  # not even the start fits: no session at all
+            log.close()
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise InputError(log.failure)
         return log
 
     @classmethod
@@ -478,11 +509,17 @@ class SessionLog:
         """Append one event (redacted) and fsync it; safe to call from several threads.
 
         A probe result is written once per session: the check and every walk read the same cached
-        results, and a resumed session already holds the ones recorded before.
+        results, and a resumed session already holds the ones recorded before. Once a write failed (a
+        full disk), the line it left is cut off, :attr:`failure` says why and later events are dropped:
+        the work goes on unrecorded instead of failing.
         """
+        if self.failure is not None:
+            return
         key = _result_key(type, data)
         payload = self._prepare(type, data)
         with self._lock:
+            if self.failure is not None:
+                return
             if key is not None:
                 if key in self._results:
                     return
@@ -496,7 +533,8 @@ class SessionLog:
             if self._fd is None:
                 return
             try:
-                self._append("session_end", payload)
+                if self.failure is None:
+                    self._append("session_end", payload)
             finally:
                 fd, self._fd = self._fd, None
                 os.close(fd)
@@ -534,11 +572,22 @@ class SessionLog:
             # which read back as the same text.
             line = (json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n").encode(
                 "utf-8", errors="backslashreplace")
+            if size + len(line) > MAX_LOG_BYTES:
+                self.capped = True
+                self.failure = (f"session log {self.path} reached its {MAX_LOG_BYTES >> 20} MiB cap; later events "
+                                "were not recorded")
+                return
             view = memoryview(line)
-            while view:
-                written = os.write(self._fd, view)
-                view = view[written:]
-            os.fsync(self._fd)
+            try:
+                while view:
+                    written = os.write(self._fd, view)
+                    view = view[written:]
+                os.fsync(self._fd)
+            except OSError as exc:  # a full disk or an I/O error: keep the log whole, stop writing
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, size)
+                self.failure = f"cannot write session log {self.path}: {exc.strerror or exc}"
+                return
             self._end = os.fstat(self._fd).st_size
         except OSError as exc:
             raise InputError(f"cannot write session log {self.path}: {exc.strerror or exc}") from None

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..host import Host
+from ..host.replay import MALFORMED
 from ..model import Evidence, Finding
 from ..registry import CHECKS, Facts, load_vocabulary
 
@@ -21,7 +22,12 @@ def probe_findings(facts: Facts) -> list[Finding]:
     """A ``crash`` finding for every probe that crashed or ran past its budget."""
     out = []
     for name, res in facts.items():
-        if res.status in ("crash", "timeout"):
+        if res.status == "crash" and res.replayed and (res.error or "").startswith(MALFORMED):
+            out.append(Finding(
+                id=f"probe.{name}", status="warn", title=f"probe {name}: {MALFORMED.rstrip(': ')} (not used)",
+                detail=(res.error or "")[len(MALFORMED):] + ". The checks that read it say \"not checked\"; "
+                       "the recording is damaged or was edited."))
+        elif res.status in ("crash", "timeout"):
             out.append(Finding(
                 id=f"probe.{name}", status="crash",
                 title=f"probe {name} {'crashed' if res.status == 'crash' else 'timed out'}",
@@ -63,6 +69,11 @@ def _evaluate(name: str, facts: Facts) -> list[Finding]:
     try:
         return list(spec.func(facts))
     except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
+        doubts = [d for p in spec.probes if p in facts for d in facts[p].doubtful]
+        if doubts:  # recorded facts with a null where the probes never leave one: the input, not the check
+            return [not_checked(f"{name}.not-checked", spec.title,
+                                f"the recorded facts cannot be read ({type(exc).__name__}: {exc}): "
+                                f"{'; '.join(doubts)}; the recording is damaged or was edited")]
         return [Finding(id=f"{name}.crash", status="crash", title=f"check {name} crashed",
                         detail=f"{type(exc).__name__}: {exc}",
                         evidence=[Evidence(label=f"traceback of check {name}", kind="traceback",

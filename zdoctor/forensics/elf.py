@@ -16,6 +16,7 @@ import threading
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from ..userfile import open_regular
 from .versions import newest
 
 DF_1_NODEFLIB = 0x800
@@ -127,7 +128,7 @@ def read_elf(path: str) -> ElfInfo:
 
 def _read_uncached(path: str, size: int) -> ElfInfo:
     try:
-        fh = open(path, "rb")  # noqa: SIM115 - closed in finally; O_NONBLOCK is moot for a regular file
+        fh = open_regular(path)  # noqa: SIM115 - closed in finally
     except OSError as exc:
         return ElfInfo(path=path, kind="unreadable", error=f"{exc.strerror or exc}", size=size)
     try:

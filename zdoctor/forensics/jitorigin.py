@@ -14,6 +14,8 @@ import os
 import re
 from typing import Any
 
+from ..userfile import open_regular_text
+
 _COMPILE = re.compile(r"^build [^:]+: (?:compile|cuda_compile) (\S+)", re.M)
 _VERSION = re.compile(r"^version\s*=\s*['\"]([^'\"]+)['\"]", re.M)
 _DS_IN = re.compile(r"^(.*/deepspeed)/ops/csrc/")
@@ -36,7 +38,8 @@ def deepspeed_dir_of(sources: list[str]) -> str | None:
 def version_of(ds_dir: str) -> str | None:
     """The version of the DeepSpeed package at ``ds_dir``, from its files; None when unknown."""
     try:
-        with open(os.path.join(ds_dir, "git_version_info_installed.py"), encoding="utf-8", errors="replace") as fh:
+        with open_regular_text(os.path.join(ds_dir, "git_version_info_installed.py"), encoding="utf-8",
+                               errors="replace") as fh:
             m = _VERSION.search(fh.read(64 * 1024))
             if m:
                 return m.group(1)
@@ -57,7 +60,7 @@ def origin(op_dir: str, so_path: str | None) -> dict[str, Any]:
     out: dict[str, Any] = {"dir": op_dir, "deepspeed_dir": None, "version": None, "exists": None,
                            "newer_sources": [], "error": None}
     try:
-        with open(os.path.join(op_dir, "build.ninja"), encoding="utf-8", errors="replace") as fh:
+        with open_regular_text(os.path.join(op_dir, "build.ninja"), encoding="utf-8", errors="replace") as fh:
             text = fh.read(256 * 1024)
     except OSError as exc:
         out["error"] = f"build.ninja: {exc.strerror or exc}"

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..errors import InputError
+from ..userfile import open_regular
 
 OLD_MAGIC = b"ld.so-1.7.0"
 NEW_MAGIC = b"glibc-ld.so.cache1.1"
@@ -189,7 +190,7 @@ def _strip_prefix(text: str, prefix: str) -> str:
 def read_ld_so_cache(path: str = "/etc/ld.so.cache") -> list[CacheEntry]:
     """Parse the cache file at ``path``; a missing file is an empty cache, an unreadable one an error."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             data = fh.read()
     except FileNotFoundError:
         return []

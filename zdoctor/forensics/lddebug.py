@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..userfile import read_prefix
+
 #: Upper bound on what is read from one ``LD_DEBUG_OUTPUT`` file.
 MAX_FILE_BYTES = 20 * 1024 * 1024
 
@@ -306,12 +308,10 @@ def parse_ld_debug(text: str, *, truncated: bool = False, loader_only: bool = Fa
 
 
 def read_bounded(path: str, limit: int = MAX_FILE_BYTES) -> tuple[str, bool]:
-    """Read at most ``limit`` bytes of ``path`` (cut at the last newline); return (text, truncated)."""
-    with open(path, "rb") as fh:
-        data = fh.read(limit + 1)
-    truncated = len(data) > limit
+    """Read at most ``limit`` bytes of the regular file ``path`` (cut at the last newline; a link is not
+    followed: the folder may belong to the traced user); return (text, truncated)."""
+    data, truncated = read_prefix(path, limit, nofollow=True)
     if truncated:
-        data = data[:limit]
         cut = data.rfind(b"\n")
         if cut >= 0:
             data = data[: cut + 1]

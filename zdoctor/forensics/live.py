@@ -9,6 +9,7 @@ runs without them (an ``LD_LIBRARY_PATH`` that breaks the command must not break
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import stat
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -25,7 +27,10 @@ from typing import Any
 from .. import children
 from ..errors import UsageError
 from ..model import Evidence
+from ..runas import RunAs
 from ..runner import run, which_all
+from ..systools import system_tool
+from ..userfile import open_regular_text
 from .jitguard import run_guarded
 from .lddebug import PidTrace, VersionError, all_version_errors, parse_ld_debug_dir, summarize, which_loaded
 from .strace import FileEvent, last_files, parse_strace, unfinished
@@ -105,7 +110,7 @@ def _preload_entries(value: str | None) -> list[str]:
 
 def _system_preload() -> list[str]:
     try:
-        with open(SYSTEM_PRELOAD, encoding="utf-8", errors="replace") as fh:
+        with open_regular_text(SYSTEM_PRELOAD, encoding="utf-8", errors="replace") as fh:
             text = fh.read(64 * 1024)
     except OSError:
         return []
@@ -130,18 +135,54 @@ def _strace_problem(strace: str) -> str | None:
     return why
 
 
-def _read_tail(path: str, limit: int) -> tuple[str, bool]:
-    try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as fh:
-            if size > limit:
-                fh.seek(size - limit)
-                data = fh.read(limit)
-                data = data[data.find(b"\n") + 1:]
-                return data.decode("utf-8", "surrogateescape"), True
-            return fh.read().decode("utf-8", "surrogateescape"), False
-    except OSError:
-        return "", False
+class _StraceTail:
+    """strace writes its log into a FIFO that this reads as it comes, keeping only the last ``limit`` bytes:
+    a busy command makes strace write about 100 MiB a minute, which now costs neither disk nor memory."""
+
+    def __init__(self, path: str, limit: int) -> None:
+        self.path, self.limit = path, limit
+        self.buf = bytearray()
+        self.total = 0
+        self.done = threading.Event()
+        os.mkfifo(path, 0o600)
+        # Opened before strace starts (its open for writing then returns at once); non-blocking, so an
+        # end of input before strace opened it is told from the end by ``done``.
+        self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        self.thread = threading.Thread(target=self._pump, daemon=True)
+        self.thread.start()
+
+    def _pump(self) -> None:
+        import select
+
+        while True:
+            ready, _, _ = select.select([self.fd], [], [], 0.1)
+            try:
+                chunk = os.read(self.fd, 1 << 16) if ready else b""
+            except BlockingIOError:
+                chunk = b""
+            except OSError:
+                break
+            if chunk:
+                self.total += len(chunk)
+                self.buf += chunk
+                if len(self.buf) > 2 * self.limit:  # trim in batches
+                    del self.buf[: len(self.buf) - self.limit]
+            elif self.done.is_set():
+                break
+            elif ready:  # no writer (yet, or any more): wait a little
+                time.sleep(0.05)
+
+    def text(self) -> tuple[str, bool]:
+        """What strace wrote (its last ``limit`` bytes, from a line start when cut); call after strace ended."""
+        self.done.set()
+        self.thread.join(10)
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+        data = bytes(self.buf[-self.limit:])
+        cut = self.total > len(data)
+        if cut:
+            data = data[data.find(b"\n") + 1:]
+        return data.decode("utf-8", "surrogateescape"), cut
 
 
 class _LateAttach:
@@ -237,6 +278,7 @@ def trace_command(
     cwd: str | None = None,
     use_strace: bool = True,
     strace_after: float | None = None,
+    run_as: RunAs | None = None,
 ) -> LiveTrace:
     """Run ``argv`` once under ``LD_DEBUG`` (and strace when usable) and report what the loader did.
 
@@ -245,6 +287,8 @@ def trace_command(
     With ``strace_after``, the command starts without strace (strace slows a big import by a third)
     and strace attaches to it, and its children, only once it has run that many seconds: a run that
     finishes normally costs nothing extra, and one that hangs still names what it was touching.
+    With ``run_as`` the command runs as that account (strace, when it runs the command, stays root and
+    starts it with ``-u``); its LD_DEBUG logs go to a folder of its own that zdoctor only reads.
     """
     argv = [str(a) for a in argv]
     if not argv or not argv[0]:
@@ -253,10 +297,20 @@ def trace_command(
     path = env.get("PATH", os.defpath)
     sweep_stale_trace_dirs()
     tmp = tempfile.mkdtemp(prefix=f"{TRACE_PREFIX}{os.getpid()}-")
+    strace_tail: _StraceTail | None = None
     try:
-        ld_prefix = os.path.join(tmp, "ld")
+        ld_dir = tmp
+        if run_as is not None:
+            os.chmod(tmp, 0o711)  # the account may enter, not list or write
+            ld_dir = os.path.join(tmp, "ld-logs")
+            os.mkdir(ld_dir, 0o700)
+            os.chown(ld_dir, run_as.uid, run_as.gid)
+            env = run_as.child_env(env)
+        ld_prefix = os.path.join(ld_dir, "ld")
         ld_vars = {"LD_DEBUG": LD_DEBUG_CATEGORIES, "LD_DEBUG_OUTPUT": ld_prefix}
         strace_found = which_all("strace", path) if use_strace else []
+        if use_strace and run_as is not None:  # strace stays root: never the one on the user's PATH
+            strace_found = [t for t in [system_tool("strace")] if t]
         strace_ok = False
         if use_strace and not strace_found:
             notes.append("strace not installed: hang analysis limited to LD_DEBUG")
@@ -270,13 +324,20 @@ def trace_command(
             else:
                 strace_ok = True
         strace_log = os.path.join(tmp, "strace")
+        strace_tail = _StraceTail(strace_log, MAX_STRACE_BYTES) if strace_ok else None
         attacher = _LateAttach(strace_found[0], strace_log, strace_after) if strace_ok and strace_after else None
         run_env = {**dict(env), **ld_vars}
         tracer: list[str] = []
         if strace_ok and attacher is None:
             # strace runs the command's keeper (with no LD_ variable: the keeper hands them to the command),
-            # so the command's own exit ends the run even when it left a daemon strace would wait for.
-            tracer = [strace_found[0], "-f", "-tt", "-e", STRACE_TRACE, "-o", strace_log, "-s", STRACE_STRLEN, "--"]
+            # so the command's own exit ends the run even when it left a daemon strace would wait for. strace
+            # stays root to trace and drops the keeper and the command to the training user itself (-u).
+            tracer = [strace_found[0], "-f", "-tt", "-e", STRACE_TRACE, "-o", strace_log, "-s", STRACE_STRLEN,
+                      *(["-u", run_as.name] if run_as is not None else []), "--"]
+        as_user = None if tracer else run_as
+        label = f"live trace: {shlex.join(argv)}"[:200]
+        if run_as is not None and as_user is None:
+            label += f" [command as {run_as.describe()}, strace as root]"
         started: list[int] = []
         # Just before the time limit, where each process of a hung run waits (state and wchan).
         sampler = StuckSampler(max(0.2, timeout - min(2.0, timeout * 0.1)))
@@ -287,8 +348,8 @@ def trace_command(
             if attacher is not None:
                 attacher.start(pid)
 
-        ev = run_guarded(list(argv), run_env, timeout=timeout, cwd=cwd,
-                         label=f"live trace: {shlex.join(argv)}"[:200], on_start=on_start, prefix=tracer)
+        ev = run_guarded(list(argv), run_env, timeout=timeout, cwd=cwd, label=label, on_start=on_start,
+                         prefix=tracer, run_as=as_user)
         sampler.stop()
         if attacher is not None:
             attacher.stop()
@@ -296,7 +357,7 @@ def trace_command(
                 notes.append(f"still running after {strace_after:g}s: strace attached to follow it")
             strace_ok = attacher.attached
         timed_out = bool(ev.error and ev.error.startswith("timed out"))
-        traces = parse_ld_debug_dir(tmp, "ld")
+        traces = parse_ld_debug_dir(ld_dir, "ld")
         if not traces and ev.error is None:
             notes.append("LD_DEBUG produced no output (a set-user-ID or statically linked program ignores it)")
         if any(t.truncated for t in traces.values()):
@@ -304,7 +365,7 @@ def trace_command(
         recent: dict[int, list[FileEvent]] = {}
         stuck: list[FileEvent] = []
         if strace_ok:
-            text, cut = _read_tail(strace_log, MAX_STRACE_BYTES)
+            text, cut = strace_tail.text() if strace_tail is not None else ("", False)
             if cut:
                 notes.append("strace log too large: only its end was read")
             events = parse_strace(text)
@@ -332,6 +393,8 @@ def trace_command(
             strace_used=strace_ok,
         )
     finally:
+        if strace_tail is not None:
+            strace_tail.text()  # stops its reader
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from ..userfile import open_regular, open_regular_text
 from .elf import ElfInfo, read_elf
 from .ldcache import CacheEntry, index_entries, libcmp_key, lookup, read_ld_so_cache
 
@@ -348,7 +349,7 @@ def _index_of(key: str) -> int:
 
 def _elf_ident(path: str) -> tuple[int, int] | None:
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             head = fh.read(20)
     except OSError:
         return None
@@ -783,7 +784,7 @@ class Process:
         if not path:
             return []
         try:
-            with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+            with open_regular_text(path, encoding="utf-8", errors="surrogateescape") as fh:
                 text = fh.read()
         except OSError:
             return []

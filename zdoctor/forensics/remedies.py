@@ -17,6 +17,7 @@ from typing import Any
 
 from ..model import Evidence, Remedy
 from ..present import tool_missing
+from ..privilege import RunAs, share_dir
 from ..shellquote import shell_quote
 from .jitguard import run_guarded
 
@@ -215,7 +216,7 @@ def trial_env(plan: Plan, env: Mapping[str, str], tmp: str) -> dict[str, str]:
 
 
 def verify(plan: Plan, argv: Sequence[str], env: Mapping[str, str], *, timeout: float = VERIFY_TIMEOUT,
-           cwd: str | None = None) -> Evidence:
+           cwd: str | None = None, run_as: RunAs | None = None) -> Evidence:
     """Re-run ``argv`` with the plan applied; set ``plan.verified`` only when it then succeeds.
 
     A plan with a ``trial`` is tried as the trial says (nothing on the machine changes: the temp
@@ -225,13 +226,15 @@ def verify(plan: Plan, argv: Sequence[str], env: Mapping[str, str], *, timeout: 
 
     how = ""
     with tempfile.TemporaryDirectory(prefix="zdoctor-trial-") as tmp:
+        share_dir(tmp, run_as)  # the re-run reads the trial's links as the user it runs as
         if plan.trial:
             run_env = trial_env(plan, env, tmp)
             how = (" (tried without changing anything: the link was made in a private temp directory put first "
                    "on LD_LIBRARY_PATH for the re-run)")
         else:
             run_env = plan.apply_to(env)
-        ev = run_guarded(list(argv), run_env, timeout=timeout, cwd=cwd, label=f"verify: {plan.title}")
+        ev = run_guarded(list(argv), run_env, timeout=timeout, cwd=cwd, label=f"verify: {plan.title}",
+                         run_as=run_as)
     plan.tried = True
     if ev.error:
         plan.verified = False

@@ -15,6 +15,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from ..userfile import open_regular
+
 #: Variables whose setting lines are collected.
 VARIABLES = ("LD_LIBRARY_PATH", "LD_PRELOAD")
 #: Per-user startup files, relative to the home directory (bash, sh, zsh), in the order shells read them.
@@ -72,7 +74,7 @@ def scan(home: str | None, prefixes: Iterable[str] = (), root: str = "/") -> dic
     for shown in files:
         path = os.path.join(root, shown.lstrip("/")) if root != "/" else shown
         try:
-            with open(path, "rb") as fh:
+            with open_regular(path) as fh:
                 text = fh.read(MAX_BYTES).decode("utf-8", errors="replace")
         except OSError as exc:
             errors[shown] = exc.strerror or str(exc)

@@ -13,6 +13,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..userfile import open_regular_text
+
 SYSCALLS = ("openat", "open", "execve", "openat2", "creat", "stat", "lstat", "newfstatat", "statx", "access",
             "faccessat", "faccessat2")
 #: Calls whose path is the second argument (the first is a directory fd such as AT_FDCWD).
@@ -175,7 +177,7 @@ def parse_strace_files(directory: str, prefix: str) -> list[FileEvent]:
         head, dot, suffix = name.rpartition(".")
         if dot and head == prefix and suffix.isdigit():
             try:
-                with open(os.path.join(directory, name), encoding="utf-8", errors="surrogateescape") as fh:
+                with open_regular_text(os.path.join(directory, name), encoding="utf-8", errors="surrogateescape") as fh:
                     events.extend(parse_strace(fh.read(), default_pid=int(suffix)))
             except OSError:
                 continue

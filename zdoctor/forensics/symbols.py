@@ -24,6 +24,8 @@ import subprocess
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..userfile import open_regular
+
 UNDEFINED = re.compile(r"(?P<obj>/[^\s:]+?\.so[.\d]*)?:? ?(?:undefined symbol|symbol lookup error: [^:]+: "
                        r"undefined symbol): (?P<sym>[A-Za-z_][\w.$@]*)(?:, version (?P<ver>[\w.@+-]+))?")
 #: Library a symbol prefix belongs to (CUDA math libraries, NCCL, cuDNN), for the never-linked case.
@@ -94,7 +96,7 @@ def dynamic_symbols(path: str) -> dict[str, Any]:
 
     out: dict[str, Any] = {"defined": set(), "undefined": set(), "needed": [], "error": None}
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             elf = ELFFile(fh)
             dyn = elf.get_section_by_name(".dynsym")
             if dyn is not None:

@@ -17,6 +17,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..userfile import open_regular_text
+
 NCCL_SONAME = "libnccl.so.2"
 WHEEL_LIB = os.path.join("nvidia", "nccl", "lib", NCCL_SONAME)
 _FILE_VERSION = re.compile(r"^libnccl\.so\.(\d+\.\d+\.\d+)$")
@@ -59,7 +61,7 @@ def site_dirs(sys_path: Iterable[str]) -> list[str]:
 def _record_size(dist_info: str) -> int | None:
     """The size RECORD lists for ``nvidia/nccl/lib/libnccl.so.2`` (None when not listed)."""
     try:
-        with open(os.path.join(dist_info, "RECORD"), encoding="utf-8", errors="replace") as fh:
+        with open_regular_text(os.path.join(dist_info, "RECORD"), encoding="utf-8", errors="replace") as fh:
             for line in fh:
                 parts = line.rstrip("\n").rsplit(",", 2)
                 if len(parts) == 3 and parts[0].replace("\\", "/") == "nvidia/nccl/lib/libnccl.so.2":
@@ -95,7 +97,7 @@ def torch_requirement(torch_location: str | None) -> dict[str, Any] | None:
     parent = os.path.dirname(torch_location.rstrip("/"))
     for meta in sorted(glob.glob(os.path.join(glob.escape(parent), "torch-*.dist-info", "METADATA"))):
         try:
-            with open(meta, encoding="utf-8", errors="replace") as fh:
+            with open_regular_text(meta, encoding="utf-8", errors="replace") as fh:
                 text = fh.read(512 * 1024)
         except OSError:
             continue

@@ -12,6 +12,7 @@ from .. import __version__
 from ..errors import InputError
 from ..model import ProbeResult
 from ..registry import PROBES
+from ..shape import doubtful_nulls, record_problems
 from .base import Host, run_probe_guarded
 
 SNAPSHOT_FORMAT = "zdoctor-snapshot"
@@ -32,6 +33,28 @@ def snapshot_document(host: Host) -> dict[str, Any]:
     }
 
 
+#: How the error of a probe record that could not be used begins (:func:`zdoctor.checks.probe_findings`).
+MALFORMED = "the recorded result is malformed: "
+
+
+def read_record(name: str, d: Any) -> ProbeResult:
+    """The recorded result of probe ``name``, checked by type (:mod:`.shape`); a malformed one becomes a
+    ``crash`` result whose error says what is wrong, so its checks say "not checked"."""
+    problems = record_problems(name, d)
+    if not problems:
+        try:
+            res = ProbeResult.from_dict({**d, "probe": name})
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            problems = [f"{type(exc).__name__}: {exc}"]
+        else:
+            res.replayed = True
+            res.doubtful = tuple(doubtful_nulls(name, res.facts))
+            return res
+    res = ProbeResult(probe=name, status="crash", error=MALFORMED + "; ".join(problems))
+    res.replayed = True
+    return res
+
+
 class ReplayHost(Host):
     """Answers every probe from a snapshot; a probe the snapshot lacks is a ``skip``."""
 
@@ -46,10 +69,7 @@ class ReplayHost(Host):
         probes = document.get("probes")
         if not isinstance(probes, dict):
             raise InputError(f"{source}: snapshot has no \"probes\" object")
-        try:
-            self._recorded = {name: ProbeResult.from_dict(d) for name, d in probes.items()}
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise InputError(f"{source}: malformed probe record ({type(exc).__name__}: {exc})") from None
+        self._recorded = {str(name): read_record(str(name), d) for name, d in probes.items()}
         info = document.get("host") if isinstance(document.get("host"), dict) else {}
         self.info = {**info, "kind": self.kind, "recorded_kind": info.get("kind"), "source": source}
 

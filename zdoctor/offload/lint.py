@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..storage.mounts import fs_category, mount_of
+from ..userfile import open_regular_text
 from .dsconfig import DsConfig, KeyPath, dotted
 
 STATIC_VERSION = "0.19.8"
@@ -160,7 +161,7 @@ def _field(stmt: ast.AnnAssign) -> FieldSpec | None:
 
 
 def _classes(path: str) -> dict[str, dict[str, FieldSpec]]:
-    with open(path, encoding="utf-8") as fh:
+    with open_regular_text(path, encoding="utf-8") as fh:
         tree = ast.parse(fh.read(), filename=path)
     out: dict[str, dict[str, FieldSpec]] = {}
     for node in tree.body:
@@ -171,7 +172,7 @@ def _classes(path: str) -> dict[str, dict[str, FieldSpec]]:
 
 
 def _aio(path: str) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as fh:
+    with open_regular_text(path, encoding="utf-8") as fh:
         tree = ast.parse(fh.read(), filename=path)
     consts: dict[str, Any] = {}
     for node in tree.body:

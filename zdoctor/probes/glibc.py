@@ -14,6 +14,7 @@ from ..forensics.versions import newest
 from ..model import Evidence
 from ..registry import probe
 from ..target import target_of
+from ..userfile import open_regular_text
 from .libs import LIVE_TIMEOUT
 
 LIBC_SONAMES = ("libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1")
@@ -41,7 +42,7 @@ def wheel_tags(site: str, dist: str) -> list[str]:
     out: list[str] = []
     for wheel in sorted(glob.glob(os.path.join(site, f"{dist}-*.dist-info", "WHEEL")))[:2]:
         try:
-            with open(wheel, encoding="utf-8", errors="replace") as fh:
+            with open_regular_text(wheel, encoding="utf-8", errors="replace") as fh:
                 out += [ln.split(":", 1)[1].strip() for ln in fh.read(16384).splitlines() if ln.startswith("Tag:")]
         except OSError:
             continue

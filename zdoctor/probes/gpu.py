@@ -31,10 +31,12 @@ from typing import Any
 
 from ..gpu import cuda, envreview, kmod, limits, nccl, nvml, smi
 from ..model import Evidence, cap_text
+from ..privilege import RunAs, runs_as_of
 from ..registry import probe
 from ..runner import run, which_all
 from ..sysfile import LIMITS_D
 from ..target import target_of
+from ..userfile import open_regular_text
 from .pyenv import TARGET_TIMEOUT
 from .toolchain import read_os_release
 
@@ -197,14 +199,14 @@ def _nvcc_version(path: str, env: dict[str, str], timeout: float) -> tuple[dict[
 def _toolkit_version(root: str) -> tuple[str | None, str]:
     """The version of a toolkit directory from version.json / version.txt (no process started)."""
     try:
-        with open(os.path.join(root, "version.json"), encoding="utf-8") as fh:
+        with open_regular_text(os.path.join(root, "version.json"), encoding="utf-8") as fh:
             v = (json.load(fh).get("cuda") or {}).get("version")
         if v:
             return cuda.cuda_str(v), "version.json"
     except (OSError, ValueError, AttributeError):
         pass
     try:
-        with open(os.path.join(root, "version.txt"), encoding="utf-8", errors="replace") as fh:
+        with open_regular_text(os.path.join(root, "version.txt"), encoding="utf-8", errors="replace") as fh:
             v = cuda.cuda_str(fh.read(200))
         if v:
             return v, "version.txt"
@@ -277,7 +279,7 @@ def collect_cuda(env: dict[str, str], *, timeout: float = NVCC_TIMEOUT,
         for rel in cuda.HOST_CONFIG_PATHS:
             p = os.path.join(home["path"], rel)
             try:
-                with open(p, encoding="utf-8", errors="replace") as fh:
+                with open_regular_text(p, encoding="utf-8", errors="replace") as fh:
                     hc.update(cuda.parse_host_config(fh.read(512 * 1024)), path=p)
                 break
             except OSError:
@@ -313,10 +315,11 @@ def cuda_stack_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
 _NCCL_SCRIPT = "import sys, torch; v = torch.cuda.nccl.version(); sys.stdout.write('@@nccl ' + repr(v) + '\\n')"
 
 
-def torch_nccl_subprocess(python: str, env: dict[str, str], timeout: float = NCCL_VERSION_TIMEOUT
-                          ) -> tuple[str | None, str | None, Evidence]:
+def torch_nccl_subprocess(python: str, env: dict[str, str], timeout: float = NCCL_VERSION_TIMEOUT,
+                          run_as: RunAs | None = None) -> tuple[str | None, str | None, Evidence]:
     """``torch.cuda.nccl.version()`` in the training interpreter, bounded: (version, error, evidence)."""
-    ev = run([python, "-B", "-c", _NCCL_SCRIPT], env=env, timeout=timeout, label="torch.cuda.nccl.version()")
+    ev = run([python, "-B", "-c", _NCCL_SCRIPT], env=env, timeout=timeout, label="torch.cuda.nccl.version()",
+             run_as=run_as)
     m = re.search(r"^@@nccl (.+)$", ev.stdout or "", re.MULTILINE)
     if not m:
         err = ev.error or f"exit code {ev.exit_code}: {(ev.stderr or '').strip().splitlines()[-1:] or ''}"
@@ -330,7 +333,7 @@ def torch_nccl_subprocess(python: str, env: dict[str, str], timeout: float = NCC
 
 
 def collect_nccl(env: dict[str, str], pyenv: dict[str, Any] | None, *, ld_cache: str = "/etc/ld.so.cache",
-                 ask_torch: bool = True, timeout: float = NCCL_VERSION_TIMEOUT
+                 ask_torch: bool = True, timeout: float = NCCL_VERSION_TIMEOUT, run_as: RunAs | None = None
                  ) -> tuple[dict[str, Any], list[Evidence]]:
     """Every NCCL the training could load, torch's pinned NCCL and the one it really loaded."""
     from ..errors import InputError
@@ -375,7 +378,7 @@ def collect_nccl(env: dict[str, str], pyenv: dict[str, Any] | None, *, ld_cache:
     if from_probe:
         facts.update(torch_nccl=from_probe, torch_nccl_source="torch.cuda.nccl.version() in the pyenv probe")
     elif ask_torch and imp.get("state") == "ok" and torch.get("cuda"):
-        v, err, ev = torch_nccl_subprocess(python, env, timeout)
+        v, err, ev = torch_nccl_subprocess(python, env, timeout, run_as)
         evidence.append(ev)
         facts.update(torch_nccl=v, torch_nccl_error=err,
                      torch_nccl_source="torch.cuda.nccl.version() in a subprocess" if v else None)
@@ -398,7 +401,8 @@ def collect_nccl(env: dict[str, str], pyenv: dict[str, Any] | None, *, ld_cache:
 def nccl_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Pip, conda, LD_LIBRARY_PATH, LD_PRELOAD and system copies of libnccl.so.2, against torch's own."""
     res = host.result("pyenv")
-    return collect_nccl(_env(host), res.facts if res.status == "ok" else {"error": res.error or res.status})
+    return collect_nccl(_env(host), res.facts if res.status == "ok" else {"error": res.error or res.status},
+                        run_as=runs_as_of(host))
 
 
 # -- gpu_env / host_limits --------------------------------------------------------------------------------

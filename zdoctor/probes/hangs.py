@@ -44,6 +44,7 @@ from typing import Any
 from ..forensics import jitcache as jc
 from ..forensics import processes as pr
 from ..model import Evidence
+from ..privilege import RunAs, runs_as_of
 from ..registry import probe
 from ..storage.mounts import is_network_fs, mount_of
 from ..target import target_of
@@ -346,6 +347,16 @@ def _copy_without_locks(root: str, dest: str) -> None:
         shutil.copytree(op_dir, os.path.join(dest, entry.name), symlinks=True, ignore=skip)
 
 
+def _give_tree(top: str, run_as: RunAs | None) -> None:
+    """Hand the copy zdoctor made to the account the trial runs as (links not followed)."""
+    if run_as is None:
+        return
+    for directory, dirs, files in os.walk(top):
+        for name in [*dirs, *files]:
+            os.chown(os.path.join(directory, name), run_as.uid, run_as.gid, follow_symlinks=False)
+    os.chown(top, run_as.uid, run_as.gid)
+
+
 def try_without_lock(lock: dict[str, Any], op: dict[str, Any] | None, host: Any) -> dict[str, Any]:
     """Load the op (or run ``--command``) from a lock-free copy of the op cache; nothing on the node changes."""
     import shutil
@@ -379,9 +390,11 @@ def try_without_lock(lock: dict[str, Any], op: dict[str, Any] | None, host: Any)
         out["reason"] = f"the op cache {root} is larger than {TRIAL_MAX_BYTES >> 20} MiB: not copied"
         return out
     tmp = tempfile.mkdtemp(prefix="zdoctor-locktrial-")
+    run_as = runs_as_of(host)
     try:
         try:
             _copy_without_locks(root, tmp)
+            _give_tree(tmp, run_as)
         except (OSError, shutil.Error) as exc:
             out["reason"] = f"could not copy {root}: {exc}"
             return out
@@ -396,7 +409,7 @@ def try_without_lock(lock: dict[str, Any], op: dict[str, Any] | None, host: Any)
             out["how"] = ("the op loaded by the training interpreter, with TORCH_EXTENSIONS_DIR on a lock-free copy "
                           "of the op cache")
         ev = run_guarded(argv, env, timeout=float(target_of(host).timeout or TRIAL_TIMEOUT),
-                         label=f"trial without the lock: {lock.get('op')}")
+                         label=f"trial without the lock: {lock.get('op')}", run_as=run_as)
         out.update(tried=True, fixed=ev.exit_code == 0 and not ev.error, seconds=round(ev.duration_s, 1),
                    exit_code=ev.exit_code, error=ev.error, output_tail=(ev.stderr or ev.stdout or "")[-1500:])
         return out

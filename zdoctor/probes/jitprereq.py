@@ -14,6 +14,7 @@ from typing import Any
 from ..model import Evidence
 from ..registry import probe
 from ..runner import run
+from ..userfile import open_regular_text
 
 #: What sshd gives a non-interactive session when /etc/environment sets no PATH (OpenSSH's default).
 SSHD_DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -27,7 +28,7 @@ PATHS_CODE = "import sysconfig, json, sys; print(json.dumps({'paths': sysconfig.
 def noninteractive_path(etc_environment: str = "/etc/environment") -> tuple[str, str]:
     """(PATH, source) that a command started by pdsh/ssh gets before any startup file of the user runs."""
     try:
-        with open(etc_environment, encoding="utf-8", errors="replace") as fh:
+        with open_regular_text(etc_environment, encoding="utf-8", errors="replace") as fh:
             for line in fh:
                 key, _, value = line.strip().partition("=")
                 if key.strip() == "PATH" and value:

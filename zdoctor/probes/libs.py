@@ -14,8 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..model import Evidence
+from ..privilege import runs_as_of
 from ..registry import probe
 from ..target import target_of
+from ..userfile import open_regular_text
 
 LIVE_TIMEOUT = 120.0
 #: The default import probe normally finishes in seconds; strace joins only a run this slow.
@@ -224,7 +226,7 @@ def rpath_copies(interp: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _read_preload(path: str) -> list[str]:
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
+        with open_regular_text(path, encoding="utf-8", errors="replace") as fh:
             return [w for line in fh for w in line.split("#", 1)[0].replace(":", " ").split()]
     except OSError:
         return []
@@ -286,7 +288,7 @@ def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
         return {"skipped": why}, []
     timeout = float(target_of(host).timeout or LIVE_TIMEOUT)
     # The user's command is traced from its start; the default probe gets strace only if it stalls.
-    lt = trace_command(argv, env, timeout=timeout,
+    lt = trace_command(argv, env, timeout=timeout, run_as=runs_as_of(host),
                        strace_after=None if why == "command" else min(STRACE_AFTER, timeout / 2))
     steps = parse_probe_output(lt.evidence.stdout) if why == "default probe" else []
     loaded = [{"pid": pid, "path": path, "realpath": os.path.realpath(path), "via": via, "needed_by": nb}
@@ -346,7 +348,8 @@ def libfix_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     to_verify = [p for p in plans if p.verifiable] if argv else []
     if to_verify:
         with ThreadPoolExecutor(max_workers=min(3, len(to_verify))) as pool:
-            evidence = list(pool.map(lambda p: verify(p, argv, env, timeout=timeout), to_verify))
+            run_as = runs_as_of(host)
+            evidence = list(pool.map(lambda p: verify(p, argv, env, timeout=timeout, run_as=run_as), to_verify))
     for p in plans:
         if p.verifiable and not argv:
             p.verification = "no command to re-run (nothing to load)."

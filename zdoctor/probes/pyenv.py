@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..model import Evidence
+from ..privilege import RunAs, code_runs_as
 from ..registry import probe
 from ..runner import run, which_all
 from ..target import Target, target_of
@@ -258,8 +259,10 @@ def script_path() -> Path:
 
 
 def probe_target(python: str, env: dict[str, str], *, explicit: bool = False,
-                 timeout: float = TARGET_TIMEOUT) -> tuple[dict[str, Any], list[Evidence]]:
-    """Run the probe script under ``python`` with ``env`` and return (facts, evidence)."""
+                 timeout: float = TARGET_TIMEOUT, run_as: RunAs | None = None
+                 ) -> tuple[dict[str, Any], list[Evidence]]:
+    """Run the probe script under ``python`` with ``env`` (as ``run_as`` when given) and return
+    (facts, evidence)."""
     resolved, kind, err = resolve_target(python, env)
     target = {"requested": python, "explicit": explicit, "resolved": resolved,
               "realpath": os.path.realpath(resolved) if resolved else None}
@@ -268,9 +271,10 @@ def probe_target(python: str, env: dict[str, str], *, explicit: bool = False,
         facts.update(error=err, error_kind=kind, candidates=candidates(env, None))
         return facts, [Evidence.note(f"target interpreter {python}", err or "")]
     ev = run([resolved, "-B", str(script_path())], env=env, timeout=timeout, cap=OUTPUT_CAP_TARGET,
-             label=f"probe script under {resolved}")
+             label=f"probe script under {resolved}", run_as=run_as)
     facts = build_facts(parse_records(ev.stdout), ev, target)
     facts["candidates"] = candidates(env, resolved)
+    facts["ran_as"] = run_as.name if run_as is not None else None
     evidence = [ev]
     tb = (facts["torch"].get("import") or {}).get("traceback")
     if tb:
@@ -283,4 +287,5 @@ def probe_target(python: str, env: dict[str, str], *, explicit: bool = False,
 def pyenv_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     """The training interpreter: version, prefixes, packages, and an isolated ``import torch``."""
     target = target_of(host)
-    return probe_target(target.python, dict(target.env), explicit=target.python_explicit)
+    return probe_target(target.python, dict(target.env), explicit=target.python_explicit,
+                        run_as=code_runs_as(target))

@@ -10,6 +10,7 @@ from typing import Any
 from ..host.live import os_pretty_name
 from ..model import Evidence
 from ..registry import probe
+from ..userfile import open_regular_text
 
 MEMINFO_KEYS = ("MemTotal", "MemAvailable", "SwapTotal", "SwapFree", "HugePages_Total", "Shmem")
 
@@ -29,7 +30,7 @@ def parse_meminfo(text: str) -> dict[str, int]:
 
 def _read(path: str, evidence: list[Evidence]) -> str | None:
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
+        with open_regular_text(path, encoding="utf-8", errors="replace") as fh:
             text = fh.read(256 * 1024)
     except OSError as exc:
         evidence.append(Evidence(label=f"read {path}", kind="file", paths=[path],

@@ -26,6 +26,7 @@ from ..model import Evidence
 from ..registry import probe
 from ..runner import run, which_all
 from ..target import target_of
+from ..userfile import open_regular_text
 from .pyenv import TARGET_TIMEOUT
 
 COMPILER_NAMES = ("gcc", "g++", "cc", "c++")
@@ -39,7 +40,7 @@ def read_os_release(path: str = OS_RELEASE) -> dict[str, Any]:
     """ID, ID_LIKE (as a list) and VERSION_ID from os-release; empty values when unreadable."""
     out: dict[str, Any] = {"id": None, "id_like": [], "version_id": None}
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
+        with open_regular_text(path, encoding="utf-8", errors="replace") as fh:
             for line in fh:
                 key, _, val = line.strip().partition("=")
                 val = val.strip().strip('"').strip("'")

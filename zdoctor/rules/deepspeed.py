@@ -16,6 +16,8 @@ import os
 import re
 from typing import Any
 
+from ..userfile import open_regular
+
 #: The DeepSpeed release whose source the "current" column of every rule was read from.
 CURRENT_READ_FROM = (0, 19, 8)
 
@@ -136,7 +138,7 @@ def read_source(location: str, rel_paths: tuple[str, ...]) -> tuple[str | None, 
         if not os.path.isfile(path):
             continue
         try:
-            with open(path, "rb") as fh:
+            with open_regular(path) as fh:
                 return path, fh.read(MAX_SOURCE_BYTES).decode("utf-8", errors="replace"), None
         except OSError as exc:
             return path, None, exc.strerror or str(exc)

@@ -25,6 +25,7 @@ from .. import runner
 from ..atomic import CheckedReplace, replace_checked
 from ..errors import InputError
 from ..model import Evidence, Remedy
+from ..userfile import open_regular_text
 from .mounts import MountEntry, unescape
 
 FSTAB = "/etc/fstab"
@@ -74,7 +75,7 @@ def parse_fstab(text: str) -> list[FstabEntry]:
 
 def read_fstab(path: str = FSTAB) -> list[FstabEntry]:
     try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+        with open_regular_text(path, encoding="utf-8", errors="surrogateescape") as fh:
             return parse_fstab(fh.read())
     except OSError:
         return []

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import runner
+from ..systools import system_tool_or_name
 from .fstab import FSTAB, apply_fstab_line
 
 RECORD_PREFIX = "zdoctor-fstab-record: "
@@ -35,7 +36,8 @@ def action_argv(action: dict[str, Any]) -> list[str]:
 
 
 def _mount_argv(fstab: str, mountpoint: str) -> list[str]:
-    return ["mount", "--", mountpoint] if fstab == FSTAB else ["mount", "--fstab", fstab, "--", mountpoint]
+    mount = system_tool_or_name("mount")
+    return [mount, "--", mountpoint] if fstab == FSTAB else [mount, "--fstab", fstab, "--", mountpoint]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -67,9 +69,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(text, flush=True)
 
     rec = apply_fstab_line(args.fstab, args.line, mount=mount, backup=args.backup, on_step=step,
-                           make_mountpoint=not args.no_mount)
+                           make_mountpoint=not args.no_mount, findmnt=system_tool_or_name("findmnt"))
     if rec.ok and args.fstab == FSTAB and os.path.isdir("/run/systemd/system"):
-        ev = runner.run(["systemctl", "daemon-reload"], timeout=60, label="systemctl daemon-reload")
+        ev = runner.run([system_tool_or_name("systemctl"), "daemon-reload"], timeout=60,
+                        label="systemctl daemon-reload")
         note = "ran systemctl daemon-reload" if ev.exit_code == 0 and not ev.error else \
             f"systemctl daemon-reload failed ({ev.error or ev.stderr.strip() or ev.exit_code}): run it by hand"
         rec.steps.append(note)

@@ -10,6 +10,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..userfile import open_regular_text
+
 MOUNTINFO = "/proc/self/mountinfo"
 
 _ESCAPE = re.compile(r"\\([0-7]{3})")
@@ -118,7 +120,7 @@ def read_mountinfo(path: str = MOUNTINFO) -> list[MountEntry]:
     """Parse the mount table at ``path``, mountinfo or ``/proc/mounts`` format (empty list when it cannot
     be read)."""
     try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+        with open_regular_text(path, encoding="utf-8", errors="surrogateescape") as fh:
             return parse_mount_table(fh.read())
     except OSError:
         return []

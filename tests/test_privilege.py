@@ -1,0 +1,106 @@
+"""The training environment's code runs as its owner, never as root (unless --as-root says so)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+from userkit import SYSTEM_PYTHON, owned_environment, plant_witness, unprivileged_user, witnessed
+
+import zdoctor.probes.libs  # noqa: F401 - registers livetrace and libfix
+import zdoctor.probes.pyenv  # noqa: F401 - registers the interpreter probe
+from zdoctor import privilege, systools
+from zdoctor.forensics import live
+from zdoctor.host import LiveHost
+from zdoctor.storage import fstab_apply
+from zdoctor.target import Target
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists(SYSTEM_PYTHON),
+                                reason="needs root and a system python3 to create another user's environment")
+
+
+@pytest.fixture(scope="module")
+def account():
+    with unprivileged_user("p") as acc:
+        yield acc
+
+
+@pytest.fixture
+def env_dir(account):
+    with owned_environment(account) as env:
+        yield env
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "SUDO_USER"}
+
+
+def test_the_probe_interpreter_runs_as_the_environments_owner_without_groups(account, env_dir):
+    seen = plant_witness(env_dir, account)
+    host = LiveHost(python=str(env_dir / "bin" / "python"), env=_env())
+    res = host.result("pyenv")
+    runs = witnessed(seen)
+    assert runs, "the environment's .pth file never ran"
+    assert all(r[:3] == (account.uid, account.uid, account.gid) for r in runs), runs
+    assert all(r[3] == "[]" for r in runs), runs  # supplementary groups dropped
+    assert res.facts["ran_as"] == account.name
+    assert any(f"[as user {account.name} (uid {account.uid})]" in ev.label for ev in res.evidence)
+
+
+def test_as_root_keeps_root_and_a_root_environment_stays_root(account, env_dir):
+    seen = plant_witness(env_dir, account)
+    host = LiveHost(python=str(env_dir / "bin" / "python"), env=_env(), options={"as_root": True})
+    host.result("pyenv")
+    assert {r[0] for r in witnessed(seen)} == {0}
+    root_target = Target.of(SYSTEM_PYTHON, _env())
+    assert privilege.code_runs_as(root_target) is None
+
+
+def test_the_traced_command_and_its_remedy_trials_run_as_the_owner(account, env_dir):
+    seen = plant_witness(env_dir, account)
+    python = str(env_dir / "bin" / "python")
+    host = LiveHost(python=python, env=_env(), command=f"{python} -c pass")
+    lt = host.result("livetrace")
+    runs = witnessed(seen)
+    assert runs and {r[0] for r in runs} == {account.uid}, runs
+    assert lt.status == "ok", lt.error
+    assert any(account.name in ev.label for ev in lt.evidence)
+
+
+def test_trace_command_keeps_ld_debug_and_strace_as_root(account, env_dir):
+    run_as = privilege.code_runs_as(Target.of(str(env_dir / "bin" / "python"), _env()))
+    assert run_as is not None and run_as.uid == account.uid
+    seen = plant_witness(env_dir, account)
+    lt = live.trace_command([str(env_dir / "bin" / "python"), "-c", "import json"], _env(), timeout=60,
+                            run_as=run_as, use_strace=shutil.which("strace") is not None)
+    assert lt.exit_code == 0, lt.evidence.stderr
+    assert {r[0] for r in witnessed(seen)} == {account.uid}
+    assert lt.traces, "the LD_DEBUG logs the user's process wrote were not read"
+    if lt.strace_used:
+        assert "strace as root" in lt.evidence.label
+
+
+def test_system_tools_are_found_in_system_directories_only(tmp_path, monkeypatch):
+    planted = tmp_path / "findmnt"
+    planted.write_text("#!/bin/sh\ntouch /tmp/zdoctor-h8-planted\n")
+    planted.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ.get('PATH', '')}")
+    found = systools.system_tool("findmnt")
+    assert found is not None and os.path.dirname(found) in systools.SYSTEM_DIRS
+    assert systools.system_tool("zdoctor-h8-no-such-tool") is None
+    assert fstab_apply._mount_argv("/etc/fstab", "/mnt/x")[0] == systools.system_tool("mount")
+
+
+def test_a_remedy_trial_runs_as_the_owner(account, env_dir):
+    from zdoctor.forensics.remedies import Plan, verify
+
+    seen = plant_witness(env_dir, account)
+    python = str(env_dir / "bin" / "python")
+    run_as = privilege.code_runs_as(Target.of(python, _env()))
+    plan = Plan(key="ld-library-path", title="drop an entry", env_changes={"ZDOCTOR_H8_TRIAL": "1"})
+    ev = verify(plan, [python, "-c", "import os; assert os.environ['ZDOCTOR_H8_TRIAL'] == '1'"], _env(),
+                timeout=60, run_as=run_as)
+    assert plan.verified, (ev.stderr, plan.verification)
+    assert {r[0] for r in witnessed(seen)} == {account.uid}
+    assert f"[as user {account.name}" in ev.label
