@@ -47,8 +47,8 @@ class Symptom:
         """The symptom a dict describes, or None when it is not one (a damaged snapshot or session)."""
         if not isinstance(d, dict) or not all(isinstance(d.get(k), str) for k in ("id", "source", "text", "kind")):
             return None
-        fields = d.get("fields") if isinstance(d.get("fields"), dict) else {}
-        sig = d.get("signature") if isinstance(d.get("signature"), str) else None
-        return cls(id=d["id"], source=d["source"], text=d["text"], kind=d["kind"],
-                   fields={str(k): str(v) for k, v in fields.items()}, signature=sig,
-                   where=d.get("where") if isinstance(d.get("where"), str) else "")
+        raw = d.get("fields")
+        fields: dict[str, str] = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+        sig, where = d.get("signature"), d.get("where")
+        return cls(id=d["id"], source=d["source"], text=d["text"], kind=d["kind"], fields=fields,
+                   signature=sig if isinstance(sig, str) else None, where=where if isinstance(where, str) else "")
