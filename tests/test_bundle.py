@@ -115,7 +115,7 @@ def test_check_snapshot_replay_export_from_an_empty_directory_offline(bundle, tm
     snap = run_bundle(python, bundle, ["snapshot", "-o", "node.json"], home, work)
     assert snap.returncode == 0, snap.stderr
     replay = run_bundle(python, bundle, ["check", "--json", "--replay", "node.json"], home, work)
-    assert replay.returncode in (0, 1), replay.stderr
+    assert replay.returncode in (0, 1, 3), replay.stderr
     again = json.loads(replay.stdout)
     assert {f["id"]: f["status"] for f in again["findings"]} == {f["id"]: f["status"] for f in doc["findings"]}
 

@@ -100,12 +100,13 @@ def _dist(name: str) -> tuple[str, str]:
 
 
 def _source_tree() -> dict[str, Path]:
-    """zdoctor's own files: the package (with the screens inside it, as in the wheel) and its data."""
+    """zdoctor's own files: the package's modules and the data files beside them (``shape.json``), with the
+    screens inside it, as in the wheel."""
     from ..resources import data_dir
 
     pkg = Path(__file__).resolve().parent.parent
     out: dict[str, Path] = {}
-    for path in sorted(pkg.rglob("*.py")):
+    for path in sorted([*pkg.rglob("*.py"), *pkg.rglob("*.json")]):
         rel = path.relative_to(pkg).as_posix()
         if "__pycache__" in rel or rel.startswith("screens/"):
             continue
