@@ -387,3 +387,18 @@ def test_too_many_open_files_is_explained_by_the_training_shells_low_limit():
     nofile = next(f for f in doc["findings"] if f["id"] == "gpu.limits.nofile")
     assert nofile["status"] == "warn" and "1024" in nofile["title"] and nofile["explains"] == [s["id"]]
     assert unexplained(doc) == []
+
+
+def test_the_start_screens_next_line_sends_you_to_the_unexplained_symptom_first():
+    from zdoctor.guide import next_step
+    from zdoctor.model import Finding
+
+    pyenv = {"target": {"explicit": True, "resolved": "/env/bin/python"}, "torch": {"installed": True}}
+    restates = Finding("libs.live", "fail", "python train.py fails (exit code 1)")
+    open_one = Finding("symptom.unexplained.S1", "fail",
+                       'Unexplained: "NCCL WARN NET/Socket : No usable listening interface found" '
+                       "(likely cause from the message only)")
+    line = next_step([restates, open_one], pyenv)
+    assert line.startswith("Next: what you saw (S1) is explained by nothing zdoctor examined")
+    assert "from the message only" in line and "walk zero3-launch" not in line
+    assert next_step([restates], pyenv).startswith("Next: walk zero3-launch")

@@ -15,6 +15,7 @@ from .host import Host
 from .model import Finding, ProbeResult
 from .playbook import Node, Playbook
 from .registry import CHECKS, PROBES, load_vocabulary
+from .symptoms.model import UNEXPLAINED_PREFIX
 
 
 def node_probes(node: Node) -> list[str]:
@@ -169,6 +170,13 @@ def next_step(findings: Iterable[Finding], pyenv: dict | None, replay: bool = Fa
         return f"Next: name the training interpreter: zdoctor --python {TRAINING_PYTHON}"
     if not replay and torch.get("installed") is False:
         return "Next: install torch in the interpreter above, or name the training one with --python"
+    open_ones = [f for f in found if f.id.startswith(UNEXPLAINED_PREFIX)]
+    if open_ones:  # what the user saw comes first: no walk's failure is the answer to it
+        ids = ", ".join(f.id[len(UNEXPLAINED_PREFIX):] for f in open_ones)
+        known = any("from the message only" in f.title for f in open_ones)
+        return (f"Next: what you saw ({ids}) is explained by nothing zdoctor examined: read its Unexplained "
+                "finding above" + (" (the likely cause, from the message only)" if known else
+                                   " (what was and was not examined)"))
     unwalked: Finding | None = None
     for status in ("fail", "crash", "warn"):
         for worst in (f for f in found if f.status == status):
