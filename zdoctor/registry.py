@@ -129,6 +129,19 @@ class PredicateSpec:
     probes: tuple[str, ...]
 
 
+def facts_of(host: Any, name: str) -> dict[str, Any]:
+    """Probe ``name``'s facts on ``host`` when it ran to the end there; ``{}`` otherwise (not registered,
+    skipped, crashed, timed out, or the host could not say), never an exception: another probe's trouble
+    only narrows what a probe reads."""
+    if name not in PROBES:
+        return {}
+    try:
+        res = host.result(name)
+    except Exception:  # noqa: BLE001 - another probe's trouble must not take this one down
+        return {}
+    return res.facts if res.status == "ok" and isinstance(res.facts, dict) else {}
+
+
 PROBES: dict[str, ProbeSpec] = {}
 CHECKS: dict[str, CheckSpec] = {}
 PREDICATES: dict[str, PredicateSpec] = {}

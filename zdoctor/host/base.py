@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import children
 from ..model import Evidence, ProbeResult
-from ..registry import PROBES, Facts
+from ..registry import PROBES, Facts, facts_of
 
 
 class Host:
@@ -44,6 +44,10 @@ class Host:
                 cached = self._compute(name)
                 self._results[name] = cached
         return cached
+
+    def facts_of(self, name: str) -> dict[str, Any]:
+        """Probe ``name``'s facts when it ran to the end here, else ``{}`` (see :func:`zdoctor.registry.facts_of`)."""
+        return facts_of(self, name)
 
     def results(self, names: Iterable[str]) -> Facts:
         """Run the named probes concurrently (each bounded by its own timeout) and return them all."""

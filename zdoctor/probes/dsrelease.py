@@ -7,16 +7,8 @@ from typing import Any
 
 from ..forensics import jitorigin
 from ..model import Evidence
-from ..registry import probe
+from ..registry import facts_of, probe
 from ..rules import deepspeed as dsr
-
-
-def _facts(host: Any, name: str) -> dict[str, Any]:
-    try:
-        res = host.result(name)
-    except Exception:  # noqa: BLE001 - a missing probe only narrows what is read
-        return {}
-    return res.facts if res.status == "ok" else {}
 
 
 def collect_dsrelease(pyenv: dict[str, Any], jit: dict[str, Any]) -> tuple[dict[str, Any], list[Evidence]]:
@@ -52,4 +44,4 @@ def collect_dsrelease(pyenv: dict[str, Any], jit: dict[str, Any]) -> tuple[dict[
 
 @probe("dsrelease", title="Rules of the installed DeepSpeed release", timeout=30, needs=("pyenv", "jitcache"))
 def dsrelease_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
-    return collect_dsrelease(_facts(host, "pyenv"), _facts(host, "jitcache"))
+    return collect_dsrelease(facts_of(host, "pyenv"), facts_of(host, "jitcache"))

@@ -12,7 +12,7 @@ from typing import Any
 from ..forensics.elf import read_elf
 from ..forensics.versions import newest
 from ..model import Evidence
-from ..registry import probe
+from ..registry import facts_of, probe
 from ..target import target_of
 from ..userfile import open_regular_text
 from .libs import LIVE_TIMEOUT
@@ -94,14 +94,6 @@ def collect_glibc(pyenv: dict[str, Any]) -> tuple[dict[str, Any], list[Evidence]
     return facts, [Evidence.of_table("glibc: the host's vs what torch needs", ["what", "from", "value"], rows)]
 
 
-def _facts(host: Any, name: str) -> dict[str, Any]:
-    try:
-        res = host.result(name)
-    except Exception:  # noqa: BLE001
-        return {}
-    return res.facts if res.status == "ok" else {}
-
-
 def glibc_version_errors(live: list[dict[str, Any]] | None, static: list[dict[str, Any]] | None
                          ) -> list[dict[str, Any]]:
     """GLIBC_x version errors: the real loader's (live run), else the emulation's."""
@@ -121,10 +113,10 @@ def glibc_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     of every library the loader refused for its GLIBC_x need (``owners``: {library: owner})."""
     from ..forensics.owner import owner_of
 
-    pyenv = _facts(host, "pyenv")
+    pyenv = facts_of(host, "pyenv")
     facts, evidence = collect_glibc(pyenv)
-    errs = glibc_version_errors(_facts(host, "livetrace").get("version_errors"),
-                                _facts(host, "libs").get("failures"))
+    errs = glibc_version_errors(facts_of(host, "livetrace").get("version_errors"),
+                                facts_of(host, "libs").get("failures"))
     sites = [p for p in ((pyenv.get("python") or {}).get("sys_path") or []) if isinstance(p, str) and p]
     env = dict(target_of(host).env)
     owners: dict[str, Any] = {}

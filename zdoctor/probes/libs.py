@@ -15,7 +15,7 @@ from typing import Any
 
 from ..model import Evidence
 from ..privilege import runs_as_of
-from ..registry import probe
+from ..registry import facts_of, probe
 from ..target import target_of
 from ..userfile import open_regular_text
 
@@ -27,11 +27,6 @@ LIBSTDCXX = "libstdc++.so.6"
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-def _facts(host: Any, name: str) -> dict[str, Any]:
-    res = host.result(name)
-    return res.facts if res.status == "ok" else {}
-
-
 def _env(host: Any) -> dict[str, str]:
     return dict(target_of(host).env)
 
@@ -152,8 +147,8 @@ def libs_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     from ..forensics.loader import LoaderConfig
 
     env = _env(host)
-    pyenv = _facts(host, "pyenv")
-    jit = _facts(host, "jitcache")
+    pyenv = facts_of(host, "pyenv")
+    jit = facts_of(host, "jitcache")
     exe = interpreter_of(host, pyenv)
     if not exe:
         return {"skipped": "the training interpreter was not found"}, []
@@ -172,7 +167,7 @@ def libs_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     needs = audit.get("needs") or []
     for c in copies:
         c["has_every_need"] = not c.get("error") and set(needs) <= set(c.get("versions") or [])
-    toolchain = _facts(host, "toolchain") if "toolchain" in getattr(host, "recorded", dict)() else {}
+    toolchain = facts_of(host, "toolchain") if "toolchain" in getattr(host, "recorded", dict)() else {}
     for f in audit["failures"]:
         describe_provider(f)
     facts = {
@@ -337,8 +332,8 @@ def libfix_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     from ..forensics.remedies import verify
 
     env = _env(host)
-    libs = _facts(host, "libs")
-    live = _facts(host, "livetrace")
+    libs = facts_of(host, "libs")
+    live = facts_of(host, "livetrace")
     if not libs:
         return {"skipped": "no static audit"}, []
     plans = propose(libs, live, env)

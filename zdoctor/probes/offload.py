@@ -52,24 +52,13 @@ from ..errors import InputError
 from ..model import Evidence, cap_text
 from ..offload import gpusample, lint, planner, walllog
 from ..offload.dsconfig import load_config
-from ..registry import PROBES, probe
+from ..registry import facts_of, probe
 from ..target import target_of
 from .pyenv import TARGET_TIMEOUT
 
 
 def _options(host: Any) -> dict[str, Any]:
     return dict(target_of(host).options)
-
-
-def _facts(host: Any, name: str) -> dict[str, Any] | None:
-    """Another probe's facts when it ran fine here (None otherwise, never an exception)."""
-    if name not in PROBES:
-        return None
-    try:
-        res = host.result(name)
-    except Exception:  # noqa: BLE001 - another probe's trouble must not take this one down
-        return None
-    return res.facts if res.status == "ok" else None
 
 
 def _python_version(pyenv: dict[str, Any] | None) -> tuple[int, ...] | None:
@@ -81,7 +70,7 @@ def _python_version(pyenv: dict[str, Any] | None) -> tuple[int, ...] | None:
 
 def _memlock(host: Any) -> tuple[int | None, str]:
     """The training's locked-memory soft limit in bytes (None = unlimited, -1 = unknown) and its source."""
-    limits = _facts(host, "host_limits")
+    limits = (facts_of(host, "host_limits") or None)
     target = (limits or {}).get("target") if isinstance(limits, dict) else None
     if isinstance(target, dict):
         kb = target.get("memlock_soft_kb")
@@ -181,7 +170,7 @@ def dsconfig_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     if not path:
         return {"skipped": "no ds_config given (--ds-config)"}, []
     path = str(path)
-    pyenv = _facts(host, "pyenv")
+    pyenv = (facts_of(host, "pyenv") or None)
     ds = (pyenv or {}).get("deepspeed") if isinstance((pyenv or {}).get("deepspeed"), dict) else None
     tables, static_reason = lint.tables_for(ds)
     pyver = _python_version(pyenv)
@@ -226,7 +215,7 @@ def dsconfig_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
         if eff["stage"] == 3 and facts["devices"]["offload_optimizer"] == "cpu":
             pinned, _g, _l = planner.zero3_needs(model["params"], model["largest_layer"], gpn, nodes, True,
                                                  facts["devices"]["offload_param"] == "cpu", True)
-    gpu_mem, _n, _src = planner.gpu_memory_from(_facts(host, "nvml") or _facts(host, "gpu"))
+    gpu_mem, _n, _src = planner.gpu_memory_from((facts_of(host, "nvml") or None) or (facts_of(host, "gpu") or None))
     ctx = lint.LintContext(tables=tables, ds_version=tables.version, python_version=pyver, hidden_size=hidden,
                            memlock_soft=soft, memlock_source=source, pinned_need=pinned, gpu_memory=gpu_mem,
                            paths=paths, command=target_of(host).command)
@@ -290,8 +279,8 @@ def capacity_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     model, why = _model(host)
     if model is None:
         return {"skipped": why}, []
-    ds = _facts(host, "dsconfig") if opts.get("ds_config") else None
-    gpu = _facts(host, "nvml") or _facts(host, "gpu")
+    ds = (facts_of(host, "dsconfig") or None) if opts.get("ds_config") else None
+    gpu = (facts_of(host, "nvml") or None) or (facts_of(host, "gpu") or None)
     nodes = int(opts.get("nodes") or 1)
     disk_path = opts.get("offload_path") or next((p["path"] for p in (ds or {}).get("nvme_paths") or []), None)
     machine = planner.this_machine(disk_path=str(disk_path) if disk_path else None, gpu_facts=gpu)
@@ -414,7 +403,7 @@ def hostram_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     from ..offload import hostram
 
     opts = _options(host)
-    ds = _facts(host, "dsconfig") or {}
-    cap = _facts(host, "capacity") or {}
-    _mem, gpus, _src = planner.gpu_memory_from(_facts(host, "nvml") or _facts(host, "gpu"))
+    ds = (facts_of(host, "dsconfig") or None) or {}
+    cap = (facts_of(host, "capacity") or None) or {}
+    _mem, gpus, _src = planner.gpu_memory_from((facts_of(host, "nvml") or None) or (facts_of(host, "gpu") or None))
     return hostram.collect(ds, cap, opts, gpu_count=gpus or None)

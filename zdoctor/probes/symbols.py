@@ -11,21 +11,13 @@ from ..forensics.linkerrors import link_libraries, parse_link_errors, triage_lin
 from ..forensics.runneeds import is_libstdcxx_version
 from ..forensics.symtrials import plans_for, try_plans
 from ..model import Evidence
-from ..registry import probe
+from ..registry import facts_of, probe
 from ..target import target_of
 
 #: Libraries the run loaded that are searched for the other-ABI twin of an undefined reference.
 MAX_LOADED_SCANNED = 40
 #: Each environment-only workaround is tried by re-running the failing command within this time.
 TRIAL_TIMEOUT = 60.0
-
-
-def _facts(host: Any, name: str) -> dict[str, Any]:
-    try:
-        res = host.result(name)
-    except Exception:  # noqa: BLE001 - a missing probe only narrows what is read
-        return {}
-    return res.facts if res.status == "ok" else {}
 
 
 def error_text(live: dict[str, Any]) -> str:
@@ -77,9 +69,9 @@ def collect_symbols(live: dict[str, Any], pyenv: dict[str, Any], env: dict[str, 
 @probe("symbols", title="Undefined symbols, demangled and triaged", timeout=90 + 3 * TRIAL_TIMEOUT,
        needs=("livetrace", "pyenv"))
 def symbols_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
-    live = _facts(host, "livetrace")
+    live = facts_of(host, "livetrace")
     if not live:
         return {"skipped": "no live run to read"}, []
     env = dict(getattr(host, "env", None) or os.environ)
     timeout = min(float(getattr(target_of(host), "timeout", None) or TRIAL_TIMEOUT), TRIAL_TIMEOUT)
-    return collect_symbols(live, _facts(host, "pyenv"), env, timeout)
+    return collect_symbols(live, facts_of(host, "pyenv"), env, timeout)
