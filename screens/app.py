@@ -15,15 +15,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from textual.app import App, SystemCommand
+from textual.app import SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
 from zdoctor.errors import InputError, ZdoctorError
 from zdoctor.events import ExportWritten
-from zdoctor.resources import data_dir
 
-from .common import NO_CONTROL_CHARACTERS
+from .base import HELP, QUIT, AppBase
 
 
 @dataclass
@@ -83,26 +82,22 @@ def practice_context(scenario: Any, argv: list[str]) -> Context:
     return Context(host=host, mode="demo", log=log, scenario=scenario, note=note)
 
 
-class ZdoctorApp(App[int]):
+class ZdoctorApp(AppBase):
     """The zdoctor terminal UI."""
 
     TITLE = "zdoctor"
     SUB_TITLE = "ZeRO-3 Offload node doctor"
     BINDINGS = [
-        Binding("question_mark,f1", "help", "Keys", id="help"),
+        HELP,
         Binding("t", "glossary", "Terms", id="glossary"),
         Binding("x", "export_dialog", "Export", id="export"),
-        Binding("q", "quit", "Quit", id="quit"),
+        QUIT,
     ]
 
-
-    def get_line_filters(self) -> list[Any]:
-        """Textual's filters, then one that keeps control characters in shown text off the terminal."""
-        return [*super().get_line_filters(), NO_CONTROL_CHARACTERS]
     def __init__(self, python: str | None = None, argv: list[str] | None = None, host: Any = None, *,
                  resume: str | None = None, demo: str | None = None, export_dir: str | os.PathLike[str] | None = None,
                  plan: dict[str, Any] | None = None) -> None:
-        super().__init__(css_path=str(data_dir("assets") / "zdoctor.tcss"))
+        super().__init__()
         self.python = python
         self.argv = list(argv or [])
         self.export_dir = Path(export_dir) if export_dir is not None else None
@@ -220,12 +215,6 @@ class ZdoctorApp(App[int]):
             self.push_screen(ExportScreen())
 
     # -- help, glossary, palette -------------------------------------------------------------------
-    def action_help(self) -> None:
-        from .info import HelpScreen
-
-        if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(self.screen))
-
     def action_glossary(self, term: str | None = None) -> None:
         from .info import GlossaryScreen
 

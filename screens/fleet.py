@@ -8,13 +8,13 @@ import shlex
 import time
 import typing
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.columns import Columns
 from rich.console import RenderableType
 from rich.table import Table as RichTable
 from rich.text import Text
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
@@ -25,9 +25,9 @@ from zdoctor.errors import ZdoctorError
 from zdoctor.fleet.result import NODE_PROBLEMS, families
 from zdoctor.model import Finding, sort_findings
 from zdoctor.present import MARKS, STYLES, pasted_script
-from zdoctor.resources import data_dir
 
-from .common import NO_CONTROL_CHARACTERS, KeyBar
+from .base import HELP, QUIT, AppBase
+from .common import KeyBar
 from .evidence import EvidenceScreen
 from .info import ExportScreen
 
@@ -511,25 +511,18 @@ class FleetCollectScreen(Screen[None]):
 
 # --- the app ----------------------------------------------------------------------------------------
 
-class FleetApp(App[int]):
+class FleetApp(AppBase):
     """The fleet report on its own, or first the collection of it from a live fleet; quitting exits with
     the report's exit code (130 while the nodes are still being collected, 2 when collecting failed)."""
 
     TITLE = "zdoctor fleet"
-    BINDINGS = [
-        Binding("question_mark,f1", "help", "Keys", id="help"),
-        Binding("q", "quit", "Quit", id="quit"),
-    ]
+    BINDINGS = [HELP, QUIT]
 
-
-    def get_line_filters(self) -> list[Any]:
-        """Textual's filters, then one that keeps control characters in shown text off the terminal."""
-        return [*super().get_line_filters(), NO_CONTROL_CHARACTERS]
     def __init__(self, report: FleetReport | None = None, exporter: Exporter | None = None, *,
                  live: LiveFleet | None = None) -> None:
         if (report is None) == (live is None):
             raise TypeError("FleetApp: give either a fleet report or a live fleet")
-        super().__init__(css_path=str(data_dir("assets") / "zdoctor.tcss"))
+        super().__init__()
         self.report = report
         self.live = live
         self.exporter = exporter
@@ -556,12 +549,6 @@ class FleetApp(App[int]):
         while self.screen is not collecting and len(self.screen_stack) > 2:
             self.pop_screen()
         self.switch_screen(FleetScreen(report, self.exporter))
-
-    def action_help(self) -> None:
-        from .info import HelpScreen
-
-        if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(self.screen))
 
     async def action_quit(self) -> None:
         if self.report is not None:

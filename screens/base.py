@@ -1,0 +1,35 @@
+"""What the guided session's app and the fleet app share: the stylesheet, the help and quit keys, the help
+screen, and the line filter that keeps control characters in shown text off the terminal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import App
+from textual.binding import Binding
+
+from zdoctor.resources import data_dir
+
+from .common import NO_CONTROL_CHARACTERS
+
+HELP = Binding("question_mark,f1", "help", "Keys", id="help")
+QUIT = Binding("q", "quit", "Quit", id="quit")
+
+
+class AppBase(App[int]):
+    """A zdoctor app: the one stylesheet, ``?`` for the keys, and no control character on the terminal.
+    Each app lists its keys itself (:data:`HELP` and :data:`QUIT` among them), in the order the key bar
+    shows them."""
+
+    def __init__(self) -> None:
+        super().__init__(css_path=str(data_dir("assets") / "zdoctor.tcss"))
+
+    def get_line_filters(self) -> list[Any]:
+        """Textual's filters, then one that keeps control characters in shown text off the terminal."""
+        return [*super().get_line_filters(), NO_CONTROL_CHARACTERS]
+
+    def action_help(self) -> None:
+        from .info import HelpScreen
+
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.screen))
