@@ -402,3 +402,38 @@ def test_the_start_screens_next_line_sends_you_to_the_unexplained_symptom_first(
     assert line.startswith("Next: what you saw (S1) is explained by nothing zdoctor examined")
     assert "from the message only" in line and "walk zero3-launch" not in line
     assert next_step([restates], pyenv).startswith("Next: walk zero3-launch")
+
+
+BEFORE = Path(__file__).parent / "fixtures" / "sessions-before-symptoms"
+
+
+def _install(state_home: Path) -> None:
+    folder = state_home / "zdoctor" / "sessions"
+    folder.mkdir(parents=True, exist_ok=True)
+    for log in BEFORE.glob("*.jsonl"):
+        (folder / log.name).write_bytes(log.read_bytes())
+
+
+def test_sessions_recorded_before_the_symptom_ledger_and_the_new_shape_still_export(state_home):
+    from zdoctor.export import render
+    from zdoctor.session import load_events
+
+    _install(state_home)
+    for log in sorted(BEFORE.glob("*.jsonl")):
+        events = load_events(log.stem)
+        md = render(events, "md")
+        assert md.startswith(f"# zdoctor session `{log.stem}`") and "## What you saw" in md
+        assert render(events, "html").startswith("<!DOCTYPE html>")
+        doc = json.loads(render(events, "json"))
+        assert doc["session"] == log.stem and doc["symptoms"] == []
+
+
+def test_a_walk_recorded_before_the_symptom_ledger_still_resumes_to_its_diagnosis(state_home):
+    from zdoctor.resume import find_point, rebuild_host, resume_walk
+
+    _install(state_home)
+    (interrupted,) = [p.stem for p in BEFORE.glob("*.jsonl") if '"mode":"tui"' in p.read_text(encoding="utf-8")]
+    point = find_point(interrupted)
+    assert point.resumable and point.node == "layers"
+    walk = resume_walk(point, rebuild_host(point.host_info), record=None)
+    assert walk.run().diagnosis == "diag-ld-library-path"
