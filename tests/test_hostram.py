@@ -126,3 +126,25 @@ def test_a_killed_run_never_ends_in_ram_is_not_the_bottleneck(tmp_path):
     log.write_text((OFFLOAD / "ds-0.19-wallclock.log").read_text())
     doc = json.loads(run_cli(args, timeout=300).stdout)
     assert next(p["path"] for p in doc["playbooks"] if p["id"] == "offload-bottleneck")[-1] != "diag-host-ram"
+
+
+def test_pinning_off_is_not_offered_where_the_installed_release_ignores_pin_memory(tmp_path):
+    """DeepSpeed 0.4.0 (its real ZeRO 1/2 source, recorded) pins the offload buffers at stage 1/2 whatever
+    pin_memory says: the WSL2 finding then offers the upgrade, not a setting that changes nothing."""
+    from zdoctor.rules import deepspeed as dsr
+
+    ds = {"path": "cfg.json", "stage": 2,
+          "settings": {"offload_optimizer": {"device": {"value": "cpu"}, "pin_memory": {"value": True}}}}
+    f, _ = hostram.collect(ds, {}, {}, meminfo=meminfo(tmp_path, 4_000_000),
+                           kernel_release="5.15.153.1-microsoft-standard-WSL2")
+    old = dsr.installed_rules(str(FIXTURES / "deepspeed-releases" / "0.4.0"), "0.4.0")
+    assert old["zero12-pin-memory"]["state"] == "old"
+    w = by_id(check_hostram(h200(hostram=f, dsconfig=ds, dsrelease={"version": "0.4.0", "rules": old})))
+    (rem,) = w["offload.host-ram.wsl2"].remedies
+    assert rem.title.startswith("Upgrade DeepSpeed: 0.4.0 pins the offload buffers at ZeRO stage 2")
+    assert not any("pin_memory = false" in c for c in rem.commands)
+    # at stage 3 the same release reads pin_memory: turning it off is offered
+    w3 = by_id(check_hostram(h200(hostram=f, dsconfig={**ds, "stage": 3}, dsrelease={"version": "0.4.0",
+                                                                                       "rules": old})))
+    assert w3["offload.host-ram.wsl2"].remedies[0].commands == [
+        "# ds_config: zero_optimization.offload_optimizer.pin_memory = false"]

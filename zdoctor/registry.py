@@ -100,6 +100,8 @@ class CheckSpec:
     #: The finding ids it can produce: exact ids, or ``family.*`` for ids made below ``family`` (one per
     #: op, per lint rule ...). ``NAME.not-checked`` and ``NAME.crash`` are always its own.
     findings: tuple[str, ...] = ()
+    #: Probes it reads when they answered and never needs (a rule of the installed release, say).
+    optional: tuple[str, ...] = ()
 
     def produces(self, fid: str) -> bool:
         """Whether it declares finding ``fid`` (or ``fid`` is a dotted prefix of ids it declares)."""
@@ -116,9 +118,10 @@ class CheckSpec:
 
     @property
     def reads(self) -> tuple[str, ...]:
-        """Every probe it reads: its own, and ``symptoms`` when it can explain one (read when there, never
-        needed: a check judges its own subject whether or not a symptom was given)."""
-        return (*self.probes, "symptoms") if self.explains and "symptoms" not in self.probes else self.probes
+        """Every probe it reads: its own, its optional ones, and ``symptoms`` when it can explain one (those
+        are read when there, never needed: a check judges its own subject whether or not they answered)."""
+        extra = [*self.optional, *(["symptoms"] if self.explains else [])]
+        return tuple(dict.fromkeys((*self.probes, *extra)))
 
 
 @dataclass(frozen=True)
@@ -181,13 +184,14 @@ def probe(name: str, *, title: str, timeout: float = 30.0, needs: tuple[str, ...
 
 
 def check(name: str, *, title: str, probes: tuple[str, ...], findings: tuple[str, ...] = (),
-          explains: tuple[str, ...] = ()):
+          explains: tuple[str, ...] = (), optional: tuple[str, ...] = ()):
     """Register ``func(facts) -> [Finding]`` as check ``name`` reading the given probes. ``findings`` are the
     ids it produces besides ``name`` itself (``family.*`` for a family); ``explains`` names the symptom kinds
-    its findings can explain (the check then reads the ``symptoms`` probe too)."""
+    its findings can explain (the check then reads the ``symptoms`` probe too); ``optional`` are probes it
+    reads when they answered."""
 
     def deco(func: Callable[[Facts], list[Finding]]):
-        CHECKS[name] = CheckSpec(name, func, title, probes, tuple(explains), tuple(findings))
+        CHECKS[name] = CheckSpec(name, func, title, probes, tuple(explains), tuple(findings), tuple(optional))
         return func
 
     return deco

@@ -15,7 +15,7 @@ from . import not_checked
 
 
 @check("offload.host-ram", title="Host memory beyond the offload estimate", probes=("hostram",),
-       explains=("oom-kill", "killed"),
+       explains=("oom-kill", "killed"), optional=("dsrelease", "dsconfig"),
        findings=("offload.host-ram.wsl2",))
 def check_hostram(facts: Facts) -> list[Finding]:
     f = facts.of("hostram")
@@ -128,10 +128,7 @@ def check_hostram(facts: Facts) -> list[Finding]:
                                   "locked memory is limited (NVIDIA's CUDA on WSL guide, 'WSL 2 Support "
                                   "Constraints'), so a pinned allocation fails ('CUDA out of memory') long before "
                                   "RAM is full. The size of the cap is not read here.",
-                           evidence=ev,
-                           remedies=[Remedy(title="Turn pinning off for the offload blocks (slower copies, no cap)",
-                                            commands=[f"# ds_config: zero_optimization.{b}.pin_memory = false"
-                                                      for b in f["pinned_blocks"]])]))
+                           evidence=ev, remedies=_unpin_remedies(facts, f["pinned_blocks"])))
     if not out and avail is None:
         out.append(not_checked("offload.host-ram", "Host memory beyond the estimate",
                                "MemAvailable could not be read (/proc/meminfo)", ev))
@@ -172,6 +169,23 @@ def _memcg_kill(f: dict[str, Any], kills: list[dict[str, Any]], lines: list[str]
                    title=f"The job's memory cgroup limit ({limit_text}) was hit and the kernel killed "
                          f"{k.get('task')}; the host had memory left ({gib(avail)} available)",
                    detail="\n".join(detail), evidence=ev, remedies=[limit_rem] + rem)
+
+
+def _unpin_remedies(facts: Facts, blocks: list[str]) -> list[Remedy]:
+    """Turn pinning off for the offload blocks, unless the installed DeepSpeed release ignores pin_memory at
+    the config's ZeRO stage (it pins whatever the setting says): then the release's rule is the remedy."""
+    stage = facts.get_fact("dsconfig", "stage")
+    rule = facts.get_fact("dsrelease", "rules", "zero12-pin-memory", "state")
+    if stage in (1, 2) and rule == "old":
+        version = facts.get_fact("dsrelease", "version") or "the installed release"
+        return [Remedy(title=f"Upgrade DeepSpeed: {version} pins the offload buffers at ZeRO stage {stage} whatever "
+                             "pin_memory says", commands=["python -m pip install --upgrade deepspeed"],
+                       note="not tried: it replaces an installed package",
+                       explanation="Setting pin_memory = false would change nothing on this release (read from its "
+                                   "own ZeRO 1/2 code), so it is not offered; a release that reads pin_memory, or "
+                                   "ZeRO stage 3, lets the config turn pinning off.")]
+    return [Remedy(title="Turn pinning off for the offload blocks (slower copies, no cap)",
+                   commands=[f"# ds_config: zero_optimization.{b}.pin_memory = false" for b in blocks])]
 
 
 @predicate("offload_host_ram_exhausted", doc="host memory is (nearly) gone, the log shows a kill, pinned "
