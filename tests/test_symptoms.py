@@ -437,3 +437,21 @@ def test_a_walk_recorded_before_the_symptom_ledger_still_resumes_to_its_diagnosi
     assert point.resumable and point.node == "layers"
     walk = resume_walk(point, rebuild_host(point.host_info), record=None)
     assert walk.run().diagnosis == "diag-ld-library-path"
+
+
+def test_the_raised_open_files_limit_is_tried_on_the_failing_command_before_it_is_offered():
+    """A real EMFILE: the command opens 2000 files under a soft limit of 1024; zdoctor re-runs it from a shell
+    that first does what the remedy says (ulimit -n 4096, the hard limit), and it then runs to the end."""
+    cmd = shlex.join([PY, "-c", "fs = [open('/dev/null') for _ in range(2000)]; print('opened', len(fs))"])
+    proc = subprocess.run(["prlimit", "--nofile=1024:4096", sys.executable, "-m", "zdoctor", "check", "--json",
+                           "--no-log", "--python", PY, "--command", cmd, "--playbook", "gpu-stack"],
+                          capture_output=True, text=True, env=clean_env(), timeout=300,
+                          cwd=str(Path(__file__).parent.parent))
+    doc = json.loads(proc.stdout)
+    (s,) = [s for s in doc["symptoms"] if s["kind"] == "nofile"]
+    assert "Too many open files" in s["text"] and s["explained_by"] == ["gpu.limits.nofile"]
+    nofile = next(f for f in doc["findings"] if f["id"] == "gpu.limits.nofile")
+    first = nofile["remedies"][0]
+    assert first["commands"] == ["ulimit -n 4096"] and first["verified"] is True
+    assert first["verification"]["state"] == "fixed"
+    assert "ran to the end with ulimit -n 4096" in first["verification"]["reason"]

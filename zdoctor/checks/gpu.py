@@ -1184,7 +1184,7 @@ def _gpus_on_node(facts: Facts, lf: dict[str, Any]) -> int | None:
 
 
 @check("gpu.limits", title="/dev/shm, locked memory and open files of the training", probes=("host_limits", "nvml"),
-       explains=("nofile", "shm"),
+       explains=("nofile", "shm"), optional=("limitfix",),
        findings=("gpu.limits.memlock", "gpu.limits.nofile", "gpu.limits.shm"))
 def check_limits(facts: Facts) -> list[Finding]:
     lf = facts.of("host_limits")
@@ -1232,6 +1232,22 @@ def _shm(facts: Facts, lf: dict[str, Any], ev: list[Evidence]) -> Finding:
                                          "permanent change, set the size on the /dev/shm line of /etc/fstab."))
     return Finding(id=fid, status=status, title=f"/dev/shm is only {limits.human(size)}", detail=detail, evidence=ev,
                    remedies=rem, explains=ids_for(facts, "shm"))
+
+
+def _tried_ulimit(facts: Facts, remedy: Remedy) -> Remedy:
+    """The ``ulimit -n`` remedy with what its trial on the failing command showed (the ``limitfix`` probe)."""
+    trial = facts.of("limitfix") or {}
+    if "fixed" not in trial:
+        return remedy
+    remedy.tried = True
+    remedy.verified = bool(trial["fixed"])
+    if trial["fixed"]:
+        remedy.note = f"the failing command ran to the end with ulimit -n {trial['limit']}"
+    else:
+        how = trial.get("error") or f"exit code {trial.get('exit_code')}"
+        remedy.note = (f"the failing command still failed with ulimit -n {trial['limit']} ({how}"
+                       + (", still 'Too many open files'" if trial.get("still_emfile") else "") + ")")
+    return remedy
 
 
 def _limits_conf_remedy(item: str, value: str, dropins: dict[str, Any] | None) -> Remedy:
@@ -1288,12 +1304,11 @@ def _nofile(facts: Facts, lf: dict[str, Any], ev: list[Evidence]) -> Finding:
     if soft == "unlimited" or soft >= limits.NOFILE_LOW:
         return Finding(id=fid, status="ok", title=f"ulimit -n (open files) is {soft}", evidence=ev)
     rem = []
-    target = 65536
-    if hard == "unlimited" or (isinstance(hard, int) and hard > soft):
-        new = target if hard == "unlimited" else min(hard, target)
-        rem.append(Remedy(title="Raise the soft limit in the launching shell", commands=[f"ulimit -n {new}"],
-                          verified=None))
-    rem.append(_limits_conf_remedy("nofile", str(target), lf.get("limits_d")))
+    new = limits.raised_nofile(soft, hard)
+    if new is not None:
+        rem.append(_tried_ulimit(facts, Remedy(title="Raise the soft limit in the launching shell",
+                                               commands=[f"ulimit -n {new}"], verified=None)))
+    rem.append(_limits_conf_remedy("nofile", str(limits.NOFILE_TARGET), lf.get("limits_d")))
     return Finding(id=fid, status="warn", title=f"ulimit -n (open files) is only {soft}",
                    detail="Each rank opens sockets to its peers, DataLoader workers pass tensors as file descriptors, "
                           "and NVMe offload opens swap files: a low limit ends in 'Too many open files'.",

@@ -19,6 +19,8 @@ SHM_WARN = 512 * MIB
 #: Docker's default --shm-size.
 DOCKER_SHM = 64 * MIB
 NOFILE_LOW = 4096
+#: What the open-files remedies raise the limit to, at most.
+NOFILE_TARGET = 65536
 ULIMIT_SCRIPT = "ulimit -S -l; ulimit -H -l; ulimit -S -n; ulimit -H -n"
 
 
@@ -129,3 +131,12 @@ def parse_ulimit_a(text: str) -> dict[str, Any]:
         elif "(-n)" in line:
             out["nofile_soft"] = parse_limit(value)
     return out
+
+
+def raised_nofile(soft: Any, hard: Any) -> int | None:
+    """The soft open-files limit the shell may raise itself to (its hard limit, at most
+    :data:`NOFILE_TARGET`), or None when the soft limit is not low or there is no room below the hard one."""
+    if not isinstance(soft, int) or soft >= NOFILE_LOW:
+        return None
+    top = NOFILE_TARGET if hard == "unlimited" else hard if isinstance(hard, int) else None
+    return min(top, NOFILE_TARGET) if top is not None and top > soft else None
