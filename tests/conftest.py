@@ -16,6 +16,45 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
+#: The lanes each test file belongs to (``python3 -m pytest -m "not slow"`` is the inner loop; the README's
+#: test command runs them all). A file is marked whole: its tests share the same costly set-up.
+LANES: dict[str, tuple[str, ...]] = {
+    "test_bundle.py": ("slow", "e2e"),
+    "test_fleet_push.py": ("slow", "e2e", "needs_sshd"),
+    "test_fleet_loopback.py": ("slow", "e2e", "needs_sshd"),
+    "test_tui_tmux.py": ("slow", "e2e"),
+    "test_tui_wheel.py": ("slow", "e2e"),
+    "test_wheel.py": ("slow", "e2e"),
+    "test_deepspeed_e2e.py": ("slow", "e2e"),
+    "test_forensics_e2e.py": ("slow", "e2e"),
+    "test_claims_libs.py": ("slow", "e2e"),
+    "test_jit_exit_paths.py": ("slow", "e2e", "needs_root"),
+    "test_jitguard.py": ("slow", "e2e"),
+    "test_locktrial.py": ("slow", "e2e"),
+    "test_containment.py": ("slow", "needs_root"),
+    "test_root_races.py": ("slow", "needs_root"),
+    "test_privilege.py": ("slow", "needs_root"),
+    "test_mutations.py": ("slow",),
+    "test_hardening.py": ("slow",),
+    "test_symptoms.py": ("slow", "e2e"),
+    "test_libaio_calls.py": ("slow",),
+    "test_hostram_kills.py": ("needs_root",),
+    "test_full_disk.py": ("needs_root",),
+    "test_shm_as_user.py": ("needs_root",),
+    "test_stale_lock_unscanned.py": ("needs_root",),
+    "test_secrets.py": ("needs_root",),
+    "test_storage_check.py": ("needs_root",),
+    "test_sysfile.py": ("needs_root",),
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with the lanes of its file (see :data:`LANES`)."""
+    for item in items:
+        for lane in LANES.get(item.path.name, ()):
+            item.add_marker(getattr(pytest.mark, lane))
+
+
 @pytest.fixture(autouse=True)
 def state_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Point the session log at a private directory for each test."""
