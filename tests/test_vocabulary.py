@@ -13,7 +13,7 @@ import pytest
 from zdoctor import registry
 from zdoctor.checks import evaluate_check
 from zdoctor.host import LiveHost, ReplayHost
-from zdoctor.playbook import finding_id_known, lint_path
+from zdoctor.playbook_lint import finding_id_known, lint_path
 from zdoctor.registry import CHECKS, PROBES, load_vocabulary
 
 ROOT = Path(__file__).resolve().parent.parent
