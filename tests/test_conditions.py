@@ -16,7 +16,8 @@ from zdoctor.export import render
 from zdoctor.host import ReplayHost
 from zdoctor.host.replay import SNAPSHOT_FORMAT, SNAPSHOT_VERSION
 from zdoctor.model import ProbeResult
-from zdoctor.playbook import lint_path, load_playbook
+from zdoctor.playbook import load_playbook
+from zdoctor.playbook_lint import lint_path
 from zdoctor.registry import CHECKS, Facts, load_vocabulary
 
 PLAYBOOK = '''

@@ -8,7 +8,7 @@ import copy
 from test_gpu_checks import base, by_id
 from test_gpu_facts import h200
 
-from zdoctor.checks import gpu as g
+from zdoctor.checks import cuda as g
 from zdoctor.gpu import cuda
 from zdoctor.rules import drivers
 

@@ -16,17 +16,9 @@ from conftest import FIXTURES
 from dsenv import ensure
 
 from zdoctor.errors import InputError
-from zdoctor.offload.dsconfig import (
-    MAX_BYTES,
-    DuplicateKeyError,
-    ParseError,
-    apply_config_patch,
-    line_col,
-    load_config,
-    nvme_patch,
-    parse_config,
-    parse_text,
-)
+from zdoctor.offload.dsconfig import MAX_BYTES, load_config, parse_config
+from zdoctor.offload.dspatch import apply_config_patch, nvme_patch
+from zdoctor.offload.hjsonreader import DuplicateKeyError, ParseError, line_col, parse_text
 
 OFF = FIXTURES / "offload"
 

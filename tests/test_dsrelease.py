@@ -14,8 +14,8 @@ from pathlib import Path
 from test_gpu_checks import base, by_id, with_nvcc
 from test_gpu_facts import h200
 
+from zdoctor.checks import cuda as g
 from zdoctor.checks import dsrelease as cdr
-from zdoctor.checks import gpu as g
 from zdoctor.offload import walllog
 from zdoctor.probes.dsrelease import collect_dsrelease
 from zdoctor.probes.hangs import collect_jitcache

@@ -13,7 +13,8 @@ from test_gpu_facts import h200_all
 from zdoctor.engine import Walk
 from zdoctor.gpu import nvml
 from zdoctor.host import ReplayHost
-from zdoctor.playbook import lint_path, load_playbook
+from zdoctor.playbook import load_playbook
+from zdoctor.playbook_lint import lint_path
 from zdoctor.registry import load_vocabulary
 from zdoctor.resources import data_dir
 

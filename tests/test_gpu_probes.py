@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from test_gpu_facts import banners, facts_of, h200_all
 
-from zdoctor.checks.gpu import check_host_compiler, check_nccl, check_toolkit
+from zdoctor.checks.cuda import check_host_compiler, check_toolkit
+from zdoctor.checks.nccl import check_nccl
 from zdoctor.gpu import limits, nccl
 from zdoctor.host import LiveHost, ReplayHost, snapshot_document
 from zdoctor.probes.gpu import collect_cuda, collect_limits, collect_nccl, torch_nccl_subprocess

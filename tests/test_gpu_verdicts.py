@@ -14,7 +14,8 @@ import pynvml
 from test_gpu_facts import facts_of
 from test_gpu_nvml import _raise, fake_h200, no_smi
 
-from zdoctor.checks.gpu import check_driver, check_health, check_runtime
+from zdoctor.checks.cuda import check_runtime
+from zdoctor.checks.gpu import check_driver, check_health
 from zdoctor.doctor import CheckReport
 from zdoctor.gpu import kmod
 from zdoctor.probes.gpu import collect_nvml
@@ -275,6 +276,6 @@ def test_the_findings_explain_the_messages_they_are_about(tmp_path, monkeypatch)
 
 
 def test_wheel_tags_read_as_versions():
-    from zdoctor.checks.gpu import wheel_tag_cuda
+    from zdoctor.checks.cuda import wheel_tag_cuda
 
     assert [wheel_tag_cuda(t) for t in ("cu92", "cu118", "cu130", "cu1210")] == ["9.2", "11.8", "13.0", "12.10"]

@@ -21,7 +21,8 @@ from zdoctor.checks import evaluate_check
 from zdoctor.engine import Walk
 from zdoctor.host import ReplayHost
 from zdoctor.model import ProbeResult
-from zdoctor.playbook import lint_path, load_all
+from zdoctor.playbook import load_all
+from zdoctor.playbook_lint import lint_path
 from zdoctor.registry import CHECKS, PROBES, Facts, load_vocabulary
 
 #: Words that make a statement about torch, DeepSpeed or their ops.

@@ -16,13 +16,11 @@ from zdoctor.playbook import (
     LintError,
     Playbook,
     describe,
-    end_nodes,
     find_playbook,
-    lint_path,
-    lint_playbook,
     load_all,
     load_playbook,
 )
+from zdoctor.playbook_lint import end_nodes, lint_path, lint_playbook
 
 FIXTURES = Path(__file__).parent / "fixtures" / "playbooks"
 GOOD = FIXTURES / "good"

@@ -17,7 +17,8 @@ from conftest import run_cli
 from envkit import build_extension, make_old_libstdcxx
 
 from zdoctor.errors import InputError
-from zdoctor.playbook import lint_path, load_playbook
+from zdoctor.playbook import load_playbook
+from zdoctor.playbook_lint import lint_path
 from zdoctor.registry import load_vocabulary
 from zdoctor.rules.signatures import SIGNATURES
 from zdoctor.symptoms.extract import from_run, from_text

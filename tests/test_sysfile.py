@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from zdoctor.apply import core_action, run_remedy
-from zdoctor.checks.gpu import _memlock
+from zdoctor.checks.limits import _memlock
 from zdoctor.present import pasted_script
 from zdoctor.probes.gpu import limits_dropins
 from zdoctor.sysfile import create_system_file

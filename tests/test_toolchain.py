@@ -33,7 +33,8 @@ from zdoctor.forensics.gccver import (
 )
 from zdoctor.host import LiveHost, ReplayHost, snapshot_document
 from zdoctor.model import Evidence, ProbeResult
-from zdoctor.playbook import lint_playbook, load_playbook
+from zdoctor.playbook import load_playbook
+from zdoctor.playbook_lint import lint_playbook
 from zdoctor.probes import pyenv as pyenv_probe
 from zdoctor.probes import toolchain as tc
 from zdoctor.registry import CHECKS, PREDICATES, PROBES, Facts

@@ -13,7 +13,7 @@ import pytest
 from zdoctor import registry
 from zdoctor.checks import evaluate_check
 from zdoctor.host import LiveHost, ReplayHost
-from zdoctor.playbook import finding_id_known, lint_path
+from zdoctor.playbook_lint import finding_id_known, lint_path
 from zdoctor.registry import CHECKS, PROBES, load_vocabulary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,7 +100,7 @@ def test_the_vocabulary_command_prints_each_check_with_its_findings_and_explanat
     proc = cli(["playbooks", "vocabulary"])
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
-    assert "gpu.limits  (zdoctor.checks.gpu)" in text
+    assert "gpu.limits  (zdoctor.checks.limits)" in text
     block = text[text.index("gpu.limits  ("):].split("\n\n")[0]
     assert "findings: gpu.limits, gpu.limits.memlock, gpu.limits.nofile, gpu.limits.shm" in block
     assert "explains: nofile, shm" in block

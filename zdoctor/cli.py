@@ -333,12 +333,13 @@ def cmd_playbooks(args: argparse.Namespace) -> int:
                              f"(known: {', '.join(sorted(books))})")
         print(pbmod.describe(books[args.id]))
         return EXIT_OK
+    from .playbook_lint import lint_path
     from .resources import data_dir
 
     target = args.path or str(data_dir("playbooks"))
     if not os.path.exists(target):
         raise InputError(f"{target}: no such file or directory")
-    errors = pbmod.lint_path(target)
+    errors = lint_path(target)
     for err in errors:
         print(str(err))
     if errors:

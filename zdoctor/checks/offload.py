@@ -17,7 +17,8 @@ from typing import Any
 from ..errors import InputError
 from ..model import Finding, Remedy
 from ..offload import planner
-from ..offload.dsconfig import load_config, nvme_patch, parse_config
+from ..offload.dsconfig import load_config, parse_config
+from ..offload.dspatch import nvme_patch
 from ..plural import count_of
 from ..registry import Facts, check, predicate
 from ..shellquote import shell_quote
@@ -89,7 +90,7 @@ def nvme_patch_remedy(ds_path: str, target: str, block_size: int | None = None,
                       requires_root: bool | None = None, requires: list[str] | None = None) -> Remedy | None:
     """A remedy that moves the config's offload to NVMe at ``target``, applied through the safe core.
 
-    The patched text is built by :func:`zdoctor.offload.dsconfig.nvme_patch` (only the offload blocks change)
+    The patched text is built by :func:`zdoctor.offload.dspatch.nvme_patch` (only the offload blocks change)
     and checked to read back as a valid config; the unified diff goes into the explanation. The guide
     applies it with :mod:`zdoctor.core_apply` (``action``): only if the file is still the regular file
     whose bytes were shown, backed up under a new name, replaced in one rename. The copyable commands do

@@ -22,7 +22,8 @@ from typing import Any
 
 from ..storage.mounts import fs_category, mount_of
 from ..userfile import open_regular_text
-from .dsconfig import DsConfig, KeyPath, dotted
+from .dsconfig import DsConfig
+from .hjsonreader import KeyPath, dotted
 
 STATIC_VERSION = "0.19.8"
 #: Bucket sizes further than this factor from the HF Trainer's rule are flagged.

@@ -1,7 +1,8 @@
 """Probes of the GPU stack: ``nvml``, ``cuda_stack``, ``nccl``, ``gpu_env`` and ``host_limits``.
 
 Each gathers plain JSON facts (snapshots replay them) and the evidence behind them; the judging is in
-:mod:`zdoctor.checks.gpu`.
+:mod:`zdoctor.checks.gpu` (driver, PCIe, health), :mod:`zdoctor.checks.cuda`, :mod:`zdoctor.checks.nccl`,
+:mod:`zdoctor.checks.gpuenv` and :mod:`zdoctor.checks.limits`.
 
 - ``nvml``: driver, the CUDA version the driver supports, every GPU (see :mod:`zdoctor.gpu.nvml` for a GPU
   record), ``source`` (nvml | nvidia-smi), ``library`` {available, error_kind, error}, ``smi`` {ran, path,
