@@ -51,7 +51,7 @@ def test_a_full_disk_under_the_session_log_still_prints_the_report(leave: int):
         fill(point, leave)
         env = {**os.environ, "XDG_STATE_HOME": str(point)}
         m = run_measured(["check", "--json", "--playbook", "gpu-stack"], env=env, wall_limit=120)
-        assert m.returncode in (0, 1), m.stderr
+        assert m.returncode in (0, 1, 3), m.stderr
         doc = json.loads(m.stdout)
         assert doc["findings"] and doc["session"] is None
         assert "the session could not be recorded" in m.stderr or "session not recorded" in m.stderr

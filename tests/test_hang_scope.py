@@ -59,7 +59,7 @@ def test_with_a_pid_only_its_tree_is_the_job(stuck, spawn):  # noqa: F811
     scope = facts.of("processes")["scope"]
     assert scope["kind"] == "pid" and scope["pids"] == [job]
     (f,) = check_processes(facts)
-    assert f.status == "ok" and f.title.startswith("The job's 1 process(es), none stuck"), f.title
+    assert f.status == "ok" and f.title.startswith("The job's 1 process, none stuck"), f.title
     assert f"pid {stuck}" in f.detail and "not part of the job" in f.detail
     assert training_process_stuck(facts) is False  # the stuck process is not the job's
     assert training_process_stuck(facts_of(processes=collect_processes(None, 0.1)[0])) is True

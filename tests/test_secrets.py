@@ -57,7 +57,7 @@ def test_a_command_that_prints_its_argv_leaks_nothing(tmp_path: Path, state_home
     command = f"{script} --password Hunter2xyz --pass Pass4word admin:Pw0rd99@db.example.com"
     check = run_measured(["check", "--json", "--command", command, "--timeout", "30",
                           "--playbook", "zero3-launch"], wall_limit=120)
-    assert check.returncode in (0, 1), check.stderr
+    assert check.returncode in (0, 1, 3), check.stderr
     assert "argv: " in check.stdout  # the captured output is in the report
     logs = "".join(p.read_text() for p in (state_home / "zdoctor" / "sessions").glob("*.jsonl"))
     for where, text in {"check --json": check.stdout, "session log": logs}.items():
@@ -68,7 +68,7 @@ def test_a_command_that_prints_its_argv_leaks_nothing(tmp_path: Path, state_home
 @pytest.mark.skipif(os.geteuid() != 0, reason="planting a FIFO as another user needs root")
 def test_export_into_a_fifo_another_user_planted_is_refused(tmp_path: Path, state_home: Path):
     r = run_measured(["check", "--json", "--playbook", "gpu-stack"], wall_limit=90)
-    assert r.returncode in (0, 1), r.stderr
+    assert r.returncode in (0, 1, 3), r.stderr
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o1777)

@@ -128,24 +128,6 @@ def _read_status(fd: int, timeout: float = 60.0) -> bytes:
     return data.strip()
 
 
-def _child_setup(death: int, run_as: Any, join: str | None) -> Any:
-    """The child's ``preexec_fn``: join the cgroup (as root), drop to ``run_as``, then the parent-death signal."""
-    ask = children.pdeathsig_hook(death)
-    if run_as is None and join is None:
-        return ask
-
-    def setup() -> None:
-        if join is not None:
-            with open(join, "w") as fh:
-                fh.write(str(os.getpid()))
-        if run_as is not None:
-            run_as.drop()
-        if ask is not None:
-            ask()
-
-    return setup
-
-
 def popen(argv: Sequence[str], *, env: Mapping[str, str] | None = None, prefix: Sequence[str] = (),
           run_as: Any = None, **kwargs: Any) -> Contained:
     """Start ``argv`` under its keeper, in a session and (where allowed) a cgroup of its own; registered.
@@ -153,19 +135,19 @@ def popen(argv: Sequence[str], *, env: Mapping[str, str] | None = None, prefix: 
     ``env`` is the command's environment (default: zdoctor's); the keeper itself gets an empty one.
     ``prefix`` is a program the keeper runs under (a tracer: ``strace ... --``); it gets the command's
     environment without its ``LD_`` variables. ``kwargs`` go to ``subprocess.Popen`` (stdin, stdout,
-    stderr, cwd). ``run_as`` (a :class:`zdoctor.runas.RunAs`) is the account the keeper and the command
-    run as: the child joins its cgroup while still root, then drops to it (groups, gid, uid), then asks for
-    the parent-death signal (a credential change clears it). OSError when the keeper (or the prefix) cannot
-    start; a command that cannot start gives ``error`` (its errno and message) on the result.
+    stderr, cwd). ``run_as`` (a :class:`zdoctor.runas.RunAs`) is the account the command runs as: the keeper
+    drops the command's process to it (groups, gid, uid) just before the exec, and stays zdoctor's.
+    OSError when the keeper (or the prefix) cannot start; a command that cannot start gives ``error`` (its
+    errno and message) on the result.
     """
     group = cgroup.create()
     env_r, env_w = os.pipe()
     st_r, st_w = os.pipe()
     life = _lifeline()
-    # Under another account the child joins the cgroup before it drops root (it could not after).
-    joins_early = run_as is not None and group is not None
+    # The keeper stays zdoctor's (root's) to end the tree; the command drops to run_as right before its exec.
+    creds = f"{run_as.uid}:{run_as.gid}" if run_as is not None else ""
     keeper = [sys.executable, "-I", "-S", "-c", shim.SOURCE, str(life), str(env_r), str(st_w),
-              group.procs if group is not None and not joins_early else "", "--", *argv]
+              group.procs if group is not None else "", creds, "--", *argv]
     outer_env: dict[str, str] = {}
     if prefix:
         base = os.environ if env is None else env
@@ -173,8 +155,7 @@ def popen(argv: Sequence[str], *, env: Mapping[str, str] | None = None, prefix: 
     try:
         proc = subprocess.Popen([*prefix, *keeper], env=outer_env, start_new_session=True, close_fds=True,
                                 pass_fds=(life, env_r, st_w),
-                                preexec_fn=_child_setup(signal.SIGTERM if not prefix else signal.SIGKILL, run_as,
-                                                        group.procs if joins_early else None),
+                                preexec_fn=children.pdeathsig_hook(signal.SIGTERM if not prefix else signal.SIGKILL),
                                 **kwargs)
     except BaseException:
         for fd in (env_r, env_w, st_r, st_w):

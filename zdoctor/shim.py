@@ -1,10 +1,13 @@
 """The small keeper that stands between zdoctor and every command it runs (stdlib only, Python 3.8+).
 
-zdoctor starts ``python -I -S -c SOURCE LIFE ENV STATUS CGROUP -- ARGV...``; the keeper
+zdoctor starts ``python -I -S -c SOURCE LIFE ENV STATUS CGROUP CREDS -- ARGV...``; the keeper
 
 * joins the cgroup ``CGROUP`` (its ``cgroup.procs``; empty: none) so the command starts inside it;
 * makes itself a child subreaper: whatever the command starts, however it detaches (a new process
   group as ninja gives each job, a new session, a double fork), stays its descendant;
+* runs the command as ``CREDS`` (``uid:gid``; empty: as itself): it drops every supplementary group,
+  then the gid, then the uid in the command's process just before the exec, so the keeper itself stays
+  able to end the tree and the training user's code never runs as root;
 * reads the command's environment from the pipe ``ENV`` (its own environment is empty, so no loader
   variable meant for the command touches the keeper), starts the command and tells zdoctor on ``STATUS``
   whether it could (``ok`` or ``E<errno>``);
@@ -20,7 +23,7 @@ from __future__ import annotations
 SOURCE = r'''
 import os, select, signal, sys, time
 life, envfd, status = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-procs, argv = sys.argv[4], sys.argv[6:]
+procs, creds, argv = sys.argv[4], sys.argv[5], sys.argv[7:]
 me = os.getpid()
 if procs:
     try:
@@ -59,6 +62,13 @@ if child == 0:
         os.close(status)
         for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ):
             signal.signal(s, signal.SIG_DFL)
+        if creds:
+            uid, gid = (int(x) for x in creds.split(":"))
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            if os.getuid() != uid or os.geteuid() != uid:
+                raise PermissionError(1, "the credentials did not take")
         os.execvpe(argv[0], argv, env)
     except OSError as e:
         os.write(w, str(e.errno or 0).encode())

@@ -331,13 +331,12 @@ def trace_command(
         if strace_ok and attacher is None:
             # strace runs the command's keeper (with no LD_ variable: the keeper hands them to the command),
             # so the command's own exit ends the run even when it left a daemon strace would wait for. strace
-            # stays root to trace and drops the keeper and the command to the training user itself (-u).
-            tracer = [strace_found[0], "-f", "-tt", "-e", STRACE_TRACE, "-o", strace_log, "-s", STRACE_STRLEN,
-                      *(["-u", run_as.name] if run_as is not None else []), "--"]
-        as_user = None if tracer else run_as
+            # and the keeper stay root; the keeper drops the command to the training user before its exec.
+            tracer = [strace_found[0], "-f", "-tt", "-e", STRACE_TRACE, "-o", strace_log, "-s", STRACE_STRLEN, "--"]
+        as_user = run_as
         label = f"live trace: {shlex.join(argv)}"[:200]
-        if run_as is not None and as_user is None:
-            label += f" [command as {run_as.describe()}, strace as root]"
+        if run_as is not None and tracer:
+            label += " [strace as root]"
         started: list[int] = []
         # Just before the time limit, where each process of a hung run waits (state and wchan).
         sampler = StuckSampler(max(0.2, timeout - min(2.0, timeout * 0.1)))

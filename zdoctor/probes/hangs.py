@@ -45,6 +45,7 @@ from ..forensics import jitcache as jc
 from ..forensics import processes as pr
 from ..model import Evidence
 from ..privilege import RunAs, runs_as_of
+from ..redact import redact_text
 from ..registry import probe
 from ..storage.mounts import is_network_fs, mount_of
 from ..target import target_of
@@ -242,7 +243,8 @@ def job_scope(pid: int | None = None, command: str | None = None) -> dict[str, A
     if command:
         roots = pr.command_roots(command)
         return {"kind": "command", "roots": roots, "pids": sorted(pr.process_tree(roots)),
-                "how": f"the processes running --command {show(command, 120)} and their descendants",
+                # redacted before it is cut: a cut could split "--password" from its value
+                "how": f"the processes running --command {show(redact_text(command), 120)} and their descendants",
                 "missing": None if roots else "no process runs the command now (it is not running on this node, "
                                               "or it already ended)"}
     return {"kind": "node", "roots": [], "pids": [], "missing": None,
