@@ -198,7 +198,7 @@ def finding_html(f: dict[str, Any], anchor: str, cap: int, elsewhere: bool,
 
 
 def run_html(run: WalkView, anchors: Anchors) -> str:
-    from .export import UNFINISHED_NOTE, _edge_text
+    from .export import _edge_text, open_walk_note
 
     out = [f'<h3 id="{anchors.make("playbook", run.playbook)}">Playbook <code>{esc(run.playbook or "unnamed")}'
            f"</code>{': ' + esc(run.title) if run.title else ''}</h3>"]
@@ -218,7 +218,7 @@ def run_html(run: WalkView, anchors: Anchors) -> str:
     if run.end and run.end.get("reason"):
         out.append(f"<p><strong>Why:</strong> {esc(in_words(str(run.end['reason'])))}</p>")
     if run.end is None:
-        out.append(f"<p class=\"muted\">{esc(UNFINISHED_NOTE)}</p>")
+        out.append(f"<p class=\"muted\">{esc(open_walk_note(run))}</p>")
     return "\n".join(out)
 
 
