@@ -817,3 +817,51 @@ def test_at_80x24_the_start_screen_shows_its_failing_findings_and_unbroken_phras
                 assert not line.rstrip().endswith("·") and not line.lstrip().startswith("·"), line
 
     run(scenario())
+
+
+def test_wide_evidence_tables_fit_80_columns_with_their_deciding_column(tmp_path):
+    """At 80x24 every evidence table of both practice parts fits the window: long cells wrap instead of
+    pushing the deciding columns (the toolchain layers' version, the NVMe drives' state and why) off
+    screen, and nothing is cut."""
+    from textual.widgets import DataTable
+
+    def squash(cell) -> str:
+        return "".join(str(cell).split())
+
+    async def walk(demo: str, wanted: dict[str, list[str]]) -> set[str]:
+        seen: set[str] = set()
+        app = make(demo=demo, argv=["--demo", demo], export_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            for _ in range(12):
+                await step_ready(pilot, app)
+                ws = app.screen
+                if ws.findings:
+                    cells = {squash(c) for f in ws.findings for e in f.evidence if e.table
+                             for row in e.table.rows for c in row} | {""}
+                    await pilot.press("e")
+                    await settle(pilot, lambda: name(app) == "EvidenceScreen", what="the evidence screen")
+                    await pilot.pause(0.1)
+                    for grid in app.screen.query(DataTable):
+                        assert grid.virtual_size.width <= grid.scrollable_content_region.width <= 80, (
+                            demo, ws.walk.current, grid.virtual_size, grid.scrollable_content_region)
+                        labels = [str(c.label) for c in grid.ordered_columns]
+                        for title, columns in wanted.items():
+                            if all(c in labels for c in columns):
+                                seen.add(title)
+                                # every cell's whole text is still in the table, only wrapped
+                                for r in range(grid.row_count):
+                                    for cell in grid.get_row_at(r)[1:]:
+                                        assert squash(cell) in cells, (title, str(cell))
+                    await pilot.press("escape")
+                    await settle(pilot, lambda: name(app) == "WalkScreen", what="the walk again")
+                if ws.walk.node.kind == "diagnosis":
+                    break
+                await pilot.press("n")
+        return seen
+
+    async def scenario() -> None:
+        layers = await walk(SCENARIO, {"layers": ["layer", "compiler", "version", "source"]})
+        nvme = await walk("slow-ssd-offload", {"nvme": ["drive", "state", "why"]})
+        assert layers == {"layers"} and nvme == {"nvme"}
+
+    run(scenario())
