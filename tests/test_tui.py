@@ -865,3 +865,33 @@ def test_wide_evidence_tables_fit_80_columns_with_their_deciding_column(tmp_path
         assert layers == {"layers"} and nvme == {"nvme"}
 
     run(scenario())
+
+
+def test_each_practice_step_shows_its_own_evidence_first(tmp_path):
+    """At 80x24 each step of part 1 opens with what that step found; a finding an earlier step showed is one
+    line naming that step; "Verify the hypothesis" shows the verifying re-runs themselves."""
+    async def scenario() -> None:
+        app = make(demo=SCENARIO, argv=["--demo", SCENARIO], export_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            texts: dict[str, str] = {}
+            for _ in range(len(STORY_PATH)):
+                await step_ready(pilot, app)
+                ws = app.screen
+                texts[ws.walk.current] = plain(ws.query_one("#node-findings"), 78)
+                needle = {"verify": "tried: fixed", "source": ".bashrc line 23"}.get(ws.walk.current)
+                if needle:  # on screen at 80x24 without scrolling, once the step has shown its evidence
+                    await settle(pilot, lambda n=needle: n in screen_text(app), what=f"{needle!r} on screen")
+                if ws.walk.node.kind == "diagnosis":
+                    break
+                await pilot.press("n")
+        layers = texts["layers"]
+        assert layers.lstrip().startswith("! Built by a newer GCC")
+        assert "Needed: GLIBCXX_3.4.30 (by" not in layers  # step 3's finding, not again in full
+        assert re.search(r"cpu_adam.so needs GLIBCXX_3.4.30.*\n?.*\(step 3\)", layers)
+        verify = texts["verify"]
+        assert verify.lstrip().startswith("✓ Hypothesis confirmed")
+        assert "Drop /opt/conda/lib from LD_LIBRARY_PATH: tried: fixed" in verify and "exit 0 in 7.9 s" in verify
+        source = texts["source"]
+        assert source.lstrip().startswith("! LD_LIBRARY_PATH entry /opt/conda/lib is set in /home/alice/.bashrc")
+
+    run(scenario())
