@@ -44,6 +44,17 @@ def test_part_one_tells_the_symptom_not_the_answer():
         assert answer not in told, answer
 
 
+def test_part_one_strace_lines_are_the_recorded_runs():
+    """strace's lines in part 1 name only processes and copies the recorded loader trace names."""
+    s = next(x for x in SCENARIOS if x.id == "conda-ld-library-path")
+    live = json.loads(s.snapshot.read_text())["probes"]["livetrace"]["facts"]
+    loaded = {(x["pid"], x["path"]) for x in live["libstdcxx"]}
+    assert live["strace_lines"]
+    for line in live["strace_lines"]:
+        m = re.match(r'(\d+) \d\d:\d\d:\d\d\.\d+ openat\(AT_FDCWD, "([^"]+)", O_RDONLY\|O_CLOEXEC\) = \d+$', line)
+        assert m and (int(m[1]), m[2]) in loaded, line
+
+
 def test_part_two_walks_the_whole_story():
     s = next(x for x in SCENARIOS if x.id == "slow-ssd-offload")
     report = check(ReplayHost.load(str(s.snapshot)), playbooks=select_playbooks([s.playbook]))

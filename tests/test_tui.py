@@ -895,3 +895,18 @@ def test_each_practice_step_shows_its_own_evidence_first(tmp_path):
         assert source.lstrip().startswith("! LD_LIBRARY_PATH entry /opt/conda/lib is set in /home/alice/.bashrc")
 
     run(scenario())
+
+
+def test_the_symptom_step_shows_the_strace_line_of_the_old_copy(tmp_path):
+    """Step 1 of part 1 shows strace's own line of the open of the old libstdc++ (from the recorded run),
+    not only the command line strace ran."""
+    async def scenario() -> None:
+        app = make(demo=SCENARIO, argv=["--demo", SCENARIO], export_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await step_ready(pilot, app)
+            text = plain(app.screen.query_one("#node-findings"), 200)
+            assert "strace saw the copy opened:" in text
+            assert re.search(r'32753 \d\d:\d\d:\d\d\.\d+ openat\(AT_FDCWD, "/opt/conda/lib/libstdc\+\+\.so\.6", '
+                             r"O_RDONLY\|O_CLOEXEC\) = \d+", text)
+
+    run(scenario())

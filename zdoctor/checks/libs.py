@@ -16,6 +16,7 @@ from ..symptoms.match import ids_for
 from . import not_checked
 
 LIBSTDCXX = "libstdc++.so.6"
+_OPENS_COPY = "libstdc++.so"
 
 
 
@@ -256,6 +257,10 @@ def check_live(facts: Facts) -> list[Finding]:
     notes = list(live.get("notes") or [])
     loaded = live.get("libstdcxx") or []
     lines = [f"Ran: {what}"]
+    traced = [str(x) for x in live.get("strace_lines") or []]
+    opened = [x for x in traced if _OPENS_COPY in x and "unfinished" not in x]
+    if opened:
+        lines += ["strace saw the copy opened:", *(f"  {x}" for x in opened[:3])]
     pids = sorted({x["pid"] for x in loaded})
     for x in loaded[:4]:
         who = "it" if len(pids) < 2 else f"process {pids.index(x['pid']) + 1}"
@@ -265,6 +270,9 @@ def check_live(facts: Facts) -> list[Finding]:
     out: list[Finding] = []
     if live.get("timed_out"):
         files = live.get("last_files") or []
+        waits = [x for x in traced if x not in opened]
+        if waits:
+            lines += ["strace saw it wait in:", *(f"  {x}" for x in waits[:3])]
         lines.append("Last files opened before it stopped answering:" if files else
                      "No strace record of the files it opened (strace unavailable).")
         lines += [f"  {f}" for f in files[-10:]] if files and isinstance(files[0], str) else \

@@ -28,7 +28,7 @@ from ..model import Evidence
 from ..runner import run, which_all
 from .jitguard import run_guarded
 from .lddebug import PidTrace, VersionError, all_version_errors, parse_ld_debug_dir, summarize, which_loaded
-from .strace import FileEvent, last_files, parse_strace, unfinished
+from .strace import FileEvent, last_files, lines_that_matter, parse_strace, unfinished
 from .stuck import StuckSampler, describe
 
 LD_DEBUG_CATEGORIES = "libs,files,versions"
@@ -61,6 +61,8 @@ class LiveTrace:
     last_files: dict[int, list[FileEvent]] = field(default_factory=dict)
     #: Calls a process was still inside when the trace stopped (strace only): where a hang sits.
     pending_calls: list[FileEvent] = field(default_factory=list)
+    #: strace's own lines that matter (strace only): the open of each libstdc++ copy, the call a hang waits in.
+    strace_lines: list[str] = field(default_factory=list)
     #: Each process of a run that hit its time limit, as sampled just before: state and wchan.
     stuck_states: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -80,6 +82,7 @@ class LiveTrace:
             "stderr_version_errors": [asdict(e) for e in self.stderr_version_errors],
             "last_files": {str(pid): [e.to_dict() for e in evs] for pid, evs in self.last_files.items()},
             "pending_calls": [e.to_dict() for e in self.pending_calls],
+            "strace_lines": list(self.strace_lines),
             "stuck_states": list(self.stuck_states),
             "notes": list(self.notes),
             "strace_available": self.strace_available,
@@ -309,12 +312,14 @@ def trace_command(
             notes.append("some LD_DEBUG logs were too large and were cut")
         recent: dict[int, list[FileEvent]] = {}
         stuck: list[FileEvent] = []
+        said: list[str] = []
         if strace_ok:
             text, cut = _read_tail(strace_log, MAX_STRACE_BYTES)
             if cut:
                 notes.append("strace log too large: only its end was read")
             events = [e for e in parse_strace(text) if not e.path.startswith(tmp + os.sep)]  # not our own logs
             recent, stuck = last_files(events), unfinished(events)
+            said = [line for line in lines_that_matter(text, ("libstdc++.so",), stuck) if tmp not in line]
         if timed_out:
             notes.append(f"timed out after {timeout:g}s; process group killed")
         return LiveTrace(
@@ -329,6 +334,7 @@ def trace_command(
             stderr_version_errors=parse_stderr_version_errors(ev.stderr),
             last_files=recent,
             pending_calls=stuck,
+            strace_lines=said,
             stuck_states=[describe(s) for s in sampler.states] if timed_out else [],
             notes=notes,
             strace_available=bool(strace_found),

@@ -314,6 +314,7 @@ def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
         "version_errors": errors,
         "last_files": _flat_files(lt.last_files),
         "pending_calls": [f"pid {e.pid}: {e.syscall} {e.path}" for e in lt.pending_calls],
+        "strace_lines": list(lt.strace_lines),
         "stuck_states": list(lt.stuck_states),
         "notes": list(lt.notes),
         "strace_available": lt.strace_available,
