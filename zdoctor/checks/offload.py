@@ -15,12 +15,12 @@ import os
 from typing import Any
 
 from ..errors import InputError
+from ..filefix import replace_remedy
 from ..model import Finding, Remedy
 from ..offload import planner
 from ..offload.dsconfig import load_config, nvme_patch, parse_config
 from ..plural import count_of
 from ..registry import Facts, check, predicate
-from ..shellquote import shell_quote
 from . import not_checked
 
 #: GPUs busy less than this share of the time, on average, count as starved.
@@ -62,15 +62,6 @@ def _where(ds: dict[str, Any], lint: dict[str, Any]) -> str:
 
 # -- remedies ------------------------------------------------------------------------------------------
 
-def _heredoc_tag(text: str) -> str:
-    tag = "ZDOCTOR_DS_CONFIG"
-    n = 0
-    while any(line.strip() == tag for line in text.splitlines()):
-        n += 1
-        tag = f"ZDOCTOR_DS_CONFIG_{n}"
-    return tag
-
-
 def config_edit_needs_root(ds: dict) -> bool:
     """Whether rewriting the ds_config needs root, from its recorded directory: one owned by root that only
     root may write to. A config owned by the training user, or with no recorded owner, needs no root."""
@@ -107,43 +98,20 @@ def nvme_patch_remedy(ds_path: str, target: str, block_size: int | None = None,
             uid = os.stat(ds_path).st_uid
         except OSError:  # a snapshot of another node: the bytes are still checked
             uid = None
-    tag = _heredoc_tag(patch.new_text)
-    body = patch.new_text if patch.new_text.endswith("\n") else patch.new_text + "\n"
-    sha = hashlib.sha256(cfg.text.encode("utf-8", "surrogateescape")).hexdigest()
-    folder, name = os.path.split(os.path.abspath(ds_path))
-    backup = f"{ds_path}.bak.zdoctor-{sha[:12]}"
-    qn = shell_quote(name)
-    # One test a line: `set -e` does not stop at a failure on the left of `&&`.
-    unchanged = ([f"test \"$(stat -c %u -- {qn})\" = {uid}"] if uid is not None else []) + \
-        [f"test \"$(sha256sum < {qn})\" = '{sha}  -'"]
-    commands = [
-        f"cd -P -- {shell_quote(folder)}",
-        f"test -f {qn}",
-        f"test ! -L {qn}",
-        *unchanged,
-        f"new=$(mktemp -- {shell_quote('.' + name + '.zdoctor-XXXXXX')})",
-        f"cat > \"$new\" <<'{tag}'\n{body}{tag}",
-        f"chmod --reference={qn} -- \"$new\"",
-        f"chown --reference={qn} -- \"$new\"",
-        "sync -- \"$new\"",
-        f"ln -- {qn} {shell_quote(os.path.basename(backup))}",
-        *unchanged,
-        f"mv -f -- \"$new\" {qn}",
-    ]
-    return Remedy(title=f"Move offload to NVMe at {target} in {os.path.basename(ds_path)}", commands=commands,
-                  verified=False,
-                  requires_root=not os.access(folder, os.W_OK) if requires_root is None else requires_root,
-                  undo=[f"mv -f -- {shell_quote(backup)} {shell_quote(ds_path)}"], requires=list(requires or []),
-                  action={"kind": "file-replace", "path": ds_path, "sha256": sha, "uid": uid, "text": body,
-                          "backup": backup},
-                  explanation="Rewrites only " + ", ".join(patch.changed) + " (every other line, comments "
-                  "included, stays), keeping the other settings of those blocks. The new text was read back "
-                  "through DeepSpeed's reader rules before it was offered. Applied only while the file is still "
-                  "the regular file (not a link) shown here, byte for byte: the new text is written beside it, "
-                  f"the old file is kept as {backup} (a name no file has; never overwritten) and the new one "
-                  "moved into place in one rename, with the old owner and mode, so the config is always the "
-                  "old file or the new one, never half-written. Not verified by a training run.\n\n"
-                  + patch.diff)
+    backup = f"{ds_path}.bak.zdoctor-{hashlib.sha256(cfg.text.encode('utf-8', 'surrogateescape')).hexdigest()[:12]}"
+    folder = os.path.dirname(os.path.abspath(ds_path))
+    return replace_remedy(ds_path, cfg.text, patch.new_text, uid=uid, tag="ZDOCTOR_DS_CONFIG",
+                          title=f"Move offload to NVMe at {target} in {os.path.basename(ds_path)}",
+                          requires_root=not os.access(folder, os.W_OK) if requires_root is None else requires_root,
+                          requires=requires,
+                          explanation="Rewrites only " + ", ".join(patch.changed) + " (every other line, "
+                          "comments included, stays), keeping the other settings of those blocks. The new text was "
+                          "read back through DeepSpeed's reader rules before it was offered. Applied only while the "
+                          "file is still the regular file (not a link) shown here, byte for byte: the new text is "
+                          f"written beside it, the old file is kept as {backup} (a name no file has; never "
+                          "overwritten) and the new one moved into place in one rename, with the old owner and mode, "
+                          "so the config is always the old file or the new one, never half-written. Not verified by "
+                          "a training run.\n\n" + patch.diff)
 
 
 #: The finding whose fix (format, mount, create the directory) makes the NVMe inventory's suggested
