@@ -61,6 +61,8 @@ SSD = {"device": "/dev/sda", "name": "sda", "point": "/ssd", "fstype": "xfs", "m
        "total": 999_653_638_144, "avail": 657_537_581_056}
 #: A SATA SSD's sequential rates (bytes/s): SATA III carries at most about 550 MB/s.
 SATA_READ_BPS, SATA_WRITE_BPS = 530_000_000, 500_000_000
+#: alice's uid on the node (her home, her job files, her startup files).
+ALICE_UID = 1000
 #: How the node's own files are found when a kit recorded them (its home and system files).
 SCRUB_DS_ENV = os.path.expanduser("~/.cache/zdoctor-tests/ds-env")
 #: The training log: DeepSpeed 0.19's timer lines (printed bare, without the logger prefix of 0.17).
@@ -282,6 +284,9 @@ def amend_part1(path: Path) -> dict:
         if (root.get("mount") or {}).get("point") == "/":
             root["mount"]["source"] = ROOT_DEVICE
     facts = scan("/home/alice", ["/opt/conda", DS_ENV_SHOWN], root=str(SCENARIO_NODE))
+    for shown, source in facts["sources"].items():  # her own files are hers on the node (uid 1000)
+        if shown.startswith("/home/alice/"):
+            source["uid"] = ALICE_UID
     rows = [[f"{x['file']}:{x['line']}", x["variable"], x["text"]] for x in facts["lines"]]
     ev = Evidence.of_table("shell startup lines that set LD_LIBRARY_PATH / LD_PRELOAD", ["where", "variable", "line"],
                            rows)

@@ -320,3 +320,36 @@ def test_the_startup_line_that_sets_the_offending_entry_is_named(kit, tmp_path):
     assert src["status"] == "warn"
     assert f"{home}/.bashrc line 3: {line}" in src["detail"] and line in src["title"]
     assert ".profile" not in src["detail"]
+
+
+def test_the_startup_line_is_commented_out_through_the_safe_core_and_undone(kit, tmp_path):
+    """The fix of the ~/.bashrc line the walk finds: the line is commented out (backed up, replaced in one
+    rename, through the safe core), a new shell no longer gets the entry, and the undo restores the file."""
+    from zdoctor.apply import run_remedy
+    from zdoctor.model import Remedy
+
+    home = tmp_path / "home"
+    home.mkdir()
+    line = f"export LD_LIBRARY_PATH={kit['old']}"
+    original = f"# ~/.bashrc\nalias ll='ls -l'\n{line}\nexport EDITOR=vi\n"
+    bashrc = home / ".bashrc"
+    bashrc.write_text(original, encoding="utf-8")
+    env = env_with(HOME=str(home), LD_LIBRARY_PATH=str(kit["old"]))
+    rc, doc = check(["--python", PY, "--command", import_cmd(PY, kit["exts"], "needsnew"),
+                     "--playbook", "zero3-launch"], env)
+    (src,) = findings(doc, "libs.env-source")
+    (fix,) = [Remedy.from_dict(r) for r in src["remedies"]]
+    assert fix.title == f"Comment out line 3 of {bashrc}"
+    assert fix.action and fix.action["kind"] == "file-replace" and fix.action["path"] == str(bashrc)
+    outcome = run_remedy(fix, env_with(HOME=str(home)))
+    assert outcome.ok, outcome
+    now = bashrc.read_text(encoding="utf-8").splitlines()
+    assert now[2].startswith(f"# {line}  # commented out by zdoctor")
+    assert [now[i] for i in (0, 1, 3)] == ["# ~/.bashrc", "alias ll='ls -l'", "export EDITOR=vi"]
+    backup = Path(fix.action["backup"])
+    assert backup.read_text(encoding="utf-8") == original
+    fresh = bash('. "$HOME/.bashrc"; printf %s "${LD_LIBRARY_PATH-unset}"', env_with(HOME=str(home)))
+    assert fresh.stdout == "unset"  # a new shell no longer gets the old copy's directory
+    undo = bash("set -e\n" + "\n".join(fix.undo), env_with(HOME=str(home)))
+    assert undo.returncode == 0, undo.stderr
+    assert bashrc.read_text(encoding="utf-8") == original and not backup.exists()

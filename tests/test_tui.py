@@ -910,3 +910,33 @@ def test_the_symptom_step_shows_the_strace_line_of_the_old_copy(tmp_path):
                              r"O_RDONLY\|O_CLOEXEC\) = \d+", text)
 
     run(scenario())
+
+
+def test_the_bashrc_line_found_at_step_six_is_offered_as_an_edit(tmp_path):
+    """Step 6 of part 1 finds the ~/.bashrc line; its fixes include commenting that line out through the safe
+    core, with the backup and the undo, and no root for alice's own file."""
+    async def scenario() -> None:
+        app = make(demo=SCENARIO, argv=["--demo", SCENARIO], export_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            for _ in range(len(STORY_PATH)):
+                await step_ready(pilot, app)
+                if app.screen.walk.current == "source":
+                    break
+                await pilot.press("n")
+            await pilot.press("r")
+            await settle(pilot, lambda: name(app) == "RemedyScreen", what="the fixes")
+            rs = app.screen
+            titles = [r.title for _f, r in rs.pairs]
+            want = "Comment out line 23 of /home/alice/.bashrc"
+            assert want in titles, titles
+            while rs.pairs[rs.index][1].title != want:
+                await pilot.press("down")
+            fix = rs.pairs[rs.index][1]
+            assert fix.action["kind"] == "file-replace" and not fix.requires_root
+            commands = plain(rs.query_one("#rem-commands"), 200)
+            assert "sha256sum" in commands and "ln -- .bashrc .bashrc.bak.zdoctor-" in commands
+            assert "mv -f -- /home/alice/.bashrc.bak.zdoctor-" in plain(rs.query_one("#rem-undo"), 200)
+            explain = plain(rs.query_one("#rem-explain"), 200)
+            assert "+ # export LD_LIBRARY_PATH=/opt/conda/lib  # commented out by zdoctor" in explain
+
+    run(scenario())

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..filefix import replace_remedy
 from ..forensics.fixes import best_copy
 from ..forensics.remedies import Plan
 from ..forensics.runneeds import has_every, is_libstdcxx_version, needed_versions
+from ..forensics.shellinit import COMMENT_NOTE, commented_out
 from ..forensics.sources import live_source, static_source
 from ..forensics.versions import gcc_release_for, gcc_series, newest, sort_key
 from ..model import Evidence, Finding, Remedy
@@ -478,9 +480,11 @@ def check_env_source(facts: Facts) -> list[Finding]:
             detail.append(f"Every login shell and job started from it gets {entry} on {var} from this line; "
                           "removing the entry in one shell does not outlive that shell. Delete or comment out "
                           "the line (or move it into the one script that needs it).")
+            fixes = [r for r in (_comment_out_remedy(init, x, var, entry) for x in lines) if r is not None]
             out.append(Finding(id=cid, status="warn",
                                title=f"{var} entry {entry} is set in {first['file']} line {first['line']}: "
-                                     f"{first['text']}", detail="\n".join(detail), evidence=ev))
+                                     f"{first['text']}", detail="\n".join(detail), evidence=ev,
+                               remedies=fixes[:1]))
         else:
             read = init.get("files") or []
             out.append(Finding(id=cid, status="warn",
@@ -489,6 +493,30 @@ def check_env_source(facts: Facts) -> list[Finding]:
                                       "module file, a job script, a scheduler prolog or the launcher's "
                                       "environment.", evidence=ev))
     return out
+
+
+def _comment_out_remedy(init: dict[str, Any], line: dict[str, Any], var: str, entry: str) -> Remedy | None:
+    """The edit that comments out one recorded startup line, through the safe core (None when the file's
+    bytes were not recorded, or the line is no longer what was found)."""
+    path, number = str(line["file"]), int(line["line"])
+    source = (init.get("sources") or {}).get(path)
+    if not isinstance(source, dict) or not isinstance(source.get("text"), str):
+        return None
+    new = commented_out(source["text"], number, f"it put {entry} on {var}")
+    if new is None:
+        return None
+    uid = source.get("uid") if isinstance(source.get("uid"), int) else None
+    rem = replace_remedy(path, source["text"], new, uid=uid, tag="ZDOCTOR_SHELL_STARTUP",
+                         title=f"Comment out line {number} of {path}", requires_root=uid == 0, explanation="")
+    backup = (rem.action or {}).get("backup")
+    rem.explanation = (f"Line {number} becomes a comment (kept in the file, marked '{COMMENT_NOTE}', so it can be "
+                       f"read and restored): shells and jobs started after this no longer get {entry} on {var} "
+                       "from it; a shell already open keeps it until it exits (unset it there). Applied only while "
+                       f"{path} is still the regular file read here (not a link, same owner, byte for byte): the "
+                       f"new text is written beside it, the old file kept as {backup} and the new one moved into "
+                       f"place in one rename.\n\n- {line['text']}\n+ {new.splitlines()[number - 1]}")
+    rem.note = "it edits a shell startup file"
+    return rem
 
 
 @check("libs.broken-files", title="Unreadable or corrupt extension files", probes=("libs",))
