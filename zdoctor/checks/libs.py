@@ -9,6 +9,7 @@ from ..filefix import replace_remedy
 from ..forensics.fixes import best_copy
 from ..forensics.remedies import Plan
 from ..forensics.runneeds import has_every, is_libstdcxx_version, needed_versions
+from ..forensics.runtables import failure_tables
 from ..forensics.shellinit import COMMENT_NOTE, commented_out
 from ..forensics.sources import live_source, static_source
 from ..forensics.versions import gcc_release_for, gcc_series, newest, sort_key
@@ -180,6 +181,8 @@ def check_glibcxx(facts: Facts) -> list[Finding]:
                         evidence=ev)]
     remedies = _remedies(facts)
     good_line = _good_copy_line(facts)
+    failing = {p for g in groups for p in (os.path.normpath(g["provider"]), g["provider_realpath"])}
+    ev = failure_tables(ev, libs, facts.of("livetrace") or {}, failing)
     out = []
     for g in groups:
         versions = ", ".join(g["versions"])
