@@ -321,13 +321,14 @@ def check_capacity(facts: Facts) -> list[Finding]:
     detail = list(head)
     for i in idx:
         r = rows[i]
-        detail.append(f"{r['label']}: per CPU {_gib(r['cpu_bytes'])} vs {_gib(r['cpu_available'])} available: "
-                      f"{planner.verdict(r['cpu_fits'], r['cpu_margin'])}; per GPU {_gib(r['gpu_bytes'])} vs "
+        detail.append(f"{r['label']}: per CPU {planner.at_least(r['cpu_bytes'])} vs {_gib(r['cpu_available'])} "
+                      f"available: {planner.verdict(r['cpu_fits'], r['cpu_margin'])}; per GPU "
+                      f"{planner.at_least(r['gpu_bytes'])} vs "
                       f"{_gib(r['gpu_memory'])}: {planner.verdict(r['gpu_fits'], r['gpu_margin'])}.")
     remedies: list[Remedy] = []
     if cap.get("ram_short"):
         status = "fail"
-        title = (f"The chosen offload needs {_gib(best['cpu_bytes'])} of host memory per node; "
+        title = (f"The chosen offload needs {planner.at_least(best['cpu_bytes'])} of host memory per node; "
                  f"{_gib(best['cpu_available'])} is available")
         detail.append("When host memory runs out the kernel's OOM killer ends the job (exit -9, SIGKILL) or it "
                       "swaps and crawls.")
@@ -335,7 +336,7 @@ def check_capacity(facts: Facts) -> list[Finding]:
         if others:
             detail.append("Choices that fit this node: " + "; ".join(others) + ".")
         detail.append(f"More nodes shrink the per-node need (it is split across nodes): {cap['nodes'] + 1} nodes "
-                      "would need " + _gib(_renode(cap, best, cap["nodes"] + 1)) + " per node.")
+                      "would need " + planner.at_least(_renode(cap, best, cap["nodes"] + 1)) + " per node.")
         ds = facts.of("dsconfig")
         target = _offload_target(facts)
         if ds and target:
@@ -358,24 +359,27 @@ def check_capacity(facts: Facts) -> list[Finding]:
     elif (table == "zero3" and len(idx) > 1 and cap.get("ram_short") is False and cap.get("ram_tight") is None
           and rows[idx[1]].get("cpu_fits") is None):
         status = "warn"
-        title = (f"The chosen offload fits host memory with deepspeed.zero.Init ({_gib(best['cpu_bytes'])} of "
-                 f"{_gib(best['cpu_available'])}); without zero.Init: unknown ({rows[idx[1]].get('cpu_unknown')})")
+        title = (f"The chosen offload fits host memory with deepspeed.zero.Init "
+                 f"({planner.at_least(best['cpu_bytes'])} of {_gib(best['cpu_available'])}); without zero.Init: "
+                 f"unknown ({rows[idx[1]].get('cpu_unknown')})")
         detail.append("Without zero.Init every process first builds the whole model in host memory; that need "
                       "depends on an input that was not given, so no fit is claimed for it.")
     elif cap.get("gpu_short"):
         status = "warn"
-        title = f"The chosen offload needs {_gib(best['gpu_bytes'])} per GPU; the GPU has {_gib(best['gpu_memory'])}"
+        title = (f"The chosen offload needs {planner.at_least(best['gpu_bytes'])} per GPU; the GPU has "
+                 f"{_gib(best['gpu_memory'])}")
     elif best.get("cpu_fits") is None:
         status = "warn"
         title = f"Offload capacity unknown: host memory need or size not known ({best.get('cpu_unknown')})"
     elif best.get("gpu_fits") is None:
         status = "ok"
-        title = (f"The chosen offload fits host memory: {_gib(best['cpu_bytes'])} of {_gib(best['cpu_available'])}; "
+        title = (f"The chosen offload fits host memory: {planner.at_least(best['cpu_bytes'])} of "
+                 f"{_gib(best['cpu_available'])}; "
                  f"per GPU: unknown ({best.get('gpu_unknown')})")
     else:
         status = "ok"
-        title = (f"The chosen offload fits: {_gib(best['cpu_bytes'])} of {_gib(best['cpu_available'])} host memory, "
-                 f"{_gib(best['gpu_bytes'])} per GPU")
+        title = (f"The chosen offload fits: {planner.at_least(best['cpu_bytes'])} of {_gib(best['cpu_available'])} "
+                 f"host memory, {planner.at_least(best['gpu_bytes'])} per GPU")
     detail += unknown
     return [Finding(id=cid, status=status, title=title, detail="\n".join(detail), evidence=ev, remedies=remedies)]
 
@@ -453,7 +457,7 @@ def check_breakdown(facts: Facts) -> list[Finding]:
                      "nvme_path over a RAID-0 of several NVMe drives, or, where host memory allows, keep the "
                      "optimizer states in CPU memory (offload_optimizer.device cpu).")
         if cpu_fit and cpu_fit.get("cpu_fits"):
-            lines.append(f"Host memory allows it here: cpu/cpu needs {_gib(cpu_fit['cpu_bytes'])}, "
+            lines.append(f"Host memory allows it here: cpu/cpu needs {planner.at_least(cpu_fit['cpu_bytes'])}, "
                          f"{_gib(cpu_fit['cpu_available'])} is available.")
         return [Finding(id=cid, status="warn", title=f"NVMe swaps take {swap['share_of_step']:.0%} of the optimizer "
                         f"step, which takes {shares.get('step', 0):.0%} of an iteration", detail="\n".join(lines),
