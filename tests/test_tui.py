@@ -878,7 +878,7 @@ def test_each_practice_step_shows_its_own_evidence_first(tmp_path):
                 await step_ready(pilot, app)
                 ws = app.screen
                 texts[ws.walk.current] = plain(ws.query_one("#node-findings"), 78)
-                needle = {"verify": "tried: fixed", "source": ".bashrc line 23"}.get(ws.walk.current)
+                needle = {"verify": "tried: fixed", "source": "is set in /home/alice/.bashrc"}.get(ws.walk.current)
                 if needle:  # on screen at 80x24 without scrolling, once the step has shown its evidence
                     await settle(pilot, lambda n=needle: n in screen_text(app), what=f"{needle!r} on screen")
                 if ws.walk.node.kind == "diagnosis":
