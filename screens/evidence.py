@@ -60,8 +60,10 @@ def table_widget(ev: Evidence, room: int = 0) -> DataTable:
         budget = room - (width + 1) * CELL_PADDING - cell_len(HOT)
         widths = fit_widths(natural, budget)
     grid.add_column("", key="hot")
-    for i, col in enumerate(ev.table.columns):
-        grid.add_column(col, key=f"c{i}", width=widths[i] if room else None)
+    labels = [wrapped(col, widths[i], "bold") if room else Text(col) for i, col in enumerate(ev.table.columns)]
+    grid.header_height = max([len(label.plain.splitlines()) for label in labels] + [1])
+    for i, label in enumerate(labels):
+        grid.add_column(label, key=f"c{i}", width=widths[i] if room else None)
     for i, cells in enumerate(rows):
         hot = i in ev.table.highlight
         style = "bold red" if hot else ""
@@ -97,11 +99,17 @@ class EvidenceScreen(Screen[None]):
             seen: dict[tuple, str] = {}
             for f in self.findings:
                 head = finding_line(f)
-                if f.detail:
-                    head.append("\n")
-                    head.append(shown(f.detail).rstrip(), style="")
                 yield Static(head, classes="ev-finding")
-                for ev in f.evidence:
+                # the finding's tables first (the evidence itself), then what it says of them, then outputs
+                tables_first: list[Evidence | None] = sorted(f.evidence, key=lambda e: e.table is None)
+                if f.detail:
+                    at = next((i for i, e in enumerate(tables_first) if e is not None and e.table is None),
+                              len(tables_first))
+                    tables_first.insert(at, None)
+                for ev in tables_first:
+                    if ev is None:
+                        yield Static(Text(shown(f.detail).rstrip()), classes="ev-detail")
+                        continue
                     key = evidence_key(ev)
                     if key in seen:
                         yield Static(Text(f"  {ev.label}: shown above, under {seen[key]}", style="dim"),

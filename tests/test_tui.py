@@ -844,7 +844,7 @@ def test_wide_evidence_tables_fit_80_columns_with_their_deciding_column(tmp_path
                     for grid in app.screen.query(DataTable):
                         assert grid.virtual_size.width <= grid.scrollable_content_region.width <= 80, (
                             demo, ws.walk.current, grid.virtual_size, grid.scrollable_content_region)
-                        labels = [str(c.label) for c in grid.ordered_columns]
+                        labels = [" ".join(str(c.label).split()) for c in grid.ordered_columns]
                         for title, columns in wanted.items():
                             if all(c in labels for c in columns):
                                 seen.add(title)
