@@ -130,13 +130,14 @@ def symptoms_text(entries: list[dict[str, Any]]) -> Text:
     return out
 
 
-def findings_text(findings: list[Finding], detail_lines: int = 0) -> Text:
-    """One line per finding, worst first; ``detail_lines`` of detail under each failing or warning one."""
+def findings_text(findings: list[Finding], detail_lines: int = 0, every_detail: bool = False) -> Text:
+    """One line per finding, worst first; ``detail_lines`` of detail under each failing or warning one (under
+    every one with ``every_detail``)."""
     out = Text()
     for f in sort_findings(list(findings)):
         out.append_text(finding_line(f))
         out.append("\n")
-        if detail_lines and f.status in ("fail", "warn", "crash") and f.detail:
+        if detail_lines and (every_detail or f.status in ("fail", "warn", "crash")) and f.detail:
             lines = shown(f.detail).splitlines()
             for line in lines[:detail_lines]:
                 out.append(f"   {line}\n", style="dim")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import io
+
+from rich.cells import cell_len
+from rich.console import Console
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -14,21 +18,62 @@ from zdoctor.plural import count_of
 
 from .common import HOT, KeyBar, evidence_key, evidence_text, finding_line, shown
 
+CELL_PADDING = 2  # a DataTable cell's padding, one column each side
+MIN_COLUMN = 8
 
-def table_widget(ev: Evidence) -> DataTable:
-    """A focusable table (scrolls sideways for long paths); highlighted rows carry ⚠ and bold."""
+
+def fit_widths(natural: list[int], room: int, least: int = MIN_COLUMN) -> list[int]:
+    """Column widths that fit ``room`` columns: the widest columns give way first (never below ``least``
+    or their own width), so that every column, the deciding one too, is on screen without scrolling."""
+    widths = list(natural)
+    while sum(widths) > room:
+        widest = max(range(len(widths)), key=lambda i: widths[i])
+        if widths[widest] <= least:
+            break
+        widths[widest] -= 1
+    return widths
+
+
+def _natural(text: str) -> int:
+    return max((cell_len(line) for line in text.splitlines()), default=0)
+
+
+def wrapped(text: str, width: int, style: str) -> Text:
+    """``text`` broken into lines of at most ``width`` cells (at spaces where it can, else mid-word)."""
+    lines = Text(text or " ", style=style).wrap(_MEASURE, width, overflow="fold")
+    return Text("\n", style=style).join(lines) if lines else Text(" ", style=style)
+
+
+_MEASURE = Console(width=200, file=io.StringIO(), color_system=None, legacy_windows=False)
+
+
+def table_widget(ev: Evidence, room: int = 0) -> DataTable:
+    """A focusable table fitted to ``room`` columns (0: as wide as its content): long cells wrap onto more
+    lines instead of pushing the later columns off screen; highlighted rows carry ⚠ and bold."""
     assert ev.table is not None
     grid: DataTable = DataTable(cursor_type="row", zebra_stripes=False, show_cursor=True, classes="ev-table")
-    grid.add_column("", key="hot")
-    for i, col in enumerate(ev.table.columns):
-        grid.add_column(col, key=f"c{i}")
     width = len(ev.table.columns)
-    for i, row in enumerate(ev.table.rows):
+    rows = [[shown(str(c)) for c in row][:width] + [""] * (width - len(row)) for row in ev.table.rows]
+    natural = [max([_natural(col)] + [_natural(r[i]) for r in rows]) for i, col in enumerate(ev.table.columns)]
+    widths = natural
+    if room:
+        budget = room - (width + 1) * CELL_PADDING - cell_len(HOT)
+        widths = fit_widths(natural, budget)
+    grid.add_column("", key="hot")
+    labels = [wrapped(col, widths[i], "bold") if room else Text(col) for i, col in enumerate(ev.table.columns)]
+    grid.header_height = max([len(label.plain.splitlines()) for label in labels] + [1])
+    for i, label in enumerate(labels):
+        grid.add_column(label, key=f"c{i}", width=widths[i] if room else None)
+    for i, cells in enumerate(rows):
         hot = i in ev.table.highlight
         style = "bold red" if hot else ""
-        cells = [shown(str(c)) for c in row] + [""] * (width - len(row))
-        grid.add_row(Text(HOT if hot else "", style=style), *(Text(c, style=style) for c in cells[:width]))
+        # an empty cell is one blank line: a row of auto height measures every cell's first line
+        body = [wrapped(c, widths[j], style) if room else Text(c, style=style) for j, c in enumerate(cells)]
+        grid.add_row(Text(HOT if hot else " ", style=style), *body, height=None if room else 1)
     return grid
+
+
+TABLE_INSET = 8  # the page's padding and scroll bar, the table's margin and its own scroll bar
 
 
 class EvidenceScreen(Screen[None]):
@@ -49,16 +94,22 @@ class EvidenceScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(Text.assemble(("Evidence: ", "bold"), self.step_title, ("  Tab moves between tables, "
-                                   "←→ scrolls a wide one, PgUp/PgDn the page", "dim")), id="ev-title")
+                                   "PgUp/PgDn the page", "dim")), id="ev-title")
         with VerticalScroll(id="ev-body"):
             seen: dict[tuple, str] = {}
             for f in self.findings:
                 head = finding_line(f)
-                if f.detail:
-                    head.append("\n")
-                    head.append(shown(f.detail).rstrip(), style="")
                 yield Static(head, classes="ev-finding")
-                for ev in f.evidence:
+                # the finding's tables first (the evidence itself), then what it says of them, then outputs
+                tables_first: list[Evidence | None] = sorted(f.evidence, key=lambda e: e.table is None)
+                if f.detail:
+                    at = next((i for i, e in enumerate(tables_first) if e is not None and e.table is None),
+                              len(tables_first))
+                    tables_first.insert(at, None)
+                for ev in tables_first:
+                    if ev is None:
+                        yield Static(Text(shown(f.detail).rstrip()), classes="ev-detail")
+                        continue
                     key = evidence_key(ev)
                     if key in seen:
                         yield Static(Text(f"  {ev.label}: shown above, under {seen[key]}", style="dim"),
@@ -70,7 +121,7 @@ class EvidenceScreen(Screen[None]):
                         rows = count_of(len(ev.table.rows), "row")
                         yield Static(Text.assemble((ev.label, "bold"), (f"  ({rows}{hot})", "dim")),
                                      classes="ev-label")
-                        yield table_widget(ev)
+                        yield table_widget(ev, self.app.size.width - TABLE_INSET)
                     else:
                         yield Static(evidence_text(ev), classes="ev-item")
         yield KeyBar()

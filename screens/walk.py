@@ -21,6 +21,7 @@ from .common import (
     ContextScreen,
     KeyBar,
     ProbePanel,
+    finding_line,
     findings_text,
     in_thread,
     rich_table,
@@ -104,6 +105,11 @@ def failing_findings(walk: Any, current: list[Finding]) -> list[Finding]:
     return [f for f in latest.values() if f.status in ("fail", "crash")]
 
 
+def seen_key(f: Finding) -> tuple[str, str, str]:
+    """A finding as shown: the same id with another status or title is news."""
+    return (f.id, f.status, f.title)
+
+
 class WalkScreen(ContextScreen):
     """One playbook, one node at a time: why, probes, evidence, the next step and its reason."""
 
@@ -130,6 +136,7 @@ class WalkScreen(ContextScreen):
         self.resumed = resumed
         self.show_explain = False
         self._visit = 0
+        self.seen_at: dict[tuple[str, str, str], int] = {}  # a finding as shown -> the step that first showed it
 
     # -- layout ------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -232,6 +239,9 @@ class WalkScreen(ContextScreen):
         self.show_verdict()
         self.query_one("#branches", OptionList).clear_options()
         self.fill_branches()
+        if len(self.walk.path) > 1:  # the ledger was read at the first step: the step's own evidence shows
+            self.call_after_refresh(self.query_one("#walk-body").scroll_to_widget, self.query_one("#node-title"),
+                                    top=True, animate=False)
 
     def fill_branches(self) -> None:
         """One line per outgoing edge (cut to the window's width), the suggested one highlighted."""
@@ -264,9 +274,27 @@ class WalkScreen(ContextScreen):
             self.fill_branches()
 
     def show_findings(self, findings: list[Finding]) -> None:
-        self.query_one("#node-findings", Static).update(findings_text(findings, detail_lines=4) if findings else
+        """This step's own findings first, with their detail and tables; findings an earlier step already
+        showed unchanged follow, one line each, with the step that showed them."""
+        step = len(self.walk.path)
+        own = [f for f in findings if self.seen_at.get(seen_key(f), step) >= step]
+        again = [f for f in findings if f not in own]
+        for f in own:
+            self.seen_at.setdefault(seen_key(f), step)
+        # a step whose own findings all pass shows what they found (the verifying re-run's result)
+        calm = not any(f.status in ("fail", "warn", "crash") for f in own)
+        text = findings_text(own, detail_lines=4, every_detail=calm) if own else Text()
+        if again:
+            if own:
+                text.append("\n")
+            text.append("Shown at an earlier step (e shows it again):\n", style="dim")
+            for f in sort_findings(again):
+                text.append_text(finding_line(f))
+                text.append(f"  (step {self.seen_at[seen_key(f)]})\n", style="dim")
+            text.rstrip()
+        self.query_one("#node-findings", Static).update(text if findings else
                                                         Text("No findings at this step.", style="dim"))
-        tables = [fe for fe in tables_of(findings) if fe[1].table is not None and fe[1].table.highlight][:INLINE_TABLES]
+        tables = [fe for fe in tables_of(own) if fe[1].table is not None and fe[1].table.highlight][:INLINE_TABLES]
         box = self.query_one("#node-table", Static)
         if not tables:
             box.update("")

@@ -61,6 +61,8 @@ SSD = {"device": "/dev/sda", "name": "sda", "point": "/ssd", "fstype": "xfs", "m
        "total": 999_653_638_144, "avail": 657_537_581_056}
 #: A SATA SSD's sequential rates (bytes/s): SATA III carries at most about 550 MB/s.
 SATA_READ_BPS, SATA_WRITE_BPS = 530_000_000, 500_000_000
+#: alice's uid on the node (her home, her job files, her startup files).
+ALICE_UID = 1000
 #: How the node's own files are found when a kit recorded them (its home and system files).
 SCRUB_DS_ENV = os.path.expanduser("~/.cache/zdoctor-tests/ds-env")
 #: The training log: DeepSpeed 0.19's timer lines (printed bare, without the logger prefix of 0.17).
@@ -282,6 +284,9 @@ def amend_part1(path: Path) -> dict:
         if (root.get("mount") or {}).get("point") == "/":
             root["mount"]["source"] = ROOT_DEVICE
     facts = scan("/home/alice", ["/opt/conda", DS_ENV_SHOWN], root=str(SCENARIO_NODE))
+    for shown, source in facts["sources"].items():  # her own files are hers on the node (uid 1000)
+        if shown.startswith("/home/alice/"):
+            source["uid"] = ALICE_UID
     rows = [[f"{x['file']}:{x['line']}", x["variable"], x["text"]] for x in facts["lines"]]
     ev = Evidence.of_table("shell startup lines that set LD_LIBRARY_PATH / LD_PRELOAD", ["where", "variable", "line"],
                            rows)
@@ -291,8 +296,79 @@ def amend_part1(path: Path) -> dict:
     return doc
 
 
+PART1_COMMAND = "python -c 'from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load()'"
+#: Where part 1's story has the JIT-built op (alice's default torch extension cache).
+PART1_EXT_DIR = "/home/alice/.cache/torch_extensions/py311_cpu"
+
+
+def _same_role_pids(run: list[tuple], recorded: list[dict]) -> dict[int, int]:
+    """This run's pids -> the recorded run's, process by process: the n-th process that loaded libstdc++ for
+    the same object (ninja, libtorch_python.so) in one run is the n-th in the other."""
+    def role(needed_by: str | None) -> str:
+        return os.path.basename(needed_by or "")
+
+    left = [(role(r.get("needed_by")), r["pid"]) for r in recorded]
+    out: dict[int, int] = {}
+    for pid, _path, _via, needed_by in run:
+        if pid in out:
+            continue
+        match = next((x for x in left if x[0] == role(needed_by)), None)
+        if match is not None:
+            left.remove(match)
+            out[pid] = match[1]
+    return out
+
+
+def part1_strace_lines(part1: dict) -> list[str]:
+    """strace's own lines that matter for part 1 (each open of the old libstdc++), from a real run of part 1's
+    command: the training venv (the test suite's torch + DeepSpeed, with its JIT-built cpu_adam) with an old
+    libstdc++ (GLIBCXX_3.4.29, 3.4.30 and CXXABI_1.3.13 renamed away) first on LD_LIBRARY_PATH, traced by
+    zdoctor's own live trace. The run's paths become the node's and its pids the recorded run's, process by
+    role, so the lines agree with the rest of the recording."""
+    import shutil
+
+    sys.path.insert(0, str(HERE))
+    import dsenv
+    from envkit import make_old_libstdcxx
+
+    from zdoctor.forensics.live import trace_command
+
+    python = dsenv.ensure()
+    venv = python.parent.parent
+    with tempfile.TemporaryDirectory(prefix="part1-strace-") as tmp:
+        conda_lib = Path(tmp) / "conda" / "lib"
+        make_old_libstdcxx(conda_lib)
+        ext = Path(tmp) / "ext"
+        shutil.copytree(venv / "zdoctor-torch-extensions", ext, symlinks=True)
+        env = {"HOME": tmp, "PATH": f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
+               "LD_LIBRARY_PATH": str(conda_lib), "TORCH_EXTENSIONS_DIR": str(ext)}
+        lt = trace_command(["/bin/sh", "-c", PART1_COMMAND], env, timeout=300)
+        assert lt.strace_used and lt.exit_code not in (0, None), (lt.exit_code, lt.notes)
+        pids = _same_role_pids(lt.libstdcxx, part1["probes"]["livetrace"]["facts"]["libstdcxx"])
+        out = []
+        for line in lt.strace_lines:
+            head, _, rest = line.partition(" ")
+            if not head.isdigit() or int(head) not in pids:
+                continue
+            line = f"{pids[int(head)]} {rest}"
+            for real, shown in ((str(conda_lib), "/opt/conda/lib"), (str(ext), PART1_EXT_DIR),
+                                (str(venv), DS_ENV_SHOWN)):
+                line = line.replace(real, shown)
+            out.append(line)
+        return out
+
+
+def amend_part1_strace(path: Path) -> dict:
+    """Part 1's live trace with strace's own lines of a real run (see :func:`part1_strace_lines`)."""
+    doc = json.loads(path.read_text())
+    doc["probes"]["livetrace"]["facts"]["strace_lines"] = part1_strace_lines(doc)
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return doc
+
+
 if __name__ == "__main__":
     sys.path.insert(0, str(HERE.parent))
     where = Path(sys.argv[1])
     amend_part1(where / PART1)
+    amend_part1_strace(where / PART1)
     record_slow_ssd(where / PART2, where / PART1)

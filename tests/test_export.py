@@ -445,3 +445,20 @@ def test_control_characters_never_reach_a_terminal(state_home: Path):
     text = buf.read()
     assert "\x1b" not in text and "\x07" not in text and "\r" not in text
     assert "odd file /opt/\\x1b[2J\\x1b]0;owned\\x07lib.so" in text
+
+
+def test_a_walk_stopped_at_its_diagnosis_says_one_thing(state_home: Path):
+    """A walk that reached its diagnosis and was exported before it closed does not also say it never
+    reached its end."""
+    log = SessionLog.create("tui", [], HOST)
+    log.record("playbook_start", {"playbook": "p", "title": "P", "start": "a"})
+    log.record("node_enter", {"playbook": "p", "node": "a", "kind": "check", "title": "A"})
+    log.record("node_enter", {"playbook": "p", "node": "d", "kind": "diagnosis", "title": "Old libstdc++"})
+    log.record("diagnosis", {"playbook": "p", "node": "d", "title": "Old libstdc++"})
+    events = load_events(log.id)
+    md = render(events, "md")
+    html = html_text(render(events, "html"))[0]
+    for text in (md, html):
+        assert "Diagnosis:" in text and "Old libstdc++" in text
+        assert "did not reach its end" not in text
+        assert "stopped at this diagnosis" in text

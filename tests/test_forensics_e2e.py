@@ -320,3 +320,75 @@ def test_the_startup_line_that_sets_the_offending_entry_is_named(kit, tmp_path):
     assert src["status"] == "warn"
     assert f"{home}/.bashrc line 3: {line}" in src["detail"] and line in src["title"]
     assert ".profile" not in src["detail"]
+
+
+def test_the_startup_line_is_commented_out_through_the_safe_core_and_undone(kit, tmp_path):
+    """The fix of the ~/.bashrc line the walk finds: the line is commented out (backed up, replaced in one
+    rename, through the safe core), a new shell no longer gets the entry, and the undo restores the file."""
+    from zdoctor.apply import run_remedy
+    from zdoctor.model import Remedy
+
+    home = tmp_path / "home"
+    home.mkdir()
+    line = f"export LD_LIBRARY_PATH={kit['old']}"
+    original = f"# ~/.bashrc\nalias ll='ls -l'\n{line}\nexport EDITOR=vi\n"
+    bashrc = home / ".bashrc"
+    bashrc.write_text(original, encoding="utf-8")
+    env = env_with(HOME=str(home), LD_LIBRARY_PATH=str(kit["old"]))
+    rc, doc = check(["--python", PY, "--command", import_cmd(PY, kit["exts"], "needsnew"),
+                     "--playbook", "zero3-launch"], env)
+    (src,) = findings(doc, "libs.env-source")
+    (fix,) = [Remedy.from_dict(r) for r in src["remedies"]]
+    assert fix.title == f"Comment out line 3 of {bashrc}"
+    assert fix.action and fix.action["kind"] == "file-replace" and fix.action["path"] == str(bashrc)
+    outcome = run_remedy(fix, env_with(HOME=str(home)))
+    assert outcome.ok, outcome
+    now = bashrc.read_text(encoding="utf-8").splitlines()
+    assert now[2].startswith(f"# {line}  # commented out by zdoctor")
+    assert [now[i] for i in (0, 1, 3)] == ["# ~/.bashrc", "alias ll='ls -l'", "export EDITOR=vi"]
+    backup = Path(fix.action["backup"])
+    assert backup.read_text(encoding="utf-8") == original
+    fresh = bash('. "$HOME/.bashrc"; printf %s "${LD_LIBRARY_PATH-unset}"', env_with(HOME=str(home)))
+    assert fresh.stdout == "unset"  # a new shell no longer gets the old copy's directory
+    undo = bash("set -e\n" + "\n".join(fix.undo), env_with(HOME=str(home)))
+    assert undo.returncode == 0, undo.stderr
+    assert bashrc.read_text(encoding="utf-8") == original and not backup.exists()
+
+
+NINJA_SOURCE = r"""
+#include <condition_variable>
+#include <mutex>
+#include <chrono>
+static std::mutex m;
+static std::condition_variable cv;
+int main(int argc, char**) {
+    std::unique_lock<std::mutex> lk(m);
+    cv.wait_for(lk, std::chrono::milliseconds(1));
+    if (argc > 99) cv.wait(lk);   /* GCC 12: std::condition_variable::wait is GLIBCXX_3.4.30 */
+    return 0;
+}
+"""
+
+
+def test_the_failure_tables_name_every_need_and_who_pulled_the_old_copy_in(kit, tmp_path):
+    """A run like a JIT build: a C++ program named ninja fails on the old copy, then Python imports an
+    extension that loads that copy first and one that needs GLIBCXX_3.4.30. The needed-vs-provided table
+    has ninja's row, and the extension imported first is in what-each-library-gets."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tmp_path / "ninja.cpp").write_text(NINJA_SOURCE)
+    subprocess.run(["g++", "-O0", str(tmp_path / "ninja.cpp"), "-o", str(tools / "ninja")], check=True)
+    env = env_with(LD_LIBRARY_PATH=str(kit["old"]), PATH=f"{tools}:{os.environ['PATH']}")
+    cmd = "ninja; " + import_cmd(PY, kit["exts"], "plain", "needsnew")
+    rc, doc = check(["--python", PY, "--ext", str(kit["needsnew"]), "--command", cmd, "--playbook", "zero3-launch"],
+                    env)
+    titles = [f["title"] for f in findings(doc, "libs.glibcxx", "fail")]
+    assert any(t.startswith("ninja needs GLIBCXX_3.4.30") for t in titles), titles
+    (f, *_) = findings(doc, "libs.glibcxx", "fail")
+    tables = {e["label"].split(" (")[0]: e["table"] for e in f["evidence"] if e.get("table")}
+    needs = tables["needed vs provided by the loaded libstdc++"]
+    row = next(r for r in needs["rows"] if r[0] == "GLIBCXX_3.4.30")
+    assert "ninja" in row[1] and "needsnew.so" in row[1] and row[2] == "NO"
+    gets = tables["what each library the training imports gets"]
+    first = next(r for r in gets["rows"] if r[0] == "plain.so")
+    assert first[1].startswith("asked for it first") and str(kit["old"]) in first[2]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -130,6 +131,21 @@ def test_hang_is_killed_and_strace_shows_what_it_touched(tmp_path, monkeypatch):
     assert [(e.path, e.syscall) for e in lt.pending_calls] == [(str(fifo), "openat")]
     assert lt.traces  # the loader trace up to the hang is kept
     assert list(scratch.iterdir()) == []  # the private trace directory is gone
+    # strace's own line of the call it waits in, as strace wrote it
+    (wait,) = lt.strace_lines
+    assert wait.startswith(f"{lt.pending_calls[0].pid} ") and f'openat(AT_FDCWD, "{fifo}", O_RDONLY' in wait
+    assert " = " not in wait
+
+
+def test_strace_line_of_the_copy_really_opened(built):
+    """The trace keeps strace's own line of the open of the old copy found through LD_LIBRARY_PATH."""
+    argv = ["/bin/sh", "-c", shlex.join(default_probe_argv(sys.executable, [], [built.ext]))]
+    lt = trace_command(argv, base_env(LD_LIBRARY_PATH=built.old_dir), timeout=90)
+    assert lt.exit_code == 1 and lt.strace_used
+    stand_in = os.path.join(built.old_dir, "libstdc++.so.6")
+    opened = [line for line in lt.strace_lines if f'"{stand_in}"' in line]
+    assert opened and all("openat(AT_FDCWD, " in line and "O_RDONLY|O_CLOEXEC) = " in line for line in opened)
+    assert not any("ENOENT" in line for line in lt.strace_lines)  # the misses of the search are not kept
 
 
 def test_without_strace_on_path_the_trace_still_works(built, tmp_path):
@@ -267,3 +283,20 @@ def test_a_quick_run_never_pays_for_strace(tmp_path):
     lt = trace_command([sys.executable, "-c", "pass"], base_env(), timeout=30, strace_after=10)
     assert lt.exit_code == 0 and not lt.strace_used and lt.last_files == {}
     assert lt.traces  # LD_DEBUG still saw the loader
+
+
+def test_a_hang_names_the_call_it_waits_in_in_strace_words(tmp_path):
+    """--command that hangs opening a FIFO: the finding shows strace's own line of the call it waits in."""
+    from zdoctor.checks import run_checks
+    from zdoctor.host.live import LiveHost
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    command = shlex.join([sys.executable, "-c", "import sys; open(sys.argv[1])", str(fifo)])
+    host = LiveHost(python=sys.executable, env=base_env(), command=command, timeout=4)
+    _facts, findings = run_checks(host, ["libs.live"])
+    (live,) = [f for f in findings if f.id == "libs.live"]
+    assert live.status == "fail" and "did not finish within the time limit" in live.title
+    detail = live.detail.splitlines()
+    at = detail.index("strace saw it wait in:")
+    assert re.match(rf'\s+\d+ \d\d:\d\d:\d\d\.\d+ openat\(AT_FDCWD, "{re.escape(str(fifo))}", O_RDONLY', detail[at + 1])

@@ -154,11 +154,12 @@ def test_needs_against_the_h200_node():
     assert (mem, count, src) == (150754820096, 1, "GPU probe")
     machine = planner.Machine(mem_available=info["MemAvailable"], gpu_memory=mem)
     rows = planner.fit_rows(planner.zero3_rows(2851e6, 32e6, 8, 1), machine)
-    assert planner.verdict(rows[0]["cpu_fits"], rows[0]["cpu_margin"]) == "fits (53.71 GiB spare)"
-    assert planner.verdict(rows[1]["cpu_fits"], rows[1]["cpu_margin"]) == "short by 2.05 GiB"
+    assert planner.verdict(rows[0]["cpu_fits"], rows[0]["cpu_margin"]) == "fits (at most 53.71 GiB spare)"
+    assert planner.verdict(rows[1]["cpu_fits"], rows[1]["cpu_margin"]) == "short by at least 2.05 GiB"
     assert rows[0]["gpu_fits"] is True
     big = planner.fit_rows(planner.zero3_rows(70e9, 1.05e9, 8, 1), machine)
-    assert big[0]["cpu_fits"] is False and planner.verdict(False, big[0]["cpu_margin"]) == "short by 1634.80 GiB"
+    assert big[0]["cpu_fits"] is False
+    assert planner.verdict(False, big[0]["cpu_margin"]) == "short by at least 1634.80 GiB"
     unknown = planner.fit_rows(planner.zero3_rows(1e9, 1e7, 1, 1), planner.Machine())
     assert unknown[0]["cpu_fits"] is None and planner.verdict(None, None) == "unknown"
 

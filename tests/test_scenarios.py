@@ -35,6 +35,26 @@ def test_scenario_reaches_its_diagnosis(scenario):
         assert machine_path not in text
 
 
+def test_part_one_tells_the_symptom_not_the_answer():
+    """The opening of part 1 is what Alice saw; the cause is what the seven steps find."""
+    s = next(x for x in SCENARIOS if x.id == "conda-ld-library-path")
+    told = "\n".join([s.title, s.summary, s.story])
+    assert "GLIBCXX_3.4.30' not found" in s.story and "cpu_adam" in told
+    for answer in ("LD_LIBRARY_PATH", "conda", "bashrc", "shell profile", "/opt/conda/lib", "old libstdc++"):
+        assert answer not in told, answer
+
+
+def test_part_one_strace_lines_are_the_recorded_runs():
+    """strace's lines in part 1 name only processes and copies the recorded loader trace names."""
+    s = next(x for x in SCENARIOS if x.id == "conda-ld-library-path")
+    live = json.loads(s.snapshot.read_text())["probes"]["livetrace"]["facts"]
+    loaded = {(x["pid"], x["path"]) for x in live["libstdcxx"]}
+    assert live["strace_lines"]
+    for line in live["strace_lines"]:
+        m = re.match(r'(\d+) \d\d:\d\d:\d\d\.\d+ openat\(AT_FDCWD, "([^"]+)", O_RDONLY\|O_CLOEXEC\) = \d+$', line)
+        assert m and (int(m[1]), m[2]) in loaded, line
+
+
 def test_part_two_walks_the_whole_story():
     s = next(x for x in SCENARIOS if x.id == "slow-ssd-offload")
     report = check(ReplayHost.load(str(s.snapshot)), playbooks=select_playbooks([s.playbook]))
@@ -139,9 +159,8 @@ def test_both_parts_tell_of_one_node():
     assert re.search(r'^\+.*"nvme_path": "' + re.escape(target) + '"', fix, re.M)
     assert f"mkdir -p -- {target}" in steps2["fix-mount"]
 
-    # Step 6 names the shell-profile line the story is about.
+    # Step 6 finds the shell-profile line behind the symptom the story tells (and the story leaves to it).
     line = "export LD_LIBRARY_PATH=/opt/conda/lib"
-    assert line in one.story and "~/.bashrc" in one.story
     assert re.search(r"/home/alice/\.bashrc line \d+: " + re.escape(line), steps1["source"])
     # ... and it is the same user throughout: alice's home, her job files, her offload directory.
     assert d2["probes"]["storage"]["facts"]["user"]["name"] == "alice"

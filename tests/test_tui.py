@@ -817,3 +817,126 @@ def test_at_80x24_the_start_screen_shows_its_failing_findings_and_unbroken_phras
                 assert not line.rstrip().endswith("·") and not line.lstrip().startswith("·"), line
 
     run(scenario())
+
+
+def test_wide_evidence_tables_fit_80_columns_with_their_deciding_column(tmp_path):
+    """At 80x24 every evidence table of both practice parts fits the window: long cells wrap instead of
+    pushing the deciding columns (the toolchain layers' version, the NVMe drives' state and why) off
+    screen, and nothing is cut."""
+    from textual.widgets import DataTable
+
+    def squash(cell) -> str:
+        return "".join(str(cell).split())
+
+    async def walk(demo: str, wanted: dict[str, list[str]]) -> set[str]:
+        seen: set[str] = set()
+        app = make(demo=demo, argv=["--demo", demo], export_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            for _ in range(12):
+                await step_ready(pilot, app)
+                ws = app.screen
+                if ws.findings:
+                    cells = {squash(c) for f in ws.findings for e in f.evidence if e.table
+                             for row in e.table.rows for c in row} | {""}
+                    await pilot.press("e")
+                    await settle(pilot, lambda: name(app) == "EvidenceScreen", what="the evidence screen")
+                    await pilot.pause(0.1)
+                    for grid in app.screen.query(DataTable):
+                        assert grid.virtual_size.width <= grid.scrollable_content_region.width <= 80, (
+                            demo, ws.walk.current, grid.virtual_size, grid.scrollable_content_region)
+                        labels = [" ".join(str(c.label).split()) for c in grid.ordered_columns]
+                        for title, columns in wanted.items():
+                            if all(c in labels for c in columns):
+                                seen.add(title)
+                                # every cell's whole text is still in the table, only wrapped
+                                for r in range(grid.row_count):
+                                    for cell in grid.get_row_at(r)[1:]:
+                                        assert squash(cell) in cells, (title, str(cell))
+                    await pilot.press("escape")
+                    await settle(pilot, lambda: name(app) == "WalkScreen", what="the walk again")
+                if ws.walk.node.kind == "diagnosis":
+                    break
+                await pilot.press("n")
+        return seen
+
+    async def scenario() -> None:
+        layers = await walk(SCENARIO, {"layers": ["layer", "compiler", "version", "source"]})
+        nvme = await walk("slow-ssd-offload", {"nvme": ["drive", "state", "why"]})
+        assert layers == {"layers"} and nvme == {"nvme"}
+
+    run(scenario())
+
+
+def test_each_practice_step_shows_its_own_evidence_first(tmp_path):
+    """At 80x24 each step of part 1 opens with what that step found; a finding an earlier step showed is one
+    line naming that step; "Verify the hypothesis" shows the verifying re-runs themselves."""
+    async def scenario() -> None:
+        app = make(demo=SCENARIO, argv=["--demo", SCENARIO], export_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            texts: dict[str, str] = {}
+            for _ in range(len(STORY_PATH)):
+                await step_ready(pilot, app)
+                ws = app.screen
+                texts[ws.walk.current] = plain(ws.query_one("#node-findings"), 78)
+                needle = {"verify": "tried: fixed", "source": "is set in /home/alice/.bashrc"}.get(ws.walk.current)
+                if needle:  # on screen at 80x24 without scrolling, once the step has shown its evidence
+                    await settle(pilot, lambda n=needle: n in screen_text(app), what=f"{needle!r} on screen")
+                if ws.walk.node.kind == "diagnosis":
+                    break
+                await pilot.press("n")
+        layers = texts["layers"]
+        assert layers.lstrip().startswith("! Built by a newer GCC")
+        assert "Needed: GLIBCXX_3.4.30 (by" not in layers  # step 3's finding, not again in full
+        assert re.search(r"cpu_adam.so needs GLIBCXX_3.4.30.*\n?.*\(step 3\)", layers)
+        verify = texts["verify"]
+        assert verify.lstrip().startswith("✓ Hypothesis confirmed")
+        assert "Drop /opt/conda/lib from LD_LIBRARY_PATH: tried: fixed" in verify and "exit 0 in 7.9 s" in verify
+        source = texts["source"]
+        assert source.lstrip().startswith("! LD_LIBRARY_PATH entry /opt/conda/lib is set in /home/alice/.bashrc")
+
+    run(scenario())
+
+
+def test_the_symptom_step_shows_the_strace_line_of_the_old_copy(tmp_path):
+    """Step 1 of part 1 shows strace's own line of the open of the old libstdc++ (from the recorded run),
+    not only the command line strace ran."""
+    async def scenario() -> None:
+        app = make(demo=SCENARIO, argv=["--demo", SCENARIO], export_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await step_ready(pilot, app)
+            text = plain(app.screen.query_one("#node-findings"), 200)
+            assert "strace saw the copy opened:" in text
+            assert re.search(r'32753 \d\d:\d\d:\d\d\.\d+ openat\(AT_FDCWD, "/opt/conda/lib/libstdc\+\+\.so\.6", '
+                             r"O_RDONLY\|O_CLOEXEC\) = \d+", text)
+
+    run(scenario())
+
+
+def test_the_bashrc_line_found_at_step_six_is_offered_as_an_edit(tmp_path):
+    """Step 6 of part 1 finds the ~/.bashrc line; its fixes include commenting that line out through the safe
+    core, with the backup and the undo, and no root for alice's own file."""
+    async def scenario() -> None:
+        app = make(demo=SCENARIO, argv=["--demo", SCENARIO], export_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            for _ in range(len(STORY_PATH)):
+                await step_ready(pilot, app)
+                if app.screen.walk.current == "source":
+                    break
+                await pilot.press("n")
+            await pilot.press("r")
+            await settle(pilot, lambda: name(app) == "RemedyScreen", what="the fixes")
+            rs = app.screen
+            titles = [r.title for _f, r in rs.pairs]
+            want = "Comment out line 23 of /home/alice/.bashrc"
+            assert want in titles, titles
+            while rs.pairs[rs.index][1].title != want:
+                await pilot.press("down")
+            fix = rs.pairs[rs.index][1]
+            assert fix.action["kind"] == "file-replace" and not fix.requires_root
+            commands = plain(rs.query_one("#rem-commands"), 200)
+            assert "sha256sum" in commands and "ln -- .bashrc .bashrc.bak.zdoctor-" in commands
+            assert "mv -f -- /home/alice/.bashrc.bak.zdoctor-" in plain(rs.query_one("#rem-undo"), 200)
+            explain = plain(rs.query_one("#rem-explain"), 200)
+            assert "+ # export LD_LIBRARY_PATH=/opt/conda/lib  # commented out by zdoctor" in explain
+
+    run(scenario())

@@ -32,6 +32,7 @@ from .exportparts import (  # noqa: F401 - shared with the HTML export
     _summary_parts,
     _when,
     fleet_tables,
+    open_walk_note,
 )
 from .model import cap_text, visible_controls
 from .present import (
@@ -256,7 +257,7 @@ def _md_run(run: WalkView) -> list[str]:
     if run.end and run.end.get("reason"):
         out += [f"**Why:** {md_escape(in_words(str(run.end['reason'])))}", ""]
     if run.end is None:
-        out += [UNFINISHED_NOTE, ""]
+        out += [md_escape(open_walk_note(run)), ""]
     return out
 
 

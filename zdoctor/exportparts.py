@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from .events import SessionView as Report
+from .events import WalkView
 from .model import STATUS_RANK, cap_text
 from .present import (
     MARKS,
@@ -105,6 +106,20 @@ def _summary_parts(counts: dict[str, Any]) -> list[tuple[str, str]]:
 
 TORN_NOTE = "The last event was cut off mid-write (the session was interrupted); it is left out."
 UNFINISHED_NOTE = "The walk did not reach its end in this session."
+STOPPED_AT_DIAGNOSIS_NOTE = "The walk stopped at this diagnosis; it was not closed in this session."
+
+
+def open_walk_note(run: WalkView) -> str:
+    """What an unclosed walk's record says about where it stopped, in one sentence that agrees with its
+    diagnosis line: stopped at the diagnosis, left it for another step, or never reached one."""
+    if run.end is not None:
+        return ""
+    last = run.nodes[-1] if run.nodes else None
+    if run.diagnosis_node and last == run.diagnosis_node:
+        return STOPPED_AT_DIAGNOSIS_NOTE
+    if run.diagnosis_node and last:
+        return f"The walk went on from this diagnosis to step {last} and did not reach its end in this session."
+    return UNFINISHED_NOTE
 OPEN_NOTE = "still open (exported during the session)"
 UNENDED_NOTE = "not recorded (interrupted, or still running)"
 

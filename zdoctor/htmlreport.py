@@ -54,12 +54,15 @@ body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; color: var
   max-width: 72rem; margin: 0 auto; padding: 1rem 1.5rem; line-height: 1.45; }
 a { color: var(--link); }
 code, pre { font-family: ui-monospace, Menlo, "DejaVu Sans Mono", Consolas, monospace; }
+main { overflow-wrap: anywhere; }
 pre { background: var(--code-bg); border: 1px solid var(--line); padding: .6rem .8rem; overflow-x: auto;
-  white-space: pre-wrap; word-break: break-all; }
-table { border-collapse: collapse; margin: .5rem 0; }
-th, td { border: 1px solid var(--line); padding: .2rem .5rem; text-align: left; vertical-align: top; }
+  white-space: pre-wrap; overflow-wrap: anywhere; max-width: 100%; box-sizing: border-box; }
+table { border-collapse: collapse; margin: .5rem 0; max-width: 100%; }
+th, td { border: 1px solid var(--line); padding: .2rem .5rem; text-align: left; vertical-align: top;
+  overflow-wrap: anywhere; }
 tr.hot td { background: var(--hot); font-weight: 600; }
-dl.meta { display: grid; grid-template-columns: max-content 1fr; gap: .1rem 1rem; }
+dl.meta { display: grid; grid-template-columns: max-content minmax(0, 1fr); gap: .1rem 1rem; }
+dl.meta dd { margin: 0; min-width: 0; }
 dl.meta dt { font-weight: 600; }
 .muted { color: var(--muted); }
 .ok { color: var(--ok); } .warn { color: var(--warn); } .fail { color: var(--fail); }
@@ -198,7 +201,7 @@ def finding_html(f: dict[str, Any], anchor: str, cap: int, elsewhere: bool,
 
 
 def run_html(run: WalkView, anchors: Anchors) -> str:
-    from .exportparts import UNFINISHED_NOTE, _edge_text
+    from .exportparts import _edge_text, open_walk_note
 
     out = [f'<h3 id="{anchors.make("playbook", run.playbook)}">Playbook <code>{esc(run.playbook or "unnamed")}'
            f"</code>{': ' + esc(run.title) if run.title else ''}</h3>"]
@@ -218,7 +221,7 @@ def run_html(run: WalkView, anchors: Anchors) -> str:
     if run.end and run.end.get("reason"):
         out.append(f"<p><strong>Why:</strong> {esc(in_words(str(run.end['reason'])))}</p>")
     if run.end is None:
-        out.append(f"<p class=\"muted\">{esc(UNFINISHED_NOTE)}</p>")
+        out.append(f"<p class=\"muted\">{esc(open_walk_note(run))}</p>")
     return "\n".join(out)
 
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..filefix import replace_remedy
 from ..forensics.fixes import best_copy
 from ..forensics.remedies import Plan
 from ..forensics.runneeds import has_every, is_libstdcxx_version, needed_versions
+from ..forensics.runtables import failure_tables
+from ..forensics.shellinit import COMMENT_NOTE, commented_out
 from ..forensics.sources import live_source, static_source
 from ..forensics.versions import gcc_release_for, gcc_series, newest, sort_key
 from ..model import Evidence, Finding, Remedy
@@ -16,6 +19,7 @@ from ..symptoms.match import ids_for
 from . import not_checked
 
 LIBSTDCXX = "libstdc++.so.6"
+_OPENS_COPY = "libstdc++.so"
 
 
 
@@ -177,6 +181,8 @@ def check_glibcxx(facts: Facts) -> list[Finding]:
                         evidence=ev)]
     remedies = _remedies(facts)
     good_line = _good_copy_line(facts)
+    failing = {p for g in groups for p in (os.path.normpath(g["provider"]), g["provider_realpath"])}
+    ev = failure_tables(ev, libs, facts.of("livetrace") or {}, failing)
     out = []
     for g in groups:
         versions = ", ".join(g["versions"])
@@ -257,6 +263,10 @@ def check_live(facts: Facts) -> list[Finding]:
     notes = list(live.get("notes") or [])
     loaded = live.get("libstdcxx") or []
     lines = [f"Ran: {what}"]
+    traced = [str(x) for x in live.get("strace_lines") or []]
+    opened = [x for x in traced if _OPENS_COPY in x and "unfinished" not in x]
+    if opened:
+        lines += ["strace saw the copy opened:", *(f"  {x}" for x in opened[:3])]
     pids = sorted({x["pid"] for x in loaded})
     for x in loaded[:4]:
         who = "it" if len(pids) < 2 else f"process {pids.index(x['pid']) + 1}"
@@ -266,6 +276,9 @@ def check_live(facts: Facts) -> list[Finding]:
     out: list[Finding] = []
     if live.get("timed_out"):
         files = live.get("last_files") or []
+        waits = [x for x in traced if x not in opened]
+        if waits:
+            lines += ["strace saw it wait in:", *(f"  {x}" for x in waits[:3])]
         lines.append("Last files opened before it stopped answering:" if files else
                      "No strace record of the files it opened (strace unavailable).")
         lines += [f"  {f}" for f in files[-10:]] if files and isinstance(files[0], str) else \
@@ -471,9 +484,11 @@ def check_env_source(facts: Facts) -> list[Finding]:
             detail.append(f"Every login shell and job started from it gets {entry} on {var} from this line; "
                           "removing the entry in one shell does not outlive that shell. Delete or comment out "
                           "the line (or move it into the one script that needs it).")
+            fixes = [r for r in (_comment_out_remedy(init, x, var, entry) for x in lines) if r is not None]
             out.append(Finding(id=cid, status="warn",
                                title=f"{var} entry {entry} is set in {first['file']} line {first['line']}: "
-                                     f"{first['text']}", detail="\n".join(detail), evidence=ev))
+                                     f"{first['text']}", detail="\n".join(detail), evidence=ev,
+                               remedies=fixes[:1]))
         else:
             read = init.get("files") or []
             out.append(Finding(id=cid, status="warn",
@@ -482,6 +497,30 @@ def check_env_source(facts: Facts) -> list[Finding]:
                                       "module file, a job script, a scheduler prolog or the launcher's "
                                       "environment.", evidence=ev))
     return out
+
+
+def _comment_out_remedy(init: dict[str, Any], line: dict[str, Any], var: str, entry: str) -> Remedy | None:
+    """The edit that comments out one recorded startup line, through the safe core (None when the file's
+    bytes were not recorded, or the line is no longer what was found)."""
+    path, number = str(line["file"]), int(line["line"])
+    source = (init.get("sources") or {}).get(path)
+    if not isinstance(source, dict) or not isinstance(source.get("text"), str):
+        return None
+    new = commented_out(source["text"], number, f"it put {entry} on {var}")
+    if new is None:
+        return None
+    uid = source.get("uid") if isinstance(source.get("uid"), int) else None
+    rem = replace_remedy(path, source["text"], new, uid=uid, tag="ZDOCTOR_SHELL_STARTUP",
+                         title=f"Comment out line {number} of {path}", requires_root=uid == 0, explanation="")
+    backup = (rem.action or {}).get("backup")
+    rem.explanation = (f"Line {number} becomes a comment (kept in the file, marked '{COMMENT_NOTE}', so it can be "
+                       f"read and restored): shells and jobs started after this no longer get {entry} on {var} "
+                       "from it; a shell already open keeps it until it exits (unset it there). Applied only while "
+                       f"{path} is still the regular file read here (not a link, same owner, byte for byte): the "
+                       f"new text is written beside it, the old file kept as {backup} and the new one moved into "
+                       f"place in one rename.\n\n- {line['text']}\n+ {new.splitlines()[number - 1]}")
+    rem.note = "it edits a shell startup file"
+    return rem
 
 
 @check("libs.broken-files", title="Unreadable or corrupt extension files", probes=("libs",),

@@ -15,13 +15,13 @@ import os
 from typing import Any
 
 from ..errors import InputError
+from ..filefix import replace_remedy
 from ..model import Finding, Remedy
 from ..offload import planner
 from ..offload.dsconfig import load_config, parse_config
 from ..offload.dspatch import nvme_patch
 from ..plural import count_of
 from ..registry import Facts, check, predicate
-from ..shellquote import shell_quote
 from . import not_checked
 
 #: GPUs busy less than this share of the time, on average, count as starved.
@@ -63,15 +63,6 @@ def _where(ds: dict[str, Any], lint: dict[str, Any]) -> str:
 
 # -- remedies ------------------------------------------------------------------------------------------
 
-def _heredoc_tag(text: str) -> str:
-    tag = "ZDOCTOR_DS_CONFIG"
-    n = 0
-    while any(line.strip() == tag for line in text.splitlines()):
-        n += 1
-        tag = f"ZDOCTOR_DS_CONFIG_{n}"
-    return tag
-
-
 def config_edit_needs_root(ds: dict) -> bool:
     """Whether rewriting the ds_config needs root, from its recorded directory: one owned by root that only
     root may write to. A config owned by the training user, or with no recorded owner, needs no root."""
@@ -108,43 +99,20 @@ def nvme_patch_remedy(ds_path: str, target: str, block_size: int | None = None,
             uid = os.stat(ds_path).st_uid
         except OSError:  # a snapshot of another node: the bytes are still checked
             uid = None
-    tag = _heredoc_tag(patch.new_text)
-    body = patch.new_text if patch.new_text.endswith("\n") else patch.new_text + "\n"
-    sha = hashlib.sha256(cfg.text.encode("utf-8", "surrogateescape")).hexdigest()
-    folder, name = os.path.split(os.path.abspath(ds_path))
-    backup = f"{ds_path}.bak.zdoctor-{sha[:12]}"
-    qn = shell_quote(name)
-    # One test a line: `set -e` does not stop at a failure on the left of `&&`.
-    unchanged = ([f"test \"$(stat -c %u -- {qn})\" = {uid}"] if uid is not None else []) + \
-        [f"test \"$(sha256sum < {qn})\" = '{sha}  -'"]
-    commands = [
-        f"cd -P -- {shell_quote(folder)}",
-        f"test -f {qn}",
-        f"test ! -L {qn}",
-        *unchanged,
-        f"new=$(mktemp -- {shell_quote('.' + name + '.zdoctor-XXXXXX')})",
-        f"cat > \"$new\" <<'{tag}'\n{body}{tag}",
-        f"chmod --reference={qn} -- \"$new\"",
-        f"chown --reference={qn} -- \"$new\"",
-        "sync -- \"$new\"",
-        f"ln -- {qn} {shell_quote(os.path.basename(backup))}",
-        *unchanged,
-        f"mv -f -- \"$new\" {qn}",
-    ]
-    return Remedy(title=f"Move offload to NVMe at {target} in {os.path.basename(ds_path)}", commands=commands,
-                  verified=False,
-                  requires_root=not os.access(folder, os.W_OK) if requires_root is None else requires_root,
-                  undo=[f"mv -f -- {shell_quote(backup)} {shell_quote(ds_path)}"], requires=list(requires or []),
-                  action={"kind": "file-replace", "path": ds_path, "sha256": sha, "uid": uid, "text": body,
-                          "backup": backup},
-                  explanation="Rewrites only " + ", ".join(patch.changed) + " (every other line, comments "
-                  "included, stays), keeping the other settings of those blocks. The new text was read back "
-                  "through DeepSpeed's reader rules before it was offered. Applied only while the file is still "
-                  "the regular file (not a link) shown here, byte for byte: the new text is written beside it, "
-                  f"the old file is kept as {backup} (a name no file has; never overwritten) and the new one "
-                  "moved into place in one rename, with the old owner and mode, so the config is always the "
-                  "old file or the new one, never half-written. Not verified by a training run.\n\n"
-                  + patch.diff)
+    backup = f"{ds_path}.bak.zdoctor-{hashlib.sha256(cfg.text.encode('utf-8', 'surrogateescape')).hexdigest()[:12]}"
+    folder = os.path.dirname(os.path.abspath(ds_path))
+    return replace_remedy(ds_path, cfg.text, patch.new_text, uid=uid, tag="ZDOCTOR_DS_CONFIG",
+                          title=f"Move offload to NVMe at {target} in {os.path.basename(ds_path)}",
+                          requires_root=not os.access(folder, os.W_OK) if requires_root is None else requires_root,
+                          requires=requires,
+                          explanation="Rewrites only " + ", ".join(patch.changed) + " (every other line, "
+                          "comments included, stays), keeping the other settings of those blocks. The new text was "
+                          "read back through DeepSpeed's reader rules before it was offered. Applied only while the "
+                          "file is still the regular file (not a link) shown here, byte for byte: the new text is "
+                          f"written beside it, the old file is kept as {backup} (a name no file has; never "
+                          "overwritten) and the new one moved into place in one rename, with the old owner and mode, "
+                          "so the config is always the old file or the new one, never half-written. Not verified by "
+                          "a training run.\n\n" + patch.diff)
 
 
 #: The finding whose fix (format, mount, create the directory) makes the NVMe inventory's suggested
@@ -355,13 +323,14 @@ def check_capacity(facts: Facts) -> list[Finding]:
     detail = list(head)
     for i in idx:
         r = rows[i]
-        detail.append(f"{r['label']}: per CPU {_gib(r['cpu_bytes'])} vs {_gib(r['cpu_available'])} available: "
-                      f"{planner.verdict(r['cpu_fits'], r['cpu_margin'])}; per GPU {_gib(r['gpu_bytes'])} vs "
+        detail.append(f"{r['label']}: per CPU {planner.at_least(r['cpu_bytes'])} vs {_gib(r['cpu_available'])} "
+                      f"available: {planner.verdict(r['cpu_fits'], r['cpu_margin'])}; per GPU "
+                      f"{planner.at_least(r['gpu_bytes'])} vs "
                       f"{_gib(r['gpu_memory'])}: {planner.verdict(r['gpu_fits'], r['gpu_margin'])}.")
     remedies: list[Remedy] = []
     if cap.get("ram_short"):
         status = "fail"
-        title = (f"The chosen offload needs {_gib(best['cpu_bytes'])} of host memory per node; "
+        title = (f"The chosen offload needs {planner.at_least(best['cpu_bytes'])} of host memory per node; "
                  f"{_gib(best['cpu_available'])} is available")
         detail.append("When host memory runs out the kernel's OOM killer ends the job (exit -9, SIGKILL) or it "
                       "swaps and crawls.")
@@ -369,7 +338,7 @@ def check_capacity(facts: Facts) -> list[Finding]:
         if others:
             detail.append("Choices that fit this node: " + "; ".join(others) + ".")
         detail.append(f"More nodes shrink the per-node need (it is split across nodes): {cap['nodes'] + 1} nodes "
-                      "would need " + _gib(_renode(cap, best, cap["nodes"] + 1)) + " per node.")
+                      "would need " + planner.at_least(_renode(cap, best, cap["nodes"] + 1)) + " per node.")
         ds = facts.of("dsconfig")
         target = _offload_target(facts)
         if ds and target:
@@ -392,24 +361,27 @@ def check_capacity(facts: Facts) -> list[Finding]:
     elif (table == "zero3" and len(idx) > 1 and cap.get("ram_short") is False and cap.get("ram_tight") is None
           and rows[idx[1]].get("cpu_fits") is None):
         status = "warn"
-        title = (f"The chosen offload fits host memory with deepspeed.zero.Init ({_gib(best['cpu_bytes'])} of "
-                 f"{_gib(best['cpu_available'])}); without zero.Init: unknown ({rows[idx[1]].get('cpu_unknown')})")
+        title = (f"The chosen offload fits host memory with deepspeed.zero.Init "
+                 f"({planner.at_least(best['cpu_bytes'])} of {_gib(best['cpu_available'])}); without zero.Init: "
+                 f"unknown ({rows[idx[1]].get('cpu_unknown')})")
         detail.append("Without zero.Init every process first builds the whole model in host memory; that need "
                       "depends on an input that was not given, so no fit is claimed for it.")
     elif cap.get("gpu_short"):
         status = "warn"
-        title = f"The chosen offload needs {_gib(best['gpu_bytes'])} per GPU; the GPU has {_gib(best['gpu_memory'])}"
+        title = (f"The chosen offload needs {planner.at_least(best['gpu_bytes'])} per GPU; the GPU has "
+                 f"{_gib(best['gpu_memory'])}")
     elif best.get("cpu_fits") is None:
         status = "warn"
         title = f"Offload capacity unknown: host memory need or size not known ({best.get('cpu_unknown')})"
     elif best.get("gpu_fits") is None:
         status = "ok"
-        title = (f"The chosen offload fits host memory: {_gib(best['cpu_bytes'])} of {_gib(best['cpu_available'])}; "
+        title = (f"The chosen offload fits host memory: {planner.at_least(best['cpu_bytes'])} of "
+                 f"{_gib(best['cpu_available'])}; "
                  f"per GPU: unknown ({best.get('gpu_unknown')})")
     else:
         status = "ok"
-        title = (f"The chosen offload fits: {_gib(best['cpu_bytes'])} of {_gib(best['cpu_available'])} host memory, "
-                 f"{_gib(best['gpu_bytes'])} per GPU")
+        title = (f"The chosen offload fits: {planner.at_least(best['cpu_bytes'])} of {_gib(best['cpu_available'])} "
+                 f"host memory, {planner.at_least(best['gpu_bytes'])} per GPU")
     detail += unknown
     return [Finding(id=cid, status=status, title=title, detail="\n".join(detail), evidence=ev, remedies=remedies)]
 
@@ -487,7 +459,7 @@ def check_breakdown(facts: Facts) -> list[Finding]:
                      "nvme_path over a RAID-0 of several NVMe drives, or, where host memory allows, keep the "
                      "optimizer states in CPU memory (offload_optimizer.device cpu).")
         if cpu_fit and cpu_fit.get("cpu_fits"):
-            lines.append(f"Host memory allows it here: cpu/cpu needs {_gib(cpu_fit['cpu_bytes'])}, "
+            lines.append(f"Host memory allows it here: cpu/cpu needs {planner.at_least(cpu_fit['cpu_bytes'])}, "
                          f"{_gib(cpu_fit['cpu_available'])} is available.")
         return [Finding(id=cid, status="warn", title=f"NVMe swaps take {swap['share_of_step']:.0%} of the optimizer "
                         f"step, which takes {shares.get('step', 0):.0%} of an iteration", detail="\n".join(lines),

@@ -33,7 +33,7 @@ from ..systools import system_tool
 from ..userfile import open_regular_text
 from .jitguard import run_guarded
 from .lddebug import PidTrace, VersionError, all_version_errors, parse_ld_debug_dir, summarize, which_loaded
-from .strace import FileEvent, last_files, parse_strace, unfinished
+from .strace import FileEvent, last_files, lines_that_matter, parse_strace, unfinished
 from .stuck import StuckSampler, describe
 
 LD_DEBUG_CATEGORIES = "libs,files,versions"
@@ -66,6 +66,8 @@ class LiveTrace:
     last_files: dict[int, list[FileEvent]] = field(default_factory=dict)
     #: Calls a process was still inside when the trace stopped (strace only): where a hang sits.
     pending_calls: list[FileEvent] = field(default_factory=list)
+    #: strace's own lines that matter (strace only): the open of each libstdc++ copy, the call a hang waits in.
+    strace_lines: list[str] = field(default_factory=list)
     #: Each process of a run that hit its time limit, as sampled just before: state and wchan.
     stuck_states: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -85,6 +87,7 @@ class LiveTrace:
             "stderr_version_errors": [asdict(e) for e in self.stderr_version_errors],
             "last_files": {str(pid): [e.to_dict() for e in evs] for pid, evs in self.last_files.items()},
             "pending_calls": [e.to_dict() for e in self.pending_calls],
+            "strace_lines": list(self.strace_lines),
             "stuck_states": list(self.stuck_states),
             "notes": list(self.notes),
             "strace_available": self.strace_available,
@@ -363,6 +366,7 @@ def trace_command(
             notes.append("some LD_DEBUG logs were too large and were cut")
         recent: dict[int, list[FileEvent]] = {}
         stuck: list[FileEvent] = []
+        said: list[str] = []
         if strace_ok:
             text, cut = strace_tail.text() if strace_tail is not None else ("", False)
             if cut:
@@ -372,6 +376,7 @@ def trace_command(
             keeper = started[0] if attacher is not None and started else (events[0].pid if events else None)
             events = [e for e in events if e.pid != keeper and not e.path.startswith(tmp + os.sep)]
             recent, stuck = last_files(events), unfinished(events)
+            said = [line for line in lines_that_matter(text, ("libstdc++.so",), stuck) if tmp not in line]
         if timed_out:
             notes.append(f"timed out after {timeout:g}s; process group killed")
         return LiveTrace(
@@ -386,6 +391,7 @@ def trace_command(
             stderr_version_errors=parse_stderr_version_errors(ev.stderr),
             last_files=recent,
             pending_calls=stuck,
+            strace_lines=said,
             stuck_states=[describe(s) for s in sampler.states] if timed_out else [],
             notes=notes,
             strace_available=bool(strace_found),

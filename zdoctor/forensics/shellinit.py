@@ -10,6 +10,7 @@ runs them) and returns every line that sets one of the variables.
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import re
 from collections.abc import Iterable
@@ -71,17 +72,42 @@ def scan(home: str | None, prefixes: Iterable[str] = (), root: str = "/") -> dic
     files = startup_files(home, prefixes, root)
     lines: list[dict[str, Any]] = []
     errors: dict[str, str] = {}
+    sources: dict[str, dict[str, Any]] = {}
     for shown in files:
         path = os.path.join(root, shown.lstrip("/")) if root != "/" else shown
         try:
             with open_regular(path) as fh:
-                text = fh.read(MAX_BYTES).decode("utf-8", errors="replace")
+                data = fh.read(MAX_BYTES + 1)
+                st = os.fstat(fh.fileno())
         except OSError as exc:
             errors[shown] = exc.strerror or str(exc)
             continue
-        for n, var, line in setting_lines(text):
+        found = setting_lines(data[:MAX_BYTES].decode("utf-8", errors="replace"))
+        for n, var, line in found:
             lines.append({"file": shown, "line": n, "variable": var, "text": line})
-    return {"home": home, "files": files, "lines": lines, "errors": errors}
+        if found and len(data) <= MAX_BYTES:
+            # the whole file as read, so a fix of its line can be previewed and applied only to these bytes
+            sources[shown] = {"sha256": hashlib.sha256(data).hexdigest(), "uid": st.st_uid,
+                              "text": data.decode("utf-8", "surrogateescape")}
+    return {"home": home, "files": files, "lines": lines, "errors": errors, "sources": sources}
+
+
+#: How a line that is commented out is marked, so whoever reads the file knows why and by whom.
+COMMENT_NOTE = "commented out by zdoctor"
+
+
+def commented_out(text: str, number: int, why: str) -> str | None:
+    """``text`` with its line ``number`` (1-based) commented out, the reason at its end; None when that line
+    is no setting line (the file changed) or is already a comment."""
+    lines = text.splitlines(keepends=True)
+    if not 1 <= number <= len(lines):
+        return None
+    line = lines[number - 1]
+    body = line.rstrip("\r\n")
+    if not body.strip() or body.lstrip().startswith("#") or not (_SETS.match(body) or _EXPORT_LIST.match(body)):
+        return None
+    lines[number - 1] = f"# {body}  # {COMMENT_NOTE}: {why}" + line[len(body):]
+    return "".join(lines)
 
 
 def lines_for_entry(facts: dict[str, Any] | None, variable: str, entry: str) -> list[dict[str, Any]]:

@@ -199,3 +199,34 @@ def last_files(events: list[FileEvent], n: int = 10) -> dict[int, list[FileEvent
 def unfinished(events: list[FileEvent]) -> list[FileEvent]:
     """Calls a process was still inside when tracing stopped (a hang in ``open`` of a FIFO, NFS, ...)."""
     return [ev for ev in events if ev.errno == "unfinished"]
+
+
+_OPENED = re.compile(r"\b(?:open|openat|openat2)\(.*\)\s+=\s+\d+")
+_RETURNED = re.compile(r"\)\s+=\s+\S")
+
+
+def _pid_of_line(line: str) -> int | None:
+    m = _PREFIX.match(line.strip())
+    if not m or not (m["pid"] or m["bpid"]):
+        return None
+    return int(m["pid"] or m["bpid"])
+
+
+def lines_that_matter(text: str, names: tuple[str, ...], pending: list[FileEvent], cap: int = 8) -> list[str]:
+    """The trace's own lines a reader needs, as strace wrote them: each successful open of a file whose path
+    holds one of ``names`` (the copy the loader really opened), then, for each call still unfinished when
+    tracing stopped, the line of that call (the call a hung process waits in)."""
+    out: list[str] = []
+    lines = [line.strip() for line in text.splitlines()]
+    for line in lines:
+        if _OPENED.search(line) and any(n in line for n in names) and line not in out:
+            out.append(line)
+    waits: list[str] = []
+    for ev in pending:
+        for line in reversed(lines):
+            if f"{ev.syscall}(" in line and ("<unfinished" in line or not _RETURNED.search(line))\
+                    and _pid_of_line(line) in (ev.pid, None):
+                if line not in waits:
+                    waits.append(line)
+                break
+    return out[:max(1, cap - len(waits))] + waits[:cap]

@@ -6,6 +6,7 @@ import json
 import os
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from .. import __version__
@@ -101,6 +102,7 @@ class ReplayHost(Host):
         if rec is None:
             spec = PROBES.get(name)
             if spec is not None and spec.derived:  # computed from what the snapshot recorded
-                return run_probe_guarded(self, name)
+                # its time here is this machine's, not the node's: a replay shows recorded times only
+                return replace(run_probe_guarded(self, name), duration_s=0.0)
             return ProbeResult(probe=name, status="skip", error=f"probe {name} is not in this snapshot")
         return rec

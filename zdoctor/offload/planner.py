@@ -489,11 +489,18 @@ def fits(row: dict[str, Any]) -> bool:
     return row.get("cpu_fits") is True and row.get("gpu_fits") is True
 
 
+def at_least(n: float | None) -> str:
+    """A need that is a floor (DeepSpeed's estimate leaves activations and buffers out): ``at least 4.10 GiB``
+    (``unknown`` when not known)."""
+    return "unknown" if n is None else f"at least {gib(n)}"
+
+
 def verdict(fits: bool | None, margin: int | None) -> str:
-    """``fits (12.30 GiB spare)`` / ``short by 4.10 GiB`` / ``unknown``."""
+    """How a floor of a need compares with what there is: ``fits (at most 12.30 GiB spare)`` / ``short by at
+    least 4.10 GiB`` / ``unknown``."""
     if fits is None or margin is None:
         return "unknown"
-    return f"fits ({gib(margin)} spare)" if fits else f"short by {gib(-margin)}"
+    return f"fits (at most {gib(margin)} spare)" if fits else f"short by at least {gib(-margin)}"
 
 
 def nvme_lower_bound(total_params: int, nodes: int, optimizer: bool, params: bool) -> int:

@@ -13,6 +13,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ..forensics.runtables import TARGETS_LABEL, needs_table
 from ..model import Evidence
 from ..privilege import runs_as_of
 from ..registry import facts_of, probe
@@ -69,26 +70,6 @@ def _interp_dirs(audit_facts: dict[str, Any], pyenv: dict[str, Any], config: Any
 
 
 # ---------------------------------------------------------------------------------------------- tables
-def needs_table(audit: dict[str, Any], copies: list[dict[str, Any]]) -> Evidence:
-    """Needed versions (rows) against what the loaded copy and each inventory copy provide."""
-    winner = audit.get("libstdcxx") or {}
-    have = set(winner.get("versions") or [])
-    needers: dict[str, list[str]] = {}
-    for t in audit.get("targets") or []:
-        for v in t.get("needs") or []:
-            needers.setdefault(v, []).append(t["target"]["name"])
-    rows, hl = [], []
-    for v in audit.get("needs") or []:
-        ok = not winner or winner.get("versions") is None or v in have
-        if not ok:
-            hl.append(len(rows))
-        rows.append([v, ", ".join(needers.get(v, [])[:3]) + (" ..." if len(needers.get(v, [])) > 3 else ""),
-                     "yes" if ok else "NO"])
-    loaded = winner.get("path") or "none"
-    return Evidence.of_table(f"needed vs provided by the loaded libstdc++ ({loaded})",
-                             ["version needed", "needed by", "provided"], rows, hl)
-
-
 def targets_table(audit: dict[str, Any]) -> Evidence:
     rows, hl = [], []
     for t in audit.get("targets") or []:
@@ -99,7 +80,7 @@ def targets_table(audit: dict[str, Any]) -> Evidence:
         rows.append([t["target"]["name"], t["target"]["kind"],
                      f"{served.get('path', '-')} {served.get('label', '')}".strip(),
                      missing or (t.get("error") or "-")])
-    return Evidence.of_table("what each library the training imports gets",
+    return Evidence.of_table(TARGETS_LABEL,
                              ["library", "kind", "libstdc++.so.6 served", "missing / error"], rows, hl)
 
 
@@ -188,7 +169,7 @@ def libs_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
         "inventory": copies,
         "loaded": audit["loaded"],
     }
-    ev = [targets_table(audit), needs_table(audit, copies),
+    ev = [targets_table(audit), needs_table(audit, {}),
           inventory_table(copies, needs, (audit.get("libstdcxx") or {}).get("path")),
           compilers_table(audit, toolchain)]
     return facts, ev
@@ -311,6 +292,7 @@ def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
         "version_errors": errors,
         "last_files": _flat_files(lt.last_files),
         "pending_calls": [f"pid {e.pid}: {e.syscall} {e.path}" for e in lt.pending_calls],
+        "strace_lines": list(lt.strace_lines),
         "stuck_states": list(lt.stuck_states),
         "notes": list(lt.notes),
         "strace_available": lt.strace_available,

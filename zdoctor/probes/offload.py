@@ -264,8 +264,8 @@ def _capacity_table(rows: list[dict[str, Any]], chosen: list[int], title: str) -
     out = []
     for r in rows:
         # A figure that depends on an input nobody gave is unknown, never computed from a stand-in.
-        out.append([r["label"], planner.gib(r["cpu_bytes"]), planner.gib(r["cpu_available"]),
-                    planner.verdict(r["cpu_fits"], r["cpu_margin"]), planner.gib(r["gpu_bytes"]),
+        out.append([r["label"], planner.at_least(r["cpu_bytes"]), planner.gib(r["cpu_available"]),
+                    planner.verdict(r["cpu_fits"], r["cpu_margin"]), planner.at_least(r["gpu_bytes"]),
                     planner.gib(r["gpu_memory"]), planner.verdict(r["gpu_fits"], r["gpu_margin"])])
     return Evidence.of_table(title, ["choice", "per-CPU need", "available (MemAvailable)", "CPU",
                                      "per-GPU need", "GPU memory", "GPU"], out, chosen)
