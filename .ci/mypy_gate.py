@@ -2,7 +2,8 @@
 
 The baseline (``.ci/mypy-baseline.txt``) holds the errors there were when the check joined CI, one per
 line as ``path: message [code]`` (line numbers left out, so moving code does not count as a new error).
-It may only shrink: ``python3 .ci/mypy_gate.py --write`` records the errors of now, and refuses to add any.
+It may only shrink: ``python3 .ci/mypy_gate.py --write`` records the errors of now, and refuses to add any
+(an error whose code moved to another file keeps its message, and is not counted as new).
 """
 
 from __future__ import annotations
@@ -35,8 +36,13 @@ def main(argv: list[str]) -> int:
     now = collections.Counter(current())
     base = collections.Counter(BASELINE.read_text(encoding="utf-8").splitlines()) if BASELINE.exists() else None
     if "--write" in argv:
-        if base is not None and now - base:
-            print("mypy: refusing to grow the baseline; new errors:", *sorted(now - base), sep="\n  ")
+        # Code that moved keeps its errors under a new path: growth is judged by the messages alone.
+        def messages(c: collections.Counter) -> collections.Counter:
+            return collections.Counter(e.split(": ", 1)[1] for e in c.elements())
+
+        if base is not None and messages(now) - messages(base):
+            print("mypy: refusing to grow the baseline; new errors:", *sorted(messages(now) - messages(base)),
+                  sep="\n  ")
             return 1
         BASELINE.write_text("".join(f"{e}\n" for e in sorted(now.elements())), encoding="utf-8")
         print(f"mypy: baseline written ({sum(now.values())} errors)")

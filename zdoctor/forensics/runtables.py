@@ -72,7 +72,7 @@ def with_first_loaders(targets: Evidence, live: Mapping[str, Any], failing: set[
     that got one of the ``failing`` copies and lacked a version there is marked."""
     if targets.table is None:
         return targets
-    rows = [list(r) for r in targets.table.rows]
+    rows: list[list[str]] = [list(r) for r in targets.table.rows]
     hot = list(targets.table.highlight)
     names = {r[0] for r in rows}
     errors: dict[str, list[str]] = {}
