@@ -54,7 +54,8 @@ def needs_table(libs: Mapping[str, Any], live: Mapping[str, Any]) -> Evidence:
     have = winner.get("versions")
     missing = {str(e.get("version")) for e in live.get("version_errors") or []}
     needers = needers_of(libs, live)
-    rows, hot = [], []
+    rows: list[list[str]] = []
+    hot: list[int] = []
     for v in needed_versions(libs, live):
         ok = v not in missing and (have is None or v in set(have))
         if not ok:
