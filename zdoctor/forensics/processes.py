@@ -16,6 +16,7 @@ from typing import Any
 
 import psutil
 
+from .. import children
 from .jitcache import JitOp
 
 DEFAULT_MATCH = ("python", "deepspeed", "torchrun", "accelerate", "ninja", "c++", "g++", "cc1plus")
@@ -180,10 +181,24 @@ def _matches(name: str | None, cmdline: Sequence[str], match: Sequence[str]) -> 
 
 
 def _own_tree() -> set[int]:
+    """zdoctor itself and what it runs: each command's keeper (a registered group) with everything below it,
+    and whatever of its descendants is in its own session or a keeper's. An orphan zdoctor adopted as a
+    subreaper from someone else (it set up a session of its own) is not zdoctor's."""
     me = psutil.Process()
     pids = {me.pid}
+    keepers = set(children.running())
+    sessions = keepers | {os.getsid(0)}
+    for keeper in keepers:
+        with contextlib.suppress(psutil.Error):
+            pids.add(keeper)
+            pids.update(c.pid for c in psutil.Process(keeper).children(recursive=True))
     with contextlib.suppress(psutil.Error):
-        pids.update(c.pid for c in me.children(recursive=True))
+        for c in me.children(recursive=True):
+            try:
+                if os.getsid(c.pid) in sessions:
+                    pids.add(c.pid)
+            except OSError:
+                continue
     return pids
 
 
