@@ -67,7 +67,7 @@ def test_installed_wheel_runs(wheel: Path, tmp_path: Path):
     assert lint.returncode == 0, lint.stdout + lint.stderr
 
     chk = subprocess.run([str(exe), "check", "--json"], **run)
-    assert chk.returncode in (0, 1), chk.stderr
+    assert chk.returncode in (0, 1, 3), chk.stderr
     doc = json.loads(chk.stdout)
     assert doc["findings"] and doc["summary"]["total"] == len(doc["findings"])
     assert {p["id"] for p in doc["playbooks"]} >= {"toolchain"}

@@ -155,16 +155,17 @@ def check(host: Host, record: Recorder = no_record, playbooks: dict[str, Playboo
         FindingRecorded(finding=f.to_dict()).record(record)
     runs = walk_playbooks(host, record, books)
     report = CheckReport(host=host.info, findings=ordered, playbooks=runs, symptoms=[e.to_dict() for e in entries],
-                         incomplete=incomplete_reason(facts, target_of(host).command))
+                         incomplete=incomplete_reason(facts, target_of(host).command, target_of(host).ext))
     SummaryRecorded(counts=report.summary).record(record)
     return report
 
 
-def incomplete_reason(facts: Any, command: str | None = None) -> str | None:
+def incomplete_reason(facts: Any, command: str | None = None, ext: Any = ()) -> str | None:
     """Why the training environment itself could not be examined, or None when it was. With a ``--command``
-    the command is the training: incomplete only when it could not be run. Without one, the training
-    interpreter is examined: its probe crashed or timed out, it is not usable, or it has no torch."""
-    if command:
+    the command is the training: incomplete only when it could not be run; with ``--ext`` the extensions the
+    training imports were loaded and read. Without either, the training interpreter is examined: its probe
+    crashed or timed out, it is not usable, or it has no torch."""
+    if command or ext:
         live = facts.get("livetrace") if hasattr(facts, "get") else None
         if live is not None and live.status in ("crash", "timeout"):
             return f"the --command run could not be traced: {live.error or live.status}"
