@@ -45,6 +45,28 @@ LANES: dict[str, tuple[str, ...]] = {
     "test_secrets.py": ("needs_root",),
     "test_storage_check.py": ("needs_root",),
     "test_sysfile.py": ("needs_root",),
+    # unit-level files whose real processes, terminals or interpreters take tens of seconds each
+    "test_tui.py": ("slow",),
+    "test_tui_fleet.py": ("slow",),
+    "test_tui_snapshots.py": ("slow",),
+    "test_html_width.py": ("slow",),
+    "test_symbols.py": ("slow", "e2e"),
+    "test_cli.py": ("slow",),
+    "test_live.py": ("slow",),
+    "test_children.py": ("slow",),
+    "test_walllog.py": ("slow",),
+    "test_planner.py": ("slow",),
+    "test_training_user.py": ("slow", "needs_root"),
+    "test_offload_lint.py": ("slow",),
+    "test_pyenv.py": ("slow",),
+    "test_dsconfig.py": ("slow",),
+    "test_toolchain.py": ("slow",),
+    "test_fstab.py": ("slow", "needs_root"),
+    "test_runner.py": ("slow",),
+    "test_jitprereq.py": ("slow",),
+    "test_hangs_check.py": ("slow",),
+    "test_gpu_probes.py": ("slow",),
+    "test_nonblocking_reads.py": ("slow",),
 }
 
 

@@ -81,7 +81,8 @@ def test_with_a_command_its_running_processes_are_the_job(stuck, spawn, tmp_path
     marker = f"zdh3job-{os.getpid()}"
     command = f"python3 -c {JOB!r} {marker}"
     job = spawn(f"import os; os.execv('/bin/sh', ['sh', '-c', {command!r}])")
-    assert wait_for(lambda: any(marker in " ".join(p.cmdline) for p in pr.training_processes(exclude=())), 10)
+    # the marker is in the spawning python's own argv before it execs the shell: wait for the shell itself
+    assert wait_for(lambda: bool(pr.command_roots(command)), 10)
     facts, _ev = collect_processes(None, 0.1, command=command)
     scope = facts["scope"]
     assert scope["kind"] == "command" and job in scope["pids"] and stuck not in scope["pids"], scope
