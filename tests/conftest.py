@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -75,6 +76,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         for lane in LANES.get(item.path.name, ()):
             item.add_marker(getattr(pytest.mark, lane))
+
+
+@pytest.fixture(autouse=True)
+def not_a_subreaper():
+    """A test that runs zdoctor's signal set-up in this process makes it a child subreaper (as zdoctor is):
+    orphans of later tests (the detached processes of ``spawn``) would then be this process's unreaped
+    zombies instead of init's. Each test starts without it."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(36, 0, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER off
+    yield
 
 
 @pytest.fixture(autouse=True)
