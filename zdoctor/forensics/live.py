@@ -155,6 +155,15 @@ class _StraceTail:
         self.thread.start()
 
     def _pump(self) -> None:
+        """Read until strace is done; the descriptor is closed here, by its only reader, never under it
+        (closed from another thread, its number could be reused by another command's pipe while this reads)."""
+        try:
+            self._read_all()
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+
+    def _read_all(self) -> None:
         import select
 
         while True:
@@ -179,8 +188,6 @@ class _StraceTail:
         """What strace wrote (its last ``limit`` bytes, from a line start when cut); call after strace ended."""
         self.done.set()
         self.thread.join(10)
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
         data = bytes(self.buf[-self.limit:])
         cut = self.total > len(data)
         if cut:
