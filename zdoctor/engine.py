@@ -137,6 +137,13 @@ def naming(failing: list[dict[str, str]]) -> str:
                                                      for x in failing)
 
 
+def _offer(implied: Edge | None, cands: list[Candidate]) -> Edge | None:
+    """An implied edge (to the not-checked or the unexplained end) among the candidates shown, once."""
+    if implied is not None and not any(c.edge.to == implied.to for c in cands):
+        cands.append(Candidate(implied))
+    return implied
+
+
 def _event_pair(event: Any) -> tuple[str, Mapping[str, Any]] | None:
     """Accept ``(type, data)``, ``{"type", "data"}`` or ``{"type", **data}``."""
     if isinstance(event, (tuple, list)) and len(event) == 2 and isinstance(event[1], Mapping):
@@ -310,12 +317,8 @@ class Walk:
                        reason: str, findings: list[Finding] | None = None) -> tuple[Edge | None, str]:
         """A healthy diagnosis is never reached from missing data: when a probe the walk rests on gave no
         facts, the walk goes to the playbook's ``not_checked`` diagnosis instead, and says which."""
-        implied = self.playbook.not_checked_edge(node)
-        if implied is None:
-            return chosen, reason
-        if not any(c.edge.to == implied.to for c in cands):
-            cands.append(Candidate(implied))
-        if chosen is None or not self.playbook.nodes[chosen.to].healthy:
+        implied = _offer(self.playbook.not_checked_edge(node), cands)
+        if implied is None or chosen is None or not self.playbook.nodes[chosen.to].healthy:
             return chosen, reason
         missing = self.unchecked_probes(facts, findings)
         if not missing:
@@ -326,12 +329,8 @@ class Walk:
                            reason: str) -> tuple[Edge | None, str]:
         """A healthy diagnosis is never reached while a symptom the user saw is explained by no finding: the
         walk goes to the playbook's ``unexplained`` diagnosis instead, quoting the symptom."""
-        implied = self.playbook.unexplained_edge(node)
-        if implied is None:
-            return chosen, reason
-        if not any(c.edge.to == implied.to for c in cands):
-            cands.append(Candidate(implied))
-        if chosen is None or not self.playbook.nodes[chosen.to].open_end:
+        implied = _offer(self.playbook.unexplained_edge(node), cands)
+        if implied is None or chosen is None or not self.playbook.nodes[chosen.to].open_end:
             return chosen, reason
         open_ones = unexplained_on(self.host)
         if not open_ones:
