@@ -7,7 +7,7 @@ sentences from here, so they say the same thing.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,8 +116,9 @@ def _command_lines(commands: Iterable[str]) -> list[str]:
 STOPS_NOTE = "pasted as one block, it stops at the first line that fails"
 
 
-def _comment_at(line: str) -> int | None:
-    """Where a shell comment starts in ``line`` (a ``#`` at a word's start, outside quotes), or None."""
+def _syntax(line: str) -> Iterator[tuple[int, str]]:
+    """``(index, character)`` of each character of ``line`` the shell parses as syntax: outside quotes, not
+    escaped, and not a quote or an escape itself."""
     quote = ""
     escaped = False
     for i, ch in enumerate(line):
@@ -132,29 +133,18 @@ def _comment_at(line: str) -> int | None:
             escaped = True
         elif ch in "'\"":
             quote = ch
-        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
-            return i
-    return None
+        else:
+            yield i, ch
+
+
+def _comment_at(line: str) -> int | None:
+    """Where a shell comment starts in ``line`` (a ``#`` at a word's start, outside quotes), or None."""
+    return next((i for i, ch in _syntax(line) if ch == "#" and (i == 0 or line[i - 1].isspace())), None)
 
 
 def _unquoted(line: str) -> str:
     """``line`` with its quoted parts (and escaped characters) taken out: what the shell parses as syntax."""
-    out, quote, escaped = [], "", False
-    for ch in line:
-        if escaped:
-            escaped = False
-        elif quote:
-            if ch == quote:
-                quote = ""
-            elif ch == "\\" and quote == '"':
-                escaped = True
-        elif ch == "\\":
-            escaped = True
-        elif ch in "'\"":
-            quote = ch
-        else:
-            out.append(ch)
-    return "".join(out)
+    return "".join(ch for _i, ch in _syntax(line))
 
 
 def _grouped(command: str) -> str:
