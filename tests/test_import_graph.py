@@ -16,7 +16,7 @@ PACKAGE = ROOT / "zdoctor"
 #: is in the layer of the longest prefix listed.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("zdoctor", "zdoctor.errors", "zdoctor.units", "zdoctor.verdicts", "zdoctor.plural", "zdoctor.shellquote",
-              "zdoctor.symptoms.model", "zdoctor.resources", "zdoctor.scripts",
+              "zdoctor.symptoms.model", "zdoctor.resources", "zdoctor.scripts", "zdoctor.layers",
               "zdoctor.shim")),
     ("model", ("zdoctor.model", "zdoctor.redact", "zdoctor.userfile", "zdoctor.atomic", "zdoctor.children",
                "zdoctor.runner", "zdoctor.target", "zdoctor.packages", "zdoctor.present", "zdoctor.asuser",

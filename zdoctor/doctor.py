@@ -62,6 +62,8 @@ class CheckReport:
     symptoms: list[dict[str, Any]] = field(default_factory=list)
     #: Why the training environment itself could not be examined (exit 3), or None.
     incomplete: str | None = None
+    #: Each layer of the node, examined or not and why (see :mod:`zdoctor.layers`).
+    layers: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def summary(self) -> dict[str, int]:
@@ -88,7 +90,7 @@ class CheckReport:
 
         findings = [Finding.from_dict(redact(f.to_dict())) for f in self.findings]
         return CheckReport(host=redact(self.host), findings=findings, playbooks=self.playbooks, session=self.session,
-                           symptoms=redact(self.symptoms), incomplete=self.incomplete)
+                           symptoms=redact(self.symptoms), incomplete=self.incomplete, layers=redact(self.layers))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -100,6 +102,7 @@ class CheckReport:
             "playbooks": [p.to_dict() for p in self.playbooks],
             "session": self.session,
             "incomplete": self.incomplete,
+            "layers": [dict(layer) for layer in self.layers],
             "exit_code": self.exit_code,
         }
 
@@ -155,9 +158,20 @@ def check(host: Host, record: Recorder = no_record, playbooks: dict[str, Playboo
         FindingRecorded(finding=f.to_dict()).record(record)
     runs = walk_playbooks(host, record, books)
     report = CheckReport(host=host.info, findings=ordered, playbooks=runs, symptoms=[e.to_dict() for e in entries],
-                         incomplete=incomplete_reason(facts, target_of(host).command, target_of(host).ext))
+                         incomplete=incomplete_reason(facts, target_of(host).command, target_of(host).ext),
+                         layers=layers_examined(ordered))
     SummaryRecorded(counts=report.summary).record(record)
     return report
+
+
+def layers_examined(findings: list[Finding]) -> list[dict[str, Any]]:
+    """Each layer of the node with whether this run's findings show it examined (:func:`layers.layer_status`)."""
+    from .conditions import owner_check
+    from .layers import layer_status
+    from .registry import CHECKS
+
+    return layer_status({name: spec.layer for name, spec in CHECKS.items() if spec.layer}, findings,
+                        lambda fid: owner_check(fid, CHECKS))
 
 
 def incomplete_reason(facts: Any, command: str | None = None, ext: Any = ()) -> str | None:

@@ -102,6 +102,8 @@ class CheckSpec:
     findings: tuple[str, ...] = ()
     #: Probes it reads when they answered and never needs (a rule of the installed release, say).
     optional: tuple[str, ...] = ()
+    #: The layer of the node it examines (see :mod:`zdoctor.layers`), or "" for none of them.
+    layer: str = ""
 
     def produces(self, fid: str) -> bool:
         """Whether it declares finding ``fid`` (or ``fid`` is a dotted prefix of ids it declares)."""
@@ -184,14 +186,15 @@ def probe(name: str, *, title: str, timeout: float = 30.0, needs: tuple[str, ...
 
 
 def check(name: str, *, title: str, probes: tuple[str, ...], findings: tuple[str, ...] = (),
-          explains: tuple[str, ...] = (), optional: tuple[str, ...] = ()):
+          explains: tuple[str, ...] = (), optional: tuple[str, ...] = (), layer: str = ""):
     """Register ``func(facts) -> [Finding]`` as check ``name`` reading the given probes. ``findings`` are the
     ids it produces besides ``name`` itself (``family.*`` for a family); ``explains`` names the symptom kinds
     its findings can explain (the check then reads the ``symptoms`` probe too); ``optional`` are probes it
-    reads when they answered."""
+    reads when they answered; ``layer`` is the layer of the node it examines (:mod:`zdoctor.layers`)."""
 
     def deco(func: Callable[[Facts], list[Finding]]):
-        CHECKS[name] = CheckSpec(name, func, title, probes, tuple(explains), tuple(findings), tuple(optional))
+        CHECKS[name] = CheckSpec(name, func, title, probes, tuple(explains), tuple(findings), tuple(optional),
+                                 layer)
         return func
 
     return deco
