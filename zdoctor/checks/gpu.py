@@ -41,7 +41,7 @@ def check_driver(facts: Facts) -> list[Finding]:
                         detail=f"{(nv.get('library') or {}).get('error')}. No CUDA program can use the node's "
                                "GPUs until the lost GPU is reset or the node rebooted; `dmesg | grep -i xid` "
                                "shows the Xid error (79: fallen off the bus) and when it happened.",
-                        evidence=ev, remedies=[_reboot_remedy()])]
+                        evidence=ev, remedies=[reboot_remedy()])]
     if nv is None or nv.get("skipped"):
         why = (nv or {}).get("skipped") or facts.why_not("nvml")
         return [not_checked(fid, "NVIDIA driver and GPUs", why + ". The GPU checks that need the driver are skipped.",
@@ -66,7 +66,7 @@ def check_driver(facts: Facts) -> list[Finding]:
             lines.append(f"GPU {g['index']}: {gpu_error(g)}: NVML has no working handle for it, so nothing about "
                          "it is known and CUDA cannot use it ('GPU is lost' means it fell off the PCIe bus: "
                          "`dmesg | grep -i xid` shows Xid 79).")
-        remedies = [_reset_remedy(lost), _reboot_remedy()]
+        remedies = [reset_remedy(lost), reboot_remedy()]
     smi = nv.get("smi") or {}
     if nv.get("source") == "nvidia-smi":
         status = "warn"
@@ -105,7 +105,7 @@ def gpu_error(g: dict[str, Any]) -> str:
     return f"handle: {errs['handle']}" if "handle" in errs else "; ".join(f"{k}: {v}" for k, v in errs.items())
 
 
-def _reboot_remedy() -> Remedy:
+def reboot_remedy() -> Remedy:
     return Remedy(title="Drain the node and reboot it", commands=["systemctl reboot"], requires_root=True,
                   note="not tried: it stops every process on the node",
                   explanation="Move the jobs off the node first. A reboot loads the kernel module that matches the "
@@ -131,6 +131,23 @@ def _mismatch_finding(nv: dict[str, Any], ev: list[Evidence]) -> Finding:
                                   [0, 1])] + list(ev)
     versions = f" (kernel module {kv}, libraries {lv})" if kv and lv and kv != lv else ""
     order = km.get("unload_order")
+    remedies = module_reload_remedies(km)
+    mods = ("Loaded NVIDIA modules: " + ", ".join(order) + ".") if order else \
+        f"The loaded modules are unknown: {km.get('modules_error') or 'not read'}."
+    return Finding(
+        id="gpu.driver", status="fail",
+        title="NVIDIA kernel module and driver libraries differ: Driver/library version mismatch" + versions,
+        detail="The NVIDIA kernel module in memory is another release than the user-space driver libraries on "
+               "disk: the driver was upgraded and the old module is still loaded. NVML and nvidia-smi refuse "
+               "to start ('Failed to initialize NVML: Driver/library version mismatch') and CUDA fails the "
+               "same way, so no GPU can be used until the new module is loaded. " + mods,
+        evidence=evidence, remedies=remedies)
+
+
+def module_reload_remedies(km: dict[str, Any]) -> list[Remedy]:
+    """Load the installed driver's kernel module: reload the NVIDIA modules in their unload order (when
+    known), or reboot. ``km`` is the nvml probe's ``kernel_module`` facts."""
+    order = km.get("unload_order")
     remedies = []
     if order:
         remedies.append(Remedy(
@@ -146,17 +163,8 @@ def _mismatch_finding(nv: dict[str, Any], ev: list[Evidence]) -> Finding:
                         "them); loading nvidia again loads the installed release. With a desktop on the "
                         "GPU (nvidia_drm in use by the display server), reboot instead. Restart the services "
                         "stopped above afterwards."))
-    remedies.append(_reboot_remedy())
-    mods = ("Loaded NVIDIA modules: " + ", ".join(order) + ".") if order else \
-        f"The loaded modules are unknown: {km.get('modules_error') or 'not read'}."
-    return Finding(
-        id="gpu.driver", status="fail",
-        title="NVIDIA kernel module and driver libraries differ: Driver/library version mismatch" + versions,
-        detail="The NVIDIA kernel module in memory is another release than the user-space driver libraries on "
-               "disk: the driver was upgraded and the old module is still loaded. NVML and nvidia-smi refuse "
-               "to start ('Failed to initialize NVML: Driver/library version mismatch') and CUDA fails the "
-               "same way, so no GPU can be used until the new module is loaded. " + mods,
-        evidence=evidence, remedies=remedies)
+    remedies.append(reboot_remedy())
+    return remedies
 
 
 # -- gpu.pcie -------------------------------------------------------------------------------------------
@@ -241,7 +249,7 @@ def check_pcie(facts: Facts) -> list[Finding]:
 # -- gpu.health -----------------------------------------------------------------------------------------
 
 
-def _reset_remedy(gpus: list[dict[str, Any]]) -> Remedy:
+def reset_remedy(gpus: list[dict[str, Any]]) -> Remedy:
     idx = ",".join(str(g["index"]) for g in gpus)
     return Remedy(title="Drain the node, then reset the GPU(s)", commands=[f"nvidia-smi -r -i {idx}"],
                   requires_root=True, verified=None,
@@ -265,7 +273,7 @@ def check_health(facts: Facts) -> list[Finding]:
                                  "is unknown and CUDA cannot use it",
                            detail="\n".join(f"GPU {g['index']}: {gpu_error(g)}" for g in lost)
                                   + "\nThe health checks below cover only the GPUs NVML could read.",
-                           remedies=[_reset_remedy(lost), _reboot_remedy()]))
+                           remedies=[reset_remedy(lost), reboot_remedy()]))
     gpus = [g for g in gpus if g not in lost]
     if not gpus:
         return out
@@ -307,13 +315,13 @@ def _ecc(gpus: list[dict[str, Any]]) -> Finding:
                        detail="An uncorrectable ECC error means data in GPU memory was lost: CUDA calls on that GPU "
                               "fail with 'uncorrectable ECC error encountered' and training results cannot be "
                               "trusted. This is hardware, not configuration.", evidence=ev,
-                       remedies=[_reset_remedy(bad)])
+                       remedies=[reset_remedy(bad)])
     if warn:
         return Finding(id=fid, status="warn", title="GPU memory (ECC) needs attention on GPU "
                        + ", ".join(str(g["index"]) for g in _unique(warn)),
                        detail="See the notes in the table: pending row remapping and ECC mode changes take effect "
                               "only after a GPU reset or reboot; lifetime uncorrectable errors mean the GPU had "
-                              "trouble before.", evidence=ev, remedies=[_reset_remedy(_unique(warn))])
+                              "trouble before.", evidence=ev, remedies=[reset_remedy(_unique(warn))])
     off = [g for g in gpus if (g.get("ecc") or {}).get("current") is False]
     detail = "No uncorrectable ECC errors."
     if off:

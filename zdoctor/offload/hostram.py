@@ -113,8 +113,9 @@ NO_LIMIT_KB = 1 << 50
 
 def oom_kills(lines: list[str], limit: int = 5) -> list[dict[str, Any]]:
     """The kernel's OOM kills in log lines: ``kind`` (memcg | global | cpuset | mempolicy), ``constraint``,
-    ``memcg`` (oom_memcg), ``task``, ``pid``, ``limit_kb`` / ``usage_kb`` of the memcg (its
-    "memory: usage ..kB, limit ..kB" line), ``line`` and ``text`` of the "Killed process" line."""
+    ``memcg`` (oom_memcg), ``task_memcg`` (the killed task's cgroup), ``task``, ``pid``, ``limit_kb`` /
+    ``usage_kb`` of the memcg (its "memory: usage ..kB, limit ..kB" line), ``line`` and ``text`` of the
+    "Killed process" line."""
     out: list[dict[str, Any]] = []
     pending: dict[str, Any] = {}
     for i, line in enumerate(lines, 1):
@@ -127,13 +128,15 @@ def oom_kills(lines: list[str], limit: int = 5) -> list[dict[str, Any]]:
             fields = dict(kv.split("=", 1) for kv in m.group(2).split(",") if "=" in kv)
             pending.update(constraint=m.group(1), kind=CONSTRAINTS.get(m.group(1), "unknown"),
                            memcg=fields.get("oom_memcg"), task=fields.get("task"),
+                           task_memcg=fields.get("task_memcg"),
                            pid=int(fields["pid"]) if fields.get("pid", "").isdigit() else None)
             continue
         m = _KILLED_PROCESS.search(line)
         if m:
             kind = "memcg" if m.group(1).startswith("Memory cgroup") else pending.get("kind") or "global"
             rec = {"kind": kind, "constraint": pending.get("constraint"), "memcg": pending.get("memcg"),
-                   "task": m.group(3), "pid": int(m.group(2)), "line": i, "text": line.strip()[:300],
+                   "task_memcg": pending.get("task_memcg"), "task": m.group(3), "pid": int(m.group(2)), "line": i,
+                   "text": line.strip()[:300],
                    "limit_kb": None, "usage_kb": None}
             if kind == "memcg" and (pending.get("limit_kb") or 0) < NO_LIMIT_KB:
                 rec.update(limit_kb=pending.get("limit_kb"), usage_kb=pending.get("usage_kb"))

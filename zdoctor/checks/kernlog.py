@@ -1,0 +1,354 @@
+"""Checks of the kernel log: ``kernel.xid`` (NVIDIA Xid records, by GPU), ``kernel.api-mismatch`` (NVRM's
+module vs user-space versions), ``kernel.aer`` (PCIe AER errors, by device) and ``kernel.oom`` (the OOM
+killer's records, by process and cgroup).
+
+Each record is tied to the GPU whose bus address it names (the nvml probe's bus ids) or to the process it
+killed. An empty log is "ok" only for the window read: records of an earlier boot, or overwritten in the
+ring buffer, are not seen, and the finding says from when it looked.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..forensics.kernlog import bus_key
+from ..gpu.checkfacts import result_facts
+from ..model import Evidence, Finding, Remedy
+from ..plural import count_of
+from ..registry import Facts, check
+from ..rules.xids import CATALOGUE, xid
+from ..symptoms.match import ids_for, symptoms_of
+from . import not_checked
+from .gpu import module_reload_remedies, reboot_remedy, reset_remedy
+
+LAYER = "kernel-log"
+
+
+def when(t: float | None) -> str:
+    """A record's wall time, UTC."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t)) if t is not None else "an unknown time"
+
+
+def scope(kl: dict[str, Any]) -> str:
+    """Where the records come from and the window they cover, in one sentence."""
+    w = kl.get("window") or {}
+    src = {"kmsg": "/dev/kmsg", "journalctl": "journalctl -k (this boot)"}.get(kl.get("source") or "", "the log")
+    text = (f"Read from {src}: {count_of(kl.get('records_read') or 0, 'record')} from {when(w.get('since'))} to "
+            f"{when(w.get('until'))}")
+    if kl.get("truncated"):
+        text += f" ({kl['truncated']})"
+    return text + (". Records from before then (an earlier boot, or overwritten in the kernel's ring buffer) are "
+                   "not seen.")
+
+
+def _gpus_by_bus(facts: Facts) -> dict[str, dict[str, Any]] | None:
+    """The nvml probe's GPUs by :func:`bus_key` (None when NVML listed none)."""
+    nv = facts.of("nvml")
+    if not nv or not nv.get("gpus"):
+        return None
+    out: dict[str, dict[str, Any]] = {}
+    for g in nv["gpus"]:
+        key = bus_key(g.get("pci_bus_id"))
+        if key:
+            out[key] = g
+    return out
+
+
+def gpu_of(gpus: dict[str, dict[str, Any]] | None, key: str | None) -> str:
+    """``GPU 0 (NVIDIA H200, GPU-...)``, or why the bus is tied to no GPU."""
+    if gpus is None:
+        return "GPU unknown (NVML gave no GPU list)"
+    g = gpus.get(key or "")
+    if g is None:
+        return "no GPU NVML lists"
+    return f"GPU {g.get('index')} ({g.get('name') or '?'}, {g.get('uuid') or 'no UUID'})"
+
+
+def _kernel_log(facts: Facts, fid: str, title: str) -> tuple[dict[str, Any] | None, Finding | None]:
+    kl = facts.of("kernel_log")
+    if kl is None:
+        return None, not_checked(fid, title, facts.why_not("kernel_log"), facts.evidence("kernel_log"))
+    return kl, None
+
+
+# -- kernel.xid ------------------------------------------------------------------------------------------
+
+
+@check("kernel.xid", title="NVIDIA Xid records in the kernel log", probes=("kernel_log",), optional=("nvml",),
+       explains=("xid",), layer=LAYER)
+def check_xid(facts: Facts) -> list[Finding]:
+    fid = "kernel.xid"
+    kl, skipped = _kernel_log(facts, fid, "NVIDIA Xid records in the kernel log")
+    if kl is None:
+        return [skipped] if skipped else []
+    ev = facts.evidence("kernel_log")
+    records = kl.get("xids") or []
+    if not records:
+        return [Finding(id=fid, status="ok", title=f"No NVIDIA Xid record in the kernel log since "
+                                                   f"{when((kl.get('window') or {}).get('since'))}",
+                        detail=scope(kl), evidence=ev)]
+    gpus = _gpus_by_bus(facts)
+    groups: dict[tuple[str | None, int], list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault((r.get("bus_key"), r["xid"]), []).append(r)
+    rows: list[list[str]] = []
+    lines: list[str] = []
+    hl: list[int] = []
+    actions: set[str] = set()
+    to_reset: list[dict[str, Any]] = []
+    worst = "warn"
+    for (key, number), recs in groups.items():
+        entry = xid(number)
+        last = recs[-1]
+        status = entry.status if entry else "warn"
+        if status == "fail":
+            worst = "fail"
+            hl.append(len(rows))
+        meaning = entry.meaning if entry else f"not in zdoctor's table: see NVIDIA's Xid catalogue ({CATALOGUE})"
+        who = gpu_of(gpus, key)
+        proc = f"pid {last['pid']} ({last.get('name') or '?'})" if last.get("pid") else "-"
+        rows.append([str(number), last.get("bus") or "?", who, str(len(recs)), when(recs[0].get("time")),
+                     when(last.get("time")), proc, meaning])
+        lines.append(f"Xid {number} at {last.get('bus')} ({who}), {count_of(len(recs), 'record')}, last at "
+                     f"{when(last.get('time'))}: {meaning}. "
+                     + (f"What to do: {entry.todo}." if entry else "What to do: read the catalogue entry."))
+        if entry:
+            actions.add(entry.action)
+        g = (gpus or {}).get(key or "")
+        if entry and entry.action == "RESET_GPU" and g is not None and g not in to_reset:
+            to_reset.append(g)
+    table = Evidence.of_table("Xid records by GPU", ["Xid", "bus", "GPU", "records", "first", "last", "process",
+                                                     "meaning"], rows, hl)
+    remedies = _xid_remedies(actions, to_reset)
+    numbers = sorted({n for _k, n in groups})
+    title = (f"NVIDIA Xid {', '.join(str(n) for n in numbers)} in the kernel log ("
+             + "; ".join(sorted({gpu_of(gpus, k) for k, _n in groups})) + ")")
+    return [Finding(id=fid, status=worst, title=title, detail="\n".join(lines + [scope(kl)]),
+                    evidence=[table, *ev], remedies=remedies, explains=_xid_symptoms(facts, groups))]
+
+
+def _xid_symptoms(facts: Facts, groups: dict[tuple[str | None, int], list[dict[str, Any]]]) -> list[str]:
+    """The pasted or logged Xid lines of the same number at the same bus (however the bus is written)."""
+    out = []
+    for s in symptoms_of(facts):
+        if s.kind != "xid":
+            continue
+        number = s.fields.get("xid")
+        key = bus_key(s.fields.get("bus"))
+        if number and number.isdigit() and (key, int(number)) in groups:
+            out.append(s.id)
+    return out
+
+
+def _xid_remedies(actions: set[str], gpus: list[dict[str, Any]]) -> list[Remedy]:
+    out: list[Remedy] = []
+    if "RESET_GPU" in actions or "RESTART_BM" in actions or "CONTACT_SUPPORT" in actions:
+        if gpus and "RESTART_BM" not in actions:
+            out.append(reset_remedy(gpus))
+        out.append(reboot_remedy())
+        out.append(Remedy(title="If the same Xid comes back after the reset: collect a bug report and ask for "
+                                "an RMA", commands=["nvidia-bug-report.sh"], requires_root=True,
+                          note="not tried: it is for the GPU's vendor",
+                          explanation="The report (nvidia-bug-report.log.gz) holds the kernel log, the GPU's "
+                                      "state and its error counters, which the vendor asks for."))
+    if "RESTART_APP" in actions or "IGNORE" in actions:
+        out.append(Remedy(title="Restart the job; if it faults again, find the failing kernel",
+                          commands=["export CUDA_LAUNCH_BLOCKING=1"],
+                          note="not tried: it reruns the training",
+                          explanation="Application faults (Xid 13, 31, 43) and contained errors (94) end only the "
+                                      "process that hit them. With CUDA_LAUNCH_BLOCKING=1 set before the launch, "
+                                      "the error is raised at the kernel that failed, not a later call."))
+    return out
+
+
+# -- kernel.api-mismatch ---------------------------------------------------------------------------------
+
+
+@check("kernel.api-mismatch", title="NVRM API mismatch records in the kernel log", probes=("kernel_log",),
+       optional=("nvml",), explains=("driver-mismatch",), layer=LAYER)
+def check_api_mismatch(facts: Facts) -> list[Finding]:
+    fid = "kernel.api-mismatch"
+    kl, skipped = _kernel_log(facts, fid, "NVRM API mismatch records")
+    if kl is None:
+        return [skipped] if skipped else []
+    ev = facts.evidence("kernel_log")
+    records = kl.get("api_mismatch") or []
+    if not records:
+        return [Finding(id=fid, status="ok", title="No NVRM API mismatch record in the kernel log since "
+                                                   f"{when((kl.get('window') or {}).get('since'))}",
+                        detail=scope(kl), evidence=ev)]
+    last = records[-1]
+    nv = result_facts(facts, "nvml") or {}
+    lib = nv.get("library") or {}
+    km = nv.get("kernel_module") or {}
+    rows = [["the kernel log's record (user-space client)", when(last.get("time")), last.get("client") or "?"],
+            ["the kernel log's record (kernel module)", when(last.get("time")), last.get("module") or "?"],
+            ["loaded kernel module now", "/sys/module/nvidia/version", km.get("kernel_version") or "not read"],
+            ["user-space library now", km.get("library") or "libnvidia-ml.so.1",
+             km.get("library_version") or nv.get("driver") or "not read"],
+            ["NVML now", "nvmlInit", lib.get("error") or ("starts" if lib.get("available") else "not read")]]
+    table = Evidence.of_table("NVRM API mismatch: user-space vs kernel module", ["what", "from", "version"], rows,
+                              [0, 1])
+    said = (f"The NVIDIA kernel module logged at {when(last.get('time'))}: a user-space driver client of version "
+            f"{last.get('client')} called a kernel module of version {last.get('module') or '?'} "
+            f"({count_of(len(records), 'record')}). Every CUDA and NVML start fails that way until both are one "
+            "release.")
+    explains = [s.id for s in symptoms_of(facts) if s.kind == "driver-mismatch"
+                and s.fields.get("client", last.get("client")) == last.get("client")
+                and s.fields.get("module", last.get("module")) == last.get("module")]
+    if lib.get("error_kind") == "driver_mismatch":
+        return [Finding(id=fid, status="fail",
+                        title=f"The driver's user space ({last.get('client')}) and kernel module "
+                              f"({last.get('module') or '?'}) differ, and NVML still refuses to start",
+                        detail=said + " NVML fails the same way now (gpu.driver): the mismatch stands.\n" + scope(kl),
+                        evidence=[table, *ev], remedies=module_reload_remedies(km), explains=explains)]
+    if lib.get("available") and nv.get("driver"):
+        same = nv.get("driver") == last.get("client") or nv.get("driver") == last.get("module")
+        return [Finding(id=fid, status="warn",
+                        title=f"The kernel log holds an NVRM API mismatch ({last.get('client')} vs "
+                              f"{last.get('module') or '?'}); NVML starts now with driver {nv.get('driver')}",
+                        detail=said + f" NVML starts now (driver {nv.get('driver')}), so the module was reloaded "
+                               "or the libraries replaced since" + ("" if same else ", with a third release")
+                               + ": a process started before then, or one that loads a private copy of the "
+                               "driver libraries (a container image with its own libcuda), can still fail.\n"
+                               + scope(kl), evidence=[table, *ev], explains=explains)]
+    return [Finding(id=fid, status="fail",
+                    title=f"NVRM API mismatch in the kernel log: user space {last.get('client')}, kernel module "
+                          f"{last.get('module') or '?'}",
+                    detail=said + " NVML could not confirm it now: " + (lib.get("error") or facts.why_not("nvml"))
+                           + ".\n" + scope(kl),
+                    evidence=[table, *ev], remedies=module_reload_remedies(km), explains=explains)]
+
+
+# -- kernel.aer ------------------------------------------------------------------------------------------
+
+
+@check("kernel.aer", title="PCIe AER errors in the kernel log", probes=("kernel_log",), optional=("nvml",),
+       explains=("aer",), layer=LAYER)
+def check_aer(facts: Facts) -> list[Finding]:
+    fid = "kernel.aer"
+    kl, skipped = _kernel_log(facts, fid, "PCIe AER errors")
+    if kl is None:
+        return [skipped] if skipped else []
+    ev = facts.evidence("kernel_log")
+    records = kl.get("aer") or []
+    if not records:
+        return [Finding(id=fid, status="ok", title="No PCIe AER error in the kernel log since "
+                                                   f"{when((kl.get('window') or {}).get('since'))}",
+                        detail=scope(kl), evidence=ev)]
+    gpus = _gpus_by_bus(facts)
+    by_dev: dict[str | None, list[dict[str, Any]]] = {}
+    for r in records:
+        by_dev.setdefault(r.get("bus_key"), []).append(r)
+    rows, lines, hl = [], [], []
+    status = "warn"
+    gpu_devs = []
+    for key, recs in by_dev.items():
+        sev = {r["severity"] for r in recs}
+        worst = "fatal" if "fatal" in sev else "nonfatal" if "nonfatal" in sev else "corrected"
+        who = gpu_of(gpus, key)
+        is_gpu = gpus is not None and key in gpus
+        if is_gpu:
+            gpu_devs.append(gpus[key])  # type: ignore[index]
+        if worst != "corrected":
+            status = "fail"
+            hl.append(len(rows))
+        types = sorted({r.get("type") for r in recs if r.get("type")})
+        rows.append([recs[-1].get("bus") or "?", who, worst, str(len(recs)), ", ".join(types) or "-",
+                     when(recs[-1].get("time"))])
+        lines.append(f"{recs[-1].get('bus')} ({who}): {count_of(len(recs), 'record')}, worst {worst}"
+                     + (f" ({', '.join(types)})" if types else "") + f", last at {when(recs[-1].get('time'))}.")
+    lines.append("Corrected errors are fixed by the link itself (a replay or retrain), but many of them mean a "
+                 "marginal link that slows or drops; an uncorrected one loses a transaction, and a fatal one "
+                 "takes the link down (a GPU then falls off the bus: Xid 79).")
+    remedies = []
+    if status == "fail":
+        if gpu_devs:
+            remedies.append(reset_remedy(gpu_devs))
+        remedies.append(reboot_remedy())
+    remedies.append(Remedy(title="Reseat the card and check the slot, riser and power cabling",
+                           note="not tried: it is hands-on work on the node",
+                           explanation="Repeated AER errors on one device are its link: the card's seating, a "
+                                       "riser, the slot, or the BIOS's PCIe settings (Gen speed). Move the card "
+                                       "to another slot to tell the card from the slot."))
+    table = Evidence.of_table("PCIe AER errors by device", ["device", "GPU", "worst", "records", "types", "last"],
+                              rows, hl)
+    names = "; ".join(sorted({gpu_of(gpus, k) if gpus is not None and k in gpus else str(recs[-1].get("bus"))
+                              for k, recs in by_dev.items()}))
+    title = (f"PCIe AER {'uncorrected' if status == 'fail' else 'corrected'} errors in the kernel log ({names})")
+    explains = []
+    for s in symptoms_of(facts):
+        if s.kind == "aer" and bus_key(s.fields.get("bus")) in by_dev:
+            explains.append(s.id)
+    return [Finding(id=fid, status=status, title=title, detail="\n".join(lines + [scope(kl)]),
+                    evidence=[table, *ev], remedies=remedies, explains=explains)]
+
+
+# -- kernel.oom ------------------------------------------------------------------------------------------
+
+
+def job_pids(facts: Facts) -> set[int]:
+    """The pids of the ``--command`` run's processes (the livetrace probe's), to tie a kill to the job."""
+    live = facts.of("livetrace") or {}
+    return {p for p in live.get("pids") or [] if isinstance(p, int)}
+
+
+@check("kernel.oom", title="OOM-killer records in the kernel log", probes=("kernel_log",), optional=("livetrace",),
+       explains=("oom-kill", "killed"), layer=LAYER)
+def check_oom(facts: Facts) -> list[Finding]:
+    fid = "kernel.oom"
+    kl, skipped = _kernel_log(facts, fid, "OOM-killer records")
+    if kl is None:
+        return [skipped] if skipped else []
+    ev = facts.evidence("kernel_log")
+    kills = kl.get("ooms") or []
+    if not kills:
+        return [Finding(id=fid, status="ok", title="No OOM kill in the kernel log since "
+                                                   f"{when((kl.get('window') or {}).get('since'))}",
+                        detail=scope(kl), evidence=ev)]
+    ours = job_pids(facts)
+    rows, lines, hl, explains = [], [], [], []
+    for k in kills:
+        memcg = k.get("constraint") == "CONSTRAINT_MEMCG" or k.get("kind") == "memcg"
+        tied = k.get("pid") in ours
+        if tied:
+            hl.append(len(rows))
+        limit = f"{k['limit_kb']} kB" if isinstance(k.get("limit_kb"), int) else "-"
+        rows.append([when(k.get("time")), f"{k.get('task')} (pid {k.get('pid')})", k.get("constraint") or "not logged",
+                     k.get("task_memcg") or k.get("memcg") or "-", limit, "yes" if tied else "no"])
+        what = ("its memory cgroup's limit was hit (CONSTRAINT_MEMCG): the job's share, not the host's RAM"
+                if memcg else "the host ran out of memory (constraint " + (k.get("constraint") or "not logged") + ")")
+        lines.append(f"{when(k.get('time'))}: the OOM killer killed {k.get('task')} (pid {k.get('pid')}"
+                     + (", a process of the --command run" if tied else "") + f") in cgroup "
+                     f"{k.get('task_memcg') or k.get('memcg') or '(not logged)'}: {what}.")
+        explains += _oom_symptoms(facts, k)
+        if tied:
+            explains += ids_for(facts, "killed", signal="9")
+    # A kill of the job's own process, or one a message the user saw names, is the failure; others are news
+    status = "fail" if hl or explains else "warn"
+    table = Evidence.of_table("OOM kills in the kernel log", ["time", "killed", "constraint", "cgroup",
+                                                             "memcg limit", "the --command run's"], rows, hl)
+    last = kills[-1]
+    title = (f"The OOM killer killed {count_of(len(kills), 'process')} (last {last.get('task')}, pid "
+             f"{last.get('pid')}, {last.get('constraint') or 'constraint not logged'})")
+    if ours and status == "warn":
+        lines.append("None of them is a process of the --command run: they were other jobs on this node (or an "
+                     "earlier run).")
+    lines.append("offload.host-ram weighs these against the offload's host-memory needs.")
+    return [Finding(id=fid, status=status, title=title, detail="\n".join(lines + [scope(kl)]),
+                    evidence=[table, *ev], remedies=[], explains=sorted(set(explains)))]
+
+
+def _oom_symptoms(facts: Facts, kill: dict[str, Any]) -> list[str]:
+    """The OOM messages the user saw that this kill is: the same pid where the message names one, else the
+    same constraint ("oom-kill:constraint=..." names no pid of its own)."""
+    out = []
+    for s in symptoms_of(facts):
+        if s.kind != "oom-kill":
+            continue
+        pid = s.fields.get("pid")
+        same = pid == str(kill.get("pid")) if pid is not None else s.fields.get("constraint") == kill.get("constraint")
+        if same:
+            out.append(s.id)
+    return out

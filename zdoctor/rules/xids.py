@@ -1,0 +1,82 @@
+"""NVIDIA Xid events by number: what each means and what to do, as data.
+
+Source: NVIDIA's Xid catalogue (docs.nvidia.com/deploy/xid-errors, "Analyzing Xid Errors with the Xid
+Catalog"), whose "Resolution Bucket (Immediate Action)" column is ``action`` here: RESTART_APP (the
+application's context was lost; the GPU is fine), RESET_GPU (the GPU must be reset, or the node rebooted,
+before it is trusted again), RESTART_BM (reboot the node), CONTACT_SUPPORT (hardware: drain the node, and
+an RMA when it repeats). ``kind`` groups them the way a report reads them: bus, memory, application, gsp,
+nvlink, driver.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Xid:
+    number: int
+    kind: str
+    meaning: str
+    #: The catalogue's immediate action: RESTART_APP, RESET_GPU, RESTART_BM, CONTACT_SUPPORT, IGNORE.
+    action: str
+    #: fail: the GPU is not fit for training until acted on; warn: an application fault or a notice.
+    status: str
+    todo: str
+
+
+XIDS: dict[int, Xid] = {x.number: x for x in (
+    Xid(13, "application", "Graphics engine exception: a kernel faulted (out-of-range access, illegal "
+        "instruction)", "RESTART_APP", "warn",
+        "an application fault, not the GPU: run the failing job with CUDA_LAUNCH_BLOCKING=1 (or "
+        "compute-sanitizer) to find the kernel; the GPU needs no reset"),
+    Xid(31, "application", "GPU memory page fault: a kernel accessed an address it does not own",
+        "RESTART_APP", "warn",
+        "an application fault (an illegal address, usually a bug or a mismatched extension): restart the "
+        "job; the GPU needs no reset"),
+    Xid(43, "application", "GPU stopped processing: the application's channel was reset after a fault",
+        "RESTART_APP", "warn",
+        "the process that faulted was stopped; restart the job (the other processes on the GPU keep running)"),
+    Xid(45, "application", "Preemptive cleanup after an earlier error (the process was killed or faulted)",
+        "IGNORE", "warn", "follows another Xid or a killed process: read the record before it"),
+    Xid(48, "memory", "Double-bit ECC error (DBE): data in GPU memory was lost", "RESET_GPU", "fail",
+        "drain the node and reset the GPU (row remapping or page retirement applies at the reset); if it "
+        "comes back, the GPU needs an RMA"),
+    Xid(61, "driver", "Internal micro-controller breakpoint/warning", "RESET_GPU", "fail",
+        "reset the GPU or reboot; report it to NVIDIA with nvidia-bug-report.sh if it repeats"),
+    Xid(62, "driver", "Internal micro-controller halt", "RESET_GPU", "fail",
+        "reset the GPU or reboot; report it to NVIDIA with nvidia-bug-report.sh if it repeats"),
+    Xid(63, "memory", "ECC page retirement or row remapping recorded: a memory row is marked for remapping",
+        "RESET_GPU", "warn",
+        "the remapping takes effect at the next GPU reset: reset the GPU when the jobs allow"),
+    Xid(64, "memory", "ECC page retirement or row remapping failed to record", "RESET_GPU", "fail",
+        "drain the node and reset the GPU; repeated failures mean the GPU needs an RMA"),
+    Xid(74, "nvlink", "NVLink error", "RESET_GPU", "fail",
+        "reset the GPU (and check the NVLink state with `nvidia-smi nvlink -s`); an RMA if it repeats"),
+    Xid(79, "bus", "GPU has fallen off the bus: the GPU stopped answering on PCIe", "RESET_GPU", "fail",
+        "drain the node and reset the GPU (usually a reboot: a GPU off the bus rarely resets in place); "
+        "check the PCIe AER records, power and cooling of the slot; an RMA if it repeats"),
+    Xid(92, "memory", "High single-bit ECC error rate", "IGNORE", "warn",
+        "corrected errors: watch the ECC counters; a rising rate precedes uncorrectable errors"),
+    Xid(94, "memory", "Contained ECC error: an uncorrectable error was contained to the application that "
+        "touched it", "RESTART_APP", "fail",
+        "the affected process was stopped: restart the job; reset the GPU when the jobs allow so the "
+        "remapping takes effect"),
+    Xid(95, "memory", "Uncontained ECC error: an uncorrectable error every process on the GPU may have "
+        "seen", "RESET_GPU", "fail",
+        "drain the node and reset the GPU before any job uses it; an RMA if it repeats"),
+    Xid(119, "gsp", "GSP RPC timeout: the GPU System Processor did not answer the driver", "RESET_GPU", "fail",
+        "reset the GPU or reboot the node; update the driver if it repeats"),
+    Xid(120, "gsp", "GSP error: the GPU System Processor reported an error", "RESET_GPU", "fail",
+        "reset the GPU or reboot the node; update the driver if it repeats"),
+    Xid(154, "driver", "GPU recovery action changed: the driver says which recovery the GPU needs",
+        "IGNORE", "warn", "read the record's text: it names the action (GPU reset, node reboot, drain and reset)"),
+)}
+
+#: What a Xid number not in the table gets.
+CATALOGUE = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
+
+
+def xid(number: int) -> Xid | None:
+    """The catalogue entry of Xid ``number``, or None when zdoctor does not know it."""
+    return XIDS.get(number)
