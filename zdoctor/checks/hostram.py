@@ -4,6 +4,7 @@ that shows the job was killed. Never "RAM is fine" while either says otherwise."
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from ..gpu.limits import human
@@ -15,13 +16,14 @@ from . import not_checked
 
 
 @check("offload.host-ram", title="Host memory beyond the offload estimate", probes=("hostram",),
-       explains=("oom-kill", "killed"), optional=("dsrelease", "dsconfig"),
+       explains=("oom-kill", "killed"), optional=("dsrelease", "dsconfig", "kernel_log", "livetrace"),
        findings=("offload.host-ram.wsl2",))
 def check_hostram(facts: Facts) -> list[Finding]:
     f = facts.of("hostram")
     if f is None:
         return [not_checked("offload.host-ram", "Host memory beyond the estimate", facts.why_not("hostram"))]
-    if not f.get("config") and not f.get("log"):
+    ooms = job_oom_kills(facts, f)
+    if not f.get("config") and not f.get("log") and not ooms:
         return [not_checked("offload.host-ram", "Host memory beyond the estimate",
                             "no ds_config (--ds-config) and no training log (--log) given")]
     ev = facts.evidence("hostram")
@@ -58,7 +60,6 @@ def check_hostram(facts: Facts) -> list[Finding]:
     unknowns = [x["unknown"] for x in f.get("extra") or [] if x.get("unknown")]
     if f.get("extra") and est is None:
         unknowns.append(f.get("estimate_unknown") or "DeepSpeed's estimate for the model states")
-    ooms = f.get("oom_kills") or []
     memcg = [k for k in ooms if k.get("kind") == "memcg"]
     host_wide = [k for k in ooms if k.get("kind") != "memcg"]
     killed = ids_for(facts, "killed", signal="9")
@@ -74,8 +75,8 @@ def check_hostram(facts: Facts) -> list[Finding]:
                               "(CONSTRAINT_MEMORY_POLICY)"}.get(k.get("kind"), "memory ran out")
         out.append(Finding(id="offload.host-ram", status="fail",
                            title=f"The kernel's OOM killer killed {k.get('task')} (pid {k.get('pid')}, log line "
-                                 f"{k.get('line')}): {scope}",
-                           detail="\n".join([f"{f.get('log')}:{x['line']}: {x['text']}" for x in host_wide[:3]]
+                                 f"{_where(f, k)}): {scope}",
+                           detail="\n".join([f"{_where(f, x)}: {x['text']}" for x in host_wide[:3]]
                                             + lines + ["RAM is the bottleneck, whatever the model-state estimate "
                                                        "says; the memory available now is after the kill."]),
                            evidence=ev, remedies=rem,
@@ -86,12 +87,7 @@ def check_hostram(facts: Facts) -> list[Finding]:
                                  f"{kills[0][0]}): most likely host memory ran out (the log does not say who "
                                  "killed it)",
                            detail="\n".join([f"{f.get('log')}:{n}: {t}" for n, t in kills[:3]] + lines
-                                            + ["A SIGKILL (-9, 'Killed') of a training process is the kernel's OOM "
-                                               "killer far more often than anything else, but the log has no OOM "
-                                               "record: `dmesg -T | grep -iE 'out of memory|oom-kill'` on the node "
-                                               "says whether it was the whole host (constraint=CONSTRAINT_NONE) "
-                                               "or the job's memory cgroup (CONSTRAINT_MEMCG, 'Memory cgroup out "
-                                               "of memory'), whose limit is not the host's memory."]),
+                                            + [_kernel_log_says(facts)]),
                            evidence=ev, remedies=rem, explains=killed))
     elif avail is not None and needed and needed > avail:
         out.append(Finding(id="offload.host-ram", status="fail",
@@ -147,7 +143,7 @@ def _memcg_kill(f: dict[str, Any], kills: list[dict[str, Any]], lines: list[str]
     now = k.get("cgroup_now") or {}
     limit_text = human(limit * 1024) if isinstance(limit, int) else "a limit the log does not show"
     avail, total = f.get("mem_available"), f.get("mem_total")
-    detail = [f"{f.get('log')}:{x['line']}: {x['text']}" for x in kills[:3]]
+    detail = [f"{_where(f, x)}: {x['text']}" for x in kills[:3]]
     detail.append(f"The kernel killed {k.get('task')} (pid {k.get('pid')}) because the memory cgroup "
                   f"{k.get('memcg') or '(path not logged)'} reached its limit ({limit_text}"
                   + (f", usage {human(k['usage_kb'] * 1024)}" if isinstance(k.get("usage_kb"), int) else "")
@@ -169,6 +165,59 @@ def _memcg_kill(f: dict[str, Any], kills: list[dict[str, Any]], lines: list[str]
                    title=f"The job's memory cgroup limit ({limit_text}) was hit and the kernel killed "
                          f"{k.get('task')}; the host had memory left ({gib(avail)} available)",
                    detail="\n".join(detail), evidence=ev, remedies=[limit_rem] + rem)
+
+
+def job_oom_kills(facts: Facts, f: dict[str, Any]) -> list[dict[str, Any]]:
+    """The OOM kills of this job: the kernel log's records (the better source: constraint, cgroup and limit
+    whole) of a pid the --log's OOM lines or the --command run name, then the --log's records the kernel log
+    does not hold (an earlier boot, a log copied from another node). Kills of other processes on the node
+    are not the job's, and are left to kernel.oom."""
+    logged = list(f.get("oom_kills") or [])
+    kl = facts.of("kernel_log")
+    if not kl:
+        return logged
+    by_pid = {k.get("pid"): k for k in logged}
+    run_pids = set(facts.get_fact("livetrace", "pids", default=None) or [])
+    out: list[dict[str, Any]] = []
+    for k in kl.get("ooms") or []:
+        pid = k.get("pid")
+        if pid in by_pid or pid in run_pids:
+            from_log = by_pid.pop(pid, None) or {}
+            out.append({**from_log, **{key: v for key, v in k.items() if v is not None}, "source": "kernel log",
+                        "cgroup_now": from_log.get("cgroup_now")})
+    return out + [k for k in logged if k.get("pid") in by_pid]
+
+
+def _where(f: dict[str, Any], k: dict[str, Any]) -> str:
+    """Where a kill's record is: the kernel log (with its time) or the --log's line."""
+    if k.get("source") == "kernel log":
+        t = k.get("time")
+        return "kernel log" + (time.strftime(" %Y-%m-%d %H:%M:%S UTC", time.gmtime(t)) if t is not None else "")
+    return f"{f.get('log')}:{k.get('line')}"
+
+
+def _kernel_log_says(facts: Facts) -> str:
+    """What the kernel log says of a kill the training log shows without an OOM record."""
+    kl = facts.of("kernel_log")
+    first = ("A SIGKILL (-9, 'Killed') of a training process is the kernel's OOM killer far more often than "
+             "anything else, but the log has no OOM record. ")
+    if kl is None:
+        return (first + f"The kernel log was not read ({facts.why_not('kernel_log')}): "
+                "`dmesg -T | grep -iE 'out of memory|oom-kill'` on the node says "
+                "whether it was the whole host (constraint=CONSTRAINT_NONE) or the job's memory cgroup "
+                "(CONSTRAINT_MEMCG, 'Memory cgroup out of memory'), whose limit is not the host's memory.")
+    since = (kl.get("window") or {}).get("since")
+    since_text = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(since)) if since is not None else "an unknown time"
+    others = kl.get("ooms") or []
+    if not others:
+        return (first + f"The kernel log ({kl.get('path')}, since {since_text}) has no OOM-kill record: the kill "
+                "was not the kernel's OOM killer in that window (a scheduler or a person sent SIGKILL, or it happened "
+                "before the window, in an earlier boot).")
+    last = others[-1]
+    return (first + f"The kernel log ({kl.get('path')}, since {since_text}) has {len(others)} OOM kill(s), the last of "
+            f"{last.get('task')} (pid {last.get('pid')}, {last.get('constraint') or 'constraint not logged'}, cgroup "
+            f"{last.get('task_memcg') or last.get('memcg') or 'not logged'}); none names a pid of this job, so "
+            "whether one of them was this job's kill is not known (kernel.oom lists them).")
 
 
 def _unpin_remedies(facts: Facts, blocks: list[str]) -> list[Remedy]:

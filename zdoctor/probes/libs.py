@@ -287,6 +287,8 @@ def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
         "timeout": timeout,
         "exit_code": lt.exit_code,
         "timed_out": lt.timed_out,
+        # every process of the run the loader's trace saw: what ties a kernel record (an OOM kill) to it
+        "pids": sorted(lt.traces),
         "ok": lt.exit_code == 0 and not lt.timed_out,
         "libstdcxx": loaded,
         "version_errors": errors,

@@ -255,7 +255,7 @@ SIGNATURES: tuple[Signature, ...] = (
                 r"has the version (?P<module>[\d.]+)",
         meaning="the user-space driver and the loaded kernel module differ in version",
         read_next="the installed driver package and the module's version; reboot or reload the module",
-        confirm=("gpu.driver",),
+        confirm=("gpu.driver", "kernel.api-mismatch"),
         sources=("NVIDIA kernel module nv.c (\"NVRM: API mismatch: the client has the version\")",)),
     Signature(
         id="kernel.xid", kind="xid", layer="kernel",
@@ -263,6 +263,7 @@ SIGNATURES: tuple[Signature, ...] = (
         meaning="the NVIDIA driver reported an Xid event for the GPU at that bus address (79: fell off the bus; "
                 "48/63/64/94/95: memory errors; 13/31/43: application faults; 119/120: GSP errors)",
         read_next="the kernel log around it, the GPU's ECC and retired pages, and the PCIe AER records",
+        confirm=("kernel.xid",),
         sources=("NVIDIA Xid Errors (docs.nvidia.com/deploy/xid-errors)",)),
     Signature(
         id="kernel.oom-memcg", kind="oom-kill", layer="memory",
@@ -270,21 +271,21 @@ SIGNATURES: tuple[Signature, ...] = (
         meaning="the kernel's OOM killer ran; CONSTRAINT_MEMCG means a memory cgroup's limit was hit (a "
                 "container or job limit), not the host's RAM",
         read_next="the cgroup's memory.max / memory.events and the host's free memory",
-        confirm=("offload.host-ram",),
+        confirm=("offload.host-ram", "kernel.oom"),
         sources=("Linux mm/oom_kill.c (dump_oom_summary: \"oom-kill:constraint=%s\")",)),
     Signature(
         id="kernel.memcg-oom", kind="oom-kill", layer="memory",
         pattern=r"Memory cgroup out of memory: Killed process (?P<pid>\d+)",
         meaning="a memory cgroup's limit was hit and the kernel killed a process in it",
         read_next="the cgroup's memory limit against what the job needs",
-        confirm=("offload.host-ram",), fields=(("constraint", "CONSTRAINT_MEMCG"),),
+        confirm=("offload.host-ram", "kernel.oom"), fields=(("constraint", "CONSTRAINT_MEMCG"),),
         sources=("Linux mm/oom_kill.c (__oom_kill_process: \"Memory cgroup out of memory\")",)),
     Signature(
         id="kernel.oom", kind="oom-kill", layer="memory",
         pattern=r"Out of memory: Killed process (?P<pid>\d+)",
         meaning="the host ran out of memory and the kernel killed a process",
         read_next="the host's RAM and swap against the offload's pinned and swap buffers",
-        confirm=("offload.host-ram",), fields=(("constraint", "CONSTRAINT_NONE"),),
+        confirm=("offload.host-ram", "kernel.oom"), fields=(("constraint", "CONSTRAINT_NONE"),),
         sources=("Linux mm/oom_kill.c (__oom_kill_process: \"Out of memory: Killed process\")",)),
     # -- NCCL and the network -----------------------------------------------------------------------
     Signature(
@@ -343,6 +344,27 @@ SIGNATURES: tuple[Signature, ...] = (
         read_next="the kernel log's OOM records and the job's cgroup memory limit",
         confirm=("offload.host-ram",),
         sources=("bash jobs.c (the 'Killed' status line of a job ended by SIGKILL)",)),
+    # -- the kernel log: PCIe AER -------------------------------------------------------------------
+    Signature(
+        id="kernel.aer-bus-error", kind="aer", layer="kernel-log",
+        pattern=r"(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): PCIe Bus Error: "
+                r"severity=(?P<severity>[^,]+),",
+        meaning="the PCIe link of that device reported an error: Corrected ones the link fixed itself (a replay; "
+                "many mean a marginal link), Uncorrected (Non-Fatal) lost a transaction, Fatal took the link down "
+                "(a GPU then falls off the bus, Xid 79)",
+        read_next="the kernel log's AER records for that device, and which GPU has that bus address",
+        confirm=("kernel.aer",),
+        sources=("Linux drivers/pci/pcie/aer.c (aer_print_error: \"PCIe Bus Error: severity=%s, type=%s, (%s)\")",)),
+    Signature(
+        id="kernel.aer-received", kind="aer", layer="kernel-log",
+        pattern=r"AER: (?:Multiple )?(?P<severity>Corrected|Correctable|Uncorrected \((?:Non-)?Fatal\)|"
+                r"Uncorrectable \((?:Non-)?Fatal\)) error (?:message )?received(?: from)?:? "
+                r"(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])",
+        meaning="a PCIe root port received an error report from the device at that address (AER)",
+        read_next="the kernel log's AER records for that device, and which GPU has that bus address",
+        confirm=("kernel.aer",),
+        sources=("Linux drivers/pci/pcie/aer.c (aer_isr_one_error: \"%s%s error received: %04x:%02x:%02x.%d\"; "
+                 "6.x aer_print_source: \"%s%s error message received from %s\")",)),
 )
 
 BY_ID = {s.id: s for s in SIGNATURES}
