@@ -8,8 +8,10 @@ guessing; every mismatch comes with a side-by-side table and remedies whose shel
 from __future__ import annotations
 
 import shlex
+import time
 from typing import Any
 
+from ..forensics.kernlog import bus_key
 from ..gpu import kmod, limits, nvml
 from ..gpu.checkfacts import na, nvml_gpus, result_facts
 from ..model import Evidence, Finding, Remedy
@@ -25,7 +27,7 @@ IDLE_UTIL = 10
 # -- gpu.driver -----------------------------------------------------------------------------------------
 
 
-@check("gpu.driver", title="NVIDIA driver and GPUs", probes=("nvml",),
+@check("gpu.driver", title="NVIDIA driver and GPUs", probes=("nvml",), optional=("kernel_log",),
        explains=("driver-mismatch", "xid", "cuda-error"))
 def check_driver(facts: Facts) -> list[Finding]:
     fid = "gpu.driver"
@@ -33,14 +35,18 @@ def check_driver(facts: Facts) -> list[Finding]:
     ev = facts.evidence("nvml")
     if nv is not None and _driver_mismatch(nv):
         found = _mismatch_finding(nv, ev)
+        said = (facts.of("kernel_log") or {}).get("api_mismatch") or []
+        if said:
+            found.detail += (f" The kernel log has the module's own record ({_utc(said[-1].get('time'))}): "
+                             f"user space {said[-1].get('client')}, kernel module {said[-1].get('module') or '?'} "
+                             "(kernel.api-mismatch).")
         # CUDA's 803 (cudaErrorSystemDriverMismatch) is the same mismatch seen from the runtime
         found.explains = ids_for(facts, "driver-mismatch") + ids_for(facts, "cuda-error", number="803")
         return [found]
     if nv is not None and (nv.get("library") or {}).get("error_kind") == "gpu_lost" and nv.get("skipped"):
         return [Finding(id=fid, status="fail", title="A GPU has fallen off the bus: NVML cannot start",
                         detail=f"{(nv.get('library') or {}).get('error')}. No CUDA program can use the node's "
-                               "GPUs until the lost GPU is reset or the node rebooted; `dmesg | grep -i xid` "
-                               "shows the Xid error (79: fallen off the bus) and when it happened.",
+                               "GPUs until the lost GPU is reset or the node rebooted. " + fell_off_record(facts),
                         evidence=ev, remedies=[reboot_remedy()])]
     if nv is None or nv.get("skipped"):
         why = (nv or {}).get("skipped") or facts.why_not("nvml")
@@ -64,8 +70,8 @@ def check_driver(facts: Facts) -> list[Finding]:
         title = f"GPU {', '.join(str(g['index']) for g in lost)} cannot be reached through the driver; {title}"
         for g in lost:
             lines.append(f"GPU {g['index']}: {gpu_error(g)}: NVML has no working handle for it, so nothing about "
-                         "it is known and CUDA cannot use it ('GPU is lost' means it fell off the PCIe bus: "
-                         "`dmesg | grep -i xid` shows Xid 79).")
+                         "it is known and CUDA cannot use it ('GPU is lost' means it fell off the PCIe bus). "
+                         + fell_off_record(facts, g.get("pci_bus_id")))
         remedies = [reset_remedy(lost), reboot_remedy()]
     smi = nv.get("smi") or {}
     if nv.get("source") == "nvidia-smi":
@@ -88,6 +94,28 @@ def check_driver(facts: Facts) -> list[Finding]:
         lines.append("Not supported by this GPU/driver (shown as n/a): " + ", ".join(ns) + ".")
     return [Finding(id=fid, status=status, title=title, detail="\n".join(lines), evidence=ev, remedies=remedies,
                     explains=ids_for(facts, "xid", xid="79") if lost else [])]
+
+
+def fell_off_record(facts: Facts, bus: str | None = None) -> str:
+    """What the kernel log says of a GPU that fell off the bus: its Xid 79 record (at ``bus`` when NVML knows
+    the lost GPU's address), that it holds none in the window read, or where to look when it was not read."""
+    kl = facts.of("kernel_log")
+    if kl is None:
+        return "`dmesg | grep -i xid` shows the Xid error (79: fallen off the bus) and when it happened."
+    want = bus_key(bus) if bus else None
+    found = [r for r in kl.get("xids") or [] if r.get("xid") == 79 and (want is None or r.get("bus_key") == want)]
+    since = (kl.get("window") or {}).get("since")
+    if not found:
+        return (f"The kernel log ({kl.get('path')}, since {_utc(since)}) holds no Xid 79 record"
+                + (f" for {bus}" if bus else "") + ": the GPU was lost before that window, or the driver did not "
+                "log it.")
+    last = found[-1]
+    return (f"The kernel log has the driver's record ({count_of(len(found), 'record')}, the last at "
+            f"{_utc(last.get('time'))}): {last.get('text')}")
+
+
+def _utc(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t)) if t is not None else "an unknown time"
 
 
 #: NVML answers on a GPU that mean the GPU itself is gone, whatever field was asked.
