@@ -68,7 +68,8 @@ def gpu_of(gpus: dict[str, dict[str, Any]] | None, key: str | None) -> str:
 def _kernel_log(facts: Facts, fid: str, title: str) -> tuple[dict[str, Any] | None, Finding | None]:
     kl = facts.of("kernel_log")
     if kl is None:
-        return None, not_checked(fid, title, facts.why_not("kernel_log"), facts.evidence("kernel_log"))
+        return None, not_checked(f"{fid}.not-checked", title, facts.why_not("kernel_log"),
+                                 facts.evidence("kernel_log"))
     return kl, None
 
 

@@ -35,8 +35,8 @@ MAX_KEPT = 400
 _BUS = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 XID = re.compile(r"NVRM: Xid \((?P<bus>(?:PCI:)?" + _BUS + r")\): (?P<xid>\d+)(?:, pid=(?P<pid>\d+|'?<unknown>'?))?"
                  r"(?:, name=(?P<name>[^,]*))?(?:, (?P<rest>.*))?")
-API_MISMATCH = re.compile(r"NVRM: API mismatch: the client has the version (?P<client>[\d.]+), but")
-API_MODULE = re.compile(r"this kernel module has the version (?P<module>[\d.]+)")
+API_MISMATCH = re.compile(r"NVRM: API mismatch: the client has the version (?P<client>\d+(?:\.\d+)+), but")
+API_MODULE = re.compile(r"this kernel module has the version (?P<module>\d+(?:\.\d+)+)")
 #: aer_print_error: "<driver> 0000:3b:00.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, (Receiver ID)"
 AER_BUS_ERROR = re.compile(r"(?:(?P<driver>[\w-]+) )?(?P<bus>" + _BUS + r"): PCIe Bus Error: "
                            r"severity=(?P<severity>[^,]+), type=(?P<type>[^,]+)(?:, \(?(?P<agent>[^)]*)\)?)?")
@@ -252,9 +252,10 @@ def classify(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
         if OOM_LINE.search(text):
             oom_recs.append({**base, "_text": text})
     ooms = []
-    for k in oom_kills([r["_text"] for r in oom_recs], limit=50):
+    for k in oom_kills([r["_text"] for r in oom_recs], limit=len(oom_recs) + 1):
         rec = oom_recs[k["line"] - 1]
         base = {key: rec.get(key) for key in ("seq", "usec", "time", "facility", "level")}
+        k.pop("line", None)  # a place among the OOM lines, not the log's: the record's seq and time say where
         ooms.append({**k, **base, "text": k["text"]})
     return {"xids": xids, "api_mismatch": mismatch, "aer": aer, "ooms": ooms}
 

@@ -102,7 +102,7 @@ def collect(*, kmsg: str = kernlog.KMSG, journalctl: str | None = None, use_jour
         "source": source, "path": where, "attempts": attempts,
         "window": {"since": start, "until": until, "boot_time": btime, "since_given": since is not None},
         "records_read": got.read, "truncated": got.truncated, "overwritten": got.overwritten,
-        **{k: v[:kernlog.MAX_KEPT] for k, v in found.items()},
+        **{k: v[-kernlog.MAX_KEPT:] for k, v in found.items()},  # the newest
     }
     facts = json.loads(json.dumps(facts))
     rows = [[_when(r.get("time")), kind, r.get("bus") or (f"pid {r['pid']}" if r.get("pid") else "-"), r["text"][:200]]

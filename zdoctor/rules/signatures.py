@@ -251,8 +251,8 @@ SIGNATURES: tuple[Signature, ...] = (
         sources=("NVML nvmlInit: NVML_ERROR_LIB_RM_VERSION_MISMATCH (nvidia-smi prints it)",)),
     Signature(
         id="kernel.api-mismatch", kind="driver-mismatch", layer="driver",
-        pattern=r"NVRM: API mismatch: the client has the version (?P<client>[\d.]+), but\s+this kernel module "
-                r"has the version (?P<module>[\d.]+)",
+        pattern=r"NVRM: API mismatch: the client has the version (?P<client>\d+(?:\.\d+)+), but\s+this kernel "
+                r"module has the version (?P<module>\d+(?:\.\d+)+)",
         meaning="the user-space driver and the loaded kernel module differ in version",
         read_next="the installed driver package and the module's version; reboot or reload the module",
         confirm=("gpu.driver", "kernel.api-mismatch"),

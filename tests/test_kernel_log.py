@@ -1,0 +1,339 @@
+"""The kernel log layer: real records written into /dev/kmsg and read back through the probe and the checks
+(Xid 79 and 48, an NVRM API mismatch, an AER error at the H200 capture's bus address, a CONSTRAINT_MEMCG
+OOM kill), the unreadable log as "not examined" with why, and the parsers on real-format lines.
+
+Records stay in the kernel's ring buffer: each test's assertions look only at the records written after
+its start (by sequence number) or at bus addresses no other test uses."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import pwd
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_gpu_facts import facts_of, h200_all, h200_nvml
+from userkit import SYSTEM_PYTHON
+
+from zdoctor.checks.gpu import check_driver
+from zdoctor.checks.hostram import check_hostram
+from zdoctor.checks.kernlog import check_aer, check_api_mismatch, check_oom, check_xid
+from zdoctor.forensics import kernlog
+from zdoctor.probes.kernlog import collect
+from zdoctor.rules.signatures import SIGNATURES
+from zdoctor.symptoms.extract import from_text
+
+pytestmark = pytest.mark.needs_root
+KMSG = "/dev/kmsg"
+#: A PCI domain and bus no other test writes records for (this process's own).
+TAG = os.getpid() % 200 + 20
+OWN_BUS = f"00{TAG:02x}:e1:00"
+OWN_BUS2 = f"00{TAG:02x}:e2:00"
+H200_BUS = "0000:00:06.0"  # the H200 capture's NVML bus id 00000000:00:06.0, as the kernel writes it
+KILLED_PID = 4_000_000 + os.getpid() % 100_000  # above any pid_max: no real process has it
+CLIENT, MODULE = "580.159.04", "575.57.08"
+
+
+def write(*texts: str) -> None:
+    """Each text as one record of /dev/kmsg, at level err (<3>). One open per record: the kernel rate-limits
+    the writes of one open file (printk_devkmsg=ratelimit: 10 in 5 s) and drops the rest silently."""
+    for t in texts:
+        fd = os.open(KMSG, os.O_WRONLY)
+        try:
+            os.write(fd, f"<3>{t}\n".encode())
+        finally:
+            os.close(fd)
+
+
+def last_seq() -> int:
+    got = kernlog.read_kmsg(KMSG, max_records=1)
+    assert got.error is None, got.error
+    return got.records[-1]["seq"] if got.records else -1
+
+
+def after(records: list[dict[str, Any]], seq: int) -> list[dict[str, Any]]:
+    return [r for r in records if (r.get("seq") or -1) > seq]
+
+
+@pytest.fixture(scope="module")
+def written() -> dict[str, Any]:
+    """The records written once for the module, read back once through the probe."""
+    if not os.access(KMSG, os.W_OK):
+        pytest.fail("/dev/kmsg is not writable: these tests need root")
+    start = last_seq()
+    write(f"NVRM: Xid (PCI:{OWN_BUS}): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+          f"NVRM: Xid (PCI:{OWN_BUS2}): 48, pid={KILLED_PID}, name=python3, An uncorrectable double bit error "
+          "(DBE) has been detected on GPU in the framebuffer at partition 0, subpartition 1.",
+          f"NVRM: API mismatch: the client has the version {CLIENT}, but",
+          f"NVRM: this kernel module has the version {MODULE}.  Please",
+          "NVRM: make sure that this kernel module and all NVIDIA driver",
+          "NVRM: components have the same version.",
+          f"pcieport 0000:00:01.0: AER: Uncorrected (Non-Fatal) error received: {H200_BUS}",
+          f"nvidia {H200_BUS}: PCIe Bus Error: severity=Uncorrected (Non-Fatal), type=Transaction Layer, "
+          "(Requester ID)",
+          "memory: usage 65536kB, limit 65536kB, failcnt 42",
+          f"oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,"
+          f"oom_memcg=/zdoctor-h1-oom-{TAG},task_memcg=/zdoctor-h1-oom-{TAG}/job,task=python3,pid={KILLED_PID},uid=0",
+          f"Memory cgroup out of memory: Killed process {KILLED_PID} (python3) total-vm:426168kB, "
+          "anon-rss:72192kB, file-rss:6640kB, shmem-rss:0kB, UID:0 pgtables:208kB oom_score_adj:0")
+    facts, evidence = collect()
+    return {"start": start, "facts": facts, "evidence": evidence}
+
+
+def mine(facts: dict[str, Any], start: int) -> dict[str, Any]:
+    """The probe's facts with only the records this module wrote."""
+    out = copy.deepcopy(facts)
+    for key in ("xids", "api_mismatch", "aer", "ooms"):
+        out[key] = after(out[key], start)
+    return out
+
+
+def node(kernel_log: dict[str, Any], **more: dict[str, Any]):
+    probes = h200_all()
+    probes["kernel_log"] = kernel_log
+    probes.update(more)
+    return facts_of(**probes)
+
+
+# -- real records through the probe ----------------------------------------------------------------------
+
+
+def test_the_probe_reads_the_written_records_back_from_kmsg(written):
+    f, start = written["facts"], written["start"]
+    assert f["source"] == "kmsg" and f["path"] == KMSG and not f.get("skipped")
+    xids = {(r["bus_key"], r["xid"]): r for r in after(f["xids"], start)}
+    assert set(xids) == {(OWN_BUS, 79), (OWN_BUS2, 48)}
+    assert xids[(OWN_BUS2, 48)]["pid"] == KILLED_PID and xids[(OWN_BUS2, 48)]["name"] == "python3"
+    # written from user space: facility LOG_USER (1), kept, not filtered out
+    assert xids[(OWN_BUS, 79)]["facility"] == 1 and xids[(OWN_BUS, 79)]["level"] == 3
+    # microseconds since boot turned into wall time, inside the window read
+    w = f["window"]
+    assert w["since"] <= xids[(OWN_BUS, 79)]["time"] <= w["until"] and abs(w["until"] - time.time()) < 120
+    [mm] = after(f["api_mismatch"], start)
+    assert (mm["client"], mm["module"]) == (CLIENT, MODULE)  # the module's version is on the next record
+    aer = after(f["aer"], start)
+    assert {(a["bus_key"], a["severity"]) for a in aer} == {("0000:00:06", "nonfatal")}
+    [oom] = [k for k in after(f["ooms"], start) if k["pid"] == KILLED_PID]
+    assert (oom["constraint"], oom["kind"], oom["task"]) == ("CONSTRAINT_MEMCG", "memcg", "python3")
+    assert oom["task_memcg"] == f"/zdoctor-h1-oom-{TAG}/job" and oom["limit_kb"] == 65536
+    assert json.loads(json.dumps(f)) == f
+
+
+def test_xid_79_and_48_fail_with_their_meaning_and_the_gpu_they_name(written):
+    kl = mine(written["facts"], written["start"])
+    [f] = check_xid(node(kl))
+    assert f.status == "fail" and "Xid 48, 79" in f.title
+    assert f"Xid 79 at PCI:{OWN_BUS} (no GPU NVML lists)" in f.detail and "fallen off the bus" in f.detail
+    assert "Double-bit ECC error" in f.detail and "RMA" in f.detail
+    [table] = [e for e in f.evidence if e.label == "Xid records by GPU"]
+    assert {row[0] for row in table.table.rows} == {"79", "48"}
+    assert any(f"pid {KILLED_PID} (python3)" in row for row in table.table.rows)
+    assert [r.title for r in f.remedies][0].startswith("Drain the node and reboot")
+
+
+def test_an_xid_at_the_h200s_bus_is_tied_to_that_gpu_and_explains_the_pasted_line(written):
+    kl = mine(written["facts"], written["start"])
+    # the same record, as the H200's driver would have logged it for its GPU
+    kl["xids"] = [dict(kl["xids"][0], bus="PCI:0000:00:06", bus_key=kernlog.bus_key("PCI:0000:00:06"))]
+    pasted = from_text("NVRM: Xid (PCI:0000:00:06): 79, pid='<unknown>', name=<unknown>, GPU has fallen off "
+                       "the bus.", "symptom")
+    other = from_text("NVRM: Xid (PCI:0000:00:07): 79, pid='<unknown>', name=<unknown>, GPU has fallen off "
+                      "the bus.", "symptom", start=2)
+    symptoms = {"symptoms": [s.to_dict() for s in pasted + other], "unreadable": []}
+    [f] = check_xid(node(kl, symptoms=symptoms))
+    assert "GPU 0 (NVIDIA H200, GPU-b6c81e45-f0f9-676b-dc11-842f9c19a18e)" in f.detail
+    assert f.explains == [pasted[0].id]  # the line of another bus is not explained by it
+    assert f.remedies[0].commands == ["nvidia-smi -r -i 0"]
+
+
+def test_the_api_mismatch_record_sets_both_versions_side_by_side(written):
+    kl = mine(written["facts"], written["start"])
+    nv = {"skipped": "no usable NVIDIA driver: Driver/library version mismatch",
+          "library": {"available": False, "error_kind": "driver_mismatch",
+                      "error": "Driver/library version mismatch"},
+          "kernel_module": {"modules": {"nvidia": []}, "unload_order": ["nvidia"], "kernel_version": MODULE,
+                            "library": f"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{CLIENT}",
+                            "library_version": CLIENT}}
+    [f] = check_api_mismatch(node(kl, nvml=nv))
+    assert f.status == "fail" and CLIENT in f.title and MODULE in f.title
+    [table] = [e for e in f.evidence if e.label.startswith("NVRM API mismatch")]
+    versions = [row[2] for row in table.table.rows]
+    assert versions[:4] == [CLIENT, MODULE, MODULE, CLIENT]
+    assert any(c.startswith("modprobe -r nvidia") for r in f.remedies for c in r.commands)
+    # gpu.driver's own mismatch finding names the kernel log's record instead of repeating the search
+    [d] = check_driver(node(kl, nvml=nv))
+    assert d.status == "fail" and f"user space {CLIENT}, kernel module {MODULE}" in d.detail
+    # on the H200 as captured, NVML starts: the record is past, a warning
+    [past] = check_api_mismatch(node(kl))
+    assert past.status == "warn" and "NVML starts now with driver 580.159.04" in past.title
+
+
+def test_an_aer_error_at_the_h200s_bus_names_the_gpu(written):
+    kl = mine(written["facts"], written["start"])
+    pasted = from_text(f"nvidia {H200_BUS}: PCIe Bus Error: severity=Uncorrected (Non-Fatal), type=Transaction "
+                       "Layer, (Requester ID)", "symptom")
+    assert [s.kind for s in pasted] == ["aer"]
+    [f] = check_aer(node(kl, symptoms={"symptoms": [s.to_dict() for s in pasted], "unreadable": []}))
+    assert f.status == "fail" and "GPU 0 (NVIDIA H200" in f.title
+    assert "worst nonfatal (Transaction Layer)" in f.detail and f.explains == [pasted[0].id]
+    assert f.remedies[0].commands == ["nvidia-smi -r -i 0"]
+
+
+def test_the_memcg_oom_kill_is_tied_to_the_run_and_feeds_host_ram(written):
+    kl = mine(written["facts"], written["start"])
+    live = {"source": "command", "pids": [KILLED_PID], "exit_code": -9}
+    [f] = check_oom(node(kl, livetrace=live))
+    assert f.status == "fail" and f"pid {KILLED_PID}" in f.title and "CONSTRAINT_MEMCG" in f.title
+    assert "a process of the --command run" in f.detail and f"/zdoctor-h1-oom-{TAG}/job" in f.detail
+    # the same kill, not tied to any process of the run: news of the node, not the job's failure
+    [other] = check_oom(node(kl, livetrace={"source": "command", "pids": [1]}))
+    assert other.status == "warn" and "None of them is a process of the --command run" in other.detail
+    # offload.host-ram reads the kill from the kernel log (no --log given): the job's cgroup limit, 64 MiB
+    hostram = {"config": None, "log": None, "extra": [], "oom_kills": [], "killed": [], "mem_total": 64 << 30,
+               "mem_available": 60 << 30, "extra_per_node": 0, "extra_known_per_node": 0}
+    [h] = check_hostram(node(kl, livetrace=live, hostram=hostram))
+    assert h.status == "fail" and "memory cgroup limit (64 MiB)" in h.title
+    assert "kernel log 20" in h.detail and "CONSTRAINT_MEMCG" in h.detail
+
+
+def test_a_readable_log_with_nothing_in_the_window_is_ok_for_that_window_only():
+    since = time.time()
+    facts, _ = collect(since=since)
+    assert facts["source"] == "kmsg" and facts["window"]["since"] == since
+    kl = node(dict(facts, xids=[], aer=[], api_mismatch=[], ooms=[]))
+    for check in (check_xid, check_aer, check_api_mismatch, check_oom):
+        [f] = check(kl)
+        assert f.status == "ok" and time.strftime("%Y-%m-%d %H:%M", time.gmtime(since)) in f.title, f.title
+        assert "Records from before then" in f.detail and "are not seen" in f.detail
+
+
+def test_the_json_layers_show_the_kernel_log_examined(written):
+    from zdoctor.doctor import layers_examined
+
+    kl = mine(written["facts"], written["start"])
+    facts = node(kl)
+    found = [x for c in (check_xid, check_aer, check_api_mismatch, check_oom) for x in c(facts)]
+    [layer] = [x for x in layers_examined(found) if x["id"] == "kernel-log"]
+    assert layer["status"] == "examined" and set(layer["checks"]) == {"kernel.xid", "kernel.aer",
+                                                                       "kernel.api-mismatch", "kernel.oom"}
+    skipped = [x for c in (check_xid, check_aer) for x in c(node({"skipped": "the kernel log could not be read: "
+                                                                              "/dev/kmsg: Operation not permitted"}))]
+    [layer] = [x for x in layers_examined(skipped) if x["id"] == "kernel-log"]
+    assert layer["status"] == "not examined" and "Operation not permitted" in layer["why"]
+
+
+# -- the unreadable log ----------------------------------------------------------------------------------
+
+
+def _as_user(name: str, code: str) -> dict[str, Any]:
+    pw = pwd.getpwnam(name)
+    proc = subprocess.run([SYSTEM_PYTHON, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={"PYTHONPATH": str(Path(__file__).resolve().parents[1]), "PATH": "/usr/bin:/bin"},
+                          user=pw.pw_uid, group=pw.pw_gid, extra_groups=[])
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def account():
+    name = f"zdh1kl{os.getpid() % 100000}"
+    subprocess.run(["userdel", name], capture_output=True)
+    subprocess.run(["groupdel", name], capture_output=True)
+    subprocess.run(["useradd", "-M", "-U", "-d", "/nonexistent", "-s", "/bin/sh", name], check=True,
+                   capture_output=True)
+    yield name
+    subprocess.run(["userdel", name], capture_output=True)
+    subprocess.run(["groupdel", name], capture_output=True)
+
+
+def test_a_log_the_user_cannot_read_is_not_examined_and_says_why(account, tmp_path):
+    unreadable = tmp_path / "kmsg"
+    unreadable.write_text("6,1,1,-;hello\n")
+    unreadable.chmod(0o600)
+    tmp_path.chmod(0o755)
+    code = ("import json; from zdoctor.probes.kernlog import collect; "
+            f"f, _ = collect(kmsg={str(unreadable)!r}, journalctl='/nonexistent/journalctl'); print(json.dumps(f))")
+    f = _as_user(account, code)
+    assert f["skipped"].startswith("the kernel log could not be read: ") and "Permission denied" in f["skipped"]
+    assert [a["source"] for a in f["attempts"]] == [str(unreadable), "journalctl -k"]
+    assert "journalctl -k" in f["attempts"][1]["error"]
+    [x] = check_xid(facts_of(kernel_log=f))
+    assert x.status == "skip" and "Permission denied" in x.detail
+    # the real /dev/kmsg as that user: refused under kernel.dmesg_restrict=1, read otherwise
+    real = _as_user(account, "import json; from zdoctor.probes.kernlog import collect; "
+                             "f, _ = collect(); print(json.dumps(f))")
+    with open("/proc/sys/kernel/dmesg_restrict") as fh:
+        restricted = fh.read().strip() == "1"
+    if restricted:
+        assert "kernel.dmesg_restrict=1" in real["skipped"] and real["attempts"][0]["source"] == KMSG
+    else:
+        assert real["source"] == "kmsg" and not real.get("skipped")
+
+
+# -- parsers on real-format lines ------------------------------------------------------------------------
+
+
+def test_a_kmsg_record_with_its_device_properties():
+    rec = kernlog.parse_kmsg_record("3,1234,5678901,-;nvidia 0000:3b:00.0: PCIe Bus Error: severity=Corrected, "
+                                    "type=Physical Layer, (Receiver ID)\n SUBSYSTEM=pci\n DEVICE=+pci:0000:3b:00.0")
+    assert rec is not None
+    assert (rec["seq"], rec["usec"], rec["facility"], rec["level"]) == (1234, 5678901, 0, 3)
+    assert rec["device"] == "+pci:0000:3b:00.0" and rec["subsystem"] == "pci"
+    assert kernlog.parse_kmsg_record("not a record") is None
+    assert kernlog.parse_kmsg_record("12,7,99,-;a\\x0aline")["text"] == "a\nline"
+
+
+def test_bus_ids_written_three_ways_are_one_gpu():
+    nvml_bus = h200_nvml()["gpus"][0]["pci_bus_id"]
+    assert nvml_bus == "00000000:00:06.0"
+    assert {kernlog.bus_key(b) for b in (nvml_bus, "0000:00:06.0", "PCI:0000:00:06")} == {"0000:00:06"}
+    assert kernlog.bus_key("PCI:0000:3B:00") == "0000:3b:00" and kernlog.bus_key("nothing") is None
+
+
+def _records(*texts: str) -> list[dict[str, Any]]:
+    return [{"seq": i, "usec": i * 1000, "time": None, "facility": 0, "level": 3, "text": t}
+            for i, t in enumerate(texts)]
+
+
+def test_classify_real_format_lines():
+    got = kernlog.classify(_records(
+        "NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous Xid 149",
+        "NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: New row marked for remapping, reset gpu to "
+        "activate.",
+        "NVRM: API mismatch: the client has the version 535.54.03, but\nNVRM: this kernel module has the version "
+        "530.41.03.  Please",
+        "pcieport 0000:00:01.0: AER: Correctable error message received from 0000:3b:00.0",
+        "pcieport 0000:00:01.0: AER: Multiple Uncorrected (Fatal) error received: 0000:3b:00.0",
+        "Out of memory: Killed process 777 (python) total-vm:9000kB, anon-rss:8000kB",
+    ))
+    assert [(x["xid"], x["pid"], x["name"], x["bus_key"]) for x in got["xids"]] == [
+        (45, 1818990, "python3", "0000:dc:00"), (63, 1896, None, "0000:10:1c")]
+    assert [(m["client"], m["module"]) for m in got["api_mismatch"]] == [("535.54.03", "530.41.03")]
+    assert [(a["severity"], a["port"], a["bus_key"]) for a in got["aer"]] == [
+        ("corrected", "0000:00:01.0", "0000:3b:00"), ("fatal", "0000:00:01.0", "0000:3b:00")]
+    assert [(k["pid"], k["kind"]) for k in got["ooms"]] == [(777, "global")]
+
+
+def test_journal_json_lines_are_records_too():
+    lines = [json.dumps({"MESSAGE": "NVRM: Xid (PCI:0000:3b:00): 79, pid=123, name=python, GPU has fallen off "
+                                    "the bus.", "__REALTIME_TIMESTAMP": "1796161157000000", "PRIORITY": "3",
+                         "SYSLOG_FACILITY": "0", "_SOURCE_MONOTONIC_TIMESTAMP": "42"}),
+             json.dumps({"MESSAGE": list(b"NVRM: API mismatch: the client has the version 1.2, but \xff"),
+                         "__REALTIME_TIMESTAMP": "1796161158000000"}),
+             "not json"]
+    got = kernlog.parse_journal(lines)
+    assert got.read == 2 and got.records[0]["time"] == 1796161157.0 and got.records[0]["usec"] == 42
+    assert got.records[1]["text"].startswith("NVRM: API mismatch")
+
+
+def test_the_aer_messages_are_in_the_catalogue_with_their_source():
+    by_id = {s.id: s for s in SIGNATURES}
+    for sid in ("kernel.aer-bus-error", "kernel.aer-received"):
+        assert by_id[sid].kind == "aer" and "drivers/pci/pcie/aer.c" in by_id[sid].sources[0]
+        assert by_id[sid].confirm == ("kernel.aer",)
+    assert "kernel.xid" in by_id["kernel.xid"].confirm
