@@ -159,8 +159,14 @@ def test_the_api_mismatch_record_sets_both_versions_side_by_side(written):
           "kernel_module": {"modules": {"nvidia": []}, "unload_order": ["nvidia"], "kernel_version": MODULE,
                             "library": f"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{CLIENT}",
                             "library_version": CLIENT}}
-    [f] = check_api_mismatch(node(kl, nvml=nv))
+    pasted = from_text(f"NVRM: API mismatch: the client has the version {CLIENT}, but this kernel module has the "
+                       f"version {MODULE}.  Please make sure", "symptom")
+    other = from_text("NVRM: API mismatch: the client has the version 1.2.3, but this kernel module has the version "
+                      "4.5.6.", "symptom", start=2)
+    seen = {"symptoms": [x.to_dict() for x in pasted + other], "unreadable": []}
+    [f] = check_api_mismatch(node(kl, nvml=nv, symptoms=seen))
     assert f.status == "fail" and CLIENT in f.title and MODULE in f.title
+    assert f.explains == [pasted[0].id]  # the same two versions, not another pair
     [table] = [e for e in f.evidence if e.label.startswith("NVRM API mismatch")]
     versions = [row[2] for row in table.table.rows]
     assert versions[:4] == [CLIENT, MODULE, MODULE, CLIENT]
@@ -187,8 +193,11 @@ def test_an_aer_error_at_the_h200s_bus_names_the_gpu(written):
 def test_the_memcg_oom_kill_is_tied_to_the_run_and_feeds_host_ram(written):
     kl = mine(written["facts"], written["start"])
     live = {"source": "command", "pids": [KILLED_PID], "exit_code": -9}
-    [f] = check_oom(node(kl, livetrace=live))
+    pasted = from_text(f"Memory cgroup out of memory: Killed process {KILLED_PID} (python3) total-vm:426168kB", "log")
+    seen = {"symptoms": [x.to_dict() for x in pasted], "unreadable": []}
+    [f] = check_oom(node(kl, livetrace=live, symptoms=seen))
     assert f.status == "fail" and f"pid {KILLED_PID}" in f.title and "CONSTRAINT_MEMCG" in f.title
+    assert f.explains == [pasted[0].id]
     assert "a process of the --command run" in f.detail and f"/zdoctor-h1-oom-{TAG}/job" in f.detail
     # the same kill, not tied to any process of the run: news of the node, not the job's failure
     [other] = check_oom(node(kl, livetrace={"source": "command", "pids": [1]}))
@@ -337,3 +346,72 @@ def test_the_aer_messages_are_in_the_catalogue_with_their_source():
         assert by_id[sid].kind == "aer" and "drivers/pci/pcie/aer.c" in by_id[sid].sources[0]
         assert by_id[sid].confirm == ("kernel.aer",)
     assert "kernel.xid" in by_id["kernel.xid"].confirm
+
+
+# -- the gpu-health playbook, and NVML's handle errors through the stand-in ------------------------------
+
+
+def _walk(probes: dict[str, dict[str, Any]]) -> Any:
+    from zdoctor.engine import Walk
+    from zdoctor.host.replay import ReplayHost
+    from zdoctor.playbook import load_all
+    from zdoctor.registry import load_vocabulary
+
+    load_vocabulary()
+    doc = {"format": "zdoctor-snapshot", "version": 1, "probes": {
+        n: {"probe": n, "status": "skip" if f.get("skipped") else "ok", "facts": f, "error": f.get("skipped")}
+        for n, f in probes.items()}}
+    return Walk(load_all()["gpu-health"], ReplayHost(json.loads(json.dumps(doc)))).run()
+
+
+def _empty_log() -> dict[str, Any]:
+    facts, _ = collect(since=time.time())
+    return dict(facts, xids=[], aer=[], api_mismatch=[], ooms=[])
+
+
+def test_the_gpu_health_walk_ends_where_the_records_point(written):
+    probes = h200_all()
+    probes["kernel_log"] = _empty_log()
+    res = _walk(probes)
+    assert res.path == ["xid", "aer", "handles", "diag-healthy"], res.path
+    kl = mine(written["facts"], written["start"])
+    assert _walk({**probes, "kernel_log": kl}).diagnosis == "diag-xid-hardware"
+    only_aer = dict(kl, xids=[], api_mismatch=[])
+    assert _walk({**probes, "kernel_log": only_aer}).path[-2:] == ["aer", "diag-aer"]
+    unreadable = {"skipped": "the kernel log could not be read: /dev/kmsg: Operation not permitted", "attempts": []}
+    res = _walk({**probes, "kernel_log": unreadable})
+    assert res.diagnosis == "diag-not-checked" and "Operation not permitted" in res.outcomes[-2].reason
+    # a GPU whose memory lost data: ECC from the H200's own record, one uncorrectable error more
+    sick = copy.deepcopy(probes)
+    sick["kernel_log"] = _empty_log()
+    sick["nvml"]["gpus"][0]["ecc"]["volatile_uncorrected"] = 1
+    assert _walk(sick).path[-2:] == ["handles", "diag-ecc"]
+    # a pasted Xid line the window does not hold: never healthy while it stands unexplained
+    pasted = from_text(f"NVRM: Xid (PCI:{OWN_BUS}): 95, pid=1, name=python3, Uncontained: FBHUB.", "symptom")
+    seen = {**probes, "kernel_log": _empty_log(),
+            "symptoms": {"symptoms": [x.to_dict() for x in pasted], "unreadable": []}}
+    assert _walk(seen).diagnosis == "diag-unexplained"
+
+
+def test_a_lost_gpu_through_nvmls_real_error_code_names_its_xid_79_record(monkeypatch, tmp_path, written):
+    import pynvml
+    from test_gpu_nvml import _raise, fake_h200, no_smi
+
+    from zdoctor.checks.gpu import check_health
+    from zdoctor.probes.gpu import collect_nvml
+
+    fake_h200(monkeypatch, overrides={"nvmlDeviceGetHandleByIndex": _raise(pynvml.NVML_ERROR_GPU_IS_LOST)})
+    nv, _ = collect_nvml(no_smi(tmp_path), nv=pynvml)
+    assert nv["gpus"][0]["errors"]["handle"] == "GPU is lost"
+    kl = mine(written["facts"], written["start"])
+    kl["xids"] = [x for x in kl["xids"] if x["xid"] == 79]
+    [d] = check_driver(facts_of(nvml=nv, kernel_log=kl))
+    assert d.status == "fail" and "The kernel log has the driver's record (1 record" in d.detail
+    assert f"NVRM: Xid (PCI:{OWN_BUS}): 79" in d.detail and "dmesg" not in d.detail
+    # without the kernel log read, the advice to look stays
+    [d2] = check_driver(facts_of(nvml=nv))
+    assert "`dmesg | grep -i xid`" in d2.detail
+    # the walk: no Xid in the window, the GPU unreachable through NVML
+    probes = {**h200_all(), "nvml": nv, "kernel_log": _empty_log()}
+    assert _walk(probes).path[-2:] == ["handles", "diag-unreachable"]
+    assert [f.id for f in check_health(facts_of(nvml=nv))] == ["gpu.health.reachable"]
