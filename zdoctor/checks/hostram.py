@@ -74,8 +74,8 @@ def check_hostram(facts: Facts) -> list[Finding]:
                  "mempolicy": "the memory of the NUMA nodes the job's memory policy allows ran out "
                               "(CONSTRAINT_MEMORY_POLICY)"}.get(k.get("kind"), "memory ran out")
         out.append(Finding(id="offload.host-ram", status="fail",
-                           title=f"The kernel's OOM killer killed {k.get('task')} (pid {k.get('pid')}, log line "
-                                 f"{_where(f, k)}): {scope}",
+                           title=f"The kernel's OOM killer killed {k.get('task')} (pid {k.get('pid')}, "
+                                 f"{_where(f, k, 'log line ')}): {scope}",
                            detail="\n".join([f"{_where(f, x)}: {x['text']}" for x in host_wide[:3]]
                                             + lines + ["RAM is the bottleneck, whatever the model-state estimate "
                                                        "says; the memory available now is after the kill."]),
@@ -188,12 +188,13 @@ def job_oom_kills(facts: Facts, f: dict[str, Any]) -> list[dict[str, Any]]:
     return out + [k for k in logged if k.get("pid") in by_pid]
 
 
-def _where(f: dict[str, Any], k: dict[str, Any]) -> str:
-    """Where a kill's record is: the kernel log (with its time) or the --log's line."""
+def _where(f: dict[str, Any], k: dict[str, Any], line_word: str = "") -> str:
+    """Where a kill's record is: the kernel log (with its time), or the --log's line (``line_word`` + its
+    number when given, else ``LOG:N``)."""
     if k.get("source") == "kernel log":
         t = k.get("time")
         return "kernel log" + (time.strftime(" %Y-%m-%d %H:%M:%S UTC", time.gmtime(t)) if t is not None else "")
-    return f"{f.get('log')}:{k.get('line')}"
+    return f"{line_word}{k.get('line')}" if line_word else f"{f.get('log')}:{k.get('line')}"
 
 
 def _kernel_log_says(facts: Facts) -> str:
