@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import sysconfig
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,6 +15,10 @@ import pytest
 from prockit import spawn  # noqa: F401 - the detached-process fixture, for every test module
 
 REPO = Path(__file__).resolve().parent.parent
+# The kernel log is the machine's, and tests write records into it (test_kernel_log.py): a run of zdoctor in
+# a test judges only the kernel records written after this session started, and test_kernel_log.py moves
+# the start past the records it writes.
+os.environ.setdefault("ZDOCTOR_KERNEL_LOG_SINCE", str(time.time()))
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 

@@ -24,7 +24,7 @@ from zdoctor.checks.gpu import check_driver
 from zdoctor.checks.hostram import check_hostram
 from zdoctor.checks.kernlog import check_aer, check_api_mismatch, check_oom, check_xid
 from zdoctor.forensics import kernlog
-from zdoctor.probes.kernlog import collect
+from zdoctor.probes.kernlog import SINCE_ENV, collect, kernel_log_probe, since_setting
 from zdoctor.rules.signatures import SIGNATURES
 from zdoctor.symptoms.extract import from_text
 
@@ -82,6 +82,9 @@ def written() -> dict[str, Any]:
           f"Memory cgroup out of memory: Killed process {KILLED_PID} (python3) total-vm:426168kB, "
           "anon-rss:72192kB, file-rss:6640kB, shmem-rss:0kB, UID:0 pgtables:208kB oom_score_adj:0")
     facts, evidence = collect()
+    # later runs of zdoctor in this session judge only what comes after these records (see conftest.py);
+    # never moved back: that would show them again
+    os.environ[SINCE_ENV] = str(time.time() + 1)
     return {"start": start, "facts": facts, "evidence": evidence}
 
 
@@ -219,6 +222,21 @@ def test_a_readable_log_with_nothing_in_the_window_is_ok_for_that_window_only():
         [f] = check(kl)
         assert f.status == "ok" and time.strftime("%Y-%m-%d %H:%M", time.gmtime(since)) in f.title, f.title
         assert "Records from before then" in f.detail and "are not seen" in f.detail
+
+
+def test_the_window_asked_for_hides_the_records_before_it(written, monkeypatch):
+    monkeypatch.setenv(SINCE_ENV, str(time.time()))
+    facts, _ = kernel_log_probe(None)
+    assert facts["window"]["since_given"] and after(facts["xids"], written["start"]) == []
+    [f] = check_xid(node(mine(facts, written["start"])))
+    assert f.status == "ok" and "the window asked for (ZDOCTOR_KERNEL_LOG_SINCE)" in f.detail
+    monkeypatch.setenv(SINCE_ENV, "after lunch")
+    facts, evidence = kernel_log_probe(None)
+    assert "is not a time" in facts["since_error"] and not facts["window"]["since_given"]
+    assert {(x["bus_key"], x["xid"]) for x in after(facts["xids"], written["start"])} == {(OWN_BUS, 79),
+                                                                                           (OWN_BUS2, 48)}
+    assert since_setting("2026-12-01T10:00:00+00:00") == (1796119200.0, None)
+    assert since_setting("1796119200") == (1796119200.0, None) and since_setting("") == (None, None)
 
 
 def test_the_json_layers_show_the_kernel_log_examined(written):

@@ -34,12 +34,14 @@ def scope(kl: dict[str, Any]) -> str:
     """Where the records come from and the window they cover, in one sentence."""
     w = kl.get("window") or {}
     src = {"kmsg": "/dev/kmsg", "journalctl": "journalctl -k (this boot)"}.get(kl.get("source") or "", "the log")
-    text = (f"Read from {src}: {count_of(kl.get('records_read') or 0, 'record')} from {when(w.get('since'))} to "
-            f"{when(w.get('until'))}")
+    text = f"Read from {src}: {count_of(kl.get('records_read') or 0, 'record')} up to {when(w.get('until'))}"
     if kl.get("truncated"):
         text += f" ({kl['truncated']})"
-    return text + (". Records from before then (an earlier boot, or overwritten in the kernel's ring buffer) are "
-                   "not seen.")
+    if w.get("since_given"):
+        return text + (f"; judged are those since {when(w.get('since'))}, the window asked for "
+                       "(ZDOCTOR_KERNEL_LOG_SINCE). Records from before then are not seen.")
+    return text + (f", the oldest from {when(w.get('since'))}. Records from before then (an earlier boot, or "
+                   "overwritten in the kernel's ring buffer) are not seen.")
 
 
 def _gpus_by_bus(facts: Facts) -> dict[str, dict[str, Any]] | None:

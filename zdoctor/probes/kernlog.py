@@ -11,7 +11,9 @@ the records found (see :func:`zdoctor.forensics.kernlog.classify`): ``xids``, ``
 
 from __future__ import annotations
 
+import datetime
 import json
+import os
 import time
 from typing import Any
 
@@ -122,7 +124,34 @@ def _when(t: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t)) if t is not None else "unknown time"
 
 
+#: zdoctor's own setting (not the training's environment): judge only the records after this time, in
+#: seconds since the epoch or ISO 8601 (``2026-12-01T10:00:00+00:00``): after a GPU reset or a reboot, say.
+SINCE_ENV = "ZDOCTOR_KERNEL_LOG_SINCE"
+
+
+def since_setting(value: str | None) -> tuple[float | None, str | None]:
+    """:data:`SINCE_ENV`'s value -> (seconds since the epoch, None), or (None, why it is not a time)."""
+    if not value or not value.strip():
+        return None, None
+    try:
+        return float(value), None
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.datetime.fromisoformat(value.strip())
+    except ValueError:
+        return None, f"{SINCE_ENV}={value[:60]!r} is not a time (seconds since the epoch, or ISO 8601): ignored"
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=datetime.timezone.utc)
+    return parsed.timestamp(), None
+
+
 @probe("kernel_log", title="The kernel log: NVIDIA Xid and NVRM records, PCIe AER errors, OOM kills", timeout=45.0)
 def kernel_log_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Reads the kernel log bounded, and keeps the records a GPU node's failures are told by."""
-    return collect()
+    since, why = since_setting(os.environ.get(SINCE_ENV))
+    facts, evidence = collect(since=since)
+    if why:
+        facts["since_error"] = why
+        evidence.append(Evidence.note(f"{SINCE_ENV} not used", why))
+    return facts, evidence
