@@ -34,14 +34,14 @@ def scope(kl: dict[str, Any]) -> str:
     """Where the records come from and the window they cover, in one sentence."""
     w = kl.get("window") or {}
     src = {"kmsg": "/dev/kmsg", "journalctl": "journalctl -k (this boot)"}.get(kl.get("source") or "", "the log")
-    text = f"Read from {src}: {count_of(kl.get('records_read') or 0, 'record')} up to {when(w.get('until'))}"
+    text = f"Read from {src}"  # how many records and until when: the evidence's note (they change run to run)
     if kl.get("truncated"):
         text += f" ({kl['truncated']})"
     if w.get("since_given"):
-        return text + (f"; judged are those since {when(w.get('since'))}, the window asked for "
+        return text + (f"; judged are the records since {when(w.get('since'))}, the window asked for "
                        "(ZDOCTOR_KERNEL_LOG_SINCE). Records from before then are not seen.")
-    return text + (f", the oldest from {when(w.get('since'))}. Records from before then (an earlier boot, or "
-                   "overwritten in the kernel's ring buffer) are not seen.")
+    return text + (f", the oldest record from {when(w.get('since'))}. Records from before then (an earlier boot, "
+                   "or overwritten in the kernel's ring buffer) are not seen.")
 
 
 def _gpus_by_bus(facts: Facts) -> dict[str, dict[str, Any]] | None:
@@ -65,6 +65,14 @@ def gpu_of(gpus: dict[str, dict[str, Any]] | None, key: str | None) -> str:
     if g is None:
         return "no GPU NVML lists"
     return f"GPU {g.get('index')} ({g.get('name') or '?'}, {g.get('uuid') or 'no UUID'})"
+
+
+def _table(facts: Facts, label: str, columns: list[str], rows: list[list[str]], highlight: list[int]) -> Evidence:
+    """A table of the records, stamped with the time the log was read (so a replay gives the same finding)."""
+    table = Evidence.of_table(label, columns, rows, highlight)
+    read = facts.evidence("kernel_log")
+    table.started = read[0].started if read else 0.0
+    return table
 
 
 def _kernel_log(facts: Facts, fid: str, title: str) -> tuple[dict[str, Any] | None, Finding | None]:
@@ -121,8 +129,8 @@ def check_xid(facts: Facts) -> list[Finding]:
         g = (gpus or {}).get(key or "")
         if entry and entry.action == "RESET_GPU" and g is not None and g not in to_reset:
             to_reset.append(g)
-    table = Evidence.of_table("Xid records by GPU", ["Xid", "bus", "GPU", "records", "first", "last", "process",
-                                                     "meaning"], rows, hl)
+    table = _table(facts, "Xid records by GPU", ["Xid", "bus", "GPU", "records", "first", "last", "process",
+                                                 "meaning"], rows, hl)
     remedies = _xid_remedies(actions, to_reset)
     numbers = sorted({n for _k, n in groups})
     title = (f"NVIDIA Xid {', '.join(str(n) for n in numbers)} in the kernel log ("
@@ -191,8 +199,8 @@ def check_api_mismatch(facts: Facts) -> list[Finding]:
             ["user-space library now", km.get("library") or "libnvidia-ml.so.1",
              km.get("library_version") or nv.get("driver") or "not read"],
             ["NVML now", "nvmlInit", lib.get("error") or ("starts" if lib.get("available") else "not read")]]
-    table = Evidence.of_table("NVRM API mismatch: user-space vs kernel module", ["what", "from", "version"], rows,
-                              [0, 1])
+    table = _table(facts, "NVRM API mismatch: user-space vs kernel module", ["what", "from", "version"], rows,
+                   [0, 1])
     said = (f"The NVIDIA kernel module logged at {when(last.get('time'))}: a user-space driver client of version "
             f"{last.get('client')} called a kernel module of version {last.get('module') or '?'} "
             f"({count_of(len(records), 'record')}). Every CUDA and NVML start fails that way until both are one "
@@ -275,8 +283,8 @@ def check_aer(facts: Facts) -> list[Finding]:
                            explanation="Repeated AER errors on one device are its link: the card's seating, a "
                                        "riser, the slot, or the BIOS's PCIe settings (Gen speed). Move the card "
                                        "to another slot to tell the card from the slot."))
-    table = Evidence.of_table("PCIe AER errors by device", ["device", "GPU", "worst", "records", "types", "last"],
-                              rows, hl)
+    table = _table(facts, "PCIe AER errors by device", ["device", "GPU", "worst", "records", "types", "last"],
+                   rows, hl)
     names = "; ".join(sorted({gpu_of(gpus, k) if gpus is not None and k in gpus else str(recs[-1].get("bus"))
                               for k, recs in by_dev.items()}))
     title = (f"PCIe AER {'uncorrected' if status == 'fail' else 'corrected'} errors in the kernel log ({names})")
@@ -330,8 +338,8 @@ def check_oom(facts: Facts) -> list[Finding]:
             explains += ids_for(facts, "killed", signal="9")
     # A kill of the job's own process, or one a message the user saw names, is the failure; others are news
     status = "fail" if hl or explains else "warn"
-    table = Evidence.of_table("OOM kills in the kernel log", ["time", "killed", "constraint", "cgroup",
-                                                             "memcg limit", "the --command run's"], rows, hl)
+    table = _table(facts, "OOM kills in the kernel log", ["time", "killed", "constraint", "cgroup",
+                                                          "memcg limit", "the --command run's"], rows, hl)
     last = kills[-1]
     title = (f"The OOM killer killed {count_of(len(kills), 'process')} (last {last.get('task')}, pid "
              f"{last.get('pid')}, {last.get('constraint') or 'constraint not logged'})")
