@@ -202,6 +202,8 @@ def test_the_memcg_oom_kill_is_tied_to_the_run_and_feeds_host_ram(written):
     assert f.status == "fail" and f"pid {KILLED_PID}" in f.title and "CONSTRAINT_MEMCG" in f.title
     assert f.explains == [pasted[0].id]
     assert "a process of the --command run" in f.detail and f"/zdoctor-h1-oom-{TAG}/job" in f.detail
+    time.sleep(0.01)  # a replay of the same facts later gives the same finding, evidence included
+    assert check_oom(node(kl, livetrace=live, symptoms=seen))[0].to_dict() == f.to_dict()
     # the same kill, not tied to any process of the run: news of the node, not the job's failure
     [other] = check_oom(node(kl, livetrace={"source": "command", "pids": [1]}))
     assert other.status == "warn" and "None of them is a process of the --command run" in other.detail
