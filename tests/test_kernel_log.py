@@ -256,6 +256,24 @@ def test_the_json_layers_show_the_kernel_log_examined(written):
     assert layer["status"] == "not examined" and "Operation not permitted" in layer["why"]
 
 
+def test_check_json_lists_the_kernel_log_layer_from_a_replayed_snapshot(written):
+    from zdoctor.doctor import check
+    from zdoctor.host.replay import ReplayHost
+
+    doc = json.loads((Path(__file__).parent / "fixtures" / "snapshots" / "healthy.json").read_text())
+    kl = mine(written["facts"], written["start"])
+    doc["probes"]["kernel_log"] = {"probe": "kernel_log", "status": "ok", "facts": kl, "error": None}
+    report = check(ReplayHost(copy.deepcopy(doc)), walk=False).to_dict()
+    [layer] = [x for x in report["layers"] if x["id"] == "kernel-log"]
+    assert layer["status"] == "examined" and "kernel.xid" in layer["checks"]
+    assert {f["id"]: f["status"] for f in report["findings"]}["kernel.xid"] == "fail"
+    # a recording whose kernel log facts have the wrong types is not read: not examined, and says so
+    doc["probes"]["kernel_log"]["facts"] = dict(kl, xids="79")
+    report = check(ReplayHost(doc), walk=False).to_dict()
+    [layer] = [x for x in report["layers"] if x["id"] == "kernel-log"]
+    assert layer["status"] == "not examined" and "kernel_log" in layer["why"]
+
+
 # -- the unreadable log ----------------------------------------------------------------------------------
 
 
