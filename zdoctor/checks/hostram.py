@@ -72,7 +72,7 @@ def check_hostram(facts: Facts) -> list[Finding]:
                            f"{k.get('constraint') or 'not logged'})",
                  "cpuset": "the memory of the NUMA nodes the job's cpuset allows ran out (CONSTRAINT_CPUSET)",
                  "mempolicy": "the memory of the NUMA nodes the job's memory policy allows ran out "
-                              "(CONSTRAINT_MEMORY_POLICY)"}.get(k.get("kind"), "memory ran out")
+                              "(CONSTRAINT_MEMORY_POLICY)"}.get(k.get("kind") or "", "memory ran out")
         out.append(Finding(id="offload.host-ram", status="fail",
                            title=f"The kernel's OOM killer killed {k.get('task')} (pid {k.get('pid')}, "
                                  f"{_where(f, k, 'log line ')}): {scope}",

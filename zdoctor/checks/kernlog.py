@@ -252,9 +252,11 @@ def check_aer(facts: Facts) -> list[Finding]:
     by_dev: dict[str | None, list[dict[str, Any]]] = {}
     for r in records:
         by_dev.setdefault(r.get("bus_key"), []).append(r)
-    rows, lines, hl = [], [], []
+    rows: list[list[str]] = []
+    lines: list[str] = []
+    hl: list[int] = []
     status = "warn"
-    gpu_devs = []
+    gpu_devs: list[dict[str, Any]] = []
     for key, recs in by_dev.items():
         sev = {r["severity"] for r in recs}
         worst = "fatal" if "fatal" in sev else "nonfatal" if "nonfatal" in sev else "corrected"
@@ -265,7 +267,7 @@ def check_aer(facts: Facts) -> list[Finding]:
         if worst != "corrected":
             status = "fail"
             hl.append(len(rows))
-        types = sorted({r.get("type") for r in recs if r.get("type")})
+        types = sorted({str(r["type"]) for r in recs if r.get("type")})
         rows.append([recs[-1].get("bus") or "?", who, worst, str(len(recs)), ", ".join(types) or "-",
                      when(recs[-1].get("time"))])
         lines.append(f"{recs[-1].get('bus')} ({who}): {count_of(len(recs), 'record')}, worst {worst}"
@@ -319,7 +321,10 @@ def check_oom(facts: Facts) -> list[Finding]:
                                                    f"{when((kl.get('window') or {}).get('since'))}",
                         detail=scope(kl), evidence=ev)]
     ours = job_pids(facts)
-    rows, lines, hl, explains = [], [], [], []
+    rows: list[list[str]] = []
+    lines: list[str] = []
+    hl: list[int] = []
+    explains: list[str] = []
     for k in kills:
         memcg = k.get("constraint") == "CONSTRAINT_MEMCG" or k.get("kind") == "memcg"
         tied = k.get("pid") in ours
