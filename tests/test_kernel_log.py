@@ -453,3 +453,49 @@ def test_a_lost_gpu_through_nvmls_real_error_code_names_its_xid_79_record(monkey
     probes = {**h200_all(), "nvml": nv, "kernel_log": _empty_log()}
     assert _walk(probes).path[-2:] == ["handles", "diag-unreachable"]
     assert [f.id for f in check_health(facts_of(nvml=nv))] == ["gpu.health.reachable"]
+
+
+# -- the readers' bounds, and journald as the fallback ----------------------------------------------------
+
+
+def test_the_reader_is_bounded_and_never_blocks(tmp_path):
+    dump = tmp_path / "kmsg.txt"
+    dump.write_text("".join(f"6,{i},{i * 1000},-;line {i}\n SUBSYSTEM=pci\n" for i in range(50)))
+    got = kernlog.read_kmsg(str(dump), max_records=5)
+    assert [r["seq"] for r in got.records] == [45, 46, 47, 48, 49] and got.read == 50
+    assert got.truncated == "kept the newest 5 of 50 records" and got.first_usec == 0
+    got = kernlog.read_kmsg(str(dump), max_bytes=100)
+    assert got.truncated == "stopped after 100 bytes" and got.read < 50
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    writer = os.open(fifo, os.O_RDWR)  # a writer that never writes: a blocking read would hang here
+    try:
+        t0 = time.monotonic()
+        got = kernlog.read_kmsg(str(fifo))
+        assert time.monotonic() - t0 < 2 and got.records == [] and got.error is None
+    finally:
+        os.close(writer)
+    got = kernlog.read_kmsg(str(tmp_path))
+    assert got.error is not None and "directory" in got.error.lower()
+
+
+def test_journald_is_the_fallback_where_kmsg_cannot_be_opened(tmp_path):
+    record = {"MESSAGE": f"NVRM: Xid (PCI:{OWN_BUS}): 119, pid=77, name=python3, Timeout after 6s of waiting for "
+                         "RPC response from GPU0 GSP!", "__REALTIME_TIMESTAMP": "1796161157000000", "PRIORITY": "3",
+              "SYSLOG_FACILITY": "0", "_SOURCE_MONOTONIC_TIMESTAMP": "42"}
+    stand_in = tmp_path / "journalctl"
+    stand_in.write_text("#!/bin/sh\n# a stand-in journalctl: the args it got, then one kernel record\n"
+                        f"echo \"$*\" > {tmp_path / 'args'}\n"
+                        f"printf '%s\\n' {json.dumps(json.dumps(record))}\n")
+    stand_in.chmod(0o755)
+    f, _ = collect(kmsg=str(tmp_path / "no-kmsg"), journalctl=str(stand_in))
+    assert f["source"] == "journalctl" and f["attempts"][0]["error"].endswith("No such file or directory")
+    assert [(x["xid"], x["bus_key"], x["time"]) for x in f["xids"]] == [(119, OWN_BUS, 1796161157.0)]
+    assert (tmp_path / "args").read_text().split()[:4] == ["-k", "-o", "json", "--no-pager"]
+    [x] = check_xid(facts_of(kernel_log=f))
+    assert x.status == "fail" and "GSP RPC timeout" in x.detail and "journalctl -k (this boot)" in x.detail
+    # journalctl for a user who sees only their own journal: not "no record", but not read
+    stand_in.write_text("#!/bin/sh\necho 'Hint: You are currently not seeing messages from other users and the "
+                        "system.' >&2\n")
+    f, _ = collect(kmsg=str(tmp_path / "no-kmsg"), journalctl=str(stand_in))
+    assert "this user sees only its own journal" in f["skipped"]

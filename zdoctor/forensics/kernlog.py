@@ -99,6 +99,8 @@ class Read:
     truncated: str | None = None
     error: str | None = None
     overwritten: int = 0
+    #: The errno of ``error`` (EPERM: kernel.dmesg_restrict), when a call failed.
+    errno: int | None = None
     #: Microseconds since boot of the oldest record read: where the window starts.
     first_usec: int | None = None
 
@@ -112,7 +114,7 @@ def read_kmsg(path: str = KMSG, *, max_records: int = MAX_RECORDS, max_bytes: in
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0))
     except OSError as exc:
-        out.error = f"{path}: {exc.strerror or exc}"
+        out.error, out.errno = f"{path}: {exc.strerror or exc}", exc.errno
         return out
     kept: collections.deque[dict[str, Any]] = collections.deque(maxlen=max_records)
     total = matched = 0
@@ -136,10 +138,13 @@ def read_kmsg(path: str = KMSG, *, max_records: int = MAX_RECORDS, max_bytes: in
                     continue
                 if exc.errno == errno.EINTR:
                     continue
-                out.error = f"{path}: {exc.strerror or exc}"
+                out.error, out.errno = f"{path}: {exc.strerror or exc}", exc.errno
                 break
             if not chunk:
                 break
+            over = total + len(chunk) > max_bytes
+            if over:  # what is past the limit is not read (a record cut there is dropped below)
+                chunk = chunk[:max_bytes - total]
             total += len(chunk)
             pending += chunk.decode("utf-8", "replace")
             # /dev/kmsg gives one whole record per read; a dump read as a file gives many, the last maybe cut
@@ -154,6 +159,9 @@ def read_kmsg(path: str = KMSG, *, max_records: int = MAX_RECORDS, max_bytes: in
                 if keep is None or keep(rec):
                     kept.append(rec)
                     matched += 1
+            if over:
+                out.truncated = f"stopped after {max_bytes} bytes"
+                break
     finally:
         os.close(fd)
     if matched > len(kept):

@@ -12,6 +12,7 @@ the records found (see :func:`zdoctor.forensics.kernlog.classify`): ``xids``, ``
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import os
 import time
@@ -28,7 +29,10 @@ JOURNAL_LINES = 20_000
 _JOURNAL_PARTIAL = ("not seeing messages from other users and the system", "insufficient permissions")
 
 
-def _restrict_note(error: str, sysctl: str = "/proc/sys/kernel/dmesg_restrict") -> str:
+def _restrict_note(error: str, code: int | None, sysctl: str = "/proc/sys/kernel/dmesg_restrict") -> str:
+    """``error``, with why when the kernel refused the read for this user (EPERM under dmesg_restrict)."""
+    if code != errno.EPERM:
+        return error
     try:
         with open(sysctl, encoding="ascii") as fh:
             value = fh.read(8).strip()
@@ -80,7 +84,7 @@ def collect(*, kmsg: str = kernlog.KMSG, journalctl: str | None = None, use_jour
         for rec in got.records:
             rec["time"] = kernlog.wall_time(rec["usec"], btime)
     else:
-        attempts.append({"source": kmsg, "error": _restrict_note(got.error, dmesg_restrict)})
+        attempts.append({"source": kmsg, "error": _restrict_note(got.error, got.errno, dmesg_restrict)})
         if use_journal:
             got, ev = read_journal(since, path=journalctl)
             if ev is not None:
