@@ -499,3 +499,12 @@ def test_journald_is_the_fallback_where_kmsg_cannot_be_opened(tmp_path):
                         "system.' >&2\n")
     f, _ = collect(kmsg=str(tmp_path / "no-kmsg"), journalctl=str(stand_in))
     assert "this user sees only its own journal" in f["skipped"]
+
+
+def test_the_glossary_explains_xid_and_aer():
+    from zdoctor.glossary import find_term, load_glossary
+
+    terms = load_glossary()
+    xid_term, aer_term = find_term(terms, "Xid"), find_term(terms, "AER")
+    assert xid_term is not None and aer_term is not None
+    assert "00000000:3B:00.0" in xid_term.text and "Xid 79" in aer_term.text
