@@ -10,9 +10,11 @@ re-runs the command with each change applied; only a change that makes it succee
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from .. import progress
 from ..forensics.runtables import TARGETS_LABEL, needs_table
 from ..model import Evidence
 from ..privilege import runs_as_of
@@ -326,7 +328,18 @@ def libfix_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     if to_verify:
         with ThreadPoolExecutor(max_workers=min(3, len(to_verify))) as pool:
             run_as = runs_as_of(host)
-            evidence = list(pool.map(lambda p: verify(p, argv, env, timeout=timeout, run_as=run_as), to_verify))
+            total, lock, finished = len(to_verify), threading.Lock(), [0]
+
+            def tried(plan: Any) -> Evidence:
+                ev = verify(plan, argv, env, timeout=timeout, run_as=run_as)
+                with lock:
+                    finished[0] += 1
+                    progress.note("libfix", f"re-running the command with each of {total} fixes, "
+                                            f"{finished[0]} of {total} done")
+                return ev
+
+            with progress.doing("libfix", f"re-running the command with each of {total} fixes, 0 of {total} done"):
+                evidence = list(pool.map(tried, to_verify))
     for p in plans:
         if p.verifiable and not argv:
             p.verification = "no command to re-run (nothing to load)."
