@@ -64,3 +64,18 @@ def test_a_terminal_shows_the_running_probes_and_a_pipe_gets_none(tmp_path, stat
                            cwd=str(REPO))
     assert "findings:" in piped.stdout
     assert "slowest" not in piped.stderr and "\r" not in piped.stderr
+
+
+def test_the_guides_probe_line_shows_what_a_running_probe_is_doing():
+    from screens.common import ProbeState, probe_line
+
+    st = ProbeState("libfix", "Remedies, each re-run to prove it", 60.0, started=0.0)
+    progress.started("libfix")
+    try:
+        with progress.doing("libfix", "re-running the command with each of 3 fixes, 2 of 3 done"):
+            text = probe_line(st, now=5.0).plain
+    finally:
+        progress.ended("libfix")
+    assert "libfix" in text and "5.0 s of 60 s" in text
+    assert "re-running the command with each of 3 fixes, 2 of 3 done" in text
+    assert "re-running" not in probe_line(st, now=5.0).plain

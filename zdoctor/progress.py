@@ -67,6 +67,12 @@ def doing(name: str, what: str) -> Iterator[None]:
         note(name, "")
 
 
+def doing_now(name: str) -> str:
+    """What probe ``name`` said it is busy with, or ``""``."""
+    with _BOARD.lock:
+        return _BOARD.doing.get(name, "")
+
+
 def snapshot() -> tuple[list[Running], int]:
     """The probes running now (the longest-running first) and how many have ended."""
     now = time.monotonic()
