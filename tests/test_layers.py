@@ -76,3 +76,10 @@ def test_check_json_on_this_machine_says_of_every_layer_examined_or_why_not():
     if driver["status"] == "skip":  # no NVIDIA driver here: the GPU layer is not wholly examined, and says so
         assert rows["gpu"]["status"] != "examined"
         assert any(m["check"] == "gpu.driver" for m in rows["gpu"]["not_examined"])
+
+
+def test_the_readme_lists_every_layer():
+    from conftest import REPO
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert [layer.id for layer in LAYERS if f"| `{layer.id}` |" not in text] == []
