@@ -46,7 +46,7 @@ def _gpus(facts: Facts) -> list[dict[str, Any]] | None:
 
 @check(NAME, title=TITLE, probes=("driver_parts",), optional=("nvml",), layer="driver-parts",
        explains=("driver-mismatch", "cuda-error", "fabric-manager-mismatch"),
-       findings=(f"{NAME}.module", f"{NAME}.fabric-manager", f"{NAME}.libcuda"))
+       findings=(f"{NAME}.module", f"{NAME}.fabric-manager", f"{NAME}.libcuda", f"{NAME}.forward-compat"))
 def check_driver_parts(facts: Facts) -> list[Finding]:
     dp = result_facts(facts, "driver_parts")
     if dp is None or dp.get("skipped"):
@@ -87,10 +87,22 @@ def _hold_remedy(dp: dict[str, Any], change: dict[str, Any]) -> Remedy | None:
                               "planned.")
 
 
+def module_release(facts: Facts, dp: dict[str, Any]) -> tuple[str | None, str]:
+    """The loaded module's release and where it was read: its two files, else NVML's driver version (NVML
+    starts only when the module and its library agree, and then reports the module's release)."""
+    m = dp.get("module") or {}
+    if m.get("release"):
+        return m["release"], "/sys/module/nvidia/version" if m.get("sys_release") else "/proc/driver/nvidia/version"
+    nv = facts.of("nvml") or {}
+    if nv.get("source") == "nvml" and nv.get("driver"):
+        return str(nv["driver"]), "NVML nvmlSystemGetDriverVersion"
+    return None, "-"
+
+
 def module_finding(facts: Facts, dp: dict[str, Any], ev: list[Evidence]) -> Finding:
     fid = f"{NAME}.module"
     m, libs, pk = dp.get("module") or {}, dp.get("libraries") or {}, dp.get("packages") or {}
-    module = m.get("release")
+    module, source = module_release(facts, dp)
     nvml_rel = (libs.get("nvml") or {}).get("release")
     pkg_rel = pk.get("release")
     change = (dp.get("history") or {}).get("last_change")
@@ -109,14 +121,16 @@ def module_finding(facts: Facts, dp: dict[str, Any], ev: list[Evidence]) -> Find
                        evidence=ev)
     if not known:
         return Finding(id=fid, status="skip",
-                       title=f"Kernel module {module}: the user-space release is unknown, nothing to compare",
+                       title=f"Kernel module {module} ({source}): the user-space release is unknown, nothing to "
+                             "compare",
                        detail="libnvidia-ml.so.1 is not in the loader's cache with a versioned file name, and "
                               f"the package record names no driver ({pk.get('error') or 'no driver package'}).",
                        evidence=ev)
     if not differ:
         parts = ", ".join(f"{k} {v}" for k, v in known.items())
         return Finding(id=fid, status="ok", title=f"Kernel module {module} and the installed driver agree",
-                       detail=f"The module in memory is {module}; {parts}." + (" " + " ".join(lines) if lines else ""),
+                       detail=f"The module in memory is {module} ({source}); {parts}."
+                              + (" " + " ".join(lines) if lines else ""),
                        evidence=ev)
     newest = next(iter(differ.values()))
     lines.insert(0, f"The kernel module in memory is {module}; " + "; ".join(f"{k} is {v}" for k, v in known.items())
@@ -189,7 +203,7 @@ def _restart_remedy() -> Remedy:
 def fabric_finding(facts: Facts, dp: dict[str, Any]) -> Finding:
     fid = f"{NAME}.fabric-manager"
     fab = dp.get("fabric") or {}
-    module = (dp.get("module") or {}).get("release")
+    module = module_release(facts, dp)[0]
     states = fabricmanager.fabric_state_from_smi(_gpus(facts) or [])
     nvs = fab.get("nvswitch") or []
     if not nvs:
@@ -255,16 +269,22 @@ def _llp_without(llp: str, drop: str) -> str:
 
 
 def libcuda_finding(facts: Facts, dp: dict[str, Any]) -> Finding:
+    """``gpu.driver-parts.libcuda``, or ``gpu.driver-parts.forward-compat`` when the library is a
+    forward-compatibility one newer than the module."""
     fid = f"{NAME}.libcuda"
     lc = (dp.get("libraries") or {}).get("libcuda") or {}
     env = (dp.get("libraries") or {}).get("env") or {}
-    module = (dp.get("module") or {}).get("release")
+    module = module_release(facts, dp)[0]
     mounted = dp.get("mounted") or []
     rows = [["kernel module", "/sys/module/nvidia/version", module or "unknown"],
             ["libcuda.so.1", f"{lc.get('path') or '-'} {lc.get('label') or ''}".strip(), lc.get("realpath") or "-"],
             ["its release", "the real file's name", lc.get("release") or "unknown"],
             ["LD_LIBRARY_PATH", "training environment", env.get("LD_LIBRARY_PATH") or "(unset)"]]
     rows += [["mounted into this file system", m.get("source") or "-", m["point"]] for m in mounted[:6]]
+    mnt = lc.get("mount") or {}
+    if mnt.get("point") not in (None, "/"):
+        rows.append(["libcuda's file system", f"{mnt.get('fstype')} {mnt.get('source')}",
+                     f"mounted at {mnt['point']} (a container runtime's or the host's mount)"])
     v = fwcompat.libcuda_verdict(lc.get("realpath"), module, _gpus(facts))
     hl = [1, 2] if v["code"] else []
     ev = [Evidence.of_table("The libcuda.so.1 the training process resolves", ["what", "from", "value"], rows, hl)]
@@ -299,14 +319,15 @@ def libcuda_finding(facts: Facts, dp: dict[str, Any]) -> Finding:
                            explanation="The driver's own libcuda (from the loader's cache) is then taken. Change it "
                                        "where the training's environment is set (job script, container image "
                                        "ENV, module file)."))
+    fwd = f"{NAME}.forward-compat"
     if verdict == "forward":
-        return Finding(id=fid, status="ok", title=f"Forward compatibility: libcuda {v['library']} on kernel module "
+        return Finding(id=fwd, status="ok", title=f"Forward compatibility: libcuda {v['library']} on kernel module "
                        f"{module}, on data centre GPUs", evidence=ev,
                        detail=f"{who} resolves libcuda.so.1 to {where}, a forward-compatibility library newer than "
                               f"the module; the GPUs are data centre GPUs, which forward compatibility is for "
                               f"({fwcompat.SOURCE}).")
     if verdict == "forward-unknown":
-        return Finding(id=fid, status="warn", title=f"Forward compatibility (libcuda {v['library']} on module "
+        return Finding(id=fwd, status="warn", title=f"Forward compatibility (libcuda {v['library']} on module "
                        f"{module}): whether the GPUs support it is unknown", evidence=ev, remedies=drop,
                        detail=f"{who} resolves libcuda.so.1 to {where}. Forward compatibility is only for data "
                               f"centre GPUs ({fwcompat.SOURCE}); the GPUs here are "
@@ -314,7 +335,7 @@ def libcuda_finding(facts: Facts, dp: dict[str, Any]) -> Finding:
                               + f". On any other GPU CUDA stops with {_err(804)}.")
     if verdict == "forward-unsupported":
         return Finding(
-            id=fid, status="fail", evidence=ev, remedies=drop + [Remedy(
+            id=fwd, status="fail", evidence=ev, remedies=drop + [Remedy(
                 title="Or run without the compat libraries, on a driver that supports torch's CUDA",
                 commands=[], verified=None,
                 explanation=f"In a container, an image's {cdir} is registered by the image (ld.so.conf.d, "

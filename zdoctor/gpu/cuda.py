@@ -288,7 +288,7 @@ CUDA_INIT_ERROR_LAYERS: dict[int, dict[str, str]] = {
                    "module, or a libcuda of another release first on the search path",
           "source": "CUDA Runtime API cudaErrorSystemDriverMismatch (\"a mismatch between the versions of the "
                     "display driver and the CUDA driver\")"},
-    804: {"layer": "driver-parts", "finding": "gpu.driver-parts.libcuda",
+    804: {"layer": "driver-parts", "finding": "gpu.driver-parts.forward-compat",
           "cause": "a forward-compatibility libcuda (cuda-compat) on a GPU it is not for",
           "source": "CUDA Runtime API cudaErrorCompatNotSupportedOnDevice; NVIDIA CUDA Compatibility guide, "
                     "Forward Compatibility (data centre GPUs only)"},

@@ -25,7 +25,7 @@ from ..gpu import driverpkg, fabricmanager, kmod
 from ..model import Evidence
 from ..registry import probe
 from ..runner import run, which_all
-from ..storage.mounts import read_mountinfo
+from ..storage.mounts import mount_for, read_mountinfo
 from ..target import target_of
 from ..userfile import read_prefix
 from .gpu import nvml_library_paths
@@ -97,6 +97,8 @@ def resolve_libcuda(executable: str | None, env: dict[str, str]) -> dict[str, An
            "cache": config.cache_path, "cache_error": config.cache_error}
     if r is not None and r.path and not res.error:
         out.update(_library(r.path))
+        m = mount_for(out["realpath"], read_mountinfo())
+        out["mount"] = {"point": m.point, "fstype": m.fstype, "source": m.source} if m else None
     return out
 
 
