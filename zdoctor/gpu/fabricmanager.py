@@ -68,9 +68,9 @@ def unit_state(props: dict[str, str]) -> dict[str, Any]:
     None when the unit is not installed (LoadState not-found)."""
     load = props.get("LoadState")
     active, sub = props.get("ActiveState"), props.get("SubState")
-    status = props.get("ExecMainStatus")
+    status = props.get("ExecMainStatus") or ""
     running = None if load == "not-found" else (active == "active" and sub == "running")
-    return {"load": load, "active": active, "sub": sub, "status": int(status) if (status or "").isdigit() else None,
+    return {"load": load, "active": active, "sub": sub, "status": int(status) if status.isdigit() else None,
             "running": running}
 
 

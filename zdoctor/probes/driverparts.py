@@ -91,7 +91,7 @@ def resolve_libcuda(executable: str | None, env: dict[str, str]) -> dict[str, An
     proc = Process(executable, env, config)
     res = proc.dlopen("libcuda.so.1")
     r = res.resolution
-    out = {"name": "libcuda.so.1", "process": executable, "path": None, "error": res.error,
+    out: dict[str, Any] = {"name": "libcuda.so.1", "process": executable, "path": None, "error": res.error,
            "via": r.via if r else None, "label": r.label() if r else None, "dir": r.dir if r else None,
            "tried": [c.path + (f" ({c.reason})" if c.reason else "") for c in (r.tried if r else [])][:12],
            "cache": config.cache_path, "cache_error": config.cache_error}
