@@ -34,7 +34,7 @@ from zdoctor.checks.cuda import check_runtime
 from zdoctor.checks.driverparts import check_driver_parts
 from zdoctor.doctor import layers_examined
 from zdoctor.gpu import cuda, driverpkg, fabricmanager, fwcompat, kmod
-from zdoctor.probes.driverparts import collect_history, collect_packages
+from zdoctor.probes.driverparts import collect_history, collect_packages, driver_mounts
 from zdoctor.probes.gpu import collect_nvml
 
 NEEDS_NS = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("gcc")
@@ -357,6 +357,37 @@ def test_fabric_manager_state_from_recorded_systemctl_and_journal_output():
     dp["fabric"]["version"] = OLD
     (dnf,) = _by_id(check_driver_parts(facts_of(driver_parts=dp)))["gpu.driver-parts.fabric-manager"].remedies
     assert dnf.commands[0] == f"dnf install -y nvidia-fabric-manager-{NEW}"
+
+
+def test_driver_libraries_a_container_runtime_mounted(tmp_path):
+    # mountinfo of a container the NVIDIA runtime started: the host's libraries bind-mounted one by one
+    (tmp_path / "mountinfo").write_text(
+        "1001 950 0:52 / / rw,relatime - overlay overlay rw,lowerdir=/l,upperdir=/u,workdir=/w\n"
+        f"1020 1001 259:1 /usr/lib/x86_64-linux-gnu/libcuda.so.{NEW} /usr/lib/x86_64-linux-gnu/libcuda.so.{NEW} "
+        "ro,nosuid,nodev,relatime master:1 - ext4 /dev/nvme0n1p1 rw\n"
+        f"1021 1001 259:1 /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{NEW} "
+        f"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{NEW} ro,nosuid,nodev,relatime master:1 - ext4 /dev/nvme0n1p1 rw\n"
+        "1030 1001 0:60 / /dev/shm rw - tmpfs shm rw\n")
+    assert [m["point"] for m in driver_mounts(str(tmp_path / "mountinfo"))] == [
+        f"/usr/lib/x86_64-linux-gnu/libcuda.so.{NEW}", f"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{NEW}"]
+
+
+def test_nvidia_smi_gives_the_fabric_state_nvml_facts_keep(monkeypatch, tmp_path):
+    # the H200's nvidia-smi -q -x (fabric state N/A: no NVSwitch) beside NVML through the stand-in
+    import stat as st
+
+    from test_gpu_facts import read
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (tmp_path / "q.xml").write_text(read("nvidia-smi-q.xml"))
+    smi = bindir / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\ncat {shlex.quote(str(tmp_path / 'q.xml'))}\n")
+    smi.chmod(smi.stat().st_mode | st.S_IXUSR)
+    fake_h200(monkeypatch)
+    nv, _ev = collect_nvml({"PATH": f"{bindir}:/usr/bin:/bin"}, nv=pynvml)
+    assert nv["source"] == "nvml" and nv["gpus"][0]["fabric_state"] == "N/A" and nv["gpus"][0]["brand"] == "NVIDIA"
+    assert fabricmanager.fabric_state_from_smi(nv["gpus"]) == []
 
 
 def test_nvswitch_found_by_its_pci_class(tmp_path):
