@@ -63,28 +63,20 @@ def _automatic(change: dict[str, Any]) -> bool:
     return any(a in (change.get("commandline") or "") for a in AUTOMATIC)
 
 
-def _hold_remedy(dp: dict[str, Any], change: dict[str, Any]) -> Remedy | None:
-    """Keep automatic upgrades off the driver, for the node's package manager."""
-    names = sorted({c["name"] for c in change.get("changes") or [] if c.get("new")})
+def hold_advice(dp: dict[str, Any], change: dict[str, Any]) -> str | None:
+    """How to keep automatic upgrades off the driver, for the node's package manager (a sentence: it
+    prevents the next occurrence, it does not fix this one)."""
+    names = " ".join(shlex.quote(n) for n in sorted({c["name"] for c in change.get("changes") or [] if c.get("new")}))
     if not names:
         return None
-    managers = pkgmgr.managers(dp.get("distro"))
-    fam = "apt" if (dp.get("packages") or {}).get("manager") == "dpkg" else \
-        "dnf" if (dp.get("packages") or {}).get("manager") == "rpm" else managers[0].family
-    if fam == "apt":
-        return Remedy(title="Hold the driver packages so an unattended upgrade cannot replace them again",
-                      commands=["apt-mark hold " + " ".join(shlex.quote(n) for n in names)], requires_root=True,
-                      undo=["apt-mark unhold " + " ".join(shlex.quote(n) for n in names)],
-                      note="not tried: it changes the package manager's state",
-                      explanation="Driver upgrades then happen when you choose, with the node drained and a "
-                                  "reboot planned (`apt-mark unhold`, upgrade, reboot).")
-    return Remedy(title="Lock the driver packages so an automatic upgrade cannot replace them again",
-                  commands=["dnf install -y python3-dnf-plugin-versionlock",
-                            "dnf versionlock add " + " ".join(shlex.quote(n) for n in names)],
-                  requires_root=True, undo=["dnf versionlock delete " + " ".join(shlex.quote(n) for n in names)],
-                  note="not tried: it changes the package manager's state",
-                  explanation="Driver upgrades then happen when you choose, with the node drained and a reboot "
-                              "planned.")
+    manager = (dp.get("packages") or {}).get("manager")
+    family = {"dpkg": "apt", "rpm": "dnf"}.get(manager or "") or pkgmgr.managers(dp.get("distro"))[0].family
+    if family == "apt":
+        how = f"`apt-mark hold {names}`"
+    else:
+        how = f"`dnf versionlock add {names}` (package python3-dnf-plugin-versionlock)"
+    return (f"An automatic upgrade did it: after the reboot, {how} keeps the next one off the driver, so driver "
+            "upgrades happen when you choose, with the node drained and a reboot planned.")
 
 
 def module_release(facts: Facts, dp: dict[str, Any]) -> tuple[str | None, str]:
@@ -155,9 +147,9 @@ def module_finding(facts: Facts, dp: dict[str, Any], ev: list[Evidence]) -> Find
     remedies = [reload_remedy(order)] if order else []
     remedies.append(reboot_remedy())
     if change and _automatic(change):
-        hold = _hold_remedy(dp, change)
-        if hold:
-            remedies.append(hold)
+        advice = hold_advice(dp, change)
+        if advice:
+            lines.append(advice)
     return Finding(id=fid, status="fail", title=title, detail="\n".join(lines), evidence=ev, remedies=remedies,
                    explains=ids_for(facts, "driver-mismatch") + ids_for(facts, "cuda-error", number="803"))
 
@@ -316,6 +308,7 @@ def libcuda_finding(facts: Facts, dp: dict[str, Any]) -> Finding:
         drop.append(Remedy(title=f"Take {lc['dir']} off LD_LIBRARY_PATH for the training",
                            commands=[f"export LD_LIBRARY_PATH={shlex.quote(rest)}" if rest else
                                      "unset LD_LIBRARY_PATH"], verified=None,
+                           note="not tried: zdoctor does not start CUDA on this node to see",
                            explanation="The driver's own libcuda (from the loader's cache) is then taken. Change it "
                                        "where the training's environment is set (job script, container image "
                                        "ENV, module file)."))
@@ -337,7 +330,7 @@ def libcuda_finding(facts: Facts, dp: dict[str, Any]) -> Finding:
         return Finding(
             id=fwd, status="fail", evidence=ev, remedies=drop + [Remedy(
                 title="Or run without the compat libraries, on a driver that supports torch's CUDA",
-                commands=[], verified=None,
+                commands=[], verified=None, note="not tried: it changes the image or the host's driver",
                 explanation=f"In a container, an image's {cdir} is registered by the image (ld.so.conf.d, "
                             "LD_LIBRARY_PATH): start it with that removed, or upgrade the host driver to a "
                             "branch that supports the image's CUDA so no compat library is needed.")],
