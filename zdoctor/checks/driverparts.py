@@ -127,7 +127,7 @@ def module_finding(facts: Facts, dp: dict[str, Any], ev: list[Evidence]) -> Find
     newest = next(iter(differ.values()))
     lines.insert(0, f"The kernel module in memory is {module}; " + "; ".join(f"{k} is {v}" for k, v in known.items())
                  + ". NVML refuses to start ('Driver/library version mismatch'), nvidia-smi fails the same way and "
-                 f"CUDA stops with {_err(803)}.")
+                 f"CUDA programs fail at start with {_err(803)}.")
     title = f"Kernel module {module} is still in memory, the installed driver is {newest}"
     if change and change.get("when") and boot and change["when"] > boot:
         drv = ", ".join(f"{c['name']} {c.get('new') or '(removed)'}" for c in change["changes"])
@@ -227,7 +227,7 @@ def fabric_finding(facts: Facts, dp: dict[str, Any]) -> Finding:
                   f"fabric up, and Fabric Manager runs only beside the driver's exact release. Fabric Manager is "
                   f"{fm_rel}, the kernel module is {module or (mism or {}).get('driver')}: it refuses to start "
                   "('fabric manager NVIDIA GPU driver interface version ... don't match with driver version ...'), "
-                  f"so every CUDA program stops with {_err(802)}.")
+                  f"so every CUDA program fails at start with {_err(802)}.")
         return Finding(id=fid, status="fail", title=f"Fabric Manager {fm_rel} is not the driver's release "
                        f"{module or '?'}: CUDA error 802 (system not yet initialized)", detail=detail, evidence=ev,
                        remedies=_fm_remedies(dp, module) if module else [], explains=explains)
@@ -237,7 +237,7 @@ def fabric_finding(facts: Facts, dp: dict[str, Any]) -> Finding:
         rem = _fm_remedies(dp, module) if unit.get("load") == "not-found" and module else [_restart_remedy()]
         return Finding(id=fid, status="fail", title=f"Fabric Manager {what} on an NVSwitch system: CUDA error 802",
                        detail=f"The unit nvidia-fabricmanager {what}. Without it the NVLink fabric is never set up "
-                              f"and every CUDA program stops with {_err(802)}.", evidence=ev, remedies=rem,
+                              f"and every CUDA program fails at start with {_err(802)}.", evidence=ev, remedies=rem,
                        explains=explains)
     if fab.get("unit_error") and not fm:
         return Finding(id=fid, status="skip", title="Fabric Manager: not examined",
@@ -325,7 +325,7 @@ def libcuda_finding(facts: Facts, dp: dict[str, Any]) -> Finding:
                        detail=f"{who} resolves libcuda.so.1 to {where}. Forward compatibility is only for data "
                               f"centre GPUs ({fwcompat.SOURCE}); the GPUs here are "
                               + (", ".join(v["unknown_gpus"]) or "not known (NVML gave no GPU list)")
-                              + f". On any other GPU CUDA stops with {_err(804)}.")
+                              + f". On any other GPU, CUDA programs fail at start with {_err(804)}.")
     if verdict == "forward-unsupported":
         return Finding(
             id=fwd, status="fail", evidence=ev, remedies=drop + [Remedy(
@@ -338,7 +338,7 @@ def libcuda_finding(facts: Facts, dp: dict[str, Any]) -> Finding:
             explains=ids_for(facts, "cuda-error", number="804"),
             detail=f"{who} resolves libcuda.so.1 to {where}, a forward-compatibility library (newer than kernel "
                    f"module {module}). Forward compatibility is only for data centre GPUs ({fwcompat.SOURCE}); "
-                   f"{', '.join(v['unsupported'])} is not one, so CUDA stops with {_err(804)}.")
+                   f"{', '.join(v['unsupported'])} is not one, so CUDA programs fail at start with {_err(804)}.")
     # older, or newer outside a compat directory: another release than the module
     kind = "older than" if verdict == "older" else "newer than"
     return Finding(id=fid, status="fail", evidence=ev, remedies=drop or [reboot_remedy()],
@@ -347,4 +347,4 @@ def libcuda_finding(facts: Facts, dp: dict[str, Any]) -> Finding:
                    explains=ids_for(facts, "cuda-error", number="803"),
                    detail=f"{who} resolves libcuda.so.1 to {where}, another release than the kernel module "
                           f"{module}" + (" (and not a forward-compatibility library)" if verdict == "newer" else "")
-                          + f": CUDA stops with {_err(803)}.")
+                          + f": CUDA programs fail at start with {_err(803)}.")
