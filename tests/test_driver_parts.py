@@ -239,6 +239,7 @@ def test_b_a_compat_libcuda_first_on_ld_library_path_on_a_geforce_is_cuda_error_
     lc = dp["libraries"]["libcuda"]
     assert (lc["via"], lc["dir"], lc["release"]) == ("LD_LIBRARY_PATH", compat, COMPAT), lc
     assert lc["realpath"] == f"{compat}/libcuda.so.{COMPAT}"
+    assert lc["owner"]["manager"] == "unknown"  # built here: no package's file list names it
     # the GPU: the H200's NVML answers, as a GeForce board (its name and brand)
     fake_h200(monkeypatch, overrides={"nvmlDeviceGetName": lambda h: "NVIDIA GeForce RTX 4090",
                                       "nvmlDeviceGetBrand": lambda h: pynvml.NVML_BRAND_GEFORCE_RTX})

@@ -271,6 +271,9 @@ def libcuda_finding(facts: Facts, dp: dict[str, Any]) -> Finding:
     rows = [["kernel module", "/sys/module/nvidia/version", module or "unknown"],
             ["libcuda.so.1", f"{lc.get('path') or '-'} {lc.get('label') or ''}".strip(), lc.get("realpath") or "-"],
             ["its release", "the real file's name", lc.get("release") or "unknown"],
+            ["its package", (lc.get("owner") or {}).get("how") or "-",
+             " ".join(x for x in ((lc.get("owner") or {}).get("name"), (lc.get("owner") or {}).get("version")) if x)
+             or "unknown"],
             ["LD_LIBRARY_PATH", "training environment", env.get("LD_LIBRARY_PATH") or "(unset)"]]
     rows += [["mounted into this file system", m.get("source") or "-", m["point"]] for m in mounted[:6]]
     mnt = lc.get("mount") or {}
@@ -278,7 +281,7 @@ def libcuda_finding(facts: Facts, dp: dict[str, Any]) -> Finding:
         rows.append(["libcuda's file system", f"{mnt.get('fstype')} {mnt.get('source')}",
                      f"mounted at {mnt['point']} (a container runtime's or the host's mount)"])
     v = fwcompat.libcuda_verdict(lc.get("realpath"), module, _gpus(facts))
-    hl = [1, 2] if v["code"] else []
+    hl = [1, 2, 3] if v["code"] else []
     ev = [Evidence.of_table("The libcuda.so.1 the training process resolves", ["what", "from", "value"], rows, hl)]
     if lc.get("tried"):
         ev.append(Evidence.note("Where the loader looked for libcuda.so.1", "\n".join(lc["tried"])))

@@ -21,6 +21,7 @@ import gzip
 import os
 from typing import Any
 
+from ..forensics.owner import owner_of
 from ..gpu import driverpkg, fabricmanager, kmod
 from ..model import Evidence
 from ..registry import probe
@@ -99,6 +100,7 @@ def resolve_libcuda(executable: str | None, env: dict[str, str]) -> dict[str, An
         out.update(_library(r.path))
         m = mount_for(out["realpath"], read_mountinfo())
         out["mount"] = {"point": m.point, "fstype": m.fstype, "source": m.source} if m else None
+        out["owner"] = owner_of(out["realpath"], env=env)
     return out
 
 
