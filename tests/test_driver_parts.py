@@ -296,6 +296,7 @@ def test_which_gpus_forward_compatibility_is_for():
     assert fwcompat.datacenter_gpu("NVIDIA RTX A6000", "NVIDIA_RTX") is False
     assert fwcompat.datacenter_gpu("Quadro RTX 8000") is False
     assert fwcompat.datacenter_gpu("Some New Board") is None
+    assert fwcompat.datacenter_gpu("NVIDIA RTX PRO 6000 Blackwell Server Edition", "NVIDIA_RTX") is None
     assert fwcompat.in_compat_dir("/usr/local/cuda-12.8/compat/libcuda.so.570.124.06")
     assert not fwcompat.in_compat_dir("/usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05")
     older = fwcompat.libcuda_verdict("/opt/old/libcuda.so.535.54.03", NEW, [])

@@ -50,8 +50,10 @@ def version_key(version: str | None) -> tuple[int, ...]:
 
 def datacenter_gpu(name: str | None, brand: str | None = None) -> bool | None:
     """Whether forward compatibility is for this GPU: True for a data centre GPU, False for GeForce, TITAN,
-    Quadro and RTX workstation boards (their "Server Ready" SKUs are not told apart by name), None when
-    neither the brand nor the name says."""
+    Quadro and RTX workstation boards, None when neither the brand nor the name says, and for RTX server
+    SKUs (NVIDIA supports select "NGC Server Ready" ones, which the name does not tell apart)."""
+    if name and re.search(r"\bServer Edition\b|\bNGC\b", name):
+        return None  # an RTX server SKU: some are "NGC Server Ready", which the name alone does not tell
     if brand and brand.upper() in CONSUMER_BRANDS:
         return False
     if name and _CONSUMER_NAME.search(name) and not _DATACENTER_NAME.search(name):
