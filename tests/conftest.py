@@ -47,6 +47,7 @@ LANES: dict[str, tuple[str, ...]] = {
     "test_secrets.py": ("needs_root",),
     "test_storage_check.py": ("needs_root",),
     "test_sysfile.py": ("needs_root",),
+    "test_driver_parts.py": ("needs_root",),
     # unit-level files whose real processes, terminals or interpreters take tens of seconds each
     "test_tui.py": ("slow",),
     "test_tui_fleet.py": ("slow",),

@@ -200,6 +200,45 @@ SIGNATURES: tuple[Signature, ...] = (
         read_next="the driver's CUDA version against torch.version.cuda",
         confirm=("gpu.runtime",), fields=(("number", "35"),),
         sources=("CUDA Runtime API cudaError_t: 35 cudaErrorInsufficientDriver",)),
+    # -- the driver's parts: CUDA start errors without their number, Fabric Manager ------------------
+    Signature(
+        id="cuda.compat-not-supported", kind="cuda-error", layer="driver-parts",
+        pattern=r"forward compatibility was attempted on non supported HW",
+        meaning="a forward-compatibility libcuda (cuda-compat) was loaded on a GPU forward compatibility is not "
+                "for (cudaErrorCompatNotSupportedOnDevice, 804): only data centre GPUs support it",
+        read_next="which libcuda.so.1 the process resolves (LD_LIBRARY_PATH, a compat directory) and the GPUs' "
+                  "product names",
+        confirm=("gpu.driver-parts", "gpu.runtime"), fields=(("number", "804"),),
+        sources=("CUDA Runtime API cudaError_t: 804 cudaErrorCompatNotSupportedOnDevice (\"forward compatibility "
+                 "was attempted on non supported HW\")",
+                 "NVIDIA CUDA Compatibility guide, Forward Compatibility (data centre GPUs only)")),
+    Signature(
+        id="cuda.system-not-ready", kind="cuda-error", layer="driver-parts",
+        pattern=r"\bsystem not yet initialized\b",
+        meaning="CUDA's system is not ready (cudaErrorSystemNotReady, 802): on NVSwitch systems Fabric Manager "
+                "is not running or is another release than the driver",
+        read_next="the nvidia-fabricmanager unit's state and log, and its release against the kernel module's",
+        confirm=("gpu.driver-parts", "gpu.runtime"), fields=(("number", "802"),),
+        sources=("CUDA Runtime API cudaError_t: 802 cudaErrorSystemNotReady (\"system not yet initialized\")",)),
+    Signature(
+        id="cuda.system-driver-mismatch", kind="cuda-error", layer="driver-parts",
+        pattern=r"system has unsupported display driver / cuda driver combination",
+        meaning="the libcuda.so.1 loaded is another release than the kernel module (cudaErrorSystemDriverMismatch, "
+                "803): a driver upgraded under a running module, or another libcuda first on the search path",
+        read_next="the kernel module's release against libcuda.so.1's and the package record",
+        confirm=("gpu.driver-parts", "gpu.runtime"), fields=(("number", "803"),),
+        sources=("CUDA Runtime API cudaError_t: 803 cudaErrorSystemDriverMismatch (\"system has unsupported "
+                 "display driver / cuda driver combination\")",)),
+    Signature(
+        id="fabricmanager.version-mismatch", kind="fabric-manager-mismatch", layer="driver-parts",
+        pattern=r"fabric manager NVIDIA GPU driver interface version (?P<fm>\d+(?:\.\d+)+) "
+                r"(?:don't|doesn't|don’t|doesn’t) match with driver version (?P<driver>\d+(?:\.\d+)+)",
+        meaning="Fabric Manager is another release than the driver and refuses to start: on an NVSwitch system "
+                "every CUDA program then fails with error 802 (system not yet initialized)",
+        read_next="the Fabric Manager package's release against the kernel module's",
+        confirm=("gpu.driver-parts",),
+        sources=("NVIDIA Fabric Manager nv-fabricmanager (its log on a release mismatch; quoted in "
+                 "NVIDIA/gpu-operator#544 and NVIDIA/gpu-driver-container#735)",)),
     Signature(
         id="cuda.no-kernel-image", kind="cuda-arch", layer="cuda",
         pattern=r"no kernel image is available for execution on the device",
