@@ -54,6 +54,7 @@ from ..offload import gpusample, lint, planner, walllog
 from ..offload.dsconfig import load_config
 from ..registry import facts_of, probe
 from ..target import target_of
+from .libs import LIVE_TIMEOUT
 from .pyenv import TARGET_TIMEOUT
 
 
@@ -271,8 +272,9 @@ def _capacity_table(rows: list[dict[str, Any]], chosen: list[int], title: str) -
                                      "per-GPU need", "GPU memory", "GPU"], out, chosen)
 
 
-@probe("capacity", title="Offload memory needs (DeepSpeed's estimator) against this node", timeout=TARGET_TIMEOUT + 120,
-       needs=("dsconfig", "nvml", "host_limits"))
+@probe("capacity", title="Offload memory needs (DeepSpeed's estimator) against this node",
+       timeout=max(TARGET_TIMEOUT + 120, LIVE_TIMEOUT + 90),
+       needs=("dsconfig", "nvml", "host_limits", "container"))
 def capacity_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """DeepSpeed's ZeRO-2/3 memory estimate for the model, next to this node's RAM, GPU memory and disk."""
     opts = _options(host)
@@ -283,7 +285,8 @@ def capacity_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     gpu = (facts_of(host, "nvml") or None) or (facts_of(host, "gpu") or None)
     nodes = int(opts.get("nodes") or 1)
     disk_path = opts.get("offload_path") or next((p["path"] for p in (ds or {}).get("nvme_paths") or []), None)
-    machine = planner.this_machine(disk_path=str(disk_path) if disk_path else None, gpu_facts=gpu)
+    machine = planner.this_machine(disk_path=str(disk_path) if disk_path else None, gpu_facts=gpu,
+                                   cgroup=(facts_of(host, "container") or {}).get("cgroup"))
     soft, src = _memlock(host)
     machine.memlock_soft = soft
     if opts.get("gpus_per_node"):
@@ -328,7 +331,8 @@ def capacity_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
              planner.deepspeed_text(model["params"], model["largest_layer"], gpn, nodes)}
     m = machine
     lock = "unlimited" if soft is None else ("unknown" if soft == -1 else planner.gib(soft))
-    machine_rows = [["MemTotal", planner.gib(m.mem_total)], ["MemAvailable", planner.gib(m.mem_available)],
+    machine_rows = [["MemTotal", planner.gib(m.mem_total)], ["MemAvailable", planner.gib(m.mem_available_host)],
+                    ["memory the job can take (the figure the fits use)", m.mem_source_text or "unknown"],
                     ["SwapFree (not counted: pinned memory cannot swap)", planner.gib(m.swap_free)],
                     ["/dev/shm size / free", f"{planner.gib(m.shm_total)} / {planner.gib(m.shm_free)}"],
                     [f"locked-memory limit ({src})", lock],
@@ -397,7 +401,7 @@ def gpusample_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
 # -- hostram ------------------------------------------------------------------------------------------
 
 @probe("hostram", title="Host memory beyond the offload estimate: swap buffers, inference, WSL2, kills",
-       timeout=60.0, needs=("dsconfig", "capacity", "nvml"))
+       timeout=60.0 + LIVE_TIMEOUT, needs=("dsconfig", "capacity", "nvml", "container"))
 def hostram_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Pinned buffers and parameter-only offload the estimator leaves out, memory now, kills in the log."""
     from ..offload import hostram
@@ -406,4 +410,5 @@ def hostram_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     ds = (facts_of(host, "dsconfig") or None) or {}
     cap = (facts_of(host, "capacity") or None) or {}
     _mem, gpus, _src = planner.gpu_memory_from((facts_of(host, "nvml") or None) or (facts_of(host, "gpu") or None))
-    return hostram.collect(ds, cap, opts, gpu_count=gpus or None)
+    return hostram.collect(ds, cap, opts, gpu_count=gpus or None,
+                           cgroup=(facts_of(host, "container") or {}).get("cgroup"))
