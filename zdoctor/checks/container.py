@@ -13,7 +13,7 @@ from typing import Any
 
 from ..gpu.limits import human
 from ..model import Evidence, Finding, Remedy
-from ..registry import Facts, check
+from ..registry import Facts, check, predicate
 from ..symptoms.match import ids_for
 from . import not_checked
 from .hostram import LIMIT_COMMANDS
@@ -28,12 +28,16 @@ def _size(v: Any) -> str:
     return "no limit" if v == "max" else human(v) if isinstance(v, int) else "unknown"
 
 
+def _count(v: Any) -> str:
+    return str(v) if isinstance(v, int) else "not counted"
+
+
 @check("container", title="The container and the job's cgroup limits", probes=("container",), layer="container",
        findings=("container.runtime", "container.memory", "container.pids"),
        explains=("killed", "oom-kill", "thread-limit"))
 def check_container(facts: Facts) -> list[Finding]:
     f = facts.of("container")
-    if f is None:
+    if not f:
         return [not_checked("container.not-checked", "The container and its limits", facts.why_not("container"))]
     ev = facts.evidence("container")
     return [_runtime(f, ev), _memory(facts, f, ev), _pids(facts, f, ev)]
@@ -66,8 +70,9 @@ def _memory(facts: Facts, f: dict[str, Any], ev: list[Evidence]) -> Finding:
         f"{mem.get('limit_file')} at every level up from {mem.get('cgroup')}"
     lines = [f"The memory cgroup of {whose}: {mem.get('cgroup')} ({mem.get('version')}, {mem.get('dir')}).",
              f"Limit: {_size(limit)} ({where}); usage {_size(usage)}, peak {_size(mem.get('peak'))} "
-             f"({mem.get('peak_file')}); OOM events {mem.get('oom')}, OOM kills {kills} ({mem.get('events_file')}); "
-             f"limit reached {mem.get('failcnt')} time(s)."]
+             f"({mem.get('peak_file')}); OOM events {_count(mem.get('oom'))}, OOM kills {_count(kills)} "
+             f"({mem.get('events_file')}); "
+             f"limit reached {_count(mem.get('failcnt'))} time(s)."]
     if room.get("text"):
         lines.append(f"The memory the job can take now: {room['text']}.")
     if mem.get("error"):
@@ -152,3 +157,18 @@ def _pids(facts: Facts, f: dict[str, Any], ev: list[Evidence]) -> Finding:
         return Finding(id=fid, status="ok", title=f"The job's pids limit leaves room: {cur} of {mx} in use",
                        detail=head, evidence=ev)
     return not_checked(fid, "The job's pids limit", p.get("error") or "pids.max could not be read", ev)
+
+
+@predicate("cgroup_memory_limit_runs_out", doc="the job's memory cgroup limit, not the host's memory, is what runs "
+           "out: the cgroup counted OOM kills or is nearly full, or the offload's need is short of the room under "
+           "the limit (the figure the fits used, below the host's MemAvailable)", probes=("container",))
+def cgroup_memory_limit_runs_out(facts: Facts) -> bool:
+    if any(x.id == "container.memory" and x.status in ("fail", "warn") for x in check_container(facts)):
+        return True
+    cap = facts.of("capacity") or {}
+    if (cap.get("machine") or {}).get("mem_source") == "cgroup" and cap.get("ram_short"):
+        return True
+    hr = facts.of("hostram") or {}
+    return bool(hr.get("mem_source") == "cgroup" and hr.get("estimate_per_node") is not None
+                and hr.get("mem_available") is not None
+                and hr["estimate_per_node"] + (hr.get("extra_known_per_node") or 0) > hr["mem_available"])
