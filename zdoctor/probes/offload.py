@@ -23,8 +23,10 @@ about the job (``host.options``) and is skipped, with the reason, when that was 
 - ``params``, ``params_source``, ``largest_layer``, ``largest_layer_source``, ``model`` (the config.json
   estimate: params, largest_layer, largest_layer_name, hidden_size, family, formula, assumptions, parts).
 - ``nodes``, ``gpus_per_node``, ``gpus_per_node_source``; ``machine``: planner.Machine (bytes: mem_total,
-  mem_available, swap_free, shm_total, shm_free, memlock_soft, gpu_memory, gpu_count, gpu_source,
-  disk_path, disk_free, disk_total).
+  mem_available (what the job can take: the room under its cgroup's limit where that is below
+  MemAvailable, from the ``container`` probe), mem_available_host (MemAvailable), mem_source (meminfo |
+  cgroup), mem_source_text, swap_free, shm_total, shm_free, memlock_soft, gpu_memory, gpu_count,
+  gpu_source, disk_path, disk_free, disk_total).
 - ``zero3`` / ``zero2``: [{stage, offload_param, offload_optimizer, zero_init, label, cpu_bytes, gpu_bytes,
   cpu_available, cpu_fits, cpu_margin, gpu_memory, gpu_fits, gpu_margin}] (DeepSpeed's rows, its order).
 - ``stage``, ``chosen`` {offload_param, offload_optimizer} from the ds_config (None without one),
