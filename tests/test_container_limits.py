@@ -128,7 +128,7 @@ def test_the_pids_cgroup_the_job_runs_in_is_read(inside):
 def test_the_offload_playbook_ends_at_the_cgroup_limit(inside):
     report, _, _ = inside
     walk = next(p for p in report["playbooks"] if p["id"] == "offload-bottleneck")
-    assert "diag-cgroup-limit" in json.dumps(walk)
+    assert walk["diagnosis"] == "diag-cgroup-limit" and walk["path"][-2:] == ["ram", "diag-cgroup-limit"]
 
 
 # -- a real pids limit refusing threads ---------------------------------------------------------------------

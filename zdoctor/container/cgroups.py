@@ -122,7 +122,7 @@ def memory(where: dict[str, Any]) -> dict[str, Any]:
     if where.get("error"):
         return {"error": where["error"]}
     version, names = where["version"], FILES[where["version"]]
-    levels = []
+    levels: list[dict[str, Any]] = []
     for cg, d in _levels(where):
         limit = parse_value(_read(os.path.join(d, names["limit"])))
         usage = parse_value(_read(os.path.join(d, names["usage"])))
@@ -178,7 +178,7 @@ def pids(where: dict[str, Any]) -> dict[str, Any]:
     """pids.max (the tightest up the hierarchy), pids.current and pids.events' ``max`` (forks refused)."""
     if where.get("error"):
         return {"error": where["error"]}
-    levels = []
+    levels: list[dict[str, Any]] = []
     for cg, d in _levels(where):
         mx = parse_value(_read(os.path.join(d, "pids.max")))
         cur = parse_value(_read(os.path.join(d, "pids.current")))
