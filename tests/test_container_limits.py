@@ -339,3 +339,24 @@ def test_the_new_messages_are_catalogued():
                        "unavailable")}
     assert list(kinds.values()) == [[("oom-kill", "CONSTRAINT_MEMCG")], [("oom-kill", "CONSTRAINT_MEMCG")],
                                     [("killed", "9")]] + [[("thread-limit", None)]] * 4
+
+
+def test_recorded_container_facts_of_the_wrong_type_give_findings_never_tracebacks(tmp_path):
+    import random
+
+    from test_mutations import _mutate
+
+    from zdoctor.host import ReplayHost
+    from zdoctor.registry import Facts
+
+    base = [_probe_facts(v2_tree(tmp_path / "a")), _probe_facts(v2_tree(tmp_path / "b", kills=0)),
+            _probe_facts(cgroups.read_process(proc=str(tmp_path / "none")), None)]
+    base = json.loads(json.dumps(base))
+    rng = random.Random(20261202)
+    for _ in range(300):
+        record, path = _mutate({"facts": rng.choice(base), "status": "ok"}, rng)
+        res = ReplayHost({"format": "zdoctor-snapshot", "version": 1, "probes": {"container": record}}).result(
+            "container")
+        found = check_container(Facts({"container": res}))  # raises on a traceback
+        assert found and all(f.id.startswith("container.") for f in found), path
+        cgroup_memory_limit_runs_out(Facts({"container": res}))

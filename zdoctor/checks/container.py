@@ -45,8 +45,8 @@ def check_container(facts: Facts) -> list[Finding]:
 
 def _runtime(f: dict[str, Any], ev: list[Evidence]) -> Finding:
     box = f.get("container") or {}
-    signs = box.get("signs") or []
-    looked = "; ".join(s["evidence"] for s in signs) or "no sign could be read"
+    signs = [s for s in box.get("signs") or [] if isinstance(s, dict)]
+    looked = "; ".join(str(s.get("evidence") or s.get("sign") or "?") for s in signs) or "no sign could be read"
     if box.get("in_container"):
         return Finding(id="container.runtime", status="ok",
                        title=f"The job runs in a container ({box.get('kind') or 'runtime not named'})",
