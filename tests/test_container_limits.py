@@ -114,6 +114,7 @@ def test_the_planner_and_host_ram_judge_the_cgroup_limit_and_say_so(inside):
     assert "/proc/meminfo" in cap["detail"]
     assert cap["status"] == "fail"  # 1B parameters offloaded to the CPU do not fit in 256 MiB
     assert float(cap["title"].rsplit("; ", 1)[1].split()[0]) < 0.26  # the room under the limit, not the host's
+    assert "available (room under the cgroup limit)" in json.dumps(cap["evidence"])
     assert ram["status"] == "fail" and "under the job's cgroup limit of 0.25 GiB" in ram["title"]
     assert words in ram["detail"]
     assert ram["remedies"][0]["title"].startswith("Raise the job's memory limit")

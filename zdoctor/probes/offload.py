@@ -263,14 +263,15 @@ def _chosen(ds: dict[str, Any] | None) -> tuple[dict[str, str] | None, str | Non
     return chosen, None, [], f"stage {stage}: DeepSpeed's estimators cover ZeRO-2 and ZeRO-3 only", stage
 
 
-def _capacity_table(rows: list[dict[str, Any]], chosen: list[int], title: str) -> Evidence:
+def _capacity_table(rows: list[dict[str, Any]], chosen: list[int], title: str,
+                    available: str = "available (MemAvailable)") -> Evidence:
     out = []
     for r in rows:
         # A figure that depends on an input nobody gave is unknown, never computed from a stand-in.
         out.append([r["label"], planner.at_least(r["cpu_bytes"]), planner.gib(r["cpu_available"]),
                     planner.verdict(r["cpu_fits"], r["cpu_margin"]), planner.at_least(r["gpu_bytes"]),
                     planner.gib(r["gpu_memory"]), planner.verdict(r["gpu_fits"], r["gpu_margin"])])
-    return Evidence.of_table(title, ["choice", "per-CPU need", "available (MemAvailable)", "CPU",
+    return Evidence.of_table(title, ["choice", "per-CPU need", available, "CPU",
                                      "per-GPU need", "GPU memory", "GPU"], out, chosen)
 
 
@@ -341,9 +342,10 @@ def capacity_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
                     [f"GPU memory (smallest; {m.gpu_source})", planner.gib(m.gpu_memory)],
                     [f"offload disk free ({m.disk_path or 'no offload path'})", planner.gib(m.disk_free)]]
     per_node = "an unknown number of" if "gpus_per_node" in missing else str(gpn)
+    avail_col = "available (room under the cgroup limit)" if m.mem_source == "cgroup" else "available (MemAvailable)"
     ev = [_capacity_table(z3, idx if table == "zero3" else [], f"ZeRO-3 needs for {model['params']:,} parameters, "
-                          f"{nodes} node(s) x {per_node} GPU(s) (DeepSpeed's estimator)"),
-          _capacity_table(z2, idx if table == "zero2" else [], "ZeRO-2 needs (DeepSpeed's estimator)"),
+                          f"{nodes} node(s) x {per_node} GPU(s) (DeepSpeed's estimator)", avail_col),
+          _capacity_table(z2, idx if table == "zero2" else [], "ZeRO-2 needs (DeepSpeed's estimator)", avail_col),
           Evidence.of_table("this node", ["what", "size"], machine_rows)]
     if missing:
         ev.append(Evidence.note("unknown inputs", "\n".join(
