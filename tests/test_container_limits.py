@@ -361,3 +361,10 @@ def test_recorded_container_facts_of_the_wrong_type_give_findings_never_tracebac
         found = check_container(Facts({"container": res}))  # raises on a traceback
         assert found and all(f.id.startswith("container.") for f in found), path
         cgroup_memory_limit_runs_out(Facts({"container": res}))
+
+
+def test_the_glossary_explains_a_memory_cgroup():
+    from zdoctor.glossary import find_term, load_glossary
+
+    term = find_term(load_glossary(), "memory cgroup")
+    assert term is not None and "CONSTRAINT_MEMCG" in term.text and "memory.limit_in_bytes" in term.text
