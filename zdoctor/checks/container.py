@@ -52,7 +52,7 @@ def _runtime(f: dict[str, Any], ev: list[Evidence]) -> Finding:
                        title=f"The job runs in a container ({box.get('kind') or 'runtime not named'})",
                        detail=f"Signs: {looked}. Inside it, /proc/meminfo shows the host's memory: the job's "
                               "memory is its cgroup's limit (below).", evidence=ev)
-    if signs and all(s.get("present") is None for s in signs):
+    if all(s.get("present") is None for s in signs):  # none could be read (or none recorded)
         return not_checked("container.runtime", "Whether the job runs in a container", looked, ev)
     return Finding(id="container.runtime", status="ok", title="Not in a container",
                    detail=f"No container sign: {looked}.", evidence=ev)
@@ -68,13 +68,16 @@ def _memory(facts: Facts, f: dict[str, Any], ev: list[Evidence]) -> Finding:
     limit, usage, kills = mem.get("limit"), mem.get("usage"), mem.get("oom_kill")
     where = f"{mem.get('limit_file')} of {mem.get('limit_cgroup')}" if mem.get("limit_cgroup") else \
         f"{mem.get('limit_file')} at every level up from {mem.get('cgroup')}"
-    lines = [f"The memory cgroup of {whose}: {mem.get('cgroup')} ({mem.get('version')}, {mem.get('dir')}).",
-             f"Limit: {_size(limit)} ({where}); usage {_size(usage)}, peak {_size(mem.get('peak'))} "
-             f"({mem.get('peak_file')}); OOM events {_count(mem.get('oom'))}, OOM kills {_count(kills)} "
-             f"({mem.get('events_file')}); "
-             f"limit reached {_count(mem.get('failcnt'))} time(s)."]
-    if room.get("text"):
-        lines.append(f"The memory the job can take now: {room['text']}.")
+    counters = (f"OOM events {_count(mem.get('oom'))}, OOM kills {_count(kills)} ({mem.get('events_file')}); limit "
+                f"reached {_count(mem.get('failcnt'))} time(s)")
+    lines = [f"The memory cgroup of {whose}: {mem.get('cgroup')} ({mem.get('version')}, {mem.get('dir')})."]
+    if limit == "max":  # what is used now changes from run to run and judges nothing here: the evidence has it
+        lines.append(f"Limit: none ({where}); {counters}.")
+    else:
+        lines.append(f"Limit: {_size(limit)} ({where}); usage {_size(usage)}, peak {_size(mem.get('peak'))} "
+                     f"({mem.get('peak_file')}); {counters}.")
+        if room.get("text"):
+            lines.append(f"The memory the job can take now: {room['text']}.")
     if mem.get("error"):
         lines.append(f"Partly read: {mem['error']}.")
     rem = Remedy(title="Raise the job's memory limit (the cgroup's, set by whatever started the job)",
@@ -109,11 +112,17 @@ def _memory(facts: Facts, f: dict[str, Any], ev: list[Evidence]) -> Finding:
                                                  "not killed: a training that crawls."]), evidence=ev)
     if isinstance(limit, int):
         binds = room.get("source") == "cgroup"
+        # An ok verdict leaves out what is used now (it changes from run to run; the evidence has it).
+        steady = [lines[0], f"Limit: {_size(limit)} ({where}); {counters}."]
+        steady.append("The room under it is below the host's MemAvailable now: offload plans are judged against "
+                      "it (offload.capacity and offload.host-ram give the figures)." if binds else
+                      "The host's MemAvailable is below the room under it now: offload plans are judged against "
+                      "MemAvailable.")
         return Finding(id=fid, status="ok",
                        title=f"The job's memory cgroup limit is {_size(limit)}"
-                             + (f", below the host's MemAvailable {_size(room.get('host_available'))}: offload "
-                                "plans are judged against it" if binds else ""),
-                       detail="\n".join(lines), evidence=ev)
+                             + (", below the host's free memory: offload plans are judged against it" if binds
+                                else ""),
+                       detail="\n".join(steady), evidence=ev)
     if limit == "max":
         return Finding(id=fid, status="ok", title="The job's cgroup sets no memory limit",
                        detail="\n".join(lines + ["The host's memory is the job's."]), evidence=ev)
@@ -151,11 +160,17 @@ def _pids(facts: Facts, f: dict[str, Any], ev: list[Evidence]) -> Finding:
                        detail=head + " DataLoader workers and NCCL's threads need more: a new one fails with "
                                      "EAGAIN (\"can't start new thread\").",
                        evidence=ev, remedies=[rem, fewer], explains=ids_for(facts, "thread-limit"))
+    # An ok verdict leaves out how many are in use now (it changes from run to run; the evidence has it).
+    steady = (f"pids.max {mx if mx != 'max' else 'max (no limit)'}"
+              + (f" (of {p.get('limit_cgroup')})" if p.get("limit_cgroup") else "")
+              + f": more than {PIDS_SPARE} and {1 - NEAR:.0%} of it free now; every thread counts, not only "
+                "processes.")
     if mx == "max":
-        return Finding(id=fid, status="ok", title="The job's cgroup sets no pids limit", detail=head, evidence=ev)
-    if isinstance(mx, int):
-        return Finding(id=fid, status="ok", title=f"The job's pids limit leaves room: {cur} of {mx} in use",
-                       detail=head, evidence=ev)
+        return Finding(id=fid, status="ok", title="The job's cgroup sets no pids limit",
+                       detail="pids.max is max at every level up from the job's cgroup.", evidence=ev)
+    if isinstance(mx, int) and isinstance(cur, int):
+        return Finding(id=fid, status="ok", title=f"The job's pids limit ({mx}) leaves room", detail=steady,
+                       evidence=ev)
     return not_checked(fid, "The job's pids limit", p.get("error") or "pids.max could not be read", ev)
 
 
