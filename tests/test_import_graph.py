@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                "zdoctor.shape", "zdoctor.filefix")),
     ("facts", ("zdoctor.registry", "zdoctor.host", "zdoctor.forensics", "zdoctor.storage", "zdoctor.gpu",
                "zdoctor.offload", "zdoctor.symptoms.extract", "zdoctor.symptoms.match", "zdoctor.symptoms.view",
-               "zdoctor.symptoms", "zdoctor.core_apply", "zdoctor.glossary")),
+               "zdoctor.symptoms", "zdoctor.core_apply", "zdoctor.glossary", "zdoctor.container")),
     ("probes", ("zdoctor.probes",)),
     ("checks", ("zdoctor.checks", "zdoctor.symptoms.ledger")),
     ("walk", ("zdoctor.conditions", "zdoctor.walkwords", "zdoctor.playbook", "zdoctor.playbook_lint",
