@@ -140,6 +140,24 @@ def reboot_remedy() -> Remedy:
                               "installed driver and re-initialises every GPU.")
 
 
+def reload_remedy(order: list[str]) -> Remedy:
+    """Unload the NVIDIA modules users first (``order``: :func:`kmod.unload_order`) and load the installed
+    release again, without a reboot."""
+    return Remedy(
+        title="Reload the NVIDIA kernel modules (no reboot)",
+        commands=["fuser -v /dev/nvidia* || true",
+                  "systemctl stop nvidia-persistenced nvidia-fabricmanager 2>/dev/null || true",
+                  "modprobe -r " + " ".join(shlex.quote(m) for m in order),
+                  "modprobe nvidia", "nvidia-smi"],
+        requires_root=True, note="not tried: it needs root and every process on the GPUs stopped",
+        explanation="The first line lists the processes that hold a GPU: stop them (training, nvidia-smi "
+                    "loops, monitoring agents) or the unload fails with 'Module nvidia is in use'. The "
+                    "modules are removed users first (" + " -> ".join(order) + ", as /proc/modules lists "
+                    "them); loading nvidia again loads the installed release. With a desktop on the "
+                    "GPU (nvidia_drm in use by the display server), reboot instead. Restart the services "
+                    "stopped above afterwards.")
+
+
 def _driver_mismatch(nv: dict[str, Any]) -> bool:
     return (nv.get("library") or {}).get("error_kind") == "driver_mismatch" \
         or kmod.MISMATCH_TEXT in str((nv.get("smi") or {}).get("error") or "")
@@ -159,7 +177,8 @@ def _mismatch_finding(nv: dict[str, Any], ev: list[Evidence]) -> Finding:
                                   [0, 1])] + list(ev)
     versions = f" (kernel module {kv}, libraries {lv})" if kv and lv and kv != lv else ""
     order = km.get("unload_order")
-    remedies = module_reload_remedies(km)
+    remedies = [reload_remedy(order)] if order else []
+    remedies.append(reboot_remedy())
     mods = ("Loaded NVIDIA modules: " + ", ".join(order) + ".") if order else \
         f"The loaded modules are unknown: {km.get('modules_error') or 'not read'}."
     return Finding(
@@ -170,29 +189,6 @@ def _mismatch_finding(nv: dict[str, Any], ev: list[Evidence]) -> Finding:
                "to start ('Failed to initialize NVML: Driver/library version mismatch') and CUDA fails the "
                "same way, so no GPU can be used until the new module is loaded. " + mods,
         evidence=evidence, remedies=remedies)
-
-
-def module_reload_remedies(km: dict[str, Any]) -> list[Remedy]:
-    """Load the installed driver's kernel module: reload the NVIDIA modules in their unload order (when
-    known), or reboot. ``km`` is the nvml probe's ``kernel_module`` facts."""
-    order = km.get("unload_order")
-    remedies = []
-    if order:
-        remedies.append(Remedy(
-            title="Reload the NVIDIA kernel modules (no reboot)",
-            commands=["fuser -v /dev/nvidia* || true",
-                      "systemctl stop nvidia-persistenced nvidia-fabricmanager 2>/dev/null || true",
-                      "modprobe -r " + " ".join(shlex.quote(m) for m in order),
-                      "modprobe nvidia", "nvidia-smi"],
-            requires_root=True, note="not tried: it needs root and every process on the GPUs stopped",
-            explanation="The first line lists the processes that hold a GPU: stop them (training, nvidia-smi "
-                        "loops, monitoring agents) or the unload fails with 'Module nvidia is in use'. The "
-                        "modules are removed users first (" + " -> ".join(order) + ", as /proc/modules lists "
-                        "them); loading nvidia again loads the installed release. With a desktop on the "
-                        "GPU (nvidia_drm in use by the display server), reboot instead. Restart the services "
-                        "stopped above afterwards."))
-    remedies.append(reboot_remedy())
-    return remedies
 
 
 # -- gpu.pcie -------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from ..registry import Facts, check
 from ..rules.xids import CATALOGUE, xid
 from ..symptoms.match import ids_for, symptoms_of
 from . import not_checked
-from .gpu import module_reload_remedies, reboot_remedy, reset_remedy
+from .gpu import reboot_remedy, reload_remedy, reset_remedy
 
 LAYER = "kernel-log"
 
@@ -173,6 +173,12 @@ def _xid_remedies(actions: set[str], gpus: list[dict[str, Any]]) -> list[Remedy]
     return out
 
 
+def _load_the_module(km: dict[str, Any]) -> list[Remedy]:
+    """gpu.driver's remedies for a module of another release: reload it in its unload order, or reboot."""
+    order = km.get("unload_order")
+    return ([reload_remedy(order)] if order else []) + [reboot_remedy()]
+
+
 # -- kernel.api-mismatch ---------------------------------------------------------------------------------
 
 
@@ -213,7 +219,7 @@ def check_api_mismatch(facts: Facts) -> list[Finding]:
                         title=f"The driver's user space ({last.get('client')}) and kernel module "
                               f"({last.get('module') or '?'}) differ, and NVML still refuses to start",
                         detail=said + " NVML fails the same way now (gpu.driver): the mismatch stands.\n" + scope(kl),
-                        evidence=[table, *ev], remedies=module_reload_remedies(km), explains=explains)]
+                        evidence=[table, *ev], remedies=_load_the_module(km), explains=explains)]
     if lib.get("available") and nv.get("driver"):
         same = nv.get("driver") == last.get("client") or nv.get("driver") == last.get("module")
         return [Finding(id=fid, status="warn",
@@ -229,7 +235,7 @@ def check_api_mismatch(facts: Facts) -> list[Finding]:
                           f"{last.get('module') or '?'}",
                     detail=said + " NVML could not confirm it now: " + (lib.get("error") or facts.why_not("nvml"))
                            + ".\n" + scope(kl),
-                    evidence=[table, *ev], remedies=module_reload_remedies(km), explains=explains)]
+                    evidence=[table, *ev], remedies=_load_the_module(km), explains=explains)]
 
 
 # -- kernel.aer ------------------------------------------------------------------------------------------
