@@ -223,13 +223,14 @@ def _extensions(facts: dict[str, Any], sym: Facts) -> list[Finding]:
     rows, hl, bad, explains = [], [], [], []
     for ext in exts:
         for n in ext.get("needs") or []:
-            problem = ""
-            if not n.get("found"):
-                problem = "not found by the loader"
-            elif n.get("is_cuda_major") and major is not None and n["major"] != major:
-                problem = f"CUDA {n['major']}, torch's is {major}"
+            problems = []
+            if n.get("is_cuda_major") and major is not None and n["major"] != major:
+                problems.append(f"CUDA {n['major']}, torch's is {major}")
             elif n.get("is_cuda_major") and major is None and ext.get("kind") != "torch":
-                problem = f"CUDA {n['major']}, torch has no CUDA"
+                problems.append(f"CUDA {n['major']}, torch has no CUDA")
+            if not n.get("found"):
+                problems.append("not found by the loader")
+            problem = "; ".join(problems)
             if problem:
                 hl.append(len(rows))
                 bad.append((ext, n, problem))

@@ -1,0 +1,296 @@
+"""The CUDA library lookup layer (probe ``cudalookup``, check ``cuda.lookup``) on real files: libraries built
+with gcc (a driver libcuda.so.1, a toolkit stub, a CUDA 11 runtime and an extension that needs it), an
+ld.so cache built by the real ldconfig and put over /etc/ld.so.cache in a private mount namespace, the real
+linker and the real loader; the H200 node's recorded cache as the driver found in the cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from zdoctor.checks.cudalookup import check_cuda_lookup
+from zdoctor.forensics import cudalookup as cl
+from zdoctor.forensics.audit import Target, static_audit
+from zdoctor.forensics.cudafixes import link_plans
+from zdoctor.forensics.ldcache import format_ldconfig_p, read_ld_so_cache
+from zdoctor.forensics.remedies import verify
+from zdoctor.layers import layer_status
+from zdoctor.model import ProbeResult
+from zdoctor.probes.cudalookup import collect_lookup, make_plans
+from zdoctor.registry import CHECKS, Facts
+from zdoctor.symptoms.extract import from_text
+
+H200 = Path(__file__).parent / "fixtures" / "gpu-node-h200"
+ROOT = Path(__file__).resolve().parent.parent
+
+#: One line each of the two generations of triton's libcuda lookup (enough for the rule reader).
+TRITON3 = textwrap.dedent("""\
+    libraries = ['cuda']
+    def libcuda_dirs():
+        env_libcuda_path = os.getenv("TRITON_LIBCUDA_PATH")
+        locs = [line.split()[-1] for line in libs.splitlines() if "libcuda.so.1" in line]
+        env_ld_library_path = os.getenv("LD_LIBRARY_PATH")
+        assert any(os.path.exists(os.path.join(path, 'libcuda.so.1')) for path in dirs), msg
+""")
+TRITON2 = textwrap.dedent("""\
+    def libcuda_dirs():
+        locs = [line.split()[-1] for line in libs.splitlines() if "libcuda.so" in line]
+        assert any(os.path.exists(os.path.join(path, 'libcuda.so')) for path in dirs), msg
+    def _build(name, src, srcdir):
+        cc_cmd = [cc, src, "-O3", "-shared", "-fPIC", "-lcuda", "-o", so]
+""")
+
+
+def _cc(args: list[str], cwd: Path) -> None:
+    subprocess.run(["gcc", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory) -> dict[str, Path]:
+    """Real libraries: drv/libcuda.so.1 (cuInit returns 0), a toolkit stub (cuInit returns 34), a CUDA 11
+    runtime libcudart.so.11.0, an extension that needs it, and an ld.so cache naming drv/."""
+    if not shutil.which("gcc") or not os.path.exists("/sbin/ldconfig"):
+        pytest.skip("needs gcc and /sbin/ldconfig")
+    base = tmp_path_factory.mktemp("h4cudalookup")
+    drv, stubs, cu11, ext = base / "drv", base / "toolkit/lib64/stubs", base / "cu11", base / "ext"
+    for d in (drv, stubs, cu11, ext):
+        d.mkdir(parents=True)
+    (base / "cuda.c").write_text("int cuInit(unsigned f) { (void)f; return 0; }\n")
+    (base / "stub.c").write_text("int cuInit(unsigned f) { (void)f; return 34; }\n")
+    (base / "rt.c").write_text("int cudaRuntimeGetVersion(int *v) { *v = 11080; return 0; }\n")
+    (base / "op.c").write_text("int cudaRuntimeGetVersion(int *);\nint op(void) { int v; return "
+                               "cudaRuntimeGetVersion(&v); }\n")
+    _cc(["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(drv / "libcuda.so.1"), "cuda.c"], base)
+    _cc(["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(stubs / "libcuda.so"), "stub.c"], base)
+    os.symlink("libcuda.so", stubs / "libcuda.so.1")  # what images that run ldconfig on stubs/ end up with
+    _cc(["-shared", "-fPIC", "-Wl,-soname,libcudart.so.11.0", "-o", str(cu11 / "libcudart.so.11.0"), "rt.c"], base)
+    _cc(["-shared", "-fPIC", "-o", str(ext / "op_cu11.so"), "op.c", f"-L{cu11}", "-l:libcudart.so.11.0"], base)
+    (base / "ld.so.conf").write_text(f"{drv}\n")
+    subprocess.run(["/sbin/ldconfig", "-X", "-C", str(base / "ld.so.cache"), "-f", str(base / "ld.so.conf")],
+                   check=True, capture_output=True, timeout=60)
+    return {"base": base, "drv": drv, "stubs": stubs, "cu11": cu11, "ext": ext / "op_cu11.so",
+            "cache": base / "ld.so.cache", "toolkit": base / "toolkit"}
+
+
+def _facts(lookup: dict, symptoms_text: str = "") -> Facts:
+    results = {"cudalookup": ProbeResult("cudalookup", facts=lookup)}
+    if symptoms_text:
+        found = from_text(symptoms_text, "command")
+        results["symptoms"] = ProbeResult("symptoms", facts={"symptoms": [s.to_dict() for s in found]})
+    return Facts(results)
+
+
+def _pyenv(cuda: str | None = None, triton_dir: str | None = None) -> dict:
+    py = {"python": {"executable": sys.executable},
+          "torch": {"installed": True, "version": f"2.5.1+{'cu' + cuda.replace('.', '') if cuda else 'cpu'}",
+                    "cuda": cuda, "location": None}}
+    if triton_dir:
+        py["packages"] = {"triton": {"installed": True, "version": "3.1.0", "location": triton_dir}}
+    return py
+
+
+def _by_id(findings) -> dict:
+    return {f.id: f for f in findings}
+
+
+# -------------------------------------------------------------------------------------------- rules
+def test_triton_rule_is_read_from_the_installed_source_of_each_generation():
+    new = cl.triton_rule({"backends/nvidia/driver.py": TRITON3})
+    assert (new["search"], new["require"], new["link"], new["env_override"], new["ld_library_path"]) == \
+        ("libcuda.so.1", "libcuda.so.1", "cuda", True, True)
+    old = cl.triton_rule({"common/build.py": TRITON2})
+    assert (old["search"], old["require"], old["link"], old["env_override"]) == ("libcuda.so", "libcuda.so", "cuda",
+                                                                                 False)
+    assert cl.triton_rule({"backends/nvidia/driver.py": "def other(): pass"})["state"] == "unknown"
+
+
+def test_cuda_sonames_and_majors():
+    assert cl.cuda_soname("libcudart.so.11.0") == {"soname": "libcudart.so.11.0", "family": "libcudart",
+                                                   "major": 11, "is_cuda_major": True}
+    assert cl.cuda_soname("libcufft.so.11")["is_cuda_major"] is False
+    assert cl.cuda_soname("libstdc++.so.6") is None and cl.cuda_soname("libc.so.6") is None
+    assert cl.cuda_major("12.4") == 12 and cl.cuda_major(None) is None and cl.cuda_major("garbage") is None
+
+
+def test_h200_cache_has_the_driver_and_its_unversioned_link():
+    entries = read_ld_so_cache(str(H200 / "ld.so.cache"))
+    got = cl.cache_libcuda(entries)
+    assert got["libcuda.so.1"] == ["/usr/local/nvidia/lib64/libcuda.so.1", "/lib/libcuda.so.1"]
+    assert got["libcuda.so"] == ["/usr/local/nvidia/lib64/libcuda.so", "/lib/libcuda.so"]
+    # the recorded `ldconfig -p` reads the same as the cache reader's lines: both generations of triton find it
+    lines = cl.parse_ldconfig_p((H200 / "ldconfig-p.txt").read_text())
+    assert [ln["line"] for ln in lines if "libcuda.so" in ln["name"]] == \
+        [ln for ln in format_ldconfig_p(entries, "/etc/ld.so.cache")[1:] if ln.split()[0].startswith("libcuda.so")]
+    for text in (TRITON3, TRITON2):
+        rule = cl.triton_rule({"backends/nvidia/driver.py": text})
+        locs = [ln["line"].split()[-1] for ln in lines if rule["search"] in ln["line"]]
+        assert "/usr/local/nvidia/lib64/" + rule["require"] in locs
+    lookup = {"cache": {"path": "/etc/ld.so.cache", **got}, "driver_dirs": [], "loader": {
+        "path": "/usr/local/nvidia/lib64/libcuda.so.1", "label": "[ld.so.cache]", "stub": False},
+        "triton": {"installed": False}, "libs_ran": True, "torch": {"installed": True, "version": "2.11.0+cu130",
+                                                                    "cuda": "13.0", "major": 13}, "extensions": []}
+    found = _by_id(check_cuda_lookup(_facts(lookup)))
+    assert found["cuda.lookup.libcuda"].status == "ok"
+    assert "/usr/local/nvidia/lib64/libcuda.so.1" in found["cuda.lookup.libcuda"].title
+
+
+# -------------------------------------------------------------------------------------------- real runs
+_IN_NS = textwrap.dedent("""\
+    import json, sys
+    from zdoctor.probes.cudalookup import collect_lookup
+    env = json.loads(sys.argv[1]); pyenv = json.loads(sys.argv[2])
+    facts, _ = collect_lookup(env, pyenv, {"targets": []}, dirs=json.loads(sys.argv[3]))
+    print(json.dumps(facts))
+""")
+
+
+@pytest.mark.needs_root
+def test_private_cache_read_by_the_probe_and_ldconfig(node, tmp_path):
+    """The cache the real ldconfig built, bind-mounted over /etc/ld.so.cache for one process: the probe's
+    reader, the real `/sbin/ldconfig -p` triton runs and the loader emulation all see drv/libcuda.so.1; triton
+    3's lookup passes, its -lcuda link would not (only libcuda.so.1 there), triton 2's lookup fails."""
+    if not shutil.which("unshare") or os.geteuid() != 0:
+        pytest.skip("needs root and unshare")
+    for gen, text in (("3", TRITON3), ("2", TRITON2)):
+        tdir = tmp_path / f"triton{gen}"
+        (tdir / "backends/nvidia").mkdir(parents=True)
+        (tdir / "backends/nvidia/driver.py").write_text(text)
+    pyenv3, pyenv2 = _pyenv("12.4", str(tmp_path / "triton3")), _pyenv("12.4", str(tmp_path / "triton2"))
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    script = ("mount --bind \"$1\" /etc/ld.so.cache && shift && "
+              "for p in \"$@\"; do PYTHONPATH=$ROOT \"$PY\" -c \"$SCRIPT\" \"$ENVJ\" \"$p\" \"$DIRS\"; done")
+    out = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", str(node["cache"]),
+         json.dumps(pyenv3), json.dumps(pyenv2)],
+        env={"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "ROOT": str(ROOT), "PY": sys.executable, "SCRIPT": _IN_NS,
+             "ENVJ": json.dumps(env), "DIRS": json.dumps([])},
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    new, old = (json.loads(line) for line in out.stdout.splitlines())
+    drv_lib = str(node["drv"] / "libcuda.so.1")
+    assert new["cache"]["libcuda.so.1"] == [drv_lib] and new["cache"]["libcuda.so"] == []
+    assert new["ldconfig"]["ran"] and [x["path"] for x in new["ldconfig"]["libcuda"]] == [drv_lib]
+    assert new["loader"]["path"] == drv_lib and new["loader"]["via"] == "ld.so.cache"
+    assert new["triton"]["lookup"]["error"] is None and new["triton"]["lookup"]["dirs"] == [str(node["drv"])]
+    assert new["link"]["finds"] is None  # -L drv -lcuda: drv has only libcuda.so.1
+    assert cl.lookup_problems(new)["link"] and not cl.lookup_problems(new)["triton"]
+    assert old["triton"]["lookup"]["error"].startswith("libcuda.so cannot found!\nPossible files are located at "
+                                                       f"['{drv_lib}']")
+    # outside the namespace the node's own cache is untouched
+    assert all(e.path != drv_lib for e in read_ld_so_cache("/etc/ld.so.cache"))
+    # the check on those facts: the link fails, explaining ld's message; triton 2's lookup fails, explaining its
+    found = _by_id(check_cuda_lookup(_facts(new, "/usr/bin/ld: cannot find -lcuda: No such file or directory\n")))
+    assert found["cuda.lookup.libcuda"].status == "ok" and found["cuda.lookup.triton"].status == "ok"
+    assert found["cuda.lookup.link"].status == "fail" and found["cuda.lookup.link"].explains
+    assert "libcuda.so.1 is there" in found["cuda.lookup.link"].title
+    found = _by_id(check_cuda_lookup(_facts(old, "AssertionError: libcuda.so cannot found!\n")))
+    assert found["cuda.lookup.triton"].status == "fail" and found["cuda.lookup.triton"].explains
+
+
+def test_real_linker_fails_on_libcuda_so_1_alone_and_the_link_remedy_fixes_it(node, tmp_path):
+    """`ld: cannot find -lcuda` beside a libcuda.so.1, from the real linker, as triton links its launcher
+    (-L TRITON_LIBCUDA_PATH or the lookup's directory, -lcuda); the private-link remedy, tried by re-running
+    that link, makes it succeed without touching the driver's directory."""
+    (tmp_path / "launcher.c").write_text("int cuInit(unsigned);\nint launch(void) { return cuInit(0); }\n")
+    link = (f'cd {tmp_path} && gcc -shared -fPIC -o launcher.so launcher.c '
+            f'-L"${{TRITON_LIBCUDA_PATH:-{node["drv"]}}}" -lcuda')
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    first = subprocess.run(["/bin/sh", "-c", link], env=env, capture_output=True, text=True, timeout=60)
+    assert first.returncode != 0 and "cannot find -lcuda" in first.stderr
+    symptoms = from_text(first.stderr, "command")
+    assert any(s.kind == "link-library-missing" and s.fields.get("library") == "cuda" for s in symptoms)
+    facts = {"loader": {"path": str(node["drv"] / "libcuda.so.1"), "stub": False}, "toolkit_stubs": []}
+    plans = {p.key: p for p in link_plans(facts, env, ["ld: cannot find -lcuda"])}
+    plan = plans["triton-libcuda-link-dir"]
+    assert not plans["libcuda-dev-link"].verifiable and plans["libcuda-dev-link"].requires_root
+    verify(plan, ["/bin/sh", "-c", link], env, timeout=60)
+    assert plan.tried and plan.verified, plan.verification
+    assert not os.path.exists(node["drv"] / "libcuda.so")  # the driver's directory is unchanged
+    remedy = plan.to_remedy()
+    assert remedy.verified and any("TRITON_LIBCUDA_PATH" in c for c in remedy.commands)
+    # the toolkit's stubs directory serves -lcuda too, through LIBRARY_PATH
+    stub_plans = {p.key: p for p in link_plans({**facts, "toolkit_stubs": [str(node["stubs"])]}, env, [])}
+    lp = stub_plans["library-path-stubs"]
+    verify(lp, ["/bin/sh", "-c", link], env, timeout=60)
+    assert lp.verified, lp.verification
+
+
+def test_extension_needing_cudart_11_in_a_cuda_12_environment(node):
+    """The real loader fails on libcudart.so.11.0; the emulated static audit sees the same, and the check says
+    to rebuild the op against this torch, explaining the loader's message."""
+    real = subprocess.run([sys.executable, "-c", f"import ctypes; ctypes.CDLL({str(node['ext'])!r})"],
+                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert real.returncode != 0 and "libcudart.so.11.0: cannot open shared object file" in real.stderr
+    env = {"PATH": "/usr/bin:/bin"}
+    audit = static_audit(sys.executable, env, [Target(str(node["ext"]), "ext", "op_cu11.so")])
+    facts, _ = collect_lookup(env, _pyenv("12.4"), {"targets": audit["targets"]}, dirs=[])
+    ext = facts["extensions"]
+    assert ext and ext[0]["needs"][0]["soname"] == "libcudart.so.11.0" and ext[0]["needs"][0]["found"] is False
+    found = _by_id(check_cuda_lookup(_facts(facts, real.stderr)))
+    f = found["cuda.lookup.extensions"]
+    assert f.status == "fail" and "rebuild the op against this torch" in f.title
+    assert "CUDA 11, torch's is 12" in f.detail and f.explains
+    # the same op found by the loader (its CUDA 11 runtime on LD_LIBRARY_PATH) still does not fit CUDA 12
+    env11 = {**env, "LD_LIBRARY_PATH": str(node["cu11"])}
+    audit = static_audit(sys.executable, env11, [Target(str(node["ext"]), "ext", "op_cu11.so")])
+    facts, _ = collect_lookup(env11, _pyenv("12.4"), {"targets": audit["targets"]}, dirs=[])
+    assert facts["extensions"][0]["needs"][0]["found"] is True
+    assert _by_id(check_cuda_lookup(_facts(facts)))["cuda.lookup.extensions"].status == "fail"
+    # with a CPU torch the check says torch has no CUDA major
+    facts, _ = collect_lookup(env11, _pyenv(None), {"targets": audit["targets"]}, dirs=[])
+    f = _by_id(check_cuda_lookup(_facts(facts)))["cuda.lookup.extensions"]
+    assert f.status == "warn" and "no CUDA major" in f.detail
+
+
+def test_stub_on_ld_library_path_shadows_the_driver_and_dropping_it_is_tried(node):
+    """A toolkit's stubs directory first on LD_LIBRARY_PATH: the loader emulation picks the stub; the real
+    process gets error 34 from it; the remedy that drops the entry is re-run and fixes it."""
+    llp = f"{node['stubs']}:{node['drv']}"
+    env = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": llp}
+    facts, _ = collect_lookup(env, _pyenv("12.4"), {"targets": []}, dirs=[])
+    assert facts["loader"]["stub"] and facts["loader"]["via"] == "LD_LIBRARY_PATH"
+    plans = make_plans(facts, env)
+    run = [sys.executable, "-c", "import ctypes, sys; sys.exit(ctypes.CDLL('libcuda.so.1').cuInit(0))"]
+    assert subprocess.run(run, env=env, timeout=60).returncode == 34  # the stub answered
+    drop = plans["stub"][0]
+    verify(drop, run, env, timeout=60)
+    assert drop.verified and drop.env_changes == {"LD_LIBRARY_PATH": str(node["drv"])}
+    facts["plans"] = {k: [p.to_dict() for p in v] for k, v in plans.items()}
+    found = _by_id(check_cuda_lookup(_facts(facts, "RuntimeError: Unexpected error from cudaGetDeviceCount(). "
+                                                   "Error 34: CUDA driver is a stub library\n")))
+    stub = found["cuda.lookup.stub"]
+    assert stub.status == "fail" and stub.explains and stub.remedies[0].verified
+
+
+def test_driver_in_a_directory_the_cache_does_not_name(node):
+    facts, _ = collect_lookup({"PATH": "/usr/bin:/bin"}, _pyenv("12.4"), {"targets": []}, dirs=[str(node["drv"])])
+    assert cl.uncached_driver_dirs(facts) == [str(node["drv"])]
+    f = _by_id(check_cuda_lookup(_facts(facts)))["cuda.lookup.libcuda"]
+    assert f.status == "fail" and str(node["drv"]) in f.title
+    keys = [p.key for p in make_plans(facts, {})["uncached"]]
+    assert keys == ["driver-dir-ld-library-path", "driver-dir-ldconfig"]
+
+
+def test_this_node_without_a_driver_is_not_examined_for_libcuda_but_the_extensions_are():
+    """No NVIDIA driver here and a CPU torch: the libcuda part says why it was not examined, the extension
+    part is a real verdict, so the layer counts as examined."""
+    facts, _ = collect_lookup({"PATH": "/usr/bin:/bin"}, _pyenv(None), {"targets": []})
+    if cl.has_driver(facts):
+        pytest.skip("this node has an NVIDIA driver library")
+    findings = check_cuda_lookup(_facts(facts))
+    found = _by_id(findings)
+    assert found["cuda.lookup.libcuda"].status == "skip" and "no NVIDIA driver library" in found[
+        "cuda.lookup.libcuda"].title
+    assert found["cuda.lookup.extensions"].status == "ok" and "CPU build" in found["cuda.lookup.extensions"].detail
+    status = {x["id"]: x for x in layer_status({"cuda.lookup": CHECKS["cuda.lookup"].layer}, findings,
+                                               lambda fid: "cuda.lookup")}
+    assert status["cuda-lookup"]["status"] == "examined"
+    none = check_cuda_lookup(Facts({}))
+    assert [f.id for f in none] == ["cuda.lookup.not-checked"]
