@@ -79,6 +79,46 @@ def node(tmp_path_factory) -> dict[str, Path]:
             "cache": base / "ld.so.cache", "toolkit": base / "toolkit"}
 
 
+def h200_cudalookup() -> dict:
+    """The cudalookup facts of the recorded H200 node: its ld.so cache and `ldconfig -p`, the libcuda.so.1 the
+    LD_DEBUG record shows torch loading (through LD_LIBRARY_PATH), the CUDA sonames of torch's
+    libtorch_cuda.so (its readelf record) and the CUDA 13 wheels that record loads them from."""
+    import gzip
+    import re
+
+    entries = read_ld_so_cache(str(H200 / "ld.so.cache"))
+    cached = cl.cache_libcuda(entries)
+    lines = cl.parse_ldconfig_p((H200 / "ldconfig-p.txt").read_text())
+    debug = gzip.decompress((H200 / "ld-debug-torch-cuda.txt.gz").read_bytes()).decode("utf-8", "replace")
+    m = re.search(r"find library=libcuda\.so\.1 \[0\]; searching\n.*\(LD_LIBRARY_PATH\)\n.*trying file=(\S+)", debug)
+    assert m is not None
+    readelf = gzip.decompress((H200 / "readelf-libtorch_cuda.so.txt.gz").read_bytes()).decode()
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", readelf)
+    site = "/opt/torch/.venv/lib/python3.12/site-packages"
+    wheels = {os.path.basename(p): os.path.normpath(p) for p in
+              re.findall(r"file=(\S+/nvidia/[^/\s]+/lib/lib\S+\.so\.\d+)\b", debug)}
+    needs = [n for n in map(cl.cuda_soname, needed) if n]
+    for n in needs:
+        n["found"] = True
+    dirs = [{"dir": "/usr/local/nvidia/lib64", "files": {name: {"path": f"/usr/local/nvidia/lib64/{name}",
+                                                               "exists": True, "link": None} for name in cached},
+             "in_cache": True, "on_ld_library_path": True, "stubs": False}]
+    return {"cache": {"path": "/etc/ld.so.cache", "error": None, "entries": len(entries), **cached},
+            "ldconfig": {"argv": ["/sbin/ldconfig", "-p"], "ran": True, "error": None, "entries": len(lines),
+                         "libcuda": [ln for ln in lines if "libcuda.so" in ln["name"]]},
+            "driver_dirs": dirs, "toolkit_stubs": [],
+            "loader": {"path": m.group(1), "realpath": m.group(1), "via": "LD_LIBRARY_PATH",
+                       "label": "[LD_LIBRARY_PATH]", "error": None, "stub": False, "tried": []},
+            "link": {"cc": None, "dirs": [], "error": None, "triton_dirs": [], "finds": None},
+            "triton": {"installed": False, "version": None, "location": None},
+            "torch": {"installed": True, "version": "2.11.0+cu130", "cuda": "13.0", "major": 13},
+            "wheels": wheels,
+            "extensions": [{"path": f"{site}/torch/lib/libtorch_cuda.so", "kind": "torch", "name": "libtorch_cuda.so",
+                            "needs": needs, "error": None}],
+            "libs_ran": True, "env": {"LD_LIBRARY_PATH": "/usr/local/nvidia/lib64:/usr/local/nvidia/lib"},
+            "plans": {}}
+
+
 def _facts(lookup: dict, symptoms_text: str = "") -> Facts:
     results = {"cudalookup": ProbeResult("cudalookup", facts=lookup)}
     if symptoms_text:
@@ -139,6 +179,18 @@ def test_h200_cache_has_the_driver_and_its_unversioned_link():
     found = _by_id(check_cuda_lookup(_facts(lookup)))
     assert found["cuda.lookup.libcuda"].status == "ok"
     assert "/usr/local/nvidia/lib64/libcuda.so.1" in found["cuda.lookup.libcuda"].title
+
+
+def test_h200_recorded_node_finds_every_cuda_library():
+    """The H200's driver is in the cache and beside LD_LIBRARY_PATH; libtorch_cuda.so's CUDA 13 sonames
+    (libcudart.so.13, libcublas.so.13 ...) fit torch's CUDA 13 and come from the cu13 wheels."""
+    facts = h200_cudalookup()
+    sonames = [n["soname"] for n in facts["extensions"][0]["needs"]]
+    assert {"libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13", "libcudnn.so.9"} <= set(sonames)
+    assert "libcudart.so.13" in facts["wheels"]
+    found = _by_id(check_cuda_lookup(_facts(facts)))
+    assert {f.status for f in found.values()} == {"ok"}, {f.id: f.title for f in found.values()}
+    assert "fits torch's CUDA" in found["cuda.lookup.extensions"].title
 
 
 # -------------------------------------------------------------------------------------------- real runs
