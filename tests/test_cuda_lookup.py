@@ -324,10 +324,17 @@ def test_stub_on_ld_library_path_shadows_the_driver_and_dropping_it_is_tried(nod
 def test_driver_in_a_directory_the_cache_does_not_name(node):
     facts, _ = collect_lookup({"PATH": "/usr/bin:/bin"}, _pyenv("12.4"), {"targets": []}, dirs=[str(node["drv"])])
     assert cl.uncached_driver_dirs(facts) == [str(node["drv"])]
+    plans = make_plans(facts, {})
+    assert [p.key for p in plans["uncached"]] == ["driver-dir-ld-library-path"]
+    facts["plans"] = {k: [p.to_dict() for p in v] for k, v in plans.items()}
     f = _by_id(check_cuda_lookup(_facts(facts)))["cuda.lookup.libcuda"]
     assert f.status == "fail" and str(node["drv"]) in f.title
-    keys = [p.key for p in make_plans(facts, {})["uncached"]]
-    assert keys == ["driver-dir-ld-library-path", "driver-dir-ldconfig"]
+    env_fix, create, rebuild = f.remedies
+    assert "LD_LIBRARY_PATH" in env_fix.commands[0] and not env_fix.requires_root
+    # the drop-in goes through the core's careful create under a free name; ldconfig is the second step
+    assert create.action["kind"] == "file-create" and create.action["path"].startswith("/etc/ld.so.conf.d/")
+    assert create.action["text"] == f"{node['drv']}\n" and create.step and create.requires_root
+    assert rebuild.commands == ["ldconfig"] and rebuild.step and not rebuild.tried
 
 
 def test_this_node_without_a_driver_is_not_examined_for_libcuda_but_the_extensions_are():
@@ -346,3 +353,14 @@ def test_this_node_without_a_driver_is_not_examined_for_libcuda_but_the_extensio
     assert status["cuda-lookup"]["status"] == "examined"
     none = check_cuda_lookup(Facts({}))
     assert [f.id for f in none] == ["cuda.lookup.not-checked"]
+
+
+def test_a_triton_without_triton_libcuda_path_gets_only_the_fixes_it_reads():
+    """triton 2.1 has no TRITON_LIBCUDA_PATH and stops in its lookup before any link: neither that variable nor
+    LIBRARY_PATH can help, only the unversioned link beside the driver (root, shown, not tried)."""
+    facts = {"loader": {"path": "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "stub": False},
+             "toolkit_stubs": ["/usr/local/cuda/lib64/stubs"]}
+    keys = [p.key for p in link_plans(facts, {}, [], triton_env=False, lookup_fails=True)]
+    assert keys == ["libcuda-dev-link"]
+    keys = [p.key for p in link_plans(facts, {}, [], triton_env=True, lookup_fails=True)]
+    assert keys == ["triton-libcuda-link-dir", "triton-libcuda-stubs", "libcuda-dev-link"]

@@ -17,15 +17,36 @@ from ..model import Evidence, Finding, Remedy
 from ..plural import count_of
 from ..registry import Facts, check
 from ..symptoms.match import ids_for
+from ..sysfile import create_file_remedy, free_name
 from . import not_checked
 
 FID = "cuda.lookup"
 TITLE = "CUDA library lookup"
 NO_DRIVER = "not examined: no NVIDIA driver library on this node"
+LD_SO_CONF_D = "/etc/ld.so.conf.d"
 
 
 def _remedies(facts: dict[str, Any], group: str) -> list[Remedy]:
     return [Plan.from_dict(p).to_remedy() for p in (facts.get("plans") or {}).get(group) or []]
+
+
+def _cache_dir_remedies(facts: dict[str, Any], driver_dir: str) -> list[Remedy]:
+    """Name ``driver_dir`` in a new drop-in under /etc/ld.so.conf.d (the core's careful create), then rebuild
+    the cache: two steps, root's, never tried."""
+    names = facts.get("ld_so_conf_d")
+    if names is None:
+        return []
+    path = free_name(LD_SO_CONF_D, "zdoctor-nvidia", ".conf", names)
+    create = create_file_remedy(path, f"{driver_dir}\n", title=f"Name {driver_dir} in {path} (root)",
+                                explanation="ldconfig reads every *.conf file under /etc/ld.so.conf.d; with the "
+                                            "driver's directory named there the cache (and `ldconfig -p`, which "
+                                            "triton reads) lists libcuda.so.1 for every process on the node.")
+    create.step, create.note = True, "not tried, because it changes the node's loader configuration (root)"
+    rebuild = Remedy(title="Rebuild the ld cache (root)", commands=["ldconfig"], requires_root=True, step=True,
+                     undo=[f"rm -f -- {shlex.quote(path)}", "ldconfig"],
+                     explanation="ldconfig rewrites /etc/ld.so.cache from the configuration.",
+                     note="not tried, because it changes the node's ld cache (root)")
+    return [create, rebuild]
 
 
 def _driver_table(facts: dict[str, Any]) -> Evidence:
@@ -88,7 +109,7 @@ def _libcuda(facts: dict[str, Any], probs: dict[str, Any], sym: Facts) -> list[F
                    "reads) does not list it and the loader finds it only through LD_LIBRARY_PATH"
                    + (f": here it does ({loader.get('path')} {loader.get('label')})." if reached else
                       ": here it does not, so nothing CUDA starts.") ,
-            evidence=[table], remedies=_remedies(facts, "uncached")))
+            evidence=[table], remedies=_remedies(facts, "uncached") + _cache_dir_remedies(facts, d)))
         return out
     if not probs["stub"]:
         real = [p for p in cache.get(cl.LIBCUDA) or [] if not cl.is_stub_path(p)]

@@ -17,7 +17,7 @@ from .remedies import Plan, export_line, restore_line, split_path_list, without_
 
 #: Where the per-job libcuda.so link of a plan goes, under the training user's home (not the driver's dir).
 USER_LINK_SUBDIR = ".local/lib/zdoctor-libcuda"
-CONF_FILE = "/etc/ld.so.conf.d/zdoctor-nvidia.conf"
+LD_SO_CONF_D = "/etc/ld.so.conf.d"
 
 
 def real_libcuda(facts: Mapping[str, Any]) -> str | None:
@@ -42,12 +42,15 @@ def _env_plan(key: str, title: str, var: str, value: str, env: Mapping[str, str]
                 undo=[restore_line(var, old)], explanation=explanation, rests_on=rests, trial=trial)
 
 
-def link_plans(facts: Mapping[str, Any], env: Mapping[str, str], rests: list[str]) -> list[Plan]:
-    """Plans for triton's lookup or a ``-lcuda`` link that finds no unversioned libcuda.so."""
+def link_plans(facts: Mapping[str, Any], env: Mapping[str, str], rests: list[str], *, triton_env: bool = True,
+               lookup_fails: bool = False) -> list[Plan]:
+    """Plans for triton's lookup or a ``-lcuda`` link that finds no unversioned libcuda.so. ``triton_env``:
+    the installed triton honours TRITON_LIBCUDA_PATH; ``lookup_fails``: triton stops in its lookup, before
+    the link (LIBRARY_PATH then does not help)."""
     plans: list[Plan] = []
     stubs = list(facts.get("toolkit_stubs") or [])
     real = real_libcuda(facts)
-    if real:
+    if real and triton_env:
         target = os.path.realpath(real)
         link_dir = os.path.join(env.get("HOME") or "/tmp", USER_LINK_SUBDIR)
         link_dir_cmds = [f"mkdir -p {shlex.quote(link_dir)}",
@@ -65,13 +68,14 @@ def link_plans(facts: Mapping[str, Any], env: Mapping[str, str], rests: list[str
                     rests_on=rests, trial={"kind": "link", "name": LIBCUDA_DEV, "target": target,
                                            "var": "TRITON_LIBCUDA_PATH"})
         plans.append(plan)
-    if stubs:
+    if stubs and triton_env:
         plans.append(_env_plan(
             "triton-libcuda-stubs", f"Point TRITON_LIBCUDA_PATH at the toolkit's {stubs[0]}",
             "TRITON_LIBCUDA_PATH", stubs[0], env,
             "The toolkit's stubs directory holds an unversioned libcuda.so made for linking (its SONAME is "
             "libcuda.so.1): triton links against it, and at run time the loader gives the launcher the driver's "
             "libcuda.so.1. The stubs directory must never be on LD_LIBRARY_PATH.", rests))
+    if stubs and not lookup_fails:
         old = env.get("LIBRARY_PATH")
         value = ":".join([stubs[0], *[e for e in split_path_list(old) if e]])
         plans.append(_env_plan(
@@ -123,19 +127,10 @@ def stub_plans(facts: Mapping[str, Any], env: Mapping[str, str], rests: list[str
 
 
 def uncached_plans(facts: Mapping[str, Any], env: Mapping[str, str], driver_dir: str, rests: list[str]) -> list[Plan]:
-    """Plans for a driver directory the ld cache does not name."""
+    """The environment-only plan for a driver directory the ld cache does not name (the root one, a drop-in
+    under /etc/ld.so.conf.d, is the check's: it goes through the core's careful create)."""
     old = env.get("LD_LIBRARY_PATH")
     value = ":".join([driver_dir, *[e for e in split_path_list(old) if e]])
-    return [
-        _env_plan("driver-dir-ld-library-path", f"Put {driver_dir} on LD_LIBRARY_PATH", "LD_LIBRARY_PATH", value,
-                  env, "The loader then finds the driver's libcuda.so.1 there before the cache; triton 3 also "
-                  "reads LD_LIBRARY_PATH when `ldconfig -p` names no libcuda.", rests),
-        Plan(key="driver-dir-ldconfig", title=f"Add {driver_dir} to the ld cache (root)",
-             commands=[f"echo {shlex.quote(driver_dir)} > {CONF_FILE}", "ldconfig"],
-             undo=[f"rm {CONF_FILE}", "ldconfig"],
-             explanation="ldconfig reads every file under /etc/ld.so.conf.d; with the driver's directory named "
-                         "there the cache (and `ldconfig -p`, which triton reads) lists libcuda.so.1 for every "
-                         "process on the node.",
-             rests_on=rests, verifiable=False, requires_root=True,
-             verification="it changes the node's loader configuration (root)"),
-    ]
+    return [_env_plan("driver-dir-ld-library-path", f"Put {driver_dir} on LD_LIBRARY_PATH", "LD_LIBRARY_PATH",
+                      value, env, "The loader then finds the driver's libcuda.so.1 there before the cache; triton 3 "
+                      "also reads LD_LIBRARY_PATH when `ldconfig -p` names no libcuda.", rests)]

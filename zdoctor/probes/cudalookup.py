@@ -22,6 +22,7 @@ from ..runner import run
 from ..target import target_of
 
 LDCONFIG = "/sbin/ldconfig"
+LD_SO_CONF_D = "/etc/ld.so.conf.d"
 TIMEOUT = 15.0
 #: Each environment-only remedy is tried by re-running the failing command within this time.
 TRIAL_TIMEOUT = 60.0
@@ -144,6 +145,7 @@ def collect_lookup(env: Mapping[str, str], pyenv: Mapping[str, Any], libs: Mappi
         "wheels": cl.wheel_libraries(sites),
         "extensions": _extensions(libs, torch_dir),
         "libs_ran": bool(libs),
+        "ld_so_conf_d": _names(LD_SO_CONF_D),
         "env": {k: env.get(k) for k in ENV_KEYS},
     }
     return facts, evidence
@@ -161,7 +163,9 @@ def make_plans(facts: dict[str, Any], env: Mapping[str, str]) -> dict[str, list[
     if probs["driver"] and (probs["triton"] or probs["link"]):
         why = ((facts.get("triton") or {}).get("lookup") or {}).get("error") if probs["triton"] else \
             "-lcuda finds no libcuda.so in triton's directories nor the compiler's library path"
-        plans["link"] = fx.link_plans(facts, env, [str(why).splitlines()[0]])
+        rule = (facts.get("triton") or {}).get("rule") or {}
+        plans["link"] = fx.link_plans(facts, env, [str(why).splitlines()[0]],
+                                      triton_env=rule.get("env_override") is not False, lookup_fails=probs["triton"])
     if probs["uncached"]:
         plans["uncached"] = fx.uncached_plans(facts, env, probs["uncached"][0],
                                               [f"{probs['uncached'][0]} holds {cl.LIBCUDA}; the ld cache does not "
@@ -186,6 +190,14 @@ def try_lookup_plans(plans: Mapping[str, list[Any]], live: Mapping[str, Any], en
                 continue
             evidence.append(verify(p, list(argv), env, timeout=timeout, run_as=run_as))
     return evidence
+
+
+def _names(folder: str) -> list[str] | None:
+    """The names in ``folder`` (None when it cannot be listed): a new drop-in's name must be free."""
+    try:
+        return sorted(os.listdir(folder))[:500]
+    except OSError:
+        return None
 
 
 def _cuda_homes(env: Mapping[str, str], stack: Mapping[str, Any]) -> list[str]:
