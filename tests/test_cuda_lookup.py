@@ -258,7 +258,8 @@ def test_real_linker_fails_on_libcuda_so_1_alone_and_the_link_remedy_fixes_it(no
     assert first.returncode != 0 and "cannot find -lcuda" in first.stderr
     symptoms = from_text(first.stderr, "command")
     assert any(s.kind == "link-library-missing" and s.fields.get("library") == "cuda" for s in symptoms)
-    facts = {"loader": {"path": str(node["drv"] / "libcuda.so.1"), "stub": False}, "toolkit_stubs": []}
+    facts = {"loader": {"path": str(node["drv"] / "libcuda.so.1"), "stub": False}, "toolkit_stubs": [],
+             "driver_dirs": cl.driver_dirs([str(node["drv"])], {}, {})}
     plans = {p.key: p for p in link_plans(facts, env, ["ld: cannot find -lcuda"])}
     plan = plans["triton-libcuda-link-dir"]
     assert not plans["libcuda-dev-link"].verifiable and plans["libcuda-dev-link"].requires_root
@@ -358,9 +359,13 @@ def test_this_node_without_a_driver_is_not_examined_for_libcuda_but_the_extensio
 def test_a_triton_without_triton_libcuda_path_gets_only_the_fixes_it_reads():
     """triton 2.1 has no TRITON_LIBCUDA_PATH and stops in its lookup before any link: neither that variable nor
     LIBRARY_PATH can help, only the unversioned link beside the driver (root, shown, not tried)."""
+    drv = {"dir": "/usr/lib/x86_64-linux-gnu", "owner_uid": 0}
     facts = {"loader": {"path": "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "stub": False},
-             "toolkit_stubs": ["/usr/local/cuda/lib64/stubs"]}
+             "toolkit_stubs": ["/usr/local/cuda/lib64/stubs"], "driver_dirs": [drv]}
     keys = [p.key for p in link_plans(facts, {}, [], triton_env=False, lookup_fails=True)]
     assert keys == ["libcuda-dev-link"]
     keys = [p.key for p in link_plans(facts, {}, [], triton_env=True, lookup_fails=True)]
     assert keys == ["triton-libcuda-link-dir", "triton-libcuda-stubs", "libcuda-dev-link"]
+    # a driver directory a user owns gets no root command that writes into it
+    drv["owner_uid"] = 1000
+    assert [p.key for p in link_plans(facts, {}, [], triton_env=False, lookup_fails=True)] == []

@@ -35,6 +35,14 @@ def real_libcuda(facts: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _root_owned(facts: Mapping[str, Any], directory: str) -> bool:
+    """Whether the probe saw ``directory`` owned by root (root never writes into a folder a user controls)."""
+    for d in facts.get("driver_dirs") or []:
+        if os.path.normpath(str(d.get("dir"))) == os.path.normpath(directory):
+            return d.get("owner_uid") == 0
+    return False
+
+
 def _env_plan(key: str, title: str, var: str, value: str, env: Mapping[str, str], explanation: str,
               rests: list[str], trial: dict[str, Any] | None = None) -> Plan:
     old = env.get(var)
@@ -82,7 +90,7 @@ def link_plans(facts: Mapping[str, Any], env: Mapping[str, str], rests: list[str
             "library-path-stubs", f"Put {stubs[0]} on LIBRARY_PATH (for -lcuda)", "LIBRARY_PATH", value, env,
             "gcc adds LIBRARY_PATH's directories to the linker's search path, so -lcuda finds the stub "
             "libcuda.so there; run time is unaffected (LIBRARY_PATH is not LD_LIBRARY_PATH).", rests))
-    if real:
+    if real and _root_owned(facts, os.path.dirname(real)):
         d = os.path.dirname(real)
         plans.append(Plan(
             key="libcuda-dev-link", title=f"Create the missing link {d}/libcuda.so -> libcuda.so.1 (root)",
