@@ -241,7 +241,10 @@ def _extensions(facts: dict[str, Any], sym: Facts) -> list[Finding]:
     torch_says = (f"torch {torch.get('version')} is built for CUDA {torch.get('cuda')}" if major is not None else
                   f"torch {torch.get('version') or '?'} is a CPU build (torch.version.cuda is None: no CUDA major)"
                   if torch.get("installed") else "torch is not installed")
-    rows, hl, bad, explains = [], [], [], []
+    rows: list[list[str]] = []
+    hl: list[int] = []
+    bad: list[tuple[dict[str, Any], dict[str, Any], str]] = []
+    explains: list[str] = []
     for ext in exts:
         for n in ext.get("needs") or []:
             problems = []

@@ -149,7 +149,7 @@ def _owner(path: str) -> int | None:
 
 def stubs_dirs(cuda_homes: Iterable[str]) -> list[str]:
     """The toolkit stubs directories that hold a ``libcuda.so`` (``lib64/stubs``, ``targets/*/lib/stubs``)."""
-    out = []
+    out: list[str] = []
     for home in cuda_homes:
         for sub in ("lib64/stubs", "lib/stubs", "targets/x86_64-linux/lib/stubs", "targets/sbsa-linux/lib/stubs"):
             d = os.path.join(home, sub)

@@ -106,11 +106,12 @@ def collect_lookup(env: Mapping[str, str], pyenv: Mapping[str, Any], libs: Mappi
     ev = run([ldconfig, "-p"], env={"LC_ALL": "C", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, timeout=TIMEOUT,
              label=f"{ldconfig} -p")
     lines = cl.parse_ldconfig_p(ev.stdout) if not ev.error and ev.exit_code == 0 else []
+    libcuda_lines = [ln for ln in lines if "libcuda.so" in ln["name"]]
     ldconfig_facts = {"argv": [ldconfig, "-p"], "ran": not ev.error and ev.exit_code == 0,
                       "error": ev.error or (f"exit code {ev.exit_code}" if ev.exit_code else None),
-                      "entries": len(lines), "libcuda": [ln for ln in lines if "libcuda.so" in ln["name"]]}
+                      "entries": len(lines), "libcuda": libcuda_lines}
     evidence.append(Evidence(label=f"{ldconfig} -p (libcuda lines)", argv=[ldconfig, "-p"], exit_code=ev.exit_code,
-                             stdout="\n".join(ln["line"] for ln in ldconfig_facts["libcuda"]) or "(none)",
+                             stdout="\n".join(ln["line"] for ln in libcuda_lines) or "(none)",
                              error=ev.error, started=ev.started, duration_s=ev.duration_s))
     py = pyenv.get("python") or {}
     exe = py.get("executable")
