@@ -211,7 +211,7 @@ def _rebuild(ext: dict[str, Any], torch_cuda: str | None) -> Remedy:
     if kind == "jit-op":
         op_dir = os.path.dirname(path)
         return Remedy(title=f"Rebuild the op {ext.get('name')} against {against}",
-                      commands=[f"rm -rf {shlex.quote(op_dir)}"],
+                      commands=[f"rm -rf -- {shlex.quote(op_dir)}"],
                       explanation="The JIT cache keeps an op built for another CUDA; removed, DeepSpeed builds it "
                                   "again on the next launch with the torch and toolkit of this environment.",
                       note="not tried, because it deletes a build (the next launch rebuilds it)")

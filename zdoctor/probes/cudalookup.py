@@ -52,7 +52,7 @@ def _loader_libcuda(exe: str | None, env: Mapping[str, str], cache_path: str) ->
 
 def _extensions(libs: Mapping[str, Any], torch_dir: str | None) -> list[dict[str, Any]]:
     """Each library the training loads with the CUDA sonames it needs (its own DT_NEEDED), and whether the
-    loader found them (from the static audit's error of that import)."""
+    loader found them (a soname the static audit's loader could not open for any import is missing)."""
     from ..forensics.elf import read_elf
 
     objects: list[tuple[str, str, str, str | None]] = []
@@ -64,6 +64,8 @@ def _extensions(libs: Mapping[str, Any], torch_dir: str | None) -> list[dict[str
         for p in sorted(glob.glob(os.path.join(glob.escape(torch_dir), "lib", "*.so*")))[:MAX_TORCH_LIBS]:
             if all(p != o[0] for o in objects):
                 objects.append((p, "torch", os.path.basename(p), None))
+    # a soname the loader could not find for one import is missing for every object that needs it
+    missing = {e.split(":", 1)[0] for *_rest, e in objects if e and ": cannot open shared object file" in e}
     out = []
     for path, kind, name, error in objects:
         info = read_elf(path)
@@ -71,7 +73,7 @@ def _extensions(libs: Mapping[str, Any], torch_dir: str | None) -> list[dict[str
         if not needs:
             continue
         for n in needs:
-            n["found"] = not (error and error.startswith(f"{n['soname']}: cannot open shared object file"))
+            n["found"] = n["soname"] not in missing
         out.append({"path": path, "kind": kind, "name": name, "needs": needs, "error": error})
     return out
 
