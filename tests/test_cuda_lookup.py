@@ -369,3 +369,37 @@ def test_a_triton_without_triton_libcuda_path_gets_only_the_fixes_it_reads():
     # a driver directory a user owns gets no root command that writes into it
     drv["owner_uid"] = 1000
     assert [p.key for p in link_plans(facts, {}, [], triton_env=False, lookup_fails=True)] == []
+
+
+def test_the_probe_tries_environment_fixes_only_on_a_failing_command(node):
+    """The probe's trial step: with a failing --command each environment-only plan is re-run; without one,
+    or when it did not fail, each plan says why it was not tried; root plans are never run."""
+    from zdoctor.probes.cudalookup import try_lookup_plans
+
+    env = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": f"{node['stubs']}:{node['drv']}"}
+    facts, _ = collect_lookup(env, _pyenv("12.4"), {"targets": []}, dirs=[])
+    run = [sys.executable, "-c", "import ctypes, sys; sys.exit(ctypes.CDLL('libcuda.so.1').cuInit(0))"]
+    plans = make_plans(facts, env)
+    evidence = try_lookup_plans(plans, {"command": "python train.py", "ok": False, "argv": run}, env, 60)
+    assert len(evidence) == 1 and plans["stub"][0].verified
+    for live, said in (({}, "no failing --command"), ({"command": "x", "ok": True, "argv": run}, "did not fail")):
+        plans = make_plans(facts, env)
+        assert try_lookup_plans(plans, live, env, 60) == []
+        assert not plans["stub"][0].tried and said in plans["stub"][0].verification
+
+
+def test_hostile_inputs_give_facts_not_tracebacks(tmp_path):
+    """A FIFO where triton's driver.py should be, a garbage ld.so.cache, an ldconfig that is not there."""
+    tdir = tmp_path / "triton"
+    (tdir / "backends/nvidia").mkdir(parents=True)
+    os.mkfifo(tdir / "backends/nvidia/driver.py")
+    assert cl.read_triton_sources(str(tdir)) == {}
+    bad = tmp_path / "ld.so.cache"
+    bad.write_bytes(b"glibc-ld.so.cache1.1" + b"\xff" * 10)
+    facts, _ = collect_lookup({"PATH": "/usr/bin:/bin"}, _pyenv(None, str(tdir)), {"targets": []},
+                              cache_path=str(bad), dirs=[], ldconfig=str(tmp_path / "no-ldconfig"))
+    assert facts["cache"]["error"] and facts["cache"]["libcuda.so.1"] == []
+    assert facts["ldconfig"]["ran"] is False and facts["ldconfig"]["error"]
+    assert facts["triton"]["rule"]["state"] == "unknown"
+    found = _by_id(check_cuda_lookup(_facts(facts)))
+    assert found["cuda.lookup.triton"].status == "skip"

@@ -138,6 +138,8 @@ def uncached_plans(facts: Mapping[str, Any], env: Mapping[str, str], driver_dir:
     """The environment-only plan for a driver directory the ld cache does not name (the root one, a drop-in
     under /etc/ld.so.conf.d, is the check's: it goes through the core's careful create)."""
     old = env.get("LD_LIBRARY_PATH")
+    if any(e and os.path.normpath(e) == os.path.normpath(driver_dir) for e in split_path_list(old)):
+        return []  # already there: only the cache entry is missing
     value = ":".join([driver_dir, *[e for e in split_path_list(old) if e]])
     return [_env_plan("driver-dir-ld-library-path", f"Put {driver_dir} on LD_LIBRARY_PATH", "LD_LIBRARY_PATH",
                       value, env, "The loader then finds the driver's libcuda.so.1 there before the cache; triton 3 "

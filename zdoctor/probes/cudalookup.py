@@ -170,9 +170,10 @@ def make_plans(facts: dict[str, Any], env: Mapping[str, str]) -> dict[str, list[
         plans["link"] = fx.link_plans(facts, env, [str(why).splitlines()[0]],
                                       triton_env=rule.get("env_override") is not False, lookup_fails=probs["triton"])
     if probs["uncached"]:
-        plans["uncached"] = fx.uncached_plans(facts, env, probs["uncached"][0],
-                                              [f"{probs['uncached'][0]} holds {cl.LIBCUDA}; the ld cache does not "
-                                               "name it"])
+        found = fx.uncached_plans(facts, env, probs["uncached"][0],
+                                  [f"{probs['uncached'][0]} holds {cl.LIBCUDA}; the ld cache does not name it"])
+        if found:
+            plans["uncached"] = found
     return plans
 
 
