@@ -5,6 +5,7 @@ linker and the real loader; the H200 node's recorded cache as the driver found i
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -403,3 +404,23 @@ def test_hostile_inputs_give_facts_not_tracebacks(tmp_path):
     assert facts["triton"]["rule"]["state"] == "unknown"
     found = _by_id(check_cuda_lookup(_facts(facts)))
     assert found["cuda.lookup.triton"].status == "skip"
+
+
+def test_the_gpu_stack_walk_ends_at_each_lookup_diagnosis():
+    """The H200's recorded walk, with one lookup fact changed each time, ends at that problem's diagnosis."""
+    from test_gpu_playbook import walk
+
+    base = h200_cudalookup()
+    stub = {**base, "loader": {**base["loader"], "path": "/usr/local/cuda/lib64/stubs/libcuda.so.1", "stub": True}}
+    assert walk(cudalookup=stub)[-2:] == ["cuda-lookup", "diag-cuda-stub"]
+    ext = copy.deepcopy(base)
+    ext["extensions"].append({"path": "/opt/ops/op_cu11.so", "kind": "ext", "name": "op_cu11.so", "error": None,
+                              "needs": [{**cl.cuda_soname("libcudart.so.11.0"), "found": False}]})
+    assert walk(cudalookup=ext)[-1] == "diag-op-cuda-major"
+    lcuda = copy.deepcopy(base)
+    lcuda["triton"] = {"installed": True, "version": "3.1.0", "location": "/x/triton",
+                       "rule": cl.triton_rule({"backends/nvidia/driver.py": TRITON3}),
+                       "lookup": {"dirs": ["/usr/local/nvidia/lib64"], "error": None, "via": "ldconfig -p", "locs": []}}
+    lcuda["link"] = {"cc": "/usr/bin/gcc", "dirs": ["/usr/lib/x86_64-linux-gnu"], "error": None,
+                     "triton_dirs": ["/usr/local/nvidia/lib64"], "finds": None}
+    assert walk(cudalookup=lcuda)[-1] == "diag-lcuda"
