@@ -424,3 +424,21 @@ def test_the_gpu_stack_walk_ends_at_each_lookup_diagnosis():
     lcuda["link"] = {"cc": "/usr/bin/gcc", "dirs": ["/usr/lib/x86_64-linux-gnu"], "error": None,
                      "triton_dirs": ["/usr/local/nvidia/lib64"], "finds": None}
     assert walk(cudalookup=lcuda)[-1] == "diag-lcuda"
+
+
+def test_a_stale_cache_entry_for_the_driver_is_not_called_found(node, tmp_path):
+    """The cache names a libcuda.so.1 that is gone (a driver upgrade without ldconfig): the loader finds
+    nothing, and the finding says so instead of calling the driver found."""
+    gone = tmp_path / "gone"
+    shutil.copytree(node["drv"], gone)
+    conf = tmp_path / "ld.so.conf"
+    conf.write_text(f"{gone}\n")
+    cache = tmp_path / "ld.so.cache"
+    subprocess.run(["/sbin/ldconfig", "-X", "-C", str(cache), "-f", str(conf)], check=True, capture_output=True,
+                   timeout=60)
+    shutil.rmtree(gone)
+    facts, _ = collect_lookup({"PATH": "/usr/bin:/bin"}, _pyenv("12.4"), {"targets": []}, cache_path=str(cache),
+                              dirs=[])
+    assert facts["cache"]["libcuda.so.1"] == [str(gone / "libcuda.so.1")] and facts["loader"]["path"] is None
+    f = _by_id(check_cuda_lookup(_facts(facts)))["cuda.lookup.libcuda"]
+    assert f.status == "fail" and "stale" in f.detail

@@ -111,7 +111,16 @@ def _libcuda(facts: dict[str, Any], probs: dict[str, Any], sym: Facts) -> list[F
                       ": here it does not, so nothing CUDA starts.") ,
             evidence=[table], remedies=_remedies(facts, "uncached") + _cache_dir_remedies(facts, d)))
         return out
-    if not probs["stub"]:
+    if not probs["stub"] and not loader.get("path"):
+        out.append(Finding(
+            id=f"{FID}.libcuda", status="fail",
+            title=f"The ld cache names the driver library, but the loader finds no {cl.LIBCUDA} for the training",
+            detail=f"The cache lists {', '.join(cache.get(cl.LIBCUDA) or [])}, yet resolving {cl.LIBCUDA} for the "
+                   f"training process fails ({loader.get('error') or 'no answer'}): a stale cache entry (the file "
+                   "was removed or replaced by a driver upgrade without `ldconfig`), or a file of another "
+                   "architecture. Run `ldconfig` (root) and look again.",
+            evidence=[table]))
+    elif not probs["stub"]:
         real = [p for p in cache.get(cl.LIBCUDA) or [] if not cl.is_stub_path(p)]
         dev = "; the unversioned libcuda.so is there too" if cache.get(cl.LIBCUDA_DEV) else \
             "; the unversioned libcuda.so is not (only -lcuda links and triton 2.x need it)"
