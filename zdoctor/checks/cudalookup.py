@@ -108,7 +108,7 @@ def _libcuda(facts: dict[str, Any], probs: dict[str, Any], sym: Facts) -> list[F
             detail=f"{d} holds {cl.LIBCUDA}, but the ld cache has no entry for it, so `ldconfig -p` (which triton "
                    "reads) does not list it and the loader finds it only through LD_LIBRARY_PATH"
                    + (f": here it does ({loader.get('path')} {loader.get('label')})." if reached else
-                      ": here it does not, so nothing CUDA starts.") ,
+                      ": here it does not, so nothing CUDA starts."),
             evidence=[table], remedies=_remedies(facts, "uncached") + _cache_dir_remedies(facts, d)))
         return out
     if not probs["stub"] and not loader.get("path"):
