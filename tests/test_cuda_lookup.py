@@ -442,3 +442,50 @@ def test_a_stale_cache_entry_for_the_driver_is_not_called_found(node, tmp_path):
     assert facts["cache"]["libcuda.so.1"] == [str(gone / "libcuda.so.1")] and facts["loader"]["path"] is None
     f = _by_id(check_cuda_lookup(_facts(facts)))["cuda.lookup.libcuda"]
     assert f.status == "fail" and "stale" in f.detail
+
+
+def test_a_stubs_directory_in_the_cache_is_found_and_its_fix_needs_root(node, tmp_path):
+    """ldconfig run over a toolkit's stubs directory (named in ld.so.conf) puts the stub in the cache: the
+    loader takes it from there, and the fix is the loader configuration's (root, shown, never tried)."""
+    conf = tmp_path / "ld.so.conf"
+    conf.write_text(f"{node['stubs']}\n")
+    cache = tmp_path / "ld.so.cache"
+    subprocess.run(["/sbin/ldconfig", "-X", "-C", str(cache), "-f", str(conf)], check=True, capture_output=True,
+                   timeout=60)
+    facts, _ = collect_lookup({"PATH": "/usr/bin:/bin"}, _pyenv("12.4"), {"targets": []}, cache_path=str(cache),
+                              dirs=[])
+    assert facts["loader"]["via"] == "ld.so.cache" and facts["loader"]["stub"]
+    assert not cl.has_driver(facts)  # a stub is no driver
+    plans = make_plans(facts, {})
+    assert [p.key for p in plans["stub"]] == ["drop-stubs-ld-cache"]
+    assert plans["stub"][0].requires_root and not plans["stub"][0].verifiable
+    found = _by_id(check_cuda_lookup(_facts(facts)))
+    assert found["cuda.lookup.stub"].status == "fail" and found["cuda.lookup.libcuda"].status == "skip"
+
+
+def test_cuda_12_needs_served_by_the_nvidia_wheels_fit_a_cuda_12_torch(node, tmp_path):
+    """An op and torch's own library needing CUDA 12 sonames that pip's nvidia-* wheels ship, with a CUDA 12
+    torch: every need fits, and the table names the wheel file that provides each."""
+    site = tmp_path / "site-packages"
+    rt, blas, tlib = site / "nvidia/cuda_runtime/lib", site / "nvidia/cublas/lib", site / "torch/lib"
+    for d in (rt, blas, tlib):
+        d.mkdir(parents=True)
+    _cc(["-shared", "-fPIC", "-Wl,-soname,libcudart.so.12", "-o", str(rt / "libcudart.so.12"), "rt.c"], node["base"])
+    (tmp_path / "b.c").write_text("int cublasCreate_v2(void **h) { (void)h; return 0; }\n")
+    _cc(["-shared", "-fPIC", "-Wl,-soname,libcublas.so.12", "-o", str(blas / "libcublas.so.12"), "b.c"], tmp_path)
+    _cc(["-shared", "-fPIC", "-o", str(tlib / "libtorch_cuda.so"), str(node["base"] / "op.c"), "-Wl,--no-as-needed",
+         f"-L{rt}", "-l:libcudart.so.12", f"-L{blas}", "-l:libcublas.so.12"], tmp_path)
+    op = tmp_path / "op_cu12.so"
+    _cc(["-shared", "-fPIC", "-o", str(op), str(node["base"] / "op.c"), f"-L{rt}", "-l:libcudart.so.12",
+         f"-Wl,-rpath,{rt}"], tmp_path)
+    env = {"PATH": "/usr/bin:/bin"}
+    audit = static_audit(sys.executable, env, [Target(str(op), "ext", "op_cu12.so")])
+    pyenv = _pyenv("12.1")
+    pyenv["torch"]["location"] = str(site / "torch")
+    facts, _ = collect_lookup(env, pyenv, {"targets": audit["targets"]}, dirs=[])
+    assert facts["wheels"]["libcudart.so.12"] == str(rt / "libcudart.so.12")
+    assert {n["soname"] for e in facts["extensions"] for n in e["needs"]} == {"libcudart.so.12", "libcublas.so.12"}
+    f = _by_id(check_cuda_lookup(_facts(facts)))["cuda.lookup.extensions"]
+    assert f.status == "ok" and "fits torch's CUDA" in f.title
+    rows = f.evidence[0].table.rows
+    assert any(r[2] == "libcudart.so.12" and r[3] == str(rt / "libcudart.so.12") for r in rows)
