@@ -78,14 +78,16 @@ def _extensions(libs: Mapping[str, Any], torch_dir: str | None) -> list[dict[str
     return out
 
 
-def _compiler_dirs(env: Mapping[str, str]) -> dict[str, Any]:
-    """The compiler triton links its launcher with ($CC, else gcc) and its library search path."""
+def _compiler_dirs(env: Mapping[str, str], run_as: Any = None) -> dict[str, Any]:
+    """The compiler triton links its launcher with ($CC, else gcc) and its library search path (the compiler
+    the training's PATH names runs as the training user)."""
     cc = env.get("CC") or shutil.which("gcc", path=env.get("PATH") or os.defpath) \
         or shutil.which("clang", path=env.get("PATH") or os.defpath)
     if not cc:
         return {"cc": None, "dirs": [], "error": "no C compiler (CC, gcc or clang) on the training PATH",
                 "evidence": None}
-    ev = run([cc, "-print-search-dirs"], env=dict(env), timeout=TIMEOUT, label=f"{cc} -print-search-dirs")
+    ev = run([cc, "-print-search-dirs"], env=dict(env), timeout=TIMEOUT, label=f"{cc} -print-search-dirs",
+             run_as=run_as)
     if ev.error or ev.exit_code != 0:
         return {"cc": cc, "dirs": [], "error": ev.error or f"exit code {ev.exit_code}", "evidence": ev}
     return {"cc": cc, "dirs": cl.parse_search_dirs(ev.stdout), "error": None, "evidence": ev}
@@ -93,7 +95,7 @@ def _compiler_dirs(env: Mapping[str, str]) -> dict[str, Any]:
 
 def collect_lookup(env: Mapping[str, str], pyenv: Mapping[str, Any], libs: Mapping[str, Any],
                    cuda_homes: Sequence[str] = (), *, cache_path: str = "/etc/ld.so.cache",
-                   dirs: Sequence[str] = cl.DRIVER_DIRS, ldconfig: str = LDCONFIG,
+                   dirs: Sequence[str] = cl.DRIVER_DIRS, ldconfig: str = LDCONFIG, run_as: Any = None,
                    ) -> tuple[dict[str, Any], list[Evidence]]:
     """The probe's facts for the training environment ``env`` (pyenv and libs: those probes' facts)."""
     from ..errors import InputError
@@ -127,7 +129,7 @@ def collect_lookup(env: Mapping[str, str], pyenv: Mapping[str, Any], libs: Mappi
         triton["rule"] = rule
         if rule["state"] == "read" and ldconfig_facts["ran"]:
             triton["lookup"] = cl.triton_dirs(rule, lines, env)
-    link = _compiler_dirs(env)
+    link = _compiler_dirs(env, run_as)
     compiler_ev = link.pop("evidence", None)
     if compiler_ev is not None:
         evidence.append(compiler_ev)
@@ -218,10 +220,11 @@ def cudalookup_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
 
     target = target_of(host)
     env = dict(target.env)
+    run_as = runs_as_of(host)
     facts, evidence = collect_lookup(env, facts_of(host, "pyenv"), facts_of(host, "libs"),
-                                     _cuda_homes(env, facts_of(host, "cuda_stack")))
+                                     _cuda_homes(env, facts_of(host, "cuda_stack")), run_as=run_as)
     plans = make_plans(facts, env)
     timeout = min(float(getattr(target, "timeout", None) or TRIAL_TIMEOUT), TRIAL_TIMEOUT)
-    evidence += try_lookup_plans(plans, facts_of(host, "livetrace"), env, timeout, runs_as_of(host))
+    evidence += try_lookup_plans(plans, facts_of(host, "livetrace"), env, timeout, run_as)
     facts["plans"] = {k: [p.to_dict() for p in v] for k, v in plans.items()}
     return facts, evidence
