@@ -422,7 +422,8 @@ def test_the_gpu_stack_walk_ends_at_each_lookup_diagnosis():
                        "rule": cl.triton_rule({"backends/nvidia/driver.py": TRITON3}),
                        "lookup": {"dirs": ["/usr/local/nvidia/lib64"], "error": None, "via": "ldconfig -p", "locs": []}}
     lcuda["link"] = {"cc": "/usr/bin/gcc", "dirs": ["/usr/lib/x86_64-linux-gnu"], "error": None,
-                     "triton_dirs": ["/usr/local/nvidia/lib64"], "finds": None}
+                     "triton_dirs": ["/usr/local/nvidia/lib64"], "finds": None,
+                     "searched": [{"dir": "/usr/local/nvidia/lib64", "dev": False, "so1": True}]}
     assert walk(cudalookup=lcuda)[-1] == "diag-lcuda"
 
 

@@ -193,17 +193,17 @@ def _link(facts: dict[str, Any], probs: dict[str, Any], sym: Facts) -> list[Find
         return [not_checked(f"{FID}.link", "-lcuda", f"the compiler's library path is unknown: {link['error']}")]
     if probs["triton"]:
         return []  # triton stops before its link; its finding says why
-    dirs = [*(link.get("triton_dirs") or []), *(link.get("dirs") or [])]
+    searched = link.get("searched") or []
     ev = [Evidence.of_table("where -lcuda is looked for (the -L directories, then the compiler's library path)",
                             ["directory", "libcuda.so", "libcuda.so.1"],
-                            [[d, "yes" if os.path.isfile(os.path.join(d, cl.LIBCUDA_DEV)) else "-",
-                              "yes" if os.path.exists(os.path.join(d, cl.LIBCUDA)) else "-"] for d in dirs[:24]])]
+                            [[x["dir"], "yes" if x.get("dev") else "-", "yes" if x.get("so1") else "-"]
+                             for x in searched])]
     if link.get("finds"):
         return [Finding(id=f"{FID}.link", status="ok", title=f"-lcuda links against {link['finds']}",
                         detail=f"{link.get('cc')} searches the -L directories, then its library path "
                                f"({count_of(len(link.get('dirs') or []), 'directory', 'directories')}); "
                                f"{link['finds']} satisfies -lcuda.", evidence=ev)]
-    beside = [d for d in dirs if os.path.exists(os.path.join(d, cl.LIBCUDA))]
+    beside = [x["dir"] for x in searched if x.get("so1")]
     return [Finding(id=f"{FID}.link", status="fail",
                     title="-lcuda finds no libcuda.so (ld: cannot find -lcuda)"
                           + (f", though {beside[0]}/libcuda.so.1 is there" if beside else ""),

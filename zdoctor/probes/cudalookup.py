@@ -135,7 +135,10 @@ def collect_lookup(env: Mapping[str, str], pyenv: Mapping[str, Any], libs: Mappi
         evidence.append(compiler_ev)
     triton_link_dirs = list((triton.get("lookup") or {}).get("dirs") or [])
     link["triton_dirs"] = triton_link_dirs
-    link["finds"] = cl.linker_finds("cuda", [*triton_link_dirs, *link["dirs"]])
+    searched = list(dict.fromkeys([*triton_link_dirs, *link["dirs"]]))
+    link["finds"] = cl.linker_finds("cuda", searched)
+    link["searched"] = [{"dir": d, "dev": os.path.isfile(os.path.join(d, cl.LIBCUDA_DEV)),
+                         "so1": os.path.exists(os.path.join(d, cl.LIBCUDA))} for d in searched[:32]]
     sites = list(dict.fromkeys(os.path.dirname(str(p)) for p in (torch_dir, triton.get("location")) if p))
     facts = {
         "cache": {"path": cache_path, "error": cache_error, "entries": len(entries), **cached},
