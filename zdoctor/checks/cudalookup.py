@@ -16,6 +16,7 @@ from ..forensics.remedies import Plan
 from ..model import Evidence, Finding, Remedy
 from ..plural import count_of
 from ..registry import Facts, check
+from ..rules.cudalookup import DRIVER_DIRS, TRITON_FILES
 from ..symptoms.match import ids_for
 from ..sysfile import create_file_remedy, free_name
 from . import not_checked
@@ -90,7 +91,7 @@ def _libcuda(facts: dict[str, Any], probs: dict[str, Any], sym: Facts) -> list[F
             evidence=[table], remedies=_remedies(facts, "stub"),
             explains=ids_for(sym, "cuda-stub") + ids_for(sym, "cuda-error", number="34")))
     if not probs["driver"]:
-        dirs = ", ".join(cl.DRIVER_DIRS)
+        dirs = ", ".join(DRIVER_DIRS)
         out.append(Finding(id=f"{FID}.libcuda", status="skip", title=f"libcuda: {NO_DRIVER}",
                            detail=f"No {cl.LIBCUDA} other than a toolkit stub is in the ld cache "
                                   f"({(facts.get('cache') or {}).get('path')}) or in {dirs}, nor on "
@@ -149,7 +150,7 @@ def _triton(facts: dict[str, Any], probs: dict[str, Any], sym: Facts) -> list[Fi
     if rule.get("state") != "read":
         return [Finding(id=f"{FID}.triton", status="skip", title="triton's libcuda lookup: not checked",
                         detail=f"triton {version} at {triton.get('location')} has no libcuda lookup zdoctor can "
-                               f"read (looked in {', '.join(cl.TRITON_FILES[:2])}).")]
+                               f"read (looked in {', '.join(TRITON_FILES[:2])}).")]
     if not probs["driver"]:
         return [Finding(id=f"{FID}.triton", status="skip", title=f"triton's libcuda lookup: {NO_DRIVER}",
                         detail=f"triton {version} looks for `ldconfig -p` lines naming {rule.get('search')}; "

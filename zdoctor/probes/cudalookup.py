@@ -18,6 +18,7 @@ from typing import Any
 from ..forensics import cudalookup as cl
 from ..model import Evidence
 from ..registry import facts_of, probe
+from ..rules.cudalookup import DRIVER_DIRS
 from ..runner import run
 from ..target import target_of
 
@@ -95,7 +96,7 @@ def _compiler_dirs(env: Mapping[str, str], run_as: Any = None) -> dict[str, Any]
 
 def collect_lookup(env: Mapping[str, str], pyenv: Mapping[str, Any], libs: Mapping[str, Any],
                    cuda_homes: Sequence[str] = (), *, cache_path: str = "/etc/ld.so.cache",
-                   dirs: Sequence[str] = cl.DRIVER_DIRS, ldconfig: str = LDCONFIG, run_as: Any = None,
+                   dirs: Sequence[str] = DRIVER_DIRS, ldconfig: str = LDCONFIG, run_as: Any = None,
                    ) -> tuple[dict[str, Any], list[Evidence]]:
     """The probe's facts for the training environment ``env`` (pyenv and libs: those probes' facts)."""
     from ..errors import InputError
