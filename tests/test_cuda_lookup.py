@@ -490,3 +490,29 @@ def test_cuda_12_needs_served_by_the_nvidia_wheels_fit_a_cuda_12_torch(node, tmp
     assert f.status == "ok" and "fits torch's CUDA" in f.title
     rows = f.evidence[0].table.rows
     assert any(r[2] == "libcudart.so.12" and r[3] == str(rt / "libcudart.so.12") for r in rows)
+
+
+def test_a_build_that_links_lcuda_beside_a_libcuda_so_1_is_fixed_by_a_tried_library_path(node, tmp_path):
+    """Not triton's link: an op's own gcc line with -lcuda, on a node whose driver dir has only libcuda.so.1.
+    The real linker fails; the probe's plans from that failing run put a private libcuda.so link first on
+    LIBRARY_PATH, the re-run links, and the finding explains ld's message with that tried remedy."""
+    from zdoctor.probes.cudalookup import try_lookup_plans
+
+    (tmp_path / "op.c").write_text("int cuInit(unsigned);\nint op(void) { return cuInit(0); }\n")
+    build = f"cd {tmp_path} && gcc -shared -fPIC -o op.so op.c -lcuda"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "LIBRARY_PATH": "/nonexistent"}
+    argv = ["/bin/sh", "-c", build]
+    first = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert first.returncode != 0 and "cannot find -lcuda" in first.stderr
+    facts, _ = collect_lookup(env, _pyenv("12.4"), {"targets": []}, dirs=[str(node["drv"])])
+    live = {"command": build, "ok": False, "argv": argv, "stderr_tail": first.stderr}
+    plans = make_plans(facts, env, live)
+    assert plans["link"][0].key == "library-path-link-dir"
+    try_lookup_plans(plans, live, env, 60)
+    assert plans["link"][0].verified, plans["link"][0].verification
+    assert not os.path.exists(tmp_path / "home")  # tried in a private temp dir, nothing made for real
+    facts["plans"] = {k: [p.to_dict() for p in v] for k, v in plans.items()}
+    found = _by_id(check_cuda_lookup(_facts(facts, first.stderr)))
+    link = found["cuda.lookup.link"]
+    assert link.status == "fail" and link.explains and link.remedies[0].verified
+    assert any(c.startswith("export LIBRARY_PATH=") and "/nonexistent" in c for c in link.remedies[0].commands)

@@ -208,9 +208,10 @@ def _link(facts: dict[str, Any], probs: dict[str, Any], sym: Facts) -> list[Find
     return [Finding(id=f"{FID}.link", status="fail",
                     title="-lcuda finds no libcuda.so (ld: cannot find -lcuda)"
                           + (f", though {beside[0]}/libcuda.so.1 is there" if beside else ""),
-                    detail="triton builds its launcher with -lcuda; GNU ld looks for the unversioned libcuda.so (or "
-                           "libcuda.a) in the -L directories and the compiler's library path, never in the ld "
-                           "cache and never for libcuda.so.1. "
+                    detail=("triton builds its launcher with -lcuda" if probs["links_cuda"] else
+                            "the failing build links with -lcuda")
+                           + "; GNU ld looks for the unversioned libcuda.so (or libcuda.a) in the -L directories and "
+                           "the compiler's library path, never in the ld cache and never for libcuda.so.1. "
                            + (f"{beside[0]} has only libcuda.so.1." if beside else "No directory searched has it."),
                     evidence=ev, remedies=_remedies(facts, "link"), explains=symptoms)]
 

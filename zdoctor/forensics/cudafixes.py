@@ -50,14 +50,36 @@ def _env_plan(key: str, title: str, var: str, value: str, env: Mapping[str, str]
                 undo=[restore_line(var, old)], explanation=explanation, rests_on=rests, trial=trial)
 
 
+def _library_path_link_dir(env: Mapping[str, str], target: str, rests: list[str]) -> Plan:
+    """A private directory with ``libcuda.so -> target`` first on LIBRARY_PATH (any gcc link's -lcuda)."""
+    link_dir = os.path.join(env.get("HOME") or "/tmp", USER_LINK_SUBDIR)
+    old = env.get("LIBRARY_PATH")
+    value = ":".join([link_dir, *[e for e in split_path_list(old) if e]])
+    return Plan(key="library-path-link-dir", title=f"Link against a libcuda.so of your own -> {target} (LIBRARY_PATH)",
+                commands=[f"mkdir -p {shlex.quote(link_dir)}",
+                          f"ln -sfn {shlex.quote(target)} {shlex.quote(os.path.join(link_dir, LIBCUDA_DEV))}",
+                          export_line("LIBRARY_PATH", value)],
+                undo=[restore_line("LIBRARY_PATH", old), f"rm -f {shlex.quote(os.path.join(link_dir, LIBCUDA_DEV))}"],
+                explanation="gcc adds LIBRARY_PATH's directories to the linker's search, so -lcuda finds the "
+                            "libcuda.so there, a link to the driver's libcuda.so.1; the program still loads "
+                            "libcuda.so.1 at run time. Nothing of the driver changes.",
+                rests_on=rests, trial={"kind": "link", "name": LIBCUDA_DEV, "target": target, "var": "LIBRARY_PATH",
+                                       "prepend": True})
+
+
 def link_plans(facts: Mapping[str, Any], env: Mapping[str, str], rests: list[str], *, triton_env: bool = True,
-               lookup_fails: bool = False) -> list[Plan]:
+               lookup_fails: bool = False, triton: bool = True) -> list[Plan]:
     """Plans for triton's lookup or a ``-lcuda`` link that finds no unversioned libcuda.so. ``triton_env``:
     the installed triton honours TRITON_LIBCUDA_PATH; ``lookup_fails``: triton stops in its lookup, before
-    the link (LIBRARY_PATH then does not help)."""
+    the link (LIBRARY_PATH then does not help); ``triton``: the failing link is triton's (else another
+    build's, which only LIBRARY_PATH reaches)."""
     plans: list[Plan] = []
     stubs = list(facts.get("toolkit_stubs") or [])
     real = real_libcuda(facts)
+    if not triton:
+        triton_env = False
+        if real:
+            plans.append(_library_path_link_dir(env, os.path.realpath(real), rests))
     if real and triton_env:
         target = os.path.realpath(real)
         link_dir = os.path.join(env.get("HOME") or "/tmp", USER_LINK_SUBDIR)

@@ -160,12 +160,25 @@ def collect_lookup(env: Mapping[str, str], pyenv: Mapping[str, Any], libs: Mappi
     return facts, evidence
 
 
-def make_plans(facts: dict[str, Any], env: Mapping[str, str]) -> dict[str, list[Any]]:
-    """The remedies of each lookup problem in ``facts`` (see forensics/cudafixes.py), not yet tried."""
+def lcuda_failed(text: str) -> bool:
+    """Whether ``text`` (a failing run's output) has GNU ld's ``cannot find -lcuda``."""
+    from ..rules.signatures import SIGNATURES
+
+    sig = next(s for s in SIGNATURES if s.id == "link.cannot-find-lcuda")
+    return any(sig.regex.search(line) for line in (text or "").splitlines())
+
+
+def make_plans(facts: dict[str, Any], env: Mapping[str, str], live: Mapping[str, Any] | None = None,
+               ) -> dict[str, list[Any]]:
+    """The remedies of each lookup problem in ``facts`` (see forensics/cudafixes.py), not yet tried; ``live``
+    (the failing run's facts) adds those for a ``-lcuda`` link of a build other than triton's."""
     from ..forensics import cudafixes as fx
 
     probs = cl.lookup_problems(facts)
     plans: dict[str, list[Any]] = {}
+    if probs["driver"] and not (probs["triton"] or probs["link"]) and live and \
+            lcuda_failed(str(live.get("stderr_tail") or "") + "\n" + str(live.get("stdout_tail") or "")):
+        plans["link"] = fx.link_plans(facts, env, ["ld: cannot find -lcuda"], triton=False)
     if probs["stub"]:
         plans["stub"] = fx.stub_plans(facts, env, [f"the loader gives the training {cl.LIBCUDA} from "
                                                    f"{(facts.get('loader') or {}).get('path')} (a stub)"])
@@ -227,8 +240,9 @@ def cudalookup_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     run_as = runs_as_of(host)
     facts, evidence = collect_lookup(env, facts_of(host, "pyenv"), facts_of(host, "libs"),
                                      _cuda_homes(env, facts_of(host, "cuda_stack")), run_as=run_as)
-    plans = make_plans(facts, env)
+    live = facts_of(host, "livetrace")
+    plans = make_plans(facts, env, live)
     timeout = min(float(getattr(target, "timeout", None) or TRIAL_TIMEOUT), TRIAL_TIMEOUT)
-    evidence += try_lookup_plans(plans, facts_of(host, "livetrace"), env, timeout, run_as)
+    evidence += try_lookup_plans(plans, live, env, timeout, run_as)
     facts["plans"] = {k: [p.to_dict() for p in v] for k, v in plans.items()}
     return facts, evidence
