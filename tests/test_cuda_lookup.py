@@ -516,3 +516,21 @@ def test_a_build_that_links_lcuda_beside_a_libcuda_so_1_is_fixed_by_a_tried_libr
     link = found["cuda.lookup.link"]
     assert link.status == "fail" and link.explains and link.remedies[0].verified
     assert any(c.startswith("export LIBRARY_PATH=") and "/nonexistent" in c for c in link.remedies[0].commands)
+
+
+def test_a_stubs_directory_with_only_libcuda_so_shadows_the_unversioned_name(node, tmp_path):
+    """A real toolkit's stubs directory holds only libcuda.so: on LD_LIBRARY_PATH it leaves libcuda.so.1 to
+    the driver but gives a dlopen of libcuda.so the stub (the real process gets 34 from it): a warning."""
+    stubs = tmp_path / "cuda/lib64/stubs"
+    stubs.mkdir(parents=True)
+    shutil.copy(node["stubs"] / "libcuda.so", stubs / "libcuda.so")
+    env = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": f"{stubs}:{node['drv']}"}
+    run = [sys.executable, "-c", "import ctypes, sys; sys.exit(ctypes.CDLL('libcuda.so').cuInit(0))"]
+    assert subprocess.run(run, env=env, timeout=60).returncode == 34
+    facts, _ = collect_lookup(env, _pyenv("12.4"), {"targets": []}, dirs=[])
+    assert not facts["loader"]["stub"] and facts["loader_dev"]["stub"]
+    plans = make_plans(facts, env)
+    assert plans["stub"][0].env_changes == {"LD_LIBRARY_PATH": str(node["drv"])}
+    facts["plans"] = {k: [p.to_dict() for p in v] for k, v in plans.items()}
+    stub = _by_id(check_cuda_lookup(_facts(facts)))["cuda.lookup.stub"]
+    assert stub.status == "warn" and "unversioned libcuda.so" in stub.title

@@ -90,6 +90,17 @@ def _libcuda(facts: dict[str, Any], probs: dict[str, Any], sym: Facts) -> list[F
                    "linking only. Every CUDA call then fails with error 34 (CUDA driver is a stub library).",
             evidence=[table], remedies=_remedies(facts, "stub"),
             explains=ids_for(sym, "cuda-stub") + ids_for(sym, "cuda-error", number="34")))
+    if probs["stub_dev"]:
+        dev = facts.get("loader_dev") or {}
+        out.append(Finding(
+            id=f"{FID}.stub", status="warn",
+            title=f"A dlopen of the unversioned libcuda.so would get the toolkit's stub ({dev.get('path')})",
+            detail=f"libcuda.so.1 resolves to the driver's, but libcuda.so resolves to {dev.get('path')} "
+                   f"{dev.get('label') or ''}, a toolkit stub. A library that dlopens the unversioned name (torch's "
+                   "CUDA driver API did until pytorch PR #112996) then gets error 34 (CUDA driver is a stub "
+                   "library). The stubs directory belongs on no run-time search path.",
+            evidence=[table], remedies=_remedies(facts, "stub"),
+            explains=ids_for(sym, "cuda-stub") + ids_for(sym, "cuda-error", number="34")))
     if not probs["driver"]:
         dirs = ", ".join(DRIVER_DIRS)
         out.append(Finding(id=f"{FID}.libcuda", status="skip", title=f"libcuda: {NO_DRIVER}",

@@ -126,9 +126,11 @@ def link_plans(facts: Mapping[str, Any], env: Mapping[str, str], rests: list[str
     return plans
 
 
-def stub_plans(facts: Mapping[str, Any], env: Mapping[str, str], rests: list[str]) -> list[Plan]:
-    """Plans for a stub libcuda.so.1 the loader picks before the driver's."""
-    loader = facts.get("loader") or {}
+def stub_plans(facts: Mapping[str, Any], env: Mapping[str, str], rests: list[str], key: str = "loader",
+               ) -> list[Plan]:
+    """Plans for a stub libcuda the loader picks before the driver's (``key``: the facts of that lookup,
+    ``loader`` for libcuda.so.1, ``loader_dev`` for libcuda.so)."""
+    loader = facts.get(key) or {}
     plans: list[Plan] = []
     if loader.get("via") == "LD_LIBRARY_PATH":
         stub_dir = os.path.normpath(os.path.dirname(str(loader.get("path"))))

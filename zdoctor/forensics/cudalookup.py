@@ -266,7 +266,8 @@ def uncached_driver_dirs(facts: Mapping[str, Any]) -> list[str]:
 
 
 def lookup_problems(facts: Mapping[str, Any]) -> dict[str, Any]:
-    """What fails, from the probe's facts: ``stub`` (the loader picks a stub libcuda.so.1), ``triton`` (its
+    """What fails, from the probe's facts: ``stub`` (the loader picks a stub libcuda.so.1; ``stub_dev``: only
+    for the unversioned libcuda.so some libraries dlopen), ``triton`` (its
     lookup raises), ``link`` (``-lcuda`` finds no file), ``uncached`` (driver dirs the cache does not name),
     ``driver`` (a driver library exists at all)."""
     loader = facts.get("loader") or {}
@@ -275,7 +276,9 @@ def lookup_problems(facts: Mapping[str, Any]) -> dict[str, Any]:
     lookup = triton.get("lookup") or {}
     link = facts.get("link") or {}
     links_cuda = bool(triton.get("installed")) and rule.get("link") == "cuda"
+    dev = facts.get("loader_dev") or {}
     return {"driver": has_driver(facts), "stub": bool(loader.get("stub")),
+            "stub_dev": bool(dev.get("stub")) and not loader.get("stub"),
             "triton": bool(lookup.get("error")), "link": links_cuda and not lookup.get("error")
             and not link.get("finds") and not link.get("error"),
             "links_cuda": links_cuda, "uncached": uncached_driver_dirs(facts)}

@@ -32,8 +32,9 @@ MAX_TORCH_LIBS = 64
 ENV_KEYS = ("LD_LIBRARY_PATH", "LIBRARY_PATH", "TRITON_LIBCUDA_PATH", "CUDA_HOME", "CUDA_PATH", "CC")
 
 
-def _loader_libcuda(exe: str | None, env: Mapping[str, str], cache_path: str) -> dict[str, Any]:
-    """Which file ``dlopen("libcuda.so.1")`` from the training interpreter gets (the ld.so emulation)."""
+def _loader_libcuda(exe: str | None, env: Mapping[str, str], cache_path: str,
+                    name: str = cl.LIBCUDA) -> dict[str, Any]:
+    """Which file ``dlopen(name)`` from the training interpreter gets (the ld.so emulation)."""
     from ..forensics.loader import LoaderConfig, Process
 
     if not exe:
@@ -42,7 +43,7 @@ def _loader_libcuda(exe: str | None, env: Mapping[str, str], cache_path: str) ->
     if cache_path != config.cache_path:
         config = LoaderConfig.defaults(cache_path=cache_path)
     proc = Process(exe, env, config)
-    result = proc.dlopen(cl.LIBCUDA)
+    result = proc.dlopen(name)
     res = result.resolution
     path = res.path if res is not None and res.found else None
     return {"path": path, "realpath": os.path.realpath(path) if path else None,
@@ -147,6 +148,8 @@ def collect_lookup(env: Mapping[str, str], pyenv: Mapping[str, Any], libs: Mappi
         "driver_dirs": cl.driver_dirs(dirs, cached, env),
         "toolkit_stubs": cl.stubs_dirs(cuda_homes),
         "loader": _loader_libcuda(exe, env, cache_path),
+        # some libraries dlopen the unversioned name (torch's CUDA driver API did): a stub there too
+        "loader_dev": _loader_libcuda(exe, env, cache_path, cl.LIBCUDA_DEV),
         "link": link,
         "triton": triton,
         "torch": {"installed": bool(torch.get("installed")), "version": torch.get("version"),
@@ -179,9 +182,11 @@ def make_plans(facts: dict[str, Any], env: Mapping[str, str], live: Mapping[str,
     if probs["driver"] and not (probs["triton"] or probs["link"]) and live and \
             lcuda_failed(str(live.get("stderr_tail") or "") + "\n" + str(live.get("stdout_tail") or "")):
         plans["link"] = fx.link_plans(facts, env, ["ld: cannot find -lcuda"], triton=False)
-    if probs["stub"]:
-        plans["stub"] = fx.stub_plans(facts, env, [f"the loader gives the training {cl.LIBCUDA} from "
-                                                   f"{(facts.get('loader') or {}).get('path')} (a stub)"])
+    if probs["stub"] or probs["stub_dev"]:
+        key = "loader" if probs["stub"] else "loader_dev"
+        name = cl.LIBCUDA if probs["stub"] else cl.LIBCUDA_DEV
+        plans["stub"] = fx.stub_plans(facts, env, [f"the loader gives the training {name} from "
+                                                   f"{(facts.get(key) or {}).get('path')} (a stub)"], key)
     if probs["driver"] and (probs["triton"] or probs["link"]):
         why = ((facts.get("triton") or {}).get("lookup") or {}).get("error") if probs["triton"] else \
             "-lcuda finds no libcuda.so in triton's directories nor the compiler's library path"
