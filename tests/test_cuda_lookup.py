@@ -534,3 +534,10 @@ def test_a_stubs_directory_with_only_libcuda_so_shadows_the_unversioned_name(nod
     facts["plans"] = {k: [p.to_dict() for p in v] for k, v in plans.items()}
     stub = _by_id(check_cuda_lookup(_facts(facts)))["cuda.lookup.stub"]
     assert stub.status == "warn" and "unversioned libcuda.so" in stub.title
+
+
+def test_without_torch_the_extension_part_is_not_checked():
+    facts, _ = collect_lookup({"PATH": "/usr/bin:/bin"}, {"python": {"executable": sys.executable}}, {"targets": []},
+                              dirs=[])
+    f = _by_id(check_cuda_lookup(_facts(facts)))["cuda.lookup.extensions"]
+    assert f.status == "skip" and "torch is not installed" in f.detail

@@ -257,6 +257,11 @@ def _extensions(facts: dict[str, Any], sym: Facts) -> list[Finding]:
         return [Finding(id=fid, status="skip", title="Extensions' CUDA sonames: not checked",
                         detail="the static audit of what the training loads (the libs probe) gave no facts")]
     torch = facts.get("torch") or {}
+    if not torch.get("installed"):
+        return [Finding(id=fid, status="skip", title="Extensions' CUDA sonames: not checked",
+                        detail="torch is not installed in the training interpreter, so there is no torch CUDA "
+                               "major to hold the libraries against and no torch libraries to read; name the "
+                               "training environment with --python.")]
     major = torch.get("major")
     wheels = facts.get("wheels") or {}
     exts = facts.get("extensions") or []
