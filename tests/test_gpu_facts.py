@@ -13,6 +13,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from test_cuda_lookup import h200_cudalookup
+
 from zdoctor.forensics.gccver import parse_torch_config, parse_version_output
 from zdoctor.forensics.ldcache import lookup, read_ld_so_cache
 from zdoctor.gpu import cuda, envreview, limits, nccl, nvml, smi
@@ -214,7 +216,8 @@ def h200_driver_parts() -> dict[str, Any]:
 def h200_all() -> dict[str, dict[str, Any]]:
     return {"nvml": h200_nvml(), "pyenv": h200_pyenv(), "toolchain": h200_toolchain(),
             "cuda_stack": h200_cuda_stack(), "nccl": h200_nccl(), "gpu_env": h200_gpu_env(),
-            "host_limits": h200_limits(), "p2p": h200_p2p(), "driver_parts": h200_driver_parts()}
+            "host_limits": h200_limits(), "p2p": h200_p2p(), "driver_parts": h200_driver_parts(),
+            "cudalookup": h200_cudalookup()}
 
 
 def h200(**changes: dict[str, Any]) -> Facts:

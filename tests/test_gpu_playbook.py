@@ -50,7 +50,7 @@ def test_lints_clean_and_explains_every_node():
 
 def test_the_healthy_h200_walks_every_layer():
     assert walk() == ["driver", "gpus", "parts", "runtime", "toolkit", "host-compiler", "nccl", "environment",
-                      "limits", "diag-healthy"]
+                      "limits", "cuda-lookup", "diag-healthy"]
 
 
 def test_no_driver_stops_at_the_bottom():

@@ -42,7 +42,8 @@ class Plan:
     tried: bool = False
     # How to try it without changing the machine, when applying the env changes is not the whole of it:
     # {"kind": "link", "name": ..., "target": ...} makes the link in a private temp dir put first on
-    # LD_LIBRARY_PATH for the re-run (see trial_env).
+    # LD_LIBRARY_PATH for the re-run (with "var": that variable names the temp dir instead, or has it put
+    # first with "prepend"; see trial_env).
     trial: dict[str, Any] | None = None
     # Tools the commands need that this node lacks (zdoctor.present.tool_missing sentences).
     missing: list[str] = field(default_factory=list)
@@ -210,8 +211,14 @@ def trial_env(plan: Plan, env: Mapping[str, str], tmp: str) -> dict[str, str]:
     trial = plan.trial or {}
     if trial.get("kind") == "link":
         os.symlink(trial["target"], os.path.join(tmp, trial["name"]))
-        old = out.get("LD_LIBRARY_PATH")
-        out["LD_LIBRARY_PATH"] = tmp + (":" + old if old else "")
+        var = str(trial.get("var") or "")
+        if var and trial.get("prepend") and out.get(var):  # put first on a search list (LIBRARY_PATH)
+            out[var] = tmp + ":" + out[var]
+        elif var:  # the variable that names the link's directory (TRITON_LIBCUDA_PATH)
+            out[var] = tmp
+        else:
+            old = out.get("LD_LIBRARY_PATH")
+            out["LD_LIBRARY_PATH"] = tmp + (":" + old if old else "")
     return out
 
 
@@ -229,8 +236,9 @@ def verify(plan: Plan, argv: Sequence[str], env: Mapping[str, str], *, timeout: 
         share_dir(tmp, run_as)  # the re-run reads the trial's links as the user it runs as
         if plan.trial:
             run_env = trial_env(plan, env, tmp)
-            how = (" (tried without changing anything: the link was made in a private temp directory put first "
-                   "on LD_LIBRARY_PATH for the re-run)")
+            named_by = (plan.trial or {}).get("var")
+            how = (" (tried without changing anything: the link was made in a private temp directory "
+                   + (f"named by {named_by}" if named_by else "put first on LD_LIBRARY_PATH") + " for the re-run)")
         else:
             run_env = plan.apply_to(env)
         ev = run_guarded(list(argv), run_env, timeout=timeout, cwd=cwd, label=f"verify: {plan.title}",

@@ -80,6 +80,36 @@ SIGNATURES: tuple[Signature, ...] = (
         read_next="the symbol demangled, which library should define it, and the ABI flag of torch",
         confirm=("libs.symbols",),
         sources=("glibc elf/dl-lookup.c (_dl_lookup_symbol_x: \"undefined symbol: %s\")",)),
+    # -- the CUDA library lookup (layer cuda-lookup) ---------------------------------------------------
+    Signature(
+        id="link.cannot-find-lcuda", kind="link-library-missing", layer="cuda-lookup",
+        pattern=r"(?:/usr/bin/)?ld(?:\.\w+)?: cannot find -l(?P<library>cuda)\b",
+        meaning="the link (triton's launcher build, an op linking the driver API) wants the unversioned "
+                "libcuda.so in a -L directory or the compiler's library path; the driver installs libcuda.so.1, "
+                "and the ld.so cache does not count for -l",
+        read_next="where libcuda.so.1 is, whether libcuda.so is beside it, and the toolkit's stubs directory",
+        confirm=("cuda.lookup",),
+        sources=("GNU binutils ld/ldfile.c (\"cannot find -l%s\")",
+                 "triton python/triton/runtime/build.py (_build: -lcuda with -L libcuda_dirs())")),
+    Signature(
+        id="loader.cannot-open-cuda", kind="library-not-found", layer="cuda-lookup",
+        pattern=r"(?P<library>lib(?:cudart|cublas|cublasLt|nvrtc|nvJitLink|cusparse|cufft|curand|cusolver|cudnn"
+                r"|cupti|nvToolsExt)\w*\.so[.\d]*): cannot open shared object file: No such file or directory",
+        meaning="an extension needs a CUDA library soname no directory the loader searches holds: built against "
+                "another CUDA major than this environment's torch (libcudart.so.11.0 in a CUDA 12 environment), "
+                "or the nvidia-* wheel that ships it is not installed",
+        read_next="the CUDA sonames each extension needs against torch.version.cuda and the nvidia-* wheels",
+        confirm=("cuda.lookup",),
+        sources=("glibc elf/dl-load.c (_dl_map_object: \"cannot open shared object file\")",)),
+    Signature(
+        id="cuda.stub-library", kind="cuda-stub", layer="cuda-lookup",
+        pattern=r"CUDA driver is a stub library",
+        meaning="the process loaded the CUDA toolkit's stub libcuda (lib64/stubs, meant only for linking) "
+                "instead of the driver's: the stubs directory is on LD_LIBRARY_PATH or in the ld cache",
+        read_next="which libcuda.so.1 the training process resolves and the LD_LIBRARY_PATH entries before it",
+        confirm=("cuda.lookup",), fields=(("number", "34"),),
+        sources=("CUDA Driver API CUresult: 34 CUDA_ERROR_STUB_LIBRARY (\"CUDA driver is a stub library\")",
+                 "CUDA Runtime API cudaError_t: 34 cudaErrorStubLibrary")),
     Signature(
         id="loader.cannot-open", kind="library-not-found", layer="loader",
         pattern=r"(?P<library>[\w.+-]+\.so[.\d]*): cannot open shared object file: No such file or directory",
@@ -276,10 +306,14 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature(
         id="triton.no-libcuda", kind="libcuda-lookup", layer="cuda-lookup",
         pattern=r"libcuda\.so cannot found!",
-        meaning="triton looks up libcuda.so (unversioned) in `ldconfig -p` and found none: the driver library "
-                "lives in a directory not in the ld cache, or only libcuda.so.1 is there",
-        read_next="libcuda.so and libcuda.so.1 in ld.so.cache, and where the driver libraries are",
-        sources=("triton python/triton/backends/nvidia/driver.py (libcuda_dirs: \"libcuda.so cannot found!\")",)),
+        meaning="triton's libcuda lookup failed: no `ldconfig -p` line names the driver library (the driver's "
+                "directory is not in the ld cache, or the cache is stale), or the file it then requires is not "
+                "beside it (triton 2.x requires the unversioned libcuda.so, 3.x libcuda.so.1)",
+        read_next="libcuda.so and libcuda.so.1 in ld.so.cache, where the driver libraries are, and the lookup "
+                  "the installed triton does",
+        confirm=("cuda.lookup",),
+        sources=("triton third_party/nvidia/backend/driver.py and python/triton/common/build.py (libcuda_dirs: "
+                 "\"libcuda.so cannot found!\")",)),
     Signature(
         id="nvml.version-mismatch", kind="driver-mismatch", layer="driver",
         pattern=r"Failed to initialize NVML: Driver/library version mismatch",
