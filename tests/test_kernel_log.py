@@ -508,3 +508,25 @@ def test_the_glossary_explains_xid_and_aer():
     xid_term, aer_term = find_term(terms, "Xid"), find_term(terms, "AER")
     assert xid_term is not None and aer_term is not None
     assert "00000000:3B:00.0" in xid_term.text and "Xid 79" in aer_term.text
+
+
+def test_a_hung_peer_copy_names_the_kernel_logs_records_for_its_two_gpus(tmp_path):
+    from test_p2p import facts_for, two_gpus
+    from test_p2p_verdicts import PASSTHROUGH
+
+    from zdoctor.checks.p2p import check_p2p
+
+    nv = two_gpus()
+    gpu1 = f"{kernlog.bus_key(nv['gpus'][1]['pci_bus_id'])}.0"
+    start = last_seq()
+    write(f"nvidia {gpu1}: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer, (Requester ID)")
+    facts, _ = collect()
+    os.environ[SINCE_ENV] = str(time.time() + 1)  # as in the module's fixture: later runs do not judge it
+    kl = mine(facts, start)
+    _, f = facts_for(tmp_path, **PASSTHROUGH)
+    f["peer_copy"] = {"devices": 2, "hung_pair": [0, 1], "timed_out": True, "pairs": []}
+    probes = {**h200_all(), "nvml": nv, "p2p": f}
+    [x] = [x for x in check_p2p(facts_of(**probes, kernel_log=kl)) if x.id == "gpu.p2p.copy"]
+    assert f"kernel.xid, kernel.aer): AER fatal at {gpu1}" in x.detail and "dmesg" not in x.detail
+    [y] = [x for x in check_p2p(facts_of(**probes)) if x.id == "gpu.p2p.copy"]
+    assert "`dmesg -T | grep -iE 'xid|aer|pcieport|nvrm'`" in y.detail

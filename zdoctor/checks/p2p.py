@@ -11,6 +11,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from ..forensics.kernlog import records_at
 from ..gpu import p2p
 from ..model import Evidence, Finding, Remedy
 from ..registry import Facts, check, predicate
@@ -52,7 +53,7 @@ def _pairs_text(pairs: dict[str, Any], want_ok: bool) -> list[str]:
 
 
 @check("gpu.p2p", title="GPU peer-to-peer: IOMMU, ACS, NVML status", probes=("p2p", "nvml"),
-       findings=("gpu.p2p.copy",))
+       findings=("gpu.p2p.copy",), optional=("kernel_log",))
 def check_p2p(facts: Facts) -> list[Finding]:
     f = facts.of("p2p")
     if f is None:
@@ -97,7 +98,8 @@ def check_p2p(facts: Facts) -> list[Finding]:
             detail = list(lines)
             if not visible:
                 what += ": peer path broken, cause not visible"
-                detail.append(_not_visible(iommu, unknown_acs))
+                detail.append(_not_visible(iommu, unknown_acs, facts.of("kernel_log"), [
+                    g.get("pci_bus_id") for i, g in gpus_by_index(nv).items() if hp and i in hp]))
             out.append(Finding(id="gpu.p2p.copy", status="fail", title=what, detail="\n".join(detail), evidence=ev,
                                remedies=[WORKAROUND] + ([_acs_fix(redirect)] if redirect else [])
                                + ([_iommu_fix(iommu)] if translated else [])))
@@ -140,16 +142,24 @@ def gpus_by_index(nv: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return {g.get("index"): g for g in nv.get("gpus") or [] if isinstance(g.get("index"), int)}
 
 
-def _not_visible(iommu: dict[str, Any], unknown_acs: list[str]) -> str:
-    """What to look at when the copy hangs with nothing in the IOMMU or ACS state to blame."""
+def _not_visible(iommu: dict[str, Any], unknown_acs: list[str], kernel_log: dict[str, Any] | None = None,
+                 buses: list[str | None] | None = None) -> str:
+    """What to look at when the copy hangs with nothing in the IOMMU or ACS state to blame: the kernel log's
+    Xid and AER records of the two GPUs where it was read, else the command that shows them."""
     seen = f"The IOMMU is {iommu.get('mode')}" + (f" and the ACS of {', '.join(unknown_acs)} is unknown"
                                                   if unknown_acs else " and no bridge redirects peer traffic")
+    if kernel_log is None:
+        log = ("`dmesg -T | grep -iE 'xid|aer|pcieport|nvrm'` (Xid or PCIe AER errors on the path)")
+    else:
+        found = records_at(kernel_log, buses or [])
+        log = ("the kernel log's records for these GPUs (kernel.xid, kernel.aer): "
+               + "; ".join(f"{r['kind']} {r.get('xid') or r.get('severity')} at {r.get('bus')}" for r in found[-4:])
+               if found else "the kernel log, read, holds no Xid or AER record for these GPUs in its window")
     return (seen + ": what zdoctor can see does not explain the hang. Check: `nvidia-smi topo -p2p rw` (what the "
-            "driver offers per pair); `dmesg -T | grep -iE 'xid|aer|pcieport|nvrm'` (Xid or PCIe AER errors on "
-            "the path); `nvidia-smi nvlink -s` and `nvidia-smi nvlink -e` (NVLink down or erroring) and, on "
-            "NVSwitch systems, `systemctl status nvidia-fabricmanager`; the BIOS's ACS / PCIe peer-to-peer and "
-            "IOMMU settings (a BIOS can redirect without showing it to the OS); CUDA's p2pBandwidthLatencyTest "
-            "or nccl-tests' all_reduce_perf between the two GPUs to confirm outside torch.")
+            f"driver offers per pair); {log}; `nvidia-smi nvlink -s` and `nvidia-smi nvlink -e` (NVLink down or "
+            "erroring) and, on NVSwitch systems, `systemctl status nvidia-fabricmanager`; the BIOS's ACS / PCIe "
+            "peer-to-peer and IOMMU settings (a BIOS can redirect without showing it to the OS); CUDA's "
+            "p2pBandwidthLatencyTest or nccl-tests' all_reduce_perf between the two GPUs to confirm outside torch.")
 
 
 def _copy_speed(pairs: list[dict[str, Any]], gpus: dict[int, dict[str, Any]], nvlinks: dict[str, Any],

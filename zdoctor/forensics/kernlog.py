@@ -278,6 +278,15 @@ def _aer_severity(text: str) -> str:
     return "corrected"
 
 
+def records_at(facts: dict[str, Any], buses: list[str | None]) -> list[dict[str, Any]]:
+    """The Xid and AER records of the kernel_log probe's ``facts`` at any of ``buses`` (written any way), in
+    log order (by time)."""
+    keys = {bus_key(b) for b in buses if b} - {None}
+    found = [dict(r, kind="Xid") for r in facts.get("xids") or [] if r.get("bus_key") in keys]
+    found += [dict(r, kind="AER") for r in facts.get("aer") or [] if r.get("bus_key") in keys]
+    return sorted(found, key=lambda r: (r.get("time") or 0.0))
+
+
 def wall_time(usec: int | None, btime: float | None) -> float | None:
     """Microseconds since boot -> seconds since the epoch (None when either is unknown)."""
     if usec is None or btime is None:
