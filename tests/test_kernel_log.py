@@ -65,7 +65,7 @@ def written() -> dict[str, Any]:
     """The records written once for the module, read back once through the probe."""
     if not os.access(KMSG, os.W_OK):
         pytest.fail("/dev/kmsg is not writable: these tests need root")
-    start = last_seq()
+    start, began = last_seq(), time.time()
     write(f"NVRM: Xid (PCI:{OWN_BUS}): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
           f"NVRM: Xid (PCI:{OWN_BUS2}): 48, pid={KILLED_PID}, name=python3, An uncorrectable double bit error "
           "(DBE) has been detected on GPU in the framebuffer at partition 0, subpartition 1.",
@@ -85,7 +85,7 @@ def written() -> dict[str, Any]:
     # later runs of zdoctor in this session judge only what comes after these records (see conftest.py);
     # never moved back: that would show them again
     os.environ[SINCE_ENV] = str(time.time() + 1)
-    return {"start": start, "facts": facts, "evidence": evidence}
+    return {"start": start, "began": began, "facts": facts, "evidence": evidence}
 
 
 def mine(facts: dict[str, Any], start: int) -> dict[str, Any]:
@@ -272,6 +272,23 @@ def test_check_json_lists_the_kernel_log_layer_from_a_replayed_snapshot(written)
     report = check(ReplayHost(doc), walk=False).to_dict()
     [layer] = [x for x in report["layers"] if x["id"] == "kernel-log"]
     assert layer["status"] == "not examined" and "kernel_log" in layer["why"]
+
+
+def test_check_json_reads_the_records_from_the_real_kernel_log(written):
+    from conftest import run_cli
+
+    # a window that starts just before the module's records (btime, in whole seconds, can put a record's
+    # time up to a second early)
+    env = dict(os.environ, **{SINCE_ENV: str(written["began"] - 3)})
+    proc = run_cli(["check", "--json", "--no-log", "--playbook", "gpu-health"], env=env, timeout=240)
+    doc = json.loads(proc.stdout)
+    [layer] = [x for x in doc["layers"] if x["id"] == "kernel-log"]
+    assert layer["status"] == "examined" and "kernel.xid" in layer["checks"]
+    found = {f["id"]: f for f in doc["findings"]}
+    assert found["kernel.xid"]["status"] == "fail" and f"Xid 79 at PCI:{OWN_BUS}" in found["kernel.xid"]["detail"]
+    assert CLIENT in found["kernel.api-mismatch"]["title"] and found["kernel.aer"]["status"] == "fail"
+    [walk] = doc["playbooks"]
+    assert walk["path"][:2] == ["xid", "diag-xid-hardware"] and proc.returncode == 1
 
 
 # -- the unreadable log ----------------------------------------------------------------------------------
