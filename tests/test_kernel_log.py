@@ -401,6 +401,9 @@ def test_the_aer_messages_are_in_the_catalogue_with_their_source():
         assert by_id[sid].kind == "aer" and "drivers/pci/pcie/aer.c" in by_id[sid].sources[0]
         assert by_id[sid].confirm == ("kernel.aer",)
     assert "kernel.xid" in by_id["kernel.xid"].confirm
+    # older drivers wrote the bus without "PCI:"; the record is the same GPU's
+    [old] = from_text("NVRM: Xid (0000:01:00): 3, C 00000005 SC 00000007 M 00001ffc Data ffffffff", "symptom")
+    assert old.kind == "xid" and (old.fields["xid"], kernlog.bus_key(old.fields["bus"])) == ("3", "0000:01:00")
 
 
 # -- the gpu-health playbook, and NVML's handle errors through the stand-in ------------------------------

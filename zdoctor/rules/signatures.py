@@ -332,7 +332,7 @@ SIGNATURES: tuple[Signature, ...] = (
         sources=("NVIDIA kernel module nv.c (\"NVRM: API mismatch: the client has the version\")",)),
     Signature(
         id="kernel.xid", kind="xid", layer="kernel",
-        pattern=r"NVRM: Xid \((?P<bus>PCI:[0-9a-fA-F:.]+)\): (?P<xid>\d+),",
+        pattern=r"NVRM: Xid \((?P<bus>(?:PCI:)?[0-9a-fA-F]{4,8}:[0-9a-fA-F:.]+)\): (?P<xid>\d+),",
         meaning="the NVIDIA driver reported an Xid event for the GPU at that bus address (79: fell off the bus; "
                 "48/63/64/94/95: memory errors; 13/31/43: application faults; 119/120: GSP errors)",
         read_next="the kernel log around it, the GPU's ECC and retired pages, and the PCIe AER records",
