@@ -350,7 +350,7 @@ def libfix_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
         argv = live.get("argv")
         to_verify = [p for p in plans if p.verifiable] if argv else []
         early_unused = pool.unused(to_verify, argv or [])
-        evidence = pool.results(to_verify, argv) if to_verify else []
+        evidence = pool.results(to_verify, list(argv or [])) if to_verify else []
     finally:
         pool.drop_all_but()  # a predicted re-run nobody took is not started now
         progress.note("libfix", "")
