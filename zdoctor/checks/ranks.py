@@ -110,6 +110,12 @@ def missing_finding(facts: dict[str, Any], ranks: list[dict[str, Any]], ev: list
                    evidence=ev)
 
 
+def rank_order(r: dict[str, Any]) -> tuple[Any, ...]:
+    """Ranks by number (unknown ones last), then node and pid."""
+    rid = str(r.get("rank"))
+    return (not rid.isdigit(), int(rid) if rid.isdigit() else 0, str(r.get("host") or ""), r.get("pid") or 0)
+
+
 @check(CID, title=TITLE, probes=("ranks",), findings=(f"{CID}.*",), layer="ranks")
 def check_ranks(facts: Facts) -> list[Finding]:
     got = facts.of("ranks")
@@ -126,11 +132,14 @@ def check_ranks(facts: Facts) -> list[Finding]:
                         evidence=facts.evidence("ranks"))]
     for r in ranks:
         r["wait"] = rank_wait(r)
+    ranks.sort(key=rank_order)
     return judge(ranks, got, facts.evidence("ranks"))
 
 
-def judge(ranks: list[dict[str, Any]], got: dict[str, Any], evidence: list[Evidence]) -> list[Finding]:
-    """The findings of ranks whose waits are known (``wait`` set): agree, disagree, unknown, the patterns."""
+def judge(ranks: list[dict[str, Any]], got: dict[str, Any], evidence: list[Evidence],
+          across_nodes: bool = False) -> list[Finding]:
+    """The findings of ranks whose waits are known (``wait`` set): agree, disagree, unknown, the patterns;
+    ``across_nodes``: the ranks of several nodes, judged as one job."""
     cmp = compare(ranks)
     by_pid = {r["pid"]: r for r in ranks}
     ev = [wait_table(ranks), *evidence]
@@ -166,10 +175,13 @@ def judge(ranks: list[dict[str, Any]], got: dict[str, Any], evidence: list[Evide
         w = ranks[0]["wait"]
         out.append(Finding(
             id=CID, status="warn",
-            title=f"All {count_of(len(ranks), 'rank')} here wait in the same {w['call']} ({w['at']})",
-            detail="\n".join([*lines, "", "The ranks on this node agree: they wait for a peer that has not "
-                              "joined, on another node (run `zdoctor fleet --pid` to see every node's ranks), or "
-                              "for a network that does not deliver (see the NCCL network layer)."]),
+            title=f"All {count_of(len(ranks), 'rank')} {'of these nodes' if across_nodes else 'here'} wait in the "
+                  f"same {w['call']} ({w['at']})",
+            detail="\n".join([*lines, "", ("The ranks of these nodes agree: they wait for a rank on a node not "
+                               "examined, " if across_nodes else
+                               "The ranks on this node agree: they wait for a peer that has not joined, on another "
+                               "node (run `zdoctor fleet --pid` to see every node's ranks), ")
+                              + "or for a network that does not deliver (see the NCCL network layer)."]),
             evidence=ev, remedies=debug_remedies(ranks)))
     elif cmp["verdict"] in ("agree", "single") and ranks[0]["wait"]["source"] == "py-spy":
         w = ranks[0]["wait"]

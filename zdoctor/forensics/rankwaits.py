@@ -160,7 +160,7 @@ def thread_summary(threads: Sequence[dict[str, Any]]) -> str:
     for t in threads[1:]:
         key = (str(t.get("comm") or "?"), str(t.get("syscall") or t.get("wchan") or "?"))
         counts[key] = counts.get(key, 0) + 1
-    return ", ".join(f"{n} x {comm} in {call}" if n > 1 else f"{comm} in {call}"
+    return ", ".join(f"{f'{n} x ' if n > 1 else ''}{comm} {'running' if call == 'running' else f'in {call}'}"
                      for (comm, call), n in sorted(counts.items()))
 
 
