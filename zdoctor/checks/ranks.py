@@ -120,9 +120,9 @@ def rank_order(r: dict[str, Any]) -> tuple[Any, ...]:
 def check_ranks(facts: Facts) -> list[Finding]:
     got = facts.of("ranks")
     if got is None:
-        return [not_checked(CID, TITLE, facts.why_not("ranks"))]
+        return [not_checked(f"{CID}.not-checked", TITLE, facts.why_not("ranks"))]
     if not got.get("processes"):
-        return [not_checked(CID, TITLE, got.get("missing") or "no process of the job was found")]
+        return [not_checked(f"{CID}.not-checked", TITLE, got.get("missing") or "no process of the job was found")]
     ranks = [dict(r) for r in got.get("ranks") or []]
     if not ranks:
         names = ", ".join(f"{p['pid']} ({p.get('name')})" for p in got["processes"][:10])

@@ -26,8 +26,7 @@ COMM_FILES = ("torch/distributed/", "deepspeed/comm/")
 ZERO_DIR = "deepspeed/runtime/zero/"
 #: DeepSpeed ZeRO-3 functions and what a rank blocked under them waits for.
 ZERO3_CALLS = {
-    "fetch_sub_module": "ZeRO-3 parameter all-gather (fetch_sub_module)",
-    "wait": "ZeRO-3 parameter all-gather (waiting for the gathered parameters)",
+    "fetch_sub_module": "ZeRO-3 parameter all-gather", "wait": "ZeRO-3 parameter all-gather",
     "all_gather_coalesced": "ZeRO-3 parameter all-gather", "_all_gather": "ZeRO-3 parameter all-gather",
     "all_gather": "ZeRO-3 parameter all-gather", "_all_gather_dtype": "ZeRO-3 parameter all-gather",
     "_all_gather_sequential": "ZeRO-3 parameter all-gather",
@@ -116,7 +115,11 @@ def classify(frames: Sequence[dict[str, Any]]) -> dict[str, Any]:
             out["engine"] = f"{short} ({where(f)})"
         if out["user"] is None and not _library(f):
             out["user"] = f"{f['name']} ({where(f)})"
-    if out["in_collective"]:
+    if out["in_collective"] and str(out["call"]).startswith("ZeRO-3") and out["user"]:
+        # DeepSpeed's own frames stand between: the user's code that ran the forward, step or generate
+        out["caller"] = out["user"]
+        out["caller_at"] = out["user"].rsplit("(", 1)[-1].rstrip(")")
+    elif out["in_collective"]:
         start = comm_index if comm_index is not None else 0
         above = [f for f in frames[start:] if not any(p in f["file"] for p in COMM_FILES)]
         if above:
