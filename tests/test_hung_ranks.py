@@ -143,6 +143,8 @@ def test_with_pyspy_both_ranks_named_with_where_each_waits_and_that_they_disagre
     assert "export TORCH_DISTRIBUTED_DEBUG=DETAIL" in [c for rem in f["remedies"] for c in rem["commands"]]
     layer = next(x for x in doc["layers"] if x["id"] == "ranks")
     assert layer["status"] == "examined"
+    walk = next(p for p in doc["playbooks"] if p["id"] == "zero3-launch")
+    assert walk["diagnosis"] == "diag-ranks-disagree", walk
     assert r.returncode == 1
 
 
