@@ -278,3 +278,33 @@ def test_the_fleet_judges_the_ranks_of_every_node_as_one_job():
     assert f.title == ("Ranks disagree across nodes: rank 0 on node-a waits in all_gather (rank.py:11); "
                        "rank 1 on node-b in barrier (rank.py:13)")
     assert fleet_rank_findings(runs[:1]) == []
+
+
+def test_torchs_collective_mismatch_report_is_a_known_message():
+    from zdoctor.symptoms.extract import from_text
+
+    text = (FIXTURE.parent / "collective-mismatch.log").read_text()  # a real TORCH_DISTRIBUTED_DEBUG=DETAIL run
+    found = from_text(text, "log", "train.log")
+    assert [(s.signature, s.fields) for s in found] == [
+        ("c10d.collective-mismatch", {"rank": "0", "seq": "0", "op": "ALLGATHER", "other_rank": "1",
+                                      "other_op": "REDUCE"}),
+        ("c10d.collective-mismatch", {"rank": "1", "seq": "0", "op": "BARRIER", "other_rank": "0",
+                                      "other_op": "GATHER"})]
+
+
+WATCHDOG = ("[rank0]:[E ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum=7, OpType={op}, NumelIn=4, NumelOut=8, Timeout(ms)=600000) ran for 600012 "
+            "milliseconds before timing out.")
+
+
+@pytest.mark.parametrize("op,explained", [("ALLGATHER", True), ("ALLREDUCE", True), ("BROADCAST", False)])
+def test_a_watchdog_timeout_is_explained_by_the_ranks_that_disagree_in_that_collective(op, explained):
+    from zdoctor.symptoms.extract import from_text
+
+    [symptom] = from_text(WATCHDOG.format(op=op), "user", "--symptom")
+    assert symptom.signature == "nccl.watchdog-timeout"
+    facts = Facts({"ranks": ProbeResult(probe="ranks", status="ok", facts=recorded()["probes"]["ranks"]["facts"]),
+                   "symptoms": ProbeResult(probe="symptoms", status="ok", facts={"symptoms": [symptom.to_dict()]})})
+    f = {x.id: x for x in check_ranks(facts)}["ranks.waits"]
+    # rank 0 waits in all_gather (ALLGATHER), rank 1 in barrier (NCCL's barrier is an ALLREDUCE)
+    assert f.status == "fail" and f.explains == ([symptom.id] if explained else [])

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..forensics.rankwaits import compare, label, rank_wait, said
+from ..forensics.rankwaits import OP_TYPES, compare, label, rank_wait, said
 from ..model import Evidence, Finding, Remedy
 from ..plural import count_of
 from ..registry import Facts, check
+from ..symptoms.match import ids_for
 from . import not_checked
 
 CID = "ranks.waits"
@@ -116,7 +117,14 @@ def rank_order(r: dict[str, Any]) -> tuple[Any, ...]:
     return (not rid.isdigit(), int(rid) if rid.isdigit() else 0, str(r.get("host") or ""), r.get("pid") or 0)
 
 
-@check(CID, title=TITLE, probes=("ranks",), findings=(f"{CID}.*",), layer="ranks")
+def timeouts_explained(facts: Facts, ranks: list[dict[str, Any]]) -> list[str]:
+    """The collective-timeout symptoms (a watchdog's OpType) of a collective some rank waits in."""
+    ops = {op for r in ranks if r["wait"].get("in_collective") for op in OP_TYPES.get(str(r["wait"]["call"]), ())}
+    return sorted({sid for op in ops for sid in ids_for(facts, "collective-timeout", op=op)})
+
+
+@check(CID, title=TITLE, probes=("ranks",), findings=(f"{CID}.*",), explains=("collective-timeout",),
+       layer="ranks")
 def check_ranks(facts: Facts) -> list[Finding]:
     got = facts.of("ranks")
     if got is None:
@@ -133,7 +141,10 @@ def check_ranks(facts: Facts) -> list[Finding]:
     for r in ranks:
         r["wait"] = rank_wait(r)
     ranks.sort(key=rank_order)
-    return judge(ranks, got, facts.evidence("ranks"))
+    found = judge(ranks, got, facts.evidence("ranks"))
+    if found and found[0].id == CID and found[0].status == "fail":
+        found[0].explains = timeouts_explained(facts, ranks)
+    return found
 
 
 def judge(ranks: list[dict[str, Any]], got: dict[str, Any], evidence: list[Evidence],

@@ -43,6 +43,20 @@ GENERATE_CALLS = ("generate", "_sample", "sample", "greedy_search", "_greedy_sea
 LIBRARY_PARTS = ("site-packages/", "dist-packages/", "/lib/python3", "torch/", "deepspeed/", "transformers/",
                  "accelerate/", "<frozen")
 PYSPY_TIMEOUT = 20.0
+#: The OpType torch's c10d names each call by (its watchdog's "WorkNCCL(SeqNum=.., OpType=..)"); NCCL's
+#: barrier is an all-reduce of one element, DeepSpeed's ZeRO-3 all-gather an all_gather_into_tensor.
+OP_TYPES = {
+    "all_gather": ("ALLGATHER",), "all_gather_into_tensor": ("_ALLGATHER_BASE",),
+    "_all_gather_base": ("_ALLGATHER_BASE",), "allgather_fn": ("_ALLGATHER_BASE", "ALLGATHER"),
+    "all_gather_coalesced": ("ALLGATHER_COALESCED",), "all_reduce": ("ALLREDUCE",),
+    "all_reduce_coalesced": ("ALLREDUCE_COALESCED",), "reduce": ("REDUCE",), "reduce_scatter": ("REDUCE_SCATTER",),
+    "reduce_scatter_tensor": ("_REDUCE_SCATTER_BASE",), "_reduce_scatter_base": ("_REDUCE_SCATTER_BASE",),
+    "broadcast": ("BROADCAST",), "barrier": ("BARRIER", "ALLREDUCE"), "all_to_all": ("ALLTOALL",),
+    "all_to_all_single": ("ALLTOALL_BASE",), "gather": ("GATHER",), "scatter": ("SCATTER",), "send": ("SEND",),
+    "recv": ("RECV", "RECVANYSOURCE"),
+    "ZeRO-3 parameter all-gather": ("_ALLGATHER_BASE", "ALLGATHER_COALESCED", "ALLGATHER"),
+    "ZeRO-3 gradient reduce-scatter": ("_REDUCE_SCATTER_BASE", "REDUCE_SCATTER", "ALLREDUCE"),
+}
 
 
 def _short(name: str) -> str:
