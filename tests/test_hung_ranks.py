@@ -19,7 +19,7 @@ import dsenv
 import pytest
 from sshkit import node_bin, require, start_sshd
 
-from zdoctor.probes.ranks import find_pyspy
+from zdoctor.forensics.pyspy import find_pyspy
 
 RANK_SCRIPT = '''
 import os, sys
@@ -77,25 +77,31 @@ def _main_syscall(pid: int) -> str:
         return ""
 
 
-@pytest.fixture(scope="module")
-def deadlock(tmp_path_factory: pytest.TempPathFactory):
-    """Two gloo ranks (children of a job script) blocked in different collectives; killed at the end."""
-    python = dsenv.ensure()
-    root = tmp_path_factory.mktemp("hung-ranks")
+def write_job(root: Path, name: str, python: Path) -> tuple[Path, Path]:
+    """A job script starting the two ranks (the ranks write their pids into the ready directory)."""
     script = root / "rank.py"
     script.write_text(RANK_SCRIPT)
-    ready = root / "ready"
+    ready = root / f"{name}-ready"
     ready.mkdir()
-    job = root / "job.sh"
+    job = root / f"{name}.sh"
     job.write_text("#!/bin/sh\n"
                    f"export MASTER_ADDR=127.0.0.1 MASTER_PORT={free_port()} WORLD_SIZE=2\n"
                    f"RANK=0 LOCAL_RANK=0 {python} {script} {ready} &\n"
                    f"RANK=1 LOCAL_RANK=1 {python} {script} {ready} &\n"
                    "wait\n")
+    return job, ready
+
+
+@pytest.fixture(scope="module")
+def deadlock(tmp_path_factory: pytest.TempPathFactory):
+    """Two gloo ranks (children of a job script) blocked in different collectives; killed at the end."""
+    python = dsenv.ensure()
+    root = tmp_path_factory.mktemp("hung-ranks")
+    job, ready = write_job(root, "job", python)
     with open(root / "job.log", "wb") as log:
         proc = subprocess.Popen(["/bin/sh", str(job)], stdout=log, stderr=log, start_new_session=True)
     try:
-        yield _blocked(proc, ready, root)
+        yield {**_blocked(proc, ready, root), "python": python}
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -177,6 +183,24 @@ def test_without_pyspy_the_waits_come_from_proc_and_the_frame_is_unknown(deadloc
         assert line.endswith("Python frame unknown")
     assert "install zdoctor[hang] (py-spy)" in f["detail"]
     assert "disagree" not in f["title"].replace("whether they disagree is unknown", "")
+
+
+def test_a_hung_command_is_read_before_its_time_limit_and_its_hang_explained(deadlock, pyspy_dir, cli):
+    root = deadlock["root"]  # the same ranks, in a job of their own that zdoctor runs and ends
+    job, ready = write_job(root, "hung-command", deadlock["python"])
+    env = dict(os.environ, PATH=f"{pyspy_dir}:{BASE_PATH}")
+    r = cli(["check", "--command", f"/bin/sh {job}", "--timeout", "45", "--json", "--no-log"], env=env,
+            timeout=240)
+    found, doc = ranks_findings(r.stdout)
+    f = found["ranks.waits"]
+    assert f["status"] == "fail", f
+    assert f["title"] == (f"Ranks disagree: rank 0 waits in all_gather (rank.py:{line_of('ALL_GATHER_LINE')}); "
+                          f"rank 1 in barrier (rank.py:{line_of('BARRIER_LINE')})")
+    assert f["detail"].startswith("The job is the hung --command run (pid ")
+    hang = next(s for s in doc["symptoms"] if s["kind"] == "hang")
+    assert hang["id"] in f["explains"] and "ranks.waits" in hang["explained_by"]
+    pids = [int((ready / f"rank{i}").read_text()) for i in (0, 1)]
+    assert not any(Path(f"/proc/{p}").exists() for p in pids)  # the run's ranks ended with it
 
 
 def test_fleet_pid_shows_which_rank_on_which_node_is_out_of_step(deadlock, pyspy_dir, cli, tmp_path):

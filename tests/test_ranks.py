@@ -20,10 +20,11 @@ from zdoctor.fleet.collect import NodeRun
 from zdoctor.fleet.ranks import fleet_rank_findings
 from zdoctor.fleet_command import node_pids
 from zdoctor.forensics import rankstate, ranktree
+from zdoctor.forensics.pyspy import pyspy_dump
 from zdoctor.forensics.rankwaits import classify, parse_pyspy
 from zdoctor.host import ReplayHost
 from zdoctor.model import ProbeResult
-from zdoctor.probes.ranks import NOT_NAMED, pyspy_dump
+from zdoctor.probes.ranks import NOT_NAMED
 from zdoctor.registry import Facts
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ranks" / "gloo-deadlock.json"

@@ -123,7 +123,7 @@ def timeouts_explained(facts: Facts, ranks: list[dict[str, Any]]) -> list[str]:
     return sorted({sid for op in ops for sid in ids_for(facts, "collective-timeout", op=op)})
 
 
-@check(CID, title=TITLE, probes=("ranks",), findings=(f"{CID}.*",), explains=("collective-timeout",),
+@check(CID, title=TITLE, probes=("ranks",), findings=(f"{CID}.*",), explains=("collective-timeout", "hang"),
        layer="ranks")
 def check_ranks(facts: Facts) -> list[Finding]:
     got = facts.of("ranks")
@@ -143,7 +143,9 @@ def check_ranks(facts: Facts) -> list[Finding]:
     ranks.sort(key=rank_order)
     found = judge(ranks, got, facts.evidence("ranks"))
     if found and found[0].id == CID and found[0].status == "fail":
-        found[0].explains = timeouts_explained(facts, ranks)
+        # the watchdog's timeout of a collective some rank waits in; the hang of the --command run read here
+        found[0].explains = timeouts_explained(facts, ranks) + (ids_for(facts, "hang")
+                                                                if got.get("source") == "command" else [])
     return found
 
 

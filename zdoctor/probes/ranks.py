@@ -14,90 +14,21 @@ Facts (plain JSON):
   owns_gil, frames: [{name, file, path, line}]}]} | {error} | None}].
 - ``helpers``: pids of the ranks' own children (data-loader workers ...).
 - ``pyspy``: {path, version} when it runs, {path, error} when it does not, {path: None} when not installed.
-- ``skipped``: why nothing was examined (no job named).
+- ``source``: ``pid`` (named by --pid) or ``command`` (the hung --command run, read before its time limit).
+- ``skipped``: why nothing was examined (no job named, or the --command run did not hang).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ..forensics import rankstate, ranktree
-from ..forensics.rankwaits import PYSPY_TIMEOUT, parse_pyspy
+from ..forensics.rankjob import collect_ranks
+from ..forensics.rankwaits import PYSPY_TIMEOUT
 from ..model import Evidence
 from ..registry import probe
-from ..runner import run
 from ..target import target_of
 
 NOT_NAMED = "no hung job named (give --pid PID of a rank or its launcher, or --command)"
-CPU_SAMPLE_S = 0.5
-MAX_RANKS = 64
-
-
-def find_pyspy(path: str | None = None) -> str | None:
-    """py-spy on PATH, else beside this interpreter (a virtual environment zdoctor[hang] was installed into)."""
-    found = shutil.which("py-spy", path=path if path is not None else os.environ.get("PATH", ""))
-    if found:
-        return found
-    beside = os.path.join(sys.prefix, "bin", "py-spy")
-    return beside if os.path.isfile(beside) and os.access(beside, os.X_OK) else None
-
-
-def pyspy_tool(path: str | None) -> dict[str, Any]:
-    """``{path, version}`` when ``py-spy --version`` runs, ``{path, error}`` when it does not."""
-    if path is None:
-        return {"path": None}
-    ev = run([path, "--version"], timeout=10.0, label="py-spy --version")
-    words = (ev.stdout or "").split()
-    if ev.exit_code == 0 and len(words) >= 2:
-        return {"path": path, "version": words[1]}
-    return {"path": path, "error": ev.error or (ev.stderr or ev.stdout or "").strip()[-300:]
-            or f"exited with {ev.exit_code}"}
-
-
-def pyspy_dump(path: str, pid: int) -> dict[str, Any]:
-    """``{threads}`` of one rank, or ``{error}`` in one line (ptrace refused, not a Python process ...)."""
-    ev = run([path, "dump", "--pid", str(pid), "--json", "--nonblocking"], timeout=PYSPY_TIMEOUT,
-             label=f"py-spy dump --pid {pid}")
-    if ev.exit_code == 0:
-        try:
-            return {"threads": parse_pyspy(ev.stdout)}
-        except ValueError as exc:
-            return {"error": f"py-spy's output could not be read: {exc}"}
-    said = " ".join((ev.stderr or ev.stdout or "").split())[-300:]
-    if ev.error:
-        return {"error": f"py-spy dump: {ev.error}"}
-    if "ermission" in said or "not permitted" in said:
-        return {"error": f"py-spy may not read pid {pid} (ptrace refused: run zdoctor as root, or allow ptrace "
-                         f"with kernel.yama.ptrace_scope=0): {said}"}
-    return {"error": f"py-spy dump exited with {ev.exit_code}: {said or 'no output'}"}
-
-
-def collect_ranks(pid: int, proc: str = "/proc") -> tuple[dict[str, Any], list[Evidence]]:
-    """The ranks facts of the job ``pid`` belongs to."""
-    job = ranktree.job_processes(pid)
-    facts: dict[str, Any] = {**job, "ranks": [], "helpers": []}
-    if not job["processes"]:
-        facts["pyspy"] = {"path": None}
-        return facts, []
-    env_of = {p["pid"]: rankstate.read_env(p["pid"], proc=proc) for p in job["processes"] if p["python"]}
-    ranks, helpers = ranktree.rank_pids(job["processes"], env_of)
-    read = [r for r in (rankstate.read_rank(p, proc) for p in ranks[:MAX_RANKS]) if r is not None]
-    rankstate.sample_cpu(read, CPU_SAMPLE_S, proc)
-    tool = pyspy_tool(find_pyspy())
-    if tool.get("version"):
-        with ThreadPoolExecutor(max_workers=min(8, max(1, len(read)))) as pool:
-            dumps = list(pool.map(lambda r: pyspy_dump(tool["path"], r["pid"]), read))
-        for r, d in zip(read, dumps):
-            r["python"] = d
-    else:
-        for r in read:
-            r["python"] = None
-    facts.update(ranks=read, helpers=helpers, pyspy=tool)
-    return facts, [ranks_table(read, job["how"])]
 
 
 def ranks_table(ranks: list[dict[str, Any]], how: str) -> Evidence:
@@ -111,10 +42,32 @@ def ranks_table(ranks: list[dict[str, Any]], how: str) -> Evidence:
                                                          "CPU", "threads"], rows, [])
 
 
-@probe("ranks", title="A hung job's ranks: state, wait and Python stack", timeout=PYSPY_TIMEOUT + 40)
+def from_hung_command(host) -> dict[str, Any]:
+    """The ranks of the ``--command`` run as read just before its time limit, or ``{skipped}``: why none."""
+    res = host.result("livetrace")
+    live = res.facts if res.status == "ok" else {}
+    if live.get("source") != "command":
+        return {"skipped": f"the --command run gave no facts ({res.error or live.get('skipped') or res.status})"}
+    if not live.get("timed_out"):
+        return {"skipped": "the --command run did not hang (it ended within its time limit): no hung job to read"}
+    ranks = live.get("ranks")
+    if not isinstance(ranks, dict) or "processes" not in ranks:
+        why = (ranks or {}).get("error") if isinstance(ranks, dict) else None
+        return {"skipped": "the hung --command run's ranks were not read before its time limit"
+                           + (f" ({why})" if why else "")}
+    return {**ranks, "source": "command",
+            "how": f"the hung --command run ({ranks.get('how')}), read just before its time limit"}
+
+
+@probe("ranks", title="A hung job's ranks: state, wait and Python stack", timeout=PYSPY_TIMEOUT + 40,
+       needs=("livetrace",))
 def ranks_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
-    """The ranks of the job ``--pid`` names: where each one waits."""
-    pid = target_of(host).options.get("pid")
-    if not pid:
+    """The ranks of the job ``--pid`` names, or of the hung ``--command`` run: where each one waits."""
+    job = target_of(host)
+    pid = job.options.get("pid")
+    if not pid and not job.command:
         return {"skipped": NOT_NAMED}, []
-    return collect_ranks(int(pid))
+    facts = {**collect_ranks(int(pid)), "source": "pid"} if pid else from_hung_command(host)
+    if "skipped" in facts:
+        return facts, []
+    return facts, [ranks_table(facts["ranks"], facts["how"])] if facts["ranks"] else []
