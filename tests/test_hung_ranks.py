@@ -93,15 +93,20 @@ def write_job(root: Path, name: str, python: Path) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def deadlock(tmp_path_factory: pytest.TempPathFactory):
+def lab_python() -> Path:
+    return dsenv.ensure()
+
+
+@pytest.fixture(scope="module")
+def deadlock(tmp_path_factory: pytest.TempPathFactory, lab_python: Path):
     """Two gloo ranks (children of a job script) blocked in different collectives; killed at the end."""
-    python = dsenv.ensure()
+    python = lab_python
     root = tmp_path_factory.mktemp("hung-ranks")
     job, ready = write_job(root, "job", python)
     with open(root / "job.log", "wb") as log:
         proc = subprocess.Popen(["/bin/sh", str(job)], stdout=log, stderr=log, start_new_session=True)
     try:
-        yield {**_blocked(proc, ready, root), "python": python}
+        yield _blocked(proc, ready, root)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -185,11 +190,10 @@ def test_without_pyspy_the_waits_come_from_proc_and_the_frame_is_unknown(deadloc
     assert "disagree" not in f["title"].replace("whether they disagree is unknown", "")
 
 
-def test_a_hung_command_is_read_before_its_time_limit_and_its_hang_explained(deadlock, pyspy_dir, cli):
-    root = deadlock["root"]  # the same ranks, in a job of their own that zdoctor runs and ends
-    job, ready = write_job(root, "hung-command", deadlock["python"])
+def test_a_hung_command_is_read_before_its_time_limit_and_its_hang_explained(lab_python, pyspy_dir, cli, tmp_path):
+    job, ready = write_job(tmp_path, "hung-command", lab_python)  # the same ranks, in a run zdoctor ends
     env = dict(os.environ, PATH=f"{pyspy_dir}:{BASE_PATH}")
-    r = cli(["check", "--command", f"/bin/sh {job}", "--timeout", "45", "--json", "--no-log"], env=env,
+    r = cli(["check", "--command", f"/bin/sh {job}", "--timeout", "30", "--json", "--no-log"], env=env,
             timeout=240)
     found, doc = ranks_findings(r.stdout)
     f = found["ranks.waits"]
