@@ -89,9 +89,9 @@ def node_pids(values: Sequence[str], hosts: Sequence[str]) -> dict[str, list[str
             own[host] = pid
     out = {}
     for h in hosts:
-        pid = own.get(h, every)
-        if pid is not None:
-            out[h] = ["--pid", pid]
+        chosen = own.get(h, every)
+        if chosen is not None:
+            out[h] = ["--pid", chosen]
     return out
 
 

@@ -94,8 +94,8 @@ def missing_finding(facts: dict[str, Any], ranks: list[dict[str, Any]], ev: list
     sizes.discard(None)
     if len(sizes) != 1 or not facts.get("launcher"):
         return None
-    size = next(iter(sizes))
-    if not str(size).isdigit():
+    size = str(next(iter(sizes)))
+    if not size.isdigit():
         return None
     have = {r.get("local_rank") for r in ranks}
     gone = [str(i) for i in range(int(size)) if str(i) not in have]

@@ -132,7 +132,7 @@ def rank_pids(procs: list[dict[str, Any]], env_of: dict[int, dict[str, str] | No
         env = env_of.get(pid)
         up = by_pid.get(pid, {}).get("ppid")
         helper = False
-        while up in by_pid:
+        while isinstance(up, int) and up in by_pid:
             if up in candidates and env is not None and env_of.get(up) == env:
                 helper = True
                 break
