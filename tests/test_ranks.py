@@ -309,3 +309,33 @@ def test_a_watchdog_timeout_is_explained_by_the_ranks_that_disagree_in_that_coll
     f = {x.id: x for x in check_ranks(facts)}["ranks.waits"]
     # rank 0 waits in all_gather (ALLGATHER), rank 1 in barrier (NCCL's barrier is an ALLREDUCE)
     assert f.status == "fail" and f.explains == ([symptom.id] if explained else [])
+
+
+def test_a_rank_that_exited_while_the_other_waits_disagrees():
+    one = [frame("all_reduce", "torch/distributed/distributed_c10d.py", 2810), frame("train", "train.py", 30)]
+    facts = job(one, one)
+    facts["ranks"][1].update(state="Z", state_words="a zombie", python={"error": "py-spy dump exited with 1"})
+    f = findings_of(facts)["ranks.waits"]
+    assert f.status == "fail"
+    assert f.title == "Ranks disagree: rank 0 waits in all_reduce (train.py:30); rank 1 has exited"
+
+
+def test_a_pyspy_that_does_not_run_is_not_called_missing(tmp_path, monkeypatch):
+    from zdoctor.forensics.rankjob import collect_ranks
+
+    fake = tmp_path / "py-spy"
+    fake.write_text("#!/bin/sh\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        facts = collect_ranks(sleeper.pid)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert facts["pyspy"]["path"] == str(fake) and "error" in facts["pyspy"]
+    [rank] = facts["ranks"]
+    assert rank["python"]["error"].startswith(f"py-spy ({fake}) does not run")
+    f = findings_of({**facts, "source": "pid"})["ranks.waits"]
+    assert f.title.startswith("1 rank blocked in ") and f.title.endswith(": the Python frame is unknown")
+    assert "does not run" in f.detail and "install zdoctor[hang]" not in f.detail

@@ -174,7 +174,8 @@ def judge(ranks: list[dict[str, Any]], got: dict[str, Any], evidence: list[Evide
         parts = []
         for i, g in enumerate(groups):
             who = ", ".join(label(r).split(" (pid")[0] for r in g)
-            verb = ("waits" if len(g) == 1 else "wait") if i == 0 or not g[0]["wait"]["in_collective"] else ""
+            exited = g[0]["wait"]["source"] == "exited"
+            verb = "" if exited or (i > 0 and g[0]["wait"]["in_collective"]) else "waits" if len(g) == 1 else "wait"
             parts.append(" ".join(x for x in (who, verb, short_wait(g[0]["wait"])) if x))
         out.append(Finding(
             id=CID, status="fail", title="Ranks disagree: " + "; ".join(parts),
@@ -210,8 +211,9 @@ def judge(ranks: list[dict[str, Any]], got: dict[str, Any], evidence: list[Evide
         states = sorted({f"{r['wait'].get('syscall') or '?'}" for r in ranks})
         out.append(Finding(
             id=CID, status="warn",
-            title=f"{count_of(len(ranks), 'rank')} blocked in {', '.join(states)}: whether they disagree is "
-                  "unknown (the Python frame is unknown)",
+            title=f"{count_of(len(ranks), 'rank')} blocked in {', '.join(states)}: " + (
+                "whether they disagree is unknown (the Python frame is unknown)" if len(ranks) > 1 else
+                "the Python frame is unknown"),
             detail="\n".join([*lines, "", "Without each rank's Python stack zdoctor cannot tell which collective "
                               "each one waits in, so not whether they disagree."]),
             evidence=ev, remedies=debug_remedies(ranks)))
@@ -223,6 +225,8 @@ def judge(ranks: list[dict[str, Any]], got: dict[str, Any], evidence: list[Evide
 
 def short_wait(w: dict[str, Any]) -> str:
     """``in all_gather (train.py:11)``, ``in no collective (train.py:20)``, ``in futex (Python frame unknown)``."""
+    if w.get("source") == "exited":
+        return "has exited"
     if w.get("source") == "proc":
         return f"in {w.get('syscall') or '?'} (Python frame unknown)"
     if not w.get("in_collective"):

@@ -41,7 +41,8 @@ def collect_ranks(pid: int, proc: str = "/proc", exclude: Iterable[int] = ()) ->
         for r, d in zip(read, dumps):
             r["python"] = d
     else:
+        broken = {"error": f"py-spy ({tool['path']}) does not run: {tool.get('error')}"} if tool.get("path") else None
         for r in read:
-            r["python"] = None
+            r["python"] = broken
     facts.update(ranks=read, helpers=helpers, pyspy=tool)
     return facts

@@ -156,6 +156,10 @@ def main_thread(threads: Sequence[dict[str, Any]], pid: int) -> dict[str, Any] |
 def rank_wait(rank: dict[str, Any]) -> dict[str, Any]:
     """One rank's wait: from its Python stack when there is one (``source`` py-spy), else from /proc
     (``source`` proc: the blocked system call and wait channel, the Python frame unknown)."""
+    empty = {"in_collective": False, "call": None, "at": None, "caller": None, "caller_at": None, "user": None,
+             "zero3": None, "generate": None, "engine": None, "top": None}
+    if rank.get("state") == "Z":  # it has left: whatever the others wait for, it will not come
+        return {**empty, "source": "exited"}
     py = rank.get("python") or {}
     threads = py.get("threads") or []
     t = main_thread(threads, rank["pid"]) if threads else None
@@ -164,9 +168,7 @@ def rank_wait(rank: dict[str, Any]) -> dict[str, Any]:
         got.update(source="py-spy", thread=t.get("name") or str(t.get("tid")), idle=not t.get("active"))
         return got
     main = (rank.get("threads") or [{}])[0]
-    return {"source": "proc", "threads": thread_summary(rank.get("threads") or []), "in_collective": None,
-            "call": None, "at": None, "caller": None, "user": None,
-            "zero3": None, "generate": None, "engine": None, "top": None,
+    return {**empty, "in_collective": None, "source": "proc", "threads": thread_summary(rank.get("threads") or []),
             "syscall": main.get("syscall") or rank.get("syscall"), "wchan": main.get("wchan") or rank.get("wchan"),
             "why_unknown": py.get("error") or "py-spy is not installed"}
 
@@ -191,6 +193,8 @@ def label(rank: dict[str, Any]) -> str:
 
 def said(w: dict[str, Any]) -> str:
     """``all_gather (torch/distributed/distributed_c10d.py:4287), called from train (train.py:11)``."""
+    if w.get("source") == "exited":
+        return "has exited (a zombie its parent has not reaped): it takes part in no collective any more"
     if w.get("source") == "proc":
         call = w.get("syscall") or "?"
         text = f"main thread blocked in {call}" + (f" ({w['wchan']})" if w.get("wchan") else "")
@@ -214,12 +218,13 @@ def _site(w: dict[str, Any]) -> tuple[Any, ...]:
 def compare(ranks: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Whether the ranks wait in the same place: ``{verdict: agree|disagree|unknown|single, groups, unknown,
     patterns: [{id, ranks, why}]}``; each rank has its ``wait`` (:func:`rank_wait`)."""
-    known = [r for r in ranks if r["wait"]["source"] == "py-spy"]
-    unknown = [r for r in ranks if r["wait"]["source"] != "py-spy"]
+    known = [r for r in ranks if r["wait"]["source"] in ("py-spy", "exited")]
+    unknown = [r for r in ranks if r not in known]
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in known:
         w = r["wait"]
-        key = _site(w) if w["in_collective"] else ("outside", w.get("user") or w.get("top"))
+        key = ("exited",) if w["source"] == "exited" else _site(w) if w["in_collective"] else \
+            ("outside", w.get("user") or w.get("top"))
         groups.setdefault(key, []).append(r)
     if len(ranks) < 2:
         verdict = "single"
