@@ -339,3 +339,26 @@ def test_a_pyspy_that_does_not_run_is_not_called_missing(tmp_path, monkeypatch):
     f = findings_of({**facts, "source": "pid"})["ranks.waits"]
     assert f.title.startswith("1 rank blocked in ") and f.title.endswith(": the Python frame is unknown")
     assert "does not run" in f.detail and "install zdoctor[hang]" not in f.detail
+
+
+def test_the_fleet_report_prints_the_ranks_across_the_nodes():
+    import io
+
+    from zdoctor.fleet.result import FleetReport
+    from zdoctor.fleet.text import print_fleet
+
+    doc = recorded()
+    runs = []
+    for host, keep in (("node-a", "0"), ("node-b", "1")):
+        d = json.loads(json.dumps(doc))
+        d["probes"]["ranks"]["facts"]["ranks"] = [r for r in d["probes"]["ranks"]["facts"]["ranks"]
+                                                  if r["rank"] == keep]
+        runs.append(NodeRun(host, "ok", snapshot=d))
+    report = FleetReport.build(runs, "ssh", "hostfile")
+    assert report.exit_code == 1 and [f["id"] for f in report.to_dict()["findings"]] == ["fleet.ranks"]
+    out = io.StringIO()
+    print_fleet(report, out)
+    text = out.getvalue()
+    assert "The job's ranks across the nodes" in text
+    assert "rank 0 on node-a waits in all_gather (rank.py:11)" in text
+    assert "- rank 1 on node-b (pid 17695): barrier (torch/distributed/distributed_c10d.py:5356)" in text
