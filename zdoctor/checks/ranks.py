@@ -157,7 +157,7 @@ def judge(ranks: list[dict[str, Any]], got: dict[str, Any], evidence: list[Evide
     by_pid = {r["pid"]: r for r in ranks}
     ev = [wait_table(ranks), *evidence]
     tool = got.get("pyspy") or {}
-    lines = [f"The job is {got.get('how')}." if got.get("how") else ""]
+    lines = [f"The job is {got.get('how')}."] if got.get("how") else []
     for r in ranks:
         lines.append(f"- {label(r)}: {said(r['wait'])}")
         if r.get("tcp_peers"):
@@ -197,15 +197,17 @@ def judge(ranks: list[dict[str, Any]], got: dict[str, Any], evidence: list[Evide
                                "node (run `zdoctor fleet --pid` to see every node's ranks), ")
                               + "or for a network that does not deliver (see the NCCL network layer)."]),
             evidence=ev, remedies=debug_remedies(ranks)))
-    elif cmp["verdict"] in ("agree", "single") and ranks[0]["wait"]["source"] == "py-spy":
+    elif cmp["verdict"] in ("agree", "single") and ranks[0]["wait"]["source"] in ("py-spy", "exited"):
         w = ranks[0]["wait"]
-        what = f"{w['call']} ({w['at']})" if w["in_collective"] else f"no collective: {w.get('user') or w['top']}"
+        what = "exited" if w["source"] == "exited" else f"{w['call']} ({w['at']})" if w["in_collective"] else \
+            f"no collective: {w.get('user') or w['top']}"
         out.append(Finding(
             id=CID, status="warn",
             title=f"{count_of(len(ranks), 'rank')} of the job: {what}",
             detail="\n".join([*lines, "", "One rank alone cannot disagree with another: name the launcher with "
                               "--pid to see all of this node's ranks." if len(ranks) == 1 else
-                              "No rank waits in a collective: the job is not stuck in communication."]),
+                              "No rank waits in a collective: whatever holds the job, it is not a collective "
+                              "(see where each rank is)."]),
             evidence=ev))
     else:
         states = sorted({f"{r['wait'].get('syscall') or '?'}" for r in ranks})
