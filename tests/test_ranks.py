@@ -132,7 +132,7 @@ def test_zero3_generate_without_synced_gpus_is_named():
         "Ranks disagree: rank 0 waits in ZeRO-3 parameter all-gather (train.py:88); rank 1 in barrier (train.py:95)")
     g = found["ranks.waits.zero3-generate"]
     assert g.status == "fail" and "synced_gpus" in g.title
-    assert "rank 0 (pid 100) still fetch ZeRO-3 parameters inside generate() while rank 1 (pid 101) left it" \
+    assert "rank 0 (pid 100) is still in a ZeRO-3 forward pass inside generate() while rank 1 (pid 101) left it" \
         in g.detail
     assert "synced_gpus=True" in g.remedies[0].title
     assert "ranks.waits.uneven-steps" not in found
@@ -362,3 +362,19 @@ def test_the_fleet_report_prints_the_ranks_across_the_nodes():
     assert "The job's ranks across the nodes" in text
     assert "rank 0 on node-a waits in all_gather (rank.py:11)" in text
     assert "- rank 1 on node-b (pid 17695): barrier (torch/distributed/distributed_c10d.py:5356)" in text
+
+
+def test_a_real_zero3_generate_hang_is_named():
+    # recorded from zero3-generate.py: DeepSpeed 0.19.8 ZeRO-3 on the CPU accelerator with gloo, rank 0
+    # generating 4 steps, rank 1 one step and then a barrier
+    facts = json.loads((FIXTURE.parent / "zero3-generate.json").read_text())
+    found = findings_of(facts)
+    f = found["ranks.waits"]
+    assert f.status == "fail"
+    assert f.title == ("Ranks disagree: rank 0 waits in broadcast under ZeRO-3 (gen.py:19); "
+                       "rank 1 in barrier (gen.py:28)")
+    assert "under ZeRO-3's assert_lst_len_same_as_other_ranks (deepspeed/runtime/zero/utils.py:89), inside " \
+           "generate (gen.py:19)" in f.detail
+    g = found["ranks.waits.zero3-generate"]
+    assert g.status == "fail" and g.detail.startswith(
+        "rank 0 (pid 23593) is still in a ZeRO-3 forward pass inside generate() while rank 1 (pid 23594) left it.")

@@ -63,8 +63,9 @@ def pattern_finding(p: dict[str, Any], by_pid: dict[int, dict[str, Any]], ev: li
                 "Under ZeRO-3 every forward pass gathers each layer's parameters from all ranks. generate() "
                 "stops on each rank when its own sequences are done, so a rank that finishes early stops "
                 "taking part in the all-gathers the others still need; they wait for it forever. With "
-                "synced_gpus=True (transformers' default under DeepSpeed ZeRO-3 when it can tell), a rank that "
-                "is done keeps running dummy forward passes until every rank is done.", "", *lines]),
+                "synced_gpus=True a rank that is done keeps running forward passes until every rank is done. "
+                "Pass it explicitly: transformers turns it on by itself only when its own DeepSpeed "
+                "integration knows ZeRO-3 is on.", "", *lines]),
             evidence=ev,
             remedies=[Remedy(title="Call generate(..., synced_gpus=True) on every rank", verified=None,
                              note=NOT_TRIED,
@@ -233,4 +234,5 @@ def short_wait(w: dict[str, Any]) -> str:
         return f"in {w.get('syscall') or '?'} (Python frame unknown)"
     if not w.get("in_collective"):
         return f"in no collective ({w.get('user') or w.get('top')})"
-    return f"in {w['call']} ({w.get('caller_at') or w['at']})"
+    under = " under ZeRO-3" if w.get("zero3") and not str(w["call"]).startswith("ZeRO-3") else ""
+    return f"in {w['call']}{under} ({w.get('caller_at') or w['at']})"

@@ -34,6 +34,10 @@ ZERO3_CALLS = {
     "reduce_scatter_coalesced": "ZeRO-3 gradient reduce-scatter",
     "partition_grads": "ZeRO-3 gradient reduce-scatter",
 }
+#: ZeRO-3 frames that name where in a forward pass a rank is, without being the collective themselves.
+ZERO3_PLACES = ("reset_step", "_start_of_forward_hook", "pre_sub_module_forward", "post_sub_module_forward",
+                "_pre_forward_module_hook", "_post_forward_module_hook", "release_sub_module",
+                "assert_ints_same_as_other_ranks", "assert_lst_len_same_as_other_ranks")
 ENGINE_FILE = "deepspeed/runtime/engine.py"
 ENGINE_CALLS = ("forward", "backward", "step", "save_checkpoint", "load_checkpoint", "eval_batch", "train_batch")
 #: Frames of a generation loop (transformers' GenerationMixin and the loops it runs).
@@ -123,13 +127,15 @@ def classify(frames: Sequence[dict[str, Any]]) -> dict[str, Any]:
             out["zero3"] = f"{short} ({where(f)})"
             if not out["in_collective"] or (comm_index is not None and comm_index > i):
                 out.update(in_collective=True, call=ZERO3_CALLS[short], at=where(f))
+        elif in_zero and out["zero3"] is None and any(place in f["name"] for place in ZERO3_PLACES):
+            out["zero3"] = f"{short} ({where(f)})"
         if out["generate"] is None and short in GENERATE_CALLS:
             out["generate"] = f"{short} ({where(f)})"
         if out["engine"] is None and ENGINE_FILE in (f["file"] + f.get("path", "")) and short in ENGINE_CALLS:
             out["engine"] = f"{short} ({where(f)})"
         if out["user"] is None and not _library(f):
             out["user"] = f"{f['name']} ({where(f)})"
-    if out["in_collective"] and str(out["call"]).startswith("ZeRO-3") and out["user"]:
+    if out["in_collective"] and (str(out["call"]).startswith("ZeRO-3") or out["zero3"]) and out["user"]:
         # DeepSpeed's own frames stand between: the user's code that ran the forward, step or generate
         out["caller"] = out["user"]
         out["caller_at"] = out["user"].rsplit("(", 1)[-1].rstrip(")")
@@ -245,7 +251,8 @@ def patterns(ranks: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     others = [r for r in ranks if r not in gen_gather]
     if gen_gather and others:
         out.append({"id": "zero3-generate", "ranks": [r["pid"] for r in gen_gather + others],
-                    "why": f"{', '.join(label(r) for r in gen_gather)} still fetch ZeRO-3 parameters inside "
+                    "why": f"{', '.join(label(r) for r in gen_gather)} "
+                           f"{'is' if len(gen_gather) == 1 else 'are'} still in a ZeRO-3 forward pass inside "
                            f"generate() while {', '.join(label(r) for r in others)} left it"})
     in_step = [r for r in ranks if (r["wait"].get("engine") or r["wait"].get("zero3")) and r not in gen_gather]
     outside = [r for r in ranks if not (r["wait"].get("engine") or r["wait"].get("zero3") or
