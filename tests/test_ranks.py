@@ -144,7 +144,7 @@ def test_a_rank_in_a_step_while_another_left_the_loop_is_uneven_steps():
     found = findings_of(job(step, [*BARRIER, frame("train", "train.py", 60)]))
     u = found["ranks.waits.uneven-steps"]
     assert u.status == "fail"
-    assert "rank 0 (pid 100) are inside a DeepSpeed step (forward (deepspeed/runtime/engine.py:2105))" in u.detail
+    assert "rank 0 (pid 100) is inside a DeepSpeed step (forward (deepspeed/runtime/engine.py:2105))" in u.detail
     assert "drop_last=True" in u.remedies[0].explanation
     assert "ranks.waits.zero3-generate" not in found
 
@@ -378,3 +378,15 @@ def test_a_real_zero3_generate_hang_is_named():
     g = found["ranks.waits.zero3-generate"]
     assert g.status == "fail" and g.detail.startswith(
         "rank 0 (pid 23593) is still in a ZeRO-3 forward pass inside generate() while rank 1 (pid 23594) left it.")
+
+
+def test_a_real_zero3_run_with_uneven_steps_is_named():
+    # recorded from zero3-uneven-steps.py: rank 0 has three batches, rank 1 one and then a barrier
+    found = findings_of(json.loads((FIXTURE.parent / "zero3-uneven-steps.json").read_text()))
+    assert found["ranks.waits"].title == ("Ranks disagree: rank 0 waits in broadcast under ZeRO-3 (steps.py:18); "
+                                          "rank 1 in barrier (steps.py:19)")
+    u = found["ranks.waits.uneven-steps"]
+    assert u.status == "fail" and u.detail.startswith(
+        "rank 0 (pid 24653) is inside a DeepSpeed step (forward (deepspeed/runtime/engine.py:3007)) while rank 1 "
+        "(pid 24654) is outside the engine: the ranks ran different numbers of steps.")
+    assert "ranks.waits.zero3-generate" not in found

@@ -259,8 +259,9 @@ def patterns(ranks: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                                         r["wait"].get("generate"))]
     if in_step and outside and not out:
         out.append({"id": "uneven-steps", "ranks": [r["pid"] for r in in_step + outside],
-                    "why": f"{', '.join(label(r) for r in in_step)} are inside a DeepSpeed step "
+                    "why": f"{', '.join(label(r) for r in in_step)} {'is' if len(in_step) == 1 else 'are'} "
+                           f"inside a DeepSpeed step "
                            f"({in_step[0]['wait'].get('engine') or in_step[0]['wait'].get('zero3')}) while "
-                           f"{', '.join(label(r) for r in outside)} are outside the engine: the ranks ran "
-                           "different numbers of steps"})
+                           f"{', '.join(label(r) for r in outside)} {'is' if len(outside) == 1 else 'are'} "
+                           "outside the engine: the ranks ran different numbers of steps"})
     return out
