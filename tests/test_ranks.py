@@ -390,3 +390,24 @@ def test_a_real_zero3_run_with_uneven_steps_is_named():
         "rank 0 (pid 24653) is inside a DeepSpeed step (forward (deepspeed/runtime/engine.py:3007)) while rank 1 "
         "(pid 24654) is outside the engine: the ranks ran different numbers of steps.")
     assert "ranks.waits.zero3-generate" not in found
+
+
+@pytest.mark.parametrize("pid,why", [(1, "starts the node's processes, not one job"), (-3, "is not a process id"),
+                                     (4194303, "no process 4194303 runs on this node")])
+def test_a_pid_that_is_no_job_is_not_examined_with_why(pid, why):
+    job = ranktree.job_processes(pid)
+    assert job["processes"] == [] and why in job["missing"]
+    [f] = findings_of({**job, "ranks": [], "helpers": [], "pyspy": {"path": None}, "source": "pid"}).values()
+    assert f.id == "ranks.waits.not-checked" and why in f.detail
+
+
+def test_a_launcher_whose_ranks_run_on_other_nodes_points_at_the_fleet():
+    procs = [{"pid": 10, "ppid": 1, "name": "python3", "cmdline": ["python3", "/usr/bin/deepspeed", "train.py"],
+              "launcher": "deepspeed", "python": True},
+             {"pid": 11, "ppid": 10, "name": "pdsh", "cmdline": ["pdsh", "-w", "n1,n2"], "launcher": None,
+              "python": False}]
+    [f] = findings_of({"named": 10, "root": 10, "launcher": "deepspeed", "how": "pid 10 and the descendants",
+                       "processes": procs, "ranks": [], "helpers": [], "pyspy": {"path": None},
+                       "source": "pid"}).values()
+    assert f.status == "warn" and f.title == "The job's tree holds no Python rank on this node"
+    assert "It starts its ranks on other nodes (pdsh): `zdoctor fleet --pid HOST=PID`" in f.detail

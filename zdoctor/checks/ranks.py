@@ -17,6 +17,8 @@ CID = "ranks.waits"
 TITLE = "A hung job's ranks"
 INSTALL_PYSPY = "install zdoctor[hang] (py-spy) on this node to read each rank's Python stack"
 NOT_TRIED = "not tried: it changes the training and needs a new launch"
+#: Programs a launcher starts the ranks of other nodes through.
+REMOTE_STARTERS = ("pdsh", "ssh", "srun", "mpirun", "orted", "prted", "hydra_pmi_proxy")
 
 
 def wait_table(ranks: list[dict[str, Any]], title: str = "where each rank waits") -> Evidence:
@@ -135,9 +137,12 @@ def check_ranks(facts: Facts) -> list[Finding]:
     ranks = [dict(r) for r in got.get("ranks") or []]
     if not ranks:
         names = ", ".join(f"{p['pid']} ({p.get('name')})" for p in got["processes"][:10])
-        return [Finding(id=CID, status="warn", title="The job's tree holds no Python rank",
-                        detail=f"The job is {got.get('how')}: {names}. None of them runs Python, so there is no "
-                               "rank whose stack zdoctor could read. Name a rank or its launcher with --pid.",
+        remote = sorted({str(p.get("name")) for p in got["processes"] if p.get("name") in REMOTE_STARTERS})
+        hint = (f"It starts its ranks on other nodes ({', '.join(remote)}): `zdoctor fleet --pid HOST=PID` reads "
+                "each node's ranks." if remote else "Name a rank or its launcher with --pid.")
+        return [Finding(id=CID, status="warn", title="The job's tree holds no Python rank on this node",
+                        detail=f"The job is {got.get('how')}: {names}. None of them is a Python rank, so there is "
+                               f"no rank whose stack zdoctor could read here. {hint}",
                         evidence=facts.evidence("ranks"))]
     for r in ranks:
         r["wait"] = rank_wait(r)

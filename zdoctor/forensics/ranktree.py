@@ -95,11 +95,19 @@ def job_root(pid: int) -> tuple[int, str | None, str]:
 def job_processes(pid: int) -> dict[str, Any]:
     """``{named, root, launcher, how, processes: [{pid, ppid, name, cmdline, launcher, python}], missing}``:
     the job's tree as it is now."""
+    def nothing(why: str) -> dict[str, Any]:
+        return {"named": pid, "root": None, "launcher": None, "how": f"pid {pid}", "processes": [], "missing": why}
+
+    if pid < 1:
+        return nothing(f"{pid} is not a process id")
     try:
-        psutil.Process(pid)
-    except psutil.Error:
-        return {"named": pid, "root": None, "launcher": None, "how": f"pid {pid}", "processes": [],
-                "missing": f"no process {pid} runs on this node"}
+        named = psutil.Process(pid)
+    except (psutil.Error, ValueError):
+        return nothing(f"no process {pid} runs on this node")
+    name = _name(named)
+    if pid == 1 or name.startswith(BOUNDARIES):
+        return nothing(f"pid {pid} ({name or '?'}) starts the node's processes, not one job: give the pid of a "
+                       "rank or of its launcher")
     root, kind, how = job_root(pid)
     try:
         top = psutil.Process(root)
