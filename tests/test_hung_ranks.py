@@ -207,8 +207,9 @@ def test_a_hung_command_is_read_before_its_time_limit_and_its_hang_explained(lab
     assert not any(Path(f"/proc/{p}").exists() for p in pids)  # the run's ranks ended with it
 
 
-def test_fleet_pid_shows_which_rank_on_which_node_is_out_of_step(deadlock, pyspy_dir, cli, tmp_path):
-    require("/usr/sbin/sshd", "ssh")
+@pytest.mark.parametrize("launcher", ["ssh", "pdsh"])
+def test_fleet_pid_shows_which_rank_on_which_node_is_out_of_step(deadlock, pyspy_dir, cli, tmp_path, launcher):
+    require("/usr/sbin/sshd", "ssh", launcher)
     repo = Path(__file__).resolve().parent.parent
     # the nodes run this checkout's zdoctor, whatever an installed one is
     bindir = node_bin(tmp_path / "bin", body=f'PYTHONPATH={repo} exec {sys.executable} -m zdoctor "$@"\n')
@@ -218,7 +219,7 @@ def test_fleet_pid_shows_which_rank_on_which_node_is_out_of_step(deadlock, pyspy
         hf = tmp_path / "hostfile"
         hf.write_text(f"{NODE_A} slots=1\n{NODE_B} slots=1\n")
         r0, r1 = deadlock["ranks"][0], deadlock["ranks"][1]
-        r = cli(["fleet", "--hostfile", str(hf), "--launcher", "ssh", "--ssh-config", str(sshd.ssh_config),
+        r = cli(["fleet", "--hostfile", str(hf), "--launcher", launcher, "--ssh-config", str(sshd.ssh_config),
                  "--zdoctor", "zdoctor-node", "--pid", f"{NODE_A}={r0}", "--pid", f"{NODE_B}={r1}", "--json",
                  "--no-log"], timeout=240)
     finally:
