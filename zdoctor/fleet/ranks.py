@@ -35,7 +35,9 @@ def fleet_rank_findings(runs: Sequence[NodeRun]) -> list[Finding]:
         return []
     ranks = sorted((r for rs in per_node.values() for r in rs), key=rank_order)
     how = f"the ranks of {len(per_node)} nodes: " + ", ".join(f"{h} ({len(rs)})" for h, rs in per_node.items())
-    found = judge(ranks, {"how": how, "pyspy": {"path": "on the nodes"}}, [], across_nodes=True)
+    # py-spy was there on a node when it gave a rank's stack or said why it could not
+    tool = {"path": "on the nodes" if any(r.get("python") is not None for r in ranks) else None}
+    found = judge(ranks, {"how": how, "pyspy": tool}, [], across_nodes=True)
     out = []
     for f in found:
         f.id = FLEET_ID + f.id[len("ranks.waits"):]
