@@ -28,6 +28,7 @@ LANES: dict[str, tuple[str, ...]] = {
     "test_bundle.py": ("slow", "e2e"),
     "test_fleet_push.py": ("slow", "e2e", "needs_sshd"),
     "test_fleet_loopback.py": ("slow", "e2e", "needs_sshd"),
+    "test_hung_ranks.py": ("slow", "e2e", "needs_sshd"),
     "test_tui_tmux.py": ("slow", "e2e"),
     "test_tui_wheel.py": ("slow", "e2e"),
     "test_wheel.py": ("slow", "e2e"),

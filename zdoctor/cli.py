@@ -101,6 +101,10 @@ def _fleet_parser(sub: Any) -> None:
                      "nvme_path)")
     job.add_argument("--io-size", metavar="SIZE", help="size of each node's O_DIRECT throughput test (0 skips)")
     job.add_argument("--gpu-sample", metavar="S", type=float, help="sample GPU utilisation for S seconds on each node")
+    job.add_argument("--pid", metavar="[HOST=]PID", action="append", default=[],
+                     help="a hung job: on every node (PID), or on node HOST (HOST=PID, repeatable), the pid of a "
+                          "rank or its launcher; each node shows where its ranks wait, and the fleet which rank on "
+                          "which node is out of step")
     f.add_argument("--parallel", metavar="N", type=int, default=DEFAULT_PARALLEL,
                    help=f"nodes probed at once (default {DEFAULT_PARALLEL})")
     f.add_argument("--timeout", metavar="S", type=float, default=DEFAULT_TIMEOUT,

@@ -72,6 +72,29 @@ def options_from(args: argparse.Namespace, launcher: str) -> FleetOptions:
                         snapshot_args=extra, push=_push_bundle(args))
 
 
+def node_pids(values: Sequence[str], hosts: Sequence[str]) -> dict[str, list[str]]:
+    """``--pid PID`` (every node) and ``--pid HOST=PID`` (one node, before the one for every node) as each
+    node's snapshot arguments; a pid that is no number or a host not in the job is a usage error."""
+    every: str | None = None
+    own: dict[str, str] = {}
+    for value in values:
+        host, sep, pid = value.rpartition("=")
+        if not pid.isdigit() or int(pid) < 1:
+            raise UsageError(f"zdoctor fleet: --pid {value!r}: expected PID or HOST=PID (a process id)")
+        if not sep:
+            every = pid
+        elif host not in hosts:
+            raise UsageError(f"zdoctor fleet: --pid {value!r}: {host!r} is not one of the job's nodes")
+        else:
+            own[host] = pid
+    out = {}
+    for h in hosts:
+        chosen = own.get(h, every)
+        if chosen is not None:
+            out[h] = ["--pid", chosen]
+    return out
+
+
 def _push_bundle(args: argparse.Namespace) -> str | None:
     """``--push``: the bundle named by ``--bundle``, else the zdoctor.pyz this zdoctor runs from."""
     if not getattr(args, "push", False):
@@ -132,7 +155,7 @@ def run_fleet(args: argparse.Namespace, argv: Sequence[str], open_log: Callable[
         raise UsageError("zdoctor fleet: --tui needs a terminal")
     if args.replay:
         given = [args.hostfile, args.launcher, args.sub_python, args.ext, args.ds_config, args.model_params,
-                 args.model_config, args.offload_path, args.io_size, args.gpu_sample]
+                 args.model_config, args.offload_path, args.io_size, args.gpu_sample, args.pid]
         if any(v not in (None, []) for v in given):
             raise UsageError("zdoctor fleet: --replay takes none of the options that describe the nodes or "
                              "the job (a recorded fleet is evaluated as it was collected)")
@@ -144,6 +167,7 @@ def run_fleet(args: argparse.Namespace, argv: Sequence[str], open_log: Callable[
         hosts = [n.name for n in nodes]
         slots = {n.name: n.slots for n in nodes}
         opts.snapshot_args += ["--nodes", str(len(hosts))]  # the job spans them all (memlock, offload plan)
+        opts.node_args = node_pids(args.pid, hosts)
         info = {"kind": "fleet", "hostname": socket.gethostname(), "launcher": launcher, "source": source,
                 "nodes": len(hosts)}
         log = open_log("fleet", argv, info, not args.no_log)

@@ -4,7 +4,10 @@ neither imports the other's caller."""
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..errors import UsageError
@@ -23,8 +26,34 @@ def collect(hosts: Sequence[str], opts: launch.FleetOptions, on_node: OnNode | N
         raise UsageError(f"zdoctor fleet: unknown launcher {opts.launcher!r} (choose {', '.join(launch.LAUNCHERS)})")
     require_launcher(opts)
     launch.remote_argv(opts)  # a bad --zdoctor is a usage error before anything runs
+    if opts.node_args:
+        return _by_node_args(hosts, opts, on_node, on_start)
     if opts.push:
         return collect_with_push(hosts, opts, Path(opts.push), on_node, on_start)
     if opts.launcher == "pdsh":
         return pdsh_nodes(hosts, opts, on_node, on_start)
     return per_node(hosts, opts, on_node, on_start)
+
+
+def _by_node_args(hosts: Sequence[str], opts: launch.FleetOptions, on_node: OnNode | None,
+                  on_start: OnStart | None) -> list[NodeRun]:
+    """Nodes with arguments of their own (``--pid HOST=PID``): each group of nodes that run the same snapshot
+    command collected as usual, the groups at once; ``on_node`` still hears one node at a time."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for h in hosts:
+        groups.setdefault(tuple(opts.node_args.get(h, ())), []).append(h)
+    lock = threading.Lock()
+
+    def told(node: NodeRun) -> None:
+        if on_node is not None:
+            with lock:
+                on_node(node)
+
+    def one(extra: tuple[str, ...], group: list[str]) -> list[NodeRun]:
+        sub = dataclasses.replace(opts, snapshot_args=[*opts.snapshot_args, *extra], node_args={})
+        return collect(group, sub, told, on_start)
+
+    with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+        done = [pool.submit(one, extra, group) for extra, group in groups.items()]
+        runs = {n.host: n for fut in done for n in fut.result()}
+    return [runs[h] for h in hosts]

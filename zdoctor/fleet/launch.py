@@ -36,6 +36,8 @@ class FleetOptions:
     snapshot_args: list[str] = field(default_factory=list)
     #: ``--push``: the zdoctor.pyz to copy to nodes that lack zdoctor of this version.
     push: str | None = None
+    #: Further snapshot arguments of single nodes (``fleet --pid HOST=PID``: that node's job).
+    node_args: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def connect_timeout(self) -> int:

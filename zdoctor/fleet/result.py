@@ -10,6 +10,7 @@ from typing import Any
 from .. import __version__
 from ..model import FAILING, STATUS_RANK, Evidence, Finding, Remedy, sort_findings
 from .collect import NodeRun
+from .ranks import fleet_rank_findings
 from .skew import SkewRow, read_facts, skew_table
 
 #: The matrix column for probes that crashed or timed out on a node.
@@ -197,6 +198,8 @@ class FleetReport:
     skew: list[SkewRow]
     checks: list[str]
     session: str | None = None
+    #: The job's ranks judged across the nodes (``fleet --pid``): which rank on which node is out of step.
+    ranks: list[Finding] = field(default_factory=list)
 
     @classmethod
     def build(cls, runs: Sequence[NodeRun], launcher: str, source: str,
@@ -215,7 +218,8 @@ class FleetReport:
         for n in nodes:
             columns += [c for c in n.cells if c not in columns]
         columns.sort(key=lambda c: (c != PROBES_COLUMN, c))
-        return cls(launcher, source, nodes, skew_table(reached, [n.host for n in nodes]), columns)
+        return cls(launcher, source, nodes, skew_table(reached, [n.host for n in nodes]), columns,
+                   ranks=fleet_rank_findings(runs))
 
     def node(self, host: str) -> NodeResult:
         return next(n for n in self.nodes if n.host == host)
@@ -226,8 +230,8 @@ class FleetReport:
 
     @property
     def fleet_findings(self) -> list[Finding]:
-        """Findings about the fleet as a whole: one per fact that differs."""
-        return [skew_finding(r) for r in self.differing]
+        """Findings about the fleet as a whole: one per fact that differs, and the ranks across the nodes."""
+        return [skew_finding(r) for r in self.differing] + list(self.ranks)
 
     @property
     def summary(self) -> dict[str, int]:
@@ -241,7 +245,8 @@ class FleetReport:
 
     @property
     def exit_code(self) -> int:
-        return 1 if any(n.status in FAILING for n in self.nodes) or self.differing else 0
+        return 1 if any(n.status in FAILING for n in self.nodes) or self.differing \
+            or any(f.status in FAILING for f in self.ranks) else 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": __version__, "launcher": self.launcher, "source": self.source,

@@ -71,6 +71,12 @@ def print_fleet(report: FleetReport, stream: TextIO | None = None, verbose: bool
                 console.print(f"        [bold]fix:[/] {inert(rem.title)}")
                 for cmd in pasted_script(rem.commands):
                     console.print(f"          {inert(cmd)}")
+    if report.ranks:  # fleet --pid: the job's ranks of every node, judged as one job
+        console.print("[bold]The job's ranks across the nodes[/]")
+        for f in report.ranks:
+            console.print(f"  [{STYLES[f.status]}]{marks[f.status]:>3}[/] {inert(f.title)}  [dim]({inert(f.id)})[/]")
+            for line in f.detail.splitlines() if f.status in ("fail", "crash") or verbose else []:
+                console.print(f"        {inert(line)}", style="dim")
     verdict = "[bold red]fleet is not ready[/]" if report.exit_code else "[bold green]fleet is consistent[/]"
     console.print(verdict + (f"  [dim]session {report.session} — `zdoctor export --last --format md`[/]"
                              if report.session else ""))

@@ -33,6 +33,7 @@ from ..systools import system_tool
 from ..userfile import open_regular_text
 from .jitguard import run_guarded
 from .lddebug import PidTrace, VersionError, all_version_errors, parse_ld_debug_dir, summarize, which_loaded
+from .rankjob import collect_ranks
 from .strace import FileEvent, last_files, lines_that_matter, parse_strace, unfinished
 from .stuck import StuckSampler, describe
 
@@ -70,6 +71,8 @@ class LiveTrace:
     strace_lines: list[str] = field(default_factory=list)
     #: Each process of a run that hit its time limit, as sampled just before: state and wchan.
     stuck_states: list[str] = field(default_factory=list)
+    #: The ranks of a run that hit its time limit, read a little before it (:mod:`.rankjob`), or None.
+    ranks: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
     strace_available: bool = False
     strace_used: bool = False
@@ -89,6 +92,7 @@ class LiveTrace:
             "pending_calls": [e.to_dict() for e in self.pending_calls],
             "strace_lines": list(self.strace_lines),
             "stuck_states": list(self.stuck_states),
+            "ranks": self.ranks,
             "notes": list(self.notes),
             "strace_available": self.strace_available,
             "strace_used": self.strace_used,
@@ -348,8 +352,11 @@ def trace_command(
         if run_as is not None and tracer:
             label += " [strace as root]"
         started: list[int] = []
-        # Just before the time limit, where each process of a hung run waits (state and wchan).
-        sampler = StuckSampler(max(0.2, timeout - min(2.0, timeout * 0.1)))
+        # Just before the time limit, where each process of a hung run waits (state and wchan), and a little
+        # earlier the ranks of the job it runs (their stacks take longer to read); the keeper is not the job.
+        sampler = StuckSampler(max(0.2, timeout - min(2.0, timeout * 0.1)),
+                               inspect=lambda keeper: collect_ranks(keeper, exclude=(keeper,)),
+                               inspect_delay=max(0.2, timeout - min(6.0, timeout * 0.25)))
 
         def on_start(pid: int) -> None:
             started.append(pid)
@@ -400,6 +407,7 @@ def trace_command(
             pending_calls=stuck,
             strace_lines=said,
             stuck_states=[describe(s) for s in sampler.states] if timed_out else [],
+            ranks=sampler.inspected if timed_out and isinstance(sampler.inspected, dict) else None,
             notes=notes,
             strace_available=bool(strace_found),
             strace_used=strace_ok,

@@ -5,6 +5,7 @@ and its command name, read from ``/proc``."""
 from __future__ import annotations
 
 import threading
+from typing import Any, Callable
 
 #: What a process state letter means.
 STATES = {"R": "running", "S": "sleeping", "D": "in the kernel (uninterruptible)", "T": "stopped",
@@ -39,18 +40,34 @@ def describe(s: dict[str, str]) -> str:
 class StuckSampler:
     """Sample the states of a process tree once, ``delay`` seconds after :meth:`start` (just before the
     run's time limit): the processes below ``pid`` that have no child of their own (a parent only waits for
-    its children), less those named in ``skip`` (a tracer)."""
+    its children), less those named in ``skip`` (a tracer). With ``inspect``, ``inspect(pid)`` runs once too,
+    ``inspect_delay`` seconds after the start (earlier: it takes longer), its answer kept in ``inspected``."""
 
-    def __init__(self, delay: float, skip: tuple[str, ...] = ("strace",)) -> None:
+    def __init__(self, delay: float, skip: tuple[str, ...] = ("strace",),
+                 inspect: Callable[[int], Any] | None = None, inspect_delay: float | None = None) -> None:
         self.delay = delay
         self.skip = skip
         self.states: list[dict[str, str]] = []
+        self.inspect = inspect
+        self.inspect_delay = delay if inspect_delay is None else inspect_delay
+        self.inspected: Any = None
         self._timer: threading.Timer | None = None
+        self._inspector: threading.Timer | None = None
 
     def start(self, pid: int) -> None:
         self._timer = threading.Timer(self.delay, self._sample, args=(pid,))
         self._timer.daemon = True
         self._timer.start()
+        if self.inspect is not None:
+            self._inspector = threading.Timer(self.inspect_delay, self._inspect, args=(pid,))
+            self._inspector.daemon = True
+            self._inspector.start()
+
+    def _inspect(self, pid: int) -> None:
+        try:
+            self.inspected = self.inspect(pid) if self.inspect is not None else None
+        except Exception as exc:  # noqa: BLE001 - a failed look is a fact of the run, not its end
+            self.inspected = {"error": f"{type(exc).__name__}: {exc}"}
 
     def _sample(self, pid: int) -> None:
         import psutil
@@ -65,6 +82,10 @@ class StuckSampler:
         self.states = found[:16]
 
     def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        """Cancel what has not run yet, and wait for an inspection already under way to finish."""
+        for timer in (self._timer, self._inspector):
+            if timer is not None:
+                timer.cancel()
+        if self._inspector is not None and self._inspector.is_alive():
+            self._inspector.join(timeout=30)
 

@@ -301,6 +301,7 @@ def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
         "pending_calls": [f"pid {e.pid}: {e.syscall} {e.path}" for e in lt.pending_calls],
         "strace_lines": list(lt.strace_lines),
         "stuck_states": list(lt.stuck_states),
+        "ranks": lt.ranks,
         "notes": list(lt.notes),
         "strace_available": lt.strace_available,
         "strace_used": lt.strace_used,

@@ -382,7 +382,20 @@ SIGNATURES: tuple[Signature, ...] = (
         meaning="a collective did not finish in time: one rank is not taking part (it waits elsewhere, died, "
                 "or the network between ranks is broken)",
         read_next="each rank's stack: which collective each one waits in",
+        confirm=("ranks.waits",),
         sources=("PyTorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp (watchdog)",)),
+    Signature(
+        id="c10d.collective-mismatch", kind="collective-mismatch", layer="ranks",
+        pattern=r"Detected mismatch between collectives on ranks\. Rank (?P<rank>\d+) is running collective: "
+                r"CollectiveFingerPrint\(SequenceNumber=(?P<seq>\d+),? ?OpType=(?P<op>\w+).*?but Rank "
+                r"(?P<other_rank>\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=\d+,? ?"
+                r"OpType=(?P<other_op>\w+)",
+        meaning="with TORCH_DISTRIBUTED_DEBUG=DETAIL torch compared the ranks' collectives before running one, "
+                "and two ranks called different ones (or with different shapes): the job would have hung there",
+        read_next="the code each rank ran before it: a branch on the rank, a generate() without synced_gpus "
+                  "under ZeRO-3, a data loader that gives ranks different numbers of batches",
+        sources=("PyTorch torch/csrc/distributed/c10d/ProcessGroupWrapper.cpp (\"Detected mismatch between "
+                 "collectives on ranks\")",)),
     Signature(
         id="nccl.warn", kind="nccl-warn", layer="nccl",
         pattern=r"NCCL WARN (?P<text>.+)",
