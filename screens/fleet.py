@@ -141,16 +141,16 @@ class FleetScreen(Screen[None]):
         grid = self.query_one("#fleet-matrix", DataTable)
         grid.add_column("", key="mark")
         grid.add_column("node", key="node")
+        grid.add_column("launch", key="launch")  # before the families: how each node was reached stays in view
         for fam in self.families:
             grid.add_column(fam, key=f"fam:{fam}")
-        grid.add_column("launch", key="launch")
         for node in self.report.nodes:
             cells = []
             for checks in self.families.values():
                 status = node.family_status(checks)
                 cells.append(smark(status) if status is not None else Text(""))
             grid.add_row(smark(node.status), Text(node.host, style="bold" if node.status != "ok" else ""),
-                         *cells, launch_text(node), key=node.host)
+                         launch_text(node), *cells, key=node.host)
 
     def skew_rows(self) -> list[SkewRow]:
         """Facts that differ first, then the rest, each in the report's order."""
