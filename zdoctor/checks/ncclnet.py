@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from ..gpu import infiniband, nccllog, ncclnet
-from ..gpu.checkfacts import result_facts
 from ..model import Evidence, Finding, Remedy
 from ..registry import Facts, check
 from ..shellquote import shell_quote
@@ -109,7 +108,7 @@ def _log_lines(log: dict[str, Any] | None, predicted: str | None) -> tuple[list[
        explains=("nccl-interface",), layer="nccl-network")
 def check_socket(facts: Facts) -> list[Finding]:
     fid = "nccl.socket"
-    nf = result_facts(facts, "nccl_net")
+    nf = facts.of("nccl_net")
     if nf is None or nf.get("skipped"):
         return [not_checked(fid, "The interface NCCL chooses", (nf or {}).get("skipped") or facts.why_not("nccl_net"))]
     choice = nf.get("choice") or {}
@@ -180,7 +179,7 @@ def check_socket(facts: Facts) -> list[Finding]:
        explains=("nccl-connect",), layer="nccl-network")
 def check_peers(facts: Facts) -> list[Finding]:
     fid = "nccl.peers"
-    nf = result_facts(facts, "nccl_net")
+    nf = facts.of("nccl_net")
     if nf is None or nf.get("skipped"):
         return [not_checked(fid, "Routes to the other nodes", (nf or {}).get("skipped") or facts.why_not("nccl_net"))]
     peers = nf.get("peers") or []
@@ -238,7 +237,7 @@ def check_peers(facts: Facts) -> list[Finding]:
        explains=("nccl-ib",), layer="nccl-network")
 def check_ib(facts: Facts) -> list[Finding]:
     fid = "nccl.ib"
-    ib = result_facts(facts, "infiniband")
+    ib = facts.of("infiniband")
     nf = facts.of("nccl_net") or {}
     env = nf.get("env") or {}
     if ib is None:

@@ -10,6 +10,7 @@ from typing import Any
 from .. import __version__
 from ..model import FAILING, STATUS_RANK, Evidence, Finding, Remedy, sort_findings
 from .collect import NodeRun
+from .reach import nccl_facts, reach_finding
 from .skew import SkewRow, read_facts, skew_table
 
 #: The matrix column for probes that crashed or timed out on a node.
@@ -225,9 +226,16 @@ class FleetReport:
         return [r for r in self.skew if r.differs]
 
     @property
+    def reach(self) -> Finding:
+        """Whether each node's NCCL interface routes to every other node's NCCL address (from the facts)."""
+        return reach_finding([(n.host, nccl_facts(n.run.snapshot) if n.reached else None) for n in self.nodes])
+
+    @property
     def fleet_findings(self) -> list[Finding]:
-        """Findings about the fleet as a whole: one per fact that differs."""
-        return [skew_finding(r) for r in self.differing]
+        """Findings about the fleet as a whole: one per fact that differs, and the NCCL reach between nodes
+        when it was judged (``to_dict``'s ``reach`` says why not otherwise)."""
+        reach = self.reach
+        return [skew_finding(r) for r in self.differing] + ([reach] if reach.status != "skip" else [])
 
     @property
     def summary(self) -> dict[str, int]:
@@ -241,7 +249,8 @@ class FleetReport:
 
     @property
     def exit_code(self) -> int:
-        return 1 if any(n.status in FAILING for n in self.nodes) or self.differing else 0
+        return 1 if any(n.status in FAILING for n in self.nodes) or self.differing or \
+            self.reach.status in FAILING else 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": __version__, "launcher": self.launcher, "source": self.source,
@@ -249,4 +258,5 @@ class FleetReport:
                 "nodes": [n.to_dict() for n in self.nodes],
                 "skew": [r.to_dict() for r in self.skew],
                 "findings": [f.to_dict() for f in self.fleet_findings],
+                "reach": self.reach.to_dict(),
                 "session": self.session}

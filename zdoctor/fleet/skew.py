@@ -74,6 +74,29 @@ def _gpu_models(p: Probes) -> str | None:
     return ", ".join(f"{n} x {name}" for name, n in sorted(names.items())) or None
 
 
+def _nccl_chosen(p: Probes) -> Mapping[str, Any] | None:
+    chosen = _get(p, "nccl_net", "choice", "chosen")
+    return chosen[0] if isinstance(chosen, list) and chosen and isinstance(chosen[0], Mapping) else None
+
+
+def _nccl_interface(p: Probes) -> str | None:
+    c = _nccl_chosen(p)
+    return str(c.get("ifname")) if c else None
+
+
+def _nccl_address(p: Probes) -> str | None:
+    c = _nccl_chosen(p)
+    return f"{c.get('address')}/{c.get('prefixlen')}" if c else None
+
+
+def _nccl_mtu(p: Probes) -> str | None:
+    name = _nccl_interface(p)
+    for iface in _get(p, "nccl_net", "interfaces") or []:
+        if isinstance(iface, Mapping) and iface.get("ifname") == name:
+            return _text(iface.get("mtu"))
+    return None
+
+
 def _text(value: Any) -> str | None:
     return None if value in (None, "", [], {}) else str(value)
 
@@ -86,6 +109,8 @@ class SkewFact:
     title: str
     read: Callable[[Probes], str | None]
     why: str
+    #: False for a fact that is shown per node but differs by nature (each node's own address).
+    judged: bool = True
 
 
 FACTS: tuple[SkewFact, ...] = (
@@ -124,6 +149,13 @@ FACTS: tuple[SkewFact, ...] = (
              "the launcher starts one rank per slot; a node with fewer GPUs fails or oversubscribes"),
     SkewFact("gpu-model", "GPU model", _gpu_models,
              "mixed GPU models run at the slowest one's pace and may need different kernels"),
+    SkewFact("nccl-interface", "NCCL interface", _nccl_interface,
+             "ranks that bootstrap on differently named interfaces are often on different networks"),
+    SkewFact("nccl-address", "NCCL address", _nccl_address,
+             "each node's own address (shown, not compared): the fleet's reach check routes every node to it",
+             judged=False),
+    SkewFact("nccl-mtu", "MTU of NCCL's interface", _nccl_mtu,
+             "a smaller MTU on one node drops or fragments the others' large frames (RoCE stalls)"),
 )
 
 
@@ -139,11 +171,12 @@ class SkewRow:
 
     @property
     def differs(self) -> bool:
-        return bool(self.differing)
+        return self.fact.judged and bool(self.differing)
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.fact.id, "title": self.fact.title, "majority": self.majority, "tie": self.tie,
-                "differing": self.differing, "values": self.values, "why": self.fact.why}
+                "differing": self.differing, "values": self.values, "why": self.fact.why,
+                "judged": self.fact.judged}
 
 
 def majority(values: Mapping[str, str], order: Sequence[str]) -> tuple[str | None, list[str], bool]:
@@ -175,6 +208,6 @@ def skew_table(per_node: Mapping[str, Mapping[str, str]], order: Sequence[str]) 
     rows = []
     for fact in FACTS:
         values = {h: per_node[h][fact.id] for h in order if h in per_node}
-        best, differing, tie = majority(values, order)
+        best, differing, tie = majority(values, order) if fact.judged else (None, [], False)
         rows.append(SkewRow(fact, values, best, differing, tie))
     return rows
