@@ -110,7 +110,8 @@ def check_socket(facts: Facts) -> list[Finding]:
     fid = "nccl.socket"
     nf = facts.of("nccl_net")
     if nf is None or nf.get("skipped"):
-        return [not_checked(fid, "The interface NCCL chooses", (nf or {}).get("skipped") or facts.why_not("nccl_net"))]
+        why = (nf or {}).get("skipped") or facts.why_not("nccl_net")
+        return [not_checked(f"{fid}.not-checked", "The interface NCCL chooses", why)]
     choice = nf.get("choice") or {}
     chosen = choice.get("chosen") or []
     interfaces = nf.get("interfaces") or []
@@ -181,16 +182,17 @@ def check_peers(facts: Facts) -> list[Finding]:
     fid = "nccl.peers"
     nf = facts.of("nccl_net")
     if nf is None or nf.get("skipped"):
-        return [not_checked(fid, "Routes to the other nodes", (nf or {}).get("skipped") or facts.why_not("nccl_net"))]
+        why = (nf or {}).get("skipped") or facts.why_not("nccl_net")
+        return [not_checked(f"{fid}.not-checked", "Routes to the other nodes", why)]
     peers = nf.get("peers") or []
     hf = nf.get("hostfile") or {}
     if not peers:
         why = f"the hostfile could not be read: {hf['error']}" if hf.get("error") else NO_PEERS
-        return [not_checked(fid, "Routes to the other nodes", why)]
+        return [not_checked(f"{fid}.not-checked", "Routes to the other nodes", why)]
     chosen = (nf.get("choice") or {}).get("chosen") or []
     if not chosen:
-        return [not_checked(fid, "Routes to the other nodes", "NCCL has no interface to route from (see "
-                                                               "nccl.socket)")]
+        return [not_checked(f"{fid}.not-checked", "Routes to the other nodes",
+                            "NCCL has no interface to route from (see nccl.socket)")]
     mine = chosen[0]["ifname"]
     rows, hl, bad = [], [], []
     for n, p in enumerate(peers):
@@ -241,7 +243,7 @@ def check_ib(facts: Facts) -> list[Finding]:
     nf = facts.of("nccl_net") or {}
     env = nf.get("env") or {}
     if ib is None:
-        return [not_checked(fid, "InfiniBand / RoCE ports", facts.why_not("infiniband"))]
+        return [not_checked(f"{fid}.not-checked", "InfiniBand / RoCE ports", facts.why_not("infiniband"))]
     if not ib.get("present") or not ib.get("devices"):
         if (env.get("NCCL_NET") or "").upper() == "IB":
             return [Finding(id=fid, status="fail", title="NCCL_NET=IB, and this node has no InfiniBand device",
@@ -251,7 +253,7 @@ def check_ib(facts: Facts) -> list[Finding]:
                                              undo=[f"export NCCL_NET={shell_quote(env['NCCL_NET'])}"], verified=None,
                                              note="not tried, because it changes every rank's launch")])]
         why = ib.get("error") or f"no {ib.get('root')}: no InfiniBand or RoCE device on this node"
-        return [not_checked(fid, "InfiniBand / RoCE ports", f"not examined: {why}")]
+        return [not_checked(f"{fid}.not-checked", "InfiniBand / RoCE ports", f"not examined: {why}")]
     a = infiniband.analyze(ib, env)
     ev = facts.evidence("infiniband")
     probs = a["problems"]
