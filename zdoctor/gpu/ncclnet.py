@@ -214,14 +214,23 @@ def parse_route_get(text: str) -> dict[str, Any] | None:
     return {k: first.get(k) for k in ("dst", "dev", "gateway", "prefsrc", "type")}
 
 
-def parse_routes(text: str) -> list[dict[str, Any]]:
-    """``ip -j route show`` -> ``[{dst, dev, gateway, metric, type}]`` (``default`` kept as written)."""
+def parse_routes(text: str, family: str | None = None) -> list[dict[str, Any]]:
+    """``ip -j -4|-6 route show`` -> ``[{dst, dev, gateway, metric, type, prefsrc, family}]`` (``default`` kept
+    as written; ``family`` inet | inet6 says which table it came from)."""
     try:
         doc = json.loads(text or "[]")
     except ValueError:
         return []
-    return [{k: r.get(k) for k in ("dst", "dev", "gateway", "metric", "type", "prefsrc")}
+    return [{**{k: r.get(k) for k in ("dst", "dev", "gateway", "metric", "type", "prefsrc")}, "family": family}
             for r in doc if isinstance(r, dict) and r.get("dst")] if isinstance(doc, list) else []
+
+
+def _route_family(r: Mapping[str, Any]) -> int | None:
+    fam = r.get("family")
+    if fam in ("inet", "inet6"):
+        return 4 if fam == "inet" else 6
+    gw = r.get("gateway")
+    return (6 if ":" in gw else 4) if isinstance(gw, str) and gw else None
 
 
 def route_for(routes: Sequence[Mapping[str, Any]], address: str) -> dict[str, Any] | None:
@@ -237,6 +246,8 @@ def route_for(routes: Sequence[Mapping[str, Any]], address: str) -> dict[str, An
         if (r.get("type") or "unicast") != "unicast":
             continue
         dst = str(r.get("dst"))
+        if dst == "default" and _route_family(r) != ip.version:
+            continue  # a default route of the other family (or of no known one)
         try:
             net = ipaddress.ip_network(("0.0.0.0/0" if ip.version == 4 else "::/0") if dst == "default" else dst,
                                        strict=False)

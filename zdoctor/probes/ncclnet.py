@@ -117,9 +117,9 @@ def nccl_net_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     facts["interfaces"] = interfaces
     facts["choice"] = ncclnet.choose(interfaces, env)
     routes: list[dict[str, Any]] = []
-    for fam, label in ((["-4"], "ip -j -4 route show"), (["-6"], "ip -j -6 route show")):
-        out, _, rerr = _ip(["-j", *fam, "route", "show"], label)
-        routes += ncclnet.parse_routes(out or "") if rerr is None else []
+    for flag, family in (("-4", "inet"), ("-6", "inet6")):
+        out, _, rerr = _ip(["-j", flag, "route", "show"], f"ip -j {flag} route show")
+        routes += ncclnet.parse_routes(out or "", family) if rerr is None else []
     facts["routes"] = routes
     hf = _hostfile(target.options.get("hostfile"))
     facts["hostfile"] = hf
