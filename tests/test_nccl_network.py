@@ -247,12 +247,13 @@ def one(doc: dict, name: str) -> dict:
 
 
 def test_bridge_membership_and_the_interface_without_an_address(netns):
-    doc = in_ns({"NCCL_SOCKET_IFNAME": "h6v2"})
+    doc = in_ns({"NCCL_SOCKET_IFNAME": "h6v2"}, log="n1:9:9 [0] NCCL WARN Bootstrap : no socket interface found")
     ifs = {i["ifname"]: i for i in doc["facts"]["interfaces"]}
     assert ifs["h6br0"]["kind"] == "bridge" and ifs["h6br0"]["bridge_ports"] == ["h6v0"]
     assert ifs["h6v0"]["master"] == "h6br0" and ifs["h6v2"]["addrs"] == []
     f = one(doc, "nccl.socket")
     assert f["status"] == "fail" and "h6v2, which has no IPv4 or IPv6 address" in f["detail"]
+    assert f["explains"] == ["S1"]
     assert one(doc, "nccl.peers")["id"] == "nccl.peers.not-checked"
     assert "no hostfile or MASTER_ADDR given" in one(doc, "nccl.peers")["detail"]
 
