@@ -296,3 +296,22 @@ def test_check_json_says_which_parts_of_the_layer_were_not_examined(netns, tmp_p
     missed = {m["check"]: m["why"] for m in layer["not_examined"]}
     assert missed["nccl.peers"].startswith("not examined: no hostfile or MASTER_ADDR given")
     assert missed["nccl.ib"].startswith("not examined: no /sys/class/infiniband")
+
+
+def socket_facts(interfaces: list[dict], env: dict[str, str], peers: list[dict]) -> Facts:
+    load_vocabulary()
+    nf = {"env": env, "interfaces": interfaces, "choice": ncclnet.choose(interfaces, env), "peers": peers}
+    return Facts({"nccl_net": ProbeResult(probe="nccl_net", facts=nf)})
+
+
+def test_loopback_or_a_link_local_address_in_a_multi_node_job():
+    peer = [{"name": "10.9.0.2", "source": "MASTER_ADDR", "address": "10.9.0.2",
+             "route": {"dev": "eth0", "type": None}}]
+    lo_only = [iface("lo", 1, "127.0.0.1/8"), iface("eth0", 2, "fe80::5/64")]
+    (f,) = evaluate_check("nccl.socket", socket_facts(lo_only, {"NCCL_SOCKET_IFNAME": "lo"}, peer))
+    assert f.status == "fail" and "reachable only from this node" in f.detail
+    assert f.remedies[0].commands == ["export NCCL_SOCKET_IFNAME=eth0"]
+    (f,) = evaluate_check("nccl.socket", socket_facts(lo_only, {}, peer))  # the default order skips lo
+    assert f.status == "warn" and "link-local fe80::5" in f.detail
+    (f,) = evaluate_check("nccl.socket", socket_facts(lo_only, {"NCCL_SOCKET_IFNAME": "lo"}, []))
+    assert f.status == "ok"  # one node: loopback is fine

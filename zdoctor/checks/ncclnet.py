@@ -51,6 +51,13 @@ def _multi_node(nf: dict[str, Any]) -> bool:
     return any((p.get("route") or {}).get("type") != "local" for p in nf.get("peers") or [] if p.get("route"))
 
 
+def _at_probe_time(facts: Facts, probe: str, ev: Evidence) -> Evidence:
+    """``ev`` dated when the probe it is built from ran (a replay then gives the same evidence)."""
+    res = facts.get(probe)
+    ev.started = res.started if res is not None else 0.0
+    return ev
+
+
 def _table(nf: dict[str, Any], chosen: list[dict[str, Any]]) -> Evidence:
     names = [c["ifname"] for c in chosen]
     rows, hl = [], []
@@ -117,7 +124,7 @@ def check_socket(facts: Facts) -> list[Finding]:
     interfaces = nf.get("interfaces") or []
     env = nf.get("env") or {}
     current = env.get("NCCL_SOCKET_IFNAME")
-    ev = [_table(nf, chosen), _env_note(nf)]
+    ev = [_at_probe_time(facts, "nccl_net", e) for e in (_table(nf, chosen), _env_note(nf))]
     log = facts.of("nccl_log")
     first = chosen[0] if chosen else None
     log_lines, differs = _log_lines(log, first["ifname"] if first else None)
@@ -153,6 +160,10 @@ def check_socket(facts: Facts) -> list[Finding]:
         status = "fail"
         problems.append(f"{first['ifname']} ({first['address']}) is reachable only from this node, and the job "
                         "has other nodes: they cannot connect to it")
+    if first.get("family") == "inet6" and str(first.get("address", "")).lower().startswith("fe80") and _multi_node(nf):
+        status = "fail" if status == "fail" else "warn"
+        problems.append(f"{first['ifname']}'s only usable address is the link-local {first['address']}: it reaches "
+                        "only the same link, and only with its scope, which the other nodes do not have")
     if differs:
         status = "fail" if status == "fail" else "warn"
         problems.append(f"NCCL's own output says it used {differs}, the rules on this node's interfaces give "
@@ -212,8 +223,9 @@ def check_peers(facts: Facts) -> list[Finding]:
             hl.append(n)
         rows.append([p["name"], p["source"], p.get("address") or "?", r.get("dev") or "?", r.get("gateway") or "",
                      r.get("prefsrc") or "", verdict])
-    ev = [Evidence.of_table(f"routes to the job's nodes (NCCL uses {mine})",
-                            ["peer", "from", "address", "route via", "gateway", "source address", "verdict"], rows, hl)]
+    ev = [_at_probe_time(facts, "nccl_net", Evidence.of_table(
+        f"routes to the job's nodes (NCCL uses {mine})",
+        ["peer", "from", "address", "route via", "gateway", "source address", "verdict"], rows, hl))]
     more = nf.get("peers_total", len(peers)) - len(peers)
     tail = [f"{more} more host(s) of the hostfile were not looked up."] if more > 0 else []
     if hf.get("error"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from .. import __version__
@@ -225,7 +226,7 @@ class FleetReport:
     def differing(self) -> list[SkewRow]:
         return [r for r in self.skew if r.differs]
 
-    @property
+    @cached_property
     def reach(self) -> Finding:
         """Whether each node's NCCL interface routes to every other node's NCCL address (from the facts)."""
         return reach_finding([(n.host, nccl_facts(n.run.snapshot) if n.reached else None) for n in self.nodes])
