@@ -90,7 +90,9 @@ def _env_note(nf: dict[str, Any]) -> Evidence:
 def _log_lines(log: dict[str, Any] | None, predicted: str | None) -> tuple[list[str], str | None]:
     """What NCCL's own output said, and whether it disagrees with the rules' prediction."""
     if not log or not log.get("seen"):
-        return [], None
+        where = " in " + ", ".join(log["sources"]) if log and log.get("sources") else ""
+        return [f"NCCL's own choice was not read: no NCCL INFO line{where} (run once with NCCL_DEBUG=INFO "
+                "NCCL_DEBUG_SUBSYS=INIT,NET and give its output with --log)."], None
     said = nccllog.chosen_interface(log)
     lines = []
     if log.get("bootstrap"):

@@ -97,6 +97,22 @@ def _nccl_mtu(p: Probes) -> str | None:
     return None
 
 
+def _nccl_env(p: Probes) -> str | None:
+    env = _get(p, "nccl_net", "env")
+    if not isinstance(env, Mapping):
+        return None
+    return " ".join(f"{k}={v}" for k, v in sorted(env.items()) if str(k).startswith("NCCL_")) or "(none set)"
+
+
+def _ib_ports(p: Probes) -> str | None:
+    if _get(p, "infiniband", "present") is False:
+        return "(no InfiniBand device)"
+    ports = [f"{d.get('name')}:{q.get('port')} {q.get('link_layer')} {q.get('state')} {q.get('rate')}"
+             for d in _get(p, "infiniband", "devices") or [] if isinstance(d, Mapping)
+             for q in d.get("ports") or [] if isinstance(q, Mapping)]
+    return ", ".join(ports) or None
+
+
 def _text(value: Any) -> str | None:
     return None if value in (None, "", [], {}) else str(value)
 
@@ -156,6 +172,11 @@ FACTS: tuple[SkewFact, ...] = (
              judged=False),
     SkewFact("nccl-mtu", "MTU of NCCL's interface", _nccl_mtu,
              "a smaller MTU on one node drops or fragments the others' large frames (RoCE stalls)"),
+    SkewFact("nccl-env", "NCCL variables", _nccl_env,
+             "a node without the job's NCCL_SOCKET_IFNAME / NCCL_IB_* picks another interface or GID than the rest"),
+    SkewFact("ib-ports", "InfiniBand / RoCE ports", _ib_ports,
+             "a node whose port is down or of another link layer or rate falls back to sockets or slows every "
+             "collective"),
 )
 
 
