@@ -315,3 +315,11 @@ def test_loopback_or_a_link_local_address_in_a_multi_node_job():
     assert f.status == "warn" and "link-local fe80::5" in f.detail
     (f,) = evaluate_check("nccl.socket", socket_facts(lo_only, {"NCCL_SOCKET_IFNAME": "lo"}, []))
     assert f.status == "ok"  # one node: loopback is fine
+
+
+def test_a_master_addr_that_reads_as_an_option_is_not_looked_up():
+    from zdoctor.probes.ncclnet import _resolve
+
+    addr, why = _resolve("--help")
+    assert addr is None and why.startswith("not a host name: starts with '-'")
+    assert _resolve("10.1.2.3") == ("10.1.2.3", None)

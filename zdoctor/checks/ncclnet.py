@@ -266,7 +266,8 @@ def check_ib(facts: Facts) -> list[Finding]:
                             remedies=[Remedy("Let NCCL use sockets", ["unset NCCL_NET"],
                                              undo=[f"export NCCL_NET={shell_quote(env['NCCL_NET'])}"], verified=None,
                                              note="not tried, because it changes every rank's launch")])]
-        why = ib.get("error") or f"no {ib.get('root')}: no InfiniBand or RoCE device on this node"
+        why = ib.get("error") or (f"no device under {ib.get('root')}" if ib.get("present") else
+                                  f"no {ib.get('root')}: no InfiniBand or RoCE device on this node")
         return [not_checked(f"{fid}.not-checked", "InfiniBand / RoCE ports", f"not examined: {why}")]
     a = infiniband.analyze(ib, env)
     ev = facts.evidence("infiniband")

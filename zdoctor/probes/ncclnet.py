@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..errors import InputError
-from ..fleet.hosts import read_hostfile
+from ..fleet.hosts import host_problem, read_hostfile
 from ..gpu import infiniband, nccllog, ncclnet
 from ..model import Evidence, cap_text
 from ..registry import probe
@@ -53,6 +53,9 @@ def _resolve(name: str) -> tuple[str | None, str | None]:
         return str(ipaddress.ip_address(name)), None
     except ValueError:
         pass
+    problem = host_problem(name)  # MASTER_ADDR is free text: never an option to getent
+    if problem:
+        return None, f"not a host name: {problem}"
     path = system_tool("getent")
     if path is None:
         return None, "getent is not installed"
