@@ -128,8 +128,7 @@ def check_socket(facts: Facts) -> list[Finding]:
     current = env.get("NCCL_SOCKET_IFNAME")
     ev = [_at_probe_time(facts, "nccl_net", e) for e in (_table(nf, chosen), _env_note(nf))]
     log = facts.of("nccl_log")
-    first = chosen[0] if chosen else None
-    log_lines, differs = _log_lines(log, first["ifname"] if first else None)
+    log_lines, differs = _log_lines(log, chosen[0]["ifname"] if chosen else None)
     devs = _route_devs(nf)
     explained = ids_for(facts, "nccl-interface")
     if not chosen:
@@ -151,6 +150,7 @@ def check_socket(facts: Facts) -> list[Finding]:
         return [Finding(id=fid, status="fail", title="NCCL finds no interface to use" if not without else
                         f"NCCL_SOCKET_IFNAME selects {', '.join(without)}, which has no address",
                         detail="\n".join([what + ".", *log_lines]), evidence=ev, remedies=rem, explains=explained)]
+    first: dict[str, Any] = chosen[0]
     iface = _iface(nf, first["ifname"]) or {}
     problems: list[str] = []
     status = "ok"
