@@ -323,3 +323,26 @@ def test_a_master_addr_that_reads_as_an_option_is_not_looked_up():
     addr, why = _resolve("--help")
     assert addr is None and why.startswith("not a host name: starts with '-'")
     assert _resolve("10.1.2.3") == ("10.1.2.3", None)
+
+
+def test_each_nodes_nccl_address_is_shown_and_not_judged_in_the_skew_table():
+    from zdoctor.exportparts import fleet_tables
+    from zdoctor.fleet.skew import read_facts, skew_table
+
+    def probes(name: str, addr: str, mtu: int) -> dict:
+        interfaces = [iface(name, 2, addr)]
+        interfaces[0]["mtu"] = mtu
+        return {"nccl_net": {"env": {"NCCL_SOCKET_IFNAME": name}, "interfaces": interfaces,
+                             "choice": ncclnet.choose(interfaces, {"NCCL_SOCKET_IFNAME": name})}}
+
+    per_node = {"n1": read_facts(probes("eth0", "10.0.0.1/24", 9000)),
+                "n2": read_facts(probes("eth0", "10.0.0.2/24", 1500))}
+    rows = {r.fact.id: r for r in skew_table(per_node, ["n1", "n2"])}
+    assert rows["nccl-interface"].values == {"n1": "eth0", "n2": "eth0"} and not rows["nccl-interface"].differs
+    assert rows["nccl-address"].values == {"n1": "10.0.0.1/24", "n2": "10.0.0.2/24"}
+    assert not rows["nccl-address"].differs and rows["nccl-mtu"].differs  # the MTU must agree, the address not
+    (_, _, skew_rows, hot) = fleet_tables({"nodes": [], "skew": [r.to_dict() for r in rows.values()]})[1]
+    shown = {row[0]: (n, row[2]) for n, row in enumerate(skew_rows)}
+    n, text = shown["NCCL address"]
+    assert text == "n1: 10.0.0.1/24; n2: 10.0.0.2/24" and n not in hot
+    assert shown["MTU of NCCL's interface"][0] in hot
