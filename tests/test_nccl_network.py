@@ -285,12 +285,26 @@ def test_a_hostfile_address_routed_through_another_interface(netns):
     assert one(ok, "nccl.peers")["status"] == "ok"
 
 
-def test_check_json_says_which_parts_of_the_layer_were_not_examined(netns, tmp_path):
+def check_in_ns(tmp_path: Path, *args: str, **env_vars: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "MASTER_"))}
     r = subprocess.run(["ip", "netns", "exec", NS, sys.executable, "-m", "zdoctor", "check", "--json", "--no-log",
-                        "--playbook", "multinode"], capture_output=True, text=True, timeout=300, cwd=ROOT,
-                       env={**env, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(tmp_path)})
-    doc = json.loads(r.stdout)
+                        "--playbook", "multinode", *args], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                       env={**env, **env_vars, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(tmp_path)})
+    assert r.stdout, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_check_with_a_hostfile_walks_to_the_route_that_leaves_through_another_interface(netns, tmp_path):
+    doc = check_in_ns(tmp_path, "--hostfile", netns["hostfile"], NCCL_SOCKET_IFNAME="h6br", MASTER_ADDR="10.66.1.2")
+    (walk,) = [p for p in doc["playbooks"] if p["id"] == "multinode"]
+    assert walk["diagnosis"] == "diag-no-route"
+    (f,) = [f for f in doc["findings"] if f["id"] == "nccl.peers"]
+    assert f["status"] == "fail" and "routed through h6v1, not h6br0" in f["detail"]
+    assert doc["exit_code"] == 1
+
+
+def test_check_json_says_which_parts_of_the_layer_were_not_examined(netns, tmp_path):
+    doc = check_in_ns(tmp_path)
     (layer,) = [x for x in doc["layers"] if x["id"] == "nccl-network"]
     assert layer["status"] == "examined" and layer["checks"] == ["nccl.socket"]
     missed = {m["check"]: m["why"] for m in layer["not_examined"]}
