@@ -187,7 +187,8 @@ SETUP = [
     "ip -n {ns} link add h6v2 type veth peer name h6p2 netns {peer}", "ip -n {ns} link set h6v2 addrgenmode none",
     "ip -n {ns} link add h6v3 type veth peer name h6p3 netns {peer}", "ip -n {ns} addr add 10.66.3.1/24 dev h6v3",
     "ip -n {ns} link set h6br0 up", "ip -n {ns} link set h6v0 up", "ip -n {ns} link set h6v1 up",
-    "ip -n {ns} link set h6v2 up",
+    "ip -n {ns} link set h6v2 up", "ip -n {ns} link add h6v5 type veth peer name h6p5 netns {peer}",
+    "ip -n {ns} addr add 10.66.5.1/24 dev h6v5", "ip -n {ns} link set h6v5 up",  # its peer stays down
     "ip -n {peer} addr add 10.66.1.2/24 dev h6p0", "ip -n {peer} addr add 10.66.2.2/24 dev h6p1",
     "ip -n {peer} link set h6p0 up", "ip -n {peer} link set h6p1 up", "ip -n {peer} link set h6p2 up",
 ]
@@ -269,6 +270,8 @@ def test_a_wrong_socket_ifname_gets_the_interface_the_route_uses(netns):
 def test_an_interface_whose_link_is_down(netns):
     f = one(in_ns({"NCCL_SOCKET_IFNAME": "h6v3"}), "nccl.socket")
     assert f["status"] == "fail" and "h6v3 is down" in f["detail"]
+    f = one(in_ns({"NCCL_SOCKET_IFNAME": "h6v5"}), "nccl.socket")
+    assert f["status"] == "fail" and "h6v5 has no carrier (state LOWERLAYERDOWN)" in f["detail"]
 
 
 def test_a_hostfile_address_routed_through_another_interface(netns):

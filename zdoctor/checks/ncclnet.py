@@ -154,10 +154,16 @@ def check_socket(facts: Facts) -> list[Finding]:
     iface = _iface(nf, first["ifname"]) or {}
     problems: list[str] = []
     status = "ok"
-    if (iface.get("operstate") or "").upper() == "DOWN" or "UP" not in (iface.get("flags") or ["UP"]):
+    flags = iface.get("flags") or ["UP"]
+    if (iface.get("operstate") or "").upper() == "DOWN" or "UP" not in flags:
         status = "fail"
         problems.append(f"{first['ifname']} is down (state {iface.get('operstate')}): NCCL binds to its address "
                         f"{first['address']}, and nothing reaches it")
+    elif "NO-CARRIER" in flags or (iface.get("operstate") or "").upper() == "LOWERLAYERDOWN":
+        status = "fail"
+        problems.append(f"{first['ifname']} has no carrier (state {iface.get('operstate')}): its link (cable, "
+                        "switch port or the device under it) is down, and nothing reaches its address "
+                        f"{first['address']}")
     if ncclnet.is_local_only(first["ifname"]) and _multi_node(nf):
         status = "fail"
         problems.append(f"{first['ifname']} ({first['address']}) is reachable only from this node, and the job "
