@@ -363,3 +363,12 @@ def test_each_nodes_nccl_address_is_shown_and_not_judged_in_the_skew_table():
     n, text = shown["NCCL address"]
     assert text == "n1: 10.0.0.1/24; n2: 10.0.0.2/24" and n not in hot
     assert shown["MTU of NCCL's interface"][0] in hot
+
+
+def test_the_glossary_explains_the_layers_terms():
+    from zdoctor.glossary import find_term, load_glossary
+
+    terms = load_glossary()
+    for name in ("NCCL_SOCKET_IFNAME", "GID index"):
+        t = find_term(terms, name)
+        assert t is not None and all(find_term(terms, s) is not None for s in t.see)
