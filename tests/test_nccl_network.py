@@ -183,6 +183,7 @@ SETUP = [
     "ip netns add {ns}", "ip netns add {peer}", "ip -n {ns} link set lo up",
     "ip -n {ns} link add h6br0 type bridge", "ip -n {ns} addr add 10.66.1.1/24 dev h6br0",
     "ip -n {ns} link add h6v0 type veth peer name h6p0 netns {peer}", "ip -n {ns} link set h6v0 master h6br0",
+    "ip -n {ns} link set h6v0 addrgenmode none",  # a port holds no address of its own (as a bond slave)
     "ip -n {ns} link add h6v1 type veth peer name h6p1 netns {peer}", "ip -n {ns} addr add 10.66.2.1/24 dev h6v1",
     "ip -n {ns} link add h6v2 type veth peer name h6p2 netns {peer}", "ip -n {ns} link set h6v2 addrgenmode none",
     "ip -n {ns} link add h6v3 type veth peer name h6p3 netns {peer}", "ip -n {ns} addr add 10.66.3.1/24 dev h6v3",
@@ -265,6 +266,12 @@ def test_a_wrong_socket_ifname_gets_the_interface_the_route_uses(netns):
     assert f["status"] == "fail" and "matches no interface of this node" in f["detail"]
     (rem,) = f["remedies"]
     assert rem["commands"] == ["export NCCL_SOCKET_IFNAME=h6v1"] and rem["undo"] == ["export NCCL_SOCKET_IFNAME=eth0"]
+
+
+def test_a_bridge_port_selected_gets_its_bridge(netns):
+    f = one(in_ns({"NCCL_SOCKET_IFNAME": "=h6v0"}), "nccl.socket")
+    assert f["status"] == "fail" and "h6v0 is a port of h6br0, which holds the address" in f["detail"]
+    assert f["remedies"][0]["commands"] == ["export NCCL_SOCKET_IFNAME=h6br0"]
 
 
 def test_an_interface_whose_link_is_down(netns):

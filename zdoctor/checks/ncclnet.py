@@ -47,6 +47,18 @@ def _route_devs(nf: dict[str, Any]) -> list[str]:
     return sorted(counts, key=lambda d: -counts[d])
 
 
+def _masters_with_address(interfaces: list[dict[str, Any]], ports: list[str]) -> list[tuple[str, str]]:
+    """(port, master) for each of ``ports`` enslaved to a bond or bridge that has an address."""
+    out = []
+    for port in ports:
+        i = next((x for x in interfaces if x["ifname"] == port), {})
+        master = i.get("master") or i.get("sysfs_master")
+        m = next((x for x in interfaces if x["ifname"] == master), None)
+        if m is not None and m.get("addrs"):
+            out.append((port, str(master)))
+    return out
+
+
 def _multi_node(nf: dict[str, Any]) -> bool:
     return any((p.get("route") or {}).get("type") != "local" for p in nf.get("peers") or [] if p.get("route"))
 
@@ -141,12 +153,16 @@ def check_socket(facts: Facts) -> list[Finding]:
                                     f"{', '.join(i['ifname'] for i in interfaces)})")
         else:
             what = "no interface of this node has an address NCCL can use"
-        target = devs[0] if devs else ncclnet.choose(interfaces, {k: v for k, v in env.items()
-                                                                  if k != "NCCL_SOCKET_IFNAME"}).get("chosen")
+        masters = _masters_with_address(interfaces, without)
+        if masters:
+            what += "; " + "; ".join(f"{port} is a port of {m}, which holds the address" for port, m in masters)
+        target = masters[0][1] if masters else devs[0] if devs else ncclnet.choose(
+            interfaces, {k: v for k, v in env.items() if k != "NCCL_SOCKET_IFNAME"}).get("chosen")
         name = target if isinstance(target, str) else (target[0]["ifname"] if target else None)
-        rem = [_ifname_remedy(name, interfaces, f"{name} has an address"
-                              + (" and is the interface the route to the other nodes uses" if devs else
-                                 " and is what NCCL picks with the variable unset"), current)] if name else []
+        why_name = (" and is the bond or bridge the selected interface belongs to" if masters else
+                    " and is the interface the route to the other nodes uses" if devs else
+                    " and is what NCCL picks with the variable unset")
+        rem = [_ifname_remedy(name, interfaces, f"{name} has an address{why_name}", current)] if name else []
         return [Finding(id=fid, status="fail", title="NCCL finds no interface to use" if not without else
                         f"NCCL_SOCKET_IFNAME selects {', '.join(without)}, which has no address",
                         detail="\n".join([what + ".", *log_lines]), evidence=ev, remedies=rem, explains=explained)]
