@@ -379,3 +379,16 @@ def test_the_glossary_explains_the_layers_terms():
     for name in ("NCCL_SOCKET_IFNAME", "GID index"):
         t = find_term(terms, name)
         assert t is not None and all(find_term(terms, s) is not None for s in t.see)
+
+
+def test_a_malformed_hostfile_is_the_reason_the_routes_were_not_examined(tmp_path):
+    from zdoctor.probes.ncclnet import _hostfile
+
+    bad = tmp_path / "hostfile"
+    bad.write_text("worker-1 slots=8\nbad host!\n")
+    hf = _hostfile(str(bad))
+    assert hf["hosts"] == [] and f"{bad}:2: expected 'slots=N'" in hf["error"]
+    facts = socket_facts([iface("eth0", 2, "10.0.0.1/24")], {}, [])
+    facts["nccl_net"].facts["hostfile"] = hf
+    (f,) = evaluate_check("nccl.peers", facts)
+    assert f.id == "nccl.peers.not-checked" and f.detail.startswith("the hostfile could not be read: ")
