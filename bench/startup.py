@@ -32,8 +32,9 @@ def zdoctor_exe() -> list[str]:
     return [found] if found else [sys.executable, "-m", "zdoctor"]
 
 
-def venv_exe(root: Path) -> list[str]:
-    """Build the wheel and install it into a fresh venv of its own; return its console script.
+def venv_exe(root: Path, repo: Path | None = None) -> list[str]:
+    """Build the wheel (of this checkout, or of ``repo``) and install it into a fresh venv of its own;
+    return its console script.
 
     Dependencies are taken from this interpreter's site-packages through a plain path entry, so
     nothing is downloaded and the checkout itself is not importable in the venv.
@@ -41,7 +42,7 @@ def venv_exe(root: Path) -> list[str]:
     import sysconfig
     import venv
 
-    repo = Path(__file__).resolve().parent.parent
+    repo = repo or Path(__file__).resolve().parent.parent
     dist = root / "dist"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
                     str(dist), str(repo)], check=True)

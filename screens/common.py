@@ -19,6 +19,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Static
 
+from zdoctor import progress
 from zdoctor.model import CONTROL_CHARACTERS, Evidence, Finding, ProbeResult, Table, sort_findings
 from zdoctor.present import MARKS as PRESENT_MARKS
 from zdoctor.present import STYLES, SUMMARY_ORDER, count
@@ -308,6 +309,9 @@ def probe_line(st: ProbeState, now: float, frame: int = 0) -> Text:
         line.append(f" {st.title}")
         budget = f" of {st.budget:g} s" if st.budget else ""
         line.append(f"  {elapsed:5.1f} s{budget}", style="dim")
+        what = progress.doing_now(st.name)
+        if what:
+            line.append(f"  {what}", style="cyan")
         if over:
             line.append(f"  past its {st.budget:g} s budget: c cancels it", style="bold yellow")
         return line

@@ -38,8 +38,10 @@ LANES: dict[str, tuple[str, ...]] = {
     "test_mutations.py": ("slow",),
     "test_hardening.py": ("slow",),
     "test_symptoms.py": ("slow", "e2e"),
+    "test_progress_line.py": ("slow", "e2e"),
     "test_libaio_calls.py": ("slow",),
     "test_hostram_kills.py": ("needs_root",),
+    "test_container_limits.py": ("needs_root",),
     "test_full_disk.py": ("needs_root",),
     "test_shm_as_user.py": ("needs_root",),
     "test_stale_lock_unscanned.py": ("needs_root",),
@@ -48,6 +50,7 @@ LANES: dict[str, tuple[str, ...]] = {
     "test_nccl_network.py": ("needs_root",),
     "test_nccl_network_fleet.py": ("slow", "e2e", "needs_sshd", "needs_root"),
     "test_sysfile.py": ("needs_root",),
+    "test_driver_parts.py": ("needs_root",),
     # unit-level files whose real processes, terminals or interpreters take tens of seconds each
     "test_tui.py": ("slow",),
     "test_tui_fleet.py": ("slow",),

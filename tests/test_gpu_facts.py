@@ -179,10 +179,42 @@ def h200_p2p() -> dict[str, Any]:
     return facts
 
 
+def h200_driver_parts() -> dict[str, Any]:
+    """The driver's parts as the capture shows them: the loader took libcuda.so.1 and libnvidia-ml.so.1 from
+    /usr/local/nvidia/lib64 through LD_LIBRARY_PATH (the LD_DEBUG trace), a squashfs the container runtime
+    mounted there (mounts.txt); the module's two files, the real files behind the libraries and the package
+    record were not recorded, so their releases are unknown (the module's comes from NVML); one H200 whose
+    fabric state is N/A: no NVSwitch."""
+    trace = read("ld-debug-torch-cuda.txt.gz")
+    lib_dir = "/usr/local/nvidia/lib64"
+    assert f"trying file={lib_dir}/libcuda.so.1" in trace and f"trying file={lib_dir}/libnvidia-ml.so.1" in trace
+    env = env_txt()
+    mount = next(line.split() for line in read("mounts.txt").splitlines() if " /usr/local/nvidia " in line)
+    return {"module": {"loaded": True, "proc_version": None, "proc_release": None, "sys_release": None,
+                       "release": None, "modules": None, "unload_order": None,
+                       "modules_error": "/proc/modules was not recorded",
+                       "paths": ["/proc/driver/nvidia/version", "/sys/module/nvidia/version"]},
+            "packages": {"manager": None, "source": None, "installed": [], "release": None,
+                         "error": "the package record was not recorded"},
+            "distro": {"id": "ubuntu", "id_like": ["debian"], "version_id": "24.04"}, "boot_time": None,
+            "libraries": {"nvml": {"path": f"{lib_dir}/libnvidia-ml.so.1", "realpath": f"{lib_dir}/libnvidia-ml.so.1",
+                                   "release": None},
+                          "libcuda": {"name": "libcuda.so.1", "process": "/opt/torch/.venv/bin/python",
+                                      "path": f"{lib_dir}/libcuda.so.1", "realpath": f"{lib_dir}/libcuda.so.1",
+                                      "release": None, "error": None, "via": "LD_LIBRARY_PATH",
+                                      "label": "[LD_LIBRARY_PATH]", "dir": lib_dir, "tried": [],
+                                      "cache": "/etc/ld.so.cache", "cache_error": None,
+                                      "mount": {"point": mount[1], "fstype": mount[2], "source": mount[0]}},
+                          "env": {"LD_LIBRARY_PATH": env.get("LD_LIBRARY_PATH"), "LD_PRELOAD": env.get("LD_PRELOAD")}},
+            "mounted": [], "history": {"read": [], "errors": [], "transactions": 0, "last_change": None},
+            "fabric": {"nvswitch": [], "unit": None, "unit_error": None, "version": None, "version_source": None,
+                       "log_mismatch": None, "log_error": None}}
+
+
 def h200_all() -> dict[str, dict[str, Any]]:
     return {"nvml": h200_nvml(), "pyenv": h200_pyenv(), "toolchain": h200_toolchain(),
             "cuda_stack": h200_cuda_stack(), "nccl": h200_nccl(), "gpu_env": h200_gpu_env(),
-            "host_limits": h200_limits(), "p2p": h200_p2p()}
+            "host_limits": h200_limits(), "p2p": h200_p2p(), "driver_parts": h200_driver_parts()}
 
 
 def h200(**changes: dict[str, Any]) -> Facts:

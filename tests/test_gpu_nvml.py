@@ -44,6 +44,7 @@ def fake_h200(monkeypatch: pytest.MonkeyPatch, *, count: int = 1, unsupported: t
         "nvmlDeviceGetHandleByIndex": lambda i: ("h", i),
         "nvmlDeviceGetName": lambda h: g["name"].encode(),  # old bindings return bytes
         "nvmlDeviceGetUUID": lambda h: g["uuid"],
+        "nvmlDeviceGetBrand": lambda h: pynvml.NVML_BRAND_NVIDIA,  # the H200's product_brand in nvidia-smi -q
         "nvmlDeviceGetPciInfo": lambda h: _Obj(busId=g["pci"]["busId"]),
         "nvmlDeviceGetMemoryInfo": lambda h: _Obj(**g["memory"]),
         "nvmlDeviceGetUtilizationRates": lambda h: _Obj(**g["util"]),

@@ -44,13 +44,13 @@ def test_lints_clean_and_explains_every_node():
         assert len(node.why) > 20 and len(node.explain) > 80, node.id
         if node.kind == "diagnosis" and node.id != pb.unexplained:  # that end names the symptoms, not a check
             assert node.checks, node.id
-    order = ["driver", "gpus", "runtime", "toolkit", "host-compiler", "nccl", "environment", "limits"]
+    order = ["driver", "gpus", "parts", "runtime", "toolkit", "host-compiler", "nccl", "environment", "limits"]
     assert all(n in pb.nodes for n in order)
 
 
 def test_the_healthy_h200_walks_every_layer():
-    assert walk() == ["driver", "gpus", "runtime", "toolkit", "host-compiler", "nccl", "environment", "limits",
-                      "diag-healthy"]
+    assert walk() == ["driver", "gpus", "parts", "runtime", "toolkit", "host-compiler", "nccl", "environment",
+                      "limits", "diag-healthy"]
 
 
 def test_no_driver_stops_at_the_bottom():

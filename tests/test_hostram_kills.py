@@ -88,8 +88,7 @@ def real_memcg_kill(tmp_path):
 
 def test_a_real_memcg_kill_is_the_jobs_limit_not_the_hosts_memory(tmp_path, real_memcg_kill):
     kernel, path, cg = real_memcg_kill
-    mount = str(cg.parent.parent) if cg.parent.name == "memory" else str(cg.parent)
-    f, _ = _collect(tmp_path, kernel + LAUNCHER, cgroup_root=mount)
+    f, _ = _collect(tmp_path, kernel + LAUNCHER)
     assert f["oom_kills"][0]["kind"] == "memcg" and f["oom_kills"][0]["memcg"] == path
     assert f["oom_kills"][0]["limit_kb"] == 65536
     assert f["oom_kills"][0]["cgroup_now"]["bytes"] == 64 * 1024 * 1024
@@ -104,7 +103,7 @@ def test_a_real_memcg_kill_is_the_jobs_limit_not_the_hosts_memory(tmp_path, real
 
 def test_recorded_memcg_kill_and_a_global_oom_are_told_apart(tmp_path):
     recorded = (OFFLOAD / "memcg-oom-kmsg.txt").read_text()
-    f, _ = _collect(tmp_path, recorded + LAUNCHER, cgroup_root=str(tmp_path / "no-cgroups"))
+    f, _ = _collect(tmp_path, recorded + LAUNCHER, cgroup_sysroot=str(tmp_path / "no-cgroups"))
     k = f["oom_kills"][0]
     assert (k["kind"], k["memcg"], k["task"], k["pid"], k["limit_kb"]) == \
         ("memcg", "/zdoctor-h2-probe", "python3", 30375, 65536)
@@ -132,7 +131,7 @@ def test_the_memcg_kill_explains_the_kernels_oom_line_and_the_kill(tmp_path):
     from zdoctor.symptoms.extract import from_text
 
     text = (OFFLOAD / "memcg-oom-kmsg.txt").read_text() + "Killed\n"
-    f, _ = _collect(tmp_path, text, cgroup_root=str(tmp_path / "none"))
+    f, _ = _collect(tmp_path, text, cgroup_sysroot=str(tmp_path / "none"))
     syms = {"symptoms": [s.to_dict() for s in from_text(text, "log", "--log")]}
     kinds = {s["id"]: (s["kind"], s["fields"].get("constraint")) for s in syms["symptoms"]}
     assert ("oom-kill", "CONSTRAINT_MEMCG") in kinds.values() and ("killed", None) in kinds.values()

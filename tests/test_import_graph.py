@@ -16,7 +16,7 @@ PACKAGE = ROOT / "zdoctor"
 #: is in the layer of the longest prefix listed.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("zdoctor", "zdoctor.errors", "zdoctor.units", "zdoctor.verdicts", "zdoctor.plural", "zdoctor.shellquote",
-              "zdoctor.symptoms.model", "zdoctor.resources", "zdoctor.scripts", "zdoctor.layers",
+              "zdoctor.symptoms.model", "zdoctor.resources", "zdoctor.scripts", "zdoctor.layers", "zdoctor.progress",
               "zdoctor.shim")),
     ("model", ("zdoctor.model", "zdoctor.redact", "zdoctor.userfile", "zdoctor.atomic", "zdoctor.children",
                "zdoctor.runner", "zdoctor.target", "zdoctor.packages", "zdoctor.present", "zdoctor.asuser",
@@ -25,14 +25,15 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                "zdoctor.shape", "zdoctor.filefix")),
     ("facts", ("zdoctor.registry", "zdoctor.host", "zdoctor.forensics", "zdoctor.storage", "zdoctor.gpu",
                "zdoctor.offload", "zdoctor.symptoms.extract", "zdoctor.symptoms.match", "zdoctor.symptoms.view",
-               "zdoctor.symptoms", "zdoctor.core_apply", "zdoctor.glossary",
+               "zdoctor.symptoms", "zdoctor.core_apply", "zdoctor.glossary", "zdoctor.container",
                "zdoctor.fleet.hosts")),
     ("probes", ("zdoctor.probes",)),
     ("checks", ("zdoctor.checks", "zdoctor.symptoms.ledger")),
     ("walk", ("zdoctor.conditions", "zdoctor.walkwords", "zdoctor.playbook", "zdoctor.playbook_lint",
               "zdoctor.events", "zdoctor.session", "zdoctor.engine", "zdoctor.doctor", "zdoctor.guide",
               "zdoctor.practice", "zdoctor.apply", "zdoctor.resume")),
-    ("report", ("zdoctor.report", "zdoctor.exportparts", "zdoctor.export", "zdoctor.htmlreport", "zdoctor.fleet")),
+    ("report", ("zdoctor.report", "zdoctor.progressline", "zdoctor.exportparts", "zdoctor.export",
+                "zdoctor.htmlreport", "zdoctor.fleet")),
     ("front", ("zdoctor.fleet_command", "zdoctor.cli", "zdoctor.tui", "zdoctor.isolate", "zdoctor.__main__",
                "zdoctor.bundle")),
 ]

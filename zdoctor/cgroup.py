@@ -82,18 +82,29 @@ def _mounts() -> list[tuple[str, str, str]]:
     return out
 
 
+def parse_proc_cgroup(text: str) -> dict[str, str]:
+    """``/proc/PID/cgroup`` text -> the cgroup per hierarchy: ``""`` for the unified (v2) one, else its
+    controllers as listed (``"memory"``, ``"cpu,cpuacct"``, ``"name=systemd"``)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.rstrip("\n").split(":", 2)
+        if len(parts) == 3:
+            out[parts[1]] = parts[2]
+    return out
+
+
+def paths_of(pid: int | str = "self", proc: str = "/proc") -> dict[str, str] | None:
+    """A process's cgroup per hierarchy (see :func:`parse_proc_cgroup`); None when it cannot be read."""
+    try:
+        with open(os.path.join(proc, str(pid), "cgroup"), encoding="utf-8", errors="replace") as fh:
+            return parse_proc_cgroup(fh.read(1 << 16))
+    except OSError:
+        return None
+
+
 def _own_paths() -> dict[str, str]:
     """This process's cgroup per hierarchy: ``""`` for the unified (v2) one, else its controllers."""
-    out: dict[str, str] = {}
-    try:
-        with open("/proc/self/cgroup", encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                parts = line.rstrip("\n").split(":", 2)
-                if len(parts) == 3:
-                    out[parts[1]] = parts[2]
-    except OSError:
-        pass
-    return out
+    return paths_of() or {}
 
 
 def _find_base() -> tuple[str, str] | None:

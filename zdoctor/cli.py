@@ -218,7 +218,10 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     host = ReplayHost.load(args.replay) if args.replay else _live_host(args)
     log = _open_log("check", argv, host.info, not args.no_log)
     record = log.record if log else (lambda _t, _d: None)
-    report = check(host, record=record, playbooks=books)
+    from .progressline import ProgressLine
+
+    with ProgressLine(enabled=not args.json):
+        report = check(host, record=record, playbooks=books)
     if log:
         report.session = log.id
         log.close(report.exit_code)

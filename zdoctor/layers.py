@@ -47,15 +47,31 @@ LAYERS: tuple[Layer, ...] = (
 
 BY_ID: dict[str, Layer] = {layer.id: layer for layer in LAYERS}
 
+#: The layer of a check that names none, by the family of its name (``libs.glibcxx`` -> ``libraries``).
+BY_FAMILY: dict[str, str] = {
+    "libs": "libraries", "toolchain": "toolchain", "jit": "toolchain", "pyenv": "python-env", "gpu": "gpu",
+    "offload": "offload", "storage": "offload",
+}
+
+
+def layer_of(check_name: str, declared: str = "") -> str:
+    """The layer a check examines: the one it declares, else its family's (see :data:`BY_FAMILY`), else ""."""
+    if declared:
+        if declared not in BY_ID:
+            raise ValueError(f"check {check_name!r} names unknown layer {declared!r} (see zdoctor.layers.LAYERS)")
+        return declared
+    return BY_FAMILY.get(check_name.split(".", 1)[0], "")
+
 
 def layer_status(check_layers: Mapping[str, str], findings: Iterable[Any],
                  owner: Callable[[str], str | None]) -> list[dict[str, Any]]:
-    """``[{id, title, status: examined|not examined, checks, not_examined: [{check, why}], why}]`` for every
-    layer, from each check's layer (``check name -> layer id``), the run's findings (objects with ``id``,
-    ``status`` and ``detail``) and ``owner(finding id) -> check name``.
+    """``[{id, title, status, checks, not_examined: [{check, why}], why}]`` for every layer, from each check's
+    layer (``check name -> layer id``), the run's findings (objects with ``id``, ``status`` and ``title``,
+    ``detail``) and ``owner(finding id) -> check name``.
 
-    A check looked when it gave any finding but its own ``NAME.not-checked``; one that gave only that did not,
-    and its detail is why; one that gave nothing gave no verdict, and is not counted as a look."""
+    A check looked when it gave a finding that is not ``skip``; one that gave only ``skip`` findings did not,
+    and their text is why; one that gave nothing gave no verdict, and is not counted as a look. ``status`` is
+    ``examined`` (every check looked), ``partly examined`` (some did) or ``not examined`` (none did)."""
     by_check: dict[str, list[Any]] = {name: [] for name in check_layers}
     for f in findings:
         name = owner(f.id)
@@ -68,20 +84,28 @@ def layer_status(check_layers: Mapping[str, str], findings: Iterable[Any],
         missed: list[dict[str, str]] = []
         for name in names:
             got = by_check.get(name, [])
-            real = [f for f in got if f.id != f"{name}.not-checked"]
-            if real:
+            if any(f.status != "skip" for f in got):
                 looked.append(name)
             elif got:
-                missed.append({"check": name, "why": " ".join((got[0].detail or "").split())[:400]})
+                missed.append({"check": name, "why": _why(got[0])})
             else:
                 missed.append({"check": name, "why": "it gave no verdict in this run"})
-        if looked:
-            why = ""
-        elif not names:
-            why = "no check of this zdoctor reads this layer"
+        if not names:
+            status, why = "not examined", "no check of this zdoctor reads this layer"
+        elif not looked:
+            status, why = "not examined", "; ".join(f"{m['check']}: {m['why']}" for m in missed)
         else:
+            status = "partly examined" if missed else "examined"
             why = "; ".join(f"{m['check']}: {m['why']}" for m in missed)
-        out.append({"id": layer.id, "title": layer.title, "status": "examined" if looked else "not examined",
-                    "checks": looked, "not_examined": missed, "why": why})
+        out.append({"id": layer.id, "title": layer.title, "status": status, "checks": looked,
+                    "not_examined": missed, "why": why})
     return out
 
+
+def _why(finding: Any) -> str:
+    """A skipped finding's reason in one line: its detail's first sentence, else its title."""
+    text = " ".join((getattr(finding, "detail", "") or "").split())
+    if text:
+        end = text.find(". ")
+        return (text[: end + 1] if 0 < end < 300 else text[:300]).rstrip()
+    return " ".join((getattr(finding, "title", "") or "").split())

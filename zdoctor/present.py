@@ -385,3 +385,16 @@ def unexplained_headline(entries: Iterable[Mapping[str, Any]]) -> str | None:
 def scope_lines(examined: Iterable[str], not_examined: Iterable[str]) -> list[str]:
     """A healthy end's scope in two lines."""
     return [f"examined: {'; '.join(examined) or '-'}", f"not examined: {'; '.join(not_examined) or '-'}"]
+
+
+def layer_lines(layers: Iterable[Mapping[str, Any]], verbose: bool = False) -> list[str]:
+    """The layers of the node this run did not wholly examine: one line naming them, or (``verbose``) one
+    line each with why. Empty when every layer was examined."""
+    short = [layer for layer in layers if layer.get("status") != "examined"]
+    if not short:
+        return []
+    if not verbose:
+        names = [f"{layer.get('title')}{' (in part)' if layer.get('status') == 'partly examined' else ''}"
+                 for layer in short]
+        return [f"Layers not examined: {'; '.join(names)} (-v or --json says why)"]
+    return [f"{layer.get('title')}: {layer.get('status')}: {layer.get('why') or '-'}" for layer in short]

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .layers import layer_of
 from .model import Evidence, Finding, ProbeResult
 
 
@@ -194,7 +195,7 @@ def check(name: str, *, title: str, probes: tuple[str, ...], findings: tuple[str
 
     def deco(func: Callable[[Facts], list[Finding]]):
         CHECKS[name] = CheckSpec(name, func, title, probes, tuple(explains), tuple(findings), tuple(optional),
-                                 layer)
+                                 layer_of(name, layer))
         return func
 
     return deco

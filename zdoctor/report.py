@@ -19,6 +19,7 @@ from .present import (
     SYMPTOMS_HEADING,
     are_steps,
     first_line,
+    layer_lines,
     option_label,
     options_heading,
     pasted_script,
@@ -88,6 +89,8 @@ def print_report(report: CheckReport, stream: TextIO | None = None, verbose: boo
         for x in run.failing_on_path:
             console.print(f"    also failing on the way (step {inert(x['node'])}): {inert(x['title'])} "
                           f"[dim]({inert(x['id'])})[/]")
+    for line in layer_lines(report.layers, verbose=verbose):
+        console.print(f"[dim]{inert(line)}[/]")
     s = report.summary
     headline = unexplained_headline(report.symptoms)
     if headline:

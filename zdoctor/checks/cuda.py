@@ -13,6 +13,7 @@ from typing import Any
 from ..forensics.gccver import parse_torch_config, version_tuple
 from ..gpu import cuda
 from ..gpu.checkfacts import na, nvml_gpus, pip_line
+from ..layers import BY_ID
 from ..model import Evidence, Finding, Remedy
 from ..plural import count_of
 from ..registry import Facts, check, predicate
@@ -217,6 +218,12 @@ def _cuda_start_failed(facts: Facts, tc: dict[str, Any], v: dict[str, Any], nv: 
         if err["code"] is not None:
             lines.append(f"CUDA error {err['code']}" + (f" ({err['name']}, '{err['message']}')" if err["name"] else "")
                          + (f": {err['meaning']}." if err["meaning"] else "."))
+            if err.get("layer"):
+                lay = err["layer"]
+                title = BY_ID[lay["layer"]].title if lay["layer"] in BY_ID else lay["layer"]
+                lines.append(f"It comes from the layer '{title}' ({lay['layer']}): {lay['cause']}"
+                             + (f"; the finding {lay['finding']} reads it on this node" if lay["finding"] else "")
+                             + f". Source: {lay['source']}.")
         head = f"CUDA error {err['code']}" if err["code"] is not None else "CUDA error (number not given)"
     lines.append("Also look at CUDA_VISIBLE_DEVICES (gpu.env.visible-devices) and the device nodes /dev/nvidia*.")
     return Finding(id="gpu.runtime", status="fail",

@@ -41,7 +41,7 @@ def check_driver(facts: Facts) -> list[Finding]:
                         detail=f"{(nv.get('library') or {}).get('error')}. No CUDA program can use the node's "
                                "GPUs until the lost GPU is reset or the node rebooted; `dmesg | grep -i xid` "
                                "shows the Xid error (79: fallen off the bus) and when it happened.",
-                        evidence=ev, remedies=[_reboot_remedy()])]
+                        evidence=ev, remedies=[reboot_remedy()])]
     if nv is None or nv.get("skipped"):
         why = (nv or {}).get("skipped") or facts.why_not("nvml")
         return [not_checked(fid, "NVIDIA driver and GPUs", why + ". The GPU checks that need the driver are skipped.",
@@ -66,7 +66,7 @@ def check_driver(facts: Facts) -> list[Finding]:
             lines.append(f"GPU {g['index']}: {gpu_error(g)}: NVML has no working handle for it, so nothing about "
                          "it is known and CUDA cannot use it ('GPU is lost' means it fell off the PCIe bus: "
                          "`dmesg | grep -i xid` shows Xid 79).")
-        remedies = [_reset_remedy(lost), _reboot_remedy()]
+        remedies = [_reset_remedy(lost), reboot_remedy()]
     smi = nv.get("smi") or {}
     if nv.get("source") == "nvidia-smi":
         status = "warn"
@@ -105,11 +105,29 @@ def gpu_error(g: dict[str, Any]) -> str:
     return f"handle: {errs['handle']}" if "handle" in errs else "; ".join(f"{k}: {v}" for k, v in errs.items())
 
 
-def _reboot_remedy() -> Remedy:
+def reboot_remedy() -> Remedy:
     return Remedy(title="Drain the node and reboot it", commands=["systemctl reboot"], requires_root=True,
                   note="not tried: it stops every process on the node",
                   explanation="Move the jobs off the node first. A reboot loads the kernel module that matches the "
                               "installed driver and re-initialises every GPU.")
+
+
+def reload_remedy(order: list[str]) -> Remedy:
+    """Unload the NVIDIA modules users first (``order``: :func:`kmod.unload_order`) and load the installed
+    release again, without a reboot."""
+    return Remedy(
+        title="Reload the NVIDIA kernel modules (no reboot)",
+        commands=["fuser -v /dev/nvidia* || true",
+                  "systemctl stop nvidia-persistenced nvidia-fabricmanager 2>/dev/null || true",
+                  "modprobe -r " + " ".join(shlex.quote(m) for m in order),
+                  "modprobe nvidia", "nvidia-smi"],
+        requires_root=True, note="not tried: it needs root and every process on the GPUs stopped",
+        explanation="The first line lists the processes that hold a GPU: stop them (training, nvidia-smi "
+                    "loops, monitoring agents) or the unload fails with 'Module nvidia is in use'. The "
+                    "modules are removed users first (" + " -> ".join(order) + ", as /proc/modules lists "
+                    "them); loading nvidia again loads the installed release. With a desktop on the "
+                    "GPU (nvidia_drm in use by the display server), reboot instead. Restart the services "
+                    "stopped above afterwards.")
 
 
 def _driver_mismatch(nv: dict[str, Any]) -> bool:
@@ -131,22 +149,8 @@ def _mismatch_finding(nv: dict[str, Any], ev: list[Evidence]) -> Finding:
                                   [0, 1])] + list(ev)
     versions = f" (kernel module {kv}, libraries {lv})" if kv and lv and kv != lv else ""
     order = km.get("unload_order")
-    remedies = []
-    if order:
-        remedies.append(Remedy(
-            title="Reload the NVIDIA kernel modules (no reboot)",
-            commands=["fuser -v /dev/nvidia* || true",
-                      "systemctl stop nvidia-persistenced nvidia-fabricmanager 2>/dev/null || true",
-                      "modprobe -r " + " ".join(shlex.quote(m) for m in order),
-                      "modprobe nvidia", "nvidia-smi"],
-            requires_root=True, note="not tried: it needs root and every process on the GPUs stopped",
-            explanation="The first line lists the processes that hold a GPU: stop them (training, nvidia-smi "
-                        "loops, monitoring agents) or the unload fails with 'Module nvidia is in use'. The "
-                        "modules are removed users first (" + " -> ".join(order) + ", as /proc/modules lists "
-                        "them); loading nvidia again loads the installed release. With a desktop on the "
-                        "GPU (nvidia_drm in use by the display server), reboot instead. Restart the services "
-                        "stopped above afterwards."))
-    remedies.append(_reboot_remedy())
+    remedies = [reload_remedy(order)] if order else []
+    remedies.append(reboot_remedy())
     mods = ("Loaded NVIDIA modules: " + ", ".join(order) + ".") if order else \
         f"The loaded modules are unknown: {km.get('modules_error') or 'not read'}."
     return Finding(
@@ -265,7 +269,7 @@ def check_health(facts: Facts) -> list[Finding]:
                                  "is unknown and CUDA cannot use it",
                            detail="\n".join(f"GPU {g['index']}: {gpu_error(g)}" for g in lost)
                                   + "\nThe health checks below cover only the GPUs NVML could read.",
-                           remedies=[_reset_remedy(lost), _reboot_remedy()]))
+                           remedies=[_reset_remedy(lost), reboot_remedy()]))
     gpus = [g for g in gpus if g not in lost]
     if not gpus:
         return out

@@ -36,7 +36,11 @@ def check_hostram(facts: Facts) -> list[Finding]:
     elif f.get("extra"):
         why_est = f.get("estimate_unknown") or "not in the facts"
         lines.append(f"DeepSpeed's estimate for the model states: unknown ({why_est}).")
-    lines.append(f"Host memory now: {gib(avail)} available of {gib(total)}.")
+    if f.get("mem_source") == "cgroup":
+        lines.append(f"Memory the job can take now: {gib(avail)}, from {f.get('mem_source_text')}.")
+    else:
+        lines.append(f"Host memory now: {gib(avail)} available of {gib(total)}"
+                     + (f" ({f['mem_source_text']})." if f.get("mem_source_text") else "."))
     rem: list[Remedy] = []
     for x in f.get("extra") or []:
         if "optimizer swap" in x["what"]:
@@ -96,16 +100,19 @@ def check_hostram(facts: Facts) -> list[Finding]:
     elif avail is not None and needed and needed > avail:
         out.append(Finding(id="offload.host-ram", status="fail",
                            title=f"Offload needs {gib(needed)} of host memory per node with its pinned buffers; "
-                                 f"{gib(avail)} is available", detail="\n".join(lines), evidence=ev, remedies=rem))
+                                 f"{gib(avail)} is available{_within(f)}", detail="\n".join(lines), evidence=ev,
+                           remedies=_limit_first(f, rem)))
     elif avail is not None and needed is None and floor > avail:
         out.append(Finding(id="offload.host-ram", status="fail",
                            title=f"Offload needs at least {gib(floor)} of host memory per node with its pinned "
-                                 f"buffers; {gib(avail)} is available",
+                                 f"buffers; {gib(avail)} is available{_within(f)}",
                            detail="\n".join(lines + ["The rest of the need is unknown: " + "; ".join(unknowns)
-                                                     + "."]), evidence=ev, remedies=rem))
+                                                     + "."]), evidence=ev, remedies=_limit_first(f, rem)))
     elif f.get("exhausted"):
         out.append(Finding(id="offload.host-ram", status="warn",
-                           title=f"Host memory is nearly exhausted now: {gib(avail)} available of {gib(total)}",
+                           title=(f"The job's cgroup memory is nearly exhausted now: {gib(avail)} left of its "
+                                  f"{gib(total)} limit" if f.get("mem_source") == "cgroup" else
+                                  f"Host memory is nearly exhausted now: {gib(avail)} available of {gib(total)}"),
                            detail="\n".join(lines + ["Whatever holds it (a running job, page cache pinned by "
                                                      "tmpfs, another user) leaves the offload no room."]),
                            evidence=ev, remedies=rem))
@@ -119,7 +126,8 @@ def check_hostram(facts: Facts) -> list[Finding]:
                            evidence=ev, remedies=rem))
     elif extra:
         out.append(Finding(id="offload.host-ram", status="ok",
-                           title=f"{gib(needed)} per node with the pinned buffers fits in {gib(avail)} available",
+                           title=f"{gib(needed)} per node with the pinned buffers fits in {gib(avail)} available"
+                                 f"{_within(f)}",
                            detail="\n".join(lines), evidence=ev))
     if f.get("wsl") and f.get("pinned_blocks"):
         out.append(Finding(id="offload.host-ram.wsl2", status="warn",
@@ -146,7 +154,8 @@ def _memcg_kill(f: dict[str, Any], kills: list[dict[str, Any]], lines: list[str]
     limit = k.get("limit_kb")
     now = k.get("cgroup_now") or {}
     limit_text = human(limit * 1024) if isinstance(limit, int) else "a limit the log does not show"
-    avail, total = f.get("mem_available"), f.get("mem_total")
+    avail = f.get("mem_available_host", f.get("mem_available"))
+    total = f.get("mem_total_host", f.get("mem_total"))
     detail = [f"{f.get('log')}:{x['line']}: {x['text']}" for x in kills[:3]]
     detail.append(f"The kernel killed {k.get('task')} (pid {k.get('pid')}) because the memory cgroup "
                   f"{k.get('memcg') or '(path not logged)'} reached its limit ({limit_text}"
@@ -159,9 +168,7 @@ def _memcg_kill(f: dict[str, Any], kills: list[dict[str, Any]], lines: list[str]
     detail += lines
     limit_rem = Remedy(
         title="Raise the job's memory limit (the cgroup's, set by whatever started the job)",
-        commands=["# Slurm: sbatch/srun --mem=0 (all of the node's memory) or a larger --mem / --mem-per-gpu",
-                  "# docker: docker run --memory=<size> (or no --memory); Kubernetes: resources.limits.memory",
-                  "# systemd unit or scope: MemoryMax=<size> (v1: MemoryLimit=)"],
+        commands=list(LIMIT_COMMANDS),
         note="not tried: the limit belongs to the scheduler or container that started the job",
         explanation="The limit is the job's share of the node, not the node's RAM: the same job fits once the "
                     "limit covers what it takes (DeepSpeed's estimate plus the pinned buffers above).")
@@ -169,6 +176,27 @@ def _memcg_kill(f: dict[str, Any], kills: list[dict[str, Any]], lines: list[str]
                    title=f"The job's memory cgroup limit ({limit_text}) was hit and the kernel killed "
                          f"{k.get('task')}; the host had memory left ({gib(avail)} available)",
                    detail="\n".join(detail), evidence=ev, remedies=[limit_rem] + rem)
+
+
+def _within(f: dict[str, Any]) -> str:
+    """`` under the job's cgroup limit of 8.00 GiB`` when that limit, not the host, gave the figure."""
+    return f" under the job's cgroup limit of {gib(f.get('mem_total'))}" if f.get("mem_source") == "cgroup" else ""
+
+
+def _limit_first(f: dict[str, Any], rem: list[Remedy]) -> list[Remedy]:
+    """The remedies, led by raising the job's memory limit when that limit is what the need does not fit."""
+    if f.get("mem_source") != "cgroup":
+        return rem
+    return [Remedy(title="Raise the job's memory limit (the cgroup's, set by whatever started the job)",
+                   commands=list(LIMIT_COMMANDS), note="not tried: the limit belongs to the scheduler or container "
+                   "that started the job",
+                   explanation=f"The figure judged is {f.get('mem_source_text')}: the host has more.")] + rem
+
+
+#: Where a job's memory limit is set, by what started it.
+LIMIT_COMMANDS = ("# Slurm: sbatch/srun --mem=0 (all of the node's memory) or a larger --mem / --mem-per-gpu",
+                  "# docker: docker run --memory=<size> (or no --memory); Kubernetes: resources.limits.memory",
+                  "# systemd unit or scope: MemoryMax=<size> (v1: MemoryLimit=)")
 
 
 def _unpin_remedies(facts: Facts, blocks: list[str]) -> list[Remedy]:

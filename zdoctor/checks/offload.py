@@ -280,8 +280,10 @@ def check_capacity(facts: Facts) -> list[Finding]:
             f"Job: {count_of(cap['nodes'], 'node')} x "
             + (count_of(cap["gpus_per_node"], "GPU") if cap["gpus_per_node"] else "an unknown number of GPUs") + " "
             f"({cap['gpus_per_node_source']}).",
-            f"This node: MemAvailable {_gib(m.get('mem_available'))} (measured now: a running job's own memory is "
-            f"not available), SwapFree {_gib(m.get('swap_free'))} (not counted), GPU memory "
+            (f"This node: the job can take {_gib(m.get('mem_available'))} of host memory: "
+             f"{m.get('mem_source_text')} (measured now)" if m.get("mem_source") == "cgroup" else
+             f"This node: MemAvailable {_gib(m.get('mem_available'))} (measured now: a running job's own memory is "
+             "not available)") + f", SwapFree {_gib(m.get('swap_free'))} (not counted), GPU memory "
             f"{_gib(m.get('gpu_memory'))} ({m.get('gpu_source')}).",
             "Needs are DeepSpeed's own estimate (parameters, gradients and optimizer states with its 1.5 buffer "
             "factor); activations and pinned swap buffers come on top."]

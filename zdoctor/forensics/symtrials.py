@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .. import progress
 from .remedies import Plan, export_line, fix_ld_library_path, restore_line, split_path_list, verify
 from .symbols import dynamic_symbols, search_dirs
 
@@ -75,9 +76,10 @@ def plans_for(rec: Mapping[str, Any], env: Mapping[str, str], loaded: Sequence[s
 
 def try_plans(plans: list[Plan], argv: Sequence[str] | None, env: Mapping[str, str], timeout: float) -> list[Plan]:
     """Re-run the failing command with each plan (none when there is no command to re-run)."""
-    for p in plans:
+    for i, p in enumerate(plans, 1):
         if argv:
-            verify(p, argv, env, timeout=timeout)
+            with progress.doing("symbols", f"re-running the command with fix {i} of {len(plans)}"):
+                verify(p, argv, env, timeout=timeout)
         else:
             p.verification = "not tried, because there is no command to re-run"
     return plans

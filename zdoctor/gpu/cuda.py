@@ -275,6 +275,27 @@ CUDA_INIT_ERRORS: dict[int, tuple[str, str, str]] = {
           "missing), or the GPU is in a bad state after a suspend/resume or an Xid error (`dmesg | grep -i "
           "xid`); reloading nvidia_uvm or a reboot clears it"),
 }
+#: The layer of the node each CUDA start error comes from (:mod:`zdoctor.layers`), the finding that reads
+#: it there, and the source of the rule.
+CUDA_INIT_ERROR_LAYERS: dict[int, dict[str, str]] = {
+    802: {"layer": "driver-parts", "finding": "gpu.driver-parts.fabric-manager",
+          "cause": "Fabric Manager (NVSwitch systems): not running, or another release than the driver",
+          "source": "CUDA Runtime API cudaErrorSystemNotReady (\"This error indicates that the system is not yet ready "
+                    "to start any CUDA work\"); NVIDIA Fabric Manager User Guide (the GPUs of an NVSwitch "
+                    "system are usable only once Fabric Manager of the driver's release has set the fabric up)"},
+    803: {"layer": "driver-parts", "finding": "gpu.driver-parts.module",
+          "cause": "the kernel module against the user-space driver (libcuda.so.1): an upgrade under a running "
+                   "module, or a libcuda of another release first on the search path",
+          "source": "CUDA Runtime API cudaErrorSystemDriverMismatch (\"a mismatch between the versions of the "
+                    "display driver and the CUDA driver\")"},
+    804: {"layer": "driver-parts", "finding": "gpu.driver-parts.forward-compat",
+          "cause": "a forward-compatibility libcuda (cuda-compat) on a GPU it is not for",
+          "source": "CUDA Runtime API cudaErrorCompatNotSupportedOnDevice; NVIDIA CUDA Compatibility guide, "
+                    "Forward Compatibility (data centre GPUs only)"},
+    999: {"layer": "kernel-log", "finding": "",
+          "cause": "an unknown driver failure: the kernel log (NVRM and Xid records) says what the driver saw",
+          "source": "CUDA Runtime API cudaErrorUnknown"},
+}
 #: The fixed sentences torch's c10/cuda/CUDAFunctions.cpp (device_count_impl) uses instead of a number.
 _TORCH_INIT_TEXTS = (("CUDA unknown error", 999), ("CUDA driver initialization failed", 3),
                      ("The NVIDIA driver on your system is too old", 35), ("Found no NVIDIA driver", 35))
@@ -282,8 +303,8 @@ _ERROR_NUMBER = re.compile(r"\bError (\d+): ([^(\n]+)")
 
 
 def cuda_init_error(text: str | None) -> dict[str, Any] | None:
-    """torch's CUDA start error text -> ``{text, code, name, message, meaning}`` (code None when the text
-    names no known error); None for no text."""
+    """torch's CUDA start error text -> ``{text, code, name, message, meaning, layer}`` (code None when the
+    text names no known error; ``layer``: :data:`CUDA_INIT_ERROR_LAYERS`' entry, or None); None for no text."""
     if not text:
         return None
     line = text.strip().splitlines()[0] if text.strip() else text
@@ -295,7 +316,9 @@ def cuda_init_error(text: str | None) -> dict[str, Any] | None:
         by_name = next((c for c, (_n, msg, _w) in CUDA_INIT_ERRORS.items() if msg in text), None)
         code = by_name or next((c for t, c in _TORCH_INIT_TEXTS if t in text), None)
     name, msg, meaning = CUDA_INIT_ERRORS.get(code, (None, None, None)) if code is not None else (None, None, None)
-    return {"text": line[:500], "code": code, "name": name, "message": msg, "meaning": meaning}
+    where = CUDA_INIT_ERROR_LAYERS.get(code) if code is not None else None
+    return {"text": line[:500], "code": code, "name": name, "message": msg, "meaning": meaning,
+            "layer": dict(where) if where else None}
 
 
 # -- remedies: wheels and toolkits -----------------------------------------------------------------------

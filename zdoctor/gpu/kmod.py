@@ -67,7 +67,8 @@ def library_version(path: str | None) -> str | None:
     return m.group(1) if m else None
 
 
-def _read(path: str) -> str | None:
+def read_text(path: str) -> str | None:
+    """A small text file (64 KiB at most); None when it cannot be read."""
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
             return fh.read(64 * 1024)
@@ -79,10 +80,10 @@ def collect(*, proc_modules: str = "/proc/modules", proc_version: str = "/proc/d
             sys_version: str = "/sys/module/nvidia/version", nvml_libs: list[str] | None = None) -> dict[str, Any]:
     """``modules`` {name: [users]}, ``unload_order``, ``kernel_version``, ``library`` (the resolved
     libnvidia-ml.so.1) and ``library_version``; None where a file could not be read."""
-    text = _read(proc_modules)
+    text = read_text(proc_modules)
     mods = parse_proc_modules(text) if text is not None else None
     lib = next((os.path.realpath(p) for p in nvml_libs or [] if os.path.exists(p)), None)
     return {"modules": mods, "unload_order": unload_order(mods) if mods is not None else None,
             "modules_error": None if text is not None else f"{proc_modules} could not be read",
-            "kernel_version": kernel_version(_read(proc_version), _read(sys_version)),
+            "kernel_version": kernel_version(read_text(proc_version), read_text(sys_version)),
             "library": lib, "library_version": library_version(lib)}

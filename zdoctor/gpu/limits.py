@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from ..container.detect import detect
 from ..storage.mounts import mount_at, parse_mount_table
 
 MIB = 1024 * 1024
@@ -56,29 +57,10 @@ def shm_info(path: str = "/dev/shm", mounts_text: str | None = None) -> dict[str
 
 
 def container_info(env: Mapping[str, str], root: str = "/") -> dict[str, Any]:
-    """Whether this looks like a container, and which kind, with the clues found."""
-    clues: list[str] = []
-    kind = None
-    if os.path.exists(os.path.join(root, ".dockerenv")):
-        clues.append("/.dockerenv exists")
-        kind = "docker"
-    if os.path.exists(os.path.join(root, "run/.containerenv")):
-        clues.append("/run/.containerenv exists")
-        kind = kind or "podman"
-    if env.get("KUBERNETES_SERVICE_HOST"):
-        clues.append("KUBERNETES_SERVICE_HOST is set")
-        kind = "kubernetes"
-    try:
-        with open(os.path.join(root, "proc/1/cgroup"), encoding="utf-8", errors="replace") as fh:
-            cg = fh.read()
-        for word in ("docker", "kubepods", "containerd", "lxc"):
-            if word in cg:
-                clues.append(f"/proc/1/cgroup mentions {word}")
-                kind = kind or ("kubernetes" if word == "kubepods" else word)
-                break
-    except OSError:
-        pass
-    return {"in_container": bool(clues), "kind": kind, "clues": clues}
+    """Whether this looks like a container, and which kind, with the clues found (:mod:`zdoctor.container.detect`
+    reads the signs)."""
+    found = detect(env, root)
+    return {"in_container": found["in_container"], "kind": found["kind"], "clues": found["clues"]}
 
 
 def parse_limit(text: str) -> int | None | str:

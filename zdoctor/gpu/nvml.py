@@ -128,6 +128,16 @@ class _Reader:
             return None
 
 
+def brand_name(nv: Any, value: Any) -> str | None:
+    """NVML's brand number -> its name (``NVML_BRAND_GEFORCE_RTX`` -> ``GEFORCE_RTX``), from the binding's
+    own constants; None when unknown."""
+    if not isinstance(value, int):
+        return None
+    names = [k[len("NVML_BRAND_"):] for k in dir(nv) if k.startswith("NVML_BRAND_") and k != "NVML_BRAND_COUNT"
+             and getattr(nv, k, None) == value]
+    return sorted(names)[0] if names else str(value)
+
+
 def _proc_name(pid: int) -> str | None:
     try:
         with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as fh:
@@ -156,6 +166,7 @@ def read_gpu(nv: Any, index: int) -> dict[str, Any]:
     if h is None:
         return gpu
     gpu["name"] = _text(call("name", "nvmlDeviceGetName", h))
+    gpu["brand"] = brand_name(nv, call("brand", "nvmlDeviceGetBrand", h))
     gpu["uuid"] = _text(call("uuid", "nvmlDeviceGetUUID", h))
     pci = call("pci", "nvmlDeviceGetPciInfo", h)
     if pci is not None:
@@ -256,9 +267,10 @@ def collect(nv: Any = None, *, sample_s: float = 0.0) -> dict[str, Any]:
     """
     if nv is None:
         try:
-            import pynvml as nv
+            import pynvml
         except ImportError as exc:
             return unavailable("module_missing", f"the nvidia-ml-py package (pynvml) is not installed: {exc}")
+        nv = pynvml
     try:
         nv.nvmlInit()
     except nv.NVMLError as exc:

@@ -91,6 +91,7 @@ def _ecc_counts(errors: ET.Element | None, scope: str) -> tuple[int | None, int 
 def _gpu_from_xml(i: int, el: ET.Element) -> dict[str, Any]:
     g = empty_gpu(i)
     g["name"] = _find(el, "product_name")
+    g["brand"] = _find(el, "product_brand")
     g["uuid"] = _find(el, "uuid")
     g["pci_bus_id"] = el.get("id") or _find(el, "pci/pci_bus_id")
     fb = el.find("fb_memory_usage")
@@ -119,6 +120,7 @@ def _gpu_from_xml(i: int, el: ET.Element) -> dict[str, Any]:
     mode = _find(el, "compute_mode")
     g["compute_mode"] = mode.lower().replace(" ", "_") if mode else None
     g["mig"] = _flag(_find(el, "mig_mode/current_mig"))
+    g["fabric_state"] = _find(el, "fabric/state")
     reasons = el.find("clocks_event_reasons")
     prefix = "clocks_event_reason_"
     if reasons is None:

@@ -8,7 +8,7 @@ import traceback
 from collections.abc import Iterable
 from typing import Any
 
-from .. import children
+from .. import children, progress
 from ..model import Evidence, ProbeResult
 from ..registry import PROBES, Facts, facts_of
 
@@ -41,7 +41,11 @@ class Host:
         with self._lock_for(name):
             cached = self._results.get(name)
             if cached is None:
-                cached = self._compute(name)
+                progress.started(name)
+                try:
+                    cached = self._compute(name)
+                finally:
+                    progress.ended(name)
                 self._results[name] = cached
         return cached
 

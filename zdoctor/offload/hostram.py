@@ -21,6 +21,8 @@ import math
 import re
 from typing import Any
 
+from ..container.cgroups import headroom, limit_of_cgroup
+
 #: Host memory below this share of MemTotal counts as nearly exhausted.
 EXHAUSTED_SHARE = 0.10
 KILL_LINE = re.compile(r"\bKilled\b|(?:exit ?code|exitcode|return code)\s*[=:]?\s*-9\b|signal 9\b|SIGKILL|"
@@ -144,22 +146,12 @@ def oom_kills(lines: list[str], limit: int = 5) -> list[dict[str, Any]]:
     return out
 
 
-def memcg_limit(path: str | None, root: str = "/sys/fs/cgroup") -> dict[str, Any] | None:
-    """The memory limit of cgroup ``path`` now (v2 ``memory.max``, v1 ``memory/.../memory.limit_in_bytes``),
-    when that cgroup still exists: ``{file, bytes}`` (bytes None for "max")."""
-    if not path or ".." in path.split("/"):
+def memcg_limit(path: str | None, sysroot: str = "") -> dict[str, Any] | None:
+    """The memory limit of cgroup ``path`` now (as a kernel log names it), when that cgroup still exists:
+    ``{file, bytes}`` (bytes None for no limit); ``sysroot`` prefixes the cgroup mounts (a recorded tree)."""
+    if not path:
         return None
-    rel = path.lstrip("/")
-    for f in (f"{root}/{rel}/memory.max", f"{root}/memory/{rel}/memory.limit_in_bytes",
-              f"{root}/unified/{rel}/memory.max"):
-        try:
-            with open(f, encoding="ascii", errors="replace") as fh:
-                text = fh.read(64).strip()
-        except OSError:
-            continue
-        value = int(text) if text.isdigit() else None
-        return {"file": f, "bytes": value if value is not None and value < NO_LIMIT_KB * 1024 else None}
-    return None
+    return limit_of_cgroup(path, sysroot=sysroot)
 
 
 def is_wsl(kernel_release: str, proc_version: str = "") -> bool:
@@ -169,10 +161,12 @@ def is_wsl(kernel_release: str, proc_version: str = "") -> bool:
 
 def collect(ds: dict[str, Any], cap: dict[str, Any], opts: dict[str, Any], *, meminfo: str | None = None,
             kernel_release: str | None = None, proc_version: str = "/proc/version", gpu_count: int | None = None,
-            cgroup_root: str = "/sys/fs/cgroup") -> tuple[dict[str, Any], list[Any]]:
+            cgroup_sysroot: str = "", cgroup: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[Any]]:
     """The hostram facts from the dsconfig and capacity facts, the job options (``train_log``,
-    ``gpus_per_node``), the GPUs seen on this node (``gpu_count``, when the capacity plan did not run) and the
-    cgroups of the kills the log records (under ``cgroup_root``)."""
+    ``gpus_per_node``), the GPUs seen on this node (``gpu_count``, when the capacity plan did not run), the
+    cgroups of the kills the log records (their mounts prefixed by ``cgroup_sysroot``) and the job's own
+    cgroup (``cgroup``: the ``container`` probe's facts), whose limit is the memory the job has where it is
+    below the host's."""
     import platform
 
     from ..model import Evidence
@@ -214,18 +208,23 @@ def collect(ds: dict[str, Any], cap: dict[str, Any], opts: dict[str, Any], *, me
         pv = ""
     wsl = is_wsl(kernel_release if kernel_release is not None else platform.release(), pv if kernel_release is None
                  else "")
-    total, avail = mem.get("MemTotal"), mem.get("MemAvailable")
+    room = headroom(mem.get("MemAvailable"), cgroup)
+    host_total, host_avail = mem.get("MemTotal"), mem.get("MemAvailable")
+    # Judged against the job's memory: its cgroup's room and limit where that binds, else the host's.
+    avail = room["bytes"]
+    total = room["limit"] if room["source"] == "cgroup" else host_total
     pins = [b for b in ("offload_param", "offload_optimizer")
             if settings.get(b) and _device(settings.get(b)) != "none" and _value(settings.get(b), "pin_memory")]
     facts = {"config": ds.get("path"), "extra": extra, "extra_per_node": known_sum([x["per_node"] for x in extra]),
              "extra_known_per_node": sum(x["per_node"] for x in extra if x["per_node"] is not None),
              "gpus_per_node": gpn, "estimate_per_node": estimate, "estimate_unknown": estimate_unknown,
-             "mem_total": total, "mem_available": avail,
+             "mem_total": total, "mem_available": avail, "mem_total_host": host_total,
+             "mem_available_host": host_avail, "mem_source": room["source"], "mem_source_text": room["text"],
              "exhausted": bool(total and avail is not None and avail < EXHAUSTED_SHARE * total),
              "killed": kills, "oom_kills": ooms, "log": log, "log_error": log_error, "wsl": wsl, "pinned_blocks": pins,
              "devices": {b: _device(settings.get(b)) for b in ("offload_param", "offload_optimizer")}}
     for k in ooms:
-        k["cgroup_now"] = memcg_limit(k["memcg"], cgroup_root) if k["kind"] == "memcg" else None
+        k["cgroup_now"] = memcg_limit(k["memcg"], cgroup_sysroot) if k["kind"] == "memcg" else None
     ev = [Evidence.of_table("host memory beyond DeepSpeed's estimate (per node)",
                             ["what", "per rank", "per node", "how"],
                             [[x["what"], planner.gib(x["per_rank"]), planner.gib(x["per_node"]),

@@ -14,6 +14,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..container.cgroups import headroom
 from ..errors import InputError
 from ..units import parse_count  # noqa: F401 - model sizes as the options give them
 
@@ -373,7 +374,13 @@ class Machine:
     """What this node offers the offload (bytes; None when unknown)."""
 
     mem_total: int | None = None
+    #: What the job can take: MemAvailable, or the room under its cgroup's limit where that is smaller.
     mem_available: int | None = None
+    #: /proc/meminfo's MemAvailable itself, and which of the two ``mem_available`` is (meminfo | cgroup).
+    mem_available_host: int | None = None
+    mem_source: str | None = None
+    #: The same in words: the number used and where it was read.
+    mem_source_text: str = ""
     swap_free: int | None = None
     shm_total: int | None = None
     shm_free: int | None = None
@@ -390,13 +397,17 @@ class Machine:
 
 
 def this_machine(meminfo: str | None = None, shm: str = "/dev/shm", disk_path: str | None = None,
-                 gpu_facts: dict[str, Any] | None = None) -> Machine:
-    """Read this node's memory, /dev/shm, memlock limit, GPU memory (from GPU facts) and offload disk."""
+                 gpu_facts: dict[str, Any] | None = None, cgroup: dict[str, Any] | None = None) -> Machine:
+    """Read this node's memory, /dev/shm, memlock limit, GPU memory (from GPU facts) and offload disk; the
+    memory available is the job's: the room under its cgroup's limit (``cgroup``: the ``container`` probe's
+    cgroup facts) where that is below MemAvailable."""
     from .lint import memlock_soft
 
     info = read_meminfo(meminfo)
-    m = Machine(mem_total=info.get("MemTotal"), mem_available=info.get("MemAvailable"),
-                swap_free=info.get("SwapFree"), memlock_soft=memlock_soft())
+    room = headroom(info.get("MemAvailable"), cgroup)
+    m = Machine(mem_total=info.get("MemTotal"), mem_available=room["bytes"],
+                mem_available_host=info.get("MemAvailable"), mem_source=room["source"],
+                mem_source_text=room["text"], swap_free=info.get("SwapFree"), memlock_soft=memlock_soft())
     space = fs_space(shm) if os.path.isdir(shm) else None
     if space:
         m.shm_total, m.shm_free = space["total"], space["free"]

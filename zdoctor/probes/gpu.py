@@ -157,6 +157,9 @@ def collect_nvml(env: dict[str, str], *, sample_s: float = 0.0, nv: Any = None, 
                      gpus=smi_facts.get("gpus"))
     if facts["source"] == "nvml" and smi_facts.get("gpus") is not None:
         smi_facts["disagree"] = smi.cross_check(facts, smi_facts)
+        by_uuid = {x.get("uuid"): x for x in smi_facts["gpus"] if x.get("uuid")}
+        for g in facts.get("gpus") or []:  # what only nvidia-smi reports: the NVSwitch fabric's state
+            g["fabric_state"] = (by_uuid.get(g.get("uuid")) or {}).get("fabric_state")
     facts["smi"] = {k: v for k, v in smi_facts.items() if k != "gpus"}
     notes = [f"NVML: {'loaded' if lib['available'] else lib['error']}",
              f"nvidia-smi: {smi_facts.get('path') or 'not found'}"

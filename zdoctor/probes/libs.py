@@ -10,9 +10,9 @@ re-runs the command with each change applied; only a change that makes it succee
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from .. import progress
 from ..forensics.runtables import TARGETS_LABEL, needs_table
 from ..model import Evidence
 from ..privilege import runs_as_of
@@ -214,6 +214,16 @@ def target_python(host: Any) -> str | None:
     return target_of(host).resolve_python()[0]
 
 
+def trace_argv(host: Any, env: dict[str, str]) -> tuple[list[str] | None, str]:
+    """The command the live trace runs, and its kind (see :func:`live_argv`). The JIT cache is scanned
+    here rather than read from the jitcache probe, which waits for the interpreter probe: the trace then
+    runs alongside it instead of after it."""
+    from ..forensics.jitcache import scan_jit_cache
+
+    jit_good, _ = jit_op_paths({"ops": [op.to_dict() for op in scan_jit_cache(env)]})
+    return live_argv(host, jit_good)
+
+
 def live_argv(host: Any, jit_good: list[str]) -> tuple[list[str] | None, str]:
     """The command to trace: ``--command`` through ``sh -c``, else the default import probe."""
     from ..forensics.live import default_probe_argv
@@ -250,16 +260,11 @@ def _loaded_all(lt: Any, cap: int = 2000) -> list[dict[str, Any]]:
 @probe("livetrace", title="What the real loader does (LD_DEBUG)", timeout=LIVE_TIMEOUT + 30)
 def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Run the command under LD_DEBUG=libs,files,versions (strace where it helps); record what loaded."""
-    from ..forensics.jitcache import scan_jit_cache
     from ..forensics.live import parse_probe_output, trace_command
     from ..forensics.runneeds import libstdcxx_needs, run_objects
 
     env = _env(host)
-    # Scanned here rather than read from the jitcache probe, which waits for the interpreter probe:
-    # the trace then runs alongside it instead of after it.
-    ops = [op.to_dict() for op in scan_jit_cache(env)]
-    jit_good, _ = jit_op_paths({"ops": ops})
-    argv, why = live_argv(host, jit_good)
+    argv, why = trace_argv(host, env)
     if argv is None:
         return {"skipped": why}, []
     timeout = float(target_of(host).timeout or LIVE_TIMEOUT)
@@ -309,31 +314,53 @@ def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
 @probe("libfix", title="Remedies, each re-run to prove it", timeout=VERIFY_TIMEOUT + 60,
        needs=("pyenv", "libs", "livetrace"))
 def libfix_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
-    """Propose the remedies the evidence supports, then verify each by re-running the command."""
+    """Propose the remedies the evidence supports, then verify each by re-running the command.
+
+    The fixes the static audit predicts are re-run at once, beside the traced run; the trace's own plans
+    then take those results (the same change is never re-run twice) and only new ones are started."""
     from ..forensics.fixes import propose
     from ..forensics.remedies import verify
+    from ..forensics.trialpool import TrialPool
 
     env = _env(host)
     libs = facts_of(host, "libs")
-    live = facts_of(host, "livetrace")
     if not libs:
         return {"skipped": "no static audit"}, []
-    plans = propose(libs, live, env)
-    argv = live.get("argv")
     timeout = float(target_of(host).timeout or VERIFY_TIMEOUT)
-    evidence: list[Evidence] = []
-    to_verify = [p for p in plans if p.verifiable] if argv else []
-    if to_verify:
-        with ThreadPoolExecutor(max_workers=min(3, len(to_verify))) as pool:
-            run_as = runs_as_of(host)
-            evidence = list(pool.map(lambda p: verify(p, argv, env, timeout=timeout, run_as=run_as), to_verify))
+    run_as = runs_as_of(host)
+
+    def tried(done: int, total: int) -> None:
+        progress.note("libfix", f"re-running the command with each of {total} fixes, {done} of {total} done")
+
+    pool = TrialPool(lambda plan, argv, run_env: verify(plan, argv, run_env, timeout=timeout, run_as=run_as),
+                     env, on_done=tried)
+    guess, _why = trace_argv(host, env)
+    if guess:
+        for plan in propose(libs, {}, env):
+            if plan.verifiable:
+                pool.start(plan, guess)
+    early = pool.started
+    if early:
+        progress.note("libfix", f"re-running the command with each of {early} predicted fixes, beside the traced run")
+    try:
+        live = facts_of(host, "livetrace")
+        plans = propose(libs, live, env)
+        argv = live.get("argv")
+        to_verify = [p for p in plans if p.verifiable] if argv else []
+        early_unused = pool.unused(to_verify, argv or [])
+        evidence = pool.results(to_verify, argv) if to_verify else []
+    finally:
+        pool.drop_all_but()  # a predicted re-run nobody took is not started now
+        progress.note("libfix", "")
     for p in plans:
         if p.verifiable and not argv:
             p.verification = "no command to re-run (nothing to load)."
     order = {id(p): i for i, p in enumerate(plans)}
     plans.sort(key=lambda p: (not p.verified, order[id(p)]))
     return {"plans": [p.to_dict() for p in plans], "argv": argv,
-            "needed": bool(libs.get("failures") or live.get("version_errors"))}, evidence
+            "needed": bool(libs.get("failures") or live.get("version_errors")),
+            # re-runs started from the static audit's prediction, and those the trace then made moot
+            "early_trials": {"started": early, "moot": early_unused}}, evidence
 
 
 @probe("shellinit", title="Shell startup files that set LD_LIBRARY_PATH or LD_PRELOAD", timeout=20.0)

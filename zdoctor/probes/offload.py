@@ -23,8 +23,10 @@ about the job (``host.options``) and is skipped, with the reason, when that was 
 - ``params``, ``params_source``, ``largest_layer``, ``largest_layer_source``, ``model`` (the config.json
   estimate: params, largest_layer, largest_layer_name, hidden_size, family, formula, assumptions, parts).
 - ``nodes``, ``gpus_per_node``, ``gpus_per_node_source``; ``machine``: planner.Machine (bytes: mem_total,
-  mem_available, swap_free, shm_total, shm_free, memlock_soft, gpu_memory, gpu_count, gpu_source,
-  disk_path, disk_free, disk_total).
+  mem_available (what the job can take: the room under its cgroup's limit where that is below
+  MemAvailable, from the ``container`` probe), mem_available_host (MemAvailable), mem_source (meminfo |
+  cgroup), mem_source_text, swap_free, shm_total, shm_free, memlock_soft, gpu_memory, gpu_count,
+  gpu_source, disk_path, disk_free, disk_total).
 - ``zero3`` / ``zero2``: [{stage, offload_param, offload_optimizer, zero_init, label, cpu_bytes, gpu_bytes,
   cpu_available, cpu_fits, cpu_margin, gpu_memory, gpu_fits, gpu_margin}] (DeepSpeed's rows, its order).
 - ``stage``, ``chosen`` {offload_param, offload_optimizer} from the ds_config (None without one),
@@ -54,6 +56,7 @@ from ..offload import gpusample, lint, planner, walllog
 from ..offload.dsconfig import load_config
 from ..registry import facts_of, probe
 from ..target import target_of
+from .libs import LIVE_TIMEOUT
 from .pyenv import TARGET_TIMEOUT
 
 
@@ -260,19 +263,21 @@ def _chosen(ds: dict[str, Any] | None) -> tuple[dict[str, str] | None, str | Non
     return chosen, None, [], f"stage {stage}: DeepSpeed's estimators cover ZeRO-2 and ZeRO-3 only", stage
 
 
-def _capacity_table(rows: list[dict[str, Any]], chosen: list[int], title: str) -> Evidence:
+def _capacity_table(rows: list[dict[str, Any]], chosen: list[int], title: str,
+                    available: str = "available (MemAvailable)") -> Evidence:
     out = []
     for r in rows:
         # A figure that depends on an input nobody gave is unknown, never computed from a stand-in.
         out.append([r["label"], planner.at_least(r["cpu_bytes"]), planner.gib(r["cpu_available"]),
                     planner.verdict(r["cpu_fits"], r["cpu_margin"]), planner.at_least(r["gpu_bytes"]),
                     planner.gib(r["gpu_memory"]), planner.verdict(r["gpu_fits"], r["gpu_margin"])])
-    return Evidence.of_table(title, ["choice", "per-CPU need", "available (MemAvailable)", "CPU",
+    return Evidence.of_table(title, ["choice", "per-CPU need", available, "CPU",
                                      "per-GPU need", "GPU memory", "GPU"], out, chosen)
 
 
-@probe("capacity", title="Offload memory needs (DeepSpeed's estimator) against this node", timeout=TARGET_TIMEOUT + 120,
-       needs=("dsconfig", "nvml", "host_limits"))
+@probe("capacity", title="Offload memory needs (DeepSpeed's estimator) against this node",
+       timeout=max(TARGET_TIMEOUT + 120, LIVE_TIMEOUT + 90),
+       needs=("dsconfig", "nvml", "host_limits", "container"))
 def capacity_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """DeepSpeed's ZeRO-2/3 memory estimate for the model, next to this node's RAM, GPU memory and disk."""
     opts = _options(host)
@@ -283,7 +288,8 @@ def capacity_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     gpu = (facts_of(host, "nvml") or None) or (facts_of(host, "gpu") or None)
     nodes = int(opts.get("nodes") or 1)
     disk_path = opts.get("offload_path") or next((p["path"] for p in (ds or {}).get("nvme_paths") or []), None)
-    machine = planner.this_machine(disk_path=str(disk_path) if disk_path else None, gpu_facts=gpu)
+    machine = planner.this_machine(disk_path=str(disk_path) if disk_path else None, gpu_facts=gpu,
+                                   cgroup=(facts_of(host, "container") or {}).get("cgroup"))
     soft, src = _memlock(host)
     machine.memlock_soft = soft
     if opts.get("gpus_per_node"):
@@ -328,16 +334,18 @@ def capacity_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
              planner.deepspeed_text(model["params"], model["largest_layer"], gpn, nodes)}
     m = machine
     lock = "unlimited" if soft is None else ("unknown" if soft == -1 else planner.gib(soft))
-    machine_rows = [["MemTotal", planner.gib(m.mem_total)], ["MemAvailable", planner.gib(m.mem_available)],
+    machine_rows = [["MemTotal", planner.gib(m.mem_total)], ["MemAvailable", planner.gib(m.mem_available_host)],
+                    ["memory the job can take (the figure the fits use)", m.mem_source_text or "unknown"],
                     ["SwapFree (not counted: pinned memory cannot swap)", planner.gib(m.swap_free)],
                     ["/dev/shm size / free", f"{planner.gib(m.shm_total)} / {planner.gib(m.shm_free)}"],
                     [f"locked-memory limit ({src})", lock],
                     [f"GPU memory (smallest; {m.gpu_source})", planner.gib(m.gpu_memory)],
                     [f"offload disk free ({m.disk_path or 'no offload path'})", planner.gib(m.disk_free)]]
     per_node = "an unknown number of" if "gpus_per_node" in missing else str(gpn)
+    avail_col = "available (room under the cgroup limit)" if m.mem_source == "cgroup" else "available (MemAvailable)"
     ev = [_capacity_table(z3, idx if table == "zero3" else [], f"ZeRO-3 needs for {model['params']:,} parameters, "
-                          f"{nodes} node(s) x {per_node} GPU(s) (DeepSpeed's estimator)"),
-          _capacity_table(z2, idx if table == "zero2" else [], "ZeRO-2 needs (DeepSpeed's estimator)"),
+                          f"{nodes} node(s) x {per_node} GPU(s) (DeepSpeed's estimator)", avail_col),
+          _capacity_table(z2, idx if table == "zero2" else [], "ZeRO-2 needs (DeepSpeed's estimator)", avail_col),
           Evidence.of_table("this node", ["what", "size"], machine_rows)]
     if missing:
         ev.append(Evidence.note("unknown inputs", "\n".join(
@@ -397,7 +405,7 @@ def gpusample_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
 # -- hostram ------------------------------------------------------------------------------------------
 
 @probe("hostram", title="Host memory beyond the offload estimate: swap buffers, inference, WSL2, kills",
-       timeout=60.0, needs=("dsconfig", "capacity", "nvml"))
+       timeout=60.0 + LIVE_TIMEOUT, needs=("dsconfig", "capacity", "nvml", "container"))
 def hostram_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Pinned buffers and parameter-only offload the estimator leaves out, memory now, kills in the log."""
     from ..offload import hostram
@@ -406,4 +414,5 @@ def hostram_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     ds = (facts_of(host, "dsconfig") or None) or {}
     cap = (facts_of(host, "capacity") or None) or {}
     _mem, gpus, _src = planner.gpu_memory_from((facts_of(host, "nvml") or None) or (facts_of(host, "gpu") or None))
-    return hostram.collect(ds, cap, opts, gpu_count=gpus or None)
+    return hostram.collect(ds, cap, opts, gpu_count=gpus or None,
+                           cgroup=(facts_of(host, "container") or {}).get("cgroup"))

@@ -200,6 +200,45 @@ SIGNATURES: tuple[Signature, ...] = (
         read_next="the driver's CUDA version against torch.version.cuda",
         confirm=("gpu.runtime",), fields=(("number", "35"),),
         sources=("CUDA Runtime API cudaError_t: 35 cudaErrorInsufficientDriver",)),
+    # -- the driver's parts: CUDA start errors without their number, Fabric Manager ------------------
+    Signature(
+        id="cuda.compat-not-supported", kind="cuda-error", layer="driver-parts",
+        pattern=r"forward compatibility was attempted on non supported HW",
+        meaning="a forward-compatibility libcuda (cuda-compat) was loaded on a GPU forward compatibility is not "
+                "for (cudaErrorCompatNotSupportedOnDevice, 804): only data centre GPUs support it",
+        read_next="which libcuda.so.1 the process resolves (LD_LIBRARY_PATH, a compat directory) and the GPUs' "
+                  "product names",
+        confirm=("gpu.driver-parts", "gpu.runtime"), fields=(("number", "804"),),
+        sources=("CUDA Runtime API cudaError_t: 804 cudaErrorCompatNotSupportedOnDevice (\"forward compatibility "
+                 "was attempted on non supported HW\")",
+                 "NVIDIA CUDA Compatibility guide, Forward Compatibility (data centre GPUs only)")),
+    Signature(
+        id="cuda.system-not-ready", kind="cuda-error", layer="driver-parts",
+        pattern=r"\bsystem not yet initialized\b",
+        meaning="CUDA's system is not ready (cudaErrorSystemNotReady, 802): on NVSwitch systems Fabric Manager "
+                "is not running or is another release than the driver",
+        read_next="the nvidia-fabricmanager unit's state and log, and its release against the kernel module's",
+        confirm=("gpu.driver-parts", "gpu.runtime"), fields=(("number", "802"),),
+        sources=("CUDA Runtime API cudaError_t: 802 cudaErrorSystemNotReady (\"system not yet initialized\")",)),
+    Signature(
+        id="cuda.system-driver-mismatch", kind="cuda-error", layer="driver-parts",
+        pattern=r"system has unsupported display driver / cuda driver combination",
+        meaning="the libcuda.so.1 loaded is another release than the kernel module (cudaErrorSystemDriverMismatch, "
+                "803): a driver upgraded under a running module, or another libcuda first on the search path",
+        read_next="the kernel module's release against libcuda.so.1's and the package record",
+        confirm=("gpu.driver-parts", "gpu.runtime"), fields=(("number", "803"),),
+        sources=("CUDA Runtime API cudaError_t: 803 cudaErrorSystemDriverMismatch (\"system has unsupported "
+                 "display driver / cuda driver combination\")",)),
+    Signature(
+        id="fabricmanager.version-mismatch", kind="fabric-manager-mismatch", layer="driver-parts",
+        pattern=r"fabric manager NVIDIA GPU driver interface version (?P<fm>\d+(?:\.\d+)+) "
+                r"(?:don't|doesn't|don’t|doesn’t) match with driver version (?P<driver>\d+(?:\.\d+)+)",
+        meaning="Fabric Manager is another release than the driver and refuses to start: on an NVSwitch system "
+                "every CUDA program then fails with error 802 (system not yet initialized)",
+        read_next="the Fabric Manager package's release against the kernel module's",
+        confirm=("gpu.driver-parts",),
+        sources=("NVIDIA Fabric Manager nv-fabricmanager (its log on a release mismatch; quoted in "
+                 "NVIDIA/gpu-operator#544 and NVIDIA/gpu-driver-container#735)",)),
     Signature(
         id="cuda.no-kernel-image", kind="cuda-arch", layer="cuda",
         pattern=r"no kernel image is available for execution on the device",
@@ -366,6 +405,66 @@ SIGNATURES: tuple[Signature, ...] = (
         read_next="the kernel log's OOM records and the job's cgroup memory limit",
         confirm=("offload.host-ram",),
         sources=("bash jobs.c (the 'Killed' status line of a job ended by SIGKILL)",)),
+    # -- the container and its cgroup limits --------------------------------------------------------
+    Signature(
+        id="kernel.memcg-task-limit", kind="oom-kill", layer="container",
+        pattern=r"Task in (?P<memcg>\S+) killed as a result of limit of (?P<limit_memcg>\S+)",
+        meaning="a memory cgroup's limit was hit and the kernel killed a task in it (the wording of kernels "
+                "before 4.19): the job's or the container's limit, not the host's RAM",
+        read_next="the job's cgroup: memory.limit_in_bytes / memory.max and its OOM-kill counter",
+        confirm=("offload.host-ram", "container"), fields=(("constraint", "CONSTRAINT_MEMCG"),),
+        sources=("Linux mm/memcontrol.c before 4.19 (mem_cgroup_print_oom_info: \"Task in \" ... "
+                 "\" killed as a result of limit of \")",)),
+    Signature(
+        id="container.oomkilled", kind="oom-kill", layer="container",
+        pattern=r"\bOOMKilled\b(?:\W{0,3}(?:true|True)\b)?",
+        meaning="the container runtime reports the container was killed by its memory limit (docker inspect's "
+                "State.OOMKilled, Kubernetes' container status reason OOMKilled)",
+        read_next="the container's memory limit (docker run --memory, resources.limits.memory) against the job's "
+                  "need",
+        confirm=("container",), fields=(("constraint", "CONSTRAINT_MEMCG"),),
+        sources=("moby api/types/container ContainerState.OOMKilled (docker inspect .State.OOMKilled)",
+                 "Kubernetes pkg/kubelet: container status reason \"OOMKilled\"")),
+    Signature(
+        id="container.exit-137", kind="killed", layer="container",
+        pattern=r"exited with code 137\b",
+        meaning="a container's main process ended by SIGKILL (137 = 128 + 9): most often its memory cgroup's "
+                "OOM killer", fields=(("signal", "9"),),
+        read_next="docker inspect's State.OOMKilled and the container's memory limit",
+        confirm=("container", "offload.host-ram"),
+        sources=("docker compose (the \"<service> exited with code %d\" line of its log printer)",
+                 "the shell's 128 + signal exit status for a process ended by a signal")),
+    Signature(
+        id="python.cant-start-thread", kind="thread-limit", layer="container",
+        pattern=r"can't start new thread",
+        meaning="a new thread could not be created (EAGAIN): the cgroup's pids.max or the user's RLIMIT_NPROC "
+                "is reached, DataLoader workers and NCCL's threads count against it",
+        read_next="the job's cgroup pids.max against pids.current, and ulimit -u",
+        confirm=("container",),
+        sources=("CPython Modules/_threadmodule.c (ThreadError \"can't start new thread\")",)),
+    Signature(
+        id="process.fork-eagain", kind="thread-limit", layer="container",
+        pattern=r"fork: (?:retry: )?Resource temporarily unavailable",
+        meaning="the shell could not fork (EAGAIN): the cgroup's pids.max or RLIMIT_NPROC is reached",
+        read_next="the job's cgroup pids.max against pids.current, and ulimit -u",
+        confirm=("container",),
+        sources=("bash jobs.c (make_child: \"fork: retry: %s\" and sys_error \"fork\")",)),
+    Signature(
+        id="openmp.thread-creation", kind="thread-limit", layer="container",
+        pattern=r"libgomp: Thread creation failed: (?P<error>.+)",
+        meaning="OpenMP could not start its threads (EAGAIN when the cgroup's pids.max or RLIMIT_NPROC is "
+                "reached)",
+        read_next="the job's cgroup pids.max against pids.current; OMP_NUM_THREADS per rank",
+        confirm=("container",),
+        sources=("GCC libgomp/team.c (gomp_team_start: gomp_fatal \"Thread creation failed: %s\")",)),
+    Signature(
+        id="openblas.pthread-create", kind="thread-limit", layer="container",
+        pattern=r"OpenBLAS blas_thread_init: pthread_create failed for thread (?P<thread>\d+) of (?P<of>\d+)",
+        meaning="OpenBLAS could not start its threads (EAGAIN): the cgroup's pids.max or RLIMIT_NPROC is reached",
+        read_next="the job's cgroup pids.max against pids.current; OPENBLAS_NUM_THREADS / OMP_NUM_THREADS",
+        confirm=("container",),
+        sources=("OpenBLAS driver/others/blas_server.c (blas_thread_init: \"pthread_create failed for thread "
+                 "%ld of %d: %s\")",)),
 )
 
 BY_ID = {s.id: s for s in SIGNATURES}
