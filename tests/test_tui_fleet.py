@@ -84,8 +84,8 @@ def test_matrix_and_skew_table_of_the_h200_fleet():
             matrix = rows(table(app, "fleet-matrix"))
             assert list(matrix) == HOSTS
             families = [c.key.value for c in table(app, "fleet-matrix").ordered_columns]
-            assert families == ["mark", "node", "fam:gpu", "fam:hangs", "fam:jit", "fam:libs", "fam:nccl",
-                                "fam:offload", "fam:pyenv", "fam:storage", "fam:toolchain", "launch"]
+            assert families == ["mark", "node", "fam:container", "fam:gpu", "fam:hangs", "fam:jit", "fam:libs",
+                                "fam:nccl", "fam:offload", "fam:pyenv", "fam:storage", "fam:toolchain", "launch"]
             assert [matrix[h]["mark"] for h in HOSTS] == ["✓", "✗", "✓", "✓", "✗"]
             assert matrix["gpu-2"]["fam:gpu"] == "✗" and matrix["gpu-1"]["fam:gpu"] == "✓"
             assert matrix["gpu-2"]["fam:libs"] == "✓" and matrix["gpu-2"]["fam:storage"] == "-"
