@@ -6,8 +6,9 @@ sysfs (Linux drivers/infiniband/core/sysfs.c): ``/sys/class/infiniband/<hca>/por
 ``gid_attrs/types/<i>`` (``IB/RoCE v1`` | ``RoCE v2``; reading an empty entry fails), ``gid_attrs/ndevs/<i>``
 (the Ethernet device of a RoCE GID). NCCL (src/transport/net_ib.cc) keeps only ACTIVE ports whose link layer
 is InfiniBand or Ethernet, filters devices with NCCL_IB_HCA (``^`` exclude, ``=`` exact, ``mlx5_0:1``
-names a port; prefix match otherwise), and on RoCE uses the GID at NCCL_IB_GID_INDEX (since NCCL 2.21 an
-unset index picks a RoCE v2 GID itself; before, index 0: the link-local RoCE v1 GID).
+names a port; prefix match otherwise), and on RoCE uses the GID at NCCL_IB_GID_INDEX (in current releases an
+unset index (-1) lets ncclIbGetGidIndex pick a RoCE v2 GID itself; older releases defaulted to index 0, the
+link-local RoCE v1 GID: an unset index is judged by nothing here).
 """
 
 from __future__ import annotations
