@@ -9,7 +9,8 @@ Rules as data (:data:`IFNAME_RULES`), read from NCCL's source:
   then every IPv6 one), IPv6 loopback skipped, ``NCCL_SOCKET_FAMILY`` (``AF_INET`` / ``AF_INET6``) filtering
   them; each interface counts once, with its first address. An interface with no address is never chosen.
 - Unset: interfaces starting with ``ib``; else the interface in the subnet of ``NCCL_COMM_ID``'s address;
-  else anything but ``docker*``, ``lo*`` (and ``virbr*`` since NCCL 2.23); else ``docker*``; else ``lo*``.
+  else anything but ``docker*``, ``lo*`` (and ``virbr*`` in recent releases; older ones exclude only the first
+  two); else ``docker*``; else ``lo*`` (then ``virbr*``).
 - The bootstrap uses the first interface found; the socket transport (``NET/Socket``) up to 16 of them.
 """
 
@@ -30,7 +31,7 @@ SOURCES = (
 )
 
 #: The interface lists NCCL tries in turn when NCCL_SOCKET_IFNAME is unset (``comm_id``: the subnet of
-#: NCCL_COMM_ID's address), in NCCL's order. ``virbr`` joined the exclusions in NCCL 2.23.
+#: NCCL_COMM_ID's address), in NCCL's order (current socket.cc; older releases lack the ``virbr`` steps).
 DEFAULT_STEPS: tuple[str, ...] = ("ib", "comm_id", "^docker,lo,virbr", "docker", "lo", "virbr")
 IFNAME_RULES: dict[str, Any] = {
     "min_length": 2, "exclude_mark": "^", "exact_mark": "=", "separator": ",", "port_mark": ":",
