@@ -100,7 +100,7 @@ def header_text(report: FleetReport) -> Text:
 
 
 def skew_mark(row: SkewRow) -> Text:
-    return smark("fail" if row.differs else "ok") if row.values else smark("skip")
+    return smark("fail" if row.differs else "ok") if row.values and row.fact.judged else smark("skip")
 
 
 # --- the fleet ---------------------------------------------------------------------------------------
@@ -164,7 +164,9 @@ class FleetScreen(Screen[None]):
         grid.add_column("most nodes", key="majority")
         for row in self.skew_rows():
             hot = "bold red" if row.differs else ""
-            if row.majority is None:
+            if not row.fact.judged and row.values:  # each node's own value (an address): shown, not compared
+                value = Text(shorten("; ".join(f"{h}: {v}" for h, v in row.values.items()), VALUE_WIDTH), style="dim")
+            elif row.majority is None:
                 value = Text("no node reached", style="dim")
             else:
                 value = Text(shorten(row.majority, VALUE_WIDTH))

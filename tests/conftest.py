@@ -53,6 +53,8 @@ LANES: dict[str, tuple[str, ...]] = {
     "test_stale_lock_unscanned.py": ("needs_root",),
     "test_secrets.py": ("needs_root",),
     "test_storage_check.py": ("needs_root",),
+    "test_nccl_network.py": ("needs_root",),
+    "test_nccl_network_fleet.py": ("slow", "e2e", "needs_sshd", "needs_root"),
     "test_sysfile.py": ("needs_root",),
     "test_driver_parts.py": ("needs_root",),
     # unit-level files whose real processes, terminals or interpreters take tens of seconds each

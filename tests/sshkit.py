@@ -70,8 +70,9 @@ class Sshd:
         return (self.root / "sshd.log").read_text(errors="replace")
 
 
-def start_sshd(root: Path, nodes: Mapping[str, Mapping[str, str]]) -> Sshd:
-    """Start sshd listening on every address in ``nodes``; each gets ``SetEnv`` with its mapping."""
+def start_sshd(root: Path, nodes: Mapping[str, Mapping[str, str]], netns: str | None = None) -> Sshd:
+    """Start sshd listening on every address in ``nodes``; each gets ``SetEnv`` with its mapping. ``netns``:
+    run it inside that network namespace (its addresses are reachable only from there)."""
     root.mkdir(parents=True, exist_ok=True)
     for key in ("hostkey", "userkey"):
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(root / key)], check=True)
@@ -92,13 +93,19 @@ def start_sshd(root: Path, nodes: Mapping[str, Mapping[str, str]]) -> Sshd:
         "  LogLevel ERROR"]) + "\n")
     os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
     with open(root / "sshd.log", "wb") as log:
-        proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(root / "sshd_config")], stdout=log, stderr=log)
+        prefix = ["ip", "netns", "exec", netns] if netns else []
+        proc = subprocess.Popen([*prefix, SSHD, "-D", "-e", "-f", str(root / "sshd_config")], stdout=log, stderr=log)
     sshd = Sshd(proc, port, root, root / "ssh_config")
     deadline = time.monotonic() + 15
     first = next(iter(nodes))
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"sshd exited: {sshd.log()}")
+        if netns:  # not reachable from this namespace: sshd says when it listens
+            if sshd.log().count("Server listening on") >= len(nodes):
+                return sshd
+            time.sleep(0.05)
+            continue
         with socket.socket() as s:
             if s.connect_ex((first, port)) == 0:
                 return sshd

@@ -106,7 +106,8 @@ def test_terminal_report():
 
 def test_json_document_shape():
     doc = json.loads(json.dumps(h200_report().to_dict()))
-    assert set(doc) == {"version", "launcher", "source", "summary", "checks", "nodes", "skew", "findings", "session"}
+    assert set(doc) == {"version", "launcher", "source", "summary", "checks", "nodes", "skew", "findings", "reach",
+                        "session"}
     node = doc["nodes"][1]
     assert set(node) == {"host", "launch", "status", "slots", "visible_gpus", "cells", "facts", "findings"}
     assert "snapshot" not in node["launch"]

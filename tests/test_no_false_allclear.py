@@ -64,7 +64,8 @@ def test_check_with_a_python_without_torch_says_nothing_ok_about_torch(pythons: 
         walks = {p["id"]: p for p in doc["playbooks"]}
         assert walks["zero3-launch"]["diagnosis"] == "diag-not-checked"
         assert walks["offload-bottleneck"]["diagnosis"] == "diag-not-measured"
-        ended = {(pid, w["diagnosis"]) for pid, w in walks.items()}
+        # NCCL's network (the multinode walk) is examined without the training interpreter
+        ended = {(pid, w["diagnosis"]) for pid, w in walks.items() if pid != "multinode"}
         assert not ended & healthy_diagnoses(), ended
         # The not-checked diagnosis names the way out in its title and why.
         pb = load_all()["zero3-launch"]

@@ -85,8 +85,8 @@ def test_matrix_and_skew_table_of_the_h200_fleet():
             assert list(matrix) == HOSTS
             families = [c.key.value for c in table(app, "fleet-matrix").ordered_columns]
             assert families == ["mark", "node", "launch", "fam:container", "fam:cuda", "fam:gpu", "fam:hangs",
-                                "fam:jit", "fam:kernel", "fam:libs", "fam:offload", "fam:pyenv", "fam:ranks",
-                                "fam:storage", "fam:toolchain"]
+                                "fam:jit", "fam:kernel", "fam:libs", "fam:nccl", "fam:offload", "fam:pyenv",
+                                "fam:ranks", "fam:storage", "fam:toolchain"]
             assert [matrix[h]["mark"] for h in HOSTS] == ["✓", "✗", "✓", "✓", "✗"]
             assert matrix["gpu-2"]["fam:gpu"] == "✗" and matrix["gpu-1"]["fam:gpu"] == "✓"
             assert matrix["gpu-2"]["fam:libs"] == "✓" and matrix["gpu-2"]["fam:storage"] == "-"

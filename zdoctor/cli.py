@@ -74,7 +74,12 @@ def _target_args(sp: argparse.ArgumentParser, top: bool = False) -> None:
                       help="the training job's process: it and its descendants are the job the hang check judges "
                            "(default: the processes running --command, else every python, launcher and compiler "
                            "process on this node)")
-    for action in off._group_actions + hang._group_actions:
+    multi = sp.add_argument_group("multi-node")
+    multi.add_argument("--hostfile", metavar="FILE", default=None,
+                       help="the job's hostfile (DeepSpeed `worker-1 slots=8`, or one host a line): NCCL's "
+                            "interface must route to each host's address (MASTER_ADDR is read from the "
+                            "training environment)")
+    for action in off._group_actions + hang._group_actions + multi._group_actions:
         action.default = argparse.SUPPRESS
 
 

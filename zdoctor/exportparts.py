@@ -43,11 +43,12 @@ def fleet_tables(fleet: dict[str, Any]) -> list[tuple[str, list[str], list[list[
     skew_rows, skew_hot = [], []
     for i, r in enumerate(x for x in fleet.get("skew") or [] if isinstance(x, dict)):
         values = r.get("values") if isinstance(r.get("values"), dict) else {}
-        differing = [_s(h) for h in r.get("differing") or []]
+        judged = r.get("judged") is not False  # a per-node fact (an address) lists every node's value
+        differing = [_s(h) for h in ((r.get("differing") or []) if judged else list(values or {}))]
         skew_rows.append([_s(r.get("title")), _s(r.get("majority")),
                           "; ".join(f"{h}: {_s(values.get(h))}" for h in differing)
                           or f"same on all {len(values)}"])
-        if differing:
+        if differing and judged:
             skew_hot.append(i)
     return [("Nodes x checks", ["node", "launch", *fams], rows, hot),
             ("Facts that should be equal on every node", ["fact", "majority", "differs on"], skew_rows, skew_hot)]

@@ -5,12 +5,14 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from .. import __version__
 from ..model import FAILING, STATUS_RANK, Evidence, Finding, Remedy, sort_findings
 from .collect import NodeRun
 from .ranks import fleet_rank_findings
+from .reach import nccl_facts, reach_finding
 from .skew import SkewRow, read_facts, skew_table
 
 #: The matrix column for probes that crashed or timed out on a node.
@@ -228,10 +230,18 @@ class FleetReport:
     def differing(self) -> list[SkewRow]:
         return [r for r in self.skew if r.differs]
 
+    @cached_property
+    def reach(self) -> Finding:
+        """Whether each node's NCCL interface routes to every other node's NCCL address (from the facts)."""
+        return reach_finding([(n.host, nccl_facts(n.run.snapshot) if n.reached else None) for n in self.nodes])
+
     @property
     def fleet_findings(self) -> list[Finding]:
-        """Findings about the fleet as a whole: one per fact that differs, and the ranks across the nodes."""
-        return [skew_finding(r) for r in self.differing] + list(self.ranks)
+        """Findings about the fleet as a whole: one per fact that differs, the ranks across the nodes, and the
+        NCCL reach between nodes when it was judged (``to_dict``'s ``reach`` says why not otherwise)."""
+        reach = self.reach
+        return [skew_finding(r) for r in self.differing] + list(self.ranks) + \
+            ([reach] if reach.status != "skip" else [])
 
     @property
     def summary(self) -> dict[str, int]:
@@ -246,7 +256,7 @@ class FleetReport:
     @property
     def exit_code(self) -> int:
         return 1 if any(n.status in FAILING for n in self.nodes) or self.differing \
-            or any(f.status in FAILING for f in self.ranks) else 0
+            or any(f.status in FAILING for f in self.ranks) or self.reach.status in FAILING else 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": __version__, "launcher": self.launcher, "source": self.source,
@@ -254,4 +264,5 @@ class FleetReport:
                 "nodes": [n.to_dict() for n in self.nodes],
                 "skew": [r.to_dict() for r in self.skew],
                 "findings": [f.to_dict() for f in self.fleet_findings],
+                "reach": self.reach.to_dict(),
                 "session": self.session}

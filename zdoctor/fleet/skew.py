@@ -74,6 +74,45 @@ def _gpu_models(p: Probes) -> str | None:
     return ", ".join(f"{n} x {name}" for name, n in sorted(names.items())) or None
 
 
+def _nccl_chosen(p: Probes) -> Mapping[str, Any] | None:
+    chosen = _get(p, "nccl_net", "choice", "chosen")
+    return chosen[0] if isinstance(chosen, list) and chosen and isinstance(chosen[0], Mapping) else None
+
+
+def _nccl_interface(p: Probes) -> str | None:
+    c = _nccl_chosen(p)
+    return str(c.get("ifname")) if c else None
+
+
+def _nccl_address(p: Probes) -> str | None:
+    c = _nccl_chosen(p)
+    return f"{c.get('address')}/{c.get('prefixlen')}" if c else None
+
+
+def _nccl_mtu(p: Probes) -> str | None:
+    name = _nccl_interface(p)
+    for iface in _get(p, "nccl_net", "interfaces") or []:
+        if isinstance(iface, Mapping) and iface.get("ifname") == name:
+            return _text(iface.get("mtu"))
+    return None
+
+
+def _nccl_env(p: Probes) -> str | None:
+    env = _get(p, "nccl_net", "env")
+    if not isinstance(env, Mapping):
+        return None
+    return " ".join(f"{k}={v}" for k, v in sorted(env.items()) if str(k).startswith("NCCL_")) or "(none set)"
+
+
+def _ib_ports(p: Probes) -> str | None:
+    if _get(p, "infiniband", "present") is False:
+        return "(no InfiniBand device)"
+    ports = [f"{d.get('name')}:{q.get('port')} {q.get('link_layer')} {q.get('state')} {q.get('rate')}"
+             for d in _get(p, "infiniband", "devices") or [] if isinstance(d, Mapping)
+             for q in d.get("ports") or [] if isinstance(q, Mapping)]
+    return ", ".join(ports) or None
+
+
 def _text(value: Any) -> str | None:
     return None if value in (None, "", [], {}) else str(value)
 
@@ -86,6 +125,8 @@ class SkewFact:
     title: str
     read: Callable[[Probes], str | None]
     why: str
+    #: False for a fact that is shown per node but differs by nature (each node's own address).
+    judged: bool = True
 
 
 FACTS: tuple[SkewFact, ...] = (
@@ -124,6 +165,18 @@ FACTS: tuple[SkewFact, ...] = (
              "the launcher starts one rank per slot; a node with fewer GPUs fails or oversubscribes"),
     SkewFact("gpu-model", "GPU model", _gpu_models,
              "mixed GPU models run at the slowest one's pace and may need different kernels"),
+    SkewFact("nccl-interface", "NCCL interface", _nccl_interface,
+             "ranks that bootstrap on differently named interfaces are often on different networks"),
+    SkewFact("nccl-address", "NCCL address", _nccl_address,
+             "each node's own address (shown, not compared): the fleet's reach check routes every node to it",
+             judged=False),
+    SkewFact("nccl-mtu", "MTU of NCCL's interface", _nccl_mtu,
+             "a smaller MTU on one node drops or fragments the others' large frames (RoCE stalls)"),
+    SkewFact("nccl-env", "NCCL variables", _nccl_env,
+             "a node without the job's NCCL_SOCKET_IFNAME / NCCL_IB_* picks another interface or GID than the rest"),
+    SkewFact("ib-ports", "InfiniBand / RoCE ports", _ib_ports,
+             "a node whose port is down or of another link layer or rate falls back to sockets or slows every "
+             "collective"),
 )
 
 
@@ -139,11 +192,12 @@ class SkewRow:
 
     @property
     def differs(self) -> bool:
-        return bool(self.differing)
+        return self.fact.judged and bool(self.differing)
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.fact.id, "title": self.fact.title, "majority": self.majority, "tie": self.tie,
-                "differing": self.differing, "values": self.values, "why": self.fact.why}
+                "differing": self.differing, "values": self.values, "why": self.fact.why,
+                "judged": self.fact.judged}
 
 
 def majority(values: Mapping[str, str], order: Sequence[str]) -> tuple[str | None, list[str], bool]:
@@ -175,6 +229,6 @@ def skew_table(per_node: Mapping[str, Mapping[str, str]], order: Sequence[str]) 
     rows = []
     for fact in FACTS:
         values = {h: per_node[h][fact.id] for h in order if h in per_node}
-        best, differing, tie = majority(values, order)
+        best, differing, tie = majority(values, order) if fact.judged else (None, [], False)
         rows.append(SkewRow(fact, values, best, differing, tie))
     return rows

@@ -49,13 +49,19 @@ def print_fleet(report: FleetReport, stream: TextIO | None = None, verbose: bool
     for col in ("", "fact", "majority", "differs on"):
         skew.add_column(col)
     for r in report.skew:
-        st = "fail" if r.differs else "ok"
-        others = "; ".join(f"{h}: {r.values[h]}" for h in r.differing)
+        st = "fail" if r.differs else "ok" if r.fact.judged else "skip"
+        others = "; ".join(f"{h}: {r.values[h]}" for h in (r.differing if r.fact.judged else r.values))
         skew.add_row(f"[{STYLES[st]}]{marks[st]}[/]", inert(r.fact.title),
                      inert(_clip(r.majority or MISSING, 60)) + (" [dim](tie)[/]" if r.tie else ""),
                      inert(_clip(others, 100)) if others else f"[dim]same on all {len(r.values)}[/]")
     if report.skew and any(r.values for r in report.skew):
         console.print(skew)
+
+    reach = report.reach
+    console.print(f"[{STYLES[reach.status]}]{marks[reach.status]}[/] {inert(reach.title)}  [dim]({inert(reach.id)})[/]")
+    if reach.status != "ok":
+        for line in reach.detail.splitlines()[:8]:
+            console.print(f"    {inert(line)}", style="dim")
 
     for node in report.nodes:
         shown = [f for f in node.findings if f.status in ("fail", "crash") or (verbose and f.status == "warn")]

@@ -364,16 +364,19 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature(
         id="nccl.no-socket-interface", kind="nccl-interface", layer="nccl-network",
         pattern=r"NCCL WARN (?:Bootstrap : no socket interface found|NET/Socket : No usable listening "
-                r"interface found)",
+                r"interface found|NET/Socket : no interface found)",
         meaning="no interface matches NCCL_SOCKET_IFNAME (or none has an address): NCCL has nowhere to listen",
         read_next="the interfaces and addresses against NCCL_SOCKET_IFNAME's prefix / ^ / = rules",
-        sources=("NCCL src/misc/socket.cc and src/bootstrap.cc (the WARN lines)",)),
+        confirm=("nccl.socket",),
+        sources=("NCCL src/misc/socket.cc and src/bootstrap.cc (the WARN lines)",
+                 "NCCL src/transport/net_socket.cc (ncclNetSocketInit: \"NET/Socket : no interface found\")")),
     Signature(
         id="nccl.ib-completion", kind="nccl-ib", layer="nccl-network",
         pattern=r"NET/IB ?: Got completion (?:from peer (?P<peer>\S+) )?with (?:status=|error )(?P<status>\d+)",
         meaning="an InfiniBand/RoCE work request failed (status 12: transport retry exceeded, often a wrong GID "
                 "index or an unreachable peer)",
         read_next="the port's link layer, state and GID table against NCCL_IB_GID_INDEX and NCCL_IB_HCA",
+        confirm=("nccl.ib",),
         sources=("NCCL src/transport/net_ib.cc (\"NET/IB : Got completion from peer\")",)),
     Signature(
         id="nccl.watchdog-timeout", kind="collective-timeout", layer="ranks",
@@ -384,6 +387,26 @@ SIGNATURES: tuple[Signature, ...] = (
         read_next="each rank's stack: which collective each one waits in",
         confirm=("ranks.waits",),
         sources=("PyTorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp (watchdog)",)),
+    # -- NCCL's network: sockets and routes ---------------------------------------------------------
+    Signature(
+        id="nccl.no-subnet-interface", kind="nccl-interface", layer="nccl-network",
+        pattern=r"NCCL WARN Net : No interface found in the same subnet as remote address (?P<address>[^<\s]+)",
+        meaning="NCCL_SOCKET_IFNAME is unset and no interface of this node is in the subnet of NCCL_COMM_ID's "
+                "address, so NCCL's default order found nothing to use",
+        read_next="this node's interfaces and addresses against NCCL_COMM_ID and NCCL_SOCKET_IFNAME",
+        confirm=("nccl.socket",),
+        sources=("NCCL src/misc/socket.cc (ncclFindInterfaceMatchSubnet: \"Net : No interface found in the "
+                 "same subnet as remote address %s\")",)),
+    Signature(
+        id="nccl.connect-failed", kind="nccl-connect", layer="nccl-network",
+        pattern=r"NCCL WARN (?:\w+: )?(?:Net : )?Connect to (?P<address>\[?[0-9A-Fa-f:.]+\]?)<(?P<port>\d+)> "
+                r"failed ?: (?P<error>[^\n]+)",
+        meaning="a rank could not open a socket to another rank's address: the interface NCCL uses does not "
+                "route to it (No route to host, a timeout), or nothing listens there (Connection refused)",
+        read_next="which local interface routes to that address (ip route get) against the interface NCCL uses",
+        confirm=("nccl.peers",),
+        sources=("NCCL src/misc/socket.cc (ncclSocketConnect / socketStartConnect: \"Connect to %s failed : "
+                 "%s\")",)),
     Signature(
         id="c10d.collective-mismatch", kind="collective-mismatch", layer="ranks",
         pattern=r"Detected mismatch between collectives on ranks\. Rank (?P<rank>\d+) is running collective: "
