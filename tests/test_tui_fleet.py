@@ -119,7 +119,7 @@ def test_fits_an_80_by_24_terminal():
             text = screen_text(app)
             for host in HOSTS:
                 assert host in text
-            assert "toolchain" in text and "NVIDIA driver" in text and "LD_LIBRARY_PATH" in text
+            assert "launch" in text and "gpu" in text and "NVIDIA driver" in text and "LD_LIBRARY_PATH" in text
             assert "q Quit" in text.splitlines()[-1]
             await pilot.press("question_mark")
             await on_screen(pilot, app, "HelpScreen")
@@ -152,7 +152,7 @@ def test_a_node_opens_its_findings_and_a_finding_its_evidence_and_remedies():
             assert marks == sorted(marks, key=order.__getitem__)  # worst first
             cells = plain(app.screen.query_one("#fleet-node-cells"))
             assert "✗ runtime" in cells and "✓ driver" in cells and "- glibcxx" in cells  # nothing to check: skip
-            assert cells.lstrip().startswith("gpu")
+            assert cells.lstrip().startswith("container")  # families in name order
 
             await pilot.press("enter")  # the cursor starts on the worst finding
             await on_screen(pilot, app, "FleetFindingScreen")
