@@ -33,6 +33,12 @@ H200_CC = json.loads(read("python.json"))["torch"]["device0"]["cc"]
 KERNEL = "__global__ void k(float *x) { x[threadIdx.x] *= 2.0f; }\n"
 
 
+def lab_python() -> Path:
+    """The lab environment's python (built first when it is not there)."""
+    python = dsenv.location() / "bin" / "python"
+    return python if python.exists() else dsenv.ensure()
+
+
 def _ds_config(tmp_path: Path, body: dict[str, Any]) -> dict[str, Any]:
     path = tmp_path / "ds_config.json"
     path.write_text(json.dumps({"zero_optimization": {"stage": 3}, **body}, indent=2))
@@ -110,7 +116,7 @@ def test_bf16_on_compute_capability_6_1_fails_and_explains_deepspeeds_error(monk
 
 
 def test_fp16_on_6_1_follows_the_installed_deepspeeds_rule(monkeypatch, tmp_path):
-    python = dsenv.ensure()
+    python = lab_python()
     where = "import importlib.util, os; print(os.path.dirname(importlib.util.find_spec('deepspeed').origin))"
     ds_dir = Path(subprocess.run([str(python), "-c", where], capture_output=True, text=True,
                                  check=True).stdout.strip().splitlines()[-1])
@@ -154,7 +160,7 @@ TORCH_FLAGS = ("import json, os, sys\nfrom torch.utils.cpp_extension import _get
 
 
 def test_arch_list_parsing_matches_the_real_torch():
-    python = dsenv.ensure()
+    python = lab_python()
     lists = ["6.0;7.0", "8.0 8.6+PTX", "Ampere;Hopper", "Pascal+PTX", "9.0a", "7.5;foo", "8.0;"]
     got = json.loads(subprocess.run([str(python), "-c", TORCH_FLAGS, *lists], capture_output=True, text=True,
                                     check=True, timeout=240).stdout)

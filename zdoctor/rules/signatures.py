@@ -249,6 +249,18 @@ SIGNATURES: tuple[Signature, ...] = (
         sources=("NVIDIA nvcc (\"nvcc fatal : Unsupported gpu architecture\")",
                  "seen from nvcc 13.0 (V13.0.88) given -gencode=arch=compute_60,code=sm_60")),
     Signature(
+        id="ninja.log-version", kind="ninja-log-version", layer="jit-build-log",
+        pattern=r"ninja: warning: build log version (?:is too (?P<age>old|new)|invalid, perhaps due to being too old)"
+                r"; starting over",
+        meaning="the op dir's .ninja_log was written by a ninja of another release series: this ninja deletes it "
+                "and rebuilds every object of the op (minutes), and the other ninja will do the same",
+        read_next="which ninja each shell of the launch resolves, and the log format each writes",
+        confirm=("jit.build-log",),
+        sources=("ninja src/build_log.cc (BuildLog::Load) at v1.12.0 - v1.13.2: \"build log version is too old; "
+                 "starting over\" / \"build log version is too new; starting over\"",
+                 "ninja src/build_log.cc at v1.10.0 - v1.11.1: \"build log version invalid, perhaps due to being "
+                 "too old; starting over\"")),
+    Signature(
         id="triton.no-libcuda", kind="libcuda-lookup", layer="cuda-lookup",
         pattern=r"libcuda\.so cannot found!",
         meaning="triton looks up libcuda.so (unversioned) in `ldconfig -p` and found none: the driver library "
