@@ -152,7 +152,7 @@ def unbuildable(pairs: list[tuple[str, str]], nvcc_archs: list[str]) -> list[str
     return out
 
 
-def deepspeed_jit_list(env_list: str | None, gpu_ccs: list[str]) -> tuple[str | None, str]:
+def deepspeed_jit_list(env_list: str | None, gpu_ccs: list[Any]) -> tuple[str | None, str]:
     """The arch list DeepSpeed's JIT build of an op uses (op_builder/builder.py ``compute_capability_args``,
     jit mode): ``TORCH_CUDA_ARCH_LIST`` when set, else the visible GPUs' capabilities; ``+PTX`` is added to
     the highest when no entry has it. (list, where it came from); the list is None when it is not known."""

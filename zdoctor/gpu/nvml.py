@@ -266,9 +266,10 @@ def collect(nv: Any = None, *, sample_s: float = 0.0) -> dict[str, Any]:
     """
     if nv is None:
         try:
-            import pynvml as nv
+            import pynvml
         except ImportError as exc:
             return unavailable("module_missing", f"the nvidia-ml-py package (pynvml) is not installed: {exc}")
+        nv = pynvml
     try:
         nv.nvmlInit()
     except nv.NVMLError as exc:
