@@ -20,6 +20,7 @@ from test_gpu_nvml import fake_h200, no_smi
 from zdoctor.checks.gpucap import check_arch_list, check_precision
 from zdoctor.doctor import layers_examined
 from zdoctor.gpu import capability as cap
+from zdoctor.gpu import fatbin
 from zdoctor.offload.dsconfig import load_config, precision
 from zdoctor.probes.gpu import collect_nvml
 from zdoctor.probes.gpucap import collect_gpucap
@@ -186,8 +187,21 @@ def unsupported_build(tmp_path_factory) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.fixture(scope="module")
+def remedy_build(tmp_path_factory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """A real nvcc build of a shared library with the flags torch emits for TORCH_CUDA_ARCH_LIST=8.0+PTX."""
+    d = tmp_path_factory.mktemp("nvcc80")
+    (d / "k.cu").write_text(KERNEL)
+    flags = [f"-gencode=arch={a},code={c}" for a, c in
+             cap.gencode_of_entries(cap.expand_arch_list("8.0+PTX")["entries"])]
+    so = d / "k_op.cpython-311-x86_64-linux-gnu.so"
+    run = subprocess.run([NVCC, "-shared", "-Xcompiler", "-fPIC", *flags, str(d / "k.cu"), "-o", str(so)],
+                         capture_output=True, text=True, timeout=300)
+    return run, so
+
+
 @needs_nvcc
-def test_the_arch_list_nvcc_cannot_build_explains_the_real_nvcc_error(unsupported_build, tmp_path):
+def test_the_arch_list_nvcc_cannot_build_explains_the_real_nvcc_error(unsupported_build, remedy_build):
     assert unsupported_build.returncode != 0
     sym = _symptoms(unsupported_build.stderr)
     assert sym["symptoms"] and sym["symptoms"][0]["fields"] == {"arch": "compute_60"}
@@ -201,12 +215,25 @@ def test_the_arch_list_nvcc_cannot_build_explains_the_real_nvcc_error(unsupporte
     fix = arch.remedies[0].commands
     assert fix == ["export TORCH_CUDA_ARCH_LIST=8.0+PTX"]  # DeepSpeed's JIT adds +PTX to the highest
     # the remedy's list builds with the same nvcc
-    (tmp_path / "k.cu").write_text(KERNEL)
-    entries = cap.expand_arch_list("8.0+PTX")["entries"]
-    flags = [f"-gencode=arch={a},code={c}" for a, c in cap.gencode_of_entries(entries)]
-    ok = subprocess.run([NVCC, *flags, "-c", str(tmp_path / "k.cu"), "-o", str(tmp_path / "k.o")],
-                        capture_output=True, text=True, timeout=300)
-    assert ok.returncode == 0, ok.stderr
+    run, _so = remedy_build
+    assert run.returncode == 0, run.stderr
+
+
+@needs_nvcc
+def test_the_architectures_a_built_library_carries_are_read_from_its_fatbin(remedy_build, monkeypatch, tmp_path):
+    _run, so = remedy_build
+    assert fatbin.read_archs(str(so)) == {"pairs": [["compute_80", "compute_80"], ["compute_80", "sm_80"]],
+                                          "cuda": True, "error": None}
+    assert fatbin.read_archs("/bin/sh")["cuda"] is False
+    jit = {"deepspeed": {"prebuilt_ops": [str(so)]}}
+    nv = _nvml_with_cc(monkeypatch, tmp_path, tuple(H200_CC))
+    found = {x.id: x for x in check_arch_list(facts_of(gpucap=_gpucap(nv, jit=jit)))}
+    assert found["gpu.capability.kernel-image.k_op"].status == "ok"  # the compute_80 PTX is JIT-compiled for 9.0
+    assert "PTX" in found["gpu.capability.kernel-image.k_op"].detail
+    monkeypatch.undo()
+    t4 = _nvml_with_cc(monkeypatch, tmp_path, (7, 5), name="Tesla T4")
+    found = {x.id: x for x in check_arch_list(facts_of(gpucap=_gpucap(t4, jit=jit)))}
+    assert found["gpu.capability.kernel-image.k_op"].status == "fail"
 
 
 @needs_nvcc

@@ -260,8 +260,16 @@ def check_arch_list(facts: Facts) -> list[Finding]:
                                  torch["build_pairs"], gpus, {},
                                  "Install a torch wheel built for it (an older CUDA line keeps older GPUs)."))
     for op in f.get("ops") or []:
-        if op.get("cuda") and op.get("pairs"):
-            out.append(_kernel_image(facts, f"gpu.capability.kernel-image.{op['name']}", f"JIT op {op['name']}",
-                                     op["pairs"], gpus, nv,
+        built = op.get("so_pairs")  # what the built library holds wins over what build.ninja asked for
+        pairs = built if built else op.get("pairs")
+        if (op.get("cuda") or built) and pairs:
+            what = f"JIT op {op['name']}" + (" (its built .so)" if built else " (its build.ninja)")
+            out.append(_kernel_image(facts, f"gpu.capability.kernel-image.{op['name']}", what, pairs, gpus, nv,
                                      "torch rebuilds it for the new arch list when TORCH_CUDA_ARCH_LIST changes."))
+    for op in f.get("prebuilt") or []:
+        if op.get("pairs"):
+            out.append(_kernel_image(facts, f"gpu.capability.kernel-image.{op['name']}",
+                                     f"prebuilt op {op['name']} ({op['path']})", op["pairs"], gpus, {},
+                                     "Reinstall DeepSpeed with DS_BUILD_OPS=1 and TORCH_CUDA_ARCH_LIST naming the "
+                                     "GPUs' compute capability, or let it JIT-build the op."))
     return out

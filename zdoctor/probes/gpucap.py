@@ -10,8 +10,10 @@ Facts (plain JSON):
 - ``env_arch_list``: ``TORCH_CUDA_ARCH_LIST`` of the training environment (None: unset).
 - ``torch``: {version, cuda (None: a CPU build), build_pairs ([[arch, code]] torch itself was built with, from
   torch.__config__.show(); None: not known)}.
-- ``ops``: [{name, dir, cuda (build.ninja runs nvcc), pairs ([[arch, code]] of its -gencode flags), error}]
-  for the JIT ops the training interpreter uses.
+- ``ops``: [{name, dir, cuda (build.ninja runs nvcc), pairs ([[arch, code]] of its -gencode flags), so_path,
+  so_pairs (read from the built .so's fatbin; [] when it has none, None when unread), error}] for the JIT ops
+  the training interpreter uses; ``prebuilt``: [{name, path, cuda, pairs, error}] for the ops shipped in the
+  deepspeed package.
 - ``precision``: the dsconfig probe's precision (None without a ds_config) and ``precision_why``;
   ``fp16_rule``: the installed DeepSpeed's state of the rule ``fp16-compute-capability``;
   ``allow_deprecated_fp16``: DS_ALLOW_DEPRECATED_FP16 is 1 in the training environment.
@@ -23,6 +25,7 @@ import os
 from typing import Any
 
 from ..gpu import capability as cap
+from ..gpu import fatbin
 from ..model import Evidence
 from ..registry import facts_of, probe
 from ..runner import run
@@ -62,8 +65,13 @@ def list_gpu_arch(nvcc: str | None, env: dict[str, str], timeout: float = NVCC_T
 
 
 def op_archs(op: dict[str, Any]) -> dict[str, Any]:
-    """The -gencode flags of one JIT op's build.ninja."""
-    rec: dict[str, Any] = {"name": op.get("name"), "dir": op.get("dir"), "cuda": None, "pairs": [], "error": None}
+    """The architectures one JIT op carries: read from its built .so when there is one, and the -gencode
+    flags of its build.ninja."""
+    rec: dict[str, Any] = {"name": op.get("name"), "dir": op.get("dir"), "cuda": None, "pairs": [], "error": None,
+                           "so_path": op.get("so_path"), "so_pairs": None}
+    if op.get("so_path") and (op.get("so_info") or {}).get("kind") in (None, "elf"):
+        got = fatbin.read_archs(str(op["so_path"]))
+        rec["so_pairs"] = got["pairs"] if got["cuda"] else [] if got["cuda"] is False else None
     try:
         data, _cut = read_prefix(os.path.join(str(op.get("dir")), "build.ninja"), MAX_NINJA_BYTES, nofollow=True)
     except OSError as exc:
@@ -73,6 +81,16 @@ def op_archs(op: dict[str, Any]) -> dict[str, Any]:
     rec["cuda"] = any(line.startswith("nvcc ") or line.startswith("nvcc=") for line in text.splitlines())
     rec["pairs"] = [list(p) for p in cap.gencode_pairs(text)]
     return rec
+
+
+def prebuilt_archs(paths: list[str]) -> list[dict[str, Any]]:
+    """The architectures each op shipped inside the deepspeed package carries (DS_BUILD_OPS=1 installs)."""
+    out = []
+    for path in paths:
+        got = fatbin.read_archs(path)
+        name = os.path.basename(path).split(".", 1)[0]
+        out.append({"name": name, "path": path, "cuda": got["cuda"], "pairs": got["pairs"], "error": got["error"]})
+    return out
 
 
 def collect_gpucap(env: dict[str, str], nv: dict[str, Any], cuda_stack: dict[str, Any], pyenv: dict[str, Any],
@@ -96,6 +114,8 @@ def collect_gpucap(env: dict[str, str], nv: dict[str, Any], cuda_stack: dict[str
                   "cuda": torch.get("cuda") if imported else None, "imported": imported,
                   "build_pairs": [list(p) for p in pairs] if pairs is not None else None},
         "ops": ops,
+        "prebuilt": prebuilt_archs([p for p in ((jit or {}).get("deepspeed") or {}).get("prebuilt_ops") or []
+                                    if isinstance(p, str)]),
         "precision": (dsconfig or {}).get("precision") if dsconfig else None,
         "precision_why": None if dsconfig and dsconfig.get("precision") else
         ((dsconfig or {}).get("error") or dsconfig_why),
@@ -109,8 +129,10 @@ def collect_gpucap(env: dict[str, str], nv: dict[str, Any], cuda_stack: dict[str
     rows.append(["TORCH_CUDA_ARCH_LIST", "training environment", env.get("TORCH_CUDA_ARCH_LIST") or "(not set)"])
     rows.append(["torch's own kernels", torch.get("version") or "-",
                  " ".join(sorted({c for _a, c in pairs})) if pairs else "not known"])
-    rows += [[f"JIT op {o['name']}", o["dir"] or "-", " ".join(sorted({c for _a, c in o["pairs"]})) or
-              ("no CUDA code" if o["cuda"] is False else o["error"] or "no -gencode flags")] for o in ops]
+    rows += [[f"JIT op {o['name']}", o["dir"] or "-", " ".join(sorted({c for _a, c in o["so_pairs"] or o["pairs"]}))
+              or ("no CUDA code" if o["cuda"] is False else o["error"] or "no -gencode flags")] for o in ops]
+    rows += [[f"prebuilt op {o['name']}", o["path"], " ".join(sorted({c for _a, c in o["pairs"]})) or
+              ("no CUDA code" if o["cuda"] is False else o["error"] or "-")] for o in facts["prebuilt"]]
     evidence.insert(0, Evidence.of_table("compute capability and the architectures built for",
                                          ["what", "where", "value"], rows))
     return facts, evidence
