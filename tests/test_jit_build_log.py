@@ -98,8 +98,8 @@ def _rebuilt(run: subprocess.CompletedProcess[str]) -> bool:
 
 
 def _facts(op: Path, torch: str, on_path: str, *, remote: str | None = None, env: dict[str, str] | None = None,
-           symptoms: str | None = None) -> Any:
-    prereq = {"python": "/opt/venv/bin/python", "ninja": {"on_path": on_path, "on_noninteractive_path": remote,
+           symptoms: str | None = None, python: str = "/opt/venv/bin/python") -> Any:
+    prereq = {"python": python, "ninja": {"on_path": on_path, "on_noninteractive_path": remote,
                                                           "beside_interpreter": None},
               "python_headers": {"include": "/usr/include/python3"}}
     jit = {"base": str(op.parent), "ops": [{"name": op.name, "dir": str(op), "in_use": True}]}
@@ -159,11 +159,18 @@ def test_the_same_ninja_does_not_rebuild_and_the_finding_says_so(tmp_path, pypi_
 def test_two_shells_resolving_two_ninjas_rebuild_at_every_switch(tmp_path, pypi_ninja, torch_dir):
     op = _op(tmp_path, torch_dir)
     assert _rebuilt(_ninja(pypi_ninja, op))
-    [f] = check_build_log(_facts(op, torch_dir, pypi_ninja, remote=DEBIAN_NINJA))
+    python = os.path.join(os.path.dirname(pypi_ninja), "python")  # PyPI's ninja is the environment's own
+    [f] = check_build_log(_facts(op, torch_dir, pypi_ninja, remote=DEBIAN_NINJA, python=python))
     assert f.status == "warn" and "pdsh/ssh shells resolve /usr/bin/ninja (1.11" in f.title
-    assert any(".deepspeed_env" in " ".join(r.commands) for r in f.remedies)
+    keep = f.remedies[0]
+    assert pypi_ninja in keep.title and "no rebuild" in keep.title  # the ninja that wrote the log
+    assert keep.commands[0] == f'export PATH={os.path.dirname(pypi_ninja)}:"$PATH"'
+    assert ".deepspeed_env" in keep.commands[1]
     pin = [r for r in f.remedies if "pip install" in " ".join(r.commands)]
-    assert pin and "ninja==1.11.1" in pin[0].commands[0]
+    assert pin and pin[0].commands == [f"{python} -m pip install ninja==1.11.1"]
+    # for real: the kept ninja finds nothing to do; each switch between the two rebuilds
+    assert not _rebuilt(_ninja(pypi_ninja, op))
+    assert _rebuilt(_ninja(DEBIAN_NINJA, op)) and _rebuilt(_ninja(pypi_ninja, op))
 
 
 def test_a_compiler_other_than_the_one_in_build_ninja_rebuilds(tmp_path, torch_dir):

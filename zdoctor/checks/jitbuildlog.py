@@ -28,23 +28,30 @@ def _ninja_word(n: dict[str, Any]) -> str:
     return f"{n['path']} ({n.get('version') or '?'})"
 
 
-def _same_ninja_remedies(launch: dict[str, Any], others: list[dict[str, Any]], python_hint: str | None
-                         ) -> list[Remedy]:
-    d = os.path.dirname(launch["path"])
-    rems = [Remedy(title=f"Make every shell of the launch resolve {_ninja_word(launch)}: forward this PATH to the "
-                         "ranks through ~/.deepspeed_env (DeepSpeed exports each NAME=VALUE line on every node)",
+def _same_ninja_remedies(launch: dict[str, Any], others: list[dict[str, Any]], op: dict[str, Any],
+                         python: str | None) -> list[Remedy]:
+    """One ninja for every shell: the one that reads this op's log as up to date when there is one."""
+    preds = op.get("predictions") or {}
+    keep = next((n for n in [launch, *others] if (preds.get(n["path"]) or {}).get("rebuild") is False), launch)
+    why = " (it reads this op's log as up to date: no rebuild)" if keep is not launch or \
+        (preds.get(launch["path"]) or {}).get("rebuild") is False else ""
+    d = os.path.dirname(keep["path"])
+    rems = [Remedy(title=f"Make every shell of the launch resolve {_ninja_word(keep)}{why}: put its directory first "
+                         "on PATH and forward that PATH to the ranks through ~/.deepspeed_env (DeepSpeed exports "
+                         "each NAME=VALUE line on every node)",
                    commands=[f'export PATH={shlex.quote(d)}:"$PATH"',
                              'printf \'PATH=%s\\n\' "$PATH" >> ~/.deepspeed_env'],
                    undo=["sed -i '/^PATH=/d' ~/.deepspeed_env"],
                    note="not tried: it changes the PATH of every rank")]
-    for o in others:
-        if o.get("version") and python_hint:
-            rems.append(Remedy(title=f"Or pin the training environment's ninja to the version of {o['path']} "
-                                     f"({o['version']}), so both shells write the same log format",
-                               commands=[f"{shlex.quote(python_hint)} -m pip install "
-                                         f"{shlex.quote('ninja==' + '.'.join(o['version'].split('.')[:3]))}"],
-                               note="not tried: it replaces an installed package"))
-            break
+    env_bin = os.path.dirname(python) if python else None
+    mine = next((n for n in [launch, *others] if env_bin and os.path.dirname(n["path"]) == env_bin), None)
+    other = next((n for n in [launch, *others] if n is not mine and n.get("version")), None)
+    if mine is not None and other is not None and python:
+        want = ".".join(other["version"].split(".")[:3])
+        rems.append(Remedy(title=f"Or pin the training environment's own ninja ({_ninja_word(mine)}) to {want}, the "
+                                 f"release of {other['path']}, so both write and read the same log format",
+                           commands=[f"{shlex.quote(python)} -m pip install {shlex.quote('ninja==' + want)}"],
+                           note="not tried: it replaces an installed package"))
     return rems
 
 
@@ -84,7 +91,7 @@ def _op_finding(facts: Facts, f: dict[str, Any], op: dict[str, Any], launch: dic
                               "torch writes in this environment.")
     remedies: list[Remedy] = []
     if other_reasons or (pred.get("rebuild") and others):
-        remedies += _same_ninja_remedies(launch, others, f.get("python"))
+        remedies += _same_ninja_remedies(launch, others, op, f.get("python"))
     for d in op.get("differences") or []:
         if d["what"].startswith("the C++ compiler"):
             remedies.append(Remedy(title=f"Launch with the compiler the op was built with ({d['build']})",
