@@ -292,3 +292,12 @@ def test_kernel_compatibility_rules():
     assert cap.runs_on((7, 5), pairs) is None
     assert cap.runs_on((9, 0), [("compute_90a", "sm_90a")]) == "sm_90a cubin"
     assert cap.runs_on((10, 0), [("compute_90a", "sm_90a")]) is None
+
+
+@needs_nvcc
+def test_an_arch_list_nvcc_builds_for_the_h200_is_ok(monkeypatch, tmp_path):
+    nv = _nvml_with_cc(monkeypatch, tmp_path, tuple(H200_CC))
+    found = {x.id: x for x in check_arch_list(facts_of(gpucap=_gpucap(nv, env={"TORCH_CUDA_ARCH_LIST": "Hopper"})))}
+    arch = found["gpu.capability.arch-list"]
+    assert arch.status == "ok" and "'9.0+PTX'" in arch.title and "covers every GPU here" in arch.title
+    assert "-gencode=arch=compute_90,code=sm_90" in arch.detail

@@ -200,11 +200,13 @@ def _arch_list_finding(facts: Facts, f: dict[str, Any]) -> Finding:
                                         note="not tried: the ops are rebuilt at the next launch")],
                        explains=ids_for(facts, "cuda-arch"))
     judged = "nvcc builds every entry" if nv.get("archs") else "whether nvcc builds it is not known"
+    unknown = _unknown_cc(gpus)
+    covers = ", and it covers every GPU here" if gpus and not unknown else ""
+    why = (f" Whether it covers the GPUs is not known: {f.get('gpus_why')}." if not gpus else
+           f" Whether it covers {', '.join(map(_gpu_word, unknown))} is not known." if unknown else "")
     return Finding(id=ARCH, status="ok" if nv.get("archs") else "skip",
-                   title=f"The arch list of the next JIT build ({listed!r}, from {source}): {judged}"
-                         + (", and it covers every GPU here" if gpus else ""),
-                   detail="torch emits " + " ".join(f"-gencode=arch={a},code={c}" for a, c in pairs) + "."
-                          + ("" if gpus else f" Whether it covers the GPUs is not known: {f.get('gpus_why')}."))
+                   title=f"The arch list of the next JIT build ({listed!r}, from {source}): {judged}{covers}",
+                   detail="torch emits " + " ".join(f"-gencode=arch={a},code={c}" for a, c in pairs) + "." + why)
 
 
 def _kernel_image(facts: Facts, fid: str, what: str, pairs: list[list[str]], gpus: list[dict[str, Any]],
