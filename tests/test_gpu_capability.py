@@ -295,9 +295,20 @@ def test_kernel_compatibility_rules():
 
 
 @needs_nvcc
-def test_an_arch_list_nvcc_builds_for_the_h200_is_ok(monkeypatch, tmp_path):
+def test_an_arch_list_nvcc_builds_for_the_h200_is_ok_and_a_name_is_deepspeeds_error(monkeypatch, tmp_path):
     nv = _nvml_with_cc(monkeypatch, tmp_path, tuple(H200_CC))
-    found = {x.id: x for x in check_arch_list(facts_of(gpucap=_gpucap(nv, env={"TORCH_CUDA_ARCH_LIST": "Hopper"})))}
+    found = {x.id: x for x in check_arch_list(facts_of(gpucap=_gpucap(nv, env={"TORCH_CUDA_ARCH_LIST": "9.0"})))}
     arch = found["gpu.capability.arch-list"]
     assert arch.status == "ok" and "'9.0+PTX'" in arch.title and "covers every GPU here" in arch.title
     assert "-gencode=arch=compute_90,code=sm_90" in arch.detail
+    # a name torch expands, but the installed DeepSpeed's JIT reads as numbers: its real error, then the fix
+    python = lab_python()
+    where = "import importlib.util, os; print(os.path.dirname(importlib.util.find_spec('deepspeed').origin))"
+    ds_dir = subprocess.run([str(python), "-c", where], capture_output=True, text=True,
+                            check=True).stdout.strip().splitlines()[-1]
+    rules = dsr.installed_rules(ds_dir, None)
+    assert rules["jit-arch-list-numbers"]["state"] == "current"
+    f = _gpucap(nv, env={"TORCH_CUDA_ARCH_LIST": "Hopper"}, dsrelease={"rules": rules})
+    arch = {x.id: x for x in check_arch_list(facts_of(gpucap=f))}["gpu.capability.arch-list"]
+    assert arch.status == "fail" and "invalid literal for int() with base 10: 'Hopper'" in arch.title
+    assert arch.remedies[0].commands == ["export TORCH_CUDA_ARCH_LIST=9.0+PTX"]

@@ -152,6 +152,24 @@ def _arch_list_finding(facts: Facts, f: dict[str, Any]) -> Finding:
         return Finding(id=ARCH, status="skip", title="The arch list of the next JIT build is not known",
                        detail=f"TORCH_CUDA_ARCH_LIST is not set, so DeepSpeed builds CUDA ops for {source}: "
                               f"{f.get('gpus_why') or 'a GPU without a known compute capability'}.")
+    names = cap.named_entries(listed)
+    if names:
+        numeric = cap.expand_arch_list(";".join(e for e in (f.get("env_arch_list") or "").replace(" ", ";").split(";")
+                                                if e))
+        fix = ";".join(e["text"] for e in numeric["entries"]) if not numeric["unknown"] else ""
+        rule = f.get("names_rule")
+        return Finding(
+            id=ARCH, status="fail" if rule == "current" else "warn",
+            title=f"TORCH_CUDA_ARCH_LIST names {names[0]!r}: DeepSpeed's JIT build reads each entry as numbers"
+                  + (" and stops with \"ValueError: invalid literal for int() with base 10: "
+                     f"'{names[0].split('+')[0]}'\"" if rule == "current" else ""),
+            detail="torch expands names such as Ampere and Hopper, but DeepSpeed's op builder sorts the entries by "
+                   "int() of their parts before torch sees them"
+                   + (" (the installed release does, rule jit-arch-list-numbers)." if rule == "current" else
+                      "; whether the installed release does is not known (0.19.8 does)."),
+            remedies=[Remedy(title="Write the list as numbers (torch's own expansion of the names)",
+                             commands=[f"export TORCH_CUDA_ARCH_LIST={shlex.quote(fix)}"],
+                             note="not tried: it changes what every op is built for")] if fix else [])
     parsed = cap.expand_arch_list(listed)
     if parsed["unknown"]:
         return Finding(id=ARCH, status="fail",

@@ -86,6 +86,12 @@ def expand_arch_list(text: str) -> dict[str, Any]:
     return {"entries": entries, "unknown": unknown}
 
 
+def named_entries(arch_list: str) -> list[str]:
+    """The entries of an arch list that are not numbers (``Hopper``, ``Ampere+PTX``)."""
+    items = [c.strip() for c in arch_list.replace(" ", ";").split(";") if c.strip()]
+    return [c for c in items if not re.fullmatch(r"\d+\.\d+[a-z]?(?:\+PTX)?", c)]
+
+
 def gencode_of_entries(entries: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """The (arch, code) pairs torch emits for expanded entries, sorted as its set of flags."""
     out: set[tuple[str, str]] = set()

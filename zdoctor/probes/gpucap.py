@@ -15,7 +15,8 @@ Facts (plain JSON):
   the training interpreter uses; ``prebuilt``: [{name, path, cuda, pairs, error}] for the ops shipped in the
   deepspeed package.
 - ``precision``: the dsconfig probe's precision (None without a ds_config) and ``precision_why``;
-  ``fp16_rule``: the installed DeepSpeed's state of the rule ``fp16-compute-capability``;
+  ``fp16_rule``, ``names_rule``: the installed DeepSpeed's state of the rules ``fp16-compute-capability`` and
+  ``jit-arch-list-numbers``;
   ``allow_deprecated_fp16``: DS_ALLOW_DEPRECATED_FP16 is 1 in the training environment.
 """
 
@@ -107,7 +108,8 @@ def collect_gpucap(env: dict[str, str], nv: dict[str, Any], cuda_stack: dict[str
     pairs = cap.torch_build_pairs(torch.get("config")) if imported else None
     ops = [op_archs(op) for op in (jit or {}).get("ops") or []
            if isinstance(op, dict) and op.get("in_use") is not False]
-    rule = (((dsrelease or {}).get("rules") or {}).get("fp16-compute-capability") or {}).get("state")
+    rules = (dsrelease or {}).get("rules") or {}
+    rule = (rules.get("fp16-compute-capability") or {}).get("state")
     facts: dict[str, Any] = {
         "gpus": gpus, "gpus_why": gpus_why, "nvcc": nvcc, "env_arch_list": env.get("TORCH_CUDA_ARCH_LIST"),
         "torch": {"version": torch.get("version") if imported else None,
@@ -120,6 +122,7 @@ def collect_gpucap(env: dict[str, str], nv: dict[str, Any], cuda_stack: dict[str
         "precision_why": None if dsconfig and dsconfig.get("precision") else
         ((dsconfig or {}).get("error") or dsconfig_why),
         "fp16_rule": rule or "unknown",
+        "names_rule": (rules.get("jit-arch-list-numbers") or {}).get("state") or "unknown",
         "allow_deprecated_fp16": env.get("DS_ALLOW_DEPRECATED_FP16") == "1",
     }
     rows = [[f"GPU {g['index']}", g.get("name") or "?", g.get("cc") or "unknown"] for g in gpus] or \
