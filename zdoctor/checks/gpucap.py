@@ -138,9 +138,10 @@ def _nvcc_finding(nv: dict[str, Any]) -> Finding:
                        detail="`nvcc --list-gpu-arch` lists: " + " ".join(nv["archs"]) + ". An arch list with an "
                               "architecture not among them stops every CUDA build with 'nvcc fatal : Unsupported "
                               "gpu architecture'.")
-    return Finding(id="gpu.capability.nvcc-archs", status="fail",
+    return Finding(id="gpu.capability.nvcc-archs", status="skip",
                    title=f"`{nv.get('path')} --list-gpu-arch` did not answer: {nv.get('error')}",
-                   detail="The nvcc torch runs for JIT builds could not say which architectures it builds.")
+                   detail="The nvcc torch runs for JIT builds could not say which architectures it builds (nvcc "
+                          "before CUDA 11 has no --list-gpu-arch), so the arch lists are not judged against it.")
 
 
 def _arch_list_finding(facts: Facts, f: dict[str, Any]) -> Finding:
