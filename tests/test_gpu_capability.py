@@ -25,6 +25,7 @@ from zdoctor.offload.dsconfig import load_config, precision
 from zdoctor.probes.gpu import collect_nvml
 from zdoctor.probes.gpucap import collect_gpucap
 from zdoctor.rules import deepspeed as dsr
+from zdoctor.shape import facts_problems
 from zdoctor.symptoms.extract import from_text
 
 NVCC = shutil.which("nvcc") or "/usr/local/bin/nvcc"
@@ -69,7 +70,9 @@ def _gpucap(nv: dict[str, Any], *, ds: dict[str, Any] | None = None, env: dict[s
             cuda_stack: dict[str, Any] | None = None, pyenv: dict[str, Any] | None = None) -> dict[str, Any]:
     stack = cuda_stack if cuda_stack is not None else {"nvcc": {"path": NVCC}}
     facts, _ev = collect_gpucap(env or {}, nv, stack, pyenv or {}, jit or {}, ds, dsrelease or {})
-    return json.loads(json.dumps(facts))
+    facts = json.loads(json.dumps(facts))
+    assert facts_problems("gpucap", facts) == []  # a snapshot of it replays
+    return facts
 
 
 # -- NVML: the compute capability per GPU ---------------------------------------------------------------------

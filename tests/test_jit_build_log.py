@@ -19,6 +19,7 @@ from test_gpu_facts import facts_of
 from zdoctor.checks.jitbuildlog import check_build_log
 from zdoctor.forensics import ninjafile, ninjahash, ninjalog
 from zdoctor.probes.jitbuildlog import collect_jitbuildlog
+from zdoctor.shape import facts_problems
 from zdoctor.symptoms.extract import from_text
 
 DEBIAN_NINJA = "/usr/bin/ninja"
@@ -106,6 +107,7 @@ def _facts(op: Path, torch: str, on_path: str, *, remote: str | None = None, env
     pyenv = {"torch": {"location": torch}}
     facts, _ev = collect_jitbuildlog(env or {"PATH": PATH}, jit, prereq, pyenv, {}, {})
     facts = json.loads(json.dumps(facts))
+    assert facts_problems("jitbuildlog", facts) == []  # a snapshot of it replays
     probes = {"jitbuildlog": facts}
     if symptoms is not None:
         probes["symptoms"] = {"symptoms": [s.to_dict() for s in from_text(symptoms, "log", "launch.log")]}
