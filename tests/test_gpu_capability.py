@@ -115,8 +115,16 @@ def test_bf16_on_compute_capability_6_1_fails_and_explains_deepspeeds_error(monk
     [f] = check_precision(facts_of(gpucap=_gpucap(nv, ds=ds), symptoms=sym))
     assert f.status == "fail" and "6.1" in f.title and "Tesla P40" in f.title
     assert "bfloat16.enabled" not in f.title and ":" in f.title  # the position in the file is named
-    assert f.explains == ["S1"]
+    assert f.explains == ["S1"] and "which this torch does is not known" in f.detail
     assert any("fp16" in r.title for r in f.remedies) and all(r.note.startswith("not tried") for r in f.remedies)
+    # torch 2.13 (the real one) emulates bf16: DeepSpeed then starts, and the finding says so
+    python = lab_python()
+    where = "import importlib.util, os; print(os.path.dirname(importlib.util.find_spec('torch').origin))"
+    torch_dir = subprocess.run([str(python), "-c", where], capture_output=True, text=True,
+                               check=True).stdout.strip().splitlines()[-1]
+    pyenv = {"torch": {"import": {"state": "ok"}, "location": torch_dir, "version": "2.13.0"}}
+    [f] = check_precision(facts_of(gpucap=_gpucap(nv, ds=ds, pyenv=pyenv)))
+    assert f.status == "fail" and "including_emulation" in f.detail and "DeepSpeed starts" in f.detail
 
 
 def test_fp16_on_6_1_follows_the_installed_deepspeeds_rule(monkeypatch, tmp_path):

@@ -34,14 +34,22 @@ def _bf16(facts: Facts, f: dict[str, Any], where: str) -> Finding:
     gpus = f["gpus"]
     old = _older(gpus, cap.BF16_MIN)
     if old:
+        emulates = (f.get("torch") or {}).get("bf16_emulation")
+        how = {True: f"torch {(f.get('torch') or {}).get('version') or ''} answers is_bf16_supported() True below "
+                     "8.0 when it can make a bf16 tensor (including_emulation), so DeepSpeed starts and bf16 runs "
+                     "without bf16 hardware: far slower, and kernels built without a bf16 path for this "
+                     "architecture fail",
+               False: "this torch answers is_bf16_supported() False below 8.0: DeepSpeed's engine stops with 'Type "
+                      "bf16 is not supported on your device.' and torch's autocast with 'Current CUDA Device does "
+                      "not support bfloat16'"}.get(
+            emulates, "below 8.0 DeepSpeed's engine stops with 'Type bf16 is not supported on your device.' when "
+                      "torch's is_bf16_supported() answers False (torch releases that emulate bf16 answer True and "
+                      "run it without bf16 hardware; which this torch does is not known)")
         return Finding(
             id=PRECISION, status="fail",
             title=f"bf16 is asked of {_gpu_word(old[0])}: bf16 needs compute capability 8.0 or newer",
-            detail=f"The ds_config enables bf16 ({where}). torch.cuda.is_bf16_supported() is True from compute "
-                   "capability 8.0 (Ampere); below it, DeepSpeed's engine stops with 'Type bf16 is not supported on "
-                   "your device.' and torch's autocast with 'Current CUDA Device does not support bfloat16' (or, "
-                   "where torch emulates bf16, every bf16 matmul runs without tensor cores). "
-                   + "; ".join(_gpu_word(g) for g in old) + ".",
+            detail=f"The ds_config enables bf16 ({where}); bf16 tensor cores came with compute capability 8.0 "
+                   f"(Ampere), and {how}. " + "; ".join(_gpu_word(g) for g in old) + ".",
             remedies=[Remedy(title="Train in fp16 with loss scaling instead: set \"bf16\": {\"enabled\": false} and "
                                    "\"fp16\": {\"enabled\": true} in the ds_config",
                              explanation="fp16 has a narrower range than bf16: DeepSpeed's dynamic loss scaling "

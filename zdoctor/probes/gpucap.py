@@ -9,7 +9,8 @@ Facts (plain JSON):
   ["compute_75", ...]), error}; ``path`` None when there is no CUDA toolkit.
 - ``env_arch_list``: ``TORCH_CUDA_ARCH_LIST`` of the training environment (None: unset).
 - ``torch``: {version, cuda (None: a CPU build), build_pairs ([[arch, code]] torch itself was built with, from
-  torch.__config__.show(); None: not known)}.
+  torch.__config__.show(); None: not known), bf16_emulation (its is_bf16_supported() says True below 8.0 when
+  a bf16 tensor can be made; None: not known)}.
 - ``ops``: [{name, dir, cuda (build.ninja runs nvcc), pairs ([[arch, code]] of its -gencode flags), so_path,
   so_pairs (read from the built .so's fatbin; [] when it has none, None when unread), error}] for the JIT ops
   the training interpreter uses; ``prebuilt``: [{name, path, cuda, pairs, error}] for the ops shipped in the
@@ -84,6 +85,19 @@ def op_archs(op: dict[str, Any]) -> dict[str, Any]:
     return rec
 
 
+def torch_emulates_bf16(torch_location: str | None) -> bool | None:
+    """Whether the installed torch's ``torch.cuda.is_bf16_supported()`` answers True below compute capability
+    8.0 when a bf16 tensor can be made (its ``including_emulation`` argument, read from torch/cuda/__init__.py);
+    None when the file cannot be read."""
+    if not torch_location:
+        return None
+    try:
+        data, _cut = read_prefix(os.path.join(torch_location, "cuda", "__init__.py"), 2 * 1024 * 1024)
+    except OSError:
+        return None
+    return b"def is_bf16_supported(including_emulation" in data
+
+
 def prebuilt_archs(paths: list[str]) -> list[dict[str, Any]]:
     """The architectures each op shipped inside the deepspeed package carries (DS_BUILD_OPS=1 installs)."""
     out = []
@@ -114,7 +128,9 @@ def collect_gpucap(env: dict[str, str], nv: dict[str, Any], cuda_stack: dict[str
         "gpus": gpus, "gpus_why": gpus_why, "nvcc": nvcc, "env_arch_list": env.get("TORCH_CUDA_ARCH_LIST"),
         "torch": {"version": torch.get("version") if imported else None,
                   "cuda": torch.get("cuda") if imported else None, "imported": imported,
-                  "build_pairs": [list(p) for p in pairs] if pairs is not None else None},
+                  "build_pairs": [list(p) for p in pairs] if pairs is not None else None,
+                  "bf16_emulation": torch_emulates_bf16(torch.get("location") if isinstance(torch.get("location"), str)
+                                                        else None)},
         "ops": ops,
         "prebuilt": prebuilt_archs([p for p in ((jit or {}).get("deepspeed") or {}).get("prebuilt_ops") or []
                                     if isinstance(p, str)]),
