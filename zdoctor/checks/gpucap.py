@@ -30,21 +30,26 @@ def _older(gpus: list[dict[str, Any]], least: tuple[int, int]) -> list[dict[str,
     return [g for g in gpus if (cap.cc_tuple(g.get("cc")) or least) < least]
 
 
+#: What bf16 below compute capability 8.0 does, by whether the installed torch emulates it (True), does not
+#: (False), or is not known (None).
+_BF16_BELOW_8: dict[Any, str] = {
+    True: "this torch answers is_bf16_supported() True below 8.0 when it can make a bf16 tensor "
+          "(including_emulation), so DeepSpeed starts and bf16 runs without bf16 hardware: far slower, and kernels "
+          "built without a bf16 path for this architecture fail",
+    False: "this torch answers is_bf16_supported() False below 8.0: DeepSpeed's engine stops with 'Type bf16 is not "
+           "supported on your device.' and torch's autocast with 'Current CUDA Device does not support bfloat16'",
+    None: "below 8.0 DeepSpeed's engine stops with 'Type bf16 is not supported on your device.' when torch's "
+          "is_bf16_supported() answers False (torch releases that emulate bf16 answer True and run it without bf16 "
+          "hardware; which this torch does is not known)",
+}
+
+
 def _bf16(facts: Facts, f: dict[str, Any], where: str) -> Finding:
     gpus = f["gpus"]
     old = _older(gpus, cap.BF16_MIN)
     if old:
-        emulates = (f.get("torch") or {}).get("bf16_emulation")
-        how = {True: f"torch {(f.get('torch') or {}).get('version') or ''} answers is_bf16_supported() True below "
-                     "8.0 when it can make a bf16 tensor (including_emulation), so DeepSpeed starts and bf16 runs "
-                     "without bf16 hardware: far slower, and kernels built without a bf16 path for this "
-                     "architecture fail",
-               False: "this torch answers is_bf16_supported() False below 8.0: DeepSpeed's engine stops with 'Type "
-                      "bf16 is not supported on your device.' and torch's autocast with 'Current CUDA Device does "
-                      "not support bfloat16'"}.get(
-            emulates, "below 8.0 DeepSpeed's engine stops with 'Type bf16 is not supported on your device.' when "
-                      "torch's is_bf16_supported() answers False (torch releases that emulate bf16 answer True and "
-                      "run it without bf16 hardware; which this torch does is not known)")
+        torch = f.get("torch") or {}
+        how = _BF16_BELOW_8.get(torch.get("bf16_emulation"), _BF16_BELOW_8[None])
         return Finding(
             id=PRECISION, status="fail",
             title=f"bf16 is asked of {_gpu_word(old[0])}: bf16 needs compute capability 8.0 or newer",
