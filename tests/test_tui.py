@@ -203,15 +203,16 @@ def test_taking_another_branch_is_recorded_as_the_users_choice(tmp_path):
             targets = [c.edge.to for c in ws.outcome.candidates]
             assert targets[branches.highlighted] == "loaded"  # the suggested step is preselected
             await pilot.press("b")
-            while targets[branches.highlighted] != "diag-hang":
+            assert "build-log" in targets  # the hang branch reads the JIT build logs first
+            while targets[branches.highlighted] != "build-log":
                 await pilot.press("up")
             await pilot.press("enter")
             await step_ready(pilot, app)
-            assert ws.walk.path == ["symptom", "diag-hang"]
+            assert ws.walk.path == ["symptom", "build-log"]
             sid = app.ctx.log.id
         edge = next(e for e in load_events(sid) if e["type"] == "edge")
-        assert edge["to"] == "diag-hang" and edge["override"] is True
-        assert edge["reason"].startswith("user chose diag-hang over loaded")
+        assert edge["to"] == "build-log" and edge["override"] is True
+        assert edge["reason"].startswith("user chose build-log over loaded")
 
     run(scenario())
 

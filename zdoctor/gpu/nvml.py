@@ -9,9 +9,9 @@ exception.
 A GPU record (all plain JSON): index, name, uuid, pci_bus_id, memory {total, used, free} (bytes),
 utilization {gpu, memory} (%), pcie {gen, gen_max, width, width_max}, ecc {current, pending,
 volatile_uncorrected, volatile_corrected, aggregate_uncorrected, aggregate_corrected, remap_pending,
-remap_failure}, persistence (bool), temperature_c, power_w, power_limit_w, perf_state ("P0"),
-compute_mode, mig (bool), throttle {mask, reasons [names]}, processes [{pid, used_bytes, type, name}],
-sample (when sampled), not_supported [fields], errors {field: message}.
+remap_failure}, compute_capability ("9.0"; None when unknown), persistence (bool), temperature_c, power_w,
+power_limit_w, perf_state ("P0"), compute_mode, mig (bool), throttle {mask, reasons [names]}, processes [{pid,
+used_bytes, type, name}], sample (when sampled), not_supported [fields], errors {field: message}.
 """
 
 from __future__ import annotations
@@ -138,6 +138,14 @@ def brand_name(nv: Any, value: Any) -> str | None:
     return sorted(names)[0] if names else str(value)
 
 
+def cc_text(value: Any) -> str | None:
+    """``(9, 0)`` (what nvmlDeviceGetCudaComputeCapability and torch.cuda.get_device_capability return) ->
+    ``"9.0"``; None for anything else."""
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, int) and v >= 0 for v in value):
+        return f"{value[0]}.{value[1]}"
+    return None
+
+
 def _proc_name(pid: int) -> str | None:
     try:
         with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as fh:
@@ -153,7 +161,8 @@ def empty_gpu(index: int) -> dict[str, Any]:
             "ecc": {"current": None, "pending": None, "volatile_uncorrected": None, "volatile_corrected": None,
                     "aggregate_uncorrected": None, "aggregate_corrected": None, "remap_pending": None,
                     "remap_failure": None},
-            "persistence": None, "temperature_c": None, "power_w": None, "power_limit_w": None, "perf_state": None,
+            "compute_capability": None, "persistence": None, "temperature_c": None, "power_w": None,
+            "power_limit_w": None, "perf_state": None,
             "compute_mode": None, "mig": None, "throttle": {"mask": None, "reasons": []}, "processes": [],
             "sample": None, "not_supported": [], "errors": {}}
 
@@ -182,6 +191,7 @@ def read_gpu(nv: Any, index: int) -> dict[str, Any]:
                    "width": call("pcie.width", "nvmlDeviceGetCurrPcieLinkWidth", h),
                    "width_max": call("pcie.width_max", "nvmlDeviceGetMaxPcieLinkWidth", h)}
     _read_ecc(nv, call, h, gpu)
+    gpu["compute_capability"] = cc_text(call("compute_capability", "nvmlDeviceGetCudaComputeCapability", h))
     pm = call("persistence", "nvmlDeviceGetPersistenceMode", h)
     gpu["persistence"] = None if pm is None else bool(pm)
     gpu["temperature_c"] = call("temperature", "nvmlDeviceGetTemperature", h,
@@ -311,7 +321,7 @@ def collect(nv: Any = None, *, sample_s: float = 0.0) -> dict[str, Any]:
 def from_capture(doc: dict[str, Any]) -> dict[str, Any]:
     """NVML facts from a recorded dump (``{"driver", "cuda_driver", "nvml", "gpus": [{name, uuid, memory,
     util, pcie_gen, pcie_gen_max, pcie_width, pcie_width_max, pci, temp, power_mw, persistence, ecc,
-    procs}]}``), in the shape :func:`collect` returns."""
+    procs, compute_capability ([major, minor], when recorded)}]}``), in the shape :func:`collect` returns."""
     cd = doc.get("cuda_driver")
     facts: dict[str, Any] = {
         "available": True, "error_kind": None, "error": None, "errors": {},
@@ -332,6 +342,7 @@ def from_capture(doc: dict[str, Any]) -> dict[str, Any]:
         ecc = raw.get("ecc")
         if isinstance(ecc, list) and len(ecc) >= 2:
             g["ecc"]["current"], g["ecc"]["pending"] = bool(ecc[0]), bool(ecc[1])
+        g["compute_capability"] = cc_text(raw.get("compute_capability"))
         pm = raw.get("persistence")
         g["persistence"] = None if pm is None else bool(pm)
         g["temperature_c"] = raw.get("temp")

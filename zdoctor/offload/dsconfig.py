@@ -117,3 +117,19 @@ def read_text(path: str, what: str = "file", cap: int = MAX_BYTES) -> str:
 def load_config(path: str) -> DsConfig:
     """Read and parse the ds_config at ``path`` (see :func:`parse_config`)."""
     return parse_config(read_text(path, "ds_config"), path)
+
+
+def precision(cfg: DsConfig) -> dict[str, dict[str, Any]]:
+    """The precision the ds_config asks for: ``{bf16: {enabled, key, where}, fp16: {...}}``. ``enabled`` is
+    True, False, ``"auto"`` (the Hugging Face Trainer fills it in) or the value as written; a section the
+    file does not set is DeepSpeed's default, False (``where`` None). DeepSpeed reads ``bf16`` and, when
+    that is absent, the older name ``bfloat16`` (runtime/precision_config.py ``get_bfloat16_config``)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, keys in (("bf16", ("bf16", "bfloat16")), ("fp16", ("fp16",))):
+        key = next((k for k in keys if isinstance(cfg.get((k,)), dict)), None)
+        if key is None or not cfg.has((key, "enabled")):
+            out[name] = {"enabled": False, "key": f"{keys[0]}.enabled", "where": None}
+            continue
+        value = cfg.get((key, "enabled"))
+        out[name] = {"enabled": value, "key": f"{key}.enabled", "where": cfg.where((key, "enabled"))}
+    return out

@@ -17,6 +17,7 @@ about the job (``host.options``) and is skipped, with the reason, when that was 
 - ``offload_target``: --offload-path as a place for NVMe offload: {path, suitable, category, why, free_bytes}
   or None when not given (also in ``capacity``).
 - ``lints``: [{rule, severity (fail | warn | info), key, value, message, line, col, detail}].
+- ``precision``: dsconfig.precision(): {bf16, fp16: {enabled (True | False | "auto" | as written), key, where}}.
 
 ``capacity`` (``model_params`` or ``model_config``; ``nodes``, ``gpus_per_node``) facts:
 
@@ -53,7 +54,7 @@ from typing import Any
 from ..errors import InputError
 from ..model import Evidence, cap_text
 from ..offload import gpusample, lint, planner, walllog
-from ..offload.dsconfig import load_config
+from ..offload.dsconfig import load_config, precision
 from ..registry import facts_of, probe
 from ..target import target_of
 from .libs import LIVE_TIMEOUT
@@ -202,6 +203,7 @@ def dsconfig_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
         if block and facts["devices"][which] == "nvme" and isinstance(block["nvme_path"]["value"], str):
             facts["nvme_paths"].append({"key": f"zero_optimization.{which}.nvme_path",
                                         "path": block["nvme_path"]["value"]})
+    facts["precision"] = precision(cfg)
     wcb = cfg.get(("wall_clock_breakdown",))
     facts["wall_clock_breakdown"] = wcb if isinstance(wcb, bool) else None
     paths = {p["path"]: lint.inspect_path(p["path"]) for p in facts["nvme_paths"]}

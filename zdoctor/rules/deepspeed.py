@@ -65,6 +65,25 @@ RULES: list[dict[str, Any]] = [
      "sources": ["runtime/engine.py FORWARD_MICRO_TIMER = 'forward_microstep' in older releases; fwd_microstep in "
                  "0.19.8; the pull request that renamed them: unknown"],
      "release": "0.4.0 prints the older names; the first release with the current ones: unknown"},
+    {"id": "fp16-compute-capability",
+     "about": "fp16 on a GPU of compute capability 6.x (accelerator/cuda_accelerator.py is_fp16_supported; the "
+              "engine stops with 'Type fp16 is not supported on your device.' when it answers False)",
+     "old": "compute capability 7.0 or newer only (`major >= 7`), with no way around it",
+     "current": "7.0 or newer; 6.x too when DS_ALLOW_DEPRECATED_FP16=1 is set",
+     "sources": ["read from accelerator/cuda_accelerator.py of DeepSpeed 0.19.8 (DS_ALLOW_DEPRECATED_FP16) and of "
+                 "earlier releases with the accelerator abstraction (major >= 7 alone); the pull request that "
+                 "added the switch: unknown"],
+     "release": "0.19.8 has the switch; the first release with it: unknown"},
+    {"id": "jit-arch-list-numbers",
+     "about": "arch names in TORCH_CUDA_ARCH_LIST (Ampere, Hopper ...) for a JIT build of a CUDA op "
+              "(op_builder/builder.py compute_capability_args, jit mode)",
+     "old": "unknown",
+     "current": "each entry is read as numbers (sorted by int() of its parts): a name stops the build with "
+                "\"ValueError: invalid literal for int() with base 10: 'Hopper'\", though torch itself expands "
+                "names",
+     "sources": ["read from op_builder/builder.py of DeepSpeed 0.19.8 (the sort key int(part.split('+')[0]) for "
+                 "part in cc.split('.')), and run: TORCH_CUDA_ARCH_LIST=Hopper raised that ValueError"],
+     "release": "0.19.8 refuses names; since which release: unknown"},
 ]
 
 RULES_BY_ID = {r["id"]: r for r in RULES}
@@ -75,6 +94,8 @@ RULE_FILES = {
     "libaio-detection": ("ops/op_builder/async_io.py", "../op_builder/async_io.py"),
     "zero12-pin-memory": ("runtime/zero/stage_1_and_2.py", "runtime/zero/stage2.py"),
     "wall-clock-timer-names": ("runtime/engine.py",),
+    "fp16-compute-capability": ("accelerator/cuda_accelerator.py",),
+    "jit-arch-list-numbers": ("ops/op_builder/builder.py", "../op_builder/builder.py"),
 }
 MAX_SOURCE_BYTES = 2 * 1024 * 1024
 
@@ -128,6 +149,16 @@ def decide(rule_id: str, text: str) -> dict[str, Any]:
         if "'forward_microstep'" in text or '"forward_microstep"' in text:
             return {"state": "old"}
         return {"state": "unknown", "why": "no timer names in engine.py"}
+    if rule_id == "fp16-compute-capability":
+        if "DS_ALLOW_DEPRECATED_FP16" in text:
+            return {"state": "current"}
+        if "def is_fp16_supported" in text and "major >= 7" in text:
+            return {"state": "old"}
+        return {"state": "unknown", "why": "no compute capability test in is_fp16_supported"}
+    if rule_id == "jit-arch-list-numbers":
+        if "int(part.split('+')[0]) for part in cc.split('.')" in text:
+            return {"state": "current"}
+        return {"state": "unknown", "why": "no numeric sort of the JIT arch list in builder.py"}
     raise KeyError(rule_id)
 
 

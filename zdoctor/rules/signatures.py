@@ -275,6 +275,7 @@ SIGNATURES: tuple[Signature, ...] = (
         meaning="the code was not built for this GPU's compute capability (TORCH_CUDA_ARCH_LIST, or a torch "
                 "wheel that dropped the architecture)",
         read_next="the GPU's compute capability and the arch list the ops and torch were built for",
+        confirm=("gpu.capability.arch-list",),
         sources=("CUDA Runtime API cudaError_t: 209 cudaErrorNoKernelImageForDevice",)),
     Signature(
         id="cuda.oom", kind="cuda-oom", layer="gpu-memory",
@@ -288,7 +289,18 @@ SIGNATURES: tuple[Signature, ...] = (
         pattern=r"(?:Current CUDA Device does not support bfloat16|bf16 is not supported on)",
         meaning="bf16 was asked of a GPU older than compute capability 8.0",
         read_next="the GPUs' compute capability and the ds_config's bf16 section",
-        sources=("PyTorch torch/amp/autocast_mode.py (\"Current CUDA Device does not support bfloat16\")",)),
+        confirm=("gpu.capability.precision",),
+        sources=("PyTorch torch/amp/autocast_mode.py (\"Current CUDA Device does not support bfloat16\")",
+                 "DeepSpeed runtime/engine.py _do_sanity_check (\"Type bf16 is not supported on your device.\")")),
+    Signature(
+        id="deepspeed.fp16-unsupported", kind="fp16-unsupported", layer="gpu-capability",
+        pattern=r"Type fp16 is not supported on your device",
+        meaning="DeepSpeed's CUDA accelerator refuses fp16 below compute capability 7.0 (6.x passes only with "
+                "DS_ALLOW_DEPRECATED_FP16=1 in releases that have that switch)",
+        read_next="the GPUs' compute capability and the ds_config's fp16 section",
+        confirm=("gpu.capability.precision",),
+        sources=("DeepSpeed runtime/engine.py _do_sanity_check (\"Type fp16 is not supported on your device.\")",
+                 "DeepSpeed accelerator/cuda_accelerator.py is_fp16_supported")),
     Signature(
         id="cuda.error", kind="cuda-error", layer="cuda",
         pattern=r"CUDA error: (?P<name>[^\n]+?)\.?$",
@@ -302,7 +314,21 @@ SIGNATURES: tuple[Signature, ...] = (
         pattern=r"nvcc fatal\s*: Unsupported gpu architecture '(?P<arch>compute_\d+\w*)'",
         meaning="the arch list asks nvcc for an architecture this nvcc release no longer (or not yet) builds",
         read_next="TORCH_CUDA_ARCH_LIST against `nvcc --list-gpu-arch`",
-        sources=("NVIDIA nvcc (\"nvcc fatal : Unsupported gpu architecture\")",)),
+        confirm=("gpu.capability.arch-list",),
+        sources=("NVIDIA nvcc (\"nvcc fatal : Unsupported gpu architecture\")",
+                 "seen from nvcc 13.0 (V13.0.88) given -gencode=arch=compute_60,code=sm_60")),
+    Signature(
+        id="ninja.log-version", kind="ninja-log-version", layer="jit-build-log",
+        pattern=r"ninja: warning: build log version (?:is too (?P<age>old|new)|invalid, perhaps due to being too old)"
+                r"; starting over",
+        meaning="the op dir's .ninja_log was written by a ninja of another release series: this ninja deletes it "
+                "and rebuilds every object of the op (minutes), and the other ninja will do the same",
+        read_next="which ninja each shell of the launch resolves, and the log format each writes",
+        confirm=("jit.build-log",),
+        sources=("ninja src/build_log.cc (BuildLog::Load) at v1.12.0 - v1.13.2: \"build log version is too old; "
+                 "starting over\" / \"build log version is too new; starting over\"",
+                 "ninja src/build_log.cc at v1.10.0 - v1.11.1: \"build log version invalid, perhaps due to being "
+                 "too old; starting over\"")),
     Signature(
         id="triton.no-libcuda", kind="libcuda-lookup", layer="cuda-lookup",
         pattern=r"libcuda\.so cannot found!",
