@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                "zdoctor.sysfile", "zdoctor.isolate_env", "zdoctor.contain", "zdoctor.cgroup",
                "zdoctor.rules", "zdoctor.runas", "zdoctor.privilege", "zdoctor.trainuser", "zdoctor.systools",
                "zdoctor.shape", "zdoctor.filefix")),
-    ("facts", ("zdoctor.registry", "zdoctor.host", "zdoctor.forensics", "zdoctor.storage", "zdoctor.gpu",
+    ("facts", ("zdoctor.registry", "zdoctor.host", "zdoctor.forensics", "zdoctor.launch", "zdoctor.storage", "zdoctor.gpu",
                "zdoctor.offload", "zdoctor.symptoms.extract", "zdoctor.symptoms.match", "zdoctor.symptoms.view",
                "zdoctor.symptoms", "zdoctor.core_apply", "zdoctor.glossary")),
     ("probes", ("zdoctor.probes",)),
