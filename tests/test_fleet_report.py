@@ -55,7 +55,7 @@ def test_a_consistent_healthy_fleet_exits_zero_and_one_odd_fact_exits_one():
 def test_more_slots_than_gpus_fails_with_a_hostfile_edit_that_works(tmp_path):
     import subprocess
 
-    from zdoctor.fleet.hosts import read_hostfile
+    from zdoctor.launch.hosts import read_hostfile
 
     hf = tmp_path / "hostfile"
     hf.write_text("# job\ngpu-1 slots=1\n  gpu-2 slots=8  # eight?\ngpu-20 slots=8\n")

@@ -74,7 +74,11 @@ def _target_args(sp: argparse.ArgumentParser, top: bool = False) -> None:
                       help="the training job's process: it and its descendants are the job the hang check judges "
                            "(default: the processes running --command, else every python, launcher and compiler "
                            "process on this node)")
-    for action in off._group_actions + hang._group_actions:
+    launch = sp.add_argument_group("the launch")
+    launch.add_argument("--hostfile", metavar="FILE", default=None,
+                        help="the job's DeepSpeed hostfile (`worker-1 slots=8`) or host list: each host must resolve "
+                             "here and ssh must reach it (default: the one the --command names)")
+    for action in off._group_actions + hang._group_actions + launch._group_actions:
         action.default = argparse.SUPPRESS
 
 

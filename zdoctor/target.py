@@ -22,9 +22,10 @@ from .units import parse_count, parse_size
 DEFAULT_PYTHON = "python3"
 #: The job options the offload, storage and GPU probes read (``target.options``).
 OPTION_KEYS = ("ds_config", "offload_path", "model_params", "model_config", "nodes", "gpus_per_node", "train_log",
-               "io_size", "gpu_sample", "user", "p2p_test", "symptom", "pid", "as_root")
+               "io_size", "gpu_sample", "user", "p2p_test", "symptom", "pid", "as_root", "hostfile")
 #: Options naming a file: made absolute, and they must exist.
-FILE_OPTIONS = (("ds_config", "--ds-config"), ("model_config", "--model-config"), ("train_log", "--log"))
+FILE_OPTIONS = (("ds_config", "--ds-config"), ("model_config", "--model-config"), ("train_log", "--log"),
+                ("hostfile", "--hostfile"))
 
 
 @dataclass
