@@ -50,11 +50,12 @@ def _relaunch_remedies(launch: dict[str, Any]) -> list[Remedy]:
        explains=("no-launcher", "module-missing"), layer="launch")
 def check_launcher(facts: Facts) -> list[Finding]:
     cid = "launch.launcher"
+    nc = f"{cid}.not-checked"
     lf = facts.of("launch")
     if lf is None:
-        return [not_checked(cid, "The launch", facts.why_not("launch"))]
+        return [not_checked(nc, "The launch", facts.why_not("launch"))]
     if lf.get("source") == "none":
-        return [not_checked(cid, "The launch", "no --command or --pid given: zdoctor does not know how the job "
+        return [not_checked(nc, "The launch", "no --command or --pid given: zdoctor does not know how the job "
                                                "is launched")]
     ev = facts.evidence("launch")
     launch = lf.get("launch") or {}
@@ -67,7 +68,7 @@ def check_launcher(facts: Facts) -> list[Finding]:
     calls = script.get("calls") or []
     mpi4py = lf.get("mpi4py")
     if kind == "other":
-        return [not_checked(cid, "The launch", f"{launch.get('executable')} is not a launcher zdoctor knows "
+        return [not_checked(nc, "The launch", f"{launch.get('executable')} is not a launcher zdoctor knows "
                             "(deepspeed, torchrun, accelerate, mpirun, srun, python): what it sets for each "
                             "rank is unknown")]
     sets = SETS.get(kind or "", {})
@@ -127,12 +128,13 @@ def _indices(cvd: str) -> list[int] | None:
        explains=("hostfile-slot",), optional=("hostfile",), layer="launch")
 def check_devices(facts: Facts) -> list[Finding]:
     cid = "launch.devices"
+    nc = f"{cid}.not-checked"
     lf = facts.of("launch")
     if lf is None:
-        return [not_checked(cid, "The launcher's GPU selection", facts.why_not("launch"))]
+        return [not_checked(nc, "The launcher's GPU selection", facts.why_not("launch"))]
     launch = lf.get("launch") or {}
     if launch.get("launcher") != "deepspeed":
-        return [not_checked(cid, "The launcher's GPU selection",
+        return [not_checked(nc, "The launcher's GPU selection",
                             "the launch does not use the DeepSpeed launcher" if lf.get("source") != "none" else
                             "no --command or --pid given")]
     ev = facts.evidence("launch")
@@ -179,7 +181,7 @@ def check_devices(facts: Facts) -> list[Finding]:
                         detail=f"This release ({how}): {data['states']['count-checked']}. {cvd} is not "
                                f"0..{len(idx or []) - 1}. Sources: {sources}.", evidence=ev, explains=explains,
                         remedies=[_include_remedy(cvd, launch)])]
-    return [not_checked(cid, "The launcher's GPU selection", f"how DeepSpeed {ver}'s launcher treats "
+    return [not_checked(nc, "The launcher's GPU selection", f"how DeepSpeed {ver}'s launcher treats "
                         f"CUDA_VISIBLE_DEVICES is unknown ({how})", ev)]
 
 
@@ -222,9 +224,10 @@ def _filter_slots(facts: Facts, opts: dict[str, Any], hf: dict[str, Any], ev: li
        explains=("host-unresolved", "host-unreachable"), layer="launch")
 def check_hostfile(facts: Facts) -> list[Finding]:
     cid = "launch.hostfile"
+    nc = f"{cid}.not-checked"
     hf = facts.of("hostfile")
     if hf is None:
-        return [not_checked(cid, "The hostfile", facts.why_not("hostfile"))]
+        return [not_checked(nc, "The hostfile", facts.why_not("hostfile"))]
     ev = facts.evidence("hostfile")
     if hf.get("error"):
         return [Finding(id=cid, status="fail", title="The hostfile cannot be used", detail=hf["error"], evidence=ev)]

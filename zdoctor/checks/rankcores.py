@@ -45,16 +45,17 @@ def cores_summary(rc: dict[str, Any] | None) -> dict[str, Any]:
        optional=("launch",), layer="rank-cores")
 def check_rank_cores(facts: Facts) -> list[Finding]:
     cid = "cores.ranks"
+    nc = f"{cid}.not-checked"
     rc = facts.of("rankcores")
     if rc is None:
-        return [not_checked(cid, "Ranks and cores", facts.why_not("rankcores"))]
+        return [not_checked(nc, "Ranks and cores", facts.why_not("rankcores"))]
     ev = facts.evidence("rankcores")
     if (rc.get("cpus") or {}).get("count") is None:
-        return [not_checked(cid, "Ranks and cores", f"the CPUs of {rc.get('cpus_of')} could not be read: "
+        return [not_checked(nc, "Ranks and cores", f"the CPUs of {rc.get('cpus_of')} could not be read: "
                             f"{(rc.get('cpus') or {}).get('error')}", ev)]
     s = cores_summary(rc)
     if s["ranks"] is None:
-        return [not_checked(cid, "Ranks and cores", f"how many ranks run on this node is {rc.get('ranks_how')}", ev)]
+        return [not_checked(nc, "Ranks and cores", f"how many ranks run on this node is {rc.get('ranks_how')}", ev)]
     binding = rc.get("binding") or {}
     detail = [f"{s['sentence']} (ranks: {rc.get('ranks_how')}; CPUs: {rc.get('cpus_of')}; OMP_NUM_THREADS: "
               f"{rc.get('omp_how')})."]
