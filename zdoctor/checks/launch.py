@@ -72,7 +72,8 @@ def check_launcher(facts: Facts) -> list[Finding]:
                             "(deepspeed, torchrun, accelerate, mpirun, srun, python): what it sets for each "
                             "rank is unknown")]
     sets = SETS.get(kind or "", {})
-    detail = [f"The launch runs {kind} ({launch.get('executable')}). {sets.get('how', '')}."]
+    how = sets.get("how", "")
+    detail = [f"The launch runs {kind} ({launch.get('executable')}). {how[:1].upper()}{how[1:]}."]
     if renv.get("given"):
         detail.append("The environment already has " + ", ".join(renv["given"]) + ".")
     if not renv.get("falls_back_to_mpi"):
@@ -92,9 +93,10 @@ def check_launcher(facts: Facts) -> list[Finding]:
            "the run printed DeepSpeed's fallback message" if explains else
            "if the script calls deepspeed.init_distributed or deepspeed.initialize")
     detail.append(f"{missing} {'is' if len(renv.get('missing') or []) == 1 else 'are'} not set, and {why}: "
-                  "DeepSpeed's init_distributed then logs 'Not using the DeepSpeed or dist launchers, attempting "
-                  "to detect MPI environment...' and runs mpi_discovery, whose first line is "
-                  f"'from mpi4py import MPI' (deepspeed/comm/comm.py). Here {mpi_line}.")
+                  "DeepSpeed's init_distributed then runs mpi_discovery, whose first line is 'from mpi4py import "
+                  "MPI' (deepspeed/comm/comm.py; its log line 'Not using the DeepSpeed or dist launchers, "
+                  "attempting to detect MPI environment...' is at INFO level, which not every release prints). "
+                  f"Here {mpi_line}.")
     if kind in ("mpirun", "srun"):
         if mpi4py:
             return [Finding(id=cid, status="ok", title=f"{kind} gives MPI's variables and mpi4py maps them",

@@ -159,7 +159,7 @@ SIGNATURES: tuple[Signature, ...] = (
         sources=("DeepSpeed deepspeed/comm/comm.py (init_distributed -> mpi_discovery)",)),
     Signature(
         id="deepspeed.no-slot", kind="hostfile-slot", layer="launcher",
-        pattern=r"No slot '(?P<slot>[^']*)' specified on host '(?P<host>[^']*)'",
+        pattern=r"No slot '(?P<slot>\d+)' specified on host '(?P<host>[^'{}]+)'",
         meaning="an --include/--exclude filter names a GPU slot the hostfile does not give that host",
         read_next="the hostfile's slots= for that host and the --include/--exclude string",
         confirm=("launch.devices",),
