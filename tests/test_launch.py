@@ -145,9 +145,9 @@ def test_mpirun_without_mpi4py_fails_and_with_it_passes(tmp_path):
 
 def test_without_a_command_the_launch_is_not_examined():
     (f,) = cl.check_launcher(facts_of(launch={"skipped": "no --command or --pid given: zdoctor does not know"}))
-    assert f.id == "launch.launcher.not-checked" and f.status == "skip"
+    assert f.id == "launcher.env.not-checked" and f.status == "skip"
     (h,) = cl.check_hostfile(facts_of(hostfile={"skipped": "no hostfile given"}))
-    assert h.id == "launch.hostfile.not-checked" and "no hostfile given" in h.detail
+    assert h.id == "launcher.hostfile.not-checked" and "no hostfile given" in h.detail
 
 
 # -- the DeepSpeed launcher's CUDA_VISIBLE_DEVICES rule, by release -----------------------------------------
@@ -266,8 +266,8 @@ def test_a_malformed_hostfile_is_a_finding_and_check_takes_hostfile(tmp_path):
 
 
 def test_the_launchers_messages_are_catalogued_and_confirmed_by_these_checks():
-    assert BY_ID["deepspeed.no-launcher"].confirm == ("launch.launcher",)
-    assert BY_ID["python.no-mpi4py"].confirm == ("launch.launcher",)
-    assert BY_ID["deepspeed.no-slot"].confirm == ("launch.devices",)
-    assert BY_ID["ssh.resolve"].confirm == ("launch.hostfile",)
-    assert BY_ID["deepspeed.ssh-unreachable"].confirm == ("launch.hostfile",)
+    assert BY_ID["deepspeed.no-launcher"].confirm == ("launcher.env",)
+    assert BY_ID["python.no-mpi4py"].confirm == ("launcher.env",)
+    assert BY_ID["deepspeed.no-slot"].confirm == ("launcher.devices",)
+    assert BY_ID["ssh.resolve"].confirm == ("launcher.hostfile",)
+    assert BY_ID["deepspeed.ssh-unreachable"].confirm == ("launcher.hostfile",)

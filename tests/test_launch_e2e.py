@@ -88,14 +88,14 @@ def test_plain_python_calling_init_distributed_is_explained_by_zdoctor(lab):
                    env=lab["env"], cwd=str(lab["work"]), timeout=600)
     doc = json.loads(proc.stdout)
     found = {f["id"]: f for f in doc["findings"]}
-    f = found["launch.launcher"]
+    f = found["launcher.env"]
     assert f["status"] == "fail" and "mpi4py is not installed in the training environment" in f["detail"]
     (sym,) = [s for s in doc["symptoms"] if s["kind"] == "module-missing"]
-    assert sym["id"] in f["explains"] and "launch.launcher" in sym["explained_by"]
+    assert sym["id"] in f["explains"] and "launcher.env" in sym["explained_by"]
     assert f["remedies"][0]["commands"] == ["deepspeed t.py"]
     layers = {x["id"]: x for x in doc["layers"]}
     assert layers["launch"]["status"] == "examined"
-    assert {m["check"]: m["why"] for m in layers["launch"]["not_examined"]}["launch.hostfile"].startswith(
+    assert {m["check"]: m["why"] for m in layers["launch"]["not_examined"]}["launcher.hostfile"].startswith(
         "no hostfile given")
     assert layers["rank-cores"]["status"] == "examined" and found["cores.ranks"]["status"] in ("ok", "warn")
     assert Path(lab["work"] / "t.py").read_text() == SCRIPT

@@ -1,6 +1,6 @@
-"""Checks of the launch: the launcher and the variables each rank needs (``launch.launcher``), the DeepSpeed
-launcher's device selection for the installed release (``launch.devices``), and the hostfile's hosts
-(``launch.hostfile``)."""
+"""Checks of the launch: the launcher and the variables each rank needs (``launcher.env``), the DeepSpeed
+launcher's device selection for the installed release (``launcher.devices``), and the hostfile's hosts
+(``launcher.hostfile``)."""
 
 from __future__ import annotations
 
@@ -46,10 +46,10 @@ def _relaunch_remedies(launch: dict[str, Any]) -> list[Remedy]:
     ]
 
 
-@check("launch.launcher", title="The launcher and the environment each rank needs", probes=("launch",),
+@check("launcher.env", title="The launcher and the environment each rank needs", probes=("launch",),
        explains=("no-launcher", "module-missing"), layer="launch")
 def check_launcher(facts: Facts) -> list[Finding]:
-    cid = "launch.launcher"
+    cid = "launcher.env"
     nc = f"{cid}.not-checked"
     lf = facts.of("launch")
     if lf is None:
@@ -126,10 +126,10 @@ def _indices(cvd: str) -> list[int] | None:
     return out
 
 
-@check("launch.devices", title="The GPUs the DeepSpeed launcher selects", probes=("launch",),
+@check("launcher.devices", title="The GPUs the DeepSpeed launcher selects", probes=("launch",),
        explains=("hostfile-slot",), optional=("hostfile",), layer="launch")
 def check_devices(facts: Facts) -> list[Finding]:
-    cid = "launch.devices"
+    cid = "launcher.devices"
     nc = f"{cid}.not-checked"
     lf = facts.of("launch")
     if lf is None:
@@ -213,7 +213,7 @@ def _filter_slots(facts: Facts, opts: dict[str, Any], hf: dict[str, Any], ev: li
     if not bad:
         return []
     explains = [i for h, s in bad for i in ids_for(facts, "hostfile-slot", host=h, slot=s)]
-    return [Finding(id="launch.devices", status="fail",
+    return [Finding(id="launcher.devices", status="fail",
                     title=f"--include/--exclude names {count_of(len(bad), 'slot')} the hostfile does not give",
                     detail="; ".join(f"{h} has slots={nodes[h]} (0..{int(nodes[h]) - 1}), not slot {s}"
                                      for h, s in bad)
@@ -222,10 +222,10 @@ def _filter_slots(facts: Facts, opts: dict[str, Any], hf: dict[str, Any], ev: li
                     evidence=ev + facts.evidence("hostfile"), explains=explains)]
 
 
-@check("launch.hostfile", title="The hostfile's hosts resolve and ssh reaches them", probes=("hostfile",),
+@check("launcher.hostfile", title="The hostfile's hosts resolve and ssh reaches them", probes=("hostfile",),
        explains=("host-unresolved", "host-unreachable"), layer="launch")
 def check_hostfile(facts: Facts) -> list[Finding]:
-    cid = "launch.hostfile"
+    cid = "launcher.hostfile"
     nc = f"{cid}.not-checked"
     hf = facts.of("hostfile")
     if hf is None:
