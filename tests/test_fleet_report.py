@@ -222,7 +222,7 @@ def test_export_tables_from_the_recorded_report():
 
     (m_title, m_cols, m_rows, m_hot), (s_title, s_cols, s_rows, s_hot) = fleet_tables(
         json.loads(json.dumps(h200_report().to_dict())))
-    assert m_cols[:4] == ["node", "launch", "gpu", "hangs"]
+    assert m_cols[:5] == ["node", "launch", "cores", "gpu", "hangs"]
     gpu = m_cols.index("gpu")
     assert [r[gpu] for r in m_rows] == ["✓", "✗", "✓", "✓", ""]
     assert m_rows[4][:2] == ["✗ gpu-5", "unreachable"] and m_hot == [1, 4]
