@@ -5,10 +5,16 @@ and a hostfile's hosts resolved for real and tried with the real ssh."""
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import shutil
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 from test_gpu_facts import facts_of
 
@@ -271,3 +277,28 @@ def test_the_launchers_messages_are_catalogued_and_confirmed_by_these_checks():
     assert BY_ID["deepspeed.no-slot"].confirm == ("launcher.devices",)
     assert BY_ID["ssh.resolve"].confirm == ("launcher.hostfile",)
     assert BY_ID["deepspeed.ssh-unreachable"].confirm == ("launcher.hostfile",)
+
+
+def test_a_running_jobs_launcher_and_ranks_come_from_its_process_tree(tmp_path):
+    """A real tree: a process whose argv[0] is torchrun (bash's exec -a) with a child carrying the rank
+    variables a launcher gives."""
+    rank = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    child = f"{shlex.quote(sys.executable)} -c 'import time; time.sleep(30)'"
+    top = subprocess.Popen(["bash", "-c", f"exec -a torchrun {shlex.quote(sys.executable)} -c "
+                            f"{shlex.quote(f'import subprocess; subprocess.run({child!r}, shell=True)')} "
+                            "--nproc_per_node 1 train.py"], env={**rank, "PATH": "/usr/bin:/bin"},
+                           start_new_session=True)
+    try:
+        deadline = time.time() + 15
+        while time.time() < deadline and not psutil.Process(top.pid).children(recursive=True):
+            time.sleep(0.05)
+        time.sleep(0.2)
+        lf, ev = collect_launch(None, {}, pyenv(), pid=top.pid)
+        assert lf["source"] == "pid" and lf["launch"]["launcher"] == "torchrun"
+        assert len(lf["processes"]) >= 2 and all(p["env"].get("RANK") == "0" for p in lf["processes"])
+        (f,) = cl.check_launcher(facts_of(launch=lf))
+        assert f.status == "ok" and f.title.startswith("torchrun gives each rank")
+        assert ev[-1].label == f"The job under pid {top.pid}: its processes"
+    finally:
+        os.killpg(top.pid, 9)
+        top.wait()
