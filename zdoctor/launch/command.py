@@ -22,7 +22,7 @@ _ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 MODULE_LAUNCHERS = {"torch.distributed.run": "torchrun", "torch.distributed.launch": "torchrun",
                     "deepspeed.launcher.runner": "deepspeed", "accelerate.commands.launch": "accelerate"}
 #: Options (with a value) of each launcher that zdoctor reads; flags without a value are in FLAGS.
-VALUED = {
+VALUED: dict[str, dict[str, str | None]] = {
     "deepspeed": {"--num_gpus": "num_gpus", "--num_accelerators": "num_gpus", "--num_nodes": "num_nodes",
                   "-H": "hostfile", "--hostfile": "hostfile", "-i": "include", "--include": "include",
                   "-e": "exclude", "--exclude": "exclude", "--master_addr": "master_addr",
@@ -55,7 +55,7 @@ VALUED = {
              "--cpu-bind": "bind_to", "-w": "hosts", "--nodelist": "hosts", "--gpus-per-node": None,
              "-p": None, "--partition": None, "-A": None, "--account": None, "-t": None, "--time": None},
 }
-FLAGS = {
+FLAGS: dict[str, dict[str, str | None]] = {
     "deepspeed": {"--bind_cores_to_rank": "bind_cores_to_rank", "--no_ssh": "no_ssh",
                   "--no_ssh_check": "no_ssh_check", "--force_multi": "force_multi", "--no_python": "no_python",
                   "--module": "module", "--no_local_rank": "no_local_rank", "--save_pid": "save_pid",
@@ -67,9 +67,10 @@ FLAGS = {
     "srun": {"--exclusive": None},
 }
 #: numactl and taskset options that bind what they run (value-taking).
-BINDERS = {"numactl": {"-C", "--physcpubind", "-N", "--cpunodebind", "-m", "--membind", "-l", "--localalloc",
-                       "-i", "--interleave", "-p", "--preferred"},
-           "taskset": {"-c", "--cpu-list"}}
+BINDERS: dict[str, set[str]] = {
+    "numactl": {"-C", "--physcpubind", "-N", "--cpunodebind", "-m", "--membind", "-l", "--localalloc", "-i",
+                "--interleave", "-p", "--preferred"},
+    "taskset": {"-c", "--cpu-list"}}
 
 
 def _split(command: str) -> tuple[list[str] | None, str | None]:
@@ -97,19 +98,20 @@ def _strip_wrappers(words: list[str], out: dict[str, Any]) -> list[str]:
             if base == "timeout" and i < len(words) and re.match(r"\d", words[i]):
                 i += 1  # the duration
         elif base in BINDERS:
-            binder = {"tool": base, "args": []}
+            args: list[str] = []
+            binder: dict[str, Any] = {"tool": base, "args": args}
             i += 1
             while i < len(words) and words[i].startswith("-"):
                 opt = words[i]
-                binder["args"].append(opt)
+                args.append(opt)
                 name = opt.split("=", 1)[0]
                 if "=" not in opt and name in BINDERS[base] and name not in ("-l", "--localalloc") \
                         and i + 1 < len(words):
                     i += 1
-                    binder["args"].append(words[i])
+                    args.append(words[i])
                 i += 1
-            if base == "taskset" and i < len(words) and not binder["args"]:
-                binder["args"].append(words[i])  # taskset MASK command
+            if base == "taskset" and i < len(words) and not args:
+                args.append(words[i])  # taskset MASK command
                 i += 1
             out["binders"].append(binder)
         else:
@@ -130,11 +132,10 @@ def _options(kind: str, words: list[str]) -> tuple[dict[str, Any], list[str]]:
             return opts, words[i:]
         name, eq, value = w.partition("=")
         if name in flags:
-            if flags[name]:
-                opts[flags[name]] = True
+            flag = flags[name]
+            if flag:
+                opts[flag] = True
             i += 1
-            if kind == "torchrun" and flags[name] == "module":
-                opts["module"] = True
             continue
         if name in valued:
             if not eq:

@@ -110,7 +110,9 @@ def read_hostfile(path: str) -> list[Node]:
 
 def _split_top(text: str) -> list[str]:
     """Split a Slurm host list on the commas that are not inside brackets."""
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for c in text:
         if c == "[":
             depth += 1
