@@ -133,6 +133,9 @@ def test_a_hostile_script_name_is_quoted_in_the_relaunch_line(tmp_path):
 
 def test_plain_python_without_deepspeed_calls_is_fine_and_the_launchers_are_ok(tmp_path):
     (tmp_path / "plain.py").write_text("print('hi')\n")
+    lf, _ = collect_launch("python plain.py", dict.fromkeys(["RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR",
+                                                               "MASTER_PORT"], "0"), pyenv(), cwd=str(tmp_path))
+    assert cl.check_launcher(facts_of(launch=lf))[0].title.startswith("The launch's environment has RANK")
     lf, _ = collect_launch("python plain.py", {}, pyenv(), cwd=str(tmp_path))
     assert cl.check_launcher(facts_of(launch=lf))[0].status == "ok"
     lf, _ = collect_launch("deepspeed plain.py", {}, pyenv(), cwd=str(tmp_path))

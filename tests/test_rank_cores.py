@@ -19,7 +19,7 @@ from zdoctor.checks import rankcores as cr
 from zdoctor.launch import cores
 from zdoctor.offload import walllog
 from zdoctor.probes.launch import collect_launch
-from zdoctor.probes.rankcores import collect_rankcores
+from zdoctor.probes.rankcores import collect_rankcores, rank_processes
 
 OFF = Path(__file__).parent / "fixtures" / "offload"
 RELEASES = Path(__file__).parent / "fixtures" / "deepspeed-releases"
@@ -165,3 +165,11 @@ def test_a_real_child_pinned_with_sched_setaffinity():
         child.kill()
         child.wait()
     assert cores.process_cpus(child.pid)["error"]
+
+
+def test_a_ranks_data_loader_workers_are_not_ranks():
+    rank = {"RANK": "3", "LOCAL_RANK": "1"}
+    procs = [{"pid": 10, "ppid": 1, "env": {}}, {"pid": 11, "ppid": 10, "env": {"RANK": "2", "LOCAL_RANK": "0"}},
+             {"pid": 12, "ppid": 10, "env": rank}, {"pid": 13, "ppid": 12, "env": rank},
+             {"pid": 14, "ppid": 12, "env": rank}]
+    assert [p["pid"] for p in rank_processes(procs)] == [11, 12]

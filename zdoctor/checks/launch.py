@@ -77,8 +77,10 @@ def check_launcher(facts: Facts) -> list[Finding]:
     if renv.get("given"):
         detail.append("The environment already has " + ", ".join(renv["given"]) + ".")
     if not renv.get("falls_back_to_mpi"):
-        return [Finding(id=cid, status="ok", title=f"{kind} gives each rank RANK, LOCAL_RANK, WORLD_SIZE, "
-                        "MASTER_ADDR and MASTER_PORT", detail=" ".join(detail), evidence=ev)]
+        by_launcher = all(k in (renv.get("launcher_sets") or ()) for k in REQUIRED)
+        who = f"{kind} gives each rank" if by_launcher else "The launch's environment has"
+        return [Finding(id=cid, status="ok", title=f"{who} RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and "
+                        "MASTER_PORT", detail=" ".join(detail), evidence=ev)]
     missing = ", ".join(renv.get("missing") or REQUIRED)
     mpi_line = ("mpi4py is not installed in the training environment" if mpi4py is False else
                 "mpi4py is installed in the training environment" if mpi4py else

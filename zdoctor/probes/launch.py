@@ -73,10 +73,11 @@ def _tree(pid: int) -> list[dict[str, Any]]:
     out = []
     for p in sorted(pr.process_tree([pid]))[:256]:
         try:
-            cmd = psutil.Process(p).cmdline()
+            proc = psutil.Process(p)
+            cmd, ppid = proc.cmdline(), proc.ppid()
         except psutil.Error:
             continue
-        rec: dict[str, Any] = {"pid": p, "cmdline": cmd[:40],
+        rec: dict[str, Any] = {"pid": p, "ppid": ppid, "cmdline": cmd[:40],
                                "launcher": parse_launch(shlex.join(cmd)).get("launcher") if cmd else None}
         try:
             rec["env"] = pr.read_environ(p, LAUNCH_KEYS)

@@ -21,9 +21,28 @@ from ..systools import system_tool
 from ..target import target_of
 
 
+def rank_processes(processes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The processes of a job tree that are ranks: those with a LOCAL_RANK whose parent does not carry the
+    same one (a rank's data-loader workers inherit its variables)."""
+    def key(p: dict[str, Any]) -> tuple[str | None, str | None]:
+        env = p.get("env") or {}
+        return env.get("RANK"), env.get("LOCAL_RANK")
+
+    by_pid = {p["pid"]: p for p in processes}
+    out = []
+    for p in processes:
+        if key(p)[1] is None:
+            continue
+        parent = by_pid.get(p.get("ppid"))
+        if parent is not None and key(parent) == key(p):
+            continue
+        out.append(p)
+    return out
+
+
 def _ranks_per_node(launch: dict[str, Any], env: dict[str, str], options: dict[str, Any],
                     processes: list[dict[str, Any]]) -> tuple[int | None, str]:
-    ranks = [p for p in processes if (p.get("env") or {}).get("LOCAL_RANK") is not None]
+    ranks = rank_processes(processes)
     if ranks:
         return len(ranks), "the running job's processes with a LOCAL_RANK"
     opts = launch.get("options") or {}
@@ -72,7 +91,7 @@ def collect_rankcores(launch_facts: dict[str, Any], options: dict[str, Any], nod
         facts["cpus"] = cores.process_cpus(os.getpid(), proc_root)
         facts["cpus_of"] = "zdoctor's own process: a command started from the same shell inherits them"
     ranks = [dict(cores.process_cpus(p["pid"], proc_root), local_rank=p["env"].get("LOCAL_RANK"))
-             for p in processes if (p.get("env") or {}).get("LOCAL_RANK") is not None]
+             for p in rank_processes(processes)]
     facts["ranks"] = ranks
     n, how = _ranks_per_node(launch, env, options, processes)
     facts["ranks_per_node"], facts["ranks_how"] = n, how
