@@ -208,6 +208,16 @@ def test_the_fixed_release_takes_any_list_and_the_oldest_ignores_it(tmp_path):
     assert f.status == "warn" and "ignores the launching node's CUDA_VISIBLE_DEVICES" in f.detail
 
 
+def test_num_gpus_with_include_is_refused_as_the_launcher_does(tmp_path):
+    lf, _ = collect_launch("deepspeed --num_gpus 2 --include localhost:0,1 t.py", {}, pyenv(), cwd=str(tmp_path))
+    sy = symptoms("ValueError: Cannot specify num_nodes/gpus with include/exclude")
+    (f,) = cl.check_devices(facts_of(launch=lf, symptoms=sy))
+    assert f.status == "fail" and "--num_gpus 2, --include localhost:0,1" in f.detail and f.explains
+    # every release file read has the rule
+    for runner in RELEASES.glob("*/launcher/runner.py"):
+        assert "Cannot specify num_nodes/gpus with include/exclude" in runner.read_text()
+
+
 def test_include_slots_against_the_hostfile(tmp_path):
     hf = tmp_path / "hosts"
     hf.write_text("localhost slots=2\n")
@@ -280,6 +290,7 @@ def test_the_launchers_messages_are_catalogued_and_confirmed_by_these_checks():
     assert BY_ID["deepspeed.no-slot"].confirm == ("launcher.devices",)
     assert BY_ID["ssh.resolve"].confirm == ("launcher.hostfile",)
     assert BY_ID["deepspeed.ssh-unreachable"].confirm == ("launcher.hostfile",)
+    assert BY_ID["deepspeed.num-with-include"].confirm == ("launcher.devices",)
 
 
 def test_a_running_jobs_launcher_and_ranks_come_from_its_process_tree(tmp_path):

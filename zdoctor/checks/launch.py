@@ -129,7 +129,7 @@ def _indices(cvd: str) -> list[int] | None:
 
 
 @check("launcher.devices", title="The GPUs the DeepSpeed launcher selects", probes=("launch",),
-       explains=("hostfile-slot",), optional=("hostfile",), layer="launch")
+       explains=("hostfile-slot", "launcher-options"), optional=("hostfile",), layer="launch")
 def check_devices(facts: Facts) -> list[Finding]:
     cid = "launcher.devices"
     nc = f"{cid}.not-checked"
@@ -150,6 +150,13 @@ def check_devices(facts: Facts) -> list[Finding]:
     ver = (lf.get("deepspeed") or {}).get("version") or "?"
     hf = facts.of("hostfile") or {}
     filtered = [k for k in ("include", "exclude", "num_gpus") if opts.get(k)]
+    if (opts.get("num_gpus") or opts.get("num_nodes")) and (opts.get("include") or opts.get("exclude")):
+        both = [f"--{k} {opts[k]}" for k in ("num_gpus", "num_nodes", "include", "exclude") if opts.get(k)]
+        return [Finding(id=cid, status="fail", title="--num_gpus/--num_nodes and --include/--exclude together: the "
+                        "DeepSpeed launcher refuses them", detail=f"The command gives {', '.join(both)}. The launcher "
+                        "stops with 'Cannot specify num_nodes/gpus with include/exclude' (deepspeed/launcher/"
+                        "runner.py main, in every release read: 0.5.6 to 0.19.8). Keep one of the two ways of "
+                        "choosing GPUs.", evidence=ev, explains=ids_for(facts, "launcher-options"))]
     slot_findings = _filter_slots(facts, opts, hf, ev)
     if slot_findings:
         return slot_findings

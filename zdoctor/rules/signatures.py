@@ -334,6 +334,13 @@ SIGNATURES: tuple[Signature, ...] = (
         read_next="getent hosts HOST and ssh -o BatchMode=yes HOST true as the training user",
         confirm=("launcher.hostfile",),
         sources=("DeepSpeed deepspeed/launcher/runner.py (main: the passwordless-ssh check)",)),
+    Signature(
+        id="deepspeed.num-with-include", kind="launcher-options", layer="launcher",
+        pattern=r"Cannot specify num_nodes/gpus with include/exclude",
+        meaning="the deepspeed command line chooses GPUs twice: --num_gpus/--num_nodes and --include/--exclude",
+        read_next="the launch command's resource options",
+        confirm=("launcher.devices",),
+        sources=("DeepSpeed deepspeed/launcher/runner.py (main)",)),
     # -- processes and resources --------------------------------------------------------------------
     Signature(
         id="resource.too-many-open-files", kind="nofile", layer="limits",
