@@ -33,6 +33,7 @@ LANES: dict[str, tuple[str, ...]] = {
     "test_tui_wheel.py": ("slow", "e2e"),
     "test_wheel.py": ("slow", "e2e"),
     "test_deepspeed_e2e.py": ("slow", "e2e"),
+    "test_launch_e2e.py": ("slow", "e2e"),
     "test_forensics_e2e.py": ("slow", "e2e"),
     "test_claims_libs.py": ("slow", "e2e"),
     "test_jit_exit_paths.py": ("slow", "e2e", "needs_root"),

@@ -55,7 +55,7 @@ def test_a_consistent_healthy_fleet_exits_zero_and_one_odd_fact_exits_one():
 def test_more_slots_than_gpus_fails_with_a_hostfile_edit_that_works(tmp_path):
     import subprocess
 
-    from zdoctor.fleet.hosts import read_hostfile
+    from zdoctor.launch.hosts import read_hostfile
 
     hf = tmp_path / "hostfile"
     hf.write_text("# job\ngpu-1 slots=1\n  gpu-2 slots=8  # eight?\ngpu-20 slots=8\n")
@@ -223,7 +223,7 @@ def test_export_tables_from_the_recorded_report():
 
     (m_title, m_cols, m_rows, m_hot), (s_title, s_cols, s_rows, s_hot) = fleet_tables(
         json.loads(json.dumps(h200_report().to_dict())))
-    assert m_cols[:5] == ["node", "launch", "container", "cuda", "gpu"]
+    assert m_cols[:5] == ["node", "launch", "container", "cores", "cuda"]
     gpu = m_cols.index("gpu")
     assert [r[gpu] for r in m_rows] == ["✓", "✗", "✓", "✓", ""]
     assert m_rows[4][:2] == ["✗ gpu-5", "unreachable"] and m_hot == [1, 4]

@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("facts", ("zdoctor.registry", "zdoctor.host", "zdoctor.forensics", "zdoctor.storage", "zdoctor.gpu",
                "zdoctor.offload", "zdoctor.symptoms.extract", "zdoctor.symptoms.match", "zdoctor.symptoms.view",
                "zdoctor.symptoms", "zdoctor.core_apply", "zdoctor.glossary", "zdoctor.container",
-               "zdoctor.fleet.hosts")),
+               "zdoctor.fleet.hosts", "zdoctor.launch")),
     ("probes", ("zdoctor.probes",)),
     ("checks", ("zdoctor.checks", "zdoctor.symptoms.ledger")),
     ("walk", ("zdoctor.conditions", "zdoctor.walkwords", "zdoctor.playbook", "zdoctor.playbook_lint",

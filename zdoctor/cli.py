@@ -74,12 +74,13 @@ def _target_args(sp: argparse.ArgumentParser, top: bool = False) -> None:
                       help="the training job's process: it and its descendants are the job the hang check judges "
                            "(default: the processes running --command, else every python, launcher and compiler "
                            "process on this node)")
-    multi = sp.add_argument_group("multi-node")
-    multi.add_argument("--hostfile", metavar="FILE", default=None,
-                       help="the job's hostfile (DeepSpeed `worker-1 slots=8`, or one host a line): NCCL's "
-                            "interface must route to each host's address (MASTER_ADDR is read from the "
-                            "training environment)")
-    for action in off._group_actions + hang._group_actions + multi._group_actions:
+    hosts = sp.add_argument_group("the job's hosts")
+    hosts.add_argument("--hostfile", metavar="FILE", default=None,
+                       help="the job's DeepSpeed hostfile (`worker-1 slots=8`) or host list: each host must resolve "
+                            "here and ssh must reach it, and NCCL's interface must route to each host's address "
+                            "(MASTER_ADDR is read from the training environment; default: the hostfile the "
+                            "--command names)")
+    for action in off._group_actions + hang._group_actions + hosts._group_actions:
         action.default = argparse.SUPPRESS
 
 

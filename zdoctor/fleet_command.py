@@ -12,11 +12,11 @@ from typing import Any
 
 from .errors import UsageError
 from .fleet.collect import NodeRun, require_launcher
-from .fleet.hosts import Node, expand_nodelist, read_hostfile
 from .fleet.launch import FleetOptions
 from .fleet.live import LiveFleet
 from .fleet.record import runs_from_events
 from .fleet.result import FleetReport
+from .launch.hosts import Node, expand_nodelist, read_hostfile
 
 SLURM_NODELIST_VARS = ("SLURM_JOB_NODELIST", "SLURM_NODELIST")
 

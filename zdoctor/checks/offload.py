@@ -23,6 +23,7 @@ from ..offload.dspatch import nvme_patch
 from ..plural import count_of
 from ..registry import Facts, check, predicate
 from . import not_checked
+from .rankcores import cores_summary
 
 #: GPUs busy less than this share of the time, on average, count as starved.
 GPU_STARVED_PCT = 50.0
@@ -419,7 +420,8 @@ def _renode(cap: dict[str, Any], row: dict[str, Any], nodes: int) -> int:
 
 # -- offload.breakdown ------------------------------------------------------------------------------------
 
-@check("offload.breakdown", title="Where a training iteration's time goes", probes=("trainlog",))
+@check("offload.breakdown", title="Where a training iteration's time goes", probes=("trainlog",),
+       optional=("rankcores",))
 def check_breakdown(facts: Facts) -> list[Finding]:
     cid = "offload.breakdown"
     log = facts.of("trainlog")
@@ -467,9 +469,12 @@ def check_breakdown(facts: Facts) -> list[Finding]:
                         f"step, which takes {shares.get('step', 0):.0%} of an iteration", detail="\n".join(lines),
                         evidence=ev)]
     if log.get("step_bound"):
+        cores = cores_summary(facts.of("rankcores"))
+        said = (f"Ranks and cores: {cores['sentence']} (the cores.ranks finding judges them)" if cores["sentence"]
+                else f"Ranks and cores: not examined ({facts.why_not('rankcores')})")
         lines.append("The optimizer step runs on the CPU with offload (DeepSpeedCPUAdam): check the log's "
-                     "'Adam Optimizer #0 is created with ... arithmetic capability' line (scalar is slow), that the "
-                     "job has enough cores per GPU process, and that nothing else competes for them.")
+                     "'Adam Optimizer #0 is created with ... arithmetic capability' line (scalar is slow). "
+                     f"{said}.")
         return [Finding(id=cid, status="warn", title=f"The optimizer step takes {shares.get('step', 0):.0%} of an "
                         "iteration", detail="\n".join(lines), evidence=ev)]
     return [Finding(id=cid, status="ok", title=f"Iteration time: {parts}", detail="\n".join(lines), evidence=ev)]

@@ -185,12 +185,14 @@ SIGNATURES: tuple[Signature, ...] = (
                 "not started by deepspeed, torchrun or a dist launcher, so DeepSpeed falls back to MPI discovery "
                 "(and needs mpi4py)",
         read_next="how the job was launched and the environment each rank got",
+        confirm=("launcher.env",),
         sources=("DeepSpeed deepspeed/comm/comm.py (init_distributed -> mpi_discovery)",)),
     Signature(
         id="deepspeed.no-slot", kind="hostfile-slot", layer="launcher",
-        pattern=r"No slot '(?P<slot>[^']*)' specified on host '(?P<host>[^']*)'",
+        pattern=r"No slot '(?P<slot>\d+)' specified on host '(?P<host>[^'{}]+)'",
         meaning="an --include/--exclude filter names a GPU slot the hostfile does not give that host",
         read_next="the hostfile's slots= for that host and the --include/--exclude string",
+        confirm=("launcher.devices",),
         sources=("DeepSpeed deepspeed/launcher/runner.py (parse_resource_filter)",)),
     Signature(
         id="python.no-mpi4py", kind="module-missing", layer="python",
@@ -198,6 +200,7 @@ SIGNATURES: tuple[Signature, ...] = (
         meaning="DeepSpeed fell back to MPI discovery (no launcher environment) and mpi4py is not installed; "
                 "launching with deepspeed or torchrun is the usual fix, not installing mpi4py",
         read_next="how the job was launched",
+        confirm=("launcher.env",),
         sources=("DeepSpeed deepspeed/comm/comm.py (mpi_discovery imports mpi4py)",)),
     Signature(
         id="deepspeed.assertion-batch", kind="ds-config-assertion", layer="deepspeed",
@@ -456,7 +459,24 @@ SIGNATURES: tuple[Signature, ...] = (
         pattern=r"ssh: Could not resolve hostname (?P<host>[^:\s]+)",
         meaning="a host of the hostfile does not resolve on the launching node",
         read_next="getent hosts for every host of the hostfile",
+        confirm=("launcher.hostfile",),
         sources=("OpenSSH ssh.c (\"Could not resolve hostname %s: %s\")",)),
+    # -- the launch -----------------------------------------------------------------------------------
+    Signature(
+        id="deepspeed.ssh-unreachable", kind="host-unreachable", layer="launcher",
+        pattern=r"Using hostfile at (?P<hostfile>\S+) but host=(?P<host>\S+) was not reachable via ssh",
+        meaning="the DeepSpeed launcher's ssh check of the hostfile's first host failed: the name does not "
+                "resolve, no sshd answers, or the login needs a password or an unaccepted host key",
+        read_next="getent hosts HOST and ssh -o BatchMode=yes HOST true as the training user",
+        confirm=("launcher.hostfile",),
+        sources=("DeepSpeed deepspeed/launcher/runner.py (main: the passwordless-ssh check)",)),
+    Signature(
+        id="deepspeed.num-with-include", kind="launcher-options", layer="launcher",
+        pattern=r"Cannot specify num_nodes/gpus with include/exclude",
+        meaning="the deepspeed command line chooses GPUs twice: --num_gpus/--num_nodes and --include/--exclude",
+        read_next="the launch command's resource options",
+        confirm=("launcher.devices",),
+        sources=("DeepSpeed deepspeed/launcher/runner.py (main)",)),
     # -- processes and resources --------------------------------------------------------------------
     Signature(
         id="resource.too-many-open-files", kind="nofile", layer="limits",

@@ -45,6 +45,7 @@ PACKAGES = {
     "numpy": ("numpy",),
     "ninja": ("ninja",),
     "triton": ("triton", "pytorch-triton"),
+    "mpi4py": ("mpi4py",),
 }
 
 
