@@ -109,7 +109,7 @@ def node(kernel_log: dict[str, Any], **more: dict[str, Any]):
 def test_the_probe_reads_the_written_records_back_from_kmsg(written):
     f, start = written["facts"], written["start"]
     assert f["source"] == "kmsg" and f["path"] == KMSG and not f.get("skipped")
-    xids = {(r["bus_key"], r["xid"]): r for r in after(f["xids"], start)}
+    xids = {(r["bus_address"], r["xid"]): r for r in after(f["xids"], start)}
     assert set(xids) == {(OWN_BUS, 79), (OWN_BUS2, 48)}
     assert xids[(OWN_BUS2, 48)]["pid"] == KILLED_PID and xids[(OWN_BUS2, 48)]["name"] == "python3"
     # written from user space: facility LOG_USER (1), kept, not filtered out
@@ -120,7 +120,7 @@ def test_the_probe_reads_the_written_records_back_from_kmsg(written):
     [mm] = after(f["api_mismatch"], start)
     assert (mm["client"], mm["module"]) == (CLIENT, MODULE)  # the module's version is on the next record
     aer = after(f["aer"], start)
-    assert {(a["bus_key"], a["severity"]) for a in aer} == {("0000:00:06", "nonfatal")}
+    assert {(a["bus_address"], a["severity"]) for a in aer} == {("0000:00:06", "nonfatal")}
     [oom] = [k for k in after(f["ooms"], start) if k["pid"] == KILLED_PID]
     assert (oom["constraint"], oom["kind"], oom["task"]) == ("CONSTRAINT_MEMCG", "memcg", "python3")
     assert oom["task_memcg"] == f"/zdoctor-h1-oom-{TAG}/job" and oom["limit_kb"] == 65536
@@ -142,7 +142,7 @@ def test_xid_79_and_48_fail_with_their_meaning_and_the_gpu_they_name(written):
 def test_an_xid_at_the_h200s_bus_is_tied_to_that_gpu_and_explains_the_pasted_line(written):
     kl = mine(written["facts"], written["start"])
     # the same record, as the H200's driver would have logged it for its GPU
-    kl["xids"] = [dict(kl["xids"][0], bus="PCI:0000:00:06", bus_key=kernlog.bus_key("PCI:0000:00:06"))]
+    kl["xids"] = [dict(kl["xids"][0], bus="PCI:0000:00:06", bus_address=kernlog.bus_address("PCI:0000:00:06"))]
     pasted = from_text("NVRM: Xid (PCI:0000:00:06): 79, pid='<unknown>', name=<unknown>, GPU has fallen off "
                        "the bus.", "symptom")
     other = from_text("NVRM: Xid (PCI:0000:00:07): 79, pid='<unknown>', name=<unknown>, GPU has fallen off "
@@ -235,7 +235,7 @@ def test_the_window_asked_for_hides_the_records_before_it(written, monkeypatch):
     monkeypatch.setenv(SINCE_ENV, "after lunch")
     facts, evidence = kernel_log_probe(None)
     assert "is not a time" in facts["since_error"] and not facts["window"]["since_given"]
-    assert {(x["bus_key"], x["xid"]) for x in after(facts["xids"], written["start"])} == {(OWN_BUS, 79),
+    assert {(x["bus_address"], x["xid"]) for x in after(facts["xids"], written["start"])} == {(OWN_BUS, 79),
                                                                                            (OWN_BUS2, 48)}
     assert since_setting("2026-12-01T10:00:00+00:00") == (1796119200.0, None)
     assert since_setting("1796119200") == (1796119200.0, None) and since_setting("") == (None, None)
@@ -355,8 +355,8 @@ def test_a_kmsg_record_with_its_device_properties():
 def test_bus_ids_written_three_ways_are_one_gpu():
     nvml_bus = h200_nvml()["gpus"][0]["pci_bus_id"]
     assert nvml_bus == "00000000:00:06.0"
-    assert {kernlog.bus_key(b) for b in (nvml_bus, "0000:00:06.0", "PCI:0000:00:06")} == {"0000:00:06"}
-    assert kernlog.bus_key("PCI:0000:3B:00") == "0000:3b:00" and kernlog.bus_key("nothing") is None
+    assert {kernlog.bus_address(b) for b in (nvml_bus, "0000:00:06.0", "PCI:0000:00:06")} == {"0000:00:06"}
+    assert kernlog.bus_address("PCI:0000:3B:00") == "0000:3b:00" and kernlog.bus_address("nothing") is None
 
 
 def _records(*texts: str) -> list[dict[str, Any]]:
@@ -375,10 +375,10 @@ def test_classify_real_format_lines():
         "pcieport 0000:00:01.0: AER: Multiple Uncorrected (Fatal) error received: 0000:3b:00.0",
         "Out of memory: Killed process 777 (python) total-vm:9000kB, anon-rss:8000kB",
     ))
-    assert [(x["xid"], x["pid"], x["name"], x["bus_key"]) for x in got["xids"]] == [
+    assert [(x["xid"], x["pid"], x["name"], x["bus_address"]) for x in got["xids"]] == [
         (45, 1818990, "python3", "0000:dc:00"), (63, 1896, None, "0000:10:1c")]
     assert [(m["client"], m["module"]) for m in got["api_mismatch"]] == [("535.54.03", "530.41.03")]
-    assert [(a["severity"], a["port"], a["bus_key"]) for a in got["aer"]] == [
+    assert [(a["severity"], a["port"], a["bus_address"]) for a in got["aer"]] == [
         ("corrected", "0000:00:01.0", "0000:3b:00"), ("fatal", "0000:00:01.0", "0000:3b:00")]
     assert [(k["pid"], k["kind"]) for k in got["ooms"]] == [(777, "global")]
 
@@ -403,7 +403,7 @@ def test_the_aer_messages_are_in_the_catalogue_with_their_source():
     assert "kernel.xid" in by_id["kernel.xid"].confirm
     # older drivers wrote the bus without "PCI:"; the record is the same GPU's
     [old] = from_text("NVRM: Xid (0000:01:00): 3, C 00000005 SC 00000007 M 00001ffc Data ffffffff", "symptom")
-    assert old.kind == "xid" and (old.fields["xid"], kernlog.bus_key(old.fields["bus"])) == ("3", "0000:01:00")
+    assert old.kind == "xid" and (old.fields["xid"], kernlog.bus_address(old.fields["bus"])) == ("3", "0000:01:00")
 
 
 # -- the gpu-health playbook, and NVML's handle errors through the stand-in ------------------------------
@@ -510,7 +510,7 @@ def test_journald_is_the_fallback_where_kmsg_cannot_be_opened(tmp_path):
     stand_in.chmod(0o755)
     f, _ = collect(kmsg=str(tmp_path / "no-kmsg"), journalctl=str(stand_in))
     assert f["source"] == "journalctl" and f["attempts"][0]["error"].endswith("No such file or directory")
-    assert [(x["xid"], x["bus_key"], x["time"]) for x in f["xids"]] == [(119, OWN_BUS, 1796161157.0)]
+    assert [(x["xid"], x["bus_address"], x["time"]) for x in f["xids"]] == [(119, OWN_BUS, 1796161157.0)]
     assert (tmp_path / "args").read_text().split()[:4] == ["-k", "-o", "json", "--no-pager"]
     [x] = check_xid(facts_of(kernel_log=f))
     assert x.status == "fail" and "GSP RPC timeout" in x.detail and "journalctl -k (this boot)" in x.detail
@@ -537,7 +537,7 @@ def test_a_hung_peer_copy_names_the_kernel_logs_records_for_its_two_gpus(tmp_pat
     from zdoctor.checks.p2p import check_p2p
 
     nv = two_gpus()
-    gpu1 = f"{kernlog.bus_key(nv['gpus'][1]['pci_bus_id'])}.0"
+    gpu1 = f"{kernlog.bus_address(nv['gpus'][1]['pci_bus_id'])}.0"
     start = last_seq()
     write(f"nvidia {gpu1}: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer, (Requester ID)")
     facts, _ = collect()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import traceback
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from ..host import Host
@@ -67,7 +68,7 @@ def _evaluate(name: str, facts: Facts) -> list[Finding]:
         return [Finding(id=f"{name}.not-checked", status="skip", title=f"{spec.title}: not checked",
                         detail=f"needed probe(s) did not produce facts: {', '.join(broken)}")]
     try:
-        return list(spec.func(facts))
+        return _stamped(list(spec.func(facts)), facts, spec.reads)
     except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
         doubts = [d for p in spec.probes if p in facts for d in facts[p].doubtful]
         if doubts:  # recorded facts with a null where the probes never leave one: the input, not the check
@@ -88,6 +89,18 @@ def probes_for(check_names: Iterable[str]) -> list[str]:
             if p not in out:
                 out.append(p)
     return out
+
+
+def _stamped(found: list[Finding], facts: Facts, reads: Iterable[str]) -> list[Finding]:
+    """The evidence a check built itself (a table of its verdict) dated when its facts were taken (the last
+    of its probes' start), not when it ran: a replay then gives the very same findings as the run."""
+    answered = [facts[p] for p in reads if p in facts]
+    theirs = {id(e) for res in answered for e in res.evidence}
+    when = max((res.started or 0.0 for res in answered), default=0.0) or None
+    for f in found:
+        if any(id(e) not in theirs for e in f.evidence):
+            f.evidence = [e if id(e) in theirs else replace(e, started=when) for e in f.evidence]
+    return found
 
 
 def evaluate_checks(names: Iterable[str], facts: Facts) -> dict[str, list[Finding]]:

@@ -11,7 +11,7 @@ import shlex
 import time
 from typing import Any
 
-from ..forensics.kernlog import bus_key
+from ..forensics.kernlog import bus_address
 from ..gpu import kmod, limits, nvml
 from ..gpu.checkfacts import na, nvml_gpus, result_facts
 from ..model import Evidence, Finding, Remedy
@@ -102,8 +102,8 @@ def fell_off_record(facts: Facts, bus: str | None = None) -> str:
     kl = facts.of("kernel_log")
     if kl is None:
         return "`dmesg | grep -i xid` shows the Xid error (79: fallen off the bus) and when it happened."
-    want = bus_key(bus) if bus else None
-    found = [r for r in kl.get("xids") or [] if r.get("xid") == 79 and (want is None or r.get("bus_key") == want)]
+    want = bus_address(bus) if bus else None
+    found = [r for r in kl.get("xids") or [] if r.get("xid") == 79 and (want is None or r.get("bus_address") == want)]
     since = (kl.get("window") or {}).get("since")
     if not found:
         return (f"The kernel log ({kl.get('path')}, since {_utc(since)}) holds no Xid 79 record"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..forensics.kernlog import bus_key
+from ..forensics.kernlog import bus_address
 from ..gpu.checkfacts import result_facts
 from ..model import Evidence, Finding, Remedy
 from ..plural import count_of
@@ -45,13 +45,13 @@ def scope(kl: dict[str, Any]) -> str:
 
 
 def _gpus_by_bus(facts: Facts) -> dict[str, dict[str, Any]] | None:
-    """The nvml probe's GPUs by :func:`bus_key` (None when NVML listed none)."""
+    """The nvml probe's GPUs by :func:`bus_address` (None when NVML listed none)."""
     nv = facts.of("nvml")
     if not nv or not nv.get("gpus"):
         return None
     out: dict[str, dict[str, Any]] = {}
     for g in nv["gpus"]:
-        key = bus_key(g.get("pci_bus_id"))
+        key = bus_address(g.get("pci_bus_id"))
         if key:
             out[key] = g
     return out
@@ -102,7 +102,7 @@ def check_xid(facts: Facts) -> list[Finding]:
     gpus = _gpus_by_bus(facts)
     groups: dict[tuple[str | None, int], list[dict[str, Any]]] = {}
     for r in records:
-        groups.setdefault((r.get("bus_key"), r["xid"]), []).append(r)
+        groups.setdefault((r.get("bus_address"), r["xid"]), []).append(r)
     rows: list[list[str]] = []
     lines: list[str] = []
     hl: list[int] = []
@@ -146,7 +146,7 @@ def _xid_symptoms(facts: Facts, groups: dict[tuple[str | None, int], list[dict[s
         if s.kind != "xid":
             continue
         number = s.fields.get("xid")
-        key = bus_key(s.fields.get("bus"))
+        key = bus_address(s.fields.get("bus"))
         if number and number.isdigit() and (key, int(number)) in groups:
             out.append(s.id)
     return out
@@ -257,7 +257,7 @@ def check_aer(facts: Facts) -> list[Finding]:
     gpus = _gpus_by_bus(facts)
     by_dev: dict[str | None, list[dict[str, Any]]] = {}
     for r in records:
-        by_dev.setdefault(r.get("bus_key"), []).append(r)
+        by_dev.setdefault(r.get("bus_address"), []).append(r)
     rows: list[list[str]] = []
     lines: list[str] = []
     hl: list[int] = []
@@ -298,7 +298,7 @@ def check_aer(facts: Facts) -> list[Finding]:
     title = (f"PCIe AER {'uncorrected' if status == 'fail' else 'corrected'} errors in the kernel log ({names})")
     explains = []
     for s in symptoms_of(facts):
-        if s.kind == "aer" and bus_key(s.fields.get("bus")) in by_dev:
+        if s.kind == "aer" and bus_address(s.fields.get("bus")) in by_dev:
             explains.append(s.id)
     return [Finding(id=fid, status=status, title=title, detail="\n".join(lines + [scope(kl)]),
                     evidence=[table, *ev], remedies=remedies, explains=explains)]

@@ -50,7 +50,7 @@ OOM_LINE = re.compile(r"oom-kill:constraint=|Out of memory|Memory cgroup out of 
 _ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})")
 
 
-def bus_key(text: str | None) -> str | None:
+def bus_address(text: str | None) -> str | None:
     """A PCI address as domain:bus:device, lowercase (``0000:3b:00``), whichever way it is written: NVML's
     ``00000000:3B:00.0``, the kernel's ``0000:3b:00.0``, an Xid record's ``PCI:0000:3b:00``."""
     m = re.search(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})", text or "")
@@ -225,7 +225,7 @@ def interesting(rec: dict[str, Any]) -> bool:
 
 def classify(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """``{xids, api_mismatch, aer, ooms}`` from records in log order. Each entry carries its record's
-    ``seq``, ``usec``, ``time``, ``facility`` and ``text``, and the bus (``bus`` as written, ``bus_key``) or
+    ``seq``, ``usec``, ``time``, ``facility`` and ``text``, and the bus (``bus`` as written, ``bus_address``) or
     the process it names."""
     xids: list[dict[str, Any]] = []
     mismatch: list[dict[str, Any]] = []
@@ -238,7 +238,8 @@ def classify(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
         m = XID.search(text)
         if m:
             pid = m.group("pid")
-            xids.append({**base, "bus": m.group("bus"), "bus_key": bus_key(m.group("bus")), "xid": int(m.group("xid")),
+            xids.append({**base, "bus": m.group("bus"), "bus_address": bus_address(m.group("bus")),
+                         "xid": int(m.group("xid")),
                          "pid": int(pid) if pid and pid.isdigit() else None,
                          "name": (m.group("name") or "").strip() or None, "detail": (m.group("rest") or "").strip()})
             continue
@@ -252,7 +253,7 @@ def classify(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
         m = AER_BUS_ERROR.search(text) or AER_RECEIVED.search(text)
         if m:
             groups = m.groupdict()
-            aer.append({**base, "bus": groups["bus"], "bus_key": bus_key(groups["bus"]),
+            aer.append({**base, "bus": groups["bus"], "bus_address": bus_address(groups["bus"]),
                         "severity": _aer_severity(groups["severity"]), "severity_text": groups["severity"].strip(),
                         "type": (groups.get("type") or "").strip() or None, "driver": groups.get("driver"),
                         "port": groups.get("port")})
@@ -281,9 +282,9 @@ def _aer_severity(text: str) -> str:
 def records_at(facts: dict[str, Any], buses: list[str | None]) -> list[dict[str, Any]]:
     """The Xid and AER records of the kernel_log probe's ``facts`` at any of ``buses`` (written any way), in
     log order (by time)."""
-    keys = {bus_key(b) for b in buses if b} - {None}
-    found = [dict(r, kind="Xid") for r in facts.get("xids") or [] if r.get("bus_key") in keys]
-    found += [dict(r, kind="AER") for r in facts.get("aer") or [] if r.get("bus_key") in keys]
+    keys = {bus_address(b) for b in buses if b} - {None}
+    found = [dict(r, kind="Xid") for r in facts.get("xids") or [] if r.get("bus_address") in keys]
+    found += [dict(r, kind="AER") for r in facts.get("aer") or [] if r.get("bus_address") in keys]
     return sorted(found, key=lambda r: (r.get("time") or 0.0))
 
 
