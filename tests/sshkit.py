@@ -8,6 +8,7 @@ test's directory is touched except sshd's privilege-separation directory, /run/s
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -44,7 +45,11 @@ def node_bin(dest: Path, name: str = "zdoctor-node", body: str | None = None) ->
     """A directory holding an executable ``name`` that runs this checkout's zdoctor (or ``body``)."""
     dest.mkdir(parents=True, exist_ok=True)
     exe = dest / name
-    exe.write_text("#!/bin/sh\n" + (body or f'exec {sys.executable} -m zdoctor "$@"\n'))
+    # The kernel log's window of this test session reaches the node's zdoctor too (ssh passes no
+    # environment): records earlier tests wrote into /dev/kmsg are not this node's news.
+    since = os.environ.get("ZDOCTOR_KERNEL_LOG_SINCE")
+    head = f"export ZDOCTOR_KERNEL_LOG_SINCE={shlex.quote(since)}\n" if since else ""
+    exe.write_text("#!/bin/sh\n" + head + (body or f'exec {sys.executable} -m zdoctor "$@"\n'))
     exe.chmod(0o755)
     return dest
 

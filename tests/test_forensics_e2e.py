@@ -230,7 +230,7 @@ def test_a_healthy_environment_has_no_fail_finding(kit):
     (ok,) = findings(doc, "libs.glibcxx")
     assert ok["status"] == "ok" and "provides all" in ok["title"]
     assert findings(doc, "libs.live")[0]["status"] == "ok"
-    assert walk_end(doc)[-1] == "diag-healthy"
+    assert walk_end(doc)[-1] == "diag-healthy", [p["reason"] for p in doc["playbooks"] if p["id"] == "zero3-launch"]
 
 
 def test_stale_lock_and_a_launch_waiting_on_it(kit, tmp_path):

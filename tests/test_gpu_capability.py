@@ -257,7 +257,9 @@ def test_no_gpu_here_the_nvcc_part_is_examined_and_the_gpu_part_is_not(tmp_path)
     assert by_id["gpu.capability.nvcc-archs"].status == "ok"
     assert by_id["gpu.capability.arch-list"].status == "skip"  # the list the build uses follows the GPUs
     layer = next(x for x in layers_examined(findings) if x["id"] == "gpu-capability")
-    assert layer["status"] == "examined" and layer["checks"] == ["gpu.capability.arch-list"]
+    # nvcc's part looked; the precision's could not (no GPU): the layer is examined in part, and says which
+    assert layer["status"] == "partly examined" and layer["checks"] == ["gpu.capability.arch-list"]
+    assert [m["check"] for m in layer["not_examined"]] == ["gpu.capability.precision"]
     assert "no usable NVIDIA driver" in layer["not_examined"][0]["why"]
 
 

@@ -168,7 +168,8 @@ def test_a_whole_practice_scenario_in_a_real_terminal(term, tmp_path, state_home
     machine a key sent during a step transition, or right after an Escape, would otherwise be lost."""
     term.start(["--demo"], (80, 24), "screen", no_color=True)
     term.wait("Practice (learn mode)", SCENARIO)
-    term.press("Enter", "1. The symptom: run the launch under the real loader", "Probes:", "n Next step")
+    term.press("Enter", "1. The symptom: run the launch under the real loader", "Next → 2. Which libstdc++.so.6",
+               "n Next step")
     term.wait("Next → 2. Which libstdc++")
     term.press("?", "Keys", "Esc closes", "Next step", "Other branch", "Export")
     term.press("Escape", "1. The symptom", gone=("Esc closes",))

@@ -22,7 +22,8 @@ from .remedies import Plan
 #: Re-runs at the same time: each is a whole run of the training's imports.
 MAX_PARALLEL = 3
 
-Verify = Callable[[Plan, Sequence[str], Mapping[str, str]], Evidence]
+#: ``verify(plan, argv, env) -> Evidence`` (a string: the standard collections are not subscriptable on 3.8).
+Verify = "Callable[[Plan, Sequence[str], Mapping[str, str]], Evidence]"
 
 
 def identity(plan: Plan, argv: Sequence[str]) -> str:
