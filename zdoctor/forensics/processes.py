@@ -359,6 +359,8 @@ def training_processes(match: Sequence[str] = DEFAULT_MATCH, *, watch: Sequence[
         pat = _matches(name, cmdline, match)
         if pat is None and not (watch and _holds_watched(proc.pid, watch)):
             continue
+        if exclude is None and proc.pid in _own_tree():  # a command zdoctor started after the scan began
+            continue
         info = read_process(proc, pat, watch)
         if not info.gone:
             out.append(info)
