@@ -245,7 +245,8 @@ def cudalookup_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     run_as = runs_as_of(host)
     facts, evidence = collect_lookup(env, facts_of(host, "pyenv"), facts_of(host, "libs"),
                                      _cuda_homes(env, facts_of(host, "cuda_stack")), run_as=run_as)
-    live = facts_of(host, "livetrace")
+    # Only a failing --command is re-run with the plans: without one, the import probe's trace is not waited for.
+    live = facts_of(host, "livetrace") if target_of(host).command else {}
     plans = make_plans(facts, env, live)
     timeout = min(float(getattr(target, "timeout", None) or TRIAL_TIMEOUT), TRIAL_TIMEOUT)
     evidence += try_lookup_plans(plans, live, env, timeout, run_as)
