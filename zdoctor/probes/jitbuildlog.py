@@ -149,5 +149,9 @@ def collect_jitbuildlog(env: dict[str, str], jit: dict[str, Any], prereq: dict[s
 def jitbuildlog_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Each JIT op's .ninja_log format and command hashes against each shell's ninja, and build.ninja's
     compiler, nvcc, include dirs and arch flags against what torch would write now."""
-    return collect_jitbuildlog(dict(target_of(host).env), facts_of(host, "jitcache"), facts_of(host, "jitprereq"),
+    jit = facts_of(host, "jitcache")
+    # With no JIT-built op there is no log to judge: the shells' ninjas (jitprereq compiles and runs
+    # programs, seconds) are not waited for.
+    prereq = facts_of(host, "jitprereq") if jit.get("ops") else {}
+    return collect_jitbuildlog(dict(target_of(host).env), jit, prereq,
                                facts_of(host, "pyenv"), facts_of(host, "cuda_stack"), facts_of(host, "nvml"))
