@@ -41,13 +41,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def node_bin(dest: Path, name: str = "zdoctor-node", body: str | None = None) -> Path:
-    """A directory holding an executable ``name`` that runs this checkout's zdoctor (or ``body``)."""
+def node_bin(dest: Path, name: str = "zdoctor-node", body: str | None = None, window: bool = True) -> Path:
+    """A directory holding an executable ``name`` that runs this checkout's zdoctor (or ``body``); ``window``:
+    it reads the kernel log of this test session only (see below)."""
     dest.mkdir(parents=True, exist_ok=True)
     exe = dest / name
     # The kernel log's window of this test session reaches the node's zdoctor too (ssh passes no
     # environment): records earlier tests wrote into /dev/kmsg are not this node's news.
-    since = os.environ.get("ZDOCTOR_KERNEL_LOG_SINCE")
+    since = os.environ.get("ZDOCTOR_KERNEL_LOG_SINCE") if window else None
     head = f"export ZDOCTOR_KERNEL_LOG_SINCE={shlex.quote(since)}\n" if since else ""
     exe.write_text("#!/bin/sh\n" + head + (body or f'exec {sys.executable} -m zdoctor "$@"\n'))
     exe.chmod(0o755)

@@ -23,7 +23,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory):
     require("/usr/sbin/sshd", "ssh", "scp", "pdsh")
     bundle = build_bundle()
     root = tmp_path_factory.mktemp("push")
-    good = node_bin(root / "bin")
+    # A pushed bundle runs with no wrapper, so no session window for the kernel log: the node that has
+    # its own zdoctor reads the same whole log, and the two nodes' cells can be compared.
+    good = node_bin(root / "bin", window=False)
     old = node_bin(root / "old", body='if [ "$1" = --version ]; then echo "zdoctor 0.0.1"; exit 0; fi\n'
                                       f'echo "the old zdoctor ran" >&2; touch {root / "old-ran"}; exit 3\n')
     # The node without zdoctor has only Python 3.8 as python3: the bundle's floor.
