@@ -96,7 +96,7 @@ def _stamped(found: list[Finding], facts: Facts, reads: Iterable[str]) -> list[F
     of its probes' start), not when it ran: a replay then gives the very same findings as the run."""
     answered = [facts[p] for p in reads if p in facts]
     theirs = {id(e) for res in answered for e in res.evidence}
-    when = max((res.started or 0.0 for res in answered), default=0.0) or None
+    when = max((res.started or 0.0 for res in answered), default=0.0)
     for f in found:
         if any(id(e) not in theirs for e in f.evidence):
             f.evidence = [e if id(e) in theirs else replace(e, started=when) for e in f.evidence]

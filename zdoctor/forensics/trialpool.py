@@ -22,8 +22,6 @@ from .remedies import Plan
 #: Re-runs at the same time: each is a whole run of the training's imports.
 MAX_PARALLEL = 3
 
-#: ``verify(plan, argv, env) -> Evidence`` (a string: the standard collections are not subscriptable on 3.8).
-Verify = "Callable[[Plan, Sequence[str], Mapping[str, str]], Evidence]"
 
 
 def identity(plan: Plan, argv: Sequence[str]) -> str:
@@ -35,7 +33,7 @@ class TrialPool:
     """Re-runs keyed by :func:`identity`, at most :data:`MAX_PARALLEL` at once, each in a daemon thread (a
     re-run nobody waits for never holds zdoctor's exit: its process ends with zdoctor)."""
 
-    def __init__(self, verify: Verify, env: Mapping[str, str],
+    def __init__(self, verify: Callable[[Plan, Sequence[str], Mapping[str, str]], Evidence], env: Mapping[str, str],
                  on_done: Callable[[int, int], None] | None = None) -> None:
         self._verify = verify
         self._env = dict(env)
