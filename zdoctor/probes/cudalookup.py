@@ -62,10 +62,9 @@ def _extensions(libs: Mapping[str, Any], torch_dir: str | None) -> list[dict[str
         tgt = t.get("target") or {}
         if tgt.get("path"):
             objects.append((tgt["path"], tgt.get("kind") or "?", tgt.get("name") or tgt["path"], t.get("error")))
-    if torch_dir:
-        for p in sorted(glob.glob(os.path.join(glob.escape(torch_dir), "lib", "*.so*")))[:MAX_TORCH_LIBS]:
-            if all(p != o[0] for o in objects):
-                objects.append((p, "torch", os.path.basename(p), None))
+    for p in _torch_libs(torch_dir):
+        if all(p != o[0] for o in objects):
+            objects.append((p, "torch", os.path.basename(p), None))
     # a soname the loader could not find for one import is missing for every object that needs it
     missing = {e.split(":", 1)[0] for *_rest, e in objects if e and ": cannot open shared object file" in e}
     out = []
@@ -95,11 +94,10 @@ def _compiler_dirs(env: Mapping[str, str], run_as: Any = None) -> dict[str, Any]
     return {"cc": cc, "dirs": cl.parse_search_dirs(ev.stdout), "error": None, "evidence": ev}
 
 
-def collect_lookup(env: Mapping[str, str], pyenv: Mapping[str, Any], libs: Mapping[str, Any],
-                   cuda_homes: Sequence[str] = (), *, cache_path: str = "/etc/ld.so.cache",
-                   dirs: Sequence[str] = DRIVER_DIRS, ldconfig: str = LDCONFIG, run_as: Any = None,
-                   ) -> tuple[dict[str, Any], list[Evidence]]:
-    """The probe's facts for the training environment ``env`` (pyenv and libs: those probes' facts)."""
+def collect_node(env: Mapping[str, str], *, cache_path: str = "/etc/ld.so.cache", dirs: Sequence[str] = DRIVER_DIRS,
+                 ldconfig: str = LDCONFIG, run_as: Any = None) -> tuple[dict[str, Any], list[Evidence]]:
+    """The part of the facts that needs nothing of the training interpreter: the ld.so cache, ``ldconfig -p``,
+    the driver's directories and the compiler's search path. The probe reads it while torch's import runs."""
     from ..errors import InputError
     from ..forensics.ldcache import read_ld_so_cache
 
@@ -119,22 +117,61 @@ def collect_lookup(env: Mapping[str, str], pyenv: Mapping[str, Any], libs: Mappi
     evidence.append(Evidence(label=f"{ldconfig} -p (libcuda lines)", argv=[ldconfig, "-p"], exit_code=ev.exit_code,
                              stdout="\n".join(ln["line"] for ln in libcuda_lines) or "(none)",
                              error=ev.error, started=ev.started, duration_s=ev.duration_s))
+    link = _compiler_dirs(env, run_as)
+    compiler_ev = link.pop("evidence", None)
+    if compiler_ev is not None:
+        evidence.append(compiler_ev)
+    facts = {
+        "cache": {"path": cache_path, "error": cache_error, "entries": len(entries), **cached},
+        "ldconfig": ldconfig_facts,
+        "driver_dirs": cl.driver_dirs(dirs, cached, env),
+        "link": link,
+        "ld_so_conf_d": _names(LD_SO_CONF_D),
+        "env": {k: env.get(k) for k in ENV_KEYS},
+        "_ldconfig_lines": lines,
+    }
+    return facts, evidence
+
+
+def warm_torch_libs(pyenv: Mapping[str, Any]) -> None:
+    """Read torch's own libraries into the ELF cache (while the static audit still runs)."""
+    from ..forensics.elf import read_elf
+
+    torch_dir = _torch_dir(pyenv)
+    for p in _torch_libs(torch_dir):
+        read_elf(p)
+
+
+def _torch_dir(pyenv: Mapping[str, Any]) -> str | None:
+    torch = pyenv.get("torch") or {}
+    return torch.get("location") if torch.get("installed") else None
+
+
+def _torch_libs(torch_dir: str | None) -> list[str]:
+    if not torch_dir:
+        return []
+    return sorted(glob.glob(os.path.join(glob.escape(torch_dir), "lib", "*.so*")))[:MAX_TORCH_LIBS]
+
+
+def collect_training(node: dict[str, Any], env: Mapping[str, str], pyenv: Mapping[str, Any], libs: Mapping[str, Any],
+                     cuda_homes: Sequence[str] = (), *, cache_path: str = "/etc/ld.so.cache") -> dict[str, Any]:
+    """The whole facts: ``node`` (:func:`collect_node`'s) with what the training interpreter (``pyenv``) and
+    the static audit (``libs``) say."""
+    facts = dict(node)
+    lines = facts.pop("_ldconfig_lines")
+    link = dict(facts["link"])
     py = pyenv.get("python") or {}
     exe = py.get("executable")
     torch = pyenv.get("torch") or {}
-    torch_dir = torch.get("location") if torch.get("installed") else None
+    torch_dir = _torch_dir(pyenv)
     triton_pkg = (pyenv.get("packages") or {}).get("triton") or {}
     triton: dict[str, Any] = {"installed": bool(triton_pkg.get("installed")), "version": triton_pkg.get("version"),
                               "location": triton_pkg.get("location")}
     if triton["installed"] and triton["location"]:
         rule = cl.triton_rule(cl.read_triton_sources(str(triton["location"])))
         triton["rule"] = rule
-        if rule["state"] == "read" and ldconfig_facts["ran"]:
+        if rule["state"] == "read" and facts["ldconfig"]["ran"]:
             triton["lookup"] = cl.triton_dirs(rule, lines, env)
-    link = _compiler_dirs(env, run_as)
-    compiler_ev = link.pop("evidence", None)
-    if compiler_ev is not None:
-        evidence.append(compiler_ev)
     triton_link_dirs = list((triton.get("lookup") or {}).get("dirs") or [])
     link["triton_dirs"] = triton_link_dirs
     searched = list(dict.fromkeys([*triton_link_dirs, *link["dirs"]]))
@@ -142,10 +179,7 @@ def collect_lookup(env: Mapping[str, str], pyenv: Mapping[str, Any], libs: Mappi
     link["searched"] = [{"dir": d, "dev": os.path.isfile(os.path.join(d, cl.LIBCUDA_DEV)),
                          "so1": os.path.exists(os.path.join(d, cl.LIBCUDA))} for d in searched[:32]]
     sites = list(dict.fromkeys(os.path.dirname(str(p)) for p in (torch_dir, triton.get("location")) if p))
-    facts = {
-        "cache": {"path": cache_path, "error": cache_error, "entries": len(entries), **cached},
-        "ldconfig": ldconfig_facts,
-        "driver_dirs": cl.driver_dirs(dirs, cached, env),
+    facts.update({
         "toolkit_stubs": cl.stubs_dirs(cuda_homes),
         "loader": _loader_libcuda(exe, env, cache_path),
         # some libraries dlopen the unversioned name (torch's CUDA driver API did): a stub there too
@@ -157,10 +191,19 @@ def collect_lookup(env: Mapping[str, str], pyenv: Mapping[str, Any], libs: Mappi
         "wheels": cl.wheel_libraries(sites),
         "extensions": _extensions(libs, torch_dir),
         "libs_ran": bool(libs),
-        "ld_so_conf_d": _names(LD_SO_CONF_D),
-        "env": {k: env.get(k) for k in ENV_KEYS},
-    }
-    return facts, evidence
+    })
+    order = ("cache", "ldconfig", "driver_dirs", "toolkit_stubs", "loader", "loader_dev", "link", "triton", "torch",
+             "wheels", "extensions", "libs_ran", "ld_so_conf_d", "env")
+    return {k: facts[k] for k in order}
+
+
+def collect_lookup(env: Mapping[str, str], pyenv: Mapping[str, Any], libs: Mapping[str, Any],
+                   cuda_homes: Sequence[str] = (), *, cache_path: str = "/etc/ld.so.cache",
+                   dirs: Sequence[str] = DRIVER_DIRS, ldconfig: str = LDCONFIG, run_as: Any = None,
+                   ) -> tuple[dict[str, Any], list[Evidence]]:
+    """The probe's facts for the training environment ``env`` (pyenv and libs: those probes' facts)."""
+    node, evidence = collect_node(env, cache_path=cache_path, dirs=dirs, ldconfig=ldconfig, run_as=run_as)
+    return collect_training(node, env, pyenv, libs, cuda_homes, cache_path=cache_path), evidence
 
 
 def lcuda_failed(text: str) -> bool:
@@ -243,8 +286,11 @@ def cudalookup_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     target = target_of(host)
     env = dict(target.env)
     run_as = runs_as_of(host)
-    facts, evidence = collect_lookup(env, facts_of(host, "pyenv"), facts_of(host, "libs"),
-                                     _cuda_homes(env, facts_of(host, "cuda_stack")), run_as=run_as)
+    # the node's part first, while torch's import runs; then torch's libraries while the static audit runs
+    node, evidence = collect_node(env, run_as=run_as)
+    pyenv = facts_of(host, "pyenv")
+    warm_torch_libs(pyenv)
+    facts = collect_training(node, env, pyenv, facts_of(host, "libs"), _cuda_homes(env, facts_of(host, "cuda_stack")))
     # Only a failing --command is re-run with the plans: without one, the import probe's trace is not waited for.
     live = facts_of(host, "livetrace") if target_of(host).command else {}
     plans = make_plans(facts, env, live)
