@@ -46,6 +46,7 @@ GitHub ``ghp_...``/``github_pat_...``, ``sk-...`` API keys. Everything else (pat
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from typing import Any
 
@@ -80,6 +81,7 @@ _SECRET_STEMS = ("password", "passwd", "passphrase")
 _LAST_WORDS = frozenset({"pass"})
 
 
+@functools.lru_cache(maxsize=8192)
 def is_secret_name(name: str) -> bool:
     """Whether a variable or key called ``name`` holds key material (see the module docstring)."""
     parts = name_parts(name)
@@ -185,10 +187,15 @@ def _sub(pattern: re.Pattern[str], text: str, found: list[str] | None, keep: tup
     return pattern.sub(repl, text)
 
 
+#: What each pattern above needs somewhere in a text before it can match: a text with none of these is left
+#: as it is without running them (most texts of a session: paths, versions, library names).
+_MAYBE = re.compile(r"[=:@-]|hf_|AKIA|ASIA|gh[pousr]_|github_pat_|bearer|basic", re.IGNORECASE)
+
+
 def redact_text(text: str, found: list[str] | None = None) -> str:
     """``text`` with secret assignments, ``--secret VALUE`` options, credentials and token shapes replaced;
     each value replaced is appended to ``found`` when given."""
-    if not text:
+    if not text or not _MAYBE.search(text):
         return text
     text = _sub(_PEM, text, found)
     text = _sub(_URL_CREDENTIALS, text, found, ("head",))
