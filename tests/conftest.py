@@ -83,18 +83,70 @@ LANES: dict[str, tuple[str, ...]] = {
 }
 
 
-#: The files that write NVIDIA and AER records into the machine's kernel log. They run last: the window
-#: they move forward (ZDOCTOR_KERNEL_LOG_SINCE) is a wall-clock time, and a record's wall-clock time is the
-#: boot time plus the kernel's clock, which a step of the machine's clock moves after the fact.
+#: The files that write NVIDIA and AER records into the machine's kernel log. They run last (in their
+#: worker): the window they move forward (ZDOCTOR_KERNEL_LOG_SINCE) is a wall-clock time, and a record's
+#: wall-clock time is the boot time plus the kernel's clock, which a step of the machine's clock moves after
+#: the fact. Each of their tests runs alone on the machine (see pytest_runtest_protocol).
 KERNEL_LOG_WRITERS = ("test_kernel_log.py",)
+#: Files that change what every test on the machine shares (users and groups, network namespaces, sshd on
+#: loopback addresses, loop devices and mounts, cgroups, the kernel log, the bundle's wheel cache): under
+#: pytest-xdist they run one after another on one worker (``xdist_group``), the rest on any worker.
+MACHINE_GROUP = frozenset({
+    "test_bundle.py", "test_kernel_log.py", "test_hostram_kills.py",
+    *(name for name, lanes in LANES.items() if "needs_root" in lanes or "needs_sshd" in lanes),
+})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test with the lanes of its file (see :data:`LANES`); the kernel log's writers go last."""
+    """Mark each test with the lanes of its file (see :data:`LANES`) and its xdist group; the kernel log's
+    writers go last."""
     for item in items:
         for lane in LANES.get(item.path.name, ()):
             item.add_marker(getattr(pytest.mark, lane))
+        if item.path.name in MACHINE_GROUP:
+            item.add_marker(pytest.mark.xdist_group("machine"))
     items.sort(key=lambda item: item.path.name in KERNEL_LOG_WRITERS)  # stable: the rest keep their order
+
+
+def _shared_path(name: str) -> Path:
+    """A file every worker of this run sees (one run: pytest-xdist's run id, else this process)."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid{os.getpid()}"
+    return Path(f"/tmp/zdoctor-tests-{run}-{name}")
+
+
+def publish_kernel_log_since(value: float) -> None:
+    """Move the kernel log's window past records a test wrote, here and for every later test of the run
+    (the other workers read it as each of their tests starts)."""
+    os.environ["ZDOCTOR_KERNEL_LOG_SINCE"] = str(value)
+    path = _shared_path("kernel-log-since")
+    tmp = path.with_name(path.name + f".{os.getpid()}")
+    tmp.write_text(str(value))
+    os.replace(tmp, path)
+
+
+def _follow_kernel_log_since() -> None:
+    try:
+        shared = float(_shared_path("kernel-log-since").read_text())
+    except (OSError, ValueError):
+        return
+    if shared > float(os.environ.get("ZDOCTOR_KERNEL_LOG_SINCE") or 0):
+        os.environ["ZDOCTOR_KERNEL_LOG_SINCE"] = str(shared)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Each test holds the run's lock shared, a kernel log writer's test holds it alone (its module's
+    fixtures included): no other worker's zdoctor reads the log while records are written and the window
+    is not yet moved past them. Every test starts with the newest window."""
+    import fcntl
+
+    fd = os.open(str(_shared_path("lock")), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if item.path.name in KERNEL_LOG_WRITERS else fcntl.LOCK_SH)
+        _follow_kernel_log_since()
+        yield
+    finally:
+        os.close(fd)
 
 
 @pytest.fixture(autouse=True)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import publish_kernel_log_since
 from test_gpu_facts import facts_of, h200_all, h200_nvml
 from userkit import SYSTEM_PYTHON
 
@@ -84,7 +85,7 @@ def written() -> dict[str, Any]:
     facts, evidence = collect()
     # later runs of zdoctor in this session judge only what comes after these records (see conftest.py);
     # never moved back: that would show them again
-    os.environ[SINCE_ENV] = str(time.time() + 1)
+    publish_kernel_log_since(time.time() + 1)
     return {"start": start, "began": began, "facts": facts, "evidence": evidence}
 
 
@@ -541,7 +542,7 @@ def test_a_hung_peer_copy_names_the_kernel_logs_records_for_its_two_gpus(tmp_pat
     start = last_seq()
     write(f"nvidia {gpu1}: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer, (Requester ID)")
     facts, _ = collect()
-    os.environ[SINCE_ENV] = str(time.time() + 1)  # as in the module's fixture: later runs do not judge it
+    publish_kernel_log_since(time.time() + 1)  # as in the module's fixture: later runs do not judge it
     kl = mine(facts, start)
     _, f = facts_for(tmp_path, **PASSTHROUGH)
     f["peer_copy"] = {"devices": 2, "hung_pair": [0, 1], "timed_out": True, "pairs": []}
