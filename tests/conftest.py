@@ -88,6 +88,9 @@ LANES: dict[str, tuple[str, ...]] = {
 #: wall-clock time is the boot time plus the kernel's clock, which a step of the machine's clock moves after
 #: the fact. Each of their tests runs alone on the machine (see pytest_runtest_protocol).
 KERNEL_LOG_WRITERS = ("test_kernel_log.py",)
+#: Files whose tests run alone on the machine: the kernel log's writers, and the cgroups a killed zdoctor
+#: leaves behind, which the next zdoctor started anywhere on the machine ends.
+RUNS_ALONE = (*KERNEL_LOG_WRITERS, "test_containment.py")
 #: Files that change what every test on the machine shares (users and groups, network namespaces, sshd on
 #: loopback addresses, loop devices and mounts, cgroups, the kernel log, the bundle's wheel cache): under
 #: pytest-xdist they run one after another on one worker (``xdist_group``), the rest on any worker.
@@ -97,6 +100,7 @@ MACHINE_GROUP = frozenset({
 })
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test with the lanes of its file (see :data:`LANES`) and its xdist group; the kernel log's
     writers go last."""
@@ -135,14 +139,15 @@ def _follow_kernel_log_since() -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    """Each test holds the run's lock shared, a kernel log writer's test holds it alone (its module's
-    fixtures included): no other worker's zdoctor reads the log while records are written and the window
-    is not yet moved past them. Every test starts with the newest window."""
+    """Each test holds the run's lock shared, a test of :data:`RUNS_ALONE` holds it alone (its module's
+    fixtures included): no other worker's zdoctor reads the kernel log while records are written and the
+    window is not yet moved past them, or ends the cgroups a test left to be found. Every test starts with
+    the newest window."""
     import fcntl
 
     fd = os.open(str(_shared_path("lock")), os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX if item.path.name in KERNEL_LOG_WRITERS else fcntl.LOCK_SH)
+        fcntl.flock(fd, fcntl.LOCK_EX if item.path.name in RUNS_ALONE else fcntl.LOCK_SH)
         _follow_kernel_log_since()
         yield
     finally:
