@@ -66,6 +66,14 @@ def list_gpu_arch(nvcc: str | None, env: dict[str, str], timeout: float = NVCC_T
     return out, [ev]
 
 
+def run_nvcc(env: dict[str, str], cuda_stack: dict[str, Any] | None, timeout: float = NVCC_TIMEOUT
+             ) -> tuple[dict[str, Any], list[Evidence]]:
+    """``nvcc --list-gpu-arch`` of the nvcc the cuda_stack probe found torch running."""
+    nvcc_path = ((cuda_stack or {}).get("nvcc") or {}).get("path") or ((cuda_stack or {}).get("cuda_home") or
+                                                                       {}).get("nvcc")
+    return list_gpu_arch(nvcc_path, env, timeout)
+
+
 def op_archs(op: dict[str, Any]) -> dict[str, Any]:
     """The architectures one JIT op carries: read from its built .so when there is one, and the -gencode
     flags of its build.ninja."""
@@ -110,13 +118,13 @@ def prebuilt_archs(paths: list[str]) -> list[dict[str, Any]]:
 
 def collect_gpucap(env: dict[str, str], nv: dict[str, Any], cuda_stack: dict[str, Any], pyenv: dict[str, Any],
                    jit: dict[str, Any], dsconfig: dict[str, Any] | None, dsrelease: dict[str, Any],
-                   *, dsconfig_why: str = "no ds_config given (--ds-config)", timeout: float = NVCC_TIMEOUT
+                   *, dsconfig_why: str = "no ds_config given (--ds-config)", timeout: float = NVCC_TIMEOUT,
+                   nvcc_run: tuple[dict[str, Any], list[Evidence]] | None = None,
                    ) -> tuple[dict[str, Any], list[Evidence]]:
-    """The gpucap facts from the other probes' facts (``{}`` for one that gave none) and a real nvcc run."""
+    """The gpucap facts from the other probes' facts (``{}`` for one that gave none) and a real nvcc run
+    (``nvcc_run``: :func:`run_nvcc`'s, when it ran already)."""
     gpus, gpus_why = _gpus(nv or {})
-    nvcc_path = ((cuda_stack or {}).get("nvcc") or {}).get("path") or ((cuda_stack or {}).get("cuda_home") or
-                                                                       {}).get("nvcc")
-    nvcc, evidence = list_gpu_arch(nvcc_path, env, timeout)
+    nvcc, evidence = nvcc_run if nvcc_run is not None else run_nvcc(env, cuda_stack, timeout)
     torch = (pyenv or {}).get("torch") or {}
     imported = (torch.get("import") or {}).get("state") == "ok"
     pairs = cap.torch_build_pairs(torch.get("config")) if imported else None
@@ -161,11 +169,15 @@ def collect_gpucap(env: dict[str, str], nv: dict[str, Any], cuda_stack: dict[str
        needs=("nvml", "cuda_stack", "pyenv", "jitcache", "dsconfig", "dsrelease"))
 def gpucap_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Compute capability per GPU, ``nvcc --list-gpu-arch``, and the arch lists of torch and the JIT ops."""
+    env = dict(target_of(host).env)
+    stack = facts_of(host, "cuda_stack")
+    nvcc_run = run_nvcc(env, stack)  # while torch's import (the pyenv probe) still runs
     ds = facts_of(host, "dsconfig")
     nv = facts_of(host, "nvml") or {"skipped": _why_not(host, "nvml", "the nvml probe gave no facts")}
-    return collect_gpucap(dict(target_of(host).env), nv, facts_of(host, "cuda_stack"), facts_of(host, "pyenv"),
-                          facts_of(host, "jitcache"), ds or None, facts_of(host, "dsrelease"),
-                          dsconfig_why=_why_not(host, "dsconfig", "no ds_config given (--ds-config)"))
+    return collect_gpucap(env, nv, stack, facts_of(host, "pyenv"), facts_of(host, "jitcache"), ds or None,
+                          facts_of(host, "dsrelease"),
+                          dsconfig_why=_why_not(host, "dsconfig", "no ds_config given (--ds-config)"),
+                          nvcc_run=nvcc_run)
 
 
 def _why_not(host: Any, name: str, default: str) -> str:
