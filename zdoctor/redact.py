@@ -192,11 +192,32 @@ def _sub(pattern: re.Pattern[str], text: str, found: list[str] | None, keep: tup
 _MAYBE = re.compile(r"[=:@-]|hf_|AKIA|ASIA|gh[pousr]_|github_pat_|bearer|basic", re.IGNORECASE)
 
 
+#: Texts already redacted, with what was found in them: a session records the same texts many times over
+#: (a fact in a probe's result, in the findings that cite it, in each walk's steps). Bounded.
+_MEMO: dict[str, tuple[str, tuple[str, ...]]] = {}
+_MEMO_ENTRIES = 50_000
+_MEMO_TEXT = 64 * 1024
+
+
 def redact_text(text: str, found: list[str] | None = None) -> str:
     """``text`` with secret assignments, ``--secret VALUE`` options, credentials and token shapes replaced;
     each value replaced is appended to ``found`` when given."""
     if not text or not _MAYBE.search(text):
         return text
+    hit = _MEMO.get(text)
+    if hit is None:
+        got: list[str] = []
+        hit = (_redact_text(text, got), tuple(got))
+        if len(text) <= _MEMO_TEXT:
+            if len(_MEMO) >= _MEMO_ENTRIES:
+                _MEMO.clear()
+            _MEMO[text] = hit
+    if found is not None:
+        found.extend(hit[1])
+    return hit[0]
+
+
+def _redact_text(text: str, found: list[str] | None) -> str:
     text = _sub(_PEM, text, found)
     text = _sub(_URL_CREDENTIALS, text, found, ("head",))
     text = _sub(_BARE_CREDENTIALS, text, found, ("head",))
