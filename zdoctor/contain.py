@@ -128,6 +128,40 @@ def _read_status(fd: int, timeout: float = 60.0) -> bytes:
     return data.strip()
 
 
+#: How much lower the CPU priority of the commands started in a :func:`background` block is (``nice``).
+BACKGROUND_NICE = 10
+_priority = threading.local()
+
+
+@contextlib.contextmanager
+def background():
+    """In this block (this thread), every command :func:`popen` starts runs at a lower CPU priority: the
+    work of a probe that no one waits for yields the CPU to the one everyone waits for (torch's import)."""
+    before = getattr(_priority, "nice", 0)
+    _priority.nice = BACKGROUND_NICE
+    try:
+        yield
+    finally:
+        _priority.nice = before
+
+
+def _preexec(sig: int) -> Any:
+    """The child's set-up before its exec: the parent-death signal, and the lower priority of a
+    :func:`background` block."""
+    hook = children.pdeathsig_hook(sig)
+    nice = getattr(_priority, "nice", 0)
+    if not nice:
+        return hook
+
+    def both() -> None:
+        if hook is not None:
+            hook()
+        with contextlib.suppress(OSError):
+            os.nice(nice)
+
+    return both
+
+
 def popen(argv: Sequence[str], *, env: Mapping[str, str] | None = None, prefix: Sequence[str] = (),
           run_as: Any = None, **kwargs: Any) -> Contained:
     """Start ``argv`` under its keeper, in a session and (where allowed) a cgroup of its own; registered.
@@ -155,7 +189,7 @@ def popen(argv: Sequence[str], *, env: Mapping[str, str] | None = None, prefix: 
     try:
         proc = subprocess.Popen([*prefix, *keeper], env=outer_env, start_new_session=True, close_fds=True,
                                 pass_fds=(life, env_r, st_w),
-                                preexec_fn=children.pdeathsig_hook(signal.SIGTERM if not prefix else signal.SIGKILL),
+                                preexec_fn=_preexec(signal.SIGTERM if not prefix else signal.SIGKILL),
                                 **kwargs)
     except BaseException:
         for fd in (env_r, env_w, st_r, st_w):

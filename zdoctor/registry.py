@@ -88,6 +88,9 @@ class ProbeSpec:
     #: Computed from other probes' results alone (never from the machine): a replayed snapshot that lacks
     #: it computes it from what it recorded.
     derived: bool = False
+    #: No finding the user waits for first hangs on it: the commands it runs yield the CPU (a lower
+    #: priority, see :func:`zdoctor.contain.background`) to the training interpreter's import.
+    background: bool = False
 
 
 @dataclass(frozen=True)
@@ -175,12 +178,14 @@ def load_vocabulary() -> None:
         importlib.import_module(mod)
 
 
-def probe(name: str, *, title: str, timeout: float = 30.0, needs: tuple[str, ...] = (), derived: bool = False):
+def probe(name: str, *, title: str, timeout: float = 30.0, needs: tuple[str, ...] = (), derived: bool = False,
+          background: bool = False):
     """Register ``func(host) -> (facts, evidence)`` as probe ``name``; ``needs`` are probes it reads;
-    ``derived``: it reads nothing but them (and the job's options), so a replay can compute it."""
+    ``derived``: it reads nothing but them (and the job's options), so a replay can compute it;
+    ``background``: its commands run at a lower CPU priority (see :attr:`ProbeSpec.background`)."""
 
     def deco(func: ProbeFunc) -> ProbeFunc:
-        PROBES[name] = ProbeSpec(name, func, title, timeout, needs, derived)
+        PROBES[name] = ProbeSpec(name, func, title, timeout, needs, derived, background)
         return func
 
     return deco

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import traceback
 from collections.abc import Iterable
 from typing import Any
 
-from .. import children, progress
+from .. import children, contain, progress
 from ..model import Evidence, ProbeResult
 from ..registry import PROBES, Facts, facts_of
 
@@ -92,7 +93,8 @@ def run_probe_guarded(host: Host, name: str) -> ProbeResult:
 
     def target() -> None:
         try:
-            box["out"] = spec.func(host)
+            with contain.background() if spec.background else contextlib.nullcontext():
+                box["out"] = spec.func(host)
         except BaseException as exc:  # noqa: BLE001 - a probe must never take the doctor down
             box["exc"] = exc
             box["tb"] = traceback.format_exc()

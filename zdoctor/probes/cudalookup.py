@@ -15,6 +15,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .. import contain
 from ..forensics import cudalookup as cl
 from ..model import Evidence
 from ..registry import facts_of, probe
@@ -287,7 +288,8 @@ def cudalookup_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     env = dict(target.env)
     run_as = runs_as_of(host)
     # the node's part first, while torch's import runs; then torch's libraries while the static audit runs
-    node, evidence = collect_node(env, run_as=run_as)
+    with contain.background():  # no one waits for this part: its commands yield the CPU to torch's import
+        node, evidence = collect_node(env, run_as=run_as)
     pyenv = facts_of(host, "pyenv")
     warm_torch_libs(pyenv)
     facts = collect_training(node, env, pyenv, facts_of(host, "libs"), _cuda_homes(env, facts_of(host, "cuda_stack")))

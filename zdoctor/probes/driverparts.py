@@ -242,7 +242,8 @@ def collect_driver_parts(env: dict[str, str], executable: str | None, *, proc_ve
     return facts, [_table(facts), *evidence, *fev]
 
 
-@probe("driver_parts", title="The driver's parts: kernel module, libraries, packages, Fabric Manager", timeout=60)
+@probe("driver_parts", title="The driver's parts: kernel module, libraries, packages, Fabric Manager", timeout=60,
+       background=True)
 def driver_parts_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """The loaded module, the libraries the training process takes, the package record and Fabric Manager."""
     target = target_of(host)

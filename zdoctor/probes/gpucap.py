@@ -166,7 +166,7 @@ def collect_gpucap(env: dict[str, str], nv: dict[str, Any], cuda_stack: dict[str
 
 
 @probe("gpucap", title="GPU compute capability against the job's precision and arch lists", timeout=NVCC_TIMEOUT + 15,
-       needs=("nvml", "cuda_stack", "pyenv", "jitcache", "dsconfig", "dsrelease"))
+       needs=("nvml", "cuda_stack", "pyenv", "jitcache", "dsconfig", "dsrelease"), background=True)
 def gpucap_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Compute capability per GPU, ``nvcc --list-gpu-arch``, and the arch lists of torch and the JIT ops."""
     env = dict(target_of(host).env)

@@ -99,7 +99,8 @@ def _hostfile(path: str | None) -> dict[str, Any] | None:
         return {"path": path, "error": str(exc), "hosts": []}
 
 
-@probe("nccl_net", title="NCCL's network: interfaces, the one NCCL chooses, routes to the other nodes", timeout=60.0)
+@probe("nccl_net", title="NCCL's network: interfaces, the one NCCL chooses, routes to the other nodes", timeout=60.0,
+       background=True)
 def nccl_net_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     target = target_of(host)
     env = {k: target.env[k] for k in ENV_NAMES if k in target.env}
