@@ -7,6 +7,11 @@ interpreter's probe (torch's import), which stays the slowest. It also lists, fr
 each probe of the layers named by --layers with its own duration and when it ended against `pyenv`.
 
     python bench/layers.py --base REV [--python ENV_PY] [--pairs N] [--json FILE]
+    python bench/layers.py --isolated [--python ENV_PY] [--pairs N] [--json FILE]
+
+With --isolated the other side is this checkout itself with the probes of --layers taken out of the
+registry (their checks then say skip): what those probes and their checks cost, apart from anything
+else that changed since an older revision.
 
 Without --python the environment comes from tests/dsenv.py (torch CPU + DeepSpeed, built on first use).
 """
@@ -73,9 +78,31 @@ def probe_timeline(zd: list[str], py: str, env: dict[str, str], layers: list[str
     return rows
 
 
+def layer_probes(layers: list[str]) -> list[str]:
+    """The probes read by the checks of ``layers`` and by no check of another layer."""
+    from zdoctor.registry import CHECKS, load_vocabulary
+
+    load_vocabulary()
+    inside = {p for spec in CHECKS.values() if spec.layer in layers for p in spec.probes}
+    outside = {p for spec in CHECKS.values() if spec.layer not in layers for p in spec.probes}
+    return sorted(inside - outside)
+
+
+def without_probes(zd: list[str], probes: list[str]) -> list[str]:
+    """A command line that runs the console script ``zd``'s zdoctor with ``probes`` unregistered."""
+    python = str(Path(zd[0]).with_name("python"))
+    code = ("import sys\nimport zdoctor.registry as r\nr.load_vocabulary()\n"
+            f"for n in {probes!r}:\n    r.PROBES.pop(n, None)\n"
+            "from zdoctor.cli import main\nsys.argv[0] = 'zdoctor'\nsys.exit(main())\n")
+    return [python, "-c", code]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--base", required=True, help="the git revision to compare with")
+    side = ap.add_mutually_exclusive_group(required=True)
+    side.add_argument("--base", help="the git revision to compare with")
+    side.add_argument("--isolated", action="store_true",
+                      help="compare with this checkout without the probes of --layers")
     ap.add_argument("--python", help="the torch + DeepSpeed environment's interpreter")
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--layers", default="kernel-log,driver-parts,container,cuda-lookup,gpu-capability,"
@@ -88,7 +115,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         new = venv_of(None, root / "new")
-        old = venv_of(args.base, root / "old")
+        removed = layer_probes(args.layers.split(",")) if args.isolated else []
+        old = without_probes(new, removed) if args.isolated else venv_of(args.base, root / "old")
         env = {**os.environ, "XDG_STATE_HOME": str(root / "state")}
         for zd in (new, old):
             timed([*zd, "check", "--json", "--no-log", "--python", py], env)  # warm the page cache
@@ -99,13 +127,19 @@ def main() -> int:
                 out.append(timed([*zd, "check", "--json", "--no-log", "--python", py], env))
         timeline = probe_timeline(new, py, env, args.layers.split(","))
     m_new, m_old = statistics.median(t_new), statistics.median(t_old)
-    result = {"new_s": m_new, "base_s": m_old, "added_s": m_new - m_old, "goal_s": GOAL_S, "base": args.base,
+    paired = statistics.median([a - b for a, b in zip(t_new, t_old)])
+    other = "without those probes" if args.isolated else args.base[:12]
+    result = {"new_s": m_new, "base_s": m_old, "added_s": m_new - m_old, "paired_added_s": paired,
+              "goal_s": GOAL_S, "base": "isolated" if args.isolated else args.base, "removed": removed,
               "new_runs": t_new, "base_runs": t_old, "probes": timeline}
-    print(f"zdoctor check --python ENV: this checkout {m_new:.2f} s, {args.base[:12]} {m_old:.2f} s, "
-          f"added {m_new - m_old:+.2f} s (goal <= {GOAL_S:.1f} s)")
+    print(f"zdoctor check --python ENV: this checkout {m_new:.2f} s, {other} {m_old:.2f} s, "
+          f"added {m_new - m_old:+.2f} s (median of the pairs' differences {paired:+.2f} s; goal <= {GOAL_S:.1f} s)")
+    if removed:
+        print(f"  taken out: {', '.join(removed)}")
     for row in timeline:
-        print(f"  {row['probe']:<16} {row['duration_s'] or 0:6.2f} s, ends {row['ends_before_pyenv_s']:+.2f} s "
-              "before pyenv")
+        lead = row["ends_before_pyenv_s"]
+        when = f"{lead:.2f} s before" if lead >= 0 else f"{-lead:.2f} s after"
+        print(f"  {row['probe']:<16} {row['duration_s'] or 0:6.2f} s, ends {when} pyenv")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
     return 0
