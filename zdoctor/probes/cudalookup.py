@@ -96,9 +96,11 @@ def _compiler_dirs(env: Mapping[str, str], run_as: Any = None) -> dict[str, Any]
 
 
 def collect_node(env: Mapping[str, str], *, cache_path: str = "/etc/ld.so.cache", dirs: Sequence[str] = DRIVER_DIRS,
-                 ldconfig: str = LDCONFIG, run_as: Any = None) -> tuple[dict[str, Any], list[Evidence]]:
-    """The part of the facts that needs nothing of the training interpreter: the ld.so cache, ``ldconfig -p``,
-    the driver's directories and the compiler's search path. The probe reads it while torch's import runs."""
+                 ldconfig: str = LDCONFIG, run_as: Any = None,
+                 ) -> tuple[dict[str, Any], list[Evidence], list[dict[str, Any]]]:
+    """The part of the facts that needs nothing of the training interpreter: the ld.so cache, ``ldconfig -p``
+    (its parsed lines are returned too), the driver's directories and the compiler's search path. The probe
+    reads it while torch's import runs."""
     from ..errors import InputError
     from ..forensics.ldcache import read_ld_so_cache
 
@@ -129,18 +131,8 @@ def collect_node(env: Mapping[str, str], *, cache_path: str = "/etc/ld.so.cache"
         "link": link,
         "ld_so_conf_d": _names(LD_SO_CONF_D),
         "env": {k: env.get(k) for k in ENV_KEYS},
-        "_ldconfig_lines": lines,
     }
-    return facts, evidence
-
-
-def warm_torch_libs(pyenv: Mapping[str, Any]) -> None:
-    """Read torch's own libraries into the ELF cache (while the static audit still runs)."""
-    from ..forensics.elf import read_elf
-
-    torch_dir = _torch_dir(pyenv)
-    for p in _torch_libs(torch_dir):
-        read_elf(p)
+    return facts, evidence, lines
 
 
 def _torch_dir(pyenv: Mapping[str, Any]) -> str | None:
@@ -154,12 +146,12 @@ def _torch_libs(torch_dir: str | None) -> list[str]:
     return sorted(glob.glob(os.path.join(glob.escape(torch_dir), "lib", "*.so*")))[:MAX_TORCH_LIBS]
 
 
-def collect_training(node: dict[str, Any], env: Mapping[str, str], pyenv: Mapping[str, Any], libs: Mapping[str, Any],
-                     cuda_homes: Sequence[str] = (), *, cache_path: str = "/etc/ld.so.cache") -> dict[str, Any]:
-    """The whole facts: ``node`` (:func:`collect_node`'s) with what the training interpreter (``pyenv``) and
-    the static audit (``libs``) say."""
+def collect_training(node: dict[str, Any], lines: list[dict[str, Any]], env: Mapping[str, str],
+                     pyenv: Mapping[str, Any], libs: Mapping[str, Any], cuda_homes: Sequence[str] = (), *,
+                     cache_path: str = "/etc/ld.so.cache") -> dict[str, Any]:
+    """The whole facts: ``node`` and ``lines`` (:func:`collect_node`'s) with what the training interpreter
+    (``pyenv``) and the static audit (``libs``) say."""
     facts = dict(node)
-    lines = facts.pop("_ldconfig_lines")
     link = dict(facts["link"])
     py = pyenv.get("python") or {}
     exe = py.get("executable")
@@ -203,8 +195,8 @@ def collect_lookup(env: Mapping[str, str], pyenv: Mapping[str, Any], libs: Mappi
                    dirs: Sequence[str] = DRIVER_DIRS, ldconfig: str = LDCONFIG, run_as: Any = None,
                    ) -> tuple[dict[str, Any], list[Evidence]]:
     """The probe's facts for the training environment ``env`` (pyenv and libs: those probes' facts)."""
-    node, evidence = collect_node(env, cache_path=cache_path, dirs=dirs, ldconfig=ldconfig, run_as=run_as)
-    return collect_training(node, env, pyenv, libs, cuda_homes, cache_path=cache_path), evidence
+    node, evidence, lines = collect_node(env, cache_path=cache_path, dirs=dirs, ldconfig=ldconfig, run_as=run_as)
+    return collect_training(node, lines, env, pyenv, libs, cuda_homes, cache_path=cache_path), evidence
 
 
 def lcuda_failed(text: str) -> bool:
@@ -287,12 +279,11 @@ def cudalookup_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     target = target_of(host)
     env = dict(target.env)
     run_as = runs_as_of(host)
-    # the node's part first, while torch's import runs; then torch's libraries while the static audit runs
-    with contain.background():  # no one waits for this part: its commands yield the CPU to torch's import
-        node, evidence = collect_node(env, run_as=run_as)
-    pyenv = facts_of(host, "pyenv")
-    warm_torch_libs(pyenv)
-    facts = collect_training(node, env, pyenv, facts_of(host, "libs"), _cuda_homes(env, facts_of(host, "cuda_stack")))
+    # the node's part first, while torch's import runs; no one waits for it: its commands yield the CPU
+    with contain.background():
+        node, evidence, lines = collect_node(env, run_as=run_as)
+    facts = collect_training(node, lines, env, facts_of(host, "pyenv"), facts_of(host, "libs"),
+                             _cuda_homes(env, facts_of(host, "cuda_stack")))
     # Only a failing --command is re-run with the plans: without one, the import probe's trace is not waited for.
     live = facts_of(host, "livetrace") if target_of(host).command else {}
     plans = make_plans(facts, env, live)
