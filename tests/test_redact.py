@@ -128,3 +128,16 @@ def test_redaction_is_idempotent_and_copies():
     once = redact(data)
     assert redact(once) == once
     assert once["n"] == data["n"] and once["n"] is not data["n"]
+
+
+def test_remembered_texts_are_bounded_and_a_remembered_secret_is_still_reported():
+    from zdoctor import redact as r
+
+    text = "export HF_TOKEN=hf_abcdefghijklmnopqrstuvwx"
+    first: list[str] = []
+    assert r.redact_text(text, first) == "export HF_TOKEN=<redacted>"
+    again: list[str] = []
+    assert r.redact_text(text, again) == "export HF_TOKEN=<redacted>" and again == first  # from the memo
+    for i in range(r._MEMO_TOTAL // (32 * 1024) + 2):  # more than the bound, in distinct texts
+        r.redact_text(f"--n={i} " + "x" * (32 * 1024))
+    assert sum(len(t) for t in r._MEMO) <= r._MEMO_TOTAL

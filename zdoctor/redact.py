@@ -195,8 +195,9 @@ _MAYBE = re.compile(r"[=:@-]|hf_|AKIA|ASIA|gh[pousr]_|github_pat_|bearer|basic",
 #: Texts already redacted, with what was found in them: a session records the same texts many times over
 #: (a fact in a probe's result, in the findings that cite it, in each walk's steps). Bounded.
 _MEMO: dict[str, tuple[str, tuple[str, ...]]] = {}
-_MEMO_ENTRIES = 50_000
-_MEMO_TEXT = 64 * 1024
+_MEMO_TEXT = 64 * 1024  # characters of one text kept, at most
+_MEMO_TOTAL = 8 * 1024 * 1024  # characters of all texts kept, at most: then it starts over
+_memo_size = [0]
 
 
 def redact_text(text: str, found: list[str] | None = None) -> str:
@@ -209,9 +210,11 @@ def redact_text(text: str, found: list[str] | None = None) -> str:
         got: list[str] = []
         hit = (_redact_text(text, got), tuple(got))
         if len(text) <= _MEMO_TEXT:
-            if len(_MEMO) >= _MEMO_ENTRIES:
+            if _memo_size[0] + len(text) > _MEMO_TOTAL:
                 _MEMO.clear()
+                _memo_size[0] = 0
             _MEMO[text] = hit
+            _memo_size[0] += len(text)
     if found is not None:
         found.extend(hit[1])
     return hit[0]
