@@ -88,9 +88,12 @@ LANES: dict[str, tuple[str, ...]] = {
 #: wall-clock time is the boot time plus the kernel's clock, which a step of the machine's clock moves after
 #: the fact. Each of their tests runs alone on the machine (see pytest_runtest_protocol).
 KERNEL_LOG_WRITERS = ("test_kernel_log.py",)
-#: Files whose tests run alone on the machine: the kernel log's writers, and the cgroups a killed zdoctor
-#: leaves behind, which the next zdoctor started anywhere on the machine ends.
-RUNS_ALONE = (*KERNEL_LOG_WRITERS, "test_containment.py")
+#: Files whose tests run alone on the machine: the kernel log's writers; the cgroups a killed zdoctor
+#: leaves behind, which the next zdoctor started anywhere on the machine ends; and the tests that compare
+#: two live looks at the machine (a check and a later snapshot, two fleet nodes), which another worker's
+#: processes, zombies and recycled pids would tell apart.
+RUNS_ALONE = (*KERNEL_LOG_WRITERS, "test_containment.py", "test_bundle.py", "test_fleet_push.py",
+              "test_fleet_loopback.py", "test_cli.py")
 #: Files that change what every test on the machine shares (users and groups, network namespaces, sshd on
 #: loopback addresses, loop devices and mounts, cgroups, the kernel log, the bundle's wheel cache): under
 #: pytest-xdist they run one after another on one worker (``xdist_group``), the rest on any worker.
