@@ -115,10 +115,32 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.path.name in KERNEL_LOG_WRITERS)  # stable: the rest keep their order
 
 
+#: The run's private directory (0700, made by the controlling process, inherited by the xdist workers
+#: through the environment): the lock and the published kernel log window live there, not at names in /tmp
+#: that another user could have placed a link at.
+SHARED_ENV = "ZDOCTOR_TESTS_SHARED_DIR"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and not os.environ.get(SHARED_ENV):
+        import tempfile
+
+        os.environ[SHARED_ENV] = tempfile.mkdtemp(prefix="zdoctor-tests-")
+        config._zdoctor_shared_dir = os.environ[SHARED_ENV]  # type: ignore[attr-defined]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    made = getattr(config, "_zdoctor_shared_dir", None)
+    if made:
+        import shutil
+
+        shutil.rmtree(made, ignore_errors=True)
+        os.environ.pop(SHARED_ENV, None)
+
+
 def _shared_path(name: str) -> Path:
-    """A file every worker of this run sees (one run: pytest-xdist's run id, else this process)."""
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid{os.getpid()}"
-    return Path(f"/tmp/zdoctor-tests-{run}-{name}")
+    """A file every worker of this run sees, in the run's private directory."""
+    return Path(os.environ[SHARED_ENV]) / name
 
 
 def publish_kernel_log_since(value: float) -> None:
@@ -126,7 +148,7 @@ def publish_kernel_log_since(value: float) -> None:
     (the other workers read it as each of their tests starts)."""
     os.environ["ZDOCTOR_KERNEL_LOG_SINCE"] = str(value)
     path = _shared_path("kernel-log-since")
-    tmp = path.with_name(path.name + f".{os.getpid()}")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}")
     tmp.write_text(str(value))
     os.replace(tmp, path)
 
@@ -148,7 +170,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     the newest window."""
     import fcntl
 
-    fd = os.open(str(_shared_path("lock")), os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(str(_shared_path("lock")), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX if item.path.name in RUNS_ALONE else fcntl.LOCK_SH)
         _follow_kernel_log_since()
