@@ -42,7 +42,8 @@ async def settle(pilot, predicate, timeout: float = 15.0, what: str = "the expec
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
     while not predicate():
-        assert loop.time() < end, f"the UI did not reach {what}"
+        if loop.time() >= end:
+            raise AssertionError(f"the UI did not reach {what}; the screen shows:\n{screen_text(pilot.app)}")
         await pilot.pause(0.05)
 
 
