@@ -53,6 +53,12 @@ def on_signal(signum, frame):
     stop.append(signum)
 for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
     signal.signal(s, on_signal)
+# Every signal (the command's exit, a stop) writes a byte here, so the wait below wakes at once.
+wake_r, wake_w = os.pipe()
+os.set_blocking(wake_r, False)
+os.set_blocking(wake_w, False)
+signal.set_wakeup_fd(wake_w)
+signal.signal(signal.SIGCHLD, lambda signum, frame: None)
 r, w = os.pipe()
 child = os.fork()
 if child == 0:
@@ -166,10 +172,16 @@ while True:
         end(0.5)
         die(stop[0])
     try:
-        ready = select.select([life], [], [], 0.1)[0]
+        ready = select.select([life, wake_r], [], [], 0.5)[0]
     except OSError:
         ready = []
-    if ready:
+    if wake_r in ready:
+        try:
+            while os.read(wake_r, 512):
+                pass
+        except OSError:
+            pass
+    if life in ready:
         try:
             gone = os.read(life, 1) == b""
         except OSError:
