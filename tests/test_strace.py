@@ -138,3 +138,58 @@ def test_real_strace_run_round_trips_a_hostile_name(tmp_path):
     assert [e.path for e in events if "O_CREAT" in e.flags] == [str(name)]
     assert events[0].syscall == "execve" and events[0].path == sys.executable
     assert not (tmp_path / "pwned").exists()
+
+
+STAT_THEN_OPEN = "import os, sys; os.stat(sys.argv[1]); open(sys.argv[2]).close()"
+
+
+def _traced_log(prefix: list[str], log: Path, statted: Path, opened: Path) -> str:
+    proc = subprocess.run([*prefix, sys.executable, "-S", "-c", STAT_THEN_OPEN, str(statted), str(opened)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return log.read_text()
+
+
+def test_a_run_traced_from_its_start_stops_only_at_the_opens_and_execs_where_the_kernel_filters(tmp_path):
+    """The from-start trace filters in the kernel (--seccomp-bpf): the command's opens are in the log, its
+    stats (most of an import's calls, which made a traced torch import three times slower) never stop it;
+    the command still runs to its end."""
+    from zdoctor.forensics.live import STRACE_TRACE_FROM_START, strace_from_start
+
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip("strace is not installed")
+    statted, opened, log = tmp_path / "statted.txt", tmp_path / "opened.txt", tmp_path / "log"
+    statted.write_text("s")
+    opened.write_text("o")
+    prefix, problem = strace_from_start(strace, str(log))
+    assert problem is None and prefix is not None
+    assert "--seccomp-bpf" in prefix and STRACE_TRACE_FROM_START in prefix
+    text = _traced_log(prefix, log, statted, opened)
+    assert f'openat(AT_FDCWD, "{opened}", O_RDONLY|O_CLOEXEC) = ' in text
+    calls_on = [line for line in text.splitlines() if str(statted) in line and "execve(" not in line]
+    assert calls_on == []  # the stat family is not traced
+    assert "execve(" in text
+
+
+def test_a_strace_that_cannot_filter_in_the_kernel_traces_every_file_call(tmp_path):
+    """An strace without --seccomp-bpf (before 5.3, or a kernel without seccomp) still traces the run, with
+    the stat family too: there every call stops the command anyway."""
+    from zdoctor.forensics.live import STRACE_TRACE, strace_from_start
+
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip("strace is not installed")
+    old = tmp_path / "strace"
+    old.write_text('#!/bin/sh\nfor a in "$@"; do [ "$a" = --seccomp-bpf ] && '
+                   '{ echo "strace: unrecognized option \'--seccomp-bpf\'" >&2; exit 1; }; done\n'
+                   f'exec {strace} "$@"\n')
+    old.chmod(0o755)
+    statted, opened, log = tmp_path / "statted.txt", tmp_path / "opened.txt", tmp_path / "log"
+    statted.write_text("s")
+    opened.write_text("o")
+    prefix, problem = strace_from_start(str(old), str(log))
+    assert problem is None and prefix is not None
+    assert "--seccomp-bpf" not in prefix and STRACE_TRACE in prefix
+    text = _traced_log(prefix, log, statted, opened)
+    assert re.search(r"(?:stat|statx)\(.*" + re.escape(str(statted)), text) and str(opened) in text

@@ -37,8 +37,12 @@ class Contained:
     ``cgroup`` the command's own cgroup (None where the node has none), ``error`` why the command
     itself could not be started (the keeper then exits 127)."""
 
-    def __init__(self, proc: Any, group: cgroup.Cgroup | None, error: OSError | None, traced: bool = False) -> None:
+    def __init__(self, proc: Any, group: cgroup.Cgroup | None, error: OSError | None, traced: bool = False,
+                 filtered: bool = False) -> None:
         self.proc, self.cgroup, self.error, self.traced = proc, group, error, traced
+        #: The tracer filters in the kernel (strace --seccomp-bpf): its tracees' traced calls fail (ENOSYS)
+        #: once it is gone, so it must outlive the keeper, which then ends the tree itself.
+        self.filtered = filtered
 
     def kill(self) -> None:
         """End the command's whole tree now: its cgroup at once, then its keeper's group."""
@@ -50,11 +54,24 @@ class Contained:
     def stop(self, grace: float = children.GRACE_S) -> None:
         """Ask the keeper to end the tree (SIGTERM first, so a build can clean up), then :meth:`kill`.
 
-        A tracer goes first (SIGKILL, alone): its log then ends inside the calls the command hangs in."""
+        A tracer goes first (SIGKILL, alone): its log then ends inside the calls the command hangs in. Behind
+        a filtering tracer the keeper cannot read /proc any more, so zdoctor ends the tree it had (pidfds:
+        a recycled pid is never signalled)."""
+        held: list[int] = []
         if self.traced and self.proc.poll() is None:
+            if self.filtered:
+                held = _pidfds(children.descendants(self.proc.pid))
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+        try:
+            self._stop_tree(held, grace)
+        finally:
+            for fd in held:
+                os.close(fd)
+
+    def _stop_tree(self, held: list[int], grace: float) -> None:
+        _signal_pidfds(held, signal.SIGTERM)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
@@ -65,6 +82,7 @@ class Contained:
             else:
                 _reap_orphans(self.proc.pid)
                 time.sleep(0.02)
+        _signal_pidfds(held, signal.SIGKILL)
         self.kill()
 
     def finish(self) -> None:
@@ -76,6 +94,23 @@ class Contained:
         if self.traced:
             _reap_orphans(self.proc.pid)
         children.forget(self.proc.pid)
+
+
+def _pidfds(pids: list[int]) -> list[int]:
+    """A pidfd of each of ``pids`` still alive (none where the kernel or Python has no pidfd_open)."""
+    opener = getattr(os, "pidfd_open", None)
+    out: list[int] = []
+    for pid in pids if opener is not None else []:
+        with contextlib.suppress(OSError):
+            out.append(opener(pid))
+    return out
+
+
+def _signal_pidfds(fds: list[int], sig: int) -> None:
+    send = getattr(signal, "pidfd_send_signal", None)
+    for fd in fds if send is not None else []:
+        with contextlib.suppress(OSError):
+            send(fd, sig)
 
 
 def _reap_orphans(pgid: int) -> None:
@@ -145,10 +180,10 @@ def background():
         _priority.nice = before
 
 
-def _preexec(sig: int) -> Any:
-    """The child's set-up before its exec: the parent-death signal, and the lower priority of a
-    :func:`background` block."""
-    hook = children.pdeathsig_hook(sig)
+def _preexec(sig: int | None) -> Any:
+    """The child's set-up before its exec: the parent-death signal (None: none), and the lower priority of
+    a :func:`background` block."""
+    hook = children.pdeathsig_hook(sig) if sig is not None else None
     nice = getattr(_priority, "nice", 0)
     if not nice:
         return hook
@@ -183,13 +218,17 @@ def popen(argv: Sequence[str], *, env: Mapping[str, str] | None = None, prefix: 
     keeper = [sys.executable, "-I", "-S", "-c", shim.SOURCE, str(life), str(env_r), str(st_w),
               group.procs if group is not None else "", creds, "--", *argv]
     outer_env: dict[str, str] = {}
+    filtered = "--seccomp-bpf" in prefix
+    # A tracer dies with zdoctor (its tracees detach and the keeper, told by LIFE, ends them), except a
+    # filtering one: it lives until the keeper has ended the tree and gone.
+    death = signal.SIGTERM if not prefix else None if filtered else signal.SIGKILL
     if prefix:
         base = os.environ if env is None else env
         outer_env = {k: v for k, v in base.items() if not k.startswith("LD_")}
     try:
         proc = subprocess.Popen([*prefix, *keeper], env=outer_env, start_new_session=True, close_fds=True,
                                 pass_fds=(life, env_r, st_w),
-                                preexec_fn=_preexec(signal.SIGTERM if not prefix else signal.SIGKILL),
+                                preexec_fn=_preexec(death),
                                 **kwargs)
     except BaseException:
         for fd in (env_r, env_w, st_r, st_w):
@@ -206,6 +245,6 @@ def popen(argv: Sequence[str], *, env: Mapping[str, str] | None = None, prefix: 
     if status.startswith(b"E"):
         code = int(status[1:] or 0)
         error = OSError(code, os.strerror(code) if code else "cannot execute")
-    return Contained(proc, group, error, traced=bool(prefix))
+    return Contained(proc, group, error, traced=bool(prefix), filtered=filtered)
 
 

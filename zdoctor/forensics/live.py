@@ -39,6 +39,11 @@ from .stuck import StuckSampler, describe
 
 LD_DEBUG_CATEGORIES = "libs,files,versions"
 STRACE_TRACE = "trace=openat,open,execve,stat,lstat,newfstatat,statx,access,faccessat,faccessat2"
+#: What a run traced from its start records where strace can filter in the kernel (``--seccomp-bpf``): the
+#: loader's and the program's opens and every exec. Only these calls then stop the command; the stat family
+#: (most of a Python import's calls) ran a torch import three times slower. A run that is still going after
+#: its first seconds is sampled in /proc (state, wchan) as every hung run is.
+STRACE_TRACE_FROM_START = "trace=openat,open,execve"
 STRACE_STRLEN = "512"
 #: Most of the strace log that is read back (its tail: what the processes did last).
 MAX_STRACE_BYTES = 20 * 1024 * 1024
@@ -132,14 +137,28 @@ def _resolves(prog: str, path: str, cwd: str | None) -> bool:
     return bool(which_all(prog, path))
 
 
-def _strace_problem(strace: str) -> str | None:
-    """None when ``strace`` can trace here; else why not (ptrace is often refused in containers)."""
-    ev = run([strace, "-o", os.devnull, "--", strace, "-V"], env={"PATH": os.defpath}, timeout=15,
-             label="strace self-test")
+def _strace_problem(strace: str, seccomp: bool = False) -> str | None:
+    """None when ``strace`` can trace here (with ``seccomp``: filtering in the kernel, strace 5.3 and
+    newer on a kernel with seccomp); else why not (ptrace is often refused in containers)."""
+    flags = ["-f", "--seccomp-bpf", "-e", STRACE_TRACE_FROM_START] if seccomp else []
+    ev = run([strace, *flags, "-o", os.devnull, "--", strace, "-V"], env={"PATH": os.defpath}, timeout=15,
+             label="strace self-test" + (" (--seccomp-bpf)" if seccomp else ""))
     if ev.exit_code == 0:
         return None
     why = (ev.stderr.strip().splitlines() or [ev.error or f"exit status {ev.exit_code}"])[-1]
     return why
+
+
+def strace_from_start(strace: str, log: str) -> tuple[list[str] | None, str | None]:
+    """The strace prefix for a run traced from its start, or None and why strace cannot trace here. Where
+    the kernel can filter (``--seccomp-bpf``), only :data:`STRACE_TRACE_FROM_START` is traced."""
+    if _strace_problem(strace, seccomp=True) is None:
+        return [strace, "-f", "--seccomp-bpf", "-tt", "-e", STRACE_TRACE_FROM_START, "-o", log, "-s",
+                STRACE_STRLEN, "--"], None
+    problem = _strace_problem(strace)
+    if problem is not None:
+        return None, problem
+    return [strace, "-f", "-tt", "-e", STRACE_TRACE, "-o", log, "-s", STRACE_STRLEN, "--"], None
 
 
 class _StraceTail:
@@ -328,8 +347,13 @@ def trace_command(
         strace_ok = False
         if use_strace and not strace_found:
             notes.append("strace not installed: hang analysis limited to LD_DEBUG")
-        elif strace_found:
-            problem = _strace_problem(strace_found[0])
+        strace_log = os.path.join(tmp, "strace")
+        prefix: list[str] | None = None
+        if strace_found:
+            if strace_after:
+                problem = _strace_problem(strace_found[0])
+            else:
+                prefix, problem = strace_from_start(strace_found[0], strace_log)
             if problem is not None:
                 notes.append(f"strace cannot trace here ({problem}): ran without it; "
                              "hang analysis limited to LD_DEBUG")
@@ -337,7 +361,6 @@ def trace_command(
                 notes.append(f"{argv[0]}: not found on PATH; ran without strace")
             else:
                 strace_ok = True
-        strace_log = os.path.join(tmp, "strace")
         strace_tail = _StraceTail(strace_log, MAX_STRACE_BYTES) if strace_ok else None
         attacher = _LateAttach(strace_found[0], strace_log, strace_after) if strace_ok and strace_after else None
         run_env = {**dict(env), **ld_vars}
@@ -346,7 +369,7 @@ def trace_command(
             # strace runs the command's keeper (with no LD_ variable: the keeper hands them to the command),
             # so the command's own exit ends the run even when it left a daemon strace would wait for. strace
             # and the keeper stay root; the keeper drops the command to the training user before its exec.
-            tracer = [strace_found[0], "-f", "-tt", "-e", STRACE_TRACE, "-o", strace_log, "-s", STRACE_STRLEN, "--"]
+            tracer = list(prefix or [])
         as_user = run_as
         label = f"live trace: {shlex.join(argv)}"[:200]
         if run_as is not None and tracer:
