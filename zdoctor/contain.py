@@ -100,7 +100,9 @@ def _pidfds(pids: list[int]) -> list[int]:
     """A pidfd of each of ``pids`` still alive (none where the kernel or Python has no pidfd_open)."""
     opener = getattr(os, "pidfd_open", None)
     out: list[int] = []
-    for pid in pids if opener is not None else []:
+    if opener is None:
+        return out
+    for pid in pids:
         with contextlib.suppress(OSError):
             out.append(opener(pid))
     return out
@@ -108,7 +110,9 @@ def _pidfds(pids: list[int]) -> list[int]:
 
 def _signal_pidfds(fds: list[int], sig: int) -> None:
     send = getattr(signal, "pidfd_send_signal", None)
-    for fd in fds if send is not None else []:
+    if send is None:
+        return
+    for fd in fds:
         with contextlib.suppress(OSError):
             send(fd, sig)
 
