@@ -81,6 +81,34 @@ def test_trace_command_keeps_ld_debug_and_strace_as_root(account, env_dir):
         assert "strace as root" in lt.evidence.label
 
 
+SHOW_EUID = ("#include <stdio.h>\n#include <unistd.h>\n"
+             "int main(void) { printf(\"euid %d\\n\", (int)geteuid()); return 0; }\n")
+
+
+def test_a_set_user_id_program_in_the_owners_traced_command_works_as_it_does_untraced(account, env_dir, tmp_path):
+    """Traced by root, the command dropped to its owner runs a set-user-ID program as it would untraced:
+    that trace is not the kernel-filtered one, whose no_new_privs would take the program's rights away."""
+    if not all(shutil.which(t) for t in ("strace", "gcc", "setpriv")):
+        pytest.skip("needs strace, gcc and setpriv")
+    top = env_dir.parent
+    prog = top / "show-euid"
+    src = tmp_path / "show_euid.c"
+    src.write_text(SHOW_EUID)
+    import subprocess
+
+    subprocess.run(["gcc", "-o", str(prog), str(src)], check=True, capture_output=True)
+    os.chown(prog, 0, 0)
+    os.chmod(prog, 0o4755)
+    untraced = subprocess.run(["setpriv", f"--reuid={account.uid}", f"--regid={account.gid}", "--clear-groups",
+                               str(prog)], capture_output=True, text=True)
+    if untraced.stdout.strip() != "euid 0":
+        pytest.skip(f"set-user-ID programs do not run here: {untraced.stdout or untraced.stderr}")
+    run_as = privilege.code_runs_as(Target.of(str(env_dir / "bin" / "python"), _env()))
+    lt = live.trace_command([str(prog)], _env(), timeout=60, run_as=run_as)
+    assert lt.strace_used, lt.notes
+    assert lt.exit_code == 0 and lt.evidence.stdout.strip() == "euid 0", (lt.evidence.stdout, lt.evidence.stderr)
+
+
 def test_system_tools_are_found_in_system_directories_only(tmp_path, monkeypatch):
     planted = tmp_path / "findmnt"
     planted.write_text("#!/bin/sh\ntouch /tmp/zdoctor-h8-planted\n")

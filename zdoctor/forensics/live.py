@@ -149,10 +149,15 @@ def _strace_problem(strace: str, seccomp: bool = False) -> str | None:
     return why
 
 
-def strace_from_start(strace: str, log: str) -> tuple[list[str] | None, str | None]:
+def strace_from_start(strace: str, log: str, kernel_filter: bool = True) -> tuple[list[str] | None, str | None]:
     """The strace prefix for a run traced from its start, or None and why strace cannot trace here. Where
-    the kernel can filter (``--seccomp-bpf``), only :data:`STRACE_TRACE_FROM_START` is traced."""
-    if _strace_problem(strace, seccomp=True) is None:
+    the kernel can filter (``--seccomp-bpf``) and ``kernel_filter`` allows it, only
+    :data:`STRACE_TRACE_FROM_START` is traced.
+
+    The filter sets no_new_privs on the command: a set-user-ID program it runs gains nothing. Traced by root,
+    a command dropped to the training user would lose what its ``sudo`` gives it untraced, so such a run
+    is traced without the filter."""
+    if kernel_filter and _strace_problem(strace, seccomp=True) is None:
         return [strace, "-f", "--seccomp-bpf", "-tt", "-e", STRACE_TRACE_FROM_START, "-o", log, "-s",
                 STRACE_STRLEN, "--"], None
     problem = _strace_problem(strace)
@@ -353,7 +358,7 @@ def trace_command(
             if strace_after:
                 problem = _strace_problem(strace_found[0])
             else:
-                prefix, problem = strace_from_start(strace_found[0], strace_log)
+                prefix, problem = strace_from_start(strace_found[0], strace_log, kernel_filter=run_as is None)
             if problem is not None:
                 notes.append(f"strace cannot trace here ({problem}): ran without it; "
                              "hang analysis limited to LD_DEBUG")
