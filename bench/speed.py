@@ -11,6 +11,16 @@ gets busier mid-run weighs on both sides alike. zdoctor runs from a fresh venv b
     python bench/speed.py [--python ENV_PY] [--pairs N] [--cases ldpath,preload,healthy] [--json FILE]
 
 Without --python the environment comes from tests/dsenv.py (torch CPU + DeepSpeed, built on first use).
+
+Beside each pair it times, in the same rounds, the work no diagnosis can leave out, and reports the floor
+that work sets on this machine (its wall time, or its CPU time over the cores, whichever is larger):
+
+- broken cases: the command traced as zdoctor traces it (LD_DEBUG, and strace filtered in the kernel where
+  it can), and the command once fixed, run once per fix zdoctor reports as tried;
+- the healthy case: the live confirmation alone (zdoctor's default probe under LD_DEBUG: import torch and
+  DeepSpeed, then load every built op).
+
+What zdoctor takes beyond the floor is its own: its start, the other probes on the same cores, the checks.
 """
 
 from __future__ import annotations
@@ -18,7 +28,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -29,31 +41,81 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
 
 GOALS = {"ldpath": 1.5, "preload": 1.5, "healthy": 1.05}
 
 
-def timed(argv: list[str], env: dict[str, str]) -> tuple[float, int]:
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
+    """One run: wall seconds, CPU seconds of it and its children, exit code, standard output."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    return time.perf_counter() - t0, proc.returncode
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, proc.returncode, proc.stdout.decode("utf-8", "replace")
 
 
-def pairs(a: list[str], b: list[str], env_a: dict[str, str], env_b: dict[str, str], n: int) -> dict[str, object]:
-    """``n`` alternated runs of ``a`` (zdoctor) and ``b`` (the baseline), after one warm-up of each."""
-    timed(a, env_a)
-    timed(b, env_b)
-    ta, tb, codes = [], [], set()
+def rounds(cmds: dict[str, tuple[list[str], dict[str, str]]], n: int) -> dict[str, dict[str, object]]:
+    """``n`` rounds of every command, the order rotated each round, after one warm-up of each.
+
+    Per command: median wall and CPU seconds, every run's wall time, its exit codes, its last output."""
+    names = list(cmds)
+    out: dict[str, dict[str, object]] = {k: {"wall": [], "cpu": [], "codes": set(), "stdout": ""}
+                                         for k in names}
+    for name in names:
+        timed(*cmds[name])
     for i in range(n):
-        order = [(a, env_a, ta), (b, env_b, tb)] if i % 2 == 0 else [(b, env_b, tb), (a, env_a, ta)]
-        for argv, env, out in order:
-            dt, rc = timed(argv, env)
-            out.append(dt)
-            if out is ta:
-                codes.add(rc)
-    za, zb = statistics.median(ta), statistics.median(tb)
-    return {"zdoctor_s": za, "baseline_s": zb, "ratio": za / zb, "zdoctor_runs": ta, "baseline_runs": tb,
-            "zdoctor_exit_codes": sorted(codes)}
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            wall, cpu, rc, stdout = timed(*cmds[name])
+            rec = out[name]
+            rec["wall"].append(wall)  # type: ignore[attr-defined]
+            rec["cpu"].append(cpu)  # type: ignore[attr-defined]
+            rec["codes"].add(rc)  # type: ignore[attr-defined]
+            rec["stdout"] = stdout
+    return {k: {"wall_s": statistics.median(v["wall"]), "cpu_s": statistics.median(v["cpu"]),  # type: ignore
+                "runs": v["wall"], "exit_codes": sorted(v["codes"]), "stdout": v["stdout"]}  # type: ignore
+            for k, v in out.items()}
+
+
+def fixes_tried(check_json: str) -> int:
+    """How many remedies zdoctor's JSON reports as tried (fixed or not): each is one more run."""
+    try:
+        doc = json.loads(check_json)
+    except ValueError:
+        return 0
+    return sum(1 for f in doc.get("findings") or [] for r in f.get("remedies") or []
+               if isinstance(r.get("verification"), dict)
+               and r["verification"].get("state") in ("fixed", "not_fixed"))
+
+
+def traced_argv(cmd: list[str], log_dir: str) -> tuple[list[str], dict[str, str]]:
+    """``cmd`` as zdoctor's traced run starts it: under strace (filtered in the kernel where it can) with
+    LD_DEBUG into ``log_dir``."""
+    from zdoctor.forensics.live import LD_DEBUG_CATEGORIES, strace_from_start
+
+    strace = shutil.which("strace")
+    prefix: list[str] = []
+    if strace:
+        prefix = strace_from_start(strace, os.path.join(log_dir, "strace"))[0] or []
+    return [*prefix, *cmd], {"LD_DEBUG": LD_DEBUG_CATEGORIES, "LD_DEBUG_OUTPUT": os.path.join(log_dir, "ld")}
+
+
+def floor_s(parts: list[tuple[float, float]], cores: int) -> float:
+    """The least wall time the runs ``parts`` (wall, CPU) need together on ``cores`` cores."""
+    return max(max(w for w, _ in parts), sum(c for _, c in parts) / cores)
+
+
+def summary(r: dict[str, dict[str, object]], *, floor: float, floor_of: str, **extra: object
+            ) -> dict[str, object]:
+    """One case's figures: zdoctor against its baseline, and the floor against the same baseline."""
+    za, zb = float(r["zdoctor"]["wall_s"]), float(r["baseline"]["wall_s"])  # type: ignore[arg-type]
+    return {"zdoctor_s": za, "baseline_s": zb, "ratio": za / zb, "floor_s": floor, "floor_ratio": floor / zb,
+            "floor_of": floor_of, "zdoctor_runs": r["zdoctor"]["runs"], "baseline_runs": r["baseline"]["runs"],
+            "zdoctor_exit_codes": r["zdoctor"]["exit_codes"],
+            "wall_s": {k: v["wall_s"] for k, v in r.items()}, "cpu_s": {k: v["cpu_s"] for k, v in r.items()},
+            **extra}
 
 
 def main() -> int:
@@ -78,10 +140,20 @@ def main() -> int:
         zd = venv_exe(Path(tmp))
         old = make_old_libstdcxx(Path(tmp) / "old" / "lib")
         base["XDG_STATE_HOME"] = tmp
+        from zdoctor.forensics.live import LD_DEBUG_CATEGORIES, default_probe_argv
+
+        cores = len(os.sched_getaffinity(0))
         for case in [c for c in args.cases.split(",") if c]:
+            logs = Path(tmp) / f"logs-{case}"
+            logs.mkdir()
             if case == "healthy":
-                results[case] = pairs([*zd, "check", "--json", "--no-log", "--python", str(py)],
-                                      [str(py), "-c", "import deepspeed"], base, base, args.pairs)
+                live = dict(base, LD_DEBUG=LD_DEBUG_CATEGORIES, LD_DEBUG_OUTPUT=str(logs / "ld"))
+                r = rounds({"zdoctor": ([*zd, "check", "--json", "--no-log", "--python", str(py)], base),
+                            "baseline": ([str(py), "-c", "import deepspeed"], base),
+                            "live probe": (default_probe_argv(str(py), [], [str(so)]), live)}, args.pairs)
+                lp = r["live probe"]
+                results[case] = summary(r, floor=float(lp["wall_s"]),  # type: ignore[arg-type]
+                                        floor_of="the live confirmation alone")
                 continue
             broken = dict(base)
             if case == "ldpath":
@@ -90,12 +162,27 @@ def main() -> int:
                 broken["LD_PRELOAD"] = str(old)
             else:
                 raise SystemExit(f"unknown case {case!r}")
-            results[case] = pairs([*zd, "check", "--json", "--no-log", "--python", str(py), "--command",
-                                   shlex.join(cmd)], cmd, broken, broken, args.pairs)
-    print(f"{'case':<9} {'zdoctor':>9} {'baseline':>9} {'ratio':>7} {'goal':>6}")
-    for case, r in results.items():
-        print(f"{case:<9} {r['zdoctor_s']:>8.2f}s {r['baseline_s']:>8.2f}s {r['ratio']:>6.2f}x "
-              f"{GOALS[case]:>5.2f}x{'' if r['ratio'] <= GOALS[case] else '  (over)'}")
+            t_argv, t_env = traced_argv(cmd, str(logs))
+            r = rounds({"zdoctor": ([*zd, "check", "--json", "--no-log", "--python", str(py), "--command",
+                                     shlex.join(cmd)], broken),
+                        "baseline": (cmd, broken),
+                        "traced": (t_argv, {**broken, **t_env}),
+                        "fixed": (cmd, base)}, args.pairs)
+            n = fixes_tried(str(r["zdoctor"]["stdout"]))
+            tr, fx = r["traced"], r["fixed"]
+            parts = [(float(tr["wall_s"]), float(tr["cpu_s"]))]  # type: ignore[arg-type]
+            parts += [(float(fx["wall_s"]), float(fx["cpu_s"]))] * n  # type: ignore[arg-type]
+            results[case] = summary(r, floor=floor_s(parts, cores), floor_of=f"the traced run and {n} fixed runs "
+                                    f"on {cores} cores", fixes_tried=n)
+    print(f"{'case':<9} {'zdoctor':>9} {'baseline':>9} {'ratio':>7} {'goal':>6} {'floor':>8} {'floor ratio':>12}")
+    for case, res in results.items():
+        ratio, goal, fl = float(res["ratio"]), GOALS[case], float(res["floor_s"])  # type: ignore[arg-type]
+        print(f"{case:<9} {res['zdoctor_s']:>8.2f}s {res['baseline_s']:>8.2f}s {ratio:>6.2f}x "
+              f"{goal:>5.2f}x {fl:>7.2f}s {res['floor_ratio']:>11.2f}x  {res['floor_of']}"
+              f"{'' if ratio <= goal else '  (over the goal)'}")
+    print("CPU seconds (medians): " + "; ".join(
+        f"{case}: " + ", ".join(f"{k} {v:.2f}" for k, v in res["cpu_s"].items())  # type: ignore[union-attr]
+        for case, res in results.items()))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
     return 0
