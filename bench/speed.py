@@ -1,18 +1,18 @@
-"""The whole diagnosis against the failing command's own time, in pairs alternated in one run.
+"""The whole diagnosis against the failing command's own time, in rounds rotated in one run.
 
 1. A broken launch, fixes tried: `zdoctor check --python ENV --command CMD` against CMD itself, where CMD
    loads DeepSpeed's JIT-built cpu_adam op and fails in ld.so because of an old libstdc++ reached through
    LD_LIBRARY_PATH, or LD_PRELOAD (the lab cases the tests build). Goal: at most 1.5x.
 2. A healthy node: `zdoctor check --python ENV` against `python -c "import deepspeed"`. Goal: at most 1.05x.
 
-Each pair runs the two commands one after the other, alternating which goes first, so a machine that
-gets busier mid-run weighs on both sides alike. zdoctor runs from a fresh venv built from this checkout.
+Each round runs every command of a case one after the other, the order rotated from round to round, so a
+machine that gets busier mid-run weighs on all of them alike. zdoctor runs from a fresh venv built from this checkout.
 
     python bench/speed.py [--python ENV_PY] [--pairs N] [--cases ldpath,preload,healthy] [--json FILE]
 
 Without --python the environment comes from tests/dsenv.py (torch CPU + DeepSpeed, built on first use).
 
-Beside each pair it times, in the same rounds, the work no diagnosis can leave out, and reports the floor
+Beside zdoctor and its baseline it times, in the same rounds, the work no diagnosis can leave out, and reports the floor
 that work sets on this machine (its wall time, or its CPU time over the cores, whichever is larger):
 
 - broken cases: the command traced as zdoctor traces it (LD_DEBUG, and strace filtered in the kernel where
@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -43,40 +44,50 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
+from zdoctor.forensics.live import LD_DEBUG_CATEGORIES, default_probe_argv, strace_from_start  # noqa: E402
+
 GOALS = {"ldpath": 1.5, "preload": 1.5, "healthy": 1.05}
 
 
-def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
-    """One run: wall seconds, CPU seconds of it and its children, exit code, standard output."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu, proc.returncode, proc.stdout.decode("utf-8", "replace")
+@dataclass
+class Runs:
+    """One command's timed runs in a case."""
+
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    codes: set[int] = field(default_factory=set)
+    stdout: str = ""  # the last run's
+
+    @property
+    def wall_s(self) -> float:
+        return statistics.median(self.wall)
+
+    @property
+    def cpu_s(self) -> float:
+        return statistics.median(self.cpu)
+
+    def add(self, argv: list[str], env: dict[str, str]) -> None:
+        """Run once: wall seconds, CPU seconds of it and its children, exit code, standard output."""
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        self.wall.append(time.perf_counter() - t0)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.cpu.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+        self.codes.add(proc.returncode)
+        self.stdout = proc.stdout.decode("utf-8", "replace")
 
 
-def rounds(cmds: dict[str, tuple[list[str], dict[str, str]]], n: int) -> dict[str, dict[str, object]]:
-    """``n`` rounds of every command, the order rotated each round, after one warm-up of each.
-
-    Per command: median wall and CPU seconds, every run's wall time, its exit codes, its last output."""
+def rounds(cmds: dict[str, tuple[list[str], dict[str, str]]], n: int) -> dict[str, Runs]:
+    """``n`` rounds of every command, the order rotated each round, after one warm-up of each."""
     names = list(cmds)
-    out: dict[str, dict[str, object]] = {k: {"wall": [], "cpu": [], "codes": set(), "stdout": ""}
-                                         for k in names}
     for name in names:
-        timed(*cmds[name])
+        Runs().add(*cmds[name])
+    out = {k: Runs() for k in names}
     for i in range(n):
         for name in names[i % len(names):] + names[:i % len(names)]:
-            wall, cpu, rc, stdout = timed(*cmds[name])
-            rec = out[name]
-            rec["wall"].append(wall)  # type: ignore[attr-defined]
-            rec["cpu"].append(cpu)  # type: ignore[attr-defined]
-            rec["codes"].add(rc)  # type: ignore[attr-defined]
-            rec["stdout"] = stdout
-    return {k: {"wall_s": statistics.median(v["wall"]), "cpu_s": statistics.median(v["cpu"]),  # type: ignore
-                "runs": v["wall"], "exit_codes": sorted(v["codes"]), "stdout": v["stdout"]}  # type: ignore
-            for k, v in out.items()}
+            out[name].add(*cmds[name])
+    return out
 
 
 def fixes_tried(check_json: str) -> int:
@@ -93,8 +104,6 @@ def fixes_tried(check_json: str) -> int:
 def traced_argv(cmd: list[str], log_dir: str) -> tuple[list[str], dict[str, str]]:
     """``cmd`` as zdoctor's traced run starts it: under strace (filtered in the kernel where it can) with
     LD_DEBUG into ``log_dir``."""
-    from zdoctor.forensics.live import LD_DEBUG_CATEGORIES, strace_from_start
-
     strace = shutil.which("strace")
     prefix: list[str] = []
     if strace:
@@ -107,15 +116,13 @@ def floor_s(parts: list[tuple[float, float]], cores: int) -> float:
     return max(max(w for w, _ in parts), sum(c for _, c in parts) / cores)
 
 
-def summary(r: dict[str, dict[str, object]], *, floor: float, floor_of: str, **extra: object
-            ) -> dict[str, object]:
+def summary(r: dict[str, Runs], *, floor: float, floor_of: str, **extra: object) -> dict[str, object]:
     """One case's figures: zdoctor against its baseline, and the floor against the same baseline."""
-    za, zb = float(r["zdoctor"]["wall_s"]), float(r["baseline"]["wall_s"])  # type: ignore[arg-type]
+    za, zb = r["zdoctor"].wall_s, r["baseline"].wall_s
     return {"zdoctor_s": za, "baseline_s": zb, "ratio": za / zb, "floor_s": floor, "floor_ratio": floor / zb,
-            "floor_of": floor_of, "zdoctor_runs": r["zdoctor"]["runs"], "baseline_runs": r["baseline"]["runs"],
-            "zdoctor_exit_codes": r["zdoctor"]["exit_codes"],
-            "wall_s": {k: v["wall_s"] for k, v in r.items()}, "cpu_s": {k: v["cpu_s"] for k, v in r.items()},
-            **extra}
+            "floor_of": floor_of, "zdoctor_runs": r["zdoctor"].wall, "baseline_runs": r["baseline"].wall,
+            "zdoctor_exit_codes": sorted(r["zdoctor"].codes),
+            "wall_s": {k: v.wall_s for k, v in r.items()}, "cpu_s": {k: v.cpu_s for k, v in r.items()}, **extra}
 
 
 def main() -> int:
@@ -140,8 +147,6 @@ def main() -> int:
         zd = venv_exe(Path(tmp))
         old = make_old_libstdcxx(Path(tmp) / "old" / "lib")
         base["XDG_STATE_HOME"] = tmp
-        from zdoctor.forensics.live import LD_DEBUG_CATEGORIES, default_probe_argv
-
         cores = len(os.sched_getaffinity(0))
         for case in [c for c in args.cases.split(",") if c]:
             logs = Path(tmp) / f"logs-{case}"
@@ -151,9 +156,7 @@ def main() -> int:
                 r = rounds({"zdoctor": ([*zd, "check", "--json", "--no-log", "--python", str(py)], base),
                             "baseline": ([str(py), "-c", "import deepspeed"], base),
                             "live probe": (default_probe_argv(str(py), [], [str(so)]), live)}, args.pairs)
-                lp = r["live probe"]
-                results[case] = summary(r, floor=float(lp["wall_s"]),  # type: ignore[arg-type]
-                                        floor_of="the live confirmation alone")
+                results[case] = summary(r, floor=r["live probe"].wall_s, floor_of="the live confirmation alone")
                 continue
             broken = dict(base)
             if case == "ldpath":
@@ -168,10 +171,9 @@ def main() -> int:
                         "baseline": (cmd, broken),
                         "traced": (t_argv, {**broken, **t_env}),
                         "fixed": (cmd, base)}, args.pairs)
-            n = fixes_tried(str(r["zdoctor"]["stdout"]))
+            n = fixes_tried(r["zdoctor"].stdout)
             tr, fx = r["traced"], r["fixed"]
-            parts = [(float(tr["wall_s"]), float(tr["cpu_s"]))]  # type: ignore[arg-type]
-            parts += [(float(fx["wall_s"]), float(fx["cpu_s"]))] * n  # type: ignore[arg-type]
+            parts = [(tr.wall_s, tr.cpu_s)] + [(fx.wall_s, fx.cpu_s)] * n
             results[case] = summary(r, floor=floor_s(parts, cores), floor_of=f"the traced run and {n} fixed runs "
                                     f"on {cores} cores", fixes_tried=n)
     print(f"{'case':<9} {'zdoctor':>9} {'baseline':>9} {'ratio':>7} {'goal':>6} {'floor':>8} {'floor ratio':>12}")
@@ -181,7 +183,7 @@ def main() -> int:
               f"{goal:>5.2f}x {fl:>7.2f}s {res['floor_ratio']:>11.2f}x  {res['floor_of']}"
               f"{'' if ratio <= goal else '  (over the goal)'}")
     print("CPU seconds (medians): " + "; ".join(
-        f"{case}: " + ", ".join(f"{k} {v:.2f}" for k, v in res["cpu_s"].items())  # type: ignore[union-attr]
+        f"{case}: " + ", ".join(f"{k} {v:.2f}" for k, v in res["cpu_s"].items())  # type: ignore[attr-defined]
         for case, res in results.items()))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
