@@ -128,6 +128,18 @@ def test_parent_death_signal_ends_the_direct_child_on_sigkill(tmp_path):
         _kill_all(pids)
 
 
+def test_the_parent_death_signal_is_set_up_without_a_child_of_its_own(monkeypatch):
+    # ctypes.util.find_library("c") would run ldconfig (and a compiler) as children nothing contains
+    def no_child(*a, **k):
+        raise AssertionError(f"a child process was started: {a!r}")
+
+    monkeypatch.setattr(subprocess, "Popen", no_child)
+    monkeypatch.setattr(children, "_prctl", None)
+    prctl = children._load_prctl()
+    assert prctl is not None
+    assert prctl(3, 0, 0, 0, 0) in (0, 1, 2)  # the real prctl: PR_GET_DUMPABLE answers 0, 1 or 2
+
+
 def test_registry_forgets_reaped_groups_and_ends_running_ones(tmp_path):
     from zdoctor.runner import run
 

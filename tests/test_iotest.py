@@ -151,6 +151,33 @@ def test_libaio_found_through_the_build_flags(tmp_path):
     assert ev[0].exit_code == 0 and f"-I{tmp_path / 'include'}" in ev[0].argv
 
 
+def _cache_of(lib_dir: Path, out: Path) -> Path:
+    """A real ld.so cache of ``lib_dir`` alone, written by ldconfig."""
+    (out / "ld.so.conf").write_text(f"{lib_dir}\n")
+    subprocess.run(["/sbin/ldconfig", "-X", "-C", str(out / "ld.so.cache"), "-f", str(out / "ld.so.conf")],
+                   check=True, capture_output=True)
+    return out / "ld.so.cache"
+
+
+def test_the_runtime_library_is_read_from_the_cache_and_the_training_path_without_a_child(tmp_path, monkeypatch):
+    fake_libaio(tmp_path)
+    lib = tmp_path / "lib"
+    cache = _cache_of(lib, tmp_path)
+    empty = _cache_of(tmp_path / "include", tmp_path / "include")  # a real cache that lists no library
+
+    def no_child(*a, **k):
+        raise AssertionError(f"a child process was started: {a!r}")
+
+    monkeypatch.setattr(subprocess, "Popen", no_child)  # ctypes.util.find_library runs ldconfig through it
+    facts, ev = io.libaio_status({"PATH": os.environ["PATH"]}, ld_cache=str(cache), compile_test=False)
+    assert facts["runtime"] == "libaio.so.1" and ev == []
+    assert io.runtime_library("aio", {}, str(empty)) is None  # this machine's own cache plays no part
+    # the training environment's LD_LIBRARY_PATH comes first, as it does for the loader
+    assert io.runtime_library("aio", {"LD_LIBRARY_PATH": f"/nonexistent:{lib}"}, str(empty)) == str(lib / "libaio.so.1")
+    (tmp_path / "bad.cache").write_bytes(b"not a cache")
+    assert io.runtime_library("aio", {}, str(tmp_path / "bad.cache")) is None
+
+
 def test_libaio_without_flags_matches_the_system():
     facts, ev = io.libaio_status({"PATH": os.environ["PATH"]})
     system_has = os.path.exists("/usr/include/libaio.h")

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import os
 import signal
 import sys
@@ -61,7 +60,9 @@ def _load_prctl() -> Any:
     global _prctl
     if _prctl is None and sys.platform.startswith("linux"):
         try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            # the C library zdoctor itself runs on; ``ctypes.util.find_library`` would run ldconfig (and a
+            # compiler) as children no one contains
+            libc = ctypes.CDLL(None, use_errno=True)
             _prctl = libc.prctl
             _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
             _prctl.restype = ctypes.c_int

@@ -256,6 +256,17 @@ def lookup(entries: Iterable[CacheEntry], soname: str, *, x86_64: bool = True,
     return best
 
 
+def runtime_soname(entries: Iterable[CacheEntry], name: str, *, x86_64: bool = True) -> str | None:
+    """The soname ``ctypes.util.find_library(name)`` takes from ``ldconfig -p``: the first entry of this
+    architecture named ``lib<name>.<something>`` (``libaio.so.1``), read from the cache itself, so no
+    ``ldconfig`` (or the compiler it falls back to) runs. None when the cache has none."""
+    prefix = f"lib{name}."
+    for e in entries:
+        if e.soname.startswith(prefix) and _flags_ok(e.flags, x86_64):
+            return e.soname
+    return None
+
+
 def index_entries(entries: Iterable[CacheEntry]) -> dict[str, list[CacheEntry]]:
     """Entries grouped by :func:`libcmp_key` of their name, each group in file order (fast lookups)."""
     out: dict[str, list[CacheEntry]] = {}

@@ -11,7 +11,6 @@ user may own.
 from __future__ import annotations
 
 import contextlib
-import ctypes.util
 import errno
 import fcntl
 import mmap
@@ -27,6 +26,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import runner
+from ..errors import InputError
+from ..forensics.ldcache import read_ld_so_cache, runtime_soname
 from ..model import Evidence
 from ..units import parse_size  # noqa: F401 - the io size of --io-size, parsed where every option is
 from . import GIB, MIB, aiocalls
@@ -345,16 +346,36 @@ def _search(name: str, dirs: list[str]) -> str | None:
     return None
 
 
+def runtime_library(name: str, env: Mapping[str, str], ld_cache: str) -> str | None:
+    """Where the loader finds ``lib<name>.so.N`` for the training environment ``env``: the file in a
+    directory of its LD_LIBRARY_PATH, else the soname the ld.so cache ``ld_cache`` lists; None when
+    neither has it (an unreadable cache counts as listing nothing)."""
+    prefix = f"lib{name}.so."
+    for d in (env.get("LD_LIBRARY_PATH") or "").split(":"):
+        try:
+            names = sorted(n for n in os.listdir(d) if n.startswith(prefix)) if d else []
+        except OSError:
+            continue
+        for n in names:
+            if os.path.isfile(os.path.join(d, n)):
+                return os.path.join(d, n)
+    try:
+        return runtime_soname(read_ld_so_cache(ld_cache), name)
+    except InputError:
+        return None
+
+
 def libaio_status(env: Mapping[str, str] | None = None, *, release_path: str = "/etc/os-release",
-                  compile_test: bool = True, timeout: float = 30.0, ds_location: str | None = None
-                  ) -> tuple[dict[str, Any], list[Evidence]]:
+                  compile_test: bool = True, timeout: float = 30.0, ds_location: str | None = None,
+                  ld_cache: str = "/etc/ld.so.cache") -> tuple[dict[str, Any], list[Evidence]]:
     """Whether DeepSpeed's ``async_io`` op can be built and make its calls in the training environment ``env``.
 
-    Looks for the runtime library (``ctypes.util.find_library``), the header and the unversioned
-    ``libaio.so`` (honouring CFLAGS/CPATH/LDFLAGS/LIBRARY_PATH/CONDA_PREFIX as the op build does), then
-    compiles, links and runs a program making the libaio calls the installed DeepSpeed's csrc/aio makes
-    (:mod:`zdoctor.storage.aiocalls`; libaio's core cycle when those are unknown) with the environment's C
-    compiler: the decisive test. Keys: ok, runtime, header, dev_library, link_test {ran, ok, compiler,
+    Looks for the runtime library (:func:`runtime_library`: LD_LIBRARY_PATH, then ``ld_cache``), the
+    header and the unversioned ``libaio.so`` (honouring CFLAGS/CPATH/LDFLAGS/LIBRARY_PATH/CONDA_PREFIX
+    as the op build does), then compiles, links and runs a program making the libaio calls the installed
+    DeepSpeed's csrc/aio makes (:mod:`zdoctor.storage.aiocalls`; libaio's core cycle when those are
+    unknown) with the environment's C compiler: the decisive test. Keys: ok, runtime, header,
+    dev_library, link_test {ran, ok, compiler,
     error, calls, calls_source, ran_ok, failed_call, returned}, package, install, distro.
     """
     env = dict(os.environ if env is None else env)
@@ -371,7 +392,7 @@ def libaio_status(env: Mapping[str, str] | None = None, *, release_path: str = "
     release = os_release(release_path)
     pkg = libaio_package(release)
     facts: dict[str, Any] = {
-        "runtime": ctypes.util.find_library("aio"),
+        "runtime": runtime_library("aio", env, ld_cache),
         "header": _search("libaio.h", inc),
         "dev_library": _search("libaio.so", libdirs),
         "link_test": {"ran": False, "ok": None, "compiler": None, "error": None},
