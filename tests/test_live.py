@@ -14,6 +14,7 @@ import sys
 import sysconfig
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -283,6 +284,22 @@ def test_a_quick_run_never_pays_for_strace(tmp_path):
     lt = trace_command([sys.executable, "-c", "pass"], base_env(), timeout=30, strace_after=10)
     assert lt.exit_code == 0 and not lt.strace_used and lt.last_files == {}
     assert lt.traces  # LD_DEBUG still saw the loader
+
+
+def test_a_run_strace_may_join_later_starts_without_waiting_for_strace_s_self_test(tmp_path):
+    """The self-test of a strace that joins only a stalled run goes on beside the run: a slow strace that
+    cannot trace delays nothing, and the note still says why strace was not used."""
+    fake = tmp_path / "strace"
+    fake.write_text("#!/bin/sh\nsleep 2\n"
+                    "echo 'strace: ptrace(PTRACE_SEIZE, ...): Operation not permitted' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    t0 = time.time()
+    lt = trace_command([sys.executable, "-c", "pass"], base_env(PATH=f"{tmp_path}:{os.environ.get('PATH', '')}"),
+                       timeout=30, strace_after=10)
+    assert lt.evidence.started - t0 < 1.5  # the self-test alone takes 2 s
+    assert lt.exit_code == 0 and lt.strace_available and not lt.strace_used and lt.traces
+    (note,) = lt.notes
+    assert "strace cannot trace here" in note and "Operation not permitted" in note
 
 
 def test_a_hang_names_the_call_it_waits_in_in_strace_words(tmp_path):

@@ -223,11 +223,29 @@ class _StraceTail:
         return data.decode("utf-8", "surrogateescape"), cut
 
 
+def _cannot_trace(problem: str) -> str:
+    return f"strace cannot trace here ({problem}): ran without it; hang analysis limited to LD_DEBUG"
+
+
+class _SelfTest:
+    """strace's self-test (:func:`_strace_problem`), run in a thread of its own from the start."""
+
+    def __init__(self, strace: str) -> None:
+        self._box: list[str | None] = []
+        self._thread = threading.Thread(target=lambda: self._box.append(_strace_problem(strace)), daemon=True)
+        self._thread.start()
+
+    def problem(self) -> str | None:
+        """Why strace cannot trace here, None when it can (waits for the self-test's end)."""
+        children.join(self._thread)
+        return self._box[0] if self._box else "its self-test did not finish"
+
+
 class _LateAttach:
     """Attach strace to a running process tree after a delay, and detach when asked."""
 
-    def __init__(self, strace: str, log: str, delay: float) -> None:
-        self.strace, self.log, self.delay = strace, log, delay
+    def __init__(self, strace: str, log: str, delay: float, self_test: _SelfTest) -> None:
+        self.strace, self.log, self.delay, self.self_test = strace, log, delay, self_test
         self.proc: subprocess.Popen[bytes] | None = None
         self.timer: threading.Timer | None = None
         self.attached = False
@@ -241,6 +259,8 @@ class _LateAttach:
     def _attach(self, pid: int) -> None:
         import psutil
 
+        if self.self_test.problem() is not None:
+            return
         try:
             root = psutil.Process(pid)
             pids = [pid, *(c.pid for c in root.children(recursive=True))]
@@ -354,20 +374,22 @@ def trace_command(
             notes.append("strace not installed: hang analysis limited to LD_DEBUG")
         strace_log = os.path.join(tmp, "strace")
         prefix: list[str] | None = None
+        self_test: _SelfTest | None = None  # strace joining later is tested beside the run, not before it
         if strace_found:
+            problem = None
             if strace_after:
-                problem = _strace_problem(strace_found[0])
+                self_test = _SelfTest(strace_found[0])
             else:
                 prefix, problem = strace_from_start(strace_found[0], strace_log, kernel_filter=run_as is None)
             if problem is not None:
-                notes.append(f"strace cannot trace here ({problem}): ran without it; "
-                             "hang analysis limited to LD_DEBUG")
+                notes.append(_cannot_trace(problem))
             elif not _resolves(argv[0], path, cwd):
                 notes.append(f"{argv[0]}: not found on PATH; ran without strace")
             else:
                 strace_ok = True
         strace_tail = _StraceTail(strace_log, MAX_STRACE_BYTES) if strace_ok else None
-        attacher = _LateAttach(strace_found[0], strace_log, strace_after) if strace_ok and strace_after else None
+        attacher = (_LateAttach(strace_found[0], strace_log, strace_after, self_test)
+                    if strace_ok and strace_after and self_test is not None else None)
         run_env = {**dict(env), **ld_vars}
         tracer: list[str] = []
         if strace_ok and attacher is None:
@@ -395,6 +417,8 @@ def trace_command(
         ev = run_guarded(list(argv), run_env, timeout=timeout, cwd=cwd, label=label, on_start=on_start,
                          prefix=tracer, run_as=as_user)
         sampler.stop()
+        if self_test is not None and self_test.problem() is not None:
+            notes.append(_cannot_trace(str(self_test.problem())))
         if attacher is not None:
             attacher.stop()
             if attacher.attached:
