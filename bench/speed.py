@@ -56,7 +56,13 @@ class Runs:
     wall: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
     codes: set[int] = field(default_factory=set)
-    stdout: str = ""  # the last run's
+    stdouts: list[str] = field(default_factory=list)
+    starts: list[float] = field(default_factory=list)  # each run's start, seconds since the epoch
+
+    @property
+    def stdout(self) -> str:
+        """The last run's standard output."""
+        return self.stdouts[-1] if self.stdouts else ""
 
     @property
     def wall_s(self) -> float:
@@ -69,13 +75,14 @@ class Runs:
     def add(self, argv: list[str], env: dict[str, str]) -> None:
         """Run once: wall seconds, CPU seconds of it and its children, exit code, standard output."""
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.starts.append(time.time())
         t0 = time.perf_counter()
         proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
         self.wall.append(time.perf_counter() - t0)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         self.cpu.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
         self.codes.add(proc.returncode)
-        self.stdout = proc.stdout.decode("utf-8", "replace")
+        self.stdouts.append(proc.stdout.decode("utf-8", "replace"))
 
 
 def rounds(cmds: dict[str, tuple[list[str], dict[str, str]]], n: int) -> dict[str, Runs]:
@@ -99,6 +106,27 @@ def fixes_tried(check_json: str) -> int:
     return sum(1 for f in doc.get("findings") or [] for r in f.get("remedies") or []
                if isinstance(r.get("verification"), dict)
                and r["verification"].get("state") in ("fixed", "not_fixed"))
+
+
+def live_timeline(runs: Runs) -> dict[str, float] | None:
+    """Where zdoctor's wall time went around its live confirmation, medians over the runs: from its start
+    to the traced command's start, the traced command itself, and from its end to zdoctor's exit (the
+    parsing of the loader's log, the checks and the report). None when no run recorded the trace."""
+    parts: dict[str, list[float]] = {"before_s": [], "live_s": [], "after_s": []}
+    for start, wall, out in zip(runs.starts, runs.wall, runs.stdouts):
+        try:
+            doc = json.loads(out)
+        except ValueError:
+            continue
+        ev = next((e for f in doc.get("findings") or [] for e in f.get("evidence") or []
+                   if e.get("kind") == "command" and str(e.get("label") or "").startswith("live trace:")
+                   and e.get("started") and e.get("duration_s") is not None), None)
+        if ev is None:
+            continue
+        parts["before_s"].append(float(ev["started"]) - start)
+        parts["live_s"].append(float(ev["duration_s"]))
+        parts["after_s"].append(wall - parts["before_s"][-1] - parts["live_s"][-1])
+    return {k: statistics.median(v) for k, v in parts.items()} if parts["live_s"] else None
 
 
 def traced_argv(cmd: list[str], log_dir: str) -> tuple[list[str], dict[str, str]]:
@@ -156,7 +184,8 @@ def main() -> int:
                 r = rounds({"zdoctor": ([*zd, "check", "--json", "--no-log", "--python", str(py)], base),
                             "baseline": ([str(py), "-c", "import deepspeed"], base),
                             "live probe": (default_probe_argv(str(py), [], [str(so)]), live)}, args.pairs)
-                results[case] = summary(r, floor=r["live probe"].wall_s, floor_of="the live confirmation alone")
+                results[case] = summary(r, floor=r["live probe"].wall_s, floor_of="the live confirmation alone",
+                                        timeline=live_timeline(r["zdoctor"]))
                 continue
             broken = dict(base)
             if case == "ldpath":
@@ -185,6 +214,13 @@ def main() -> int:
     print("CPU seconds (medians): " + "; ".join(
         f"{case}: " + ", ".join(f"{k} {v:.2f}" for k, v in res["cpu_s"].items())  # type: ignore[attr-defined]
         for case, res in results.items()))
+    for case, res in results.items():
+        tl = res.get("timeline")
+        if isinstance(tl, dict):
+            alone = res["wall_s"]["live probe"]  # type: ignore[index]
+            print(f"{case}: zdoctor's live confirmation started {tl['before_s']:.2f} s after zdoctor, ran "
+                  f"{tl['live_s']:.2f} s (alone: {alone:.2f} s), and zdoctor exited {tl['after_s']:.2f} s "
+                  "after it (medians)")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
     return 0
