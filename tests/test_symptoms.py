@@ -153,6 +153,50 @@ def test_an_unknown_failure_ends_the_open_walks_in_unexplained_and_quotes_it():
     assert not any(p["healthy"] for p in doc["playbooks"])
 
 
+THREAD_LEFT_JOINABLE = """
+#include <chrono>
+#include <cstdio>
+#include <thread>
+int main() {
+    std::thread worker([] { for (;;) std::this_thread::sleep_for(std::chrono::seconds(1)); });
+    std::puts("training done");
+    return 0;  // worker is still joinable: its destructor calls std::terminate
+}
+"""
+UNCAUGHT = """
+#include <stdexcept>
+#include <thread>
+int main() {
+    std::thread([] { throw std::runtime_error("Connection closed by peer [127.0.0.1]:29500"); }).join();
+}
+"""
+
+
+@pytest.mark.parametrize("source,signature,cause", [
+    (THREAD_LEFT_JOINABLE, "cxx.terminate-no-exception", "std::terminate ran with no C++ exception in flight"),
+    (UNCAUGHT, "cxx.terminate-uncaught", "a C++ exception of the named type escaped every handler"),
+], ids=["joinable thread", "uncaught exception"])
+def test_the_cxx_runtime_s_abort_is_named_from_its_real_message(tmp_path, source, signature, cause):
+    """Real programs built with g++ abort through libstdc++'s verbose terminate handler, as a process whose
+    gloo threads outlive it does: the line is named, and left unexplained (nothing on the node confirms it)."""
+    (tmp_path / "t.cc").write_text(source)
+    subprocess.run(["g++", "-pthread", "-o", str(tmp_path / "t"), str(tmp_path / "t.cc")], check=True)
+    aborted = subprocess.run([str(tmp_path / "t")], capture_output=True, text=True)
+    assert aborted.returncode == -6  # SIGABRT
+    rc, doc = check(["--python", PY, "--command", str(tmp_path / "t"), "--playbook", "zero3-launch"])
+    assert rc == 1
+    (s,) = [x for x in doc["symptoms"] if x["signature"] == signature]
+    assert s["text"].startswith("terminate called") and s["explained_by"] == []
+    (f,) = [u for u in unexplained(doc) if s["id"] in u["id"]]
+    assert f"Likely cause, from the message only, not confirmed on this node: {cause}" in f["detail"]
+    assert "no check of zdoctor examines the process layer on this node" in f["detail"]
+    if signature == "cxx.terminate-uncaught":
+        assert s["text"] == "terminate called after throwing an instance of 'std::runtime_error'"
+    else:
+        assert "destroy_process_group()" in f["detail"]
+    assert not any(p["healthy"] for p in doc["playbooks"])
+
+
 def test_a_catalogued_message_names_its_likely_cause_from_the_message_only():
     line = "node7:1234:1234 [0] NCCL WARN NET/Socket : No usable listening interface found"
     cmd = shlex.join([PY, "-c", f"import sys; print({line!r}, file=sys.stderr); sys.exit(1)"])

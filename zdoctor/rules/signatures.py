@@ -448,6 +448,30 @@ SIGNATURES: tuple[Signature, ...] = (
                   "under ZeRO-3, a data loader that gives ranks different numbers of batches",
         sources=("PyTorch torch/csrc/distributed/c10d/ProcessGroupWrapper.cpp (\"Detected mismatch between "
                  "collectives on ranks\")",)),
+    # -- the C++ runtime ending the process ---------------------------------------------------------
+    Signature(
+        id="cxx.terminate-no-exception", kind="cxx-terminate", layer="process",
+        pattern=r"terminate called without an active exception",
+        meaning="std::terminate ran with no C++ exception in flight, and the process aborted (SIGABRT, exit "
+                "status 134): most often a std::thread destroyed while still joinable. In a PyTorch job whose "
+                "work had finished, the usual source is a process group (gloo or NCCL) still alive at "
+                "interpreter exit, whose worker threads outlive the interpreter's teardown",
+        read_next="where the output stopped: after the job's last line (call "
+                  "torch.distributed.destroy_process_group() at the end on every rank) or mid-run (a native "
+                  "library's thread: run it under gdb or with a core dump for the stack that called terminate)",
+        sources=("GCC libstdc++-v3/libsupc++/vterminate.cc (__verbose_terminate_handler: \"terminate called "
+                 "without an active exception\")", "pytorch/pytorch#190489 (a gloo process group not destroyed "
+                 "before exit)", "pytorch/pytorch#28126 (a process group agent's joinable thread)")),
+    Signature(
+        id="cxx.terminate-uncaught", kind="cxx-terminate", layer="process",
+        pattern=r"terminate called after throwing an instance of '(?P<type>[^']+)'",
+        meaning="a C++ exception of the named type escaped every handler (or was thrown on a native thread), "
+                "and the process aborted (SIGABRT, exit status 134); the \"what():\" line after it is the "
+                "exception's own message",
+        read_next="the what(): line that follows: it names the failure (std::bad_alloc: memory ran out; "
+                  "c10::Error or gloo::EnforceNotMet: the library's own check and where it failed)",
+        sources=("GCC libstdc++-v3/libsupc++/vterminate.cc (__verbose_terminate_handler: \"terminate called "
+                 "after throwing an instance of '%s'\", then \"  what():  %s\")",)),
     Signature(
         id="nccl.warn", kind="nccl-warn", layer="nccl",
         pattern=r"NCCL WARN (?P<text>.+)",
