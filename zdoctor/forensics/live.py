@@ -417,8 +417,9 @@ def trace_command(
         ev = run_guarded(list(argv), run_env, timeout=timeout, cwd=cwd, label=label, on_start=on_start,
                          prefix=tracer, run_as=as_user)
         sampler.stop()
-        if self_test is not None and self_test.problem() is not None:
-            notes.append(_cannot_trace(str(self_test.problem())))
+        why_not = self_test.problem() if self_test is not None else None
+        if why_not is not None:
+            notes.append(_cannot_trace(why_not))
         if attacher is not None:
             attacher.stop()
             if attacher.attached:

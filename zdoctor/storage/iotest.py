@@ -375,8 +375,8 @@ def libaio_status(env: Mapping[str, str] | None = None, *, release_path: str = "
     as the op build does), then compiles, links and runs a program making the libaio calls the installed
     DeepSpeed's csrc/aio makes (:mod:`zdoctor.storage.aiocalls`; libaio's core cycle when those are
     unknown) with the environment's C compiler: the decisive test. Keys: ok, runtime, header,
-    dev_library, link_test {ran, ok, compiler,
-    error, calls, calls_source, ran_ok, failed_call, returned}, package, install, distro.
+    dev_library, link_test {ran, ok, compiler, error, calls, calls_source, ran_ok, failed_call, returned},
+    package, install, distro.
     """
     env = dict(os.environ if env is None else env)
     conda = env.get("CONDA_PREFIX")
