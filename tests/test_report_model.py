@@ -65,6 +65,17 @@ def test_verification_has_three_states_and_one_wording():
     assert verification_text(verification_of(fixed), recorded_elsewhere=True).startswith("tried on the recorded node")
 
 
+
+def test_a_note_that_already_says_not_tried_is_worded_once():
+    # the checks' own notes begin either way (the reboot remedy: "not tried: ...", ncclnet: "not tried, because")
+    notes = {"not tried: it stops every process on the node": "not tried, because it stops every process on the node",
+             "Not tried, because it changes every rank's launch": "not tried, because it changes every rank's launch"}
+    for note, said in notes.items():
+        v = verification_of(Remedy("x", note=note))
+        assert verification_text(v) == said and v.to_dict()["reason"] == said[len("not tried, because "):]
+        assert verification_text(verification_of({"verification": {"state": "not_tried", "reason": note}})) == said
+
+
 def test_json_keeps_verified_as_tried_and_fixed_and_adds_the_state():
     docs = [r.to_dict() for r in three_remedies()]
     assert [d["verified"] for d in docs] == [True, False, False]

@@ -26,6 +26,16 @@ NOT_TRIED_ROOT = "it needs root and changes the machine"
 OLD_RECORD = "this session was recorded without saying whether it was tried"
 #: Sentences older sessions put in a remedy's explanation when zdoctor did not try it.
 OLD_NOT_TRIED = ("zdoctor cannot try it here", "zdoctor does not try it", "Not verified in advance")
+#: How a remedy's own note may already begin; the reason is what follows (the sentence adds the words).
+_NOT_TRIED_WORDS = ("not tried, because ", "not tried: ")
+
+
+def _bare_reason(note: str) -> str:
+    """The reason in a not-tried note, without the "not tried" words the note may repeat."""
+    for words in _NOT_TRIED_WORDS:
+        if note.lower().startswith(words):
+            return note[len(words):]
+    return note
 
 
 def count(statuses: Iterable[str]) -> dict[str, int]:
@@ -72,7 +82,9 @@ def verification_of(remedy: Any) -> Verification:
         rec = remedy.get("verification")
         if isinstance(rec, Mapping) and rec.get("state") in VERIFICATION_STATES:
             reason = str(rec.get("reason") or "")
-            return Verification(str(rec["state"]), reason or (DEFAULT_NOT_TRIED if rec["state"] == NOT_TRIED else ""))
+            if rec["state"] == NOT_TRIED:
+                return Verification(NOT_TRIED, _bare_reason(reason) or DEFAULT_NOT_TRIED)
+            return Verification(str(rec["state"]), reason)
         explanation = str(remedy.get("explanation") or "")
         said = explanation[explanation.index("Verified: ") + len("Verified: "):] if "Verified: " in explanation else ""
         if remedy.get("verified") is True:
@@ -89,7 +101,7 @@ def verification_of(remedy: Any) -> Verification:
         return Verification(FIXED, getattr(remedy, "note", "") or "")
     if getattr(remedy, "tried", False):
         return Verification(NOT_FIXED, getattr(remedy, "note", "") or "")
-    reason = getattr(remedy, "note", "") or ""
+    reason = _bare_reason(getattr(remedy, "note", "") or "")
     if not reason:  # the reason is part of the record (the JSON says what the guide and the exports say)
         reason = NOT_TRIED_ROOT if getattr(remedy, "requires_root", False) else DEFAULT_NOT_TRIED
     return Verification(NOT_TRIED, reason)
