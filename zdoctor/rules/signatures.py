@@ -47,6 +47,8 @@ def _compiled(pattern: str) -> re.Pattern[str]:
 
 
 GLIBC_SOURCE = "glibc elf/dl-version.c (match_symbol: \"version `%s' not found (required by %s)\")"
+#: The C++ runtime's default terminate handler, which prints both terminate lines.
+VTERMINATE = "GCC libstdc++-v3/libsupc++/vterminate.cc (__verbose_terminate_handler: "
 
 SIGNATURES: tuple[Signature, ...] = (
     # -- the loader ---------------------------------------------------------------------------------
@@ -459,9 +461,9 @@ SIGNATURES: tuple[Signature, ...] = (
         read_next="where the output stopped: after the job's last line (call "
                   "torch.distributed.destroy_process_group() at the end on every rank) or mid-run (a native "
                   "library's thread: run it under gdb or with a core dump for the stack that called terminate)",
-        sources=("GCC libstdc++-v3/libsupc++/vterminate.cc (__verbose_terminate_handler: \"terminate called "
-                 "without an active exception\")", "pytorch/pytorch#190489 (a gloo process group not destroyed "
-                 "before exit)", "pytorch/pytorch#28126 (a process group agent's joinable thread)")),
+        sources=(VTERMINATE + "\"terminate called without an active exception\")",
+                 "pytorch/pytorch#190489 (a gloo process group not destroyed before exit)",
+                 "pytorch/pytorch#28126 (a process group agent's joinable thread)")),
     Signature(
         id="cxx.terminate-uncaught", kind="cxx-terminate", layer="process",
         pattern=r"terminate called after throwing an instance of '(?P<type>[^']+)'",
@@ -470,8 +472,8 @@ SIGNATURES: tuple[Signature, ...] = (
                 "exception's own message",
         read_next="the what(): line that follows: it names the failure (std::bad_alloc: memory ran out; "
                   "c10::Error or gloo::EnforceNotMet: the library's own check and where it failed)",
-        sources=("GCC libstdc++-v3/libsupc++/vterminate.cc (__verbose_terminate_handler: \"terminate called "
-                 "after throwing an instance of '%s'\", then \"  what():  %s\")",)),
+        sources=(VTERMINATE + "\"terminate called after throwing an instance of '%s'\", then "
+                 "\"  what():  %s\")",)),
     Signature(
         id="nccl.warn", kind="nccl-warn", layer="nccl",
         pattern=r"NCCL WARN (?P<text>.+)",
