@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from .model import STATUSES, Finding
+from .registry import owner_check
 
 #: Keys a condition table may use.
 FINDING_KEYS = ("finding", "status")
@@ -117,21 +118,6 @@ def parse_condition(raw: Mapping[str, Any]) -> tuple[Condition | None, list[str]
             return FactCondition(str(fact), present=bool(raw["present"])), []
         return FactCondition(str(fact), equals=raw["equals"]), []
     return None, ["a condition table needs 'finding' (with 'status') or 'fact'"]
-
-
-def owner_check(fid: str, checks: Mapping[str, Any]) -> str | None:
-    """The registered check that produces finding ``fid``: the check named ``fid``, or its longest dotted
-    prefix that names one, or else the check that declares it (``findings=`` of its decorator)."""
-    parts = fid.split(".")
-    for n in range(len(parts), 0, -1):
-        name = ".".join(parts[:n])
-        if name in checks:
-            return name
-    for name, spec in checks.items():
-        produces = getattr(spec, "produces", None)
-        if callable(produces) and produces(fid):
-            return name
-    return None
 
 
 def probes_of(cond: Condition, checks: Mapping[str, Any]) -> list[str]:

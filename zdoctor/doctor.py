@@ -142,7 +142,7 @@ def check(host: Host, record: Recorder = no_record, playbooks: dict[str, Playboo
     """Run every check against ``host`` (probes run concurrently), record it, and walk the playbooks
     (default: every bundled one; see :func:`select_playbooks`)."""
     books = (select_playbooks() if playbooks is None else playbooks) if walk else {}
-    from .symptoms.ledger import assess
+    from .symptoms.ledger import assess, linked
 
     facts, findings = run_checks(host)
     for res in facts.values():
@@ -153,7 +153,7 @@ def check(host: Host, record: Recorder = no_record, playbooks: dict[str, Playboo
     entries, unexplained = assess(facts, list(merged.values()))
     for f in unexplained:
         merged.setdefault(f.id, f)
-    ordered = sort_findings(list(merged.values()))
+    ordered = sort_findings(linked(merged.values(), entries))
     for f in ordered:
         FindingRecorded(finding=f.to_dict()).record(record)
     runs = walk_playbooks(host, record, books)
@@ -166,9 +166,8 @@ def check(host: Host, record: Recorder = no_record, playbooks: dict[str, Playboo
 
 def layers_examined(findings: list[Finding]) -> list[dict[str, Any]]:
     """Each layer of the node with whether this run's findings show it examined (:func:`layers.layer_status`)."""
-    from .conditions import owner_check
     from .layers import layer_status
-    from .registry import CHECKS
+    from .registry import CHECKS, owner_check
 
     return layer_status({name: spec.layer for name, spec in CHECKS.items() if spec.layer}, findings,
                         lambda fid: owner_check(fid, CHECKS))

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .conditions import Condition, FactCondition, owner_check
+from .conditions import Condition, FactCondition
 from .playbook import END_KINDS, KINDS, LintError, Playbook, parse_file, reference_errors
+from .registry import owner_check
 
 
 @dataclass

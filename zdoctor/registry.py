@@ -214,3 +214,18 @@ def predicate(name: str, *, doc: str, probes: tuple[str, ...]):
         return func
 
     return deco
+
+
+def owner_check(fid: str, checks: Mapping[str, Any]) -> str | None:
+    """The registered check that produces finding ``fid``: the check named ``fid``, or its longest dotted
+    prefix that names one, or else the check that declares it (``findings=`` of its decorator)."""
+    parts = fid.split(".")
+    for n in range(len(parts), 0, -1):
+        name = ".".join(parts[:n])
+        if name in checks:
+            return name
+    for name, spec in checks.items():
+        produces = getattr(spec, "produces", None)
+        if callable(produces) and produces(fid):
+            return name
+    return None

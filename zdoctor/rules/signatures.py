@@ -30,11 +30,18 @@ class Signature:
     confirm: tuple[str, ...] = ()
     #: Fixed fields added to the named groups (``{"signal": "9"}`` for a "Killed" line).
     fields: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    #: The messages this one wraps (signature ids; :data:`ANY_ERROR` for any error of the same run): it is
+    #: explained by what explains the inner message (DeepSpeed's op builder around torch's, a launcher's
+    #: exit line around a rank's error).
+    wraps: tuple[str, ...] = ()
 
     @property
     def regex(self) -> re.Pattern[str]:
         return _compiled(self.pattern)
 
+
+#: In ``wraps``: any other error seen in the same place (the launcher's line around whatever a rank raised).
+ANY_ERROR = "*"
 
 _CACHE: dict[str, re.Pattern[str]] = {}
 
@@ -47,6 +54,7 @@ def _compiled(pattern: str) -> re.Pattern[str]:
 
 
 GLIBC_SOURCE = "glibc elf/dl-version.c (match_symbol: \"version `%s' not found (required by %s)\")"
+DL_LOOKUP = "glibc elf/dl-lookup.c (_dl_lookup_symbol_x: \"undefined symbol: %s\")"
 #: The C++ runtime's default terminate handler, which prints both terminate lines.
 VTERMINATE = "GCC libstdc++-v3/libsupc++/vterminate.cc (__verbose_terminate_handler: "
 
@@ -75,13 +83,23 @@ SIGNATURES: tuple[Signature, ...] = (
         read_next="which copy of the library the loader picked, and which copies exist",
         confirm=("libs.live",), sources=(GLIBC_SOURCE,)),
     Signature(
+        id="loader.undefined-nccl-symbol", kind="undefined-symbol", layer="cuda-lookup",
+        pattern=r"(?P<object>/[^\s:]+\.so[.\d]*): undefined symbol: (?P<symbol>nccl[A-Za-z_]\w*)",
+        meaning="a library of torch needs an NCCL function the libnccl.so.2 loaded before it lacks: an older NCCL "
+                "(a system libnccl2 or a CUDA toolkit's copy, on LD_LIBRARY_PATH or in the ld cache) shadows the "
+                "nvidia-nccl wheel torch was built with (ncclCommRegister, for one, is in NCCL 2.19 and later)",
+        read_next="which libnccl.so.2 the process loads (LD_DEBUG=libs) against the nvidia-nccl-cu* wheel's, and "
+                  "the LD_LIBRARY_PATH entries before it",
+        confirm=("libs.symbols", "cuda.lookup"),
+        sources=(DL_LOOKUP, "NCCL src/nccl.h.in (ncclCommRegister / ncclCommDeregister, from NCCL 2.19)")),
+    Signature(
         id="loader.undefined-symbol", kind="undefined-symbol", layer="loader",
         pattern=r"(?P<object>/[^\s:]+\.so[.\d]*): undefined symbol: (?P<symbol>[A-Za-z_$][\w$.@]*)",
         meaning="an extension refers to a symbol none of the libraries loaded before it define: built against "
                 "another torch (or C++11 ABI), or a library it needs was shadowed or never linked",
         read_next="the symbol demangled, which library should define it, and the ABI flag of torch",
         confirm=("libs.symbols",),
-        sources=("glibc elf/dl-lookup.c (_dl_lookup_symbol_x: \"undefined symbol: %s\")",)),
+        sources=(DL_LOOKUP,)),
     # -- the CUDA library lookup (layer cuda-lookup) ---------------------------------------------------
     Signature(
         id="link.cannot-find-lcuda", kind="link-library-missing", layer="cuda-lookup",
@@ -152,12 +170,31 @@ SIGNATURES: tuple[Signature, ...] = (
         confirm=("toolchain.jit-prereq",),
         sources=("PyTorch torch/utils/cpp_extension.py (verify_ninja_availability)",)),
     Signature(
+        id="deepspeed.jit-ninja", kind="op-jit-ninja", layer="build",
+        pattern=r"Unable to JIT load the (?P<op>[\w.-]+) op due to ninja not being installed",
+        meaning="DeepSpeed's op builder wraps torch's ninja check: torch found no ninja on the launching shell's "
+                "PATH that starts (none installed, or one that fails to start, such as a ninja built against a "
+                "newer libstdc++ than the one the shell's LD_LIBRARY_PATH gives it)",
+        read_next="which ninja the launch resolves, and whether it runs",
+        confirm=("toolchain.jit-prereq",), wraps=("build.ninja-required",),
+        sources=("DeepSpeed op_builder/builder.py (OpBuilder.jit_load: \"Unable to JIT load the {name} op due to "
+                 "ninja not being installed.\", raised from torch's verify_ninja_availability)",)),
+    Signature(
         id="build.extension-failed", kind="build-failed", layer="build",
         pattern=r"RuntimeError: Error building extension '(?P<op>[\w.-]+)'",
         meaning="the JIT build of a DeepSpeed op failed; the real cause is in the compiler lines above it",
         read_next="the first 'error:' line of the build output (zdoctor reads it as a symptom of its own), and the "
                   "op's build directory",
         sources=("PyTorch torch/utils/cpp_extension.py (_run_ninja_build: \"Error building extension '{}'\")",)),
+    Signature(
+        id="torch.cuda-mismatch", kind="cuda-version-mismatch", layer="build",
+        pattern=r"The detected CUDA version \((?P<nvcc>[\d.]+)\) mismatches the version that was used to compile"
+                r" ?PyTorch \((?P<torch>[\d.]+)\)",
+        meaning="torch refuses to build a C++/CUDA extension with an nvcc of another major release than the CUDA "
+                "torch was built with",
+        read_next="which nvcc CUDA_HOME resolves against torch.version.cuda",
+        confirm=("gpu.toolkit",),
+        sources=("PyTorch torch/utils/cpp_extension.py (CUDA_MISMATCH_MESSAGE, raised by _check_cuda_version)",)),
     Signature(
         id="deepspeed.cuda-mismatch", kind="cuda-version-mismatch", layer="build",
         pattern=r"Installed CUDA version (?P<nvcc>[\d.]+) does not match the version torch was compiled with "
@@ -213,6 +250,16 @@ SIGNATURES: tuple[Signature, ...] = (
         read_next="the three batch settings and the world size the launch gives",
         sources=("DeepSpeed deepspeed/runtime/config.py (_batch_assertion)",)),
     # -- CUDA and the driver ------------------------------------------------------------------------
+    Signature(
+        id="cuda.driver-too-old", kind="cuda-error", layer="cuda",
+        pattern=r"The NVIDIA driver on your system is too old \(found version (?P<driver_cuda>\d+)\)",
+        meaning="torch's CUDA runtime needs a newer driver than the one installed (cudaErrorInsufficientDriver, "
+                "35); the number is the CUDA version the driver supports (12080: CUDA 12.8)",
+        read_next="the driver's CUDA version against torch.version.cuda",
+        confirm=("gpu.runtime",), fields=(("number", "35"),),
+        sources=("PyTorch c10/cuda/CUDAFunctions.cpp (device_count_impl on cudaErrorInsufficientDriver: \"The NVIDIA "
+                 "driver on your system is too old (found version %d)\")",
+                 "CUDA Runtime API cudaError_t: 35 cudaErrorInsufficientDriver")),
     Signature(
         id="cuda.init-error", kind="cuda-error", layer="cuda",
         pattern=r"(?:cudaGetDeviceCount\(\)|CUDA)[^\n]*?Error (?P<number>\d+): (?P<name>[^\n(]+?)"
@@ -489,6 +536,31 @@ SIGNATURES: tuple[Signature, ...] = (
         sources=("OpenSSH ssh.c (\"Could not resolve hostname %s: %s\")",)),
     # -- the launch -----------------------------------------------------------------------------------
     Signature(
+        id="deepspeed.rank-exit", kind="launcher-exit", layer="launcher",
+        pattern=r"\] exits with return code = (?P<code>-?\d+)",
+        meaning="DeepSpeed's per-node launcher reports that a rank it started exited with an error; the rank's own "
+                "error above it is the cause",
+        read_next="the first error the rank printed before this line",
+        wraps=(ANY_ERROR,),
+        sources=("DeepSpeed deepspeed/launcher/launch.py (sigkill_handler: \"{cmd} exits with return code = {rc}\")",)),
+    Signature(
+        id="launcher.called-process-error", kind="launcher-exit", layer="launcher",
+        pattern=r"subprocess\.CalledProcessError: Command [^\n]{0,4000}? returned non-zero exit status (?P<code>\d+)",
+        meaning="a launcher (DeepSpeed's launch.py in older releases, accelerate) raised because the training "
+                "process it started failed; the training process's own error above it is the cause",
+        read_next="the first error the training process printed before the launcher's traceback",
+        wraps=(ANY_ERROR,),
+        sources=("DeepSpeed deepspeed/launcher/launch.py before 0.10 (sigkill_handler raises "
+                 "subprocess.CalledProcessError)", "accelerate src/accelerate/commands/launch.py (simple_launcher)")),
+    Signature(
+        id="torchrun.child-failed", kind="launcher-exit", layer="launcher",
+        pattern=r"torch\.distributed\.elastic\.multiprocessing\.errors\.ChildFailedError",
+        meaning="torchrun (torch.distributed.elastic) reports that a rank failed; its error table names the rank, "
+                "and the rank's own traceback above it is the cause",
+        read_next="the rank's error above torchrun's table (the failures section names its rank and exit code)",
+        wraps=(ANY_ERROR,),
+        sources=("PyTorch torch/distributed/elastic/multiprocessing/errors/__init__.py (ChildFailedError)",)),
+    Signature(
         id="deepspeed.ssh-unreachable", kind="host-unreachable", layer="launcher",
         pattern=r"Using hostfile at (?P<hostfile>\S+) but host=(?P<host>\S+) was not reachable via ssh",
         meaning="the DeepSpeed launcher's ssh check of the hostfile's first host failed: the name does not "
@@ -511,6 +583,17 @@ SIGNATURES: tuple[Signature, ...] = (
         read_next="the training shell's ulimit -n and the service manager's LimitNOFILE",
         confirm=("gpu.limits",),
         sources=("Linux errno EMFILE (24), as Python's OSError prints it",)),
+    Signature(
+        id="resource.shm-denied", kind="shm-denied", layer="limits",
+        pattern=r"(?:shm_open\b[^\n]{0,200}?failed|unable to open shared memory object <[^>\n]{0,300}> in read-write "
+                r"mode)[^\n]{0,200}?Permission denied",
+        meaning="a shared-memory object in /dev/shm could not be opened: /dev/shm is not writable by the training "
+                "user (its mode is not 1777, or it is mounted read-only), or an object of that name left by another "
+                "user's run is in the way",
+        read_next="/dev/shm's mode, owner and mount options as the training user sees them",
+        confirm=("gpu.shm-access",),
+        sources=("PyTorch aten/src/ATen/MapAllocator.cpp (\"unable to open shared memory object <%s> in read-write "
+                 "mode: %s (%d)\")", "POSIX shm_open(3): EACCES, \"Permission denied\"")),
     Signature(
         id="resource.shm-bus-error", kind="shm", layer="limits",
         pattern=r"(?:Unexpected bus error encountered in worker|insufficient shared memory \(shm\))",

@@ -3,11 +3,13 @@ traceback's final line, compiler errors, and how a run ended (a signal, a time l
 
 from __future__ import annotations
 
+import os
 import re
 import signal as signal_module
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
-from ..rules.signatures import SIGNATURES, Signature
+from ..rules.signatures import ANY_ERROR, SIGNATURES, Signature
 from .model import Symptom
 
 #: At most this many symptoms from one source: a log of a thousand failing steps is one story.
@@ -56,15 +58,23 @@ def _traceback_finals(lines: list[str]) -> set[int]:
     return out
 
 
+def _wraps_any(line: str) -> bool:
+    """Whether ``line`` is a launcher's report of a failed rank (a catalogue entry that wraps any error)."""
+    hit = recognise(line.strip())
+    return hit is not None and ANY_ERROR in hit[0].wraps
+
+
 def from_text(text: str, source: str, where: str = "", start: int = 1) -> list[Symptom]:
     """The symptoms in ``text`` (ids ``S<start>`` on): each recognised line once per kind and fields, the last
-    traceback's final line, and the first compiler errors."""
+    traceback's final line (the last one before a launcher's own traceback, which only reports that a rank
+    failed), and the first compiler errors."""
     lines = text.splitlines()
     finals = _traceback_finals(lines)
     if not finals:  # no traceback: the last line that reads as an exception stands for it
         exc = [n for n, raw in enumerate(lines) if _EXCEPTION_LINE.match(raw.strip())]
         finals = set(exc[-1:])
-    last_final = max(finals) if finals else None
+    own = [n for n in sorted(finals) if not _wraps_any(lines[n])]
+    last_final = own[-1] if own else (max(finals) if finals else None)
     found: list[Symptom] = []
     seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     compiler_errors = 0
@@ -103,14 +113,36 @@ def signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+def still_compiling(compiling: Sequence[Mapping[str, Any]], timeout: float | None) -> Symptom | None:
+    """The symptom of a run ended by its time limit while build tools were at work, or None."""
+    tools = [c for c in compiling if isinstance(c, Mapping) and c.get("comm")]
+    if not tools:
+        return None
+    first = tools[0]
+    what = ", ".join(dict.fromkeys(
+        f"{c['comm']}" + (f" on {os.path.basename(str(c['file']))}" if c.get("file") else "")
+        + (f" (running {c['running_s']} s)" if c.get("running_s") else "") for c in tools[:4]))
+    limit = f"{timeout:g} s" if timeout else "its time limit"
+    return Symptom(id="", source="process", kind="still-compiling", where="--command run",
+                   fields={"tool": str(first["comm"]), "file": str(first.get("file") or "")},
+                   text=f"the op was still compiling when the run reached {limit} ({what}): not a hang; rerun "
+                        "with a longer --timeout")
+
+
 def from_run(exit_code: int | None, timed_out: bool, stdout: str, stderr: str, *, timeout: float | None = None,
-             waiting_in: Iterable[str] = (), start: int = 1) -> list[Symptom]:
+             waiting_in: Iterable[str] = (), compiling: Sequence[Mapping[str, Any]] = (),
+             start: int = 1) -> list[Symptom]:
     """The symptoms of a ``--command`` run: its error lines, then how it ended when that says more (killed by
-    a signal, stopped at the time limit, or a failing exit status with no error line to show for it)."""
+    a signal, stopped at the time limit while still compiling or hung, or a failing exit status with no error
+    line to show for it)."""
     found = from_text(f"{stdout}\n{stderr}", "command", "--command output", start)
     nxt = start + len(found)
     kinds = {(s.kind, s.fields.get("signal")) for s in found}
-    if timed_out:
+    building = still_compiling(compiling, timeout) if timed_out else None
+    if building is not None:
+        building.id = f"S{nxt}"
+        found.append(building)
+    elif timed_out:
         waits = [w for w in waiting_in if w][:3]
         text = f"the command did not finish within {timeout:g} s" if timeout else "the command did not finish"
         if waits:

@@ -1,7 +1,8 @@
 """The symptom ledger: each symptom with the findings that explain it, or shown as unexplained.
 
-A symptom is explained by a finding that says so (its ``explains`` names the symptom) and states a problem
-(fail, warn or crash): an ``ok`` never explains a failure. A symptom nothing explains becomes a failing
+A symptom is explained by a finding that states a problem (fail, warn or crash: an ``ok`` never explains a
+failure) and either names it or comes from a check its catalogue entry names as confirming it (see
+:mod:`.links`). A symptom nothing explains becomes a failing
 ``symptom.unexplained.<id>`` finding that quotes it, says what zdoctor examined and what it did not, and,
 where the catalogue knows the message, names the likely cause "from the message only".
 """
@@ -9,15 +10,16 @@ where the catalogue knows the message, names the likely cause "from the message 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..checks import evaluate_check, probes_for
 from ..model import Evidence, Finding
 from ..registry import CHECKS, Facts
 from ..rules.signatures import signature
+from .links import Said, candidate_checks, derive
 from .match import symptoms_of
-from .model import SOURCE_WORDS, UNEXPLAINED_PREFIX, Symptom, explained_by
+from .model import SOURCE_WORDS, UNEXPLAINED_PREFIX, Symptom
 
 
 @dataclass
@@ -39,20 +41,29 @@ class Entry:
 
 
 def build(symptoms: Iterable[Symptom], findings: Iterable[Finding]) -> list[Entry]:
-    """Join symptoms with the problem-stating findings whose ``explains`` names them."""
-    triples = [(f.id, f.status, f.explains) for f in findings]
-    return [Entry(s, explained_by(s.id, triples)) for s in symptoms]
+    """Join symptoms with the findings that explain them (:func:`.links.derive`)."""
+    listed = list(symptoms)
+    links = derive(listed, [Said(f.id, f.status, tuple(f.explains)) for f in findings])
+    return [Entry(s, links[s.id]) for s in listed]
 
 
-def explaining_checks(kinds: Iterable[str]) -> list[str]:
-    """The checks that declare they can explain a symptom of one of ``kinds``."""
-    wanted = set(kinds)
-    return [name for name, spec in CHECKS.items() if wanted & set(spec.explains)]
+def linked(findings: Iterable[Finding], entries: Iterable[Entry]) -> list[Finding]:
+    """``findings`` with each one's ``explains`` naming every symptom the ledger says it explains (a copy
+    where a derived link adds one), so a finding and the ledger never disagree."""
+    adds: dict[str, list[str]] = {}
+    for e in entries:
+        for fid in e.explained_by:
+            adds.setdefault(fid, []).append(e.symptom.id)
+    out = []
+    for f in findings:
+        more = [sid for sid in adds.get(f.id, []) if sid not in f.explains]
+        out.append(replace(f, explains=[*f.explains, *more]) if more else f)
+    return out
 
 
-def scope(kind: str, findings: Iterable[Finding]) -> tuple[list[str], list[str]]:
-    """(what was examined, what was not) for a symptom of ``kind``: the checks that can explain it, each
-    with what it concluded; a check that could not look is "not examined" with its reason."""
+def scope(symptom: Symptom, findings: Iterable[Finding]) -> tuple[list[str], list[str]]:
+    """(what was examined, what was not) for ``symptom``: the checks that can explain it, each with what it
+    concluded; a check that could not look is "not examined" with its reason."""
     by_check: dict[str, list[Finding]] = {}
     for f in findings:
         for name in CHECKS:
@@ -60,7 +71,7 @@ def scope(kind: str, findings: Iterable[Finding]) -> tuple[list[str], list[str]]
                 by_check.setdefault(name, []).append(f)
                 break
     examined, not_examined = [], []
-    for name in explaining_checks([kind]):
+    for name in candidate_checks(symptom):
         spec = CHECKS[name]
         found = by_check.get(name, [])
         if not found:
@@ -76,7 +87,7 @@ def unexplained_finding(entry: Entry, findings: list[Finding]) -> Finding:
     """The failing finding that stands for one unexplained symptom."""
     s = entry.symptom
     sig = signature(s.signature)
-    examined, not_examined = scope(s.kind, findings)
+    examined, not_examined = scope(s, findings)
     if sig is not None and not sig.confirm:
         not_examined.append(f"no check of zdoctor examines the {sig.layer} layer on this node")
     if not examined and not not_examined:
@@ -111,7 +122,7 @@ def ledger_on(host: Any) -> list[Entry]:
     symptoms = symptoms_of(host.results(["symptoms"]))
     if not symptoms:
         return []
-    names = explaining_checks({s.kind for s in symptoms})
+    names = list(dict.fromkeys(name for s in symptoms for name in candidate_checks(s)))
     facts = host.results(probes_for(names)) if names else Facts({})
     return build(symptoms, [f for name in names for f in evaluate_check(name, facts)])
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,13 +14,6 @@ EXPLAINING = frozenset({"fail", "warn", "crash"})
 UNEXPLAINED_PREFIX = "symptom.unexplained."
 SOURCE_WORDS = {"command": "the --command run", "log": "the --log file", "user": "the message you gave",
                 "process": "the hung run"}
-
-
-def explained_by(symptom_id: str, findings: Iterable[tuple[str, str, Iterable[str]]]) -> list[str]:
-    """The ids of the findings, given as ``(id, status, explains)``, that explain ``symptom_id``: they say so
-    and state a problem; the ledger's own unexplained findings never count."""
-    return sorted({fid for fid, status, explains in findings if status in EXPLAINING
-                   and not fid.startswith(UNEXPLAINED_PREFIX) and symptom_id in explains})
 
 
 @dataclass

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .model import Symptom, explained_by
+from .links import Said, derive
+from .model import Symptom
 
 
 def recorded_symptoms(probe_events: Iterable[Mapping[str, Any]]) -> list[Symptom]:
@@ -25,8 +26,9 @@ def ledger_entries(probe_events: Iterable[Mapping[str, Any]],
                    findings: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Each recorded symptom as the report's ledger entry: ``{id, source, where, text, kind, signature,
     explained_by}``."""
-    triples = [(str(f.get("id")), str(f.get("status")), [str(x) for x in f.get("explains") or []]
-                if isinstance(f.get("explains"), list) else []) for f in findings if isinstance(f, Mapping)]
+    said = [Said(str(f.get("id")), str(f.get("status")), tuple(str(x) for x in f.get("explains") or [])
+                 if isinstance(f.get("explains"), list) else ()) for f in findings if isinstance(f, Mapping)]
+    symptoms = recorded_symptoms(probe_events)
+    links = derive(symptoms, said)
     return [{"id": s.id, "source": s.source, "where": s.where, "text": s.text, "kind": s.kind,
-             "signature": s.signature, "explained_by": explained_by(s.id, triples)}
-            for s in recorded_symptoms(probe_events)]
+             "signature": s.signature, "explained_by": links[s.id]} for s in symptoms]
