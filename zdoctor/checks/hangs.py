@@ -15,6 +15,7 @@ from ..plural import count_of
 from ..probes.hangs import duration, show
 from ..registry import Facts, check, predicate
 from ..shellquote import shell_quote
+from ..symptoms.match import ids_for
 from . import not_checked
 
 #: The processes the hang check counts, as a counted noun.
@@ -115,8 +116,17 @@ def lock_remedy(lock: dict[str, Any], op: dict[str, Any] | None, orphans: list[i
                   note=(trial or {}).get("reason") or "" if not (trial and trial.get("tried")) else tried.strip())
 
 
+def _hangs_on(facts: Facts, lock_path: str) -> list[str]:
+    """The hung runs (``hang`` symptoms) that found this lock taken: the traced command tried to create it
+    exclusively and it was there (torch's FileBaton), and then it waited."""
+    refused = facts.get_fact("livetrace", "refused_locks") or []
+    if not any(os.path.realpath(str(p)) == os.path.realpath(lock_path) for p in refused):
+        return []
+    return ids_for(facts, "hang")
+
+
 @check("hangs.stale-lock", title="Stale JIT build locks", probes=("jitcache", "processes", "locktrial"),
-       findings=("hangs.stale-lock.*",))
+       findings=("hangs.stale-lock.*",), optional=("livetrace",), explains=("hang",))
 def check_stale_lock(facts: Facts) -> list[Finding]:
     cid = "hangs.stale-lock"
     jit, procs = facts.of("jitcache"), facts.of("processes")
@@ -203,7 +213,8 @@ def check_stale_lock(facts: Facts) -> list[Finding]:
         out.append(Finding(id=f"{cid}.{_slug(_op_key(lk), used)}", status=status,
                            title=f"Stale JIT build lock for op {show(lk.get('op'), 60)}: launches that need it "
                                  "wait forever", detail="\n".join(lines), evidence=ev,
-                           remedies=[lock_remedy(lk, op, lk.get("orphans") or [], trials.get(lk["path"]))]))
+                           remedies=[lock_remedy(lk, op, lk.get("orphans") or [], trials.get(lk["path"]))],
+                           explains=_hangs_on(facts, lk["path"]) if status == "fail" else []))
     return out
 
 

@@ -238,8 +238,34 @@ def live_unchecked(facts: Facts) -> str | None:
             "training interpreter with --python")
 
 
+def _still_compiling(facts: Facts, what: str, building: list[dict[str, Any]], lines: list[str],
+                     ev: list[Evidence]) -> Finding:
+    """The run reached its time limit while the JIT build was still at work: a slow first build, not a hang."""
+    live = facts.of("livetrace") or {}
+    limit = live.get("timeout")
+    rows = [[str(c.get("pid") or "?"), str(c.get("comm")), str(c.get("file") or "unknown"),
+             f"{c['running_s']} s" if c.get("running_s") else "unknown"] for c in building]
+    table = Evidence.of_table("build tools at work when the time limit ended the run",
+                              ["pid", "tool", "working on", "running for"], rows)
+    longer = f"{max(600, int(float(limit) * 4)) if isinstance(limit, (int, float)) else 600}"
+    rerun = Remedy(
+        title="Let the build finish: run the check again with a longer time limit",
+        commands=[], explanation=f"The first launch compiles each JIT op (minutes for cpu_adam, more for CUDA "
+                                 f"ops); once built, the op is kept in its dir and later launches load it. Run "
+                                 f"`zdoctor check` again with `--timeout {longer}` (or the launch itself with no "
+                                 "limit) and let the compilers finish.",
+        note=f"the build needs more time than this run's limit ({limit:g} s)" if isinstance(limit, (int, float))
+        else "the build needs more time than this run's limit")
+    return Finding(id="libs.live", status="warn",
+                   title=f"{what} was still compiling its JIT op when the time limit ended it: not a hang",
+                   detail="\n".join([*lines, "", "Build tools were at work when the limit came: "
+                                      + "; ".join(f"{r[1]} on {r[2]} ({r[3]})" for r in rows)
+                                      + ". The run was building, not waiting; rerun with a longer --timeout."]),
+                   evidence=[table, *ev], remedies=[rerun], explains=ids_for(facts, "still-compiling"))
+
+
 @check("libs.live", title="The command under the real loader", probes=("livetrace", "libs"),
-       explains=("version-not-found",),
+       explains=("version-not-found", "still-compiling"),
        findings=("libs.prediction",))
 def check_live(facts: Facts) -> list[Finding]:
     cid = "libs.live"
@@ -283,8 +309,12 @@ def check_live(facts: Facts) -> list[Finding]:
                      "No strace record of the files it opened (strace unavailable).")
         lines += [f"  {f}" for f in files[-10:]] if files and isinstance(files[0], str) else \
             [f"  {f}" for f in files[-10:]]
-        out.append(Finding(id=cid, status="fail", title=f"{what} did not finish within the time limit (hang?)",
-                           detail="\n".join(lines), evidence=ev))
+        building = [c for c in live.get("compiling") or [] if isinstance(c, dict) and c.get("comm")]
+        if building:
+            out.append(_still_compiling(facts, what, building, lines, ev))
+        else:
+            out.append(Finding(id=cid, status="fail", title=f"{what} did not finish within the time limit (hang?)",
+                               detail="\n".join(lines), evidence=ev))
     elif not live.get("ok"):
         errs = live.get("version_errors") or []
         failed_step = next((s for s in live.get("steps") or [] if s.get("ok") is False), None)
@@ -589,9 +619,18 @@ def live_failed(facts: Facts) -> bool:
     return bool(live) and not live.get("ok")
 
 
-@predicate("live_run_hung", doc="the command did not finish within the time limit", probes=("livetrace",))
+@predicate("live_run_hung", doc="the command did not finish within the time limit and was not still compiling",
+           probes=("livetrace",))
 def live_hung(facts: Facts) -> bool:
-    return bool((facts.of("livetrace") or {}).get("timed_out"))
+    live = facts.of("livetrace") or {}
+    return bool(live.get("timed_out")) and not live.get("compiling")
+
+
+@predicate("live_run_still_compiling", doc="the time limit ended the command while its JIT build was still compiling",
+           probes=("livetrace",))
+def live_still_compiling(facts: Facts) -> bool:
+    live = facts.of("livetrace") or {}
+    return bool(live.get("timed_out")) and bool(live.get("compiling"))
 
 
 @predicate("live_run_checked_nothing", doc="the live run loaded nothing of the training (no --command, torch "

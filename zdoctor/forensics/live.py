@@ -34,8 +34,8 @@ from ..userfile import open_regular_text
 from .jitguard import run_guarded
 from .lddebug import PidTrace, VersionError, all_version_errors, parse_ld_debug_dir, summarize, which_loaded
 from .rankjob import collect_ranks
-from .strace import FileEvent, last_files, lines_that_matter, parse_strace, unfinished
-from .stuck import StuckSampler, describe
+from .strace import FileEvent, last_files, lines_that_matter, parse_strace, refused_creates, unfinished
+from .stuck import StuckSampler, building, describe
 
 LD_DEBUG_CATEGORIES = "libs,files,versions"
 STRACE_TRACE = "trace=openat,open,execve,stat,lstat,newfstatat,statx,access,faccessat,faccessat2"
@@ -76,6 +76,11 @@ class LiveTrace:
     strace_lines: list[str] = field(default_factory=list)
     #: Each process of a run that hit its time limit, as sampled just before: state and wchan.
     stuck_states: list[str] = field(default_factory=list)
+    #: The build tools still at work when a run hit its time limit ({pid, comm, file, running_s}): a JIT
+    #: build that was still compiling, not a hang.
+    compiling: list[dict[str, str]] = field(default_factory=list)
+    #: Files the run tried to create exclusively and found there (strace only): the locks it found taken.
+    refused_locks: list[str] = field(default_factory=list)
     #: The ranks of a run that hit its time limit, read a little before it (:mod:`.rankjob`), or None.
     ranks: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
@@ -97,6 +102,8 @@ class LiveTrace:
             "pending_calls": [e.to_dict() for e in self.pending_calls],
             "strace_lines": list(self.strace_lines),
             "stuck_states": list(self.stuck_states),
+            "compiling": [dict(c) for c in self.compiling],
+            "refused_locks": list(self.refused_locks),
             "ranks": self.ranks,
             "notes": list(self.notes),
             "strace_available": self.strace_available,
@@ -433,6 +440,7 @@ def trace_command(
             notes.append("some LD_DEBUG logs were too large and were cut")
         recent: dict[int, list[FileEvent]] = {}
         stuck: list[FileEvent] = []
+        refused: list[str] = []
         said: list[str] = []
         if strace_ok:
             text, cut = strace_tail.text() if strace_tail is not None else ("", False)
@@ -442,7 +450,7 @@ def trace_command(
             # Not our own logs, and not the keeper (the first process traced, or the one attached to).
             keeper = started[0] if attacher is not None and started else (events[0].pid if events else None)
             events = [e for e in events if e.pid != keeper and not e.path.startswith(tmp + os.sep)]
-            recent, stuck = last_files(events), unfinished(events)
+            recent, stuck, refused = last_files(events), unfinished(events), refused_creates(events)
             said = [line for line in lines_that_matter(text, ("libstdc++.so",), stuck) if tmp not in line]
         if timed_out:
             notes.append(f"timed out after {timeout:g}s; process group killed")
@@ -460,6 +468,8 @@ def trace_command(
             pending_calls=stuck,
             strace_lines=said,
             stuck_states=[describe(s) for s in sampler.states] if timed_out else [],
+            compiling=building(sampler.states) if timed_out else [],
+            refused_locks=refused,
             ranks=sampler.inspected if timed_out and isinstance(sampler.inspected, dict) else None,
             notes=notes,
             strace_available=bool(strace_found),

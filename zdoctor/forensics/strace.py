@@ -196,6 +196,13 @@ def last_files(events: list[FileEvent], n: int = 10) -> dict[int, list[FileEvent
     return out
 
 
+def refused_creates(events: list[FileEvent]) -> list[str]:
+    """The paths of exclusive creates refused because the file exists (``O_EXCL``, ``EEXIST``), once each:
+    how a process finds a lock taken (torch's FileBaton.try_acquire), before it waits for it to go."""
+    return list(dict.fromkeys(e.path for e in events if e.syscall.startswith(("open", "creat"))
+                              and "O_EXCL" in e.flags and e.errno == "EEXIST"))
+
+
 def unfinished(events: list[FileEvent]) -> list[FileEvent]:
     """Calls a process was still inside when tracing stopped (a hang in ``open`` of a FIFO, NFS, ...)."""
     return [ev for ev in events if ev.errno == "unfinished"]

@@ -4,12 +4,23 @@ and its command name, read from ``/proc``."""
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any, Callable
 
 #: What a process state letter means.
 STATES = {"R": "running", "S": "sleeping", "D": "in the kernel (uninterruptible)", "T": "stopped",
           "t": "stopped by a tracer", "Z": "a zombie", "I": "idle"}
+
+
+#: Command names (as /proc shows them, cut to 15 characters) of the tools a JIT build runs: a run that hit
+#: its time limit while one of them worked was still building, not hung.
+BUILD_TOOLS = frozenset({"ninja", "cc1plus", "cc1", "as", "ld", "ld.bfd", "ld.gold", "collect2", "lto1", "nvcc",
+                         "cicc", "ptxas", "fatbinary", "nvlink", "cudafe++", "c++", "g++", "gcc", "cc", "clang",
+                         "clang++", "x86_64-linux-gn"})
+#: File endings of what a build tool works on, to name the file it was compiling.
+_SOURCES = (".cpp", ".cc", ".cxx", ".cu", ".c")
+_BUILT = (*_SOURCES, ".s", ".S", ".o", ".so", ".ptx", ".cubin", ".fatbin")
 
 
 def _read(path: str, limit: int = 4096) -> str:
@@ -20,15 +31,49 @@ def _read(path: str, limit: int = 4096) -> str:
         return ""
 
 
+def _working_on(pid: int) -> str:
+    """The source file ``pid``'s command line names (else the last object or assembly file), or ""."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            args = fh.read(64 * 1024).decode("utf-8", "replace").split("\0")
+    except OSError:
+        return ""
+    named = [a for a in args if a.endswith(_BUILT) and not a.startswith("-")
+             and not os.path.basename(a).startswith(".")]  # not the bare ".cpp" of -dumpbase-ext
+    sources = [a for a in named if a.endswith(_SOURCES)]
+    return (sources or named or [""])[-1][-300:]
+
+
+def _running_for(stat_rest: list[str]) -> str:
+    """Seconds since the process started, from its ``/proc/PID/stat`` fields after the state, or ""."""
+    try:
+        ticks = os.sysconf("SC_CLK_TCK")
+        with open("/proc/uptime") as fh:
+            uptime = float(fh.read().split()[0])
+        return f"{max(0.0, uptime - int(stat_rest[19]) / ticks):.0f}"
+    except (OSError, ValueError, IndexError):
+        return ""
+
+
 def process_state(pid: int) -> dict[str, str] | None:
-    """``{pid, comm, state, wchan}`` of ``pid`` from ``/proc``, or None when it is gone."""
+    """``{pid, comm, state, wchan}`` of ``pid`` from ``/proc``, or None when it is gone; a build tool's also
+    carries ``file`` (what it works on) and ``running_s`` (how long it has run)."""
     stat = _read(f"/proc/{pid}/stat")
     if not stat or ")" not in stat:
         return None
     comm = stat[stat.index("(") + 1:stat.rindex(")")]
-    state = stat[stat.rindex(")") + 2:].split(" ", 1)[0]
+    rest = stat[stat.rindex(")") + 2:].split(" ")
+    state = rest[0]
     wchan = _read(f"/proc/{pid}/wchan")
-    return {"pid": str(pid), "comm": comm, "state": state, "wchan": "" if wchan == "0" else wchan}
+    out = {"pid": str(pid), "comm": comm, "state": state, "wchan": "" if wchan == "0" else wchan}
+    if comm in BUILD_TOOLS:
+        out.update(file=_working_on(pid), running_s=_running_for(rest))
+    return out
+
+
+def building(states: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The sampled processes that are build tools at work (not stopped, not zombies)."""
+    return [s for s in states if s.get("comm") in BUILD_TOOLS and s.get("state") not in ("T", "t", "Z")]
 
 
 def describe(s: dict[str, str]) -> str:

@@ -301,6 +301,8 @@ def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
         "pending_calls": [f"pid {e.pid}: {e.syscall} {e.path}" for e in lt.pending_calls],
         "strace_lines": list(lt.strace_lines),
         "stuck_states": list(lt.stuck_states),
+        "compiling": [dict(c) for c in lt.compiling],
+        "refused_locks": list(lt.refused_locks),
         "ranks": lt.ranks,
         "notes": list(lt.notes),
         "strace_available": lt.strace_available,
