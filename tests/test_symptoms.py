@@ -212,6 +212,17 @@ def test_a_catalogued_message_names_its_likely_cause_from_the_message_only():
     assert ends(doc)["zero3-launch"] == "diag-unexplained"
 
 
+def test_the_same_text_pasted_twice_is_one_symptom():
+    """A message pasted twice (as two --symptom, with other spacing), and a line of it pasted again inside a
+    longer message, are one symptom each, numbered without gaps."""
+    line = "RuntimeError: Ninja is required to load C++ extensions (pip install ninja to get it)"
+    other = "OSError: frobnicator exploded"
+    rc, doc = check(["--python", PY, "--playbook", "toolchain", "--symptom", line, "--symptom", f"  {line}\n",
+                     "--symptom", f"Traceback (most recent call last):\n  File \"x\", line 1\n{line}\n{other}",
+                     "--symptom", other])
+    assert [(s["id"], s["text"]) for s in doc["symptoms"]] == [("S1", line), ("S2", other)]
+
+
 def test_a_command_hung_on_a_fifo_is_a_symptom_naming_the_call_it_waits_in(tmp_path):
     fifo = tmp_path / "never-written"
     os.mkfifo(fifo)

@@ -47,7 +47,7 @@ def _command_symptoms(host: Any, start: int) -> tuple[list[Symptom], list[str]]:
     found = from_run(facts.get("exit_code"), bool(facts.get("timed_out")), ev.stdout if ev else "",
                      ev.stderr if ev else facts.get("stderr_tail", ""), timeout=facts.get("timeout"),
                      waiting_in=[*(facts.get("pending_calls") or []), *(facts.get("stuck_states") or [])],
-                     start=start)
+                     compiling=facts.get("compiling") or [], start=start)
     return found, []
 
 
@@ -59,13 +59,23 @@ def symptoms_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     opts = target.options
     symptoms: list[Symptom] = []
     unread: list[str] = []
+    given: set[str] = set()
     for text in opts.get("symptom") or []:
+        key = " ".join(str(text).split())
+        if not key or key in given:  # the same message given twice is one symptom
+            continue
+        given.add(key)
         found = from_text(str(text), "user", "--symptom", start=len(symptoms) + 1)
         lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
         if not found and lines:  # nothing recognised: the message itself is the symptom
-            found = [Symptom(id=f"S{len(symptoms) + 1}", source="user", text=lines[-1][:400], kind="error-line",
+            found = [Symptom(id="", source="user", text=lines[-1][:400], kind="error-line",
                              fields={"text": lines[-1][:400]}, where="--symptom")]
-        symptoms += found
+        seen = {(s.kind, s.text) for s in symptoms}  # a line already given in another message is one symptom
+        for s in found:
+            if (s.kind, s.text) not in seen:
+                seen.add((s.kind, s.text))
+                s.id = f"S{len(symptoms) + 1}"
+                symptoms.append(s)
     # A replayed node's command is the one its snapshot recorded (its livetrace holds the run).
     if target.command or (host.info.get("kind") == "replay" and host.info.get("command")):
         found, why = _command_symptoms(host, len(symptoms) + 1)
