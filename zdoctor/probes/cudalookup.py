@@ -204,7 +204,7 @@ def lcuda_failed(text: str) -> bool:
     from ..rules.signatures import SIGNATURES
 
     sig = next(s for s in SIGNATURES if s.id == "link.cannot-find-lcuda")
-    return any(sig.regex.search(line) for line in (text or "").splitlines())
+    return any(sig.search(line) for line in (text or "").splitlines())
 
 
 def make_plans(facts: dict[str, Any], env: Mapping[str, str], live: Mapping[str, Any] | None = None,

@@ -39,6 +39,20 @@ class Signature:
     def regex(self) -> re.Pattern[str]:
         return _compiled(self.pattern)
 
+    def search(self, line: str) -> re.Match[str] | None:
+        """The match in ``line``'s head or tail (:func:`pieces`), or None: the only way a line is matched."""
+        return next((m for m in (self.regex.search(p) for p in pieces(line)) if m is not None), None)
+
+
+#: Only this much of a line's head (and as much of its tail) is matched: every pattern fails in time linear in
+#: what it reads, and this bounds what it reads, whatever a log or a command prints on one line.
+MATCH_LIMIT = 4096
+
+
+def pieces(line: str) -> tuple[str, ...]:
+    """What of ``line`` is matched: all of it, or its head and its tail (:data:`MATCH_LIMIT` each)."""
+    return (line,) if len(line) <= MATCH_LIMIT else (line[:MATCH_LIMIT], line[-MATCH_LIMIT:])
+
 
 #: In ``wraps``: any other error seen in the same place (the launcher's line around whatever a rank raised).
 ANY_ERROR = "*"
@@ -62,15 +76,15 @@ SIGNATURES: tuple[Signature, ...] = (
     # -- the loader ---------------------------------------------------------------------------------
     Signature(
         id="loader.glibcxx-version", kind="version-not-found", layer="loader",
-        pattern=r"(?P<library>[^\s:'\"]*libstdc\+\+\.so[.\d]*): version `(?P<version>(?:GLIBCXX|CXXABI)_[\d.]+)' "
-                r"not found \(required by (?P<object>[^)\s]+)\)",
+        pattern=r"(?<![^\s:'\"])(?P<library>[^\s:'\"]*libstdc\+\+\.so[.\d]*): "
+                r"version `(?P<version>(?:GLIBCXX|CXXABI)_[\d.]+)' not found \(required by (?P<object>[^)\s]+)\)",
         meaning="the libstdc++ the process loaded is older than the one the named object was built against: "
                 "an older copy earlier on the search path (LD_LIBRARY_PATH, an RPATH, a conda prefix) won",
         read_next="which libstdc++ the process really loaded (LD_DEBUG=libs), and every copy on the node",
         confirm=("libs.glibcxx", "libs.live"), sources=(GLIBC_SOURCE,)),
     Signature(
         id="loader.glibc-version", kind="version-not-found", layer="loader",
-        pattern=r"(?P<library>[^\s:'\"]*libc\.so\.6|[^\s:'\"]*libm\.so\.6|[^\s:'\"]*libpthread\.so\.0): "
+        pattern=r"(?<![^\s:'\"])(?P<library>[^\s:'\"]*(?:libc\.so\.6|libm\.so\.6|libpthread\.so\.0)): "
                 r"version `(?P<version>GLIBC_[\d.]+)' not found \(required by (?P<object>[^)\s]+)\)",
         meaning="the named object was built against a newer glibc than this host has; only a build for an older "
                 "glibc (or a newer OS) helps, not another libstdc++",
@@ -78,13 +92,14 @@ SIGNATURES: tuple[Signature, ...] = (
         confirm=("libs.glibc",), sources=(GLIBC_SOURCE,)),
     Signature(
         id="loader.version-not-found", kind="version-not-found", layer="loader",
-        pattern=r"(?P<library>[^\s:'\"]+): version `(?P<version>[^']+)' not found \(required by (?P<object>[^)\s]+)\)",
+        pattern=r"(?<![^\s:'\"])(?P<library>[^\s:'\"]+): version `(?P<version>[^'\n]{1,200})' not found "
+                r"\(required by (?P<object>[^)\s]+)\)",
         meaning="the library the loader found lacks a symbol version the named object needs",
         read_next="which copy of the library the loader picked, and which copies exist",
         confirm=("libs.live",), sources=(GLIBC_SOURCE,)),
     Signature(
         id="loader.undefined-nccl-symbol", kind="undefined-symbol", layer="cuda-lookup",
-        pattern=r"(?P<object>/[^\s:]+\.so[.\d]*): undefined symbol: (?P<symbol>nccl[A-Za-z_]\w*)",
+        pattern=r"(?<![^\s:'\"(=\[,])(?P<object>/[^\s:]+\.so[.\d]*): undefined symbol: (?P<symbol>nccl[A-Za-z_]\w*)",
         meaning="a library of torch needs an NCCL function the libnccl.so.2 loaded before it lacks: an older NCCL "
                 "(a system libnccl2 or a CUDA toolkit's copy, on LD_LIBRARY_PATH or in the ld cache) shadows the "
                 "nvidia-nccl wheel torch was built with (ncclCommRegister, for one, is in NCCL 2.19 and later)",
@@ -94,7 +109,7 @@ SIGNATURES: tuple[Signature, ...] = (
         sources=(DL_LOOKUP, "NCCL src/nccl.h.in (ncclCommRegister / ncclCommDeregister, from NCCL 2.19)")),
     Signature(
         id="loader.undefined-symbol", kind="undefined-symbol", layer="loader",
-        pattern=r"(?P<object>/[^\s:]+\.so[.\d]*): undefined symbol: (?P<symbol>[A-Za-z_$][\w$.@]*)",
+        pattern=r"(?<![^\s:'\"(=\[,])(?P<object>/[^\s:]+\.so[.\d]*): undefined symbol: (?P<symbol>[A-Za-z_$][\w$.@]*)",
         meaning="an extension refers to a symbol none of the libraries loaded before it define: built against "
                 "another torch (or C++11 ABI), or a library it needs was shadowed or never linked",
         read_next="the symbol demangled, which library should define it, and the ABI flag of torch",
@@ -132,7 +147,8 @@ SIGNATURES: tuple[Signature, ...] = (
                  "CUDA Runtime API cudaError_t: 34 cudaErrorStubLibrary")),
     Signature(
         id="loader.cannot-open", kind="library-not-found", layer="loader",
-        pattern=r"(?P<library>[\w.+-]+\.so[.\d]*): cannot open shared object file: No such file or directory",
+        pattern=r"(?<![\w.+-])(?P<library>[\w.+-]+\.so[.\d]*): cannot open shared object file: "
+                r"No such file or directory",
         meaning="the loader did not find the library on any path it searched (RPATH, LD_LIBRARY_PATH, RUNPATH, "
                 "ld.so.cache, the default directories)",
         read_next="the paths the loader tried in order (LD_DEBUG=libs), and where the library really is",
@@ -243,7 +259,7 @@ SIGNATURES: tuple[Signature, ...] = (
         sources=("DeepSpeed deepspeed/comm/comm.py (mpi_discovery imports mpi4py)",)),
     Signature(
         id="deepspeed.assertion-batch", kind="ds-config-assertion", layer="deepspeed",
-        pattern=r"(?P<text>(?:train_batch_size|Micro batch size per gpu|Gradient accumulation steps)[^\n]*"
+        pattern=r"(?P<text>(?:train_batch_size|Micro batch size per gpu|Gradient accumulation steps)[^\n]{0,500}"
                 r"(?:not equal|has to be greater than 0|must be))",
         meaning="the ds_config's batch sizes do not satisfy train_batch_size = micro_batch_per_gpu x "
                 "gradient_accumulation_steps x world_size",
@@ -262,7 +278,7 @@ SIGNATURES: tuple[Signature, ...] = (
                  "CUDA Runtime API cudaError_t: 35 cudaErrorInsufficientDriver")),
     Signature(
         id="cuda.init-error", kind="cuda-error", layer="cuda",
-        pattern=r"(?:cudaGetDeviceCount\(\)|CUDA)[^\n]*?Error (?P<number>\d+): (?P<name>[^\n(]+?)"
+        pattern=r"(?:cudaGetDeviceCount\(\)|CUDA)[^\n]{0,300}?Error (?P<number>\d+): (?P<name>[^\n(]{1,200}?)"
                 r"(?: \(Triggered internally|$)",
         meaning="CUDA could not initialise (the number says which layer: 802 Fabric Manager not running on an "
                 "NVSwitch system, 803 driver/user-space mismatch, 804 a forward-compatibility libcuda on a GPU "
@@ -488,7 +504,7 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature(
         id="c10d.collective-mismatch", kind="collective-mismatch", layer="ranks",
         pattern=r"Detected mismatch between collectives on ranks\. Rank (?P<rank>\d+) is running collective: "
-                r"CollectiveFingerPrint\(SequenceNumber=(?P<seq>\d+),? ?OpType=(?P<op>\w+).*?but Rank "
+                r"CollectiveFingerPrint\(SequenceNumber=(?P<seq>\d+),? ?OpType=(?P<op>\w+)[^\n]{0,2000}?but Rank "
                 r"(?P<other_rank>\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=\d+,? ?"
                 r"OpType=(?P<other_op>\w+)",
         meaning="with TORCH_DISTRIBUTED_DEBUG=DETAIL torch compared the ranks' collectives before running one, "

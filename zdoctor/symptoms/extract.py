@@ -9,7 +9,7 @@ import signal as signal_module
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..rules.signatures import ANY_ERROR, SIGNATURES, Signature
+from ..rules.signatures import ANY_ERROR, SIGNATURES, Signature, pieces
 from .model import Symptom
 
 #: At most this many symptoms from one source: a log of a thousand failing steps is one story.
@@ -32,9 +32,10 @@ def _clean(line: str) -> str:
 
 
 def recognise(line: str) -> tuple[Signature, dict[str, str]] | None:
-    """The first catalogue signature matching ``line``, with the fields it gives."""
+    """The first catalogue signature matching ``line`` (its head or its tail when long), with the fields it
+    gives."""
     for sig in SIGNATURES:
-        m = sig.regex.search(line)
+        m = sig.search(line)
         if m is not None:
             fields = {k: v.strip() for k, v in m.groupdict().items() if v is not None}
             fields.update(dict(sig.fields))
@@ -71,7 +72,7 @@ def from_text(text: str, source: str, where: str = "", start: int = 1) -> list[S
     lines = text.splitlines()
     finals = _traceback_finals(lines)
     if not finals:  # no traceback: the last line that reads as an exception stands for it
-        exc = [n for n, raw in enumerate(lines) if _EXCEPTION_LINE.match(raw.strip())]
+        exc = [n for n, raw in enumerate(lines) if _EXCEPTION_LINE.match(pieces(raw.strip())[0])]
         finals = set(exc[-1:])
     own = [n for n in sorted(finals) if not _wraps_any(lines[n])]
     last_final = own[-1] if own else (max(finals) if finals else None)
@@ -98,10 +99,10 @@ def from_text(text: str, source: str, where: str = "", start: int = 1) -> list[S
             add(line, sig.kind, fields, sig.id, n + 1)
         elif n == last_final or (source != "command" and n in finals):
             add(line, "error-line", {"text": _clean(line)}, None, n + 1)
-        elif _COMPILER_ERROR.search(line) and compiler_errors < 3:
+        elif _COMPILER_ERROR.search(pieces(line)[0]) and compiler_errors < 3:
             compiler_errors += 1
             add(line, "error-line", {"text": _clean(line)}, None, n + 1)
-        elif source == "user" and _EXCEPTION_LINE.match(line):
+        elif source == "user" and _EXCEPTION_LINE.match(pieces(line)[0]):
             add(line, "error-line", {"text": _clean(line)}, None, n + 1)
     return found
 
