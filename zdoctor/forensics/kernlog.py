@@ -74,8 +74,10 @@ def parse_kmsg_record(raw: str) -> dict[str, Any] | None:
         return None
     lines = rest.split("\n")
     props = dict(line[1:].split("=", 1) for line in lines[1:] if line.startswith(" ") and "=" in line)
-    prio = int(parts[0])
-    return {"seq": int(parts[1]), "usec": int(parts[2]), "facility": prio >> 3, "level": prio & 7,
+    prio, seq, usec = (_int(p, limit) for p, limit in zip(parts[:3], (1 << 31, 1 << 63, MAX_USEC)))
+    if prio is None or seq is None or usec is None:  # out of range: a damaged or forged record, not a fact
+        return None
+    return {"seq": seq, "usec": usec, "facility": prio >> 3, "level": prio & 7,
             "text": _unescape(lines[0]), "device": props.get("DEVICE"), "subsystem": props.get("SUBSYSTEM")}
 
 
@@ -197,11 +199,17 @@ def parse_journal(lines: Iterable[str], keep: Any = None) -> Read:
     return out
 
 
-def _int(v: Any) -> int | None:
+#: The largest microseconds-since-boot (or since the epoch) a record may carry: 300 years.
+MAX_USEC = 300 * 365 * 24 * 3600 * 10**6
+
+
+def _int(v: Any, limit: int = MAX_USEC) -> int | None:
+    """``v`` as an integer in ``[0, limit)``, or None (absent, not a number, or out of range)."""
     try:
-        return int(v)
+        n = int(v)
     except (TypeError, ValueError):
         return None
+    return n if 0 <= n < limit else None
 
 
 def boot_time(stat_path: str = "/proc/stat") -> float | None:
