@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -131,11 +131,12 @@ def symptoms_text(entries: list[dict[str, Any]]) -> Text:
     return out
 
 
-def findings_text(findings: list[Finding], detail_lines: int = 0, every_detail: bool = False) -> Text:
-    """One line per finding, worst first; ``detail_lines`` of detail under each failing or warning one (under
-    every one with ``every_detail``)."""
+def findings_text(findings: list[Finding], detail_lines: int = 0, every_detail: bool = False,
+                  symptoms: Iterable[Mapping[str, Any]] = ()) -> Text:
+    """One line per finding, those that answer one of ``symptoms`` first, then worst first; ``detail_lines``
+    of detail under each failing or warning one (under every one with ``every_detail``)."""
     out = Text()
-    for f in sort_findings(list(findings)):
+    for f in sort_findings(findings, symptoms):
         out.append_text(finding_line(f))
         out.append("\n")
         if detail_lines and (every_detail or f.status in ("fail", "warn", "crash")) and f.detail:
@@ -166,11 +167,13 @@ def rich_table(table: Table, only_hot: bool = False, title: str | None = None) -
     return grid
 
 
-def tables_of(findings: Iterable[Finding]) -> list[tuple[Finding, Evidence]]:
-    """Every table among the findings' evidence, once each, worst finding and highlighted tables first."""
+def tables_of(findings: Iterable[Finding],
+              symptoms: Iterable[Mapping[str, Any]] = ()) -> list[tuple[Finding, Evidence]]:
+    """Every table among the findings' evidence, once each, highlighted tables first, each in the findings'
+    order (those that answer one of ``symptoms`` first, then worst first)."""
     seen: set[tuple[str, int]] = set()
     out: list[tuple[Finding, Evidence]] = []
-    for f in sort_findings(list(findings)):
+    for f in sort_findings(findings, symptoms):
         for e in f.evidence:
             if e.table is None:
                 continue

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from rich.cells import cell_len
 from rich.console import Console
@@ -86,10 +88,10 @@ class EvidenceScreen(Screen[None]):
         Binding("pageup", "scroll_body(-1)", "Scroll up", show=False),
     ]
 
-    def __init__(self, title: str, findings: list[Finding]) -> None:
+    def __init__(self, title: str, findings: list[Finding], symptoms: Iterable[Mapping[str, Any]] = ()) -> None:
         super().__init__()
         self.step_title = title
-        self.findings = sort_findings(list(findings))
+        self.findings = sort_findings(findings, symptoms)
 
     def compose(self) -> ComposeResult:
         yield Header()

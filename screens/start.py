@@ -12,6 +12,7 @@ from textual.widgets import Header, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from zdoctor.model import Finding
+from zdoctor.present import ALSO_FOUND, split_answers
 from zdoctor.target import DEFAULT_PYTHON
 
 from .common import ContextScreen, KeyBar, ProbePanel, findings_text, in_thread, summary_text, symptoms_text
@@ -304,17 +305,24 @@ class StartScreen(ContextScreen):
     def show_findings(self, findings: list[Finding]) -> None:
         self.findings = findings
         panel = self.query_one(ProbePanel)
-        failing = [f for f in findings if f.status in ("fail", "crash")]
+        # what the user saw comes first, with the findings that answer it; with none, the box below asks for it
+        answers, others = split_answers(findings, self.symptoms)
+        failing = [f for f in others if f.status in ("fail", "crash")]
         out = Text()
-        if self.symptoms:  # what the user saw comes first; with none, the box below asks for it
+        if self.symptoms:
             out.append_text(symptoms_text(self.symptoms))
             out.append("\n")
         out.append_text(Text.assemble(summary_text(findings), "   ", panel.summary()))
+        if answers:
+            out.append("\n")
+            out.append_text(findings_text(answers, symptoms=self.symptoms))
+        if self.symptoms and failing:
+            out.append(f"\n{ALSO_FOUND}:", style="bold")
         if failing:
             out.append("\n")
             out.append_text(findings_text(failing))
         self.query_one("#pass-findings", Static).update(out)
-        rest = findings_text([f for f in findings if f not in failing])
+        rest = findings_text([f for f in others if f not in failing])
         self.query_one("#pass-rest", Static).update(rest)
         panel.display = False
         self.query_one("#glance", Static).update(glance_text(self.ctx.host, self.glance_width()))
@@ -328,4 +336,4 @@ class StartScreen(ContextScreen):
         res = self.ctx.host.recorded().get("pyenv")
         pyenv = res.facts if res is not None and res.status == "ok" else None
         return next_step(findings, pyenv, replay=self.ctx.host.info.get("kind") == "replay", host=self.ctx.host,
-                         books=load_all())
+                         books=load_all(), symptoms=self.symptoms)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rich.console import Group
@@ -33,9 +34,11 @@ INLINE_ROWS = 8
 INLINE_TABLES = 2
 
 
-def remedy_pairs(findings: list[Finding]) -> list[tuple[Finding, Remedy]]:
-    """Every remedy offered by ``findings``, failing findings first, in the order the check gave them."""
-    return [(f, r) for f in sort_findings(list(findings)) if f.status != "ok" for r in f.remedies]
+def remedy_pairs(findings: list[Finding],
+                 symptoms: Iterable[Mapping[str, Any]] = ()) -> list[tuple[Finding, Remedy]]:
+    """Every remedy offered by ``findings``, those of a finding that answers one of ``symptoms`` first, then
+    failing findings first, in the order the check gave them."""
+    return [(f, r) for f in sort_findings(findings, symptoms) if f.status != "ok" for r in f.remedies]
 
 
 def candidate_text(c: Any, chosen: Any, book: Any, shadowed: bool = False) -> Text:
@@ -133,6 +136,8 @@ class WalkScreen(ContextScreen):
         self.walk = walk
         self.outcome: Any = None
         self.findings: list[Finding] = []
+        #: The symptom ledger as last judged on the host: the findings that answer a symptom come first.
+        self.symptoms: list[dict[str, Any]] = []
         self.resumed = resumed
         self.show_explain = False
         self._visit = 0
@@ -228,6 +233,7 @@ class WalkScreen(ContextScreen):
 
     def show_symptoms(self, entries: list[dict[str, Any]]) -> None:
         """The symptom ledger above the step, while there is one."""
+        self.symptoms = entries
         box = self.query_one("#walk-symptoms", Static)
         box.update(symptoms_text(entries) if entries else "")
         box.display = bool(entries)
@@ -283,18 +289,19 @@ class WalkScreen(ContextScreen):
             self.seen_at.setdefault(seen_key(f), step)
         # a step whose own findings all pass shows what they found (the verifying re-run's result)
         calm = not any(f.status in ("fail", "warn", "crash") for f in own)
-        text = findings_text(own, detail_lines=4, every_detail=calm) if own else Text()
+        text = findings_text(own, detail_lines=4, every_detail=calm, symptoms=self.symptoms) if own else Text()
         if again:
             if own:
                 text.append("\n")
             text.append("Shown at an earlier step (e shows it again):\n", style="dim")
-            for f in sort_findings(again):
+            for f in sort_findings(again, self.symptoms):
                 text.append_text(finding_line(f))
                 text.append(f"  (step {self.seen_at[seen_key(f)]})\n", style="dim")
             text.rstrip()
         self.query_one("#node-findings", Static).update(text if findings else
                                                         Text("No findings at this step.", style="dim"))
-        tables = [fe for fe in tables_of(own) if fe[1].table is not None and fe[1].table.highlight][:INLINE_TABLES]
+        tables = [fe for fe in tables_of(own, self.symptoms)
+                  if fe[1].table is not None and fe[1].table.highlight][:INLINE_TABLES]
         box = self.query_one("#node-table", Static)
         if not tables:
             box.update("")
@@ -314,7 +321,7 @@ class WalkScreen(ContextScreen):
     def show_verdict(self) -> None:
         node = self.node
         box = self.query_one("#verdict", Static)
-        fixes = remedy_pairs(self.findings)
+        fixes = remedy_pairs(self.findings, self.symptoms)
         if self.walk.done:
             diag = self.walk.playbook.nodes.get(self.walk.diagnosis) if self.walk.diagnosis else None
             text = Text.assemble(("Walk finished. ", "bold"), self.walk.end_reason or "")
@@ -442,12 +449,12 @@ class WalkScreen(ContextScreen):
         if not self.findings:
             self.notify("No evidence yet at this step.", timeout=3)
             return
-        self.app.push_screen(EvidenceScreen(self.node.title, self.findings))
+        self.app.push_screen(EvidenceScreen(self.node.title, self.findings, self.symptoms))
 
     def action_remedies(self) -> None:
         from .remedy import RemedyScreen
 
-        pairs = remedy_pairs(self.findings)
+        pairs = remedy_pairs(self.findings, self.symptoms)
         if not pairs:
             self.notify("No fix is offered at this step." if self.findings else "No findings yet at this step.",
                         timeout=3)

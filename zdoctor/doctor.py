@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +13,7 @@ from .events import FindingRecorded, ProbeRecorded, Recorder, SummaryRecorded, n
 from .host import Host
 from .model import FAILING, Finding, sort_findings, summarize
 from .registry import PROBES, load_vocabulary
+from .symptoms.model import EXPLAINING
 from .target import target_of
 
 if TYPE_CHECKING:
@@ -35,6 +37,9 @@ class PlaybookRun:
     healthy: bool = False
     #: Failing findings the walk met on its way that its end does not name: {id, title, status, node}.
     failing_on_path: list[dict[str, str]] = field(default_factory=list)
+    #: The ids of the findings stating a problem that the walk met, and of those among them its end names.
+    met: list[str] = field(default_factory=list)
+    named: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         out = {"id": self.id, "title": self.title, "path": self.path, "diagnosis": self.diagnosis,
@@ -127,14 +132,46 @@ def walk_playbooks(host: Host, record: Recorder, books: dict[str, Playbook]) -> 
     runs: list[PlaybookRun] = []
     for pid, book in books.items():
         result = Walk(book, host, record=record).run()
+        problems = {f.id for f in result.findings if f.status in EXPLAINING}
         diag = book.nodes.get(result.diagnosis) if result.diagnosis else None
         healthy = diag is not None and diag.healthy and result.stopped is None
         runs.append(PlaybookRun(pid, book.title, list(result.path), result.diagnosis, result.reason,
                                 diag.title if diag is not None else "",
                                 examined=list(diag.examined) if healthy and diag else [],
                                 not_examined=list(diag.not_examined) if healthy and diag else [], healthy=healthy,
-                                failing_on_path=list(result.failing_on_path)))
+                                failing_on_path=list(result.failing_on_path),
+                                met=[f.id for f in result.findings if f.status in EXPLAINING],
+                                named=[fid for fid in result.named if fid in problems]))
     return runs
+
+
+def answering_walk(entry: Mapping[str, Any], runs: Sequence[PlaybookRun]) -> tuple[dict[str, Any] | None, str]:
+    """The walk that answers one symptom (a ledger entry) and what it met, or None and why none does: the
+    first walk whose end names a finding that explains the symptom, else the first that met one on its
+    way."""
+    explaining = [str(x) for x in entry.get("explained_by") or []]
+    if not explaining:
+        return None, "no finding explains it"
+    if not runs:
+        return None, "no playbook was walked"
+    for named_by_end in (True, False):
+        for run in runs:
+            found = next((fid for fid in explaining if fid in (run.named if named_by_end else run.met)), None)
+            if found is not None:
+                return {"playbook": run.id, "title": run.title, "diagnosis": run.diagnosis,
+                        "diagnosis_title": run.diagnosis_title, "finding": found,
+                        "named_by_end": named_by_end}, ""
+    return None, "no walk met a finding that explains it"
+
+
+def with_answers(entries: Iterable[Mapping[str, Any]], runs: Sequence[PlaybookRun]) -> list[dict[str, Any]]:
+    """The ledger's entries, each with ``answered_by`` (:func:`answering_walk`) and, when that is null,
+    ``not_answered`` saying why."""
+    out = []
+    for e in entries:
+        answer, why = answering_walk(e, runs)
+        out.append({**e, "answered_by": answer, **({} if answer else {"not_answered": why})})
+    return out
 
 
 def check(host: Host, record: Recorder = no_record, playbooks: dict[str, Playbook] | None = None,
@@ -153,11 +190,12 @@ def check(host: Host, record: Recorder = no_record, playbooks: dict[str, Playboo
     entries, unexplained = assess(facts, list(merged.values()))
     for f in unexplained:
         merged.setdefault(f.id, f)
-    ordered = sort_findings(linked(merged.values(), entries))
+    ledger = [e.to_dict() for e in entries]
+    ordered = sort_findings(linked(merged.values(), entries), ledger)
     for f in ordered:
         FindingRecorded(finding=f.to_dict()).record(record)
     runs = walk_playbooks(host, record, books)
-    report = CheckReport(host=host.info, findings=ordered, playbooks=runs, symptoms=[e.to_dict() for e in entries],
+    report = CheckReport(host=host.info, findings=ordered, playbooks=runs, symptoms=with_answers(ledger, runs),
                          incomplete=incomplete_reason(facts, target_of(host).command, target_of(host).ext),
                          layers=layers_examined(ordered))
     SummaryRecorded(counts=report.summary).record(record)

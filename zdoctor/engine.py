@@ -102,6 +102,8 @@ class WalkResult:
     facts: dict[str, ProbeResult] = field(default_factory=dict)
     #: Failing findings met on the way that the end does not name (see :func:`failing_on_path`).
     failing_on_path: list[dict[str, str]] = field(default_factory=list)
+    #: The ids of the findings met on the way that the end names (see :func:`named_on_path`).
+    named: list[str] = field(default_factory=list)
 
 
 def failing_on_path(outcomes: Iterable[NodeOutcome], path: list[str], end: Node) -> list[dict[str, str]]:
@@ -109,24 +111,36 @@ def failing_on_path(outcomes: Iterable[NodeOutcome], path: list[str], end: Node)
     ``{id, title, status, node}`` each, first seen first. A finding of a check that the end (or a diagnosis
     on the path) lists, that the end's own step found, or that an edge taken tested by id, is named there;
     any other one is named with the end, so a walk never ends past a failing finding without saying so."""
+    named = set(named_on_path(outcomes, path, end))
+    seen: dict[str, dict[str, str]] = {}
+    on_path = set(path)
+    for o in (o for o in outcomes if o.node.id in on_path):
+        for f in o.findings:
+            if f.id in named:
+                continue
+            if f.status in FAILING:
+                seen.setdefault(f.id, {"id": f.id, "title": f.title, "status": f.status, "node": o.node.id})
+            else:  # a later visit found it no longer failing
+                seen.pop(f.id, None)
+    return list(seen.values())
+
+
+def named_on_path(outcomes: Iterable[NodeOutcome], path: list[str], end: Node) -> list[str]:
+    """The ids of the findings the walk met on its way to ``end`` that the end names, first seen first: those
+    of the end's own step, of a check the end (or a diagnosis on the path) lists, or that an edge taken on
+    the way tested by id."""
     on_path = set(path)
     outcomes = [o for o in outcomes if o.node.id in on_path]
-    # the end's own checks, and the findings an edge taken on the way tested by id, are named already
     owners = list(end.checks) + [c for o in outcomes if o.node.kind in END_KINDS for c in o.node.checks]
     owners += [str(getattr(o.chosen.cond, "finding", "")) for o in outcomes
                if o.chosen is not None and o.chosen.cond is not None]
     owners = [c for c in owners if c]
-    named: set[str] = set(owners)
-    seen: dict[str, dict[str, str]] = {}
+    named: dict[str, None] = {}
     for o in outcomes:
         for f in o.findings:
-            if o.node.id == end.id or f.id in named or any(f.id.startswith(c + ".") for c in owners):
-                named.add(f.id)
-            elif f.status in FAILING:
-                seen.setdefault(f.id, {"id": f.id, "title": f.title, "status": f.status, "node": o.node.id})
-            else:  # a later visit found it no longer failing
-                seen.pop(f.id, None)
-    return [x for fid, x in seen.items() if fid not in named]
+            if o.node.id == end.id or f.id in owners or any(f.id.startswith(c + ".") for c in owners):
+                named.setdefault(f.id)
+    return list(named)
 
 
 def naming(failing: list[dict[str, str]]) -> str:
@@ -464,7 +478,8 @@ class Walk:
                           reason=self.end_reason or "", stopped=self.stopped,
                           findings=list(findings.values()), outcomes=list(self.outcomes),
                           facts=dict(self._seen_results),
-                          failing_on_path=failing_on_path(self.outcomes, self.path, end) if end else [])
+                          failing_on_path=failing_on_path(self.outcomes, self.path, end) if end else [],
+                          named=named_on_path(self.outcomes, self.path, end) if end else [])
 
     # -- resuming ----------------------------------------------------------------------------------
     @classmethod

@@ -439,14 +439,14 @@ class SessionView:
 
     def symptoms(self) -> list[dict[str, Any]]:
         """The symptom ledger: each recorded symptom with the findings that explain it."""
-        return ledger_entries(self.probes, self.sorted_findings())
+        return ledger_entries(self.probes, [ev["finding"] for ev in self.findings.values()])
 
     def sorted_findings(self) -> list[dict[str, Any]]:
-        """The latest version of each finding, worst first, then by id."""
-        from .present import finding_key
+        """The latest version of each finding: those that answer a symptom first, then worst first, then by
+        id (:func:`zdoctor.verdicts.answer_first`)."""
+        from .present import answer_first
 
-        found = [ev["finding"] for ev in self.findings.values()]
-        return sorted(found, key=lambda f: finding_key(f.get("status"), f.get("id")))
+        return answer_first((ev["finding"] for ev in self.findings.values()), self.symptoms())
 
     def counts(self) -> dict[str, Any]:
         """The last recorded summary, or one counted from the latest findings when none is current."""

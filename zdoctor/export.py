@@ -36,6 +36,7 @@ from .exportparts import (  # noqa: F401 - shared with the HTML export
 )
 from .model import cap_text, visible_controls
 from .present import (
+    ALSO_FOUND,
     MARKS,
     NO_SYMPTOMS,
     STOPS_NOTE,
@@ -50,6 +51,7 @@ from .present import (
     remedy_flags,
     requires_of,
     script_label,
+    split_answers,
     symptom_place,
     symptom_verdict,
     undo_label,
@@ -333,12 +335,17 @@ def render_md(rep: Report, cap: int = BLOCK_CAP) -> str:
         out += ["## Path through the playbooks", ""]
         for run in rep.runs:
             out += _md_run(run)
-    findings = rep.sorted_findings()
+    symptoms = rep.symptoms()
+    answers, rest = split_answers(rep.sorted_findings(), symptoms)
     out += ["## Findings", ""]
-    if not findings:
+    if not answers and not rest:
         out += ["No findings were recorded.", ""]
-    titles = {str(f.get("id")): _s(f.get("title")) for f in findings}
-    for f in findings:
+    titles = {str(f.get("id")): _s(f.get("title")) for f in answers + rest}
+    for f in answers:
+        out += _md_finding(f, cap, rep.recorded_elsewhere, titles)
+    if symptoms and rest:  # what explains the symptoms first, the rest under its own heading
+        out += [f"## {md_escape(ALSO_FOUND)}", ""]
+    for f in rest:
         out += _md_finding(f, cap, rep.recorded_elsewhere, titles)
     out += [f"## {md_escape(applied_heading(rep.applied))}", ""]
     if not rep.applied:

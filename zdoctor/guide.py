@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from . import children
+from .doctor import answering_walk, walk_playbooks
 from .engine import Walk
+from .events import no_record
 from .host import Host
 from .model import Finding, ProbeResult
 from .playbook import Node, Playbook
@@ -156,12 +159,38 @@ def _walk_for(finding: Finding, host: Host | None, books: Mapping[str, Playbook]
     return None
 
 
+def answer_step(symptoms: Iterable[Mapping[str, Any]], findings: Iterable[Finding], host: Host | None,
+                books: Mapping[str, Playbook] | None) -> str | None:
+    """The walk that answers the first symptom a finding explains (:func:`zdoctor.doctor.answering_walk`, on
+    walks of ``books`` on the host's facts; without them, the explaining finding's playbook), as the next
+    step; None when no symptom is explained."""
+    titles = {f.id: f.title for f in findings}
+    for entry in symptoms:
+        explaining = [str(x) for x in entry.get("explained_by") or []]
+        if not explaining:
+            continue
+        sid = entry.get("id")
+        if host is None or books is None:
+            fid = explaining[0]
+            pid = PLAYBOOK_FOR.get(fid.split(".")[0], "zero3-launch")
+            return f"Next: walk {pid} (select it below), for what you saw ({sid}): {titles.get(fid, fid)}"
+        answer, _why = answering_walk(entry, walk_playbooks(host, no_record, dict(books)))
+        if answer is None:
+            fid = explaining[0]
+            return (f"Next: read what explains what you saw ({sid}) in the list above (no walk reaches it): "
+                    f"{titles.get(fid, fid)}")
+        fid = answer["finding"]
+        return f"Next: walk {answer['playbook']} (select it below), for what you saw ({sid}): {titles.get(fid, fid)}"
+    return None
+
+
 def next_step(findings: Iterable[Finding], pyenv: dict | None, replay: bool = False, host: Host | None = None,
-              books: Mapping[str, Playbook] | None = None) -> str:
+              books: Mapping[str, Playbook] | None = None, symptoms: Iterable[Mapping[str, Any]] = ()) -> str:
     """The one thing to do next, from the first pass: name the training interpreter when the probed one
-    cannot be it (missing, no torch), else walk the playbook that reaches the worst finding (with ``host``
-    and ``books``: a walk on the host's facts shows it). A warning no walk reaches is named as one to read in
-    the list, not as a walk."""
+    cannot be it (missing, no torch); else, while a symptom stands unexplained, read its finding; else walk
+    the playbook that answers the first explained symptom (:func:`answer_step`); else walk the playbook that
+    reaches the worst finding (with ``host`` and ``books``: a walk on the host's facts shows it). A warning
+    no walk reaches is named as one to read in the list, not as a walk."""
     found = list(findings)
     target = (pyenv or {}).get("target") or {}
     torch = (pyenv or {}).get("torch") or {}
@@ -177,6 +206,9 @@ def next_step(findings: Iterable[Finding], pyenv: dict | None, replay: bool = Fa
         return (f"Next: what you saw ({ids}) is explained by nothing zdoctor examined: read its Unexplained "
                 "finding above" + (" (the likely cause, from the message only)" if known else
                                    " (what was and was not examined)"))
+    answer = answer_step(symptoms, found, host, books)
+    if answer is not None:
+        return answer
     unwalked: Finding | None = None
     for status in ("fail", "crash", "warn"):
         for worst in (f for f in found if f.status == status):

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .model import cap_text
 from .present import (
+    ALSO_FOUND,
     NO_SYMPTOMS,
     STOPS_NOTE,
     SYMPTOMS_HEADING,
@@ -28,6 +29,7 @@ from .present import (
     requires_of,
     safe_text,
     script_label,
+    split_answers,
     summary_parts,
     symptom_place,
     symptom_verdict,
@@ -311,12 +313,14 @@ def render_html(rep: Report, cap: int) -> str:
     from .exportparts import _fleet_line, _when, fleet_tables
 
     anchors = Anchors()
-    for reserved in ("symptoms", "summary", "fleet", "path", "findings", "applied", "probes", "other"):
+    for reserved in ("symptoms", "summary", "fleet", "path", "findings", "also-found", "applied", "probes", "other"):
         anchors.used.add(reserved)
-    findings = rep.sorted_findings()
+    symptoms = rep.symptoms()
+    answers, rest = split_answers(rep.sorted_findings(), symptoms)
+    findings = answers + rest
     finding_ids = [anchors.make("finding", f.get("id")) for f in findings]
     title = f"zdoctor session {rep.session_id or 'unknown'}"
-    body = [header_html(rep), symptoms_html(rep.symptoms()), summary_html(rep, findings, finding_ids)]
+    body = [header_html(rep), symptoms_html(symptoms), summary_html(rep, findings, finding_ids)]
     if rep.fleet is not None:
         body += ['<section id="fleet">', "<h2>Fleet</h2>", f"<p>{esc(_fleet_line(rep.fleet))}</p>"]
         for name, columns, rows, hot in fleet_tables(rep.fleet):
@@ -326,8 +330,10 @@ def render_html(rep: Report, cap: int) -> str:
     body += [run_html(run, anchors) for run in rep.runs] or ['<p class="muted">No playbook was walked.</p>']
     body += ["</section>", '<section id="findings">', "<h2>Findings</h2>"]
     titles = {str(f.get("id")): str(f.get("title") or "") for f in findings}
-    body += [finding_html(f, finding_ids[i], cap, rep.recorded_elsewhere, titles) for i, f in enumerate(findings)] \
-        or ['<p class="muted">No findings were recorded.</p>']
+    shown = [finding_html(f, finding_ids[i], cap, rep.recorded_elsewhere, titles) for i, f in enumerate(findings)]
+    if symptoms and rest:  # what explains the symptoms first, the rest under its own heading
+        shown.insert(len(answers), f'</section>\n<section id="also-found">\n<h2>{esc(ALSO_FOUND)}</h2>')
+    body += shown or ['<p class="muted">No findings were recorded.</p>']
     body += ["</section>", '<section id="applied">', f"<h2>{esc(applied_heading(rep.applied))}</h2>"]
     body += [applied_html(ev, cap) for ev in rep.applied] or ['<p class="muted">Nothing was applied in this '
                                                               "session.</p>"]

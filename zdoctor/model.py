@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from .verdicts import FAILING, NOT_TRIED, STATUS_RANK, STATUSES, count, finding_key, verification_of  # noqa: F401
+from .verdicts import (  # noqa: F401
+    FAILING,
+    NOT_TRIED,
+    STATUS_RANK,
+    STATUSES,
+    answer_first,
+    count,
+    finding_key,
+    verification_of,
+)
 
 OUTPUT_CAP = 64 * 1024
 
@@ -228,6 +238,7 @@ def summarize(findings: list[Finding]) -> dict[str, int]:
     return count(f.status for f in findings)
 
 
-def sort_findings(findings: list[Finding]) -> list[Finding]:
-    """Worst first, then by id, so reports read the same every time (see :func:`zdoctor.verdicts.finding_key`)."""
-    return sorted(findings, key=lambda f: finding_key(f.status, f.id))
+def sort_findings(findings: Iterable[Finding], symptoms: Iterable[Mapping[str, Any]] = ()) -> list[Finding]:
+    """Those that answer one of ``symptoms`` (the ledger's entries) first, then worst first, then by id, so
+    reports read the same every time (see :func:`zdoctor.verdicts.answer_first`)."""
+    return answer_first(findings, symptoms)

@@ -24,8 +24,10 @@ from .verdicts import (  # noqa: F401 - the verdict semantics, named here for th
     STATUSES,
     VERIFICATION_STATES,
     Verification,
+    answer_first,
     count,
     finding_key,
+    split_answers,
     verification_of,
 )
 
@@ -350,6 +352,9 @@ def remedy_flags(remedy: Any, recorded_elsewhere: bool = False) -> list[str]:
 
 # -- the symptom ledger -------------------------------------------------------------------------------
 SYMPTOMS_HEADING = "What you saw"
+#: The heading of the findings that explain none of the symptoms, after those that do (only when there
+#: were symptoms; see :func:`zdoctor.verdicts.split_answers`).
+ALSO_FOUND = "Also found on this node"
 UNEXPLAINED_WORD = "UNEXPLAINED"
 NO_SYMPTOMS = "no symptom given: no --command, --log or --symptom (nothing zdoctor could tie its findings to)"
 
@@ -362,6 +367,18 @@ def symptom_verdict(entry: Mapping[str, Any]) -> str:
     if entry.get("signature"):
         return f"{UNEXPLAINED_WORD} on this node (the message is known: {entry['signature']}, from the message only)"
     return UNEXPLAINED_WORD
+
+
+def answer_line(entry: Mapping[str, Any]) -> str | None:
+    """``the walk zero3-launch answers it: <its diagnosis> (<node>)`` when a walk answers the symptom (the
+    entry's ``answered_by``), else None."""
+    answer = entry.get("answered_by")
+    if not isinstance(answer, Mapping) or not answer.get("playbook"):
+        return None
+    node = answer.get("diagnosis")
+    end = f"{answer.get('diagnosis_title') or node} ({node})" if node else "no diagnosis"
+    how = "" if answer.get("named_by_end") else f", met {answer.get('finding')} on its way"
+    return f"the walk {answer['playbook']} answers it: {end}{how}"
 
 
 def symptom_place(entry: Mapping[str, Any]) -> str:

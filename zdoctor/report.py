@@ -9,14 +9,16 @@ from .model import visible_controls
 
 if TYPE_CHECKING:
     from .doctor import CheckReport
-    from .model import Remedy
+    from .model import Finding, Remedy
 
 from .present import (
+    ALSO_FOUND,
     ASCII_MARKS,
     MARKS,
     NO_SYMPTOMS,
     STYLES,
     SYMPTOMS_HEADING,
+    answer_line,
     are_steps,
     first_line,
     layer_lines,
@@ -27,6 +29,7 @@ from .present import (
     remedy_flags,
     requires_of,
     scope_lines,
+    split_answers,
     summary_parts,
     symptom_place,
     symptom_verdict,
@@ -67,14 +70,13 @@ def print_report(report: CheckReport, stream: TextIO | None = None, verbose: boo
     console.print(f"[bold]zdoctor check[/] on {inert(where)} — {inert(str(host.get('os', '')))}")
     _print_symptoms(console, report)
     titles = {f.id: f.title for f in report.findings}
-    for f in report.findings:
-        style = STYLES[f.status]
-        console.print(f"[{style}]{marks[f.status]:>3}[/] {inert(f.title)}  [dim]({inert(f.id)})[/]")
-        if f.detail and (f.status in ("fail", "crash", "warn") or verbose):
-            for line in f.detail.splitlines():
-                console.print(f"      {inert(line)}", style="dim" if f.status == "warn" else None)
-        if f.status in ("fail", "crash") or (verbose and f.remedies):
-            _print_remedies(console, f.remedies, replayed=host.get("kind") == "replay", titles=titles)
+    answers, rest = split_answers(report.findings, report.symptoms)
+    for f in answers:
+        _print_finding(console, f, marks, verbose, replayed=host.get("kind") == "replay", titles=titles)
+    if report.symptoms and rest:  # what explains the symptoms above, then the rest under its own heading
+        console.print(f"[bold]{ALSO_FOUND}:[/]")
+    for f in rest:
+        _print_finding(console, f, marks, verbose, replayed=host.get("kind") == "replay", titles=titles)
     for run in report.playbooks:
         # The diagnosis in words (its node id after it, for the JSON and the playbook files).
         if run.diagnosis:
@@ -103,6 +105,17 @@ def print_report(report: CheckReport, stream: TextIO | None = None, verbose: boo
         console.print(f"[dim]session {report.session} — `zdoctor export --last --format md` for a ticket[/]")
 
 
+def _print_finding(console: Any, f: Finding, marks: dict[str, str], verbose: bool, replayed: bool,
+                   titles: dict[str, str]) -> None:
+    """One finding: its mark and title, the detail of a problem, the remedies of a failure."""
+    console.print(f"[{STYLES[f.status]}]{marks[f.status]:>3}[/] {inert(f.title)}  [dim]({inert(f.id)})[/]")
+    if f.detail and (f.status in ("fail", "crash", "warn") or verbose):
+        for line in f.detail.splitlines():
+            console.print(f"      {inert(line)}", style="dim" if f.status == "warn" else None)
+    if f.status in ("fail", "crash") or (verbose and f.remedies):
+        _print_remedies(console, f.remedies, replayed=replayed, titles=titles)
+
+
 def _print_symptoms(console: Any, report: CheckReport) -> None:
     """The symptom ledger first: each thing the user saw, quoted, with what explains it or UNEXPLAINED."""
     headline = unexplained_headline(report.symptoms)
@@ -115,6 +128,9 @@ def _print_symptoms(console: Any, report: CheckReport) -> None:
         style = "green" if e.get("explained_by") else "bold red"
         console.print(f"  {inert(e.get('id'))} [dim]({inert(symptom_place(e))})[/] {inert(e.get('text'))}")
         console.print(f"      [{style}]{inert(verdict)}[/]")
+        answer = answer_line(e)
+        if answer:
+            console.print(f"      [dim]{inert(answer)}[/]")
 
 
 def _print_remedies(console: Any, remedies: list[Remedy], replayed: bool, titles: dict[str, str] | None = None) -> None:

@@ -7,7 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+from .symptoms.model import EXPLAINING, UNEXPLAINED_PREFIX
+
+#: A finding: a :class:`~zdoctor.model.Finding` or its dict.
+F = TypeVar("F")
 
 STATUSES = ("ok", "warn", "fail", "skip", "crash")
 #: Order used when sorting findings for display: worst first.
@@ -52,6 +57,51 @@ def count(statuses: Iterable[str]) -> dict[str, int]:
 def finding_key(status: Any, fid: Any) -> tuple[int, str]:
     """The sort key of a finding: worst status first, then by id."""
     return (STATUS_RANK.get(status, len(STATUS_RANK)), "" if fid is None else str(fid))
+
+
+def _field(item: Any, name: str) -> Any:
+    """A field of a finding or symptom entry, whether it is a record object or its dict."""
+    return item.get(name) if isinstance(item, Mapping) else getattr(item, name, None)
+
+
+def answered_symptoms(finding: Any, symptoms: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The ids of the ``symptoms`` (ledger entries: ``{id, explained_by}``) that ``finding`` answers: those it
+    explains (its ``explains`` while it states a problem, or the entry's ``explained_by`` naming it) and the
+    one it stands for when nothing explains it (``symptom.unexplained.<id>``)."""
+    fid = str(_field(finding, "id") or "")
+    explains = _field(finding, "explains")
+    stated = _field(finding, "status") in EXPLAINING and isinstance(explains, (list, tuple))
+    said = {str(x) for x in explains} if stated else set()
+    out = []
+    for entry in symptoms:
+        sid = str(entry.get("id") or "")
+        by = entry.get("explained_by")
+        if sid in said or fid == UNEXPLAINED_PREFIX + sid or (isinstance(by, list) and fid in by):
+            out.append(sid)
+    return out
+
+
+def answer_first(findings: Iterable[F], symptoms: Iterable[Mapping[str, Any]] = ()) -> list[F]:
+    """The order every report shows findings in: those that answer a symptom the user saw first (in the
+    symptoms' order S1, S2 ..., then worst first), then the rest worst first, then by id (with no symptom:
+    worst first). ``findings`` are :class:`~zdoctor.model.Finding` records or their dicts."""
+    entries = [e for e in symptoms if isinstance(e, Mapping)]
+    place = {str(e.get("id") or ""): i for i, e in enumerate(entries)}
+
+    def key(f: F) -> tuple[int, int, str]:
+        answered = [place[sid] for sid in answered_symptoms(f, entries)]
+        return (min(answered, default=len(place)),) + finding_key(_field(f, "status"), _field(f, "id"))
+
+    return sorted(findings, key=key)
+
+
+def split_answers(findings: Iterable[F], symptoms: Iterable[Mapping[str, Any]] = ()) -> tuple[list[F], list[F]]:
+    """``findings`` in :func:`answer_first`'s order, cut in two: those that answer a symptom, and the rest
+    (what the report shows under :data:`zdoctor.present.ALSO_FOUND`)."""
+    entries = [e for e in symptoms if isinstance(e, Mapping)]
+    ordered = answer_first(findings, entries)
+    answers = [f for f in ordered if answered_symptoms(f, entries)]
+    return answers, [f for f in ordered if not answered_symptoms(f, entries)]
 
 
 @dataclass(frozen=True)
