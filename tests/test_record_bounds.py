@@ -35,3 +35,24 @@ def test_range_checks_at_the_parsers():
                        "PRIORITY": "x", "SYSLOG_FACILITY": "0"})
     (rec,) = parse_journal([line]).records
     assert rec["time"] is None and rec["usec"] is None and rec["level"] is None and rec["facility"] == 0
+
+
+def test_a_nested_fact_of_another_type_in_a_snapshot_is_not_checked_never_a_crash():
+    """A snapshot whose DeepSpeed release rules hold a string where the probe writes an object (and a list
+    where it writes a list of objects): the release check says "not checked" with why, and so does every
+    other check that trips on such a fact, instead of a crash with a traceback."""
+    from zdoctor.checks import evaluate_check
+    from zdoctor.host import ReplayHost
+    from zdoctor.registry import CHECKS, load_vocabulary
+
+    load_vocabulary()
+    doc = json.loads((Path(__file__).parent / "fixtures" / "snapshots" / "healthy.json").read_text())
+    doc["probes"]["dsrelease"] = {"probe": "dsrelease", "status": "ok", "error": None, "started": 0.0,
+                                  "duration_s": 0.1, "evidence": [],
+                                  "facts": {"installed": True, "version": "0.19.8", "location": "/opt/env/deepspeed",
+                                            "rules": {"libaio-detection": "old", "zero12-pin-memory": ["x"]},
+                                            "jit_origins": ["not an object"]}}
+    host = ReplayHost(doc, source="edited.json")
+    found = evaluate_check("pyenv.deepspeed-release", host.results(list(CHECKS["pyenv.deepspeed-release"].reads)))
+    assert found and all(f.status == "skip" for f in found), [(f.id, f.status, f.detail) for f in found]
+    assert "cannot be read" in found[0].detail and "traceback" not in json.dumps([f.to_dict() for f in found])

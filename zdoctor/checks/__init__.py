@@ -75,6 +75,13 @@ def _evaluate(name: str, facts: Facts) -> list[Finding]:
             return [not_checked(f"{name}.not-checked", spec.title,
                                 f"the recorded facts cannot be read ({type(exc).__name__}: {exc}): "
                                 f"{'; '.join(doubts)}; the recording is damaged or was edited")]
+        recorded = [p for p in spec.reads if p in facts and facts[p].replayed]
+        if recorded and isinstance(exc, (TypeError, AttributeError, KeyError, IndexError, ValueError)):
+            # a recording holds a fact of another type than the probes write: the input, not the check
+            return [not_checked(f"{name}.not-checked", spec.title,
+                                f"the recorded facts of {', '.join(recorded)} cannot be read "
+                                f"({type(exc).__name__}: {exc}): a fact has another type than the probe writes; "
+                                "the recording is damaged or was edited")]
         return [Finding(id=f"{name}.crash", status="crash", title=f"check {name} crashed",
                         detail=f"{type(exc).__name__}: {exc}",
                         evidence=[Evidence(label=f"traceback of check {name}", kind="traceback",
