@@ -272,6 +272,70 @@ def test_reopen_appends_continues_seq_and_repairs_a_torn_tail(state_home: Path):
     assert mode_of(log.path) == 0o600
 
 
+def test_seq_continues_from_the_last_readable_event_not_an_unreadable_line(state_home: Path):
+    """A damaged line that begins like an event with a huge number is not an event: the resumed log numbers
+    on from the last event it can read."""
+    log = SessionLog.create("tui", ["tui"], HOST)
+    log.record("node_enter", {"playbook": "p", "node": "a"})
+    os.close(log._fd)
+    log._fd = None
+    with open(log.path, "ab") as fh:
+        fh.write(b'{"seq":999999999,"ts":1.0,"type":\x00\x01 damaged\n')
+    resumed = SessionLog.reopen(log.id)
+    resumed.close(0)
+    events = load_events(log.id)
+    assert [e["seq"] for e in events] == [1, 2, 3, 4]
+    assert len(events.skipped) == 1
+
+
+def test_a_whole_last_event_without_its_newline_is_kept_on_resume(state_home: Path):
+    log = SessionLog.create("tui", ["tui"], HOST)
+    os.close(log._fd)
+    log._fd = None
+    data = log.path.read_bytes()
+    log.path.write_bytes(data.rstrip(b"\n"))
+    resumed = SessionLog.reopen(log.id)
+    resumed.close(0)
+    assert [e["type"] for e in load_events(log.id)] == ["session_start", "session_resume", "session_end"]
+
+
+def test_resuming_a_log_past_its_cap_reads_only_the_tail_it_repairs(state_home: Path, tmp_path: Path):
+    """A 400 MB log (grown past the cap by another writer, its end torn): resuming it repairs the torn tail
+    and refuses to write past the cap, in a process whose memory stays far below the log's size, and the
+    events at its start are kept."""
+    log = SessionLog.create("tui", ["tui"], HOST)
+    log.record("node_enter", {"playbook": "p", "node": "a"})
+    os.close(log._fd)
+    log._fd = None
+    size = 400 * 1024 * 1024
+    with open(log.path, "r+b") as fh:  # the middle is a hole: no disk is spent on it
+        fh.seek(size)
+        fh.write(b'\n{"seq": 7, "ts": 1.0, "type": "node_enter"}\n{"seq": 8, "ts": 1.0, "type": "node_ent')
+    code = (
+        "import resource, sys\n"
+        "from zdoctor.errors import InputError\n"
+        "from zdoctor.session import SessionLog\n"
+        "try:\n"
+        "    log = SessionLog.reopen(sys.argv[1])\n"
+        "    print('not written:', log.failure)\n"
+        "    log.close(0)\n"
+        "except InputError as exc:\n"
+        "    print('refused:', exc)\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
+    env = dict(os.environ, XDG_STATE_HOME=str(state_home))
+    proc = subprocess.run([sys.executable, "-c", code, log.id], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    said, rss_kib = proc.stdout.strip().splitlines()
+    assert said.startswith(("refused:", "not written:")) and "cap" in said, said
+    assert int(rss_kib) < 150 * 1024, rss_kib  # the log is 400 MB
+    with open(log.path, "rb") as tail:
+        tail.seek(-40, os.SEEK_END)
+        assert tail.read().endswith(b'"type": "node_enter"}\n')  # the torn line cut, the whole one kept
+    first = load_events(log.id)
+    assert [e["type"] for e in first[:2]] == ["session_start", "node_enter"]
+
+
 def test_unwritable_state_dir_is_a_one_line_error(state_home: Path, monkeypatch: pytest.MonkeyPatch):
     blocker = state_home / "blocker"
     blocker.write_text("a file where a directory should be")

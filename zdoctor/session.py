@@ -370,22 +370,61 @@ def last_session_id(state_dir: Path | None = None) -> str:
     return newest.name[: -len(SUFFIX)]
 
 
-_SEQ_AT_START = re.compile(rb"^\0*\{\"seq\":(\d+)", re.MULTILINE)
+#: How much of a log's end is read for the number of its last event, and each step back when looking for
+#: its last whole line: a log past its cap is never read whole.
+TAIL_BYTES = 4 * 1024 * 1024
+
+
+def _open_log_read(path: Path) -> int:
+    return os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
 
 
 def _last_seq(path: Path, start: int, end: int) -> int:
-    """The highest ``seq`` among the lines between byte ``start`` and ``end`` of ``path`` (0 if none)."""
+    """The highest ``seq`` of the readable events among the lines between byte ``start`` and ``end`` of
+    ``path``, reading at most :data:`TAIL_BYTES` before ``end`` (0 if none): an unreadable line's number is
+    not taken."""
+    lo = max(start, end - TAIL_BYTES)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd = _open_log_read(path)
     except OSError:
         return 0
     try:
-        data = os.pread(fd, max(0, end - start), start)
+        data = os.pread(fd, max(0, end - lo), lo)
     except OSError:
         return 0
     finally:
         os.close(fd)
-    return max((int(m.group(1)) for m in _SEQ_AT_START.finditer(data)), default=0)
+    lines = data.split(b"\n")
+    if lo > start:  # the window starts inside a line
+        lines = lines[1:]
+    best = 0
+    for raw in lines:
+        raw = raw.lstrip(b"\0")
+        if not raw.startswith(b'{"seq":'):
+            continue
+        try:
+            event = _parse(raw)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            continue
+        if isinstance(event.get("seq"), int) and event["seq"] >= 0:
+            best = max(best, event["seq"])
+    return best
+
+
+def _whole_lines_end(path: Path) -> tuple[int, int]:
+    """(size, offset just past the last newline) of ``path``, read backward :data:`TAIL_BYTES` at a time."""
+    fd = _open_log_read(path)
+    try:
+        size = pos = os.fstat(fd).st_size
+        while pos > 0:
+            lo = max(0, pos - TAIL_BYTES)
+            cut = os.pread(fd, pos - lo, lo).rfind(b"\n")
+            if cut >= 0:
+                return size, lo + cut + 1
+            pos = lo
+        return size, 0
+    finally:
+        os.close(fd)
 
 
 #: Logs open in this process, so that an interrupt can still close them with a ``session_end``.
@@ -470,16 +509,20 @@ class SessionLog:
         path = _resolve(validate_session_id(session_id), state_dir)
         events = load_events(path)
         dropped = 0
-        if events.torn:
-            size = path.stat().st_size
-            with open(path, "rb") as fh:
-                data = fh.read()
-            keep = data.rfind(b"\n") + 1
-            dropped = size - keep
-            try:
+        try:  # a half-written last line, also past the part that was read: cut it off, reading only the tail
+            size, keep = _whole_lines_end(path)
+            if keep < size and _last_seq(path, keep, size) and size - keep <= TAIL_BYTES:
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+                             | getattr(os, "O_CLOEXEC", 0))
+                try:  # a whole event that lacks only its newline: kept
+                    os.write(fd, b"\n")
+                finally:
+                    os.close(fd)
+            elif keep < size:
+                dropped = size - keep
                 os.truncate(path, keep)
-            except OSError as exc:
-                raise InputError(f"cannot repair session log {path}: {exc.strerror or exc}") from None
+        except OSError as exc:
+            raise InputError(f"cannot repair session log {path}: {exc.strerror or exc}") from None
         seqs = [e["seq"] for e in events if isinstance(e.get("seq"), int)]
         flags = os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
         try:
