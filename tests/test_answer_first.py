@@ -16,6 +16,7 @@ import pytest
 from conftest import run_cli
 from envkit import build_extension, make_old_libstdcxx
 
+from zdoctor.answers import WalkEnd, answering_walk, with_answers
 from zdoctor.model import Finding
 from zdoctor.present import ALSO_FOUND
 from zdoctor.verdicts import answer_first, split_answers
@@ -83,6 +84,22 @@ def test_findings_that_answer_a_symptom_come_first_in_symptom_order_then_the_res
                                                    "libs.inventory", "pyenv.interpreter"]
 
 
+def test_the_walk_whose_end_names_the_explaining_finding_answers_before_one_that_only_met_it():
+    passed = WalkEnd("gpu-stack", "GPU stack", "diag-no-driver", "No usable driver", met=("libs.glibcxx",), named=())
+    named = WalkEnd("zero3-launch", "ZeRO-3", "diag-ld-library-path", "old libstdc++",
+                    met=("libs.glibcxx", "libs.live"), named=("libs.glibcxx",))
+    entry = {"id": "S1", "explained_by": ["libs.glibcxx", "libs.live"]}
+    answer, _ = answering_walk(entry, [passed, named])
+    assert (answer["playbook"], answer["finding"], answer["named_by_end"]) == ("zero3-launch", "libs.glibcxx", True)
+    answer, _ = answering_walk(entry, [passed])
+    assert (answer["playbook"], answer["named_by_end"]) == ("gpu-stack", False)
+    (unexplained,) = with_answers([{"id": "S2", "explained_by": []}], [passed, named])
+    assert unexplained["answered_by"] is None and unexplained["not_answered"] == "no finding explains it"
+    assert answering_walk(entry, []) == (None, "no playbook was walked")
+    assert answering_walk({"id": "S3", "explained_by": ["kernel.xid"]}, [passed, named]) == (
+        None, "no walk met a finding that explains it")
+
+
 # -- every renderer, on the real broken node ----------------------------------------------------------
 
 def test_the_json_leads_with_the_explaining_findings_and_names_the_walk_that_answers(node):
@@ -121,6 +138,13 @@ def test_the_exports_show_the_answer_before_what_else_was_found(recorded):
     (s,) = doc["symptoms"]
     ids = [f["id"] for f in doc["findings"]]
     assert ids[0] == "libs.glibcxx" and set(ids[:len(s["explained_by"])]) == set(s["explained_by"])
+    # the recorded walk answers the symptom in the exports as it did in the check
+    answer = s["answered_by"]
+    assert (answer["playbook"], answer["diagnosis"], answer["finding"], answer["named_by_end"]) == (
+        "zero3-launch", "diag-ld-library-path", "libs.glibcxx", True)
+    line = "the walk zero3-launch answers it: An LD_LIBRARY_PATH entry loads an old libstdc++ (diag-ld-library-path)"
+    assert md.index(line.replace("_", "\\_")) < md.index("## Findings")  # Markdown escapes the underscores
+    assert html.index(line) < html.index('id="summary"')
 
 
 def test_with_no_symptom_the_reports_read_as_before(node, tmp_path):

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
+from .answers import WalkEnd, with_answers
 from .checks import run_checks
 from .errors import UsageError
 from .events import FindingRecorded, ProbeRecorded, Recorder, SummaryRecorded, no_record
@@ -40,6 +40,10 @@ class PlaybookRun:
     #: The ids of the findings stating a problem that the walk met, and of those among them its end names.
     met: list[str] = field(default_factory=list)
     named: list[str] = field(default_factory=list)
+
+    def end(self) -> WalkEnd:
+        """How the walk ended, for :func:`zdoctor.answers.answering_walk`."""
+        return WalkEnd(self.id, self.title, self.diagnosis, self.diagnosis_title, tuple(self.met), tuple(self.named))
 
     def to_dict(self) -> dict[str, Any]:
         out = {"id": self.id, "title": self.title, "path": self.path, "diagnosis": self.diagnosis,
@@ -125,8 +129,8 @@ def select_playbooks(only: list[str] | None = None) -> dict[str, Playbook]:
     return {pid: books[pid] for pid in dict.fromkeys(only)}
 
 
-def walk_playbooks(host: Host, record: Recorder, books: dict[str, Playbook]) -> list[PlaybookRun]:
-    """Drive each playbook to its end, headless."""
+def walk_playbooks(host: Host, record: Recorder | None, books: dict[str, Playbook]) -> list[PlaybookRun]:
+    """Drive each playbook to its end, headless (recording each step where ``record`` is given)."""
     from .engine import Walk
 
     runs: list[PlaybookRun] = []
@@ -143,35 +147,6 @@ def walk_playbooks(host: Host, record: Recorder, books: dict[str, Playbook]) -> 
                                 met=[f.id for f in result.findings if f.status in EXPLAINING],
                                 named=[fid for fid in result.named if fid in problems]))
     return runs
-
-
-def answering_walk(entry: Mapping[str, Any], runs: Sequence[PlaybookRun]) -> tuple[dict[str, Any] | None, str]:
-    """The walk that answers one symptom (a ledger entry) and what it met, or None and why none does: the
-    first walk whose end names a finding that explains the symptom, else the first that met one on its
-    way."""
-    explaining = [str(x) for x in entry.get("explained_by") or []]
-    if not explaining:
-        return None, "no finding explains it"
-    if not runs:
-        return None, "no playbook was walked"
-    for named_by_end in (True, False):
-        for run in runs:
-            found = next((fid for fid in explaining if fid in (run.named if named_by_end else run.met)), None)
-            if found is not None:
-                return {"playbook": run.id, "title": run.title, "diagnosis": run.diagnosis,
-                        "diagnosis_title": run.diagnosis_title, "finding": found,
-                        "named_by_end": named_by_end}, ""
-    return None, "no walk met a finding that explains it"
-
-
-def with_answers(entries: Iterable[Mapping[str, Any]], runs: Sequence[PlaybookRun]) -> list[dict[str, Any]]:
-    """The ledger's entries, each with ``answered_by`` (:func:`answering_walk`) and, when that is null,
-    ``not_answered`` saying why."""
-    out = []
-    for e in entries:
-        answer, why = answering_walk(e, runs)
-        out.append({**e, "answered_by": answer, **({} if answer else {"not_answered": why})})
-    return out
 
 
 def check(host: Host, record: Recorder = no_record, playbooks: dict[str, Playbook] | None = None,
@@ -195,7 +170,8 @@ def check(host: Host, record: Recorder = no_record, playbooks: dict[str, Playboo
     for f in ordered:
         FindingRecorded(finding=f.to_dict()).record(record)
     runs = walk_playbooks(host, record, books)
-    report = CheckReport(host=host.info, findings=ordered, playbooks=runs, symptoms=with_answers(ledger, runs),
+    report = CheckReport(host=host.info, findings=ordered, playbooks=runs,
+                         symptoms=with_answers(ledger, [r.end() for r in runs]),
                          incomplete=incomplete_reason(facts, target_of(host).command, target_of(host).ext),
                          layers=layers_examined(ordered))
     SummaryRecorded(counts=report.summary).record(record)

@@ -232,12 +232,13 @@ class Walk:
             self.diagnosis = nid
             self._emit(DiagnosisReached(playbook=self.playbook.id, node=nid, title=node.title))
 
-    def _finish(self, reason: str, stopped: str | None) -> None:
+    def _finish(self, reason: str, stopped: str | None, named: list[str] | None = None) -> None:
+        """End the walk; ``named``: the ids of the findings met on the way that its end names."""
         self.done = True
         self.end_reason = reason
         self.stopped = stopped
         self._emit(PlaybookEnd(playbook=self.playbook.id, path=list(self.path), diagnosis=self.diagnosis,
-                               reason=reason))
+                               reason=reason, named=list(named or [])))
 
     # -- evaluation --------------------------------------------------------------------------------
     @property
@@ -426,7 +427,8 @@ class Walk:
             why = self._arrived_because
             said = f" ({why})" if node.id == self.playbook.unexplained and why else ""
             self._finish(f"reached {node.kind} {node.id}: {node.title}{said}"
-                         + naming(failing_on_path(self.outcomes, self.path, node)), None)
+                         + naming(failing_on_path(self.outcomes, self.path, node)), None,
+                         named_on_path(self.outcomes, self.path, node))
         elif node.is_terminal:
             self._finish(f"ended at {node.kind} node {node.id}, which has no next step", "no-edge")
         else:

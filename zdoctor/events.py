@@ -14,7 +14,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Mapping, Protocol
 
+from .answers import WalkEnd, with_answers
 from .model import ProbeResult
+from .symptoms.model import EXPLAINING
 from .symptoms.view import ledger_entries
 
 #: Keys of the envelope every recorded event carries.
@@ -186,6 +188,14 @@ class PlaybookEnd(Event):
     path: list = _f(kind=list, factory=list)
     diagnosis: str | None = _f(None, str)
     reason: str = _f("", str)
+    #: The ids of the findings met on the way that the end names (recorded only when there are some).
+    named: list = _f(kind=list, factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        if not self.named:
+            out.pop("named", None)
+        return out
 
 
 @dataclass(frozen=True)
@@ -378,6 +388,8 @@ class WalkView:
     steps: list[dict[str, Any]] = field(default_factory=list)  # node_enter and edge events, as recorded
     diagnosis: dict[str, Any] | None = None
     end: dict[str, Any] | None = None
+    #: Each finding recorded at a step of this walk: id -> its latest status.
+    statuses: dict[str, str] = field(default_factory=dict)
 
     def numbered(self) -> list[tuple[int, dict[str, Any]]]:
         """The steps with the number of the node they belong to (an edge carries the number of the node it
@@ -407,6 +419,13 @@ class WalkView:
     @property
     def ended(self) -> bool:
         return self.end is not None
+
+    def walk_end(self) -> WalkEnd:
+        """How the walk ended, for :func:`zdoctor.answers.answering_walk`."""
+        met = tuple(fid for fid, status in self.statuses.items() if status in EXPLAINING)
+        named = (self.end or {}).get("named")
+        return WalkEnd(self.playbook, self.title, self.diagnosis_node, str((self.diagnosis or {}).get("title") or ""),
+                       met, tuple(str(x) for x in named if str(x) in met) if isinstance(named, list) else ())
 
 
 @dataclass
@@ -438,8 +457,10 @@ class SessionView:
         return self.host.get("kind") == "replay" or self.start.get("mode") == "demo"
 
     def symptoms(self) -> list[dict[str, Any]]:
-        """The symptom ledger: each recorded symptom with the findings that explain it."""
-        return ledger_entries(self.probes, [ev["finding"] for ev in self.findings.values()])
+        """The symptom ledger: each recorded symptom with the findings that explain it and the recorded walk
+        that answers it (:func:`zdoctor.answers.with_answers`)."""
+        entries = ledger_entries(self.probes, [ev["finding"] for ev in self.findings.values()])
+        return with_answers(entries, [w.walk_end() for w in self.walks]) if entries else []
 
     def sorted_findings(self) -> list[dict[str, Any]]:
         """The latest version of each finding: those that answer a symptom first, then worst first, then by
@@ -544,6 +565,8 @@ def fold(events: Iterable[Any]) -> SessionView:
             fid = str(ev["finding"]["id"])
             view.findings.pop(fid, None)
             view.findings[fid] = ev
+            if isinstance(ev.get("playbook"), str) and ev["playbook"] in current:
+                current[ev["playbook"]].statuses[fid] = str(ev["finding"].get("status"))
             view.summary = None  # a finding recorded after the summary (a re-check) makes it stale
         elif kind in REMEDY_KINDS.values():
             view.applied.append(ev)

@@ -41,6 +41,7 @@ from .present import (
     NO_SYMPTOMS,
     STOPS_NOTE,
     SYMPTOMS_HEADING,
+    answer_line,
     applied_heading,
     are_steps,
     first_line,
@@ -301,7 +302,9 @@ def _md_symptoms(entries: list[dict[str, Any]]) -> list[str]:
         verdict = symptom_verdict(e)
         shown = f"**{md_escape(verdict)}**" if not e.get("explained_by") else md_escape(verdict)
         place = md_escape(symptom_place(e))
-        out.append(f"- **{md_escape(e.get('id'))}** ({place}): {md_code(e.get('text'))} — {shown}")
+        answer = answer_line(e)
+        out.append(f"- **{md_escape(e.get('id'))}** ({place}): {md_code(e.get('text'))} — {shown}"
+                   + (f"; {md_escape(answer)}" if answer else ""))
     return out + [""]
 
 

@@ -11,9 +11,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from . import children
-from .doctor import answering_walk, walk_playbooks
+from .answers import answering_walk
+from .doctor import walk_playbooks
 from .engine import Walk
-from .events import no_record
 from .host import Host
 from .model import Finding, ProbeResult
 from .playbook import Node, Playbook
@@ -161,7 +161,7 @@ def _walk_for(finding: Finding, host: Host | None, books: Mapping[str, Playbook]
 
 def answer_step(symptoms: Iterable[Mapping[str, Any]], findings: Iterable[Finding], host: Host | None,
                 books: Mapping[str, Playbook] | None) -> str | None:
-    """The walk that answers the first symptom a finding explains (:func:`zdoctor.doctor.answering_walk`, on
+    """The walk that answers the first symptom a finding explains (:func:`zdoctor.answers.answering_walk`, on
     walks of ``books`` on the host's facts; without them, the explaining finding's playbook), as the next
     step; None when no symptom is explained."""
     titles = {f.id: f.title for f in findings}
@@ -174,7 +174,7 @@ def answer_step(symptoms: Iterable[Mapping[str, Any]], findings: Iterable[Findin
             fid = explaining[0]
             pid = PLAYBOOK_FOR.get(fid.split(".")[0], "zero3-launch")
             return f"Next: walk {pid} (select it below), for what you saw ({sid}): {titles.get(fid, fid)}"
-        answer, _why = answering_walk(entry, walk_playbooks(host, no_record, dict(books)))
+        answer, _why = answering_walk(entry, [r.end() for r in walk_playbooks(host, None, dict(books))])
         if answer is None:
             fid = explaining[0]
             return (f"Next: read what explains what you saw ({sid}) in the list above (no walk reaches it): "

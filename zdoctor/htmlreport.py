@@ -17,6 +17,7 @@ from .present import (
     NO_SYMPTOMS,
     STOPS_NOTE,
     SYMPTOMS_HEADING,
+    answer_line,
     applied_heading,
     are_steps,
     first_line,
@@ -286,8 +287,10 @@ def symptoms_html(entries: list[dict[str, Any]]) -> str:
     out.append("<ul>")
     for e in entries:
         cls = "ok" if e.get("explained_by") else "fail"
+        answer = answer_line(e)
         out.append(f"<li><strong>{esc(e.get('id'))}</strong> ({esc(symptom_place(e))}): <code>{esc(e.get('text'))}"
-                   f'</code> — <span class="{cls}">{esc(symptom_verdict(e))}</span></li>')
+                   f'</code> — <span class="{cls}">{esc(symptom_verdict(e))}</span>'
+                   + (f"; {esc(answer)}" if answer else "") + "</li>")
     out += ["</ul>", "</section>"]
     return "\n".join(out)
 
