@@ -336,3 +336,45 @@ def test_apply_config_patch_rolls_back_when_validation_fails(tmp_path):
     assert res["error"] == "nvme_path is not mounted"
     assert path.read_bytes() == original
     assert (tmp_path / "ds.json.bak").read_bytes() == original
+
+
+def test_a_config_of_several_mebibytes_is_applied_through_the_core_not_argv(tmp_path):
+    """A 7.9 MB ds_config (a config with a long embedded comment, within the 16 MiB the preview reads) is
+    patched for real through the guide's apply path: the new text reaches the safe core in a file of a
+    private folder, not as arguments (all of argv fits in about 2 MiB: E2BIG), and that folder is gone
+    after."""
+    from zdoctor import apply
+    from zdoctor.checks.offload import nvme_patch_remedy
+
+    base = json.loads((FIXTURES / "offload" / "zero3-cpu-offload.json").read_text())
+    base["comment"] = "x" * (7_900_000)
+    cfg = tmp_path / "ds_config.json"
+    cfg.write_text(json.dumps(base, indent=2))
+    remedy = nvme_patch_remedy(str(cfg), "/mnt/nvme")
+    assert remedy is not None and len(remedy.action["text"]) > 7_800_000
+    before = set(os.listdir(tempfile.gettempdir()))
+    out = apply.run_remedy(remedy, dict(os.environ))
+    assert out.exit_code == 0, out.output[-2000:] + str(out.error)
+    patched = json.loads(cfg.read_text())
+    assert patched["zero_optimization"]["offload_param"]["device"] == "nvme"
+    assert patched["comment"] == base["comment"]
+    assert {n for n in set(os.listdir(tempfile.gettempdir())) - before if n.startswith("zdoctor-text-")} == set()
+
+
+def test_the_core_refuses_a_text_file_that_is_not_the_one_shown(tmp_path):
+    from zdoctor import core_apply
+
+    cfg = tmp_path / "ds_config.json"
+    cfg.write_text("{}\n")
+    import hashlib
+
+    action = {"path": str(cfg), "sha256": hashlib.sha256(b"{}\n").hexdigest(), "backup": str(tmp_path / "bak"),
+              "text": '{"a": 1}\n'}
+    with core_apply.action_argv(action) as argv:
+        text_file = argv[argv.index("--text-file") + 1]
+        os.chmod(text_file, 0o600)
+        with open(text_file, "w") as fh:  # swapped after it was staged
+            fh.write('{"evil": 1}\n')
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "SHA-256 differs" in proc.stdout
+    assert cfg.read_text() == "{}\n"

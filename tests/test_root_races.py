@@ -161,13 +161,13 @@ def test_ds_config_fix_killed_at_any_point_leaves_the_old_or_the_new_config(race
         new = remedy.action["text"]
         from zdoctor import core_apply
 
-        argv = core_apply.action_argv(remedy.action)
         rng = random.Random(7)
         for _ in range(60):
-            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            time.sleep(rng.uniform(0.0, 0.15))
-            proc.send_signal(signal.SIGTERM)
-            proc.wait()
+            with core_apply.action_argv(remedy.action) as argv:
+                proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                time.sleep(rng.uniform(0.0, 0.15))
+                proc.send_signal(signal.SIGTERM)
+                proc.wait()
             assert cfg.read_text() in (OFFLOAD_CFG, new)
             if cfg.read_text() == new:  # start over from the old config
                 cfg.write_text(OFFLOAD_CFG)

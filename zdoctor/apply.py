@@ -10,6 +10,7 @@ commands are compared before and after, so the outcome lists what was created, m
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -255,10 +256,12 @@ def run_remedy(remedy: Remedy, env: Mapping[str, str], *, on_output: Callable[[s
     ``env_file`` is ``(folder, name)`` for the file the export/unset lines are written to.
     """
     p = plan(remedy)
-    watch = watched_paths(remedy.commands)
+    # the core's own actions name what they change; only lines run in bash are read for the paths they name
+    watch = watched_paths(remedy.commands) if core_action(remedy) is None else []
     before = file_states(watch)
     started = time.monotonic()
     outcome = ApplyOutcome(exit_code=None, interactive=terminal is not None)
+    staged = contextlib.ExitStack()  # what a step needs while it runs (the new text of a file-replace)
     argv = ["bash", "-c", script(remedy)]
     if remedy.action and remedy.action.get("kind") == "fstab-add":
         from .storage.fstab_apply import action_argv
@@ -273,7 +276,7 @@ def run_remedy(remedy: Remedy, env: Mapping[str, str], *, on_output: Callable[[s
     elif remedy.action and remedy.action.get("kind") == "file-replace":
         from .core_apply import action_argv as replace_argv
 
-        argv = replace_argv(remedy.action)  # the safe core, not the copyable lines
+        argv = staged.enter_context(replace_argv(remedy.action))  # the safe core, not the copyable lines
         watch = [p for p in (remedy.action.get("path"), remedy.action.get("backup")) if p]
         before = file_states(watch)
     elif remedy.action and remedy.action.get("kind") == "remove-lock":
@@ -285,13 +288,14 @@ def run_remedy(remedy: Remedy, env: Mapping[str, str], *, on_output: Callable[[s
     if remedy.requires_root and os.geteuid() != 0:
         argv = ["sudo", "--", *argv]
     run_env = dict(env)
-    if terminal is not None:
-        try:
-            outcome.exit_code = terminal(argv, run_env)
-        except OSError as exc:
-            outcome.error = f"{argv[0]}: {exc.strerror or exc}"
-    else:
-        _stream(argv, run_env, cwd, on_output, cancel, timeout, outcome)
+    with staged:
+        if terminal is not None:
+            try:
+                outcome.exit_code = terminal(argv, run_env)
+            except OSError as exc:
+                outcome.error = f"{argv[0]}: {exc.strerror or exc}"
+        else:
+            _stream(argv, run_env, cwd, on_output, cancel, timeout, outcome)
     outcome.duration_s = time.monotonic() - started
     outcome.changed = changes(before, file_states(watch))
     if p.env_lines and outcome.ok and env_file is not None:

@@ -1,9 +1,10 @@
 """Change one file through the safe core, as its own process (the guide runs it, under sudo when needed).
 
-``python -m zdoctor.core_apply --path P --sha256 H --backup B --text-part T [--text-part T ...]``
-replaces ``P`` with the concatenated parts (several arguments, so configs far past the 128 KiB a
-single argument may be still fit) when ``P`` still holds the bytes whose SHA-256 is ``H`` (the bytes
-the preview showed), through :class:`zdoctor.atomic.CheckedReplace`. As root, in a folder that belongs
+``python -m zdoctor.core_apply --path P --sha256 H --backup B --text-file F --text-sha256 T`` replaces
+``P`` with the text in ``F`` (checked to hash to ``T``) when ``P`` still holds the bytes whose SHA-256 is
+``H`` (the bytes the preview showed), through :class:`zdoctor.atomic.CheckedReplace`. The text travels in
+a file of a private folder, never as arguments: all of argv fits in about 2 MiB, and configs up to 16 MiB
+are previewed. As root, in a folder that belongs
 to the file's owner, it first becomes that owner (groups dropped): root never writes in a folder the
 training user controls. Each step is printed; the last line is ``zdoctor-replace-record: {json}``.
 Exit 0 when the file was replaced.
@@ -16,39 +17,78 @@ followed), as the owner of its folder in the same way.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
 import pwd
+import shutil
 import signal
+import stat
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .atomic import CheckedReplace, remove_checked
 from .errors import InputError
 
 RECORD_PREFIX = "zdoctor-replace-record: "
-#: One argument stays well under the kernel's 128 KiB limit per argument.
-PART_CHARS = 32 * 1024
 HELD_SIGNALS = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT}
+#: The largest new text the core takes: as much as a config the preview reads.
+MAX_TEXT = 16 * 1024 * 1024
 
 
-def text_parts(text: str) -> list[str]:
-    """``text`` cut into argument-sized parts (never empty: one empty part for an empty text)."""
-    return [text[i:i + PART_CHARS] for i in range(0, len(text), PART_CHARS)] or [""]
+@contextlib.contextmanager
+def action_argv(action: dict[str, Any]) -> Iterator[list[str]]:
+    """The argv that applies a ``file-replace`` remedy action with this interpreter and this zdoctor, while
+    the new text waits in a file of a private folder (made here, removed after)."""
+    data = str(action["text"]).encode("utf-8", "surrogateescape")
+    folder = tempfile.mkdtemp(prefix="zdoctor-text-")
+    try:
+        path = os.path.join(folder, "text")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        argv = _boot() + ["--path", str(action["path"]), "--sha256", str(action["sha256"]),
+                          "--backup", str(action["backup"]), "--text-file", path,
+                          "--text-sha256", hashlib.sha256(data).hexdigest()]
+        if isinstance(action.get("uid"), int):
+            argv += ["--uid", str(action["uid"])]
+        yield argv
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
-def action_argv(action: dict[str, Any]) -> list[str]:
-    """The argv that applies a ``file-replace`` remedy action with this interpreter and this zdoctor."""
-    argv = _boot() + ["--path", str(action["path"]), "--sha256", str(action["sha256"]),
-            "--backup", str(action["backup"])]
-    if isinstance(action.get("uid"), int):
-        argv += ["--uid", str(action["uid"])]
-    for part in text_parts(str(action["text"])):
-        argv += ["--text-part", part]
-    return argv
+def read_text(path: str, sha256: str) -> str:
+    """The text in ``path``: a regular file (no link followed), at most :data:`MAX_TEXT` bytes, hashing to
+    ``sha256``; else an InputError."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the new text: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_TEXT:
+            raise InputError(f"{path}: the new text is not a regular file of at most {MAX_TEXT >> 20} MiB")
+        chunks, left = [], MAX_TEXT + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > MAX_TEXT or hashlib.sha256(data).hexdigest() != sha256:
+        raise InputError(f"{path}: the new text is not the one shown (its SHA-256 differs); nothing changed")
+    return data.decode("utf-8", "surrogateescape")
 
 
 def remove_action_argv(action: dict[str, Any]) -> list[str]:
@@ -163,7 +203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--wait-pid", type=int, action="append", default=[])
     parser.add_argument("--backup", default=None)
     parser.add_argument("--uid", type=int, default=None)
-    parser.add_argument("--text-part", action="append", default=[])
+    parser.add_argument("--text-file")
+    parser.add_argument("--text-sha256")
     args = parser.parse_args(argv)
     for sig in (signal.SIGTERM, signal.SIGHUP):  # end through the cleanups, not in the middle of them
         signal.signal(sig, _exit_on)
@@ -172,10 +213,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.remove:
         rec = remove(args.remove, "dir" if args.dir else "file", args.wait_pid, step=step)
-    elif args.path and args.sha256:
-        rec = replace(args.path, "".join(args.text_part), args.sha256, args.backup, step=step, uid=args.uid)
+    elif args.path and args.sha256 and args.text_file and args.text_sha256:
+        try:  # read as the caller, before becoming the folder's owner
+            text = read_text(args.text_file, args.text_sha256)
+        except InputError as exc:
+            rec = {"path": args.path, "ok": False, "backup": None, "as_user": None, "error": str(exc)}
+        else:
+            rec = replace(args.path, text, args.sha256, args.backup, step=step, uid=args.uid)
     else:
-        parser.error("give --path and --sha256, or --remove")
+        parser.error("give --path, --sha256, --text-file and --text-sha256, or --remove")
     if rec["error"]:
         print(f"error: {rec['error']}", flush=True)
     print(RECORD_PREFIX + json.dumps(rec), flush=True)
