@@ -156,7 +156,7 @@ def battery(work: Path) -> list[Row]:
     rows.append(Row("state directory is a symlink", ["check", "--json", "--playbook", "gpu-stack"],
                     DEFAULT_TIME_BUDGET, _in_stderr("it is a symbolic link"),
                     env={**os.environ, "XDG_STATE_HOME": str(state)}))
-    rows += recorded_rows(work) + reader_rows(work, fifo)
+    rows += recorded_rows(work) + reader_rows(work, fifo) + bounded_rows(work)
     if os.geteuid() == 0 and shutil.which("mount"):
         rows.append(full_disk_row(work))
     return rows
@@ -252,9 +252,49 @@ def reader_rows(work: Path, fifo: Path) -> list[Row]:
     (ops / "cpu_adam").mkdir(parents=True)
     os.mkfifo(ops / "cpu_adam" / "build.ninja")
     return [Row("FIFO libstdc++.so.6 on LD_LIBRARY_PATH", ["check", "--json", "--no-log"], DEFAULT_TIME_BUDGET,
-                _no_crash, env={**os.environ, "LD_LIBRARY_PATH": str(lib)}),
+                lambda m: _no_crash(m) and "libstdc++.so.6: a FIFO (named pipe)" in m.stdout,
+                env={**os.environ, "LD_LIBRARY_PATH": str(lib)}),
             Row("FIFO build.ninja in the op cache", ["check", "--json", "--no-log", "--playbook", "zero3-launch"],
                 DEFAULT_TIME_BUDGET, _no_crash, env={**os.environ, "TORCH_EXTENSIONS_DIR": str(ops)})]
+
+
+def bounded_rows(work: Path) -> list[Row]:
+    """Inputs bounded by construction: endless lines for the message catalogue, an out-of-range kernel
+    record's kind of damage in a snapshot, a multi-megabyte line in a log, special files in the op cache and
+    among the shell start-up files."""
+    state = {**os.environ, "XDG_STATE_HOME": str(work / "state")}
+    log = work / "one-long-line.log"
+    log.write_text("step 1\n" + "/" * (1 << 20) + " ImportError: /opt/env/ext.so: undefined symbol: ncclCommRegister\n")
+    doc = json.loads((REPO / "tests" / "fixtures" / "snapshots" / "healthy.json").read_text())
+    doc["probes"]["dsrelease"] = {"probe": "dsrelease", "status": "ok", "error": None, "started": 0.0,
+                                  "duration_s": 0.1, "evidence": [],
+                                  "facts": {"installed": True, "version": "0.19.8",
+                                            "rules": {"libaio-detection": "old"}, "jit_origins": ["x"]}}
+    snap = work / "release-rule-of-another-type.json"
+    snap.write_text(json.dumps(doc))
+    home, ops = work / "special-home", work / "special-ops" / "cpu_adam"
+    home.mkdir()
+    ops.mkdir(parents=True)
+    os.mkfifo(home / ".bashrc")
+    os.mkfifo(ops / "cpu_adam.so")
+    return [
+        Row("check --symptom of 120,000 characters", ["check", "--json", "--no-log", "--playbook", "toolchain",
+                                                      "--symptom", "RuntimeError: " + "CUDA " * 24_000],
+            DEFAULT_TIME_BUDGET, lambda m: _no_crash(m) and '"symptoms": [' in m.stdout),
+        Row("check --log ending in a 1 MiB line", ["check", "--json", "--no-log", "--log", str(log)],
+            DEFAULT_TIME_BUDGET, _in_json("loader.undefined-nccl-symbol")),
+        Row("check --command printing one endless line", ["check", "--json", "--no-log", "--playbook", "toolchain",
+                                                          "--command", f"{sys.executable} -c \"import sys\n"
+                                                          "while True: sys.stdout.write('CUDA /' * 4096)\"",
+                                                          "--timeout", "10"],
+            10 + DEFAULT_TIME_BUDGET, _no_crash),
+        Row("check --replay with a release rule of another type", ["check", "--json", "--replay", str(snap)],
+            DEFAULT_TIME_BUDGET, lambda m: _no_crash(m) and "cannot be read" in m.stdout),
+        Row("FIFO .bashrc and FIFO op .so", ["check", "--json", "--no-log"], DEFAULT_TIME_BUDGET,
+            lambda m: _no_crash(m) and ".bashrc: a FIFO (named pipe)" in m.stdout
+            and "cpu_adam.so: a FIFO (named pipe)" in m.stdout,
+            env={**state, "HOME": str(home), "TORCH_EXTENSIONS_DIR": str(ops.parent)}),
+    ]
 
 
 def full_disk_row(work: Path) -> Row:
