@@ -22,9 +22,8 @@ def check_special_files(facts: Facts) -> list[Finding]:
     found = [x for x in f.get("found") or [] if isinstance(x, dict) and x.get("path")]
     looked = "; ".join(str(x) for x in f.get("looked") or [])
     if not found:
-        return [Finding(id=CID, status="ok", title="No FIFO, device or looping link where libraries, ops and "
-                        "start-up files are read", detail=f"Looked at (without opening anything): {looked}.",
-                        evidence=ev)]
+        return [Finding(id=CID, status="ok", title="No FIFO, device or looping link among the files looked at",
+                        detail=f"Looked at (without opening anything): {looked}.", evidence=ev)]
     rows = [[str(x["path"]), str(x.get("kind")), str(x.get("where")), effect(x)] for x in found]
     table = Evidence.of_table("special files", ["path", "is", "where", "what it does"], rows)
     first = found[0]
