@@ -1,15 +1,19 @@
-"""Try to create a file in a directory as another user: a forked child that drops root's groups, takes the
-user's own groups, gid and uid (in that order), and does nothing but ``open(O_CREAT|O_EXCL|O_NOFOLLOW)``
-and ``unlink``. No program runs in the child, so no code of the user's is run as root or at all."""
+"""Act on a file as another user: a forked child that drops root's groups, takes the user's own groups, gid
+and uid (in that order), and makes only system calls: ``can_create`` tries ``open(O_CREAT|O_EXCL|
+O_NOFOLLOW)`` and ``unlink``; ``open_as`` opens a file for reading and hands the descriptor back. No
+program runs in the child, so no code of the user's is run as root or at all."""
 
 from __future__ import annotations
 
+import array
 import contextlib
 import errno
 import os
 import pwd
 import secrets
 import signal
+import socket
+import stat as stat_module
 import time
 
 from . import children
@@ -113,3 +117,81 @@ def can_create(directory: str, name: str, timeout: float = CHILD_TIMEOUT_S) -> d
         out["ok"] = False
         out["error"] = os.strerror(int(raw))
     return out
+
+
+def _open_child(sock_fd: int, path: str, groups: list[int], uid: int, gid: int) -> None:
+    """Send back ``path`` opened for reading (a regular file only, never blocking) as ``uid``, or an answer:
+    ``sERRNO`` (switching users failed), ``ERRNO`` (the open failed), ``mMODE`` (not a regular file)."""
+    try:
+        sock = socket.socket(fileno=sock_fd)
+        try:
+            os.setgroups(groups)
+            os.setgid(gid)
+            os.setuid(uid)
+        except OSError as exc:
+            sock.send(f"s{exc.errno or errno.EIO}".encode())
+            return
+        try:
+            st = os.stat(path)
+            if not stat_module.S_ISREG(st.st_mode):
+                sock.send(f"m{st.st_mode}".encode())
+                return
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        except OSError as exc:
+            sock.send(str(exc.errno or errno.EIO).encode())
+            return
+        sock.sendmsg([b"0"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+    finally:  # the child must never return into the parent's code
+        os._exit(0)
+
+
+def open_as(path: str, uid: int, timeout: float = CHILD_TIMEOUT_S) -> int:
+    """``path`` opened for reading with the rights of ``uid`` (its own groups; none for an unknown uid), the
+    descriptor handed back from a child that made only system calls: a file the user cannot read stays
+    unread, whatever link they planted. Raises OSError (``errno`` set; EINVAL with the mode in the message
+    for a file that is not regular)."""
+    try:
+        pw = pwd.getpwuid(uid)
+        gid, groups = pw.pw_gid, sorted(set(os.getgrouplist(pw.pw_name, pw.pw_gid)))
+    except (KeyError, OSError):
+        gid, groups = uid, []
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        pid = os.fork()
+    except OSError:
+        parent.close()
+        child.close()
+        raise
+    if pid == 0:  # pragma: no cover - runs in the child
+        parent.close()
+        _open_child(child.detach(), path, groups, uid, gid)
+    child.close()
+    children.register(pid)
+    try:
+        parent.settimeout(timeout)
+        try:
+            msg, anc, _flags, _addr = parent.recvmsg(32, socket.CMSG_SPACE(array.array("i").itemsize))
+        except socket.timeout:
+            raise OSError(errno.ETIMEDOUT, f"opening it as uid {uid} did not finish in {timeout:g}s") from None
+        fds = array.array("i")
+        for level, kind, data in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+        answer = msg.decode("ascii", "replace")
+        if answer == "0" and fds:
+            return fds[0]
+        for extra in fds:
+            os.close(extra)
+        if answer.startswith("m") and answer[1:].isdigit():
+            raise OSError(errno.EINVAL, f"mode {int(answer[1:]):o}")
+        if answer.startswith("s") and answer[1:].isdigit():
+            raise OSError(int(answer[1:]), f"could not become uid {uid}: {os.strerror(int(answer[1:]))}")
+        code = int(answer) if answer.isdigit() else errno.EIO
+        raise OSError(code, os.strerror(code))
+    finally:
+        parent.close()
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+        children.forget(pid)

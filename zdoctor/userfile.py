@@ -17,6 +17,9 @@ from typing import BinaryIO, TextIO
 
 from .errors import InputError
 
+#: Who reads a file where a group or everyone may change the folder: no user in particular.
+NOBODY = 65534
+
 #: What a file type is called in messages.
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
@@ -31,9 +34,69 @@ def _mib(n: int) -> str:
     return f"{n / (1024 * 1024):g} MiB"
 
 
+def controller(path: str) -> int | None:
+    """The uid whose rights root reads ``path`` with: the owner of the first folder on the way that a user
+    other than root can change (``asuser.NOBODY`` where a group or everyone may, with no sticky bit), or of a
+    link that is the last part; None when only root can change the way to it (then root reads it)."""
+    full = os.path.abspath(path)
+    folder = "/"
+    for part in [p for p in os.path.dirname(full).split("/") if p]:
+        folder = os.path.join(folder, part)
+        try:
+            st = os.stat(folder)
+        except OSError:
+            return None  # the open fails, and says why
+        if st.st_uid != 0 and st.st_mode & stat.S_IWUSR:
+            return st.st_uid
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+            return NOBODY
+    try:
+        last = os.lstat(full)
+    except OSError:
+        return None
+    return last.st_uid if stat.S_ISLNK(last.st_mode) and last.st_uid != 0 else None
+
+
+def _open_as_controller(path: str, uid: int, what: str) -> tuple[BinaryIO, os.stat_result]:
+    """``path`` opened with the rights of ``uid`` (see :func:`controller`)."""
+    from .asuser import open_as
+
+    try:
+        fd = open_as(path, uid)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such {what}") from None
+    except PermissionError:
+        raise InputError(f"{path}: permission denied (read as uid {uid}, who can change the folder it is "
+                         "in)") from None
+    except OSError as exc:
+        if exc.errno == errno.EINVAL and str(exc.strerror).startswith("mode "):
+            mode = int(str(exc.strerror)[5:], 8)
+            raise InputError(f"{path}: is {kind_of(mode)}, not a regular file; only regular files are read as "
+                             f"a {what}") from None
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{path}: is {kind_of(st.st_mode)}, not a regular file; only regular files are "
+                             f"read as a {what}")
+        return os.fdopen(fd, "rb"), st
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def open_user_file(path: str, what: str = "file", cap: int | None = None) -> tuple[BinaryIO, os.stat_result]:
     """Open ``path`` for reading after checking that it is a regular file (at most ``cap`` bytes when
-    given); any refusal is an :class:`InputError` of one line naming the file and ``what`` it was to be."""
+    given); any refusal is an :class:`InputError` of one line naming the file and ``what`` it was to be.
+    As root, a file on a way another user can change is opened with that user's rights (:func:`controller`):
+    a link they planted to a file only root may read is not read."""
+    owner = controller(path) if os.geteuid() == 0 else None
+    if owner is not None:
+        fh, st = _open_as_controller(path, owner, what)
+        if cap is not None and st.st_size > cap:
+            fh.close()
+            raise InputError(f"{path}: {st.st_size} bytes, larger than the {_mib(cap)} a {what} may be")
+        return fh, st
     try:
         st = os.stat(path)
     except FileNotFoundError:
