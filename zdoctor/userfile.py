@@ -57,7 +57,7 @@ def controller(path: str) -> int | None:
     return last.st_uid if stat.S_ISLNK(last.st_mode) and last.st_uid != 0 else None
 
 
-def _open_as_controller(path: str, uid: int, what: str) -> tuple[BinaryIO, os.stat_result]:
+def _open_as_controller(path: str, uid: int, what: str, cap: int | None) -> tuple[BinaryIO, os.stat_result]:
     """``path`` opened with the rights of ``uid`` (see :func:`controller`)."""
     from .asuser import open_as
 
@@ -70,15 +70,28 @@ def _open_as_controller(path: str, uid: int, what: str) -> tuple[BinaryIO, os.st
                          "in)") from None
     except OSError as exc:
         if exc.errno == errno.EINVAL and str(exc.strerror).startswith("mode "):
-            mode = int(str(exc.strerror)[5:], 8)
-            raise InputError(f"{path}: is {kind_of(mode)}, not a regular file; only regular files are read as "
-                             f"a {what}") from None
+            raise _not_regular(path, int(str(exc.strerror)[5:], 8), what) from None
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return _regular(fd, path, what, None)
+
+
+def _not_regular(path: str, mode: int, what: str) -> InputError:
+    return InputError(f"{path}: is {kind_of(mode)}, not a regular file; only regular files are read as a {what}")
+
+
+def _too_large(path: str, size: int, cap: int, what: str) -> InputError:
+    return InputError(f"{path}: {size} bytes, larger than the {_mib(cap)} a {what} may be")
+
+
+def _regular(fd: int, path: str, what: str, cap: int | None) -> tuple[BinaryIO, os.stat_result]:
+    """The open descriptor ``fd`` as a file, checked on the descriptor itself: a regular file (replaced
+    between a check and the open, or opened as another user), at most ``cap`` bytes; closed when refused."""
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"{path}: is {kind_of(st.st_mode)}, not a regular file; only regular files are "
-                             f"read as a {what}")
+            raise _not_regular(path, st.st_mode, what)
+        if cap is not None and st.st_size > cap:
+            raise _too_large(path, st.st_size, cap, what)
         return os.fdopen(fd, "rb"), st
     except BaseException:
         os.close(fd)
@@ -92,11 +105,7 @@ def open_user_file(path: str, what: str = "file", cap: int | None = None) -> tup
     a link they planted to a file only root may read is not read."""
     owner = controller(path) if os.geteuid() == 0 else None
     if owner is not None:
-        fh, st = _open_as_controller(path, owner, what)
-        if cap is not None and st.st_size > cap:
-            fh.close()
-            raise InputError(f"{path}: {st.st_size} bytes, larger than the {_mib(cap)} a {what} may be")
-        return fh, st
+        return _open_as_controller(path, owner, what, cap)
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -106,10 +115,9 @@ def open_user_file(path: str, what: str = "file", cap: int | None = None) -> tup
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if not stat.S_ISREG(st.st_mode):
-        raise InputError(f"{path}: is {kind_of(st.st_mode)}, not a regular file; only regular files are "
-                         f"read as a {what}")
+        raise _not_regular(path, st.st_mode, what)
     if cap is not None and st.st_size > cap:
-        raise InputError(f"{path}: {st.st_size} bytes, larger than the {_mib(cap)} a {what} may be")
+        raise _too_large(path, st.st_size, cap, what)
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
     try:
         fd = os.open(path, flags)
@@ -117,15 +125,7 @@ def open_user_file(path: str, what: str = "file", cap: int | None = None) -> tup
         raise InputError(f"{path}: permission denied") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):  # replaced between the check and the open
-            raise InputError(f"{path}: is {kind_of(st.st_mode)}, not a regular file; only regular files are "
-                             f"read as a {what}")
-        return os.fdopen(fd, "rb"), st
-    except BaseException:
-        os.close(fd)
-        raise
+    return _regular(fd, path, what, cap)
 
 
 def read_user_file(path: str, what: str = "file", cap: int = 16 * 1024 * 1024) -> bytes:
