@@ -166,6 +166,8 @@ class Finding:
     remedies: list[Remedy] = field(default_factory=list)
     #: Ids of the symptoms (what the user saw) this finding explains, matched on their concrete content.
     explains: list[str] = field(default_factory=list)
+    #: The cause class it names for what it explains (:data:`zdoctor.causes.CAUSES`), when it names one.
+    cause: str | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -180,6 +182,7 @@ class Finding:
             "evidence": [e.to_dict() for e in self.evidence],
             "remedies": [r.to_dict() for r in self.remedies],
             "explains": list(self.explains),
+            **({"cause": self.cause} if self.cause else {}),
         }
 
     @classmethod
@@ -190,6 +193,7 @@ class Finding:
             evidence=[Evidence.from_dict(e) for e in d.get("evidence", [])],
             remedies=[Remedy.from_dict(r) for r in d.get("remedies", [])],
             explains=[str(x) for x in explains] if isinstance(explains, list) else [],
+            cause=d["cause"] if isinstance(d.get("cause"), str) else None,
         )
 
 

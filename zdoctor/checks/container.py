@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..causes import CGROUP_LIMIT
 from ..gpu.limits import human
 from ..model import Evidence, Finding, Remedy
 from ..registry import Facts, check, predicate
 from ..symptoms.match import ids_for
 from . import not_checked
-from .hostram import LIMIT_COMMANDS
+from .hostram import LIMIT_COMMANDS, job_kill_cause
 
 #: Usage above this share of the memory limit, or of pids.max, is close to it.
 NEAR = 0.90
@@ -84,7 +85,7 @@ def _memory(facts: Facts, f: dict[str, Any], ev: list[Evidence]) -> Finding:
                  commands=list(LIMIT_COMMANDS),
                  note="not tried: the limit belongs to the scheduler or container that started the job",
                  explanation="The limit is the job's share of the node, not the node's RAM.")
-    if isinstance(kills, int) and kills > 0:
+    if isinstance(kills, int) and kills > 0 and job_kill_cause(facts) == CGROUP_LIMIT:
         when = "after the --command run" if f.get("after_command") else "now"
         lines.append(f"Read {when}: the cgroup's OOM-kill counter counts every kill by its limit since the cgroup "
                      "was made. The kernel killed a process because this limit was reached, whatever the host "
@@ -93,9 +94,17 @@ def _memory(facts: Facts, f: dict[str, Any], ev: list[Evidence]) -> Finding:
         return Finding(id=fid, status="fail",
                        title=f"The job's memory cgroup limit ({_size(limit)}) killed {kills} process(es): the "
                              "limit ran out, not the host's memory",
-                       detail="\n".join(lines), evidence=ev, remedies=[rem],
+                       detail="\n".join(lines), evidence=ev, remedies=[rem], cause=CGROUP_LIMIT,
                        explains=ids_for(facts, "killed", signal="9")
                        + ids_for(facts, "oom-kill", constraint="CONSTRAINT_MEMCG"))
+    if isinstance(kills, int) and kills > 0:  # counted, but the job's kill evidence says it was not the limit
+        lines.append("These kills were not at this cgroup's limit: "
+                     + (f"the kernel's record of the job's kill says {job_kill_cause(facts)}."
+                        if job_kill_cause(facts) else "memory.events counts no OOM event at the limit (a v2 "
+                                                     "cgroup counts kills by the host's OOM killer too)."))
+        return Finding(id=fid, status="warn",
+                       title=f"The job's memory cgroup counted {kills} OOM kill(s), not at its {_size(limit)} limit",
+                       detail="\n".join(lines), evidence=ev)
     if isinstance(limit, int) and isinstance(usage, int) and usage >= NEAR * limit \
             and isinstance(room.get("room"), int) and room["room"] < (1 - NEAR) * limit:
         return Finding(id=fid, status="warn",

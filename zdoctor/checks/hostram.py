@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..causes import CGROUP_LIMIT, UNKNOWN_KILL, WHAT_WOULD_TELL, kill_cause, oom_cause
 from ..gpu.limits import human
 from ..model import Evidence, Finding, Remedy
 from ..offload.planner import gib
@@ -16,7 +17,8 @@ from . import not_checked
 
 
 @check("offload.host-ram", title="Host memory beyond the offload estimate", probes=("hostram",),
-       explains=("oom-kill", "killed"), optional=("dsrelease", "dsconfig", "kernel_log", "livetrace"),
+       explains=("oom-kill", "killed"),
+       optional=("dsrelease", "dsconfig", "kernel_log", "livetrace", "container"),
        findings=("offload.host-ram.wsl2",))
 def check_hostram(facts: Facts) -> list[Finding]:
     f = facts.of("hostram")
@@ -67,17 +69,22 @@ def check_hostram(facts: Facts) -> list[Finding]:
     memcg = [k for k in ooms if k.get("kind") == "memcg"]
     host_wide = [k for k in ooms if k.get("kind") != "memcg"]
     killed = ids_for(facts, "killed", signal="9")
+    counted = job_cgroup_oom_kills(facts)
     if memcg and not host_wide:
         out.append(_memcg_kill(f, memcg, lines, ev, rem))
         out[-1].explains = ids_for(facts, "oom-kill", constraint="CONSTRAINT_MEMCG") + killed
+        out[-1].cause = CGROUP_LIMIT
     elif host_wide:
         k = host_wide[0]
+        cause = oom_cause(k) or kill_cause([k], counted)
         scope = {"global": "host memory ran out (the kernel's OOM killer, constraint "
                            f"{k.get('constraint') or 'not logged'})",
                  "cpuset": "the memory of the NUMA nodes the job's cpuset allows ran out (CONSTRAINT_CPUSET)",
                  "mempolicy": "the memory of the NUMA nodes the job's memory policy allows ran out "
-                              "(CONSTRAINT_MEMORY_POLICY)"}.get(k.get("kind") or "", "memory ran out")
-        out.append(Finding(id="offload.host-ram", status="fail",
+                              "(CONSTRAINT_MEMORY_POLICY)"}.get(k.get("kind") or "") if oom_cause(k) else \
+            (f"the job's memory cgroup limit ran out (no constraint logged; the cgroup counted {counted} OOM "
+             "kill(s) at its limit)" if cause == CGROUP_LIMIT else f"{UNKNOWN_KILL} ({WHAT_WOULD_TELL} would tell)")
+        out.append(Finding(id="offload.host-ram", status="fail", cause=cause,
                            title=f"The kernel's OOM killer killed {k.get('task')} (pid {k.get('pid')}, "
                                  f"{_where(f, k, 'log line ')}): {scope}",
                            detail="\n".join([f"{_where(f, x)}: {x['text']}" for x in host_wide[:3]]
@@ -85,13 +92,19 @@ def check_hostram(facts: Facts) -> list[Finding]:
                                                        "says; the memory available now is after the kill."]),
                            evidence=ev, remedies=rem,
                            explains=ids_for(facts, "oom-kill", constraint=k.get("constraint")) + killed))
+    elif kills and kill_cause([], counted) == CGROUP_LIMIT:
+        out.append(Finding(id="offload.host-ram", status="fail", cause=CGROUP_LIMIT,
+                           title=f"The training log shows a process killed ({len(kills)} line(s), e.g. line "
+                                 f"{kills[0][0]}): the job's memory cgroup counted {counted} OOM kill(s) at its "
+                                 "limit, not the host's memory (container.memory gives the limit)",
+                           detail="\n".join([f"{f.get('log')}:{n}: {t}" for n, t in kills[:3]] + lines),
+                           evidence=ev, remedies=[_RAISE_LIMIT] + rem, explains=killed))
     elif kills:
         out.append(Finding(id="offload.host-ram", status="fail",
                            title=f"The training log shows a process killed ({len(kills)} line(s), e.g. line "
-                                 f"{kills[0][0]}): most likely host memory ran out (the log does not say who "
-                                 "killed it)",
+                                 f"{kills[0][0]}): {UNKNOWN_KILL} (the log does not say who killed it)",
                            detail="\n".join([f"{f.get('log')}:{n}: {t}" for n, t in kills[:3]] + lines
-                                            + [_kernel_log_says(facts)]),
+                                            + [_kernel_log_says(facts), f"What would tell: {WHAT_WOULD_TELL}."]),
                            evidence=ev, remedies=rem, explains=killed))
     elif avail is not None and needed and needed > avail:
         out.append(Finding(id="offload.host-ram", status="fail",
@@ -195,6 +208,23 @@ def job_oom_kills(facts: Facts, f: dict[str, Any]) -> list[dict[str, Any]]:
     return out + [k for k in logged if k.get("pid") in by_pid]
 
 
+def job_cgroup_oom_kills(facts: Facts) -> int | None:
+    """The OOM kills the job's memory cgroup counted at its own limit (memory.events oom_kill, v1's
+    oom_control), None when not read. A v2 cgroup also counts kills by the host's OOM killer there, so a count
+    with no OOM event at the limit (memory.events oom 0) is not the limit's."""
+    mem = facts.get_fact("container", "cgroup", "memory", default=None) or {}
+    kills, events = mem.get("oom_kill"), mem.get("oom")
+    if not isinstance(kills, int):
+        return None
+    return kills if not isinstance(events, int) or events > 0 else 0
+
+
+def job_kill_cause(facts: Facts) -> str | None:
+    """The one cause class of the job's kill (:func:`zdoctor.causes.kill_cause`) from every fact that speaks of
+    it: the OOM records of the job and its memory cgroup's counters."""
+    return kill_cause(job_oom_kills(facts, facts.of("hostram") or {}), job_cgroup_oom_kills(facts))
+
+
 def _where(f: dict[str, Any], k: dict[str, Any], line_word: str = "") -> str:
     """Where a kill's record is: the kernel log (with its time), or the --log's line (``line_word`` + its
     number when given, else ``LOG:N``)."""
@@ -247,6 +277,12 @@ def _limit_first(f: dict[str, Any], rem: list[Remedy]) -> list[Remedy]:
 LIMIT_COMMANDS = ("# Slurm: sbatch/srun --mem=0 (all of the node's memory) or a larger --mem / --mem-per-gpu",
                   "# docker: docker run --memory=<size> (or no --memory); Kubernetes: resources.limits.memory",
                   "# systemd unit or scope: MemoryMax=<size> (v1: MemoryLimit=)")
+
+
+_RAISE_LIMIT = Remedy(title="Raise the job's memory limit (the cgroup's, set by whatever started the job)",
+                     commands=list(LIMIT_COMMANDS),
+                     note="not tried: the limit belongs to the scheduler or container that started the job",
+                     explanation="The limit is the job's share of the node, not the node's RAM.")
 
 
 def _unpin_remedies(facts: Facts, blocks: list[str]) -> list[Remedy]:

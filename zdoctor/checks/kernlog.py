@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..causes import CGROUP_LIMIT, HOST_RAM, NUMA_LIMIT, UNKNOWN_KILL, WHAT_WOULD_TELL, kill_cause, oom_cause
 from ..forensics.kernlog import bus_address
 from ..gpu.checkfacts import result_facts
 from ..model import Evidence, Finding, Remedy
@@ -21,6 +22,7 @@ from ..rules.xids import CATALOGUE, xid
 from ..symptoms.match import ids_for, symptoms_of
 from . import not_checked
 from .gpu import reboot_remedy, reload_remedy, reset_remedy
+from .hostram import job_cgroup_oom_kills
 
 LAYER = "kernel-log"
 
@@ -331,22 +333,22 @@ def check_oom(facts: Facts) -> list[Finding]:
     lines: list[str] = []
     hl: list[int] = []
     explains: list[str] = []
+    told: list[dict[str, Any]] = []  # the kills that are what the user saw
     for k in kills:
-        memcg = k.get("constraint") == "CONSTRAINT_MEMCG" or k.get("kind") == "memcg"
         tied = k.get("pid") in ours
         if tied:
             hl.append(len(rows))
         limit = f"{k['limit_kb']} kB" if isinstance(k.get("limit_kb"), int) else "-"
         rows.append([when(k.get("time")), f"{k.get('task')} (pid {k.get('pid')})", k.get("constraint") or "not logged",
                      k.get("task_memcg") or k.get("memcg") or "-", limit, "yes" if tied else "no"])
-        what = ("its memory cgroup's limit was hit (CONSTRAINT_MEMCG): the job's share, not the host's RAM"
-                if memcg else "the host ran out of memory (constraint " + (k.get("constraint") or "not logged") + ")")
+        what = _oom_what(k)
         lines.append(f"{when(k.get('time'))}: the OOM killer killed {k.get('task')} (pid {k.get('pid')}"
                      + (", a process of the --command run" if tied else "") + f") in cgroup "
                      f"{k.get('task_memcg') or k.get('memcg') or '(not logged)'}: {what}.")
-        explains += _oom_symptoms(facts, k)
-        if tied:
-            explains += ids_for(facts, "killed", signal="9")
+        said = _oom_symptoms(facts, k) + (ids_for(facts, "killed", signal="9") if tied else [])
+        explains += said
+        if said or tied:
+            told.append(k)
     # A kill of the job's own process, or one a message the user saw names, is the failure; others are news
     status = "fail" if hl or explains else "warn"
     table = _table(facts, "OOM kills in the kernel log", ["time", "killed", "constraint", "cgroup",
@@ -359,7 +361,20 @@ def check_oom(facts: Facts) -> list[Finding]:
                      "earlier run).")
     lines.append("offload.host-ram weighs these against the offload's host-memory needs.")
     return [Finding(id=fid, status=status, title=title, detail="\n".join(lines + [scope(kl)]),
-                    evidence=[table, *ev], remedies=[], explains=sorted(set(explains)))]
+                    evidence=[table, *ev], remedies=[], explains=sorted(set(explains)),
+                    cause=kill_cause(told, job_cgroup_oom_kills(facts)) if told else None)]
+
+
+def _oom_what(kill: dict[str, Any]) -> str:
+    """What ran out for one kill, in the words of its one cause class."""
+    cause = oom_cause(kill)
+    if cause == CGROUP_LIMIT:
+        return "its memory cgroup's limit was hit (CONSTRAINT_MEMCG): the job's share, not the host's RAM"
+    if cause == HOST_RAM:
+        return f"the host ran out of memory (constraint {kill.get('constraint') or 'not logged, not a memory cgroup'})"
+    if cause == NUMA_LIMIT:
+        return f"the memory of the NUMA nodes its cpuset or memory policy allows ran out ({kill.get('constraint')})"
+    return f"{UNKNOWN_KILL} (constraint {kill.get('constraint') or 'not logged'}; {WHAT_WOULD_TELL} would tell)"
 
 
 def _oom_symptoms(facts: Facts, kill: dict[str, Any]) -> list[str]:
