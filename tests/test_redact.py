@@ -141,3 +141,32 @@ def test_remembered_texts_are_bounded_and_a_remembered_secret_is_still_reported(
     for i in range(r._MEMO_TOTAL // (32 * 1024) + 2):  # more than the bound, in distinct texts
         r.redact_text(f"--n={i} " + "x" * (32 * 1024))
     assert sum(len(t) for t in r._MEMO) <= r._MEMO_TOTAL
+
+
+@pytest.mark.parametrize("text", [
+    "PasswordAuthentication=no",
+    "passwordauthentication no",
+    "StrictHostKeyChecking=accept-new",
+    "basic auth: required",
+    "Basic Auth: enabled",
+    "unknown key: ssh_key",
+    "config key: sort_key",
+    "key: zero_optimization.offload_param.buffer_count",
+])
+def test_a_settings_name_and_a_switchs_setting_survive_as_evidence(text):
+    """Setting names are not secrets, and a switch's value (no, yes, accept-new) or a setting's name under a
+    field called ``key`` holds no key material: the evidence reads as the node said it."""
+    assert redact_text(text) == text
+    assert redact({"PasswordAuthentication": "no", "line": text}) == {"PasswordAuthentication": "no", "line": text}
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("KEY=abc123", "KEY=<redacted>"),
+    ("ssh_key = AAAAB3NzaC1yc2E", "ssh_key = <redacted>"),
+    ("api_key: abc123xyz", "api_key: <redacted>"),
+    ("PASSWORD=letmein", "PASSWORD=<redacted>"),
+    ("Authorization: Basic dXNlcjpwYXNz", "Authorization: Basic <redacted>"),
+    ("key: s3cr3t_Value", "key: <redacted>"),
+])
+def test_the_values_of_secret_names_still_go(text, expected):
+    assert redact_text(text) == expected

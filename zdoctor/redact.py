@@ -35,8 +35,11 @@ Inside strings
 --------------
 ``NAME=value``, ``export NAME=value``, ``NAME: value``, ``"NAME": "value"``, ``--name=value`` and
 ``--name value`` (a command line held as one string, ``--command "train.py --password x"``) for such
-names. An unquoted value runs to the next blank, or to the end of the line where the assignment opens
-it, as in ``env`` output (so ``HF_TOKEN=x python train.py`` keeps only ``HF_TOKEN=<redacted>``).
+names. A name is never replaced, and neither is a value that holds nothing to hide: a switch's setting
+(``PasswordAuthentication=no``, ``StrictHostKeyChecking=accept-new``), or the name of a setting under a
+field called just ``key`` (``unknown key: ssh_key``). An unquoted value runs to the next blank, or to the
+end of the line where the assignment opens it, as in ``env`` output (so ``HF_TOKEN=x python train.py``
+keeps only ``HF_TOKEN=<redacted>``).
 Also ``Bearer``/``Basic`` credentials, credentials in URLs (``https://user:pw@host``), PEM private key
 blocks, and well-known token shapes: Hugging Face ``hf_...``, AWS access key ids ``AKIA...``/``ASIA...``,
 GitHub ``ghp_...``/``github_pat_...``, ``sk-...`` API keys. Everything else (paths, versions,
@@ -103,8 +106,10 @@ _BARE_CREDENTIALS = re.compile(r"(?P<head>(?<![^\s\"'=(])[A-Za-z0-9._%+-]+:)(?!<
 #: Tools whose ``-p`` takes the password itself (``mysql -pSECRET``, ``sshpass -p SECRET``).
 _SHORT_P_TOOLS = re.compile(r"(?P<tool>(?<![^\s/\"'])(?:mysql[a-z]*|mariadb[a-z-]*|sshpass))(?P<args>[^\n|;&]*)")
 _SHORT_P = re.compile(r"(?P<flag>(?<!\S)-p)(?P<gap>[ \t]*)(?P<value>(?!-)(?!<redacted>)(?:\\.|[^\s\\])+)")
-_AUTH_SCHEME = re.compile(r"\b(?P<scheme>Bearer|Basic)(?P<gap>\s+)(?!<redacted>)[A-Za-z0-9._~+/=-]+",
-                          re.IGNORECASE)
+#: ``Bearer``/``Basic`` and a credential: a whole word (never cut short) not followed by ``:`` (``basic auth:
+#: required`` names a setting; it holds no credential).
+_AUTH_SCHEME = re.compile(r"\b(?P<scheme>Bearer|Basic)(?P<gap>\s+)(?!<redacted>)"
+                          r"(?=(?P<cred>[A-Za-z0-9._~+/=-]+))(?P=cred)(?!:)", re.IGNORECASE)
 _SHAPES = re.compile(
     r"(?<![A-Za-z0-9])(?:"
     r"hf_[A-Za-z0-9]{20,}"
@@ -131,6 +136,22 @@ _OPTION_VALUE = re.compile(
 )
 #: Values that hold nothing to hide: empty, or already redacted.
 _DONE = re.compile(r"(?:(?:Bearer|Basic|Token)[ \t]+)?(?:<redacted>)?", re.IGNORECASE)
+#: Values that say how a setting is set, never what a secret is (``PasswordAuthentication=no``,
+#: ``StrictHostKeyChecking=accept-new``).
+_SWITCH = re.compile(r"yes|no|true|false|on|off|none|ask|accept-new|enabled?|disabled?|required|optional|"
+                     r"prohibit-password|without-password|forced-commands-only|[01]", re.IGNORECASE)
+#: A setting's own name (``ssh_key``, ``zero_optimization.stage``): what a field called ``key`` holds in
+#: ``unknown key: ssh_key``, never key material.
+_SETTING_NAME = re.compile(r"[a-z][a-z0-9]*(?:[_.][a-z][a-z0-9]*)+")
+
+
+def harmless_value(name: str, value: str) -> bool:
+    """Whether ``value``, under the secret-sounding ``name``, holds nothing to hide: empty or redacted, a
+    switch's setting, or (under a name that is just ``key``) the name of a setting."""
+    bare = value.strip("\"'")
+    if _DONE.fullmatch(bare) or _SWITCH.fullmatch(bare):
+        return True
+    return name_parts(name) == ["key"] and bool(_SETTING_NAME.fullmatch(bare))
 
 
 def _secret_values(text: str, pattern: re.Pattern[str], resume: str, found: list[str] | None = None) -> str:
@@ -148,7 +169,7 @@ def _secret_values(text: str, pattern: re.Pattern[str], resume: str, found: list
         if m is None:
             break
         value = m.group("value")
-        if not is_secret_name(m.group("name")) or _DONE.fullmatch(value.strip("\"'")):
+        if not is_secret_name(m.group("name")) or harmless_value(m.group("name"), value):
             out.append(text[pos:m.end(resume)])
             pos = m.end(resume)
             continue
@@ -247,7 +268,9 @@ def _secret_member(name: str) -> bool:
 
 
 def _secret_value(value: Any, found: list[str]) -> Any:
-    """Replace a value found under a secret name."""
+    """Replace a value found under a secret name (a switch's setting stays)."""
+    if isinstance(value, str) and _SWITCH.fullmatch(value):
+        return value
     if isinstance(value, (str, bytes)):
         if value and isinstance(value, str):
             found.append(value)
