@@ -13,6 +13,9 @@ from . import __version__, children
 from .errors import InputError, UsageError, ZdoctorError
 from .target import OPTION_KEYS, Target
 
+#: The options a replayed snapshot may be asked with: what the user saw, pasted or as a log.
+ASKABLE = ("symptom", "train_log")
+
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 
@@ -216,11 +219,15 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from .host import ReplayHost
 
     if args.replay and (_python(args) or args.run_command or args.ext or args.timeout
-                        or any(getattr(args, k, None) is not None for k in OPTION_KEYS)):
+                        or any(getattr(args, k, None) is not None for k in OPTION_KEYS if k not in ASKABLE)):
         raise UsageError("zdoctor check: --replay excludes --python and the options describing a job "
-                         "(a snapshot is replayed as it was recorded)")
+                         "(a snapshot is replayed as it was recorded; --symptom and --log may be added)")
     books = select_playbooks(args.playbook)
     host = ReplayHost.load(args.replay) if args.replay else _live_host(args)
+    if args.replay and any(getattr(args, k, None) is not None for k in ASKABLE):
+        # what the user was sent, matched against the recorded node: read here, as given
+        asked = Target.from_args(None, None, [], None, {k: getattr(args, k, None) for k in ASKABLE})
+        host.ask(asked.options)
     log = _open_log("check", argv, host.info, not args.no_log)
     record = log.record if log else (lambda _t, _d: None)
     from .progressline import ProgressLine

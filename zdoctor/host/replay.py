@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -14,6 +14,7 @@ from ..errors import InputError
 from ..model import ProbeResult
 from ..registry import PROBES
 from ..shape import doubtful_nulls, record_problems
+from ..target import Target
 from .base import Host, run_probe_guarded
 
 SNAPSHOT_FORMAT = "zdoctor-snapshot"
@@ -93,6 +94,12 @@ class ReplayHost(Host):
         except RecursionError:
             raise InputError(f"{path}: nested too deeply to read") from None
         return cls(document, source=path)
+
+    def ask(self, options: Mapping[str, Any]) -> None:
+        """Add what the user saw (``symptom``, ``train_log``) to the recorded node: the symptoms are read
+        again, from the recorded run and these, and matched against the recorded facts."""
+        self.target = Target.of(options=dict(options))
+        self._recorded.pop("symptoms", None)
 
     def forget(self, names: Iterable[str]) -> None:
         """A snapshot does not change: nothing to forget."""

@@ -110,10 +110,27 @@ def unexplained_finding(entry: Entry, findings: list[Finding]) -> Finding:
                    evidence=evidence, explains=[])
 
 
+#: Id prefix of the finding that says a file the user gave with what they saw could not be read.
+UNREAD_PREFIX = "symptom.unread."
+
+
+def unread_findings(facts: Facts) -> list[Finding]:
+    """A failing finding for each file the user gave with what they saw that could not be read: its lines
+    were never examined, so no end may call the node healthy over them."""
+    of = getattr(facts, "of", None)
+    found = of("symptoms") if callable(of) else None
+    unread = [str(u) for u in (found or {}).get("unread") or [] if str(u).startswith("the --log file")]
+    return [Finding(id=f"{UNREAD_PREFIX}{n}", status="fail", title=f"Not read: {u}",
+                    detail="What this file holds was not examined: no line of it is among the symptoms, and nothing "
+                           "here is a verdict on it. Give it as a regular file zdoctor may read.")
+            for n, u in enumerate(unread, 1)]
+
+
 def assess(facts: Facts, findings: list[Finding]) -> tuple[list[Entry], list[Finding]]:
-    """The ledger for ``facts`` and every finding, and one failing finding per unexplained symptom."""
+    """The ledger for ``facts`` and every finding; one failing finding per unexplained symptom and per file
+    of what the user saw that could not be read."""
     entries = build(symptoms_of(facts), findings)
-    return entries, [unexplained_finding(e, findings) for e in entries if not e.explained]
+    return entries, [unexplained_finding(e, findings) for e in entries if not e.explained] + unread_findings(facts)
 
 
 def ledger_on(host: Any) -> list[Entry]:
