@@ -8,7 +8,9 @@ import re
 import shlex
 from typing import Any
 
+from ..causes import BROKEN_COMPILER, FULL_DISK
 from ..forensics.remedies import export_line, restore_line
+from ..gpu.limits import human
 from ..model import Finding, Remedy
 from ..packages import managers, python_headers_package
 from ..registry import Facts, check, predicate
@@ -142,6 +144,11 @@ def _compiles(f: dict[str, Any], facts: Facts) -> Finding | None:
     c = f["compile"]
     if not c.get("compiler"):
         return None  # toolchain.jit-compiler reports a missing compiler
+    if c.get("no_space"):
+        return _no_space(c, facts)
+    if c.get("plain") is None:
+        return not_checked("toolchain.jit-prereq.compile", f"Whether {c['compiler']} compiles",
+                           c.get("error") or "the compile test did not run")
     plain = c.get("plain") or {}
     withpy = c.get("with_python_h")
     if plain.get("ok") and withpy is not None and not withpy.get("ok"):
@@ -158,7 +165,66 @@ def _compiles(f: dict[str, Any], facts: Facts) -> Finding | None:
                    detail="The compiler torch would use for JIT builds fails on `int main() { return 0; }`: "
                           + (" | ".join(err) or "no output") + ". A compiler driver without its back end (cc1plus), "
                           "without the C++ standard headers, or a broken wrapper is not a compiler.",
-                   remedies=install_remedies(distro))
+                   remedies=install_remedies(distro), cause=BROKEN_COMPILER)
+
+
+def _space_text(sp: dict[str, Any]) -> str:
+    """``12 KiB free of 2 MiB, 0 of 512 inodes free, on tmpfs /mnt/x (source tmpfs)``, or why unknown."""
+    m = sp.get("mount") or {}
+    on = f"on {m.get('fstype')} {m.get('point')} (source {m.get('source')})" if m else "mount unknown"
+    if sp.get("error"):
+        return f"free space unknown ({sp['error']}), {on}"
+    return (f"{human(sp.get('avail_bytes'))} free of {human(sp.get('total_bytes'))}, {sp.get('avail_inodes')} of "
+            f"{sp.get('total_inodes')} inodes free, {on}")
+
+
+def _no_space(c: dict[str, Any], facts: Facts) -> Finding:
+    """The compile test stopped on "No space left on device": the compiler ran and the folder it writes its
+    temporary files to is full. The finding names that folder, how full it is, the JIT cache's, and the
+    compile re-run with TMPDIR in a folder with room."""
+    ns = c["no_space"]
+    tmp, sp = ns.get("tmpdir"), ns.get("space") or {}
+    said = "\n".join(str((c.get(k) or {}).get("stderr") or "").strip() for k in ("plain", "with_python_h"))
+    lines = [line for line in said.splitlines() if "No space left on device" in line][:3]
+    trials = ns.get("trials") or []
+    fixed = next((t for t in trials if t.get("ok")), None)
+    old = ns.get("tmpdir_set")  # $TMPDIR as the training environment set it (None: unset)
+    rem: list[Remedy] = []
+    if fixed:
+        rem.append(Remedy(title=f"Build with TMPDIR={fixed['tmpdir']}, a folder with room on this node",
+                          commands=[export_line("TMPDIR", fixed["tmpdir"])], undo=[restore_line("TMPDIR", old)],
+                          verified=True, note=f"the compile test re-run with TMPDIR={fixed['tmpdir']} compiled",
+                          explanation="GCC writes its assembler files to $TMPDIR; torch's JIT build inherits it."))
+    for t in trials:
+        if not t.get("ok"):
+            why = (t.get("stderr") or "").strip()[-200:]
+            rem.append(Remedy(title=f"Build with TMPDIR={t['tmpdir']}", commands=[export_line("TMPDIR", t["tmpdir"])],
+                              undo=[restore_line("TMPDIR", old)], tried=True,
+                              note=f"the compile test re-run with it failed too: {why}"))
+    if not trials:
+        rem.append(Remedy(title="Build with TMPDIR set to a folder with room (1 GiB or more) the training user may "
+                                "write", commands=["export TMPDIR=<a folder with room>"],
+                          note="not tried: no folder on this node was found with room, writable, on another file "
+                               "system"))
+    rem.append(Remedy(title=f"Free space in {tmp} (its largest entries first)",
+                      commands=[f"du -xsh {shlex.quote(str(tmp))}/* 2>/dev/null | sort -h | tail -20"],
+                      note="not tried: what to delete is the owner's choice",
+                      explanation="The command lists; it deletes nothing."))
+    base_sp = ns.get("build_space") or {}
+    return Finding(id="toolchain.jit-prereq.compile", status="fail", cause=FULL_DISK,
+                   explains=ids_for(facts, "no-space"),
+                   title=f"The compiler's temporary directory {tmp} ({ns.get('chosen_by')}) is full: "
+                         f"{human(sp.get('avail_bytes'))} free of {human(sp.get('total_bytes'))}; "
+                         f"{c['compiler']} ran and stopped on 'No space left on device'",
+                   detail="\n".join(
+                       ["The compile test failed: "
+                        + (" | ".join(x.strip() for x in lines) or "No space left on device") + ".",
+                        f"{tmp}: {_space_text(sp)}.",
+                        f"The JIT build directory {ns.get('build_base')} ({ns.get('build_base_source')}): "
+                        f"{_space_text(base_sp)}.",
+                        "The compiler works: it stopped writing its temporary files, so a JIT build of any op fails "
+                        "the same way until the folder has room or TMPDIR points elsewhere."]),
+                   remedies=rem)
 
 
 def _python_h_fails(cxx: str, withpy: dict[str, Any], f: dict[str, Any], facts: Facts) -> Finding:
@@ -177,7 +243,7 @@ def _python_h_fails(cxx: str, withpy: dict[str, Any], f: dict[str, Any], facts: 
 
 
 @check("toolchain.jit-prereq", title="JIT build prerequisites: ninja, Python.h, a working compiler",
-       probes=("jitprereq",), explains=("ninja-missing", "missing-header"),
+       probes=("jitprereq",), explains=("ninja-missing", "missing-header", "no-space"),
        findings=("toolchain.jit-prereq.compile", "toolchain.jit-prereq.ninja", "toolchain.jit-prereq.python-h"))
 def check_jitprereq(facts: Facts) -> list[Finding]:
     f = facts.of("jitprereq")

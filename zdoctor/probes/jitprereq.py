@@ -14,11 +14,20 @@ from typing import Any
 from ..model import Evidence
 from ..registry import probe
 from ..runner import run
+from ..storage.mounts import existing_ancestor, mount_of
 from ..userfile import open_regular_text
 
 #: What sshd gives a non-interactive session when /etc/environment sets no PATH (OpenSSH's default).
 SSHD_DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 COMPILE_TIMEOUT = 60.0
+#: What the C library says for ENOSPC, in the compiler's, the assembler's and the linker's messages.
+NO_SPACE = "No space left on device"
+#: Folders tried as the compiler's TMPDIR when its own is full (each must exist, be writable and have room).
+TMP_CANDIDATES = ("/var/tmp", "/dev/shm")
+#: The room a folder needs to be offered as TMPDIR for a JIT build (the largest op's objects fit with margin).
+ROOM_BYTES = 1 << 30
+#: At most this many folders are tried.
+TRIALS = 2
 NINJA_TIMEOUT = 20.0
 PATHS_CODE = "import sysconfig, json, sys; print(json.dumps({'paths': sysconfig.get_paths(), 'version': " \
              "'%d.%d' % sys.version_info[:2], 'prefix': sys.prefix, 'base_prefix': sys.base_prefix, " \
@@ -103,32 +112,130 @@ def python_include(python: str | None, env: dict[str, str]) -> tuple[dict[str, A
             "base_is_conda": bool(base and os.path.isdir(os.path.join(base, "conda-meta"))), "error": None}, ev
 
 
-def compile_test(cxx: str | None, env: dict[str, str], include: str | None) -> tuple[dict[str, Any], list[Evidence]]:
-    """Compile ``int main(){}`` and a file that includes Python.h with the JIT compiler, as torch would."""
+def compile_test(cxx: str | None, env: dict[str, str], include: str | None,
+                 tmp_candidates: tuple[str, ...] = TMP_CANDIDATES) -> tuple[dict[str, Any], list[Evidence]]:
+    """Compile ``int main(){}`` and a file that includes Python.h with the JIT compiler, as torch would. The
+    sources and objects live in a scratch folder of zdoctor's; the compiler's own temporary files go where
+    ``env`` sends them (TMPDIR), as in the JIT build. A compile that stops on "No space left on device" adds
+    ``no_space``: the full folder and a re-run with TMPDIR in one with room (:func:`no_space`)."""
     if not cxx:
         return {"compiler": None, "plain": None, "with_python_h": None}, []
     out: dict[str, Any] = {"compiler": cxx}
     evs = []
-    with tempfile.TemporaryDirectory(prefix="zdoctor-cc-") as tmp:
+    tmp, why = scratch_dir(tmp_candidates)
+    if tmp is None:
+        return {"compiler": cxx, "plain": None, "with_python_h": None, "error": why}, []
+    try:
         plain = os.path.join(tmp, "one_line.cpp")
         with open(plain, "w") as fh:
             fh.write("int main() { return 0; }\n")
-        ev = run([cxx, "-c", plain, "-o", os.path.join(tmp, "one_line.o")], env=env, timeout=COMPILE_TIMEOUT,
-                 label=f"{cxx} -c one_line.cpp")
+        argv = [cxx, "-c", plain, "-o", os.path.join(tmp, "one_line.o")]
+        ev = run(argv, env=env, timeout=COMPILE_TIMEOUT, label=f"{cxx} -c one_line.cpp")
         evs.append(ev)
         out["plain"] = {"ok": ev.exit_code == 0, "error": ev.error, "stderr": (ev.stderr or "")[-1500:]}
+        failed = [] if out["plain"]["ok"] else [argv]
         if include:
             withpy = os.path.join(tmp, "with_python_h.cpp")
             with open(withpy, "w") as fh:
                 fh.write("#include <Python.h>\nint main() { return Py_IsInitialized(); }\n")
-            ev = run([cxx, f"-I{include}", "-c", withpy, "-o", os.path.join(tmp, "with_python_h.o")], env=env,
-                     timeout=COMPILE_TIMEOUT, label=f"{cxx} -I{include} -c with_python_h.cpp")
+            py_argv = [cxx, f"-I{include}", "-c", withpy, "-o", os.path.join(tmp, "with_python_h.o")]
+            ev = run(py_argv, env=env, timeout=COMPILE_TIMEOUT, label=f"{cxx} -I{include} -c with_python_h.cpp")
             evs.append(ev)
             out["with_python_h"] = {"ok": ev.exit_code == 0, "error": ev.error,
                                     "stderr": (ev.stderr or "")[-1500:]}
+            failed += [] if out["with_python_h"]["ok"] else [py_argv]
         else:
             out["with_python_h"] = None
+        said = "\n".join(str((out.get(k) or {}).get("stderr") or "") for k in ("plain", "with_python_h"))
+        if failed and NO_SPACE in said:
+            out["no_space"], trial_evs = no_space(failed, env, tmp_candidates)
+            evs += trial_evs
+    except OSError as e:  # the scratch folder filled up or went away under the test
+        out.setdefault("plain", None)
+        out.setdefault("with_python_h", None)
+        out["error"] = f"the compile test's scratch folder {tmp}: {e.strerror or e}"
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return out, evs
+
+
+def scratch_dir(candidates: tuple[str, ...]) -> tuple[str | None, str]:
+    """A private folder for the compile test's files: in zdoctor's temporary directory, else in the first
+    candidate that takes one (a full /tmp must not stop the test that finds it full)."""
+    errors = []
+    for where in (None, *candidates):
+        try:
+            return tempfile.mkdtemp(prefix="zdoctor-cc-", dir=where), ""
+        except OSError as e:
+            errors.append(f"{where or tempfile.gettempdir()}: {e.strerror or e}")
+    return None, "no folder for the compile test: " + "; ".join(errors)
+
+
+def compiler_tmpdir(env: dict[str, str]) -> tuple[str, str]:
+    """(directory, what chose it): where GCC writes its temporary files under ``env`` (libiberty's
+    choose_tmpdir: $TMPDIR, $TMP, $TEMP, then /var/tmp, /usr/tmp, /tmp, the first that is a directory it may
+    read, write and enter)."""
+    for var in ("TMPDIR", "TMP", "TEMP"):
+        d = env.get(var)
+        if d and os.path.isdir(d) and os.access(d, os.R_OK | os.W_OK | os.X_OK):
+            return d, f"${var}"
+    for d in ("/var/tmp", "/usr/tmp", "/tmp"):
+        if os.path.isdir(d) and os.access(d, os.R_OK | os.W_OK | os.X_OK):
+            return d, "GCC's default (no usable $TMPDIR, $TMP or $TEMP)"
+    return ".", "the current directory (no usable temporary directory)"
+
+
+def fullness(path: str) -> dict[str, Any]:
+    """How full the file system holding ``path`` is: free (to users) and total bytes and inodes, and the
+    mount it is (point, type, source); ``error`` when statvfs fails."""
+    probed = existing_ancestor(path)
+    out: dict[str, Any] = {"path": path, "probed": probed, "mount": mount_of(probed)}
+    try:
+        st = os.statvfs(probed)
+    except OSError as e:
+        return {**out, "error": e.strerror or str(e)}
+    return {**out, "avail_bytes": st.f_bavail * st.f_frsize, "total_bytes": st.f_blocks * st.f_frsize,
+            "avail_inodes": st.f_favail, "total_inodes": st.f_files, "dev": os.stat(probed).st_dev}
+
+
+def roomy_dirs(full_dev: int | None, candidates: tuple[str, ...], need: int = ROOM_BYTES) -> list[str]:
+    """Existing folders this process may write into, on another file system than the full one, with at
+    least ``need`` bytes free."""
+    out = []
+    for d in candidates:
+        f = fullness(d) if os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK) else {}
+        if f.get("dev") not in (None, full_dev) and (f.get("avail_bytes") or 0) >= need and f.get("avail_inodes"):
+            out.append(d)
+    return out
+
+
+def no_space(failed: list[list[str]], env: dict[str, str], candidates: tuple[str, ...]
+             ) -> tuple[dict[str, Any], list[Evidence]]:
+    """A compile stopped on ENOSPC: the compiler's temporary directory and how full it is, the op's build
+    directory under the JIT cache, and the failing compiles re-run with TMPDIR set to a folder with room
+    (``ok`` only when every one of them then compiles; the first such folder ends the trials; at most
+    :data:`TRIALS`)."""
+    from ..forensics.jitcache import cache_base
+
+    tmpdir, chosen_by = compiler_tmpdir(env)
+    full = fullness(tmpdir)
+    base, base_source = cache_base(env)
+    home = env.get("HOME")
+    own = tuple(x for x in (base, os.path.join(home, ".cache") if home else None) if x)
+    trials: list[dict[str, Any]] = []
+    evs = []
+    for d in roomy_dirs(full.get("dev"), (*candidates, *own))[:TRIALS]:
+        runs = [run(argv, env={**env, "TMPDIR": d}, timeout=COMPILE_TIMEOUT, label=f"TMPDIR={d} {argv[0]} -c ...")
+                for argv in failed]
+        evs += runs
+        bad = [ev for ev in runs if ev.exit_code != 0]
+        trials.append({"tmpdir": d, "ok": not bad,
+                       "stderr": "".join((ev.stderr or ev.error or "") for ev in bad)[-600:]})
+        if not bad:
+            break
+    return {"tmpdir": tmpdir, "chosen_by": chosen_by, "tmpdir_set": env.get("TMPDIR"), "space": full,
+            "build_base": base, "build_base_source": base_source, "build_space": fullness(base),
+            "trials": trials}, evs
 
 
 def collect_jitprereq(env: dict[str, str], python: str | None, cxx: str | None,
