@@ -368,3 +368,14 @@ def test_the_glossary_explains_a_memory_cgroup():
 
     term = find_term(load_glossary(), "memory cgroup")
     assert term is not None and "CONSTRAINT_MEMCG" in term.text and "memory.limit_in_bytes" in term.text
+
+
+def test_the_commands_kill_has_one_cause_in_every_finding(inside):
+    from zdoctor.causes import CGROUP_LIMIT, contradictions
+
+    report, _, _ = inside
+    assert contradictions(report["findings"]) == []
+    named = {f["id"]: f["cause"] for f in report["findings"] if f.get("cause")}
+    assert named.get("container.memory") == CGROUP_LIMIT and set(named.values()) == {CGROUP_LIMIT}, named
+    for f in report["findings"]:
+        assert "host memory ran out" not in f["title"] + f["detail"], f["id"]

@@ -153,3 +153,36 @@ def test_a_real_memcg_kill_has_no_host_memory_cause_anywhere_in_the_report(tmp_p
         assert "host memory ran out" not in _text(f) and "most likely host memory" not in _text(f), f["id"]
     killed = [s["id"] for s in report["symptoms"] if s["kind"] == "killed"]
     assert killed and all(s["explained_by"] for s in report["symptoms"] if s["id"] in killed)
+
+
+def test_a_bare_kill_in_a_cgroup_that_counted_kills_at_its_limit_is_that_limit_in_every_finding(tmp_path):
+    from test_container_limits import _probe_facts, _write, v2_tree
+    from test_gpu_facts import facts_of
+
+    from zdoctor.checks.container import check_container
+    from zdoctor.container import cgroups
+    from zdoctor.symptoms.extract import from_text
+
+    cg = v2_tree(tmp_path / "root", kills=2)  # memory.events: oom 3, oom_kill 2
+    f, _ = _collect(tmp_path, LAUNCHER + "Killed\n")
+    syms = {"symptoms": [s.to_dict() for s in from_text(LAUNCHER + "Killed\n", "log", "--log")]}
+
+    def report(cgroup: dict) -> dict:
+        facts = facts_of(container=_probe_facts(cgroup, 125 * 2**30), hostram=f, symptoms=syms)
+        return {"findings": [x.to_dict() for x in [*check_container(facts), *check_hostram(facts)]]}
+
+    at_limit = {x["id"]: x for x in report(cg)["findings"]}
+    assert_one_cause({"findings": list(at_limit.values())})
+    assert at_limit["container.memory"]["cause"] == at_limit["offload.host-ram"]["cause"] == CGROUP_LIMIT
+    assert set(at_limit["container.memory"]["explains"]) & set(at_limit["offload.host-ram"]["explains"])
+    assert "host memory" not in _text(at_limit["offload.host-ram"])
+    # v2 counts kills by the host's OOM killer too: with no OOM event at the limit the count is not the limit's
+    _write(tmp_path / "root", "sys/fs/cgroup/kubepods/pod1/ctr/memory.events",
+           "low 0\nhigh 0\nmax 41\noom 0\noom_kill 2\noom_group_kill 0\n")
+    root = tmp_path / "root"
+    elsewhere = cgroups.read_process(proc=str(root / "proc"), mountinfo=str(root / "proc/self/mountinfo"),
+                                     sysroot=str(root))
+    found = {x["id"]: x for x in report(elsewhere)["findings"]}
+    assert found["container.memory"]["status"] == "warn" and "not at its" in found["container.memory"]["title"]
+    assert "cause" not in found["container.memory"] and not found["container.memory"]["explains"]
+    assert UNKNOWN_KILL in found["offload.host-ram"]["title"] and "cause" not in found["offload.host-ram"]
