@@ -186,3 +186,15 @@ def test_a_bare_kill_in_a_cgroup_that_counted_kills_at_its_limit_is_that_limit_i
     assert found["container.memory"]["status"] == "warn" and "not at its" in found["container.memory"]["title"]
     assert "cause" not in found["container.memory"] and not found["container.memory"]["explains"]
     assert UNKNOWN_KILL in found["offload.host-ram"]["title"] and "cause" not in found["offload.host-ram"]
+
+
+def test_a_cgroup_constraint_among_the_jobs_kills_is_never_told_as_host_memory(tmp_path):
+    from test_hostram import OFFLOAD
+    from test_hostram_kills import GLOBAL_OOM
+
+    f, _ = _collect(tmp_path, (OFFLOAD / "memcg-oom-kmsg.txt").read_text() + GLOBAL_OOM + LAUNCHER,
+                    cgroup_sysroot=str(tmp_path / "none"))
+    assert {k["kind"] for k in f["oom_kills"]} == {"memcg", "global"}
+    found = by_id(check_hostram(h200(hostram=f)))["offload.host-ram"]
+    assert found.cause == CGROUP_LIMIT and "host memory ran out" not in found.title + found.detail
+    assert "Also killed outside the cgroup's limit" in found.detail  # the other kill is still shown

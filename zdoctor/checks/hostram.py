@@ -70,8 +70,9 @@ def check_hostram(facts: Facts) -> list[Finding]:
     host_wide = [k for k in ooms if k.get("kind") != "memcg"]
     killed = ids_for(facts, "killed", signal="9")
     counted = job_cgroup_oom_kills(facts)
-    if memcg and not host_wide:
-        out.append(_memcg_kill(f, memcg, lines, ev, rem))
+    if memcg:  # a cgroup constraint in the job's kills makes the kill the cgroup's (causes.kill_cause)
+        others = [f"Also killed outside the cgroup's limit: {_where(f, x)}: {x['text']}" for x in host_wide[:3]]
+        out.append(_memcg_kill(f, memcg, lines + others, ev, rem))
         out[-1].explains = ids_for(facts, "oom-kill", constraint="CONSTRAINT_MEMCG") + killed
         out[-1].cause = CGROUP_LIMIT
     elif host_wide:
