@@ -28,11 +28,14 @@ def probe_findings(facts: Facts) -> list[Finding]:
                 id=f"probe.{name}", status="warn", title=f"probe {name}: {MALFORMED.rstrip(': ')} (not used)",
                 detail=(res.error or "")[len(MALFORMED):] + ". The checks that read it say \"not checked\"; "
                        "the recording is damaged or was edited."))
-        elif res.status in ("crash", "timeout"):
+        elif res.status == "timeout":  # zdoctor's own budget, not a verdict on the node
             out.append(Finding(
-                id=f"probe.{name}", status="crash",
-                title=f"probe {name} {'crashed' if res.status == 'crash' else 'timed out'}",
-                detail=res.error or "", evidence=list(res.evidence)))
+                id=f"probe.{name}", status="skip", title=f"probe {name}: not examined: ran out of time",
+                detail=(res.error or "") + ". The checks that read it say \"not checked\"; nothing is concluded "
+                       "from its lateness.", evidence=list(res.evidence)))
+        elif res.status == "crash":
+            out.append(Finding(id=f"probe.{name}", status="crash", title=f"probe {name} crashed",
+                               detail=res.error or "", evidence=list(res.evidence)))
     return out
 
 

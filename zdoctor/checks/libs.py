@@ -312,6 +312,14 @@ def check_live(facts: Facts) -> list[Finding]:
         building = [c for c in live.get("compiling") or [] if isinstance(c, dict) and c.get("comm")]
         if building:
             out.append(_still_compiling(facts, what, building, lines, ev))
+        elif not hang_evidence(live):  # zdoctor's own probe was late on a busy or slow node: no verdict
+            out.append(Finding(id=cid, status="skip", title=f"{what}: not examined: it ran out of time ("
+                               f"{live.get('timeout') or '?'} s), its processes still running: slow, not hung",
+                               detail="\n".join([*lines, "", "Every process of the run was running on a CPU "
+                                                  "when the limit came: the interpreter was slow (a busy node, a "
+                                                  "slow file system), not waiting. Nothing was loaded, so nothing "
+                                                  "is concluded; run again with a longer --timeout."]),
+                               evidence=ev))
         else:
             out.append(Finding(id=cid, status="fail", title=f"{what} did not finish within the time limit (hang?)",
                                detail="\n".join(lines), evidence=ev))
@@ -619,11 +627,21 @@ def live_failed(facts: Facts) -> bool:
     return bool(live) and not live.get("ok")
 
 
-@predicate("live_run_hung", doc="the command did not finish within the time limit and was not still compiling",
-           probes=("livetrace",))
+def hang_evidence(live: dict[str, Any]) -> bool:
+    """Whether a run that reached its time limit shows a wait: a process sleeping or stuck in the kernel when
+    sampled. Every process running on a CPU is progress (a slow run on a busy node), not a hang; with no
+    sample, only the user's own --command limit counts, never the limit of zdoctor's own import probe."""
+    states = [str(x) for x in live.get("stuck_states") or []]
+    if states:
+        return any(not x.endswith(": running") for x in states)
+    return live.get("source") == "command"
+
+
+@predicate("live_run_hung", doc="the command did not finish within the time limit, was not still compiling, and "
+           "a process of it was waiting", probes=("livetrace",))
 def live_hung(facts: Facts) -> bool:
     live = facts.of("livetrace") or {}
-    return bool(live.get("timed_out")) and not live.get("compiling")
+    return bool(live.get("timed_out")) and not live.get("compiling") and hang_evidence(live)
 
 
 @predicate("live_run_still_compiling", doc="the time limit ended the command while its JIT build was still compiling",

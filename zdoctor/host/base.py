@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 import traceback
@@ -83,6 +84,27 @@ class Host:
         return dict(self._results)
 
 
+#: A probe on a node busier than its CPUs is waited for up to this many times its budget: the load decides.
+MAX_STRETCH = 4.0
+
+
+def node_load() -> tuple[float | None, int]:
+    """(the one-minute load average, the CPUs this process may use); the load is None where unknown."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    try:
+        return os.getloadavg()[0], max(1, cpus)
+    except OSError:
+        return None, max(1, cpus)
+
+
+def budget_stretch(load: float | None, cpus: int) -> float:
+    """How many times its budget a late probe is waited for: the load per CPU, between 1 and MAX_STRETCH."""
+    return 1.0 if load is None else min(MAX_STRETCH, max(1.0, load / cpus))
+
+
 def run_probe_guarded(host: Host, name: str) -> ProbeResult:
     """Run a registered probe in a daemon thread with its timeout; exceptions become ``crash``."""
     spec = PROBES.get(name)
@@ -103,11 +125,18 @@ def run_probe_guarded(host: Host, name: str) -> ProbeResult:
     worker = threading.Thread(target=target, name=f"probe:{name}", daemon=True)
     worker.start()
     children.join(worker, spec.timeout)
+    load, cpus = node_load()
+    stretch = budget_stretch(load, cpus)
+    if worker.is_alive() and stretch > 1.0:  # a node busier than its CPUs: the probe is late, not stuck
+        children.join(worker, spec.timeout * (stretch - 1.0))
     duration = time.monotonic() - t0
     if worker.is_alive():
+        busy = f"this node: load {load:.1f} on {cpus} CPUs" if load is not None else f"{cpus} CPUs, load unknown"
         return ProbeResult(
             probe=name, status="timeout", started=started, duration_s=duration,
-            error=f"probe {name} ran past its {spec.timeout:g}s budget and was abandoned",
+            error=f"probe {name} ran out of time: {duration:.0f}s (its {spec.timeout:g}s budget"
+                  + (f", stretched {stretch:.1f}x for the load" if stretch > 1.0 else "") + f"; {busy}), "
+                  "and was abandoned",
         )
     if "exc" in box:
         exc = box["exc"]

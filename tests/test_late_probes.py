@@ -1,0 +1,70 @@
+"""A late probe is never the node's failure: a probe that ran out of time is "not examined" with the node's
+load, its budget stretches on a node busier than its CPUs, and a walk concludes a hang only from a wait
+(a process sleeping or stuck), never from zdoctor's own time limit. The slow interpreter is real: it works
+on a CPU for half a minute before it starts."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+from zdoctor import registry
+from zdoctor.checks import probe_findings
+from zdoctor.checks.libs import hang_evidence
+from zdoctor.host import LiveHost
+from zdoctor.host.base import MAX_STRETCH, budget_stretch, node_load
+from zdoctor.registry import Facts
+
+
+def test_a_budget_stretches_with_the_load_per_cpu_within_a_bound():
+    assert budget_stretch(None, 2) == 1.0  # the load unknown: the budget as it is
+    assert budget_stretch(1.5, 2) == 1.0
+    assert budget_stretch(6.0, 2) == 3.0
+    assert budget_stretch(40.0, 2) == MAX_STRETCH
+    load, cpus = node_load()
+    assert cpus >= 1 and (load is None or load >= 0)
+
+
+def test_a_probe_that_ran_out_of_time_is_not_examined_with_the_nodes_load(monkeypatch):
+    import time
+
+    def late(host):
+        time.sleep(30)
+        return {}, []
+
+    monkeypatch.setitem(registry.PROBES, "t.late", registry.ProbeSpec("t.late", late, "Late", 0.3, ()))
+    res = LiveHost().result("t.late")
+    assert res.status == "timeout" and "ran out of time" in res.error and "CPUs" in res.error
+    (f,) = probe_findings(Facts({"t.late": res}))
+    assert f.status == "skip" and f.title == "probe t.late: not examined: ran out of time"
+    assert "nothing is concluded from its lateness" in f.detail
+
+
+def test_hang_evidence_is_a_wait_not_zdoctors_own_limit():
+    assert hang_evidence({"stuck_states": ["pid 7 (python): sleeping in hrtimer_nanosleep"]})
+    assert hang_evidence({"stuck_states": ["pid 7 (python): in the kernel (uninterruptible) in nfs_wait"]})
+    assert not hang_evidence({"stuck_states": ["pid 7 (python): running", "pid 8 (sh): running"]})
+    assert hang_evidence({"source": "command"})  # the user's own limit, and no sample
+    assert not hang_evidence({"source": "import-probe"})
+
+
+@pytest.mark.slow
+def test_a_slow_interpreter_is_slow_not_hung(tmp_path: Path):
+    slow = tmp_path / "bin" / "python3"
+    slow.parent.mkdir()
+    slow.write_text("#!/bin/sh\n# works on a CPU for half a minute before it starts\n"
+                    "timeout 30 sh -c 'while :; do :; done'\nexec /usr/bin/python3 \"$@\"\n")
+    slow.chmod(0o755)
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"), NO_COLOR="1")
+    proc = run_cli(["check", "--json", "--no-log", "--python", str(slow), "--timeout", "5",
+                    "--playbook", "zero3-launch"], env=env, timeout=600)
+    doc = json.loads(proc.stdout)
+    (live,) = [f for f in doc["findings"] if f["id"] == "libs.live"]
+    assert live["status"] == "skip" and "slow, not hung" in live["title"], live["title"]
+    (walk,) = doc["playbooks"]
+    assert walk["diagnosis"] != "diag-hang", walk["path"]
+    assert not [f for f in doc["findings"] if f["id"].startswith("probe.") and f["status"] != "skip"]
