@@ -121,6 +121,22 @@ def test_a_real_full_tmpdir_is_the_cause_not_the_compiler(tmp_path):
 
 
 @as_root
+def test_the_compile_test_runs_when_zdoctors_own_temporary_directory_is_the_full_one(tmp_path, monkeypatch):
+    import tempfile
+
+    roomy = tmp_path / "roomy"
+    roomy.mkdir()
+    with small_tmpfs(256) as point:
+        fill(point, 0)
+        monkeypatch.setattr(tempfile, "tempdir", str(point))
+        facts, _ = compile_test(CXX, {"PATH": os.environ["PATH"], "TMPDIR": str(point)}, None,
+                                tmp_candidates=(str(roomy),))
+        left = sorted(p.name for p in point.iterdir())
+    assert facts["no_space"]["tmpdir"] == str(point) and facts["no_space"]["trials"][0]["ok"] is True
+    assert left == ["filler"] and not list(roomy.iterdir())  # the scratch folders are gone
+
+
+@as_root
 def test_zdoctor_check_on_a_full_tmpdir_names_one_cause(tmp_path):
     with small_tmpfs(256) as point:
         fill(point, 0)
@@ -198,3 +214,15 @@ def test_a_cgroup_constraint_among_the_jobs_kills_is_never_told_as_host_memory(t
     found = by_id(check_hostram(h200(hostram=f)))["offload.host-ram"]
     assert found.cause == CGROUP_LIMIT and "host memory ran out" not in found.title + found.detail
     assert "Also killed outside the cgroup's limit" in found.detail  # the other kill is still shown
+
+
+def test_no_folder_for_the_compile_test_is_not_checked_never_a_broken_compiler(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "gone"))
+    facts, _ = compile_test(CXX, {"PATH": os.environ["PATH"]}, None, tmp_candidates=(str(tmp_path / "gone2"),))
+    assert facts["plain"] is None and "no folder for the compile test" in facts["error"]
+    jp = {"python": sys.executable, "ninja": {"on_path": None}, "python_headers": {"python_h": None},
+          "compile": facts}
+    c = {x.id: x for x in check_jitprereq(h200(jitprereq=jp))}["toolchain.jit-prereq.compile"]
+    assert c.status == "skip" and c.cause is None and "no folder for the compile test" in c.detail + c.title

@@ -20,6 +20,9 @@ from ..userfile import open_regular_text
 #: What sshd gives a non-interactive session when /etc/environment sets no PATH (OpenSSH's default).
 SSHD_DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 COMPILE_TIMEOUT = 60.0
+#: The compile test's sources: a one-line C++ file and one that includes Python.h.
+SOURCES = {"one_line.cpp": "int main() { return 0; }\n",
+           "with_python_h.cpp": "#include <Python.h>\nint main() { return Py_IsInitialized(); }\n"}
 #: What the C library says for ENOSPC, in the compiler's, the assembler's and the linker's messages.
 NO_SPACE = "No space left on device"
 #: Folders tried as the compiler's TMPDIR when its own is full (each must exist, be writable and have room).
@@ -122,13 +125,11 @@ def compile_test(cxx: str | None, env: dict[str, str], include: str | None,
         return {"compiler": None, "plain": None, "with_python_h": None}, []
     out: dict[str, Any] = {"compiler": cxx}
     evs = []
-    tmp, why = scratch_dir(tmp_candidates)
+    tmp, why = scratch_dir(tmp_candidates, SOURCES)
     if tmp is None:
         return {"compiler": cxx, "plain": None, "with_python_h": None, "error": why}, []
     try:
         plain = os.path.join(tmp, "one_line.cpp")
-        with open(plain, "w") as fh:
-            fh.write("int main() { return 0; }\n")
         argv = [cxx, "-c", plain, "-o", os.path.join(tmp, "one_line.o")]
         ev = run(argv, env=env, timeout=COMPILE_TIMEOUT, label=f"{cxx} -c one_line.cpp")
         evs.append(ev)
@@ -136,8 +137,6 @@ def compile_test(cxx: str | None, env: dict[str, str], include: str | None,
         failed = [] if out["plain"]["ok"] else [argv]
         if include:
             withpy = os.path.join(tmp, "with_python_h.cpp")
-            with open(withpy, "w") as fh:
-                fh.write("#include <Python.h>\nint main() { return Py_IsInitialized(); }\n")
             py_argv = [cxx, f"-I{include}", "-c", withpy, "-o", os.path.join(tmp, "with_python_h.o")]
             ev = run(py_argv, env=env, timeout=COMPILE_TIMEOUT, label=f"{cxx} -I{include} -c with_python_h.cpp")
             evs.append(ev)
@@ -150,24 +149,28 @@ def compile_test(cxx: str | None, env: dict[str, str], include: str | None,
         if failed and NO_SPACE in said:
             out["no_space"], trial_evs = no_space(failed, env, tmp_candidates)
             evs += trial_evs
-    except OSError as e:  # the scratch folder filled up or went away under the test
-        out.setdefault("plain", None)
-        out.setdefault("with_python_h", None)
-        out["error"] = f"the compile test's scratch folder {tmp}: {e.strerror or e}"
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out, evs
 
 
-def scratch_dir(candidates: tuple[str, ...]) -> tuple[str | None, str]:
-    """A private folder for the compile test's files: in zdoctor's temporary directory, else in the first
-    candidate that takes one (a full /tmp must not stop the test that finds it full)."""
+def scratch_dir(candidates: tuple[str, ...], files: dict[str, str]) -> tuple[str | None, str]:
+    """A private folder holding ``files`` (name: text) for the compile test: in zdoctor's temporary
+    directory, else in the first candidate that takes them all (a full /tmp must not stop the test that
+    finds it full)."""
     errors = []
     for where in (None, *candidates):
+        tmp = None
         try:
-            return tempfile.mkdtemp(prefix="zdoctor-cc-", dir=where), ""
+            tmp = tempfile.mkdtemp(prefix="zdoctor-cc-", dir=where)
+            for name, text in files.items():
+                with open(os.path.join(tmp, name), "w") as fh:
+                    fh.write(text)
+            return tmp, ""
         except OSError as e:
             errors.append(f"{where or tempfile.gettempdir()}: {e.strerror or e}")
+            if tmp:
+                shutil.rmtree(tmp, ignore_errors=True)
     return None, "no folder for the compile test: " + "; ".join(errors)
 
 
