@@ -150,6 +150,8 @@ def test_zdoctor_check_on_a_full_tmpdir_names_one_cause(tmp_path):
     assert compile_["status"] == "fail" and compile_["cause"] == FULL_DISK and str(point) in compile_["title"]
     assert not [f["id"] for f in report["findings"] if f.get("cause") == BROKEN_COMPILER]
     assert not [f["id"] for f in report["findings"] if "is not a compiler" in _text(f)]
+    (s,) = report["symptoms"]  # the compiler's line, recognised and explained by the full folder
+    assert s["signature"] == "build.no-space" and s["explained_by"] == ["toolchain.jit-prereq.compile"]
 
 
 @as_root

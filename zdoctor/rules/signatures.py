@@ -196,11 +196,24 @@ SIGNATURES: tuple[Signature, ...] = (
         sources=("DeepSpeed op_builder/builder.py (OpBuilder.jit_load: \"Unable to JIT load the {name} op due to "
                  "ninja not being installed.\", raised from torch's verify_ninja_availability)",)),
     Signature(
+        id="build.no-space", kind="no-space", layer="build",
+        pattern=r"(?:\bfatal error: error (?:writing to|closing) (?P<path>\S{1,4096}?)|\bFatal error: can't write \d+ "
+                r"bytes to section \S{1,512} of (?P<object>\S{1,4096}?)|\bfinal link failed)(?::|: ')? ?No space left "
+                r"on device",
+        meaning="the compiler, the assembler or the linker could not write its output: the folder it writes to is "
+                "full (GCC's temporary files go to TMPDIR, else /tmp; the objects to the op's build folder)",
+        read_next="how full TMPDIR (or /tmp) and the op's build folder are, and a folder with room for TMPDIR",
+        confirm=("toolchain.jit-prereq",),
+        sources=("GCC gcc/toplev.cc and gcc/diagnostic.cc (\"error writing to %s\", \"error closing %s\")",
+                 "GNU binutils gas/write.c (\"can't write %ld bytes to section %s of %s: '%s'\")",
+                 "GNU binutils ld/ldlang.c (\"final link failed\")")),
+    Signature(
         id="build.extension-failed", kind="build-failed", layer="build",
         pattern=r"RuntimeError: Error building extension '(?P<op>[\w.-]+)'",
         meaning="the JIT build of a DeepSpeed op failed; the real cause is in the compiler lines above it",
         read_next="the first 'error:' line of the build output (zdoctor reads it as a symptom of its own), and the "
                   "op's build directory",
+        wraps=(ANY_ERROR,),
         sources=("PyTorch torch/utils/cpp_extension.py (_run_ninja_build: \"Error building extension '{}'\")",)),
     Signature(
         id="torch.cuda-mismatch", kind="cuda-version-mismatch", layer="build",
