@@ -16,6 +16,8 @@ from envkit import make_conda_like_python
 from test_gpu_facts import h200
 
 from zdoctor.checks.jitprereq import check_jitprereq
+from zdoctor.model import Remedy
+from zdoctor.present import TOOL_STARTS, verification_of, verification_text
 from zdoctor.probes.jitprereq import collect_jitprereq
 
 CXX = shutil.which("c++") or shutil.which("g++")
@@ -196,7 +198,8 @@ def cxx_ninja(bindir: Path) -> Path:
 
 def test_ninja_found_but_unable_to_start_under_the_loaded_libstdcxx(tmp_path):
     """ninja is on PATH, but an LD_LIBRARY_PATH entry gives it an older libstdc++: `ninja --version` fails
-    in the loader, so the finding fails; dropping the entry was tried and made ninja run."""
+    in the loader, so the finding fails; dropping the entry was tried and made ninja start, which is "tried:
+    the tool starts", never "tried: fixed" (the failing command itself was not re-run)."""
     from envkit import make_old_libstdcxx
 
     ninja = cxx_ninja(tmp_path / "bin")
@@ -211,7 +214,12 @@ def test_ninja_found_but_unable_to_start_under_the_loaded_libstdcxx(tmp_path):
     assert "GLIBCXX_3.4.30' not found" in n.title
     drop = n.remedies[0]
     assert drop.commands == [f"export LD_LIBRARY_PATH={keep}"]
-    assert drop.tried and drop.verified and "1.11.1" in drop.note
+    assert drop.tried and not drop.verified and "1.11.1" in drop.note
+    v = verification_of(drop)
+    assert v.state == TOOL_STARTS and verification_text(v).startswith("tried: the tool starts — ")
+    said = drop.to_dict()
+    assert said["verified"] is False and said["verification"]["state"] == "tool_starts"
+    assert verification_of(Remedy.from_dict(said)).state == TOOL_STARTS  # a recorded session reads it back
     assert not n.remedies[1].tried and n.remedies[1].note.startswith("not tried, because")
     # and the same ninja is ok, saying it ran, where nothing shadows the libstdc++ it needs
     f, _ = collect_jitprereq({"PATH": env["PATH"]}, sys.executable, CXX, etc_env(tmp_path, env["PATH"]))

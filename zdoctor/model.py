@@ -13,6 +13,7 @@ from .verdicts import (  # noqa: F401
     NOT_TRIED,
     STATUS_RANK,
     STATUSES,
+    TOOL_STARTS,
     answer_first,
     count,
     finding_key,
@@ -123,8 +124,13 @@ class Remedy:
     # Ids of findings whose fix must be done before this one (it depends on them; it is no alternative to
     # them): pointing the config at a directory on a drive the storage.fstab fix mounts.
     requires: list[str] = field(default_factory=list)
+    # Tried only by starting the tool the failing command needs (``ninja --version``), and the tool
+    # started: "tried: the tool starts", never "fixed" (the failing command itself was not re-run).
+    tool_started: bool = False
 
     def __post_init__(self) -> None:
+        if self.tool_started:
+            self.tried = True
         if self.verified:  # fixed the command when tried: so it was tried
             self.tried = True
 
@@ -150,6 +156,7 @@ class Remedy:
         v = verification_of(d)
         out.verified = v.verified
         out.tried = v.state != NOT_TRIED
+        out.tool_started = v.state == TOOL_STARTS
         out.note = v.reason
         return out
 

@@ -22,6 +22,7 @@ from .verdicts import (  # noqa: F401 - the verdict semantics, named here for th
     OLD_RECORD,
     STATUS_RANK,
     STATUSES,
+    TOOL_STARTS,
     VERIFICATION_STATES,
     Verification,
     answer_first,
@@ -35,7 +36,8 @@ from .verdicts import (  # noqa: F401 - the verdict semantics, named here for th
 MARKS = {"ok": "✓", "warn": "!", "fail": "✗", "skip": "-", "crash": "‼"}
 ASCII_MARKS = {"ok": "ok", "warn": "!!", "fail": "XX", "skip": "--", "crash": "!!!"}
 #: The mark and style of each verification state.
-VERIFICATION_MARKS = {FIXED: ("✓", "bold green"), NOT_FIXED: ("✗", "bold red"), NOT_TRIED: ("?", "yellow")}
+VERIFICATION_MARKS = {FIXED: ("✓", "bold green"), TOOL_STARTS: ("~", "yellow"), NOT_FIXED: ("✗", "bold red"),
+                      NOT_TRIED: ("?", "yellow")}
 #: One rich style per status.
 STYLES = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim", "crash": "bold magenta"}
 #: The order statuses are counted in, in every summary line: worst first.
@@ -68,7 +70,8 @@ def safe_text(text: Any) -> str:
 
 
 def verification_text(v: Verification, recorded_elsewhere: bool = False, with_reason: bool = True) -> str:
-    """The one wording of a verification: ``tried: fixed``, ``tried: did not fix``, ``not tried, because …``.
+    """The one wording of a verification: ``tried: fixed``, ``tried: the tool starts`` (the failing command
+    itself was not re-run), ``tried: did not fix``, ``not tried, because …``.
 
     ``recorded_elsewhere`` says the evidence came from another node (a replay or a practice scenario):
     then a try happened there, not on this machine.
@@ -77,6 +80,8 @@ def verification_text(v: Verification, recorded_elsewhere: bool = False, with_re
     reason = v.reason.strip().rstrip(".")
     if v.state == FIXED:
         text = f"tried{where}: fixed"
+    elif v.state == TOOL_STARTS:
+        text = f"tried{where}: the tool starts"
     elif v.state == NOT_FIXED:
         text = f"tried{where}: did not fix"
     else:

@@ -1,6 +1,6 @@
 """What a verdict means, below every renderer and the model: the order of statuses, how findings are
-counted and sorted, and the three verification states of a remedy (tried: fixed, tried: did not fix, not
-tried) with how an older record reads back. No words for a person here beyond the recorded reasons:
+counted and sorted, and the verification states of a remedy (tried: fixed, tried: the tool starts, tried:
+did not fix, not tried) with how an older record reads back. No words for a person here beyond the recorded reasons:
 :mod:`zdoctor.present` puts these into sentences, marks and styles."""
 
 from __future__ import annotations
@@ -20,11 +20,14 @@ STATUS_RANK = {"crash": 0, "fail": 1, "warn": 2, "skip": 3, "ok": 4}
 #: Statuses that make `zdoctor check` exit 1.
 FAILING = frozenset({"fail", "crash"})
 
-#: The three verification states of a remedy.
+#: The verification states of a remedy. "fixed" is reserved for the failing command itself succeeding
+#: when re-run with the remedy; a trial that only started the tool the command needs (``ninja --version``)
+#: is "tool_starts", however cleanly the tool then started.
 FIXED = "fixed"
+TOOL_STARTS = "tool_starts"
 NOT_FIXED = "not_fixed"
 NOT_TRIED = "not_tried"
-VERIFICATION_STATES = (FIXED, NOT_FIXED, NOT_TRIED)
+VERIFICATION_STATES = (FIXED, TOOL_STARTS, NOT_FIXED, NOT_TRIED)
 #: Why a remedy was not tried when its maker said nothing more precise.
 DEFAULT_NOT_TRIED = "zdoctor has no way to try it here"
 NOT_TRIED_ROOT = "it needs root and changes the machine"
@@ -106,8 +109,8 @@ def split_answers(findings: Iterable[F], symptoms: Iterable[Mapping[str, Any]] =
 
 @dataclass(frozen=True)
 class Verification:
-    """Whether a remedy was tried: ``fixed``, ``not_fixed`` (with what the re-run showed) or ``not_tried``
-    (with the reason)."""
+    """Whether a remedy was tried: ``fixed``, ``tool_starts`` (only the tool was started, with what it
+    printed), ``not_fixed`` (with what the re-run showed) or ``not_tried`` (with the reason)."""
 
     state: str
     reason: str = ""
@@ -149,6 +152,8 @@ def verification_of(remedy: Any) -> Verification:
         return Verification(NOT_TRIED, OLD_RECORD if remedy.get("verified") is False else DEFAULT_NOT_TRIED)
     if getattr(remedy, "verified", None) is True:
         return Verification(FIXED, getattr(remedy, "note", "") or "")
+    if getattr(remedy, "tool_started", False):
+        return Verification(TOOL_STARTS, getattr(remedy, "note", "") or "")
     if getattr(remedy, "tried", False):
         return Verification(NOT_FIXED, getattr(remedy, "note", "") or "")
     reason = _bare_reason(getattr(remedy, "note", "") or "")

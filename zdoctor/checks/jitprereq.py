@@ -83,8 +83,9 @@ def _ninja_does_not_run(ninja: str, runs: dict[str, Any], python: str | None) ->
         rems.append(Remedy(
             title=f"Drop {entries} from LD_LIBRARY_PATH",
             commands=[export_line("LD_LIBRARY_PATH", trial.get("ld_library_path"))],
-            undo=[restore_line("LD_LIBRARY_PATH", trial.get("old"))], tried=True, verified=bool(trial.get("ok")),
-            note=(f"`ninja --version` without it printed {trial.get('version')}" if trial.get("ok") else
+            undo=[restore_line("LD_LIBRARY_PATH", trial.get("old"))], tried=True, tool_started=bool(trial.get("ok")),
+            note=(f"`ninja --version` without it printed {trial.get('version')}; the failing command itself "
+                  "was not re-run" if trial.get("ok") else
                   f"`ninja --version` without it still fails: {(trial.get('error') or '').strip()[-200:]}"),
             explanation="ld.so searches LD_LIBRARY_PATH first; without that entry ninja gets a libstdc++ new "
                         "enough for it. The job's own libraries keep every other entry."))
