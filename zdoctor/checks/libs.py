@@ -7,6 +7,7 @@ from typing import Any
 
 from ..filefix import replace_remedy
 from ..forensics.fixes import best_copy
+from ..forensics.rebuildop import jit_dir_of, rebuild_remedy, serving_compilers
 from ..forensics.remedies import Plan
 from ..forensics.runneeds import has_every, is_libstdcxx_version, needed_versions
 from ..forensics.runtables import failure_tables
@@ -14,6 +15,7 @@ from ..forensics.shellinit import COMMENT_NOTE, commented_out
 from ..forensics.sources import live_source, static_source
 from ..forensics.versions import gcc_release_for, gcc_series, newest, sort_key
 from ..model import Evidence, Finding, Remedy
+from ..packages import managers
 from ..registry import Facts, check, predicate
 from ..symptoms.match import ids_for
 from . import not_checked
@@ -138,6 +140,35 @@ def _good_copy_line(facts: Facts) -> str:
     return f"No libstdc++ copy zdoctor found defines every needed version {checked}."
 
 
+def _has_good_copy(facts: Facts) -> bool:
+    """Whether some libstdc++ copy on the node defines every version the training needs."""
+    libs = facts.of("libs") or {}
+    return best_copy(libs, needed_versions(libs, facts.of("livetrace") or {})) is not None
+
+
+def _rebuild_remedies(facts: Facts, group: dict[str, Any]) -> list[Remedy]:
+    """With no copy new enough on the node: rebuild the op with each g++ on the training PATH that the loaded
+    libstdc++ serves."""
+    toolchain = facts.of("toolchain") or {}
+    have = group.get("provider_max")
+    if not have:  # what the loaded copy provides is unknown: which compiler it serves is too
+        return []
+    op = str(group["required_by"])
+    jit_dir = jit_dir_of(op, (facts.of("libs") or {}).get("targets") or [])
+    return [rebuild_remedy(op, jit_dir, c, str(have))
+            for c in serving_compilers(toolchain.get("compilers") or [], str(have))]
+
+
+def _no_newer_runtime_lines(facts: Facts) -> list[str]:
+    """What the distribution's packages cannot do here, said rather than offered."""
+    distro = (facts.of("toolchain") or {}).get("distro")
+    if [m.family for m in managers(distro)] == ["dnf"]:  # a RHEL-family node, known from its os-release
+        return ["No gcc-toolset-N-runtime package helps: gcc-toolset links the C++ parts newer than the "
+                "system's libstdc++ statically into what it builds and ships no newer libstdc++.so.6, so the "
+                "loader would still find this copy. A gcc-toolset g++ is a compiler this libstdc++ serves."]
+    return []
+
+
 _TARGET_KINDS = (("torch", "torch librar{}", "y", "ies"), ("deepspeed-op", "prebuilt DeepSpeed op{}", "", "s"),
                  ("jit-op", "JIT-built op{}", "", "s"), ("ext", "extension{} named with --ext", "", "s"))
 
@@ -155,7 +186,7 @@ def _what_was_read(targets: list[dict[str, Any]]) -> str:
 
 
 @check("libs.glibcxx", title="GLIBCXX/CXXABI versions needed vs provided",
-       probes=("libs", "livetrace", "libfix"), explains=("version-not-found",))
+       probes=("libs", "livetrace", "libfix", "toolchain"), explains=("version-not-found",))
 def check_glibcxx(facts: Facts) -> list[Finding]:
     cid = "libs.glibcxx"
     libs = facts.of("libs") or {}
@@ -207,8 +238,12 @@ def check_glibcxx(facts: Facts) -> list[Finding]:
                 lines.append(m)
         explains = [sid for v in g["versions"]
                     for sid in ids_for(facts, "version-not-found", version=v, object=g["required_by"])]
+        own = remedies
+        if not _has_good_copy(facts):
+            own = remedies + _rebuild_remedies(facts, g)
+            lines += _no_newer_runtime_lines(facts)
         out.append(Finding(id=cid, status="fail", title=title, detail="\n".join(lines), evidence=ev,
-                           remedies=remedies, explains=list(dict.fromkeys(explains))))
+                           remedies=own, explains=list(dict.fromkeys(explains))))
     return out
 
 
