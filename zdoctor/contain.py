@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import cgroup, children, shim
+from . import cgroup, children, codeowner, shim
 
 _life: int | None = None  # the read end of the pipe every keeper watches; its write end lives only here
 _life_w: int | None = None
@@ -213,6 +213,10 @@ def popen(argv: Sequence[str], *, env: Mapping[str, str] | None = None, prefix: 
     OSError when the keeper (or the prefix) cannot start; a command that cannot start gives ``error`` (its
     errno and message) on the result.
     """
+    if run_as is None:  # the rule holds for a command started here directly too
+        run_as = codeowner.runs_as(argv, os.environ if env is None else env, kwargs.get("cwd"))
+        if run_as is not None:
+            env = run_as.child_env(os.environ if env is None else env)
     group = cgroup.create()
     env_r, env_w = os.pipe()
     st_r, st_w = os.pipe()

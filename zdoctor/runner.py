@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import children, contain
+from . import children, codeowner, contain
 from .model import OUTPUT_CAP, Evidence, cap_text
 
 if TYPE_CHECKING:
@@ -188,10 +188,13 @@ def run(
     and keeps the output produced so far. ``on_start`` is called with the keeper's pid once it runs
     (the command is its child). ``prefix`` is a tracer the contained command runs under
     (``strace ... --``): the command's exit, not the tracer's wait for its daemons, ends the run. With
-    ``run_as`` the keeper and the command run as that account and the evidence label says so.
+    ``run_as`` the command runs as that account and the evidence label says so; without it the runner
+    decides (:func:`zdoctor.codeowner.runs_as`: code another account can change never runs as root).
     """
     argv = [str(a) for a in argv]
     ev = Evidence(label=label or " ".join(argv[:3]), kind="command", argv=argv, started=time.time())
+    if run_as is None:
+        run_as = codeowner.runs_as(argv, os.environ if env is None else env, cwd)
     if run_as is not None:
         ev.label += f" [as {run_as.describe()}]"
         env = run_as.child_env(os.environ if env is None else env)
@@ -280,10 +283,14 @@ def run_streaming(
 
     argv = [str(a) for a in argv]
     ev = Evidence(label=label or " ".join(argv[:3]), kind="command", argv=argv, started=time.time())
+    run_as = codeowner.runs_as(argv, os.environ if env is None else env)
+    if run_as is not None:
+        ev.label += f" [as {run_as.describe()}]"
+        env = run_as.child_env(os.environ if env is None else env)
     t0 = time.monotonic()
     try:
         child = contain.popen(argv, env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, run_as=run_as)
     except OSError as exc:
         ev.error = _not_started(argv[0], exc)
         ev.duration_s = time.monotonic() - t0
