@@ -1,4 +1,4 @@
-"""The training environment's code runs as its owner, never as root (unless --as-root says so)."""
+"""The training environment's code runs as its owner, never as root (no option keeps root for it)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import os
 import shutil
 
 import pytest
+from conftest import run_cli
 from userkit import SYSTEM_PYTHON, owned_environment, plant_witness, unprivileged_user, witnessed
 
 import zdoctor.probes.libs  # noqa: F401 - registers livetrace and libfix
@@ -48,13 +49,15 @@ def test_the_probe_interpreter_runs_as_the_environments_owner_without_groups(acc
     assert any(f"[as user {account.name} (uid {account.uid})]" in ev.label for ev in res.evidence)
 
 
-def test_as_root_keeps_root_and_a_root_environment_stays_root(account, env_dir):
+def test_no_option_keeps_root_for_the_owners_code_and_a_root_environment_stays_root(account, env_dir):
     seen = plant_witness(env_dir, account)
     host = LiveHost(python=str(env_dir / "bin" / "python"), env=_env(), options={"as_root": True})
     host.result("pyenv")
-    assert {r[0] for r in witnessed(seen)} == {0}
+    assert {r[0] for r in witnessed(seen)} == {account.uid}
     root_target = Target.of(SYSTEM_PYTHON, _env())
     assert privilege.code_runs_as(root_target) is None
+    proc = run_cli(["check", "--no-log", "--python", str(env_dir / "bin" / "python"), "--as-root"])
+    assert proc.returncode == 2 and "--as-root is refused" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_the_traced_command_and_its_remedy_trials_run_as_the_owner(account, env_dir):

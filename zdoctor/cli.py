@@ -1,4 +1,4 @@
-"""Command line: argument parsing, subcommands and exit codes (0 ok, 1 failing findings, 2 usage/input)."""
+"""Command line: argument parsing, subcommands and exit codes (0 ok, 1 failing, 2 usage/input, 3 incomplete)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,13 @@ from .target import OPTION_KEYS, Target
 ASKABLE = ("symptom", "train_log")
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+#: The exit codes as ``--help`` lists them (``CheckReport.exit_code`` gives 0, 1 and 3; errors give 2).
+EXIT_CODES_HELP = """exit codes:
+  0  nothing failed and every symptom given is explained
+  1  a finding failed, or a symptom given is explained by no finding
+  2  usage or input error: a bad option, an unreadable file or snapshot (one line on stderr)
+  3  incomplete: the training environment itself could not be examined, and nothing else failed"""
 
 
 class Parser(argparse.ArgumentParser):
@@ -51,9 +58,8 @@ def _target_args(sp: argparse.ArgumentParser, top: bool = False) -> None:
     sp.add_argument("--timeout", metavar="S", type=float, default=argparse.SUPPRESS,
                     help="time limit in seconds for the traced command and for each remedy re-run (default 120)")
     sp.add_argument("--as-root", action="store_const", const=True, default=None,
-                    help="when zdoctor runs as root, run the training environment's code (the probe interpreter, "
-                         "the traced command, remedy trials) as root too (default: as the environment's owner "
-                         "when that is another user)")
+                    help="refused: code another user can change (the training environment, its site-packages "
+                         "and .pth files, a user site) always runs as that user, never as root")
     off = sp.add_argument_group("offload capacity and storage")
     off.add_argument("--ds-config", metavar="FILE", help="the job's DeepSpeed config (JSON/HJSON) to lint and plan")
     off.add_argument("--offload-path", metavar="DIR", help="where NVMe offload would write (default: the config's "
@@ -132,7 +138,8 @@ def _fleet_parser(sub: Any) -> None:
 
 def build_parser() -> Parser:
     p = Parser(prog="zdoctor", description="Diagnose DeepSpeed ZeRO-3 Offload launches that die, "
-               "hang or crawl. With no command: the guided session on a terminal, `check` otherwise.")
+               "hang or crawl. With no command: the guided session on a terminal, `check` otherwise.",
+               epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"zdoctor {__version__}")
     from .tui import add_session_arguments
 
@@ -140,7 +147,9 @@ def build_parser() -> Parser:
     _target_args(p, top=True)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
-    c = sub.add_parser("check", help="run every check headless; exit 1 if anything fails")
+    c = sub.add_parser("check", help="run every check headless; exit 1 if anything fails",
+                       description="Run every check headless and print the report.", epilog=EXIT_CODES_HELP,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     _target_args(c)
     c.add_argument("--json", action="store_true", help="print one JSON document instead of the report")
     c.add_argument("--replay", metavar="SNAP", help="evaluate a snapshot instead of this machine")
@@ -196,6 +205,9 @@ def _live_host(args: argparse.Namespace):
     """The live host for the training job the arguments describe (its :class:`Target`, validated once)."""
     from .host import LiveHost
 
+    if getattr(args, "as_root", None):
+        raise UsageError("zdoctor: --as-root is refused: code another user can change (their environment, "
+                         "site-packages, .pth files, user site) never runs as root; zdoctor runs it as that user")
     target = Target.from_args(_python(args), getattr(args, "run_command", None), getattr(args, "ext", None) or [],
                               getattr(args, "timeout", None), {k: getattr(args, k, None) for k in OPTION_KEYS})
     return LiveHost(target=target)

@@ -3,7 +3,8 @@
 When zdoctor runs as root and the training environment (the ``--python`` interpreter's prefix) belongs
 to another user, anything that executes that environment's code (the probe interpreter, the traced
 command, every remedy trial) runs as the training user, with that user's uid and primary gid and no
-supplementary groups. ``--as-root`` keeps root for them. System tools zdoctor runs as root itself are
+supplementary groups. The runner applies the same rule to every command it starts, from what the command
+runs (:mod:`zdoctor.codeowner`), so no caller can keep root for such code. System tools zdoctor runs as root itself are
 named by absolute paths in the system directories (:func:`system_tool`), never looked up on a PATH the
 caller or the training user controls (:func:`zdoctor.systools.system_tool`).
 """
@@ -39,10 +40,10 @@ def environment_owner(target: Target) -> int | None:
 def code_runs_as(target: Target) -> RunAs | None:
     """The account the training environment's code runs as, or None for zdoctor's own.
 
-    None unless zdoctor runs as root, ``--as-root`` is not given, and the environment belongs to a user
-    other than root; then the training user (``--user``, else the environment's owner).
+    None unless zdoctor runs as root and the environment belongs to a user other than root; then the
+    training user (``--user``, else the environment's owner).
     """
-    if os.geteuid() != 0 or target.options.get("as_root"):
+    if os.geteuid() != 0:
         return None
     owner = environment_owner(target)
     if owner in (None, 0):
