@@ -29,7 +29,7 @@ def snap(tmp_path_factory) -> dict[str, str]:
     out = root / "node.json"
     proc = run_cli(["snapshot", "--python", PY, "--ext", str(ext), "-o", str(out)], env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    return {"snap": str(out), "line": line, "root": str(root)}
+    return {"snap": str(out), "line": line, "root": str(root), "ext": str(ext), "old": str(old)}
 
 
 def replay(*args: str) -> tuple[int, dict]:
@@ -57,11 +57,50 @@ def test_a_log_the_user_sent_is_read_here_and_explained_the_same_way(snap, tmp_p
     assert s["source"] == "log" and any(fid.startswith("libs.glibcxx") for fid in s["explained_by"])
 
 
-def test_a_replay_still_refuses_the_options_that_describe_another_job(snap, tmp_path: Path):
-    fifo = tmp_path / "fifo.log"
-    os.mkfifo(fifo)
-    proc = run_cli(["check", "--json", "--no-log", "--replay", snap["snap"], "--log", str(fifo)], timeout=120)
-    assert "Traceback" not in proc.stderr and "is a FIFO (named pipe), not a regular file" in proc.stdout
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_log_that_is_no_regular_file_is_one_line_naming_it_never_a_traceback(snap, tmp_path: Path, kind):
+    log = tmp_path / f"{kind}.log"
+    os.mkfifo(log) if kind == "fifo" else log.mkdir()
+    proc = run_cli(["check", "--json", "--no-log", "--replay", snap["snap"], "--log", str(log)], timeout=120)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    doc = json.loads(proc.stdout)  # the report, whole (its evidence holds the node's own tracebacks)
+    (unread,) = [f for f in doc["findings"] if f["id"].startswith("symptom.unread.")]
+    assert unread["status"] == "fail" and "\n" not in unread["title"]
+    said = "is a FIFO (named pipe), not a regular file" if kind == "fifo" else "is a directory"
+    assert said in unread["title"] and str(log) in unread["title"], unread["title"]
+    assert proc.returncode == 1  # a log nobody read is never a healthy ending
+
+
+def test_a_replay_still_refuses_the_options_that_describe_another_job(snap):
     proc = run_cli(["check", "--json", "--no-log", "--replay", snap["snap"], "--command",
                     shlex.join([PY, "-c", "0"])], timeout=120)
     assert proc.returncode == 2 and "--replay excludes" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not proc.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def snap_with_log(snap) -> dict[str, str]:
+    """The same broken node, its snapshot taken with the log its user had (the loader error at its end)."""
+    root = Path(snap["root"])
+    log = root / "node-rank0.log"
+    log.write_text(f"[rank0] loading extensions\n{snap['line']}\n")
+    env = env_with(LD_LIBRARY_PATH=snap["old"], XDG_STATE_HOME=str(root / "state"))
+    out = root / "node-with-log.json"
+    proc = run_cli(["snapshot", "--python", PY, "--ext", snap["ext"], "--log", str(log), "-o", str(out)], env=env,
+                   timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return {**snap, "snap": str(out)}
+
+
+def test_what_the_nodes_user_gave_stays_when_the_snapshot_is_asked(snap_with_log):
+    """Asking adds to what the node recorded: the pasted message first, then the node's own log line, still
+    explained by the recorded finding; the same line pasted again is one symptom."""
+    rc, doc = replay("--replay", snap_with_log["snap"], "--symptom", "RuntimeError: rank 3 stopped at step 0")
+    assert rc == 1
+    asked, node = doc["symptoms"]
+    assert (asked["id"], asked["source"], node["id"], node["source"]) == ("S1", "user", "S2", "log")
+    assert node["text"] == snap_with_log["line"].strip()
+    assert any(fid.startswith("libs.glibcxx") for fid in node["explained_by"]), node
+    rc, doc = replay("--replay", snap_with_log["snap"], "--symptom", snap_with_log["line"])
+    (one,) = doc["symptoms"]
+    assert one["source"] == "user" and any(fid.startswith("libs.glibcxx") for fid in one["explained_by"])

@@ -11,9 +11,10 @@ from typing import Any
 
 from .. import __version__
 from ..errors import InputError
-from ..model import ProbeResult
+from ..model import Evidence, ProbeResult
 from ..registry import PROBES
 from ..shape import doubtful_nulls, record_problems
+from ..symptoms.model import Symptom
 from ..target import Target
 from .base import Host, run_probe_guarded
 
@@ -72,6 +73,9 @@ class ReplayHost(Host):
         if not isinstance(probes, dict):
             raise InputError(f"{source}: snapshot has no \"probes\" object")
         self._recorded = {str(name): read_record(str(name), d) for name, d in probes.items()}
+        #: Asked (:meth:`ask`): the symptoms are read again, and these the node's user gave kept.
+        self._asked = False
+        self._given_on_node: ProbeResult | None = None
         info = document.get("host") if isinstance(document.get("host"), dict) else {}
         self.info = {**info, "kind": self.kind, "recorded_kind": info.get("kind"), "source": source}
 
@@ -97,14 +101,18 @@ class ReplayHost(Host):
 
     def ask(self, options: Mapping[str, Any]) -> None:
         """Add what the user saw (``symptom``, ``train_log``) to the recorded node: the symptoms are read
-        again, from the recorded run and these, and matched against the recorded facts."""
+        again, from the recorded run and these, after them those the node's own user gave, and all are
+        matched against the recorded facts."""
         self.target = Target.of(options=dict(options))
-        self._recorded.pop("symptoms", None)
+        self._asked = True
+        self._given_on_node = self._recorded.pop("symptoms", None)
 
     def forget(self, names: Iterable[str]) -> None:
         """A snapshot does not change: nothing to forget."""
 
     def _compute(self, name: str) -> ProbeResult:
+        if name == "symptoms" and self._asked:
+            return with_given_on_node(replace(run_probe_guarded(self, name), duration_s=0.0), self._given_on_node)
         rec = self._recorded.get(name)
         if rec is None:
             spec = PROBES.get(name)
@@ -113,3 +121,38 @@ class ReplayHost(Host):
                 return replace(run_probe_guarded(self, name), duration_s=0.0)
             return ProbeResult(probe=name, status="skip", error=f"probe {name} is not in this snapshot")
         return rec
+
+
+def with_given_on_node(asked: ProbeResult, recorded: ProbeResult | None) -> ProbeResult:
+    """The symptoms of an asked replay (``asked``: the recorded run's and those given here) followed by those
+    the node's own user gave (``--symptom``, ``--log``), which only the snapshot holds: numbered on, the same
+    line once, and a log the node could not read still said."""
+    if asked.status != "ok" or recorded is None or recorded.status != "ok":
+        return asked
+    items = recorded.facts.get("symptoms")
+    mine = [s for s in (Symptom.from_dict(d) for d in asked.facts.get("symptoms") or []) if s is not None]
+    seen = {(s.kind, s.text) for s in mine}
+    theirs: list[Symptom] = []
+    for s in (Symptom.from_dict(d) for d in (items if isinstance(items, list) else [])):
+        if s is None or s.source == "command" or (s.kind, s.text) in seen:
+            continue  # the run is read again from its recording; a line given here too is one symptom
+        seen.add((s.kind, s.text))
+        s.id = f"S{len(mine) + len(theirs) + 1}"
+        theirs.append(s)
+    lost = recorded.facts.get("unread")
+    unread = [u.replace("the --log file", "the --log file on the node", 1) for u in lost or []
+              if isinstance(u, str) and u.startswith("the --log file")] if isinstance(lost, list) else []
+    if not theirs and not unread:
+        return asked
+    said = recorded.facts.get("given")
+    before: dict[str, Any] = said if isinstance(said, dict) else {}
+    given = {k: bool(v) or bool(before.get(k)) for k, v in (asked.facts.get("given") or {}).items()}
+    facts = {**asked.facts, "symptoms": [s.to_dict() for s in mine + theirs], "given": given,
+             "unread": [*(asked.facts.get("unread") or []), *unread],
+             "sources": sorted({s.source for s in mine + theirs})}
+    evidence = list(asked.evidence)
+    if theirs:
+        evidence.append(Evidence.of_table("what the user on the node saw (recorded)",
+                                          ["id", "seen in", "line", "recognised as"],
+                                          [[s.id, s.where or s.source, s.text, s.signature or "-"] for s in theirs]))
+    return replace(asked, facts=facts, evidence=evidence)
