@@ -15,6 +15,7 @@ import os
 import pwd
 from typing import Any
 
+from . import codeowner
 from .runas import RunAs
 from .target import Target
 from .trainuser import env_prefix, training_user
@@ -40,14 +41,18 @@ def environment_owner(target: Target) -> int | None:
 def code_runs_as(target: Target) -> RunAs | None:
     """The account the training environment's code runs as, or None for zdoctor's own.
 
-    None unless zdoctor runs as root and the environment belongs to a user other than root; then the
-    training user (``--user``, else the environment's owner).
+    None unless zdoctor runs as root and the environment belongs to a user other than root (then the
+    training user: ``--user``, else the environment's owner) or its interpreter reads code another account
+    can change at start-up (then that account, :func:`zdoctor.codeowner.runs_as`).
     """
     if os.geteuid() != 0:
         return None
     owner = environment_owner(target)
     if owner in (None, 0):
-        return None
+        # A root-owned interpreter still runs another user's code from its site (a user site of the HOME it
+        # is given, a .pth another user can change): the runner's rule, known ahead for folders to share.
+        resolved = target.resolve_python()[0]
+        return codeowner.runs_as([resolved, "-P"], dict(target.env), "/") if resolved else None
     chosen = training_user(dict(target.env), user=target.options.get("user"), python=target.python,
                            python_explicit=target.python_explicit)
     try:

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .. import children
+from .. import children, codeowner
 from ..errors import UsageError
 from ..model import Evidence
 from ..runas import RunAs
@@ -358,6 +358,8 @@ def trace_command(
     argv = [str(a) for a in argv]
     if not argv or not argv[0]:
         raise UsageError("no command to trace")
+    if run_as is None:  # the runner's rule, known ahead: the LD_DEBUG folder is shared with that account
+        run_as = codeowner.runs_as(argv, env, cwd)
     notes: list[str] = []
     path = env.get("PATH", os.defpath)
     sweep_stale_trace_dirs()

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .. import codeowner
 from ..model import Evidence, Remedy
 from ..present import tool_missing
 from ..privilege import RunAs, share_dir
@@ -232,6 +233,8 @@ def verify(plan: Plan, argv: Sequence[str], env: Mapping[str, str], *, timeout: 
     import tempfile
 
     how = ""
+    if run_as is None:  # the runner's rule, known ahead: the trial's folder is shared with that account
+        run_as = codeowner.runs_as(argv, env, cwd)
     with tempfile.TemporaryDirectory(prefix="zdoctor-trial-") as tmp:
         share_dir(tmp, run_as)  # the re-run reads the trial's links as the user it runs as
         if plan.trial:
