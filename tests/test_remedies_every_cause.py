@@ -69,3 +69,62 @@ def test_no_copy_new_enough_offers_a_rebuild_with_a_compiler_the_node_serves(tmp
         assert subprocess.run([str(tmp_path / "probe")]).returncode == 0
     # a Debian node: no RHEL gcc-toolset runtime sentence
     assert "gcc-toolset-N-runtime" not in f["detail"]
+
+
+# --- the inventory: every named cause in the recorded scenarios ends in a fix -------------------------------
+
+def recorded_snapshots() -> list[Path]:
+    """Every recorded node: the practice scenarios' snapshots (made by tests/scenario_kit.py) and the
+    snapshot fixtures."""
+    from zdoctor import practice
+
+    fixtures = Path(__file__).parent / "fixtures"
+    return [s.snapshot for s in practice.load_scenarios()] + sorted(fixtures.glob("snapshots/*.json"))
+
+
+def cause_findings_without_remedy(snapshot: Path) -> list[str]:
+    """In ``snapshot``'s replay, walked by every playbook: the failing findings that carry no remedy while
+    their check does not say why none can exist (``no_remedy=`` of its registration), and the walks that end
+    in a diagnosis naming a cause (not healthy, elsewhere, not_checked or unexplained) with no fix among the
+    failing findings of the checks it shows."""
+    from zdoctor.doctor import check as run_check
+    from zdoctor.doctor import select_playbooks
+    from zdoctor.host import ReplayHost
+    from zdoctor.playbook import load_all
+    from zdoctor.registry import CHECKS, owner_check
+
+    books = load_all()
+    report = run_check(ReplayHost.load(str(snapshot)), playbooks=select_playbooks(list(books)))
+
+    def declared(fid: str) -> bool:
+        owner = owner_check(fid, CHECKS)
+        return owner is not None and bool(CHECKS[owner].no_remedy)
+
+    failing = [f for f in report.findings if f.status == "fail" and not f.id.startswith("symptom.")]
+    out = [f"{snapshot.name}: {f.id}: {f.title}" for f in failing if not f.remedies and not declared(f.id)]
+    for run in report.playbooks:
+        pb = books[run.id]
+        node = pb.nodes.get(str(run.diagnosis)) if run.diagnosis else None
+        if node is None or node.kind != "diagnosis" or node.healthy or node.elsewhere or \
+                node.id in (pb.not_checked, pb.unexplained):
+            continue
+        shown = [f for f in failing if owner_check(f.id, CHECKS) in node.checks]
+        if shown and not any(f.remedies for f in shown) and not all(declared(f.id) for f in shown):
+            out.append(f"{snapshot.name}: walk {pb.id} ends in {node.id} with no fix among "
+                       + ", ".join(f.id for f in shown))
+    return out
+
+
+def test_every_named_cause_in_the_recorded_scenarios_ends_in_a_fix_or_says_why_none_can():
+    gaps = [gap for snap in recorded_snapshots() for gap in cause_findings_without_remedy(snap)]
+    assert not gaps, "\n".join(gaps)
+
+
+def test_a_check_that_declares_no_remedy_says_why():
+    from zdoctor.registry import CHECKS, load_vocabulary
+
+    load_vocabulary()
+    declared = {name: spec.no_remedy for name, spec in CHECKS.items() if spec.no_remedy}
+    assert "libs.live" in declared
+    for name, why in declared.items():
+        assert len(why.split()) >= 8, (name, why)  # a reason, not a flag

@@ -108,6 +108,9 @@ class CheckSpec:
     optional: tuple[str, ...] = ()
     #: The layer of the node it examines (see :mod:`zdoctor.layers`), or "" for none of them.
     layer: str = ""
+    #: Why its failing findings carry no remedy of their own on any node (they state what was seen, and the
+    #: findings that name its cause carry the fixes); "" when a failing finding that names a cause must.
+    no_remedy: str = ""
 
     def produces(self, fid: str) -> bool:
         """Whether it declares finding ``fid`` (or ``fid`` is a dotted prefix of ids it declares)."""
@@ -192,15 +195,16 @@ def probe(name: str, *, title: str, timeout: float = 30.0, needs: tuple[str, ...
 
 
 def check(name: str, *, title: str, probes: tuple[str, ...], findings: tuple[str, ...] = (),
-          explains: tuple[str, ...] = (), optional: tuple[str, ...] = (), layer: str = ""):
+          explains: tuple[str, ...] = (), optional: tuple[str, ...] = (), layer: str = "", no_remedy: str = ""):
     """Register ``func(facts) -> [Finding]`` as check ``name`` reading the given probes. ``findings`` are the
     ids it produces besides ``name`` itself (``family.*`` for a family); ``explains`` names the symptom kinds
     its findings can explain (the check then reads the ``symptoms`` probe too); ``optional`` are probes it
-    reads when they answered; ``layer`` is the layer of the node it examines (:mod:`zdoctor.layers`)."""
+    reads when they answered; ``layer`` is the layer of the node it examines (:mod:`zdoctor.layers`);
+    ``no_remedy`` says why its failing findings carry no remedy of their own on any node."""
 
     def deco(func: Callable[[Facts], list[Finding]]):
         CHECKS[name] = CheckSpec(name, func, title, probes, tuple(explains), tuple(findings), tuple(optional),
-                                 layer_of(name, layer))
+                                 layer_of(name, layer), no_remedy)
         return func
 
     return deco

@@ -301,7 +301,9 @@ def _still_compiling(facts: Facts, what: str, building: list[dict[str, Any]], li
 
 @check("libs.live", title="The command under the real loader", probes=("livetrace", "libs"),
        explains=("version-not-found", "still-compiling"),
-       findings=("libs.prediction",))
+       findings=("libs.prediction",),
+       no_remedy="it states what the command did under the real loader; the findings that name why (libs.glibcxx, "
+                 "libs.symbols, libs.broken-files, the hang and build findings) carry the fixes")
 def check_live(facts: Facts) -> list[Finding]:
     cid = "libs.live"
     live = facts.of("livetrace") or {}

@@ -10,6 +10,7 @@ from typing import Any
 from ..model import Evidence, Finding, Remedy
 from ..plural import count_of
 from ..registry import Facts, check, predicate
+from ..shellquote import shell_quote
 from ..storage import blockdev as bd
 from ..storage import fstab as fs
 from ..storage.iotest import explain_odirect, human, rate
@@ -366,7 +367,7 @@ def check_throughput(facts: Facts) -> list[Finding]:
     if slowest < SLOW_BPS:
         return [Finding(id=fid, status="fail", title=f"Offload disk is the bottleneck: {summary}",
                         detail=f"{how}\nBelow {rate(SLOW_BPS)} every swap of optimizer state waits on the disk. "
-                               + REFERENCE, evidence=ev)]
+                               + REFERENCE, evidence=ev, remedies=_slow_disk_remedies(st))]
     ratio = tp.get("ratio")
     if ratio is not None and ratio < LINK_SHARE_WARN:
         return [Finding(id=fid, status="warn", title=f"Offload NVMe is well below its link: {summary}",
@@ -374,6 +375,26 @@ def check_throughput(facts: Facts) -> list[Finding]:
                                f"{rate(link)}. Thermal throttling, a nearly full or DRAM-less drive, or other I/O "
                                "on it are the usual reasons. " + REFERENCE, evidence=ev)]
     return [Finding(id=fid, status="ok", title=f"Offload throughput: {summary}", detail=how, evidence=ev)]
+
+
+def _slow_disk_remedies(st: dict[str, Any]) -> list[Remedy]:
+    """What to do about an offload disk slower than offload needs: keep the optimizer states in host memory,
+    or tune DeepSpeed's aio settings for this drive (alternatives; neither tried here)."""
+    where = str(st.get("path") or st.get("probed_path") or "")
+    out = [Remedy(title="Keep the optimizer states in CPU memory: zero_optimization.offload_optimizer.device "
+                        "\"cpu\" (and offload_param.device \"cpu\") in the ds_config",
+                  explanation="With device cpu the optimizer states stay in pinned host memory and never go to the "
+                              "disk; it needs host RAM for them (the offload.capacity finding says whether this "
+                              "node has it).",
+                  note="not tried, because it changes the training's config and its host memory use")]
+    if where:
+        out.append(Remedy(title="Measure this drive's best aio settings with DeepSpeed's ds_nvme_tune and put them "
+                                "in the ds_config's aio block",
+                          commands=[f"ds_nvme_tune --nvme_dir {shell_quote(where)}"],
+                          explanation="ds_nvme_tune sweeps aio block_size, queue_depth and submit modes on the drive "
+                                      "and prints the aio settings that read and write fastest there.",
+                          note="not tried, because the sweep writes and reads gigabytes on the drive for minutes"))
+    return out
 
 
 def _link_text(link: dict[str, Any] | None) -> str:
