@@ -91,6 +91,17 @@ def training_env(host: Any) -> dict[str, str]:
     return dict(target_of(host).env)
 
 
+#: The one thing applying a remedy of export/unset lines alone does.
+SHELL_ONLY_NOTE = ("These lines only change a shell, and zdoctor cannot change the one you launch training from: "
+                   "it writes them to a file for you to source in that shell. Nothing runs here, and nothing else "
+                   "on this machine changes.")
+
+
+def shell_only(r: Remedy, how: ApplyPlan) -> bool:
+    """Whether applying ``r`` only writes its export/unset lines to a file to source (nothing runs)."""
+    return bool(how.env_lines) and not r.action and only_changes_the_shell(r.commands)
+
+
 class ConfirmApply(ModalScreen[bool]):
     """Apply this remedy? The focused answer, and the one Enter gives, is No."""
 
@@ -107,13 +118,15 @@ class ConfirmApply(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-box"):
-            yield Static(Text.assemble(("Apply ", "bold"), (self.remedy.title, "bold yellow"), ("?", "bold")),
+            verb = "Write to a file to source: " if shell_only(self.remedy, self.how) else "Apply "
+            yield Static(Text.assemble((verb, "bold"), (self.remedy.title, "bold yellow"), ("?", "bold")),
                          id="confirm-question")
             yield Static(shell(self.remedy.commands), id="confirm-commands")
             yield Static(Text("\n".join(f"• {n}" for n in self.notes)), id="confirm-notes")
             with Horizontal(id="confirm-buttons"):
                 yield Button("No", id="no", variant="primary")
-                yield Button("Yes, apply", id="yes", variant="error")
+                yield Button("Yes, write it" if shell_only(self.remedy, self.how) else "Yes, apply", id="yes",
+                             variant="error")
             yield Static(Text("y: yes · n or Esc: no · Enter presses the focused button (No)", style="dim"),
                          id="confirm-keys")
 
@@ -137,6 +150,7 @@ class RemedyScreen(ContextScreen):
         Binding("a", "apply", "Apply", id="apply"),
         Binding("d", "decline", "Decline", id="decline"),
         Binding("y", "copy", "Copy commands", id="copy"),
+        Binding("u", "undo", "Undo", id="undo"),
         Binding("c", "cancel", "Cancel run", id="cancel"),
         Binding("escape", "back", "Back", id="back"),
         Binding("pagedown", "scroll_body(1)", "Scroll down", show=False, priority=True),
@@ -152,8 +166,8 @@ class RemedyScreen(ContextScreen):
         self.groups = fix_groups(pairs)
         self.pairs = [(g.finding, r) for g in self.groups for r in g.remedies]
         self.group_of = [g for g in self.groups for _r in g.remedies]
-        self.labels = [option_label(j, len(g.remedies), g.steps) for g in self.groups
-                       for j in range(1, len(g.remedies) + 1)]
+        self.labels = [option_label(j, len(g.remedies), g.steps, r) for g in self.groups
+                       for j, r in enumerate(g.remedies, 1)]
         self.titles = {f.id: f.title for f, _r in pairs}
         self.option_at: dict[int, int] = {}
         self.running: threading.Event | None = None
@@ -284,6 +298,10 @@ class RemedyScreen(ContextScreen):
             return
         i = self.index
         f, r = self.pairs[i]
+        if not r.recommended:
+            self.notify(f"Not applied: not recommended, because {r.note or 'the node does not support it'}. "
+                        "Copy its commands (y) only if you know better than these facts.", severity="warning")
+            return
         how = plan(r)
         self.app.push_screen(ConfirmApply(r, how, self.notes(r, how)), callback=partial(self.confirmed, i, f, r, how))
 
@@ -297,6 +315,11 @@ class RemedyScreen(ContextScreen):
             out.append(str(verified_text(r, self.elsewhere)))
             out.append("Undo: " + (" && ".join(r.undo) if r.undo else "none recorded."))
             return out
+        if shell_only(r, how):
+            # One thing happens: a file is written. Nothing runs, so no "runs here" and no terminal.
+            out.append(SHELL_ONLY_NOTE)
+            out.append(str(verified_text(r, self.elsewhere)))
+            return out
         core = core_action(r)
         out.append(f"Runs here, on {here}: {core}." if core else
                    f"Runs here, on {here}, in bash; it stops at the first line that fails.")
@@ -304,10 +327,7 @@ class RemedyScreen(ContextScreen):
             out.append(f"The evidence came from a snapshot of {info.get('hostname', 'another node')}: the "
                        "commands act on THIS machine.")
         out += [f"Runs in the terminal: {reason}." for reason in how.reasons]
-        if how.env_lines and only_changes_the_shell(r.commands):
-            out.append("These lines only change a shell: zdoctor cannot change the one you launch from, so it "
-                       "writes them to a file for you to source there; nothing else on this machine changes.")
-        elif how.env_lines:
+        if how.env_lines:
             out.append("export/unset lines cannot change the shell you launch from: they are also written to a "
                        "file for you to source.")
         out.append(str(verified_text(r, self.elsewhere)))
@@ -325,6 +345,34 @@ class RemedyScreen(ContextScreen):
             self.run_in_terminal(i, f, r, how)
         else:
             self.run_worker(self.stream(i, f, r), group="apply", exclusive=True)
+
+    def action_undo(self) -> None:
+        """Undo the highlighted fix this screen applied: its recorded undo lines, after the same confirmation."""
+        if self.running is not None:
+            self.notify("A remedy is running: c cancels it.", severity="warning")
+            return
+        i = self.index
+        f, r = self.pairs[i]
+        if self.outcomes.get(i) != "applied":
+            self.notify("Nothing to undo: this fix was not applied here.", timeout=4)
+            return
+        if not r.undo:
+            self.notify("This fix recorded no undo.", severity="warning", timeout=4)
+            return
+        undo = Remedy(title=f"Undo: {r.title}", commands=list(r.undo), verified=None,
+                      requires_root=r.requires_root)
+        how = plan(undo)
+        self.app.push_screen(ConfirmApply(undo, how, self.notes(undo, how)),
+                             callback=partial(self.undo_confirmed, i, f, undo, how))
+
+    def undo_confirmed(self, i: int, f: Finding, undo: Remedy, how: ApplyPlan, yes: bool | None) -> None:
+        if not yes:
+            self.notify("Not undone: nothing was run.", timeout=4)
+            return
+        if how.interactive:
+            self.run_in_terminal(i, f, undo, how, undoing=True)
+        else:
+            self.run_worker(self.stream(i, f, undo, undoing=True), group="apply", exclusive=True)
 
     def practise(self, i: int, f: Finding, r: Remedy) -> None:
         log = self.query_one("#rem-log", Log)
@@ -344,15 +392,18 @@ class RemedyScreen(ContextScreen):
         sid = self.ctx.log.id if self.ctx.log is not None else "unrecorded"
         return state_dir() / "fixes", f"fix-{sid}-{int(time.time() * 1000) % 10**9}.sh"
 
-    async def stream(self, i: int, f: Finding, r: Remedy, note: str = "") -> None:
+    async def stream(self, i: int, f: Finding, r: Remedy, note: str = "", undoing: bool = False) -> None:
         log = self.query_one("#rem-log", Log)
         log.display = True
         log.clear()
         if note:
             log.write_line(note)
         core = core_action(r)
-        log.write_line(f"$ {core}" if core else
-                       f"$ bash -c (set -e -x; {len(r.commands)} line(s)), in the training environment")
+        if shell_only(r, plan(r)):
+            log.write_line(f"writing {len(r.commands)} line(s) to a file to source; nothing runs")
+        else:
+            log.write_line(f"$ {core}" if core else
+                           f"$ bash -c (set -e -x; {len(r.commands)} line(s)), in the training environment")
         loop = asyncio.get_running_loop()
 
         def on_output(line: str) -> None:
@@ -366,9 +417,9 @@ class RemedyScreen(ContextScreen):
                                               cancel=self.running, env_file=self.env_file()), name="apply")
         finally:
             self.running = None
-        self.finish(i, f, r, outcome)
+        self.finish(i, f, r, outcome, undoing)
 
-    def run_in_terminal(self, i: int, f: Finding, r: Remedy, how: ApplyPlan) -> None:
+    def run_in_terminal(self, i: int, f: Finding, r: Remedy, how: ApplyPlan, undoing: bool = False) -> None:
         """Hand the terminal over (sudo may ask for a password), then come back and report."""
 
         class NoTerminal(Exception):
@@ -392,17 +443,17 @@ class RemedyScreen(ContextScreen):
             outcome = run_remedy(r, training_env(self.ctx.host), terminal=terminal, env_file=self.env_file())
         except NoTerminal:
             note = "This terminal cannot be handed over; running without it (a password prompt will fail)."
-            self.run_worker(self.stream(i, f, r, note), group="apply", exclusive=True)
+            self.run_worker(self.stream(i, f, r, note, undoing), group="apply", exclusive=True)
             return
-        self.finish(i, f, r, outcome)
+        self.finish(i, f, r, outcome, undoing)
 
-    def finish(self, i: int, f: Finding, r: Remedy, outcome: ApplyOutcome) -> None:
+    def finish(self, i: int, f: Finding, r: Remedy, outcome: ApplyOutcome, undoing: bool = False) -> None:
         # A script of export/unset lines changes no shell that outlives it: what it did is the file written.
         written = outcome.ok and bool(outcome.env_file) and only_changes_the_shell(r.commands)
         record_remedy(self.ctx.record, "written" if written else "applied", self.playbook, self.node, f.id, r,
                       **outcome.to_dict(), ran_on=socket.gethostname())
-        status = "written" if written else "applied" if outcome.ok else (
-            "cancelled" if outcome.cancelled else "failed")
+        status = "written" if written else ("undone" if undoing else "applied") if outcome.ok else (
+            "cancelled" if outcome.cancelled else "undo failed" if undoing else "failed")
         self.mark_done(i, status)
         headline = (written_text(outcome.env_file) if written else
                     f"{status}: exit code {outcome.exit_code}, {outcome.duration_s:.1f} s")
@@ -417,8 +468,8 @@ class RemedyScreen(ContextScreen):
         if outcome.env_file:
             text.append(f"\nBefore launching, run in that shell or job script:  source {outcome.env_file}",
                         style="bold")
-        if r.undo:
-            text.append("\nUndo: " + " && ".join(r.undo), style="dim")
+        if r.undo and outcome.ok and not undoing:
+            text.append(f"\nu undoes it ({' && '.join(r.undo)}), after a confirmation.", style="dim")
         text.append("\nRecorded in the session log; x exports the report.", style="dim")
         self.result(text)
         self.notify(f"{r.title}: {status}", severity="information" if outcome.ok else "error", timeout=5)

@@ -101,6 +101,18 @@ class AskScreen(ModalScreen[str]):
         self.dismiss(self.answers[0][0])
 
 
+def folded_symptoms(entries: list[dict[str, Any]]) -> Text:
+    """The symptom ledger in one line: how many are explained, which are not, and the key that opens it."""
+    from zdoctor.present import SYMPTOMS_HEADING, UNEXPLAINED_WORD
+
+    open_ = [str(e.get("id")) for e in entries if not e.get("explained_by")]
+    out = Text.assemble((f"{SYMPTOMS_HEADING}: ", "bold"), f"{len(entries) - len(open_)} explained")
+    if open_:
+        out.append(f", {len(open_)} {UNEXPLAINED_WORD} ({', '.join(open_)})", style="bold red")
+    out.append(" · s shows them", style="dim")
+    return out
+
+
 def failing_findings(walk: Any, current: list[Finding]) -> list[Finding]:
     """Failing findings of the walk so far and of the step on screen (latest per id)."""
     latest = {f.id: f for f in walk.result().findings}
@@ -125,6 +137,7 @@ class WalkScreen(ContextScreen):
         Binding("r", "remedies", "Fixes", id="remedies"),
         Binding("l", "learn", "Learn more", id="learn"),
         Binding("g", "graph", "Graph", id="graph"),
+        Binding("s", "symptoms", "What you saw", id="symptoms"),
         Binding("c", "cancel", "Cancel probes", id="cancel"),
         Binding("escape", "back", "Back", id="back"),
         Binding("pagedown", "scroll_body(1)", "Scroll down", show=False, priority=True),
@@ -140,6 +153,8 @@ class WalkScreen(ContextScreen):
         self.symptoms: list[dict[str, Any]] = []
         self.resumed = resumed
         self.show_explain = False
+        #: The symptom ledger opened (True) or folded to one line (False) by s; None: open only at a diagnosis.
+        self.symptoms_open: bool | None = None
         self._visit = 0
         self.seen_at: dict[tuple[str, str, str], int] = {}  # a finding as shown -> the step that first showed it
 
@@ -149,13 +164,13 @@ class WalkScreen(ContextScreen):
         yield Static("", id="practice-banner")
         yield Static("", id="crumbs")
         with VerticalScroll(id="walk-body"):
-            yield Static("", id="walk-symptoms")
             yield Static("", id="node-title")
+            yield Static("", id="node-findings")
+            yield Static("", id="node-table")
+            yield Static("", id="walk-symptoms")
             yield Static("", id="why")
             yield Static("", id="explain")
             yield ProbePanel(id="node-probes")
-            yield Static("", id="node-findings")
-            yield Static("", id="node-table")
         yield Static("", id="verdict")
         yield OptionList(id="branches")
         yield KeyBar()
@@ -235,8 +250,20 @@ class WalkScreen(ContextScreen):
         """The symptom ledger above the step, while there is one."""
         self.symptoms = entries
         box = self.query_one("#walk-symptoms", Static)
-        box.update(symptoms_text(entries) if entries else "")
+        box.update((symptoms_text(entries) if self.ledger_open else folded_symptoms(entries)) if entries else "")
         box.display = bool(entries)
+
+    @property
+    def ledger_open(self) -> bool:
+        """Whether the ledger shows in full: as s last set it, else only where the walk ends (a diagnosis)."""
+        if self.symptoms_open is not None:
+            return self.symptoms_open
+        return self.walk.done or self.node.kind == "diagnosis"
+
+    def action_symptoms(self) -> None:
+        """Open or fold the symptom ledger (one line while folded)."""
+        self.symptoms_open = not self.ledger_open
+        self.show_symptoms(self.symptoms)
 
     def show_outcome(self, outcome: Any) -> None:
         self.outcome = outcome

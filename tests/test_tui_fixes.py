@@ -32,7 +32,12 @@ def test_a_fix_of_unset_lines_is_written_to_a_file_not_applied(tmp_path: Path):
             rs = app.screen
             await pilot.press("a")
             await settle(pilot, lambda: name(app) == "ConfirmApply")
-            assert "nothing else on this machine changes" in plain(app.screen.query_one("#confirm-notes"))
+            notes = plain(app.screen.query_one("#confirm-notes"), width=1000)
+            assert "nothing else on this machine changes" in notes
+            # one message: a file to source is written; nothing "runs here" or "in the terminal"
+            assert "source in that shell" in notes and "Nothing runs here" in notes
+            assert "Runs here" not in notes and "Runs in the terminal" not in notes
+            assert "Write to a file to source" in plain(app.screen.query_one("#confirm-question"), width=1000)
             await pilot.press("y")
             await settle(pilot, lambda: "written to" in plain(rs.query_one("#rem-result")), what="the outcome")
             result = plain(rs.query_one("#rem-result"))

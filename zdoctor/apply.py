@@ -4,7 +4,8 @@ Nothing here asks; the caller (the guided UI) must have had an explicit yes. Com
 ``bash -c`` with ``set -e -x`` (stop at the first failing line, echo each line as it runs), in the
 training environment, in a process group of their own (a cancel ends the whole group). ``export`` and
 ``unset`` lines cannot reach the user's shell from here: they are also written to a file to
-``source`` before the launch, and the outcome says so. Files named by absolute paths in the
+``source`` before the launch, and the outcome says so; a remedy of such lines alone runs nothing, it is
+only written to that file. Files named by absolute paths in the
 commands are compared before and after, so the outcome lists what was created, modified or removed.
 """
 
@@ -24,12 +25,15 @@ from pathlib import Path
 from . import contain
 from .errors import InputError
 from .model import Remedy, cap_text
+from .present import only_changes_the_shell
 from .sysfile import action_argv as create_argv
 from .target import Target
 
 ENV_LINE = re.compile(r"^\s*(export|unset)\s+")
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 OUTPUT_CAP = 64 * 1024
+#: The last line a core action prints for its caller (``zdoctor-replace-record: {json}``): not output to show.
+CORE_RECORD = re.compile(r"^zdoctor-[a-z]+-record: ")
 
 
 @dataclass
@@ -289,7 +293,9 @@ def run_remedy(remedy: Remedy, env: Mapping[str, str], *, on_output: Callable[[s
         argv = ["sudo", "--", *argv]
     run_env = dict(env)
     with staged:
-        if terminal is not None:
+        if env_file is not None and p.env_lines and remedy.action is None and only_changes_the_shell(remedy.commands):
+            outcome.exit_code = 0  # nothing to run here: the lines only reach a shell by being sourced there
+        elif terminal is not None:
             try:
                 outcome.exit_code = terminal(argv, run_env)
             except OSError as exc:
@@ -342,6 +348,8 @@ def _stream(argv: list[str], env: dict[str, str], cwd: str | None, on_output: Ca
     assert proc.stdout is not None
     for raw in iter(proc.stdout.readline, b""):
         line = raw.decode("utf-8", errors="replace").rstrip("\n")
+        if CORE_RECORD.match(line):
+            continue
         chunks.append(line)
         if on_output is not None:
             on_output(line)
