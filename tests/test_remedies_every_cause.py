@@ -128,3 +128,46 @@ def test_a_check_that_declares_no_remedy_says_why():
     assert "libs.live" in declared
     for name, why in declared.items():
         assert len(why.split()) >= 8, (name, why)  # a reason, not a flag
+
+
+def test_which_compilers_the_loaded_libstdcxx_serves_and_the_rebuild_of_a_jit_op():
+    """GCC 12 objects need up to GLIBCXX_3.4.30, GCC 13's 3.4.31; a gcc-toolset g++ (recorded on a RHEL node)
+    links the newer parts statically, so any system libstdc++ serves it. A JIT-built op's rebuild removes
+    its folder first."""
+    from zdoctor.forensics.rebuildop import jit_dir_of, rebuild_remedy, serving_compilers
+
+    gcc12 = {"name": "g++", "path": "/usr/bin/g++", "realpath": "/usr/bin/x86_64-linux-gnu-g++-12",
+             "family": "gcc", "version": "12.2.0"}
+    gcc13 = {"name": "g++", "path": "/opt/gcc13/bin/g++", "realpath": "/opt/gcc13/bin/g++", "family": "gcc",
+             "version": "13.2.0"}
+    toolset = {"name": "g++", "path": "/opt/rh/gcc-toolset-13/root/usr/bin/g++",
+               "realpath": "/opt/rh/gcc-toolset-13/root/usr/bin/g++", "family": "gcc", "version": "13.1.1"}
+    clang = {"name": "c++", "path": "/usr/bin/c++", "realpath": "/usr/bin/clang++", "family": "clang",
+             "version": "16.0.6"}
+    assert [c["path"] for c in serving_compilers([gcc12, gcc13, toolset, clang], "GLIBCXX_3.4.30")] == [
+        "/usr/bin/g++", "/opt/rh/gcc-toolset-13/root/usr/bin/g++"]
+    assert [c["path"] for c in serving_compilers([gcc12, gcc13], "GLIBCXX_3.4.28")] == []  # GCC 10's copy
+    assert serving_compilers([gcc12], None) == []  # what the loaded copy has is unknown: no claim
+    op = "/home/u/.cache/torch_extensions/py311_cu121/cpu_adam/cpu_adam.so"
+    targets = [{"target": {"kind": "jit-op", "path": op, "name": "cpu_adam.so"}}]
+    jit = jit_dir_of(op, targets)
+    assert jit == "/home/u/.cache/torch_extensions/py311_cu121/cpu_adam"
+    r = rebuild_remedy(op, jit, toolset, "GLIBCXX_3.4.25")
+    assert r.commands == [f"rm -rf -- {jit}", "export CXX=/opt/rh/gcc-toolset-13/root/usr/bin/g++"]
+    assert "gcc-toolset-13's g++ links the C++ parts newer" in r.explanation
+    assert verification_of(r).state == "not_tried"
+    assert jit_dir_of("/elsewhere/op.so", targets) is None
+
+
+def test_a_rhel_node_is_told_a_gcc_toolset_runtime_ships_no_newer_libstdcxx():
+    from zdoctor.checks.libs import _no_newer_runtime_lines
+    from zdoctor.model import ProbeResult
+    from zdoctor.registry import Facts
+
+    def said(distro: dict) -> str:
+        return " ".join(_no_newer_runtime_lines(Facts({"toolchain": ProbeResult("toolchain",
+                                                                               facts={"distro": distro})})))
+
+    assert "ships no newer libstdc++.so.6" in said({"id": "rocky", "id_like": ["rhel", "fedora"], "version_id": "9"})
+    assert said({"id": "ubuntu", "id_like": ["debian"], "version_id": "22.04"}) == ""
+    assert said({"id": None, "id_like": [], "version_id": None}) == ""  # unknown: no claim either way
