@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
+import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +23,16 @@ REPO = Path(__file__).resolve().parent.parent
 # last, see KERNEL_LOG_WRITERS) moves the start past the records it writes.
 os.environ.setdefault("ZDOCTOR_KERNEL_LOG_SINCE", str(time.time()))
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+#: The home of the account running the tests, from the password database ($HOME may be anything).
+REAL_HOME = Path(pwd.getpwuid(os.getuid()).pw_dir)
+#: zdoctor's state directory in that home: no test may write there.
+REAL_STATE = REAL_HOME / ".local" / "state" / "zdoctor"
+# Every zdoctor this test process starts records its sessions in a private directory, set here, as pytest
+# imports this file, so that no fixture of any scope (a module's ``zdoctor check``) runs before it; each test
+# then gets its own (``state_home``).
+RUN_STATE = tempfile.mkdtemp(prefix="zdoctor-tests-state-")
+os.environ["XDG_STATE_HOME"] = RUN_STATE
 
 
 #: The lanes each test file belongs to (``python3 -m pytest -m "not slow"`` is the inner loop; the README's
@@ -122,19 +135,54 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 SHARED_ENV = "ZDOCTOR_TESTS_SHARED_DIR"
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    if not hasattr(config, "workerinput") and not os.environ.get(SHARED_ENV):
-        import tempfile
+def home_listing(home: Path = REAL_HOME, state: Path = REAL_STATE) -> dict[str, tuple[int, int]]:
+    """What a test must not change in the user's own files: the names at the top of the home, and every
+    file under zdoctor's state directory there with its size and modification time (links not followed)."""
+    seen: dict[str, tuple[int, int]] = {}
+    with contextlib.suppress(OSError):
+        seen.update({f"~/{entry.name}": (0, 0) for entry in os.scandir(home)})
+    for folder, dirs, files in os.walk(state):
+        for path in [folder] * (folder == str(state)) + [os.path.join(folder, name) for name in dirs + files]:
+            with contextlib.suppress(OSError):
+                st = os.lstat(path)
+                seen[path] = (st.st_size, st.st_mtime_ns)
+    return seen
 
+
+def listing_changes(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> list[str]:
+    """The entries added, removed or changed between two :func:`home_listing` results."""
+    return sorted([f"added {k}" for k in after.keys() - before.keys()]
+                  + [f"removed {k}" for k in before.keys() - after.keys()]
+                  + [f"changed {k}" for k in before.keys() & after.keys() if before[k] != after[k]])
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config._zdoctor_home_before = home_listing()  # type: ignore[attr-defined]
+    if not hasattr(config, "workerinput") and not os.environ.get(SHARED_ENV):
         os.environ[SHARED_ENV] = tempfile.mkdtemp(prefix="zdoctor-tests-")
         config._zdoctor_shared_dir = os.environ[SHARED_ENV]  # type: ignore[attr-defined]
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The run fails when the user's home or zdoctor state there changed while it ran."""
+    if hasattr(session.config, "workerinput"):
+        return
+    changes = listing_changes(session.config._zdoctor_home_before, home_listing())  # type: ignore[attr-defined]
+    if changes:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        text = (f"the tests changed the user's own files ({REAL_HOME}, {REAL_STATE}): "
+                + "; ".join(changes[:20]))
+        if reporter is not None:
+            reporter.write_line(text, red=True)
+        else:
+            sys.stderr.write(text + "\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(RUN_STATE, ignore_errors=True)
     made = getattr(config, "_zdoctor_shared_dir", None)
     if made:
-        import shutil
-
         shutil.rmtree(made, ignore_errors=True)
         os.environ.pop(SHARED_ENV, None)
 
