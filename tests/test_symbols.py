@@ -315,6 +315,10 @@ def test_the_only_installed_copy_is_another_release_than_the_symbol_version_asks
     assert "zdfoo 1.0, per its pip metadata" in f.detail and "the only copy of libzdfoo.so.1" in f.detail
     assert "unknown" not in f.detail and "no known library" not in f.detail
     assert f.remedies[0].commands[-1] == "python -m pip install --upgrade zdfoo"
+    # the only copy lacks foo_b: rebuilding op.so against it cannot work, so it is named as not offered
+    assert not any("rebuild" in r.title.lower() for r in f.remedies)
+    assert (f"Not offered: rebuilding op.so against the installed libzdfoo.so.1, because {libdir}/libzdfoo.so.1 "
+            "does not export foo_b") in f.detail
 
 
 def test_package_metadata_of_a_dpkg_owned_library(tmp_path):

@@ -4,6 +4,13 @@ The distribution is read from ``/etc/os-release`` (``ID``, ``ID_LIKE``, ``VERSIO
 ``probes.toolchain.read_os_release`` records it). Package names differ per family: the C++ compiler is
 ``g++`` on Debian/Ubuntu and ``gcc-c++`` on RHEL and SUSE; Python 3.11's headers are ``python3.11-dev``,
 ``python3.11-devel`` and ``python311-devel``.
+
+Sources of the names: NVIDIA's CUDA installation guide (``cuda-toolkit-X-Y`` and ``cuda-drivers-<branch>``
+from NVIDIA's repository on apt, dnf and zypper alike), the Fabric Manager user guide
+(``nvidia-fabricmanager-<branch>=<version>`` on apt, ``nvidia-fabric-manager-<version>`` on dnf/zypper),
+Ubuntu's archive (``nvidia-driver-<branch>``, ``gcc-N``/``g++-N``), Red Hat's GCC Toolset
+(``gcc-toolset-N``, enabled with ``source /opt/rh/gcc-toolset-N/enable``; devtoolset-N on RHEL 7) and
+openSUSE's ``gccN``/``gccN-c++`` (``/usr/bin/gcc-N``).
 """
 
 from __future__ import annotations
@@ -19,7 +26,8 @@ SUSE = {"suse", "opensuse", "sles", "opensuse-leap", "opensuse-tumbleweed"}
 #: Logical package -> name per package family.
 NAMES: dict[str, dict[str, str]] = {
     "c++ compiler": {"apt": "g++", "dnf": "gcc-c++", "zypper": "gcc-c++"},
-    "libaio headers": {"apt": "libaio-dev", "dnf": "libaio-devel", "zypper": "libaio-devel"},
+    "libaio headers": {"apt": "libaio-dev", "dnf": "libaio-devel", "zypper": "libaio-devel", "pacman": "libaio",
+                       "apk": "libaio-dev"},
     "ninja": {"apt": "ninja-build", "dnf": "ninja-build", "zypper": "ninja"},
 }
 
@@ -33,16 +41,48 @@ class PackageManager:
     label: str
 
     def install(self, package: str) -> list[str]:
-        """The commands (steps) that install ``package``."""
+        """The commands (steps) that install ``package`` (one or more names, already shell-quoted)."""
+        if self.family == "pacman":
+            return [f"pacman -S --noconfirm {package}"]
+        if self.family == "apk":
+            return [f"apk add {package}"]
         refresh = ["apt-get update"] if self.family == "apt" else []
         return [*refresh, f"{self.tool} install -y {package}"]
+
+    def reinstall(self, package: str) -> list[str]:
+        """The commands that install ``package`` again from this distribution's repositories."""
+        if self.family == "apt":
+            return ["apt-get update", f"apt-get install -y --reinstall {package}"]
+        if self.family == "zypper":
+            return [f"zypper install -y --force {package}"]
+        return [f"{self.tool} reinstall -y {package}"]
+
+    def upgrade(self, package: str) -> list[str]:
+        """The commands that upgrade the installed ``package`` only (nothing new is installed)."""
+        if self.family == "apt":
+            return ["apt-get update", f"apt-get install -y --only-upgrade {package}"]
+        if self.family == "zypper":
+            return [f"zypper update -y {package}"]
+        return [f"{self.tool} upgrade -y {package}"]
 
     def remove(self, package: str) -> list[str]:
         return [f"{self.tool} remove -y {package}"]
 
+    def hold(self, packages: str) -> str:
+        """The line that keeps upgrades off ``packages``, and the plugin it needs, if any."""
+        if self.family == "apt":
+            return f"`apt-mark hold {packages}`"
+        if self.family == "zypper":
+            return f"`zypper addlock {packages}`"
+        plugin = "yum-plugin-versionlock" if self.tool == "yum" else "python3-dnf-plugin-versionlock"
+        return f"`{self.tool} versionlock add {packages}` (package {plugin})"
+
 
 APT = PackageManager("apt", "apt-get", "Debian/Ubuntu")
 ZYPPER = PackageManager("zypper", "zypper", "SUSE")
+PACMAN = PackageManager("pacman", "pacman", "Arch")
+APK = PackageManager("apk", "apk", "Alpine")
+ARCH = {"arch", "archlinux", "manjaro"}
 
 
 def _ids(distro: Mapping[str, Any] | None) -> set[str]:
@@ -54,7 +94,7 @@ def managers(distro: Mapping[str, Any] | None) -> list[PackageManager]:
     """The package manager of this node's distribution; apt and dnf both when the distribution is unknown."""
     ids = _ids(distro)
     major = str((distro or {}).get("version_id") or "").split(".")[0]
-    yum = bool(ids & {"rhel", "centos"}) and major == "7"
+    yum = (bool(ids & {"rhel", "centos", "ol"}) and major in ("5", "6", "7")) or ("amzn" in ids and major == "2")
     dnf = PackageManager("dnf", "yum" if yum else "dnf", f"RHEL/Rocky/Fedora, {'yum' if yum else 'dnf'}")
     if ids & DEBIAN:
         return [APT]
@@ -63,6 +103,28 @@ def managers(distro: Mapping[str, Any] | None) -> list[PackageManager]:
     if ids & SUSE:
         return [ZYPPER]
     return [APT, dnf]
+
+
+def node_manager(distro: Mapping[str, Any] | None) -> PackageManager | None:
+    """The one package manager of this node (also Arch's pacman and Alpine's apk); None when unknown."""
+    ids = _ids(distro)
+    if ids & ARCH:
+        return PACMAN
+    if "alpine" in ids:
+        return APK
+    found = managers(distro)
+    return found[0] if len(found) == 1 else None
+
+
+def managers_of_owner(kind: str | None, distro: Mapping[str, Any] | None) -> list[PackageManager]:
+    """The managers that can act on a package the ``kind`` database (dpkg | rpm) owns: apt for dpkg, the
+    distribution's dnf or zypper for rpm (dnf when the distribution is unknown)."""
+    if kind == "dpkg":
+        return [APT]
+    if kind == "rpm":
+        rpm = [m for m in managers(distro) if m.family in ("dnf", "zypper")]
+        return rpm[:1] or [managers(None)[1]]
+    return managers(distro)
 
 
 def package_name(logical: str, family: str) -> str:
@@ -78,3 +140,54 @@ def python_headers_package(version: str, family: str, system_default: bool = Fal
     if family == "zypper":
         return f"python{version.replace('.', '')}-devel"
     return "python3-devel" if system_default else f"python{version}-devel"
+
+
+def is_ubuntu(distro: Mapping[str, Any] | None) -> bool:
+    return "ubuntu" in _ids(distro)
+
+
+def nvidia_driver_package(branch: str | int, family: str, ubuntu: bool = False) -> str:
+    """The NVIDIA driver of ``branch``: Ubuntu's ``nvidia-driver-<branch>``, elsewhere the
+    ``cuda-drivers-<branch>`` meta-package of NVIDIA's CUDA repository."""
+    return f"nvidia-driver-{branch}" if family == "apt" and ubuntu else f"cuda-drivers-{branch}"
+
+
+def cuda_toolkit_package(major: int | None, minor: int | None) -> str:
+    """NVIDIA's CUDA toolkit package (``cuda-toolkit-12-4``), the same name on apt, dnf and zypper."""
+    return f"cuda-toolkit-{major}-{minor}" if major is not None and minor is not None else "cuda-toolkit"
+
+
+def fabricmanager_pinned(branch: str, module: str, deb_version: str | None, family: str) -> str:
+    """Fabric Manager of exactly the driver's release ``module``: on apt the driver package's own version
+    (``nvidia-fabricmanager-550=550.54.15-1``), on dnf and zypper ``nvidia-fabric-manager-550.54.15``."""
+    if family == "apt":
+        return f"nvidia-fabricmanager-{branch}={deb_version or module + '-1'}"
+    return f"nvidia-fabric-manager-{module}"
+
+
+@dataclass(frozen=True)
+class VersionedGcc:
+    """GCC ``major`` beside the system compiler: the packages to install, the compilers' paths and the
+    line that puts them first (empty when the paths alone do)."""
+
+    packages: str
+    gcc: str
+    gxx: str
+    enable: str
+
+
+def versioned_gcc(major: int, distro: Mapping[str, Any] | None, family: str) -> VersionedGcc | None:
+    """How ``family`` installs GCC ``major`` next to the system compiler on this distribution; None where the
+    distribution ships no such package (Fedora carries one GCC per release)."""
+    ids = _ids(distro)
+    if family == "apt":
+        return VersionedGcc(f"gcc-{major} g++-{major}", f"/usr/bin/gcc-{major}", f"/usr/bin/g++-{major}", "")
+    if family == "zypper":
+        return VersionedGcc(f"gcc{major} gcc{major}-c++", f"/usr/bin/gcc-{major}", f"/usr/bin/g++-{major}", "")
+    if family == "dnf" and not ids & {"fedora"}:
+        release = str((distro or {}).get("version_id") or "").split(".")[0]
+        kit = "devtoolset" if release == "7" else "gcc-toolset"
+        root = f"/opt/rh/{kit}-{major}"
+        return VersionedGcc(f"{kit}-{major}-gcc {kit}-{major}-gcc-c++", f"{root}/root/usr/bin/gcc",
+                            f"{root}/root/usr/bin/g++", f"source {root}/enable")
+    return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .. import packages as pkgmgr
 from ..forensics.gccver import parse_torch_config, version_tuple
 from ..gpu import cuda
 from ..gpu.checkfacts import na, nvml_gpus, pip_line
@@ -98,29 +99,45 @@ def _wheel_remedy(facts: Facts, max_cuda: str | None) -> Remedy | None:
                     "and rebuild DeepSpeed's JIT ops afterwards (they are built per torch and CUDA version).")
 
 
-def _driver_remedy(gpus: list[dict[str, Any]] | None = None) -> Remedy:
+def _distro(facts: Facts) -> dict[str, Any] | None:
+    """The node's distribution as a probe recorded it (toolchain, else cuda_stack); None when none did."""
+    return facts.get_fact("toolchain", "distro") or facts.get_fact("cuda_stack", "distro") or None
+
+
+def _driver_remedy(gpus: list[dict[str, Any]] | None = None,
+                   distro: dict[str, Any] | None = None) -> list[Remedy]:
+    """Upgrade the driver, one alternative per package manager this node may have."""
     from ..rules.drivers import driver_ceiling
 
     ceil = driver_ceiling([g.get("name") or "" for g in gpus or []])
-    if ceil["branch"] is not None and ceil["branch"] < int(DRIVER_BRANCH):
-        b = ceil["branch"]
-        return Remedy(
-            title=f"Upgrade the NVIDIA driver to the {b} branch, the last that supports {ceil['arch']} GPUs "
-                  f"(CUDA up to {ceil['max_cuda'] or '?'})",
-            commands=[f"apt-get install -y nvidia-driver-{b}"], requires_root=True, verified=None,
-            explanation=f"Later branches ({DRIVER_BRANCH} included) dropped the {ceil['arch']} architecture: they "
-                        f"would not drive this GPU. With the {b} branch torch must be built for CUDA "
-                        f"{ceil['max_cuda'] or '(unknown)'} or older; a newer CUDA needs newer GPUs.")
-    return Remedy(
-        title=f"Upgrade the NVIDIA driver (branch {DRIVER_BRANCH} supports CUDA 12.x and 13.0)",
-        commands=[f"apt-get install -y nvidia-driver-{DRIVER_BRANCH}"], requires_root=True, verified=None,
-        explanation="Debian/Ubuntu package name shown; other distributions ship it as their NVIDIA driver package. "
-                    "A reboot (or reloading the nvidia modules with no process on the GPUs) is needed. Datacenter "
-                    "GPUs can instead run a newer CUDA on an older driver through NVIDIA's forward-compatibility "
-                    "package (cuda-compat-<major>-<minor>), put first on LD_LIBRARY_PATH.")
+    out = []
+    for pm in pkgmgr.managers(distro):
+        if ceil["branch"] is not None and ceil["branch"] < int(DRIVER_BRANCH):
+            b = ceil["branch"]
+            package = pkgmgr.nvidia_driver_package(b, pm.family, pkgmgr.is_ubuntu(distro))
+            out.append(Remedy(
+                title=f"Upgrade the NVIDIA driver to the {b} branch, the last that supports {ceil['arch']} GPUs "
+                      f"(CUDA up to {ceil['max_cuda'] or '?'}) ({pm.label})",
+                commands=pm.install(package), requires_root=True, verified=None,
+                explanation=f"Later branches ({DRIVER_BRANCH} included) dropped the {ceil['arch']} architecture: "
+                            f"they would not drive this GPU. With the {b} branch torch must be built for CUDA "
+                            f"{ceil['max_cuda'] or '(unknown)'} or older; a newer CUDA needs newer GPUs."))
+            continue
+        package = pkgmgr.nvidia_driver_package(DRIVER_BRANCH, pm.family, pkgmgr.is_ubuntu(distro))
+        out.append(Remedy(
+            title=f"Upgrade the NVIDIA driver (branch {DRIVER_BRANCH} supports CUDA 12.x and 13.0) ({pm.label})",
+            commands=pm.install(package), requires_root=True, verified=None,
+            explanation=("Ubuntu's own driver package." if package.startswith("nvidia-driver") else
+                         "The meta-package of NVIDIA's CUDA repository (developer.download.nvidia.com/compute/cuda/"
+                         "repos), which must be configured.")
+                        + " A reboot (or reloading the nvidia modules with no process on the GPUs) is needed. "
+                        "Datacenter GPUs can instead run a newer CUDA on an older driver through NVIDIA's "
+                        "forward-compatibility package (cuda-compat-<major>-<minor>), put first on LD_LIBRARY_PATH."))
+    return out
 
 
 @check("gpu.runtime", title="Driver's CUDA version vs torch's CUDA runtime", probes=("nvml", "pyenv"),
+       optional=("toolchain",),
        explains=("cuda-error",))
 def check_runtime(facts: Facts) -> list[Finding]:
     fid = "gpu.runtime"
@@ -156,7 +173,7 @@ def check_runtime(facts: Facts) -> list[Finding]:
     ev = [Evidence.of_table("CUDA: driver vs torch", ["what", "from", "value"], rows, hl)]
     drv_int = nv.get("cuda_driver")
     if v["verdict"] == "too_old":
-        rem = [r for r in [_wheel_remedy(facts, drv_cuda), _driver_remedy(gpus)] if r]
+        rem = [r for r in [_wheel_remedy(facts, drv_cuda)] if r] + _driver_remedy(gpus, _distro(facts))
         from ..rules.drivers import min_driver_pre11
 
         pre11 = min_driver_pre11(v["runtime"]) if v.get("no_minor_compat") else None
@@ -199,7 +216,8 @@ def check_runtime(facts: Facts) -> list[Finding]:
     title = {"ok": f"torch's CUDA {v['runtime']} fits driver {nv.get('driver')} (CUDA {v['driver']})",
              "warn": f"torch's CUDA {v['runtime']} is newer than the driver's CUDA {v['driver']}",
              "fail": f"torch's CUDA {v['runtime']} cannot run on driver {nv.get('driver')}"}[status]
-    rem = [r for r in [_wheel_remedy(facts, drv_cuda), _driver_remedy(gpus)] if r] if status != "ok" else []
+    rem = ([r for r in [_wheel_remedy(facts, drv_cuda)] if r] + _driver_remedy(gpus, _distro(facts))
+           if status != "ok" else [])
     return [Finding(id=fid, status=status, title=title, detail="\n".join(lines), evidence=ev, remedies=rem)]
 
 
@@ -264,15 +282,16 @@ def _cuda_home_remedy(t: dict[str, Any]) -> Remedy:
                               "lines in the job's launch script; DeepSpeed rebuilds JIT ops when the toolkit changes.")
 
 
-def _install_toolkit_remedy(torch_cuda_v: str, distro: dict[str, Any] | None) -> Remedy:
+def _install_toolkit_remedy(torch_cuda_v: str, distro: dict[str, Any] | None) -> list[Remedy]:
     ti = cuda.toolkit_install(torch_cuda_v, distro)
-    return Remedy(title=f"Install the CUDA {cuda.cuda_str(torch_cuda_v)} toolkit ({ti['package']})",
-                  commands=[ti["command"], f"export CUDA_HOME={shell_quote(ti['prefix'] or '/usr/local/cuda')}"],
-                  requires_root=True, verified=None,
-                  explanation="The package comes from NVIDIA's CUDA repository (developer.download.nvidia.com/compute/"
-                              "cuda/repos), which must be configured; it installs next to other toolkits, without "
-                              "touching the driver. In a conda env, `conda install -c nvidia cuda-toolkit` with a "
-                              f"{cuda.cuda_str(torch_cuda_v)} version label works without root.")
+    return [Remedy(title=f"Install the CUDA {cuda.cuda_str(torch_cuda_v)} toolkit ({ti['package']}, {how['label']})",
+                   commands=[*how["commands"], f"export CUDA_HOME={shell_quote(ti['prefix'] or '/usr/local/cuda')}"],
+                   requires_root=True, verified=None,
+                   explanation="The package comes from NVIDIA's CUDA repository (developer.download.nvidia.com/"
+                               "compute/cuda/repos), which must be configured; it installs next to other toolkits, "
+                               "without touching the driver. In a conda env, `conda install -c nvidia cuda-toolkit` "
+                               f"with a {cuda.cuda_str(torch_cuda_v)} version label works without root.")
+            for how in ti["installs"]]
 
 
 def _installed_nvcc_rule(facts: Facts) -> dict[str, Any] | None:
@@ -326,7 +345,7 @@ def check_toolkit(facts: Facts) -> list[Finding]:
     prebuilt = ds.get("prebuilt_ops") or []
     if prebuilt:
         uses += f" {len(prebuilt)} op(s) were prebuilt at install time and need no toolkit."
-    remedies = [_cuda_home_remedy(t) for t in good[:1]] + [_install_toolkit_remedy(tc["cuda"], cs.get("distro"))]
+    remedies = [_cuda_home_remedy(t) for t in good[:1]] + _install_toolkit_remedy(tc["cuda"], cs.get("distro"))
     # where the toolkit is
     fid = "gpu.toolkit.cuda-home"
     status = "warn"
@@ -417,12 +436,27 @@ def _compiler_remedy(cs: dict[str, Any], lo: int, hi: int) -> list[Remedy]:
                        explanation="torch passes -ccbin $CC to nvcc and compiles C++ with $CXX. Set both in the job's "
                                    "launch script; JIT-built ops are rebuilt when the compiler changes.")]
     want = hi
-    return [Remedy(title=f"Install GCC {want} next to the system compiler",
-                   commands=[f"apt-get install -y gcc-{want} g++-{want}", f"export CC=/usr/bin/gcc-{want}",
-                             f"export CXX=/usr/bin/g++-{want}"], requires_root=True, verified=None,
-                   explanation="Debian/Ubuntu names shown (on RHEL use a gcc-toolset-N). As a last resort nvcc accepts "
-                               "an unsupported compiler with NVCC_APPEND_FLAGS=-allow-unsupported-compiler, at the "
-                               "risk of miscompiled kernels.")]
+    last_resort = ("As a last resort nvcc accepts an unsupported compiler with "
+                   "NVCC_APPEND_FLAGS=-allow-unsupported-compiler, at the risk of miscompiled kernels.")
+    out = []
+    distro = cs.get("distro")
+    for pm in pkgmgr.managers(distro):
+        gcc = pkgmgr.versioned_gcc(want, distro, pm.family)
+        if gcc is None:
+            out.append(Remedy(title=f"Build CUDA ops with GCC {want} from conda-forge ({pm.label} ships no GCC "
+                                    f"{want} beside its own compiler)",
+                              commands=[f"conda install -y -c conda-forge gcc_linux-64={want} gxx_linux-64={want}"],
+                              note="not tried: it installs packages into the active conda environment",
+                              explanation="conda-forge's compiler packages set $CC and $CXX when the environment is "
+                                          "activated; torch passes -ccbin $CC to nvcc. " + last_resort))
+            continue
+        commands = [*pm.install(gcc.packages), *([gcc.enable] if gcc.enable else []),
+                    f"export CC={gcc.gcc}", f"export CXX={gcc.gxx}"]
+        out.append(Remedy(title=f"Install GCC {want} next to the system compiler ({pm.label})", commands=commands,
+                          requires_root=True, verified=None,
+                          explanation="torch passes -ccbin $CC to nvcc and compiles C++ with $CXX: set them in the "
+                                      "job's launch script. " + last_resort))
+    return out
 
 
 @check("gpu.host-compiler", title="Host compiler vs the GCC range nvcc supports",

@@ -70,11 +70,7 @@ def hold_advice(dp: dict[str, Any], change: dict[str, Any]) -> str | None:
     if not names:
         return None
     manager = (dp.get("packages") or {}).get("manager")
-    family = {"dpkg": "apt", "rpm": "dnf"}.get(manager or "") or pkgmgr.managers(dp.get("distro"))[0].family
-    if family == "apt":
-        how = f"`apt-mark hold {names}`"
-    else:
-        how = f"`dnf versionlock add {names}` (package python3-dnf-plugin-versionlock)"
+    how = pkgmgr.managers_of_owner(manager, dp.get("distro"))[0].hold(names)
     return (f"An automatic upgrade did it: after the reboot, {how} keeps the next one off the driver, so driver "
             "upgrades happen when you choose, with the node drained and a reboot planned.")
 
@@ -164,22 +160,14 @@ def _fm_remedies(dp: dict[str, Any], module: str) -> list[Remedy]:
                 and p["name"].startswith(("libnvidia-compute", "nvidia-driver"))), None)
     out = []
     for mgr in pkgmgr.managers(dp.get("distro")):
-        if mgr.family == "apt":
-            version = (drv or {}).get("version") or f"{module}-1"
-            line = f"apt-get install -y {shlex.quote(f'nvidia-fabricmanager-{branch}={version}')}"
-            out.append(Remedy(title=f"Install Fabric Manager {module}, the driver's exact release ({mgr.label})",
-                              commands=["apt-get update", line, f"systemctl restart {fabricmanager.UNIT}",
-                                        f"systemctl is-active {fabricmanager.UNIT}"],
-                              requires_root=True, note="not tried: it installs a package and restarts a service",
-                              explanation="Fabric Manager must be the driver's exact release; the version pinned "
-                                          "is the driver package's own (same repository revision)."))
-        elif mgr.family == "dnf":
-            out.append(Remedy(title=f"Install Fabric Manager {module}, the driver's exact release ({mgr.label})",
-                              commands=[f"{mgr.tool} install -y {shlex.quote(f'nvidia-fabric-manager-{module}')}",
-                                        f"systemctl restart {fabricmanager.UNIT}",
-                                        f"systemctl is-active {fabricmanager.UNIT}"],
-                              requires_root=True, note="not tried: it installs a package and restarts a service",
-                              explanation="Fabric Manager must be the driver's exact release."))
+        package = pkgmgr.fabricmanager_pinned(branch, module, (drv or {}).get("version"), mgr.family)
+        same = ("the version pinned is the driver package's own (same repository revision)."
+                if mgr.family == "apt" else "the package's version is the driver's release.")
+        out.append(Remedy(title=f"Install Fabric Manager {module}, the driver's exact release ({mgr.label})",
+                          commands=[*mgr.install(shlex.quote(package)), f"systemctl restart {fabricmanager.UNIT}",
+                                    f"systemctl is-active {fabricmanager.UNIT}"],
+                          requires_root=True, note="not tried: it installs a package and restarts a service",
+                          explanation=f"Fabric Manager must be the driver's exact release; {same}"))
     return out
 
 

@@ -18,11 +18,31 @@ def _sources(rule_id: str) -> str:
     return "; ".join(dsr.RULES_BY_ID[rule_id]["sources"])
 
 
-def _libaio_remedies(distro: dict[str, Any]) -> list[Remedy]:
-    """Install libaio's headers and library: one alternative per package manager this node may have."""
-    return [Remedy(title=f"Install the libaio headers and library ({pm.label})",
-                   commands=pm.install(package_name("libaio headers", pm.family)), requires_root=True)
-            for pm in managers(distro)]
+def libaio_remedies_for_dpkg_only(distro: dict[str, Any]) -> tuple[list[Remedy], list[str]]:
+    """For a release whose async_io asks dpkg alone: install libaio's headers and library, one alternative
+    per package manager this node may have, and the lines that say which are not offered and why. Such a
+    release never sees an rpm package: there DeepSpeed is upgraded to the first release with the link test
+    first, as a step."""
+    rule = dsr.RULES_BY_ID["libaio-detection"]
+    remedies: list[Remedy] = []
+    withheld: list[str] = []
+    for pm in managers(distro):
+        package = package_name("libaio headers", pm.family)
+        if pm.family != "apt":
+            withheld.append(
+                f"Not offered: installing {package} alone ({pm.label}), because this DeepSpeed release only checks "
+                f"dpkg (op_builder/async_io.py: dpkg -l libaio-dev), so async_io stays incompatible after it: "
+                f"{rule['old_consequence']} (sources: {_sources('libaio-detection')}).")
+            remedies.append(Remedy(
+                title=f"Upgrade DeepSpeed to {rule['first_current']} or newer, which link-tests libaio, and install "
+                      f"{package} ({pm.label})",
+                commands=[f"python -m pip install --upgrade {shlex.quote('deepspeed>=' + rule['first_current'])}",
+                          *pm.install(package)],
+                requires_root=True, note="not tried: it replaces DeepSpeed and installs a package"))
+            continue
+        remedies.append(Remedy(title=f"Install the libaio headers and library ({pm.label})",
+                               commands=pm.install(package), requires_root=True))
+    return remedies, withheld
 
 
 def _rule_findings(facts: dict[str, Any], ev: list[Evidence], distro: dict[str, Any]) -> list[Finding]:
@@ -32,17 +52,20 @@ def _rule_findings(facts: dict[str, Any], ev: list[Evidence], distro: dict[str, 
     aio = rules.get("libaio-detection") or {}
     if aio.get("state") == "old":
         rule = dsr.RULES_BY_ID["libaio-detection"]
+        aio_remedies, withheld = libaio_remedies_for_dpkg_only(distro)
         out.append(Finding(
             id="pyenv.deepspeed-release.libaio-dpkg", status="warn",
             title=f"DeepSpeed {ver} decides async_io's libaio by dpkg alone: ds_report's async_io verdict is "
                   "not evidence",
             detail=f"This release ({aio.get('file')}): {rule['old']}. Current releases: {rule['current']}. "
                    f"Sources: {_sources('libaio-detection')}. Trust the storage checks' link test of libaio "
-                   "instead of ds_report's column.",
+                   "instead of ds_report's column." + "".join("\n" + line for line in withheld),
             evidence=ev,
-            remedies=[*_libaio_remedies(distro),
-                      Remedy(title="Or upgrade DeepSpeed to a release that link-tests libaio (after PR 1247)",
-                             commands=["python -m pip install --upgrade deepspeed"])]))
+            remedies=[*aio_remedies,
+                      Remedy(title=f"Or upgrade DeepSpeed to a release that link-tests libaio "
+                                   f"({rule['first_current']} or newer)",
+                             commands=[f"python -m pip install --upgrade "
+                                       f"{shlex.quote('deepspeed>=' + rule['first_current'])}"])]))
     pin = rules.get("zero12-pin-memory") or {}
     if pin.get("state") == "old":
         rule = dsr.RULES_BY_ID["zero12-pin-memory"]

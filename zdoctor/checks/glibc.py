@@ -14,6 +14,7 @@ from typing import Any
 
 from ..forensics.versions import parse_version
 from ..model import Finding, Remedy
+from ..packages import managers_of_owner
 from ..probes.glibc import glibc_version_errors
 from ..registry import Facts, check, predicate
 from ..shellquote import shell_quote
@@ -62,10 +63,11 @@ def _build_remedy(facts: Facts, who: str, owners: list[dict[str, Any]]) -> Remed
                       explanation="conda packages are built against a sysroot; a package for a newer one needs a "
                                   "newer glibc. The conda package __glibc pins what the solver assumes.")
     if kinds <= {"dpkg", "rpm"}:
-        cmd = (f"apt-get install --reinstall {' '.join(shlex.quote(p) for p in pkgs)}" if kinds == {"dpkg"}
-               else f"dnf reinstall {' '.join(shlex.quote(p) for p in pkgs)}")
-        return Remedy(title=f"Install the {', '.join(pkgs)} package built for this distribution release",
-                      commands=[cmd], requires_root=True, note="not tried: it needs root",
+        pm = managers_of_owner("dpkg" if kinds == {"dpkg"} else "rpm", facts.get_fact("toolchain", "distro"))[0]
+        return Remedy(title=f"Install the {', '.join(pkgs)} package built for this distribution release "
+                            f"({pm.label})",
+                      commands=pm.reinstall(" ".join(shlex.quote(p) for p in pkgs)), requires_root=True,
+                      note="not tried: it needs root",
                       explanation="An OS package that needs a newer glibc than the OS has comes from a newer "
                                   "release of the distribution (a .deb or .rpm copied in, or a mixed "
                                   "repository); the package of this release is built for this glibc.")
@@ -119,7 +121,7 @@ def _remedies(facts: Facts, host: str | None, need: str | None, libs: list[str])
 
 
 @check("libs.glibc", title="glibc (GLIBC_x) needed vs the host's", probes=("glibc", "livetrace"),
-       explains=("version-not-found",))
+       optional=("toolchain",), explains=("version-not-found",))
 def check_glibc(facts: Facts) -> list[Finding]:
     g = facts.of("glibc") or {}
     host = g.get("host")

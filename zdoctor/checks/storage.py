@@ -8,6 +8,7 @@ import errno
 from typing import Any
 
 from ..model import Evidence, Finding, Remedy
+from ..packages import package_name
 from ..plural import count_of
 from ..registry import Facts, check, predicate
 from ..shellquote import shell_quote
@@ -16,6 +17,7 @@ from ..storage import fstab as fs
 from ..storage.iotest import explain_odirect, human, rate
 from ..symptoms.match import ids_for
 from . import not_checked
+from .dsrelease import libaio_remedies_for_dpkg_only
 
 #: Below this sustained sequential rate (bytes/s, either direction) offload waits on the disk.
 SLOW_BPS = 1.0e9
@@ -247,7 +249,7 @@ def check_odirect(facts: Facts) -> list[Finding]:
 
 
 @check("storage.libaio", title="libaio for DeepSpeed's async_io op", probes=("storage",),
-       explains=("undefined-reference", "libaio-missing"))
+       optional=("dsrelease", "toolchain"), explains=("undefined-reference", "libaio-missing"))
 def check_libaio(facts: Facts) -> list[Finding]:
     fid = "storage.libaio"
     st = facts.of("storage")
@@ -292,8 +294,11 @@ def check_libaio(facts: Facts) -> list[Finding]:
                                   "(`cat /proc/sys/fs/aio-nr /proc/sys/fs/aio-max-nr`); ENOSYS or EPERM means "
                                   "the kernel or a sandbox (seccomp, gVisor) does not offer native AIO."),
                         evidence=ev)]
-    remedies = []
-    if la.get("install"):
+    remedies: list[Remedy] = []
+    withheld: list[str] = []
+    if _release_checks_dpkg_only(facts) and la.get("package") != package_name("libaio headers", "apt"):
+        remedies, withheld = libaio_remedies_for_dpkg_only(facts.get_fact("toolchain", "distro") or {})
+    elif la.get("install"):
         remedies.append(Remedy(title=f"Install {la['package']}", commands=[la["install"]], verified=False,
                                requires_root=True, undo=[],
                                explanation="DeepSpeed's async_io op compiles against libaio.h and links -laio when "
@@ -301,8 +306,14 @@ def check_libaio(facts: Facts) -> list[Finding]:
     return [Finding(id=fid, status="fail", title="libaio development files missing: NVMe offload cannot build async_io",
                     detail=found + "\nDeepSpeed stops with: async_io requires the dev libaio .so object and headers "
                                    "but these were not found." + ("" if la.get("install") else
-                                   " Install your distribution's libaio development package."),
+                                   " Install your distribution's libaio development package.")
+                           + "".join("\n" + line for line in withheld),
                     evidence=ev, remedies=remedies, explains=ids_for(facts, "libaio-missing"))]
+
+
+def _release_checks_dpkg_only(facts: Facts) -> bool:
+    """Whether the installed DeepSpeed's async_io decides libaio by dpkg alone (the dsrelease probe's rule)."""
+    return facts.get_fact("dsrelease", "rules", "libaio-detection", "state") == "old"
 
 
 def _called(lt: dict[str, Any]) -> list[str]:

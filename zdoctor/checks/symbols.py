@@ -9,6 +9,7 @@ from typing import Any
 from ..forensics.remedies import Plan
 from ..forensics.symbols import library_for_prefix
 from ..model import Finding, Remedy
+from ..packages import managers_of_owner
 from ..registry import Facts, check, predicate
 from ..symptoms.match import ids_for
 from . import not_checked
@@ -167,8 +168,10 @@ def _version_node_finding(e: dict[str, Any], fid: str) -> Finding:
                    detail="\n".join(lines), remedies=rems)
 
 
-def _package_remedies(pkg: dict[str, Any], name: str, wanted: str, lib: str) -> list[Remedy]:
-    """Install the release of the library's package that ``name`` was built against, or rebuild ``name``."""
+def _package_remedies(pkg: dict[str, Any], name: str, wanted: str, lib: str,
+                      distro: dict[str, Any] | None = None, rebuild: bool = True) -> list[Remedy]:
+    """Install the release of the library's package that ``name`` was built against, or (``rebuild``, where
+    the installed library has what ``name`` asks for) rebuild ``name`` against it."""
     rems = []
     if pkg.get("manager") == "pip" and pkg.get("name"):
         rems.append(Remedy(title=f"Install the release of {pkg['name']} that {name} was built against (one that "
@@ -176,11 +179,13 @@ def _package_remedies(pkg: dict[str, Any], name: str, wanted: str, lib: str) -> 
                            commands=["# the release the package of " + shlex.quote(name) + " names in its "
                                      "requirements, e.g.:",
                                      f"python -m pip install --upgrade {shlex.quote(str(pkg['name']))}"]))
-    elif pkg.get("manager") == "dpkg" and pkg.get("name"):
-        rems.append(Remedy(title=f"Install the release of {pkg['name']} that {name} was built against, replacing "
-                                 f"{pkg.get('version')}",
-                           commands=["apt-get update", f"apt-get install -y --only-upgrade {pkg['name']}"],
-                           requires_root=True))
+    elif pkg.get("manager") in ("dpkg", "rpm") and pkg.get("name"):
+        for pm in managers_of_owner(pkg["manager"], distro):
+            rems.append(Remedy(title=f"Install the release of {pkg['name']} that {name} was built against, "
+                                     f"replacing {pkg.get('version')} ({pm.label})",
+                               commands=pm.upgrade(shlex.quote(str(pkg["name"]))), requires_root=True))
+    if not rebuild:
+        return rems
     rems.append(Remedy(title=f"Or rebuild {name} against the installed {lib}"
                              + (f" ({pkg['name']} {pkg.get('version')})" if pkg.get("name") else ""),
                        commands=[f"# rebuild the package that ships {shlex.quote(name)} from source on this node"]))
@@ -198,8 +203,11 @@ def _other_release(e: dict[str, Any], fid: str, name: str, shown: str) -> Findin
              f"another release of {lib} than the one {name} was built against, which exports it.",
              (f"It is the only copy of {lib} zdoctor found ({e.get('searched', 0)} directories searched: beside "
               "every loaded library, LD_LIBRARY_PATH, the environment's pip packages, CUDA toolkits, system dirs)."
-              if only else f"Other copies found, none exporting it: {', '.join(e['other_copies'][:4])}.")]
-    rems = _package_remedies(pkg, name, f"exports {e['symbol']}", lib)
+              if only else f"Other copies found, none exporting it: {', '.join(e['other_copies'][:4])}."),
+             f"Not offered: rebuilding {name} against the installed {lib}, because {have} does not export "
+             f"{e['symbol']} (its dynamic symbols were read): {name}'s code calls it, so a rebuild would ask for it "
+             "again."]
+    rems = _package_remedies(pkg, name, f"exports {e['symbol']}", lib, rebuild=False)
     return Finding(id=fid, status="fail",
                    title=f"{name}: the installed {lib} ({pkg.get('name') or have} {pkg.get('version') or ''}".rstrip()
                          + f") is another release: it lacks {shown}",

@@ -18,6 +18,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .. import packages
+
 # -- versions --------------------------------------------------------------------------------------
 
 _MAJOR_MINOR = re.compile(r"(\d+)\.(\d+)")
@@ -343,24 +345,17 @@ def wheel_variant(max_cuda: str | int | None) -> dict[str, Any] | None:
 
 
 def toolkit_install(cuda: str, distro: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The NVIDIA package of the CUDA toolkit ``cuda`` (``cuda-toolkit-12-4``) and the command for this distro
+    """The NVIDIA package of the CUDA toolkit ``cuda`` (``cuda-toolkit-12-4``) and its install steps per package
+    manager this distro may have
     (``distro`` as :func:`zdoctor.probes.toolchain.read_os_release` returns it: id, id_like).
 
     The package comes from NVIDIA's CUDA repository (developer.download.nvidia.com/compute/cuda/repos),
     which must be configured; it installs under ``/usr/local/cuda-12.4``.
     """
     ver = parse_cuda(cuda)
-    pkg = f"cuda-toolkit-{ver[0]}-{ver[1]}" if ver else "cuda-toolkit"
-    d = distro or {}
-    like = d.get("id_like") or []
-    ids = " ".join([str(d.get("id") or "")] + ([like] if isinstance(like, str) else list(like))).lower()
-    if any(w in ids for w in ("rhel", "fedora", "centos", "rocky", "almalinux")):
-        cmd = f"dnf install -y {pkg}"
-    elif "suse" in ids:
-        cmd = f"zypper install -y {pkg}"
-    else:
-        cmd = f"apt-get install -y {pkg}"
-    return {"package": pkg, "command": cmd, "prefix": f"/usr/local/cuda-{cuda_str(ver)}" if ver else None}
+    pkg = packages.cuda_toolkit_package(*(ver[:2] if ver else (None, None)))
+    installs = [{"label": pm.label, "commands": pm.install(pkg)} for pm in packages.managers(distro)]
+    return {"package": pkg, "installs": installs, "prefix": f"/usr/local/cuda-{cuda_str(ver)}" if ver else None}
 
 
 # -- python -m torch.utils.collect_env ------------------------------------------------------------------

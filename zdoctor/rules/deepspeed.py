@@ -46,8 +46,15 @@ RULES: list[dict[str, Any]] = [
                  "DeepSpeed PR 1247 'test link against libaio using distutils' (2021-07-23)",
                  "DeepSpeed PR 1250 'query for libaio package using known package managers' (2021-07-24)",
                  "read from the 0.4.0 sdist: async_io.is_compatible -> libraries_installed(['libaio-dev']) -> "
-                 "dpkg -l"],
-     "release": "0.4.0 checks with dpkg only; the first release with the link test: unknown"},
+                 "dpkg -l",
+                 "tag v0.4.3 op_builder/async_io.py: libraries_installed(['libaio-dev']); tag v0.4.4 "
+                 "op_builder/async_io.py: has_function('io_submit', ('aio',))",
+                 "tag v0.4.0 op_builder/builder.py jit_load: 'Unable to JIT load the async_io op due to it not "
+                 "being compatible'; setup.py builds an op only when op_enabled and is_compatible"],
+     "release": "through 0.4.3 dpkg only; 0.4.4 is the first release with the link test",
+     "first_current": "0.4.4",
+     "old_consequence": "an op this check calls incompatible is neither JIT-loaded (builder.jit_load raises "
+                        "RuntimeError) nor pre-built (setup.py skips it even with DS_BUILD_AIO=1)"},
     {"id": "zero12-pin-memory",
      "about": "offload_optimizer.pin_memory at ZeRO stage 1/2",
      "old": "the ZeRO-1/2 optimizer never reads it: the setting has no effect",

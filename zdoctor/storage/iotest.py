@@ -25,7 +25,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
-from .. import runner
+from .. import packages, runner
 from ..errors import InputError
 from ..forensics.ldcache import read_ld_so_cache, runtime_soname
 from ..model import Evidence
@@ -300,23 +300,15 @@ def os_release(path: str = "/etc/os-release") -> dict[str, str]:
 
 
 def libaio_package(release: Mapping[str, str]) -> dict[str, str | None]:
-    """The package with libaio's headers and linkable library for this distribution, and its install
-    command (what DeepSpeed's async_io builder asks for)."""
-    ids = [release.get("ID", "")] + release.get("ID_LIKE", "").split()
-    major = _major(release.get("VERSION_ID", ""))
-    rid = release.get("ID", "")
-    if any(i in ("debian", "ubuntu") for i in ids):
-        return {"package": "libaio-dev", "install": "apt-get install -y libaio-dev"}
-    if any(i in ("suse", "opensuse", "sles") or i.startswith("opensuse") for i in ids):
-        return {"package": "libaio-devel", "install": "zypper install -y libaio-devel"}
-    if any(i in ("rhel", "fedora", "centos", "rocky", "almalinux", "amzn", "ol") for i in ids):
-        old = (rid in ("centos", "rhel", "ol") and major is not None and major < 8) or (rid == "amzn" and major == 2)
-        return {"package": "libaio-devel", "install": f"{'yum' if old else 'dnf'} install -y libaio-devel"}
-    if any(i in ("arch", "archlinux", "manjaro") for i in ids):
-        return {"package": "libaio", "install": "pacman -S --noconfirm libaio"}
-    if "alpine" in ids:
-        return {"package": "libaio-dev", "install": "apk add libaio-dev"}
-    return {"package": None, "install": None}
+    """The package with libaio's headers and linkable library for this distribution (os-release's raw
+    keys), and its install line (what DeepSpeed's async_io builder asks for), from :mod:`zdoctor.packages`."""
+    distro = {"id": (release.get("ID") or "").lower() or None, "id_like": release.get("ID_LIKE", "").lower().split(),
+              "version_id": release.get("VERSION_ID")}
+    pm = packages.node_manager(distro)
+    if pm is None:
+        return {"package": None, "install": None}
+    name = packages.package_name("libaio headers", pm.family)
+    return {"package": name, "install": pm.install(name)[-1]}
 
 
 def _major(version: str) -> int | None:
