@@ -196,7 +196,7 @@ def _md_evidence(ev: dict[str, Any], cap: int) -> list[str]:
 def _md_remedy(n: int, total: int, rem: dict[str, Any], elsewhere: bool, steps: bool = False,
                titles: dict[str, str] | None = None) -> list[str]:
     flags = remedy_flags(rem, recorded_elsewhere=elsewhere)
-    out = [f"**{md_escape(option_label(n, total, steps))}: {md_escape(rem.get('title') or 'Remedy')}** "
+    out = [f"**{md_escape(option_label(n, total, steps, rem))}: {md_escape(rem.get('title') or 'Remedy')}** "
            f"({md_escape('; '.join(flags))})", ""]
     if requires_of(rem):
         out += [f"**{md_escape(first_line(requires_of(rem), titles))}**", ""]

@@ -169,7 +169,7 @@ def remedies_html(remedies: list[dict[str, Any]], elsewhere: bool, titles: dict[
     if recommendation(remedies):
         out.append(f"<p>{esc(recommendation(remedies))}</p>")
     for i, rem in enumerate(remedies, 1):
-        out.append(f"<h5>{esc(option_label(i, n, steps))}: {esc(rem.get('title') or 'Remedy')}</h5>")
+        out.append(f"<h5>{esc(option_label(i, n, steps, rem))}: {esc(rem.get('title') or 'Remedy')}</h5>")
         out.append(f"<p class=\"muted\">{esc('; '.join(remedy_flags(rem, recorded_elsewhere=elsewhere)))}</p>")
         if requires_of(rem):
             out.append(f"<p><strong>{esc(first_line(requires_of(rem), titles))}</strong></p>")

@@ -127,6 +127,9 @@ class Remedy:
     # Tried only by starting the tool the failing command needs (``ninja --version``), and the tool
     # started: "tried: the tool starts", never "fixed" (the failing command itself was not re-run).
     tool_started: bool = False
+    # False where the node's present state does not support the fix (a drastic one for a record the node
+    # now contradicts): listed, "not recommended" with ``note`` saying why, never the recommended option.
+    recommended: bool = True
 
     def __post_init__(self) -> None:
         if self.tool_started:
@@ -147,6 +150,8 @@ class Remedy:
             out["missing"] = list(self.missing)
         if self.requires:
             out["requires"] = list(self.requires)
+        if not self.recommended:
+            out["recommended"] = False
         return out
 
     @classmethod

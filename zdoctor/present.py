@@ -234,8 +234,16 @@ def options_heading(n: int, steps: bool = False) -> str:
     return STEPS_HEADING if steps else OPTIONS_HEADING
 
 
-def option_label(i: int, n: int, steps: bool = False) -> str:
-    """``Option 2``, or ``Option 1 (recommended)``, or ``Step 2`` of a fix in steps; a lone remedy is ``Fix``."""
+def is_recommended(remedy: Any) -> bool:
+    """False for a remedy the node's present state does not support (``Remedy.recommended``)."""
+    return remedy is None or _get(remedy, "recommended", True) is not False
+
+
+def option_label(i: int, n: int, steps: bool = False, remedy: Any = None) -> str:
+    """``Option 2``, or ``Option 1 (recommended)``, or ``Step 2`` of a fix in steps; a lone remedy is ``Fix``;
+    a remedy the node's present state does not support is ``(not recommended)``, never the recommended one."""
+    if not is_recommended(remedy):
+        return ("Fix" if n <= 1 else f"Option {i}") + " (not recommended)"
     if n <= 1:
         return "Fix"
     if steps:
@@ -320,6 +328,8 @@ def fix_groups(pairs: Iterable[tuple[Any, Any]]) -> list[FixGroup]:
 
 def recommendation(remedies: list[Any]) -> str:
     """Why the first of several remedies is recommended (empty for one or none)."""
+    if remedies and not is_recommended(remedies[0]):
+        return "None is recommended: the node's present state does not support them (each says why)."
     if len(remedies) < 2 or are_steps(remedies):
         return ""
     first = [verification_of(r) for r in remedies]
@@ -348,7 +358,10 @@ def missing_tools(remedy: Any) -> list[str]:
 def remedy_flags(remedy: Any, recorded_elsewhere: bool = False) -> list[str]:
     """The notes shown beside a remedy's title: its verification, ``needs root``, and every tool its commands
     need that the node does not have."""
-    flags = [verification_text(verification_of(remedy), recorded_elsewhere)]
+    v = verification_of(remedy)
+    flags = [verification_text(v, recorded_elsewhere)]
+    if not is_recommended(remedy) and v.state == NOT_TRIED:
+        flags = [f"not recommended, because {v.reason}", "not tried"]
     root = remedy.get("requires_root") if isinstance(remedy, Mapping) else getattr(remedy, "requires_root", False)
     if root and "root" not in flags[0]:
         flags.append("needs root")

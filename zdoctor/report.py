@@ -21,6 +21,7 @@ from .present import (
     answer_line,
     are_steps,
     first_line,
+    is_recommended,
     layer_lines,
     option_label,
     options_heading,
@@ -145,7 +146,7 @@ def _print_remedies(console: Any, remedies: list[Remedy], replayed: bool, titles
         if recommendation(remedies):
             console.print(f"      [dim]{inert(recommendation(remedies))}[/]")
     for i, r in enumerate(remedies, 1):
-        label = "fix" if len(remedies) == 1 else option_label(i, len(remedies), steps)
+        label = "fix" if len(remedies) == 1 and is_recommended(r) else option_label(i, len(remedies), steps, r)
         flags = "; ".join(remedy_flags(r, recorded_elsewhere=replayed))
         console.print(f"      [bold]{label}:[/] {inert(r.title)} [dim]({inert(flags)})[/]")
         if requires_of(r):

@@ -12,13 +12,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from .. import packages as pkgmgr
 from ..causes import CGROUP_LIMIT, HOST_RAM, NUMA_LIMIT, UNKNOWN_KILL, WHAT_WOULD_TELL, kill_cause, oom_cause
 from ..forensics.kernlog import bus_address
 from ..gpu.checkfacts import result_facts
+from ..gpu.pcipresent import NVIDIA_VENDOR, link_state
 from ..model import Evidence, Finding, Remedy
 from ..plural import count_of
-from ..registry import Facts, check
-from ..rules.xids import CATALOGUE, xid
+from ..registry import Facts, check, predicate
+from ..rules.xids import CATALOGUE, DriverFault, driver_fault, xid
 from ..symptoms.match import ids_for, symptoms_of
 from . import not_checked
 from .gpu import reboot_remedy, reload_remedy, reset_remedy
@@ -88,8 +90,57 @@ def _kernel_log(facts: Facts, fid: str, title: str) -> tuple[dict[str, Any] | No
 # -- kernel.xid ------------------------------------------------------------------------------------------
 
 
-@check("kernel.xid", title="NVIDIA Xid records in the kernel log", probes=("kernel_log",), optional=("nvml",),
-       explains=("xid",), layer=LAYER)
+def module_now(facts: Facts) -> tuple[bool | None, str]:
+    """Whether the NVIDIA kernel module is loaded now (None: not known), and the fact in words."""
+    dp = result_facts(facts, "driver_parts")
+    module = (dp or {}).get("module") or {}
+    nv = facts.of("nvml") or {}
+    if "loaded" not in module and nv.get("gpus") and nv.get("driver"):
+        return True, f"NVML starts now with driver {nv['driver']}: the NVIDIA kernel module is loaded"
+    if "loaded" not in module:
+        return None, "whether the NVIDIA kernel module is loaded was not read (" + facts.why_not("driver_parts") + ")"
+    if module["loaded"]:
+        return True, f"the NVIDIA kernel module {module.get('release') or ''} is loaded now".replace("  ", " ")
+    return False, "the NVIDIA kernel module is not loaded now (/proc/driver/nvidia/version and /sys/module/nvidia " \
+                  "are absent)"
+
+
+def device_now(kl: dict[str, Any], key: str | None,
+               gpus: dict[str, dict[str, Any]] | None) -> tuple[bool | None, str]:
+    """Whether the record's PCI device is an NVIDIA device on the bus now (None: not known), and the fact:
+    the bus as sysfs shows it, else a GPU NVML lists at that address."""
+    dev = (kl.get("devices_now") or {}).get(key or "")
+    if not key:
+        return None, "the record names no PCI address to look for"
+    if (dev is None or dev.get("present") is None) and key in (gpus or {}):
+        return True, f"NVML lists {gpu_of(gpus, key)} at {key}.0 now"
+    if dev is None or dev.get("present") is None:
+        return None, f"whether {key}.0 is on the PCI bus now was not read" + (f" ({dev['error']})" if dev else "")
+    if not dev["present"]:
+        return False, f"no PCI device at {key}.0 now (not under /sys/bus/pci/devices)"
+    if (dev.get("vendor") or "").lower() != NVIDIA_VENDOR:
+        return False, f"the PCI device at {key}.0 now is not NVIDIA's (vendor {dev.get('vendor') or 'not read'})"
+    return True, f"NVIDIA device at {key}.0 is on the bus now, {link_state(dev)}"
+
+
+def driver_release_now(facts: Facts) -> str | None:
+    """The driver release running now: the loaded module's, else NVML's (None when neither is read)."""
+    module = ((result_facts(facts, "driver_parts") or {}).get("module") or {})
+    nv = result_facts(facts, "nvml") or {}
+    return module.get("release") or nv.get("driver")
+
+
+def _present_rows(kl: dict[str, Any], key: str | None, module: tuple[bool | None, str],
+                  device: tuple[bool | None, str]) -> list[list[str]]:
+    word = {True: "agrees", False: "contradicts", None: "cannot confirm"}
+    src = "/dev/kmsg (this boot only)" if kl.get("source") == "kmsg" else "journalctl -k (this boot only)"
+    return [[f"bus {key or '?'}: the record's boot", src, "this boot", "agrees"],
+            [f"bus {key or '?'}: the NVIDIA kernel module", "/sys/module/nvidia", module[1], word[module[0]]],
+            [f"bus {key or '?'}: the PCI device", "/sys/bus/pci/devices", device[1], word[device[0]]]]
+
+
+@check("kernel.xid", title="NVIDIA Xid records in the kernel log", probes=("kernel_log",),
+       optional=("nvml", "driver_parts"), explains=("xid",), layer=LAYER)
 def check_xid(facts: Facts) -> list[Finding]:
     fid = "kernel.xid"
     kl, skipped = _kernel_log(facts, fid, "NVIDIA Xid records in the kernel log")
@@ -111,10 +162,29 @@ def check_xid(facts: Facts) -> list[Finding]:
     actions: set[str] = set()
     to_reset: list[dict[str, Any]] = []
     worst = "warn"
+    module = module_now(facts)
+    release = driver_release_now(facts)
+    unsupported: list[str] = []  # why the node now does not support a drastic remedy
+    faults: list[DriverFault] = []
+    present_rows: list[list[str]] = []
     for (key, number), recs in groups.items():
         entry = xid(number)
         last = recs[-1]
         status = entry.status if entry else "warn"
+        fault = driver_fault(number, release)
+        device = device_now(kl, key, gpus)
+        if _drastic(number):
+            present_rows += _present_rows(kl, key, module, device)
+            against = [fact for known, fact in (module, device) if known is not True]
+            if against:
+                status = "warn"
+                unsupported.append(f"Xid {number} at {key or '?'}: " + "; ".join(against))
+                lines.append(f"The node now does not support the record of Xid {number} at {key or '?'}: "
+                             + "; ".join(against) + ". It is not judged failing hardware.")
+        if fault is not None:
+            faults.append(fault)
+            lines.append(f"Xid {number} on driver {release}: {fault.what} (fixed in {fault.fixed_in}; "
+                         f"{fault.source}). It is the driver's fault, not the GPU's.")
         if status == "fail":
             worst = "fail"
             hl.append(len(rows))
@@ -133,10 +203,28 @@ def check_xid(facts: Facts) -> list[Finding]:
             to_reset.append(g)
     table = _table(facts, "Xid records by GPU", ["Xid", "bus", "GPU", "records", "first", "last", "process",
                                                  "meaning"], rows, hl)
-    remedies = _xid_remedies(actions, to_reset)
+    if faults:  # a driver bug: update the driver, never an RMA; the GPU's reset or a reboot only as a stopgap
+        actions -= {"CONTACT_SUPPORT"}
+    remedies = _xid_remedies(actions, to_reset, rma=not faults and not unsupported)
+    if faults:
+        remedies = _driver_update_remedies(facts, faults) + remedies
+    if unsupported:
+        why = "the node's present state does not support the record (" + "; ".join(unsupported) + ")"
+        for r in remedies:
+            if r.title != _RESTART_APP:
+                r.recommended = False
+                r.tried = False
+                r.note = why
+        remedies.sort(key=lambda r: not r.recommended)
+    if present_rows:
+        evidence_now = _table(facts, "The record vs the node now", ["what", "read from", "now", "the record"],
+                              present_rows, [i for i, row in enumerate(present_rows) if row[3] != "agrees"])
+        ev = [evidence_now, *ev]
     numbers = sorted({n for _k, n in groups})
     title = (f"NVIDIA Xid {', '.join(str(n) for n in numbers)} in the kernel log ("
-             + "; ".join(sorted({gpu_of(gpus, k) for k, _n in groups})) + ")")
+             + "; ".join(sorted({gpu_of(gpus, k) for k, _n in groups})) + ")"
+             + ("; the node now does not support it" if unsupported else "")
+             + ("; a known driver fault" if faults else ""))
     return [Finding(id=fid, status=worst, title=title, detail="\n".join(lines + [scope(kl)]),
                     evidence=[table, *ev], remedies=remedies, explains=_xid_symptoms(facts, groups))]
 
@@ -154,19 +242,72 @@ def _xid_symptoms(facts: Facts, groups: dict[tuple[str | None, int], list[dict[s
     return out
 
 
-def _xid_remedies(actions: set[str], gpus: list[dict[str, Any]]) -> list[Remedy]:
+def _drastic(number: int) -> bool:
+    """Whether the catalogue's action for Xid ``number`` takes the GPU or the node out of service."""
+    entry = xid(number)
+    return entry is not None and entry.action in ("RESET_GPU", "RESTART_BM", "CONTACT_SUPPORT")
+
+
+def _groups_now(facts: Facts) -> list[tuple[int, list[str], DriverFault | None]]:
+    """Each Xid record's number, the present facts that do not support it (for a drastic one) and the
+    driver fault that explains it."""
+    kl = facts.of("kernel_log") or {}
+    gpus = _gpus_by_bus(facts)
+    module, release = module_now(facts), driver_release_now(facts)
+    out = []
+    for key, number in {(r.get("bus_address"), r["xid"]) for r in kl.get("xids") or []}:
+        against = ([fact for known, fact in (module, device_now(kl, key, gpus)) if known is not True]
+                   if _drastic(number) else [])
+        out.append((number, against, driver_fault(number, release)))
+    return out
+
+
+@predicate("xid_not_supported_now", doc="an Xid record asks for a GPU reset, a reboot or an RMA, and the node now "
+           "does not support it (no NVIDIA module loaded, no such device on the bus, or not known)",
+           probes=("kernel_log", "nvml", "driver_parts"))
+def xid_not_supported_now(facts: Facts) -> bool:
+    return any(against for _n, against, _f in _groups_now(facts))
+
+
+@predicate("xid_driver_fault", doc="an Xid record that the running driver release raises by a known bug of its own",
+           probes=("kernel_log", "nvml", "driver_parts"))
+def xid_driver_fault(facts: Facts) -> bool:
+    return any(fault is not None for _n, _a, fault in _groups_now(facts))
+
+
+_RESTART_APP = "Restart the job; if it faults again, find the failing kernel"
+
+
+def _driver_update_remedies(facts: Facts, faults: list[DriverFault]) -> list[Remedy]:
+    """Update the driver to a release of its branch with the fix, with the node's package manager(s)."""
+    distro = (result_facts(facts, "driver_parts") or {}).get("distro")
+    out = []
+    for fault in {f.branch: f for f in faults}.values():
+        for manager in pkgmgr.managers(distro):
+            package = pkgmgr.nvidia_driver_package(fault.branch, manager.family, pkgmgr.is_ubuntu(distro))
+            out.append(Remedy(
+                title=f"Update the NVIDIA driver to {fault.fixed_in} or newer of branch {fault.branch} "
+                      f"({manager.label})", commands=manager.upgrade(package), requires_root=True,
+                note="not tried: it replaces the driver; reboot (or reload the modules) after it",
+                explanation=f"{fault.what}; fixed in {fault.fixed_in} ({fault.source}). The GPU is not at fault: "
+                            "no RMA."))
+    return out
+
+
+def _xid_remedies(actions: set[str], gpus: list[dict[str, Any]], rma: bool = True) -> list[Remedy]:
     out: list[Remedy] = []
     if "RESET_GPU" in actions or "RESTART_BM" in actions or "CONTACT_SUPPORT" in actions:
         if gpus and "RESTART_BM" not in actions:
             out.append(reset_remedy(gpus))
         out.append(reboot_remedy())
+    if rma and actions & {"RESET_GPU", "RESTART_BM", "CONTACT_SUPPORT"}:
         out.append(Remedy(title="If the same Xid comes back after the reset: collect a bug report and ask for "
                                 "an RMA", commands=["nvidia-bug-report.sh"], requires_root=True,
                           note="not tried: it is for the GPU's vendor",
                           explanation="The report (nvidia-bug-report.log.gz) holds the kernel log, the GPU's "
                                       "state and its error counters, which the vendor asks for."))
     if "RESTART_APP" in actions or "IGNORE" in actions:
-        out.append(Remedy(title="Restart the job; if it faults again, find the failing kernel",
+        out.append(Remedy(title=_RESTART_APP,
                           commands=["export CUDA_LAUNCH_BLOCKING=1"],
                           note="not tried: it reruns the training",
                           explanation="Application faults (Xid 13, 31, 43) and contained errors (94) end only the "

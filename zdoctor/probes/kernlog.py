@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from ..forensics import kernlog
+from ..gpu.pcipresent import PCI_DEVICES, pci_device
 from ..model import Evidence
 from ..registry import probe
 from ..runner import run, which_all
@@ -71,9 +72,11 @@ def read_journal(since: float | None = None, *, path: str | None = None, timeout
 
 def collect(*, kmsg: str = kernlog.KMSG, journalctl: str | None = None, use_journal: bool = True,
             since: float | None = None, stat_path: str = "/proc/stat",
-            dmesg_restrict: str = "/proc/sys/kernel/dmesg_restrict") -> tuple[dict[str, Any], list[Evidence]]:
+            dmesg_restrict: str = "/proc/sys/kernel/dmesg_restrict", pci_root: str = PCI_DEVICES
+            ) -> tuple[dict[str, Any], list[Evidence]]:
     """The kernel log's facts: from ``kmsg``, else journald; ``since`` (seconds since the epoch) narrows the
-    window to the records after it."""
+    window to the records after it. ``devices_now`` holds each Xid or AER record's PCI device as the bus
+    (``pci_root``) shows it now, to check the record against."""
     btime = kernlog.boot_time(stat_path)
     until = time.time()
     attempts: list[dict[str, str]] = []
@@ -109,7 +112,11 @@ def collect(*, kmsg: str = kernlog.KMSG, journalctl: str | None = None, use_jour
         "window": {"since": start, "until": until, "boot_time": btime, "since_given": since is not None},
         "records_read": got.read, "truncated": got.truncated, "overwritten": got.overwritten,
         **{k: v[-kernlog.MAX_KEPT:] for k, v in found.items()},  # the newest
+        # /dev/kmsg holds only this boot's records, and journalctl -k reads only this boot
+        "boot": "this boot",
     }
+    buses = {r.get("bus_address") for kind in ("xids", "aer") for r in facts[kind]} - {None}
+    facts["devices_now"] = {b: pci_device(f"{b}.0", pci_root) for b in sorted(buses)}
     facts = json.loads(json.dumps(facts))
     rows = [[_when(r.get("time")), kind, r.get("bus") or (f"pid {r['pid']}" if r.get("pid") else "-"), r["text"][:200]]
             for kind in ("xids", "api_mismatch", "aer", "ooms") for r in facts[kind]]

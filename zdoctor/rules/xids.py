@@ -80,3 +80,46 @@ CATALOGUE = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.htm
 def xid(number: int) -> Xid | None:
     """The catalogue entry of Xid ``number``, or None when zdoctor does not know it."""
     return XIDS.get(number)
+
+
+@dataclass(frozen=True)
+class DriverFault:
+    """An Xid that some driver releases raise by a bug of their own: on those releases it is the driver's
+    fault, fixed by a newer release of the branch, not failing hardware."""
+
+    number: int
+    #: The driver branch (``525``) whose releases before ``fixed_in`` have the bug.
+    branch: int
+    fixed_in: str
+    what: str
+    source: str
+
+
+#: Driver-side Xid faults, each from NVIDIA's release notes.
+DRIVER_FAULTS: tuple[DriverFault, ...] = (
+    DriverFault(119, 525, "525.105.17",
+                "a GSP-RM bug that could lead to GSP RPC timeout errors (Xid 119), introduced in the first 525 "
+                "release and not present in earlier drivers",
+                "NVIDIA Data Center GPU Driver Release Notes 525 (v3.0), fixed issues of 525.105.17"),
+)
+
+#: Xids that end one application's context: the GPU is fine, so never a reason for an RMA or a reboot.
+APPLICATION_FAULTS = frozenset(x.number for x in XIDS.values() if x.kind == "application")
+
+
+def _release(text: str | None) -> tuple[int, ...] | None:
+    parts = (text or "").strip().split(".")
+    return tuple(int(p) for p in parts) if parts and all(p.isdigit() for p in parts) else None
+
+
+def driver_fault(number: int, release: str | None) -> DriverFault | None:
+    """The driver bug that explains Xid ``number`` on driver ``release`` (``525.85.12``), or None (also when
+    the release is unknown)."""
+    have = _release(release)
+    if have is None:
+        return None
+    for fault in DRIVER_FAULTS:
+        fixed = _release(fault.fixed_in) or ()
+        if fault.number == number and have[0] == fault.branch and have < fixed:
+            return fault
+    return None
