@@ -443,7 +443,7 @@ def test_the_gpu_health_walk_ends_where_the_records_point(written):
     assert _walk({**probes, "kernel_log": kl}).diagnosis == "diag-xid-not-now"  # buses this node lacks
     # the same record at the H200's bus, with the H200's NVML listing its GPU there (this machine's own bus,
     # which has no such device, is left out: it is not the H200's)
-    at_h200 = dict(kl, xids=[dict(kl["xids"][0], bus="PCI:0000:00:06", bus_address="0000:00:06")], devices_now={})
+    at_h200 = dict(kl, xids=[dict(kl["xids"][0], bus="PCI:0000:00:06", bus_address="0000:00:06")], devices_now=[])
     assert _walk({**probes, "kernel_log": at_h200}).diagnosis == "diag-xid-hardware"  # NVML lists it there
     only_aer = dict(kl, xids=[], api_mismatch=[])
     assert _walk({**probes, "kernel_log": only_aer}).path[-2:] == ["aer", "diag-aer"]

@@ -109,7 +109,7 @@ def device_now(kl: dict[str, Any], key: str | None,
                gpus: dict[str, dict[str, Any]] | None) -> tuple[bool | None, str]:
     """Whether the record's PCI device is an NVIDIA device on the bus now (None: not known), and the fact:
     the bus as sysfs shows it, else a GPU NVML lists at that address."""
-    dev = (kl.get("devices_now") or {}).get(key or "")
+    dev = next((d for d in kl.get("devices_now") or [] if d.get("bus_address") == key), None)
     if not key:
         return None, "the record names no PCI address to look for"
     if (dev is None or dev.get("present") is None) and key in (gpus or {}):

@@ -116,7 +116,7 @@ def collect(*, kmsg: str = kernlog.KMSG, journalctl: str | None = None, use_jour
         "boot": "this boot",
     }
     buses = {r.get("bus_address") for kind in ("xids", "aer") for r in facts[kind]} - {None}
-    facts["devices_now"] = {b: pci_device(f"{b}.0", pci_root) for b in sorted(buses)}
+    facts["devices_now"] = [dict(pci_device(f"{b}.0", pci_root), bus_address=b) for b in sorted(buses)]
     facts = json.loads(json.dumps(facts))
     rows = [[_when(r.get("time")), kind, r.get("bus") or (f"pid {r['pid']}" if r.get("pid") else "-"), r["text"][:200]]
             for kind in ("xids", "api_mismatch", "aer", "ooms") for r in facts[kind]]
