@@ -31,6 +31,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from envkit import system_libstdcxx  # noqa: E402
 from hostilekit import RSS_BUDGET_MB, Measured, craft_looping_verneed, run_measured  # noqa: E402
 from racekit import build_racer, can_race, intact, loop_device, racing, unprivileged_user  # noqa: E402
+from userkit import SYSTEM_PYTHON, WITNESS_PTH, witnessed  # noqa: E402
 
 #: Wall-time budget of a row whose probe has no --timeout of its own: the default probe budget.
 DEFAULT_TIME_BUDGET = 60.0
@@ -45,6 +46,8 @@ class Row:
     env: dict[str, str] | None = None
     setup: Callable[[], None] | None = None
     cleanup: Callable[[], None] | None = None
+    #: The interpreter command zdoctor itself starts under (default: this one).
+    python: list[str] | None = None
 
 
 def _in_json(text: str) -> Callable[[Measured], bool]:
@@ -157,6 +160,8 @@ def battery(work: Path) -> list[Row]:
                     DEFAULT_TIME_BUDGET, _in_stderr("it is a symbolic link"),
                     env={**os.environ, "XDG_STATE_HOME": str(state)}))
     rows += recorded_rows(work) + reader_rows(work, fifo) + bounded_rows(work)
+    if os.geteuid() == 0 and os.path.exists(SYSTEM_PYTHON):
+        rows += code_owner_rows(work)
     if os.geteuid() == 0 and shutil.which("mount"):
         rows.append(full_disk_row(work))
     return rows
@@ -187,6 +192,58 @@ def _racing_offload_row(work: Path) -> Row:
                ["check", "--json", "--no-log", "--offload-path", str(offload), "--io-size", "16M"],
                DEFAULT_TIME_BUDGET, lambda m: _no_crash(m) and state.get("intact") is True, setup=setup,
                cleanup=cleanup)
+
+
+def code_owner_rows(work: Path) -> list[Row]:
+    """zdoctor as root on code a user made for the row can change: their venv in the default layout
+    (``bin/python`` a link to the system one), and the system Python given their HOME (a ``sudo -E``
+    shell); a recording ``.pth`` counts who started the interpreter. Any start as uid 0 fails the row.
+    zdoctor itself starts with ``-s``: what is counted is what it starts."""
+    version = subprocess.run([SYSTEM_PYTHON, "-I", "-S", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                             capture_output=True, text=True).stdout.strip()
+    rows = []
+    for kind in ("venv", "home"):
+        held = contextlib.ExitStack()
+        top = work / f"code-owner-{kind}"
+        seen = top / "witness"
+        env_dir, home = top / "env", top / "home"
+        python = str(env_dir / "bin" / "python") if kind == "venv" else SYSTEM_PYTHON
+
+        def setup(kind: str = kind, held: contextlib.ExitStack = held, top: Path = top, seen: Path = seen,
+                  env_dir: Path = env_dir, home: Path = home) -> None:
+            user = held.enter_context(unprivileged_user())
+            top.mkdir(mode=0o755)
+            os.chmod(work, 0o755)
+            seen.mkdir(mode=0o777)
+            os.chmod(seen, 0o777)
+            if kind == "venv":
+                subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--without-pip", str(env_dir)], check=True)
+                (site,) = env_dir.glob("lib/python3*/site-packages")
+                owned = env_dir
+            else:
+                site = home / ".local" / "lib" / f"python{version}" / "site-packages"
+                site.mkdir(parents=True)
+                owned = home
+                subprocess.run(["usermod", "-d", str(home), user.name], check=True, capture_output=True)
+            (site / "x.pth").write_text(WITNESS_PTH.format(dir=str(seen)))
+            for directory, dirs, files in os.walk(owned):
+                for n in [*dirs, *files]:
+                    os.chown(os.path.join(directory, n), user.uid, user.gid, follow_symlinks=False)
+            os.chown(owned, user.uid, user.gid)
+
+        def never_root(m: Measured, seen: Path = seen) -> bool:
+            runs = witnessed(seen)
+            return _no_crash(m) and bool(runs) and all(r[0] != 0 and r[1] != 0 for r in runs)
+
+        env = {k: v for k, v in os.environ.items() if k != "SUDO_USER"}
+        if kind == "home":
+            env["HOME"] = str(home)
+        rows.append(Row(f"check --python --command as root: the user's {'venv' if kind == 'venv' else 'HOME'} "
+                        "(.pth never runs as uid 0)",
+                        ["check", "--json", "--no-log", "--python", python, "--command", f"{python} -c pass",
+                         "--timeout", "30"], DEFAULT_TIME_BUDGET, never_root, env=env, setup=setup,
+                        cleanup=held.close, python=[sys.executable, "-s"]))
+    return rows
 
 
 def recorded_rows(work: Path) -> list[Row]:
@@ -344,7 +401,8 @@ def main() -> int:
                 row.setup()
             try:
                 env = row.env or base_env
-                m = run_measured(row.args, env=env, cwd=str(REPO), wall_limit=row.time_budget + 30)
+                m = run_measured(row.args, env=env, cwd=str(REPO), wall_limit=row.time_budget + 30,
+                                 python=row.python)
             finally:
                 if row.cleanup:
                     row.cleanup()
