@@ -171,3 +171,28 @@ def test_a_rhel_node_is_told_a_gcc_toolset_runtime_ships_no_newer_libstdcxx():
     assert "ships no newer libstdc++.so.6" in said({"id": "rocky", "id_like": ["rhel", "fedora"], "version_id": "9"})
     assert said({"id": "ubuntu", "id_like": ["debian"], "version_id": "22.04"}) == ""
     assert said({"id": None, "id_like": [], "version_id": None}) == ""  # unknown: no claim either way
+
+
+def test_a_conda_interpreter_with_no_copy_new_enough_is_offered_its_envs_runtime(tmp_path):
+    """The training python is a conda env's (DT_RPATH $ORIGIN/../lib, no libstdc++ of its own there) and no
+    copy on the node has GLIBCXX_3.4.31: conda-forge's libstdcxx-ng of GCC 13 into that env is offered (not
+    tried: it needs the network), beside the rebuild."""
+    from envkit import make_conda_like_python
+
+    op = op_needing_gcc13(tmp_path)
+    prefix = tmp_path / "conda"
+    py = make_conda_like_python(prefix)
+    (prefix / "conda-meta").mkdir()
+    cmd = shlex.join([str(py), "-c", f"import ctypes; ctypes.CDLL({str(op)!r})"])
+    env = env_with()
+    assert "version `GLIBCXX_3.4.31' not found" in bash(cmd, env).stderr
+    rc, doc = check(["--python", str(py), "--command", cmd], env)
+    assert rc == 1
+    (f,) = [x for x in findings(doc, "libs.glibcxx", "fail") if "op.so" in x["title"]]
+    conda = [r for r in f["remedies"] if "libstdcxx-ng" in " ".join(r["commands"])]
+    assert conda, [r["title"] for r in f["remedies"]]
+    assert "libstdcxx-ng>=13" in conda[0]["commands"][0] and f"-p {prefix}" in conda[0]["commands"][0]
+    assert "-c conda-forge" in conda[0]["commands"][0]
+    assert conda[0]["verification"] == {"state": "not_tried",
+                                        "reason": "it needs the network (the conda-forge channel) and changes the env"}
+    assert [r for r in f["remedies"] if r["title"].startswith("Rebuild op.so with ")]

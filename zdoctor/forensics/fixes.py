@@ -83,10 +83,21 @@ def propose(libs: Mapping[str, Any], live: Mapping[str, Any], env: Mapping[str, 
     from .versioned import propose_versioned
 
     plans += propose_versioned(libs, env, needs, failures, rests)
-    for prefix in sorted({p for p in (conda_prefix_of(x) for x in providers) if p}):
-        release = gcc_release_providing(needs)
+    release = gcc_release_providing(needs)
+    conda_envs = sorted({p for p in (conda_prefix_of(x) for x in providers) if p})
+    for prefix in conda_envs:
         plans.append(conda_upgrade(prefix, release, rests + [f"the failing copy belongs to the conda env {prefix}"],
                                    env))
+    interp = str((libs.get("interpreter") or {}).get("path") or "")
+    own = conda_prefix_of(interp) if interp and not good else None
+    if own and own not in conda_envs:  # no copy new enough anywhere: the env's own runtime, first on its RPATH
+        plan = conda_upgrade(own, release, rests + [
+            f"the training interpreter {interp} belongs to the conda env {own}, and no libstdc++ on the node has "
+            "every needed version"], env)
+        plan.explanation = (f"No libstdc++ on this node has every version the libraries need. conda-forge's "
+                            f"libstdcxx-ng ships GCC {(release or '12').split('.')[0]}'s runtime into {own}/lib, "
+                            "which the env's python searches first (its RPATH), for the ops it loads too.")
+        plans.append(plan)
     etc = [p for p in libs.get("etc_preload") or [] if os.path.realpath(p) in providers]
     if etc:
         plans.append(Plan(
