@@ -22,7 +22,7 @@ from textual.screen import Screen
 from zdoctor.errors import InputError, ZdoctorError
 from zdoctor.events import ExportWritten
 
-from .base import HELP, QUIT, AppBase
+from .base import CTRL_C_QUITS, HELP, QUIT, AppBase
 
 
 @dataclass
@@ -92,6 +92,7 @@ class ZdoctorApp(AppBase):
         Binding("t", "glossary", "Terms", id="glossary"),
         Binding("x", "export_dialog", "Export", id="export"),
         QUIT,
+        CTRL_C_QUITS,
     ]
 
     def __init__(self, python: str | None = None, argv: list[str] | None = None, host: Any = None, *,
@@ -181,7 +182,7 @@ class ZdoctorApp(AppBase):
         running = [s.running for s in self.screen_stack if getattr(s, "running", None) is not None]
         if running and not getattr(self, "_quit_warned", False):
             self._quit_warned = True
-            self.notify("A remedy is running: q again cancels it and quits.", severity="warning")
+            self.notify("A remedy is running: q (or Ctrl-C) again cancels it and quits.", severity="warning")
             return
         for event in running:
             event.set()

@@ -14,6 +14,9 @@ from .common import NO_CONTROL_CHARACTERS
 
 HELP = Binding("question_mark,f1", "help", "Keys", id="help")
 QUIT = Binding("q", "quit", "Quit", id="quit")
+#: Ctrl-C does what ``q`` does (the same question while a remedy runs, the same clean-up), before any widget
+#: or screen takes it for copying: copying has its own keys (``y`` copies a remedy's commands).
+CTRL_C_QUITS = Binding("ctrl+c", "quit", "Quit", show=False, priority=True, id="quit-ctrl-c")
 
 
 class AppBase(App[int]):
