@@ -179,12 +179,11 @@ class VersionedGcc:
 def versioned_gcc(major: int, distro: Mapping[str, Any] | None, family: str) -> VersionedGcc | None:
     """How ``family`` installs GCC ``major`` next to the system compiler on this distribution; None where the
     distribution ships no such package (Fedora carries one GCC per release)."""
-    ids = _ids(distro)
     if family == "apt":
         return VersionedGcc(f"gcc-{major} g++-{major}", f"/usr/bin/gcc-{major}", f"/usr/bin/g++-{major}", "")
     if family == "zypper":
         return VersionedGcc(f"gcc{major} gcc{major}-c++", f"/usr/bin/gcc-{major}", f"/usr/bin/g++-{major}", "")
-    if family == "dnf" and not ids & {"fedora"}:
+    if family == "dnf" and str((distro or {}).get("id") or "") != "fedora":  # Rocky's ID_LIKE names fedora too
         release = str((distro or {}).get("version_id") or "").split(".")[0]
         kit = "devtoolset" if release == "7" else "gcc-toolset"
         root = f"/opt/rh/{kit}-{major}"

@@ -70,7 +70,7 @@ def _link_finding(e: dict[str, Any], fid: str) -> Finding:
                    detail="\n".join(lines), remedies=rems)
 
 
-def _finding(e: dict[str, Any], i: int) -> Finding:
+def _finding(e: dict[str, Any], i: int, distro: dict[str, Any] | None = None) -> Finding:
     obj = e.get("object") or "?"
     name = os.path.basename(obj)
     sym = e["symbol"]
@@ -79,7 +79,7 @@ def _finding(e: dict[str, Any], i: int) -> Finding:
     if e.get("link_time"):
         return _link_finding(e, fid)
     if e.get("version_node"):
-        return _version_node_finding(e, fid)
+        return _version_node_finding(e, fid, distro)
     shown = f"{sym}" + (f" ({dem})" if dem else "")
     kind = e["kind"]
     if kind == "abi-mismatch":
@@ -131,7 +131,7 @@ def _finding(e: dict[str, Any], i: int) -> Finding:
                                      Remedy(title=f"Workaround for one run: preload {lib}",
                                             commands=[f'export LD_PRELOAD={lib}.so"${{LD_PRELOAD:+:$LD_PRELOAD}}"'])])])
     if kind == "other-release":
-        return _other_release(e, fid, name, shown)
+        return _other_release(e, fid, name, shown, distro)
     looked = ["no loaded library exports it under another C++ ABI", "no other copy of a library it needs has it"]
     if not library_for_prefix(sym):
         looked.append("its prefix names no known library")
@@ -145,7 +145,7 @@ def _release_of(pkg: dict[str, Any]) -> str:
             if pkg.get("name") else "no package metadata names it")
 
 
-def _version_node_finding(e: dict[str, Any], fid: str) -> Finding:
+def _version_node_finding(e: dict[str, Any], fid: str, distro: dict[str, Any] | None = None) -> Finding:
     """Another library's version node is missing: the loaded copy is another release (or shadows one)."""
     name = os.path.basename(str(e.get("object") or "?"))
     lib, have, node = e["library"], e["loaded_copy"], e["version"]
@@ -160,7 +160,7 @@ def _version_node_finding(e: dict[str, Any], fid: str) -> Finding:
         return Finding(id=fid, status="fail", title=f"{name} needs {node} of {lib}; the loaded {have} is another "
                        f"release, {e['exporting_copy']} has it", detail="\n".join(lines), remedies=_tried(e))
     lines.append(f"No other copy of {lib} zdoctor found defines it ({e.get('searched', 0)} directories searched).")
-    rems = _package_remedies(pkg, name, f"defines {node}", lib)
+    rems = _package_remedies(pkg, name, f"defines {node}", lib, distro)
     return Finding(id=fid, status="fail",
                    title=f"{name} needs {node} of {lib}: the loaded copy ({pkg.get('name') or have} "
                          f"{pkg.get('version') or ''}".rstrip() + ") is another release, and no other copy found "
@@ -192,7 +192,8 @@ def _package_remedies(pkg: dict[str, Any], name: str, wanted: str, lib: str,
     return rems
 
 
-def _other_release(e: dict[str, Any], fid: str, name: str, shown: str) -> Finding:
+def _other_release(e: dict[str, Any], fid: str, name: str, shown: str,
+                   distro: dict[str, Any] | None = None) -> Finding:
     """The symbol's version node names a library whose only copy here is a release without the symbol."""
     lib, have, node = e["library"], e["loaded_copy"], e["version"]
     pkg = e.get("package") or {}
@@ -207,7 +208,7 @@ def _other_release(e: dict[str, Any], fid: str, name: str, shown: str) -> Findin
              f"Not offered: rebuilding {name} against the installed {lib}, because {have} does not export "
              f"{e['symbol']} (its dynamic symbols were read): {name}'s code calls it, so a rebuild would ask for it "
              "again."]
-    rems = _package_remedies(pkg, name, f"exports {e['symbol']}", lib, rebuild=False)
+    rems = _package_remedies(pkg, name, f"exports {e['symbol']}", lib, distro, rebuild=False)
     return Finding(id=fid, status="fail",
                    title=f"{name}: the installed {lib} ({pkg.get('name') or have} {pkg.get('version') or ''}".rstrip()
                          + f") is another release: it lacks {shown}",
@@ -215,7 +216,8 @@ def _other_release(e: dict[str, Any], fid: str, name: str, shown: str) -> Findin
 
 
 @check("libs.symbols", title="Undefined symbols: ABI, shadowed or never-linked library",
-       probes=("symbols", "livetrace"), explains=("undefined-symbol", "undefined-reference", "version-not-found"))
+       probes=("symbols", "livetrace"), optional=("toolchain",),
+       explains=("undefined-symbol", "undefined-reference", "version-not-found"))
 def check_symbols(facts: Facts) -> list[Finding]:
     from .libs import live_unchecked
 
@@ -236,7 +238,7 @@ def check_symbols(facts: Facts) -> list[Finding]:
     ev = facts.evidence("symbols")
     out = []
     for i, e in enumerate(errs):
-        fi = _finding(e, i)
+        fi = _finding(e, i, facts.get_fact("toolchain", "distro"))
         fi.evidence = ev
         fi.explains = _explains(facts, e)
         out.append(fi)
