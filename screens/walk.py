@@ -25,7 +25,9 @@ from .common import (
     finding_line,
     findings_text,
     in_thread,
+    mark,
     rich_table,
+    shown,
     symptoms_text,
     tables_of,
 )
@@ -353,14 +355,14 @@ class WalkScreen(ContextScreen):
             diag = self.walk.playbook.nodes.get(self.walk.diagnosis) if self.walk.diagnosis else None
             text = Text.assemble(("Walk finished. ", "bold"), self.walk.end_reason or "")
             if diag is not None:
-                text = Text.assemble(("Diagnosis: ", "bold"), (diag.title, "bold yellow"), "\n",
+                text = Text.assemble(self.found_text(), ("Diagnosis: ", "bold"), (diag.title, "bold yellow"), "\n",
                                      ("Walk finished. ", "bold"))
             text.append(("r shows the fixes; " if fixes else "") + "x exports the report; Esc returns.", style="dim")
             box.update(text)
             return
         outcome = self.outcome
         if node.kind == "diagnosis":
-            text = Text.assemble(("Diagnosis: ", "bold"), (node.title, "bold yellow"), "\n")
+            text = Text.assemble(self.found_text(), ("Diagnosis: ", "bold"), (node.title, "bold yellow"), "\n")
             text.append(("r shows the fixes · " if fixes else "") + "x exports the report · n finishes the walk",
                         style="dim")
         elif outcome is not None and outcome.chosen is not None:
@@ -376,6 +378,20 @@ class WalkScreen(ContextScreen):
         else:
             text = Text("Probing…", style="dim")
         box.update(text)
+
+    def found_text(self) -> Text:
+        """Above a diagnosis: what the walk measured that failed (the findings' own titles, with their values),
+        so the ending states what is wrong before the playbook's name for the way out."""
+        failing = sort_findings(failing_findings(self.walk, self.findings), self.symptoms)
+        if not failing:
+            return Text()
+        out = Text("Found: ", style="bold")
+        out.append_text(mark(failing[0].status))
+        out.append(f" {shown(failing[0].title)}", style="bold")
+        if len(failing) > 1:
+            out.append(f" (and {len(failing) - 1} more failing: e shows them)", style="dim")
+        out.append("\n")
+        return out
 
     def recorded_findings(self) -> list[Finding]:
         """The findings this session recorded at the current node (for a finished walk, resumed)."""
