@@ -397,3 +397,36 @@ def test_apply_refuses_an_fstab_link_into_a_folder_another_user_may_write(tmp_pa
                               make_mountpoint=False)
     assert not rec.ok and "is not root's alone" in rec.error
     assert link.is_symlink() and real.read_bytes() == ORIGINAL
+
+
+@pytest.mark.parametrize("planted", ["link to the fstab", "link elsewhere", "other bytes", "same bytes"])
+def test_a_file_already_at_the_backup_name_counts_only_as_a_regular_copy_of_the_original(tab, tmp_path, planted):
+    """A link planted at the backup name (to the fstab itself, whose new text it would then name, or to
+    another file) or a file with other bytes is left alone: the backup goes under the next free name and
+    holds the original bytes, and the rollback restores them from there."""
+    backup = Path(f"{tab}.bak.P1")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_bytes(ORIGINAL)
+    if planted == "link to the fstab":
+        backup.symlink_to(tab)
+    elif planted == "link elsewhere":
+        backup.symlink_to(elsewhere)
+    else:
+        backup.write_bytes(ORIGINAL if planted == "same bytes" else b"something else\n")
+    (tmp_path / "mp").mkdir()
+    line = f"tmpfs {tmp_path / 'mp'} tmpfs size=1m,nofail 0 0"
+    rec = fs.apply_fstab_line(str(tab), line, mount=["false"], backup=str(backup), make_mountpoint=False)
+    assert not rec.ok and rec.rolled_back, rec.error  # the mount failed: the old file came back
+    assert tab.read_bytes() == ORIGINAL and not tab.is_symlink()
+    if planted == "same bytes":
+        assert rec.backup == str(backup)
+    else:
+        assert rec.backup == f"{backup}-2", rec.backup
+        assert backup.is_symlink() == planted.startswith("link")  # left as it was
+    kept = Path(rec.backup)
+    assert not kept.is_symlink() and kept.read_bytes() == ORIGINAL
+    assert elsewhere.read_bytes() == ORIGINAL
+    # the same plant, and an apply that succeeds: the backup still holds the old bytes, never the new ones
+    ok = fs.apply_fstab_line(str(tab), line, mount=["true"], backup=str(backup), make_mountpoint=False)
+    assert ok.ok, ok.error
+    assert Path(ok.backup).read_bytes() == ORIGINAL and not Path(ok.backup).is_symlink()

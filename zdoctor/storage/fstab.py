@@ -25,7 +25,7 @@ from .. import runner
 from ..atomic import CheckedReplace, replace_checked
 from ..errors import InputError
 from ..model import Evidence, Remedy
-from ..userfile import open_regular_text
+from ..userfile import open_regular, open_regular_text
 from .mounts import MountEntry, unescape
 
 FSTAB = "/etc/fstab"
@@ -147,6 +147,15 @@ def mkfs_remedy(device: str, fstype: str = "ext4", uuid: str | None = None, labe
                      "or other signature on it; the command re-checks that with wipefs right before formatting "
                      f"and does nothing if any signature appeared. The filesystem gets UUID {uuid}, which the "
                      "fstab line of the next step names. Run it only if you are sure the drive is meant for this."))
+
+
+def _holds(path: str, data: bytes) -> bool:
+    """Whether ``path`` is a regular file, not a link, whose bytes are ``data``."""
+    try:
+        with open_regular(path, nofollow=True) as fh:
+            return fh.read(len(data) + 1) == data
+    except OSError:
+        return False
 
 
 def fstab_remedy(uuid: str, mountpoint: str, fstype: str, *, fstab_path: str = FSTAB,
@@ -379,16 +388,9 @@ def apply_fstab_line(fstab_path: str, line: str, *, mount: Sequence[str] | Calla
                          f"{'mount point ' + e.file if e.file.rstrip('/') == new.file.rstrip('/') else e.spec}; "
                          "refusing to add a second one")
             return rec
-    if backup is not None and os.path.lexists(backup):
-        try:
-            with open(backup, "rb") as fh:
-                same = fh.read() == original
-        except OSError:
-            same = False
-        if not same:
-            rec.error = (f"{backup} already exists and is not a copy of {fstab_path}: refusing to overwrite it "
-                         "(move it away, or restore from it first)")
-            return rec
+    # An existing backup name counts only as a regular file (never a link) holding these very bytes; anything
+    # else there is left alone and the backup goes under the next free name.
+    kept = backup is not None and _holds(backup, original)
     new_text = old_text + ("" if not old_text or old_text.endswith("\n") else "\n") + line.strip() + "\n"
     rec.diff = "".join(difflib.unified_diff(old_text.splitlines(True), new_text.splitlines(True),
                                             fromfile=fstab_path, tofile=f"{fstab_path} (new)"))
@@ -428,7 +430,6 @@ def apply_fstab_line(fstab_path: str, line: str, *, mount: Sequence[str] | Calla
             return rec
         step(f"validated: {after['summary']}")
         wanted = backup or f"{fstab_path}.bak.{stamp or time.strftime('%Y%m%dT%H%M%S')}"
-        kept = backup is not None and os.path.lexists(backup)  # a copy of this very file, checked above
         # the core re-reads the file right before the rename: an edit made meanwhile is refused, not lost
         rec.backup = wanted if kept else rep.back_up(wanted)
         step(f"backed up {fstab_path} to {rec.backup}" + (" (already there)" if kept else ""))
