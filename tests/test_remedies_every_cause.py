@@ -196,3 +196,33 @@ def test_a_conda_interpreter_with_no_copy_new_enough_is_offered_its_envs_runtime
     assert conda[0]["verification"] == {"state": "not_tried",
                                         "reason": "it needs the network (the conda-forge channel) and changes the env"}
     assert [r for r in f["remedies"] if r["title"].startswith("Rebuild op.so with ")]
+
+
+def test_the_tool_starts_is_said_by_every_renderer_and_never_as_fixed(state_home: Path):
+    """A remedy tried only by starting ninja reads "tried: the tool starts" in the terminal report and the
+    Markdown and HTML exports of a recorded session, and is never recommended as the one that fixed it."""
+    import io
+
+    from zdoctor.doctor import CheckReport
+    from zdoctor.export import render
+    from zdoctor.model import Finding
+    from zdoctor.report import print_report
+    from zdoctor.session import SessionLog, load_events
+
+    host = {"hostname": "gpu-node-7", "os": "Ubuntu 22.04.4 LTS", "kind": "live"}
+    drop = Remedy("Drop /opt/old/lib from LD_LIBRARY_PATH", ["unset LD_LIBRARY_PATH"], tried=True,
+                  tool_started=True, note="`ninja --version` without it printed 1.11.1; the failing command "
+                                          "itself was not re-run")
+    f = Finding("toolchain.jit-prereq.ninja", "fail", "ninja cannot start", remedies=[drop])
+    log = SessionLog.create("check", ["check"], host)
+    log.record("finding", {"finding": f.to_dict()})
+    log.close(1)
+    events = load_events(log.id)
+    md, html = render(events, "md"), render(events, "html")
+    buf = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    print_report(CheckReport(host=host, findings=[f]), buf, verbose=True)
+    buf.seek(0)
+    terminal = buf.read()
+    for text in (terminal, md.replace("\\", ""), html.replace("&#x27;", "'")):
+        assert "tried: the tool starts" in text
+        assert "tried: fixed" not in text and "tried and fixed the failing command" not in text
