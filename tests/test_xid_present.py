@@ -18,7 +18,7 @@ from typing import Any
 from test_gpu_facts import facts_of, h200_all, h200_nvml
 from test_kernel_log import _walk
 
-from zdoctor.checks.kernlog import check_xid
+from zdoctor.checks.kernlog import check_api_mismatch, check_xid
 from zdoctor.export import _md_remedy
 from zdoctor.gpu.pcipresent import PCI_DEVICES, pci_device
 from zdoctor.htmlreport import remedies_html
@@ -214,3 +214,19 @@ def test_the_bus_reader_on_a_real_tree_and_on_this_machine(tmp_path):
     real = sorted(os.listdir(PCI_DEVICES))[0]
     assert pci_device(real)["present"] is True and pci_device(real)["vendor"].startswith("0x")
     assert h200_nvml()["gpus"][0]["pci_bus_id"].lower().endswith("00:06.0")
+
+
+def test_an_api_mismatch_record_on_a_node_with_no_module_loaded_is_no_reboot(tmp_path):
+    dump = kmsg_dump(tmp_path, "NVRM: API mismatch: the client has the version 580.159.04, but",
+                     "NVRM: this kernel module has the version 575.57.08.  Please")
+    kl, _ = collect(kmsg=dump)
+    probes = {"kernel_log": kl, "driver_parts": no_module(tmp_path),
+              "nvml": {"skipped": "NVML did not start: Driver Not Loaded",
+                       "library": {"available": False, "error": "Driver Not Loaded"}}}
+    [f] = check_api_mismatch(facts_of(**probes))
+    assert f.status == "warn" and "cannot confirm" in f.title
+    assert "NVML could not confirm it now: Driver Not Loaded" in f.detail
+    assert "the NVIDIA kernel module is not loaded now" in f.detail
+    reboot = f.remedies[-1]
+    assert reboot.title.startswith("Drain the node and reboot") and not reboot.recommended and not reboot.tried
+    assert "the NVIDIA kernel module is not loaded now" in remedy_flags(reboot)[0]

@@ -326,7 +326,7 @@ def _load_the_module(km: dict[str, Any]) -> list[Remedy]:
 
 
 @check("kernel.api-mismatch", title="NVRM API mismatch records in the kernel log", probes=("kernel_log",),
-       optional=("nvml",), explains=("driver-mismatch",), layer=LAYER)
+       optional=("nvml", "driver_parts"), explains=("driver-mismatch",), layer=LAYER)
 def check_api_mismatch(facts: Facts) -> list[Finding]:
     fid = "kernel.api-mismatch"
     kl, skipped = _kernel_log(facts, fid, "NVRM API mismatch records")
@@ -373,12 +373,19 @@ def check_api_mismatch(facts: Facts) -> list[Finding]:
                                + ": a process started before then, or one that loads a private copy of the "
                                "driver libraries (a container image with its own libcuda), can still fail.\n"
                                + scope(kl), evidence=[table, *ev], explains=explains)]
-    return [Finding(id=fid, status="fail",
+    # NVML cannot confirm the record now: a reload or a reboot is listed, not recommended
+    unconfirmed = "NVML could not confirm it now: " + (lib.get("error") or facts.why_not("nvml"))
+    module = module_now(facts)
+    if module[0] is not True:
+        unconfirmed += "; " + module[1]
+    remedies = _load_the_module(km)
+    for r in remedies:
+        r.recommended, r.note = False, f"the node's present state does not support the record ({unconfirmed})"
+    return [Finding(id=fid, status="warn",
                     title=f"NVRM API mismatch in the kernel log: user space {last.get('client')}, kernel module "
-                          f"{last.get('module') or '?'}",
-                    detail=said + " NVML could not confirm it now: " + (lib.get("error") or facts.why_not("nvml"))
-                           + ".\n" + scope(kl),
-                    evidence=[table, *ev], remedies=_load_the_module(km), explains=explains)]
+                          f"{last.get('module') or '?'}; the node now cannot confirm it",
+                    detail=said + " " + unconfirmed + ".\n" + scope(kl),
+                    evidence=[table, *ev], remedies=remedies, explains=explains)]
 
 
 # -- kernel.aer ------------------------------------------------------------------------------------------
