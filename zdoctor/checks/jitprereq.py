@@ -194,7 +194,8 @@ def _no_space(c: dict[str, Any], facts: Facts) -> Finding:
     if fixed:
         rem.append(Remedy(title=f"Build with TMPDIR={fixed['tmpdir']}, a folder with room on this node",
                           commands=[export_line("TMPDIR", fixed["tmpdir"])], undo=[restore_line("TMPDIR", old)],
-                          verified=True, note=f"the compile test re-run with TMPDIR={fixed['tmpdir']} compiled",
+                          tool_started=True, note=f"the compile test re-run with TMPDIR={fixed['tmpdir']} "
+                                                  "compiled; the failing command itself was not re-run",
                           explanation="GCC writes its assembler files to $TMPDIR; torch's JIT build inherits it."))
     for t in trials:
         if not t.get("ok"):
