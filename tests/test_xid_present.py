@@ -230,3 +230,32 @@ def test_an_api_mismatch_record_on_a_node_with_no_module_loaded_is_no_reboot(tmp
     reboot = f.remedies[-1]
     assert reboot.title.startswith("Drain the node and reboot") and not reboot.recommended and not reboot.tried
     assert "the NVIDIA kernel module is not loaded now" in remedy_flags(reboot)[0]
+
+
+def test_the_guide_labels_the_unsupported_reboot_not_recommended_and_does_not_apply_it(tmp_path):
+    from test_tui import SCENARIO, make, name, plain, run, settle
+    from test_tui_fixes import remedy_screen
+
+    from zdoctor.practice import get_scenario
+
+    kl, _ = collect(kmsg=kmsg_dump(tmp_path, xid_line(ABSENT_BUS, 79, "GPU has fallen off the bus.")))
+    [f] = check_xid(facts_of(kernel_log=kl, driver_parts=no_module(tmp_path)))
+
+    async def scenario() -> None:
+        app = make(host=get_scenario(SCENARIO).host(), argv=["tui"], export_dir=tmp_path / "export")
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(pilot, lambda: name(app) == "StartScreen")
+            app.push_screen(remedy_screen()(app.ctx, "gpu-health", "diag-xid-not-now",
+                                            [(f, r) for r in f.remedies]))
+            await settle(pilot, lambda: name(app) == "RemedyScreen" and bool(app.screen.query("#rem-title")))
+            rs = app.screen
+            assert rs.labels and all(label.endswith("(not recommended)") for label in rs.labels)
+            assert "None is recommended" in plain(rs.query_one("#rem-title"), width=1000)
+            await pilot.press("a")
+            await pilot.pause(0.3)
+            assert name(app) == "RemedyScreen"  # no confirmation offered: nothing to say yes to
+            sid = app.ctx.log.id
+        from zdoctor.session import load_events
+        assert not [e for e in load_events(sid) if e["type"] in ("remedy_applied", "remedy_confirmed")]
+
+    run(scenario())
