@@ -8,6 +8,7 @@ import json
 import os
 import re
 import resource
+import shlex
 import shutil
 import subprocess
 import sys
@@ -192,6 +193,78 @@ def test_nccl_providers_from_real_files(nccl_node):
     cmds = [c for r in f.remedies for c in r.commands]
     assert f"{sys.executable} -m pip uninstall -y nvidia-nccl-cu12" in cmds
     assert "export LD_LIBRARY_PATH=/usr/local/nvidia/lib64" in cmds  # only the directory of the other NCCL goes
+
+
+MAPPED_NCCL = (
+    "import ctypes, sys\n"
+    "ctypes.CDLL(sys.argv[1])\n"
+    "path = next(l.split(None, 5)[5].strip() for l in open('/proc/self/maps') if 'libnccl.so' in l)\n"
+    "v = ctypes.c_int(); ctypes.CDLL(path).ncclGetVersion(ctypes.byref(v))\n"
+    "print(path, v.value)\n")
+
+
+def loads_nccl(stub: Path, env: dict[str, str], before: str = "") -> tuple[str, int]:
+    """The libnccl.so.2 the real loader maps for ``stub`` (and its ncclGetVersion), after ``before`` lines."""
+    script = f"{before}\n{shlex.join([sys.executable, '-c', MAPPED_NCCL, str(stub)])}"
+    out = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, check=True).stdout
+    path, code = out.rsplit(None, 1)
+    return path, int(code)
+
+
+def test_a_wheel_reinstall_is_not_offered_while_an_older_nccl_on_ld_library_path_loads_first(tmp_path):
+    """torch's NCCL wheel holds 2.28.9, as torch requires; an older 2.18.3 sits on LD_LIBRARY_PATH. A stand-in
+    for libtorch_cuda, linked with a RUNPATH to the wheel (as torch's is), gets the older copy from the real
+    loader, since LD_LIBRARY_PATH comes before RUNPATH. Reinstalling the wheel would change nothing: it is
+    named as not offered, and the fix offered (the directory off LD_LIBRARY_PATH) makes the loader map the
+    wheel's copy."""
+    site = tmp_path / "venv" / "lib" / "python3.12" / "site-packages"
+    wheel = build_lib(site / "nvidia" / "nccl" / "lib" / "libnccl.so.2", 22809)
+    dist_info(site, "nvidia_nccl_cu13-2.28.9.dist-info", wheel.stat().st_size)
+    (site / "torch").mkdir()
+    meta = site / "torch-2.11.0+cu130.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Name: torch\nVersion: 2.11.0+cu130\n"
+                                   'Requires-Dist: nvidia-nccl-cu13==2.28.9; platform_system == "Linux"\n')
+    old = versioned(tmp_path / "opt nccl" / "lib", "2.18.3", 21803)
+    src = tmp_path / "stub.c"
+    src.write_text("int ncclGetVersion(int *v);\nint stub_version(void) { int v = 0; ncclGetVersion(&v); return v; }\n")
+    stub = site / "torch" / "lib" / "libtorch_cuda_stub.so"
+    stub.parent.mkdir()
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(stub), str(src), f"-L{wheel.parent}", "-l:libnccl.so.2",
+                    f"-Wl,--enable-new-dtags,-rpath,{wheel.parent}"], check=True)
+    env = {"PATH": SYS_PATH, "LD_LIBRARY_PATH": f"/usr/local/nvidia/lib64:{old.parent}"}
+    mapped, code = loads_nccl(stub, env)
+    assert (os.path.realpath(mapped), code) == (os.path.realpath(old), 21803)  # the real loader took the old copy
+    assert loads_nccl(stub, {"PATH": SYS_PATH})[1] == 22809  # without it, the RUNPATH finds the wheel's
+
+    conf, cache = tmp_path / "ld.so.conf", tmp_path / "ld.so.cache"
+    conf.write_text("")
+    subprocess.run([shutil.which("ldconfig") or "/sbin/ldconfig", "-X", "-C", str(cache), "-f", str(conf)],
+                   check=True, capture_output=True)
+    pyenv = {"target": {"resolved": sys.executable}, "error": None,
+             "python": {"executable": sys.executable, "sys_path": [str(site)]},
+             "torch": {"installed": True, "import": {"state": "ok"}, "version": "2.11.0+cu130", "cuda": "13.0",
+                       "location": str(site / "torch"), "mapped_libs": [mapped],
+                       "cuda_check": {"state": "ok", "nccl": [2, 18, 3]}}}
+    facts, _ = collect_nccl(env, pyenv, ld_cache=str(cache), ask_torch=False)
+    f = check_nccl(facts_of(nccl=facts, pyenv=pyenv))[0]
+    assert f.status == "fail"
+    assert not any(any("pip install" in c for c in r.commands) for r in f.remedies)
+    assert (f"Not offered: reinstalling nvidia-nccl-cu13==2.28.9 alone, because {old} (NCCL 2.18.3, from ld "
+            "library path) is the copy the loader mapped") in f.detail
+    assert "(the wheel already holds NCCL 2.28.9)" in f.detail
+    (fix,) = f.remedies
+    assert fix.commands == ["export LD_LIBRARY_PATH=/usr/local/nvidia/lib64"]
+    mapped_after, code_after = loads_nccl(stub, env, before="\n".join(fix.commands))
+    assert (os.path.realpath(mapped_after), code_after) == (os.path.realpath(wheel), 22809)
+
+    # a wheel that is itself older gets its reinstall too, as the step after the LD_LIBRARY_PATH fix
+    for p in facts["providers"]:
+        if p["kind"] == "pip":
+            p["version"] = "2.21.5"
+    (fix,) = check_nccl(facts_of(nccl=facts, pyenv=pyenv))[0].remedies
+    assert fix.commands == ["export LD_LIBRARY_PATH=/usr/local/nvidia/lib64",
+                            f"{sys.executable} -m pip install --force-reinstall --no-deps nvidia-nccl-cu13==2.28.9"]
 
 
 def test_torch_nccl_version_from_a_real_interpreter(tmp_path, nccl_node):
