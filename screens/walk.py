@@ -264,6 +264,11 @@ class WalkScreen(ContextScreen):
 
     def action_symptoms(self) -> None:
         """Open or fold the symptom ledger (one line while folded)."""
+        if not self.symptoms:
+            from zdoctor.present import NO_SYMPTOMS
+
+            self.notify(NO_SYMPTOMS, timeout=5)
+            return
         self.symptoms_open = not self.ledger_open
         self.show_symptoms(self.symptoms)
 
