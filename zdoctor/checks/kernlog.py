@@ -105,10 +105,10 @@ def module_now(facts: Facts) -> tuple[bool | None, str]:
                   "are absent)"
 
 
-def device_now(kl: dict[str, Any], key: str | None,
-               gpus: dict[str, dict[str, Any]] | None) -> tuple[bool | None, str]:
-    """Whether the record's PCI device is an NVIDIA device on the bus now (None: not known), and the fact:
-    the bus as sysfs shows it, else a GPU NVML lists at that address."""
+def device_now(kl: dict[str, Any], key: str | None, gpus: dict[str, dict[str, Any]] | None,
+               nvidia: bool = True) -> tuple[bool | None, str]:
+    """Whether the record's PCI device is on the bus now (an NVIDIA one where ``nvidia``; None: not known),
+    and the fact: the bus as sysfs shows it, else a GPU NVML lists at that address."""
     dev = next((d for d in kl.get("devices_now") or [] if d.get("bus_address") == key), None)
     if not key:
         return None, "the record names no PCI address to look for"
@@ -118,6 +118,8 @@ def device_now(kl: dict[str, Any], key: str | None,
         return None, f"whether {key}.0 is on the PCI bus now was not read" + (f" ({dev['error']})" if dev else "")
     if not dev["present"]:
         return False, f"no PCI device at {key}.0 now (not under /sys/bus/pci/devices)"
+    if not nvidia:
+        return True, f"a PCI device (vendor {dev.get('vendor') or 'not read'}) is at {key}.0 now, {link_state(dev)}"
     if (dev.get("vendor") or "").lower() != NVIDIA_VENDOR:
         return False, f"the PCI device at {key}.0 now is not NVIDIA's (vendor {dev.get('vendor') or 'not read'})"
     return True, f"NVIDIA device at {key}.0 is on the bus now, {link_state(dev)}"
@@ -432,10 +434,23 @@ def check_aer(facts: Facts) -> list[Finding]:
                  "marginal link that slows or drops; an uncorrected one loses a transaction, and a fatal one "
                  "takes the link down (a GPU then falls off the bus: Xid 79).")
     remedies = []
-    if status == "fail":
+    unsupported = []  # the uncorrected errors' devices the bus does not show now
+    for key, recs in by_dev.items():
+        if any(r["severity"] != "corrected" for r in recs):
+            known, fact = device_now(kl, key, gpus, nvidia=False)
+            if known is not True:
+                unsupported.append(fact)
+    if unsupported:
+        lines.append("The node now does not support these records: " + "; ".join(unsupported)
+                     + ". They are not judged a failing link here.")
+        status = "warn"
+    if status == "fail" or unsupported:
         if gpu_devs:
             remedies.append(reset_remedy(gpu_devs))
         remedies.append(reboot_remedy())
+        for r in remedies if unsupported else []:
+            r.recommended, r.note = False, ("the node's present state does not support the record ("
+                                            + "; ".join(unsupported) + ")")
     remedies.append(Remedy(title="Reseat the card and check the slot, riser and power cabling",
                            note="not tried: it is hands-on work on the node",
                            explanation="Repeated AER errors on one device are its link: the card's seating, a "
@@ -445,7 +460,8 @@ def check_aer(facts: Facts) -> list[Finding]:
                    rows, hl)
     names = "; ".join(sorted({gpu_of(gpus, k) if gpus is not None and k in gpus else str(recs[-1].get("bus"))
                               for k, recs in by_dev.items()}))
-    title = (f"PCIe AER {'uncorrected' if status == 'fail' else 'corrected'} errors in the kernel log ({names})")
+    title = (f"PCIe AER {'uncorrected' if status == 'fail' or unsupported else 'corrected'} errors in the kernel "
+             f"log ({names})" + ("; the node now does not support them" if unsupported else ""))
     explains = []
     for s in symptoms_of(facts):
         if s.kind == "aer" and bus_address(s.fields.get("bus")) in by_dev:
