@@ -15,7 +15,6 @@ import errno
 import fcntl
 import mmap
 import os
-import re
 import shlex
 import stat
 import tempfile
@@ -309,11 +308,6 @@ def libaio_package(release: Mapping[str, str]) -> dict[str, str | None]:
         return {"package": None, "install": None}
     name = packages.package_name("libaio headers", pm.family)
     return {"package": name, "install": pm.install(name)[-1]}
-
-
-def _major(version: str) -> int | None:
-    m = re.match(r"(\d+)", version)
-    return int(m.group(1)) if m else None
 
 
 def _flag_dirs(flags: str, flag: str) -> list[str]:
