@@ -116,10 +116,9 @@ def test_fabric_manager_is_pinned_to_the_driver_release_with_the_nodes_manager(n
     (rem,) = driverparts._fm_remedies(dp, "550.54.15")
     assert tools_used([rem]) == {NODES[node]}
     line = next(c for c in rem.commands if " install " in c)
-    if NODES[node] == "apt-get":
-        assert line == "apt-get install -y nvidia-fabricmanager-550=550.54.15-0ubuntu1"
-    else:
-        assert line == f"{NODES[node]} install -y nvidia-fabric-manager-550.54.15"
+    assert line == {"apt-get": "apt-get install -y nvidia-fabricmanager-550=550.54.15-0ubuntu1",
+                    "dnf": "dnf install -y nvidia-fabric-manager-550.54.15",
+                    "zypper": "zypper install -y nvidia-fabric-manager=550.54.15"}[NODES[node]]
 
 
 @pytest.mark.parametrize("node,how", [

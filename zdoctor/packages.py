@@ -7,10 +7,10 @@ The distribution is read from ``/etc/os-release`` (``ID``, ``ID_LIKE``, ``VERSIO
 
 Sources of the names: NVIDIA's CUDA installation guide (``cuda-toolkit-X-Y`` and ``cuda-drivers-<branch>``
 from NVIDIA's repository on apt, dnf and zypper alike), the Fabric Manager user guide
-(``nvidia-fabricmanager-<branch>=<version>`` on apt, ``nvidia-fabric-manager-<version>`` on dnf/zypper),
-Ubuntu's archive (``nvidia-driver-<branch>``, ``gcc-N``/``g++-N``), Red Hat's GCC Toolset
-(``gcc-toolset-N``, enabled with ``source /opt/rh/gcc-toolset-N/enable``; devtoolset-N on RHEL 7) and
-openSUSE's ``gccN``/``gccN-c++`` (``/usr/bin/gcc-N``).
+(``nvidia-fabricmanager-<branch>=<version>`` on apt, ``nvidia-fabric-manager-<version>`` on dnf; zypper
+pins with ``name=version``), Ubuntu's archive (``nvidia-driver-<branch>``, ``gcc-N``/``g++-N``), Red Hat's
+GCC Toolset (``gcc-toolset-N``, enabled with ``source /opt/rh/gcc-toolset-N/enable``; devtoolset-N on
+RHEL 7) and openSUSE's ``gccN``/``gccN-c++`` (``/usr/bin/gcc-N``).
 """
 
 from __future__ import annotations
@@ -159,9 +159,12 @@ def cuda_toolkit_package(major: int | None, minor: int | None) -> str:
 
 def fabricmanager_pinned(branch: str, module: str, deb_version: str | None, family: str) -> str:
     """Fabric Manager of exactly the driver's release ``module``: on apt the driver package's own version
-    (``nvidia-fabricmanager-550=550.54.15-1``), on dnf and zypper ``nvidia-fabric-manager-550.54.15``."""
+    (``nvidia-fabricmanager-550=550.54.15-1``), on dnf ``nvidia-fabric-manager-550.54.15``, on zypper
+    ``nvidia-fabric-manager=550.54.15``."""
     if family == "apt":
         return f"nvidia-fabricmanager-{branch}={deb_version or module + '-1'}"
+    if family == "zypper":  # zypper's capability syntax: name=edition
+        return f"nvidia-fabric-manager={module}"
     return f"nvidia-fabric-manager-{module}"
 
 
