@@ -21,6 +21,7 @@ from zdoctor.tui import _screens_app
 SIZES = [(80, 24), (120, 40)]
 PART_TWO = "slow-ssd-offload"
 UNEXPLAINED = "RuntimeError: the frobnicator is misaligned"
+ROOT = str(Path(__file__).resolve().parent.parent)
 
 
 def remedy_screen():
@@ -178,3 +179,37 @@ def test_an_applied_edit_is_undone_with_u_and_its_output_has_no_record(tmp_path,
         assert cfg.read_bytes() == old.encode()
 
     run(scenario())
+
+
+def test_the_core_prints_no_record_to_a_terminal(tmp_path: Path):
+    """Under sudo the guide hands the terminal to the core: the person there reads its steps, no JSON record;
+    piped (as the guide streams it), the record is still the last line."""
+    import pty
+    import subprocess
+    import sys
+
+    for tty in (True, False):
+        target = tmp_path / f"stale-{tty}"
+        target.write_text("")
+        argv = [sys.executable, "-m", "zdoctor.core_apply", "--remove", str(target)]
+        if tty:
+            main, sub = pty.openpty()
+            proc = subprocess.run(argv, stdout=sub, stderr=sub, stdin=subprocess.DEVNULL, timeout=120,
+                                  cwd=ROOT)
+            os.close(sub)
+            out = b""
+            while True:
+                try:
+                    chunk = os.read(main, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            os.close(main)
+            text = out.decode()
+        else:
+            proc = subprocess.run(argv, capture_output=True, timeout=120, cwd=ROOT)
+            text = proc.stdout.decode()
+        assert proc.returncode == 0 and not target.exists(), text
+        assert ("zdoctor-replace-record: {" in text) is not tty, text

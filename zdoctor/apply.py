@@ -12,6 +12,7 @@ commands are compared before and after, so the outcome lists what was created, m
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shlex
@@ -209,6 +210,8 @@ class ApplyOutcome:
     duration_s: float = 0.0
     interactive: bool = False
     cancelled: bool = False
+    #: The record a core action printed last (its ``zdoctor-...-record: {json}`` line), never shown as output.
+    record: dict[str, object] | None = None
 
     @property
     def ok(self) -> bool:
@@ -349,6 +352,9 @@ def _stream(argv: list[str], env: dict[str, str], cwd: str | None, on_output: Ca
     for raw in iter(proc.stdout.readline, b""):
         line = raw.decode("utf-8", errors="replace").rstrip("\n")
         if CORE_RECORD.match(line):
+            with contextlib.suppress(ValueError):
+                found = json.loads(line.partition(": ")[2])
+                outcome.record = found if isinstance(found, dict) else None
             continue
         chunks.append(line)
         if on_output is not None:

@@ -6,7 +6,8 @@
 a file of a private folder, never as arguments: all of argv fits in about 2 MiB, and configs up to 16 MiB
 are previewed. As root, in a folder that belongs
 to the file's owner, it first becomes that owner (groups dropped): root never writes in a folder the
-training user controls. Each step is printed; the last line is ``zdoctor-replace-record: {json}``.
+training user controls. Each step is printed; the last line, unless the output is a terminal, is
+``zdoctor-replace-record: {json}``.
 Exit 0 when the file was replaced.
 
 ``python -m zdoctor.core_apply --remove P [--dir] [--wait-pid N ...]`` waits until the processes ``N``
@@ -224,7 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("give --path, --sha256, --text-file and --text-sha256, or --remove")
     if rec["error"]:
         print(f"error: {rec['error']}", flush=True)
-    print(RECORD_PREFIX + json.dumps(rec), flush=True)
+    if not sys.stdout.isatty():  # the record is for a program reading the output, not for a person
+        print(RECORD_PREFIX + json.dumps(rec), flush=True)
     return 0 if rec["ok"] else 1
 
 

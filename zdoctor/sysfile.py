@@ -9,7 +9,7 @@ the new text before anything changes.
 
 ``python -m zdoctor.sysfile --path P --text T --check limits.conf`` runs :func:`create_system_file`,
 ``--path P --edit NAME --arg W --backup B --check NAME`` runs :func:`replace_system_file` (the guide starts
-it under sudo); the last line printed is ``zdoctor-sysfile-record: {json}``.
+it under sudo); the last line printed, unless the output is a terminal, is ``zdoctor-sysfile-record: {json}``.
 """
 
 from __future__ import annotations
@@ -341,7 +341,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         rec = create_system_file(args.path, args.text, check=args.check, on_step=say)
     else:
         parser.error("give --text (create) or --edit (replace)")
-    print(RECORD_PREFIX + json.dumps(rec.to_dict()), flush=True)
+    if not sys.stdout.isatty():  # the record is for a program reading the output, not for a person
+        print(RECORD_PREFIX + json.dumps(rec.to_dict()), flush=True)
     return 0 if rec.ok else 1
 
 

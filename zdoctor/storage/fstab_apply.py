@@ -4,7 +4,8 @@
 :func:`zdoctor.storage.fstab.apply_fstab_line`: the new file is validated beside the old one with
 ``findmnt --verify --tab-file``, the old one is backed up to ``B`` (the name the remedy's undo gives),
 the new one replaces it in one rename, and a failed mount puts the old one back. Each step is printed
-as it is done; the last line is ``zdoctor-fstab-record: {json}``. Exit 0 when everything worked.
+as it is done; the last line, unless the output is a terminal, is ``zdoctor-fstab-record: {json}``. Exit 0
+when everything worked.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         step(text)
     if rec.error:
         print(f"error: {rec.error}", flush=True)
-    print(RECORD_PREFIX + json.dumps(rec.to_dict()), flush=True)
+    if not sys.stdout.isatty():  # the record is for a program reading the output, not for a person
+        print(RECORD_PREFIX + json.dumps(rec.to_dict()), flush=True)
     return 0 if rec.ok else 1
 
 
