@@ -186,7 +186,7 @@ def _what_was_read(targets: list[dict[str, Any]]) -> str:
 
 
 @check("libs.glibcxx", title="GLIBCXX/CXXABI versions needed vs provided",
-       probes=("libs", "livetrace", "libfix", "toolchain"), explains=("version-not-found",))
+       probes=("libs", "livetrace", "libfix"), optional=("toolchain",), explains=("version-not-found",))
 def check_glibcxx(facts: Facts) -> list[Finding]:
     cid = "libs.glibcxx"
     libs = facts.of("libs") or {}
