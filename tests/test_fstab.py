@@ -106,8 +106,9 @@ def test_fstab_remedy_builds_validates_backs_up_then_moves_into_place(tmp_path):
     assert rem.requires_root and not any(">>" in c for c in rem.commands)
     staged, backup = f"{tab}.zdoctor-new.S", f"{tab}.bak.S"
     kinds = [c.split()[0] for c in rem.commands]
-    assert kinds[:5] == ["cp", "printf", "findmnt", "cp", "mv"]  # build beside, validate, back up, move
-    assert rem.commands[2] == f"findmnt --verify --tab-file {shlex.quote(staged)}"
+    assert kinds[:6] == ["[", "cp", "printf", "findmnt", "cp", "mv"]  # as the folder's owner: build beside,
+    assert rem.commands[0].startswith('[ "$(id -u)" = "$(stat -c %u -- ')  # validate, back up, move
+    assert rem.commands[3] == f"findmnt --verify --tab-file {shlex.quote(staged)}"
     assert rem.action == {"kind": "fstab-add", "fstab": str(tab), "line": fs.fstab_line(UUID, mp, "ext4"),
                           "backup": backup, "mountpoint": os.path.normpath(mp), "mount": False}
     # As a whole, under set -e: findmnt rightly rejects the UUID no disk here has, and nothing has changed.

@@ -174,19 +174,86 @@ def test_ds_config_fix_killed_at_any_point_leaves_the_old_or_the_new_config(race
             assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
 
 
+def _block(remedy: Remedy, user=None) -> subprocess.CompletedProcess[str]:
+    """The remedy's copyable lines pasted into bash under ``set -e``, as root or (``user``) as that user."""
+    return subprocess.run(["bash", "-c", apply.script(remedy, trace=False)], capture_output=True, text=True,
+                          preexec_fn=racekit._drop_to(user) if user is not None else None, timeout=60)
+
+
 def test_ds_config_copyable_lines_stop_at_the_first_failing_check(racer_user):
     with user_dir(racer_user) as folder:
         cfg = _user_config(racer_user, folder)
         remedy = _nvme_remedy(cfg)
         cfg.write_text(OFFLOAD_CFG + "\n")  # edited after the preview
-        done = subprocess.run(["bash", "-c", apply.script(remedy, trace=False)], capture_output=True, text=True)
+        done = _block(remedy, racer_user)
         assert done.returncode != 0 and cfg.read_text() == OFFLOAD_CFG + "\n"
         assert [p.name for p in folder.iterdir()] == [cfg.name]
         cfg.write_text(OFFLOAD_CFG)
-        done = subprocess.run(["bash", "-c", apply.script(remedy, trace=False)], capture_output=True, text=True)
+        done = _block(remedy, racer_user)
         assert done.returncode == 0, done.stderr
         assert cfg.read_text() == remedy.action["text"] and cfg.stat().st_uid == racer_user.uid
         assert Path(remedy.action["backup"]).read_text() == OFFLOAD_CFG
+
+
+def _victim_untouched(victim: Path, text: str = "root's own file\n") -> bool:
+    st = victim.stat()
+    return victim.read_text() == text and (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 0, 0o600)
+
+
+def test_ds_config_copyable_lines_refuse_root_in_the_owners_folder_and_as_the_owner_never_reach_roots_files(
+        racer_user, root_dir):
+    """The owner renames a link to a root-owned file over the block's temporary file as soon as it appears:
+    pasted by root the lines stop at their first (they run only as the folder's owner); run as the owner,
+    the link gets them nothing root's file would not give that owner."""
+    victim = _root_victim(root_dir)
+    racer = build_racer("swap_in_link", root_dir)
+    with user_dir(racer_user) as folder:
+        cfg = _user_config(racer_user, folder)
+        remedy = _nvme_remedy(cfg)
+        with racing(racer_user, [str(racer), str(folder), ".ds_config.json.zdoctor-", str(victim), "both"]) as proc:
+            done = _block(remedy)
+            assert done.returncode != 0 and "run these lines as the owner of the folder" in done.stderr
+            made = [p.name for p in folder.iterdir() if not p.name.startswith(".swap-in-link")]
+            assert made == [cfg.name]  # nothing written, not even the temp file
+            assert cfg.read_text() == OFFLOAD_CFG and _victim_untouched(victim)
+            runs, deadline = 0, time.monotonic() + RACE_SECONDS
+            while time.monotonic() < deadline and runs < 20:
+                _block(remedy, racer_user)
+                runs += 1
+                assert _victim_untouched(victim), f"run {runs} wrote or chowned root's file through the link"
+                cfg.write_text(OFFLOAD_CFG)
+            os.kill(proc.pid, 9)
+            proc.wait()
+            swaps = proc.stdout.read().decode().count("swapped") if proc.stdout else 0
+        assert swaps > 0, "the racer never got to swap a link in: the race did not run"
+        assert _victim_untouched(victim)
+
+
+def test_fstab_copyable_lines_run_only_as_the_owner_of_the_fstabs_folder(racer_user, root_dir):
+    """The fstab block stages and backs up beside the file: in a folder a user owns, root's paste stops at
+    the first line while that user renames a link to root's file over every file made there."""
+    from zdoctor.storage import fstab as fs
+
+    victim = _root_victim(root_dir)
+    racer = build_racer("swap_in_link", root_dir)
+    with user_dir(racer_user) as folder:
+        tab = folder / "fstab"
+        tab.write_text("proc /proc proc defaults 0 0\n")
+        os.chown(tab, racer_user.uid, racer_user.gid)
+        remedy = fs.fstab_remedy("0bfe0b2c-4b45-4a3c-9d5e-6b1e5e0d9d11", str(root_dir / "mp"), "ext4",
+                                 fstab_path=str(tab), stamp="R", mount_now=False)
+        with racing(racer_user, [str(racer), str(folder), "fstab.", str(victim), "both"]):
+            done = _block(remedy)
+        assert done.returncode != 0 and "run these lines as the owner of the folder" in done.stderr
+        made = [p.name for p in folder.iterdir() if not p.name.startswith(".swap-in-link")]
+        assert made == ["fstab"] and _victim_untouched(victim)
+    # In root's own folder (as /etc is) root goes past that line.
+    tab = root_dir / "fstab"
+    tab.write_text("proc /proc proc defaults 0 0\n")
+    remedy = fs.fstab_remedy("0bfe0b2c-4b45-4a3c-9d5e-6b1e5e0d9d11", str(root_dir / "mp"), "ext4",
+                             fstab_path=str(tab), stamp="R", mount_now=False)
+    done = subprocess.run(["bash", "-c", remedy.commands[0]], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 # -- the stale-lock fix -----------------------------------------------------------------------------------

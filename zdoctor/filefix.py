@@ -15,6 +15,18 @@ from .model import Remedy
 from .shellquote import shell_quote
 
 
+def owner_only(folder: str = ".") -> str:
+    """The line a block that writes in ``folder`` starts with: it goes on only as that folder's owner.
+
+    Root pasting the lines into a folder a user owns would let that user rename a link over the block's
+    temporary file between two lines (a root-owned file written or chowned through it); as the owner, the
+    block has no more rights than the one who could race it. ``.``: the folder the block has entered.
+    """
+    q = shell_quote(folder)
+    return (f'[ "$(id -u)" = "$(stat -c %u -- {q})" ] || {{ echo "zdoctor: run these lines as the owner of '
+            f"the folder they write in (sudo -u '#$(stat -c %u -- {q})' bash), not as $(id -un)\" >&2; false; }}")
+
+
 def heredoc_tag(text: str, base: str = "ZDOCTOR_FILE") -> str:
     """A here-document end marker that no line of ``text`` equals."""
     tag, n = base, 0
@@ -39,6 +51,7 @@ def replace_remedy(path: str, old_text: str, new_text: str, *, title: str, expla
         [f"test \"$(sha256sum < {qn})\" = '{sha}  -'"]
     commands = [
         f"cd -P -- {shell_quote(folder)}",
+        owner_only(),
         f"test -f {qn}",
         f"test ! -L {qn}",
         *unchanged,

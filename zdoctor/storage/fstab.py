@@ -24,6 +24,7 @@ from typing import Any
 from .. import runner
 from ..atomic import CheckedReplace, replace_checked
 from ..errors import InputError
+from ..filefix import owner_only
 from ..model import Evidence, Remedy
 from ..userfile import open_regular, open_regular_text
 from .mounts import MountEntry, unescape
@@ -176,7 +177,9 @@ def fstab_remedy(uuid: str, mountpoint: str, fstype: str, *, fstab_path: str = F
     mp = os.path.normpath(mountpoint)
     reload = "if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi"
     mount = [f"mount -- {q(mp)}"] if fstab_path == FSTAB else [f"mount --fstab {q(fstab_path)} -- {q(mp)}"]
-    commands = ([f"mkdir -p -- {q(mp)}"] if mount_now else []) + [
+    # The staged file and the backup are written in the fstab's folder: only as its owner (root for /etc).
+    commands = [owner_only(os.path.dirname(os.path.abspath(fstab_path)))] + (
+        [f"mkdir -p -- {q(mp)}"] if mount_now else []) + [
         f"cp -p -- {q(fstab_path)} {q(staged)}",
         f"printf '%s\\n' {q(line)} | tee -a -- {q(staged)} >/dev/null",
         f"findmnt --verify --tab-file {q(staged)}",
