@@ -112,7 +112,18 @@ def test_recorded_memcg_kill_and_a_global_oom_are_told_apart(tmp_path):
     assert "memory cgroup limit" in memcg.title and "host memory ran out" not in memcg.title
     f, _ = _collect(tmp_path, GLOBAL_OOM + LAUNCHER)
     assert [(k["kind"], k["constraint"]) for k in f["oom_kills"]] == [("global", "CONSTRAINT_NONE")]
-    glob = by_id(check_hostram(h200(hostram=f)))["offload.host-ram"]
+    # the training log's lines alone: what it says, not a fact of this node
+    unconfirmed = by_id(check_hostram(h200(hostram=f)))["offload.host-ram"]
+    assert unconfirmed.status == "warn" and "not confirmed on this node" in unconfirmed.title
+    assert "host memory ran out" not in unconfirmed.title and not unconfirmed.explains
+    # the same kill in this node's kernel log (the kernel's facility, read from a private kmsg-format file)
+    from zdoctor.probes.kernlog import collect
+
+    dump = tmp_path / "kmsg"
+    dump.write_text("".join(f"3,{n},{9321004211 + n};{line.split('] ', 1)[1]}\n"
+                            for n, line in enumerate(GLOBAL_OOM.splitlines())))
+    kernel_log, _ev = collect(kmsg=str(dump), use_journal=False)
+    glob = by_id(check_hostram(h200(hostram=f, kernel_log=kernel_log)))["offload.host-ram"]
     assert glob.status == "fail" and "host memory ran out" in glob.title and "CONSTRAINT_NONE" in glob.title
 
 

@@ -75,6 +75,17 @@ def check_hostram(facts: Facts) -> list[Finding]:
         out.append(_memcg_kill(f, memcg, lines + others, ev, rem))
         out[-1].explains = ids_for(facts, "oom-kill", constraint="CONSTRAINT_MEMCG") + killed
         out[-1].cause = CGROUP_LIMIT
+    elif host_wide and host_wide[0].get("source") != "kernel log":  # the --log's line alone: not a fact here
+        k = host_wide[0]
+        out.append(Finding(id="offload.host-ram", status="warn",
+                           title=f"The training log says the OOM killer killed {k.get('task')} (pid {k.get('pid')}, "
+                                 f"{_where(f, k, 'log line ')}): not confirmed on this node (from the message only)",
+                           detail="\n".join([f"{_where(f, x)}: {x['text']}" for x in host_wide[:3]]
+                                            + ["This node's kernel log holds no record of that kill (an earlier boot, "
+                                               "another node, or a line not written by the kernel), so nothing is "
+                                               "concluded from it about this node's memory. What the node has now:"]
+                                            + lines),
+                           evidence=ev, remedies=rem))
     elif host_wide:
         k = host_wide[0]
         cause = oom_cause(k) or kill_cause([k], counted)
