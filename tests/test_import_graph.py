@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                "zdoctor.runner", "zdoctor.target", "zdoctor.packages", "zdoctor.present", "zdoctor.asuser",
                "zdoctor.sysfile", "zdoctor.isolate_env", "zdoctor.contain", "zdoctor.cgroup",
                "zdoctor.rules", "zdoctor.runas", "zdoctor.codeowner", "zdoctor.privilege", "zdoctor.trainuser",
-               "zdoctor.systools",
+               "zdoctor.systools", "zdoctor.scratch",
                "zdoctor.shape", "zdoctor.filefix")),
     ("facts", ("zdoctor.registry", "zdoctor.host", "zdoctor.forensics", "zdoctor.storage", "zdoctor.gpu",
                "zdoctor.offload", "zdoctor.symptoms.extract", "zdoctor.symptoms.match", "zdoctor.symptoms.view",

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import cgroup
+from . import cgroup, scratch
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -355,6 +355,7 @@ def _handler(signum: int, frame: Any) -> None:
     end_all()
     _kill_orphans()
     _run_after_end()
+    scratch.remove_run_folder()
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     signal.signal(signum, signal.SIG_DFL)
@@ -372,6 +373,7 @@ def install_signal_handlers() -> bool:
     _load_prctl()
     set_subreaper()
     cgroup.sweep_stale()
+    scratch.sweep_stale()
     for name in HANDLED_SIGNALS:
         sig = getattr(signal, name, None)
         if sig is None:

@@ -47,9 +47,18 @@ class Contained:
     def kill(self) -> None:
         """End the command's whole tree now: its cgroup at once, then its keeper's group."""
         if self.cgroup is not None:
-            self.cgroup.kill()
+            self._kill_cgroup()
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def _kill_cgroup(self) -> None:
+        """Kill the cgroup, then reap its members that were handed to zdoctor (the subreaper) because the
+        keeper died before them, say a compiler ninja or ``setsid`` put in a group of its own: no ``Popen``
+        waits for them, and each would stay a ``<defunct>`` child of zdoctor for as long as it runs."""
+        assert self.cgroup is not None
+        members = [pid for pid in self.cgroup.members() if pid != self.proc.pid]
+        self.cgroup.kill()
+        _reap_handed_over(members)
 
     def stop(self, grace: float = children.GRACE_S) -> None:
         """Ask the keeper to end the tree (SIGTERM first, so a build can clean up), then :meth:`kill`.
@@ -89,7 +98,7 @@ class Contained:
         """After the keeper was reaped: kill whatever is still in the cgroup, remove it, forget the group."""
         if self.cgroup is not None:
             if self.cgroup.members():
-                self.cgroup.kill()
+                self._kill_cgroup()
             self.cgroup.remove()
         if self.traced:
             _reap_orphans(self.proc.pid)
@@ -135,6 +144,22 @@ def _reap_orphans(pgid: int) -> None:
         if len(fields) > 2 and fields[0] == b"Z" and int(fields[1]) == me and int(fields[2]) == pgid:
             with contextlib.suppress(ChildProcessError, OSError):
                 os.waitpid(int(name), os.WNOHANG)
+
+
+def _reap_handed_over(pids: list[int]) -> None:
+    """Reap those of ``pids`` that are exited children of zdoctor (members of a command's killed cgroup, never
+    a process zdoctor started itself)."""
+    me = os.getpid()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                data = fh.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(b")") + 2:].split()
+        if len(fields) > 1 and fields[0] == b"Z" and int(fields[1]) == me:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
 
 
 def _env_block(env: Mapping[str, str] | None) -> bytes:

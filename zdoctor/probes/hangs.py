@@ -362,8 +362,8 @@ def _give_tree(top: str, run_as: RunAs | None) -> None:
 def try_without_lock(lock: dict[str, Any], op: dict[str, Any] | None, host: Any) -> dict[str, Any]:
     """Load the op (or run ``--command``) from a lock-free copy of the op cache; nothing on the node changes."""
     import shutil
-    import tempfile
 
+    from .. import scratch
     from ..forensics.jitguard import run_guarded
     from .libs import target_python
 
@@ -391,8 +391,12 @@ def try_without_lock(lock: dict[str, Any], op: dict[str, Any] | None, host: Any)
     if size > TRIAL_MAX_BYTES:
         out["reason"] = f"the op cache {root} is larger than {TRIAL_MAX_BYTES >> 20} MiB: not copied"
         return out
-    tmp = tempfile.mkdtemp(prefix="zdoctor-locktrial-")
     run_as = runs_as_of(host)
+    try:
+        tmp = scratch.private_dir("locktrial-")
+    except OSError as exc:
+        out["reason"] = f"no temporary folder for a copy of {root}: {exc.strerror or exc}"
+        return out
     try:
         try:
             _copy_without_locks(root, tmp)

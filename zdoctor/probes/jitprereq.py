@@ -11,6 +11,7 @@ import shutil
 import tempfile
 from typing import Any
 
+from .. import scratch
 from ..model import Evidence
 from ..registry import probe
 from ..runner import run
@@ -118,9 +119,11 @@ def python_include(python: str | None, env: dict[str, str]) -> tuple[dict[str, A
 def compile_test(cxx: str | None, env: dict[str, str], include: str | None,
                  tmp_candidates: tuple[str, ...] = TMP_CANDIDATES) -> tuple[dict[str, Any], list[Evidence]]:
     """Compile ``int main(){}`` and a file that includes Python.h with the JIT compiler, as torch would. The
-    sources and objects live in a scratch folder of zdoctor's; the compiler's own temporary files go where
-    ``env`` sends them (TMPDIR), as in the JIT build. A compile that stops on "No space left on device" adds
-    ``no_space``: the full folder and a re-run with TMPDIR in one with room (:func:`no_space`)."""
+    sources and objects live in a scratch folder of zdoctor's; the compiler's own temporary files go there
+    too when the folder ``env`` sends them to (TMPDIR) is on the same file system (so a killed run leaves
+    none behind, and a full one fails alike), else where ``env`` sends them, as in the JIT build. A compile
+    that stops on "No space left on device" adds ``no_space``: the full folder and a re-run with TMPDIR in
+    one with room (:func:`no_space`)."""
     if not cxx:
         return {"compiler": None, "plain": None, "with_python_h": None}, []
     out: dict[str, Any] = {"compiler": cxx}
@@ -128,17 +131,18 @@ def compile_test(cxx: str | None, env: dict[str, str], include: str | None,
     tmp, why = scratch_dir(tmp_candidates, SOURCES)
     if tmp is None:
         return {"compiler": cxx, "plain": None, "with_python_h": None, "error": why}, []
+    compile_env = with_tmpdir_in(env, tmp)
     try:
         plain = os.path.join(tmp, "one_line.cpp")
         argv = [cxx, "-c", plain, "-o", os.path.join(tmp, "one_line.o")]
-        ev = run(argv, env=env, timeout=COMPILE_TIMEOUT, label=f"{cxx} -c one_line.cpp")
+        ev = run(argv, env=compile_env, timeout=COMPILE_TIMEOUT, label=f"{cxx} -c one_line.cpp")
         evs.append(ev)
         out["plain"] = {"ok": ev.exit_code == 0, "error": ev.error, "stderr": (ev.stderr or "")[-1500:]}
         failed = [] if out["plain"]["ok"] else [argv]
         if include:
             withpy = os.path.join(tmp, "with_python_h.cpp")
             py_argv = [cxx, f"-I{include}", "-c", withpy, "-o", os.path.join(tmp, "with_python_h.o")]
-            ev = run(py_argv, env=env, timeout=COMPILE_TIMEOUT, label=f"{cxx} -I{include} -c with_python_h.cpp")
+            ev = run(py_argv, env=compile_env, timeout=COMPILE_TIMEOUT, label=f"{cxx} -I{include} -c with_python_h.cpp")
             evs.append(ev)
             out["with_python_h"] = {"ok": ev.exit_code == 0, "error": ev.error,
                                     "stderr": (ev.stderr or "")[-1500:]}
@@ -155,14 +159,14 @@ def compile_test(cxx: str | None, env: dict[str, str], include: str | None,
 
 
 def scratch_dir(candidates: tuple[str, ...], files: dict[str, str]) -> tuple[str | None, str]:
-    """A private folder holding ``files`` (name: text) for the compile test: in zdoctor's temporary
-    directory, else in the first candidate that takes them all (a full /tmp must not stop the test that
-    finds it full)."""
+    """A private folder holding ``files`` (name: text) for the compile test: in this run's folder
+    (:mod:`zdoctor.scratch`), else in the first candidate that takes them all (a full /tmp must not stop the
+    test that finds it full)."""
     errors = []
     for where in (None, *candidates):
         tmp = None
         try:
-            tmp = tempfile.mkdtemp(prefix="zdoctor-cc-", dir=where)
+            tmp = scratch.private_dir("cc-") if where is None else tempfile.mkdtemp(prefix="zdoctor-cc-", dir=where)
             for name, text in files.items():
                 with open(os.path.join(tmp, name), "w") as fh:
                     fh.write(text)
@@ -172,6 +176,17 @@ def scratch_dir(candidates: tuple[str, ...], files: dict[str, str]) -> tuple[str
             if tmp:
                 shutil.rmtree(tmp, ignore_errors=True)
     return None, "no folder for the compile test: " + "; ".join(errors)
+
+
+def with_tmpdir_in(env: dict[str, str], folder: str) -> dict[str, str]:
+    """``env`` with TMPDIR at ``folder`` when the compiler's own temporary directory under ``env`` is on the
+    same file system (the compiler then writes where it would have, as far as room goes); ``env`` as it is
+    otherwise."""
+    try:
+        same = os.stat(compiler_tmpdir(env)[0]).st_dev == os.stat(folder).st_dev
+    except OSError:
+        same = False
+    return {**env, "TMPDIR": folder} if same else env
 
 
 def compiler_tmpdir(env: dict[str, str]) -> tuple[str, str]:

@@ -1,0 +1,105 @@
+"""zdoctor's own temporary files live in one folder per run: ``zdoctor-run-PID-START-xxxx`` under the
+temporary directory, named for the run's process (its pid and its start time, in clock ticks since boot,
+from ``/proc/PID/stat``). The run removes it when it ends; a run that was killed (SIGKILL) leaves it, and the
+next run removes it (:func:`sweep_stale`): only real directories of this user whose process is gone. The
+compile test's sources, the compiler's own temporary files (its TMPDIR points there) and the lock trials'
+copies are made in it."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import re
+import shutil
+import stat
+import tempfile
+import threading
+
+PREFIX = "zdoctor-run-"
+_NAME = re.compile(re.escape(PREFIX) + r"(\d+)-(\d+)-[A-Za-z0-9_]+$")
+#: The folder's mode: other accounts may pass through it (a lock trial runs as the op cache's owner in a
+#: folder given to it), never list it or write in it.
+MODE = 0o711
+
+_lock = threading.Lock()
+_folder: str | None = None
+_owner = 0
+
+
+def process_start(pid: int) -> str | None:
+    """The start time of process ``pid`` (field 22 of ``/proc/PID/stat``), None when there is no such
+    process or it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            text = fh.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2:].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def run_folder() -> str:
+    """This run's private folder, made (and the folders of runs that are gone swept) on first use; raises
+    ``OSError`` when the temporary directory takes no folder."""
+    global _folder, _owner
+    with _lock:
+        pid = os.getpid()
+        if _folder is not None and _owner == pid and os.path.isdir(_folder):
+            return _folder
+        root = tempfile.gettempdir()
+        sweep_stale(root)
+        folder = tempfile.mkdtemp(prefix=f"{PREFIX}{pid}-{process_start(pid) or 0}-", dir=root)
+        os.chmod(folder, MODE)
+        if _owner != pid:
+            atexit.register(remove_run_folder)
+        _folder, _owner = folder, pid
+        return folder
+
+
+def made() -> str | None:
+    """This run's folder, None while none was needed."""
+    return _folder if _owner == os.getpid() else None
+
+
+def private_dir(prefix: str) -> str:
+    """A fresh folder (0700) in this run's folder, for one piece of zdoctor's work; raises ``OSError``."""
+    return tempfile.mkdtemp(prefix=prefix, dir=run_folder())
+
+
+def remove_run_folder() -> None:
+    """Remove this run's folder and all in it (zdoctor is leaving); links in it are removed, not followed."""
+    global _folder
+    if _folder is not None and _owner == os.getpid():
+        shutil.rmtree(_folder, ignore_errors=True)
+        _folder = None
+
+
+def sweep_stale(root: str | None = None) -> list[str]:
+    """Remove the run folders under ``root`` (default: the temporary directory) whose run is gone: real
+    directories (a link is never followed) owned by this user, whose process (pid and start time, from the
+    name) no longer runs. Returns the folders removed."""
+    root = root or tempfile.gettempdir()
+    removed: list[str] = []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return removed
+    for name in names:
+        m = _NAME.match(name)
+        if not m:
+            continue
+        pid, start = int(m.group(1)), m.group(2)
+        if process_start(pid) == start or pid == os.getpid():
+            continue  # that run is still going
+        full = os.path.join(root, name)
+        try:
+            st = os.lstat(full)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            continue
+        with contextlib.suppress(OSError):
+            shutil.rmtree(full)
+            removed.append(full)
+    return removed
