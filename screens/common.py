@@ -301,6 +301,14 @@ class ProbeState:
     cancelled: bool = False
 
 
+def probe_mark(status: str) -> Text:
+    """A finished probe's mark: a dot for one that answered (a verdict's ✓ beside a ✗ finding read from its
+    facts would contradict it), the status mark when it skipped, crashed or ran out of time."""
+    from zdoctor.present import PROBE_ANSWERED
+
+    return Text(PROBE_ANSWERED, style="dim") if status == "ok" else mark(status)
+
+
 def probe_line(st: ProbeState, now: float, frame: int = 0) -> Text:
     """One probe: spinner and elapsed time while it runs, its status and recorded duration after."""
     line = Text()
@@ -321,7 +329,7 @@ def probe_line(st: ProbeState, now: float, frame: int = 0) -> Text:
     res = st.result
     status = {"ok": "ok", "skip": "skip", "crash": "crash", "timeout": "timeout"}.get(res.status, "crash")
     line.append(" ")
-    line.append_text(mark(status))
+    line.append_text(probe_mark(status))
     line.append(" ")
     line.append(f"{res.probe:<11}", style="bold")
     line.append(f" {st.title}")
@@ -340,7 +348,8 @@ def probe_done_text(st: ProbeState) -> Text:
     if res is None:
         return Text(st.name)
     status = res.status if res.status in MARKS else "crash"
-    out = Text.assemble(mark(status), " ", (res.probe, "bold"))
+    # one that answered goes unmarked: the dot would read as the list's separator
+    out = Text(res.probe, style="bold") if status == "ok" else Text.assemble(mark(status), " ", (res.probe, "bold"))
     if st.cancelled:
         out.append(" cancelled", style="bold yellow")
     elif res.status == "ok":
@@ -440,7 +449,7 @@ class ProbePanel(Static):
         now = self.clock()
         out = Text()
         if self._finished or not self.running:
-            out.append("Probes: ", style="bold")
+            out.append("Probes read: ", style="bold")
             for i, st in enumerate(self.states.values()):
                 if i:
                     out.append(" · ", style="dim")

@@ -38,6 +38,8 @@ ASCII_MARKS = {"ok": "ok", "warn": "!!", "fail": "XX", "skip": "--", "crash": "!
 #: The mark and style of each verification state.
 VERIFICATION_MARKS = {FIXED: ("✓", "bold green"), TOOL_STARTS: ("~", "yellow"), NOT_FIXED: ("✗", "bold red"),
                       NOT_TRIED: ("?", "yellow")}
+#: A probe that answered: its facts are not a verdict until a check judges them, so never the ✓ of ``ok``.
+PROBE_ANSWERED = "·"
 #: One rich style per status.
 STYLES = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim", "crash": "bold magenta"}
 #: The order statuses are counted in, in every summary line: worst first.
