@@ -192,3 +192,22 @@ def test_the_rule_names_the_owner_and_keeps_root_only_for_an_isolated_root_inter
                                   str(env))
         assert found is not None and found.uid == account.uid
         assert codeowner.runs_as(["/bin/true"], {"PATH": "/usr/bin", "HOME": str(home)}, "/") is None
+
+
+def test_a_remedy_step_that_runs_the_users_interpreter_runs_as_that_user_streamed_or_on_the_terminal(account):
+    """A remedy's lines run as root by the guide (``pip install`` into the environment, say) start the
+    environment's interpreter as its owner, both read line by line and with the terminal handed over."""
+    from zdoctor.apply import run_remedy
+    from zdoctor.model import Remedy
+
+    with owned_environment(account) as env:
+        seen = plant_witness(env, account)
+        remedy = Remedy(title="t", commands=[f"{shlex.quote(str(env / 'bin' / 'python'))} -c pass"])
+        clean = {k: v for k, v in os.environ.items() if k != "SUDO_USER"}
+        streamed = run_remedy(remedy, clean, cwd="/")
+        assert streamed.ok, streamed.output
+        on_terminal = run_remedy(remedy, clean, cwd="/",
+                                 terminal=lambda argv, run_env: subprocess.call(argv, env=run_env, cwd="/"))
+        assert on_terminal.ok, on_terminal.error
+        runs = witnessed(seen)
+        assert len(runs) == 2 and {r[:3] for r in runs} == {(account.uid, account.uid, account.gid)}, runs

@@ -23,11 +23,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import contain
+from . import codeowner, contain
 from .errors import InputError
 from .model import Remedy, cap_text
 from .present import only_changes_the_shell
 from .sysfile import action_argv as create_argv
+from .systools import system_tool
 from .target import Target
 
 ENV_LINE = re.compile(r"^\s*(export|unset)\s+")
@@ -252,6 +253,20 @@ def write_env_file(lines: list[str], folder: Path, name: str) -> Path:
     return folder / name
 
 
+def _as_code_owner(argv: list[str], env: dict[str, str],
+                   cwd: str | None) -> tuple[list[str], dict[str, str]] | None:
+    """``argv`` for a step run on the terminal (not through the runner), under the runner's rule: code another
+    account can change runs as that account, through the system's ``setpriv`` (None when there is none)."""
+    who = codeowner.runs_as(argv, env, cwd)
+    if who is None:
+        return argv, env
+    tool = system_tool("setpriv")
+    if tool is None:
+        return None
+    return ([tool, f"--reuid={who.uid}", f"--regid={who.gid}", "--clear-groups", "--", *argv],
+            who.child_env(env))
+
+
 def run_remedy(remedy: Remedy, env: Mapping[str, str], *, on_output: Callable[[str], None] | None = None,
                cancel: threading.Event | None = None, timeout: float | None = None, cwd: str | None = None,
                env_file: tuple[Path, str] | None = None,
@@ -300,7 +315,12 @@ def run_remedy(remedy: Remedy, env: Mapping[str, str], *, on_output: Callable[[s
             outcome.exit_code = 0  # nothing to run here: the lines only reach a shell by being sourced there
         elif terminal is not None:
             try:
-                outcome.exit_code = terminal(argv, run_env)
+                handed = _as_code_owner(argv, run_env, cwd)
+                if handed is None:
+                    outcome.error = (f"{argv[0]}: runs code another user can change, and there is no setpriv "
+                                     "to run it as that user; not run as root")
+                else:
+                    outcome.exit_code = terminal(*handed)
             except OSError as exc:
                 outcome.error = f"{argv[0]}: {exc.strerror or exc}"
         else:

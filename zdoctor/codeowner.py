@@ -149,9 +149,10 @@ def _python_places(python: str, args: Sequence[str], env: Mapping[str, str], cwd
 
 
 def _shell_commands(script: str) -> list[list[str]]:
-    """The simple commands of a ``sh -c`` line (split at ``;``, ``&&``, ``|``...), each without its leading
+    """The simple commands of a ``sh -c`` script (split at new lines, ``;``, ``&&``, ``|``...), each without its leading
     ``VAR=value`` words and ``exec``/``command``; a line shlex cannot split is one command of its words."""
-    lexer = shlex.shlex(script, posix=True, punctuation_chars=True)
+    lexer = shlex.shlex(script, posix=True, punctuation_chars="();<>|&\n")
+    lexer.whitespace = " \t\r"
     lexer.whitespace_split = True
     try:
         words = list(lexer)
@@ -159,7 +160,7 @@ def _shell_commands(script: str) -> list[list[str]]:
         words = script.split()
     commands: list[list[str]] = [[]]
     for word in words:
-        if word and set(word) <= set("();&|<>"):
+        if word and set(word) <= set("();&|<>\n"):
             commands.append([])
             continue
         current = commands[-1]

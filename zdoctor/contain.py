@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -242,6 +243,9 @@ def popen(argv: Sequence[str], *, env: Mapping[str, str] | None = None, prefix: 
         run_as = codeowner.runs_as(argv, os.environ if env is None else env, kwargs.get("cwd"))
         if run_as is not None:
             env = run_as.child_env(os.environ if env is None else env)
+    if run_as is not None and argv and "/" not in argv[0]:  # found on the command's PATH before the drop
+        found = shutil.which(argv[0], path=(os.environ if env is None else env).get("PATH", os.defpath))
+        argv = [found, *argv[1:]] if found else list(argv)
     group = cgroup.create()
     env_r, env_w = os.pipe()
     st_r, st_w = os.pipe()
