@@ -6,42 +6,16 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
+from compilerkit import check_killed_mid_compile, slow_compiler, write_exe
 from conftest import REPO, run_cli
 
 from zdoctor import scratch
-
-#: A tool gcc starts each of its passes under (``g++ -wrapper``): it notes that it runs, then sleeps.
-SLOW_TOOL = """#!/bin/sh
-echo $$ >> {marks}/slow-tool.pids
-sleep 1000
-exec "$@"
-"""
-
-
-def write_exe(path: Path, text: str) -> Path:
-    path.write_text(text)
-    path.chmod(0o755)
-    return path
-
-
-def slow_compiler(tmp: Path, *, own_session: bool = False, kill_keeper: bool = False) -> Path:
-    """A CXX that runs the real g++ with every pass held by a sleeping tool: with ``own_session`` the g++
-    runs in a session of its own (as a compiler ninja starts in a group of its own); with ``kill_keeper``
-    the wrapper then kills the keeper zdoctor runs it under (its parent) outright."""
-    tool = write_exe(tmp / "slow-tool", SLOW_TOOL.format(marks=tmp))
-    gxx = f"{'setsid ' if own_session else ''}g++ -wrapper {tool} \"$@\""
-    body = f"{gxx} &\nwhile [ ! -s {tmp}/slow-tool.pids ]; do sleep 0.05; done\n"
-    body += "kill -9 $PPID\n" if kill_keeper else ""
-    return write_exe(tmp / "slow-cxx", f"#!/bin/sh\n{body}wait\n")
-
 
 PROBE_RUN = textwrap.dedent("""
     import json, os, sys
@@ -54,22 +28,13 @@ PROBE_RUN = textwrap.dedent("""
     load_vocabulary()
     host = LiveHost(python=sys.executable, env={**os.environ, "CXX": sys.argv[2]})
     compile = host.result("jitprereq").facts["compile"]
-    me = str(os.getpid())
-    kids = []
-    for name in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            data = open(f"/proc/{name}/stat", "rb").read()
-        except OSError:
-            continue
-        fields = data[data.rfind(b")") + 2:].split()
-        if fields[1].decode() == me:
-            kids.append([int(name), fields[0].decode(), data[:data.rfind(b")") + 1].decode()])
-    print(json.dumps({"compile": compile, "children": kids, "run_folder": scratch.made()}))
+    from compilerkit import defunct_children
+    print(json.dumps({"compile": compile, "defunct": defunct_children(os.getpid()), "run_folder": scratch.made()}))
 """)
 
 
 def run_probe(cxx: Path, timeout: float, tmp: Path) -> dict:
-    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}"}
     proc = subprocess.run([sys.executable, "-c", PROBE_RUN, str(timeout), str(cxx)], capture_output=True,
                           text=True, env=env, timeout=300, cwd=str(tmp))
     assert proc.returncode == 0, proc.stderr
@@ -86,7 +51,7 @@ def sleepers_gone(marks: Path) -> bool:
 def test_a_compile_at_its_time_limit_leaves_no_defunct_child(tmp_path, own_session):
     out = run_probe(slow_compiler(tmp_path, own_session=own_session), 2, tmp_path)
     assert "timed out after 2s" in (out["compile"]["plain"]["error"] or "")
-    assert [k for k in out["children"] if k[1] == "Z"] == [], out["children"]
+    assert out["defunct"] == []
     assert sleepers_gone(tmp_path)
 
 
@@ -97,7 +62,7 @@ def test_a_keeper_killed_mid_compile_leaves_no_defunct_child(tmp_path):
         pytest.skip("the command's cgroup, which names the processes handed over, is made only as root")
     out = run_probe(slow_compiler(tmp_path, own_session=True, kill_keeper=True), 30, tmp_path)
     assert out["compile"]["plain"]["ok"] is False
-    assert [k for k in out["children"] if k[1] == "Z"] == [], out["children"]
+    assert out["defunct"] == []
     assert sleepers_gone(tmp_path)
 
 
@@ -119,24 +84,19 @@ def live_folder(tmp: Path, pid: int) -> Path:
 def test_the_next_run_sweeps_what_a_sigkilled_check_left(tmp_path, spawn):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    cxx = slow_compiler(tmp_path)
-    env = {**os.environ, "TMPDIR": str(tmp), "CXX": str(cxx), "NO_COLOR": "1"}
-    zd = subprocess.Popen([sys.executable, "-m", "zdoctor", "check", "--json", "--no-log", "--playbook", "toolchain"],
-                          env=env, cwd=str(REPO), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                          stdin=subprocess.DEVNULL)
-    marks = tmp_path / "slow-tool.pids"
-    try:
-        while not marks.exists() or not marks.read_text().strip():  # the compile test is under way
-            assert zd.poll() is None, "zdoctor ended before its compile test ran"
-            time.sleep(0.1)
-        (left,) = tmp.glob(f"{scratch.PREFIX}{zd.pid}-*")
-        (cc,) = left.glob("cc-*")
-        assert (cc / "one_line.cpp").exists()
-        assert list(cc.glob("cc*.s")), "the compiler's own temporary file is not in the run's folder"
-    finally:
-        zd.send_signal(signal.SIGKILL)
-        zd.wait()
-    assert left.exists() and not list(tmp.glob("cc*"))  # the compiler wrote nothing beside the run folder
+    seen: dict[str, list[Path]] = {}
+
+    def look(pid: int) -> None:
+        """While the compile test runs: its sources and the compiler's own temporary files."""
+        seen["folders"] = list(tmp.glob(f"{scratch.PREFIX}{pid}-*"))
+        seen["sources"] = list(tmp.glob(f"{scratch.PREFIX}{pid}-*/cc-*/one_line.cpp"))
+        seen["compiler"] = list(tmp.glob(f"{scratch.PREFIX}{pid}-*/cc-*/cc*.s"))
+        seen["beside"] = list(tmp.glob("cc*"))
+
+    pid = check_killed_mid_compile(tmp, tmp_path, REPO, before_kill=look)
+    (left,) = seen["folders"]
+    assert seen["sources"] and seen["compiler"] and not seen["beside"], seen
+    assert left.exists()
 
     live = live_folder(tmp, spawn("import time; time.sleep(600)"))
     target = tmp_path / "not-zdoctors"
@@ -144,7 +104,7 @@ def test_the_next_run_sweeps_what_a_sigkilled_check_left(tmp_path, spawn):
     (target / "keep").write_text("x")
     link = tmp / f"{scratch.PREFIX}1-1-link"
     link.symlink_to(target)
-    foreign = tmp / f"{scratch.PREFIX}{zd.pid}-1-foreign"
+    foreign = tmp / f"{scratch.PREFIX}{pid}-1-foreign"
     if os.geteuid() == 0:
         foreign.mkdir()
         os.chown(foreign, 65534, 65534)

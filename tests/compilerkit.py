@@ -1,0 +1,78 @@
+"""Compilers that take their time, built for a test: the real g++ with each of its passes held by a
+sleeping tool, optionally in a session of its own, optionally killing the keeper zdoctor runs it under."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+#: A tool gcc starts each of its passes under (``g++ -wrapper``): it notes that it runs, then sleeps.
+SLOW_TOOL = """#!/bin/sh
+echo $$ >> {marks}/slow-tool.pids
+sleep 1000
+exec "$@"
+"""
+
+
+def write_exe(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def slow_compiler(tmp: Path, *, own_session: bool = False, kill_keeper: bool = False) -> Path:
+    """A CXX that runs the real g++ with every pass held by a sleeping tool: with ``own_session`` the g++
+    runs in a session of its own (as a compiler ninja starts in a group of its own); with ``kill_keeper``
+    the wrapper then kills the keeper zdoctor runs it under (its parent) outright."""
+    tool = write_exe(tmp / "slow-tool", SLOW_TOOL.format(marks=tmp))
+    gxx = f"{'setsid ' if own_session else ''}g++ -wrapper {tool} \"$@\""
+    body = f"{gxx} &\nwhile [ ! -s {tmp}/slow-tool.pids ]; do sleep 0.05; done\n"
+    body += "kill -9 $PPID\n" if kill_keeper else ""
+    return write_exe(tmp / "slow-cxx", f"#!/bin/sh\n{body}wait\n")
+
+
+def compile_started(marks: Path) -> bool:
+    """Whether a pass of :func:`slow_compiler`'s g++ runs (its temporary files are made by then)."""
+    path = marks / "slow-tool.pids"
+    return path.exists() and bool(path.read_text().strip())
+
+
+def check_killed_mid_compile(tmp: Path, marks: Path, repo: Path,
+                             before_kill: Callable[[int], None] | None = None) -> int:
+    """Start ``zdoctor check --playbook toolchain`` with TMPDIR at ``tmp`` and a :func:`slow_compiler` (made
+    in ``marks``) as CXX, SIGKILL it once its compile test runs (``before_kill`` is called with its pid
+    first); its pid."""
+    env = {**os.environ, "TMPDIR": str(tmp), "CXX": str(slow_compiler(marks)), "NO_COLOR": "1"}
+    zd = subprocess.Popen([sys.executable, "-m", "zdoctor", "check", "--json", "--no-log", "--playbook", "toolchain"],
+                          env=env, cwd=str(repo), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          stdin=subprocess.DEVNULL)
+    try:
+        while not compile_started(marks):
+            if zd.poll() is not None:
+                raise RuntimeError("zdoctor ended before its compile test ran")
+            time.sleep(0.1)
+        if before_kill is not None:
+            before_kill(zd.pid)
+    finally:
+        zd.send_signal(signal.SIGKILL)
+        zd.wait()
+    return zd.pid
+
+
+def defunct_children(pid: int) -> list[str]:
+    """The ``<defunct>`` (exited, not reaped) children of process ``pid``, as ``PID (name)``."""
+    found = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            data = Path(f"/proc/{name}/stat").read_bytes()
+        except OSError:
+            continue
+        fields = data[data.rfind(b")") + 2:].split()
+        if len(fields) > 1 and fields[0] == b"Z" and int(fields[1]) == pid:
+            found.append(data[:data.rfind(b")") + 1].decode("ascii", "replace"))
+    return found
