@@ -20,6 +20,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +30,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO / "tests"))
 
+from compilerkit import check_killed_mid_compile, defunct_children, slow_compiler  # noqa: E402
 from envkit import system_libstdcxx  # noqa: E402
 from hostilekit import RSS_BUDGET_MB, Measured, craft_looping_verneed, run_measured  # noqa: E402
 from racekit import build_racer, can_race, intact, loop_device, racing, unprivileged_user  # noqa: E402
@@ -159,7 +162,7 @@ def battery(work: Path) -> list[Row]:
     rows.append(Row("state directory is a symlink", ["check", "--json", "--playbook", "gpu-stack"],
                     DEFAULT_TIME_BUDGET, _in_stderr("it is a symbolic link"),
                     env={**os.environ, "XDG_STATE_HOME": str(state)}))
-    rows += recorded_rows(work) + reader_rows(work, fifo) + bounded_rows(work)
+    rows += recorded_rows(work) + reader_rows(work, fifo) + bounded_rows(work) + leftover_rows(work)
     if os.geteuid() == 0 and os.path.exists(SYSTEM_PYTHON):
         rows += code_owner_rows(work)
     if os.geteuid() == 0 and shutil.which("mount"):
@@ -352,6 +355,79 @@ def bounded_rows(work: Path) -> list[Row]:
             and "cpu_adam.so: a FIFO (named pipe)" in m.stdout,
             env={**state, "HOME": str(home), "TORCH_EXTENSIONS_DIR": str(ops.parent)}),
     ]
+
+
+def leftover_rows(work: Path) -> list[Row]:
+    """What zdoctor leaves of its own: the next check after one SIGKILLed mid-compile (its run folder, with
+    the compile test's sources and the compiler's cc*.s, removed; a link named like a run folder left, its
+    target untouched), and, as root (the command's cgroup), a compile whose keeper is killed outright, the
+    compiler in a session of its own (no <defunct> child of zdoctor lasting past a poll or two)."""
+    from zdoctor.scratch import PREFIX
+
+    tmp, marks, target = work / "tmp-killed", work / "killed-cc", work / "not-a-run-folder"
+    for folder in (tmp, marks, target):
+        folder.mkdir()
+    (target / "keep").write_text("x")
+    killed: dict[str, int] = {}
+
+    def kill_one() -> None:
+        killed["pid"] = check_killed_mid_compile(tmp, marks, REPO)
+        (tmp / f"{PREFIX}1-1-link").symlink_to(target)
+
+    def swept(m: Measured) -> bool:
+        return (_no_crash(m) and bool(killed) and not list(tmp.glob(f"{PREFIX}{killed['pid']}-*"))
+                and (target / "keep").exists() and (tmp / f"{PREFIX}1-1-link").is_symlink())
+
+    state = {**os.environ, "XDG_STATE_HOME": str(work / "state")}
+    rows = [Row("check after a check SIGKILLed mid-compile", ["check", "--json", "--no-log", "--playbook",
+                                                               "gpu-stack"],
+                DEFAULT_TIME_BUDGET, swept, env={**state, "TMPDIR": str(tmp)}, setup=kill_one)]
+    if os.geteuid() == 0:
+        rows.append(_defunct_row(work, state))
+    return rows
+
+
+def _defunct_row(work: Path, state: dict[str, str]) -> Row:
+    """``check --playbook toolchain`` with a compiler that kills its keeper mid-compile; a thread watches
+    the zdoctor process (found by a variable in its environment) for children that stay ``<defunct>``."""
+    marks = work / "defunct-cc"
+    marks.mkdir()
+    cxx = slow_compiler(marks, own_session=True, kill_keeper=True)
+    tag = f"ZDOCTOR_HOSTILE_ROW=defunct-{os.getpid()}"
+    seen: dict[str, float] = {}
+    lasting: list[str] = []
+    done = threading.Event()
+
+    def zdoctor_pid() -> int | None:
+        for name in filter(str.isdigit, os.listdir("/proc")):
+            with contextlib.suppress(OSError):
+                if tag.encode() in Path(f"/proc/{name}/environ").read_bytes().split(b"\0") and \
+                        b"zdoctor" in Path(f"/proc/{name}/cmdline").read_bytes():
+                    return int(name)
+        return None
+
+    def watch() -> None:
+        pid = None
+        while not done.is_set():
+            pid = pid or zdoctor_pid()
+            now = time.monotonic()
+            for zombie in defunct_children(pid) if pid else ():
+                if now - seen.setdefault(zombie, now) > 2.0 and zombie not in lasting:
+                    lasting.append(zombie)
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+
+    def stop() -> None:
+        done.set()
+        watcher.join()
+
+    key, _, value = tag.partition("=")
+    return Row("check with a compiler that kills its keeper mid-compile", ["check", "--json", "--no-log",
+                                                                           "--playbook", "toolchain"],
+               DEFAULT_TIME_BUDGET, lambda m: _no_crash(m) and not lasting,
+               env={**state, "CXX": str(cxx), key: value}, setup=watcher.start,
+               cleanup=stop)
 
 
 def full_disk_row(work: Path) -> Row:
