@@ -362,7 +362,9 @@ def leftover_rows(work: Path) -> list[Row]:
     the compile test's sources and the compiler's cc*.s, removed; a link named like a run folder left, its
     target untouched), and, as root (the command's cgroup), a compile whose keeper is killed outright, the
     compiler in a session of its own (no <defunct> child of zdoctor lasting past a poll or two)."""
-    from zdoctor.scratch import PREFIX
+    from zdoctor.scratch import PREFIX, pid_namespace
+
+    ns = pid_namespace()
 
     tmp, marks, target = work / "tmp-killed", work / "killed-cc", work / "not-a-run-folder"
     for folder in (tmp, marks, target):
@@ -372,11 +374,11 @@ def leftover_rows(work: Path) -> list[Row]:
 
     def kill_one() -> None:
         killed["pid"] = check_killed_mid_compile(tmp, marks, REPO)
-        (tmp / f"{PREFIX}1-1-link").symlink_to(target)
+        (tmp / f"{PREFIX}{ns}-1-1-link").symlink_to(target)
 
     def swept(m: Measured) -> bool:
-        return (_no_crash(m) and bool(killed) and not list(tmp.glob(f"{PREFIX}{killed['pid']}-*"))
-                and (target / "keep").exists() and (tmp / f"{PREFIX}1-1-link").is_symlink())
+        return (_no_crash(m) and bool(killed) and not list(tmp.glob(f"{PREFIX}{ns}-{killed['pid']}-*"))
+                and (target / "keep").exists() and (tmp / f"{PREFIX}{ns}-1-1-link").is_symlink())
 
     state = {**os.environ, "XDG_STATE_HOME": str(work / "state")}
     rows = [Row("check after a check SIGKILLed mid-compile", ["check", "--json", "--no-log", "--playbook",

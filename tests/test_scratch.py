@@ -75,7 +75,7 @@ def test_the_run_folder_is_removed_when_the_run_ends(tmp_path):
 
 
 def live_folder(tmp: Path, pid: int) -> Path:
-    folder = tmp / f"{scratch.PREFIX}{pid}-{scratch.process_start(pid)}-live"
+    folder = tmp / f"{scratch.PREFIX}{scratch.pid_namespace()}-{pid}-{scratch.process_start(pid)}-live"
     folder.mkdir()
     (folder / "work").write_text("in use")
     return folder
@@ -85,12 +85,13 @@ def test_the_next_run_sweeps_what_a_sigkilled_check_left(tmp_path, spawn):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     seen: dict[str, list[Path]] = {}
+    ns = scratch.pid_namespace()
 
     def look(pid: int) -> None:
         """While the compile test runs: its sources and the compiler's own temporary files."""
-        seen["folders"] = list(tmp.glob(f"{scratch.PREFIX}{pid}-*"))
-        seen["sources"] = list(tmp.glob(f"{scratch.PREFIX}{pid}-*/cc-*/one_line.cpp"))
-        seen["compiler"] = list(tmp.glob(f"{scratch.PREFIX}{pid}-*/cc-*/cc*.s"))
+        seen["folders"] = list(tmp.glob(f"{scratch.PREFIX}{ns}-{pid}-*"))
+        seen["sources"] = list(tmp.glob(f"{scratch.PREFIX}{ns}-{pid}-*/cc-*/one_line.cpp"))
+        seen["compiler"] = list(tmp.glob(f"{scratch.PREFIX}{ns}-{pid}-*/cc-*/cc*.s"))
         seen["beside"] = list(tmp.glob("cc*"))
 
     pid = check_killed_mid_compile(tmp, tmp_path, REPO, before_kill=look)
@@ -102,9 +103,11 @@ def test_the_next_run_sweeps_what_a_sigkilled_check_left(tmp_path, spawn):
     target = tmp_path / "not-zdoctors"
     target.mkdir()
     (target / "keep").write_text("x")
-    link = tmp / f"{scratch.PREFIX}1-1-link"
+    link = tmp / f"{scratch.PREFIX}{ns}-1-1-link"
     link.symlink_to(target)
-    foreign = tmp / f"{scratch.PREFIX}{pid}-1-foreign"
+    other_namespace = tmp / f"{scratch.PREFIX}1-{pid}-1-container"  # a container sharing /tmp sees other pids
+    other_namespace.mkdir()
+    foreign = tmp / f"{scratch.PREFIX}{ns}-{pid}-1-foreign"
     if os.geteuid() == 0:
         foreign.mkdir()
         os.chown(foreign, 65534, 65534)
@@ -114,5 +117,6 @@ def test_the_next_run_sweeps_what_a_sigkilled_check_left(tmp_path, spawn):
     assert not left.exists()
     assert live.exists() and (live / "work").read_text() == "in use"
     assert link.is_symlink() and (target / "keep").exists()
+    assert other_namespace.exists()
     if os.geteuid() == 0:
         assert foreign.exists()

@@ -1,7 +1,9 @@
-"""zdoctor's own temporary files live in one folder per run: ``zdoctor-run-PID-START-xxxx`` under the
-temporary directory, named for the run's process (its pid and its start time, in clock ticks since boot,
-from ``/proc/PID/stat``). The run removes it when it ends; a run that was killed (SIGKILL) leaves it, and the
-next run removes it (:func:`sweep_stale`): only real directories of this user whose process is gone. The
+"""zdoctor's own temporary files live in one folder per run: ``zdoctor-run-NS-PID-START-xxxx`` under the
+temporary directory, named for the run's process (its pid namespace, its pid and its start time, in clock
+ticks since boot, from ``/proc/PID/stat``). The run removes it when it ends; a run that was killed (SIGKILL)
+leaves it, and the next run in the same pid namespace removes it (:func:`sweep_stale`): only real
+directories of this user whose process is gone (a container sharing the temporary directory sees other
+pids, and leaves their folders alone). The
 compile test's sources, the compiler's own temporary files (its TMPDIR points there) and the lock trials'
 copies are made in it."""
 
@@ -17,7 +19,7 @@ import tempfile
 import threading
 
 PREFIX = "zdoctor-run-"
-_NAME = re.compile(re.escape(PREFIX) + r"(\d+)-(\d+)-[A-Za-z0-9_]+$")
+_NAME = re.compile(re.escape(PREFIX) + r"(\d+)-(\d+)-(\d+)-[A-Za-z0-9_]+$")
 #: The folder's mode: other accounts may pass through it (a lock trial runs as the op cache's owner in a
 #: folder given to it), never list it or write in it.
 MODE = 0o711
@@ -39,6 +41,14 @@ def process_start(pid: int) -> str | None:
     return fields[19] if len(fields) > 19 else None
 
 
+def pid_namespace() -> str | None:
+    """This process's pid namespace (the inode of ``/proc/self/ns/pid``), None where it cannot be read."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return None
+
+
 def run_folder() -> str:
     """This run's private folder, made (and the folders of runs that are gone swept) on first use; raises
     ``OSError`` when the temporary directory takes no folder."""
@@ -49,7 +59,8 @@ def run_folder() -> str:
             return _folder
         root = tempfile.gettempdir()
         sweep_stale(root)
-        folder = tempfile.mkdtemp(prefix=f"{PREFIX}{pid}-{process_start(pid) or 0}-", dir=root)
+        name = f"{PREFIX}{pid_namespace() or 0}-{pid}-{process_start(pid) or 0}-"
+        folder = tempfile.mkdtemp(prefix=name, dir=root)
         os.chmod(folder, MODE)
         if _owner != pid:
             atexit.register(remove_run_folder)
@@ -77,19 +88,22 @@ def remove_run_folder() -> None:
 
 def sweep_stale(root: str | None = None) -> list[str]:
     """Remove the run folders under ``root`` (default: the temporary directory) whose run is gone: real
-    directories (a link is never followed) owned by this user, whose process (pid and start time, from the
-    name) no longer runs. Returns the folders removed."""
+    directories (a link is never followed) owned by this user, made in this pid namespace, whose process
+    (pid and start time, from the name) no longer runs. Returns the folders removed."""
     root = root or tempfile.gettempdir()
     removed: list[str] = []
+    namespace = pid_namespace()
+    if namespace is None or process_start(os.getpid()) is None:
+        return removed  # no /proc: whether a run is gone cannot be told
     try:
         names = os.listdir(root)
     except OSError:
         return removed
     for name in names:
         m = _NAME.match(name)
-        if not m:
+        if not m or m.group(1) != namespace:
             continue
-        pid, start = int(m.group(1)), m.group(2)
+        pid, start = int(m.group(2)), m.group(3)
         if process_start(pid) == start or pid == os.getpid():
             continue  # that run is still going
         full = os.path.join(root, name)
