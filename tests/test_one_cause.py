@@ -229,3 +229,36 @@ def test_no_folder_for_the_compile_test_is_not_checked_never_a_broken_compiler(t
           "compile": facts}
     c = {x.id: x for x in check_jitprereq(h200(jitprereq=jp))}["toolchain.jit-prereq.compile"]
     assert c.status == "skip" and c.cause is None and "no folder for the compile test" in c.detail + c.title
+
+
+@as_root
+@pytest.mark.slow
+def test_a_real_jit_build_on_a_full_tmpdir_is_explained_by_the_full_folder(tmp_path):
+    """The real first build of DeepSpeed's cpu_adam, with TMPDIR on a full 256 KiB tmpfs: g++ stops on 'No
+    space left on device', torch wraps it in 'Error building extension', and DeepSpeed fails the load. Every
+    line the user saw is explained by the one full-folder finding; nothing calls the compiler broken."""
+    import shlex
+
+    import dsenv
+
+    python = dsenv.ensure()
+    with small_tmpfs(256) as point:
+        fill(point, 0)
+        env = {**os.environ, "TMPDIR": str(point), "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext"),
+               "PATH": f"{python.parent}:{os.environ['PATH']}"}
+        cmd = shlex.join([str(python), "-c", "from deepspeed.ops.op_builder import CPUAdamBuilder; "
+                                             "CPUAdamBuilder().load()"])
+        m = run_measured(["check", "--json", "--no-log", "--python", str(python), "--command", cmd, "--timeout", "300",
+                          "--playbook", "toolchain"], env=env, wall_limit=900)
+    assert "Traceback" not in m.stderr, m.stderr[-2000:]
+    report = json.loads(m.stdout)
+    assert_one_cause(report)
+    sigs = {s["signature"]: s for s in report["symptoms"]}
+    assert "build.no-space" in sigs, report["symptoms"]
+    for s in report["symptoms"]:
+        assert s["explained_by"], s
+    assert "toolchain.jit-prereq.compile" in sigs["build.no-space"]["explained_by"]
+    if "build.extension-failed" in sigs:  # torch's wrapper: explained by what explains the compiler's line
+        assert "toolchain.jit-prereq.compile" in sigs["build.extension-failed"]["explained_by"]
+    assert not [f["id"] for f in report["findings"] if "is not a compiler" in _text(f)]
+    assert report["findings"][0]["id"] == "toolchain.jit-prereq.compile"  # the answer comes first
