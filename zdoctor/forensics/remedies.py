@@ -235,7 +235,13 @@ def verify(plan: Plan, argv: Sequence[str], env: Mapping[str, str], *, timeout: 
     how = ""
     if run_as is None:  # the runner's rule, known ahead: the trial's folder is shared with that account
         run_as = codeowner.runs_as(argv, env, cwd)
-    with tempfile.TemporaryDirectory(prefix="zdoctor-trial-") as tmp:
+    from .. import scratch
+
+    try:
+        where: str | None = scratch.run_folder()  # swept by the next run should this one be killed
+    except OSError:
+        where = None
+    with tempfile.TemporaryDirectory(prefix="zdoctor-trial-", dir=where) as tmp:
         share_dir(tmp, run_as)  # the re-run reads the trial's links as the user it runs as
         if plan.trial:
             run_env = trial_env(plan, env, tmp)
