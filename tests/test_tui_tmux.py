@@ -308,3 +308,22 @@ def test_escape_sequences_from_a_node_never_reach_the_terminal(term, tmp_path, s
     assert "owned-title" not in term.pane("pane_title")
     term.send("q")
     term.wait_dead()
+
+
+def test_ctrl_c_in_a_real_terminal_leaves_as_q_does(term, state_home):
+    """A real terminal sends Ctrl-C to the app as a key (raw mode): the guide leaves, and closes its
+    session as ``q`` does, on the walk screen and on the remedy screen alike."""
+    for remedy_screen in (False, True):
+        for old in sessions_dir(state_home / "zdoctor").glob("*.jsonl"):  # one session per start
+            old.unlink()
+        term.start(["--demo", SCENARIO], (80, 24), "xterm-256color")
+        term.wait("1. The symptom")
+        if remedy_screen:
+            go_next(term, 6)
+            term.wait("Next → An LD_LIBRARY_PATH entry loads")
+            term.press("r", "unset LD_LIBRARY_PATH")
+        sid = only_session(state_home)
+        term.send("C-c", pause=0)
+        assert term.wait_dead() in ("0", "")
+        events = load_events(sid)
+        assert events[-1]["type"] == "session_end" and events[-1]["exit_code"] == 0
