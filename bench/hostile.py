@@ -30,7 +30,13 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from compilerkit import check_killed_mid_compile, defunct_children, slow_compiler  # noqa: E402
+from compilerkit import (  # noqa: E402
+    DEFAULT_TMP,
+    check_killed_mid_compile,
+    defunct_children,
+    slow_compiler,
+    without_tmpdir,
+)
 from envkit import system_libstdcxx  # noqa: E402
 from hostilekit import RSS_BUDGET_MB, Measured, craft_looping_verneed, run_measured  # noqa: E402
 from racekit import build_racer, can_race, intact, loop_device, racing, unprivileged_user  # noqa: E402
@@ -365,25 +371,30 @@ def leftover_rows(work: Path) -> list[Row]:
     from zdoctor.scratch import PREFIX, pid_namespace
 
     ns = pid_namespace()
-
-    tmp, marks, target = work / "tmp-killed", work / "killed-cc", work / "not-a-run-folder"
-    for folder in (tmp, marks, target):
+    marks, target = work / "killed-cc", work / "not-a-run-folder"
+    for folder in (marks, target):
         folder.mkdir()
     (target / "keep").write_text("x")
+    link = DEFAULT_TMP / f"{PREFIX}{ns}-1-1-link{os.getpid()}"
     killed: dict[str, int] = {}
 
     def kill_one() -> None:
-        killed["pid"] = check_killed_mid_compile(tmp, marks, REPO)
-        (tmp / f"{PREFIX}{ns}-1-1-link").symlink_to(target)
+        killed["pid"] = check_killed_mid_compile(marks, REPO)
+        link.symlink_to(target)
 
     def swept(m: Measured) -> bool:
-        return (_no_crash(m) and bool(killed) and not list(tmp.glob(f"{PREFIX}{ns}-{killed['pid']}-*"))
-                and (target / "keep").exists() and (tmp / f"{PREFIX}{ns}-1-1-link").is_symlink())
+        return (_no_crash(m) and bool(killed) and not list(DEFAULT_TMP.glob(f"{PREFIX}{ns}-{killed['pid']}-*"))
+                and killed.get("link kept") == 1)
 
-    state = {**os.environ, "XDG_STATE_HOME": str(work / "state")}
+    def unlink() -> None:  # runs before the row is judged: what the link was is noted first
+        killed["link kept"] = int(link.is_symlink() and (target / "keep").exists())
+        if link.is_symlink():
+            link.unlink()
+
+    state = {**without_tmpdir(dict(os.environ)), "XDG_STATE_HOME": str(work / "state")}
     rows = [Row("check after a check SIGKILLed mid-compile", ["check", "--json", "--no-log", "--playbook",
                                                                "gpu-stack"],
-                DEFAULT_TIME_BUDGET, swept, env={**state, "TMPDIR": str(tmp)}, setup=kill_one)]
+                DEFAULT_TIME_BUDGET, swept, env=state, setup=kill_one, cleanup=unlink)]
     if os.geteuid() == 0:
         rows.append(_defunct_row(work, state))
     return rows

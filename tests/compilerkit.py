@@ -42,12 +42,20 @@ def compile_started(marks: Path) -> bool:
     return path.exists() and bool(path.read_text().strip())
 
 
-def check_killed_mid_compile(tmp: Path, marks: Path, repo: Path,
-                             before_kill: Callable[[int], None] | None = None) -> int:
-    """Start ``zdoctor check --playbook toolchain`` with TMPDIR at ``tmp`` and a :func:`slow_compiler` (made
-    in ``marks``) as CXX, SIGKILL it once its compile test runs (``before_kill`` is called with its pid
-    first); its pid."""
-    env = {**os.environ, "TMPDIR": str(tmp), "CXX": str(slow_compiler(marks)), "NO_COLOR": "1"}
+#: The temporary directory of a zdoctor started without TMPDIR, TMP or TEMP (Python's and GCC's first choice).
+DEFAULT_TMP = Path("/tmp")
+
+
+def without_tmpdir(env: dict[str, str]) -> dict[str, str]:
+    """``env`` naming no temporary directory: zdoctor's run folder and GCC's files go to :data:`DEFAULT_TMP`."""
+    return {k: v for k, v in env.items() if k not in ("TMPDIR", "TMP", "TEMP")}
+
+
+def check_killed_mid_compile(marks: Path, repo: Path, before_kill: Callable[[int], None] | None = None) -> int:
+    """Start ``zdoctor check --playbook toolchain`` (no TMPDIR: its run folder is made in
+    :data:`DEFAULT_TMP`) with a :func:`slow_compiler` (made in ``marks``) as CXX, SIGKILL it once its compile
+    test runs (``before_kill`` is called with its pid first); its pid."""
+    env = {**without_tmpdir(dict(os.environ)), "CXX": str(slow_compiler(marks)), "NO_COLOR": "1"}
     zd = subprocess.Popen([sys.executable, "-m", "zdoctor", "check", "--json", "--no-log", "--playbook", "toolchain"],
                           env=env, cwd=str(repo), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                           stdin=subprocess.DEVNULL)

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from compilerkit import check_killed_mid_compile, slow_compiler, write_exe
+from compilerkit import DEFAULT_TMP, check_killed_mid_compile, slow_compiler, without_tmpdir, write_exe
 from conftest import REPO, run_cli
 
 from zdoctor import scratch
@@ -82,41 +83,49 @@ def live_folder(tmp: Path, pid: int) -> Path:
 
 
 def test_the_next_run_sweeps_what_a_sigkilled_check_left(tmp_path, spawn):
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    """A check SIGKILLed mid-compile (no TMPDIR: its folder and the compiler's files go to /tmp) leaves its
+    run folder, with the compile test's sources and the compiler's cc*.s in it; the next check removes it,
+    and leaves alone a live run's folder, a link named like a run folder (and its target), a folder made in
+    another pid namespace, and (as root) one owned by another account."""
     seen: dict[str, list[Path]] = {}
     ns = scratch.pid_namespace()
 
     def look(pid: int) -> None:
         """While the compile test runs: its sources and the compiler's own temporary files."""
-        seen["folders"] = list(tmp.glob(f"{scratch.PREFIX}{ns}-{pid}-*"))
-        seen["sources"] = list(tmp.glob(f"{scratch.PREFIX}{ns}-{pid}-*/cc-*/one_line.cpp"))
-        seen["compiler"] = list(tmp.glob(f"{scratch.PREFIX}{ns}-{pid}-*/cc-*/cc*.s"))
-        seen["beside"] = list(tmp.glob("cc*"))
+        run = f"{scratch.PREFIX}{ns}-{pid}-*"
+        seen["folders"] = list(DEFAULT_TMP.glob(run))
+        seen["sources"] = list(DEFAULT_TMP.glob(f"{run}/cc-*/one_line.cpp"))
+        seen["compiler"] = list(DEFAULT_TMP.glob(f"{run}/cc-*/cc*.s"))
 
-    pid = check_killed_mid_compile(tmp, tmp_path, REPO, before_kill=look)
+    pid = check_killed_mid_compile(tmp_path, REPO, before_kill=look)
     (left,) = seen["folders"]
-    assert seen["sources"] and seen["compiler"] and not seen["beside"], seen
+    assert seen["sources"] and seen["compiler"], seen
     assert left.exists()
 
-    live = live_folder(tmp, spawn("import time; time.sleep(600)"))
+    me = os.getpid()
     target = tmp_path / "not-zdoctors"
     target.mkdir()
     (target / "keep").write_text("x")
-    link = tmp / f"{scratch.PREFIX}{ns}-1-1-link"
-    link.symlink_to(target)
-    other_namespace = tmp / f"{scratch.PREFIX}1-{pid}-1-container"  # a container sharing /tmp sees other pids
-    other_namespace.mkdir()
-    foreign = tmp / f"{scratch.PREFIX}{ns}-{pid}-1-foreign"
-    if os.geteuid() == 0:
-        foreign.mkdir()
-        os.chown(foreign, 65534, 65534)
-
-    proc = run_cli(["check", "--json", "--no-log", "--playbook", "gpu-stack"], env={**os.environ, "TMPDIR": str(tmp)})
-    assert proc.returncode in (0, 1, 3), proc.stderr
-    assert not left.exists()
-    assert live.exists() and (live / "work").read_text() == "in use"
-    assert link.is_symlink() and (target / "keep").exists()
-    assert other_namespace.exists()
-    if os.geteuid() == 0:
-        assert foreign.exists()
+    link = DEFAULT_TMP / f"{scratch.PREFIX}{ns}-1-1-link{me}"
+    other_namespace = DEFAULT_TMP / f"{scratch.PREFIX}1-{pid}-1-container{me}"  # a container sharing /tmp
+    foreign = DEFAULT_TMP / f"{scratch.PREFIX}{ns}-{pid}-1-foreign{me}"
+    live = live_folder(DEFAULT_TMP, spawn("import time; time.sleep(600)"))
+    try:
+        link.symlink_to(target)
+        other_namespace.mkdir()
+        if os.geteuid() == 0:
+            foreign.mkdir()
+            os.chown(foreign, 65534, 65534)
+        proc = run_cli(["check", "--json", "--no-log", "--playbook", "gpu-stack"], env=without_tmpdir(dict(os.environ)))
+        assert proc.returncode in (0, 1, 3), proc.stderr
+        assert not left.exists()
+        assert live.exists() and (live / "work").read_text() == "in use"
+        assert link.is_symlink() and (target / "keep").exists()
+        assert other_namespace.exists()
+        if os.geteuid() == 0:
+            assert foreign.exists()
+    finally:
+        if link.is_symlink():
+            link.unlink()
+        for folder in (other_namespace, foreign, live, left):
+            shutil.rmtree(folder, ignore_errors=True)

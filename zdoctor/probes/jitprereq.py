@@ -120,7 +120,7 @@ def compile_test(cxx: str | None, env: dict[str, str], include: str | None,
                  tmp_candidates: tuple[str, ...] = TMP_CANDIDATES) -> tuple[dict[str, Any], list[Evidence]]:
     """Compile ``int main(){}`` and a file that includes Python.h with the JIT compiler, as torch would. The
     sources and objects live in a scratch folder of zdoctor's; the compiler's own temporary files go there
-    too when the folder ``env`` sends them to (TMPDIR) is on the same file system (so a killed run leaves
+    too when ``env`` sets no TMPDIR and GCC's default is on the same file system (so a killed run leaves
     none behind, and a full one fails alike), else where ``env`` sends them, as in the JIT build. A compile
     that stops on "No space left on device" adds ``no_space``: the full folder and a re-run with TMPDIR in
     one with room (:func:`no_space`)."""
@@ -179,11 +179,14 @@ def scratch_dir(candidates: tuple[str, ...], files: dict[str, str]) -> tuple[str
 
 
 def with_tmpdir_in(env: dict[str, str], folder: str) -> dict[str, str]:
-    """``env`` with TMPDIR at ``folder`` when the compiler's own temporary directory under ``env`` is on the
-    same file system (the compiler then writes where it would have, as far as room goes); ``env`` as it is
-    otherwise."""
+    """``env`` with TMPDIR at ``folder`` when ``env`` names no temporary directory of its own and GCC's
+    default one is on the same file system (the compiler then writes where it would have, as far as room
+    goes); ``env`` as it is otherwise (a TMPDIR the user set is the one the JIT build uses)."""
+    where, chosen_by = compiler_tmpdir(env)
+    if chosen_by.startswith("$"):
+        return env
     try:
-        same = os.stat(compiler_tmpdir(env)[0]).st_dev == os.stat(folder).st_dev
+        same = os.stat(where).st_dev == os.stat(folder).st_dev
     except OSError:
         same = False
     return {**env, "TMPDIR": folder} if same else env
