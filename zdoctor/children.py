@@ -271,6 +271,17 @@ def was_ended(pgid: int) -> bool:
     return False
 
 
+def stat_fields(pid: int) -> list[bytes]:
+    """The fields of ``/proc/PID/stat`` after the command name (state, parent, process group ...), or [] when
+    the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return []
+    return data[data.rfind(b")") + 2:].split()
+
+
 def descendants(pid: int) -> list[int]:
     """Every live descendant of ``pid`` (from each process's parent in /proc/PID/stat)."""
     kids: dict[int, list[int]] = {}
@@ -279,12 +290,7 @@ def descendants(pid: int) -> list[int]:
     except OSError:
         return []
     for name in names:
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                data = fh.read()
-        except OSError:
-            continue
-        fields = data[data.rfind(b")") + 2:].split()
+        fields = stat_fields(int(name))
         if len(fields) > 1 and fields[0] != b"Z":
             kids.setdefault(int(fields[1]), []).append(int(name))
     found: list[int] = []

@@ -136,12 +136,7 @@ def _reap_orphans(pgid: int) -> None:
     except OSError:
         return
     for name in names:
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                data = fh.read()
-        except OSError:
-            continue
-        fields = data[data.rfind(b")") + 2:].split()
+        fields = children.stat_fields(int(name))
         if len(fields) > 2 and fields[0] == b"Z" and int(fields[1]) == me and int(fields[2]) == pgid:
             with contextlib.suppress(ChildProcessError, OSError):
                 os.waitpid(int(name), os.WNOHANG)
@@ -152,12 +147,7 @@ def _reap_handed_over(pids: list[int]) -> None:
     a process zdoctor started itself)."""
     me = os.getpid()
     for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as fh:
-                data = fh.read()
-        except OSError:
-            continue
-        fields = data[data.rfind(b")") + 2:].split()
+        fields = children.stat_fields(pid)
         if len(fields) > 1 and fields[0] == b"Z" and int(fields[1]) == me:
             with contextlib.suppress(ChildProcessError, OSError):
                 os.waitpid(pid, os.WNOHANG)
