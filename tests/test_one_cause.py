@@ -19,6 +19,7 @@ from test_gpu_facts import h200
 from test_hostram import by_id
 from test_hostram_kills import LAUNCHER, _collect, real_memcg_kill  # noqa: F401 (a fixture)
 
+from zdoctor import scratch
 from zdoctor.causes import (
     BROKEN_COMPILER,
     CAUSES,
@@ -132,6 +133,7 @@ def test_the_compile_test_runs_when_zdoctors_own_temporary_directory_is_the_full
         monkeypatch.setattr(tempfile, "tempdir", str(point))
         facts, _ = compile_test(CXX, {"PATH": os.environ["PATH"], "TMPDIR": str(point)}, None,
                                 tmp_candidates=(str(roomy),))
+        scratch.remove_run_folder()  # as the run ends
         left = sorted(p.name for p in point.iterdir())
     assert facts["no_space"]["tmpdir"] == str(point) and facts["no_space"]["trials"][0]["ok"] is True
     assert left == ["filler"] and not list(roomy.iterdir())  # the scratch folders are gone

@@ -25,7 +25,8 @@ _NAME = re.compile(re.escape(PREFIX) + r"(\d+)-(\d+)-(\d+)-[A-Za-z0-9_]+$")
 MODE = 0o711
 
 _lock = threading.Lock()
-_folder: str | None = None
+#: This run's folders, by the temporary directory each is in (one, unless that directory was changed).
+_folders: dict[str, str] = {}
 _owner = 0
 
 
@@ -50,27 +51,30 @@ def pid_namespace() -> str | None:
 
 
 def run_folder() -> str:
-    """This run's private folder, made (and the folders of runs that are gone swept) on first use; raises
-    ``OSError`` when the temporary directory takes no folder."""
-    global _folder, _owner
+    """This run's private folder in the temporary directory, made (and the folders of runs that are gone
+    swept) on first use; raises ``OSError`` when the temporary directory takes no folder."""
+    global _owner
     with _lock:
         pid = os.getpid()
-        if _folder is not None and _owner == pid and os.path.isdir(_folder):
-            return _folder
+        if _owner != pid:  # a forked child makes its own
+            _folders.clear()
+            atexit.register(remove_run_folder)
+            _owner = pid
         root = tempfile.gettempdir()
+        folder = _folders.get(root)
+        if folder is not None and os.path.isdir(folder):
+            return folder
         sweep_stale(root)
         name = f"{PREFIX}{pid_namespace() or 0}-{pid}-{process_start(pid) or 0}-"
         folder = tempfile.mkdtemp(prefix=name, dir=root)
         os.chmod(folder, MODE)
-        if _owner != pid:
-            atexit.register(remove_run_folder)
-        _folder, _owner = folder, pid
+        _folders[root] = folder
         return folder
 
 
 def made() -> str | None:
-    """This run's folder, None while none was needed."""
-    return _folder if _owner == os.getpid() else None
+    """This run's folder in the temporary directory, None while none was needed there."""
+    return _folders.get(tempfile.gettempdir()) if _owner == os.getpid() else None
 
 
 def private_dir(prefix: str) -> str:
@@ -79,11 +83,12 @@ def private_dir(prefix: str) -> str:
 
 
 def remove_run_folder() -> None:
-    """Remove this run's folder and all in it (zdoctor is leaving); links in it are removed, not followed."""
-    global _folder
-    if _folder is not None and _owner == os.getpid():
-        shutil.rmtree(_folder, ignore_errors=True)
-        _folder = None
+    """Remove this run's folders and all in them (zdoctor is leaving); links in them are removed, not
+    followed."""
+    if _owner == os.getpid():
+        for folder in list(_folders.values()):
+            shutil.rmtree(folder, ignore_errors=True)
+        _folders.clear()
 
 
 def sweep_stale(root: str | None = None) -> list[str]:
