@@ -328,7 +328,8 @@ def test_resuming_a_log_past_its_cap_reads_only_the_tail_it_repairs(state_home: 
     assert proc.returncode == 0, proc.stderr[-2000:]
     said, rss_kib = proc.stdout.strip().splitlines()
     assert said.startswith(("refused:", "not written:")) and "cap" in said, said
-    assert int(rss_kib) < 150 * 1024, rss_kib  # the log is 400 MB
+    # the log is 400 MB: read whole it took 459 MB; its first 32 MiB (what load_events reads) and the tail
+    assert int(rss_kib) < 300 * 1024, rss_kib
     with open(log.path, "rb") as tail:
         tail.seek(-40, os.SEEK_END)
         assert tail.read().endswith(b'"type": "node_enter"}\n')  # the torn line cut, the whole one kept

@@ -185,7 +185,7 @@ def test_a_whole_practice_scenario_in_a_real_terminal(term, tmp_path, state_home
     term.press("g", "● diag-ld-library-path", "⇒ diag-ld-library-path")
     term.press("Escape", "Diagnosis: An LD_LIBRARY_PATH entry", gone=("● diag-ld-library-path",))
     term.press("r", "Drop /opt/conda/lib from LD_LIBRARY_PATH", "unset LD_LIBRARY_PATH", "a Apply")
-    term.press("a", "Yes, apply", "Practice: nothing is run")
+    term.press("a", "Yes, write it", "Practice: nothing is run")  # a shell-only fix: a file to source
     term.press("Enter", "Declined (answered No in the confirmation)")  # the focused answer is No
     term.press("Escape", "Diagnosis: An LD_LIBRARY_PATH entry", gone=("Declined (answered No",))
     term.press("n", "Walk finished")
