@@ -105,9 +105,10 @@ KERNEL_LOG_WRITERS = ("test_kernel_log.py",)
 #: Files whose tests run alone on the machine: the kernel log's writers; the cgroups a killed zdoctor
 #: leaves behind, which the next zdoctor started anywhere on the machine ends; and the tests that compare
 #: two live looks at the machine (a check and a later snapshot, two fleet nodes), which another worker's
-#: processes, zombies and recycled pids would tell apart.
+#: processes, zombies and recycled pids would tell apart; the count of python processes on the node, and a
+#: JIT build timed against its limit, which another worker's real op builds would crowd.
 RUNS_ALONE = (*KERNEL_LOG_WRITERS, "test_containment.py", "test_bundle.py", "test_fleet_push.py",
-              "test_fleet_loopback.py", "test_cli.py")
+              "test_fleet_loopback.py", "test_cli.py", "test_hangs_check.py", "test_jitguard.py")
 #: Files that change what every test on the machine shares (users and groups, network namespaces, sshd on
 #: loopback addresses, loop devices and mounts, cgroups, the kernel log, the bundle's wheel cache): under
 #: pytest-xdist they run one after another on one worker (``xdist_group``), the rest on any worker.
