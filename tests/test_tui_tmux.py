@@ -225,9 +225,16 @@ def test_killed_mid_walk_then_resumed(term, tmp_path, state_home):
     assert [e["node"] for e in events if e["type"] == "node_enter"] == ["symptom", "loaded", "needs"]
 
     term.start(["--resume"], (100, 30), "xterm-256color")
-    term.wait("1 symptom › 2 loaded › 3 needs", "3. GLIBCXX versions: needed vs provided", " libs 4.13 s")
+    term.wait("1 symptom › 2 loaded › 3 needs", "3. GLIBCXX versions: needed vs provided")
     term.tmux("resize-window", "-t", "zd", "-x", "120", "-y", "40")
     term.wait("Next → 4. Every layer of the GCC toolchain")
+    # the step's findings come first; below them, the probe read before the kill, with its recorded time
+    for _ in range(4):
+        term.send("PageDown")
+    term.wait(" libs 4.13 s")
+    for _ in range(4):
+        term.send("PageUp")
+    term.wait("3. GLIBCXX versions: needed vs provided")
     assert term.pane("pane_width") == "120"
     go_next(term, 5)
     term.wait("Diagnosis: An LD_LIBRARY_PATH entry loads an old libstdc++")
