@@ -21,15 +21,14 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 from textual.worker import Worker, WorkerState
 
+from screens.base import HELP, QUIT, AppBase
+from screens.common import KeyBar
+from screens.evidence import EvidenceScreen
+from screens.info import ExportScreen
 from zdoctor.errors import ZdoctorError
 from zdoctor.fleet.result import NODE_PROBLEMS, families
 from zdoctor.model import Finding, sort_findings
 from zdoctor.present import MARKS, STYLES, pasted_script
-
-from .base import HELP, QUIT, AppBase
-from .common import KeyBar
-from .evidence import EvidenceScreen
-from .info import ExportScreen
 
 if TYPE_CHECKING:
     from zdoctor.fleet.collect import NodeRun
@@ -300,7 +299,7 @@ class FleetFindingScreen(EvidenceScreen):
 
     def on_mount(self) -> None:
         super().on_mount()
-        from .remedy import flags_text, shell
+        from screens.remedy import flags_text, shell
 
         body = self.query_one("#ev-body", VerticalScroll)
         if not self.finding.remedies:

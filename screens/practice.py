@@ -12,7 +12,7 @@ from textual.screen import Screen
 from textual.widgets import Header, OptionList, Static
 from textual.widgets.option_list import Option
 
-from .common import KeyBar
+from screens.common import KeyBar
 
 
 class PracticeScreen(Screen[None]):

@@ -23,6 +23,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Header, Log, OptionList, Static
 from textual.widgets.option_list import Option
 
+from screens.common import ContextScreen, KeyBar, in_thread, mark, shown
 from zdoctor import children
 from zdoctor.apply import ApplyOutcome, ApplyPlan, core_action, env_effect, known_env, plan, run_remedy
 from zdoctor.events import record_remedy
@@ -44,8 +45,6 @@ from zdoctor.present import (
     written_text,
 )
 from zdoctor.target import target_of
-
-from .common import ContextScreen, KeyBar, in_thread, mark, shown
 
 
 def shell(lines: list[str]) -> Syntax:

@@ -11,11 +11,10 @@ from textual.containers import VerticalScroll
 from textual.widgets import Header, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
+from screens.common import ContextScreen, KeyBar, ProbePanel, findings_text, in_thread, summary_text, symptoms_text
 from zdoctor.model import Finding
 from zdoctor.present import ALSO_FOUND, split_answers
 from zdoctor.target import DEFAULT_PYTHON
-
-from .common import ContextScreen, KeyBar, ProbePanel, findings_text, in_thread, summary_text, symptoms_text
 
 GPU_PROBE = "nvml"
 

@@ -14,11 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Header, OptionList, Static
 from textual.widgets.option_list import Option
 
-from zdoctor.model import Finding, Remedy, sort_findings
-from zdoctor.symptoms.ledger import ledger_on
-from zdoctor.walkwords import in_words
-
-from .common import (
+from screens.common import (
     ContextScreen,
     KeyBar,
     ProbePanel,
@@ -31,6 +27,9 @@ from .common import (
     symptoms_text,
     tables_of,
 )
+from zdoctor.model import Finding, Remedy, sort_findings
+from zdoctor.symptoms.ledger import ledger_on
+from zdoctor.walkwords import in_words
 
 INLINE_ROWS = 8
 INLINE_TABLES = 2
@@ -492,7 +491,7 @@ class WalkScreen(ContextScreen):
 
     # -- other views -------------------------------------------------------------------------------
     def action_evidence(self) -> None:
-        from .evidence import EvidenceScreen
+        from screens.evidence import EvidenceScreen
 
         if not self.findings:
             self.notify("No evidence yet at this step.", timeout=3)
@@ -500,7 +499,7 @@ class WalkScreen(ContextScreen):
         self.app.push_screen(EvidenceScreen(self.node.title, self.findings, self.symptoms))
 
     def action_remedies(self) -> None:
-        from .remedy import RemedyScreen
+        from screens.remedy import RemedyScreen
 
         pairs = remedy_pairs(self.findings, self.symptoms)
         if not pairs:
@@ -510,9 +509,8 @@ class WalkScreen(ContextScreen):
         self.app.push_screen(RemedyScreen(self.ctx, self.walk.playbook.id, self.walk.current, pairs))
 
     def action_graph(self) -> None:
+        from screens.info import TextScreen
         from zdoctor.guide import graph_text
-
-        from .info import TextScreen
 
         text = graph_text(self.walk.playbook, self.walk.path, None if self.walk.done else self.walk.current)
         self.app.push_screen(TextScreen(f"Playbook graph: {self.walk.playbook.id} (←→ scrolls sideways)", Text(text),

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import sys
 
-from .isolate import restart_isolated
+from zdoctor.isolate import restart_isolated
 
 restart_isolated(sys.argv[1:], from_module=True)
 
-from .cli import main  # noqa: E402 - only once the interpreter is isolated
+from zdoctor.cli import main  # noqa: E402 - only once the interpreter is isolated
 
 raise SystemExit(main())

@@ -23,13 +23,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import codeowner, contain
-from .errors import InputError
-from .model import Remedy, cap_text
-from .present import only_changes_the_shell
-from .sysfile import action_argv as create_argv
-from .systools import system_tool
-from .target import Target
+from zdoctor import codeowner, contain
+from zdoctor.errors import InputError
+from zdoctor.model import Remedy, cap_text
+from zdoctor.present import only_changes_the_shell
+from zdoctor.sysfile import action_argv as create_argv
+from zdoctor.systools import system_tool
+from zdoctor.target import Target
 
 ENV_LINE = re.compile(r"^\s*(export|unset)\s+")
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -230,7 +230,7 @@ def write_env_file(lines: list[str], folder: Path, name: str) -> Path:
     source. ``folder`` (zdoctor's ``fixes`` folder) is checked like the sessions folder: a symbolic link
     or another user's folder is refused, never written through; the file is created with ``O_EXCL``
     and ``O_NOFOLLOW`` in that folder's descriptor."""
-    from .session import ensure_private_dir
+    from zdoctor.session import ensure_private_dir
 
     ensure_private_dir(folder, "fix file directory")
     text = "# Written by zdoctor: source this file in the shell (or job script) that launches training.\n"
@@ -286,7 +286,7 @@ def run_remedy(remedy: Remedy, env: Mapping[str, str], *, on_output: Callable[[s
     staged = contextlib.ExitStack()  # what a step needs while it runs (the new text of a file-replace)
     argv = ["bash", "-c", script(remedy)]
     if remedy.action and remedy.action.get("kind") == "fstab-add":
-        from .storage.fstab_apply import action_argv
+        from zdoctor.storage.fstab_apply import action_argv
 
         argv = action_argv(remedy.action)  # the safe core, not the copyable lines
         watch = [p for p in (remedy.action.get("fstab"), remedy.action.get("backup")) if p]
@@ -296,13 +296,13 @@ def run_remedy(remedy: Remedy, env: Mapping[str, str], *, on_output: Callable[[s
         watch = [str(p) for p in (remedy.action.get("path"), remedy.action.get("backup")) if p]
         before = file_states(watch)
     elif remedy.action and remedy.action.get("kind") == "file-replace":
-        from .core_apply import action_argv as replace_argv
+        from zdoctor.core_apply import action_argv as replace_argv
 
         argv = staged.enter_context(replace_argv(remedy.action))  # the safe core, not the copyable lines
         watch = [p for p in (remedy.action.get("path"), remedy.action.get("backup")) if p]
         before = file_states(watch)
     elif remedy.action and remedy.action.get("kind") == "remove-lock":
-        from .core_apply import remove_action_argv
+        from zdoctor.core_apply import remove_action_argv
 
         argv = remove_action_argv(remedy.action)
         watch = [str(remedy.action.get("path"))]

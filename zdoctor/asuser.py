@@ -16,7 +16,7 @@ import socket
 import stat as stat_module
 import time
 
-from . import children
+from zdoctor import children
 
 #: How long the child may take before it is killed (it makes four system calls).
 CHILD_TIMEOUT_S = 5.0

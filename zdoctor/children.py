@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import cgroup, scratch
+from zdoctor import cgroup, scratch
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36

@@ -9,9 +9,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from . import __version__, children
-from .errors import InputError, UsageError, ZdoctorError
-from .target import OPTION_KEYS, Target
+from zdoctor import __version__, children
+from zdoctor.errors import InputError, UsageError, ZdoctorError
+from zdoctor.target import OPTION_KEYS, Target
 
 #: The options a replayed snapshot may be asked with: what the user saw, pasted or as a log.
 ASKABLE = ("symptom", "train_log")
@@ -94,7 +94,7 @@ def _target_args(sp: argparse.ArgumentParser, top: bool = False) -> None:
 
 
 def _fleet_parser(sub: Any) -> None:
-    from .fleet.launch import DEFAULT_PARALLEL, DEFAULT_TIMEOUT, LAUNCHERS
+    from zdoctor.fleet.launch import DEFAULT_PARALLEL, DEFAULT_TIMEOUT, LAUNCHERS
 
     f = sub.add_parser("fleet", help="snapshot every node of a multi-node job through pdsh, ssh or srun; "
                        "show the node x check matrix and the facts that differ")
@@ -141,7 +141,7 @@ def build_parser() -> Parser:
                "hang or crawl. With no command: the guided session on a terminal, `check` otherwise.",
                epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"zdoctor {__version__}")
-    from .tui import add_session_arguments
+    from zdoctor.tui import add_session_arguments
 
     add_session_arguments(p)
     _target_args(p, top=True)
@@ -203,7 +203,7 @@ def _python(args: argparse.Namespace) -> str | None:
 
 def _live_host(args: argparse.Namespace):
     """The live host for the training job the arguments describe (its :class:`Target`, validated once)."""
-    from .host import LiveHost
+    from zdoctor.host import LiveHost
 
     if getattr(args, "as_root", None):
         raise UsageError("zdoctor: --as-root is refused: code another user can change (their environment, "
@@ -217,7 +217,7 @@ def _open_log(mode: str, argv: Sequence[str], host_info: dict[str, Any], enabled
     """A session log, or None (with a one-line warning) when the state directory cannot be written."""
     if not enabled:
         return None
-    from .session import SessionLog
+    from zdoctor.session import SessionLog
 
     try:
         return SessionLog.create(mode, list(argv), host_info)
@@ -227,8 +227,8 @@ def _open_log(mode: str, argv: Sequence[str], host_info: dict[str, Any], enabled
 
 
 def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from .doctor import check, select_playbooks
-    from .host import ReplayHost
+    from zdoctor.doctor import check, select_playbooks
+    from zdoctor.host import ReplayHost
 
     if args.replay and (_python(args) or args.run_command or args.ext or args.timeout
                         or any(getattr(args, k, None) is not None for k in OPTION_KEYS if k not in ASKABLE)):
@@ -242,7 +242,7 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
         host.ask(asked.options)
     log = _open_log("check", argv, host.info, not args.no_log)
     record = log.record if log else (lambda _t, _d: None)
-    from .progressline import ProgressLine
+    from zdoctor.progressline import ProgressLine
 
     with ProgressLine(enabled=not args.json):
         report = check(host, record=record, playbooks=books)
@@ -260,18 +260,18 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
         json.dump(shown.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        from .report import print_report
+        from zdoctor.report import print_report
 
         print_report(shown, verbose=args.verbose)
     return report.exit_code
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    from .atomic import write_text_atomic
-    from .doctor import snapshot
+    from zdoctor.atomic import write_text_atomic
+    from zdoctor.doctor import snapshot
     doc = snapshot(_live_host(args))
     if args.armor:
-        from .fleet.armor import encode
+        from zdoctor.fleet.armor import encode
 
         text = encode(doc)
     else:
@@ -289,14 +289,14 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_fleet(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from .fleet_command import run_fleet
+    from zdoctor.fleet_command import run_fleet
 
     return run_fleet(args, argv, _open_log)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .export import render, write_export
-    from .session import last_session_id, load_events
+    from zdoctor.export import render, write_export
+    from zdoctor.session import last_session_id, load_events
 
     sid = last_session_id() if args.last else args.session
     events = load_events(sid)
@@ -315,7 +315,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_build_bundle(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .bundle.build import build
+    from zdoctor.bundle.build import build
 
     out = Path(args.output)
     if not out.parent.is_dir():
@@ -331,7 +331,7 @@ def cmd_build_bundle(args: argparse.Namespace) -> int:
 
 
 def cmd_playbooks(args: argparse.Namespace) -> int:
-    from . import playbook as pbmod
+    from zdoctor import playbook as pbmod
 
     if args.pb_command == "list":
         for pid, book in sorted(pbmod.load_all().items()):
@@ -339,7 +339,7 @@ def cmd_playbooks(args: argparse.Namespace) -> int:
             print(f"{'':<20} {book.summary.splitlines()[0] if book.summary else ''}")
         return EXIT_OK
     if args.pb_command == "predicates":
-        from .registry import PREDICATES, load_vocabulary
+        from zdoctor.registry import PREDICATES, load_vocabulary
 
         load_vocabulary()
         for name, spec in sorted(PREDICATES.items()):
@@ -349,7 +349,7 @@ def cmd_playbooks(args: argparse.Namespace) -> int:
               "`when = {fact = \"probe.key\", equals = VALUE}` instead of naming a predicate.")
         return EXIT_OK
     if args.pb_command == "vocabulary":
-        from .registry import CHECKS, load_vocabulary
+        from zdoctor.registry import CHECKS, load_vocabulary
 
         load_vocabulary()
         for name, spec in sorted(CHECKS.items()):
@@ -365,8 +365,8 @@ def cmd_playbooks(args: argparse.Namespace) -> int:
                              f"(known: {', '.join(sorted(books))})")
         print(pbmod.describe(books[args.id]))
         return EXIT_OK
-    from .playbook_lint import lint_path
-    from .resources import data_dir
+    from zdoctor.playbook_lint import lint_path
+    from zdoctor.resources import data_dir
 
     target = args.path or str(data_dir("playbooks"))
     if not os.path.exists(target):
@@ -383,7 +383,7 @@ def cmd_playbooks(args: argparse.Namespace) -> int:
 
 def cmd_tui(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """The guided session on a terminal; without one, the headless check."""
-    from .tui import session_options
+    from zdoctor.tui import session_options
 
     session = session_options(args)
     if any(v is not None for v in session.values()):
@@ -392,7 +392,7 @@ def cmd_tui(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if _python(args) or getattr(args, "run_command", None) or getattr(args, "ext", None):
             raise UsageError("zdoctor: --resume and --demo take no --python, --command or --ext "
                              "(they continue a recorded session or replay a recorded node)")
-        from .tui import run_tui
+        from zdoctor.tui import run_tui
 
         return run_tui(python=None, argv=list(argv), **session)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
@@ -402,7 +402,7 @@ def cmd_tui(args: argparse.Namespace, argv: Sequence[str]) -> int:
                                 timeout=getattr(args, "timeout", None),
                                 **{k: getattr(args, k, None) for k in OPTION_KEYS})
         return cmd_check(ns, argv)
-    from .tui import run_tui
+    from zdoctor.tui import run_tui
 
     return run_tui(python=_python(args), argv=list(argv), host=_live_host(args))
 
@@ -446,7 +446,7 @@ def _dispatch(argv: list[str]) -> int:
               file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        from .session import close_open_logs
+        from zdoctor.session import close_open_logs
 
         close_open_logs(130)  # the session still ends on record
         print("zdoctor: interrupted", file=sys.stderr)

@@ -20,8 +20,8 @@ import shutil
 import stat
 from collections.abc import Iterator, Mapping, Sequence
 
-from .runas import RunAs
-from .userfile import NOBODY, controller, read_prefix
+from zdoctor.runas import RunAs
+from zdoctor.userfile import NOBODY, controller, read_prefix
 
 _PYTHON = re.compile(r"python[0-9.]*[a-z]*$")
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "perl"})

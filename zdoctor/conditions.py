@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Union
 
-from .model import STATUSES, Finding
-from .registry import owner_check
+from zdoctor.model import STATUSES, Finding
+from zdoctor.registry import owner_check
 
 #: Keys a condition table may use.
 FINDING_KEYS = ("finding", "status")
@@ -130,7 +130,7 @@ def probes_of(cond: Condition, checks: Mapping[str, Any]) -> list[str]:
 
 def holds(cond: Condition, facts: Any, findings_of: Callable[[str], list[Finding]]) -> bool:
     """Whether ``cond`` holds for ``facts``; ``findings_of(check)`` gives a check's (cached) findings."""
-    from .registry import CHECKS
+    from zdoctor.registry import CHECKS
 
     if isinstance(cond, FindingCondition):
         owner = owner_check(cond.finding, CHECKS)

@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import cgroup, children, codeowner, shim
+from zdoctor import cgroup, children, codeowner, shim
 
 _life: int | None = None  # the read end of the pipe every keeper watches; its write end lives only here
 _life_w: int | None = None

@@ -32,8 +32,8 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .atomic import CheckedReplace, remove_checked
-from .errors import InputError
+from zdoctor.atomic import CheckedReplace, remove_checked
+from zdoctor.errors import InputError
 
 RECORD_PREFIX = "zdoctor-replace-record: "
 HELD_SIGNALS = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT}

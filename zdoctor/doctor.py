@@ -5,19 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import __version__
-from .answers import WalkEnd, with_answers
-from .checks import run_checks
-from .errors import UsageError
-from .events import FindingRecorded, ProbeRecorded, Recorder, SummaryRecorded, no_record
-from .host import Host
-from .model import FAILING, Finding, sort_findings, summarize
-from .registry import PROBES, load_vocabulary
-from .symptoms.model import EXPLAINING
-from .target import target_of
+from zdoctor import __version__
+from zdoctor.answers import WalkEnd, with_answers
+from zdoctor.checks import run_checks
+from zdoctor.errors import UsageError
+from zdoctor.events import FindingRecorded, ProbeRecorded, Recorder, SummaryRecorded, no_record
+from zdoctor.host import Host
+from zdoctor.model import FAILING, Finding, sort_findings, summarize
+from zdoctor.registry import PROBES, load_vocabulary
+from zdoctor.symptoms.model import EXPLAINING
+from zdoctor.target import target_of
 
 if TYPE_CHECKING:
-    from .playbook import Playbook
+    from zdoctor.playbook import Playbook
 
 
 
@@ -95,7 +95,7 @@ class CheckReport:
     def redacted(self) -> CheckReport:
         """The report as it may be shown or stored: secrets in command lines, environments and outputs
         replaced (see :mod:`zdoctor.redact`); the real command line stays only in memory."""
-        from .redact import redact
+        from zdoctor.redact import redact
 
         findings = [Finding.from_dict(redact(f.to_dict())) for f in self.findings]
         return CheckReport(host=redact(self.host), findings=findings, playbooks=self.playbooks, session=self.session,
@@ -118,7 +118,7 @@ class CheckReport:
 
 def select_playbooks(only: list[str] | None = None) -> dict[str, Playbook]:
     """The bundled playbooks to walk: all of them, or the named ones (an unknown id is a UsageError)."""
-    from .playbook import load_all
+    from zdoctor.playbook import load_all
 
     books = load_all()
     if only is None:
@@ -131,7 +131,7 @@ def select_playbooks(only: list[str] | None = None) -> dict[str, Playbook]:
 
 def walk_playbooks(host: Host, record: Recorder | None, books: dict[str, Playbook]) -> list[PlaybookRun]:
     """Drive each playbook to its end, headless (recording each step where ``record`` is given)."""
-    from .engine import Walk
+    from zdoctor.engine import Walk
 
     runs: list[PlaybookRun] = []
     for pid, book in books.items():
@@ -154,7 +154,7 @@ def check(host: Host, record: Recorder = no_record, playbooks: dict[str, Playboo
     """Run every check against ``host`` (probes run concurrently), record it, and walk the playbooks
     (default: every bundled one; see :func:`select_playbooks`)."""
     books = (select_playbooks() if playbooks is None else playbooks) if walk else {}
-    from .symptoms.ledger import assess, linked
+    from zdoctor.symptoms.ledger import assess, linked
 
     facts, findings = run_checks(host)
     for res in facts.values():
@@ -180,8 +180,8 @@ def check(host: Host, record: Recorder = no_record, playbooks: dict[str, Playboo
 
 def layers_examined(findings: list[Finding]) -> list[dict[str, Any]]:
     """Each layer of the node with whether this run's findings show it examined (:func:`layers.layer_status`)."""
-    from .layers import layer_status
-    from .registry import CHECKS, owner_check
+    from zdoctor.layers import layer_status
+    from zdoctor.registry import CHECKS, owner_check
 
     return layer_status({name: spec.layer for name, spec in CHECKS.items() if spec.layer}, findings,
                         lambda fid: owner_check(fid, CHECKS))
@@ -218,8 +218,8 @@ def incomplete_reason(facts: Any, command: str | None = None, ext: Any = ()) -> 
 
 def snapshot(host: Host) -> dict[str, Any]:
     """Run every registered probe and return the snapshot document, secrets redacted."""
-    from .host import snapshot_document
-    from .redact import redact
+    from zdoctor.host import snapshot_document
+    from zdoctor.redact import redact
 
     load_vocabulary()
     host.results(PROBES)

@@ -13,10 +13,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .checks import evaluate_check, probe_findings, probes_for
-from .conditions import holds, probes_of
-from .errors import InputError
-from .events import (
+from zdoctor.checks import evaluate_check, probe_findings, probes_for
+from zdoctor.conditions import holds, probes_of
+from zdoctor.errors import InputError
+from zdoctor.events import (
     DiagnosisReached,
     EdgeTaken,
     Event,
@@ -30,11 +30,11 @@ from .events import (
     StepBack,
     fold,
 )
-from .host import Host
-from .model import FAILING, Finding, ProbeResult
-from .playbook import END_KINDS, Edge, Node, Playbook
-from .registry import CHECKS, PREDICATES, Facts
-from .symptoms.ledger import unexplained_on
+from zdoctor.host import Host
+from zdoctor.model import FAILING, Finding, ProbeResult
+from zdoctor.playbook import END_KINDS, Edge, Node, Playbook
+from zdoctor.registry import CHECKS, PREDICATES, Facts
+from zdoctor.symptoms.ledger import unexplained_on
 
 
 @dataclass
@@ -196,7 +196,7 @@ class Walk:
     def _setup(self, playbook: Playbook, host: Host, record: Recorder | None, max_visits: int) -> None:
         if max_visits < 1:
             raise ValueError("max_visits must be at least 1")
-        from .registry import load_vocabulary
+        from zdoctor.registry import load_vocabulary
 
         load_vocabulary()  # predicates must be registered before any edge is judged
         self.playbook = playbook

@@ -14,10 +14,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Mapping, Protocol
 
-from .answers import WalkEnd, with_answers
-from .model import ProbeResult
-from .symptoms.model import EXPLAINING
-from .symptoms.view import ledger_entries
+from zdoctor.answers import WalkEnd, with_answers
+from zdoctor.model import ProbeResult
+from zdoctor.symptoms.model import EXPLAINING
+from zdoctor.symptoms.view import ledger_entries
 
 #: Keys of the envelope every recorded event carries.
 ENVELOPE = ("seq", "ts", "type")
@@ -465,13 +465,13 @@ class SessionView:
     def sorted_findings(self) -> list[dict[str, Any]]:
         """The latest version of each finding: those that answer a symptom first, then worst first, then by
         id (:func:`zdoctor.verdicts.answer_first`)."""
-        from .present import answer_first
+        from zdoctor.present import answer_first
 
         return answer_first((ev["finding"] for ev in self.findings.values()), self.symptoms())
 
     def counts(self) -> dict[str, Any]:
         """The last recorded summary, or one counted from the latest findings when none is current."""
-        from .present import count
+        from zdoctor.present import count
 
         if self.summary is not None:
             return {k: v for k, v in self.summary.items() if k not in ENVELOPE}

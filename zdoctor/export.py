@@ -14,10 +14,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .atomic import write_text_atomic
-from .errors import UsageError
-from .events import SessionView, WalkView, fold
-from .exportparts import (  # noqa: F401 - shared with the HTML export
+from zdoctor.atomic import write_text_atomic
+from zdoctor.errors import UsageError
+from zdoctor.events import SessionView, WalkView, fold
+from zdoctor.exportparts import (  # noqa: F401 - shared with the HTML export
     TORN_NOTE,
     UNFINISHED_NOTE,
     _argv_text,
@@ -34,8 +34,8 @@ from .exportparts import (  # noqa: F401 - shared with the HTML export
     fleet_tables,
     open_walk_note,
 )
-from .model import cap_text, visible_controls
-from .present import (
+from zdoctor.model import cap_text, visible_controls
+from zdoctor.present import (
     ALSO_FOUND,
     MARKS,
     NO_SYMPTOMS,
@@ -59,7 +59,7 @@ from .present import (
     unexplained_headline,
     written_text,
 )
-from .walkwords import in_words
+from zdoctor.walkwords import in_words
 
 FORMATS = ("md", "html", "json")
 EXTENSIONS = {"md": "md", "html": "html", "json": "json"}
@@ -378,7 +378,7 @@ def render_md(rep: Report, cap: int = BLOCK_CAP) -> str:
 
 def render_html(rep: Report, cap: int = BLOCK_CAP) -> str:
     """A standalone HTML document (see :mod:`zdoctor.htmlreport`)."""
-    from .htmlreport import render_html as html_document
+    from zdoctor.htmlreport import render_html as html_document
 
     return html_document(rep, cap)
 
@@ -435,8 +435,8 @@ def export_session(session_id: str, fmt: str, folder: str | os.PathLike[str] | N
     """Write session ``session_id`` as ``fmt`` into ``folder`` (default: the working directory) under its
     default name; where that folder cannot be written, into the state directory's ``exports``. Returns the
     absolute path written."""
-    from .errors import ZdoctorError
-    from .session import load_events, state_dir
+    from zdoctor.errors import ZdoctorError
+    from zdoctor.session import load_events, state_dir
 
     text = render(load_events(session_id), fmt, live=live)
     name = default_name(session_id, fmt)

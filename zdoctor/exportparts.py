@@ -11,21 +11,21 @@ import shlex
 import time
 from typing import Any
 
-from .events import SessionView as Report
-from .events import WalkView
-from .model import STATUS_RANK, cap_text
-from .present import (
+from zdoctor.events import SessionView as Report
+from zdoctor.events import WalkView
+from zdoctor.model import STATUS_RANK, cap_text
+from zdoctor.present import (
     MARKS,
     summary_parts,
     written_text,
 )
-from .walkwords import edge_sentence, in_words
+from zdoctor.walkwords import edge_sentence, in_words
 
 
 def fleet_tables(fleet: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]], list[int]]]:
     """The recorded fleet report as two tables (title, columns, rows, highlighted rows): the node x check
     matrix by check family, and every fact that should be equal with its majority and the nodes that differ."""
-    from .fleet.result import families, worst
+    from zdoctor.fleet.result import families, worst
 
     nodes = [n for n in fleet.get("nodes") or [] if isinstance(n, dict)]
     fams = families([_s(c) for c in fleet.get("checks") or []])
@@ -153,7 +153,7 @@ def _edge_text(ev: dict[str, Any]) -> str:
     if ev.get("override"):
         return "chosen by the user"
     if isinstance(ev.get("condition"), dict):
-        from .conditions import parse_condition
+        from zdoctor.conditions import parse_condition
 
         cond, _problems = parse_condition(ev["condition"])
         if cond is not None:

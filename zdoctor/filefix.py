@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 import os
 
-from .model import Remedy
-from .shellquote import shell_quote
+from zdoctor.model import Remedy
+from zdoctor.shellquote import shell_quote
 
 
 def owner_only(folder: str = ".") -> str:

@@ -10,13 +10,13 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .errors import UsageError
-from .fleet.collect import NodeRun, require_launcher
-from .fleet.launch import FleetOptions
-from .fleet.live import LiveFleet
-from .fleet.record import runs_from_events
-from .fleet.result import FleetReport
-from .launch.hosts import Node, expand_nodelist, read_hostfile
+from zdoctor.errors import UsageError
+from zdoctor.fleet.collect import NodeRun, require_launcher
+from zdoctor.fleet.launch import FleetOptions
+from zdoctor.fleet.live import LiveFleet
+from zdoctor.fleet.record import runs_from_events
+from zdoctor.fleet.result import FleetReport
+from zdoctor.launch.hosts import Node, expand_nodelist, read_hostfile
 
 SLURM_NODELIST_VARS = ("SLURM_JOB_NODELIST", "SLURM_NODELIST")
 
@@ -52,12 +52,12 @@ def options_from(args: argparse.Namespace, launcher: str) -> FleetOptions:
         if getattr(args, key):
             extra += [flag, os.path.abspath(getattr(args, key))]
     if args.model_params is not None:
-        from .units import parse_count
+        from zdoctor.units import parse_count
 
         parse_count(args.model_params)  # a count that is not one fails here, not on every node
         extra += ["--model-params", args.model_params]
     if args.io_size is not None:
-        from .units import parse_size
+        from zdoctor.units import parse_size
 
         parse_size(args.io_size)
         extra += ["--io-size", args.io_size]
@@ -101,7 +101,7 @@ def _push_bundle(args: argparse.Namespace) -> str | None:
         if getattr(args, "bundle", None):
             raise UsageError("zdoctor fleet: --bundle goes with --push")
         return None
-    from .resources import BUNDLE
+    from zdoctor.resources import BUNDLE
 
     path = args.bundle or (str(BUNDLE) if BUNDLE is not None else None)
     if path is None:
@@ -133,13 +133,13 @@ def _exporter(session: str | None) -> Callable[[str], Any] | None:
 
     from functools import partial
 
-    from .export import export_session
+    from zdoctor.export import export_session
 
     return partial(export_session, session)
 
 
 def _replay(args: argparse.Namespace) -> FleetReport:
-    from .session import last_session_id, load_events
+    from zdoctor.session import last_session_id, load_events
 
     sid = last_session_id() if args.replay == "last" else args.replay
     runs, launcher, source, slots = runs_from_events(load_events(sid), f"session {sid}")
@@ -174,7 +174,7 @@ def run_fleet(args: argparse.Namespace, argv: Sequence[str], open_log: Callable[
         fleet = LiveFleet(hosts, opts, source, slots, log.record if log else (lambda _t, _d: None),
                           log.id if log else None)
         if args.tui:
-            from .tui import run_fleet_tui
+            from zdoctor.tui import run_fleet_tui
 
             code = run_fleet_tui(live=fleet, exporter=_exporter(fleet.session))
             if log:
@@ -187,11 +187,11 @@ def run_fleet(args: argparse.Namespace, argv: Sequence[str], open_log: Callable[
         json.dump(report.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")
     elif args.tui:
-        from .tui import run_fleet_tui
+        from zdoctor.tui import run_fleet_tui
 
         run_fleet_tui(report, _exporter(report.session))
     else:
-        from .fleet.text import print_fleet
+        from zdoctor.fleet.text import print_fleet
 
         print_fleet(report, verbose=args.verbose)
     return report.exit_code

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import InputError
+from zdoctor.errors import InputError
 
 try:
     import tomllib
@@ -24,7 +24,7 @@ class Term:
 
 
 def glossary_path() -> Path:
-    from .resources import data_dir
+    from zdoctor.resources import data_dir
 
     return data_dir("assets") / "glossary.toml"
 

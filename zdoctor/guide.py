@@ -10,21 +10,21 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from . import children
-from .answers import answering_walk
-from .doctor import walk_playbooks
-from .engine import Walk
-from .host import Host
-from .model import Finding, ProbeResult
-from .playbook import Node, Playbook
-from .registry import CHECKS, PROBES, load_vocabulary
-from .symptoms.model import UNEXPLAINED_PREFIX
+from zdoctor import children
+from zdoctor.answers import answering_walk
+from zdoctor.doctor import walk_playbooks
+from zdoctor.engine import Walk
+from zdoctor.host import Host
+from zdoctor.model import Finding, ProbeResult
+from zdoctor.playbook import Node, Playbook
+from zdoctor.registry import CHECKS, PROBES, load_vocabulary
+from zdoctor.symptoms.model import UNEXPLAINED_PREFIX
 
 
 def node_probes(node: Node) -> list[str]:
     """Every probe a visit of ``node`` runs, in the order :meth:`Walk.evaluate` asks for them: the node's
     own probes, those its checks read, those its edge predicates read."""
-    from .engine import probe_names
+    from zdoctor.engine import probe_names
 
     return probe_names(node)
 
@@ -36,7 +36,7 @@ GLANCE_PROBES = ("system", "nvml")
 def first_pass_probes() -> list[str]:
     """The probes of the node at a glance, then every probe the registered checks read (what
     ``zdoctor check`` runs)."""
-    from .checks import probes_for
+    from zdoctor.checks import probes_for
 
     load_vocabulary()
     glance = [p for p in GLANCE_PROBES if p in PROBES]

@@ -11,8 +11,8 @@ import html
 import re
 from typing import TYPE_CHECKING, Any
 
-from .model import cap_text
-from .present import (
+from zdoctor.model import cap_text
+from zdoctor.present import (
     ALSO_FOUND,
     NO_SYMPTOMS,
     STOPS_NOTE,
@@ -38,11 +38,11 @@ from .present import (
     unexplained_headline,
     written_text,
 )
-from .walkwords import in_words
+from zdoctor.walkwords import in_words
 
 if TYPE_CHECKING:
-    from .events import SessionView as Report
-    from .events import WalkView
+    from zdoctor.events import SessionView as Report
+    from zdoctor.events import WalkView
 
 STYLESHEET = """
 :root { color-scheme: light dark; --fg: #1f2328; --bg: #ffffff; --muted: #59636e; --line: #d1d9e0;
@@ -133,7 +133,7 @@ def block(label: str, text: str, cap: int) -> str:
 
 
 def evidence_html(ev: dict[str, Any], cap: int) -> str:
-    from .exportparts import _argv_text
+    from zdoctor.exportparts import _argv_text
 
     kind = str(ev.get("kind") or "command")
     out = [f"<h5>{esc(ev.get('label') or kind)} <span class=\"muted\">({esc(kind)})</span></h5>"]
@@ -204,7 +204,7 @@ def finding_html(f: dict[str, Any], anchor: str, cap: int, elsewhere: bool,
 
 
 def run_html(run: WalkView, anchors: Anchors) -> str:
-    from .exportparts import _edge_text, open_walk_note
+    from zdoctor.exportparts import _edge_text, open_walk_note
 
     out = [f'<h3 id="{anchors.make("playbook", run.playbook)}">Playbook <code>{esc(run.playbook or "unnamed")}'
            f"</code>{': ' + esc(run.title) if run.title else ''}</h3>"]
@@ -229,7 +229,7 @@ def run_html(run: WalkView, anchors: Anchors) -> str:
 
 
 def applied_html(ev: dict[str, Any], cap: int) -> str:
-    from .exportparts import _outcome, _when
+    from zdoctor.exportparts import _outcome, _when
 
     rem = ev.get("remedy") if isinstance(ev.get("remedy"), dict) else {}
     sym, word = _outcome(ev)
@@ -258,7 +258,7 @@ def applied_html(ev: dict[str, Any], cap: int) -> str:
 
 
 def header_html(rep: Report) -> str:
-    from .exportparts import TORN_NOTE, _command_line, _ended, _host_line, _when
+    from zdoctor.exportparts import TORN_NOTE, _command_line, _ended, _host_line, _when
 
     start = rep.start
     rows = [("Host", _host_line(rep.host)), ("Mode", start.get("mode") or "unknown")]
@@ -313,7 +313,7 @@ def summary_html(rep: Report, findings: list[dict[str, Any]], anchors: list[str]
 
 def render_html(rep: Report, cap: int) -> str:
     """The standalone HTML document for ``rep``."""
-    from .exportparts import _fleet_line, _when, fleet_tables
+    from zdoctor.exportparts import _fleet_line, _when, fleet_tables
 
     anchors = Anchors()
     for reserved in ("symptoms", "summary", "fleet", "path", "findings", "also-found", "applied", "probes", "other"):
@@ -351,7 +351,7 @@ def render_html(rep: Report, cap: int) -> str:
         body += ['<section id="probes">', "<h2>Probes</h2>",
                  table(["Probe", "Status", "Time", "Step", "Error"], rows), "</section>"]
     if rep.others:
-        from .exportparts import _other_body
+        from zdoctor.exportparts import _other_body
 
         body += ['<section id="other">', "<h2>Other events</h2>", "<ul>"]
         body += [f"<li>#{esc(ev.get('seq', '?'))} <code>{esc(ev.get('type'))}</code> at {esc(_when(ev.get('ts')))}: "

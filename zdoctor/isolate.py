@@ -52,6 +52,6 @@ def restart_isolated(argv: list[str], *, from_module: bool = False) -> None:
 def console() -> int:
     """The ``zdoctor`` console script."""
     restart_isolated(sys.argv[1:])
-    from .cli import main
+    from zdoctor.cli import main
 
     return main()

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from .verdicts import (  # noqa: F401
+from zdoctor.verdicts import (  # noqa: F401
     FAILING,
     NOT_TRIED,
     STATUS_RANK,

@@ -16,8 +16,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .conditions import Condition, parse_condition
-from .errors import InputError
+from zdoctor.conditions import Condition, parse_condition
+from zdoctor.errors import InputError
 
 try:
     import tomllib
@@ -208,7 +208,7 @@ def _toml_error(file: str, text: str, exc: Exception) -> LintError:
 
 
 def _read_toml(path: Path) -> tuple[dict[str, Any] | None, LintError | None]:
-    from .userfile import read_user_file
+    from zdoctor.userfile import read_user_file
 
     file = str(path)
     try:
@@ -451,7 +451,7 @@ def load_playbook(path: str | Path) -> Playbook:
 
 
 def _default_dirs() -> list[Path]:
-    from .resources import data_dir
+    from zdoctor.resources import data_dir
 
     return [data_dir("playbooks")]
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .conditions import Condition, FactCondition
-from .playbook import END_KINDS, KINDS, LintError, Playbook, parse_file, reference_errors
-from .registry import owner_check
+from zdoctor.conditions import Condition, FactCondition
+from zdoctor.playbook import END_KINDS, KINDS, LintError, Playbook, parse_file, reference_errors
+from zdoctor.registry import owner_check
 
 
 @dataclass
@@ -26,7 +26,7 @@ class Vocabulary:
 
     @classmethod
     def from_registry(cls) -> Vocabulary:
-        from . import registry
+        from zdoctor import registry
 
         registry.load_vocabulary()
         return cls(registry.PROBES, registry.CHECKS, registry.PREDICATES)
@@ -72,7 +72,7 @@ def _condition_problems(cond: Condition, vocab: Vocabulary) -> list[str]:
 
 def finding_id_known(fid: str, owner: str, checks: Mapping[str, Any]) -> bool:
     """Whether check ``owner`` declares finding id ``fid`` (or a family or a dotted prefix of ids it makes)."""
-    from .registry import CHECKS
+    from zdoctor.registry import CHECKS
 
     spec = checks.get(owner) or CHECKS.get(owner)
     produces = getattr(spec, "produces", None)

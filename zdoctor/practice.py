@@ -10,8 +10,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import InputError, UsageError
-from .host import ReplayHost
+from zdoctor.errors import InputError, UsageError
+from zdoctor.host import ReplayHost
 
 try:
     import tomllib
@@ -44,7 +44,7 @@ class Scenario:
 
 def scenarios_dir() -> Path:
     """Where the bundled scenarios live."""
-    from .resources import data_dir
+    from zdoctor.resources import data_dir
 
     return data_dir("assets") / "scenarios"
 

@@ -11,8 +11,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .model import visible_controls
-from .verdicts import (  # noqa: F401 - the verdict semantics, named here for the renderers
+from zdoctor.model import visible_controls
+from zdoctor.verdicts import (  # noqa: F401 - the verdict semantics, named here for the renderers
     DEFAULT_NOT_TRIED,
     FIXED,
     NOT_FIXED,
@@ -403,7 +403,7 @@ def answer_line(entry: Mapping[str, Any]) -> str | None:
 
 def symptom_place(entry: Mapping[str, Any]) -> str:
     """Where a symptom was seen, in words."""
-    from .symptoms.model import SOURCE_WORDS
+    from zdoctor.symptoms.model import SOURCE_WORDS
 
     src = str(entry.get("source") or "")
     return str(entry.get("where") or SOURCE_WORDS.get(src, src))

@@ -15,10 +15,10 @@ import os
 import pwd
 from typing import Any
 
-from . import codeowner
-from .runas import RunAs
-from .target import Target
-from .trainuser import env_prefix, training_user
+from zdoctor import codeowner
+from zdoctor.runas import RunAs
+from zdoctor.target import Target
+from zdoctor.trainuser import env_prefix, training_user
 
 
 def _owner_uid(path: str | None) -> int | None:

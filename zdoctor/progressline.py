@@ -10,7 +10,7 @@ import sys
 import threading
 from typing import TextIO
 
-from . import progress
+from zdoctor import progress
 
 #: Seconds between two redraws.
 INTERVAL_S = 0.25

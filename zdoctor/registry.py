@@ -9,8 +9,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .layers import layer_of
-from .model import Evidence, Finding, ProbeResult
+from zdoctor.layers import layer_of
+from zdoctor.model import Evidence, Finding, ProbeResult
 
 
 class ProbeHost(typing.Protocol):

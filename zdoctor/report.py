@@ -5,13 +5,13 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .model import visible_controls
+from zdoctor.model import visible_controls
 
 if TYPE_CHECKING:
-    from .doctor import CheckReport
-    from .model import Finding, Remedy
+    from zdoctor.doctor import CheckReport
+    from zdoctor.model import Finding, Remedy
 
-from .present import (
+from zdoctor.present import (
     ALSO_FOUND,
     ASCII_MARKS,
     MARKS,
@@ -36,7 +36,7 @@ from .present import (
     symptom_verdict,
     unexplained_headline,
 )
-from .walkwords import in_words
+from zdoctor.walkwords import in_words
 
 
 def inert(text: object) -> str:

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
-from .events import Recorder, fold
-from .host import Host, LiveHost, ReplayHost
-from .model import ProbeResult
-from .session import SUFFIX, load_events, sessions_dir
-from .target import Target
+from zdoctor.errors import InputError
+from zdoctor.events import Recorder, fold
+from zdoctor.host import Host, LiveHost, ReplayHost
+from zdoctor.model import ProbeResult
+from zdoctor.session import SUFFIX, load_events, sessions_dir
+from zdoctor.target import Target
 
 #: Session modes a guided walk can be resumed from.
 GUIDED_MODES = ("tui", "demo")
@@ -157,7 +157,7 @@ def rebuild_host(info: Mapping[str, Any]) -> Host:
     """The host a session ran against, from its recorded host info: the same snapshot or practice
     scenario for a replay, else this machine with the recorded interpreter, command and options."""
     if info.get("scenario"):
-        from .practice import get_scenario
+        from zdoctor.practice import get_scenario
 
         return get_scenario(str(info["scenario"])).host()
     if info.get("kind") == "replay":
@@ -170,8 +170,8 @@ def rebuild_host(info: Mapping[str, Any]) -> Host:
 
 def resume_walk(point: ResumePoint, host: Host, record: Recorder | None = None):
     """The walk of ``point``'s playbook, back at the node where it stopped (see :meth:`Walk.resume`)."""
-    from .engine import Walk
-    from .playbook import load_all
+    from zdoctor.engine import Walk
+    from zdoctor.playbook import load_all
 
     books = load_all()
     if point.playbook not in books:

@@ -16,11 +16,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import children, codeowner, contain
-from .model import OUTPUT_CAP, Evidence, cap_text
+from zdoctor import children, codeowner, contain
+from zdoctor.model import OUTPUT_CAP, Evidence, cap_text
 
 if TYPE_CHECKING:
-    from .runas import RunAs
+    from zdoctor.runas import RunAs
 
 DEFAULT_TIMEOUT = 20.0
 #: The error of a run zdoctor ended before it finished (its probe abandoned, zdoctor leaving).

@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
 
-from . import __version__
-from .errors import InputError
-from .events import SessionView, fold
-from .redact import redact
-from .shape import event_problems
-from .userfile import open_regular
+from zdoctor import __version__
+from zdoctor.errors import InputError
+from zdoctor.events import SessionView, fold
+from zdoctor.redact import redact
+from zdoctor.shape import event_problems
+from zdoctor.userfile import open_regular
 
 SESSION_ID_RE = re.compile(r"\d{8}T\d{6}-[0-9a-f]{4}")
 SUFFIX = ".jsonl"

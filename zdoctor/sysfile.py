@@ -26,10 +26,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .atomic import create_checked, replace_checked
-from .errors import InputError
-from .model import Remedy
-from .shellquote import shell_quote
+from zdoctor.atomic import create_checked, replace_checked
+from zdoctor.errors import InputError
+from zdoctor.model import Remedy
+from zdoctor.shellquote import shell_quote
 
 RECORD_PREFIX = "zdoctor-sysfile-record: "
 LIMITS_D = "/etc/security/limits.d"

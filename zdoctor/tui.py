@@ -10,8 +10,8 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .fleet.live import LiveFleet
-    from .fleet.result import FleetReport
+    from zdoctor.fleet.live import LiveFleet
+    from zdoctor.fleet.result import FleetReport
 
 
 def _screens(module: str) -> ModuleType:

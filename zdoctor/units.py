@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import InputError
+from zdoctor.errors import InputError
 
 MIB = 1024**2
 GIB = 1024**3

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .symptoms.model import EXPLAINING, UNEXPLAINED_PREFIX
+from zdoctor.symptoms.model import EXPLAINING, UNEXPLAINED_PREFIX
 
 #: A finding: a :class:`~zdoctor.model.Finding` or its dict.
 F = TypeVar("F")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .registry import PREDICATES, load_vocabulary
+from zdoctor.registry import PREDICATES, load_vocabulary
 
 
 def edge_sentence(predicate: Any, negate: Any = False, override: Any = False, reason: Any = "") -> str:

@@ -24,8 +24,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from .. import __version__
-from ..errors import InputError
+from zdoctor import __version__
+from zdoctor.errors import InputError
 
 #: Requirements of the bundle: zdoctor's runtime dependencies as resolved for the oldest Python it
 #: supports (tomli included: Python < 3.11 needs it). psutil comes from its platform wheels.
@@ -102,7 +102,7 @@ def _dist(name: str) -> tuple[str, str]:
 def _source_tree() -> dict[str, Path]:
     """zdoctor's own files: the package's modules and the data files beside them (``shape.json``), with the
     screens inside it, as in the wheel."""
-    from ..resources import data_dir
+    from zdoctor.resources import data_dir
 
     pkg = Path(__file__).resolve().parent.parent
     out: dict[str, Path] = {}
@@ -117,7 +117,7 @@ def _source_tree() -> dict[str, Path]:
 
 
 def _data_tree() -> dict[str, Path]:
-    from ..resources import data_dir
+    from zdoctor.resources import data_dir
 
     out: dict[str, Path] = {}
     for name in ("playbooks", "assets"):

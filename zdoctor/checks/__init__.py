@@ -8,10 +8,10 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from ..host import Host
-from ..host.replay import MALFORMED
-from ..model import Evidence, Finding
-from ..registry import CHECKS, Facts, load_vocabulary
+from zdoctor.host import Host
+from zdoctor.host.replay import MALFORMED
+from zdoctor.model import Evidence, Finding
+from zdoctor.registry import CHECKS, Facts, load_vocabulary
 
 
 def not_checked(fid: str, title: str, why: str, evidence: list[Evidence] | None = None) -> Finding:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..causes import CGROUP_LIMIT
-from ..gpu.limits import human
-from ..model import Evidence, Finding, Remedy
-from ..registry import Facts, check, predicate
-from ..symptoms.match import ids_for
-from . import not_checked
-from .hostram import LIMIT_COMMANDS, job_kill_cause
+from zdoctor.causes import CGROUP_LIMIT
+from zdoctor.checks import not_checked
+from zdoctor.checks.hostram import LIMIT_COMMANDS, job_kill_cause
+from zdoctor.gpu.limits import human
+from zdoctor.model import Evidence, Finding, Remedy
+from zdoctor.registry import Facts, check, predicate
+from zdoctor.symptoms.match import ids_for
 
 #: Usage above this share of the memory limit, or of pids.max, is close to it.
 NEAR = 0.90

@@ -10,17 +10,17 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .. import packages as pkgmgr
-from ..forensics.gccver import parse_torch_config, version_tuple
-from ..gpu import cuda
-from ..gpu.checkfacts import na, nvml_gpus, pip_line
-from ..layers import BY_ID
-from ..model import Evidence, Finding, Remedy
-from ..plural import count_of
-from ..registry import Facts, check, predicate
-from ..shellquote import shell_quote
-from ..symptoms.match import ids_for
-from . import not_checked
+from zdoctor import packages as pkgmgr
+from zdoctor.checks import not_checked
+from zdoctor.forensics.gccver import parse_torch_config, version_tuple
+from zdoctor.gpu import cuda
+from zdoctor.gpu.checkfacts import na, nvml_gpus, pip_line
+from zdoctor.layers import BY_ID
+from zdoctor.model import Evidence, Finding, Remedy
+from zdoctor.plural import count_of
+from zdoctor.registry import Facts, check, predicate
+from zdoctor.shellquote import shell_quote
+from zdoctor.symptoms.match import ids_for
 
 #: A driver branch that supports every CUDA 12.x and 13.0 runtime.
 DRIVER_BRANCH = "580"
@@ -107,7 +107,7 @@ def _distro(facts: Facts) -> dict[str, Any] | None:
 def _driver_remedy(gpus: list[dict[str, Any]] | None = None,
                    distro: dict[str, Any] | None = None) -> list[Remedy]:
     """Upgrade the driver, one alternative per package manager this node may have."""
-    from ..rules.drivers import driver_ceiling
+    from zdoctor.rules.drivers import driver_ceiling
 
     ceil = driver_ceiling([g.get("name") or "" for g in gpus or []])
     out = []
@@ -174,7 +174,7 @@ def check_runtime(facts: Facts) -> list[Finding]:
     drv_int = nv.get("cuda_driver")
     if v["verdict"] == "too_old":
         rem = [r for r in [_wheel_remedy(facts, drv_cuda)] if r] + _driver_remedy(gpus, _distro(facts))
-        from ..rules.drivers import min_driver_pre11
+        from zdoctor.rules.drivers import min_driver_pre11
 
         pre11 = min_driver_pre11(v["runtime"]) if v.get("no_minor_compat") else None
         return [Finding(
@@ -296,8 +296,8 @@ def _install_toolkit_remedy(torch_cuda_v: str, distro: dict[str, Any] | None) ->
 
 def _installed_nvcc_rule(facts: Facts) -> dict[str, Any] | None:
     """The nvcc rule read from the installed DeepSpeed (dsrelease probe), when that probe ran."""
-    from ..rules.deepspeed import CURRENT_READ_FROM, parse_version
-    from .dsrelease import nvcc_rule_of_installed
+    from zdoctor.checks.dsrelease import nvcc_rule_of_installed
+    from zdoctor.rules.deepspeed import CURRENT_READ_FROM, parse_version
 
     rule = nvcc_rule_of_installed(facts)
     if rule is None:

@@ -11,15 +11,15 @@ import os
 import shlex
 from typing import Any
 
-from ..forensics import cudalookup as cl
-from ..forensics.remedies import Plan
-from ..model import Evidence, Finding, Remedy
-from ..plural import count_of
-from ..registry import Facts, check
-from ..rules.cudalookup import DRIVER_DIRS, TRITON_FILES
-from ..symptoms.match import ids_for
-from ..sysfile import create_file_remedy, free_name
-from . import not_checked
+from zdoctor.checks import not_checked
+from zdoctor.forensics import cudalookup as cl
+from zdoctor.forensics.remedies import Plan
+from zdoctor.model import Evidence, Finding, Remedy
+from zdoctor.plural import count_of
+from zdoctor.registry import Facts, check
+from zdoctor.rules.cudalookup import DRIVER_DIRS, TRITON_FILES
+from zdoctor.symptoms.match import ids_for
+from zdoctor.sysfile import create_file_remedy, free_name
 
 FID = "cuda.lookup"
 TITLE = "CUDA library lookup"

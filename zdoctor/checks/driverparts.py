@@ -14,15 +14,15 @@ import shlex
 import time
 from typing import Any
 
-from .. import packages as pkgmgr
-from ..gpu import fabricmanager, fwcompat
-from ..gpu.checkfacts import result_facts
-from ..gpu.cuda import CUDA_INIT_ERRORS
-from ..model import Evidence, Finding, Remedy
-from ..registry import Facts, check
-from ..symptoms.match import ids_for
-from . import not_checked
-from .gpu import reboot_remedy, reload_remedy
+from zdoctor import packages as pkgmgr
+from zdoctor.checks import not_checked
+from zdoctor.checks.gpu import reboot_remedy, reload_remedy
+from zdoctor.gpu import fabricmanager, fwcompat
+from zdoctor.gpu.checkfacts import result_facts
+from zdoctor.gpu.cuda import CUDA_INIT_ERRORS
+from zdoctor.model import Evidence, Finding, Remedy
+from zdoctor.registry import Facts, check
+from zdoctor.symptoms.match import ids_for
 
 NAME = "gpu.driver-parts"
 TITLE = "The driver's parts"

@@ -7,11 +7,11 @@ import os
 import shlex
 from typing import Any
 
-from ..model import Evidence, Finding, Remedy
-from ..packages import managers, package_name
-from ..registry import Facts, check
-from ..rules import deepspeed as dsr
-from . import not_checked
+from zdoctor.checks import not_checked
+from zdoctor.model import Evidence, Finding, Remedy
+from zdoctor.packages import managers, package_name
+from zdoctor.registry import Facts, check
+from zdoctor.rules import deepspeed as dsr
 
 
 def _sources(rule_id: str) -> str:

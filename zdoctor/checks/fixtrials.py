@@ -10,12 +10,12 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from ..forensics.remedies import Plan
-from ..model import Evidence, Finding
-from ..plural import count_of
-from ..present import verification_mark, verification_of, verification_text
-from ..registry import Facts, check
-from . import not_checked
+from zdoctor.checks import not_checked
+from zdoctor.forensics.remedies import Plan
+from zdoctor.model import Evidence, Finding
+from zdoctor.plural import count_of
+from zdoctor.present import verification_mark, verification_of, verification_text
+from zdoctor.registry import Facts, check
 
 FID = "libs.fix-trials"
 TITLE = "The failing command, re-run with each fix"

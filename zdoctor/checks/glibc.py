@@ -12,14 +12,14 @@ import os
 import shlex
 from typing import Any
 
-from ..forensics.versions import parse_version
-from ..model import Finding, Remedy
-from ..packages import managers_of_owner
-from ..probes.glibc import glibc_version_errors
-from ..registry import Facts, check, predicate
-from ..shellquote import shell_quote
-from ..symptoms.match import ids_for
-from . import not_checked
+from zdoctor.checks import not_checked
+from zdoctor.forensics.versions import parse_version
+from zdoctor.model import Finding, Remedy
+from zdoctor.packages import managers_of_owner
+from zdoctor.probes.glibc import glibc_version_errors
+from zdoctor.registry import Facts, check, predicate
+from zdoctor.shellquote import shell_quote
+from zdoctor.symptoms.match import ids_for
 
 
 def _num(v: str | None) -> tuple[int, ...] | None:

@@ -11,14 +11,14 @@ import shlex
 import time
 from typing import Any
 
-from ..forensics.kernlog import bus_address
-from ..gpu import kmod, limits, nvml
-from ..gpu.checkfacts import na, nvml_gpus, result_facts
-from ..model import Evidence, Finding, Remedy
-from ..plural import count_of
-from ..registry import Facts, check, predicate
-from ..symptoms.match import ids_for
-from . import evaluate_check, not_checked
+from zdoctor.checks import evaluate_check, not_checked
+from zdoctor.forensics.kernlog import bus_address
+from zdoctor.gpu import kmod, limits, nvml
+from zdoctor.gpu.checkfacts import na, nvml_gpus, result_facts
+from zdoctor.model import Evidence, Finding, Remedy
+from zdoctor.plural import count_of
+from zdoctor.registry import Facts, check, predicate
+from zdoctor.symptoms.match import ids_for
 
 HOT_C = 85
 IDLE_UTIL = 10

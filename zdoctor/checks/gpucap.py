@@ -7,11 +7,11 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from ..gpu import capability as cap
-from ..model import Finding, Remedy
-from ..registry import Facts, check
-from ..symptoms.match import ids_for
-from . import not_checked
+from zdoctor.checks import not_checked
+from zdoctor.gpu import capability as cap
+from zdoctor.model import Finding, Remedy
+from zdoctor.registry import Facts, check
+from zdoctor.symptoms.match import ids_for
 
 PRECISION = "gpu.capability.precision"
 ARCH = "gpu.capability.arch-list"

@@ -6,11 +6,11 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from ..gpu import envreview
-from ..gpu.checkfacts import nvml_gpus
-from ..model import Evidence, Finding, Remedy
-from ..registry import Facts, check
-from . import not_checked
+from zdoctor.checks import not_checked
+from zdoctor.gpu import envreview
+from zdoctor.gpu.checkfacts import nvml_gpus
+from zdoctor.model import Evidence, Finding, Remedy
+from zdoctor.registry import Facts, check
 
 
 @check("gpu.env", title="NCCL / CUDA environment of the training", probes=("gpu_env", "nvml"),

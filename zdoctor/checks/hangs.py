@@ -8,15 +8,15 @@ import os
 import re
 from typing import Any
 
-from ..forensics.gccver import version_tuple
-from ..forensics.versions import gcc_release_for
-from ..model import Finding, Remedy
-from ..plural import count_of
-from ..probes.hangs import duration, show
-from ..registry import Facts, check, predicate
-from ..shellquote import shell_quote
-from ..symptoms.match import ids_for
-from . import not_checked
+from zdoctor.checks import not_checked
+from zdoctor.forensics.gccver import version_tuple
+from zdoctor.forensics.versions import gcc_release_for
+from zdoctor.model import Finding, Remedy
+from zdoctor.plural import count_of
+from zdoctor.probes.hangs import duration, show
+from zdoctor.registry import Facts, check, predicate
+from zdoctor.shellquote import shell_quote
+from zdoctor.symptoms.match import ids_for
 
 #: The processes the hang check counts, as a counted noun.
 JOB_PROCESS = "python, launcher or compiler process"

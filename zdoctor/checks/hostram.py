@@ -7,13 +7,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..causes import CGROUP_LIMIT, UNKNOWN_KILL, WHAT_WOULD_TELL, kill_cause, oom_cause
-from ..gpu.limits import human
-from ..model import Evidence, Finding, Remedy
-from ..offload.planner import gib
-from ..registry import Facts, check, predicate
-from ..symptoms.match import ids_for
-from . import not_checked
+from zdoctor.causes import CGROUP_LIMIT, UNKNOWN_KILL, WHAT_WOULD_TELL, kill_cause, oom_cause
+from zdoctor.checks import not_checked
+from zdoctor.gpu.limits import human
+from zdoctor.model import Evidence, Finding, Remedy
+from zdoctor.offload.planner import gib
+from zdoctor.registry import Facts, check, predicate
+from zdoctor.symptoms.match import ids_for
 
 
 @check("offload.host-ram", title="Host memory beyond the offload estimate", probes=("hostram",),

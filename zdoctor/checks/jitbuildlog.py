@@ -8,10 +8,10 @@ import os
 import shlex
 from typing import Any
 
-from ..model import Finding, Remedy
-from ..registry import Facts, check
-from ..symptoms.match import ids_for
-from . import not_checked
+from zdoctor.checks import not_checked
+from zdoctor.model import Finding, Remedy
+from zdoctor.registry import Facts, check
+from zdoctor.symptoms.match import ids_for
 
 NAME = "jit.build-log"
 TITLE = "JIT ops' build logs against the next launch"

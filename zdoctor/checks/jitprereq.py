@@ -8,15 +8,15 @@ import re
 import shlex
 from typing import Any
 
-from ..causes import BROKEN_COMPILER, FULL_DISK
-from ..forensics.remedies import export_line, restore_line
-from ..gpu.limits import human
-from ..model import Finding, Remedy
-from ..packages import managers, python_headers_package
-from ..registry import Facts, check, predicate
-from ..symptoms.match import ids_for
-from . import not_checked
-from .toolchain import install_remedies
+from zdoctor.causes import BROKEN_COMPILER, FULL_DISK
+from zdoctor.checks import not_checked
+from zdoctor.checks.toolchain import install_remedies
+from zdoctor.forensics.remedies import export_line, restore_line
+from zdoctor.gpu.limits import human
+from zdoctor.model import Finding, Remedy
+from zdoctor.packages import managers, python_headers_package
+from zdoctor.registry import Facts, check, predicate
+from zdoctor.symptoms.match import ids_for
 
 SYSTEM_PREFIXES = ("/usr", "/usr/local")
 _MISSING_HEADER = re.compile(r"fatal error: ([\w./+-]+\.h(?:pp)?): No such file or directory")

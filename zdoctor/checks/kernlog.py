@@ -12,19 +12,19 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .. import packages as pkgmgr
-from ..causes import CGROUP_LIMIT, HOST_RAM, NUMA_LIMIT, UNKNOWN_KILL, WHAT_WOULD_TELL, kill_cause, oom_cause
-from ..forensics.kernlog import bus_address
-from ..gpu.checkfacts import result_facts
-from ..gpu.pcipresent import NVIDIA_VENDOR, link_state
-from ..model import Evidence, Finding, Remedy
-from ..plural import count_of
-from ..registry import Facts, check, predicate
-from ..rules.xids import CATALOGUE, DriverFault, driver_fault, xid
-from ..symptoms.match import ids_for, symptoms_of
-from . import not_checked
-from .gpu import reboot_remedy, reload_remedy, reset_remedy
-from .hostram import job_cgroup_oom_kills
+from zdoctor import packages as pkgmgr
+from zdoctor.causes import CGROUP_LIMIT, HOST_RAM, NUMA_LIMIT, UNKNOWN_KILL, WHAT_WOULD_TELL, kill_cause, oom_cause
+from zdoctor.checks import not_checked
+from zdoctor.checks.gpu import reboot_remedy, reload_remedy, reset_remedy
+from zdoctor.checks.hostram import job_cgroup_oom_kills
+from zdoctor.forensics.kernlog import bus_address
+from zdoctor.gpu.checkfacts import result_facts
+from zdoctor.gpu.pcipresent import NVIDIA_VENDOR, link_state
+from zdoctor.model import Evidence, Finding, Remedy
+from zdoctor.plural import count_of
+from zdoctor.registry import Facts, check, predicate
+from zdoctor.rules.xids import CATALOGUE, DriverFault, driver_fault, xid
+from zdoctor.symptoms.match import ids_for, symptoms_of
 
 LAYER = "kernel-log"
 

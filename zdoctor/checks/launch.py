@@ -7,13 +7,13 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from ..launch.rankenv import REQUIRED, SETS
-from ..model import Evidence, Finding, Remedy
-from ..plural import count_of
-from ..registry import Facts, check
-from ..rules.dslauncher import RULES_BY_ID
-from ..symptoms.match import ids_for
-from . import not_checked
+from zdoctor.checks import not_checked
+from zdoctor.launch.rankenv import REQUIRED, SETS
+from zdoctor.model import Evidence, Finding, Remedy
+from zdoctor.plural import count_of
+from zdoctor.registry import Facts, check
+from zdoctor.rules.dslauncher import RULES_BY_ID
+from zdoctor.symptoms.match import ids_for
 
 #: The variables set by hand for a single process (what a launcher would give rank 0 of 1).
 ONE_PROCESS = (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),

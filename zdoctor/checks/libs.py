@@ -5,20 +5,20 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..filefix import replace_remedy
-from ..forensics.fixes import best_copy
-from ..forensics.rebuildop import jit_dir_of, rebuild_remedy, serving_compilers
-from ..forensics.remedies import Plan
-from ..forensics.runneeds import has_every, is_libstdcxx_version, needed_versions
-from ..forensics.runtables import failure_tables
-from ..forensics.shellinit import COMMENT_NOTE, commented_out
-from ..forensics.sources import live_source, static_source
-from ..forensics.versions import gcc_release_for, gcc_series, newest, sort_key
-from ..model import Evidence, Finding, Remedy
-from ..packages import managers
-from ..registry import Facts, check, predicate
-from ..symptoms.match import ids_for
-from . import not_checked
+from zdoctor.checks import not_checked
+from zdoctor.filefix import replace_remedy
+from zdoctor.forensics.fixes import best_copy
+from zdoctor.forensics.rebuildop import jit_dir_of, rebuild_remedy, serving_compilers
+from zdoctor.forensics.remedies import Plan
+from zdoctor.forensics.runneeds import has_every, is_libstdcxx_version, needed_versions
+from zdoctor.forensics.runtables import failure_tables
+from zdoctor.forensics.shellinit import COMMENT_NOTE, commented_out
+from zdoctor.forensics.sources import live_source, static_source
+from zdoctor.forensics.versions import gcc_release_for, gcc_series, newest, sort_key
+from zdoctor.model import Evidence, Finding, Remedy
+from zdoctor.packages import managers
+from zdoctor.registry import Facts, check, predicate
+from zdoctor.symptoms.match import ids_for
 
 LIBSTDCXX = "libstdc++.so.6"
 _OPENS_COPY = "libstdc++.so"
@@ -480,7 +480,7 @@ def check_interpreter_rpath(facts: Facts) -> list[Finding]:
 def _gcc_of(comment: str) -> str | None:
     """``GCC: (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0`` -> ``11.4.0``; ``GCC: (GNU) 13.3.1 20240611 (Red Hat
     13.3.1-2)`` -> ``13.3.1`` (the release, not the vendor's package suffix)."""
-    from ..forensics.jitcache import gcc_version_of
+    from zdoctor.forensics.jitcache import gcc_version_of
 
     return gcc_version_of([comment]) if comment.startswith("GCC:") else None
 
@@ -534,7 +534,7 @@ def check_ext_compilers(facts: Facts) -> list[Finding]:
 def check_env_source(facts: Facts) -> list[Finding]:
     """For each LD_LIBRARY_PATH or LD_PRELOAD entry that supplies a failing libstdc++, the shell startup line
     that sets it: the line to change so the fix outlives this shell."""
-    from ..forensics.shellinit import lines_for_entry
+    from zdoctor.forensics.shellinit import lines_for_entry
 
     cid = "libs.env-source"
     kinds = {"ld_library_path": "LD_LIBRARY_PATH", "ld_preload": "LD_PRELOAD"}

@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..gpu import limits
-from ..gpu.checkfacts import nvml_gpus
-from ..model import Evidence, Finding, Remedy
-from ..plural import count_of
-from ..registry import Facts, check
-from ..symptoms.match import ids_for
-from ..sysfile import LIMITS_D, create_file_remedy, free_name
-from . import not_checked
+from zdoctor.checks import not_checked
+from zdoctor.gpu import limits
+from zdoctor.gpu.checkfacts import nvml_gpus
+from zdoctor.model import Evidence, Finding, Remedy
+from zdoctor.plural import count_of
+from zdoctor.registry import Facts, check
+from zdoctor.symptoms.match import ids_for
+from zdoctor.sysfile import LIMITS_D, create_file_remedy, free_name
 
 
 def _gpus_on_node(facts: Facts, lf: dict[str, Any]) -> int | None:

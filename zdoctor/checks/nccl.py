@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..gpu import cuda
-from ..gpu import nccl as ncclmod
-from ..gpu.checkfacts import pip_line, result_facts
-from ..model import Finding, Remedy
-from ..registry import Facts, check
-from ..shellquote import shell_quote
-from . import not_checked
+from zdoctor.checks import not_checked
+from zdoctor.gpu import cuda
+from zdoctor.gpu import nccl as ncclmod
+from zdoctor.gpu.checkfacts import pip_line, result_facts
+from zdoctor.model import Finding, Remedy
+from zdoctor.registry import Facts, check
+from zdoctor.shellquote import shell_quote
 
 
 def _first_loaded_from_env(nf: dict[str, Any]) -> dict[str, Any] | None:

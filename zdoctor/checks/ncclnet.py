@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..gpu import infiniband, nccllog, ncclnet
-from ..model import Evidence, Finding, Remedy
-from ..registry import Facts, check
-from ..shellquote import shell_quote
-from ..symptoms.match import ids_for
-from . import not_checked
+from zdoctor.checks import not_checked
+from zdoctor.gpu import infiniband, nccllog, ncclnet
+from zdoctor.model import Evidence, Finding, Remedy
+from zdoctor.registry import Facts, check
+from zdoctor.shellquote import shell_quote
+from zdoctor.symptoms.match import ids_for
 
 NO_PEERS = ("not examined: no hostfile or MASTER_ADDR given (name the job's nodes with --hostfile FILE, or set "
             "MASTER_ADDR in the training environment)")

@@ -14,16 +14,16 @@ import hashlib
 import os
 from typing import Any
 
-from ..errors import InputError
-from ..filefix import replace_remedy
-from ..model import Finding, Remedy
-from ..offload import planner
-from ..offload.dsconfig import load_config, parse_config
-from ..offload.dspatch import nvme_patch
-from ..plural import count_of
-from ..registry import Facts, check, predicate
-from . import not_checked
-from .rankcores import cores_summary
+from zdoctor.checks import not_checked
+from zdoctor.checks.rankcores import cores_summary
+from zdoctor.errors import InputError
+from zdoctor.filefix import replace_remedy
+from zdoctor.model import Finding, Remedy
+from zdoctor.offload import planner
+from zdoctor.offload.dsconfig import load_config, parse_config
+from zdoctor.offload.dspatch import nvme_patch
+from zdoctor.plural import count_of
+from zdoctor.registry import Facts, check, predicate
 
 #: GPUs busy less than this share of the time, on average, count as starved.
 GPU_STARVED_PCT = 50.0

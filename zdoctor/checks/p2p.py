@@ -11,12 +11,12 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from ..forensics.kernlog import records_at
-from ..gpu import p2p
-from ..model import Evidence, Finding, Remedy
-from ..registry import Facts, check, predicate
-from ..sysfile import kernel_parameters_remedy
-from . import not_checked
+from zdoctor.checks import not_checked
+from zdoctor.forensics.kernlog import records_at
+from zdoctor.gpu import p2p
+from zdoctor.model import Evidence, Finding, Remedy
+from zdoctor.registry import Facts, check, predicate
+from zdoctor.sysfile import kernel_parameters_remedy
 
 WORKAROUND = Remedy(
     title="Workaround: NCCL_P2P_DISABLE=1 (NCCL copies through host memory)",

@@ -5,10 +5,10 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from ..model import Finding, Remedy
-from ..registry import Facts, check, predicate
-from ..target import DEFAULT_PYTHON
-from . import not_checked
+from zdoctor.checks import not_checked
+from zdoctor.model import Finding, Remedy
+from zdoctor.registry import Facts, check, predicate
+from zdoctor.target import DEFAULT_PYTHON
 
 PLACEHOLDER = "/path/to/env/bin/python"
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model import Finding, Remedy
-from ..packages import managers
-from ..plural import count_of
-from ..registry import Facts, check
-from . import not_checked
+from zdoctor.checks import not_checked
+from zdoctor.model import Finding, Remedy
+from zdoctor.packages import managers
+from zdoctor.plural import count_of
+from zdoctor.registry import Facts, check
 
 
 def _binding_words(b: dict[str, Any]) -> str:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..forensics.rankwaits import OP_TYPES, compare, label, rank_wait, said
-from ..model import Evidence, Finding, Remedy
-from ..plural import count_of
-from ..registry import Facts, check
-from ..symptoms.match import ids_for
-from . import not_checked
+from zdoctor.checks import not_checked
+from zdoctor.forensics.rankwaits import OP_TYPES, compare, label, rank_wait, said
+from zdoctor.model import Evidence, Finding, Remedy
+from zdoctor.plural import count_of
+from zdoctor.registry import Facts, check
+from zdoctor.symptoms.match import ids_for
 
 CID = "ranks.waits"
 TITLE = "A hung job's ranks"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import shlex
 
-from ..model import Finding, Remedy
-from ..registry import Facts, check
-from . import not_checked
+from zdoctor.checks import not_checked
+from zdoctor.model import Finding, Remedy
+from zdoctor.registry import Facts, check
 
 
 @check("gpu.shm-access", title="/dev/shm writable by the training user", probes=("shm_access",))

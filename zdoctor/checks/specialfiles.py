@@ -3,11 +3,11 @@ ops or shell start-up files are read, named as what it is, with what it does to 
 
 from __future__ import annotations
 
-from ..forensics.specialfiles import effect, removal
-from ..model import Evidence, Finding, Remedy
-from ..plural import count_of
-from ..registry import Facts, check
-from . import not_checked
+from zdoctor.checks import not_checked
+from zdoctor.forensics.specialfiles import effect, removal
+from zdoctor.model import Evidence, Finding, Remedy
+from zdoctor.plural import count_of
+from zdoctor.registry import Facts, check
 
 CID = "pyenv.special-files"
 TITLE = "Special files where libraries, ops and start-up files are read"

@@ -7,17 +7,17 @@ from __future__ import annotations
 import errno
 from typing import Any
 
-from ..model import Evidence, Finding, Remedy
-from ..packages import package_name
-from ..plural import count_of
-from ..registry import Facts, check, predicate
-from ..shellquote import shell_quote
-from ..storage import blockdev as bd
-from ..storage import fstab as fs
-from ..storage.iotest import explain_odirect, human, rate
-from ..symptoms.match import ids_for
-from . import not_checked
-from .dsrelease import libaio_remedies_for_dpkg_only
+from zdoctor.checks import not_checked
+from zdoctor.checks.dsrelease import libaio_remedies_for_dpkg_only
+from zdoctor.model import Evidence, Finding, Remedy
+from zdoctor.packages import package_name
+from zdoctor.plural import count_of
+from zdoctor.registry import Facts, check, predicate
+from zdoctor.shellquote import shell_quote
+from zdoctor.storage import blockdev as bd
+from zdoctor.storage import fstab as fs
+from zdoctor.storage.iotest import explain_odirect, human, rate
+from zdoctor.symptoms.match import ids_for
 
 #: Below this sustained sequential rate (bytes/s, either direction) offload waits on the disk.
 SLOW_BPS = 1.0e9

@@ -6,13 +6,13 @@ import os
 import shlex
 from typing import Any
 
-from ..forensics.remedies import Plan
-from ..forensics.symbols import library_for_prefix
-from ..model import Finding, Remedy
-from ..packages import managers_of_owner
-from ..registry import Facts, check, predicate
-from ..symptoms.match import ids_for
-from . import not_checked
+from zdoctor.checks import not_checked
+from zdoctor.forensics.remedies import Plan
+from zdoctor.forensics.symbols import library_for_prefix
+from zdoctor.model import Finding, Remedy
+from zdoctor.packages import managers_of_owner
+from zdoctor.registry import Facts, check, predicate
+from zdoctor.symptoms.match import ids_for
 
 ABI_WORD = {0: "the old ABI (_GLIBCXX_USE_CXX11_ABI=0)", 1: "the C++11 ABI (_GLIBCXX_USE_CXX11_ABI=1)"}
 
@@ -219,7 +219,7 @@ def _other_release(e: dict[str, Any], fid: str, name: str, shown: str,
        probes=("symbols", "livetrace"), optional=("toolchain",),
        explains=("undefined-symbol", "undefined-reference", "version-not-found"))
 def check_symbols(facts: Facts) -> list[Finding]:
-    from .libs import live_unchecked
+    from zdoctor.checks.libs import live_unchecked
 
     f = facts.of("symbols")
     if f is None or f.get("skipped"):

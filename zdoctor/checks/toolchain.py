@@ -6,12 +6,12 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from ..forensics.gccver import version_tuple
-from ..model import Finding, Remedy
-from ..packages import managers, package_name
-from ..registry import Facts, check, predicate
-from ..shellquote import shell_quote
-from . import not_checked
+from zdoctor.checks import not_checked
+from zdoctor.forensics.gccver import version_tuple
+from zdoctor.model import Finding, Remedy
+from zdoctor.packages import managers, package_name
+from zdoctor.registry import Facts, check, predicate
+from zdoctor.shellquote import shell_quote
 
 #: PyTorch documents gcc 9.4+ for its own C++17 build; torch >= 2.1 compiles extensions with -std=c++17.
 MIN_GCC_MAJOR = 9

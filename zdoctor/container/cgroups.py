@@ -23,9 +23,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..cgroup import paths_of
-from ..storage.mounts import MOUNTINFO, MountEntry, read_mountinfo
-from ..userfile import open_regular_text
+from zdoctor.cgroup import paths_of
+from zdoctor.storage.mounts import MOUNTINFO, MountEntry, read_mountinfo
+from zdoctor.userfile import open_regular_text
 
 #: A limit at or above this is no limit (v1 prints 9223372036854771712 for none).
 NO_LIMIT = 1 << 60

@@ -11,8 +11,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..cgroup import paths_of
-from ..storage.mounts import mount_at, read_mountinfo
+from zdoctor.cgroup import paths_of
+from zdoctor.storage.mounts import mount_at, read_mountinfo
 
 #: Words of a cgroup path a container runtime leaves, and the runtime each names.
 CGROUP_WORDS = (("kubepods", "kubernetes"), ("libpod", "podman"), ("docker", "docker"), ("crio", "cri-o"),

@@ -16,11 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import children
-from ..errors import InputError, UsageError
-from ..runner import run, run_streaming
-from . import launch
-from .armor import END, ArmorError, decode
+from zdoctor import children
+from zdoctor.errors import InputError, UsageError
+from zdoctor.fleet import launch
+from zdoctor.fleet.armor import END, ArmorError, decode
+from zdoctor.runner import run, run_streaming
 
 NODE_STATUSES = ("ok", "unreachable", "no-zdoctor", "timeout", "error", "bad-output")
 #: Output kept per node: snapshots are a few hundred KiB armored at most; this only stops a flood.
@@ -68,7 +68,7 @@ def _tail(lines: Sequence[str], n: int = 6) -> list[str]:
 
 
 def _valid_snapshot(doc: dict[str, Any], host: str) -> str | None:
-    from ..host import ReplayHost
+    from zdoctor.host import ReplayHost
 
     try:
         ReplayHost(doc, source=host)

@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..errors import UsageError
-from . import launch
-from .collect import NodeRun, OnNode, OnStart, pdsh_nodes, per_node, require_launcher
-from .push import collect_with_push
+from zdoctor.errors import UsageError
+from zdoctor.fleet import launch
+from zdoctor.fleet.collect import NodeRun, OnNode, OnStart, pdsh_nodes, per_node, require_launcher
+from zdoctor.fleet.push import collect_with_push
 
 
 def collect(hosts: Sequence[str], opts: launch.FleetOptions, on_node: OnNode | None = None,

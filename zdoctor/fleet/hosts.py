@@ -3,6 +3,14 @@ too); this module keeps the fleet's name for them."""
 
 from __future__ import annotations
 
-from ..launch.hosts import MAX_HOSTS, Node, expand_nodelist, host_problem, parse_hostfile, read_hostfile, validate_host
+from zdoctor.launch.hosts import (
+    MAX_HOSTS,
+    Node,
+    expand_nodelist,
+    host_problem,
+    parse_hostfile,
+    read_hostfile,
+    validate_host,
+)
 
 __all__ = ["MAX_HOSTS", "Node", "expand_nodelist", "host_problem", "parse_hostfile", "read_hostfile", "validate_host"]

@@ -14,7 +14,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..errors import UsageError
+from zdoctor.errors import UsageError
 
 LAUNCHERS = ("pdsh", "ssh", "srun")
 DEFAULT_TIMEOUT = 180.0

@@ -27,11 +27,11 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .. import __version__
-from ..errors import UsageError
-from ..runner import run
-from . import launch
-from .collect import OUTPUT_CAP, NodeRun, OnNode, OnStart, classify, gather, split_pdsh
+from zdoctor import __version__
+from zdoctor.errors import UsageError
+from zdoctor.fleet import launch
+from zdoctor.fleet.collect import OUTPUT_CAP, NodeRun, OnNode, OnStart, classify, gather, split_pdsh
+from zdoctor.runner import run
 
 MARK = "@@zdoctor-push-dir"
 #: What ``mktemp -d "$TMPDIR/zdoctor-push.XXXXXXXXXX"`` makes: an absolute path of plain characters.

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..checks.ranks import judge, rank_order
-from ..forensics.rankwaits import rank_wait
-from ..model import Finding
-from .collect import NodeRun
+from zdoctor.checks.ranks import judge, rank_order
+from zdoctor.fleet.collect import NodeRun
+from zdoctor.forensics.rankwaits import rank_wait
+from zdoctor.model import Finding
 
 FLEET_ID = "fleet.ranks"
 

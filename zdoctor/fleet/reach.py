@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..gpu.ncclnet import route_for
-from ..model import Evidence, Finding
+from zdoctor.gpu.ncclnet import route_for
+from zdoctor.model import Evidence, Finding
 
 FINDING = "fleet.nccl-reach"
 

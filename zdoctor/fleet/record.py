@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import InputError
-from ..events import FindingRecorded, FleetResult, Recorder, SummaryRecorded
-from ..model import summarize
-from .collect import NodeRun
-from .result import FleetReport
+from zdoctor.errors import InputError
+from zdoctor.events import FindingRecorded, FleetResult, Recorder, SummaryRecorded
+from zdoctor.fleet.collect import NodeRun
+from zdoctor.fleet.result import FleetReport
+from zdoctor.model import summarize
 
 
 def record_report(report: FleetReport, record: Recorder) -> None:

@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from .. import __version__
-from ..model import FAILING, STATUS_RANK, Evidence, Finding, Remedy, sort_findings
-from .collect import NodeRun
-from .ranks import fleet_rank_findings
-from .reach import nccl_facts, reach_finding
-from .skew import SkewRow, read_facts, skew_table
+from zdoctor import __version__
+from zdoctor.fleet.collect import NodeRun
+from zdoctor.fleet.ranks import fleet_rank_findings
+from zdoctor.fleet.reach import nccl_facts, reach_finding
+from zdoctor.fleet.skew import SkewRow, read_facts, skew_table
+from zdoctor.model import FAILING, STATUS_RANK, Evidence, Finding, Remedy, sort_findings
 
 #: The matrix column for probes that crashed or timed out on a node.
 PROBES_COLUMN = "probes"
@@ -111,9 +111,9 @@ def evaluate_node(run: NodeRun, launcher: str) -> NodeResult:
     """Evaluate one node's snapshot with every registered check, exactly as ``check --replay`` would."""
     if run.status != "ok" or run.snapshot is None:
         return NodeResult(run, [_launch_finding(run, launcher)])
-    from ..checks import evaluate_checks, probe_findings, probes_for
-    from ..host import ReplayHost
-    from ..registry import CHECKS, load_vocabulary
+    from zdoctor.checks import evaluate_checks, probe_findings, probes_for
+    from zdoctor.host import ReplayHost
+    from zdoctor.registry import CHECKS, load_vocabulary
 
     load_vocabulary()
     host = ReplayHost(run.snapshot, source=run.host)
@@ -136,7 +136,7 @@ def evaluate_node(run: NodeRun, launcher: str) -> NodeResult:
 
 def visible_gpus(probes: dict[str, dict[str, Any]]) -> int | None:
     """How many GPUs the training sees: NVML's list as CUDA_VISIBLE_DEVICES filters it (None: unknown)."""
-    from ..gpu.envreview import visible_devices
+    from zdoctor.gpu.envreview import visible_devices
 
     nv = probes.get("nvml") or {}
     if not isinstance(nv.get("count"), int):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from ..present import STYLES, pasted_script
-from ..report import _marks_for, inert
-from .result import FleetReport, families
-from .skew import MISSING
+from zdoctor.fleet.result import FleetReport, families
+from zdoctor.fleet.skew import MISSING
+from zdoctor.present import STYLES, pasted_script
+from zdoctor.report import _marks_for, inert
 
 
 def _clip(text: str, width: int) -> str:

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .elf import read_elf
-from .versions import family_of, missing, sort_key
+from zdoctor.forensics.elf import read_elf
+from zdoctor.forensics.versions import family_of, missing, sort_key
 
 LIBSTDCXX = "libstdc++.so.6"
 RUNTIME_SONAMES = (LIBSTDCXX, "libgcc_s.so.1", "libc.so.6")
@@ -129,7 +129,7 @@ def _failure_dict(f: Any) -> dict[str, Any]:
 def static_audit(executable: str, env: Mapping[str, str], targets: list[Target], *, config: Any = None,
                  cwd: str | None = None) -> dict[str, Any]:
     """Emulate the training process; JSON-ready facts (see the module docstring)."""
-    from .loader import LoaderConfig, Process
+    from zdoctor.forensics.loader import LoaderConfig, Process
 
     config = config or LoaderConfig.detect()
     proc = Process(executable, env, config, cwd=cwd)

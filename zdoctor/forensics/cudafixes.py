@@ -12,8 +12,8 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from .cudalookup import LIBCUDA, LIBCUDA_DEV
-from .remedies import Plan, export_line, restore_line, split_path_list, without_entries
+from zdoctor.forensics.cudalookup import LIBCUDA, LIBCUDA_DEV
+from zdoctor.forensics.remedies import Plan, export_line, restore_line, split_path_list, without_entries
 
 #: Where the per-job libcuda.so link of a plan goes, under the training user's home (not the driver's dir).
 USER_LINK_SUBDIR = ".local/lib/zdoctor-libcuda"

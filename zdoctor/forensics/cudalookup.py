@@ -22,9 +22,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..rules.cudalookup import CUDA_FAMILIES, MAJOR_IS_CUDA, TRITON_FILES
-from ..userfile import open_regular_text
-from .ldcache import X86_64_FLAGS, CacheEntry
+from zdoctor.forensics.ldcache import X86_64_FLAGS, CacheEntry
+from zdoctor.rules.cudalookup import CUDA_FAMILIES, MAJOR_IS_CUDA, TRITON_FILES
+from zdoctor.userfile import open_regular_text
 
 LIBCUDA = "libcuda.so.1"
 LIBCUDA_DEV = "libcuda.so"

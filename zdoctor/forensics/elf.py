@@ -16,8 +16,8 @@ import threading
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from ..userfile import open_regular
-from .versions import newest
+from zdoctor.forensics.versions import newest
+from zdoctor.userfile import open_regular
 
 DF_1_NODEFLIB = 0x800
 VER_FLG_BASE = 0x1

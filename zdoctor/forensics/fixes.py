@@ -6,11 +6,11 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from .elf import read_elf
-from .inventory import conda_prefix_of
-from .remedies import Plan, conda_upgrade, fix_ld_library_path, fix_preload, preload, split_path_list
-from .runneeds import has_every, is_libstdcxx_version, needed_versions
-from .versions import gcc_release_providing, missing, sort_key
+from zdoctor.forensics.elf import read_elf
+from zdoctor.forensics.inventory import conda_prefix_of
+from zdoctor.forensics.remedies import Plan, conda_upgrade, fix_ld_library_path, fix_preload, preload, split_path_list
+from zdoctor.forensics.runneeds import has_every, is_libstdcxx_version, needed_versions
+from zdoctor.forensics.versions import gcc_release_providing, missing, sort_key
 
 LIBSTDCXX = "libstdc++.so.6"
 
@@ -80,7 +80,7 @@ def propose(libs: Mapping[str, Any], live: Mapping[str, Any], env: Mapping[str, 
     providers = {os.path.realpath(f["provider"]) for f in failures if f.get("provider")}
     if good and os.path.realpath(good) not in providers:
         plans.append(preload(env, good, bad_preloads, rests + [f"{good} defines every needed version"]))
-    from .versioned import propose_versioned
+    from zdoctor.forensics.versioned import propose_versioned
 
     plans += propose_versioned(libs, env, needs, failures, rests)
     release = gcc_release_providing(needs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .versions import GCC_GLIBCXX
+from zdoctor.forensics.versions import GCC_GLIBCXX
 
 _NUM = r"\d+(?:\.\d+)*"
 _GCC_LINE = re.compile(rf"^(?P<prog>\S+)\s+\((?P<vendor>[^)]*)\)\s+(?P<version>{_NUM})(?P<rest>.*)$")

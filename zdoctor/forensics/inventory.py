@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .elf import read_elf
-from .versions import gcc_release_for, gcc_series
+from zdoctor.forensics.elf import read_elf
+from zdoctor.forensics.versions import gcc_release_for, gcc_series
 
 LIBSTDCXX = "libstdc++.so.6"
 TOOLSET_GLOBS = (

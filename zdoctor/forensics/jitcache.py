@@ -28,9 +28,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from ..runner import which_all
-from .elf import read_elf
-from .versions import newest
+from zdoctor.forensics.elf import read_elf
+from zdoctor.forensics.versions import newest
+from zdoctor.runner import which_all
 
 #: ``py311_cu121``, ``py39_cpu``, ``py313t_rocm62``: the per-interpreter level torch adds under the cache.
 TAG_RE = re.compile(r"^py(\d)(\d+)([a-z]*)_([a-z]+[0-9a-z.]*)$")

@@ -16,8 +16,8 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from ..runner import which_all
-from ..userfile import read_prefix
+from zdoctor.runner import which_all
+from zdoctor.userfile import read_prefix
 
 WRAPPERS = ("ccache", "sccache")
 _ISYSTEM = re.compile(r"-isystem\s+(\S+)")

@@ -17,10 +17,10 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .. import children
-from ..model import Evidence
-from ..runner import ENDED, run
-from .jitcache import LOCK_NAME, MAX_DIR_ENTRIES, extension_roots
+from zdoctor import children
+from zdoctor.forensics.jitcache import LOCK_NAME, MAX_DIR_ENTRIES, extension_roots
+from zdoctor.model import Evidence
+from zdoctor.runner import ENDED, run
 
 MAX_PROC_SCAN = 100_000
 

@@ -14,7 +14,7 @@ import os
 import re
 from typing import Any
 
-from ..userfile import open_regular_text
+from zdoctor.userfile import open_regular_text
 
 _COMPILE = re.compile(r"^build [^:]+: (?:compile|cuda_compile) (\S+)", re.M)
 _VERSION = re.compile(r"^version\s*=\s*['\"]([^'\"]+)['\"]", re.M)

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from ..offload.hostram import oom_kills
+from zdoctor.offload.hostram import oom_kills
 
 KMSG = "/dev/kmsg"
 #: Records kept (the newest), bytes read and seconds spent at most.

@@ -23,8 +23,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..errors import InputError
-from ..userfile import open_regular
+from zdoctor.errors import InputError
+from zdoctor.userfile import open_regular
 
 OLD_MAGIC = b"ld.so-1.7.0"
 NEW_MAGIC = b"glibc-ld.so.cache1.1"

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..userfile import read_prefix
+from zdoctor.userfile import read_prefix
 
 #: Upper bound on what is read from one ``LD_DEBUG_OUTPUT`` file.
 MAX_FILE_BYTES = 20 * 1024 * 1024

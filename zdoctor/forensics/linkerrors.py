@@ -15,7 +15,7 @@ import shlex
 from collections.abc import Iterable
 from typing import Any
 
-from .symbols import abi_of, demangle, dynamic_symbols, normalize_abi
+from zdoctor.forensics.symbols import abi_of, demangle, dynamic_symbols, normalize_abi
 
 _GNU = re.compile(r"(?:(?P<where>[^\s:`']+):\([^)]*\): )?undefined reference to [`'](?P<sym>[^'\n]+)'")
 _LLD = re.compile(r"^(?:\S*ld\.lld|\S*lld): error: undefined symbol: (?P<sym>.+?)\s*$", re.M)

@@ -24,18 +24,25 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .. import children, codeowner
-from ..errors import UsageError
-from ..model import Evidence
-from ..runas import RunAs
-from ..runner import run, which_all
-from ..systools import system_tool
-from ..userfile import open_regular_text
-from .jitguard import run_guarded
-from .lddebug import PidTrace, VersionError, all_version_errors, parse_ld_debug_dir, summarize, which_loaded
-from .rankjob import collect_ranks
-from .strace import FileEvent, last_files, lines_that_matter, parse_strace, refused_creates, unfinished
-from .stuck import StuckSampler, building, describe
+from zdoctor import children, codeowner
+from zdoctor.errors import UsageError
+from zdoctor.forensics.jitguard import run_guarded
+from zdoctor.forensics.lddebug import (
+    PidTrace,
+    VersionError,
+    all_version_errors,
+    parse_ld_debug_dir,
+    summarize,
+    which_loaded,
+)
+from zdoctor.forensics.rankjob import collect_ranks
+from zdoctor.forensics.strace import FileEvent, last_files, lines_that_matter, parse_strace, refused_creates, unfinished
+from zdoctor.forensics.stuck import StuckSampler, building, describe
+from zdoctor.model import Evidence
+from zdoctor.runas import RunAs
+from zdoctor.runner import run, which_all
+from zdoctor.systools import system_tool
+from zdoctor.userfile import open_regular_text
 
 LD_DEBUG_CATEGORIES = "libs,files,versions"
 STRACE_TRACE = "trace=openat,open,execve,stat,lstat,newfstatat,statx,access,faccessat,faccessat2"

@@ -28,9 +28,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ..userfile import open_regular, open_regular_text
-from .elf import ElfInfo, read_elf
-from .ldcache import CacheEntry, index_entries, libcmp_key, lookup, read_ld_so_cache
+from zdoctor.forensics.elf import ElfInfo, read_elf
+from zdoctor.forensics.ldcache import CacheEntry, index_entries, libcmp_key, lookup, read_ld_so_cache
+from zdoctor.userfile import open_regular, open_regular_text
 
 DEFAULT_LD_SO = "/lib64/ld-linux-x86-64.so.2"
 DEFAULT_CACHE = "/etc/ld.so.cache"
@@ -267,7 +267,7 @@ class LoaderConfig:
 
     def load_cache(self) -> None:
         """(Re)read the cache from ``cache_path``; an unusable file is recorded and ignored, as ld.so does."""
-        from ..errors import InputError
+        from zdoctor.errors import InputError
 
         self._index = None
         try:
@@ -370,7 +370,7 @@ def clear_detect_cache() -> None:
 
 
 def _detect_uncached(ld_so: str) -> LoaderConfig:
-    from ..runner import run
+    from zdoctor.runner import run
 
     env = {"LC_ALL": "C", "PATH": "/usr/bin:/bin"}
     diag = run([ld_so, "--list-diagnostics"], env=env, timeout=10, label="ld.so --list-diagnostics")

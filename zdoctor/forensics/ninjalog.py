@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .ninjahash import which_hash
+from zdoctor.forensics.ninjahash import which_hash
 
 _HEADER = re.compile(r"^# ninja log v(\d+)\s*$")
 _VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?")

@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..runner import run, which_all
+from zdoctor.runner import run, which_all
 
 MAX_DIST_INFOS = 2000
 MAX_FILE_BYTES = 4 * 1024 * 1024

@@ -16,8 +16,8 @@ from typing import Any
 
 import psutil
 
-from .. import children
-from .jitcache import JitOp
+from zdoctor import children
+from zdoctor.forensics.jitcache import JitOp
 
 DEFAULT_MATCH = ("python", "deepspeed", "torchrun", "accelerate", "ninja", "c++", "g++", "cc1plus")
 #: The builders and compilers torch's JIT build runs in the op dir.
@@ -444,7 +444,7 @@ def likely_waiters(procs: Sequence[ProcInfo], roots: Iterable[str] | None = None
     With ``roots`` (extension roots holding stale locks), a process whose environment points its
     extension cache elsewhere is left out; one whose environment could not be read stays in.
     """
-    from .jitcache import cache_base
+    from zdoctor.forensics.jitcache import cache_base
 
     roots = [r for r in roots or []]
     out = []

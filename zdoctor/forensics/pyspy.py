@@ -9,8 +9,8 @@ import shutil
 import sys
 from typing import Any
 
-from ..runner import run
-from .rankwaits import PYSPY_TIMEOUT, parse_pyspy
+from zdoctor.forensics.rankwaits import PYSPY_TIMEOUT, parse_pyspy
+from zdoctor.runner import run
 
 
 def find_pyspy(path: str | None = None) -> str | None:

@@ -7,9 +7,9 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ..shim import SOURCE as KEEPER_SOURCE
-from . import rankstate, ranktree
-from .pyspy import find_pyspy, pyspy_dump, pyspy_tool
+from zdoctor.forensics import rankstate, ranktree
+from zdoctor.forensics.pyspy import find_pyspy, pyspy_dump, pyspy_tool
+from zdoctor.shim import SOURCE as KEEPER_SOURCE
 
 CPU_SAMPLE_S = 0.5
 MAX_RANKS = 64

@@ -11,7 +11,7 @@ import os
 import time
 from typing import Any
 
-from .stuck import STATES
+from zdoctor.forensics.stuck import STATES
 
 #: The rank variables kept from /proc/PID/environ (torchrun, DeepSpeed's launcher, mpirun and srun set some).
 RANK_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "MASTER_ADDR",

@@ -14,7 +14,7 @@ from typing import Any
 
 import psutil
 
-from .rankstate import rank_numbers
+from zdoctor.forensics.rankstate import rank_numbers
 
 #: How a launcher shows in a command line: a program name, or ``-m module`` / a script path of one.
 LAUNCHER_PROGRAMS = {"deepspeed": "deepspeed", "torchrun": "torchrun", "mpirun": "mpirun", "mpiexec": "mpirun",

@@ -12,10 +12,10 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..model import Remedy
-from ..shellquote import shell_quote
-from .gccver import glibcxx_for_gcc, toolset_of
-from .versions import sort_key
+from zdoctor.forensics.gccver import glibcxx_for_gcc, toolset_of
+from zdoctor.forensics.versions import sort_key
+from zdoctor.model import Remedy
+from zdoctor.shellquote import shell_quote
 
 #: Why the rebuild is not tried by zdoctor itself.
 NOT_TRIED_REBUILD = ("rebuilding the op needs its sources and its build (DeepSpeed's JIT build runs when the "

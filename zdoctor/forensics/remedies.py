@@ -15,12 +15,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .. import codeowner
-from ..model import Evidence, Remedy
-from ..present import tool_missing
-from ..privilege import RunAs, share_dir
-from ..shellquote import shell_quote
-from .jitguard import run_guarded
+from zdoctor import codeowner
+from zdoctor.forensics.jitguard import run_guarded
+from zdoctor.model import Evidence, Remedy
+from zdoctor.present import tool_missing
+from zdoctor.privilege import RunAs, share_dir
+from zdoctor.shellquote import shell_quote
 
 VERIFY_TIMEOUT = 120.0
 
@@ -235,7 +235,7 @@ def verify(plan: Plan, argv: Sequence[str], env: Mapping[str, str], *, timeout: 
     how = ""
     if run_as is None:  # the runner's rule, known ahead: the trial's folder is shared with that account
         run_as = codeowner.runs_as(argv, env, cwd)
-    from .. import scratch
+    from zdoctor import scratch
 
     try:
         where: str | None = scratch.run_folder()  # swept by the next run should this one be killed

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .elf import read_elf
-from .versions import family_of, sort_key
+from zdoctor.forensics.elf import read_elf
+from zdoctor.forensics.versions import family_of, sort_key
 
 LIBSTDCXX = "libstdc++.so.6"
 #: At most this many objects are read (a torch run loads a few hundred).

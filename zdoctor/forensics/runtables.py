@@ -13,8 +13,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..model import Evidence
-from .runneeds import is_libstdcxx_version, needed_versions
+from zdoctor.forensics.runneeds import is_libstdcxx_version, needed_versions
+from zdoctor.model import Evidence
 
 NEEDS_LABEL = "needed vs provided by the loaded libstdc++"
 TARGETS_LABEL = "what each library the training imports gets"

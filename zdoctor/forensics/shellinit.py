@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from ..userfile import open_regular
+from zdoctor.userfile import open_regular
 
 #: Variables whose setting lines are collected.
 VARIABLES = ("LD_LIBRARY_PATH", "LD_PRELOAD")

@@ -17,10 +17,10 @@ import stat
 from collections.abc import Mapping
 from typing import Any
 
-from ..shellquote import shell_quote
-from ..userfile import kind_of
-from .jitcache import cache_base
-from .shellinit import SYSTEM_FILES, USER_FILES
+from zdoctor.forensics.jitcache import cache_base
+from zdoctor.forensics.shellinit import SYSTEM_FILES, USER_FILES
+from zdoctor.shellquote import shell_quote
+from zdoctor.userfile import kind_of
 
 #: Entries of one directory looked at, at most.
 MAX_ENTRIES = 4000

@@ -13,7 +13,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..userfile import open_regular_text
+from zdoctor.userfile import open_regular_text
 
 SYSCALLS = ("openat", "open", "execve", "openat2", "creat", "stat", "lstat", "newfstatat", "statx", "access",
             "faccessat", "faccessat2")

@@ -14,9 +14,9 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .. import progress
-from .remedies import Plan, export_line, fix_ld_library_path, restore_line, split_path_list, verify
-from .symbols import dynamic_symbols, search_dirs
+from zdoctor import progress
+from zdoctor.forensics.remedies import Plan, export_line, fix_ld_library_path, restore_line, split_path_list, verify
+from zdoctor.forensics.symbols import dynamic_symbols, search_dirs
 
 MAX_PRELOAD_CANDIDATES = 16
 

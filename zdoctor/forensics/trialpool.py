@@ -16,8 +16,8 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 
-from ..model import Evidence
-from .remedies import Plan
+from zdoctor.forensics.remedies import Plan
+from zdoctor.model import Evidence
 
 #: Re-runs at the same time: each is a whole run of the training's imports.
 MAX_PARALLEL = 3

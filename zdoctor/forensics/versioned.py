@@ -20,10 +20,10 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .elf import read_elf
-from .loader import expand_dst
-from .remedies import Plan, preload, split_path_list
-from .versions import missing
+from zdoctor.forensics.elf import read_elf
+from zdoctor.forensics.loader import expand_dst
+from zdoctor.forensics.remedies import Plan, preload, split_path_list
+from zdoctor.forensics.versions import missing
 
 LIBSTDCXX = "libstdc++.so.6"
 _VERSIONED = re.compile(r"^libstdc\+\+\.so\.6\.0\.(\d+)$")
@@ -108,7 +108,7 @@ def propose_versioned(libs: Mapping[str, Any], env: Mapping[str, str], needs: li
                       failures: list[dict[str, Any]], rests: list[str],
                       config: Any = None) -> list[Plan]:
     """The preload and link plans for a versioned-only libstdc++ that has every need."""
-    from .inventory import candidate_dirs
+    from zdoctor.forensics.inventory import candidate_dirs
 
     interp = libs.get("interpreter") or {}
     dirs = [d for d, _why in candidate_dirs(env, interpreter=interp, toolsets=False)]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from ..registry import Facts
-from ..shellquote import shell_quote
-from ..target import DEFAULT_PYTHON
+from zdoctor.registry import Facts
+from zdoctor.shellquote import shell_quote
+from zdoctor.target import DEFAULT_PYTHON
 
 
 def result_facts(facts: Facts, name: str) -> dict[str, Any] | None:

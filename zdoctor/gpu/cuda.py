@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .. import packages
+from zdoctor import packages
 
 # -- versions --------------------------------------------------------------------------------------
 
@@ -76,7 +76,7 @@ def find_cuda_home(env: Mapping[str, str], *, exists: Callable[[str], bool] = os
     ``nvcc`` (``path/bin/nvcc``, the compiler DeepSpeed and torch run).
     """
     if which is None:
-        from ..runner import which_all
+        from zdoctor.runner import which_all
 
         which = which_all
     value = env.get("CUDA_HOME") or env.get("CUDA_PATH")

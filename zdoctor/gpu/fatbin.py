@@ -16,7 +16,7 @@ from typing import Any
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from ..userfile import open_regular
+from zdoctor.userfile import open_regular
 
 MAGIC = 0xBA55ED50
 SECTION = ".nv_fatbin"

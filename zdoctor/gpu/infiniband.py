@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .ncclnet import matches, parse_list
+from zdoctor.gpu.ncclnet import matches, parse_list
 
 ROOT = "/sys/class/infiniband"
 #: GID table entries read per port at most (hardware tables hold up to 128, usually a few are used).

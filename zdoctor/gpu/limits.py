@@ -11,8 +11,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..container.detect import detect
-from ..storage.mounts import mount_at, parse_mount_table
+from zdoctor.container.detect import detect
+from zdoctor.storage.mounts import mount_at, parse_mount_table
 
 MIB = 1024 * 1024
 #: DeepSpeed's ds_report warns below this /dev/shm size.

@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..userfile import open_regular_text
+from zdoctor.userfile import open_regular_text
 
 NCCL_SONAME = "libnccl.so.2"
 WHEEL_LIB = os.path.join("nvidia", "nccl", "lib", NCCL_SONAME)
@@ -173,7 +173,7 @@ def find_providers(env: Mapping[str, str], sites: Iterable[str], cache_paths: It
 
 def fill_elf(providers: list[dict[str, Any]]) -> None:
     """Check each provider is a loadable ELF and record its SONAME (dynamic section only, cached)."""
-    from ..forensics.elf import read_elf
+    from zdoctor.forensics.elf import read_elf
 
     for p in providers:
         info = read_elf(p["realpath"])

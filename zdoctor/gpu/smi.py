@@ -10,7 +10,7 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from .nvml import empty_gpu
+from zdoctor.gpu.nvml import empty_gpu
 
 #: ``nvidia-smi --query-gpu=<these> --format=csv`` (the fallback when the XML cannot be read).
 QUERY_FIELDS = ("index", "name", "uuid", "driver_version", "pci.bus_id", "pcie.link.gen.current",

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .base import Host
-from .live import LiveHost
-from .replay import ReplayHost, snapshot_document
+from zdoctor.host.base import Host
+from zdoctor.host.live import LiveHost
+from zdoctor.host.replay import ReplayHost, snapshot_document
 
 __all__ = ["Host", "LiveHost", "ReplayHost", "snapshot_document"]

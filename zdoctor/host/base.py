@@ -10,9 +10,9 @@ import traceback
 from collections.abc import Iterable
 from typing import Any
 
-from .. import children, contain, progress
-from ..model import Evidence, ProbeResult
-from ..registry import PROBES, Facts, facts_of
+from zdoctor import children, contain, progress
+from zdoctor.model import Evidence, ProbeResult
+from zdoctor.registry import PROBES, Facts, facts_of
 
 
 class Host:

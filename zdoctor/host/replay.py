@@ -9,14 +9,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from .. import __version__
-from ..errors import InputError
-from ..model import Evidence, ProbeResult
-from ..registry import PROBES
-from ..shape import doubtful_nulls, record_problems
-from ..symptoms.model import Symptom
-from ..target import Target
-from .base import Host, run_probe_guarded
+from zdoctor import __version__
+from zdoctor.errors import InputError
+from zdoctor.host.base import Host, run_probe_guarded
+from zdoctor.model import Evidence, ProbeResult
+from zdoctor.registry import PROBES
+from zdoctor.shape import doubtful_nulls, record_problems
+from zdoctor.symptoms.model import Symptom
+from zdoctor.target import Target
 
 SNAPSHOT_FORMAT = "zdoctor-snapshot"
 SNAPSHOT_VERSION = 1
@@ -82,7 +82,7 @@ class ReplayHost(Host):
     @classmethod
     def load(cls, path: str) -> ReplayHost:
         """Read a snapshot file; any problem is an :class:`InputError` with a one-line message."""
-        from ..userfile import read_user_file
+        from zdoctor.userfile import read_user_file
 
         if not os.path.lexists(path):
             raise InputError(f"{path}: no such file")

@@ -7,7 +7,7 @@ import os
 import re
 from typing import Any
 
-from ..userfile import open_regular
+from zdoctor.userfile import open_regular
 
 NODE_ROOT = "/sys/devices/system/node"
 PROC_ROOT = "/proc"

@@ -6,7 +6,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
-from ..errors import InputError
+from zdoctor.errors import InputError
 
 #: One DNS label (underscores allowed: clusters use them), 1-63 characters, no leading or trailing hyphen.
 _LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?\Z")
@@ -103,7 +103,7 @@ def parse_hostfile(text: str, source: str) -> list[Node]:
 
 def read_hostfile(path: str) -> list[Node]:
     """Read and parse a hostfile; missing, unreadable, huge or binary files are one-line InputErrors."""
-    from ..offload.dsconfig import read_text
+    from zdoctor.offload.dsconfig import read_text
 
     return parse_hostfile(read_text(path, "hostfile", cap=4 * 1024 * 1024), path)
 

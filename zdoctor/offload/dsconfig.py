@@ -13,8 +13,17 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import InputError
-from .hjsonreader import DuplicateKeyError, KeyPath, ParseError, Span, dotted, key_at, line_col, parse_text
+from zdoctor.errors import InputError
+from zdoctor.offload.hjsonreader import (
+    DuplicateKeyError,
+    KeyPath,
+    ParseError,
+    Span,
+    dotted,
+    key_at,
+    line_col,
+    parse_text,
+)
 
 #: Larger files are refused: a ds_config is a few kilobytes.
 MAX_BYTES = 16 * 1024 * 1024
@@ -97,7 +106,7 @@ def parse_config(text: str, path: str = "<text>") -> DsConfig:
 def read_text(path: str, what: str = "file", cap: int = MAX_BYTES) -> str:
     """The UTF-8 text of ``path``; missing, unreadable, huge, binary or undecodable files are InputErrors,
     and so is anything but a regular file (see :mod:`zdoctor.userfile`)."""
-    from ..userfile import read_user_file
+    from zdoctor.userfile import read_user_file
 
     raw = read_user_file(path, what, cap)
     if b"\x00" in raw:

@@ -10,10 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..atomic import CheckedReplace, replace_checked
-from ..errors import InputError
-from .dsconfig import DsConfig, load_config, parse_config
-from .hjsonreader import KeyPath, Span, dotted
+from zdoctor.atomic import CheckedReplace, replace_checked
+from zdoctor.errors import InputError
+from zdoctor.offload.dsconfig import DsConfig, load_config, parse_config
+from zdoctor.offload.hjsonreader import KeyPath, Span, dotted
 
 
 @dataclass

@@ -21,7 +21,7 @@ import math
 import re
 from typing import Any
 
-from ..container.cgroups import headroom, limit_of_cgroup
+from zdoctor.container.cgroups import headroom, limit_of_cgroup
 
 #: Host memory below this share of MemTotal counts as nearly exhausted.
 EXHAUSTED_SHARE = 0.10
@@ -172,8 +172,8 @@ def collect(ds: dict[str, Any], cap: dict[str, Any], opts: dict[str, Any], *, me
     below the host's."""
     import platform
 
-    from ..model import Evidence
-    from . import planner, walllog
+    from zdoctor.model import Evidence
+    from zdoctor.offload import planner, walllog
 
     mem = planner.read_meminfo(meminfo)
     settings = ds.get("settings") or {}

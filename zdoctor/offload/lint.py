@@ -20,10 +20,10 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..storage.mounts import fs_category, mount_of
-from ..userfile import open_regular_text
-from .dsconfig import DsConfig
-from .hjsonreader import KeyPath, dotted
+from zdoctor.offload.dsconfig import DsConfig
+from zdoctor.offload.hjsonreader import KeyPath, dotted
+from zdoctor.storage.mounts import fs_category, mount_of
+from zdoctor.userfile import open_regular_text
 
 STATIC_VERSION = "0.19.8"
 #: Bucket sizes further than this factor from the HF Trainer's rule are flagged.

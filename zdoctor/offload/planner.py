@@ -14,9 +14,9 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..container.cgroups import headroom
-from ..errors import InputError
-from ..units import parse_count  # noqa: F401 - model sizes as the options give them
+from zdoctor.container.cgroups import headroom
+from zdoctor.errors import InputError
+from zdoctor.units import parse_count  # noqa: F401 - model sizes as the options give them
 
 BUFFER_FACTOR = 1.5
 GIB = 2**30
@@ -298,7 +298,7 @@ def load_model_config(path: str) -> ModelEstimate:
     """Read ``config.json`` (strict JSON, as transformers does) and estimate it."""
     import json
 
-    from .dsconfig import read_text
+    from zdoctor.offload.dsconfig import read_text
 
     text = read_text(path, "model config")
     try:
@@ -401,7 +401,7 @@ def this_machine(meminfo: str | None = None, shm: str = "/dev/shm", disk_path: s
     """Read this node's memory, /dev/shm, memlock limit, GPU memory (from GPU facts) and offload disk; the
     memory available is the job's: the room under its cgroup's limit (``cgroup``: the ``container`` probe's
     cgroup facts) where that is below MemAvailable."""
-    from .lint import memlock_soft
+    from zdoctor.offload.lint import memlock_soft
 
     info = read_meminfo(meminfo)
     room = headroom(info.get("MemAvailable"), cgroup)

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..container import cgroups, detect
-from ..gpu.limits import human
-from ..model import Evidence
-from ..offload.planner import read_meminfo
-from ..registry import facts_of, probe
-from ..target import target_of
-from .libs import LIVE_TIMEOUT
+from zdoctor.container import cgroups, detect
+from zdoctor.gpu.limits import human
+from zdoctor.model import Evidence
+from zdoctor.offload.planner import read_meminfo
+from zdoctor.probes.libs import LIVE_TIMEOUT
+from zdoctor.registry import facts_of, probe
+from zdoctor.target import target_of
 
 
 def _size(v: Any) -> str:

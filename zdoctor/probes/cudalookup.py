@@ -15,13 +15,13 @@ import shutil
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .. import contain
-from ..forensics import cudalookup as cl
-from ..model import Evidence
-from ..registry import facts_of, probe
-from ..rules.cudalookup import DRIVER_DIRS
-from ..runner import run
-from ..target import target_of
+from zdoctor import contain
+from zdoctor.forensics import cudalookup as cl
+from zdoctor.model import Evidence
+from zdoctor.registry import facts_of, probe
+from zdoctor.rules.cudalookup import DRIVER_DIRS
+from zdoctor.runner import run
+from zdoctor.target import target_of
 
 LDCONFIG = "/sbin/ldconfig"
 LD_SO_CONF_D = "/etc/ld.so.conf.d"
@@ -36,7 +36,7 @@ ENV_KEYS = ("LD_LIBRARY_PATH", "LIBRARY_PATH", "TRITON_LIBCUDA_PATH", "CUDA_HOME
 def _loader_libcuda(exe: str | None, env: Mapping[str, str], cache_path: str,
                     name: str = cl.LIBCUDA) -> dict[str, Any]:
     """Which file ``dlopen(name)`` from the training interpreter gets (the ld.so emulation)."""
-    from ..forensics.loader import LoaderConfig, Process
+    from zdoctor.forensics.loader import LoaderConfig, Process
 
     if not exe:
         return {"error": "the training interpreter was not found", "path": None}
@@ -56,7 +56,7 @@ def _loader_libcuda(exe: str | None, env: Mapping[str, str], cache_path: str,
 def _extensions(libs: Mapping[str, Any], torch_dir: str | None) -> list[dict[str, Any]]:
     """Each library the training loads with the CUDA sonames it needs (its own DT_NEEDED), and whether the
     loader found them (a soname the static audit's loader could not open for any import is missing)."""
-    from ..forensics.elf import read_elf
+    from zdoctor.forensics.elf import read_elf
 
     objects: list[tuple[str, str, str, str | None]] = []
     for t in libs.get("targets") or []:
@@ -101,8 +101,8 @@ def collect_node(env: Mapping[str, str], *, cache_path: str = "/etc/ld.so.cache"
     """The part of the facts that needs nothing of the training interpreter: the ld.so cache, ``ldconfig -p``
     (its parsed lines are returned too), the driver's directories and the compiler's search path. The probe
     reads it while torch's import runs."""
-    from ..errors import InputError
-    from ..forensics.ldcache import read_ld_so_cache
+    from zdoctor.errors import InputError
+    from zdoctor.forensics.ldcache import read_ld_so_cache
 
     evidence: list[Evidence] = []
     try:
@@ -201,7 +201,7 @@ def collect_lookup(env: Mapping[str, str], pyenv: Mapping[str, Any], libs: Mappi
 
 def lcuda_failed(text: str) -> bool:
     """Whether ``text`` (a failing run's output) has GNU ld's ``cannot find -lcuda``."""
-    from ..rules.signatures import SIGNATURES
+    from zdoctor.rules.signatures import SIGNATURES
 
     sig = next(s for s in SIGNATURES if s.id == "link.cannot-find-lcuda")
     return any(sig.search(line) for line in (text or "").splitlines())
@@ -211,7 +211,7 @@ def make_plans(facts: dict[str, Any], env: Mapping[str, str], live: Mapping[str,
                ) -> dict[str, list[Any]]:
     """The remedies of each lookup problem in ``facts`` (see forensics/cudafixes.py), not yet tried; ``live``
     (the failing run's facts) adds those for a ``-lcuda`` link of a build other than triton's."""
-    from ..forensics import cudafixes as fx
+    from zdoctor.forensics import cudafixes as fx
 
     probs = cl.lookup_problems(facts)
     plans: dict[str, list[Any]] = {}
@@ -240,7 +240,7 @@ def make_plans(facts: dict[str, Any], env: Mapping[str, str], live: Mapping[str,
 def try_lookup_plans(plans: Mapping[str, list[Any]], live: Mapping[str, Any], env: Mapping[str, str],
                      timeout: float, run_as: Any = None) -> list[Evidence]:
     """Re-run the failing ``--command`` with each environment-only plan (none tried without one)."""
-    from ..forensics.remedies import verify
+    from zdoctor.forensics.remedies import verify
 
     argv = live.get("argv") if live.get("command") and not live.get("ok") else None
     evidence: list[Evidence] = []
@@ -274,7 +274,7 @@ def _cuda_homes(env: Mapping[str, str], stack: Mapping[str, Any]) -> list[str]:
 @probe("cudalookup", title="How CUDA's libraries are found (libcuda, stubs, extensions' CUDA sonames)",
        timeout=60 + 6 * TRIAL_TIMEOUT, needs=("pyenv", "libs", "cuda_stack", "livetrace"))
 def cudalookup_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
-    from ..privilege import runs_as_of
+    from zdoctor.privilege import runs_as_of
 
     target = target_of(host)
     env = dict(target.env)

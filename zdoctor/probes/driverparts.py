@@ -21,16 +21,16 @@ import gzip
 import os
 from typing import Any
 
-from ..forensics.owner import owner_of
-from ..gpu import driverpkg, fabricmanager, kmod
-from ..model import Evidence
-from ..registry import probe
-from ..runner import run, which_all
-from ..storage.mounts import mount_for, read_mountinfo
-from ..target import target_of
-from ..userfile import read_prefix
-from .gpu import nvml_library_paths
-from .toolchain import read_os_release
+from zdoctor.forensics.owner import owner_of
+from zdoctor.gpu import driverpkg, fabricmanager, kmod
+from zdoctor.model import Evidence
+from zdoctor.probes.gpu import nvml_library_paths
+from zdoctor.probes.toolchain import read_os_release
+from zdoctor.registry import probe
+from zdoctor.runner import run, which_all
+from zdoctor.storage.mounts import mount_for, read_mountinfo
+from zdoctor.target import target_of
+from zdoctor.userfile import read_prefix
 
 PROC_VERSION = "/proc/driver/nvidia/version"
 SYS_VERSION = "/sys/module/nvidia/version"
@@ -84,7 +84,7 @@ def _library(path: str | None) -> dict[str, Any]:
 
 def resolve_libcuda(executable: str | None, env: dict[str, str]) -> dict[str, Any]:
     """The libcuda.so.1 ``dlopen("libcuda.so.1")`` gives the training process (ld.so emulated)."""
-    from ..forensics.loader import LoaderConfig, Process
+    from zdoctor.forensics.loader import LoaderConfig, Process
 
     if not executable:
         return {"name": "libcuda.so.1", "path": None, "error": "the training interpreter was not found"}

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..forensics import jitorigin
-from ..model import Evidence
-from ..registry import facts_of, probe
-from ..rules import deepspeed as dsr
+from zdoctor.forensics import jitorigin
+from zdoctor.model import Evidence
+from zdoctor.registry import facts_of, probe
+from zdoctor.rules import deepspeed as dsr
 
 
 def collect_dsrelease(pyenv: dict[str, Any], jit: dict[str, Any]) -> tuple[dict[str, Any], list[Evidence]]:

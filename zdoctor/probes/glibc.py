@@ -9,13 +9,13 @@ import platform
 import re
 from typing import Any
 
-from ..forensics.elf import read_elf
-from ..forensics.versions import newest
-from ..model import Evidence
-from ..registry import facts_of, probe
-from ..target import target_of
-from ..userfile import open_regular_text
-from .libs import LIVE_TIMEOUT
+from zdoctor.forensics.elf import read_elf
+from zdoctor.forensics.versions import newest
+from zdoctor.model import Evidence
+from zdoctor.probes.libs import LIVE_TIMEOUT
+from zdoctor.registry import facts_of, probe
+from zdoctor.target import target_of
+from zdoctor.userfile import open_regular_text
 
 LIBC_SONAMES = ("libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1")
 MAX_LIBS = 80
@@ -111,7 +111,7 @@ OWNERS_TIMEOUT = max(LIVE_TIMEOUT + 30, 90) + 30
 def glibc_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     """The host's glibc, torch's GLIBC_x needs, and the package (pip RECORD, conda-meta, dpkg -S or rpm -qf)
     of every library the loader refused for its GLIBC_x need (``owners``: {library: owner})."""
-    from ..forensics.owner import owner_of
+    from zdoctor.forensics.owner import owner_of
 
     pyenv = facts_of(host, "pyenv")
     facts, evidence = collect_glibc(pyenv)

@@ -30,16 +30,16 @@ import os
 import re
 from typing import Any
 
-from ..gpu import cuda, envreview, kmod, limits, nccl, nvml, smi
-from ..model import Evidence, cap_text
-from ..privilege import RunAs, runs_as_of
-from ..registry import probe
-from ..runner import run, which_all
-from ..sysfile import LIMITS_D
-from ..target import target_of
-from ..userfile import open_regular_text
-from .pyenv import TARGET_TIMEOUT
-from .toolchain import read_os_release
+from zdoctor.gpu import cuda, envreview, kmod, limits, nccl, nvml, smi
+from zdoctor.model import Evidence, cap_text
+from zdoctor.privilege import RunAs, runs_as_of
+from zdoctor.probes.pyenv import TARGET_TIMEOUT
+from zdoctor.probes.toolchain import read_os_release
+from zdoctor.registry import probe
+from zdoctor.runner import run, which_all
+from zdoctor.sysfile import LIMITS_D
+from zdoctor.target import target_of
+from zdoctor.userfile import open_regular_text
 
 SMI_TIMEOUT = 15.0
 SAMPLE_CAP_S = 20.0
@@ -128,8 +128,8 @@ def _num(v: Any, unit: str = "") -> str:
 
 def nvml_library_paths(ld_cache: str = "/etc/ld.so.cache") -> list[str]:
     """Where the loader finds libnvidia-ml.so.1 (ld.so.cache), for the user-space driver's version."""
-    from ..errors import InputError
-    from ..forensics.ldcache import read_ld_so_cache
+    from zdoctor.errors import InputError
+    from zdoctor.forensics.ldcache import read_ld_so_cache
 
     try:
         return [e.path for e in read_ld_so_cache(ld_cache) if e.soname == "libnvidia-ml.so.1"]
@@ -340,8 +340,8 @@ def collect_nccl(env: dict[str, str], pyenv: dict[str, Any] | None, *, ld_cache:
                  ask_torch: bool = True, timeout: float = NCCL_VERSION_TIMEOUT, run_as: RunAs | None = None
                  ) -> tuple[dict[str, Any], list[Evidence]]:
     """Every NCCL the training could load, torch's pinned NCCL and the one it really loaded."""
-    from ..errors import InputError
-    from ..forensics.ldcache import read_ld_so_cache
+    from zdoctor.errors import InputError
+    from zdoctor.forensics.ldcache import read_ld_so_cache
 
     pyenv = pyenv or {}
     torch = pyenv.get("torch") or {}

@@ -41,15 +41,15 @@ import os
 import re
 from typing import Any
 
-from ..forensics import jitcache as jc
-from ..forensics import processes as pr
-from ..model import Evidence
-from ..privilege import RunAs, runs_as_of
-from ..redact import redact_text
-from ..registry import probe
-from ..storage.mounts import is_network_fs, mount_of
-from ..target import target_of
-from .pyenv import TARGET_TIMEOUT
+from zdoctor.forensics import jitcache as jc
+from zdoctor.forensics import processes as pr
+from zdoctor.model import Evidence
+from zdoctor.privilege import RunAs, runs_as_of
+from zdoctor.probes.pyenv import TARGET_TIMEOUT
+from zdoctor.redact import redact_text
+from zdoctor.registry import probe
+from zdoctor.storage.mounts import is_network_fs, mount_of
+from zdoctor.target import target_of
 
 #: Seconds between the two CPU-time readings of each training process.
 CPU_SAMPLE_S = 0.5
@@ -363,9 +363,9 @@ def try_without_lock(lock: dict[str, Any], op: dict[str, Any] | None, host: Any)
     """Load the op (or run ``--command``) from a lock-free copy of the op cache; nothing on the node changes."""
     import shutil
 
-    from .. import scratch
-    from ..forensics.jitguard import run_guarded
-    from .libs import target_python
+    from zdoctor import scratch
+    from zdoctor.forensics.jitguard import run_guarded
+    from zdoctor.probes.libs import target_python
 
     out: dict[str, Any] = {"lock": lock.get("path"), "op": lock.get("op"), "tried": False, "fixed": False}
     if getattr(host, "kind", "") != "live":

@@ -20,13 +20,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..forensics import jitenv, ninjafile, ninjalog
-from ..gpu import capability as cap
-from ..model import Evidence
-from ..registry import facts_of, probe
-from ..runner import run
-from ..target import target_of
-from ..userfile import read_prefix
+from zdoctor.forensics import jitenv, ninjafile, ninjalog
+from zdoctor.gpu import capability as cap
+from zdoctor.model import Evidence
+from zdoctor.registry import facts_of, probe
+from zdoctor.runner import run
+from zdoctor.target import target_of
+from zdoctor.userfile import read_prefix
 
 NINJA_TIMEOUT = 20.0
 MAX_NINJA_BYTES = 256 * 1024

@@ -11,12 +11,12 @@ import shutil
 import tempfile
 from typing import Any
 
-from .. import scratch
-from ..model import Evidence
-from ..registry import probe
-from ..runner import run
-from ..storage.mounts import existing_ancestor, mount_of
-from ..userfile import open_regular_text
+from zdoctor import scratch
+from zdoctor.model import Evidence
+from zdoctor.registry import probe
+from zdoctor.runner import run
+from zdoctor.storage.mounts import existing_ancestor, mount_of
+from zdoctor.userfile import open_regular_text
 
 #: What sshd gives a non-interactive session when /etc/environment sets no PATH (OpenSSH's default).
 SSHD_DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -80,7 +80,7 @@ def ninja_runs(ninja: str, env: dict[str, str]) -> dict[str, Any]:
     """``ninja --version`` under the training environment, as torch runs it before every JIT build. When the
     loader stops it on a library an LD_LIBRARY_PATH entry supplies, the run is tried again without that
     entry (the change the remedy would make, tried before it is offered)."""
-    from ..forensics.remedies import split_path_list, without_entries
+    from zdoctor.forensics.remedies import split_path_list, without_entries
 
     out = _version_of(ninja, env)
     m = _NOT_FOUND.search(out.get("error") or "") if not out["ok"] else None
@@ -236,7 +236,7 @@ def no_space(failed: list[list[str]], env: dict[str, str], candidates: tuple[str
     directory under the JIT cache, and the failing compiles re-run with TMPDIR set to a folder with room
     (``ok`` only when every one of them then compiles; the first such folder ends the trials; at most
     :data:`TRIALS`)."""
-    from ..forensics.jitcache import cache_base
+    from zdoctor.forensics.jitcache import cache_base
 
     tmpdir, chosen_by = compiler_tmpdir(env)
     full = fullness(tmpdir)

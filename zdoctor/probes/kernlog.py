@@ -18,11 +18,11 @@ import os
 import time
 from typing import Any
 
-from ..forensics import kernlog
-from ..gpu.pcipresent import PCI_DEVICES, pci_device
-from ..model import Evidence
-from ..registry import probe
-from ..runner import run, which_all
+from zdoctor.forensics import kernlog
+from zdoctor.gpu.pcipresent import PCI_DEVICES, pci_device
+from zdoctor.model import Evidence
+from zdoctor.registry import probe
+from zdoctor.runner import run, which_all
 
 JOURNAL_TIMEOUT = 20.0
 JOURNAL_LINES = 20_000

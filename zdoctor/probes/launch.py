@@ -20,20 +20,20 @@ from typing import Any
 
 import psutil
 
-from ..errors import InputError
-from ..forensics import processes as pr
-from ..launch import hostcheck
-from ..launch.command import parse_launch, python_script
-from ..launch.hosts import read_hostfile
-from ..launch.rankenv import MPI_PREFIXES, REQUIRED, SLURM_KEYS, rank_env
-from ..model import Evidence
-from ..privilege import runs_as_of
-from ..registry import facts_of, probe
-from ..rules.dslauncher import installed_launcher_rules
-from ..runner import run
-from ..systools import system_tool_or_name
-from ..target import target_of
-from ..userfile import open_regular
+from zdoctor.errors import InputError
+from zdoctor.forensics import processes as pr
+from zdoctor.launch import hostcheck
+from zdoctor.launch.command import parse_launch, python_script
+from zdoctor.launch.hosts import read_hostfile
+from zdoctor.launch.rankenv import MPI_PREFIXES, REQUIRED, SLURM_KEYS, rank_env
+from zdoctor.model import Evidence
+from zdoctor.privilege import runs_as_of
+from zdoctor.registry import facts_of, probe
+from zdoctor.rules.dslauncher import installed_launcher_rules
+from zdoctor.runner import run
+from zdoctor.systools import system_tool_or_name
+from zdoctor.target import target_of
+from zdoctor.userfile import open_regular
 
 #: The variables of the launch zdoctor reads and shows.
 LAUNCH_KEYS = (*REQUIRED, "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "LOCAL_SIZE", *SLURM_KEYS)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..gpu.limits import raised_nofile
-from ..model import Evidence
-from ..privilege import runs_as_of
-from ..registry import facts_of, probe
-from ..runner import run
-from ..symptoms.match import ids_for
-from ..target import target_of
+from zdoctor.gpu.limits import raised_nofile
+from zdoctor.model import Evidence
+from zdoctor.privilege import runs_as_of
+from zdoctor.registry import facts_of, probe
+from zdoctor.runner import run
+from zdoctor.symptoms.match import ids_for
+from zdoctor.target import target_of
 
 TRIAL_TIMEOUT = 120.0
 #: The trial's shell: the remedy's own line, then the command itself.

@@ -17,15 +17,15 @@ import ipaddress
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ..errors import InputError
-from ..fleet.hosts import host_problem, read_hostfile
-from ..gpu import infiniband, nccllog, ncclnet
-from ..model import Evidence, cap_text
-from ..registry import probe
-from ..runner import run
-from ..systools import system_tool
-from ..target import target_of
-from .symptoms import log_tail
+from zdoctor.errors import InputError
+from zdoctor.fleet.hosts import host_problem, read_hostfile
+from zdoctor.gpu import infiniband, nccllog, ncclnet
+from zdoctor.model import Evidence, cap_text
+from zdoctor.probes.symptoms import log_tail
+from zdoctor.registry import probe
+from zdoctor.runner import run
+from zdoctor.systools import system_tool
+from zdoctor.target import target_of
 
 #: The training's variables this layer reads.
 ENV_NAMES = ("NCCL_SOCKET_IFNAME", "NCCL_SOCKET_FAMILY", "NCCL_COMM_ID", "NCCL_IB_DISABLE", "NCCL_IB_HCA",

@@ -51,14 +51,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import InputError
-from ..model import Evidence, cap_text
-from ..offload import gpusample, lint, planner, walllog
-from ..offload.dsconfig import load_config, precision
-from ..registry import facts_of, probe
-from ..target import target_of
-from .libs import LIVE_TIMEOUT
-from .pyenv import TARGET_TIMEOUT
+from zdoctor.errors import InputError
+from zdoctor.model import Evidence, cap_text
+from zdoctor.offload import gpusample, lint, planner, walllog
+from zdoctor.offload.dsconfig import load_config, precision
+from zdoctor.probes.libs import LIVE_TIMEOUT
+from zdoctor.probes.pyenv import TARGET_TIMEOUT
+from zdoctor.registry import facts_of, probe
+from zdoctor.target import target_of
 
 
 def _options(host: Any) -> dict[str, Any]:
@@ -410,7 +410,7 @@ def gpusample_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
        timeout=60.0 + LIVE_TIMEOUT, needs=("dsconfig", "capacity", "nvml", "container"))
 def hostram_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Pinned buffers and parameter-only offload the estimator leaves out, memory now, kills in the log."""
-    from ..offload import hostram
+    from zdoctor.offload import hostram
 
     opts = _options(host)
     ds = (facts_of(host, "dsconfig") or None) or {}

@@ -8,10 +8,10 @@ import os
 import shutil
 from typing import Any
 
-from ..gpu import p2p
-from ..model import Evidence
-from ..registry import probe
-from ..runner import run
+from zdoctor.gpu import p2p
+from zdoctor.model import Evidence
+from zdoctor.registry import probe
+from zdoctor.runner import run
 
 PEER_COPY_BYTES = 64 * 1024 * 1024
 PEER_COPY_PAIRS = 16

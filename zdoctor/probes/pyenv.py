@@ -29,11 +29,11 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from ..model import Evidence
-from ..privilege import RunAs, code_runs_as
-from ..registry import probe
-from ..runner import run, which_all
-from ..target import Target, target_of
+from zdoctor.model import Evidence
+from zdoctor.privilege import RunAs, code_runs_as
+from zdoctor.registry import probe
+from zdoctor.runner import run, which_all
+from zdoctor.target import Target, target_of
 
 SENTINEL = "@@zdoctor@@ "
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "probe_script.py"
@@ -253,7 +253,7 @@ def script_path() -> Path:
     one-file bundle (whose modules are inside a zip)."""
     if SCRIPT.is_file():
         return SCRIPT
-    from ..resources import data_dir
+    from zdoctor.resources import data_dir
 
     return data_dir("probe") / SCRIPT.name
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..launch import cores
-from ..model import Evidence
-from ..registry import facts_of, probe
-from ..runner import run
-from ..systools import system_tool
-from ..target import target_of
+from zdoctor.launch import cores
+from zdoctor.model import Evidence
+from zdoctor.registry import facts_of, probe
+from zdoctor.runner import run
+from zdoctor.systools import system_tool
+from zdoctor.target import target_of
 
 
 def rank_processes(processes: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..forensics.rankjob import collect_ranks
-from ..forensics.rankwaits import PYSPY_TIMEOUT
-from ..model import Evidence
-from ..registry import probe
-from ..target import target_of
+from zdoctor.forensics.rankjob import collect_ranks
+from zdoctor.forensics.rankwaits import PYSPY_TIMEOUT
+from zdoctor.model import Evidence
+from zdoctor.registry import probe
+from zdoctor.target import target_of
 
 NOT_NAMED = "no hung job named (give --pid PID of a rank or its launcher, or --command)"
 

@@ -12,12 +12,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .. import asuser
-from ..model import Evidence
-from ..registry import probe
-from ..storage.mounts import is_network_fs, mount_of
-from ..target import target_of
-from .storage import training_user
+from zdoctor import asuser
+from zdoctor.model import Evidence
+from zdoctor.probes.storage import training_user
+from zdoctor.registry import probe
+from zdoctor.storage.mounts import is_network_fs, mount_of
+from zdoctor.target import target_of
 
 MAX_LOCKS = 200
 _VERSIONED = re.compile(r"^libstdc\+\+\.so\.6\.0\.(\d+)$")

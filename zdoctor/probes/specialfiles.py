@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..forensics.specialfiles import scan
-from ..model import Evidence
-from ..registry import probe
-from ..target import target_of
+from zdoctor.forensics.specialfiles import scan
+from zdoctor.model import Evidence
+from zdoctor.registry import probe
+from zdoctor.target import target_of
 
 
 @probe("special_files", title="FIFOs, devices and looping links where libraries, ops and start-up files are read",

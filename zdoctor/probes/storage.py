@@ -40,16 +40,16 @@ import pwd
 import stat
 from typing import Any
 
-from ..errors import InputError
-from ..model import Evidence
-from ..registry import probe
-from ..storage import blockdev as bd
-from ..storage import fstab as fs
-from ..storage import iotest as io
-from ..storage import mounts as mt
-from ..target import target_of
-from ..trainuser import account, env_prefix, training_user  # noqa: F401 - the probes' training user
-from .pyenv import TARGET_TIMEOUT
+from zdoctor.errors import InputError
+from zdoctor.model import Evidence
+from zdoctor.probes.pyenv import TARGET_TIMEOUT
+from zdoctor.registry import probe
+from zdoctor.storage import blockdev as bd
+from zdoctor.storage import fstab as fs
+from zdoctor.storage import iotest as io
+from zdoctor.storage import mounts as mt
+from zdoctor.target import target_of
+from zdoctor.trainuser import account, env_prefix, training_user  # noqa: F401 - the probes' training user
 
 #: Each throughput phase stops after this many seconds; the probe's budget covers both and the rest.
 IO_TIME_LIMIT = 45.0
@@ -59,7 +59,7 @@ CONFIG_KEYS = ("offload_optimizer", "offload_param")
 
 def config_paths(ds_config: str) -> tuple[list[dict[str, Any]], str | None]:
     """The ``nvme_path`` entries of a ds_config, read as DeepSpeed reads it (HJSON)."""
-    from ..offload.dsconfig import load_config
+    from zdoctor.offload.dsconfig import load_config
 
     try:  # the one bounded reader: a regular file under the size cap, UTF-8, depth and digits bounded
         doc = load_config(ds_config).data

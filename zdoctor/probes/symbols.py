@@ -6,13 +6,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..forensics import symbols as sy
-from ..forensics.linkerrors import link_libraries, parse_link_errors, triage_link
-from ..forensics.runneeds import is_libstdcxx_version
-from ..forensics.symtrials import plans_for, try_plans
-from ..model import Evidence
-from ..registry import facts_of, probe
-from ..target import target_of
+from zdoctor.forensics import symbols as sy
+from zdoctor.forensics.linkerrors import link_libraries, parse_link_errors, triage_link
+from zdoctor.forensics.runneeds import is_libstdcxx_version
+from zdoctor.forensics.symtrials import plans_for, try_plans
+from zdoctor.model import Evidence
+from zdoctor.registry import facts_of, probe
+from zdoctor.target import target_of
 
 #: Libraries the run loaded that are searched for the other-ABI twin of an undefined reference.
 MAX_LOADED_SCANNED = 40

@@ -10,13 +10,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import InputError
-from ..model import Evidence
-from ..registry import probe
-from ..symptoms.extract import from_run, from_text
-from ..symptoms.model import Symptom
-from ..target import target_of
-from ..userfile import open_user_file
+from zdoctor.errors import InputError
+from zdoctor.model import Evidence
+from zdoctor.registry import probe
+from zdoctor.symptoms.extract import from_run, from_text
+from zdoctor.symptoms.model import Symptom
+from zdoctor.target import target_of
+from zdoctor.userfile import open_user_file
 
 #: Only the end of a log is read for its error lines: the failure is at the end.
 LOG_TAIL_BYTES = 4 * 1024 * 1024

@@ -7,10 +7,10 @@ import platform
 import socket
 from typing import Any
 
-from ..host.live import os_pretty_name
-from ..model import Evidence
-from ..registry import probe
-from ..userfile import open_regular_text
+from zdoctor.host.live import os_pretty_name
+from zdoctor.model import Evidence
+from zdoctor.registry import probe
+from zdoctor.userfile import open_regular_text
 
 MEMINFO_KEYS = ("MemTotal", "MemAvailable", "SwapTotal", "SwapFree", "HugePages_Total", "Shmem")
 

@@ -21,13 +21,13 @@ import shlex
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ..forensics.gccver import glibcxx_for_gcc, parse_torch_config, parse_version_output, toolset_bin, toolset_of
-from ..model import Evidence
-from ..registry import probe
-from ..runner import run, which_all
-from ..target import target_of
-from ..userfile import open_regular_text
-from .pyenv import TARGET_TIMEOUT
+from zdoctor.forensics.gccver import glibcxx_for_gcc, parse_torch_config, parse_version_output, toolset_bin, toolset_of
+from zdoctor.model import Evidence
+from zdoctor.probes.pyenv import TARGET_TIMEOUT
+from zdoctor.registry import probe
+from zdoctor.runner import run, which_all
+from zdoctor.target import target_of
+from zdoctor.userfile import open_regular_text
 
 COMPILER_NAMES = ("gcc", "g++", "cc", "c++")
 WRAPPERS = ("ccache", "sccache", "distcc")

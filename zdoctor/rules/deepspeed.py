@@ -16,7 +16,7 @@ import os
 import re
 from typing import Any
 
-from ..userfile import open_regular
+from zdoctor.userfile import open_regular
 
 #: The DeepSpeed release whose source the "current" column of every rule was read from.
 CURRENT_READ_FROM = (0, 19, 8)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .deepspeed import parse_version, read_source
+from zdoctor.rules.deepspeed import parse_version, read_source
 
 RUNNER_FILES = ("launcher/runner.py",)
 

@@ -14,9 +14,9 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .. import runner
-from ..model import Evidence
-from .mounts import MountEntry
+from zdoctor import runner
+from zdoctor.model import Evidence
+from zdoctor.storage.mounts import MountEntry
 
 SECTOR = 512
 _NVME_NS = re.compile(r"^nvme(\d+)n(\d+)$")

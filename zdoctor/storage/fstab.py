@@ -21,13 +21,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .. import runner
-from ..atomic import CheckedReplace, replace_checked
-from ..errors import InputError
-from ..filefix import owner_only
-from ..model import Evidence, Remedy
-from ..userfile import open_regular, open_regular_text
-from .mounts import MountEntry, unescape
+from zdoctor import runner
+from zdoctor.atomic import CheckedReplace, replace_checked
+from zdoctor.errors import InputError
+from zdoctor.filefix import owner_only
+from zdoctor.model import Evidence, Remedy
+from zdoctor.storage.mounts import MountEntry, unescape
+from zdoctor.userfile import open_regular, open_regular_text
 
 FSTAB = "/etc/fstab"
 DEFAULT_OPTIONS = "defaults,noatime,nofail,x-systemd.device-timeout=10s"

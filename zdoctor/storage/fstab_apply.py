@@ -17,9 +17,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .. import runner
-from ..systools import system_tool_or_name
-from .fstab import FSTAB, apply_fstab_line
+from zdoctor import runner
+from zdoctor.storage.fstab import FSTAB, apply_fstab_line
+from zdoctor.systools import system_tool_or_name
 
 RECORD_PREFIX = "zdoctor-fstab-record: "
 
@@ -48,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--backup", required=True)
     parser.add_argument("--no-mount", action="store_true")
     args = parser.parse_args(argv)
-    from .fstab import parse_fstab
+    from zdoctor.storage.fstab import parse_fstab
 
     entries = parse_fstab(args.line)
     if len(entries) != 1:
@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def mount() -> Any:
         if args.no_mount:
-            from ..model import Evidence
+            from zdoctor.model import Evidence
 
             return Evidence(label="mount (not asked for)", kind="note", exit_code=0)
         return runner.run(_mount_argv(args.fstab, mountpoint), timeout=60, label="mount")

@@ -24,12 +24,12 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
-from .. import packages, runner
-from ..errors import InputError
-from ..forensics.ldcache import read_ld_so_cache, runtime_soname
-from ..model import Evidence
-from ..units import parse_size  # noqa: F401 - the io size of --io-size, parsed where every option is
-from . import GIB, MIB, aiocalls
+from zdoctor import packages, runner
+from zdoctor.errors import InputError
+from zdoctor.forensics.ldcache import read_ld_so_cache, runtime_soname
+from zdoctor.model import Evidence
+from zdoctor.storage import GIB, MIB, aiocalls
+from zdoctor.units import parse_size  # noqa: F401 - the io size of --io-size, parsed where every option is
 
 BLOCK = MIB  # DeepSpeed aio block_size default
 QUEUE_DEPTH = 8  # DeepSpeed aio queue_depth default

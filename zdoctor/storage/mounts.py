@@ -10,7 +10,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..userfile import open_regular_text
+from zdoctor.userfile import open_regular_text
 
 MOUNTINFO = "/proc/self/mountinfo"
 

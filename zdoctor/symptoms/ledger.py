@@ -13,13 +13,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..checks import evaluate_check, probes_for
-from ..model import Evidence, Finding
-from ..registry import CHECKS, Facts
-from ..rules.signatures import signature
-from .links import Said, candidate_checks, derive
-from .match import symptoms_of
-from .model import SOURCE_WORDS, UNEXPLAINED_PREFIX, Symptom
+from zdoctor.checks import evaluate_check, probes_for
+from zdoctor.model import Evidence, Finding
+from zdoctor.registry import CHECKS, Facts
+from zdoctor.rules.signatures import signature
+from zdoctor.symptoms.links import Said, candidate_checks, derive
+from zdoctor.symptoms.match import symptoms_of
+from zdoctor.symptoms.model import SOURCE_WORDS, UNEXPLAINED_PREFIX, Symptom
 
 
 @dataclass
