@@ -40,7 +40,7 @@ step() { "$@" 2>&1 | tee -a "$LOG"; return "${PIPESTATUS[0]}"; }
 cat >"$WORK/zd.py" <<ZDEOF
 import sys
 sys.path.append("$SITE")
-from zdoctor.cli import main
+from zdoctor.front.cli import main
 raise SystemExit(main(sys.argv[1:]))
 ZDEOF
 ZD=("$PY" "$WORK/zd.py")

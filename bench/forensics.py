@@ -29,8 +29,8 @@ sys.path.insert(0, str(HERE))
 AUDIT = r"""
 import json, sys, time
 t0 = time.perf_counter()
-from zdoctor.forensics.audit import static_audit, training_targets
-from zdoctor.forensics.loader import LoaderConfig
+from zdoctor.layers.libraries.audit import static_audit, training_targets
+from zdoctor.readers.loader import LoaderConfig
 spec = json.loads(sys.argv[1])
 t1 = time.perf_counter()
 config = LoaderConfig.detect()
@@ -72,7 +72,7 @@ def main() -> int:
     torch_dir, ds_dir = lines[-2], lines[-1] or None
     from startup import venv_exe
 
-    from zdoctor.forensics.jitcache import prebuilt_ops
+    from zdoctor.readers.jitcache import prebuilt_ops
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("LD_")}
     if so is not None:

@@ -368,7 +368,7 @@ def leftover_rows(work: Path) -> list[Row]:
     the compile test's sources and the compiler's cc*.s, removed; a link named like a run folder left, its
     target untouched), and, as root (the command's cgroup), a compile whose keeper is killed outright, the
     compiler in a session of its own (no <defunct> child of zdoctor lasting past a poll or two)."""
-    from zdoctor.scratch import PREFIX, pid_namespace
+    from zdoctor.proc.scratch import PREFIX, pid_namespace
 
     ns = pid_namespace()
     marks, target = work / "killed-cc", work / "not-a-run-folder"

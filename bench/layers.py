@@ -62,7 +62,7 @@ def probe_timeline(zd: list[str], py: str, env: dict[str, str], layers: list[str
     doc = json.loads(subprocess.run([*zd, "export", "--last", "--format", "json"], capture_output=True, text=True,
                                     env=env).stdout)
     results = {e["result"]["probe"]: e["result"] for e in doc["events"] if "result" in e}
-    from zdoctor.registry import CHECKS, load_vocabulary
+    from zdoctor.core.registry import CHECKS, load_vocabulary
 
     load_vocabulary()
     wanted = sorted({p for spec in CHECKS.values() if spec.layer in layers for p in spec.probes})
@@ -80,7 +80,7 @@ def probe_timeline(zd: list[str], py: str, env: dict[str, str], layers: list[str
 
 def layer_probes(layers: list[str]) -> list[str]:
     """The probes read by the checks of ``layers`` and by no check of another layer."""
-    from zdoctor.registry import CHECKS, load_vocabulary
+    from zdoctor.core.registry import CHECKS, load_vocabulary
 
     load_vocabulary()
     inside = {p for spec in CHECKS.values() if spec.layer in layers for p in spec.probes}
@@ -91,9 +91,9 @@ def layer_probes(layers: list[str]) -> list[str]:
 def without_probes(zd: list[str], probes: list[str]) -> list[str]:
     """A command line that runs the console script ``zd``'s zdoctor with ``probes`` unregistered."""
     python = str(Path(zd[0]).with_name("python"))
-    code = ("import sys\nimport zdoctor.registry as r\nr.load_vocabulary()\n"
+    code = ("import sys\nimport zdoctor.core.registry as r\nr.load_vocabulary()\n"
             f"for n in {probes!r}:\n    r.PROBES.pop(n, None)\n"
-            "from zdoctor.cli import main\nsys.argv[0] = 'zdoctor'\nsys.exit(main())\n")
+            "from zdoctor.front.cli import main\nsys.argv[0] = 'zdoctor'\nsys.exit(main())\n")
     return [python, "-c", code]
 
 

@@ -17,7 +17,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from test_gpu_facts import h200_all  # noqa: E402
 
-from zdoctor.shape import SHAPE_FILE, learn  # noqa: E402
+from zdoctor.core.shape import SHAPE_FILE, learn  # noqa: E402
 
 _DATA_KEY = re.compile(r"[/ ]|^\d+$|^\d+\.\d+|\.so")
 

@@ -44,7 +44,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from zdoctor.forensics.live import LD_DEBUG_CATEGORIES, default_probe_argv, strace_from_start  # noqa: E402
+from zdoctor.layers.libraries.live import LD_DEBUG_CATEGORIES, default_probe_argv, strace_from_start  # noqa: E402
 
 GOALS = {"ldpath": 1.5, "preload": 1.5, "healthy": 1.05}
 

@@ -113,9 +113,9 @@ def pilot_latency(presses: int) -> tuple[list[float], list[float]]:
     """In-process: ``l`` toggles the learn panel while a probe never returns; also a key bound to nothing,
     which is what Pilot itself costs per key."""
     sys.path.insert(0, str(REPO))
+    from zdoctor.front.tui import _screens_app
     from zdoctor.host import ReplayHost
-    from zdoctor.practice import get_scenario
-    from zdoctor.tui import _screens_app
+    from zdoctor.walk.practice import get_scenario
 
     hold = threading.Event()
 

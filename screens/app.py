@@ -1,7 +1,7 @@
 """The guided session: start screen, playbook walk, evidence, remedies, export, resume and learn mode.
 
 The UI renders engine state and posts intents; every diagnostic decision is the engine's
-(:class:`zdoctor.engine.Walk`, :func:`zdoctor.doctor.check`). ``make_app`` is the one factory the
+(:class:`zdoctor.walk.engine.Walk`, :func:`zdoctor.walk.doctor.check`). ``make_app`` is the one factory the
 command line and the tests use.
 """
 
@@ -20,8 +20,8 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from screens.base import CTRL_C_QUITS, HELP, QUIT, AppBase
-from zdoctor.errors import InputError, ZdoctorError
-from zdoctor.events import ExportWritten
+from zdoctor.core.errors import InputError, ZdoctorError
+from zdoctor.walk.events import ExportWritten
 
 
 @dataclass
@@ -30,8 +30,8 @@ class Context:
 
     host: Any
     mode: str  # "tui" (this node), "demo" (a practice scenario), or the mode of a resumed session
-    log: Any = None  # zdoctor.session.SessionLog | None
-    scenario: Any = None  # zdoctor.practice.Scenario | None
+    log: Any = None  # zdoctor.walk.session.SessionLog | None
+    scenario: Any = None  # zdoctor.walk.practice.Scenario | None
     note: str = ""  # why the session is not recorded, when it is not
 
     @property
@@ -56,7 +56,7 @@ class Context:
 
 def open_log(mode: str, argv: list[str], info: dict[str, Any]) -> tuple[Any, str]:
     """A new session log, or None and the reason it could not be created."""
-    from zdoctor.session import SessionLog
+    from zdoctor.walk.session import SessionLog
 
     try:
         return SessionLog.create(mode, argv, info), ""
@@ -66,9 +66,9 @@ def open_log(mode: str, argv: list[str], info: dict[str, Any]) -> tuple[Any, str
 
 def new_walk(playbook_id: str, host: Any, record: Any) -> Any:
     """A walk of a bundled playbook (the vocabulary loaded first: predicates must be registered)."""
-    from zdoctor.engine import Walk
-    from zdoctor.playbook import load_all
-    from zdoctor.registry import load_vocabulary
+    from zdoctor.core.registry import load_vocabulary
+    from zdoctor.walk.engine import Walk
+    from zdoctor.walk.playbook import load_all
 
     load_vocabulary()
     return Walk(load_all()[playbook_id], host, record=record)
@@ -190,7 +190,7 @@ class ZdoctorApp(AppBase):
     # -- export ------------------------------------------------------------------------------------
     def export(self, fmt: str) -> Path:
         """Write the current session as ``fmt`` (md, html, json); returns the path written."""
-        from zdoctor.export import export_session
+        from zdoctor.report.export import export_session
 
         ctx = self.ctx
         if ctx is None or ctx.log is None:
@@ -257,16 +257,16 @@ class ZdoctorApp(AppBase):
 
 def prepare_resume(session: str, argv: list[str]) -> tuple[Context, Any]:
     """Reopen a recorded guided session: its host (recorded results first), its log, its walk."""
-    from zdoctor.registry import load_vocabulary
-    from zdoctor.resume import SessionHost, find_point, rebuild_host, recorded_results, resume_walk
-    from zdoctor.session import SessionLog
+    from zdoctor.core.registry import load_vocabulary
+    from zdoctor.walk.resume import SessionHost, find_point, rebuild_host, recorded_results, resume_walk
+    from zdoctor.walk.session import SessionLog
 
     load_vocabulary()
     point = find_point(session or None)
     host = SessionHost(rebuild_host(point.host_info), recorded_results(point.events))
     scenario = None
     if point.host_info.get("scenario"):
-        from zdoctor.practice import get_scenario
+        from zdoctor.walk.practice import get_scenario
 
         scenario = get_scenario(str(point.host_info["scenario"]))
     log = SessionLog.reopen(point.session_id, argv=argv)
@@ -288,7 +288,7 @@ def make_app(python: str | None = None, argv: list[str] | None = None, host: Any
     if resume is not None:
         plan["resume"] = prepare_resume(resume, argv)
     elif demo is not None:
-        from zdoctor.practice import get_scenario
+        from zdoctor.walk.practice import get_scenario
 
         plan["demo"] = get_scenario(demo) if demo else None
     return ZdoctorApp(python=python, argv=argv, host=host, plan=plan, export_dir=export_dir)

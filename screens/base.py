@@ -9,7 +9,7 @@ from textual.app import App
 from textual.binding import Binding
 
 from screens.common import NO_CONTROL_CHARACTERS
-from zdoctor.resources import data_dir
+from zdoctor.core.resources import data_dir
 
 HELP = Binding("question_mark,f1", "help", "Keys", id="help")
 QUIT = Binding("q", "quit", "Quit", id="quit")

@@ -19,11 +19,12 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Static
 
-from zdoctor import progress
-from zdoctor.model import CONTROL_CHARACTERS, Evidence, Finding, ProbeResult, Table, sort_findings
-from zdoctor.present import MARKS as PRESENT_MARKS
-from zdoctor.present import STYLES, SUMMARY_ORDER, count
-from zdoctor.redact import redact_text as shown
+from zdoctor.core import progress
+from zdoctor.core.model import CONTROL_CHARACTERS, Evidence, Finding, ProbeResult, Table, sort_findings
+from zdoctor.core.present import MARKS as PRESENT_MARKS
+from zdoctor.core.present import STYLES, SUMMARY_ORDER
+from zdoctor.core.redact import redact_text as shown
+from zdoctor.core.verdicts import count
 
 if TYPE_CHECKING:
     from zdoctor.host import Host
@@ -111,8 +112,14 @@ def summary_text(findings: list[Finding]) -> Text:
 
 def symptoms_text(entries: list[dict[str, Any]]) -> Text:
     """The symptom ledger in a few lines: each thing the user saw, quoted, and what explains it or UNEXPLAINED
-    (the words of :mod:`zdoctor.present`)."""
-    from zdoctor.present import NO_SYMPTOMS, SYMPTOMS_HEADING, symptom_place, symptom_verdict, unexplained_headline
+    (the words of :mod:`zdoctor.core.present`)."""
+    from zdoctor.core.present import (
+        NO_SYMPTOMS,
+        SYMPTOMS_HEADING,
+        symptom_place,
+        symptom_verdict,
+        unexplained_headline,
+    )
 
     out = Text()
     if not entries:
@@ -191,7 +198,7 @@ def evidence_key(e: Evidence) -> tuple[Any, ...]:
 
 def evidence_text(e: Evidence, cap: int = 3000) -> Text:
     """A command, file or note as plain text (the output cut to ``cap`` characters, head and tail)."""
-    from zdoctor.model import cap_text
+    from zdoctor.core.model import cap_text
 
     out = Text()
     out.append(shown(e.label), style="bold")
@@ -304,7 +311,7 @@ class ProbeState:
 def probe_mark(status: str) -> Text:
     """A finished probe's mark: a dot for one that answered (a verdict's ✓ beside a ✗ finding read from its
     facts would contradict it), the status mark when it skipped, crashed or ran out of time."""
-    from zdoctor.present import PROBE_ANSWERED
+    from zdoctor.core.present import PROBE_ANSWERED
 
     return Text(PROBE_ANSWERED, style="dim") if status == "ok" else mark(status)
 
@@ -390,7 +397,7 @@ class ProbePanel(Static):
 
     def start(self, host: Host, names: list[str]) -> None:
         """Show ``names`` and run the ones ``host`` has no result for yet."""
-        from zdoctor.guide import probe_budget, probe_title
+        from zdoctor.walk.guide import probe_budget, probe_title
 
         self._token += 1
         self._finished = False
@@ -419,7 +426,7 @@ class ProbePanel(Static):
 
     def cancel(self) -> list[str]:
         """Stop waiting for every probe still running; returns their names."""
-        from zdoctor.guide import abandon_probe
+        from zdoctor.walk.guide import abandon_probe
 
         names = []
         now = self.clock()

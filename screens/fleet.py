@@ -25,10 +25,10 @@ from screens.base import HELP, QUIT, AppBase
 from screens.common import KeyBar
 from screens.evidence import EvidenceScreen
 from screens.info import ExportScreen
-from zdoctor.errors import ZdoctorError
+from zdoctor.core.errors import ZdoctorError
+from zdoctor.core.model import Finding, sort_findings
+from zdoctor.core.present import MARKS, STYLES, pasted_script
 from zdoctor.fleet.result import NODE_PROBLEMS, families
-from zdoctor.model import Finding, sort_findings
-from zdoctor.present import MARKS, STYLES, pasted_script
 
 if TYPE_CHECKING:
     from zdoctor.fleet.collect import NodeRun

@@ -133,8 +133,8 @@ class GlossaryScreen(Screen[None]):
         yield KeyBar()
 
     def on_mount(self) -> None:
-        from zdoctor.errors import ZdoctorError
-        from zdoctor.glossary import load_glossary
+        from zdoctor.core.errors import ZdoctorError
+        from zdoctor.core.glossary import load_glossary
 
         try:
             self.terms = load_glossary()
@@ -216,7 +216,7 @@ class ExportScreen(ModalScreen[None]):
             self.action_export(event.option.id)
 
     def action_export(self, fmt: str) -> None:
-        from zdoctor.errors import ZdoctorError
+        from zdoctor.core.errors import ZdoctorError
 
         app: Any = self.app
         result = self.query_one("#export-result", Static)

@@ -39,8 +39,8 @@ class PracticeScreen(Screen[None]):
         yield KeyBar()
 
     def on_mount(self) -> None:
-        from zdoctor.errors import ZdoctorError
-        from zdoctor.practice import load_scenarios
+        from zdoctor.core.errors import ZdoctorError
+        from zdoctor.walk.practice import load_scenarios
 
         try:
             self.scenarios = load_scenarios()

@@ -24,11 +24,8 @@ from textual.widgets import Button, Header, Log, OptionList, Static
 from textual.widgets.option_list import Option
 
 from screens.common import ContextScreen, KeyBar, in_thread, mark, shown
-from zdoctor import children
-from zdoctor.apply import ApplyOutcome, ApplyPlan, core_action, env_effect, known_env, plan, run_remedy
-from zdoctor.events import record_remedy
-from zdoctor.model import Finding, Remedy
-from zdoctor.present import (
+from zdoctor.core.model import Finding, Remedy
+from zdoctor.core.present import (
     first_line,
     fix_groups,
     missing_tools,
@@ -44,7 +41,10 @@ from zdoctor.present import (
     verification_text,
     written_text,
 )
-from zdoctor.target import target_of
+from zdoctor.proc import children
+from zdoctor.proc.target import target_of
+from zdoctor.walk.apply import ApplyOutcome, ApplyPlan, core_action, env_effect, known_env, plan, run_remedy
+from zdoctor.walk.events import record_remedy
 
 
 def shell(lines: list[str]) -> Syntax:
@@ -52,7 +52,7 @@ def shell(lines: list[str]) -> Syntax:
 
 
 def verified_text(r: Remedy, elsewhere: bool = False) -> Text:
-    """The remedy's verification, in the one wording of :func:`zdoctor.present.verification_text`."""
+    """The remedy's verification, in the one wording of :func:`zdoctor.core.present.verification_text`."""
     v = verification_of(r)
     sym, style = verification_mark(v)
     return Text(f"{sym} {shown(verification_text(v, recorded_elsewhere=elsewhere))}", style=style)
@@ -386,7 +386,7 @@ class RemedyScreen(ContextScreen):
         self.result(Text("Practice: nothing was run on this machine.", style="bold"))
 
     def env_file(self) -> tuple[Any, str]:
-        from zdoctor.session import state_dir
+        from zdoctor.walk.session import state_dir
 
         sid = self.ctx.log.id if self.ctx.log is not None else "unrecorded"
         return state_dir() / "fixes", f"fix-{sid}-{int(time.time() * 1000) % 10**9}.sh"

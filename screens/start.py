@@ -12,9 +12,10 @@ from textual.widgets import Header, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from screens.common import ContextScreen, KeyBar, ProbePanel, findings_text, in_thread, summary_text, symptoms_text
-from zdoctor.model import Finding
-from zdoctor.present import ALSO_FOUND, split_answers
-from zdoctor.target import DEFAULT_PYTHON
+from zdoctor.core.model import Finding
+from zdoctor.core.present import ALSO_FOUND
+from zdoctor.core.verdicts import split_answers
+from zdoctor.proc.target import DEFAULT_PYTHON
 
 GPU_PROBE = "nvml"
 
@@ -25,7 +26,7 @@ def _gib(n: Any) -> str:
 
 def gpu_line(host: Any) -> Text:
     """The GPUs the ``nvml`` probe found (it may be skipped: no driver, or no GPU visible)."""
-    from zdoctor.registry import PROBES
+    from zdoctor.core.registry import PROBES
 
     res = host.recorded().get(GPU_PROBE)
     if res is None:
@@ -87,7 +88,7 @@ def glance_text(host: Any, width: int | None = None) -> Text:
         out.append(f"Target: {target} (probing…)" if "pyenv" not in rec else f"Target: {target} (not probed)",
                    style="dim")
     else:
-        from zdoctor.guide import target_label
+        from zdoctor.walk.guide import target_label
 
         pyinfo = py.get("python") or {}
         label = target_label(py, target)  # the path the findings name, and the one --python takes
@@ -173,8 +174,8 @@ class StartScreen(ContextScreen):
 
     # -- the menu ----------------------------------------------------------------------------------
     def fill_menu(self) -> None:
-        from zdoctor.playbook import load_all
-        from zdoctor.practice import load_scenarios
+        from zdoctor.walk.playbook import load_all
+        from zdoctor.walk.practice import load_scenarios
 
         menu = self.query_one("#start-menu", OptionList)
         keep = menu.highlighted_option.id if menu.highlighted_option is not None else None
@@ -204,7 +205,7 @@ class StartScreen(ContextScreen):
             (i for i, oid in enumerate(ids) if oid is not None), None)
 
     async def _load_sessions(self) -> None:
-        from zdoctor.resume import resumable_sessions
+        from zdoctor.walk.resume import resumable_sessions
 
         own = {c.log.id for c in getattr(self.app, "contexts", []) if c.log is not None}
         found = await in_thread(resumable_sessions)
@@ -229,7 +230,7 @@ class StartScreen(ContextScreen):
         if kind == "pb":
             app.start_walk(self.ctx, value)
         elif kind == "demo":
-            from zdoctor.practice import get_scenario
+            from zdoctor.walk.practice import get_scenario
 
             app.start_practice(get_scenario(value))
         elif kind == "resume":
@@ -257,7 +258,7 @@ class StartScreen(ContextScreen):
         self.run_worker(self._start_pass(fresh), group="first-pass", exclusive=True)
 
     async def _start_pass(self, fresh: bool) -> None:
-        from zdoctor.guide import first_pass_probes
+        from zdoctor.walk.guide import first_pass_probes
 
         names = await in_thread(first_pass_probes)
         if fresh:
@@ -295,7 +296,7 @@ class StartScreen(ContextScreen):
         self.run_worker(self._evaluate(), group="first-pass-check", exclusive=True)
 
     async def _evaluate(self) -> None:
-        from zdoctor.doctor import check
+        from zdoctor.walk.doctor import check
 
         report = await in_thread(check, self.ctx.host, self.ctx.record, None, False)
         self.symptoms = report.symptoms
@@ -328,9 +329,9 @@ class StartScreen(ContextScreen):
         self.query_one("#next-step", Static).update(Text(self.next_line(findings), style="bold"))
 
     def next_line(self, findings: list[Finding]) -> str:
-        """The one "what to do next" line (see :func:`zdoctor.guide.next_step`)."""
-        from zdoctor.guide import next_step
-        from zdoctor.playbook import load_all
+        """The one "what to do next" line (see :func:`zdoctor.walk.guide.next_step`)."""
+        from zdoctor.walk.guide import next_step
+        from zdoctor.walk.playbook import load_all
 
         res = self.ctx.host.recorded().get("pyenv")
         pyenv = res.facts if res is not None and res.status == "ok" else None

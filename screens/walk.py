@@ -27,9 +27,9 @@ from screens.common import (
     symptoms_text,
     tables_of,
 )
-from zdoctor.model import Finding, Remedy, sort_findings
-from zdoctor.symptoms.ledger import ledger_on
-from zdoctor.walkwords import in_words
+from zdoctor.core.model import Finding, Remedy, sort_findings
+from zdoctor.walk.ledger import ledger_on
+from zdoctor.walk.walkwords import in_words
 
 INLINE_ROWS = 8
 INLINE_TABLES = 2
@@ -104,7 +104,7 @@ class AskScreen(ModalScreen[str]):
 
 def folded_symptoms(entries: list[dict[str, Any]]) -> Text:
     """The symptom ledger in one line: how many are explained, which are not, and the key that opens it."""
-    from zdoctor.present import SYMPTOMS_HEADING, UNEXPLAINED_WORD
+    from zdoctor.core.present import SYMPTOMS_HEADING, UNEXPLAINED_WORD
 
     open_ = [str(e.get("id")) for e in entries if not e.get("explained_by")]
     out = Text.assemble((f"{SYMPTOMS_HEADING}: ", "bold"), f"{len(entries) - len(open_)} explained")
@@ -192,7 +192,7 @@ class WalkScreen(ContextScreen):
     # -- one step ----------------------------------------------------------------------------------
     def enter_node(self) -> None:
         """Show the current node and run its probes (each in its own thread)."""
-        from zdoctor.guide import node_probes
+        from zdoctor.walk.guide import node_probes
 
         self._visit += 1
         self.outcome = None
@@ -264,7 +264,7 @@ class WalkScreen(ContextScreen):
     def action_symptoms(self) -> None:
         """Open or fold the symptom ledger (one line while folded)."""
         if not self.symptoms:
-            from zdoctor.present import NO_SYMPTOMS
+            from zdoctor.core.present import NO_SYMPTOMS
 
             self.notify(NO_SYMPTOMS, timeout=5)
             return
@@ -399,7 +399,7 @@ class WalkScreen(ContextScreen):
 
     def recorded_findings(self) -> list[Finding]:
         """The findings this session recorded at the current node (for a finished walk, resumed)."""
-        from zdoctor.session import load_events
+        from zdoctor.walk.session import load_events
 
         if self.ctx.log is None:
             return []
@@ -510,7 +510,7 @@ class WalkScreen(ContextScreen):
 
     def action_graph(self) -> None:
         from screens.info import TextScreen
-        from zdoctor.guide import graph_text
+        from zdoctor.walk.guide import graph_text
 
         text = graph_text(self.walk.playbook, self.walk.path, None if self.walk.done else self.walk.current)
         self.app.push_screen(TextScreen(f"Playbook graph: {self.walk.playbook.id} (←→ scrolls sideways)", Text(text),

@@ -104,7 +104,7 @@ def node_libaio(tmp: str) -> dict:
     installed paths."""
     import subprocess
 
-    from zdoctor.storage import iotest as io
+    from zdoctor.layers.offload import iotest as io
 
     root = os.path.join(tmp, "root")
     subprocess.run(["apt-get", "download", *LIBAIO_DEBS], cwd=tmp, check=True, capture_output=True)
@@ -162,7 +162,7 @@ def measure_at_sata_rates(directory: str, size: int = 1 << 30) -> dict:
         Path(group, "blkio.throttle.read_bps_device").write_text(f"{disk} {SATA_READ_BPS}\n")
         Path(group, "blkio.throttle.write_bps_device").write_text(f"{disk} {SATA_WRITE_BPS}\n")
         code = ("import json, os, sys; open(sys.argv[1] + '/cgroup.procs', 'w').write(str(os.getpid())); "
-                "from zdoctor.storage import iotest as io; "
+                "from zdoctor.layers.offload import iotest as io; "
                 "print(json.dumps(io.measure(sys.argv[2], int(sys.argv[3]), time_limit=60)))")
         out = subprocess.run([sys.executable, "-c", code, group, directory, str(size)], check=True,
                              capture_output=True, text=True, cwd=str(HERE.parent)).stdout
@@ -176,9 +176,9 @@ def measure_at_sata_rates(directory: str, size: int = 1 << 30) -> dict:
 def node_storage(measured_dir: str) -> tuple[dict, dict]:
     """The storage and nvme_inventory probes' facts and evidence for the node: the recorded tree, with the
     node's free space on /ssd and a real O_DIRECT check and throughput measured at SATA rates."""
-    import zdoctor.probes.storage as ps
-    from zdoctor.storage import blockdev as bd
-    from zdoctor.storage import iotest as io
+    import zdoctor.layers.offload.probe_storage as ps
+    from zdoctor.layers.offload import blockdev as bd
+    from zdoctor.layers.offload import iotest as io
 
     with tempfile.TemporaryDirectory() as tmp:
         bd.build_tree((NODE / "tree.txt").read_text(), tmp)
@@ -205,11 +205,11 @@ def node_storage(measured_dir: str) -> tuple[dict, dict]:
 
 def record_slow_ssd(out: Path | None = None, part1_path: Path | None = None) -> dict:
     """The scenario's snapshot document (written to ``out`` when given), on part 1's node."""
+    from zdoctor.core.redact import redact
+    from zdoctor.core.registry import load_vocabulary
     from zdoctor.host import LiveHost
     from zdoctor.host.replay import snapshot_document
-    from zdoctor.offload import lint, planner
-    from zdoctor.redact import redact
-    from zdoctor.registry import load_vocabulary
+    from zdoctor.layers.offload import lint, planner
 
     load_vocabulary()
     part1 = json.loads(Path(part1_path or HERE.parent / "assets" / "scenarios" / PART1).read_text())
@@ -263,8 +263,8 @@ def record_slow_ssd(out: Path | None = None, part1_path: Path | None = None) -> 
 def amend_part1(path: Path) -> dict:
     """Part 1 on the same node: its JIT cache lives on the node's root device, and the shellinit probe
     reads alice's startup files (the recorded ``scenario-node`` tree)."""
-    from zdoctor.forensics.shellinit import scan
-    from zdoctor.model import Evidence
+    from zdoctor.core.model import Evidence
+    from zdoctor.layers.libraries.shellinit import scan
 
     doc = json.loads(path.read_text())
     recorded_kernel = doc["host"]["kernel"]
@@ -331,7 +331,7 @@ def part1_strace_lines(part1: dict) -> list[str]:
     import dsenv
     from envkit import make_old_libstdcxx
 
-    from zdoctor.forensics.live import trace_command
+    from zdoctor.layers.libraries.live import trace_command
 
     python = dsenv.ensure()
     venv = python.parent.parent

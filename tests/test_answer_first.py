@@ -16,10 +16,10 @@ import pytest
 from conftest import run_cli
 from envkit import build_extension, make_old_libstdcxx
 
-from zdoctor.answers import WalkEnd, answering_walk, with_answers
-from zdoctor.model import Finding
-from zdoctor.present import ALSO_FOUND
-from zdoctor.verdicts import answer_first, split_answers
+from zdoctor.core.answers import WalkEnd, answering_walk, with_answers
+from zdoctor.core.model import Finding
+from zdoctor.core.present import ALSO_FOUND
+from zdoctor.core.verdicts import answer_first, split_answers
 
 PY = os.path.realpath(sys.executable)
 OTHER = "launcher.hostfile"  # fails, explains nothing, and sorts before libs.glibcxx by id

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 
-from zdoctor import contain
+from zdoctor.core.registry import PROBES, load_vocabulary, probe
 from zdoctor.host.base import run_probe_guarded
-from zdoctor.registry import PROBES, load_vocabulary, probe
-from zdoctor.runner import run
+from zdoctor.proc import contain
+from zdoctor.proc.runner import run
 
 
 def _nice_of_a_real_command() -> int:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from zdoctor.probes import storage as ps
-from zdoctor.storage import blockdev as bd
-from zdoctor.storage import mounts as mt
+from zdoctor.layers.offload import blockdev as bd
+from zdoctor.layers.offload import probe_storage as ps
+from zdoctor.readers import mounts as mt
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 STORE = FIX / "storage"

@@ -65,7 +65,7 @@ def test_bundle_is_one_small_file_with_psutil_for_both_architectures(bundle):
     # Only psutil's shared objects are native; no compiled bytecode travels (it is per interpreter).
     assert [n for n in names if n.endswith(".so")] == sorted(n for f in man["native"].values() for n in f)
     assert not [n for n in names if n.endswith(".pyc")]
-    assert "zdoctor/screens/app.py" in names and "zdoctor/cli.py" in names
+    assert "zdoctor/screens/app.py" in names and "zdoctor/front/cli.py" in names
 
 
 def test_a_second_build_is_the_same_file(bundle, tmp_path):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from conftest import REPO
 
-from zdoctor.rules.signatures import MATCH_LIMIT, SIGNATURES
+from zdoctor.symptoms.catalogue import MATCH_LIMIT, SIGNATURES
 
 PY = sys.executable
 #: CPU seconds for the whole catalogue against every hostile line (it needs about one here).
@@ -47,7 +47,7 @@ def test_every_catalogue_pattern_reads_hostile_lines_within_a_cpu_bound():
         import sys
         sys.path.insert(0, "tests")
         from test_catalogue_bounds import hostile_lines
-        from zdoctor.rules.signatures import SIGNATURES
+        from zdoctor.symptoms.catalogue import SIGNATURES
         from zdoctor.symptoms.extract import from_text, recognise
         n = 0
         for sig in SIGNATURES:

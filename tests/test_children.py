@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from prockit import dead, wait_for
 
-from zdoctor import children
+from zdoctor.proc import children
 
 # A launch that starts a worker, as a launcher does; both record their pids and sleep.
 TREE = textwrap.dedent("""
@@ -27,7 +27,7 @@ TREE = textwrap.dedent("""
 """)
 
 # zdoctor's own entry point, as the console script runs it.
-ZDOCTOR = [sys.executable, "-c", "import sys; from zdoctor.cli import main; sys.exit(main())"]
+ZDOCTOR = [sys.executable, "-c", "import sys; from zdoctor.front.cli import main; sys.exit(main())"]
 
 
 def _tree_pids(pidfile: Path) -> list[int]:
@@ -77,14 +77,14 @@ def test_a_signalled_check_leaves_no_process_of_the_traced_launch(tmp_path, sig)
 # A zdoctor stand-in that runs one command through the core and never gets to clean up by itself.
 DRIVER = textwrap.dedent("""
     import sys, threading
-    from zdoctor import children, runner
+    from zdoctor.proc import children, runner
     if sys.argv[1] == "no-reaper":
         children._reaper = False  # the parent-death signal alone
     children.install_signal_handlers()
     argv = [sys.executable, sys.argv[2], sys.argv[3]]
     if sys.argv[4] == "remedy":
-        from zdoctor.apply import run_remedy
-        from zdoctor.model import Remedy
+        from zdoctor.walk.apply import run_remedy
+        from zdoctor.core.model import Remedy
         import shlex, os
         work = threading.Thread(target=run_remedy, args=(Remedy(title="re-run", commands=[shlex.join(argv)]),
                                                          dict(os.environ)))
@@ -141,7 +141,7 @@ def test_the_parent_death_signal_is_set_up_without_a_child_of_its_own(monkeypatc
 
 
 def test_registry_forgets_reaped_groups_and_ends_running_ones(tmp_path):
-    from zdoctor.runner import run
+    from zdoctor.proc.runner import run
 
     ev = run([sys.executable, "-c", "print('ok')"])
     assert ev.exit_code == 0 and children.running() == []
@@ -161,7 +161,7 @@ def test_registry_forgets_reaped_groups_and_ends_running_ones(tmp_path):
 # After SIGINT, a worker thread still queued (a remedy re-run behind the traced launch) starts its command.
 AFTER_SIGINT = textwrap.dedent("""
     import os, signal, sys, threading, time
-    from zdoctor import children, runner
+    from zdoctor.proc import children, runner
     children.install_signal_handlers()
     try:
         os.kill(os.getpid(), signal.SIGINT)
@@ -186,7 +186,7 @@ def test_a_child_started_after_an_interrupt_is_ended_at_once(tmp_path):
 # The signal arrives while the main thread itself holds the registry's lock (starting a child, say).
 SIGNAL_UNDER_LOCK = textwrap.dedent("""
     import os, signal, sys, threading, time
-    from zdoctor import children, runner
+    from zdoctor.proc import children, runner
     children.install_signal_handlers()
     threading.Thread(target=runner.run, args=([sys.executable, "-c", "import time; time.sleep(600)"],),
                      kwargs={"timeout": 600, "on_start": lambda pid: print(pid, flush=True)}).start()
@@ -214,7 +214,7 @@ def test_a_signal_while_the_main_thread_holds_the_lock_still_ends_zdoctor_and_it
 # The signal lands on a probe's thread, not the main one, while the main thread waits for the probes.
 SIGNAL_ON_A_WORKER = textwrap.dedent("""
     import os, signal, sys, threading, time
-    from zdoctor import children, registry, runner
+    from zdoctor.proc import children, runner; from zdoctor.core import registry
     from zdoctor.host import LiveHost
     children.install_signal_handlers()
 

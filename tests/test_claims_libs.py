@@ -12,7 +12,7 @@ import pytest
 from envkit import build_extension, make_old_libstdcxx
 from test_forensics_e2e import PY, bash, check, env_with, findings, import_cmd
 
-from zdoctor.forensics.elf import read_elf
+from zdoctor.readers.elf import read_elf
 
 
 @pytest.fixture(scope="module")

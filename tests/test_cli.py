@@ -243,8 +243,8 @@ def test_tui_subcommand_without_a_terminal_runs_the_check(cli):
 
 
 def test_an_internal_error_is_one_line(monkeypatch, capsys):
-    from zdoctor import cli as cli_mod
-    from zdoctor import doctor
+    from zdoctor.front import cli as cli_mod
+    from zdoctor.walk import doctor
 
     def broken(*_a, **_k):
         raise RuntimeError("simulated bug")
@@ -285,7 +285,7 @@ def test_job_options_work_without_a_command(cli, tmp_path):
 
 
 def test_python_is_one_option_wherever_it_is_given():
-    from zdoctor.cli import parse_args
+    from zdoctor.front.cli import parse_args
 
     assert parse_args(["--python", "/a/python", "check"]).python == "/a/python"
     assert parse_args(["check", "--python", "/b/python"]).python == "/b/python"

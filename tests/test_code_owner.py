@@ -20,7 +20,7 @@ from conftest import REPO
 from envkit import build_extension, make_old_libstdcxx
 from userkit import SYSTEM_PYTHON, WITNESS_PTH, Account, owned_environment, plant_witness, unprivileged_user, witnessed
 
-from zdoctor import codeowner
+from zdoctor.proc import codeowner
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists(SYSTEM_PYTHON),
                                 reason="needs root and a system python3 to make another user's environment")
@@ -197,8 +197,8 @@ def test_the_rule_names_the_owner_and_keeps_root_only_for_an_isolated_root_inter
 def test_a_remedy_step_that_runs_the_users_interpreter_runs_as_that_user_streamed_or_on_the_terminal(account):
     """A remedy's lines run as root by the guide (``pip install`` into the environment, say) start the
     environment's interpreter as its owner, both read line by line and with the terminal handed over."""
-    from zdoctor.apply import run_remedy
-    from zdoctor.model import Remedy
+    from zdoctor.core.model import Remedy
+    from zdoctor.walk.apply import run_remedy
 
     with owned_environment(account) as env:
         seen = plant_witness(env, account)

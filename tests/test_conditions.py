@@ -9,16 +9,16 @@ from pathlib import Path
 from conftest import FIXTURES
 from test_gpu_facts import h200
 
-from zdoctor import registry
-from zdoctor.checks import evaluate_check
-from zdoctor.engine import Walk
-from zdoctor.export import render
+from zdoctor.core import registry
+from zdoctor.core.model import ProbeResult
+from zdoctor.core.registry import CHECKS, Facts, load_vocabulary
 from zdoctor.host import ReplayHost
 from zdoctor.host.replay import SNAPSHOT_FORMAT, SNAPSHOT_VERSION
-from zdoctor.model import ProbeResult
-from zdoctor.playbook import load_playbook
-from zdoctor.playbook_lint import lint_path
-from zdoctor.registry import CHECKS, Facts, load_vocabulary
+from zdoctor.layers import evaluate_check
+from zdoctor.report.export import render
+from zdoctor.walk.engine import Walk
+from zdoctor.walk.playbook import load_playbook
+from zdoctor.walk.playbook_lint import lint_path
 
 PLAYBOOK = '''
 id = "p2p"
@@ -125,21 +125,24 @@ def test_playbooks_predicates_lists_each_with_its_docstring(cli):
 
 
 def test_a_new_check_module_is_found_without_a_list(tmp_path: Path, monkeypatch):
-    """Every module of the vocabulary packages is imported (no list, and no reading of their source); the probe
-    script that runs inside the training interpreter lives outside them, in zdoctor.scripts."""
+    """Every ``check_*`` (and ``probe_*``) module of the vocabulary packages is imported (no list, and no
+    reading of their source); a helper module beside them is not, and the probe script that runs inside the
+    training interpreter lives outside them, in zdoctor.scripts."""
     import sys
 
     pkg = tmp_path / "extra_checks"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "newcheck.py").write_text(
-        "from zdoctor.registry import check\n"
+    (pkg / "helper.py").write_text("raise AssertionError('a helper is imported only by what uses it')\n")
+    (pkg / "check_new.py").write_text(
+        "from zdoctor.core.registry import check\n"
         "@check('extra.new', title='A new check', probes=())\n"
         "def new(facts):\n    return []\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(registry, "VOCABULARY_PACKAGES", (*registry.VOCABULARY_PACKAGES, "extra_checks"))
     monkeypatch.delitem(sys.modules, "extra_checks", raising=False)
-    assert "extra_checks.newcheck" in registry.vocabulary_modules()
+    assert "extra_checks.check_new" in registry.vocabulary_modules()
+    assert "extra_checks.helper" not in registry.vocabulary_modules()
     assert "zdoctor.scripts.probe_script" not in registry.vocabulary_modules()
     try:
         load_vocabulary()

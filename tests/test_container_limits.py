@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 from test_gpu_facts import facts_of
 
-from zdoctor.checks.container import cgroup_memory_limit_runs_out, check_container
-from zdoctor.checks.hostram import check_hostram
-from zdoctor.container import cgroups, detect
-from zdoctor.offload import hostram, planner
+from zdoctor.layers.container.check_container import cgroup_memory_limit_runs_out, check_container
+from zdoctor.layers.offload import hostram, planner
+from zdoctor.layers.offload.check_hostram import check_hostram
+from zdoctor.readers import cgroups
+from zdoctor.readers import containerdetect as detect
 from zdoctor.symptoms.extract import from_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -316,8 +317,8 @@ def test_unreadable_cgroup_files_are_said_not_guessed(tmp_path):
 
 
 def test_a_real_unified_hierarchy_without_the_memory_controller_says_so():
-    from zdoctor.cgroup import paths_of
-    from zdoctor.storage.mounts import read_mountinfo
+    from zdoctor.proc.cgroup import paths_of
+    from zdoctor.readers.mounts import read_mountinfo
 
     mounts = [m for m in read_mountinfo() if m.fstype == "cgroup2"]
     if not mounts:
@@ -347,8 +348,8 @@ def test_recorded_container_facts_of_the_wrong_type_give_findings_never_tracebac
 
     from test_mutations import _mutate
 
+    from zdoctor.core.registry import Facts
     from zdoctor.host import ReplayHost
-    from zdoctor.registry import Facts
 
     base = [_probe_facts(v2_tree(tmp_path / "a")), _probe_facts(v2_tree(tmp_path / "b", kills=0)),
             _probe_facts(cgroups.read_process(proc=str(tmp_path / "none")), None)]
@@ -364,14 +365,14 @@ def test_recorded_container_facts_of_the_wrong_type_give_findings_never_tracebac
 
 
 def test_the_glossary_explains_a_memory_cgroup():
-    from zdoctor.glossary import find_term, load_glossary
+    from zdoctor.core.glossary import find_term, load_glossary
 
     term = find_term(load_glossary(), "memory cgroup")
     assert term is not None and "CONSTRAINT_MEMCG" in term.text and "memory.limit_in_bytes" in term.text
 
 
 def test_the_commands_kill_has_one_cause_in_every_finding(inside):
-    from zdoctor.causes import CGROUP_LIMIT, contradictions
+    from zdoctor.core.causes import CGROUP_LIMIT, contradictions
 
     report, _, _ = inside
     assert contradictions(report["findings"]) == []

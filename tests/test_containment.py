@@ -16,9 +16,9 @@ import time
 import pytest
 from prockit import dead, wait_for
 
-from zdoctor import cgroup, children
-from zdoctor.forensics.live import trace_command
-from zdoctor.runner import run
+from zdoctor.layers.libraries.live import trace_command
+from zdoctor.proc import cgroup, children
+from zdoctor.proc.runner import run
 
 
 def _token() -> str:
@@ -135,7 +135,7 @@ def test_a_setsid_daemon_of_the_traced_command_is_ended_and_the_command_exit_dec
 # A zdoctor stand-in: it runs a command that starts a worker, prints the pids, and waits.
 DRIVER = textwrap.dedent("""
     import sys, threading
-    from zdoctor import children, runner
+    from zdoctor.proc import children, runner
     children.install_signal_handlers()
     def started(pid):
         print(pid, children._reaper.pid, flush=True)
@@ -151,8 +151,8 @@ TREE = textwrap.dedent("""
 
 TRACING_DRIVER = textwrap.dedent("""
     import os, sys, threading, time
-    from zdoctor import children
-    from zdoctor.forensics.live import trace_command
+    from zdoctor.proc import children
+    from zdoctor.layers.libraries.live import trace_command
     children.install_signal_handlers()
     def tell():
         while not children._reaper or not children.running():
@@ -190,7 +190,7 @@ def test_a_cgroup_outlives_zdoctor_its_reaper_and_the_keeper_and_the_next_zdocto
     token = _token()
     kind, base = cgroup._base
     driver = DRIVER.replace("children.install_signal_handlers()",
-                            f"children.install_signal_handlers()\nfrom zdoctor import cgroup\n"
+                            f"children.install_signal_handlers()\nfrom zdoctor.proc import cgroup\n"
                             f"cgroup._base = {cgroup._base!r}")
     proc = subprocess.Popen([sys.executable, "-c", driver, TREE, token], stdout=subprocess.PIPE, text=True,
                             start_new_session=True)

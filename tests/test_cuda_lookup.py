@@ -16,17 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from zdoctor.checks.cudalookup import check_cuda_lookup
-from zdoctor.forensics import cudalookup as cl
-from zdoctor.forensics.audit import Target, static_audit
-from zdoctor.forensics.cudafixes import link_plans
-from zdoctor.forensics.ldcache import format_ldconfig_p, read_ld_so_cache
-from zdoctor.forensics.remedies import verify
-from zdoctor.layers import layer_status
-from zdoctor.model import ProbeResult
-from zdoctor.probes.cudalookup import collect_lookup, make_plans
-from zdoctor.registry import CHECKS, Facts
+from zdoctor.core.model import ProbeResult
+from zdoctor.core.nodelayers import layer_status
+from zdoctor.core.registry import CHECKS, Facts
+from zdoctor.layers.cuda_lookup import cudalookup as cl
+from zdoctor.layers.cuda_lookup.check_cudalookup import check_cuda_lookup
+from zdoctor.layers.cuda_lookup.cudafixes import link_plans
+from zdoctor.layers.cuda_lookup.probe_cudalookup import collect_lookup, make_plans
+from zdoctor.layers.libraries.audit import Target, static_audit
+from zdoctor.readers.ldcache import format_ldconfig_p, read_ld_so_cache
 from zdoctor.symptoms.extract import from_text
+from zdoctor.trials.remedies import verify
 
 H200 = Path(__file__).parent / "fixtures" / "gpu-node-h200"
 ROOT = Path(__file__).resolve().parent.parent
@@ -197,7 +197,7 @@ def test_h200_recorded_node_finds_every_cuda_library():
 # -------------------------------------------------------------------------------------------- real runs
 _IN_NS = textwrap.dedent("""\
     import json, sys
-    from zdoctor.probes.cudalookup import collect_lookup
+    from zdoctor.layers.cuda_lookup.probe_cudalookup import collect_lookup
     env = json.loads(sys.argv[1]); pyenv = json.loads(sys.argv[2])
     facts, _ = collect_lookup(env, pyenv, {"targets": []}, dirs=json.loads(sys.argv[3]))
     print(json.dumps(facts))
@@ -375,7 +375,7 @@ def test_a_triton_without_triton_libcuda_path_gets_only_the_fixes_it_reads():
 def test_the_probe_tries_environment_fixes_only_on_a_failing_command(node):
     """The probe's trial step: with a failing --command each environment-only plan is re-run; without one,
     or when it did not fail, each plan says why it was not tried; root plans are never run."""
-    from zdoctor.probes.cudalookup import try_lookup_plans
+    from zdoctor.layers.cuda_lookup.probe_cudalookup import try_lookup_plans
 
     env = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": f"{node['stubs']}:{node['drv']}"}
     facts, _ = collect_lookup(env, _pyenv("12.4"), {"targets": []}, dirs=[])
@@ -496,7 +496,7 @@ def test_a_build_that_links_lcuda_beside_a_libcuda_so_1_is_fixed_by_a_tried_libr
     """Not triton's link: an op's own gcc line with -lcuda, on a node whose driver dir has only libcuda.so.1.
     The real linker fails; the probe's plans from that failing run put a private libcuda.so link first on
     LIBRARY_PATH, the re-run links, and the finding explains ld's message with that tried remedy."""
-    from zdoctor.probes.cudalookup import try_lookup_plans
+    from zdoctor.layers.cuda_lookup.probe_cudalookup import try_lookup_plans
 
     (tmp_path / "op.c").write_text("int cuInit(unsigned);\nint op(void) { return cuInit(0); }\n")
     build = f"cd {tmp_path} && gcc -shared -fPIC -o op.so op.c -lcuda"

@@ -11,13 +11,17 @@ from typing import Any
 
 import pytest
 
-from zdoctor.checks import cuda as gcuda
-from zdoctor.checks import driverparts, dsrelease, glibc, storage, symbols
-from zdoctor.gpu import cuda
-from zdoctor.model import ProbeResult, Remedy
-from zdoctor.probes.toolchain import read_os_release
-from zdoctor.registry import Facts
-from zdoctor.storage import iotest
+from zdoctor.core.model import ProbeResult, Remedy
+from zdoctor.core.registry import Facts
+from zdoctor.layers.driver_parts import check_driverparts as driverparts
+from zdoctor.layers.gpu import check_cuda as gcuda
+from zdoctor.layers.gpu import cuda
+from zdoctor.layers.libraries import check_glibc as glibc
+from zdoctor.layers.libraries import check_symbols as symbols
+from zdoctor.layers.offload import check_storage as storage
+from zdoctor.layers.offload import iotest
+from zdoctor.layers.python_env import check_dsrelease as dsrelease
+from zdoctor.layers.toolchain.probe_toolchain import read_os_release
 
 OS_RELEASE = Path(__file__).parent / "fixtures" / "os-release"
 

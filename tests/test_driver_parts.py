@@ -30,12 +30,14 @@ from test_gpu_nvml import _raise, fake_h200, no_smi
 from test_gpu_verdicts import PROC_MODULES
 
 import zdoctor
-from zdoctor.checks.cuda import check_runtime
-from zdoctor.checks.driverparts import check_driver_parts
-from zdoctor.doctor import layers_examined
-from zdoctor.gpu import cuda, driverpkg, fabricmanager, fwcompat, kmod
-from zdoctor.probes.driverparts import collect_history, collect_packages, driver_mounts
-from zdoctor.probes.gpu import collect_nvml
+from zdoctor.layers.driver_parts import driverpkg, fabricmanager, fwcompat
+from zdoctor.layers.driver_parts.check_driverparts import check_driver_parts
+from zdoctor.layers.driver_parts.probe_driverparts import collect_history, collect_packages, driver_mounts
+from zdoctor.layers.gpu import cuda
+from zdoctor.layers.gpu.check_cuda import check_runtime
+from zdoctor.layers.gpu.probe_gpu import collect_nvml
+from zdoctor.readers import kmod
+from zdoctor.walk.doctor import layers_examined
 
 NEEDS_NS = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("gcc")
                               or not shutil.which("ldconfig"), reason="needs root, unshare, gcc and ldconfig")
@@ -52,7 +54,7 @@ FM_LOG = ("nv-fabricmanager[3228]: fabric manager NVIDIA GPU driver interface ve
 PROBE = textwrap.dedent("""
     import json, sys
     from zdoctor.host import LiveHost
-    from zdoctor.registry import load_vocabulary
+    from zdoctor.core.registry import load_vocabulary
     load_vocabulary()
     r = LiveHost(python=sys.executable, env=json.loads(sys.argv[1])).results(["driver_parts"]).get("driver_parts")
     print(json.dumps({"status": r.status, "facts": r.facts, "error": r.error}))
@@ -448,8 +450,8 @@ def test_package_records_of_dpkg_and_rpm(tmp_path):
 
 
 def test_d_this_machine_as_it_is():
+    from zdoctor.core.registry import load_vocabulary
     from zdoctor.host import LiveHost
-    from zdoctor.registry import load_vocabulary
 
     load_vocabulary()
     facts = LiveHost(env=dict(os.environ)).results(["driver_parts"])

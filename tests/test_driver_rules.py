@@ -8,9 +8,8 @@ import copy
 from test_gpu_checks import base, by_id
 from test_gpu_facts import h200
 
-from zdoctor.checks import cuda as g
-from zdoctor.gpu import cuda
-from zdoctor.rules import drivers
+from zdoctor.layers.gpu import check_cuda as g
+from zdoctor.layers.gpu import cuda, drivers
 
 
 def node(driver: str, cuda_int: int, gpu_name: str, torch_cuda: str):

@@ -15,10 +15,10 @@ import pytest
 from conftest import FIXTURES
 from dsenv import ensure
 
-from zdoctor.errors import InputError
-from zdoctor.offload.dsconfig import MAX_BYTES, load_config, parse_config
-from zdoctor.offload.dspatch import apply_config_patch, nvme_patch
-from zdoctor.offload.hjsonreader import DuplicateKeyError, ParseError, line_col, parse_text
+from zdoctor.core.errors import InputError
+from zdoctor.layers.offload.dsconfig import MAX_BYTES, load_config, parse_config
+from zdoctor.layers.offload.dspatch import apply_config_patch, nvme_patch
+from zdoctor.layers.offload.hjsonreader import DuplicateKeyError, ParseError, line_col, parse_text
 
 OFF = FIXTURES / "offload"
 
@@ -343,8 +343,8 @@ def test_a_config_of_several_mebibytes_is_applied_through_the_core_not_argv(tmp_
     patched for real through the guide's apply path: the new text reaches the safe core in a file of a
     private folder, not as arguments (all of argv fits in about 2 MiB: E2BIG), and that folder is gone
     after."""
-    from zdoctor import apply
-    from zdoctor.checks.offload import nvme_patch_remedy
+    from zdoctor.layers.offload.check_offload import nvme_patch_remedy
+    from zdoctor.walk import apply
 
     base = json.loads((FIXTURES / "offload" / "zero3-cpu-offload.json").read_text())
     base["comment"] = "x" * (7_900_000)
@@ -362,7 +362,7 @@ def test_a_config_of_several_mebibytes_is_applied_through_the_core_not_argv(tmp_
 
 
 def test_the_core_refuses_a_text_file_that_is_not_the_one_shown(tmp_path):
-    from zdoctor import core_apply
+    from zdoctor.edit import core_apply
 
     cfg = tmp_path / "ds_config.json"
     cfg.write_text("{}\n")

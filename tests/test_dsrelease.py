@@ -14,12 +14,12 @@ from pathlib import Path
 from test_gpu_checks import base, by_id, with_nvcc
 from test_gpu_facts import h200
 
-from zdoctor.checks import cuda as g
-from zdoctor.checks import dsrelease as cdr
-from zdoctor.offload import walllog
-from zdoctor.probes.dsrelease import collect_dsrelease
-from zdoctor.probes.hangs import collect_jitcache
-from zdoctor.rules import deepspeed as dsr
+from zdoctor.layers.gpu import check_cuda as g
+from zdoctor.layers.offload import walllog
+from zdoctor.layers.python_env import check_dsrelease as cdr
+from zdoctor.layers.python_env import dsrules as dsr
+from zdoctor.layers.python_env.probe_dsrelease import collect_dsrelease
+from zdoctor.layers.toolchain.probe_hangs import collect_jitcache
 
 RELEASES = Path(__file__).parent / "fixtures" / "deepspeed-releases"
 DS_ENV = Path(os.environ.get("ZDOCTOR_TEST_DS_ENV", Path.home() / ".cache" / "zdoctor-tests" / "ds-env"))

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from envkit import build_extension, make_old_libstdcxx, system_libstdcxx
 
-from zdoctor.forensics import elf
-from zdoctor.forensics.elf import ElfInfo, read_elf
-from zdoctor.forensics.versions import (
+from zdoctor.readers import elf
+from zdoctor.readers.elf import ElfInfo, read_elf
+from zdoctor.readers.versions import (
     gcc_release_for,
     gcc_release_providing,
     gcc_series,

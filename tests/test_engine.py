@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from zdoctor import registry
-from zdoctor.engine import Walk
-from zdoctor.errors import InputError
+from zdoctor.core import registry
+from zdoctor.core.errors import InputError
+from zdoctor.core.model import Finding
 from zdoctor.host import LiveHost, ReplayHost
-from zdoctor.model import Finding
-from zdoctor.playbook import load_playbook
+from zdoctor.walk.engine import Walk
+from zdoctor.walk.playbook import load_playbook
 
 FIXTURES = Path(__file__).parent / "fixtures" / "playbooks"
 GOOD = FIXTURES / "good"

@@ -18,16 +18,16 @@ from conftest import run_cli
 from envkit import make_old_libstdcxx
 from test_forensics_e2e import bash, env_with, findings
 
-from zdoctor.doctor import check as run_check
+from zdoctor.core.model import Finding
+from zdoctor.core.registry import CHECKS, load_vocabulary
+from zdoctor.core.symptom import Symptom
 from zdoctor.host import ReplayHost
-from zdoctor.model import Finding
-from zdoctor.practice import load_scenarios
-from zdoctor.registry import CHECKS, load_vocabulary
-from zdoctor.rules.signatures import SIGNATURES, signature
+from zdoctor.symptoms.catalogue import SIGNATURES, signature
 from zdoctor.symptoms.extract import from_run, from_text
-from zdoctor.symptoms.ledger import build, unexplained_finding
 from zdoctor.symptoms.links import confirming_checks
-from zdoctor.symptoms.model import Symptom
+from zdoctor.walk.doctor import check as run_check
+from zdoctor.walk.ledger import build, unexplained_finding
+from zdoctor.walk.practice import load_scenarios
 
 LOAD_CPU_ADAM = "from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load()"
 
@@ -37,7 +37,7 @@ def left_unexplained_beside_its_cause(doc: dict) -> list[str]:
     the catalogue) stands in the same report: what a user reads as "the cause is named, yet my error is
     unexplained"."""
     load_vocabulary()
-    from zdoctor.registry import owner_check
+    from zdoctor.core.registry import owner_check
 
     failing = {owner_check(f["id"], CHECKS) for f in doc["findings"]
                if f["status"] in ("fail", "warn", "crash") and not f["id"].startswith("symptom.")}

@@ -14,10 +14,10 @@ import pytest
 from conftest import REPO
 from markdown_it import MarkdownIt
 
-from zdoctor.errors import InputError, UsageError
-from zdoctor.export import default_name, md_code, md_escape, md_fence, render, write_export
-from zdoctor.model import Evidence, Finding, ProbeResult, Remedy
-from zdoctor.session import SessionLog, load_events
+from zdoctor.core.errors import InputError, UsageError
+from zdoctor.core.model import Evidence, Finding, ProbeResult, Remedy
+from zdoctor.report.export import default_name, md_code, md_escape, md_fence, render, write_export
+from zdoctor.walk.session import SessionLog, load_events
 
 HF = "hf_" + "ZyXwVuTsRqPoNmLkJiHgFeDcBa98765432"
 HOST = {"hostname": "gpu-node-7", "os": "Ubuntu 22.04.4 LTS", "kernel": "5.15.0-105-generic",
@@ -324,7 +324,7 @@ def test_unknown_format_is_a_usage_error():
 
 
 def test_md_and_json_never_import_rich(session: str):
-    code = ("import sys\nfrom zdoctor.session import load_events\nfrom zdoctor.export import render\n"
+    code = ("import sys\nfrom zdoctor.walk.session import load_events\nfrom zdoctor.report.export import render\n"
             f"ev = load_events({session!r})\nrender(ev, 'md'); render(ev, 'json')\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'rich'))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(REPO),
@@ -409,7 +409,7 @@ def test_declined_and_practised_remedies_are_listed_with_what_was_applied(state_
 
 
 def test_export_session_falls_back_to_the_state_directory(state_home: Path, tmp_path: Path):
-    from zdoctor.export import export_session
+    from zdoctor.report.export import export_session
 
     log = SessionLog.create("check", ["check"], HOST)
     log.record("finding", {"finding": Finding("f", "fail", "broken").to_dict()})
@@ -426,8 +426,8 @@ def test_control_characters_never_reach_a_terminal(state_home: Path):
     and in the terminal report; the JSON export keeps it exactly."""
     import io
 
-    from zdoctor.doctor import CheckReport
-    from zdoctor.report import print_report
+    from zdoctor.report.terminal import print_report
+    from zdoctor.walk.doctor import CheckReport
 
     clear = "\x1b[2J\x1b]0;owned\x07"
     f = Finding("libs.odd", "fail", f"odd file /opt/{clear}lib.so", detail=f"line\r{clear}",

@@ -204,7 +204,7 @@ def test_fleet_tui_in_a_real_terminal(fleet, tmp_path, state_home):
         assert term.wait_dead() in ("1", "")
     finally:
         term.close()
-    from zdoctor.session import list_sessions, load_events
+    from zdoctor.walk.session import list_sessions, load_events
 
     (info,) = list_sessions(state_home / "zdoctor")
     events = load_events(info.id, state_home / "zdoctor")

@@ -13,7 +13,7 @@ from zdoctor.fleet.collect import NodeRun
 from zdoctor.fleet.record import record_report, runs_from_events
 from zdoctor.fleet.result import FleetReport
 from zdoctor.fleet.skew import majority
-from zdoctor.fleet.text import print_fleet
+from zdoctor.report.fleettext import print_fleet
 
 
 def test_the_skew_table_names_the_odd_node_and_its_value():
@@ -55,7 +55,7 @@ def test_a_consistent_healthy_fleet_exits_zero_and_one_odd_fact_exits_one():
 def test_more_slots_than_gpus_fails_with_a_hostfile_edit_that_works(tmp_path):
     import subprocess
 
-    from zdoctor.launch.hosts import read_hostfile
+    from zdoctor.layers.launch.hosts import read_hostfile
 
     hf = tmp_path / "hostfile"
     hf.write_text("# job\ngpu-1 slots=1\n  gpu-2 slots=8  # eight?\ngpu-20 slots=8\n")
@@ -141,7 +141,7 @@ def test_recorded_events_replay_to_the_same_report():
 def test_bad_fleet_records_are_input_errors():
     import pytest
 
-    from zdoctor.errors import InputError
+    from zdoctor.core.errors import InputError
 
     with pytest.raises(InputError, match="not a fleet session"):
         runs_from_events([{"type": "session_start"}], "s")
@@ -184,9 +184,9 @@ def test_command_line_errors_are_one_line_and_exit_2(cli, tmp_path):
 
 
 def test_the_job_options_reach_every_node_as_absolute_paths(tmp_path, monkeypatch):
-    from zdoctor.cli import build_parser
     from zdoctor.fleet.launch import remote_argv
-    from zdoctor.fleet_command import options_from
+    from zdoctor.front.cli import build_parser
+    from zdoctor.front.fleet_command import options_from
 
     monkeypatch.chdir(tmp_path)
     args = build_parser().parse_args(["fleet", "--hostfile", "hf", "--python", "/opt/env/bin/python", "--ext", "e.so",
@@ -219,7 +219,7 @@ def test_a_replayed_session_that_is_not_a_fleet(cli):
 
 
 def test_export_tables_from_the_recorded_report():
-    from zdoctor.export import fleet_tables
+    from zdoctor.report.export import fleet_tables
 
     (m_title, m_cols, m_rows, m_hot), (s_title, s_cols, s_rows, s_hot) = fleet_tables(
         json.loads(json.dumps(h200_report().to_dict())))
@@ -233,7 +233,7 @@ def test_export_tables_from_the_recorded_report():
 
 def test_hostile_values_from_a_node_stay_inert():
     """A node's facts are its own to make up: markup, escape sequences and table pipes are shown as text."""
-    from zdoctor.export import render
+    from zdoctor.report.export import render
 
     evil = "[red]x[/red]\x1b[31m|pipe`tick"
     rep = FleetReport.build([h200_node("a"), h200_node("b", lambda p: p["libs"]["env"].update(

@@ -12,11 +12,11 @@ import shlex
 import pytest
 from fleetkit import h200_node
 
-from zdoctor.errors import InputError, UsageError
+from zdoctor.core.errors import InputError, UsageError
 from zdoctor.fleet import armor
 from zdoctor.fleet.collect import classify, split_pdsh
 from zdoctor.fleet.launch import FleetOptions, pdsh_argv, pdsh_env, remote_argv, srun_argv, ssh_argv
-from zdoctor.launch.hosts import expand_nodelist, host_problem, parse_hostfile, read_hostfile
+from zdoctor.layers.launch.hosts import expand_nodelist, host_problem, parse_hostfile, read_hostfile
 
 # -- hostfiles ----------------------------------------------------------------------------------------
 

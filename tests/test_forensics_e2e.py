@@ -16,7 +16,7 @@ import pytest
 from conftest import run_cli
 from envkit import build_extension, make_conda_like_python, make_old_libstdcxx, system_libstdcxx
 
-from zdoctor.forensics.audit import static_audit, training_targets
+from zdoctor.layers.libraries.audit import static_audit, training_targets
 
 PY = os.path.realpath(sys.executable)
 
@@ -325,8 +325,8 @@ def test_the_startup_line_that_sets_the_offending_entry_is_named(kit, tmp_path):
 def test_the_startup_line_is_commented_out_through_the_safe_core_and_undone(kit, tmp_path):
     """The fix of the ~/.bashrc line the walk finds: the line is commented out (backed up, replaced in one
     rename, through the safe core), a new shell no longer gets the entry, and the undo restores the file."""
-    from zdoctor.apply import run_remedy
-    from zdoctor.model import Remedy
+    from zdoctor.core.model import Remedy
+    from zdoctor.walk.apply import run_remedy
 
     home = tmp_path / "home"
     home.mkdir()

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from envkit import make_old_libstdcxx, system_libstdcxx
 
-from zdoctor.forensics.fixes import best_copy, offending_entries, offending_preloads, propose
-from zdoctor.forensics.inventory import conda_prefix_of, conda_roots, take_inventory
-from zdoctor.forensics.remedies import Plan, export_line, fix_ld_library_path, preload, verify, without_entries
-from zdoctor.forensics.sources import how_found, live_source, static_source
+from zdoctor.layers.libraries.fixes import best_copy, offending_entries, offending_preloads, propose
+from zdoctor.layers.libraries.inventory import conda_prefix_of, conda_roots, take_inventory
+from zdoctor.layers.libraries.sources import how_found, live_source, static_source
+from zdoctor.trials.remedies import Plan, export_line, fix_ld_library_path, preload, verify, without_entries
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +126,7 @@ def test_verification_runs_the_command_with_the_change(tmp_path):
 def test_a_missing_dependency_lists_every_path_considered(tmp_path):
     import sys
 
-    from zdoctor.forensics.audit import static_audit, training_targets
+    from zdoctor.layers.libraries.audit import static_audit, training_targets
 
     (tmp_path / "dep.c").write_text("int f(void) { return 1; }\n")
     (tmp_path / "main.c").write_text("int f(void);\nint g(void) { return f(); }\n")

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from zdoctor.model import Evidence
-from zdoctor.storage import fstab as fs
-from zdoctor.storage import mounts as mt
+from zdoctor.core.model import Evidence
+from zdoctor.layers.offload import fstab as fs
+from zdoctor.readers import mounts as mt
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 HOSTILE = "/mnt/off load/$(touch pwned)`id`\t;'x'\\"
@@ -257,7 +257,7 @@ def test_apply_rejects_more_than_one_line(tab):
 
 # -- the guide's apply goes through the safe core ------------------------------------------------------------
 def test_guide_apply_of_an_invalid_line_leaves_the_fstab_byte_identical(tab, tmp_path):
-    from zdoctor.apply import core_action, run_remedy
+    from zdoctor.walk.apply import core_action, run_remedy
 
     rem = fs.fstab_remedy(UUID, str(tmp_path / "n"), "ext4", fstab_path=str(tab), stamp="G1")
     assert "findmnt --verify" in core_action(rem)
@@ -271,8 +271,8 @@ def test_guide_apply_of_an_invalid_line_leaves_the_fstab_byte_identical(tab, tmp
 
 
 def test_guide_apply_backs_up_to_the_name_the_undo_gives_and_mounts(tab, tmp_path):
-    from zdoctor.apply import run_remedy
-    from zdoctor.model import Remedy
+    from zdoctor.core.model import Remedy
+    from zdoctor.walk.apply import run_remedy
     mp = tmp_path / "mnt"
     line = f"tmpfs {mp} tmpfs size=1m,nofail 0 0"
     backup = f"{tab}.bak.G2"
@@ -300,7 +300,7 @@ def test_guide_apply_backs_up_to_the_name_the_undo_gives_and_mounts(tab, tmp_pat
 # A driver that stops for good right after step N (or inside the mount, N = -1), to be killed there.
 KILL_DRIVER = """
 import os, sys, time
-from zdoctor.storage import fstab as fs
+from zdoctor.layers.offload import fstab as fs
 tab, line, marker, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 seen = []
 def on_step(text):

@@ -92,7 +92,7 @@ def test_exporting_a_200_mb_session_log_stays_small(tmp_path: Path):
 
 
 def test_a_session_log_is_not_written_past_its_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    from zdoctor import session
+    from zdoctor.walk import session
 
     monkeypatch.setattr(session, "MAX_LOG_BYTES", 64 * 1024)
     log = session.SessionLog.create("check", ["check"], {"hostname": "n"}, state_dir=tmp_path)

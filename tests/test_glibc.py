@@ -13,7 +13,7 @@ from pathlib import Path
 
 from conftest import run_cli
 
-from zdoctor.probes import glibc as pg
+from zdoctor.layers.libraries import probe_glibc as pg
 
 PY = sys.executable
 

@@ -15,7 +15,7 @@ import pytest
 from conftest import run_cli
 from test_glibc import newer_glibc_lib
 
-from zdoctor.forensics.owner import owner_of
+from zdoctor.readers.owner import owner_of
 
 PY = sys.executable
 
@@ -77,7 +77,7 @@ def test_a_file_copied_by_hand_has_no_owner_and_no_torch_remedy(tmp_path):
     assert owner_of(str(lib), [str(tmp_path)])["manager"] == "unknown"
     from test_gpu_facts import facts_of
 
-    from zdoctor.checks.glibc import check_glibc
+    from zdoctor.layers.libraries.check_glibc import check_glibc
 
     err = {"provider": "libc.so.6", "version": "GLIBC_2.99", "required_by": str(lib),
            "message": f"libc.so.6: version `GLIBC_2.99' not found (required by {lib})"}

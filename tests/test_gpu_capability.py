@@ -17,16 +17,16 @@ import pytest
 from test_gpu_facts import facts_of, h200_cuda_stack, h200_nvml, h200_pyenv, read
 from test_gpu_nvml import fake_h200, no_smi
 
-from zdoctor.checks.gpucap import check_arch_list, check_precision
-from zdoctor.doctor import layers_examined
-from zdoctor.gpu import capability as cap
-from zdoctor.gpu import fatbin
-from zdoctor.offload.dsconfig import load_config, precision
-from zdoctor.probes.gpu import collect_nvml
-from zdoctor.probes.gpucap import collect_gpucap
-from zdoctor.rules import deepspeed as dsr
-from zdoctor.shape import facts_problems
+from zdoctor.core.shape import facts_problems
+from zdoctor.layers.gpu.probe_gpu import collect_nvml
+from zdoctor.layers.gpu_capability import capability as cap
+from zdoctor.layers.gpu_capability import fatbin
+from zdoctor.layers.gpu_capability.check_gpucap import check_arch_list, check_precision
+from zdoctor.layers.gpu_capability.probe_gpucap import collect_gpucap
+from zdoctor.layers.offload.dsconfig import load_config, precision
+from zdoctor.layers.python_env import dsrules as dsr
 from zdoctor.symptoms.extract import from_text
+from zdoctor.walk.doctor import layers_examined
 
 NVCC = shutil.which("nvcc") or "/usr/local/bin/nvcc"
 needs_nvcc = pytest.mark.skipif(not os.access(NVCC, os.X_OK), reason="no nvcc on this machine")
@@ -92,7 +92,7 @@ def test_nvml_reads_the_compute_capability_and_says_unknown_without_it(monkeypat
 def test_recorded_capture_with_the_capability_torch_recorded():
     doc = json.loads(read("nvml.json"))
     doc["gpus"][0]["compute_capability"] = H200_CC
-    from zdoctor.gpu.nvml import from_capture
+    from zdoctor.layers.gpu.nvml import from_capture
     assert from_capture(doc)["gpus"][0]["compute_capability"] == "9.0"
     assert h200_nvml()["gpus"][0]["compute_capability"] is None  # the dump itself did not record it
 

@@ -10,14 +10,14 @@ import shlex
 import pytest
 from test_gpu_facts import SITE, UUID, h200, h200_all, h200_cuda_stack, provider
 
-from zdoctor.checks import cuda as gcuda
-from zdoctor.checks import gpu as g
-from zdoctor.checks import gpuenv
-from zdoctor.checks import limits as glimits
-from zdoctor.checks import nccl as gnccl
-from zdoctor.gpu import cuda
-from zdoctor.model import Finding
-from zdoctor.registry import CHECKS, PREDICATES, load_vocabulary
+from zdoctor.core.model import Finding
+from zdoctor.core.registry import CHECKS, PREDICATES, load_vocabulary
+from zdoctor.layers.gpu import check_cuda as gcuda
+from zdoctor.layers.gpu import check_gpu as g
+from zdoctor.layers.gpu import check_gpuenv as gpuenv
+from zdoctor.layers.gpu import check_limits as glimits
+from zdoctor.layers.gpu import check_nccl as gnccl
+from zdoctor.layers.gpu import cuda
 
 PY = "/opt/torch/.venv/bin/python3"
 
@@ -527,8 +527,8 @@ def test_failed_import_without_a_wheel_tag_is_a_skip():
 def branch(to: str, facts) -> bool:
     """Whether the gpu-stack playbook's edge to ``to`` holds for ``facts`` (its condition, as the walk
     evaluates it)."""
-    from zdoctor.engine import Walk
-    from zdoctor.playbook import load_all
+    from zdoctor.walk.engine import Walk
+    from zdoctor.walk.playbook import load_all
 
     edge = next(e for n in load_all()["gpu-stack"].nodes.values() for e in n.next if e.to == to)
     value, error = Walk._condition(edge, facts)

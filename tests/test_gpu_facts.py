@@ -15,11 +15,12 @@ from typing import Any
 
 from test_cuda_lookup import h200_cudalookup
 
-from zdoctor.forensics.gccver import parse_torch_config, parse_version_output
-from zdoctor.forensics.ldcache import lookup, read_ld_so_cache
-from zdoctor.gpu import cuda, envreview, limits, nccl, nvml, smi
-from zdoctor.model import ProbeResult
-from zdoctor.registry import Facts
+from zdoctor.core.model import ProbeResult
+from zdoctor.core.registry import Facts
+from zdoctor.layers.gpu import cuda, envreview, nccl, nvml, smi
+from zdoctor.readers import hostlimits as limits
+from zdoctor.readers.gccver import parse_torch_config, parse_version_output
+from zdoctor.readers.ldcache import lookup, read_ld_so_cache
 
 H200 = Path(__file__).parent / "fixtures" / "gpu-node-h200"
 SITE = "/opt/torch/.venv/lib/python3.12/site-packages"
@@ -174,7 +175,7 @@ def facts_of(**probes: dict[str, Any]) -> Facts:
 def h200_p2p() -> dict[str, Any]:
     """The p2p facts of the one-GPU H200: its PCI address from the capture; its sysfs was not captured, so
     the IOMMU state is unknown and no pair exists."""
-    from zdoctor.probes.p2p import collect_p2p
+    from zdoctor.layers.gpu.probe_p2p import collect_p2p
 
     facts, _ = collect_p2p(h200_nvml()["gpus"], {}, sys_root="/nonexistent-sysfs", cmdline="/nonexistent-cmdline",
                            pairs={}, acs={})

@@ -13,9 +13,9 @@ import pynvml
 import pytest
 from test_gpu_facts import H200, UUID, facts_of, read
 
-from zdoctor.checks.gpu import check_driver, check_health, check_pcie
-from zdoctor.gpu import nvml
-from zdoctor.probes.gpu import collect_nvml
+from zdoctor.layers.gpu import nvml
+from zdoctor.layers.gpu.check_gpu import check_driver, check_health, check_pcie
+from zdoctor.layers.gpu.probe_gpu import collect_nvml
 
 CAPTURE = json.loads(read("nvml.json"))
 

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from test_gpu_facts import h200_all
 
-from zdoctor.engine import Walk
-from zdoctor.gpu import nvml
+from zdoctor.core.registry import load_vocabulary
+from zdoctor.core.resources import data_dir
 from zdoctor.host import ReplayHost
-from zdoctor.playbook import load_playbook
-from zdoctor.playbook_lint import lint_path
-from zdoctor.registry import load_vocabulary
-from zdoctor.resources import data_dir
+from zdoctor.layers.gpu import nvml
+from zdoctor.walk.engine import Walk
+from zdoctor.walk.playbook import load_playbook
+from zdoctor.walk.playbook_lint import lint_path
 
 BOOK = data_dir("playbooks") / "gpu-stack.toml"
 NO_DRIVER = {"available": False, "error_kind": "library_not_found", "source": None, "count": None, "gpus": [],

@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 from test_gpu_facts import banners, facts_of, h200_all
 
-from zdoctor.checks.cuda import check_host_compiler, check_toolkit
-from zdoctor.checks.nccl import check_nccl
-from zdoctor.gpu import limits, nccl
+from zdoctor.core.registry import PROBES, load_vocabulary
 from zdoctor.host import LiveHost, ReplayHost, snapshot_document
-from zdoctor.probes.gpu import collect_cuda, collect_limits, collect_nccl, torch_nccl_subprocess
-from zdoctor.registry import PROBES, load_vocabulary
+from zdoctor.layers.gpu import nccl
+from zdoctor.layers.gpu.check_cuda import check_host_compiler, check_toolkit
+from zdoctor.layers.gpu.check_nccl import check_nccl
+from zdoctor.layers.gpu.probe_gpu import collect_cuda, collect_limits, collect_nccl, torch_nccl_subprocess
+from zdoctor.readers import hostlimits as limits
 
 SYS_PATH = "/usr/bin:/bin"
 

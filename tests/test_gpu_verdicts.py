@@ -14,11 +14,11 @@ import pynvml
 from test_gpu_facts import facts_of
 from test_gpu_nvml import _raise, fake_h200, no_smi
 
-from zdoctor.checks.cuda import check_runtime
-from zdoctor.checks.gpu import check_driver, check_health
-from zdoctor.doctor import CheckReport
-from zdoctor.gpu import kmod
-from zdoctor.probes.gpu import collect_nvml
+from zdoctor.layers.gpu.check_cuda import check_runtime
+from zdoctor.layers.gpu.check_gpu import check_driver, check_health
+from zdoctor.layers.gpu.probe_gpu import collect_nvml
+from zdoctor.readers import kmod
+from zdoctor.walk.doctor import CheckReport
 
 #: /proc/modules of a GPU node with a display stack and GPUDirect RDMA loaded (the kernel's format).
 PROC_MODULES = """\
@@ -257,7 +257,7 @@ def _symptoms(text: str) -> dict[str, Any]:
 def test_the_findings_explain_the_messages_they_are_about(tmp_path, monkeypatch):
     from test_gpu_facts import h200_all
 
-    from zdoctor.registry import Facts
+    from zdoctor.core.registry import Facts
 
     monkeypatch.setattr(pynvml, "nvmlInit", _raise(pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH))
     nv, _ev = collect_nvml(_mismatch_smi(tmp_path), nv=pynvml, kmod_paths=_kmod_files(tmp_path))
@@ -276,6 +276,6 @@ def test_the_findings_explain_the_messages_they_are_about(tmp_path, monkeypatch)
 
 
 def test_wheel_tags_read_as_versions():
-    from zdoctor.checks.cuda import wheel_tag_cuda
+    from zdoctor.layers.gpu.check_cuda import wheel_tag_cuda
 
     assert [wheel_tag_cuda(t) for t in ("cu92", "cu118", "cu130", "cu1210")] == ["9.2", "11.8", "13.0", "12.10"]

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from test_tui import make, name, plain, run, screen_text, settle, step_ready
 
-from zdoctor.apply import run_remedy
-from zdoctor.filefix import replace_remedy
-from zdoctor.model import Finding, Remedy
-from zdoctor.practice import get_scenario
-from zdoctor.tui import _screens_app
+from zdoctor.core.model import Finding, Remedy
+from zdoctor.edit.filefix import replace_remedy
+from zdoctor.front.tui import _screens_app
+from zdoctor.walk.apply import run_remedy
+from zdoctor.walk.practice import get_scenario
 
 SIZES = [(80, 24), (120, 40)]
 PART_TWO = "slow-ssd-offload"
@@ -197,7 +197,7 @@ def test_the_core_prints_no_record_to_a_terminal(tmp_path: Path):
     for tty in (True, False):
         target = tmp_path / f"stale-{tty}"
         target.write_text("")
-        argv = [sys.executable, "-m", "zdoctor.core_apply", "--remove", str(target)]
+        argv = [sys.executable, "-m", "zdoctor.edit.core_apply", "--remove", str(target)]
         if tty:
             main, sub = pty.openpty()
             proc = subprocess.run(argv, stdout=sub, stderr=sub, stdin=subprocess.DEVNULL, timeout=120,

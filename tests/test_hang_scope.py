@@ -15,11 +15,11 @@ from conftest import run_cli
 from prockit import spawn, wait_for  # noqa: F401 - spawn is a fixture
 from test_gpu_facts import facts_of
 
-from zdoctor.checks.hangs import check_processes, training_process_stuck
-from zdoctor.forensics import processes as pr
+from zdoctor.core.registry import load_vocabulary
 from zdoctor.host import LiveHost
-from zdoctor.probes.hangs import collect_processes
-from zdoctor.registry import load_vocabulary
+from zdoctor.layers.toolchain.check_hangs import check_processes, training_process_stuck
+from zdoctor.layers.toolchain.probe_hangs import collect_processes
+from zdoctor.readers import processes as pr
 
 # The parent of a vfork() waits in the kernel (state D, wchan kernel_clone) until the child exits.
 VFORK_C = "#include <unistd.h>\nint main(void) { if (vfork() == 0) { sleep(600); _exit(0); } return 0; }\n"
@@ -94,8 +94,8 @@ def test_with_a_command_its_running_processes_are_the_job(stuck, spawn, tmp_path
 def test_pid_on_the_command_line_reaches_the_job_options():
     bad = run_cli(["check", "--pid", "0", "--no-log"])
     assert bad.returncode == 2 and "--pid must be at least 1" in bad.stderr
-    from zdoctor.cli import build_parser
-    from zdoctor.target import OPTION_KEYS
+    from zdoctor.front.cli import build_parser
+    from zdoctor.proc.target import OPTION_KEYS
 
     args = build_parser().parse_args(["check", "--pid", "4242"])
     assert "pid" in OPTION_KEYS and args.pid == 4242

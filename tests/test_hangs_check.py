@@ -18,13 +18,13 @@ import psutil
 import pytest
 from prockit import BUILDER, WAITER, dead, wait_for
 
-import zdoctor.checks.hangs as hc
-import zdoctor.probes.hangs as ph
-import zdoctor.probes.toolchain  # noqa: F401 - registers the toolchain probe
-from zdoctor.checks import evaluate_check
+import zdoctor.layers.toolchain.check_hangs as hc
+import zdoctor.layers.toolchain.probe_hangs as ph
+import zdoctor.layers.toolchain.probe_toolchain  # noqa: F401 - registers the toolchain probe
+from zdoctor.core.model import ProbeResult
+from zdoctor.core.registry import CHECKS, PREDICATES, PROBES, Facts
 from zdoctor.host import LiveHost
-from zdoctor.model import ProbeResult
-from zdoctor.registry import CHECKS, PREDICATES, PROBES, Facts
+from zdoctor.layers import evaluate_check
 
 # A parent blocked in vfork() until its child execs or exits: the kernel shows it in state D.
 VFORK = """

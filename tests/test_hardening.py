@@ -14,7 +14,7 @@ import pytest
 from envkit import system_libstdcxx
 from hostilekit import RSS_BUDGET_MB, craft_looping_verneed, run_measured
 
-from zdoctor.forensics.elf import read_elf
+from zdoctor.readers.elf import read_elf
 
 # -- 1. bounded memory and time ---------------------------------------------------------------------
 
@@ -296,7 +296,7 @@ def _recorded(cli, state_home: Path) -> Path:
 
 
 def test_a_corrupted_middle_line_is_skipped_by_export_and_resume(cli, state_home: Path):
-    from zdoctor.session import SessionLog, load_events
+    from zdoctor.walk.session import SessionLog, load_events
 
     log = _recorded(cli, state_home)
     lines = log.read_bytes().split(b"\n")
@@ -323,11 +323,11 @@ def test_a_log_whose_head_was_zeroed_by_copytruncate_still_exports(cli, state_ho
 
 
 def test_two_processes_writing_one_session_get_distinct_seq_numbers(state_home: Path):
-    from zdoctor.session import SessionLog, load_events
+    from zdoctor.walk.session import SessionLog, load_events
 
     first = SessionLog.create("check", [], {"hostname": "h"})
     first.close(0)
-    code = ("import sys\nfrom zdoctor.session import SessionLog\nlog = SessionLog.reopen(sys.argv[1])\n"
+    code = ("import sys\nfrom zdoctor.walk.session import SessionLog\nlog = SessionLog.reopen(sys.argv[1])\n"
             "for i in range(60):\n    log.record('note', {'i': i, 'who': sys.argv[2]})\nlog.close(0)\n")
 
     procs = [subprocess.Popen([sys.executable, "-c", code, first.id, who]) for who in ("a", "b")]

@@ -8,13 +8,13 @@ import time
 
 import pytest
 
-from zdoctor import registry
-from zdoctor.checks import evaluate_check, run_checks
-from zdoctor.doctor import check, snapshot
-from zdoctor.errors import InputError
+from zdoctor.core import registry
+from zdoctor.core.errors import InputError
+from zdoctor.core.model import Evidence, Finding
+from zdoctor.core.registry import Facts
 from zdoctor.host import LiveHost, ReplayHost, snapshot_document
-from zdoctor.model import Evidence, Finding
-from zdoctor.registry import Facts
+from zdoctor.layers import evaluate_check, run_checks
+from zdoctor.walk.doctor import check, snapshot
 
 
 @pytest.fixture
@@ -108,7 +108,7 @@ def test_crash_isolation_in_checks(test_vocabulary):
 
 
 def test_check_exit_code_counts_crashes(test_vocabulary):
-    from zdoctor.target import Target
+    from zdoctor.proc.target import Target
 
     host = LiveHost(target=Target.of(command="true"))  # the training (a command) was examined: not incomplete
     facts = host.results(["t.ok"])

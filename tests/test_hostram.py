@@ -10,10 +10,10 @@ import shutil
 from conftest import FIXTURES, run_cli
 from test_gpu_facts import h200
 
-from zdoctor.checks.hostram import check_hostram
+from zdoctor.core.registry import load_vocabulary
 from zdoctor.host import LiveHost
-from zdoctor.offload import hostram
-from zdoctor.registry import load_vocabulary
+from zdoctor.layers.offload import hostram
+from zdoctor.layers.offload.check_hostram import check_hostram
 
 OFFLOAD = FIXTURES / "offload"
 
@@ -131,7 +131,7 @@ def test_a_killed_run_never_ends_in_ram_is_not_the_bottleneck(tmp_path):
 def test_pinning_off_is_not_offered_where_the_installed_release_ignores_pin_memory(tmp_path):
     """DeepSpeed 0.4.0 (its real ZeRO 1/2 source, recorded) pins the offload buffers at stage 1/2 whatever
     pin_memory says: the WSL2 finding then offers the upgrade, not a setting that changes nothing."""
-    from zdoctor.rules import deepspeed as dsr
+    from zdoctor.layers.python_env import dsrules as dsr
 
     ds = {"path": "cfg.json", "stage": 2,
           "settings": {"offload_optimizer": {"device": {"value": "cpu"}, "pin_memory": {"value": True}}}}

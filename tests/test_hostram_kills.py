@@ -14,8 +14,8 @@ import pytest
 from test_gpu_facts import h200
 from test_hostram import OFFLOAD, by_id
 
-from zdoctor.checks.hostram import check_hostram
-from zdoctor.offload import hostram
+from zdoctor.layers.offload import hostram
+from zdoctor.layers.offload.check_hostram import check_hostram
 
 MEMINFO = str(OFFLOAD / "h200-meminfo.txt")  # 125 GiB available
 LAUNCHER = ("[2026-11-30 10:00:00,001] [ERROR] [launch.py:325:sigkill_handler] ['python', 'train.py'] exits with "
@@ -117,7 +117,7 @@ def test_recorded_memcg_kill_and_a_global_oom_are_told_apart(tmp_path):
     assert unconfirmed.status == "warn" and "not confirmed on this node" in unconfirmed.title
     assert "host memory ran out" not in unconfirmed.title and not unconfirmed.explains
     # the same kill in this node's kernel log (the kernel's facility, read from a private kmsg-format file)
-    from zdoctor.probes.kernlog import collect
+    from zdoctor.layers.kernel_log.probe_kernlog import collect
 
     dump = tmp_path / "kmsg"
     dump.write_text("".join(f"3,{n},{9321004211 + n};{line.split('] ', 1)[1]}\n"
@@ -138,7 +138,7 @@ def test_a_bare_sigkill_does_not_claim_to_know_who_killed(tmp_path):
 def test_the_memcg_kill_explains_the_kernels_oom_line_and_the_kill(tmp_path):
     from test_gpu_facts import facts_of, h200_all
 
-    from zdoctor.registry import Facts
+    from zdoctor.core.registry import Facts
     from zdoctor.symptoms.extract import from_text
 
     text = (OFFLOAD / "memcg-oom-kmsg.txt").read_text() + "Killed\n"

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from test_export import HOST, glibcxx_finding
 
-from zdoctor.export import render
-from zdoctor.model import Evidence, Finding, Remedy
-from zdoctor.session import SessionLog, load_events
+from zdoctor.core.model import Evidence, Finding, Remedy
+from zdoctor.report.export import render
+from zdoctor.walk.session import SessionLog, load_events
 
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(BROWSER is None, reason="needs chromium (the CI installs it)")

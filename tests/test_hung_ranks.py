@@ -19,7 +19,7 @@ import dsenv
 import pytest
 from sshkit import node_bin, require, start_sshd
 
-from zdoctor.forensics.pyspy import find_pyspy
+from zdoctor.layers.ranks.pyspy import find_pyspy
 
 RANK_SCRIPT = '''
 import os, sys

@@ -1,46 +1,36 @@
 """The project's own import graph, read from the code (module-level, function-level and TYPE_CHECKING
-imports alike): no circle, and no import that runs up the declared layer order. An exception must be
-declared here, with its reason."""
+imports alike), against the import contract declared in pyproject.toml (``[tool.importlinter]``, in
+import-linter's format): no circle between modules or between folders, no import that runs up the tiers,
+and no node layer that imports one above it. The contract names packages, so a new module is held to its
+folder's tier without being named anywhere."""
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import networkx as nx
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - the tests run on 3.11 too
+    import tomli as tomllib
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "zdoctor"
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+CONTRACTS = {c["id"]: c for c in PYPROJECT["tool"]["importlinter"]["contracts"]}
 
-#: The layers, bottom first: a module may import its own layer and those below, never one above. A module
-#: is in the layer of the longest prefix listed.
-LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("zdoctor", "zdoctor.errors", "zdoctor.units", "zdoctor.verdicts", "zdoctor.plural", "zdoctor.shellquote",
-              "zdoctor.symptoms.model", "zdoctor.resources", "zdoctor.scripts", "zdoctor.layers", "zdoctor.progress",
-              "zdoctor.shim")),
-    ("model", ("zdoctor.model", "zdoctor.redact", "zdoctor.userfile", "zdoctor.atomic", "zdoctor.children",
-               "zdoctor.runner", "zdoctor.target", "zdoctor.packages", "zdoctor.present", "zdoctor.asuser",
-               "zdoctor.sysfile", "zdoctor.isolate_env", "zdoctor.contain", "zdoctor.cgroup",
-               "zdoctor.rules", "zdoctor.runas", "zdoctor.codeowner", "zdoctor.privilege", "zdoctor.trainuser",
-               "zdoctor.systools", "zdoctor.scratch",
-               "zdoctor.shape", "zdoctor.filefix")),
-    ("facts", ("zdoctor.registry", "zdoctor.host", "zdoctor.forensics", "zdoctor.storage", "zdoctor.gpu",
-               "zdoctor.offload", "zdoctor.symptoms.extract", "zdoctor.symptoms.match", "zdoctor.symptoms.view",
-               "zdoctor.symptoms", "zdoctor.core_apply", "zdoctor.glossary", "zdoctor.container",
-               "zdoctor.fleet.hosts", "zdoctor.launch")),
-    ("probes", ("zdoctor.probes",)),
-    ("checks", ("zdoctor.checks", "zdoctor.symptoms.ledger")),
-    ("walk", ("zdoctor.conditions", "zdoctor.walkwords", "zdoctor.playbook", "zdoctor.playbook_lint",
-              "zdoctor.events", "zdoctor.session", "zdoctor.engine", "zdoctor.doctor", "zdoctor.guide",
-              "zdoctor.practice", "zdoctor.apply", "zdoctor.resume", "zdoctor.answers")),
-    ("report", ("zdoctor.report", "zdoctor.progressline", "zdoctor.exportparts", "zdoctor.export",
-                "zdoctor.htmlreport", "zdoctor.fleet")),
-    ("front", ("zdoctor.fleet_command", "zdoctor.cli", "zdoctor.tui", "zdoctor.isolate", "zdoctor.__main__",
-               "zdoctor.bundle")),
-]
 
-#: Imports allowed against the layer order, each with its reason.
-EXCEPTIONS: dict[tuple[str, str], str] = {}
+def tiers(contract: dict) -> list[tuple[str, ...]]:
+    """The contract's layers bottom first, each a tuple of package names (``:`` joins one tier's packages)."""
+    prefix = [f"{c}." for c in contract.get("containers", [])] or [""]
+    return [tuple(prefix[0] + p.strip() for p in layer.split(":")) for layer in reversed(contract["layers"])]
+
+
+TIERS = tiers(CONTRACTS["tiers"])
+NODE_LAYERS = tiers(CONTRACTS["node-layers"])
 
 
 def modules() -> dict[str, Path]:
@@ -53,7 +43,8 @@ def modules() -> dict[str, Path]:
 
 
 def imports(mods: dict[str, Path]) -> nx.DiGraph:
-    """Every import between the project's modules (``from . import x`` counts as importing ``x``)."""
+    """Every import between the project's modules (``from p import x`` counts as importing ``p.x`` when that
+    is a module)."""
     g = nx.DiGraph()
     g.add_nodes_from(mods)
     for name, path in mods.items():
@@ -77,14 +68,28 @@ def imports(mods: dict[str, Path]) -> nx.DiGraph:
     return g
 
 
-def layer_of(name: str) -> int:
+def rank_in(levels: list[tuple[str, ...]], name: str) -> int:
+    """The index of the level whose package holds ``name`` (the longest match), or -1."""
     best, rank = -1, -1
-    for i, (_label, prefixes) in enumerate(LAYERS):
-        for p in prefixes:
+    for i, packages in enumerate(levels):
+        for p in packages:
             if (name == p or name.startswith(p + ".")) and len(p) > best:
                 best, rank = len(p), i
-    assert rank >= 0, f"{name} is in no declared layer: add it to LAYERS"
     return rank
+
+
+def folder(name: str) -> str:
+    """The folder a module lives in, as the contracts name folders (a node layer's package, else the top one)."""
+    parts = name.split(".")
+    if name.startswith("zdoctor.layers."):
+        return ".".join(parts[:3])
+    return ".".join(parts[:2]) if len(parts) > 2 else name
+
+
+def test_every_module_is_in_a_declared_tier():
+    assert [m for m in modules() if m != "zdoctor" and rank_in(TIERS, m) < 0] == []
+    layers = {folder(m) for m in modules() if m.startswith("zdoctor.layers.")}
+    assert sorted(layers) == sorted(p for level in NODE_LAYERS for p in level)
 
 
 def test_there_is_no_import_circle():
@@ -93,13 +98,30 @@ def test_there_is_no_import_circle():
     assert circles == [], circles
 
 
-def test_no_import_runs_up_the_layers():
+def test_there_is_no_circle_between_folders():
     g = imports(modules())
-    up = [(a, b) for a, b in g.edges if layer_of(a) < layer_of(b) and (a, b) not in EXCEPTIONS]
-    assert up == [], "\n".join(f"{a} ({LAYERS[layer_of(a)][0]}) imports {b} ({LAYERS[layer_of(b)][0]})"
-                               for a, b in up)
+    folders = nx.DiGraph((folder(a), folder(b)) for a, b in g.edges if folder(a) != folder(b))
+    assert [sorted(c) for c in nx.strongly_connected_components(folders) if len(c) > 1] == []
 
 
-def test_every_declared_exception_is_still_needed():
+def test_no_import_runs_up_the_tiers():
     g = imports(modules())
-    assert [e for e in EXCEPTIONS if not g.has_edge(*e)] == []
+    up = [(a, b) for a, b in g.edges
+          if a != "zdoctor" and b != "zdoctor" and rank_in(TIERS, a) < rank_in(TIERS, b)]
+    assert up == [], "\n".join(f"{a} imports {b}, a tier above it" for a, b in up)
+
+
+def test_no_node_layer_imports_one_above_it():
+    g = imports(modules())
+    up = [(a, b) for a, b in g.edges
+          if rank_in(NODE_LAYERS, a) >= 0 and rank_in(NODE_LAYERS, a) < rank_in(NODE_LAYERS, b)]
+    assert up == [], "\n".join(f"{a} imports {b}, a node layer above it" for a, b in up)
+
+
+def test_the_contract_orders_the_tiers_as_documented():
+    """A few known ranks, so a contract read the wrong way round (top first vs bottom first) cannot pass."""
+    assert rank_in(TIERS, "zdoctor.front.cli") > rank_in(TIERS, "zdoctor.report.export")
+    assert rank_in(TIERS, "zdoctor.report.export") > rank_in(TIERS, "zdoctor.walk.engine")
+    assert rank_in(TIERS, "zdoctor.layers.gpu.check_gpu") > rank_in(TIERS, "zdoctor.readers.elf")
+    gpu, kernel_log = "zdoctor.layers.gpu.check_gpu", "zdoctor.layers.kernel_log.kernlog"
+    assert rank_in(NODE_LAYERS, gpu) > rank_in(NODE_LAYERS, kernel_log)

@@ -11,7 +11,7 @@ from conftest import REPO
 PROBE = """
 import json, sys
 sys.argv = ["zdoctor"] + sys.argv[1:]
-from zdoctor import cli
+from zdoctor.front import cli
 try:
     code = cli.main(sys.argv[1:])
 except SystemExit as exc:
@@ -37,7 +37,7 @@ def test_check_never_imports_textual():
 def test_core_modules_import_without_textual():
     code = ("import sys, pkgutil, importlib, zdoctor\n"
             "for m in pkgutil.walk_packages(zdoctor.__path__, 'zdoctor.'):\n"
-            "    skip = ('zdoctor.__main__', 'zdoctor.tui', 'zdoctor.scripts.probe_script')\n"
+            "    skip = ('zdoctor.__main__', 'zdoctor.front.tui', 'zdoctor.scripts.probe_script')\n"
             "    if m.name not in skip and not m.name.startswith('zdoctor.screens'):\n"
             "        importlib.import_module(m.name)\n"
             "print([m for m in sys.modules if m.startswith('textual')])")

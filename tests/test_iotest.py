@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from zdoctor.errors import InputError
-from zdoctor.storage import GIB, MIB
-from zdoctor.storage import iotest as io
+from zdoctor.core.errors import InputError
+from zdoctor.layers.offload import GIB, MIB
+from zdoctor.layers.offload import iotest as io
 
 
 # -- sizes -------------------------------------------------------------------------------------------------

@@ -16,10 +16,10 @@ import dsenv
 import pytest
 from test_gpu_facts import facts_of
 
-from zdoctor.checks.jitbuildlog import check_build_log
-from zdoctor.forensics import ninjafile, ninjahash, ninjalog
-from zdoctor.probes.jitbuildlog import collect_jitbuildlog
-from zdoctor.shape import facts_problems
+from zdoctor.core.shape import facts_problems
+from zdoctor.layers.jit_build_log import ninjafile, ninjahash, ninjalog
+from zdoctor.layers.jit_build_log.check_jitbuildlog import check_build_log
+from zdoctor.layers.jit_build_log.probe_jitbuildlog import collect_jitbuildlog
 from zdoctor.symptoms.extract import from_text
 
 DEBIAN_NINJA = "/usr/bin/ninja"

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from prockit import dead, wait_for
 
-from zdoctor.forensics.jitguard import run_guarded
+from zdoctor.trials.jitguard import run_guarded
 
-ZDOCTOR = [sys.executable, "-c", "import sys; from zdoctor.cli import main; sys.exit(main())"]
+ZDOCTOR = [sys.executable, "-c", "import sys; from zdoctor.front.cli import main; sys.exit(main())"]
 NOTE = "removed the JIT build lock the killed run left (it was not there before)"
 
 
@@ -169,10 +169,10 @@ def test_leaving_the_guide_during_a_first_time_jit_build_leaves_no_compiler_and_
 def test_leaving_the_step_that_runs_the_build_ends_it_and_removes_the_lock(tmp_path, build, monkeypatch):
     """Esc, then Leave, on the step whose probe traces the launch: the guide gives up on that probe
     (:func:`abandon_probe`, as `c` does); the build it runs ends with it, and the lock goes."""
-    from zdoctor.guide import abandon_probe
+    from zdoctor.core.registry import load_vocabulary
     from zdoctor.host import LiveHost
-    from zdoctor.registry import load_vocabulary
-    from zdoctor.target import Target
+    from zdoctor.proc.target import Target
+    from zdoctor.walk.guide import abandon_probe
 
     load_vocabulary()
     python, argv, env, ext, lock = build

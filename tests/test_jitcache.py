@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from zdoctor.forensics import jitcache as jc
-from zdoctor.storage import mounts
+from zdoctor.readers import jitcache as jc
+from zdoctor.readers import mounts
 
 SOURCE = r"""
 #include <string>

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from prockit import BUILDER, wait_for
 
-from zdoctor.forensics.jitguard import clean_left_locks, lock_files, run_guarded
-from zdoctor.forensics.remedies import Plan, verify
+from zdoctor.trials.jitguard import clean_left_locks, lock_files, run_guarded
+from zdoctor.trials.remedies import Plan, verify
 
 
 def _env(cache: Path) -> dict[str, str]:

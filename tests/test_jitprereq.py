@@ -15,10 +15,10 @@ from pathlib import Path
 from envkit import make_conda_like_python
 from test_gpu_facts import h200
 
-from zdoctor.checks.jitprereq import check_jitprereq
-from zdoctor.model import Remedy
-from zdoctor.present import TOOL_STARTS, verification_of, verification_text
-from zdoctor.probes.jitprereq import collect_jitprereq
+from zdoctor.core.model import Remedy
+from zdoctor.core.present import TOOL_STARTS, verification_of, verification_text
+from zdoctor.layers.toolchain.check_jitprereq import check_jitprereq
+from zdoctor.layers.toolchain.probe_jitprereq import collect_jitprereq
 
 CXX = shutil.which("c++") or shutil.which("g++")
 
@@ -153,7 +153,7 @@ def test_a_venvs_headers_come_from_its_base_interpreter(tmp_path):
 
 
 def test_headers_of_a_pyenv_base_and_of_a_system_python_per_distribution(tmp_path):
-    from zdoctor.checks.jitprereq import header_remedies
+    from zdoctor.layers.toolchain.check_jitprereq import header_remedies
 
     pyenv = {"version": "3.11", "prefix": "/home/u/v", "base_prefix": "/home/u/.pyenv/versions/3.11.7"}
     (r,) = header_remedies(pyenv, h200())

@@ -21,12 +21,12 @@ from conftest import publish_kernel_log_since
 from test_gpu_facts import facts_of, h200_all, h200_nvml
 from userkit import SYSTEM_PYTHON
 
-from zdoctor.checks.gpu import check_driver
-from zdoctor.checks.hostram import check_hostram
-from zdoctor.checks.kernlog import check_aer, check_api_mismatch, check_oom, check_xid
-from zdoctor.forensics import kernlog
-from zdoctor.probes.kernlog import SINCE_ENV, collect, kernel_log_probe, since_setting
-from zdoctor.rules.signatures import SIGNATURES
+from zdoctor.layers.gpu.check_gpu import check_driver
+from zdoctor.layers.kernel_log import kernlog
+from zdoctor.layers.kernel_log.check_kernlog import check_aer, check_api_mismatch, check_oom, check_xid
+from zdoctor.layers.kernel_log.probe_kernlog import SINCE_ENV, collect, kernel_log_probe, since_setting
+from zdoctor.layers.offload.check_hostram import check_hostram
+from zdoctor.symptoms.catalogue import SIGNATURES
 from zdoctor.symptoms.extract import from_text
 
 pytestmark = pytest.mark.needs_root
@@ -251,7 +251,7 @@ def test_the_window_asked_for_hides_the_records_before_it(written, monkeypatch):
 
 
 def test_the_json_layers_show_the_kernel_log_examined(written):
-    from zdoctor.doctor import layers_examined
+    from zdoctor.walk.doctor import layers_examined
 
     kl = mine(written["facts"], written["start"])
     facts = node(kl)
@@ -266,8 +266,8 @@ def test_the_json_layers_show_the_kernel_log_examined(written):
 
 
 def test_check_json_lists_the_kernel_log_layer_from_a_replayed_snapshot(written):
-    from zdoctor.doctor import check
     from zdoctor.host.replay import ReplayHost
+    from zdoctor.walk.doctor import check
 
     doc = json.loads((Path(__file__).parent / "fixtures" / "snapshots" / "healthy.json").read_text())
     kl = mine(written["facts"], written["start"])
@@ -335,7 +335,7 @@ def test_a_log_the_user_cannot_read_is_not_examined_and_says_why(account, tmp_pa
     unreadable.write_text("6,1,1,-;hello\n")
     unreadable.chmod(0o600)
     tmp_path.chmod(0o755)
-    code = ("import json; from zdoctor.probes.kernlog import collect; "
+    code = ("import json; from zdoctor.layers.kernel_log.probe_kernlog import collect; "
             f"f, _ = collect(kmsg={str(unreadable)!r}, journalctl='/nonexistent/journalctl'); print(json.dumps(f))")
     f = _as_user(account, code)
     assert f["skipped"].startswith("the kernel log could not be read: ") and "Permission denied" in f["skipped"]
@@ -344,7 +344,7 @@ def test_a_log_the_user_cannot_read_is_not_examined_and_says_why(account, tmp_pa
     [x] = check_xid(facts_of(kernel_log=f))
     assert x.status == "skip" and "Permission denied" in x.detail
     # the real /dev/kmsg as that user: refused under kernel.dmesg_restrict=1, read otherwise
-    real = _as_user(account, "import json; from zdoctor.probes.kernlog import collect; "
+    real = _as_user(account, "import json; from zdoctor.layers.kernel_log.probe_kernlog import collect; "
                              "f, _ = collect(); print(json.dumps(f))")
     with open("/proc/sys/kernel/dmesg_restrict") as fh:
         restricted = fh.read().strip() == "1"
@@ -425,10 +425,10 @@ def test_the_aer_messages_are_in_the_catalogue_with_their_source():
 
 
 def _walk(probes: dict[str, dict[str, Any]]) -> Any:
-    from zdoctor.engine import Walk
+    from zdoctor.core.registry import load_vocabulary
     from zdoctor.host.replay import ReplayHost
-    from zdoctor.playbook import load_all
-    from zdoctor.registry import load_vocabulary
+    from zdoctor.walk.engine import Walk
+    from zdoctor.walk.playbook import load_all
 
     load_vocabulary()
     doc = {"format": "zdoctor-snapshot", "version": 1, "probes": {
@@ -474,8 +474,8 @@ def test_a_lost_gpu_through_nvmls_real_error_code_names_its_xid_79_record(monkey
     import pynvml
     from test_gpu_nvml import _raise, fake_h200, no_smi
 
-    from zdoctor.checks.gpu import check_health
-    from zdoctor.probes.gpu import collect_nvml
+    from zdoctor.layers.gpu.check_gpu import check_health
+    from zdoctor.layers.gpu.probe_gpu import collect_nvml
 
     fake_h200(monkeypatch, overrides={"nvmlDeviceGetHandleByIndex": _raise(pynvml.NVML_ERROR_GPU_IS_LOST)})
     nv, _ = collect_nvml(no_smi(tmp_path), nv=pynvml)
@@ -543,7 +543,7 @@ def test_journald_is_the_fallback_where_kmsg_cannot_be_opened(tmp_path):
 
 
 def test_the_glossary_explains_xid_and_aer():
-    from zdoctor.glossary import find_term, load_glossary
+    from zdoctor.core.glossary import find_term, load_glossary
 
     terms = load_glossary()
     xid_term, aer_term = find_term(terms, "Xid"), find_term(terms, "AER")
@@ -555,7 +555,7 @@ def test_a_hung_peer_copy_names_the_kernel_logs_records_for_its_two_gpus(tmp_pat
     from test_p2p import facts_for, two_gpus
     from test_p2p_verdicts import PASSTHROUGH
 
-    from zdoctor.checks.p2p import check_p2p
+    from zdoctor.layers.gpu.check_p2p import check_p2p
 
     nv = two_gpus()
     gpu1 = f"{kernlog.bus_address(nv['gpus'][1]['pci_bus_id'])}.0"

@@ -18,16 +18,16 @@ import psutil
 import pytest
 from test_gpu_facts import facts_of
 
-from zdoctor.checks import launch as cl
-from zdoctor.cli import parse_args
-from zdoctor.errors import UsageError
-from zdoctor.launch.command import parse_launch, python_script
-from zdoctor.launch.rankenv import rank_env
-from zdoctor.probes.launch import collect_hostfile, collect_launch, hostfile_of
-from zdoctor.rules import dslauncher
-from zdoctor.rules.signatures import BY_ID
+from zdoctor.core.errors import UsageError
+from zdoctor.front.cli import parse_args
+from zdoctor.layers.launch import check_launch as cl
+from zdoctor.layers.launch import dslauncher
+from zdoctor.layers.launch.command import parse_launch, python_script
+from zdoctor.layers.launch.probe_launch import collect_hostfile, collect_launch, hostfile_of
+from zdoctor.layers.launch.rankenv import rank_env
+from zdoctor.proc.target import Target
+from zdoctor.symptoms.catalogue import BY_ID
 from zdoctor.symptoms.extract import from_text
-from zdoctor.target import Target
 
 RELEASES = Path(__file__).parent / "fixtures" / "deepspeed-releases"
 #: What DeepSpeed 0.19.8 printed, run as `python t.py` where t.py calls deepspeed.init_distributed() with no

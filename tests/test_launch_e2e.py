@@ -15,9 +15,9 @@ from conftest import run_cli
 from dsenv import ensure
 from test_gpu_facts import facts_of
 
-from zdoctor.checks import launch as cl
-from zdoctor.probes.launch import collect_hostfile, collect_launch
-from zdoctor.rules.dslauncher import installed_launcher_rules
+from zdoctor.layers.launch import check_launch as cl
+from zdoctor.layers.launch.dslauncher import installed_launcher_rules
+from zdoctor.layers.launch.probe_launch import collect_hostfile, collect_launch
 from zdoctor.symptoms.extract import from_text
 
 SCRIPT = "import deepspeed\ndeepspeed.init_distributed()\n"

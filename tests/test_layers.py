@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from zdoctor.layers import BY_ID, LAYERS, layer_of, layer_status
-from zdoctor.model import Finding
-from zdoctor.registry import CHECKS, load_vocabulary
+from zdoctor.core.model import Finding
+from zdoctor.core.nodelayers import BY_ID, LAYERS, layer_of, layer_status
+from zdoctor.core.registry import CHECKS, load_vocabulary
 
 
 def _status(findings: list[Finding], layers: dict[str, str]) -> dict[str, dict]:

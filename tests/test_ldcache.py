@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from zdoctor.errors import InputError
-from zdoctor.forensics.ldcache import (
+from zdoctor.core.errors import InputError
+from zdoctor.readers.ldcache import (
     HWCAP_EXTENSION,
     CacheEntry,
     format_ldconfig_p,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from zdoctor.forensics.lddebug import (
+from zdoctor.layers.libraries.lddebug import (
     CACHE,
     LD_LIBRARY_PATH,
     SYSTEM,
@@ -19,7 +19,7 @@ from zdoctor.forensics.lddebug import (
     via_label,
     which_loaded,
 )
-from zdoctor.forensics.versions import newest
+from zdoctor.readers.versions import newest
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 LD = FIXTURES / "lddebug"

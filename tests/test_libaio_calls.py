@@ -12,11 +12,11 @@ import dsenv
 from aiokit import build_libaio
 from test_gpu_facts import facts_of
 
-from zdoctor.checks.storage import check_libaio
+from zdoctor.core.registry import load_vocabulary
 from zdoctor.host import LiveHost
-from zdoctor.registry import load_vocabulary
-from zdoctor.storage import aiocalls
-from zdoctor.storage import iotest as io
+from zdoctor.layers.offload import aiocalls
+from zdoctor.layers.offload import iotest as io
+from zdoctor.layers.offload.check_storage import check_libaio
 
 
 def _ds_location() -> str:

@@ -20,15 +20,15 @@ from pathlib import Path
 import pytest
 from envkit import build_extension
 
-from zdoctor.errors import UsageError
-from zdoctor.forensics.elf import read_elf
-from zdoctor.forensics.live import (
+from zdoctor.core.errors import UsageError
+from zdoctor.layers.libraries.live import (
     PROBE_CODE,
     default_probe_argv,
     parse_probe_output,
     parse_stderr_version_errors,
     trace_command,
 )
+from zdoctor.readers.elf import read_elf
 
 LD = Path(__file__).resolve().parent / "fixtures" / "lddebug"
 
@@ -304,8 +304,8 @@ def test_a_run_strace_may_join_later_starts_without_waiting_for_strace_s_self_te
 
 def test_a_hang_names_the_call_it_waits_in_in_strace_words(tmp_path):
     """--command that hangs opening a FIFO: the finding shows strace's own line of the call it waits in."""
-    from zdoctor.checks import run_checks
     from zdoctor.host.live import LiveHost
+    from zdoctor.layers import run_checks
 
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)

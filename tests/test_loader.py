@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from zdoctor.forensics import elf
-from zdoctor.forensics.loader import (
+from zdoctor.readers import elf
+from zdoctor.readers.loader import (
     LoaderConfig,
     Process,
     expand_dst,

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from dsenv import LOAD_CPU_ADAM, cpu_adam_op, ensure
 
-import zdoctor.checks.hangs  # noqa: F401 - registers the checks
-import zdoctor.probes.hangs  # noqa: F401 - and the probes
-from zdoctor.checks import evaluate_check
+import zdoctor.layers.toolchain.check_hangs  # noqa: F401 - registers the checks
+import zdoctor.layers.toolchain.probe_hangs  # noqa: F401 - and the probes
 from zdoctor.host import LiveHost
+from zdoctor.layers import evaluate_check
 
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,13 @@ import re
 import stat
 from pathlib import Path
 
-from zdoctor.doctor import CheckReport
-from zdoctor.export import render
-from zdoctor.forensics.remedies import Plan, conda_upgrade
-from zdoctor.model import Finding, Remedy
-from zdoctor.present import DEFAULT_NOT_TRIED, verification_of, verification_text
-from zdoctor.report import print_report
-from zdoctor.session import SessionLog, load_events
+from zdoctor.core.model import Finding, Remedy
+from zdoctor.core.present import DEFAULT_NOT_TRIED, verification_of, verification_text
+from zdoctor.report.export import render
+from zdoctor.report.terminal import print_report
+from zdoctor.trials.remedies import Plan, conda_upgrade
+from zdoctor.walk.doctor import CheckReport
+from zdoctor.walk.session import SessionLog, load_events
 
 HOST = {"hostname": "gpu-node-7", "os": "Ubuntu 22.04.4 LTS", "kind": "live"}
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from zdoctor.model import Evidence, Finding, ProbeResult, Remedy, cap_text, sort_findings, summarize
+from zdoctor.core.model import Evidence, Finding, ProbeResult, Remedy, cap_text, sort_findings, summarize
 
 
 def sample_finding() -> Finding:

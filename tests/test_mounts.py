@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from zdoctor.storage import mounts as mt
+from zdoctor.readers import mounts as mt
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 H200 = FIX / "storage" / "h200" / "mountinfo"
@@ -103,9 +103,9 @@ def test_h200_mountinfo_mirrors_the_captured_mounts_and_df():
 def test_one_reader_and_one_classifier_judge_a_path_the_same_everywhere(tmp_path):
     """The storage check, the ds_config lint, the JIT cache and /dev/shm all read mounts here: a file system
     is network (or not) for all of them, from mountinfo or /proc/mounts text alike."""
-    from zdoctor.gpu import limits
-    from zdoctor.offload import lint
-    from zdoctor.storage import mounts as m
+    from zdoctor.layers.offload import lint
+    from zdoctor.readers import hostlimits as limits
+    from zdoctor.readers import mounts as m
 
     info = tmp_path / "mountinfo"
     info.write_text("1 0 8:1 / / rw - ext4 /dev/sda1 rw\n"
@@ -123,7 +123,7 @@ def test_one_reader_and_one_classifier_judge_a_path_the_same_everywhere(tmp_path
             assert m.is_network_fs(found["fstype"]) is network, (table.name, path)
             assert m.describe(m.mount_for(path, entries, resolve=False))["network"] is network
         assert limits.parse_mounts(table.read_text())["fstype"] == "tmpfs"
-    from zdoctor.forensics import jitcache
+    from zdoctor.readers import jitcache
 
     for mod in (lint, jitcache, limits):  # no copy of its own of the list or the lookup
         assert not hasattr(mod, "NETWORK_FS") and getattr(mod, "mount_of", m.mount_of) is m.mount_of

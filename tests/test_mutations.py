@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from conftest import FIXTURES, run_cli
 
-from zdoctor import export
-from zdoctor.checks import probe_findings
-from zdoctor.doctor import check
-from zdoctor.errors import ZdoctorError
+from zdoctor.core.errors import ZdoctorError
+from zdoctor.core.registry import Facts
 from zdoctor.host import ReplayHost
-from zdoctor.registry import Facts
-from zdoctor.session import load_events
+from zdoctor.layers import probe_findings
+from zdoctor.report import export
+from zdoctor.walk.doctor import check
+from zdoctor.walk.session import load_events
 
 #: Values of every JSON type; a mutation puts one of another type than the field's.
 WRONG = [None, 0, -1, 10**30, 1.5, "x", "", [], {}, True, [1, "a"], {"a": 1}, [None], {"": None}]

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from zdoctor.checks import evaluate_check
-from zdoctor.gpu import infiniband, nccllog, ncclnet
-from zdoctor.model import ProbeResult
-from zdoctor.probes.ncclnet import nccl_log_probe
-from zdoctor.registry import Facts, load_vocabulary
+from zdoctor.core.model import ProbeResult
+from zdoctor.core.registry import Facts, load_vocabulary
+from zdoctor.layers import evaluate_check
+from zdoctor.layers.nccl_network import infiniband, nccllog, ncclnet
+from zdoctor.layers.nccl_network.probe_ncclnet import nccl_log_probe
+from zdoctor.proc.target import Target
 from zdoctor.symptoms.extract import from_text
-from zdoctor.target import Target
 
 ROOT = Path(__file__).resolve().parent.parent
 IB_TREES = Path(__file__).resolve().parent / "fixtures" / "infiniband"
@@ -196,12 +196,12 @@ SETUP = [
 
 PROBE = textwrap.dedent("""
     import json, sys
-    from zdoctor.checks import evaluate_check
+    from zdoctor.layers import evaluate_check
     from zdoctor.host import LiveHost
-    from zdoctor.model import ProbeResult
-    from zdoctor.registry import Facts, load_vocabulary
+    from zdoctor.core.model import ProbeResult
+    from zdoctor.core.registry import Facts, load_vocabulary
     from zdoctor.symptoms.extract import from_text
-    from zdoctor.target import Target
+    from zdoctor.proc.target import Target
     load_vocabulary()
     env, hostfile, log = json.loads(sys.argv[1])
     host = LiveHost(target=Target.of(env=env, options={"hostfile": hostfile}))
@@ -342,7 +342,7 @@ def test_loopback_or_a_link_local_address_in_a_multi_node_job():
 
 
 def test_a_master_addr_that_reads_as_an_option_is_not_looked_up():
-    from zdoctor.probes.ncclnet import _resolve
+    from zdoctor.layers.nccl_network.probe_ncclnet import _resolve
 
     addr, why = _resolve("--help")
     assert addr is None and why.startswith("not a host name: starts with '-'")
@@ -350,8 +350,8 @@ def test_a_master_addr_that_reads_as_an_option_is_not_looked_up():
 
 
 def test_each_nodes_nccl_address_is_shown_and_not_judged_in_the_skew_table():
-    from zdoctor.exportparts import fleet_tables
     from zdoctor.fleet.skew import read_facts, skew_table
+    from zdoctor.report.exportparts import fleet_tables
 
     def probes(name: str, addr: str, mtu: int) -> dict:
         interfaces = [iface(name, 2, addr)]
@@ -373,7 +373,7 @@ def test_each_nodes_nccl_address_is_shown_and_not_judged_in_the_skew_table():
 
 
 def test_the_glossary_explains_the_layers_terms():
-    from zdoctor.glossary import find_term, load_glossary
+    from zdoctor.core.glossary import find_term, load_glossary
 
     terms = load_glossary()
     for name in ("NCCL_SOCKET_IFNAME", "GID index"):
@@ -382,7 +382,7 @@ def test_the_glossary_explains_the_layers_terms():
 
 
 def test_a_malformed_hostfile_is_the_reason_the_routes_were_not_examined(tmp_path):
-    from zdoctor.probes.ncclnet import _hostfile
+    from zdoctor.layers.nccl_network.probe_ncclnet import _hostfile
 
     bad = tmp_path / "hostfile"
     bad.write_text("worker-1 slots=8\nbad host!\n")

@@ -17,13 +17,13 @@ import pytest
 from conftest import run_cli
 from test_gpu_facts import h200_all
 
-from zdoctor.checks import evaluate_check
-from zdoctor.engine import Walk
+from zdoctor.core.model import ProbeResult
+from zdoctor.core.registry import CHECKS, PROBES, Facts, load_vocabulary
 from zdoctor.host import ReplayHost
-from zdoctor.model import ProbeResult
-from zdoctor.playbook import load_all
-from zdoctor.playbook_lint import lint_path
-from zdoctor.registry import CHECKS, PROBES, Facts, load_vocabulary
+from zdoctor.layers import evaluate_check
+from zdoctor.walk.engine import Walk
+from zdoctor.walk.playbook import load_all
+from zdoctor.walk.playbook_lint import lint_path
 
 #: Words that make a statement about torch, DeepSpeed or their ops.
 ABOUT_TORCH = re.compile(r"torch|deepspeed|\bops?\b|JIT|extension|import probe|load(s|ed)? cleanly", re.I)
@@ -133,7 +133,7 @@ def test_libs_live_with_nothing_loaded_is_skip_and_with_an_extension_is_ok():
     facts = Facts({"livetrace": _ok("livetrace", live), "libs": _ok("libs", {"targets": []})})
     (f,) = evaluate_check("libs.live", facts)
     assert f.status == "skip" and "torch is not installed in /usr/bin/python3" in f.title
-    from zdoctor.registry import PREDICATES
+    from zdoctor.core.registry import PREDICATES
     assert PREDICATES["live_run_checked_nothing"].func(facts)
     loaded = dict(live, steps=[{"step": "load needsnew", "ok": True, "error": None}, *steps])
     facts = Facts({"livetrace": _ok("livetrace", loaded), "libs": _ok("libs", {"targets": []})})
@@ -242,7 +242,7 @@ def test_the_gpu_stack_is_not_healthy_when_one_layer_gave_no_facts(drop: str):
     assert res.diagnosis == "diag-not-checked", res.path
     edge_reason = res.outcomes[-2].reason
     assert drop in edge_reason and "could not run" in edge_reason
-    from zdoctor.guide import graph_text
+    from zdoctor.walk.guide import graph_text
 
     picture = graph_text(load_all()["gpu-stack"], res.path)
     assert "⇒ diag-not-checked" in picture and "if a probe gave no facts" in picture

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from zdoctor.forensics import live
+from zdoctor.layers.libraries import live
 
 
 def _in_child(code: str, timeout: float = 20) -> str:
@@ -37,8 +37,8 @@ def fifo_lib(tmp_path: Path) -> Path:
 
 def test_a_fifo_named_like_a_library_is_unreadable_at_once(fifo_lib: Path):
     out = _in_child(
-        "from zdoctor.forensics.elf import read_elf\n"
-        "from zdoctor.forensics import loader, ldcache, symbols\n"
+        "from zdoctor.readers.elf import read_elf\n"
+        "from zdoctor.readers import loader, ldcache; from zdoctor.layers.libraries import symbols\n"
         f"p = {str(fifo_lib)!r}\n"
         "i = read_elf(p); print(i.kind, '|', i.error)\n"
         "print(loader._elf_ident(p))\n"
@@ -53,13 +53,13 @@ def test_a_fifo_build_ninja_is_an_error_of_that_op_not_a_hang(tmp_path: Path):
     op = tmp_path / "cpu_adam"
     op.mkdir()
     os.mkfifo(op / "build.ninja")
-    out = _in_child("from zdoctor.forensics.jitorigin import origin\n"
+    out = _in_child("from zdoctor.layers.python_env.jitorigin import origin\n"
                     f"print(origin({str(op)!r}, None)['error'])\n")
     assert out == "build.ninja: is a FIFO (named pipe), not a regular file"
 
 
 def test_ld_debug_logs_are_read_without_following_links(tmp_path: Path):
-    from zdoctor.forensics.lddebug import parse_ld_debug_dir
+    from zdoctor.layers.libraries.lddebug import parse_ld_debug_dir
 
     secret = tmp_path / "secret"
     secret.write_text("     12345:\tfile=libshadow.so [0];  needed by /x [0]\n")

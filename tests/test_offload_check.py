@@ -13,13 +13,13 @@ import pytest
 from conftest import FIXTURES
 from dsenv import ensure
 
-from zdoctor.checks import run_checks
+from zdoctor.core.model import ProbeResult
+from zdoctor.core.registry import PREDICATES, load_vocabulary
 from zdoctor.host.base import Host, run_probe_guarded
-from zdoctor.model import ProbeResult
-from zdoctor.offload import gpusample, planner
-from zdoctor.offload.dsconfig import load_config, parse_config
-from zdoctor.registry import PREDICATES, load_vocabulary
-from zdoctor.target import Target
+from zdoctor.layers import run_checks
+from zdoctor.layers.offload import gpusample, planner
+from zdoctor.layers.offload.dsconfig import load_config, parse_config
+from zdoctor.proc.target import Target
 
 OFF = FIXTURES / "offload"
 OURS = ("dsconfig", "capacity", "trainlog", "gpusample")

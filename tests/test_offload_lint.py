@@ -16,9 +16,9 @@ from conftest import FIXTURES
 from dsenv import ensure
 from test_dsconfig import as_other_user
 
-from zdoctor.offload import lint
-from zdoctor.offload.dsconfig import load_config, parse_config
-from zdoctor.storage import mounts
+from zdoctor.layers.offload import lint
+from zdoctor.layers.offload.dsconfig import load_config, parse_config
+from zdoctor.readers import mounts
 
 OFF = FIXTURES / "offload"
 CONFIGS = sorted(p for p in OFF.glob("*json") if "duplicate" not in p.name and "truncated" not in p.name)

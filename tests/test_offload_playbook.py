@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, run_cli
 
-import zdoctor.probes.storage as ps
-from zdoctor.doctor import check, select_playbooks
+import zdoctor.layers.offload.probe_storage as ps
+from zdoctor.core.registry import load_vocabulary
 from zdoctor.host import LiveHost, ReplayHost
 from zdoctor.host.replay import snapshot_document
-from zdoctor.registry import load_vocabulary
-from zdoctor.storage import blockdev as bd
+from zdoctor.layers.offload import blockdev as bd
+from zdoctor.walk.doctor import check, select_playbooks
 
 OFFLOAD = FIXTURES / "offload"
 STORE = FIXTURES / "storage"

@@ -1,5 +1,5 @@
 """One failure, one cause: the findings explaining one symptom never name cause classes that exclude each
-other (zdoctor.causes.EXCLUSIVE). Shown on real broken states: a compile that stops on a real full TMPDIR (a
+other (zdoctor.core.causes.EXCLUSIVE). Shown on real broken states: a compile that stops on a real full TMPDIR (a
 small tmpfs filled up) is that full folder, never a broken compiler; a real memory-cgroup OOM kill is the
 job's limit in every finding of `zdoctor check`, never the host's memory. The property itself is checked
 over the report's JSON, and shown to fail on a report that gives one kill two causes."""
@@ -19,8 +19,7 @@ from test_gpu_facts import h200
 from test_hostram import by_id
 from test_hostram_kills import LAUNCHER, _collect, real_memcg_kill  # noqa: F401 (a fixture)
 
-from zdoctor import scratch
-from zdoctor.causes import (
+from zdoctor.core.causes import (
     BROKEN_COMPILER,
     CAUSES,
     CGROUP_LIMIT,
@@ -31,9 +30,10 @@ from zdoctor.causes import (
     contradictions,
     kill_cause,
 )
-from zdoctor.checks.hostram import check_hostram
-from zdoctor.checks.jitprereq import check_jitprereq
-from zdoctor.probes.jitprereq import compile_test
+from zdoctor.layers.offload.check_hostram import check_hostram
+from zdoctor.layers.toolchain.check_jitprereq import check_jitprereq
+from zdoctor.layers.toolchain.probe_jitprereq import compile_test
+from zdoctor.proc import scratch
 
 CXX = shutil.which("g++") or shutil.which("c++")
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs and making a memory cgroup need root")
@@ -180,8 +180,8 @@ def test_a_bare_kill_in_a_cgroup_that_counted_kills_at_its_limit_is_that_limit_i
     from test_container_limits import _probe_facts, _write, v2_tree
     from test_gpu_facts import facts_of
 
-    from zdoctor.checks.container import check_container
-    from zdoctor.container import cgroups
+    from zdoctor.layers.container.check_container import check_container
+    from zdoctor.readers import cgroups
     from zdoctor.symptoms.extract import from_text
 
     cg = v2_tree(tmp_path / "root", kills=2)  # memory.events: oom 3, oom_kill 2

@@ -12,9 +12,9 @@ from pathlib import Path
 from test_gpu_checks import base
 from test_gpu_facts import h200
 
-from zdoctor.checks.p2p import check_p2p
-from zdoctor.gpu import p2p
-from zdoctor.probes import p2p as pp
+from zdoctor.layers.gpu import p2p
+from zdoctor.layers.gpu import probe_p2p as pp
+from zdoctor.layers.gpu.check_p2p import check_p2p
 
 ROOT_PORT, SWITCH_UP = "0000:00:01.0", "0000:01:00.0"
 DOWN = ("0000:02:00.0", "0000:02:01.0")

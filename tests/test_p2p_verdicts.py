@@ -13,9 +13,9 @@ from test_gpu_checks import branch
 from test_gpu_facts import h200
 from test_p2p import LSPCI_OPEN, facts_for, two_gpus
 
-from zdoctor.checks.p2p import check_p2p
-from zdoctor.gpu import p2p
-from zdoctor.probes import p2p as pp
+from zdoctor.layers.gpu import p2p
+from zdoctor.layers.gpu import probe_p2p as pp
+from zdoctor.layers.gpu.check_p2p import check_p2p
 
 PASSTHROUGH = {"domain_type": "identity", "cmdline": "intel_iommu=on iommu=pt", "lspci": LSPCI_OPEN}
 

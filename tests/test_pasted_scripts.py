@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from zdoctor.doctor import CheckReport
-from zdoctor.export import render
-from zdoctor.model import Finding, Remedy
-from zdoctor.present import STOPS_NOTE, pasted_script, script_label
-from zdoctor.report import print_report
-from zdoctor.session import SessionLog, load_events
-from zdoctor.storage import fstab as fs
+from zdoctor.core.model import Finding, Remedy
+from zdoctor.core.present import STOPS_NOTE, pasted_script, script_label
+from zdoctor.layers.offload import fstab as fs
+from zdoctor.report.export import render
+from zdoctor.report.terminal import print_report
+from zdoctor.walk.doctor import CheckReport
+from zdoctor.walk.session import SessionLog, load_events
 
 HOST = {"hostname": "gpu-node-7", "os": "Ubuntu 22.04.4 LTS", "kind": "live"}
 OLD_FSTAB = "# the admin's fstab\nUUID=0b7e-11aa / ext4 defaults 0 1\n"

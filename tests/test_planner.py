@@ -11,8 +11,8 @@ import pytest
 from conftest import FIXTURES
 from dsenv import ensure
 
-from zdoctor.errors import InputError
-from zdoctor.offload import planner
+from zdoctor.core.errors import InputError
+from zdoctor.layers.offload import planner
 
 OFF = FIXTURES / "offload"
 

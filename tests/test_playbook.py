@@ -10,17 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from zdoctor import registry
-from zdoctor.errors import InputError
-from zdoctor.playbook import (
-    LintError,
-    Playbook,
-    describe,
-    find_playbook,
-    load_all,
-    load_playbook,
-)
-from zdoctor.playbook_lint import end_nodes, lint_path, lint_playbook
+from zdoctor.core import registry
+from zdoctor.core.errors import InputError
+from zdoctor.walk.playbook import LintError, Playbook, describe, find_playbook, load_all, load_playbook
+from zdoctor.walk.playbook_lint import end_nodes, lint_path, lint_playbook
 
 FIXTURES = Path(__file__).parent / "fixtures" / "playbooks"
 GOOD = FIXTURES / "good"
@@ -240,7 +233,7 @@ def test_load_all_rejects_duplicates_and_missing_dirs(tmp_path: Path) -> None:
 
 
 def test_load_all_defaults_to_bundled_playbooks(monkeypatch: pytest.MonkeyPatch) -> None:
-    from zdoctor import resources
+    from zdoctor.core import resources
 
     asked = []
 
@@ -257,8 +250,8 @@ def test_load_all_defaults_to_bundled_playbooks(monkeypatch: pytest.MonkeyPatch)
 def test_networkx_is_not_imported_until_a_graph_is_needed() -> None:
     code = f"""
 import json, sys
-from zdoctor.playbook import load_playbook
-from zdoctor.engine import Walk
+from zdoctor.walk.playbook import load_playbook
+from zdoctor.walk.engine import Walk
 from zdoctor.host import ReplayHost
 pb = load_playbook({str(GOOD / 'fragile.toml')!r})
 host = ReplayHost({{"format": "zdoctor-snapshot", "version": 1, "probes": {{}}}})
@@ -304,7 +297,7 @@ def test_lint_of_loaded_playbook_checks_its_id(tmp_path: Path) -> None:
 def test_bundled_playbooks_use_the_three_state_wording_of_remedies() -> None:
     """The step texts say "tried: fixed / tried: did not fix / not tried, because ...", never the wording
     from before (a remedy "marked verified", "verification failed"), nor that zdoctor tries every fix."""
-    from zdoctor.playbook import load_all
+    from zdoctor.walk.playbook import load_all
 
     stale = re.compile(r"marked verified|verification failed|tries each one before offering", re.I)
     for pid, book in load_all().items():

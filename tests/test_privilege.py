@@ -9,13 +9,13 @@ import pytest
 from conftest import run_cli
 from userkit import SYSTEM_PYTHON, owned_environment, plant_witness, unprivileged_user, witnessed
 
-import zdoctor.probes.libs  # noqa: F401 - registers livetrace and libfix
-import zdoctor.probes.pyenv  # noqa: F401 - registers the interpreter probe
-from zdoctor import privilege, systools
-from zdoctor.forensics import live
+import zdoctor.layers.libraries.probe_libs  # noqa: F401 - registers livetrace and libfix
+import zdoctor.layers.python_env.probe_pyenv  # noqa: F401 - registers the interpreter probe
 from zdoctor.host import LiveHost
-from zdoctor.storage import fstab_apply
-from zdoctor.target import Target
+from zdoctor.layers.libraries import live
+from zdoctor.layers.offload import fstab_apply
+from zdoctor.proc import privilege, systools
+from zdoctor.proc.target import Target
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists(SYSTEM_PYTHON),
                                 reason="needs root and a system python3 to create another user's environment")
@@ -124,7 +124,7 @@ def test_system_tools_are_found_in_system_directories_only(tmp_path, monkeypatch
 
 
 def test_a_remedy_trial_runs_as_the_owner(account, env_dir):
-    from zdoctor.forensics.remedies import Plan, verify
+    from zdoctor.trials.remedies import Plan, verify
 
     seen = plant_witness(env_dir, account)
     python = str(env_dir / "bin" / "python")

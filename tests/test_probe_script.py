@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from zdoctor.probes.pyenv import SCRIPT, SENTINEL, parse_records
+from zdoctor.layers.python_env.probe_pyenv import SCRIPT, SENTINEL, parse_records
 
 PY38 = "/root/.pyenv/versions/3.8.18/bin/python"
 OLD_PYTHONS = ["/root/.pyenv/versions/2.7.18/bin/python", "/root/.pyenv/versions/3.6.15/bin/python"]

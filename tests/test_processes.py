@@ -15,8 +15,8 @@ from pathlib import Path
 import psutil
 from prockit import BUILDER, WAITER, dead, wait_for
 
-from zdoctor.forensics import jitcache as jc
-from zdoctor.forensics import processes as pr
+from zdoctor.readers import jitcache as jc
+from zdoctor.readers import processes as pr
 
 
 def by_pid(procs: list[pr.ProcInfo], pid: int) -> pr.ProcInfo:

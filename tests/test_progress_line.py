@@ -12,8 +12,8 @@ import pytest
 from conftest import REPO
 from test_tui_tmux import Tmux
 
-from zdoctor import progress
-from zdoctor.progressline import ProgressLine, line
+from zdoctor.core import progress
+from zdoctor.report.progressline import ProgressLine, line
 
 
 def test_the_line_names_the_slowest_probe_first_with_what_it_is_doing_and_fits_the_width():

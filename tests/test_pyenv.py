@@ -12,12 +12,19 @@ from pathlib import Path
 
 import pytest
 
-import zdoctor.checks.pyenv  # noqa: F401 - registers checks and predicates
-from zdoctor.checks import evaluate_check
+import zdoctor.layers.python_env.check_pyenv  # noqa: F401 - registers checks and predicates
+from zdoctor.core.model import Evidence, ProbeResult
+from zdoctor.core.registry import PREDICATES, PROBES, Facts
 from zdoctor.host import LiveHost
-from zdoctor.model import Evidence, ProbeResult
-from zdoctor.probes.pyenv import SCRIPT, build_facts, error_line, parse_records, probe_target, signal_name
-from zdoctor.registry import PREDICATES, PROBES, Facts
+from zdoctor.layers import evaluate_check
+from zdoctor.layers.python_env.probe_pyenv import (
+    SCRIPT,
+    build_facts,
+    error_line,
+    parse_records,
+    probe_target,
+    signal_name,
+)
 
 GLIBCXX_MSG = ("/usr/lib/x86_64-linux-gnu/libstdc++.so.6: version `GLIBCXX_3.4.32' not found "
                "(required by /opt/env/lib/python3.11/site-packages/torch/lib/libtorch_python.so)")

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from test_gpu_facts import facts_of
 
-from zdoctor.checks import offload as co
-from zdoctor.checks import rankcores as cr
-from zdoctor.launch import cores
-from zdoctor.offload import walllog
-from zdoctor.probes.launch import collect_launch
-from zdoctor.probes.rankcores import collect_rankcores, rank_processes
+from zdoctor.layers.launch.probe_launch import collect_launch
+from zdoctor.layers.offload import check_offload as co
+from zdoctor.layers.offload import walllog
+from zdoctor.layers.rank_cores import check_rankcores as cr
+from zdoctor.layers.rank_cores import cores
+from zdoctor.layers.rank_cores.probe_rankcores import collect_rankcores, rank_processes
 
 OFF = Path(__file__).parent / "fixtures" / "offload"
 RELEASES = Path(__file__).parent / "fixtures" / "deepspeed-releases"

@@ -14,18 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from zdoctor.checks.ranks import check_ranks
-from zdoctor.errors import UsageError
+from zdoctor.core.errors import UsageError
+from zdoctor.core.model import ProbeResult
+from zdoctor.core.registry import Facts
 from zdoctor.fleet.collect import NodeRun
 from zdoctor.fleet.ranks import fleet_rank_findings
-from zdoctor.fleet_command import node_pids
-from zdoctor.forensics import rankstate, ranktree
-from zdoctor.forensics.pyspy import pyspy_dump
-from zdoctor.forensics.rankwaits import classify, parse_pyspy
+from zdoctor.front.fleet_command import node_pids
 from zdoctor.host import ReplayHost
-from zdoctor.model import ProbeResult
-from zdoctor.probes.ranks import NOT_NAMED
-from zdoctor.registry import Facts
+from zdoctor.layers.ranks import rankstate, ranktree
+from zdoctor.layers.ranks.check_ranks import check_ranks
+from zdoctor.layers.ranks.probe_ranks import NOT_NAMED
+from zdoctor.layers.ranks.pyspy import pyspy_dump
+from zdoctor.layers.ranks.rankwaits import classify, parse_pyspy
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ranks" / "gloo-deadlock.json"
 
@@ -178,7 +178,7 @@ def test_no_job_named_is_not_examined_with_why():
     [f] = check_ranks(Facts({"ranks": res}))
     assert f.id == "ranks.waits.not-checked" and f.status == "skip"
     assert f.detail == "no hung job named (give --pid PID of a rank or its launcher, or --command)"
-    from zdoctor.doctor import layers_examined
+    from zdoctor.walk.doctor import layers_examined
 
     layer = next(x for x in layers_examined([f]) if x["id"] == "ranks")
     assert layer["status"] == "not examined" and "no hung job named" in layer["why"]
@@ -321,7 +321,7 @@ def test_a_rank_that_exited_while_the_other_waits_disagrees():
 
 
 def test_a_pyspy_that_does_not_run_is_not_called_missing(tmp_path, monkeypatch):
-    from zdoctor.forensics.rankjob import collect_ranks
+    from zdoctor.layers.ranks.rankjob import collect_ranks
 
     fake = tmp_path / "py-spy"
     fake.write_text("#!/bin/sh\nexit 3\n")
@@ -345,7 +345,7 @@ def test_the_fleet_report_prints_the_ranks_across_the_nodes():
     import io
 
     from zdoctor.fleet.result import FleetReport
-    from zdoctor.fleet.text import print_fleet
+    from zdoctor.report.fleettext import print_fleet
 
     doc = recorded()
     runs = []

@@ -15,8 +15,8 @@ import pytest
 from conftest import run_cli
 from userkit import unprivileged_user
 
-from zdoctor.errors import InputError
-from zdoctor.userfile import NOBODY, controller, read_user_file
+from zdoctor.core.errors import InputError
+from zdoctor.proc.userfile import NOBODY, controller, read_user_file
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="reading as another user needs root")
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from zdoctor.forensics.kernlog import MAX_USEC, parse_journal, parse_kmsg_record
-from zdoctor.probes.kernlog import collect
+from zdoctor.layers.kernel_log.kernlog import MAX_USEC, parse_journal, parse_kmsg_record
+from zdoctor.layers.kernel_log.probe_kernlog import collect
 
 XID = "NVRM: Xid (PCI:0000:17:00): 79, pid=1234, name=python, GPU has fallen off the bus."
 
@@ -41,9 +41,9 @@ def test_a_nested_fact_of_another_type_in_a_snapshot_is_not_checked_never_a_cras
     """A snapshot whose DeepSpeed release rules hold a string where the probe writes an object (and a list
     where it writes a list of objects): the release check says "not checked" with why, and so does every
     other check that trips on such a fact, instead of a crash with a traceback."""
-    from zdoctor.checks import evaluate_check
+    from zdoctor.core.registry import CHECKS, load_vocabulary
     from zdoctor.host import ReplayHost
-    from zdoctor.registry import CHECKS, load_vocabulary
+    from zdoctor.layers import evaluate_check
 
     load_vocabulary()
     doc = json.loads((Path(__file__).parent / "fixtures" / "snapshots" / "healthy.json").read_text())

@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
-from zdoctor.model import Evidence, Finding
-from zdoctor.redact import REDACTED, is_secret_name, redact, redact_text
+from zdoctor.core.model import Evidence, Finding
+from zdoctor.core.redact import REDACTED, is_secret_name, redact, redact_text
 
 HF = "hf_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ01234567"
 AKIA = "AKIA" + "IOSFODNN7EXAMPLE"
@@ -131,7 +131,7 @@ def test_redaction_is_idempotent_and_copies():
 
 
 def test_remembered_texts_are_bounded_and_a_remembered_secret_is_still_reported():
-    from zdoctor import redact as r
+    from zdoctor.core import redact as r
 
     text = "export HF_TOKEN=hf_abcdefghijklmnopqrstuvwx"
     first: list[str] = []

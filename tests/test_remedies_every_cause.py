@@ -12,10 +12,10 @@ from pathlib import Path
 
 from test_forensics_e2e import PY, bash, check, env_with, findings
 
-from zdoctor.forensics.gccver import glibcxx_for_gcc
-from zdoctor.forensics.versions import sort_key
-from zdoctor.model import Remedy
-from zdoctor.present import verification_of, verification_text
+from zdoctor.core.model import Remedy
+from zdoctor.core.present import verification_of, verification_text
+from zdoctor.readers.gccver import glibcxx_for_gcc
+from zdoctor.readers.versions import sort_key
 
 
 def op_needing_gcc13(tmp_path: Path) -> Path:
@@ -76,7 +76,7 @@ def test_no_copy_new_enough_offers_a_rebuild_with_a_compiler_the_node_serves(tmp
 def recorded_snapshots() -> list[Path]:
     """Every recorded node: the practice scenarios' snapshots (made by tests/scenario_kit.py) and the
     snapshot fixtures."""
-    from zdoctor import practice
+    from zdoctor.walk import practice
 
     fixtures = Path(__file__).parent / "fixtures"
     return [s.snapshot for s in practice.load_scenarios()] + sorted(fixtures.glob("snapshots/*.json"))
@@ -87,11 +87,11 @@ def cause_findings_without_remedy(snapshot: Path) -> list[str]:
     their check does not say why none can exist (``no_remedy=`` of its registration), and the walks that end
     in a diagnosis naming a cause (not healthy, elsewhere, not_checked or unexplained) with no fix among the
     failing findings of the checks it shows."""
-    from zdoctor.doctor import check as run_check
-    from zdoctor.doctor import select_playbooks
+    from zdoctor.core.registry import CHECKS, owner_check
     from zdoctor.host import ReplayHost
-    from zdoctor.playbook import load_all
-    from zdoctor.registry import CHECKS, owner_check
+    from zdoctor.walk.doctor import check as run_check
+    from zdoctor.walk.doctor import select_playbooks
+    from zdoctor.walk.playbook import load_all
 
     books = load_all()
     report = run_check(ReplayHost.load(str(snapshot)), playbooks=select_playbooks(list(books)))
@@ -121,7 +121,7 @@ def test_every_named_cause_in_the_recorded_scenarios_ends_in_a_fix_or_says_why_n
 
 
 def test_a_check_that_declares_no_remedy_says_why():
-    from zdoctor.registry import CHECKS, load_vocabulary
+    from zdoctor.core.registry import CHECKS, load_vocabulary
 
     load_vocabulary()
     declared = {name: spec.no_remedy for name, spec in CHECKS.items() if spec.no_remedy}
@@ -134,7 +134,7 @@ def test_which_compilers_the_loaded_libstdcxx_serves_and_the_rebuild_of_a_jit_op
     """GCC 12 objects need up to GLIBCXX_3.4.30, GCC 13's 3.4.31; a gcc-toolset g++ (recorded on a RHEL node)
     links the newer parts statically, so any system libstdc++ serves it. A JIT-built op's rebuild removes
     its folder first."""
-    from zdoctor.forensics.rebuildop import jit_dir_of, rebuild_remedy, serving_compilers
+    from zdoctor.layers.libraries.rebuildop import jit_dir_of, rebuild_remedy, serving_compilers
 
     gcc12 = {"name": "g++", "path": "/usr/bin/g++", "realpath": "/usr/bin/x86_64-linux-gnu-g++-12",
              "family": "gcc", "version": "12.2.0"}
@@ -160,9 +160,9 @@ def test_which_compilers_the_loaded_libstdcxx_serves_and_the_rebuild_of_a_jit_op
 
 
 def test_a_rhel_node_is_told_a_gcc_toolset_runtime_ships_no_newer_libstdcxx():
-    from zdoctor.checks.libs import _no_newer_runtime_lines
-    from zdoctor.model import ProbeResult
-    from zdoctor.registry import Facts
+    from zdoctor.core.model import ProbeResult
+    from zdoctor.core.registry import Facts
+    from zdoctor.layers.libraries.check_libs import _no_newer_runtime_lines
 
     def said(distro: dict) -> str:
         return " ".join(_no_newer_runtime_lines(Facts({"toolchain": ProbeResult("toolchain",
@@ -203,11 +203,11 @@ def test_the_tool_starts_is_said_by_every_renderer_and_never_as_fixed(state_home
     Markdown and HTML exports of a recorded session, and is never recommended as the one that fixed it."""
     import io
 
-    from zdoctor.doctor import CheckReport
-    from zdoctor.export import render
-    from zdoctor.model import Finding
-    from zdoctor.report import print_report
-    from zdoctor.session import SessionLog, load_events
+    from zdoctor.core.model import Finding
+    from zdoctor.report.export import render
+    from zdoctor.report.terminal import print_report
+    from zdoctor.walk.doctor import CheckReport
+    from zdoctor.walk.session import SessionLog, load_events
 
     host = {"hostname": "gpu-node-7", "os": "Ubuntu 22.04.4 LTS", "kind": "live"}
     drop = Remedy("Drop /opt/old/lib from LD_LIBRARY_PATH", ["unset LD_LIBRARY_PATH"], tried=True,

@@ -17,17 +17,11 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, REPO
 
-from zdoctor.export import render
-from zdoctor.forensics.remedies import Plan, verify
-from zdoctor.model import Finding, Remedy
-from zdoctor.present import (
-    FIXED,
-    NOT_FIXED,
-    NOT_TRIED,
-    verification_of,
-    verification_text,
-)
-from zdoctor.session import SessionLog, load_events
+from zdoctor.core.model import Finding, Remedy
+from zdoctor.core.present import FIXED, NOT_FIXED, NOT_TRIED, verification_of, verification_text
+from zdoctor.report.export import render
+from zdoctor.trials.remedies import Plan, verify
+from zdoctor.walk.session import SessionLog, load_events
 
 SESSIONS = FIXTURES / "sessions"
 CHECK, PRACTICE, APPLIED, INTERRUPTED = ("20261201T130416-d9aa", "20261201T130401-fddd",
@@ -108,8 +102,8 @@ def test_a_real_rerun_that_does_not_fix_says_so_with_its_output(tmp_path):
 
 
 def test_every_renderer_uses_the_one_wording(state_home: Path):
-    from zdoctor.doctor import CheckReport
-    from zdoctor.report import print_report
+    from zdoctor.report.terminal import print_report
+    from zdoctor.walk.doctor import CheckReport
 
     remedies = three_remedies()
     f = Finding("libs.glibcxx", "fail", "libstdc++ lacks GLIBCXX_3.4.30", remedies=remedies)
@@ -140,8 +134,8 @@ def test_every_renderer_uses_the_one_wording(state_home: Path):
 # --- remedies as alternatives ---------------------------------------------------------------------
 
 def test_remedies_are_options_each_with_its_own_script(state_home: Path):
-    from zdoctor.doctor import CheckReport
-    from zdoctor.report import print_report
+    from zdoctor.report.terminal import print_report
+    from zdoctor.walk.doctor import CheckReport
 
     f = Finding("libs.glibcxx", "fail", "libstdc++ lacks GLIBCXX_3.4.30", remedies=three_remedies())
     log = SessionLog.create("check", ["check"], HOST)
@@ -177,7 +171,7 @@ def test_practice_session_export_says_what_happened(state_home: Path):
 
 
 def test_a_live_export_says_still_open_and_copies_are_recorded(state_home: Path):
-    from zdoctor.export import export_session
+    from zdoctor.report.export import export_session
 
     log = SessionLog.create("tui", ["tui"], HOST)
     r = three_remedies()[0]
@@ -189,7 +183,7 @@ def test_a_live_export_says_still_open_and_copies_are_recorded(state_home: Path)
 
 
 def test_versions_are_read_not_cut():
-    from zdoctor.checks.libs import _gcc_of
+    from zdoctor.layers.libraries.check_libs import _gcc_of
 
     assert _gcc_of("GCC: (GNU) 13.3.1 20240611 (Red Hat 13.3.1-2)") == "13.3.1"
     assert _gcc_of("GCC: (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0") == "11.4.0"
@@ -297,7 +291,7 @@ def test_a_session_recorded_by_an_earlier_release_still_exports(state_home: Path
 
 
 def test_a_session_recorded_by_an_earlier_release_still_resumes(state_home: Path):
-    from zdoctor.resume import find_point, rebuild_host, resume_walk
+    from zdoctor.walk.resume import find_point, rebuild_host, resume_walk
 
     installed_fixtures(state_home)
     point = find_point(INTERRUPTED)
@@ -311,7 +305,7 @@ def test_a_session_recorded_by_an_earlier_release_still_resumes(state_home: Path
 # --- the typed session record ---------------------------------------------------------------------
 
 def test_every_recorded_event_reads_back_as_its_kind_and_writes_the_same_data(state_home: Path):
-    from zdoctor.events import ENVELOPE, KINDS, Unknown, parse
+    from zdoctor.walk.events import ENVELOPE, KINDS, Unknown, parse
 
     installed_fixtures(state_home)
     seen = set()
@@ -336,11 +330,11 @@ def test_every_recorded_event_reads_back_as_its_kind_and_writes_the_same_data(st
 
 
 def test_one_fold_serves_export_resume_and_the_walk(state_home: Path):
-    from zdoctor.engine import Walk
-    from zdoctor.playbook import load_all
-    from zdoctor.practice import get_scenario
-    from zdoctor.resume import read_point
-    from zdoctor.session import read_session
+    from zdoctor.walk.engine import Walk
+    from zdoctor.walk.playbook import load_all
+    from zdoctor.walk.practice import get_scenario
+    from zdoctor.walk.resume import read_point
+    from zdoctor.walk.session import read_session
 
     installed_fixtures(state_home)
     view = read_session(INTERRUPTED)
@@ -354,7 +348,7 @@ def test_one_fold_serves_export_resume_and_the_walk(state_home: Path):
 
 
 def test_the_session_log_writes_each_probe_result_once(state_home: Path):
-    from zdoctor.model import ProbeResult
+    from zdoctor.core.model import ProbeResult
 
     log = SessionLog.create("check", ["check"], HOST)
     res = ProbeResult(probe="libs", started=12.5).to_dict()
@@ -391,7 +385,7 @@ def test_the_guide_shows_a_hostile_remedy_without_its_escapes(tmp_path: Path, st
 
     async def scenario() -> None:
         from screens.remedy import RemedyScreen
-        from zdoctor.checks import run_checks
+        from zdoctor.layers import run_checks
 
         host = ReplayHost(doc, source="hostile")
         _facts, findings = run_checks(host)
@@ -415,8 +409,8 @@ def test_the_guide_shows_a_hostile_remedy_without_its_escapes(tmp_path: Path, st
 def test_terminal_scripts_are_printed_whole_and_unpadded_at_80_columns():
     """A shell line longer than the 72 columns left after the indent is neither cut nor padded: the
     memlock drop-in once printed as ``.../90-memlock.con`` (a file pam_limits never reads)."""
-    from zdoctor.doctor import CheckReport
-    from zdoctor.report import print_report
+    from zdoctor.report.terminal import print_report
+    from zdoctor.walk.doctor import CheckReport
 
     line = "echo '* - memlock unlimited' | tee /etc/security/limits.d/90-memlock.conf"
     f = Finding("gpu.limits.memlock", "warn", "ulimit -l is 8192 KiB",
@@ -436,7 +430,7 @@ def test_terminal_scripts_are_printed_whole_and_unpadded_at_80_columns():
 def test_before_the_launch_command_only_above_scripts_that_change_the_launching_shell(state_home: Path):
     """A memlock drop-in acts on new logins, an install whenever it runs: "before the launch command" is
     said only above scripts of ``export``/``unset``/``VAR=`` lines, in the Markdown, HTML and TUI alike."""
-    from zdoctor.present import script_label
+    from zdoctor.core.present import script_label
 
     env = Remedy("Preload the system libstdc++", ["export LD_PRELOAD=/lib/libstdc++.so.6", "unset LD_LIBRARY_PATH"])
     drop_in = Remedy("Raise memlock", ["echo '* - memlock unlimited' | tee /etc/security/limits.d/90-memlock.conf"],
@@ -457,8 +451,8 @@ def test_before_the_launch_command_only_above_scripts_that_change_the_launching_
 
 def test_terminal_playbook_lines_name_the_diagnosis_in_words():
     """`zdoctor check` ends each walk with its diagnosis's title (the node id after it), not the id alone."""
-    from zdoctor.doctor import CheckReport, PlaybookRun
-    from zdoctor.report import print_report
+    from zdoctor.report.terminal import print_report
+    from zdoctor.walk.doctor import CheckReport, PlaybookRun
 
     runs = [PlaybookRun("zero3-launch", "ZeRO-3", ["symptom", "diag-not-checked"], "diag-not-checked",
                         "reached diagnosis diag-not-checked: Not checked", "Not checked: torch is not in this "
@@ -485,7 +479,7 @@ def test_readme_and_help_speak_the_three_states_of_a_remedy():
 
 def test_the_start_screens_next_line_names_the_finding_by_its_title():
     """"Next: walk gpu-stack ...: gpu.limits.memlock warns" put a check id where a sentence belongs."""
-    from zdoctor.guide import next_step
+    from zdoctor.walk.guide import next_step
 
     pyenv = {"target": {"explicit": True, "resolved": "/env/bin/python"}, "torch": {"installed": True}}
     warn = Finding("gpu.limits.memlock", "warn", "ulimit -l (locked memory) is 8192 KiB in the training shell")
@@ -510,12 +504,12 @@ def test_the_start_screen_suggests_only_a_walk_that_reaches_its_finding():
     """On the part 2 node (no GPU recorded) the gpu-stack walk ends at the driver step: the memlock warning is
     never on its path, so the start screen may not send the user there "for a warning"; every walk it does
     suggest, for every practice node, shows the finding it names."""
-    from zdoctor.doctor import run_checks
-    from zdoctor.guide import findings_on_walk, next_step
+    from zdoctor.core.registry import load_vocabulary
     from zdoctor.host import ReplayHost
-    from zdoctor.playbook import load_all
-    from zdoctor.practice import load_scenarios
-    from zdoctor.registry import load_vocabulary
+    from zdoctor.walk.doctor import run_checks
+    from zdoctor.walk.guide import findings_on_walk, next_step
+    from zdoctor.walk.playbook import load_all
+    from zdoctor.walk.practice import load_scenarios
 
     load_vocabulary()
     books = load_all()
@@ -541,10 +535,10 @@ def test_the_start_screen_suggests_only_a_walk_that_reaches_its_finding():
 def test_counted_nouns_agree_with_their_number():
     """"(1 rows)", "1 NVMe drive(s)", "process(es)": every finding of every practice node says "1 row" /
     "2 rows"; a copy that lacks a needed version is no check mark."""
-    from zdoctor.doctor import check
+    from zdoctor.core.plural import count_of
     from zdoctor.host import ReplayHost
-    from zdoctor.plural import count_of
-    from zdoctor.practice import load_scenarios
+    from zdoctor.walk.doctor import check
+    from zdoctor.walk.practice import load_scenarios
 
     assert [count_of(1, "row"), count_of(2, "row"), count_of(1, "process"), count_of(3, "process"),
             count_of(2, "copy")] == ["1 row", "2 rows", "1 process", "3 processes", "2 copies"]

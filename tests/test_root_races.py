@@ -19,12 +19,12 @@ import racekit
 from hostilekit import run_measured
 from racekit import build_racer, can_race, intact, loop_device, racing, unprivileged_user, user_dir
 
-from zdoctor import apply
-from zdoctor.checks.hangs import lock_remedy
-from zdoctor.checks.offload import nvme_patch_remedy
-from zdoctor.model import Remedy
-from zdoctor.offload.dsconfig import load_config
-from zdoctor.storage import iotest
+from zdoctor.core.model import Remedy
+from zdoctor.layers.offload import iotest
+from zdoctor.layers.offload.check_offload import nvme_patch_remedy
+from zdoctor.layers.offload.dsconfig import load_config
+from zdoctor.layers.toolchain.check_hangs import lock_remedy
+from zdoctor.walk import apply
 
 pytestmark = pytest.mark.skipif(can_race() is not None, reason=can_race() or "")
 
@@ -159,7 +159,7 @@ def test_ds_config_fix_killed_at_any_point_leaves_the_old_or_the_new_config(race
         cfg = _user_config(racer_user, folder)
         remedy = _nvme_remedy(cfg)
         new = remedy.action["text"]
-        from zdoctor import core_apply
+        from zdoctor.edit import core_apply
 
         rng = random.Random(7)
         for _ in range(60):
@@ -232,7 +232,7 @@ def test_ds_config_copyable_lines_refuse_root_in_the_owners_folder_and_as_the_ow
 def test_fstab_copyable_lines_run_only_as_the_owner_of_the_fstabs_folder(racer_user, root_dir):
     """The fstab block stages and backs up beside the file: in a folder a user owns, root's paste stops at
     the first line while that user renames a link to root's file over every file made there."""
-    from zdoctor.storage import fstab as fs
+    from zdoctor.layers.offload import fstab as fs
 
     victim = _root_victim(root_dir)
     racer = build_racer("swap_in_link", root_dir)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from zdoctor.runner import run, run_streaming, which_all
+from zdoctor.proc.runner import run, run_streaming, which_all
 
 
 def test_runs_argv_without_a_shell(tmp_path):

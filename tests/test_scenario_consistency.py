@@ -11,10 +11,10 @@ from typing import Any, Iterator
 
 import pytest
 
-from zdoctor import practice
-from zdoctor.doctor import check
+from zdoctor.core.redact import REDACTED, is_secret_name
 from zdoctor.host import ReplayHost
-from zdoctor.redact import REDACTED, is_secret_name
+from zdoctor.walk import practice
+from zdoctor.walk.doctor import check
 
 SCENARIOS = practice.load_scenarios()
 GIB = 1 << 30

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from zdoctor import practice
-from zdoctor.doctor import check, select_playbooks
-from zdoctor.engine import Walk
+from zdoctor.core.registry import load_vocabulary
 from zdoctor.host import ReplayHost
-from zdoctor.playbook import load_all
-from zdoctor.registry import load_vocabulary
+from zdoctor.walk import practice
+from zdoctor.walk.doctor import check, select_playbooks
+from zdoctor.walk.engine import Walk
+from zdoctor.walk.playbook import load_all
 
 SCENARIOS = practice.load_scenarios()
 

@@ -16,16 +16,16 @@ import pytest
 from compilerkit import DEFAULT_TMP, check_killed_mid_compile, slow_compiler, without_tmpdir, write_exe
 from conftest import REPO, run_cli
 
-from zdoctor import scratch
+from zdoctor.proc import scratch
 
 PROBE_RUN = textwrap.dedent("""
     import json, os, sys
-    from zdoctor import children, scratch
-    from zdoctor.probes import jitprereq
+    from zdoctor.proc import children, scratch
+    from zdoctor.layers.toolchain import probe_jitprereq as jitprereq
     children.install_signal_handlers()  # a subreaper, as zdoctor runs
     jitprereq.COMPILE_TIMEOUT = float(sys.argv[1])
     from zdoctor.host import LiveHost
-    from zdoctor.registry import load_vocabulary
+    from zdoctor.core.registry import load_vocabulary
     load_vocabulary()
     host = LiveHost(python=sys.executable, env={**os.environ, "CXX": sys.argv[2]})
     compile = host.result("jitprereq").facts["compile"]

@@ -12,7 +12,7 @@ import pytest
 from hostilekit import run_measured
 from userkit import unprivileged_user
 
-from zdoctor.redact import redact, redact_text
+from zdoctor.core.redact import redact, redact_text
 
 
 @pytest.mark.parametrize(("text", "expected"), [

@@ -14,9 +14,9 @@ import pytest
 from conftest import REPO
 
 from zdoctor import __version__
-from zdoctor.errors import InputError
-from zdoctor.model import Evidence, Finding
-from zdoctor.session import (
+from zdoctor.core.errors import InputError
+from zdoctor.core.model import Evidence, Finding
+from zdoctor.walk.session import (
     SESSION_ID_RE,
     SessionLog,
     last_session_id,
@@ -313,8 +313,8 @@ def test_resuming_a_log_past_its_cap_reads_only_the_tail_it_repairs(state_home: 
         fh.write(b'\n{"seq": 7, "ts": 1.0, "type": "node_enter"}\n{"seq": 8, "ts": 1.0, "type": "node_ent')
     code = (
         "import resource, sys\n"
-        "from zdoctor.errors import InputError\n"
-        "from zdoctor.session import SessionLog\n"
+        "from zdoctor.core.errors import InputError\n"
+        "from zdoctor.walk.session import SessionLog\n"
         "try:\n"
         "    log = SessionLog.reopen(sys.argv[1])\n"
         "    print('not written:', log.failure)\n"
@@ -350,7 +350,7 @@ def test_unwritable_state_dir_from_a_real_process(state_home: Path):
     """The error reaches a user as a message, not a traceback, even in a fresh interpreter."""
     blocker = state_home / "blocker"
     blocker.write_text("")
-    code = ("from zdoctor.session import SessionLog\nfrom zdoctor.errors import ZdoctorError\n"
+    code = ("from zdoctor.walk.session import SessionLog\nfrom zdoctor.core.errors import ZdoctorError\n"
             "try:\n    SessionLog.create('check', [], {})\nexcept ZdoctorError as e:\n    print('ERR', e)\n")
     env = {**os.environ, "XDG_STATE_HOME": str(blocker)}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(REPO),

@@ -16,8 +16,8 @@ import pytest
 from test_gpu_facts import h200
 
 import zdoctor
-from zdoctor.checks.smallchecks import check_shm_access
-from zdoctor.probes import smallfacts as sf
+from zdoctor.layers.libraries import probe_smallfacts as sf
+from zdoctor.layers.libraries.check_smallchecks import check_shm_access
 
 USER, GROUP = "zdh3shm", "zdh3shmgrp"
 
@@ -26,9 +26,9 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare")
 
 PROBE = textwrap.dedent("""
     import json, sys
-    from zdoctor.checks.smallchecks import check_shm_access
+    from zdoctor.layers.libraries.check_smallchecks import check_shm_access
     from zdoctor.host import LiveHost
-    from zdoctor.registry import load_vocabulary
+    from zdoctor.core.registry import load_vocabulary
     load_vocabulary()
     opts = {"user": sys.argv[1]} if len(sys.argv) > 1 else {}
     facts = LiveHost(options=opts).results(["shm_access"])

@@ -19,11 +19,11 @@ import pytest
 from envkit import build_extension, make_old_libstdcxx, system_libstdcxx
 from test_gpu_facts import h200
 
-from zdoctor.checks.libs import check_inventory
-from zdoctor.checks.smallchecks import check_other_caches, check_shm_access, check_stdcxx_links
+from zdoctor.core.registry import load_vocabulary
 from zdoctor.host import LiveHost
-from zdoctor.probes import smallfacts as sf
-from zdoctor.registry import load_vocabulary
+from zdoctor.layers.libraries import probe_smallfacts as sf
+from zdoctor.layers.libraries.check_libs import check_inventory
+from zdoctor.layers.libraries.check_smallchecks import check_other_caches, check_shm_access, check_stdcxx_links
 
 NOBODY = 65534
 

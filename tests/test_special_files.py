@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conftest import run_cli
 
-from zdoctor.forensics.specialfiles import scan
+from zdoctor.layers.python_env.specialfiles import scan
 
 
 def plant(root: Path) -> dict[str, Path]:

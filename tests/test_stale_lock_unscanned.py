@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from zdoctor.checks import evaluate_check
-from zdoctor.forensics import jitcache as jc
+from zdoctor.core.model import ProbeResult
+from zdoctor.core.registry import Facts, load_vocabulary
 from zdoctor.host import LiveHost
-from zdoctor.model import ProbeResult
-from zdoctor.probes.hangs import collect_jitcache, collect_processes
-from zdoctor.registry import Facts, load_vocabulary
+from zdoctor.layers import evaluate_check
+from zdoctor.layers.toolchain.probe_hangs import collect_jitcache, collect_processes
+from zdoctor.readers import jitcache as jc
 
 load_vocabulary()
 

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-import zdoctor.checks.storage as cs
-import zdoctor.probes.storage as ps
-from zdoctor.checks import evaluate_check
+import zdoctor.layers.offload.check_storage as cs
+import zdoctor.layers.offload.probe_storage as ps
+from zdoctor.core.model import ProbeResult
+from zdoctor.core.registry import PREDICATES, Facts
 from zdoctor.host import LiveHost
-from zdoctor.model import ProbeResult
-from zdoctor.registry import PREDICATES, Facts
-from zdoctor.storage import blockdev as bd
-from zdoctor.storage import fstab as fs
-from zdoctor.storage import mounts as mt
+from zdoctor.layers import evaluate_check
+from zdoctor.layers.offload import blockdev as bd
+from zdoctor.layers.offload import fstab as fs
+from zdoctor.readers import mounts as mt
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 STORE = FIX / "storage"

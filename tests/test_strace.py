@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from zdoctor.forensics.strace import decode_c_string, last_files, parse_strace, parse_strace_files, unfinished
+from zdoctor.layers.libraries.strace import decode_c_string, last_files, parse_strace, parse_strace_files, unfinished
 
 LD = Path(__file__).resolve().parent / "fixtures" / "lddebug"
 NAMES = ["/tmp/zdemo/files/plain.txt", '/tmp/zdemo/files/we"ird\nname \u00e9.txt',
@@ -154,7 +154,7 @@ def test_a_run_traced_from_its_start_stops_only_at_the_opens_and_execs_where_the
     """The from-start trace filters in the kernel (--seccomp-bpf): the command's opens are in the log, its
     stats (most of an import's calls, which made a traced torch import three times slower) never stop it;
     the command still runs to its end."""
-    from zdoctor.forensics.live import STRACE_TRACE_FROM_START, strace_from_start
+    from zdoctor.layers.libraries.live import STRACE_TRACE_FROM_START, strace_from_start
 
     strace = shutil.which("strace")
     if strace is None:
@@ -175,7 +175,7 @@ def test_a_run_traced_from_its_start_stops_only_at_the_opens_and_execs_where_the
 def test_a_strace_that_cannot_filter_in_the_kernel_traces_every_file_call(tmp_path):
     """An strace without --seccomp-bpf (before 5.3, or a kernel without seccomp) still traces the run, with
     the stat family too: there every call stops the command anyway."""
-    from zdoctor.forensics.live import STRACE_TRACE, strace_from_start
+    from zdoctor.layers.libraries.live import STRACE_TRACE, strace_from_start
 
     strace = shutil.which("strace")
     if strace is None:

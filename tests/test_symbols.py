@@ -13,10 +13,10 @@ from pathlib import Path
 
 from conftest import run_cli
 
-from zdoctor.checks.symbols import check_symbols
-from zdoctor.forensics import symbols as sy
+from zdoctor.core.registry import load_vocabulary
 from zdoctor.host.live import LiveHost
-from zdoctor.registry import load_vocabulary
+from zdoctor.layers.libraries import symbols as sy
+from zdoctor.layers.libraries.check_symbols import check_symbols
 
 PY = sys.executable
 
@@ -265,7 +265,7 @@ def test_a_mangled_undefined_reference_with_nothing_defining_it(tmp_path):
 
 def test_gold_and_lld_undefined_references_are_read(tmp_path):
     """gold's quoting (real output) and lld's two-line form; an lld line is no run-time undefined symbol."""
-    from zdoctor.forensics.linkerrors import parse_link_errors
+    from zdoctor.layers.libraries.linkerrors import parse_link_errors
 
     lib = tmp_path / "lib"
     lib.mkdir()
@@ -323,7 +323,7 @@ def test_the_only_installed_copy_is_another_release_than_the_symbol_version_asks
 
 def test_package_metadata_of_a_dpkg_owned_library(tmp_path):
     """dpkg's file lists and status file, as dpkg writes them: the owner and its installed release."""
-    from zdoctor.forensics.owner import dpkg_owner, package_of
+    from zdoctor.readers.owner import dpkg_owner, package_of
 
     info = tmp_path / "info"
     info.mkdir()

@@ -16,13 +16,13 @@ import pytest
 from conftest import run_cli
 from envkit import build_extension, make_old_libstdcxx
 
-from zdoctor.errors import InputError
-from zdoctor.playbook import load_playbook
-from zdoctor.playbook_lint import lint_path
-from zdoctor.registry import load_vocabulary
-from zdoctor.rules.signatures import SIGNATURES
+from zdoctor.core.errors import InputError
+from zdoctor.core.registry import load_vocabulary
+from zdoctor.symptoms.catalogue import SIGNATURES
 from zdoctor.symptoms.extract import from_run, from_text
 from zdoctor.symptoms.view import ledger_entries
+from zdoctor.walk.playbook import load_playbook
+from zdoctor.walk.playbook_lint import lint_path
 
 PY = os.path.realpath(sys.executable)
 
@@ -104,7 +104,7 @@ def test_every_catalogue_entry_has_a_source_a_meaning_and_a_pattern_that_compile
         assert s.meaning and s.read_next and s.layer and s.kind, s.id
         assert s.regex.groups == len(s.regex.groupindex), s.id  # every group is a named field
     load_vocabulary()
-    from zdoctor.registry import CHECKS
+    from zdoctor.core.registry import CHECKS
 
     for s in SIGNATURES:
         assert all(c in CHECKS for c in s.confirm), (s.id, s.confirm)
@@ -344,7 +344,7 @@ def test_lint_demands_an_unexplained_end_and_a_scope_on_every_healthy_end(tmp_pa
 
 
 def test_the_bundled_playbooks_all_have_an_unexplained_end():
-    from zdoctor.playbook import load_all
+    from zdoctor.walk.playbook import load_all
 
     for pb in load_all().values():
         assert pb.unexplained and pb.nodes[pb.unexplained].kind == "diagnosis", pb.id
@@ -376,7 +376,7 @@ def test_a_session_recorded_before_symptoms_exports_with_none():
     fixtures = Path(__file__).parent / "fixtures" / "sessions"
     session = next(fixtures.glob("*.jsonl"))
     events = [json.loads(line) for line in session.read_text(encoding="utf-8").splitlines() if line.strip()]
-    from zdoctor.export import render
+    from zdoctor.report.export import render
 
     md = render(events, "md")
     assert "## What you saw" in md and "No symptom given" in md
@@ -438,8 +438,8 @@ def test_too_many_open_files_is_explained_by_the_training_shells_low_limit():
 
 
 def test_the_start_screens_next_line_sends_you_to_the_unexplained_symptom_first():
-    from zdoctor.guide import next_step
-    from zdoctor.model import Finding
+    from zdoctor.core.model import Finding
+    from zdoctor.walk.guide import next_step
 
     pyenv = {"target": {"explicit": True, "resolved": "/env/bin/python"}, "torch": {"installed": True}}
     restates = Finding("libs.live", "fail", "python train.py fails (exit code 1)")
@@ -463,8 +463,8 @@ def _install(state_home: Path) -> None:
 
 
 def test_sessions_recorded_before_the_symptom_ledger_and_the_new_shape_still_export(state_home):
-    from zdoctor.export import render
-    from zdoctor.session import load_events
+    from zdoctor.report.export import render
+    from zdoctor.walk.session import load_events
 
     _install(state_home)
     for log in sorted(BEFORE.glob("*.jsonl")):
@@ -477,7 +477,7 @@ def test_sessions_recorded_before_the_symptom_ledger_and_the_new_shape_still_exp
 
 
 def test_a_walk_recorded_before_the_symptom_ledger_still_resumes_to_its_diagnosis(state_home):
-    from zdoctor.resume import find_point, rebuild_host, resume_walk
+    from zdoctor.walk.resume import find_point, rebuild_host, resume_walk
 
     _install(state_home)
     (interrupted,) = [p.stem for p in BEFORE.glob("*.jsonl") if '"mode":"tui"' in p.read_text(encoding="utf-8")]

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from zdoctor.apply import core_action, run_remedy
-from zdoctor.checks.limits import _memlock
-from zdoctor.present import pasted_script
-from zdoctor.probes.gpu import limits_dropins
-from zdoctor.sysfile import create_system_file
+from zdoctor.core.present import pasted_script
+from zdoctor.edit.sysfile import create_system_file
+from zdoctor.layers.gpu.check_limits import _memlock
+from zdoctor.layers.gpu.probe_gpu import limits_dropins
+from zdoctor.walk.apply import core_action, run_remedy
 
 ADMIN = "# the admin's own limits\n@hpc - memlock 65536\n"
 
@@ -119,7 +119,7 @@ def grub_stand_in(tmp_path: Path) -> Path:
 
 
 def iommu_remedy(grub: Path, then: str):
-    from zdoctor.sysfile import kernel_parameters_remedy
+    from zdoctor.edit.sysfile import kernel_parameters_remedy
 
     remedy = kernel_parameters_remedy(["intel_iommu=on", "iommu=pt"], title="iommu=pt", explanation="",
                                       grub=str(grub))
@@ -128,7 +128,7 @@ def iommu_remedy(grub: Path, then: str):
 
 
 def test_the_grub_edit_backs_up_under_its_own_name_and_is_undone(tmp_path: Path):
-    from zdoctor.checks.p2p import _iommu_fix
+    from zdoctor.layers.gpu.check_p2p import _iommu_fix
 
     assert _iommu_fix({"units": ["dmar0"]}).action["kind"] == "file-edit"  # the IOMMU fix goes through the core
     grub = grub_stand_in(tmp_path)

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from zdoctor.errors import UsageError
+from zdoctor.core.errors import UsageError
 from zdoctor.host import LiveHost
-from zdoctor.probes.libs import target_python
-from zdoctor.resume import rebuild_host
-from zdoctor.target import Target, target_of
+from zdoctor.layers.libraries.probe_libs import target_python
+from zdoctor.proc.target import Target, target_of
+from zdoctor.walk.resume import rebuild_host
 
 
 def test_from_args_validates_once(tmp_path: Path):

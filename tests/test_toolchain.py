@@ -15,30 +15,24 @@ from typing import Any
 
 import pytest
 
-import zdoctor.checks.pyenv
-import zdoctor.checks.toolchain  # noqa: F401 - registers checks and predicates
+import zdoctor.layers.python_env.check_pyenv
+import zdoctor.layers.toolchain.check_toolchain  # noqa: F401 - registers checks and predicates
 
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
-from zdoctor.checks import evaluate_check
-from zdoctor.engine import Walk
-from zdoctor.forensics.gccver import (
-    glibcxx_for_gcc,
-    parse_torch_config,
-    parse_version_output,
-    toolset_of,
-    version_tuple,
-)
+from zdoctor.core.model import Evidence, ProbeResult
+from zdoctor.core.registry import CHECKS, PREDICATES, PROBES, Facts
+from zdoctor.core.resources import data_dir
 from zdoctor.host import LiveHost, ReplayHost, snapshot_document
-from zdoctor.model import Evidence, ProbeResult
-from zdoctor.playbook import load_playbook
-from zdoctor.playbook_lint import lint_playbook
-from zdoctor.probes import pyenv as pyenv_probe
-from zdoctor.probes import toolchain as tc
-from zdoctor.registry import CHECKS, PREDICATES, PROBES, Facts
-from zdoctor.resources import data_dir
+from zdoctor.layers import evaluate_check
+from zdoctor.layers.python_env import probe_pyenv as pyenv_probe
+from zdoctor.layers.toolchain import probe_toolchain as tc
+from zdoctor.readers.gccver import glibcxx_for_gcc, parse_torch_config, parse_version_output, toolset_of, version_tuple
+from zdoctor.walk.engine import Walk
+from zdoctor.walk.playbook import load_playbook
+from zdoctor.walk.playbook_lint import lint_playbook
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu-node-h200"
 H200 = json.loads((FIXTURES / "python.json").read_text())

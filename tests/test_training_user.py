@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
-import zdoctor.checks.storage  # noqa: F401 - registers the storage checks
-import zdoctor.probes.storage  # noqa: F401 - and the storage probes
-from zdoctor.checks import evaluate_check
+import zdoctor.layers.offload.check_storage  # noqa: F401 - registers the storage checks
+import zdoctor.layers.offload.probe_storage  # noqa: F401 - and the storage probes
+from zdoctor.core.registry import Facts
 from zdoctor.host import LiveHost
-from zdoctor.registry import Facts
+from zdoctor.layers import evaluate_check
 
 NOBODY = pwd.getpwnam("nobody")
 NOGROUP = __import__("grp").getgrgid(NOBODY.pw_gid).gr_name

@@ -8,8 +8,8 @@ import sys
 import threading
 import time
 
-from zdoctor.forensics.remedies import Plan, verify
-from zdoctor.forensics.trialpool import TrialPool, identity
+from zdoctor.layers.libraries.trialpool import TrialPool, identity
+from zdoctor.trials.remedies import Plan, verify
 
 
 def _plan(key: str, **env: str | None) -> Plan:
@@ -63,8 +63,8 @@ def test_a_predicted_re_run_the_trace_made_moot_is_dropped_before_it_starts():
 def test_an_unfinished_predicted_re_run_never_holds_zdoctors_exit(tmp_path):
     code = (
         f"import sys; sys.path.insert(0, {os.getcwd()!r})\n"
-        "from zdoctor.forensics.trialpool import TrialPool\n"
-        "from zdoctor.forensics.remedies import Plan, verify\n"
+        "from zdoctor.layers.libraries.trialpool import TrialPool\n"
+        "from zdoctor.trials.remedies import Plan, verify\n"
         "pool = TrialPool(lambda p, a, e: verify(p, a, e, timeout=60), {})\n"
         "pool.start(Plan(key='k', title='t'), ['/bin/sleep', '30'])\n"
         "print('leaving')\n"

@@ -16,14 +16,14 @@ import pytest
 from conftest import FIXTURES
 from rich.console import Console
 
-from zdoctor.errors import InputError, UsageError
-from zdoctor.export import render
+from zdoctor.core.errors import InputError, UsageError
+from zdoctor.core.model import ProbeResult
+from zdoctor.core.registry import load_vocabulary
+from zdoctor.front.tui import _screens_app
 from zdoctor.host import LiveHost, ReplayHost, snapshot_document
-from zdoctor.model import ProbeResult
-from zdoctor.practice import get_scenario
-from zdoctor.registry import load_vocabulary
-from zdoctor.session import load_events
-from zdoctor.tui import _screens_app
+from zdoctor.report.export import render
+from zdoctor.walk.practice import get_scenario
+from zdoctor.walk.session import load_events
 
 SCENARIO = "conda-ld-library-path"
 STORY_PATH = ["symptom", "loaded", "needs", "layers", "verify", "source", "fix-ld-library-path",
@@ -472,8 +472,8 @@ def test_glance_shows_the_gpus_of_a_real_h200_node():
     """The node at a glance, with the GPUs NVML reported on a real H200 node."""
     import importlib
 
-    from zdoctor.gpu.nvml import from_capture
-    from zdoctor.model import ProbeResult
+    from zdoctor.core.model import ProbeResult
+    from zdoctor.layers.gpu.nvml import from_capture
 
     start = importlib.import_module(_screens_app().__package__ + ".start")
     doc = json.loads(get_scenario(SCENARIO).snapshot.read_text())
@@ -495,7 +495,7 @@ def test_a_step_that_needs_the_terminal_falls_back_when_it_cannot_have_it(tmp_pa
     without it, says so, and the failure is recorded like any other."""
     import importlib
 
-    from zdoctor.model import Finding, Remedy
+    from zdoctor.core.model import Finding, Remedy
 
     remedy_mod = importlib.import_module(_screens_app().__package__ + ".remedy")
     marker = tmp_path / "never"
@@ -601,7 +601,7 @@ def test_esc_asks_before_leaving_a_walk_and_previous_step_goes_back(tmp_path):
         events = load_events(sid)
         backs = [(e["from"], e["to"]) for e in events if e["type"] == "step_back"]
         assert backs == [("needs", "loaded"), ("loaded", "symptom")]
-        from zdoctor.resume import read_point
+        from zdoctor.walk.resume import read_point
 
         assert read_point(sid).nodes == ["symptom", "loaded"]
 
@@ -732,7 +732,7 @@ def test_the_nvme_fix_is_shown_as_steps_in_order_not_alternatives(tmp_path):
 def test_a_secret_in_the_launch_command_never_reaches_the_screen(tmp_path):
     """The training's --command line carries a password and a token: the guide shows the command, with the
     secrets replaced, on the start screen, every step of the walk, the evidence and the fixes."""
-    from zdoctor.practice import scenarios_dir
+    from zdoctor.walk.practice import scenarios_dir
 
     doc = json.loads((scenarios_dir() / f"{SCENARIO}.json").read_text())
     live = doc["probes"]["livetrace"]
@@ -798,7 +798,7 @@ def test_practice_confirmation_promises_no_file_and_no_terminal_run(tmp_path):
 def test_at_80x24_the_start_screen_shows_its_failing_findings_and_unbroken_phrases(tmp_path):
     """"✗ 2 fail" over a findings list zero rows high: every failing finding's title is on the first screen
     at 80x24, and the node's description breaks between its phrases, never inside one ("kernel ..." whole)."""
-    from zdoctor.practice import get_scenario
+    from zdoctor.walk.practice import get_scenario
 
     async def scenario() -> None:
         app = make(host=get_scenario(SCENARIO).host(), argv=["tui"], export_dir=tmp_path)

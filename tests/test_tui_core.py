@@ -10,15 +10,15 @@ import time
 
 import pytest
 
-from zdoctor import apply, guide, practice
-from zdoctor.engine import Walk
-from zdoctor.errors import InputError, UsageError
-from zdoctor.glossary import find_term, load_glossary
+from zdoctor.core.errors import InputError, UsageError
+from zdoctor.core.glossary import find_term, load_glossary
+from zdoctor.core.model import ProbeResult, Remedy
+from zdoctor.core.registry import PROBES, load_vocabulary
 from zdoctor.host import Host, ReplayHost
-from zdoctor.model import ProbeResult, Remedy
-from zdoctor.playbook import load_all
-from zdoctor.registry import PROBES, load_vocabulary
-from zdoctor.resume import (
+from zdoctor.walk import apply, guide, practice
+from zdoctor.walk.engine import Walk
+from zdoctor.walk.playbook import load_all
+from zdoctor.walk.resume import (
     SessionHost,
     find_point,
     rebuild_host,
@@ -26,7 +26,7 @@ from zdoctor.resume import (
     resumable_sessions,
     resume_walk,
 )
-from zdoctor.session import SessionLog, load_events
+from zdoctor.walk.session import SessionLog, load_events
 
 SCENARIO = "conda-ld-library-path"
 STORY_PATH = ["symptom", "loaded", "needs", "layers", "verify", "source", "fix-ld-library-path",

@@ -9,7 +9,7 @@ from conftest import FIXTURES
 from test_tui import SCENARIO, make, name, settle, walk_to_diagnosis
 
 from zdoctor.host import ReplayHost
-from zdoctor.session import load_events
+from zdoctor.walk.session import load_events
 
 
 def leave_with(key: str, tmp_path) -> tuple[int | None, list[dict]]:

@@ -8,11 +8,11 @@ from pathlib import Path
 
 from test_tui import SCENARIO, make, name, plain, run, settle
 
-from zdoctor.export import render
-from zdoctor.model import Finding, Remedy
-from zdoctor.practice import get_scenario
-from zdoctor.session import load_events
-from zdoctor.tui import _screens_app
+from zdoctor.core.model import Finding, Remedy
+from zdoctor.front.tui import _screens_app
+from zdoctor.report.export import render
+from zdoctor.walk.practice import get_scenario
+from zdoctor.walk.session import load_events
 
 
 def remedy_screen():
@@ -106,8 +106,8 @@ def test_the_config_step_lists_the_mount_steps_first_and_the_config_change_after
 def test_prerequisites_of_two_findings_are_two_fixes_not_a_choice():
     """Installing libaio-dev and creating the offload directory are both needed: grouped by finding, each
     is its finding's one fix, and no list offers them as alternatives."""
-    from zdoctor.present import ONE_OPTION_HEADING, fix_groups
-    from zdoctor.storage.fstab import offload_dir_remedy
+    from zdoctor.core.present import ONE_OPTION_HEADING, fix_groups
+    from zdoctor.layers.offload.fstab import offload_dir_remedy
 
     libaio = Finding("storage.libaio", "fail", "libaio development files missing")
     mount = Finding("storage.mount", "warn", "Offload path /mnt/nvme/off does not exist yet")
@@ -119,7 +119,7 @@ def test_prerequisites_of_two_findings_are_two_fixes_not_a_choice():
 
 
 def test_a_fix_that_depends_on_another_comes_after_it_and_a_shared_remedy_is_listed_once():
-    from zdoctor.present import fix_groups
+    from zdoctor.core.present import fix_groups
 
     fstab = Finding("storage.fstab", "warn", MOUNT)
     patch = Finding("offload.patch", "warn", "ds_config: move nvme_path")
@@ -137,9 +137,9 @@ def test_a_fix_that_depends_on_another_comes_after_it_and_a_shared_remedy_is_lis
 def test_the_terminal_report_says_what_comes_first():
     import io
 
-    from zdoctor.checks import run_checks
-    from zdoctor.doctor import CheckReport
-    from zdoctor.report import print_report
+    from zdoctor.layers import run_checks
+    from zdoctor.report.terminal import print_report
+    from zdoctor.walk.doctor import CheckReport
 
     _facts, findings = run_checks(get_scenario("slow-ssd-offload").host())
     buf = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")

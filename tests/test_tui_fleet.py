@@ -18,12 +18,12 @@ from test_tui import name, plain, run, screen_text, settle
 from textual.app import App
 from textual.widgets import DataTable
 
-from zdoctor import tui
 from zdoctor.fleet.collect import NodeRun
 from zdoctor.fleet.launch import FleetOptions
 from zdoctor.fleet.live import LiveFleet
 from zdoctor.fleet.result import FleetReport
 from zdoctor.fleet.skew import skew_table
+from zdoctor.front import tui
 
 HOSTS = ["gpu-1", "gpu-2", "gpu-3", "gpu-4", "gpu-5"]
 

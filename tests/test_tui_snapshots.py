@@ -18,8 +18,9 @@ import pytest
 from conftest import FIXTURES
 from test_tui import SCENARIO, make, name, screen_text, settle, step_ready
 
-from zdoctor import playbook, registry
-from zdoctor.practice import get_scenario
+from zdoctor.core import registry
+from zdoctor.walk import playbook
+from zdoctor.walk.practice import get_scenario
 
 STORE = FIXTURES / "tui"
 SIZES = [(80, 24), (120, 40)]
@@ -124,7 +125,7 @@ def test_fleet_node_and_fact_screens(size):
     unreachable."""
     from fleetkit import h200_report
 
-    from zdoctor import tui
+    from zdoctor.front import tui
 
     async def scenario() -> None:
         app = tui._screens_fleet().make_fleet_app(h200_report())

@@ -22,7 +22,7 @@ import psutil
 import pytest
 from conftest import REPO
 
-from zdoctor.session import load_events, sessions_dir
+from zdoctor.walk.session import load_events, sessions_dir
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 
@@ -259,7 +259,7 @@ def test_fleet_screen_in_a_real_terminal(term, tmp_path, state_home):
     from fleetkit import h200_fleet, h200_report
 
     from zdoctor.fleet.record import record_report
-    from zdoctor.session import SessionLog
+    from zdoctor.walk.session import SessionLog
 
     report = h200_report()
     with SessionLog.create("fleet", ["fleet", "--hostfile", "hf"], {"kind": "fleet", "hostname": "login-1"},
@@ -295,7 +295,7 @@ def test_escape_sequences_from_a_node_never_reach_the_terminal(term, tmp_path, s
 
     from zdoctor.fleet.record import record_report
     from zdoctor.fleet.result import FleetReport
-    from zdoctor.session import SessionLog
+    from zdoctor.walk.session import SessionLog
 
     evil = "/opt/\x1b]2;owned-title\x07\x1b[2Jconda/lib"
     runs = [h200_node("a"), h200_node("b", lambda p: p["libs"]["env"].update(LD_LIBRARY_PATH=evil)),

@@ -14,9 +14,9 @@ from test_wheel import dependency_dirs
 
 PILOT = r"""
 import asyncio, sys
-from zdoctor.tui import _screens_app
-from zdoctor.practice import scenarios_dir
-from zdoctor.glossary import glossary_path
+from zdoctor.front.tui import _screens_app
+from zdoctor.walk.practice import scenarios_dir
+from zdoctor.core.glossary import glossary_path
 
 mod = _screens_app()
 for path in (mod.__file__, scenarios_dir(), glossary_path()):

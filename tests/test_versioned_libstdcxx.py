@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from envkit import build_extension, make_conda_like_python, make_old_libstdcxx, system_libstdcxx
 
-import zdoctor.probes.libs  # noqa: F401 - registers the library probes
-import zdoctor.probes.pyenv  # noqa: F401 - and the interpreter probe
+import zdoctor.layers.libraries.probe_libs  # noqa: F401 - registers the library probes
+import zdoctor.layers.python_env.probe_pyenv  # noqa: F401 - and the interpreter probe
 from zdoctor.host import LiveHost
 
 
@@ -68,7 +68,7 @@ def test_the_link_and_the_preload_are_tried_and_the_link_really_fixes_it(lab):
 def test_no_link_is_offered_where_the_loader_would_never_look(lab):
     """For an interpreter without conda's RPATH the env's lib dir is never searched: a link there would not
     change what loads, so only the preload is offered (a trial through LD_LIBRARY_PATH would have lied)."""
-    from zdoctor.forensics.versioned import propose_versioned, searched_before_winner
+    from zdoctor.layers.libraries.versioned import propose_versioned, searched_before_winner
 
     env = _env(lab)
     libdir = os.path.normpath(str(lab["versioned"].parent))

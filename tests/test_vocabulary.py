@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from zdoctor import registry
-from zdoctor.checks import evaluate_check
+from zdoctor.core import registry
+from zdoctor.core.registry import CHECKS, PROBES, load_vocabulary
 from zdoctor.host import LiveHost, ReplayHost
-from zdoctor.playbook_lint import finding_id_known, lint_path
-from zdoctor.registry import CHECKS, PROBES, load_vocabulary
+from zdoctor.layers import evaluate_check
+from zdoctor.walk.playbook_lint import finding_id_known, lint_path
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED = [ROOT / "tests" / "fixtures" / "snapshots" / "healthy.json",
@@ -51,7 +51,7 @@ def test_a_finding_that_explains_a_symptom_comes_from_a_check_that_declares_the_
 def test_discovery_reads_no_source_text_and_imports_every_vocabulary_module():
     load_vocabulary()
     mods = registry.vocabulary_modules()
-    assert "zdoctor.probes.symptoms" in mods and "zdoctor.checks.gpu" in mods
+    assert "zdoctor.symptoms.probe_symptoms" in mods and "zdoctor.layers.gpu.check_gpu" in mods
     assert not hasattr(registry, "_registers") and not hasattr(registry, "_MARKERS")
     owners = {spec.func.__module__ for spec in CHECKS.values()} | {spec.func.__module__ for spec in PROBES.values()}
     assert owners <= set(mods)
@@ -100,7 +100,7 @@ def test_the_vocabulary_command_prints_each_check_with_its_findings_and_explanat
     proc = cli(["playbooks", "vocabulary"])
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
-    assert "gpu.limits  (zdoctor.checks.limits)" in text
+    assert "gpu.limits  (zdoctor.layers.gpu.check_limits)" in text
     block = text[text.index("gpu.limits  ("):].split("\n\n")[0]
     assert "findings: gpu.limits, gpu.limits.memlock, gpu.limits.nofile, gpu.limits.shm" in block
     assert "explains: nofile, shm" in block

@@ -12,12 +12,12 @@ import subprocess
 import pytest
 from conftest import FIXTURES
 
-from zdoctor.engine import Walk, failing_on_path, probe_names
+from zdoctor.core.registry import load_vocabulary
 from zdoctor.host import LiveHost, ReplayHost
 from zdoctor.host.replay import snapshot_document
-from zdoctor.offload import hostram
-from zdoctor.playbook import load_all
-from zdoctor.registry import load_vocabulary
+from zdoctor.layers.offload import hostram
+from zdoctor.walk.engine import Walk, failing_on_path, probe_names
+from zdoctor.walk.playbook import load_all
 
 OFFLOAD = FIXTURES / "offload"
 

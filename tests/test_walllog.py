@@ -11,8 +11,8 @@ import pytest
 from conftest import FIXTURES
 from dsenv import cpu_adam_op, ensure
 
-from zdoctor.errors import InputError
-from zdoctor.offload import walllog
+from zdoctor.core.errors import InputError
+from zdoctor.layers.offload import walllog
 
 OFF = FIXTURES / "offload"
 

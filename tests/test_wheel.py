@@ -26,7 +26,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_wheel_carries_the_data(wheel: Path):
     names = zipfile.ZipFile(wheel).namelist()
-    assert "zdoctor/cli.py" in names
+    assert "zdoctor/front/cli.py" in names
     assert "zdoctor/scripts/probe_script.py" in names
     assert any(n.startswith("zdoctor/playbooks/") and n.endswith(".toml") for n in names)
     assert any(n.startswith("zdoctor/screens/") and n.endswith(".py") for n in names)
@@ -52,9 +52,9 @@ def test_installed_wheel_runs(wheel: Path, tmp_path: Path):
     run = dict(capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=120,
                stdin=subprocess.DEVNULL)
 
-    where = subprocess.run([str(vpy), "-c", "import zdoctor, zdoctor.resources as r; "
+    where = subprocess.run([str(vpy), "-c", "import zdoctor, zdoctor.core.resources as r; "
                             "print(zdoctor.__file__); print(r.data_dir('playbooks')); "
-                            "import zdoctor.tui as t; print(t._screens_app().__file__)"], **run)
+                            "import zdoctor.front.tui as t; print(t._screens_app().__file__)"], **run)
     assert where.returncode == 0, where.stderr
     for line in where.stdout.split():
         assert line.startswith(str(env_dir)), f"{line} does not come from the installed wheel"

@@ -18,15 +18,15 @@ from typing import Any
 from test_gpu_facts import facts_of, h200_all, h200_nvml
 from test_kernel_log import _walk
 
-from zdoctor.checks.kernlog import check_api_mismatch, check_xid
-from zdoctor.export import _md_remedy
-from zdoctor.gpu.pcipresent import PCI_DEVICES, pci_device
-from zdoctor.htmlreport import remedies_html
-from zdoctor.model import Remedy
-from zdoctor.present import option_label, recommendation, remedy_flags
-from zdoctor.probes.driverparts import collect_module
-from zdoctor.probes.kernlog import collect
-from zdoctor.rules.xids import DRIVER_FAULTS, driver_fault
+from zdoctor.core.model import Remedy
+from zdoctor.core.present import option_label, recommendation, remedy_flags
+from zdoctor.layers.driver_parts.probe_driverparts import collect_module
+from zdoctor.layers.kernel_log.check_kernlog import check_api_mismatch, check_xid
+from zdoctor.layers.kernel_log.probe_kernlog import collect
+from zdoctor.layers.kernel_log.xids import DRIVER_FAULTS, driver_fault
+from zdoctor.readers.pcipresent import PCI_DEVICES, pci_device
+from zdoctor.report.export import _md_remedy
+from zdoctor.report.htmlreport import remedies_html
 
 #: A PCI domain no machine has (0x00ff): the record names a device this node lacks.
 ABSENT_BUS = "00ff:e1:00"
@@ -236,7 +236,7 @@ def test_the_guide_labels_the_unsupported_reboot_not_recommended_and_does_not_ap
     from test_tui import SCENARIO, make, name, plain, run, settle
     from test_tui_fixes import remedy_screen
 
-    from zdoctor.practice import get_scenario
+    from zdoctor.walk.practice import get_scenario
 
     kl, _ = collect(kmsg=kmsg_dump(tmp_path, xid_line(ABSENT_BUS, 79, "GPU has fallen off the bus.")))
     [f] = check_xid(facts_of(kernel_log=kl, driver_parts=no_module(tmp_path)))
@@ -255,7 +255,7 @@ def test_the_guide_labels_the_unsupported_reboot_not_recommended_and_does_not_ap
             await pilot.pause(0.3)
             assert name(app) == "RemedyScreen"  # no confirmation offered: nothing to say yes to
             sid = app.ctx.log.id
-        from zdoctor.session import load_events
+        from zdoctor.walk.session import load_events
         assert not [e for e in load_events(sid) if e["type"] in ("remedy_applied", "remedy_confirmed")]
 
     run(scenario())

@@ -1,13 +1,13 @@
-"""``python -m zdoctor``: restarted isolated (``python -I``) first, see :mod:`zdoctor.isolate`."""
+"""``python -m zdoctor``: restarted isolated (``python -I``) first, see :mod:`zdoctor.front.isolate`."""
 
 from __future__ import annotations
 
 import sys
 
-from zdoctor.isolate import restart_isolated
+from zdoctor.front.isolate import restart_isolated
 
 restart_isolated(sys.argv[1:], from_module=True)
 
-from zdoctor.cli import main  # noqa: E402 - only once the interpreter is isolated
+from zdoctor.front.cli import main  # noqa: E402 - only once the interpreter is isolated
 
 raise SystemExit(main())

@@ -16,11 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from zdoctor import children
-from zdoctor.errors import InputError, UsageError
+from zdoctor.core.errors import InputError, UsageError
 from zdoctor.fleet import launch
 from zdoctor.fleet.armor import END, ArmorError, decode
-from zdoctor.runner import run, run_streaming
+from zdoctor.proc import children
+from zdoctor.proc.runner import run, run_streaming
 
 NODE_STATUSES = ("ok", "unreachable", "no-zdoctor", "timeout", "error", "bad-output")
 #: Output kept per node: snapshots are a few hundred KiB armored at most; this only stops a flood.

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from zdoctor.errors import UsageError
+from zdoctor.core.errors import UsageError
 from zdoctor.fleet import launch
 from zdoctor.fleet.collect import NodeRun, OnNode, OnStart, pdsh_nodes, per_node, require_launcher
 from zdoctor.fleet.push import collect_with_push

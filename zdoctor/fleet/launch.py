@@ -1,6 +1,6 @@
 """Launcher command lines: argv lists for pdsh, ssh and srun, never a local shell.
 
-Host names are validated before they get here (:mod:`zdoctor.launch.hosts`). The command the node
+Host names are validated before they get here (:mod:`zdoctor.layers.launch.hosts`). The command the node
 runs is one string for pdsh and ssh, because both hand it to the remote login shell; it is built with
 :func:`shlex.join`, so a path with spaces or quotes reaches zdoctor on the node as one argument.
 srun execs the argv itself, so it gets the list.
@@ -14,7 +14,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from zdoctor.errors import UsageError
+from zdoctor.core.errors import UsageError
 
 LAUNCHERS = ("pdsh", "ssh", "srun")
 DEFAULT_TIMEOUT = 180.0

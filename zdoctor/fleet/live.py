@@ -8,12 +8,12 @@ import signal
 import threading
 from dataclasses import dataclass, field
 
-from zdoctor.events import FleetNode, FleetStart, Recorder
 from zdoctor.fleet.collect import NodeRun, OnNode
 from zdoctor.fleet.dispatch import collect
 from zdoctor.fleet.launch import FleetOptions, remote_argv
 from zdoctor.fleet.record import record_report
 from zdoctor.fleet.result import FleetReport
+from zdoctor.walk.events import FleetNode, FleetStart, Recorder
 
 
 @dataclass

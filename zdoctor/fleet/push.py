@@ -28,10 +28,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from zdoctor import __version__
-from zdoctor.errors import UsageError
+from zdoctor.core.errors import UsageError
 from zdoctor.fleet import launch
 from zdoctor.fleet.collect import OUTPUT_CAP, NodeRun, OnNode, OnStart, classify, gather, split_pdsh
-from zdoctor.runner import run
+from zdoctor.proc.runner import run
 
 MARK = "@@zdoctor-push-dir"
 #: What ``mktemp -d "$TMPDIR/zdoctor-push.XXXXXXXXXX"`` makes: an absolute path of plain characters.

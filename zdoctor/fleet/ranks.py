@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from zdoctor.checks.ranks import judge, rank_order
+from zdoctor.core.model import Finding
 from zdoctor.fleet.collect import NodeRun
-from zdoctor.forensics.rankwaits import rank_wait
-from zdoctor.model import Finding
+from zdoctor.layers.ranks.check_ranks import judge, rank_order
+from zdoctor.layers.ranks.rankwaits import rank_wait
 
 FLEET_ID = "fleet.ranks"
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from zdoctor.gpu.ncclnet import route_for
-from zdoctor.model import Evidence, Finding
+from zdoctor.core.model import Evidence, Finding
+from zdoctor.layers.nccl_network.ncclnet import route_for
 
 FINDING = "fleet.nccl-reach"
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from zdoctor.errors import InputError
-from zdoctor.events import FindingRecorded, FleetResult, Recorder, SummaryRecorded
+from zdoctor.core.errors import InputError
+from zdoctor.core.model import summarize
 from zdoctor.fleet.collect import NodeRun
 from zdoctor.fleet.result import FleetReport
-from zdoctor.model import summarize
+from zdoctor.walk.events import FindingRecorded, FleetResult, Recorder, SummaryRecorded
 
 
 def record_report(report: FleetReport, record: Recorder) -> None:

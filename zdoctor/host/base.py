@@ -10,9 +10,10 @@ import traceback
 from collections.abc import Iterable
 from typing import Any
 
-from zdoctor import children, contain, progress
-from zdoctor.model import Evidence, ProbeResult
-from zdoctor.registry import PROBES, Facts, facts_of
+from zdoctor.core import progress
+from zdoctor.core.model import Evidence, ProbeResult
+from zdoctor.core.registry import PROBES, Facts, facts_of
+from zdoctor.proc import children, contain
 
 
 class Host:
@@ -52,7 +53,8 @@ class Host:
         return cached
 
     def facts_of(self, name: str) -> dict[str, Any]:
-        """Probe ``name``'s facts when it ran to the end here, else ``{}`` (see :func:`zdoctor.registry.facts_of`)."""
+        """Probe ``name``'s facts when it ran to the end here, else ``{}`` (see
+        :func:`zdoctor.core.registry.facts_of`)."""
         return facts_of(self, name)
 
     def results(self, names: Iterable[str]) -> Facts:

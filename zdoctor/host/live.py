@@ -6,9 +6,9 @@ import platform
 import socket
 from collections.abc import Mapping, Sequence
 
+from zdoctor.core.model import ProbeResult
 from zdoctor.host.base import Host, run_probe_guarded
-from zdoctor.model import ProbeResult
-from zdoctor.target import Target
+from zdoctor.proc.target import Target
 
 
 def os_pretty_name(path: str = "/etc/os-release") -> str:

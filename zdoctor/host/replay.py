@@ -10,13 +10,13 @@ from dataclasses import replace
 from typing import Any
 
 from zdoctor import __version__
-from zdoctor.errors import InputError
+from zdoctor.core.errors import InputError
+from zdoctor.core.model import Evidence, ProbeResult
+from zdoctor.core.registry import PROBES
+from zdoctor.core.shape import doubtful_nulls, record_problems
+from zdoctor.core.symptom import Symptom
 from zdoctor.host.base import Host, run_probe_guarded
-from zdoctor.model import Evidence, ProbeResult
-from zdoctor.registry import PROBES
-from zdoctor.shape import doubtful_nulls, record_problems
-from zdoctor.symptoms.model import Symptom
-from zdoctor.target import Target
+from zdoctor.proc.target import Target
 
 SNAPSHOT_FORMAT = "zdoctor-snapshot"
 SNAPSHOT_VERSION = 1
@@ -36,7 +36,7 @@ def snapshot_document(host: Host) -> dict[str, Any]:
     }
 
 
-#: How the error of a probe record that could not be used begins (:func:`zdoctor.checks.probe_findings`).
+#: How the error of a probe record that could not be used begins (:func:`zdoctor.layers.probe_findings`).
 MALFORMED = "the recorded result is malformed: "
 
 
@@ -82,7 +82,7 @@ class ReplayHost(Host):
     @classmethod
     def load(cls, path: str) -> ReplayHost:
         """Read a snapshot file; any problem is an :class:`InputError` with a one-line message."""
-        from zdoctor.userfile import read_user_file
+        from zdoctor.proc.userfile import read_user_file
 
         if not os.path.lexists(path):
             raise InputError(f"{path}: no such file")

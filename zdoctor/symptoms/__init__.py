@@ -2,6 +2,6 @@
 message), each symptom matched to the findings that explain it, or shown as unexplained.
 
 ``model`` holds the symptom; ``extract`` finds symptoms in text with the signature catalogue
-(:mod:`zdoctor.rules.signatures`); ``match`` is what a check calls to say which symptoms its finding
+(:mod:`zdoctor.symptoms.catalogue`); ``match`` is what a check calls to say which symptoms its finding
 explains; ``ledger`` joins symptoms and findings.
 """

@@ -9,8 +9,8 @@ import signal as signal_module
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from zdoctor.rules.signatures import ANY_ERROR, SIGNATURES, Signature, pieces
-from zdoctor.symptoms.model import Symptom
+from zdoctor.core.symptom import Symptom
+from zdoctor.symptoms.catalogue import ANY_ERROR, SIGNATURES, Signature, pieces
 
 #: At most this many symptoms from one source: a log of a thousand failing steps is one story.
 MAX_PER_SOURCE = 12

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from zdoctor.registry import CHECKS, owner_check
-from zdoctor.rules.signatures import ANY_ERROR, Signature, signature
-from zdoctor.symptoms.model import EXPLAINING, UNEXPLAINED_PREFIX, Symptom
+from zdoctor.core.registry import CHECKS, owner_check
+from zdoctor.core.symptom import EXPLAINING, UNEXPLAINED_PREFIX, Symptom
+from zdoctor.symptoms.catalogue import ANY_ERROR, Signature, signature
 
 
 @dataclass(frozen=True)

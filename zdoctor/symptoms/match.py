@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from zdoctor.symptoms.model import Symptom
+from zdoctor.core.symptom import Symptom
 
 #: Fields compared as files: the same file by path or real path (``library`` also by its file name, which
 #: is how a loader message names it next to a path elsewhere).

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from zdoctor.core.symptom import Symptom
 from zdoctor.symptoms.links import Said, derive
-from zdoctor.symptoms.model import Symptom
 
 
 def recorded_symptoms(probe_events: Iterable[Mapping[str, Any]]) -> list[Symptom]:

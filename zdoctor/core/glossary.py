@@ -1,0 +1,57 @@
+"""The glossary behind learn mode: short and long explanations of the terms the doctor uses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from zdoctor.core.errors import InputError
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+
+@dataclass(frozen=True)
+class Term:
+    """One glossary entry: the term, a one-line gist, the full text and related terms."""
+
+    term: str
+    short: str
+    text: str
+    see: tuple[str, ...] = ()
+
+
+def glossary_path() -> Path:
+    from zdoctor.core.resources import data_dir
+
+    return data_dir("assets") / "glossary.toml"
+
+
+def load_glossary(path: Path | None = None) -> list[Term]:
+    """Every entry of the glossary, in file order; a malformed file is an :class:`InputError`."""
+    path = path or glossary_path()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path}: invalid TOML: {exc}") from None
+    out: list[Term] = []
+    for i, entry in enumerate(data.get("term", []), 1):
+        if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) for k in ("term", "short", "text")):
+            raise InputError(f"{path}: term {i}: needs string fields term, short and text")
+        see = entry.get("see", [])
+        if not isinstance(see, list) or not all(isinstance(s, str) for s in see):
+            raise InputError(f"{path}: term {i}: see must be an array of strings")
+        out.append(Term(entry["term"].strip(), entry["short"].strip(), entry["text"].strip(), tuple(see)))
+    return out
+
+
+def find_term(terms: list[Term], name: str) -> Term | None:
+    """The entry called ``name`` (case-insensitive), if any."""
+    low = name.lower()
+    return next((t for t in terms if t.term.lower() == low), None)

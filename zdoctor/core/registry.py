@@ -1,0 +1,251 @@
+"""The vocabulary playbooks may use: probes, checks and predicates, registered by name in code."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from zdoctor.core.model import Evidence, Finding, ProbeResult
+from zdoctor.core.nodelayers import layer_of
+
+
+class ProbeHost(typing.Protocol):
+    """What a probe needs of the host it runs on (a live node or a replayed snapshot): the results of the
+    probes it reads, and what the host says about itself."""
+
+    info: dict[str, Any]
+
+    def result(self, name: str) -> ProbeResult: ...
+
+
+ProbeFunc = typing.Callable[[ProbeHost], "tuple[dict[str, Any], list[Evidence]]"]
+
+
+class Facts(typing.Mapping[str, "ProbeResult"]):
+    """Probe results by probe name, with a safe path lookup for predicates and checks."""
+
+    def __init__(self, results: Mapping[str, ProbeResult]):
+        self._results = dict(results)
+
+    def __getitem__(self, name: str) -> ProbeResult:
+        return self._results[name]
+
+    def __iter__(self):
+        return iter(self._results)
+
+    def __len__(self) -> int:
+        return len(self._results)
+
+    def of(self, probe: str) -> dict[str, Any] | None:
+        """The facts of ``probe`` when it ran and answered (status ok), else None."""
+        res = self._results.get(probe)
+        return res.facts if res is not None and res.status == "ok" else None
+
+    def why_not(self, probe: str) -> str:
+        """Why ``probe`` gave no facts: its error, its skip reason, or that it did not run."""
+        res = self._results.get(probe)
+        if res is None:
+            return f"the {probe} probe did not run"
+        return res.error or (res.facts or {}).get("skipped") or f"the {probe} probe ended with status {res.status}"
+
+    def evidence(self, *probes: str, kinds: tuple[str, ...] | None = ("table", "note"),
+                 labels: tuple[str, ...] = ()) -> list[Any]:
+        """The evidence of ``probes`` in order: only these kinds (``kinds=None`` keeps all), and only the
+        pieces whose label is or starts with one of ``labels`` (when any are given)."""
+        out: list[Any] = []
+        for name in probes:
+            res = self._results.get(name)
+            if res is not None:
+                out.extend(e for e in res.evidence if (kinds is None or e.kind in kinds)
+                           and (not labels or e.label.startswith(labels)))
+        return out
+
+    def get_fact(self, probe: str, *path: str | int, default: Any = None) -> Any:
+        """``facts.get_fact("pyenv", "torch", "version")``: the value, or ``default`` if any step is missing."""
+        res = self._results.get(probe)
+        if res is None or res.status != "ok":
+            return default
+        cur: Any = res.facts
+        for key in path:
+            try:
+                cur = cur[key]
+            except (KeyError, IndexError, TypeError):
+                return default
+        return cur
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    name: str
+    func: ProbeFunc
+    title: str
+    timeout: float
+    needs: tuple[str, ...]
+    #: Computed from other probes' results alone (never from the machine): a replayed snapshot that lacks
+    #: it computes it from what it recorded.
+    derived: bool = False
+    #: No finding the user waits for first hangs on it: the commands it runs yield the CPU (a lower
+    #: priority, see :func:`zdoctor.proc.contain.background`) to the training interpreter's import.
+    background: bool = False
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    name: str
+    func: Callable[[Facts], list[Finding]]
+    title: str
+    probes: tuple[str, ...]
+    #: The symptom kinds its findings can explain (see :mod:`zdoctor.symptoms`).
+    explains: tuple[str, ...] = ()
+    #: The finding ids it can produce: exact ids, or ``family.*`` for ids made below ``family`` (one per
+    #: op, per lint rule ...). ``NAME.not-checked`` and ``NAME.crash`` are always its own.
+    findings: tuple[str, ...] = ()
+    #: Probes it reads when they answered and never needs (a rule of the installed release, say).
+    optional: tuple[str, ...] = ()
+    #: The layer of the node it examines (see :mod:`zdoctor.core.nodelayers`), or "" for none of them.
+    layer: str = ""
+    #: Why its failing findings carry no remedy of their own on any node (they state what was seen, and the
+    #: findings that name its cause carry the fixes); "" when a failing finding that names a cause must.
+    no_remedy: str = ""
+
+    def produces(self, fid: str) -> bool:
+        """Whether it declares finding ``fid`` (or ``fid`` is a dotted prefix of ids it declares)."""
+        if fid in (self.name, f"{self.name}.not-checked", f"{self.name}.crash"):
+            return True
+        for declared in self.findings:
+            if declared.endswith(".*"):
+                family = declared[:-2]
+                if fid == family or fid.startswith(family + ".") or family.startswith(fid + "."):
+                    return True
+            elif fid == declared or declared.startswith(fid + "."):
+                return True
+        return False
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """Every probe it reads: its own, its optional ones, and ``symptoms`` when it can explain one (those
+        are read when there, never needed: a check judges its own subject whether or not they answered)."""
+        extra = [*self.optional, *(["symptoms"] if self.explains else [])]
+        return tuple(dict.fromkeys((*self.probes, *extra)))
+
+
+@dataclass(frozen=True)
+class PredicateSpec:
+    name: str
+    func: Callable[[Facts], bool]
+    doc: str
+    probes: tuple[str, ...]
+
+
+def facts_of(host: Any, name: str) -> dict[str, Any]:
+    """Probe ``name``'s facts on ``host`` when it ran to the end there; ``{}`` otherwise (not registered,
+    skipped, crashed, timed out, or the host could not say), never an exception: another probe's trouble
+    only narrows what a probe reads."""
+    if name not in PROBES:
+        return {}
+    try:
+        res = host.result(name)
+    except Exception:  # noqa: BLE001 - another probe's trouble must not take this one down
+        return {}
+    return res.facts if res.status == "ok" and isinstance(res.facts, dict) else {}
+
+
+PROBES: dict[str, ProbeSpec] = {}
+CHECKS: dict[str, CheckSpec] = {}
+PREDICATES: dict[str, PredicateSpec] = {}
+
+#: Packages whose ``probe_*`` and ``check_*`` modules register probes, checks and predicates when imported:
+#: every node layer's package under :mod:`zdoctor.layers`, and the two probes that belong to no layer (the
+#: symptoms the user saw, the node at a glance). A new module there is found on its own (every probe module
+#: first, then every check module, each in the order of its name); nothing else needs to name it.
+VOCABULARY_ROOTS = ("zdoctor.layers",)
+VOCABULARY_PACKAGES = ("zdoctor.symptoms", "zdoctor.host")
+#: The prefixes of registering modules, in the order they are imported.
+VOCABULARY_KINDS = ("probe_", "check_")
+
+
+def vocabulary_packages() -> list[str]:
+    """The packages whose registering modules :func:`vocabulary_modules` imports: each node layer's, then the rest."""
+    names: list[str] = []
+    for root in VOCABULARY_ROOTS:
+        pkg = importlib.import_module(root)
+        names += [f"{root}.{m.name}" for m in pkgutil.iter_modules(pkg.__path__) if m.ispkg]
+    return sorted(names) + list(VOCABULARY_PACKAGES)
+
+
+def vocabulary_modules() -> list[str]:
+    """Every ``probe_*`` module, then every ``check_*`` module, of :func:`vocabulary_packages`, found in the
+    installed package (or the bundle), each kind in the order of its name: each registers vocabulary when
+    imported (helpers that register nothing are named otherwise)."""
+    found: list[tuple[int, str, str]] = []
+    for package in vocabulary_packages():
+        pkg = importlib.import_module(package)
+        for m in pkgutil.iter_modules(pkg.__path__):
+            for rank, prefix in enumerate(VOCABULARY_KINDS):
+                if m.name.startswith(prefix):
+                    found.append((rank, m.name, f"{package}.{m.name}"))
+    return [name for _rank, _base, name in sorted(found)]
+
+
+def load_vocabulary() -> None:
+    """Import every module that registers vocabulary (idempotent)."""
+    for mod in vocabulary_modules():
+        importlib.import_module(mod)
+
+
+def probe(name: str, *, title: str, timeout: float = 30.0, needs: tuple[str, ...] = (), derived: bool = False,
+          background: bool = False):
+    """Register ``func(host) -> (facts, evidence)`` as probe ``name``; ``needs`` are probes it reads;
+    ``derived``: it reads nothing but them (and the job's options), so a replay can compute it;
+    ``background``: its commands run at a lower CPU priority (see :attr:`ProbeSpec.background`)."""
+
+    def deco(func: ProbeFunc) -> ProbeFunc:
+        PROBES[name] = ProbeSpec(name, func, title, timeout, needs, derived, background)
+        return func
+
+    return deco
+
+
+def check(name: str, *, title: str, probes: tuple[str, ...], findings: tuple[str, ...] = (),
+          explains: tuple[str, ...] = (), optional: tuple[str, ...] = (), layer: str = "", no_remedy: str = ""):
+    """Register ``func(facts) -> [Finding]`` as check ``name`` reading the given probes. ``findings`` are the
+    ids it produces besides ``name`` itself (``family.*`` for a family); ``explains`` names the symptom kinds
+    its findings can explain (the check then reads the ``symptoms`` probe too); ``optional`` are probes it
+    reads when they answered; ``layer`` is the layer of the node it examines (:mod:`zdoctor.core.nodelayers`);
+    ``no_remedy`` says why its failing findings carry no remedy of their own on any node."""
+
+    def deco(func: Callable[[Facts], list[Finding]]):
+        CHECKS[name] = CheckSpec(name, func, title, probes, tuple(explains), tuple(findings), tuple(optional),
+                                 layer_of(name, layer), no_remedy)
+        return func
+
+    return deco
+
+
+def predicate(name: str, *, doc: str, probes: tuple[str, ...]):
+    """Register ``func(facts) -> bool`` as a predicate playbook edges may name."""
+
+    def deco(func: Callable[[Facts], bool]):
+        PREDICATES[name] = PredicateSpec(name, func, doc, probes)
+        return func
+
+    return deco
+
+
+def owner_check(fid: str, checks: Mapping[str, Any]) -> str | None:
+    """The registered check that produces finding ``fid``: the check named ``fid``, or its longest dotted
+    prefix that names one, or else the check that declares it (``findings=`` of its decorator)."""
+    parts = fid.split(".")
+    for n in range(len(parts), 0, -1):
+        name = ".".join(parts[:n])
+        if name in checks:
+            return name
+    for name, spec in checks.items():
+        produces = getattr(spec, "produces", None)
+        if callable(produces) and produces(fid):
+            return name
+    return None

@@ -1,0 +1,155 @@
+"""The host limits check of the training: /dev/shm, locked memory (ulimit -l) and open files (ulimit -n)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from zdoctor.core.model import Evidence, Finding, Remedy
+from zdoctor.core.plural import count_of
+from zdoctor.core.registry import Facts, check
+from zdoctor.edit.sysfile import LIMITS_D, create_file_remedy, free_name
+from zdoctor.layers import not_checked
+from zdoctor.readers import hostlimits as limits
+from zdoctor.readers.gpufacts import nvml_gpus
+from zdoctor.symptoms.match import ids_for
+
+
+def _gpus_on_node(facts: Facts, lf: dict[str, Any]) -> int | None:
+    gpus = nvml_gpus(facts)
+    if gpus is not None:
+        return len(gpus)
+    n = lf.get("gpus_per_node")
+    return n if isinstance(n, int) else None
+
+
+@check("gpu.limits", title="/dev/shm, locked memory and open files of the training", probes=("host_limits", "nvml"),
+       explains=("nofile", "shm"), optional=("limitfix",),
+       findings=("gpu.limits.memlock", "gpu.limits.nofile", "gpu.limits.shm"))
+def check_limits(facts: Facts) -> list[Finding]:
+    lf = facts.of("host_limits")
+    if lf is None:
+        return [not_checked("gpu.limits", "Host limits", facts.why_not("host_limits"))]
+    ev = facts.evidence("host_limits")
+    return [_shm(facts, lf, ev), _memlock(lf, ev), _nofile(facts, lf, ev)]
+
+
+def _shm(facts: Facts, lf: dict[str, Any], ev: list[Evidence]) -> Finding:
+    fid = "gpu.limits.shm"
+    shm = lf.get("shm") or {}
+    box = lf.get("container") or {}
+    n = _gpus_on_node(facts, lf)
+    if shm.get("total") is None:
+        return not_checked(fid, "/dev/shm size", shm.get("error") or "/dev/shm could not be measured", ev)
+    size = shm["total"]
+    if size >= limits.SHM_WARN:
+        return Finding(id=fid, status="ok", title=f"/dev/shm is {limits.human(size)}",
+                       detail=f"{limits.human(shm.get('free'))} free. NCCL's shared-memory transport and DataLoader "
+                              "workers have room.", evidence=ev)
+    many = n is not None and n > 1
+    status = "fail" if many else "warn"
+    docker = " (docker's default)" if size == limits.DOCKER_SHM and box.get("in_container") else ""
+    detail = (f"/dev/shm is {limits.human(size)}{docker}; DeepSpeed's ds_report warns below 512 MiB. NCCL puts its "
+              "intra-node buffers there: with several GPUs it fails with 'NCCL WARN Error while creating shared "
+              "memory segment' / 'unhandled system error', and DataLoader workers die with 'bus error' or "
+              "'No space left on device'.")
+    if n is not None:
+        detail += f" This node has {count_of(n, 'GPU')}."
+    rem = [Remedy(title="Fall back from NCCL's shared-memory transport (slower)",
+                  commands=["export NCCL_SHM_DISABLE=1"],
+                  undo=["unset NCCL_SHM_DISABLE"], verified=None,
+                  explanation="A workaround for this run only: NCCL then moves intra-node data through other paths.")]
+    if box.get("in_container"):
+        rem.insert(0, Remedy(title="Restart the container with a larger /dev/shm",
+                             commands=["# add to `docker run`: --shm-size=16g   (or --ipc=host to share the host's)"],
+                             verified=None,
+                             explanation="The size of /dev/shm is fixed when the container starts. Kubernetes: "
+                                         "mount an emptyDir with medium: Memory at /dev/shm."))
+    else:
+        rem.insert(0, Remedy(title="Grow /dev/shm (until reboot)", commands=["mount -o remount,size=16G /dev/shm"],
+                             requires_root=True, verified=None,
+                             explanation="tmpfs uses RAM only as files are written; the size is a cap. For a "
+                                         "permanent change, set the size on the /dev/shm line of /etc/fstab."))
+    return Finding(id=fid, status=status, title=f"/dev/shm is only {limits.human(size)}", detail=detail, evidence=ev,
+                   remedies=rem, explains=ids_for(facts, "shm"))
+
+
+def _tried_ulimit(facts: Facts, remedy: Remedy) -> Remedy:
+    """The ``ulimit -n`` remedy with what its trial on the failing command showed (the ``limitfix`` probe)."""
+    trial = facts.of("limitfix") or {}
+    if "fixed" not in trial:
+        return remedy
+    remedy.tried = True
+    remedy.verified = bool(trial["fixed"])
+    if trial["fixed"]:
+        remedy.note = f"the failing command ran to the end with ulimit -n {trial['limit']}"
+    else:
+        how = trial.get("error") or f"exit code {trial.get('exit_code')}"
+        remedy.note = (f"the failing command still failed with ulimit -n {trial['limit']} ({how}"
+                       + (", still 'Too many open files'" if trial.get("still_emfile") else "") + ")")
+    return remedy
+
+
+def _limits_conf_remedy(item: str, value: str, dropins: dict[str, Any] | None) -> Remedy:
+    """A new drop-in under pam_limits' folder, named so that no file the node has is replaced."""
+    line = f"* - {item} {value}"
+    dropins = dropins or {}
+    folder = dropins.get("path") if isinstance(dropins.get("path"), str) else LIMITS_D
+    path = free_name(folder, f"90-zdoctor-{item}", ".conf", dropins.get("names"))
+    unknown = "" if isinstance(dropins.get("names"), list) else (
+        f" The names in {folder} were not read ({dropins.get('error') or 'not recorded'}): the first line stops if "
+        "this one is taken.")
+    return create_file_remedy(
+        path, f"# Written by zdoctor: {item} for every PAM login.\n{line}\n", check="limits.conf",
+        title=f"Raise {item} for every login (a new drop-in {os.path.basename(path)})", verified=None,
+        explanation=f"The line `{line}` in /etc/security/limits.conf syntax applies to new PAM logins, not to "
+                    "running shells or services. Docker: --ulimit "
+                    f"{'memlock=-1:-1' if item == 'memlock' else 'nofile=65536:65536'}; systemd services: "
+                    f"{'LimitMEMLOCK=infinity' if item == 'memlock' else 'LimitNOFILE=65536'}; Slurm "
+                    "propagates the limits of the submitting shell unless configured otherwise." + unknown)
+
+
+def _memlock(lf: dict[str, Any], ev: list[Evidence]) -> Finding:
+    fid = "gpu.limits.memlock"
+    t = lf.get("target") or {}
+    soft, hard = t.get("memlock_soft_kb"), t.get("memlock_hard_kb")
+    if soft is None:
+        return not_checked(fid, "ulimit -l", t.get("error") or "the training shell did not report ulimit -l", ev)
+    if soft == "unlimited":
+        return Finding(id=fid, status="ok", title="ulimit -l (locked memory) is unlimited",
+                       detail="Pinned host buffers and RDMA registration are not capped.", evidence=ev)
+    rem = []
+    if hard == "unlimited" or (isinstance(hard, int) and hard > soft):
+        rem.append(Remedy(title="Raise the soft limit in the launching shell",
+                          commands=[f"ulimit -l {'unlimited' if hard == 'unlimited' else hard}"], verified=None,
+                          explanation="A process may raise its soft limit up to the hard limit without root."))
+    rem.append(_limits_conf_remedy("memlock", "unlimited", lf.get("limits_d")))
+    nodes = lf.get("nodes")
+    return Finding(
+        id=fid, status="warn", title=f"ulimit -l (locked memory) is {soft} KiB in the training shell",
+        detail="DeepSpeed >= 0.19.5 pins the offload buffers by default (offload_param/offload_optimizer "
+               "pin_memory=True). Memory registered with an InfiniBand/RoCE NIC always counts against this "
+               "limit: multi-node NCCL fails with 'ibv_reg_mr failed' or 'RLIMIT_MEMLOCK' warnings. Whether CUDA's "
+               "own pinned allocations count depends on the driver; mlock-based pinning always does."
+               + (f" The job spans {nodes} nodes." if isinstance(nodes, int) and nodes > 1 else ""),
+        evidence=ev, remedies=rem)
+
+
+def _nofile(facts: Facts, lf: dict[str, Any], ev: list[Evidence]) -> Finding:
+    fid = "gpu.limits.nofile"
+    t = lf.get("target") or {}
+    soft, hard = t.get("nofile_soft"), t.get("nofile_hard")
+    if soft is None:
+        return not_checked(fid, "ulimit -n", t.get("error") or "the training shell did not report ulimit -n", ev)
+    if soft == "unlimited" or soft >= limits.NOFILE_LOW:
+        return Finding(id=fid, status="ok", title=f"ulimit -n (open files) is {soft}", evidence=ev)
+    rem = []
+    new = limits.raised_nofile(soft, hard)
+    if new is not None:
+        rem.append(_tried_ulimit(facts, Remedy(title="Raise the soft limit in the launching shell",
+                                               commands=[f"ulimit -n {new}"], verified=None)))
+    rem.append(_limits_conf_remedy("nofile", str(limits.NOFILE_TARGET), lf.get("limits_d")))
+    return Finding(id=fid, status="warn", title=f"ulimit -n (open files) is only {soft}",
+                   detail="Each rank opens sockets to its peers, DataLoader workers pass tensors as file descriptors, "
+                          "and NVMe offload opens swap files: a low limit ends in 'Too many open files'.",
+                   evidence=ev, remedies=rem, explains=ids_for(facts, "nofile"))

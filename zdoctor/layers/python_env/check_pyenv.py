@@ -1,0 +1,225 @@
+"""Checks and predicates over the ``pyenv`` probe: is the target interpreter usable, does torch import."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from zdoctor.core.model import Finding, Remedy
+from zdoctor.core.registry import Facts, check, predicate
+from zdoctor.layers import not_checked
+from zdoctor.proc.target import DEFAULT_PYTHON
+
+PLACEHOLDER = "/path/to/env/bin/python"
+
+_ERROR_TITLES = {
+    "missing": "Target interpreter not found",
+    "not_executable": "Target interpreter is not executable",
+    "not_python": "Target is not a Python interpreter",
+    "too_old": "Target Python is too old",
+    "crashed": "Target interpreter crashed",
+    "timeout": "Target interpreter did not answer",
+    "failed": "Target interpreter could not be probed",
+}
+
+
+def pyenv_facts(facts: Facts) -> dict[str, Any] | None:
+    """The pyenv facts, or None when the probe did not run to the end."""
+    res = facts.get("pyenv")
+    return res.facts if res is not None and res.status == "ok" else None
+
+
+
+def _target_label(f: dict[str, Any]) -> str:
+    target = f.get("target") or {}
+    return target.get("resolved") or target.get("requested") or DEFAULT_PYTHON
+
+
+def _how_chosen(f: dict[str, Any]) -> str:
+    target = f.get("target") or {}
+    if target.get("explicit"):
+        return f"You named this interpreter with --python {target.get('requested')}."
+    return (f"No --python was given, so zdoctor probed {target.get('requested')!r} from the PATH of the "
+            "training environment; if your training runs another interpreter (a venv or conda env), "
+            "name it with --python.")
+
+
+def retarget_remedy(f: dict[str, Any]) -> Remedy:
+    """Re-run zdoctor against the training interpreter: an activated env's python, or a placeholder."""
+    cands = f.get("candidates") or {}
+    active, on_path = cands.get("active") or [], cands.get("on_path") or []
+    cmd = f"zdoctor check --python {shlex.quote(active[0]) if active else PLACEHOLDER}"
+    expl = ("zdoctor probes the interpreter your training runs with. Point it at that interpreter: the "
+            "python inside the venv or conda env you launch with (`which python` in that shell).")
+    if active:
+        expl += f" {active[0]} belongs to the environment activated in the training shell."
+    others = active[1:] + on_path
+    if others:
+        expl += " Other interpreters found: " + ", ".join(others) + "."
+    return Remedy(title="Point zdoctor at the training interpreter", commands=[cmd], verified=None,
+                  explanation=expl)
+
+
+
+@check("pyenv.interpreter", title="Target interpreter", probes=("pyenv",))
+def check_interpreter(facts: Facts) -> list[Finding]:
+    f = pyenv_facts(facts)
+    if f is None:
+        return [not_checked("pyenv.interpreter", "Target interpreter", "the pyenv probe gave no facts")]
+    ev = facts.evidence("pyenv", kinds=None)
+    if f.get("error"):
+        kind = f.get("error_kind") or "failed"
+        title = f"{_ERROR_TITLES.get(kind, _ERROR_TITLES['failed'])}: {_target_label(f)}"
+        if f.get("signal"):
+            title += f" ({f['signal']})"
+        detail = f"{f['error']}\n\n{_how_chosen(f)}"
+        return [Finding(id="pyenv.interpreter", status="fail", title=title, detail=detail, evidence=ev,
+                        remedies=[retarget_remedy(f)])]
+    py = f.get("python") or {}
+    version = ".".join(str(p) for p in py.get("version_info") or []) or "?"
+    where = "venv" if py.get("in_venv") else None
+    conda = py.get("conda") or {}
+    if conda.get("prefix_is_conda"):
+        where = "conda env" + (f" {conda['env_name']}" if conda.get("env_name") else "")
+    title = f"Python {version} at {py.get('executable') or _target_label(f)}" + (f" ({where})" if where else "")
+    glibc = (py.get("glibc") or {}).get("confstr") or " ".join((py.get("glibc") or {}).get("libc_ver") or [])
+    sc = py.get("sysconfig") or {}
+    lines = [
+        f"realpath: {py.get('realpath')}",
+        f"prefix: {py.get('prefix')} (base prefix {py.get('base_prefix')})",
+        f"C library: {glibc or 'unknown'}",
+        f"sysconfig CC: {sc.get('CC')!r}, CXX: {sc.get('CXX')!r}",
+        _how_chosen(f),
+    ]
+    return [Finding(id="pyenv.interpreter", status="ok", title=title, detail="\n".join(lines), evidence=ev)]
+
+
+def _install_torch_remedy(f: dict[str, Any]) -> Remedy:
+    exe = _target_label(f)
+    return Remedy(
+        title="Install torch into this interpreter",
+        commands=[f"{shlex.quote(exe)} -m pip install torch"],
+        verified=None,
+        explanation=("Pick the wheel that matches your CUDA runtime (pytorch.org lists an --index-url per "
+                     "CUDA version); the default index serves one CUDA build per release."),
+    )
+
+
+@check("pyenv.torch-import", title="import torch in the target interpreter", probes=("pyenv",))
+def check_torch_import(facts: Facts) -> list[Finding]:
+    cid = "pyenv.torch-import"
+    f = pyenv_facts(facts)
+    if f is None or f.get("error"):
+        return [not_checked(cid, "import torch", "the target interpreter is not usable")]
+    ev = facts.evidence("pyenv", kinds=None)
+    torch = f.get("torch") or {}
+    imp = torch.get("import") or {}
+    exe = _target_label(f)
+    explicit = bool((f.get("target") or {}).get("explicit"))
+    if not torch.get("installed"):
+        if f.get("timed_out") and "basics" not in (f.get("stages") or []):
+            return [not_checked(cid, "import torch", "the probe timed out before looking for torch")]
+        detail = ("importlib.util.find_spec('torch') finds nothing on this interpreter's sys.path:\n  "
+                  + "\n  ".join((f.get("python") or {}).get("sys_path") or []) + f"\n\n{_how_chosen(f)}")
+        remedies = [_install_torch_remedy(f)] if explicit else [retarget_remedy(f), _install_torch_remedy(f)]
+        return [Finding(id=cid, status="fail" if explicit else "warn",
+                        title=f"torch is not installed in {exe}", detail=detail, evidence=ev, remedies=remedies)]
+    state = imp.get("state")
+    if state == "failed":
+        line = imp.get("error_line") or imp.get("error") or "unknown error"
+        detail = f"{imp.get('error_type')}: {imp.get('error')}"
+        if "GLIBCXX_" in line or "CXXABI_" in line:
+            detail += (
+                "\n\nThe dynamic loader found a libstdc++.so.6 that lacks the version node named above. "
+                "libstdc++ is backward compatible: any newer copy satisfies older needs, so the fix is to "
+                "make this process load a new enough copy (the loader steps show which copy was loaded "
+                "and why), never to rebuild GCC or overwrite the system library.")
+        loaded = torch.get("libstdcxx") or []
+        if loaded:
+            detail += "\n\nlibstdc++ mapped when the import failed: " + ", ".join(loaded)
+        return [Finding(id=cid, status="fail", title=f"import torch fails: {line}", detail=detail, evidence=ev)]
+    if state == "timeout":
+        detail = (f"`import torch` in {exe} was still running when the probe's time limit ran out; the "
+                  f"process group was killed. Records received: {', '.join(f.get('stages') or [])}.\n"
+                  "A hang inside the import usually waits on a filesystem (site-packages or the home "
+                  "directory on NFS/Lustre) or on a lock. To see where it stops, run:\n  "
+                  f"{shlex.quote(exe)} -X importtime -c 'import torch'")
+        return [Finding(id=cid, status="fail", title="import torch hangs", detail=detail, evidence=ev)]
+    if state in ("crashed",):
+        sig = imp.get("signal") or f.get("signal") or "a signal"
+        detail = (f"The interpreter died with {sig} during `import torch` (exit code {f.get('exit_code')}). "
+                  "A native library loaded by torch crashed; the stderr in the evidence shows how far it got.")
+        return [Finding(id=cid, status="fail", title=f"import torch crashes the interpreter ({sig})",
+                        detail=detail, evidence=ev)]
+    if state != "ok":
+        return [not_checked(cid, "import torch", f"torch import state: {state}")]
+    secs = imp.get("seconds")
+    title = f"torch {torch.get('version')} imports in {secs:.1f} s" if secs is not None else \
+        f"torch {torch.get('version')} imports"
+    if torch.get("cuda"):
+        title += f" (built for CUDA {torch['cuda']})"
+    lines = [f"torch: {torch.get('file')}", f"git: {torch.get('git_version')}",
+             f"C++11 ABI: {torch.get('cxx11_abi')}",
+             "libstdc++ loaded: " + (", ".join(torch.get("libstdcxx") or []) or "none mapped")]
+    cuda = torch.get("cuda_check") or {}
+    status = "ok"
+    if cuda.get("state") in ("timeout", "crashed", "failed"):
+        status = "warn"
+        title += f"; torch.cuda.is_available() {'hangs' if cuda['state'] == 'timeout' else 'crashes'}"
+        lines.append("torch.cuda.is_available() never returned: the GPU driver or its device nodes are "
+                     "not answering; the GPU steps look at the driver.")
+    elif cuda.get("state") == "ok":
+        lines.append(f"torch.cuda.is_available(): {cuda.get('available')}")
+    return [Finding(id=cid, status=status, title=title, detail="\n".join(lines), evidence=ev)]
+
+
+# -- predicates ------------------------------------------------------------------------------------
+
+def _torch_state(facts: Facts) -> str | None:
+    return facts.get_fact("pyenv", "torch", "import", "state")
+
+
+@predicate("interpreter_unusable", doc="the target interpreter is missing, not Python, too old or crashed",
+           probes=("pyenv",))
+def interpreter_unusable(facts: Facts) -> bool:
+    f = pyenv_facts(facts)
+    return f is None or bool(f.get("error"))
+
+
+@predicate("python_explicit", doc="the user named the target interpreter with --python", probes=("pyenv",))
+def python_explicit(facts: Facts) -> bool:
+    return bool(facts.get_fact("pyenv", "target", "explicit", default=False))
+
+
+@predicate("torch_missing", doc="torch is not installed in the target interpreter", probes=("pyenv",))
+def torch_missing(facts: Facts) -> bool:
+    f = pyenv_facts(facts)
+    return bool(f and not f.get("error") and "basics" in (f.get("stages") or [])
+                and (f.get("torch") or {}).get("installed") is False)
+
+
+@predicate("torch_import_failed", doc="import torch raised or crashed the interpreter", probes=("pyenv",))
+def torch_import_failed(facts: Facts) -> bool:
+    return _torch_state(facts) in ("failed", "crashed")
+
+
+@predicate("torch_import_hung", doc="import torch did not finish within the time limit", probes=("pyenv",))
+def torch_import_hung(facts: Facts) -> bool:
+    return _torch_state(facts) == "timeout"
+
+
+@predicate("torch_import_ok", doc="import torch succeeded", probes=("pyenv",))
+def torch_import_ok(facts: Facts) -> bool:
+    return _torch_state(facts) == "ok"
+
+
+@predicate("glibcxx_error", doc="the torch import error names a missing GLIBCXX/CXXABI version",
+           probes=("pyenv",))
+def glibcxx_error(facts: Facts) -> bool:
+    line = facts.get_fact("pyenv", "torch", "import", "error_line") or ""
+    return "not found" in line and ("GLIBCXX_" in line or "CXXABI_" in line)
+
+
+@predicate("deepspeed_installed", doc="deepspeed is installed in the target interpreter", probes=("pyenv",))
+def deepspeed_installed(facts: Facts) -> bool:
+    return bool(facts.get_fact("pyenv", "deepspeed", "installed", default=False))
