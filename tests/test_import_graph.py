@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("walk", ("zdoctor.conditions", "zdoctor.walkwords", "zdoctor.playbook", "zdoctor.playbook_lint",
               "zdoctor.events", "zdoctor.session", "zdoctor.engine", "zdoctor.doctor", "zdoctor.guide",
               "zdoctor.practice", "zdoctor.apply", "zdoctor.resume", "zdoctor.answers")),
-    ("report", ("zdoctor.report", "zdoctor.progressline", "zdoctor.exportparts", "zdoctor.export",
+    ("report", ("zdoctor.report", "zdoctor.progressline", "zdoctor.reportdoc", "zdoctor.docwriter", "zdoctor.export",
                 "zdoctor.htmlreport", "zdoctor.fleet")),
     ("front", ("zdoctor.fleet_command", "zdoctor.cli", "zdoctor.tui", "zdoctor.isolate", "zdoctor.__main__",
                "zdoctor.bundle")),

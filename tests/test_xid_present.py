@@ -19,13 +19,15 @@ from test_gpu_facts import facts_of, h200_all, h200_nvml
 from test_kernel_log import _walk
 
 from zdoctor.checks.kernlog import check_api_mismatch, check_xid
-from zdoctor.export import _md_remedy
+from zdoctor.docwriter import write_remedy
+from zdoctor.export import MarkdownWriter
 from zdoctor.gpu.pcipresent import PCI_DEVICES, pci_device
-from zdoctor.htmlreport import remedies_html
+from zdoctor.htmlreport import HtmlWriter
 from zdoctor.model import Remedy
 from zdoctor.present import option_label, recommendation, remedy_flags
 from zdoctor.probes.driverparts import collect_module
 from zdoctor.probes.kernlog import collect
+from zdoctor.reportdoc import remedy_items
 from zdoctor.rules.xids import DRIVER_FAULTS, driver_fault
 
 #: A PCI domain no machine has (0x00ff): the record names a device this node lacks.
@@ -116,8 +118,12 @@ def test_an_xid_79_for_a_bus_this_node_lacks_with_no_module_loaded_is_no_reboot(
     assert remedy_flags(reboot)[:2] == [f"not recommended, because {reboot.note}", "not tried"]
     recorded = [r.to_dict() for r in f.remedies]
     assert recorded[0]["recommended"] is False and Remedy.from_dict(recorded[0]).recommended is False
-    md = "\n".join(_md_remedy(1, len(recorded), recorded[0], False))
-    html = remedies_html(recorded, False)
+    md_writer, html_writer = MarkdownWriter(), HtmlWriter(4000)
+    items = remedy_items(recorded, elsewhere=False, titles={})
+    write_remedy(items[0], md_writer)
+    for item in items:
+        write_remedy(item, html_writer)
+    md, html = "\n".join(md_writer.lines), "\n".join(html_writer.lines)
     for text in (md, html):
         assert "(not recommended)" in text and "(recommended)" not in text.replace("(not recommended)", "")
         assert "not recommended, because the node&#x27;s present state" in text.replace("'", "&#x27;")
