@@ -10,7 +10,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from .present import ALSO_FOUND, NO_SYMPTOMS, STOPS_NOTE, SYMPTOMS_HEADING, pasted_script, script_label, undo_label
+from .present import (
+    ALSO_FOUND,
+    NO_SYMPTOMS,
+    STOPS_NOTE,
+    SYMPTOMS_HEADING,
+    mark,
+    pasted_script,
+    script_label,
+    undo_label,
+    written_text,
+)
+from .reportdoc import TORN_NOTE
 
 if TYPE_CHECKING:
     from .reportdoc import AppliedFix, Evidence, FindingItem, RemedyItem, ReportDoc, WalkRun
@@ -65,8 +76,6 @@ def write_document(doc: ReportDoc, w: Writer) -> None:
     w.heading(1, w.text("zdoctor session ") + w.code(doc.session_id))
     w.meta(doc.meta)
     if doc.torn:
-        from .reportdoc import TORN_NOTE
-
         w.note(TORN_NOTE)
     write_symptoms(doc, w)
     w.summary(doc)
@@ -87,14 +96,14 @@ def write_document(doc: ReportDoc, w: Writer) -> None:
     w.open_section("findings", "Findings")
     if not doc.findings:
         w.para(w.text("No findings were recorded."), cls="muted")
-    shown: set[str] = set()
+    referenced = doc.referenced()
     for f in doc.answers:
-        write_finding(f, w, doc.referenced(), shown)
+        write_finding(f, w, referenced)
     if doc.symptoms and doc.rest:  # what explains the symptoms first, the rest under its own heading
         w.close_section()
         w.open_section("also-found", ALSO_FOUND)
     for f in doc.rest:
-        write_finding(f, w, doc.referenced(), shown)
+        write_finding(f, w, referenced)
     w.close_section()
     w.open_section("applied", doc.applied_heading)
     if not doc.applied:
@@ -150,17 +159,17 @@ def write_run(run: WalkRun, w: Writer) -> None:
         w.para(w.text(run.open_note), cls="muted")
 
 
-def write_finding(f: FindingItem, w: Writer, referenced: set[str], shown: set[str]) -> None:
+def write_finding(f: FindingItem, w: Writer, referenced: set[str]) -> None:
     """One finding: its verdict, detail, evidence and remedies."""
     w.open_group(f.anchor, "finding")
-    w.heading(3, _status_mark(f.status, w) + " " + w.text(f"{f.status.upper()}: {f.title}"))
+    w.heading(3, w.mark(mark(f.status), f.status) + " " + w.text(f"{f.status.upper()}: {f.title}"))
     w.para(w.text("Finding ") + w.code(f.id), cls="muted")
     if f.detail:
         w.prose(f.detail)
     if f.evidence:
         w.heading(4, w.text("Evidence"))
         for ev in f.evidence:
-            write_evidence(ev, w, referenced, shown)
+            write_evidence(ev, w, referenced)
     if f.remedies:
         w.heading(4, w.text(f.options_heading))
         if f.recommendation:
@@ -170,14 +179,9 @@ def write_finding(f: FindingItem, w: Writer, referenced: set[str], shown: set[st
     w.close_group()
 
 
-def _status_mark(status: str, w: Writer) -> str:
-    from .present import MARKS
-
-    return w.mark(MARKS.get(status, "?"), status)
-
-
-def write_evidence(ev: Evidence, w: Writer, referenced: set[str], shown: set[str]) -> None:
-    """One piece of evidence; its table in full where it is first shown, else a reference to it."""
+def write_evidence(ev: Evidence, w: Writer, referenced: set[str]) -> None:
+    """One piece of evidence; its table in full where the document first shows it (with the anchor the later
+    uses in ``referenced`` point to), else a reference to it."""
     w.label(5, w.text(ev.label), ev.kind)
     facts = []
     if ev.command:
@@ -194,11 +198,10 @@ def write_evidence(ev: Evidence, w: Writer, referenced: set[str], shown: set[str
         w.items(facts, tight=True)
     table = ev.table
     if table is not None:
-        if table.id in shown:
+        if not ev.table_first:
             w.para(w.text(f"The “{table.label}” table: see ") + w.link(w.text(f"Evidence {table.id}"), table.anchor)
                    + w.text(" (shown in full above)."), cls="muted")
         else:
-            shown.add(table.id)
             if table.id in referenced:
                 w.para(w.text(f"Evidence {table.id}:"), cls="muted", anchor=table.anchor)
             w.table(table.columns, table.rows, table.highlight)
@@ -228,8 +231,6 @@ def write_applied(fix: AppliedFix, w: Writer) -> None:
     if fix.ran:
         facts.append((w.text("Exit code: ") + w.exit_code(fix.exit_code, None), ""))
     if fix.env_file:
-        from .present import written_text
-
         facts.append((w.text("Environment changes ") + written_text(w.code(fix.env_file)), ""))
     if fix.changed:
         facts.append((w.text("Changed: ") + ", ".join(w.code(p) for p in fix.changed), ""))

@@ -1,9 +1,9 @@
 """Turn a recorded session into a report: Markdown for a ticket, standalone HTML, or complete JSON.
 
-:func:`render` takes the events of a session (see :mod:`zdoctor.session`) and returns text;
-:func:`write_export` writes it atomically. Every text that came from the machine or the user is made
-inert: Markdown escapes and fences longer than any backtick run inside them, HTML escapes (rich is
-given :class:`rich.text.Text` objects, never markup strings). rich is imported only for HTML.
+:func:`render` takes the events of a session (see :mod:`zdoctor.session`), folds them into the report
+document (:mod:`zdoctor.reportdoc`) and returns its text; :func:`write_export` writes it atomically. Every
+text that came from the machine or the user is made inert: Markdown escapes and fences longer than any
+backtick run inside them, HTML escapes.
 """
 
 from __future__ import annotations
@@ -19,9 +19,7 @@ from .docwriter import write_document
 from .errors import UsageError
 from .events import fold
 from .model import cap_text, visible_controls
-from .reportdoc import ReportDoc, fleet_tables, from_session, summary_texts, text_of
-
-__all__ = ["fleet_tables", "render", "render_md", "render_html", "render_json", "export_session", "write_export"]
+from .reportdoc import ReportDoc, from_session, summary_texts, text_of
 
 FORMATS = ("md", "html", "json")
 EXTENSIONS = {"md": "md", "html": "html", "json": "json"}

@@ -119,7 +119,7 @@ class HtmlWriter:
         return f'<a href="#{anchor}">{inline}</a>'
 
     def exit_code(self, code: object, duration_s: float | None) -> str:
-        return self.code(code)  # type: ignore[arg-type]
+        return f"<code>{esc(code)}</code>"
 
     def heading(self, level: int, inline: str, anchor: str = "") -> None:
         attr = f' id="{anchor}"' if anchor else ""

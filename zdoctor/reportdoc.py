@@ -103,7 +103,6 @@ class RemedyItem:
     commands: list[str] = field(default_factory=list)
     undo: list[str] = field(default_factory=list)
     recommended: bool = True
-    source: Any = None  # the remedy as recorded (a dict) or as `check` made it
 
     @property
     def trial(self) -> str:
@@ -165,7 +164,6 @@ class WalkRun:
     diagnosis: str = ""  # the diagnosis node
     diagnosis_title: str = ""
     reason: str = ""  # why it ended there, in words
-    raw_reason: str = ""  # ... as the walk recorded it
     open_note: str = ""  # a walk that did not end in this session
     healthy: bool = False
     examined: list[str] = field(default_factory=list)
@@ -196,6 +194,8 @@ class AppliedFix:
 
 @dataclass
 class ProbeRow:
+    """A probe's result as the exports list it."""
+
     probe: str
     status: str
     time: str
@@ -205,6 +205,8 @@ class ProbeRow:
 
 @dataclass
 class OtherEvent:
+    """An event no section shows, with its fields as a capped line."""
+
     seq: str
     type: str
     when: str
@@ -213,6 +215,8 @@ class OtherEvent:
 
 @dataclass
 class FleetPart:
+    """A fleet's report: one line and its tables (title, columns, rows, highlighted rows)."""
+
     line: str
     tables: list[tuple[str, list[str], list[list[str]], list[int]]]
 
@@ -486,13 +490,13 @@ def remedy_items(remedies: list[Any], elsewhere: bool, titles: dict[str, str]) -
                               explanation=text_of(_field(rem, "explanation")),
                               commands=[text_of(c) for c in _field(rem, "commands") or []],
                               undo=[text_of(c) for c in _field(rem, "undo") or []],
-                              recommended=is_recommended(rem), source=rem))
+                              recommended=is_recommended(rem)))
     return out
 
 
-def _finding(f: dict[str, Any], anchor: str, explains: list[str], elsewhere: bool, titles: dict[str, str],
-             tables: _Tables) -> FindingItem:
-    remedies = [r for r in f.get("remedies") or [] if isinstance(r, dict)]
+def _finding(f: dict[str, Any], anchor: str, explains: list[str], remedies: list[Any], elsewhere: bool,
+             titles: dict[str, str], tables: _Tables) -> FindingItem:
+    """A finding as recorded (``remedies``: its remedies, as recorded or as `check` made them)."""
     return FindingItem(id=text_of(f.get("id")), status=text_of(f.get("status")),
                        title=text_of(f.get("title") or f.get("id")), detail=text_of(f.get("detail")), anchor=anchor,
                        explains=explains,
@@ -515,8 +519,9 @@ def _findings(answers: list[dict[str, Any]], rest: list[dict[str, Any]], symptom
     made = []
     for f in answers + rest:
         fid = text_of(f.get("id"))
+        remedies = [r for r in f.get("remedies") or [] if isinstance(r, dict)]
         made.append(_finding(f, anchors.make("finding", f.get("id")),
-                             [s.id for s in symptoms if fid in s.explained_by], elsewhere, titles, tables))
+                             [s.id for s in symptoms if fid in s.explained_by], remedies, elsewhere, titles, tables))
     return made[:len(answers)], made[len(answers):], list(tables.by_key.values())
 
 
@@ -537,7 +542,7 @@ def _walk_run(run: WalkView, anchors: Anchors) -> WalkRun:
                    path=[text_of(p) for p in path] if isinstance(path, list) else [], steps=steps,
                    diagnosis=text_of(diag.get("node")),
                    diagnosis_title=text_of(diag.get("title") or (run.end or {}).get("diagnosis")),
-                   reason=in_words(reason) if reason else "", raw_reason=reason, open_note=open_walk_note(run),
+                   reason=in_words(reason) if reason else "", open_note=open_walk_note(run),
                    anchor=anchor)
 
 
@@ -608,7 +613,7 @@ def from_session(view: SessionView, events: list[Any] | None = None) -> ReportDo
 def _check_run(run: PlaybookRun) -> WalkRun:
     return WalkRun(playbook=run.id, title=run.title, path=list(run.path), diagnosis=run.diagnosis or "",
                    diagnosis_title=run.diagnosis_title, reason=in_words(run.reason) if run.reason else "",
-                   raw_reason=run.reason, healthy=run.healthy, examined=list(run.examined),
+                   healthy=run.healthy, examined=list(run.examined),
                    not_examined=list(run.not_examined), failing_on_path=list(run.failing_on_path))
 
 
@@ -623,10 +628,9 @@ def from_check(report: CheckReport) -> ReportDoc:
     tables = _Tables()
     made = []
     for f in answers + rest:
-        item = _finding(f.to_dict(), anchors.make("finding", f.id), [s.id for s in symptoms if f.id in s.explained_by],
-                        elsewhere, titles, tables)
-        item.remedies = remedy_items(list(f.remedies), elsewhere, titles)
-        made.append(item)
+        made.append(_finding(f.to_dict(), anchors.make("finding", f.id),
+                             [s.id for s in symptoms if f.id in s.explained_by], list(f.remedies), elsewhere, titles,
+                             tables))
     return ReportDoc(kind="check", session_id=report.session or "", host=report.host, meta=[], torn=False,
                      symptoms=symptoms, unexplained=unexplained_headline(report.symptoms) or "",
                      counts=dict(report.summary), answers=made[:len(answers)], rest=made[len(answers):],
