@@ -73,7 +73,7 @@ class Writer(Protocol):
 
 def write_document(doc: ReportDoc, w: Writer) -> None:
     """Write every section of ``doc`` through ``w``, in the one order of every export."""
-    w.heading(1, w.text("zdoctor session ") + w.code(doc.session_id))
+    w.heading(1, w.text("zdoctor session ") + w.code(doc.session_id or "unknown"))
     w.meta(doc.meta)
     if doc.torn:
         w.note(TORN_NOTE)

@@ -201,7 +201,7 @@ def render_html(doc: ReportDoc, cap: int) -> str:
     """The standalone HTML document for ``doc``."""
     w = HtmlWriter(cap)
     write_document(doc, w)
-    title = f"zdoctor session {doc.session_id}"
+    title = f"zdoctor session {doc.session_id or 'unknown'}"
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
             f"<title>{esc(title)}</title>\n<style>{STYLESHEET}</style>\n</head>\n<body>\n<main>\n"

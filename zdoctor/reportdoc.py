@@ -226,7 +226,7 @@ class ReportDoc:
     """One report: a session or a `check` run, ready for every renderer."""
 
     kind: str  # "session" or "check"
-    session_id: str
+    session_id: str  # empty when none was recorded
     host: dict[str, Any]
     #: The header rows: (key, value in parts); a part whose flag is set is code (a command, an exit code).
     meta: list[tuple[str, list[tuple[str, bool]]]]
@@ -267,6 +267,7 @@ def _dict(value: Any) -> dict[str, Any]:
 
 
 def text_of(value: Any) -> str:
+    """A recorded value as text (nothing for None)."""
     return "" if value is None else str(value)
 
 
@@ -599,7 +600,7 @@ def from_session(view: SessionView, events: list[Any] | None = None) -> ReportDo
         "events": events, "symptoms": entries, "findings": ordered, "summary": counts,
     }
     fleet = FleetPart(fleet_line(view.fleet), fleet_tables(view.fleet)) if view.fleet is not None else None
-    return ReportDoc(kind="session", session_id=view.session_id or "unknown", host=view.host, meta=meta,
+    return ReportDoc(kind="session", session_id=view.session_id, host=view.host, meta=meta,
                      torn=view.torn, symptoms=symptoms, unexplained=unexplained_headline(entries) or "",
                      counts=counts, answers=done_answers, rest=done_rest,
                      runs=[_walk_run(r, anchors) for r in view.runs],
