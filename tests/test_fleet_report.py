@@ -219,7 +219,7 @@ def test_a_replayed_session_that_is_not_a_fleet(cli):
 
 
 def test_export_tables_from_the_recorded_report():
-    from zdoctor.report.export import fleet_tables
+    from zdoctor.report.reportdoc import fleet_tables
 
     (m_title, m_cols, m_rows, m_hot), (s_title, s_cols, s_rows, s_hot) = fleet_tables(
         json.loads(json.dumps(h200_report().to_dict())))

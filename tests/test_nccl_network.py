@@ -351,7 +351,7 @@ def test_a_master_addr_that_reads_as_an_option_is_not_looked_up():
 
 def test_each_nodes_nccl_address_is_shown_and_not_judged_in_the_skew_table():
     from zdoctor.fleet.skew import read_facts, skew_table
-    from zdoctor.report.exportparts import fleet_tables
+    from zdoctor.report.reportdoc import fleet_tables
 
     def probes(name: str, addr: str, mtu: int) -> dict:
         interfaces = [iface(name, 2, addr)]

@@ -25,8 +25,10 @@ from zdoctor.layers.kernel_log.check_kernlog import check_api_mismatch, check_xi
 from zdoctor.layers.kernel_log.probe_kernlog import collect
 from zdoctor.layers.kernel_log.xids import DRIVER_FAULTS, driver_fault
 from zdoctor.readers.pcipresent import PCI_DEVICES, pci_device
-from zdoctor.report.export import _md_remedy
-from zdoctor.report.htmlreport import remedies_html
+from zdoctor.report.docwriter import write_remedy
+from zdoctor.report.export import MarkdownWriter
+from zdoctor.report.htmlreport import HtmlWriter
+from zdoctor.report.reportdoc import remedy_items
 
 #: A PCI domain no machine has (0x00ff): the record names a device this node lacks.
 ABSENT_BUS = "00ff:e1:00"
@@ -116,8 +118,12 @@ def test_an_xid_79_for_a_bus_this_node_lacks_with_no_module_loaded_is_no_reboot(
     assert remedy_flags(reboot)[:2] == [f"not recommended, because {reboot.note}", "not tried"]
     recorded = [r.to_dict() for r in f.remedies]
     assert recorded[0]["recommended"] is False and Remedy.from_dict(recorded[0]).recommended is False
-    md = "\n".join(_md_remedy(1, len(recorded), recorded[0], False))
-    html = remedies_html(recorded, False)
+    md_writer, html_writer = MarkdownWriter(), HtmlWriter(4000)
+    items = remedy_items(recorded, elsewhere=False, titles={})
+    write_remedy(items[0], md_writer)
+    for item in items:
+        write_remedy(item, html_writer)
+    md, html = "\n".join(md_writer.lines), "\n".join(html_writer.lines)
     for text in (md, html):
         assert "(not recommended)" in text and "(recommended)" not in text.replace("(not recommended)", "")
         assert "not recommended, because the node&#x27;s present state" in text.replace("'", "&#x27;")

@@ -256,13 +256,13 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
             report.session = None
             print(f"zdoctor: warning: the session could not be recorded ({log.failure}); the report is complete "
                   "but export and --resume cannot use this run", file=sys.stderr)
-    shown = report.redacted()
-    if args.json:
-        json.dump(shown.to_dict(), sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        from zdoctor.report.terminal import print_report
+    from zdoctor.report.reportdoc import from_check
+    from zdoctor.report.terminal import check_json, print_report
 
+    shown = from_check(report.redacted())
+    if args.json:
+        sys.stdout.write(check_json(shown))
+    else:
         print_report(shown, verbose=args.verbose)
     return report.exit_code
 
