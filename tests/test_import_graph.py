@@ -125,3 +125,34 @@ def test_the_contract_orders_the_tiers_as_documented():
     assert rank_in(TIERS, "zdoctor.layers.gpu.check_gpu") > rank_in(TIERS, "zdoctor.readers.elf")
     gpu, kernel_log = "zdoctor.layers.gpu.check_gpu", "zdoctor.layers.kernel_log.kernlog"
     assert rank_in(NODE_LAYERS, gpu) > rank_in(NODE_LAYERS, kernel_log)
+
+
+def deferred_imports(mods: dict[str, Path]) -> set[tuple[str, str]]:
+    """(importer, imported) for every import of a zdoctor module made inside a function."""
+    out: set[tuple[str, str]] = set()
+    for name, path in mods.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                targets: list[str] = []
+                if isinstance(node, ast.Import):
+                    targets = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in mods else node.module
+                               for a in node.names]
+                for t in targets:
+                    while t and t not in mods:
+                        t = t.rpartition(".")[0]
+                    if t.startswith("zdoctor") and t != name:
+                        out.add((name, t))
+    return out
+
+
+def test_every_deferred_import_is_declared_with_its_reason():
+    declared = {tuple(k.split(" -> ")): why for k, why in PYPROJECT["tool"]["zdoctor"]["deferred-imports"].items()}
+    found = deferred_imports(modules())
+    assert sorted(found - set(declared)) == [], "import these at the top of the module, or declare why not"
+    assert sorted(set(declared) - found) == [], "declared deferred imports that no longer exist"
+    assert all(len(why) > 20 for why in declared.values())

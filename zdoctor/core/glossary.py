@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zdoctor.core.errors import InputError
+from zdoctor.core.resources import data_dir
 
 try:
     import tomllib
@@ -24,7 +25,6 @@ class Term:
 
 
 def glossary_path() -> Path:
-    from zdoctor.core.resources import data_dir
 
     return data_dir("assets") / "glossary.toml"
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zdoctor.core.model import visible_controls
+from zdoctor.core.symptom import SOURCE_WORDS
 from zdoctor.core.verdicts import (
     DEFAULT_NOT_TRIED,
     FIXED,
@@ -393,7 +394,6 @@ def answer_line(entry: Mapping[str, Any]) -> str | None:
 
 def symptom_place(entry: Mapping[str, Any]) -> str:
     """Where a symptom was seen, in words."""
-    from zdoctor.core.symptom import SOURCE_WORDS
 
     src = str(entry.get("source") or "")
     return str(entry.get("where") or SOURCE_WORDS.get(src, src))

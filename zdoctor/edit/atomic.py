@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from zdoctor.core.errors import InputError
+from zdoctor.proc.userfile import kind_of
 
 
 def _write_through(target: Path, text: str, follow: bool) -> Path:
@@ -113,15 +114,11 @@ def _special_target(target: Path) -> bool | None:
             return None
         if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
             return None
-        from zdoctor.proc.userfile import kind_of
-
         raise InputError(f"{target}: a symbolic link to {kind_of(st.st_mode)} ({os.path.realpath(target)}); "
                          "refusing to write through it (name the file itself, or -o - for standard output)")
     if stat.S_ISREG(lst.st_mode) or stat.S_ISDIR(lst.st_mode):
         return None
     if lst.st_uid != os.geteuid() and not _system_path(target):
-        from zdoctor.proc.userfile import kind_of
-
         raise InputError(f"{target}: {kind_of(lst.st_mode)} that belongs to another user (uid {lst.st_uid}); "
                          "refusing to write into it (name a file of your own, or -o - for standard output)")
     return False
@@ -297,7 +294,6 @@ def _read_checked(path: str, dir_fd: int, name: str, expect: bytes | None, expec
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            from zdoctor.proc.userfile import kind_of
 
             raise InputError(f"{path}: is {kind_of(st.st_mode)}, not a regular file; nothing changed")
         if same_as is not None and (st.st_dev, st.st_ino) != (same_as.st_dev, same_as.st_ino):
@@ -445,7 +441,6 @@ def remove_checked(path: str, kind: str = "file") -> str:
             return f"{path} is already gone"
         want = stat.S_ISDIR if kind == "dir" else stat.S_ISREG
         if not want(st.st_mode):
-            from zdoctor.proc.userfile import kind_of
 
             what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else kind_of(st.st_mode)
             raise InputError(f"{path}: not removed: it is {what}, not the {kind} that was found")

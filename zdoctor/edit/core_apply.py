@@ -32,6 +32,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import zdoctor
 from zdoctor.core.errors import InputError
 from zdoctor.edit.atomic import CheckedReplace, remove_checked
 
@@ -101,7 +102,6 @@ def remove_action_argv(action: dict[str, Any]) -> list[str]:
 
 
 def _boot() -> list[str]:
-    import zdoctor
 
     home = os.path.dirname(os.path.dirname(os.path.abspath(zdoctor.__file__)))
     return [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {home!r}); from zdoctor.edit.core_apply "

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import zdoctor
 from zdoctor.core.errors import InputError
 from zdoctor.core.model import Remedy
 from zdoctor.core.shellquote import shell_quote
@@ -296,7 +297,6 @@ def kernel_parameters_remedy(words: Sequence[str], *, title: str, explanation: s
 def action_argv(action: dict[str, Any]) -> list[str]:
     """The argv that applies a ``file-create`` or ``file-edit`` remedy action with this interpreter and this
     zdoctor."""
-    import zdoctor
 
     home = os.path.dirname(os.path.dirname(os.path.abspath(zdoctor.__file__)))
     boot = (f"import sys; sys.path.insert(0, {home!r}); from zdoctor.edit.sysfile import main; "

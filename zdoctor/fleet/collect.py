@@ -19,6 +19,7 @@ from typing import Any
 from zdoctor.core.errors import InputError, UsageError
 from zdoctor.fleet import launch
 from zdoctor.fleet.armor import END, ArmorError, decode
+from zdoctor.host import ReplayHost
 from zdoctor.proc import children
 from zdoctor.proc.runner import run, run_streaming
 
@@ -68,7 +69,6 @@ def _tail(lines: Sequence[str], n: int = 6) -> list[str]:
 
 
 def _valid_snapshot(doc: dict[str, Any], host: str) -> str | None:
-    from zdoctor.host import ReplayHost
 
     try:
         ReplayHost(doc, source=host)

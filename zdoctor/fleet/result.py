@@ -10,11 +10,15 @@ from typing import Any
 
 from zdoctor import __version__
 from zdoctor.core.model import Evidence, Finding, Remedy, sort_findings
+from zdoctor.core.registry import CHECKS, load_vocabulary
 from zdoctor.core.verdicts import FAILING, STATUS_RANK
 from zdoctor.fleet.collect import NodeRun
 from zdoctor.fleet.ranks import fleet_rank_findings
 from zdoctor.fleet.reach import nccl_facts, reach_finding
 from zdoctor.fleet.skew import SkewRow, read_facts, skew_table
+from zdoctor.host import ReplayHost
+from zdoctor.layers import evaluate_checks, probe_findings, probes_for
+from zdoctor.layers.gpu.envreview import visible_devices
 
 #: The matrix column for probes that crashed or timed out on a node.
 PROBES_COLUMN = "probes"
@@ -112,9 +116,6 @@ def evaluate_node(run: NodeRun, launcher: str) -> NodeResult:
     """Evaluate one node's snapshot with every registered check, exactly as ``check --replay`` would."""
     if run.status != "ok" or run.snapshot is None:
         return NodeResult(run, [_launch_finding(run, launcher)])
-    from zdoctor.core.registry import CHECKS, load_vocabulary
-    from zdoctor.host import ReplayHost
-    from zdoctor.layers import evaluate_checks, probe_findings, probes_for
 
     load_vocabulary()
     host = ReplayHost(run.snapshot, source=run.host)
@@ -137,7 +138,6 @@ def evaluate_node(run: NodeRun, launcher: str) -> NodeResult:
 
 def visible_gpus(probes: dict[str, dict[str, Any]]) -> int | None:
     """How many GPUs the training sees: NVML's list as CUDA_VISIBLE_DEVICES filters it (None: unknown)."""
-    from zdoctor.layers.gpu.envreview import visible_devices
 
     nv = probes.get("nvml") or {}
     if not isinstance(nv.get("count"), int):

@@ -17,6 +17,7 @@ from zdoctor.core.shape import doubtful_nulls, record_problems
 from zdoctor.core.symptom import Symptom
 from zdoctor.host.base import Host, run_probe_guarded
 from zdoctor.proc.target import Target
+from zdoctor.proc.userfile import read_user_file
 
 SNAPSHOT_FORMAT = "zdoctor-snapshot"
 SNAPSHOT_VERSION = 1
@@ -82,7 +83,6 @@ class ReplayHost(Host):
     @classmethod
     def load(cls, path: str) -> ReplayHost:
         """Read a snapshot file; any problem is an :class:`InputError` with a one-line message."""
-        from zdoctor.proc.userfile import read_user_file
 
         if not os.path.lexists(path):
             raise InputError(f"{path}: no such file")

@@ -17,6 +17,8 @@ from typing import Any
 
 from zdoctor.core.errors import UsageError
 from zdoctor.core.units import parse_count, parse_size
+from zdoctor.proc.runner import which_all
+from zdoctor.proc.userfile import kind_of
 
 #: The interpreter looked up on the training PATH when none is named.
 DEFAULT_PYTHON = "python3"
@@ -66,7 +68,6 @@ class Target:
                 raise UsageError(f"zdoctor: --ext {p}: no such file")
             mode = os.stat(p).st_mode
             if not stat.S_ISREG(mode):  # the import probe would dlopen it: a FIFO blocks it for good
-                from zdoctor.proc.userfile import kind_of
 
                 raise UsageError(f"zdoctor: --ext {p}: is {kind_of(mode)}, not a regular file; only regular "
                                  "files are loaded as an extension")
@@ -119,7 +120,6 @@ class Target:
         """The interpreter to run: ``(path, problem, message)``. A bare name is looked up on the training
         PATH; a path is expanded (``~``) and must be an executable file. ``problem`` is ``missing`` or
         ``not_executable`` when it is not usable."""
-        from zdoctor.proc.runner import which_all
 
         python = self.python
         if "/" not in python:

@@ -16,6 +16,7 @@ import stat
 from typing import BinaryIO, TextIO
 
 from zdoctor.core.errors import InputError
+from zdoctor.proc.asuser import open_as
 
 #: Who reads a file where a group or everyone may change the folder: no user in particular.
 NOBODY = 65534
@@ -59,7 +60,6 @@ def controller(path: str) -> int | None:
 
 def _open_as_controller(path: str, uid: int, what: str, cap: int | None) -> tuple[BinaryIO, os.stat_result]:
     """``path`` opened with the rights of ``uid`` (see :func:`controller`)."""
-    from zdoctor.proc.asuser import open_as
 
     try:
         fd = open_as(path, uid)

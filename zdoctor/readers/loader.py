@@ -28,6 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from zdoctor.core.errors import InputError
+from zdoctor.proc.runner import run
 from zdoctor.proc.userfile import open_regular, open_regular_text
 from zdoctor.readers.elf import ElfInfo, read_elf
 from zdoctor.readers.ldcache import CacheEntry, index_entries, libcmp_key, lookup, read_ld_so_cache
@@ -267,7 +269,6 @@ class LoaderConfig:
 
     def load_cache(self) -> None:
         """(Re)read the cache from ``cache_path``; an unusable file is recorded and ignored, as ld.so does."""
-        from zdoctor.core.errors import InputError
 
         self._index = None
         try:
@@ -370,7 +371,6 @@ def clear_detect_cache() -> None:
 
 
 def _detect_uncached(ld_so: str) -> LoaderConfig:
-    from zdoctor.proc.runner import run
 
     env = {"LC_ALL": "C", "PATH": "/usr/bin:/bin"}
     diag = run([ld_so, "--list-diagnostics"], env=env, timeout=10, label="ld.so --list-diagnostics")

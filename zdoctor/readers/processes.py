@@ -17,7 +17,7 @@ from typing import Any
 import psutil
 
 from zdoctor.proc import children
-from zdoctor.readers.jitcache import JitOp
+from zdoctor.readers.jitcache import JitOp, cache_base
 
 DEFAULT_MATCH = ("python", "deepspeed", "torchrun", "accelerate", "ninja", "c++", "g++", "cc1plus")
 #: The builders and compilers torch's JIT build runs in the op dir.
@@ -444,7 +444,6 @@ def likely_waiters(procs: Sequence[ProcInfo], roots: Iterable[str] | None = None
     With ``roots`` (extension roots holding stale locks), a process whose environment points its
     extension cache elsewhere is left out; one whose environment could not be read stays in.
     """
-    from zdoctor.readers.jitcache import cache_base
 
     roots = [r for r in roots or []]
     out = []

@@ -14,12 +14,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-from zdoctor.core.errors import UsageError
+from zdoctor.core.errors import UsageError, ZdoctorError
 from zdoctor.core.model import cap_text, visible_controls
 from zdoctor.edit.atomic import write_text_atomic
 from zdoctor.report.docwriter import write_document
+from zdoctor.report.htmlreport import render_html as html_document
 from zdoctor.report.reportdoc import ReportDoc, from_session, summary_texts, text_of
 from zdoctor.walk.events import fold
+from zdoctor.walk.session import load_events, state_dir
 
 FORMATS = ("md", "html", "json")
 EXTENSIONS = {"md": "md", "html": "html", "json": "json"}
@@ -220,7 +222,6 @@ def render_md(doc: ReportDoc, cap: int = BLOCK_CAP) -> str:
 
 def render_html(doc: ReportDoc, cap: int = BLOCK_CAP) -> str:
     """A standalone HTML document (see :mod:`zdoctor.report.htmlreport`)."""
-    from zdoctor.report.htmlreport import render_html as html_document
 
     return html_document(doc, cap)
 
@@ -262,8 +263,6 @@ def export_session(session_id: str, fmt: str, folder: str | os.PathLike[str] | N
     """Write session ``session_id`` as ``fmt`` into ``folder`` (default: the working directory) under its
     default name; where that folder cannot be written, into the state directory's ``exports``. Returns the
     absolute path written."""
-    from zdoctor.core.errors import ZdoctorError
-    from zdoctor.walk.session import load_events, state_dir
 
     text = render(load_events(session_id), fmt, live=live)
     name = default_name(session_id, fmt)

@@ -23,6 +23,7 @@ from zdoctor.core.present import (
     scope_lines,
     summary_parts,
 )
+from zdoctor.report.reportdoc import ReportDoc, from_check
 
 
 def inert(text: object) -> str:
@@ -55,7 +56,6 @@ def print_report(report: CheckReport | ReportDoc, stream: TextIO | None = None, 
     and plain (non-tty) output through rich."""
     from rich.console import Console
 
-    from zdoctor.report.reportdoc import ReportDoc, from_check
 
     doc = report if isinstance(report, ReportDoc) else from_check(report)
     stream = stream or sys.stdout

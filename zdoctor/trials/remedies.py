@@ -18,7 +18,7 @@ from typing import Any
 from zdoctor.core.model import Evidence, Remedy
 from zdoctor.core.present import tool_missing
 from zdoctor.core.shellquote import shell_quote
-from zdoctor.proc import codeowner
+from zdoctor.proc import codeowner, scratch
 from zdoctor.proc.privilege import RunAs, share_dir
 from zdoctor.trials.jitguard import run_guarded
 
@@ -235,7 +235,6 @@ def verify(plan: Plan, argv: Sequence[str], env: Mapping[str, str], *, timeout: 
     how = ""
     if run_as is None:  # the runner's rule, known ahead: the trial's folder is shared with that account
         run_as = codeowner.runs_as(argv, env, cwd)
-    from zdoctor.proc import scratch
 
     try:
         where: str | None = scratch.run_folder()  # swept by the next run should this one be killed

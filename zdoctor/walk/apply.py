@@ -26,10 +26,14 @@ from pathlib import Path
 from zdoctor.core.errors import InputError
 from zdoctor.core.model import Remedy, cap_text
 from zdoctor.core.present import only_changes_the_shell
+from zdoctor.edit.core_apply import action_argv as replace_argv
+from zdoctor.edit.core_apply import remove_action_argv
 from zdoctor.edit.sysfile import action_argv as create_argv
+from zdoctor.layers.offload.fstab_apply import action_argv
 from zdoctor.proc import codeowner, contain
 from zdoctor.proc.systools import system_tool
 from zdoctor.proc.target import Target
+from zdoctor.walk.session import ensure_private_dir
 
 ENV_LINE = re.compile(r"^\s*(export|unset)\s+")
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -230,7 +234,6 @@ def write_env_file(lines: list[str], folder: Path, name: str) -> Path:
     source. ``folder`` (zdoctor's ``fixes`` folder) is checked like the sessions folder: a symbolic link
     or another user's folder is refused, never written through; the file is created with ``O_EXCL``
     and ``O_NOFOLLOW`` in that folder's descriptor."""
-    from zdoctor.walk.session import ensure_private_dir
 
     ensure_private_dir(folder, "fix file directory")
     text = "# Written by zdoctor: source this file in the shell (or job script) that launches training.\n"
@@ -286,7 +289,6 @@ def run_remedy(remedy: Remedy, env: Mapping[str, str], *, on_output: Callable[[s
     staged = contextlib.ExitStack()  # what a step needs while it runs (the new text of a file-replace)
     argv = ["bash", "-c", script(remedy)]
     if remedy.action and remedy.action.get("kind") == "fstab-add":
-        from zdoctor.layers.offload.fstab_apply import action_argv
 
         argv = action_argv(remedy.action)  # the safe core, not the copyable lines
         watch = [p for p in (remedy.action.get("fstab"), remedy.action.get("backup")) if p]
@@ -296,13 +298,11 @@ def run_remedy(remedy: Remedy, env: Mapping[str, str], *, on_output: Callable[[s
         watch = [str(p) for p in (remedy.action.get("path"), remedy.action.get("backup")) if p]
         before = file_states(watch)
     elif remedy.action and remedy.action.get("kind") == "file-replace":
-        from zdoctor.edit.core_apply import action_argv as replace_argv
 
         argv = staged.enter_context(replace_argv(remedy.action))  # the safe core, not the copyable lines
         watch = [p for p in (remedy.action.get("path"), remedy.action.get("backup")) if p]
         before = file_states(watch)
     elif remedy.action and remedy.action.get("kind") == "remove-lock":
-        from zdoctor.edit.core_apply import remove_action_argv
 
         argv = remove_action_argv(remedy.action)
         watch = [str(remedy.action.get("path"))]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from zdoctor.core.model import STATUSES, Finding
-from zdoctor.core.registry import owner_check
+from zdoctor.core.registry import CHECKS, owner_check
 
 #: Keys a condition table may use.
 FINDING_KEYS = ("finding", "status")
@@ -130,7 +130,6 @@ def probes_of(cond: Condition, checks: Mapping[str, Any]) -> list[str]:
 
 def holds(cond: Condition, facts: Any, findings_of: Callable[[str], list[Finding]]) -> bool:
     """Whether ``cond`` holds for ``facts``; ``findings_of(check)`` gives a check's (cached) findings."""
-    from zdoctor.core.registry import CHECKS
 
     if isinstance(cond, FindingCondition):
         owner = owner_check(cond.finding, CHECKS)

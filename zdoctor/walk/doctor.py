@@ -9,13 +9,18 @@ from zdoctor import __version__
 from zdoctor.core.answers import WalkEnd, with_answers
 from zdoctor.core.errors import UsageError
 from zdoctor.core.model import Finding, sort_findings, summarize
-from zdoctor.core.registry import PROBES, load_vocabulary
+from zdoctor.core.nodelayers import layer_status
+from zdoctor.core.redact import redact
+from zdoctor.core.registry import CHECKS, PROBES, load_vocabulary, owner_check
 from zdoctor.core.symptom import EXPLAINING
 from zdoctor.core.verdicts import FAILING
-from zdoctor.host import Host
+from zdoctor.host import Host, snapshot_document
 from zdoctor.layers import run_checks
 from zdoctor.proc.target import target_of
+from zdoctor.walk.engine import Walk
 from zdoctor.walk.events import FindingRecorded, ProbeRecorded, Recorder, SummaryRecorded, no_record
+from zdoctor.walk.ledger import assess, linked
+from zdoctor.walk.playbook import load_all
 
 if TYPE_CHECKING:
     from zdoctor.walk.playbook import Playbook
@@ -96,7 +101,6 @@ class CheckReport:
     def redacted(self) -> CheckReport:
         """The report as it may be shown or stored: secrets in command lines, environments and outputs
         replaced (see :mod:`zdoctor.core.redact`); the real command line stays only in memory."""
-        from zdoctor.core.redact import redact
 
         findings = [Finding.from_dict(redact(f.to_dict())) for f in self.findings]
         return CheckReport(host=redact(self.host), findings=findings, playbooks=self.playbooks, session=self.session,
@@ -119,7 +123,6 @@ class CheckReport:
 
 def select_playbooks(only: list[str] | None = None) -> dict[str, Playbook]:
     """The bundled playbooks to walk: all of them, or the named ones (an unknown id is a UsageError)."""
-    from zdoctor.walk.playbook import load_all
 
     books = load_all()
     if only is None:
@@ -132,7 +135,6 @@ def select_playbooks(only: list[str] | None = None) -> dict[str, Playbook]:
 
 def walk_playbooks(host: Host, record: Recorder | None, books: dict[str, Playbook]) -> list[PlaybookRun]:
     """Drive each playbook to its end, headless (recording each step where ``record`` is given)."""
-    from zdoctor.walk.engine import Walk
 
     runs: list[PlaybookRun] = []
     for pid, book in books.items():
@@ -155,7 +157,6 @@ def check(host: Host, record: Recorder = no_record, playbooks: dict[str, Playboo
     """Run every check against ``host`` (probes run concurrently), record it, and walk the playbooks
     (default: every bundled one; see :func:`select_playbooks`)."""
     books = (select_playbooks() if playbooks is None else playbooks) if walk else {}
-    from zdoctor.walk.ledger import assess, linked
 
     facts, findings = run_checks(host)
     for res in facts.values():
@@ -181,8 +182,6 @@ def check(host: Host, record: Recorder = no_record, playbooks: dict[str, Playboo
 
 def layers_examined(findings: list[Finding]) -> list[dict[str, Any]]:
     """Each layer of the node with whether this run's findings show it examined (:func:`layers.layer_status`)."""
-    from zdoctor.core.nodelayers import layer_status
-    from zdoctor.core.registry import CHECKS, owner_check
 
     return layer_status({name: spec.layer for name, spec in CHECKS.items() if spec.layer}, findings,
                         lambda fid: owner_check(fid, CHECKS))
@@ -219,8 +218,6 @@ def incomplete_reason(facts: Any, command: str | None = None, ext: Any = ()) -> 
 
 def snapshot(host: Host) -> dict[str, Any]:
     """Run every registered probe and return the snapshot document, secrets redacted."""
-    from zdoctor.core.redact import redact
-    from zdoctor.host import snapshot_document
 
     load_vocabulary()
     host.results(PROBES)

@@ -15,7 +15,7 @@ from typing import Any
 
 from zdoctor.core.errors import InputError
 from zdoctor.core.model import Finding, ProbeResult
-from zdoctor.core.registry import CHECKS, PREDICATES, Facts
+from zdoctor.core.registry import CHECKS, PREDICATES, Facts, load_vocabulary
 from zdoctor.core.verdicts import FAILING
 from zdoctor.host import Host
 from zdoctor.layers import evaluate_check, probe_findings, probes_for
@@ -197,7 +197,6 @@ class Walk:
     def _setup(self, playbook: Playbook, host: Host, record: Recorder | None, max_visits: int) -> None:
         if max_visits < 1:
             raise ValueError("max_visits must be at least 1")
-        from zdoctor.core.registry import load_vocabulary
 
         load_vocabulary()  # predicates must be registered before any edge is judged
         self.playbook = playbook

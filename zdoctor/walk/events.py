@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Iterable, Mapping, Protocol
 from zdoctor.core.answers import WalkEnd, with_answers
 from zdoctor.core.model import ProbeResult
 from zdoctor.core.symptom import EXPLAINING
+from zdoctor.core.verdicts import answer_first, count
 from zdoctor.symptoms.view import ledger_entries
 
 #: Keys of the envelope every recorded event carries.
@@ -465,13 +466,11 @@ class SessionView:
     def sorted_findings(self) -> list[dict[str, Any]]:
         """The latest version of each finding: those that answer a symptom first, then worst first, then by
         id (:func:`zdoctor.core.verdicts.answer_first`)."""
-        from zdoctor.core.verdicts import answer_first
 
         return answer_first((ev["finding"] for ev in self.findings.values()), self.symptoms())
 
     def counts(self) -> dict[str, Any]:
         """The last recorded summary, or one counted from the latest findings when none is current."""
-        from zdoctor.core.verdicts import count
 
         if self.summary is not None:
             return {k: v for k, v in self.summary.items() if k not in ENVELOPE}

@@ -15,16 +15,16 @@ from zdoctor.core.model import Finding, ProbeResult
 from zdoctor.core.registry import CHECKS, PROBES, load_vocabulary
 from zdoctor.core.symptom import UNEXPLAINED_PREFIX
 from zdoctor.host import Host
+from zdoctor.layers import probes_for
 from zdoctor.proc import children
 from zdoctor.walk.doctor import walk_playbooks
-from zdoctor.walk.engine import Walk
+from zdoctor.walk.engine import Walk, probe_names
 from zdoctor.walk.playbook import Node, Playbook
 
 
 def node_probes(node: Node) -> list[str]:
     """Every probe a visit of ``node`` runs, in the order :meth:`Walk.evaluate` asks for them: the node's
     own probes, those its checks read, those its edge predicates read."""
-    from zdoctor.walk.engine import probe_names
 
     return probe_names(node)
 
@@ -36,7 +36,6 @@ GLANCE_PROBES = ("system", "nvml")
 def first_pass_probes() -> list[str]:
     """The probes of the node at a glance, then every probe the registered checks read (what
     ``zdoctor check`` runs)."""
-    from zdoctor.layers import probes_for
 
     load_vocabulary()
     glance = [p for p in GLANCE_PROBES if p in PROBES]

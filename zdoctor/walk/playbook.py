@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zdoctor.core.errors import InputError
+from zdoctor.core.resources import data_dir
+from zdoctor.proc.userfile import read_user_file
 from zdoctor.walk.conditions import Condition, parse_condition
 
 try:
@@ -208,7 +210,6 @@ def _toml_error(file: str, text: str, exc: Exception) -> LintError:
 
 
 def _read_toml(path: Path) -> tuple[dict[str, Any] | None, LintError | None]:
-    from zdoctor.proc.userfile import read_user_file
 
     file = str(path)
     try:
@@ -451,7 +452,6 @@ def load_playbook(path: str | Path) -> Playbook:
 
 
 def _default_dirs() -> list[Path]:
-    from zdoctor.core.resources import data_dir
 
     return [data_dir("playbooks")]
 

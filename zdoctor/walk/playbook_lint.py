@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zdoctor.core.registry import owner_check
+from zdoctor.core import registry
+from zdoctor.core.registry import CHECKS, owner_check
 from zdoctor.walk.conditions import Condition, FactCondition
 from zdoctor.walk.playbook import END_KINDS, KINDS, LintError, Playbook, parse_file, reference_errors
 
@@ -26,7 +27,6 @@ class Vocabulary:
 
     @classmethod
     def from_registry(cls) -> Vocabulary:
-        from zdoctor.core import registry
 
         registry.load_vocabulary()
         return cls(registry.PROBES, registry.CHECKS, registry.PREDICATES)
@@ -72,7 +72,6 @@ def _condition_problems(cond: Condition, vocab: Vocabulary) -> list[str]:
 
 def finding_id_known(fid: str, owner: str, checks: Mapping[str, Any]) -> bool:
     """Whether check ``owner`` declares finding id ``fid`` (or a family or a dotted prefix of ids it makes)."""
-    from zdoctor.core.registry import CHECKS
 
     spec = checks.get(owner) or CHECKS.get(owner)
     produces = getattr(spec, "produces", None)

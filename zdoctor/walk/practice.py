@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zdoctor.core.errors import InputError, UsageError
+from zdoctor.core.resources import data_dir
 from zdoctor.host import ReplayHost
 
 try:
@@ -44,7 +45,6 @@ class Scenario:
 
 def scenarios_dir() -> Path:
     """Where the bundled scenarios live."""
-    from zdoctor.core.resources import data_dir
 
     return data_dir("assets") / "scenarios"
 

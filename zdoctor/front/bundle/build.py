@@ -26,6 +26,7 @@ from pathlib import Path
 
 from zdoctor import __version__
 from zdoctor.core.errors import InputError
+from zdoctor.core.resources import data_dir
 
 #: Requirements of the bundle: zdoctor's runtime dependencies as resolved for the oldest Python it
 #: supports (tomli included: Python < 3.11 needs it). psutil comes from its platform wheels.
@@ -102,8 +103,6 @@ def _dist(name: str) -> tuple[str, str]:
 def _source_tree() -> dict[str, Path]:
     """zdoctor's own files: the package's modules and the data files beside them (``shape.json``), with the
     screens inside it, as in the wheel."""
-    from zdoctor.core.resources import data_dir
-
     pkg = Path(__file__).resolve().parents[2]
     out: dict[str, Path] = {}
     for path in sorted([*pkg.rglob("*.py"), *pkg.rglob("*.json")]):
@@ -117,8 +116,6 @@ def _source_tree() -> dict[str, Path]:
 
 
 def _data_tree() -> dict[str, Path]:
-    from zdoctor.core.resources import data_dir
-
     out: dict[str, Path] = {}
     for name in ("playbooks", "assets"):
         root = data_dir(name)

@@ -15,13 +15,17 @@ import shutil
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from zdoctor.core.errors import InputError
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import facts_of, probe
 from zdoctor.layers.cuda_lookup import cudalookup as cl
 from zdoctor.layers.cuda_lookup.rules import DRIVER_DIRS
 from zdoctor.proc import contain
+from zdoctor.proc.privilege import runs_as_of
 from zdoctor.proc.runner import run
 from zdoctor.proc.target import target_of
+from zdoctor.readers.ldcache import read_ld_so_cache
+from zdoctor.symptoms.catalogue import SIGNATURES
 
 LDCONFIG = "/sbin/ldconfig"
 LD_SO_CONF_D = "/etc/ld.so.conf.d"
@@ -101,8 +105,6 @@ def collect_node(env: Mapping[str, str], *, cache_path: str = "/etc/ld.so.cache"
     """The part of the facts that needs nothing of the training interpreter: the ld.so cache, ``ldconfig -p``
     (its parsed lines are returned too), the driver's directories and the compiler's search path. The probe
     reads it while torch's import runs."""
-    from zdoctor.core.errors import InputError
-    from zdoctor.readers.ldcache import read_ld_so_cache
 
     evidence: list[Evidence] = []
     try:
@@ -201,7 +203,6 @@ def collect_lookup(env: Mapping[str, str], pyenv: Mapping[str, Any], libs: Mappi
 
 def lcuda_failed(text: str) -> bool:
     """Whether ``text`` (a failing run's output) has GNU ld's ``cannot find -lcuda``."""
-    from zdoctor.symptoms.catalogue import SIGNATURES
 
     sig = next(s for s in SIGNATURES if s.id == "link.cannot-find-lcuda")
     return any(sig.search(line) for line in (text or "").splitlines())
@@ -274,7 +275,6 @@ def _cuda_homes(env: Mapping[str, str], stack: Mapping[str, Any]) -> list[str]:
 @probe("cudalookup", title="How CUDA's libraries are found (libcuda, stubs, extensions' CUDA sonames)",
        timeout=60 + 6 * TRIAL_TIMEOUT, needs=("pyenv", "libs", "cuda_stack", "livetrace"))
 def cudalookup_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
-    from zdoctor.proc.privilege import runs_as_of
 
     target = target_of(host)
     env = dict(target.env)

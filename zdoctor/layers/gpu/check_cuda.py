@@ -18,6 +18,9 @@ from zdoctor.core.registry import Facts, check, predicate
 from zdoctor.core.shellquote import shell_quote
 from zdoctor.layers import not_checked
 from zdoctor.layers.gpu import cuda
+from zdoctor.layers.gpu.drivers import driver_ceiling, min_driver_pre11
+from zdoctor.layers.python_env.check_dsrelease import nvcc_rule_of_installed
+from zdoctor.layers.python_env.dsrules import CURRENT_READ_FROM, parse_version
 from zdoctor.readers.gccver import parse_torch_config, version_tuple
 from zdoctor.readers.gpufacts import na, nvml_gpus, pip_line
 from zdoctor.symptoms.match import ids_for
@@ -107,7 +110,6 @@ def _distro(facts: Facts) -> dict[str, Any] | None:
 def _driver_remedy(gpus: list[dict[str, Any]] | None = None,
                    distro: dict[str, Any] | None = None) -> list[Remedy]:
     """Upgrade the driver, one alternative per package manager this node may have."""
-    from zdoctor.layers.gpu.drivers import driver_ceiling
 
     ceil = driver_ceiling([g.get("name") or "" for g in gpus or []])
     out = []
@@ -174,7 +176,6 @@ def check_runtime(facts: Facts) -> list[Finding]:
     drv_int = nv.get("cuda_driver")
     if v["verdict"] == "too_old":
         rem = [r for r in [_wheel_remedy(facts, drv_cuda)] if r] + _driver_remedy(gpus, _distro(facts))
-        from zdoctor.layers.gpu.drivers import min_driver_pre11
 
         pre11 = min_driver_pre11(v["runtime"]) if v.get("no_minor_compat") else None
         return [Finding(
@@ -296,8 +297,6 @@ def _install_toolkit_remedy(torch_cuda_v: str, distro: dict[str, Any] | None) ->
 
 def _installed_nvcc_rule(facts: Facts) -> dict[str, Any] | None:
     """The nvcc rule read from the installed DeepSpeed (dsrelease probe), when that probe ran."""
-    from zdoctor.layers.python_env.check_dsrelease import nvcc_rule_of_installed
-    from zdoctor.layers.python_env.dsrules import CURRENT_READ_FROM, parse_version
 
     rule = nvcc_rule_of_installed(facts)
     if rule is None:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from zdoctor.core import packages
+from zdoctor.proc.runner import which_all
 
 # -- versions --------------------------------------------------------------------------------------
 
@@ -76,7 +77,6 @@ def find_cuda_home(env: Mapping[str, str], *, exists: Callable[[str], bool] = os
     ``nvcc`` (``path/bin/nvcc``, the compiler DeepSpeed and torch run).
     """
     if which is None:
-        from zdoctor.proc.runner import which_all
 
         which = which_all
     value = env.get("CUDA_HOME") or env.get("CUDA_PATH")

@@ -31,6 +31,7 @@ import os
 import re
 from typing import Any
 
+from zdoctor.core.errors import InputError
 from zdoctor.core.model import Evidence, cap_text
 from zdoctor.core.registry import probe
 from zdoctor.edit.sysfile import LIMITS_D
@@ -43,6 +44,7 @@ from zdoctor.proc.target import target_of
 from zdoctor.proc.userfile import open_regular_text
 from zdoctor.readers import hostlimits as limits
 from zdoctor.readers import kmod
+from zdoctor.readers.ldcache import read_ld_so_cache
 
 SMI_TIMEOUT = 15.0
 SAMPLE_CAP_S = 20.0
@@ -131,8 +133,6 @@ def _num(v: Any, unit: str = "") -> str:
 
 def nvml_library_paths(ld_cache: str = "/etc/ld.so.cache") -> list[str]:
     """Where the loader finds libnvidia-ml.so.1 (ld.so.cache), for the user-space driver's version."""
-    from zdoctor.core.errors import InputError
-    from zdoctor.readers.ldcache import read_ld_so_cache
 
     try:
         return [e.path for e in read_ld_so_cache(ld_cache) if e.soname == "libnvidia-ml.so.1"]
@@ -343,8 +343,6 @@ def collect_nccl(env: dict[str, str], pyenv: dict[str, Any] | None, *, ld_cache:
                  ask_torch: bool = True, timeout: float = NCCL_VERSION_TIMEOUT, run_as: RunAs | None = None
                  ) -> tuple[dict[str, Any], list[Evidence]]:
     """Every NCCL the training could load, torch's pinned NCCL and the one it really loaded."""
-    from zdoctor.core.errors import InputError
-    from zdoctor.readers.ldcache import read_ld_so_cache
 
     pyenv = pyenv or {}
     torch = pyenv.get("torch") or {}

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 
 from zdoctor.core.errors import InputError
+from zdoctor.layers.offload.dsconfig import read_text
 
 #: One DNS label (underscores allowed: clusters use them), 1-63 characters, no leading or trailing hyphen.
 _LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?\Z")
@@ -103,7 +104,6 @@ def parse_hostfile(text: str, source: str) -> list[Node]:
 
 def read_hostfile(path: str) -> list[Node]:
     """Read and parse a hostfile; missing, unreadable, huge or binary files are one-line InputErrors."""
-    from zdoctor.layers.offload.dsconfig import read_text
 
     return parse_hostfile(read_text(path, "hostfile", cap=4 * 1024 * 1024), path)
 

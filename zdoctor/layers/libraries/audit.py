@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from zdoctor.readers.elf import read_elf
+from zdoctor.readers.loader import LoaderConfig, Process
 from zdoctor.readers.versions import family_of, missing, sort_key
 
 LIBSTDCXX = "libstdc++.so.6"
@@ -129,7 +130,6 @@ def _failure_dict(f: Any) -> dict[str, Any]:
 def static_audit(executable: str, env: Mapping[str, str], targets: list[Target], *, config: Any = None,
                  cwd: str | None = None) -> dict[str, Any]:
     """Emulate the training process; JSON-ready facts (see the module docstring)."""
-    from zdoctor.readers.loader import LoaderConfig, Process
 
     config = config or LoaderConfig.detect()
     proc = Process(executable, env, config, cwd=cwd)

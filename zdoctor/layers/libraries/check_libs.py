@@ -14,8 +14,9 @@ from zdoctor.layers.libraries.fixes import best_copy
 from zdoctor.layers.libraries.rebuildop import jit_dir_of, rebuild_remedy, serving_compilers
 from zdoctor.layers.libraries.runneeds import has_every, is_libstdcxx_version, needed_versions
 from zdoctor.layers.libraries.runtables import failure_tables
-from zdoctor.layers.libraries.shellinit import COMMENT_NOTE, commented_out
+from zdoctor.layers.libraries.shellinit import COMMENT_NOTE, commented_out, lines_for_entry
 from zdoctor.layers.libraries.sources import live_source, static_source
+from zdoctor.readers.jitcache import gcc_version_of
 from zdoctor.readers.versions import gcc_release_for, gcc_series, newest, sort_key
 from zdoctor.symptoms.match import ids_for
 from zdoctor.trials.remedies import Plan
@@ -480,7 +481,6 @@ def check_interpreter_rpath(facts: Facts) -> list[Finding]:
 def _gcc_of(comment: str) -> str | None:
     """``GCC: (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0`` -> ``11.4.0``; ``GCC: (GNU) 13.3.1 20240611 (Red Hat
     13.3.1-2)`` -> ``13.3.1`` (the release, not the vendor's package suffix)."""
-    from zdoctor.readers.jitcache import gcc_version_of
 
     return gcc_version_of([comment]) if comment.startswith("GCC:") else None
 
@@ -534,7 +534,6 @@ def check_ext_compilers(facts: Facts) -> list[Finding]:
 def check_env_source(facts: Facts) -> list[Finding]:
     """For each LD_LIBRARY_PATH or LD_PRELOAD entry that supplies a failing libstdc++, the shell startup line
     that sets it: the line to change so the fix outlives this shell."""
-    from zdoctor.layers.libraries.shellinit import lines_for_entry
 
     cid = "libs.env-source"
     kinds = {"ld_library_path": "LD_LIBRARY_PATH", "ld_preload": "LD_PRELOAD"}

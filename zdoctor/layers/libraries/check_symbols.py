@@ -10,6 +10,7 @@ from zdoctor.core.model import Finding, Remedy
 from zdoctor.core.packages import managers_of_owner
 from zdoctor.core.registry import Facts, check, predicate
 from zdoctor.layers import not_checked
+from zdoctor.layers.libraries.check_libs import live_unchecked
 from zdoctor.layers.libraries.symbols import library_for_prefix
 from zdoctor.symptoms.match import ids_for
 from zdoctor.trials.remedies import Plan
@@ -219,7 +220,6 @@ def _other_release(e: dict[str, Any], fid: str, name: str, shown: str,
        probes=("symbols", "livetrace"), optional=("toolchain",),
        explains=("undefined-symbol", "undefined-reference", "version-not-found"))
 def check_symbols(facts: Facts) -> list[Finding]:
-    from zdoctor.layers.libraries.check_libs import live_unchecked
 
     f = facts.of("symbols")
     if f is None or f.get("skipped"):

@@ -8,6 +8,7 @@ from typing import Any
 
 from zdoctor.layers.libraries.inventory import conda_prefix_of
 from zdoctor.layers.libraries.runneeds import has_every, is_libstdcxx_version, needed_versions
+from zdoctor.layers.libraries.versioned import propose_versioned
 from zdoctor.readers.elf import read_elf
 from zdoctor.readers.versions import gcc_release_providing, missing, sort_key
 from zdoctor.trials.remedies import Plan, conda_upgrade, fix_ld_library_path, fix_preload, preload, split_path_list
@@ -80,7 +81,6 @@ def propose(libs: Mapping[str, Any], live: Mapping[str, Any], env: Mapping[str, 
     providers = {os.path.realpath(f["provider"]) for f in failures if f.get("provider")}
     if good and os.path.realpath(good) not in providers:
         plans.append(preload(env, good, bad_preloads, rests + [f"{good} defines every needed version"]))
-    from zdoctor.layers.libraries.versioned import propose_versioned
 
     plans += propose_versioned(libs, env, needs, failures, rests)
     release = gcc_release_providing(needs)

@@ -15,6 +15,7 @@ from zdoctor.layers.libraries.probe_libs import LIVE_TIMEOUT
 from zdoctor.proc.target import target_of
 from zdoctor.proc.userfile import open_regular_text
 from zdoctor.readers.elf import read_elf
+from zdoctor.readers.owner import owner_of
 from zdoctor.readers.versions import newest
 
 LIBC_SONAMES = ("libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1")
@@ -111,7 +112,6 @@ OWNERS_TIMEOUT = max(LIVE_TIMEOUT + 30, 90) + 30
 def glibc_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     """The host's glibc, torch's GLIBC_x needs, and the package (pip RECORD, conda-meta, dpkg -S or rpm -qf)
     of every library the loader refused for its GLIBC_x need (``owners``: {library: owner})."""
-    from zdoctor.readers.owner import owner_of
 
     pyenv = facts_of(host, "pyenv")
     facts, evidence = collect_glibc(pyenv)

@@ -15,10 +15,21 @@ from typing import Any
 from zdoctor.core import progress
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import facts_of, probe
+from zdoctor.layers.libraries.audit import static_audit, training_targets
+from zdoctor.layers.libraries.fixes import propose
+from zdoctor.layers.libraries.inventory import take_inventory
+from zdoctor.layers.libraries.lddebug import summarize
+from zdoctor.layers.libraries.runneeds import libstdcxx_needs, run_objects
 from zdoctor.layers.libraries.runtables import TARGETS_LABEL, needs_table
+from zdoctor.layers.libraries.shellinit import scan
+from zdoctor.layers.libraries.trialpool import TrialPool
 from zdoctor.proc.privilege import runs_as_of
 from zdoctor.proc.target import target_of
 from zdoctor.proc.userfile import open_regular_text
+from zdoctor.readers.elf import read_elf
+from zdoctor.readers.jitcache import scan_jit_cache
+from zdoctor.readers.loader import LoaderConfig, expand_dst
+from zdoctor.trials.remedies import verify
 
 LIVE_TIMEOUT = 120.0
 #: The default import probe normally finishes in seconds; strace joins only a run this slow.
@@ -54,7 +65,6 @@ def jit_op_paths(jit: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
 
 def _interp_dirs(audit_facts: dict[str, Any], pyenv: dict[str, Any], config: Any) -> dict[str, Any]:
     """The interpreter's RPATH/RUNPATH dirs, expanded as ld.so expands them ($ORIGIN, $LIB, $PLATFORM)."""
-    from zdoctor.readers.loader import expand_dst
 
     interp = audit_facts.get("interpreter") or {}
     origin = os.path.dirname(interp.get("realpath") or "")
@@ -123,9 +133,6 @@ def compilers_table(audit: dict[str, Any], toolchain: dict[str, Any]) -> Evidenc
 @probe("libs", title="Which libstdc++ the training loads (static)", timeout=90, needs=("pyenv", "jitcache"))
 def libs_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Emulate ld.so for the training process; inventory every libstdc++ copy."""
-    from zdoctor.layers.libraries.audit import static_audit, training_targets
-    from zdoctor.layers.libraries.inventory import take_inventory
-    from zdoctor.readers.loader import LoaderConfig
 
     env = _env(host)
     pyenv = facts_of(host, "pyenv")
@@ -177,7 +184,6 @@ def libs_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
 
 def describe_provider(failure: dict[str, Any]) -> dict[str, Any]:
     """Add what the failing provider really is (read now, so a replay never looks at its own machine)."""
-    from zdoctor.readers.elf import read_elf
 
     info = read_elf(failure["provider"])
     failure["provider_realpath"] = os.path.realpath(failure["provider"])
@@ -189,7 +195,6 @@ def describe_provider(failure: dict[str, Any]) -> dict[str, Any]:
 
 def rpath_copies(interp: dict[str, Any]) -> list[dict[str, Any]]:
     """Each libstdc++.so.6 in the interpreter's DT_RPATH dirs, with the versions it defines."""
-    from zdoctor.readers.elf import read_elf
 
     out = []
     for d in interp.get("rpath_dirs") or []:
@@ -218,7 +223,6 @@ def trace_argv(host: Any, env: dict[str, str]) -> tuple[list[str] | None, str]:
     """The command the live trace runs, and its kind (see :func:`live_argv`). The JIT cache is scanned
     here rather than read from the jitcache probe, which waits for the interpreter probe: the trace then
     runs alongside it instead of after it."""
-    from zdoctor.readers.jitcache import scan_jit_cache
 
     jit_good, _ = jit_op_paths({"ops": [op.to_dict() for op in scan_jit_cache(env)]})
     return live_argv(host, jit_good)
@@ -247,7 +251,6 @@ def _flat_files(last_files: dict[int, list[Any]]) -> list[str]:
 
 def _loaded_all(lt: Any, cap: int = 2000) -> list[dict[str, Any]]:
     """Every object the traced processes loaded (name as asked for, path found), first pid first."""
-    from zdoctor.layers.libraries.lddebug import summarize
 
     out: list[dict[str, Any]] = []
     for rec in summarize(lt.traces).values():
@@ -261,7 +264,6 @@ def _loaded_all(lt: Any, cap: int = 2000) -> list[dict[str, Any]]:
 def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Run the command under LD_DEBUG=libs,files,versions (strace where it helps); record what loaded."""
     from zdoctor.layers.libraries.live import parse_probe_output, trace_command
-    from zdoctor.layers.libraries.runneeds import libstdcxx_needs, run_objects
 
     env = _env(host)
     argv, why = trace_argv(host, env)
@@ -323,9 +325,6 @@ def libfix_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
 
     The fixes the static audit predicts are re-run at once, beside the traced run; the trace's own plans
     then take those results (the same change is never re-run twice) and only new ones are started."""
-    from zdoctor.layers.libraries.fixes import propose
-    from zdoctor.layers.libraries.trialpool import TrialPool
-    from zdoctor.trials.remedies import verify
 
     env = _env(host)
     libs = facts_of(host, "libs")
@@ -372,7 +371,6 @@ def libfix_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
 def shellinit_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Read (never run) the training user's and the system's shell startup files, and the activate.d
     scripts of the conda prefixes in play, for the lines that set LD_LIBRARY_PATH or LD_PRELOAD."""
-    from zdoctor.layers.libraries.shellinit import scan
 
     env = _env(host)
     prefixes: list[str] = []

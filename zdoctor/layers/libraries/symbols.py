@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from zdoctor.proc.userfile import open_regular
+from zdoctor.readers.elf import read_elf
+from zdoctor.readers.owner import package_of
 
 UNDEFINED = re.compile(r"(?P<obj>/[^\s:]+?\.so[.\d]*)?:? ?(?:undefined symbol|symbol lookup error: [^:]+: "
                        r"undefined symbol): (?P<sym>[A-Za-z_][\w.$@]*)(?:, version (?P<ver>[\w.@+-]+))?")
@@ -161,7 +163,6 @@ def own_dirs(obj: str | None) -> list[str]:
     """The directories ``obj``'s own RUNPATH (else RPATH) names, $ORIGIN expanded."""
     if not obj or not os.path.isfile(obj):
         return []
-    from zdoctor.readers.elf import read_elf
 
     elf = read_elf(obj)
     origin = os.path.dirname(os.path.realpath(obj))
@@ -218,8 +219,6 @@ def triage(obj: str | None, symbol: str, loaded: Mapping[str, str], env: Mapping
                 return rec
     # 3. the version node names the library, and its only copy here is a release without the symbol
     if version:
-        from zdoctor.readers.elf import read_elf
-        from zdoctor.readers.owner import package_of
 
         for soname in rec["needed"]:
             have = loaded.get(soname)
@@ -241,9 +240,6 @@ def triage_version(error: Mapping[str, Any], env: Mapping[str, str], loaded: Ite
     """A missing version node of a library other than libstdc++ and glibc (``libfoo.so.1: version `FOO_2'
     not found (required by op.so)``): the loaded copy's nodes, its package release, and any other copy here
     that defines the node. ``kind``: other-release (no copy here has it) | shadowed-release (another does)."""
-    from zdoctor.readers.elf import read_elf
-    from zdoctor.readers.owner import package_of
-
     provider, version = str(error.get("provider") or ""), str(error.get("version") or "")
     info = read_elf(provider)
     soname = info.soname if info.ok and info.soname else os.path.basename(provider)

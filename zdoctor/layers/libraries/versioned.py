@@ -20,6 +20,7 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from zdoctor.layers.libraries.inventory import candidate_dirs
 from zdoctor.readers.elf import read_elf
 from zdoctor.readers.loader import expand_dst
 from zdoctor.readers.versions import missing
@@ -108,7 +109,6 @@ def propose_versioned(libs: Mapping[str, Any], env: Mapping[str, str], needs: li
                       failures: list[dict[str, Any]], rests: list[str],
                       config: Any = None) -> list[Plan]:
     """The preload and link plans for a versioned-only libstdc++ that has every need."""
-    from zdoctor.layers.libraries.inventory import candidate_dirs
 
     interp = libs.get("interpreter") or {}
     dirs = [d for d, _why in candidate_dirs(env, interpreter=interp, toolsets=False)]

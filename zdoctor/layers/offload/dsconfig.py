@@ -24,6 +24,7 @@ from zdoctor.layers.offload.hjsonreader import (
     line_col,
     parse_text,
 )
+from zdoctor.proc.userfile import read_user_file
 
 #: Larger files are refused: a ds_config is a few kilobytes.
 MAX_BYTES = 16 * 1024 * 1024
@@ -106,7 +107,6 @@ def parse_config(text: str, path: str = "<text>") -> DsConfig:
 def read_text(path: str, what: str = "file", cap: int = MAX_BYTES) -> str:
     """The UTF-8 text of ``path``; missing, unreadable, huge, binary or undecodable files are InputErrors,
     and so is anything but a regular file (see :mod:`zdoctor.proc.userfile`)."""
-    from zdoctor.proc.userfile import read_user_file
 
     raw = read_user_file(path, what, cap)
     if b"\x00" in raw:

@@ -17,7 +17,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from zdoctor.layers.offload.fstab import FSTAB, apply_fstab_line
+import zdoctor
+from zdoctor.core.model import Evidence
+from zdoctor.layers.offload.fstab import FSTAB, apply_fstab_line, parse_fstab
 from zdoctor.proc import runner
 from zdoctor.proc.systools import system_tool_or_name
 
@@ -26,7 +28,6 @@ RECORD_PREFIX = "zdoctor-fstab-record: "
 
 def action_argv(action: dict[str, Any]) -> list[str]:
     """The argv that applies an ``fstab-add`` remedy action with this interpreter and this zdoctor."""
-    import zdoctor
 
     home = os.path.dirname(os.path.dirname(os.path.abspath(zdoctor.__file__)))
     boot = (f"import sys; sys.path.insert(0, {home!r}); from zdoctor.layers.offload.fstab_apply import main; "
@@ -48,7 +49,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--backup", required=True)
     parser.add_argument("--no-mount", action="store_true")
     args = parser.parse_args(argv)
-    from zdoctor.layers.offload.fstab import parse_fstab
 
     entries = parse_fstab(args.line)
     if len(entries) != 1:
@@ -58,7 +58,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def mount() -> Any:
         if args.no_mount:
-            from zdoctor.core.model import Evidence
 
             return Evidence(label="mount (not asked for)", kind="note", exit_code=0)
         return runner.run(_mount_argv(args.fstab, mountpoint), timeout=60, label="mount")

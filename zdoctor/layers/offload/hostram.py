@@ -21,6 +21,8 @@ import math
 import re
 from typing import Any
 
+from zdoctor.core.model import Evidence
+from zdoctor.layers.offload import planner, walllog
 from zdoctor.readers.cgroups import headroom, limit_of_cgroup
 
 #: Host memory below this share of MemTotal counts as nearly exhausted.
@@ -172,8 +174,6 @@ def collect(ds: dict[str, Any], cap: dict[str, Any], opts: dict[str, Any], *, me
     below the host's."""
     import platform
 
-    from zdoctor.core.model import Evidence
-    from zdoctor.layers.offload import planner, walllog
 
     mem = planner.read_meminfo(meminfo)
     settings = ds.get("settings") or {}

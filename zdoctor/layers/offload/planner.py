@@ -16,6 +16,8 @@ from typing import Any
 
 from zdoctor.core.errors import InputError
 from zdoctor.core.units import parse_count  # noqa: F401 - model sizes as the options give them
+from zdoctor.layers.offload.dsconfig import read_text
+from zdoctor.layers.offload.lint import memlock_soft
 from zdoctor.readers.cgroups import headroom
 
 BUFFER_FACTOR = 1.5
@@ -298,7 +300,6 @@ def load_model_config(path: str) -> ModelEstimate:
     """Read ``config.json`` (strict JSON, as transformers does) and estimate it."""
     import json
 
-    from zdoctor.layers.offload.dsconfig import read_text
 
     text = read_text(path, "model config")
     try:
@@ -401,7 +402,6 @@ def this_machine(meminfo: str | None = None, shm: str = "/dev/shm", disk_path: s
     """Read this node's memory, /dev/shm, memlock limit, GPU memory (from GPU facts) and offload disk; the
     memory available is the job's: the room under its cgroup's limit (``cgroup``: the ``container`` probe's
     cgroup facts) where that is below MemAvailable."""
-    from zdoctor.layers.offload.lint import memlock_soft
 
     info = read_meminfo(meminfo)
     room = headroom(info.get("MemAvailable"), cgroup)

@@ -55,7 +55,7 @@ from zdoctor.core.errors import InputError
 from zdoctor.core.model import Evidence, cap_text
 from zdoctor.core.registry import facts_of, probe
 from zdoctor.layers.libraries.probe_libs import LIVE_TIMEOUT
-from zdoctor.layers.offload import gpusample, lint, planner, walllog
+from zdoctor.layers.offload import gpusample, hostram, lint, planner, walllog
 from zdoctor.layers.offload.dsconfig import load_config, precision
 from zdoctor.layers.python_env.probe_pyenv import TARGET_TIMEOUT
 from zdoctor.proc.target import target_of
@@ -410,7 +410,6 @@ def gpusample_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
        timeout=60.0 + LIVE_TIMEOUT, needs=("dsconfig", "capacity", "nvml", "container"))
 def hostram_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Pinned buffers and parameter-only offload the estimator leaves out, memory now, kills in the log."""
-    from zdoctor.layers.offload import hostram
 
     opts = _options(host)
     ds = (facts_of(host, "dsconfig") or None) or {}

@@ -46,6 +46,7 @@ from zdoctor.core.registry import probe
 from zdoctor.layers.offload import blockdev as bd
 from zdoctor.layers.offload import fstab as fs
 from zdoctor.layers.offload import iotest as io
+from zdoctor.layers.offload.dsconfig import load_config
 from zdoctor.layers.python_env.probe_pyenv import TARGET_TIMEOUT
 from zdoctor.proc.target import target_of
 from zdoctor.proc.trainuser import training_user
@@ -59,7 +60,6 @@ CONFIG_KEYS = ("offload_optimizer", "offload_param")
 
 def config_paths(ds_config: str) -> tuple[list[dict[str, Any]], str | None]:
     """The ``nvme_path`` entries of a ds_config, read as DeepSpeed reads it (HJSON)."""
-    from zdoctor.layers.offload.dsconfig import load_config
 
     try:  # the one bounded reader: a regular file under the size cap, UTF-8, depth and digits bounded
         doc = load_config(ds_config).data

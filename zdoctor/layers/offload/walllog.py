@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zdoctor.core.errors import InputError
+from zdoctor.proc.userfile import open_user_file
 
 #: Logs larger than this are read from the end (the timings of the latest steps are what matter); the cap
 #: keeps a log of any size under the memory budget (bytes, text and lines of it held at once).
@@ -152,7 +153,6 @@ def breakdown(per_rank: dict[int, dict[str, TimerStats]], lines_read: int, timer
 
 def read_log_lines(path: str, cap: int = MAX_BYTES) -> tuple[list[str], dict[str, Any]]:
     """The lines of a log (the last ``cap`` bytes of a larger one) and what was read."""
-    from zdoctor.proc.userfile import open_user_file
 
     fh, st = open_user_file(path, "training log")  # a regular file only: a FIFO would block for ever
     try:

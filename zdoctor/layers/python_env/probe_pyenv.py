@@ -31,6 +31,7 @@ from typing import Any
 
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import probe
+from zdoctor.core.resources import data_dir
 from zdoctor.proc.privilege import RunAs, code_runs_as
 from zdoctor.proc.runner import run, which_all
 from zdoctor.proc.target import Target, target_of
@@ -253,7 +254,6 @@ def script_path() -> Path:
     one-file bundle (whose modules are inside a zip)."""
     if SCRIPT.is_file():
         return SCRIPT
-    from zdoctor.core.resources import data_dir
 
     return data_dir("probe") / SCRIPT.name
 

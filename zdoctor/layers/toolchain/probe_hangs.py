@@ -44,12 +44,15 @@ from typing import Any
 from zdoctor.core.model import Evidence
 from zdoctor.core.redact import redact_text
 from zdoctor.core.registry import probe
+from zdoctor.layers.libraries.probe_libs import target_python
 from zdoctor.layers.python_env.probe_pyenv import TARGET_TIMEOUT
+from zdoctor.proc import scratch
 from zdoctor.proc.privilege import RunAs, runs_as_of
 from zdoctor.proc.target import target_of
 from zdoctor.readers import jitcache as jc
 from zdoctor.readers import processes as pr
 from zdoctor.readers.mounts import is_network_fs, mount_of
+from zdoctor.trials.jitguard import run_guarded
 
 #: Seconds between the two CPU-time readings of each training process.
 CPU_SAMPLE_S = 0.5
@@ -363,9 +366,6 @@ def try_without_lock(lock: dict[str, Any], op: dict[str, Any] | None, host: Any)
     """Load the op (or run ``--command``) from a lock-free copy of the op cache; nothing on the node changes."""
     import shutil
 
-    from zdoctor.layers.libraries.probe_libs import target_python
-    from zdoctor.proc import scratch
-    from zdoctor.trials.jitguard import run_guarded
 
     out: dict[str, Any] = {"lock": lock.get("path"), "op": lock.get("op"), "tried": False, "fixed": False}
     if getattr(host, "kind", "") != "live":
