@@ -193,6 +193,7 @@ def test_lint_directory_lints_each_file() -> None:
 
 def test_lint_defaults_to_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(registry, "VOCABULARY_PACKAGES", ())
+    monkeypatch.setattr(registry, "VOCABULARY_ROOTS", ())
     for kind, names in VOCAB.items():
         table = {"probes": registry.PROBES, "checks": registry.CHECKS, "predicates": registry.PREDICATES}[kind]
         for name in names:
@@ -266,6 +267,7 @@ print(json.dumps([res.path, before, "networkx" in sys.modules]))
 
 def test_lint_path_uses_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(registry, "VOCABULARY_PACKAGES", ())
+    monkeypatch.setattr(registry, "VOCABULARY_ROOTS", ())
     monkeypatch.setitem(registry.PROBES, "alpha", object())
     errors = lint_path(GOOD / "looping.toml")
     assert [str(e) for e in errors] == [

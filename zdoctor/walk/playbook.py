@@ -16,8 +16,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from zdoctor.core import resources
 from zdoctor.core.errors import InputError
-from zdoctor.core.resources import data_dir
 from zdoctor.proc.userfile import read_user_file
 from zdoctor.walk.conditions import Condition, parse_condition
 
@@ -453,7 +453,7 @@ def load_playbook(path: str | Path) -> Playbook:
 
 def _default_dirs() -> list[Path]:
 
-    return [data_dir("playbooks")]
+    return [resources.data_dir("playbooks")]
 
 
 def load_all(dirs: Iterable[str | Path] | None = None) -> dict[str, Playbook]:
