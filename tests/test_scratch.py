@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from compilerkit import DEFAULT_TMP, check_killed_mid_compile, slow_compiler, without_tmpdir, write_exe
 from conftest import REPO, run_cli
+from prockit import wait_for
 
 from zdoctor import scratch
 
@@ -129,3 +130,75 @@ def test_the_next_run_sweeps_what_a_sigkilled_check_left(tmp_path, spawn):
             link.unlink()
         for folder in (other_namespace, foreign, live, left):
             shutil.rmtree(folder, ignore_errors=True)
+
+
+#: A zdoctor run's work in the fallback places, made by zdoctor's own code, until it is killed: the compile
+#: test's folder in /var/tmp (the temporary directory takes no folder) with the compiler's cc*.s in it, and
+#: the /dev/shm write test's folder.
+LEFT_IN_FALLBACKS = textwrap.dedent("""
+    import os, sys, tempfile, time
+    from zdoctor import scratch
+    from zdoctor.probes.jitprereq import scratch_dir
+    tempfile.tempdir = sys.argv[1]  # gone: the compile test falls back to /var/tmp
+    cc, why = scratch_dir(("/var/tmp", "/dev/shm"), {"one_line.cpp": "int one_line;\\n"})
+    assert cc is not None, why
+    with open(os.path.join(cc, "ccA1b2C3.s"), "w") as fh:
+        fh.write("compiler output")
+    with open(os.path.join(scratch.run_folder("/dev/shm"), "done"), "w") as fh:
+        fh.write("both made")
+    time.sleep(600)
+""")
+
+
+def test_the_next_run_sweeps_what_a_killed_run_left_in_var_tmp_and_dev_shm(tmp_path, spawn):
+    """A run killed (SIGKILL) while its compile test had fallen back to /var/tmp and its /dev/shm write test
+    had its folder there leaves both; the next check removes them, and leaves alone a live run's folder, a
+    link named like a run folder (and what it points at) and (as root) one owned by another account."""
+    ns = scratch.pid_namespace()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    pid = spawn(LEFT_IN_FALLBACKS, env=env, extra=[str(tmp_path / "no-temporary-directory")])
+    var_tmp, dev_shm = Path("/var/tmp"), Path("/dev/shm")
+    wait_for(lambda: list(dev_shm.glob(f"{scratch.PREFIX}{ns}-{pid}-*/done")), 30)
+    [left_cc] = var_tmp.glob(f"{scratch.PREFIX}{ns}-{pid}-*")
+    [left_shm] = dev_shm.glob(f"{scratch.PREFIX}{ns}-{pid}-*")
+    assert [p.name for p in left_cc.glob("cc-*/*")] and list(left_cc.glob("cc-*/ccA1b2C3.s"))
+    os.kill(pid, 9)
+    assert wait_for(lambda: scratch.process_start(pid) is None, 30), "the killed run was not reaped"
+
+    me = os.getpid()
+    target = tmp_path / "not-zdoctors"
+    target.mkdir()
+    (target / "keep").write_text("x")
+    link = dev_shm / f"{scratch.PREFIX}{ns}-1-1-link{me}"
+    foreign = var_tmp / f"{scratch.PREFIX}{ns}-{pid}-1-foreign{me}"
+    live = live_folder(var_tmp, spawn("import time; time.sleep(600)"))
+    try:
+        link.symlink_to(target)
+        if os.geteuid() == 0:
+            foreign.mkdir()
+            os.chown(foreign, 65534, 65534)
+        proc = run_cli(["check", "--json", "--no-log", "--playbook", "gpu-stack"], env=without_tmpdir(dict(os.environ)))
+        assert proc.returncode in (0, 1, 3), proc.stderr
+        assert not left_cc.exists() and not left_shm.exists()
+        assert live.exists() and (live / "work").read_text() == "in use"
+        assert link.is_symlink() and (target / "keep").exists()
+        if os.geteuid() == 0:
+            assert foreign.exists()
+    finally:
+        if link.is_symlink():
+            link.unlink()
+        for folder in (foreign, live, left_cc, left_shm):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_libaio_test_and_a_file_edits_text_are_made_in_the_run_folder(tmp_path):
+    from zdoctor.core_apply import action_argv
+
+    with scratch.private_folder("aio-") as aio:
+        assert Path(aio).parent == Path(scratch.run_folder()) and Path(aio).name.startswith("aio-")
+    assert not Path(aio).exists()
+    action = {"text": "new", "path": str(tmp_path / "f"), "sha256": "0" * 64, "backup": str(tmp_path / "b")}
+    with action_argv(action) as argv:
+        text = Path(argv[argv.index("--text-file") + 1])
+        assert text.read_text() == "new" and text.parent.parent == Path(scratch.run_folder())
+    assert not text.parent.exists()

@@ -166,7 +166,7 @@ def scratch_dir(candidates: tuple[str, ...], files: dict[str, str]) -> tuple[str
     for where in (None, *candidates):
         tmp = None
         try:
-            tmp = scratch.private_dir("cc-") if where is None else tempfile.mkdtemp(prefix="zdoctor-cc-", dir=where)
+            tmp = scratch.private_dir("cc-", where)
             for name, text in files.items():
                 with open(os.path.join(tmp, name), "w") as fh:
                     fh.write(text)

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .. import asuser
+from .. import asuser, scratch
 from ..model import Evidence
 from ..registry import probe
 from ..storage.mounts import is_network_fs, mount_of
@@ -53,7 +53,8 @@ def shm_access(path: str = "/dev/shm", user: dict[str, str] | None = None) -> di
         return out
     out["tested_as"] = name or str(me)
     try:
-        fd, tmp = tempfile.mkstemp(prefix="zdoctor-shm-", dir=path)
+        # in this run's folder there (made by the same right to create in it), swept should the run be killed
+        fd, tmp = tempfile.mkstemp(prefix="shm-", dir=scratch.run_folder(path))
         os.close(fd)
         os.unlink(tmp)
         out["write_test"] = True

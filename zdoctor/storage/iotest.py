@@ -17,14 +17,13 @@ import mmap
 import os
 import shlex
 import stat
-import tempfile
 import threading
 import time
 import typing
 from collections.abc import Mapping
 from typing import Any
 
-from .. import packages, runner
+from .. import packages, runner, scratch
 from ..errors import InputError
 from ..forensics.ldcache import read_ld_so_cache, runtime_soname
 from ..model import Evidence
@@ -389,7 +388,7 @@ def libaio_status(env: Mapping[str, str] | None = None, *, release_path: str = "
                                None)
     if compile_test and cc:
         ds = aiocalls.deepspeed_aio_calls(ds_location)
-        with tempfile.TemporaryDirectory(prefix="zdoctor-aio-") as tmp:
+        with scratch.private_folder("aio-") as tmp:
             exe = os.path.join(tmp, "aio_test")
             argv = (shlex.split(cc) + shlex.split(env.get("CFLAGS", "")) + ["-x", "c", "-", "-o", exe]
                     + shlex.split(env.get("LDFLAGS", "")) + ["-laio"])
