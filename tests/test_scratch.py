@@ -13,9 +13,16 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from compilerkit import DEFAULT_TMP, check_killed_mid_compile, slow_compiler, without_tmpdir, write_exe
+from compilerkit import (
+    DEFAULT_TMP,
+    FALLBACK_PLACES,
+    check_killed_mid_compile,
+    killed_with_fallback_folders,
+    slow_compiler,
+    without_tmpdir,
+    write_exe,
+)
 from conftest import REPO, run_cli
-from prockit import wait_for
 
 from zdoctor import scratch
 
@@ -132,38 +139,17 @@ def test_the_next_run_sweeps_what_a_sigkilled_check_left(tmp_path, spawn):
             shutil.rmtree(folder, ignore_errors=True)
 
 
-#: A zdoctor run's work in the fallback places, made by zdoctor's own code, until it is killed: the compile
-#: test's folder in /var/tmp (the temporary directory takes no folder) with the compiler's cc*.s in it, and
-#: the /dev/shm write test's folder.
-LEFT_IN_FALLBACKS = textwrap.dedent("""
-    import os, sys, tempfile, time
-    from zdoctor import scratch
-    from zdoctor.probes.jitprereq import scratch_dir
-    tempfile.tempdir = sys.argv[1]  # gone: the compile test falls back to /var/tmp
-    cc, why = scratch_dir(("/var/tmp", "/dev/shm"), {"one_line.cpp": "int one_line;\\n"})
-    assert cc is not None, why
-    with open(os.path.join(cc, "ccA1b2C3.s"), "w") as fh:
-        fh.write("compiler output")
-    with open(os.path.join(scratch.run_folder("/dev/shm"), "done"), "w") as fh:
-        fh.write("both made")
-    time.sleep(600)
-""")
-
-
 def test_the_next_run_sweeps_what_a_killed_run_left_in_var_tmp_and_dev_shm(tmp_path, spawn):
     """A run killed (SIGKILL) while its compile test had fallen back to /var/tmp and its /dev/shm write test
     had its folder there leaves both; the next check removes them, and leaves alone a live run's folder, a
     link named like a run folder (and what it points at) and (as root) one owned by another account."""
     ns = scratch.pid_namespace()
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    pid = spawn(LEFT_IN_FALLBACKS, env=env, extra=[str(tmp_path / "no-temporary-directory")])
-    var_tmp, dev_shm = Path("/var/tmp"), Path("/dev/shm")
-    wait_for(lambda: list(dev_shm.glob(f"{scratch.PREFIX}{ns}-{pid}-*/done")), 30)
-    [left_cc] = var_tmp.glob(f"{scratch.PREFIX}{ns}-{pid}-*")
-    [left_shm] = dev_shm.glob(f"{scratch.PREFIX}{ns}-{pid}-*")
-    assert [p.name for p in left_cc.glob("cc-*/*")] and list(left_cc.glob("cc-*/ccA1b2C3.s"))
-    os.kill(pid, 9)
-    assert wait_for(lambda: scratch.process_start(pid) is None, 30), "the killed run was not reaped"
+    pid, left = killed_with_fallback_folders(tmp_path, REPO)
+    var_tmp, dev_shm = FALLBACK_PLACES
+    [left_cc] = [p for p in left if p.parent == var_tmp]
+    [left_shm] = [p for p in left if p.parent == dev_shm]
+    assert list(left_cc.glob("cc-*/one_line.cpp")) and list(left_cc.glob("cc-*/ccA1b2C3.s"))
+    assert (left_shm / "done").exists()
 
     me = os.getpid()
     target = tmp_path / "not-zdoctors"
