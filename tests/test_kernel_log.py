@@ -359,6 +359,7 @@ def test_the_drivers_words_mid_message_are_not_the_drivers(tmp_path):
     assert [(r["kind"], r["facility"]) for r in f["user_space"]] == [("Xid", 0), ("AER", 0)]
     [x] = check_xid(facts_of(kernel_log=f))
     assert x.status == "ok" and any(e.label == LOOK_ALIKES for e in evidence)
+    assert "2 records that read like the kernel's but are not its own" in x.detail and LOOK_ALIKES in x.detail
     [a] = check_aer(facts_of(kernel_log=f))
     assert a.status == "ok"
 

@@ -19,6 +19,7 @@ from ..gpu.checkfacts import result_facts
 from ..gpu.pcipresent import NVIDIA_VENDOR, link_state
 from ..model import Evidence, Finding, Remedy
 from ..plural import count_of
+from ..probes.kernlog import LOOK_ALIKES
 from ..registry import Facts, check, predicate
 from ..rules.xids import CATALOGUE, DriverFault, driver_fault, xid
 from ..symptoms.match import ids_for, symptoms_of
@@ -42,10 +43,17 @@ def scope(kl: dict[str, Any]) -> str:
     if kl.get("truncated"):
         text += f" ({kl['truncated']})"
     if w.get("since_given"):
-        return text + (f"; judged are the records since {when(w.get('since'))}, the window asked for "
-                       "(ZDOCTOR_KERNEL_LOG_SINCE). Records from before then are not seen.")
-    return text + (f", the oldest record from {when(w.get('since'))}. Records from before then (an earlier boot, "
-                   "or overwritten in the kernel's ring buffer) are not seen.")
+        text += (f"; judged are the records since {when(w.get('since'))}, the window asked for "
+                 "(ZDOCTOR_KERNEL_LOG_SINCE). Records from before then are not seen.")
+    else:
+        text += (f", the oldest record from {when(w.get('since'))}. Records from before then (an earlier boot, "
+                 "or overwritten in the kernel's ring buffer) are not seen.")
+    others = kl.get("user_space") or []
+    if others:
+        text += (f" {count_of(len(others), 'record')} that read like the kernel's but are not its own (written "
+                 f"from user space, or the driver's words not at the start) are shown in \"{LOOK_ALIKES}\" and "
+                 "not judged.")
+    return text
 
 
 def _gpus_by_bus(facts: Facts) -> dict[str, dict[str, Any]] | None:
