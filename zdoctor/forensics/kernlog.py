@@ -268,8 +268,9 @@ def not_the_kernels(rec: dict[str, Any]) -> str | None:
     if not from_kernel(rec):
         if rec.get("transport") != "kernel":
             return f"sent by {rec.get('transport') or 'an unknown transport'}, not the kernel's: not evidence"
-        facility = facility_name(rec.get("facility"))
-        return f"written from user space (facility {facility}), not the kernel's: not evidence"
+        if not isinstance(rec.get("facility"), int):
+            return "its facility is not known, so not the kernel's: not evidence"
+        return f"written from user space (facility {facility_name(rec['facility'])}), not the kernel's: not evidence"
     text = rec.get("text") or ""
     if XID.match(text) or API_MISMATCH.match(text) or AER_BUS_ERROR.match(text) or AER_RECEIVED.match(text) \
             or OOM_LINE.match(text) or text.startswith("NVRM: "):
