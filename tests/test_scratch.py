@@ -188,3 +188,20 @@ def test_the_libaio_test_and_a_file_edits_text_are_made_in_the_run_folder(tmp_pa
         text = Path(argv[argv.index("--text-file") + 1])
         assert text.read_text() == "new" and text.parent.parent == Path(scratch.run_folder())
     assert not text.parent.exists()
+
+
+def test_a_compile_retried_in_dev_shm_keeps_the_compilers_files_in_the_run_folder_there(tmp_path):
+    """The retry of a compile stopped on a full temporary directory, in /dev/shm: the compiler's TMPDIR is a
+    folder of this run there (swept should the run be killed), removed after; the trial still names the place."""
+    from zdoctor.probes.jitprereq import no_space
+
+    src = tmp_path / "one.cpp"
+    src.write_text("int one;\n")
+    told = tmp_path / "tmpdirs"
+    cxx = write_exe(tmp_path / "cxx", f'#!/bin/sh\necho "$TMPDIR" >> {told}\nexec g++ "$@"\n')
+    env = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path), "HOME": str(tmp_path / "home")}
+    facts, _ = no_space([[str(cxx), "-c", str(src), "-o", str(tmp_path / "one.o")]], env, ("/dev/shm",))
+    assert facts["trials"] == [{"tmpdir": "/dev/shm", "ok": True, "stderr": ""}]
+    [used] = told.read_text().split()
+    assert Path(used).parent == Path(scratch.run_folder("/dev/shm")) and Path(used).name.startswith("cc-")
+    assert not Path(used).exists()
