@@ -383,7 +383,8 @@ def test_a_log_with_no_record_of_the_kernels_is_not_examined(tmp_path):
 
 def test_a_record_written_to_the_real_kmsg_from_user_space_is_no_xid():
     # the kernel's own rule on this machine: what user space writes to /dev/kmsg gets LOG_USER, whatever
-    # priority it asks for; only where the machine opted in (CI), since the record stays in its kernel log
+    # priority it asks for, and a mount's error echoes the option it was given after its own prefix; only
+    # where the machine opted in (CI), since the records stay in its kernel log
     if not may_write_kmsg():
         pytest.skip(f"writes into this machine's kernel log: only with {WRITE_KMSG_ENV}=1 (the private-log "
                     "tests above show the same rule)")
@@ -396,9 +397,15 @@ def test_a_record_written_to_the_real_kmsg_from_user_space_is_no_xid():
         os.write(fd, f"<0>{text}\n".encode())  # asks for LOG_KERN, level emerg
     finally:
         os.close(fd)
+    # and a mount's error, which the kernel itself logs (facility 0), echoing the option it was given
+    mount = subprocess.run(["unshare", "--mount", "--", "mount", "-t", "tmpfs", "-o", text.split(",")[0], "none",
+                            "/mnt"], capture_output=True, text=True, timeout=30)
+    assert mount.returncode != 0, mount.stderr
     f, _ = collect(use_journal=False)
     [mine_] = [r for r in after(f["user_space"], last) if r["text"] == text]
     assert mine_["facility"] == USER and "written from user space" in mine_["why"]
+    [echo] = [r for r in after(f["user_space"], last) if r["text"].startswith("tmpfs: Unknown parameter 'NVRM: Xid")]
+    assert echo["facility"] == KERN and echo["why"] == kernlog.NOT_AT_START
     assert not [x for x in f["xids"] if x["bus_address"] == FORGED_BUS]
     [x] = check_xid(facts_of(kernel_log=f))
     assert FORGED_BUS not in x.title + x.detail
