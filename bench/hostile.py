@@ -34,11 +34,13 @@ from compilerkit import (  # noqa: E402
     DEFAULT_TMP,
     check_killed_mid_compile,
     defunct_children,
+    killed_with_fallback_folders,
     slow_compiler,
     without_tmpdir,
 )
 from envkit import system_libstdcxx  # noqa: E402
 from hostilekit import RSS_BUDGET_MB, Measured, craft_looping_verneed, run_measured  # noqa: E402
+from kmsgkit import USER, add_records, kmsg_file, private_kmsg_argv  # noqa: E402
 from racekit import build_racer, can_race, intact, loop_device, racing, unprivileged_user  # noqa: E402
 from userkit import SYSTEM_PYTHON, WITNESS_PTH, witnessed  # noqa: E402
 
@@ -173,6 +175,7 @@ def battery(work: Path) -> list[Row]:
         rows += code_owner_rows(work)
     if os.geteuid() == 0 and shutil.which("mount"):
         rows.append(full_disk_row(work))
+        rows += kernel_log_rows(work)
     return rows
 
 
@@ -394,10 +397,71 @@ def leftover_rows(work: Path) -> list[Row]:
     state = {**without_tmpdir(dict(os.environ)), "XDG_STATE_HOME": str(work / "state")}
     rows = [Row("check after a check SIGKILLed mid-compile", ["check", "--json", "--no-log", "--playbook",
                                                                "gpu-stack"],
-                DEFAULT_TIME_BUDGET, swept, env=state, setup=kill_one, cleanup=unlink)]
+                DEFAULT_TIME_BUDGET, swept, env=state, setup=kill_one, cleanup=unlink),
+            _fallbacks_row(work, state)]
     if os.geteuid() == 0:
         rows.append(_defunct_row(work, state))
     return rows
+
+
+def _fallbacks_row(work: Path, state: dict[str, str]) -> Row:
+    """The next check after a run killed while its compile test's folder was in /var/tmp and its /dev/shm
+    write test's in /dev/shm: both removed."""
+    left: list[Path] = []
+
+    def kill_one() -> None:
+        left.extend(killed_with_fallback_folders(work, REPO)[1])
+
+    def swept(m: Measured) -> bool:
+        return _no_crash(m) and len(left) == 2 and not any(p.exists() for p in left)
+
+    def cleanup() -> None:
+        for p in left:
+            shutil.rmtree(p, ignore_errors=True)
+
+    return Row("check after a run killed with folders in /var/tmp and /dev/shm",
+               ["check", "--json", "--no-log", "--playbook", "gpu-stack"], DEFAULT_TIME_BUDGET, swept, env=state,
+               setup=kill_one, cleanup=cleanup)
+
+
+def kernel_log_rows(work: Path) -> list[Row]:
+    """The kernel log as a forger or an empty ring leaves it, bind-mounted over /dev/kmsg in a private mount
+    namespace (root): an Xid written from user space (LOG_USER, as the kernel forces), a kernel record that
+    echoes an Xid's text mid-message (a mount's error naming its device), and a log that gave no record.
+    None may make kernel.xid fail; the empty log is not examined."""
+    xid = "NVRM: Xid (PCI:0000:00:06): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    boot = "Linux version 6.8.0-49-generic (buildd@lcy02-amd64-103) #49-Ubuntu SMP PREEMPT_DYNAMIC"
+    forged = kmsg_file(work / "kmsg-forged", boot)
+    add_records(forged, xid, facility=USER)
+    echoed = kmsg_file(work / "kmsg-echoed", boot, f"EXT4-fs (loop0): unable to read superblock of {xid}")
+    empty = work / "kmsg-empty"
+    empty.write_text("")
+    env = {**os.environ, "ZDOCTOR_KERNEL_LOG_SINCE": "", "XDG_STATE_HOME": str(work / "state")}
+    args = ["check", "--json", "--no-log", "--playbook", "gpu-health"]
+
+    def finding(m: Measured, fid: str) -> dict:
+        try:
+            return next((f for f in json.loads(m.stdout)["findings"] if f["id"] == fid), {})
+        except ValueError:
+            return {}
+
+    def layer(m: Measured) -> str:
+        try:
+            return next(x["status"] for x in json.loads(m.stdout)["layers"] if x["id"] == "kernel-log")
+        except (ValueError, StopIteration):
+            return ""
+
+    return [
+        Row("/dev/kmsg: an Xid 79 written from user space (LOG_USER)", args, DEFAULT_TIME_BUDGET,
+            lambda m: finding(m, "kernel.xid").get("status") == "ok" and "written from user space" in m.stdout,
+            env=env, python=private_kmsg_argv(forged, [sys.executable])),
+        Row("/dev/kmsg: a kernel record with an Xid's text mid-message", args, DEFAULT_TIME_BUDGET,
+            lambda m: finding(m, "kernel.xid").get("status") == "ok" and "not at the start" in m.stdout,
+            env=env, python=private_kmsg_argv(echoed, [sys.executable])),
+        Row("/dev/kmsg: 0 records read", args, DEFAULT_TIME_BUDGET,
+            lambda m: layer(m) == "not examined" and finding(m, "kernel.xid.not-checked").get("status") == "skip",
+            env=env, python=private_kmsg_argv(empty, [sys.executable])),
+    ]
 
 
 def _defunct_row(work: Path, state: dict[str, str]) -> Row:

@@ -84,3 +84,44 @@ def defunct_children(pid: int) -> list[str]:
         if len(fields) > 1 and fields[0] == b"Z" and int(fields[1]) == pid:
             found.append(data[:data.rfind(b")") + 1].decode("ascii", "replace"))
     return found
+
+
+#: A zdoctor run's work in the fallback places, made by zdoctor's own code, until it is killed: the compile
+#: test's folder in /var/tmp (the temporary directory takes no folder) with the compiler's cc*.s in it, and
+#: the /dev/shm write test's folder; it says "made" once both are there.
+LEFT_IN_FALLBACKS = """
+import os, sys, tempfile, time
+from zdoctor.proc import scratch
+from zdoctor.layers.toolchain.probe_jitprereq import scratch_dir
+tempfile.tempdir = sys.argv[1]  # gone: the compile test falls back to /var/tmp
+cc, why = scratch_dir(("/var/tmp", "/dev/shm"), {"one_line.cpp": "int one_line;\\n"})
+assert cc is not None, why
+with open(os.path.join(cc, "ccA1b2C3.s"), "w") as fh:
+    fh.write("compiler output")
+with open(os.path.join(scratch.run_folder("/dev/shm"), "done"), "w") as fh:
+    fh.write("made")
+print("made", flush=True)
+time.sleep(600)
+"""
+#: The fallback places zdoctor's probes write in besides the temporary directory.
+FALLBACK_PLACES = (Path("/var/tmp"), Path("/dev/shm"))
+
+
+def killed_with_fallback_folders(tmp: Path, repo: Path) -> tuple[int, list[Path]]:
+    """A run of zdoctor's own code that made its folders in /var/tmp and /dev/shm, SIGKILLed (and reaped):
+    its pid, and the folders it left."""
+    from zdoctor.proc.scratch import PREFIX, pid_namespace
+
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    proc = subprocess.Popen([sys.executable, "-c", LEFT_IN_FALLBACKS, str(tmp / "no-temporary-directory")],
+                            env=env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    try:
+        said = proc.stdout.readline() if proc.stdout else ""
+        assert said.strip() == "made", f"the run did not make its folders (exit {proc.poll()})"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
+    left = [p for place in FALLBACK_PLACES for p in place.glob(f"{PREFIX}{pid_namespace()}-{proc.pid}-*")]
+    return proc.pid, left

@@ -18,9 +18,9 @@ import pytest
 from prockit import spawn  # noqa: F401 - the detached-process fixture, for every test module
 
 REPO = Path(__file__).resolve().parent.parent
-# The kernel log is the machine's, and tests write records into it (test_kernel_log.py): a run of zdoctor in
-# a test judges only the kernel records written after this session started, and test_kernel_log.py (run
-# last, see KERNEL_LOG_WRITERS) moves the start past the records it writes.
+# The kernel log is the machine's: the kernel-log tests read private kmsg-format files (kmsgkit.py), and
+# write into the real one only where the machine opted in (ZDOCTOR_TEST_WRITE_KMSG=1, as CI). A run of
+# zdoctor in any other test judges only the kernel records logged after this session started.
 os.environ.setdefault("ZDOCTOR_KERNEL_LOG_SINCE", str(time.time()))
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -97,7 +97,7 @@ LANES: dict[str, tuple[str, ...]] = {
 }
 
 
-#: The files that write NVIDIA and AER records into the machine's kernel log. They run last (in their
+#: The files that write a record into the machine's kernel log where it opted in. They run last (in their
 #: worker): the window they move forward (ZDOCTOR_KERNEL_LOG_SINCE) is a wall-clock time, and a record's
 #: wall-clock time is the boot time plus the kernel's clock, which a step of the machine's clock moves after
 #: the fact. Each of their tests runs alone on the machine (see pytest_runtest_protocol).

@@ -47,7 +47,7 @@ def node_bin(dest: Path, name: str = "zdoctor-node", body: str | None = None, wi
     dest.mkdir(parents=True, exist_ok=True)
     exe = dest / name
     # The kernel log's window of this test session reaches the node's zdoctor too (ssh passes no
-    # environment): records earlier tests wrote into /dev/kmsg are not this node's news.
+    # environment): what the machine's kernel logged before the session is not this node's news.
     since = os.environ.get("ZDOCTOR_KERNEL_LOG_SINCE") if window else None
     head = f"export ZDOCTOR_KERNEL_LOG_SINCE={shlex.quote(since)}\n" if since else ""
     exe.write_text("#!/bin/sh\n" + head + (body or f'exec {sys.executable} -m zdoctor "$@"\n'))

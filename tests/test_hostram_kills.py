@@ -14,8 +14,11 @@ import pytest
 from test_gpu_facts import h200
 from test_hostram import OFFLOAD, by_id
 
+from zdoctor.layers.kernel_log import kernlog
 from zdoctor.layers.offload import hostram
 from zdoctor.layers.offload.check_hostram import check_hostram
+
+KMSG = "/dev/kmsg"
 
 MEMINFO = str(OFFLOAD / "h200-meminfo.txt")  # 125 GiB available
 LAUNCHER = ("[2026-11-30 10:00:00,001] [ERROR] [launch.py:325:sigkill_handler] ['python', 'train.py'] exits with "
@@ -47,33 +50,44 @@ def _memcg_dir() -> tuple[Path, str] | None:
     return None
 
 
-def _kernel_lines_since(marker: str) -> str:
-    text = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=30).stdout
-    return text[text.rindex(marker):] if marker in text else ""
+def _last_seq() -> int:
+    """The sequence number of the kernel log's newest record (read, nothing written)."""
+    got = kernlog.read_kmsg(KMSG)
+    assert got.error is None, got.error
+    return max((r["seq"] for r in got.records), default=-1)
+
+
+def _kernel_records_since(seq: int) -> list[dict]:
+    """The kernel log's records after ``seq``."""
+    got = kernlog.read_kmsg(KMSG)
+    assert got.error is None, got.error
+    return [r for r in got.records if r["seq"] > seq]
 
 
 @pytest.fixture
 def real_memcg_kill(tmp_path):
     where = _memcg_dir()
-    if where is None or os.geteuid() != 0 or not os.access("/dev/kmsg", os.W_OK):
-        pytest.skip("needs root, a writable memory cgroup and /dev/kmsg")
+    if where is None or os.geteuid() != 0 or not os.access(KMSG, os.R_OK):
+        pytest.skip("needs root, a writable memory cgroup and a readable /dev/kmsg")
     mount, version = where
     name = f"zdoctor-h2-oom-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     cg = mount / name
     cg.mkdir()
-    marker = f"zdoctor test {name} start"
     try:
         (cg / ("memory.limit_in_bytes" if version == "v1" else "memory.max")).write_text(str(64 * 1024 * 1024))
         if version == "v2":
             (cg / "memory.swap.max").write_text("0")
-        with open("/dev/kmsg", "w") as fh:
-            fh.write(marker + "\n")
+        start = _last_seq()
         script = f"import os; open({str(cg / 'cgroup.procs')!r}, 'w').write(str(os.getpid())); " \
                  "x = bytearray(400 * 1024 * 1024); print('survived')"
         proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
         assert proc.returncode == -9, (proc.returncode, proc.stdout, proc.stderr)
-        kernel = _kernel_lines_since(marker)
+        records = _kernel_records_since(start)
+        kernel = "".join(r["text"] + "\n" for r in records)
         assert "oom-kill:constraint=CONSTRAINT_MEMCG" in kernel, kernel[-2000:]
+        # the kernel's own report: its facility, the OOM killer's words first, so kernel evidence
+        [kill] = [k for k in kernlog.classify(records)["ooms"] if k.get("task_memcg", "").startswith(f"/{name}")]
+        assert kill["facility"] == 0 and kill["constraint"] == "CONSTRAINT_MEMCG"
         yield kernel, f"/{name}", cg
     finally:
         for _ in range(50):

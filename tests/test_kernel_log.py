@@ -1,13 +1,17 @@
-"""The kernel log layer: real records written into /dev/kmsg and read back through the probe and the checks
-(Xid 79 and 48, an NVRM API mismatch, an AER error at the H200 capture's bus address, a CONSTRAINT_MEMCG
-OOM kill), the unreadable log as "not examined" with why, and the parsers on real-format lines.
+"""The kernel log layer: a node's records (Xid 79 and 48, an NVRM API mismatch, an AER error at the H200
+capture's bus address, a CONSTRAINT_MEMCG OOM kill) read through the probe and the checks, the records that
+only look like the kernel's (written from user space, or the driver's words echoed mid-message) shown and
+never judged, the unreadable or empty log as "not examined" with why, and the parsers on real-format lines.
 
-Records stay in the kernel's ring buffer: each test's assertions look only at the records written after
-its start (by sequence number) or at bus addresses no other test uses."""
+The records are a private file in /dev/kmsg's format (tests/kmsgkit.py), read by ``collect(kmsg=...)`` or,
+for a real ``zdoctor check``, bind-mounted over /dev/kmsg in a private mount namespace: nothing is written
+into this machine's kernel log unless it opted in (ZDOCTOR_TEST_WRITE_KMSG=1, as CI does), and the tests
+pass whatever the machine's own log holds."""
 
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import pwd
@@ -17,44 +21,54 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import publish_kernel_log_since
+from kmsgkit import KERN, USER, WRITE_KMSG_ENV, add_records, kmsg_file, may_write_kmsg, run_cli_on
 from test_gpu_facts import facts_of, h200_all, h200_nvml
 from userkit import SYSTEM_PYTHON
 
 from zdoctor.layers.gpu.check_gpu import check_driver
 from zdoctor.layers.kernel_log import kernlog
+from zdoctor.layers.kernel_log import probe_kernlog as kernlog_probe
 from zdoctor.layers.kernel_log.check_kernlog import check_aer, check_api_mismatch, check_oom, check_xid
-from zdoctor.layers.kernel_log.probe_kernlog import SINCE_ENV, collect, kernel_log_probe, since_setting
+from zdoctor.layers.kernel_log.probe_kernlog import LOOK_ALIKES, SINCE_ENV, collect, kernel_log_probe, since_setting
 from zdoctor.layers.offload.check_hostram import check_hostram
 from zdoctor.symptoms.catalogue import SIGNATURES
 from zdoctor.symptoms.extract import from_text
 
 pytestmark = pytest.mark.needs_root
 KMSG = "/dev/kmsg"
-#: A PCI domain and bus no other test writes records for (this process's own).
+#: A PCI domain and bus no other test names (this process's own).
 TAG = os.getpid() % 200 + 20
 OWN_BUS = f"00{TAG:02x}:e1:00"
 OWN_BUS2 = f"00{TAG:02x}:e2:00"
+FORGED_BUS = f"00{TAG:02x}:e3:00"  # the look-alikes' bus: never a kernel record
 H200_BUS = "0000:00:06.0"  # the H200 capture's NVML bus id 00000000:00:06.0, as the kernel writes it
 KILLED_PID = 4_000_000 + os.getpid() % 100_000  # above any pid_max: no real process has it
 CLIENT, MODULE = "580.159.04", "575.57.08"
-
-
-def write(*texts: str) -> None:
-    """Each text as one record of /dev/kmsg, at level err (<3>). One open per record: the kernel rate-limits
-    the writes of one open file (printk_devkmsg=ratelimit: 10 in 5 s) and drops the rest silently."""
-    for t in texts:
-        fd = os.open(KMSG, os.O_WRONLY)
-        try:
-            os.write(fd, f"<3>{t}\n".encode())
-        finally:
-            os.close(fd)
-
-
-def last_seq() -> int:
-    got = kernlog.read_kmsg(KMSG, max_records=1)
-    assert got.error is None, got.error
-    return got.records[-1]["seq"] if got.records else -1
+FELL_OFF = "GPU has fallen off the bus."
+#: The kernel's records of a node whose GPUs failed (facility 0, as the kernel logs them).
+NODE_RECORDS = (
+    "Linux version 6.8.0-49-generic (buildd@lcy02-amd64-103) #49-Ubuntu SMP PREEMPT_DYNAMIC",
+    f"NVRM: Xid (PCI:{OWN_BUS}): 79, pid='<unknown>', name=<unknown>, {FELL_OFF}",
+    f"NVRM: Xid (PCI:{OWN_BUS2}): 48, pid={KILLED_PID}, name=python3, An uncorrectable double bit error "
+    "(DBE) has been detected on GPU in the framebuffer at partition 0, subpartition 1.",
+    f"NVRM: API mismatch: the client has the version {CLIENT}, but",
+    f"NVRM: this kernel module has the version {MODULE}.  Please",
+    "NVRM: make sure that this kernel module and all NVIDIA driver",
+    "NVRM: components have the same version.",
+    f"pcieport 0000:00:01.0: AER: Uncorrected (Non-Fatal) error received: {H200_BUS}",
+    f"nvidia {H200_BUS}: PCIe Bus Error: severity=Uncorrected (Non-Fatal), type=Transaction Layer, "
+    "(Requester ID)",
+    "memory: usage 65536kB, limit 65536kB, failcnt 42",
+    f"oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,"
+    f"oom_memcg=/zdoctor-h1-oom-{TAG},task_memcg=/zdoctor-h1-oom-{TAG}/job,task=python3,pid={KILLED_PID},uid=0",
+    f"Memory cgroup out of memory: Killed process {KILLED_PID} (python3) total-vm:426168kB, "
+    "anon-rss:72192kB, file-rss:6640kB, shmem-rss:0kB, UID:0 pgtables:208kB oom_score_adj:0")
+#: What `echo ... > /dev/kmsg` from user space gives (the kernel forces LOG_USER), and a kernel message
+#: (facility 0) that echoes a name someone chose, the driver's words mid-message.
+FORGED_XID = f"NVRM: Xid (PCI:{FORGED_BUS}): 79, pid='<unknown>', name=<unknown>, {FELL_OFF}"
+ECHOED_XID = f"EXT4-fs (loop0): unable to read superblock of {FORGED_XID}"
+FORGED_AER = f"pcieport 0000:00:01.0: AER: Uncorrected (Fatal) error received: {FORGED_BUS}.0"
+FORGED_OOM = f"Out of memory: Killed process {KILLED_PID + 1} (python3) total-vm:9000kB, anon-rss:8000kB"
 
 
 def after(records: list[dict[str, Any]], seq: int) -> list[dict[str, Any]]:
@@ -62,31 +76,15 @@ def after(records: list[dict[str, Any]], seq: int) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def written() -> dict[str, Any]:
-    """The records written once for the module, read back once through the probe."""
-    if not os.access(KMSG, os.W_OK):
-        pytest.fail("/dev/kmsg is not writable: these tests need root")
-    start, began = last_seq(), time.time()
-    write(f"NVRM: Xid (PCI:{OWN_BUS}): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
-          f"NVRM: Xid (PCI:{OWN_BUS2}): 48, pid={KILLED_PID}, name=python3, An uncorrectable double bit error "
-          "(DBE) has been detected on GPU in the framebuffer at partition 0, subpartition 1.",
-          f"NVRM: API mismatch: the client has the version {CLIENT}, but",
-          f"NVRM: this kernel module has the version {MODULE}.  Please",
-          "NVRM: make sure that this kernel module and all NVIDIA driver",
-          "NVRM: components have the same version.",
-          f"pcieport 0000:00:01.0: AER: Uncorrected (Non-Fatal) error received: {H200_BUS}",
-          f"nvidia {H200_BUS}: PCIe Bus Error: severity=Uncorrected (Non-Fatal), type=Transaction Layer, "
-          "(Requester ID)",
-          "memory: usage 65536kB, limit 65536kB, failcnt 42",
-          f"oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,"
-          f"oom_memcg=/zdoctor-h1-oom-{TAG},task_memcg=/zdoctor-h1-oom-{TAG}/job,task=python3,pid={KILLED_PID},uid=0",
-          f"Memory cgroup out of memory: Killed process {KILLED_PID} (python3) total-vm:426168kB, "
-          "anon-rss:72192kB, file-rss:6640kB, shmem-rss:0kB, UID:0 pgtables:208kB oom_score_adj:0")
-    facts, evidence = collect()
-    # later runs of zdoctor in this session judge only what comes after these records (see conftest.py);
-    # never moved back: that would show them again
-    publish_kernel_log_since(time.time() + 1)
-    return {"start": start, "began": began, "facts": facts, "evidence": evidence}
+def written(tmp_path_factory) -> dict[str, Any]:
+    """A node's kernel log in a private kmsg-format file (the kernel's records, then the look-alikes), read
+    once through the probe."""
+    began = time.time()
+    dump = kmsg_file(tmp_path_factory.mktemp("kmsg") / "kmsg", *NODE_RECORDS)
+    add_records(dump, FORGED_XID, FORGED_AER, FORGED_OOM, facility=USER)
+    add_records(dump, ECHOED_XID, facility=KERN)
+    facts, evidence = collect(kmsg=str(dump), use_journal=False)
+    return {"start": 0, "began": began, "facts": facts, "evidence": evidence, "dump": dump}
 
 
 def mine(facts: dict[str, Any], start: int) -> dict[str, Any]:
@@ -107,14 +105,25 @@ def node(kernel_log: dict[str, Any], **more: dict[str, Any]):
 # -- real records through the probe ----------------------------------------------------------------------
 
 
-def test_the_probe_reads_the_written_records_back_from_kmsg(written):
+def test_the_probe_reads_the_kernels_records_and_keeps_the_look_alikes_apart(written):
     f, start = written["facts"], written["start"]
-    assert f["source"] == "kmsg" and f["path"] == KMSG and not f.get("skipped")
+    assert f["source"] == "kmsg" and f["path"] == str(written["dump"]) and not f.get("skipped")
+    assert f["records_read"] == len(NODE_RECORDS) + 4 and f["kernel_records_read"] == len(NODE_RECORDS) + 1
     xids = {(r["bus_address"], r["xid"]): r for r in after(f["xids"], start)}
-    assert set(xids) == {(OWN_BUS, 79), (OWN_BUS2, 48)}
+    assert set(xids) == {(OWN_BUS, 79), (OWN_BUS2, 48)}  # the look-alikes' bus is no kernel record
     assert xids[(OWN_BUS2, 48)]["pid"] == KILLED_PID and xids[(OWN_BUS2, 48)]["name"] == "python3"
-    # written from user space: facility LOG_USER (1), kept, not filtered out
-    assert xids[(OWN_BUS, 79)]["facility"] == 1 and xids[(OWN_BUS, 79)]["level"] == 3
+    assert xids[(OWN_BUS, 79)]["facility"] == 0 and xids[(OWN_BUS, 79)]["level"] == 3
+    # the look-alikes: kept for display, each with why it is no evidence, in no list a check judges
+    forged = {(r["kind"], r["text"]): r for r in f["user_space"]}
+    assert set(forged) == {("Xid", FORGED_XID), ("AER", FORGED_AER), ("OOM", FORGED_OOM), ("Xid", ECHOED_XID)}
+    assert forged[("Xid", FORGED_XID)]["why"] == ("written from user space (facility user), not the kernel's: "
+                                                  "not evidence") and forged[("Xid", FORGED_XID)]["facility"] == 1
+    assert forged[("Xid", ECHOED_XID)]["facility"] == 0 and "not at the start" in forged[("Xid", ECHOED_XID)]["why"]
+    assert all(k["pid"] != KILLED_PID + 1 for k in f["ooms"])
+    assert FORGED_BUS not in json.dumps({k: f[k] for k in ("xids", "aer", "ooms", "api_mismatch", "devices_now")})
+    [shown] = [e for e in written["evidence"] if e.label == LOOK_ALIKES]
+    assert [row[1:3] for row in shown.table.rows] == [["Xid", "user"], ["AER", "user"], ["OOM", "user"],
+                                                      ["Xid", "kern"]]
     # microseconds since boot turned into wall time, inside the window read
     w = f["window"]
     assert w["since"] <= xids[(OWN_BUS, 79)]["time"] <= w["until"] and abs(w["until"] - time.time()) < 120
@@ -224,9 +233,9 @@ def test_the_memcg_oom_kill_is_tied_to_the_run_and_feeds_host_ram(written):
     assert "kernel log 20" in h.detail and "CONSTRAINT_MEMCG" in h.detail
 
 
-def test_a_readable_log_with_nothing_in_the_window_is_ok_for_that_window_only():
-    since = time.time()
-    facts, _ = collect(since=since)
+def test_a_readable_log_with_nothing_in_the_window_is_ok_for_that_window_only(written):
+    since = time.time() + 1
+    facts, _ = collect(kmsg=str(written["dump"]), use_journal=False, since=since)
     assert facts["source"] == "kmsg" and facts["window"]["since"] == since
     kl = node(dict(facts, xids=[], aer=[], api_mismatch=[], ooms=[]))
     for check in (check_xid, check_aer, check_api_mismatch, check_oom):
@@ -236,7 +245,10 @@ def test_a_readable_log_with_nothing_in_the_window_is_ok_for_that_window_only():
 
 
 def test_the_window_asked_for_hides_the_records_before_it(written, monkeypatch):
-    monkeypatch.setenv(SINCE_ENV, str(time.time()))
+    # the probe as zdoctor runs it, reading the module's private log
+    monkeypatch.setattr(kernlog_probe, "collect", functools.partial(collect, kmsg=str(written["dump"]),
+                                                                      use_journal=False))
+    monkeypatch.setenv(SINCE_ENV, str(time.time() + 1))
     facts, _ = kernel_log_probe(None)
     assert facts["window"]["since_given"] and after(facts["xids"], written["start"]) == []
     [f] = check_xid(node(mine(facts, written["start"])))
@@ -283,13 +295,12 @@ def test_check_json_lists_the_kernel_log_layer_from_a_replayed_snapshot(written)
     assert layer["status"] == "not examined" and "kernel_log" in layer["why"]
 
 
-def test_check_json_reads_the_records_from_the_real_kernel_log(written):
-    from conftest import run_cli
-
-    # a window that starts just before the module's records (btime, in whole seconds, can put a record's
-    # time up to a second early)
+def test_check_json_reads_the_records_from_dev_kmsg(written):
+    # the real probe reads /dev/kmsg: the module's log, bind-mounted there in a private mount namespace; a
+    # window that starts just before its records (btime, in whole seconds, can put a record's time up to a
+    # second early)
     env = dict(os.environ, **{SINCE_ENV: str(written["began"] - 3)})
-    proc = run_cli(["check", "--json", "--no-log", "--playbook", "gpu-health"], env=env, timeout=240)
+    proc = run_cli_on(written["dump"], ["check", "--json", "--no-log", "--playbook", "gpu-health"], env=env)
     doc = json.loads(proc.stdout)
     [layer] = [x for x in doc["layers"] if x["id"] == "kernel-log"]
     assert layer["status"] == "examined" and "kernel.xid" in layer["checks"]
@@ -297,13 +308,107 @@ def test_check_json_reads_the_records_from_the_real_kernel_log(written):
     # the records name buses this machine lacks: checked against the node now, no drain or reboot is recommended
     xid_found = found["kernel.xid"]
     assert xid_found["status"] == "warn" and f"Xid 79 at PCI:{OWN_BUS}" in xid_found["detail"]
-    assert f"no PCI device at {OWN_BUS}.0 now" in xid_found["detail"]
+    assert f"no PCI device at {OWN_BUS}.0 now" in xid_found["detail"] and FORGED_BUS not in xid_found["detail"]
     assert xid_found["remedies"] and all(r["recommended"] is False for r in xid_found["remedies"])
     assert CLIENT in found["kernel.api-mismatch"]["title"] and found["kernel.aer"]["status"] == "warn"
     assert "the node now does not support them" in found["kernel.aer"]["title"]
     [walk] = doc["playbooks"]
     # nothing confirmed failing on this node: incomplete (3), not failing (1)
     assert walk["path"][:2] == ["xid", "diag-xid-not-now"] and proc.returncode == 3
+
+
+def _check_on(dump: Path) -> dict[str, Any]:
+    """``zdoctor check --json`` of the gpu-health walk with ``dump`` as /dev/kmsg (its whole window)."""
+    env = dict(os.environ, **{SINCE_ENV: ""})
+    proc = run_cli_on(dump, ["check", "--json", "--no-log", "--playbook", "gpu-health"], env=env)
+    assert proc.stdout.startswith("{"), proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+# A node's H200 at its bus, in NVML's words: the record a forger would write to take it out of service.
+H200_XID = f"NVRM: Xid (PCI:{H200_BUS[:-2]}): 79, pid='<unknown>', name=<unknown>, {FELL_OFF}"
+
+
+def test_an_xid_written_from_user_space_is_shown_never_judged(tmp_path):
+    # the same Xid 79 text, once as the kernel logs it (facility 0) and once as user space's write gives it
+    # (facility 1, prio 11): only the first is the kernel's
+    kernels = kmsg_file(tmp_path / "kernels", NODE_RECORDS[0], H200_XID)
+    forged = kmsg_file(tmp_path / "forged", NODE_RECORDS[0])
+    add_records(forged, H200_XID, facility=USER)
+    assert forged.read_text().splitlines()[1].startswith("11,2,")
+    judged = {f["id"]: f for f in _check_on(kernels)["findings"]}["kernel.xid"]
+    assert judged["status"] != "ok" and "Xid 79" in judged["title"]
+    doc = _check_on(forged)
+    found = {f["id"]: f for f in doc["findings"]}
+    xid_found = found["kernel.xid"]
+    assert xid_found["status"] == "ok" and xid_found["title"].startswith("No NVIDIA Xid record in the kernel log")
+    assert not xid_found["remedies"] and not any("reboot" in r["title"].lower() for f in doc["findings"]
+                                                 for r in f["remedies"])
+    [shown] = [e for e in xid_found["evidence"] if e["label"] == LOOK_ALIKES]
+    assert shown["table"]["rows"][0][1:4] == ["Xid", "user", H200_XID]
+    assert "written from user space (facility user)" in shown["table"]["rows"][0][4]
+    assert [x for x in doc["layers"] if x["id"] == "kernel-log"][0]["status"] == "examined"
+
+
+def test_the_drivers_words_mid_message_are_not_the_drivers(tmp_path):
+    # a kernel message (facility 0) that echoes a name someone chose: a mount's error naming its device
+    echoed = kmsg_file(tmp_path / "kmsg", NODE_RECORDS[0], f"EXT4-fs (loop0): unable to read superblock of "
+                       f"{H200_XID}", f"ISO 9660 Extensions: {FORGED_AER}")
+    f, evidence = collect(kmsg=str(echoed), use_journal=False)
+    assert f["xids"] == [] and f["aer"] == [] and f["kernel_records_read"] == 3
+    assert [(r["kind"], r["facility"]) for r in f["user_space"]] == [("Xid", 0), ("AER", 0)]
+    [x] = check_xid(facts_of(kernel_log=f))
+    assert x.status == "ok" and any(e.label == LOOK_ALIKES for e in evidence)
+    assert "2 records that read like the kernel's but are not its own" in x.detail and LOOK_ALIKES in x.detail
+    [a] = check_aer(facts_of(kernel_log=f))
+    assert a.status == "ok"
+
+
+def test_a_log_with_no_record_of_the_kernels_is_not_examined(tmp_path):
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    only_user = kmsg_file(tmp_path / "user", H200_XID, FORGED_OOM, facility=USER)
+    for dump, read in ((empty, "0 records"), (only_user, "2 records")):
+        f, _ = collect(kmsg=str(dump), use_journal=False)
+        assert f["skipped"].startswith("the kernel log was not examined: ") and read in f["skipped"]
+        for check in (check_xid, check_aer, check_api_mismatch, check_oom):
+            [x] = check(facts_of(kernel_log=f))
+            assert x.status == "skip" and "none of them from the kernel's facility" in x.detail
+    doc = _check_on(only_user)
+    [layer] = [x for x in doc["layers"] if x["id"] == "kernel-log"]
+    assert layer["status"] == "not examined" and "none of them from the kernel's facility" in layer["why"]
+    found = {f["id"]: f for f in doc["findings"]}
+    assert found["kernel.xid.not-checked"]["status"] == "skip" and "kernel.xid" not in found
+
+
+def test_a_record_written_to_the_real_kmsg_from_user_space_is_no_xid():
+    # the kernel's own rule on this machine: what user space writes to /dev/kmsg gets LOG_USER, whatever
+    # priority it asks for, and a mount's error echoes the option it was given after its own prefix; only
+    # where the machine opted in (CI), since the records stay in its kernel log
+    if not may_write_kmsg():
+        pytest.skip(f"writes into this machine's kernel log: only with {WRITE_KMSG_ENV}=1 (the private-log "
+                    "tests above show the same rule)")
+    before = kernlog.read_kmsg(KMSG)
+    assert before.error is None, before.error
+    last = max((r["seq"] for r in before.records), default=-1)
+    text = f"NVRM: Xid (PCI:{FORGED_BUS}): 79, pid='<unknown>', name=<unknown>, {FELL_OFF}"
+    fd = os.open(KMSG, os.O_WRONLY)
+    try:
+        os.write(fd, f"<0>{text}\n".encode())  # asks for LOG_KERN, level emerg
+    finally:
+        os.close(fd)
+    # and a mount's error, which the kernel itself logs (facility 0), echoing the option it was given
+    mount = subprocess.run(["unshare", "--mount", "--", "mount", "-t", "tmpfs", "-o", text.split(",")[0], "none",
+                            "/mnt"], capture_output=True, text=True, timeout=30)
+    assert mount.returncode != 0, mount.stderr
+    f, _ = collect(use_journal=False)
+    [mine_] = [r for r in after(f["user_space"], last) if r["text"] == text]
+    assert mine_["facility"] == USER and "written from user space" in mine_["why"]
+    [echo] = [r for r in after(f["user_space"], last) if r["text"].startswith("tmpfs: Unknown parameter 'NVRM: Xid")]
+    assert echo["facility"] == KERN and echo["why"] == kernlog.NOT_AT_START
+    assert not [x for x in f["xids"] if x["bus_address"] == FORGED_BUS]
+    [x] = check_xid(facts_of(kernel_log=f))
+    assert FORGED_BUS not in x.title + x.detail
 
 
 # -- the unreadable log ----------------------------------------------------------------------------------
@@ -375,7 +480,7 @@ def test_bus_ids_written_three_ways_are_one_gpu():
 
 
 def _records(*texts: str) -> list[dict[str, Any]]:
-    return [{"seq": i, "usec": i * 1000, "time": None, "facility": 0, "level": 3, "text": t}
+    return [{"seq": i, "usec": i * 1000, "time": None, "facility": 0, "level": 3, "transport": "kernel", "text": t}
             for i, t in enumerate(texts)]
 
 
@@ -410,6 +515,25 @@ def test_journal_json_lines_are_records_too():
     assert got.records[1]["text"].startswith("NVRM: API mismatch")
 
 
+def test_journald_records_count_only_from_the_kernels_transport_and_facility():
+    xid = f"NVRM: Xid (PCI:{OWN_BUS}): 79, pid='<unknown>', name=<unknown>, {FELL_OFF}"
+
+    def line(**fields: str) -> str:
+        return json.dumps({"MESSAGE": xid, "PRIORITY": "3", "__REALTIME_TIMESTAMP": "1796161157000000", **fields})
+
+    got = kernlog.parse_journal([
+        line(_TRANSPORT="kernel", SYSLOG_FACILITY="0"),
+        line(_TRANSPORT="kernel", SYSLOG_FACILITY="1"),  # echo > /dev/kmsg: journald reads it from the kernel too
+        line(_TRANSPORT="syslog", SYSLOG_FACILITY="0"),  # logger(1) claiming the kernel's facility
+        line(SYSLOG_FACILITY="0"),  # no transport: its source is not known
+    ])
+    assert got.read == 4 and got.kernel == 1
+    found = kernlog.classify(got.records)
+    assert [x["facility"] for x in found["xids"]] == [0]
+    assert [r["why"].split(",")[0] for r in found["user_space"]] == [
+        "written from user space (facility user)", "sent by syslog", "sent by an unknown transport"]
+
+
 def test_the_aer_messages_are_in_the_catalogue_with_their_source():
     by_id = {s.id: s for s in SIGNATURES}
     for sid in ("kernel.aer-bus-error", "kernel.aer-received"):
@@ -437,14 +561,17 @@ def _walk(probes: dict[str, dict[str, Any]]) -> Any:
     return Walk(load_all()["gpu-health"], ReplayHost(json.loads(json.dumps(doc)))).run()
 
 
-def _empty_log() -> dict[str, Any]:
-    facts, _ = collect(since=time.time())
+def _empty_log(written: dict[str, Any]) -> dict[str, Any]:
+    """A log read whole that holds the kernel's records but none of the GPUs'."""
+    quiet = kmsg_file(written["dump"].with_name("quiet"), NODE_RECORDS[0])
+    facts, _ = collect(kmsg=str(quiet), use_journal=False)
+    assert not facts.get("skipped") and facts["kernel_records_read"] == 1
     return dict(facts, xids=[], aer=[], api_mismatch=[], ooms=[])
 
 
 def test_the_gpu_health_walk_ends_where_the_records_point(written):
     probes = h200_all()
-    probes["kernel_log"] = _empty_log()
+    probes["kernel_log"] = _empty_log(written)
     res = _walk(probes)
     assert res.path == ["xid", "aer", "handles", "diag-healthy"], res.path
     kl = mine(written["facts"], written["start"])
@@ -460,12 +587,12 @@ def test_the_gpu_health_walk_ends_where_the_records_point(written):
     assert res.diagnosis == "diag-not-checked" and "Operation not permitted" in res.outcomes[-2].reason
     # a GPU whose memory lost data: ECC from the H200's own record, one uncorrectable error more
     sick = copy.deepcopy(probes)
-    sick["kernel_log"] = _empty_log()
+    sick["kernel_log"] = _empty_log(written)
     sick["nvml"]["gpus"][0]["ecc"]["volatile_uncorrected"] = 1
     assert _walk(sick).path[-2:] == ["handles", "diag-ecc"]
     # a pasted Xid line the window does not hold: never healthy while it stands unexplained
     pasted = from_text(f"NVRM: Xid (PCI:{OWN_BUS}): 95, pid=1, name=python3, Uncontained: FBHUB.", "symptom")
-    seen = {**probes, "kernel_log": _empty_log(),
+    seen = {**probes, "kernel_log": _empty_log(written),
             "symptoms": {"symptoms": [x.to_dict() for x in pasted], "unreadable": []}}
     assert _walk(seen).diagnosis == "diag-unexplained"
 
@@ -489,7 +616,7 @@ def test_a_lost_gpu_through_nvmls_real_error_code_names_its_xid_79_record(monkey
     [d2] = check_driver(facts_of(nvml=nv))
     assert "`dmesg | grep -i xid`" in d2.detail
     # the walk: no Xid in the window, the GPU unreachable through NVML
-    probes = {**h200_all(), "nvml": nv, "kernel_log": _empty_log()}
+    probes = {**h200_all(), "nvml": nv, "kernel_log": _empty_log(written)}
     assert _walk(probes).path[-2:] == ["handles", "diag-unreachable"]
     assert [f.id for f in check_health(facts_of(nvml=nv))] == ["gpu.health.reachable"]
 
@@ -521,7 +648,7 @@ def test_the_reader_is_bounded_and_never_blocks(tmp_path):
 def test_journald_is_the_fallback_where_kmsg_cannot_be_opened(tmp_path):
     record = {"MESSAGE": f"NVRM: Xid (PCI:{OWN_BUS}): 119, pid=77, name=python3, Timeout after 6s of waiting for "
                          "RPC response from GPU0 GSP!", "__REALTIME_TIMESTAMP": "1796161157000000", "PRIORITY": "3",
-              "SYSLOG_FACILITY": "0", "_SOURCE_MONOTONIC_TIMESTAMP": "42"}
+              "SYSLOG_FACILITY": "0", "_TRANSPORT": "kernel", "_SOURCE_MONOTONIC_TIMESTAMP": "42"}
     stand_in = tmp_path / "journalctl"
     stand_in.write_text("#!/bin/sh\n# a stand-in journalctl: the args it got, then one kernel record\n"
                         f"echo \"$*\" > {tmp_path / 'args'}\n"
@@ -559,11 +686,9 @@ def test_a_hung_peer_copy_names_the_kernel_logs_records_for_its_two_gpus(tmp_pat
 
     nv = two_gpus()
     gpu1 = f"{kernlog.bus_address(nv['gpus'][1]['pci_bus_id'])}.0"
-    start = last_seq()
-    write(f"nvidia {gpu1}: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer, (Requester ID)")
-    facts, _ = collect()
-    publish_kernel_log_since(time.time() + 1)  # as in the module's fixture: later runs do not judge it
-    kl = mine(facts, start)
+    dump = kmsg_file(tmp_path / "kmsg", f"nvidia {gpu1}: PCIe Bus Error: severity=Uncorrected (Fatal), "
+                     "type=Transaction Layer, (Requester ID)")
+    kl, _ = collect(kmsg=str(dump), use_journal=False)
     _, f = facts_for(tmp_path, **PASSTHROUGH)
     f["peer_copy"] = {"devices": 2, "hung_pair": [0, 1], "timed_out": True, "pairs": []}
     probes = {**h200_all(), "nvml": nv, "p2p": f}

@@ -13,7 +13,15 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from compilerkit import DEFAULT_TMP, check_killed_mid_compile, slow_compiler, without_tmpdir, write_exe
+from compilerkit import (
+    DEFAULT_TMP,
+    FALLBACK_PLACES,
+    check_killed_mid_compile,
+    killed_with_fallback_folders,
+    slow_compiler,
+    without_tmpdir,
+    write_exe,
+)
 from conftest import REPO, run_cli
 
 from zdoctor.proc import scratch
@@ -129,3 +137,71 @@ def test_the_next_run_sweeps_what_a_sigkilled_check_left(tmp_path, spawn):
             link.unlink()
         for folder in (other_namespace, foreign, live, left):
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_next_run_sweeps_what_a_killed_run_left_in_var_tmp_and_dev_shm(tmp_path, spawn):
+    """A run killed (SIGKILL) while its compile test had fallen back to /var/tmp and its /dev/shm write test
+    had its folder there leaves both; the next check removes them, and leaves alone a live run's folder, a
+    link named like a run folder (and what it points at) and (as root) one owned by another account."""
+    ns = scratch.pid_namespace()
+    pid, left = killed_with_fallback_folders(tmp_path, REPO)
+    var_tmp, dev_shm = FALLBACK_PLACES
+    [left_cc] = [p for p in left if p.parent == var_tmp]
+    [left_shm] = [p for p in left if p.parent == dev_shm]
+    assert list(left_cc.glob("cc-*/one_line.cpp")) and list(left_cc.glob("cc-*/ccA1b2C3.s"))
+    assert (left_shm / "done").exists()
+
+    me = os.getpid()
+    target = tmp_path / "not-zdoctors"
+    target.mkdir()
+    (target / "keep").write_text("x")
+    link = dev_shm / f"{scratch.PREFIX}{ns}-1-1-link{me}"
+    foreign = var_tmp / f"{scratch.PREFIX}{ns}-{pid}-1-foreign{me}"
+    live = live_folder(var_tmp, spawn("import time; time.sleep(600)"))
+    try:
+        link.symlink_to(target)
+        if os.geteuid() == 0:
+            foreign.mkdir()
+            os.chown(foreign, 65534, 65534)
+        proc = run_cli(["check", "--json", "--no-log", "--playbook", "gpu-stack"], env=without_tmpdir(dict(os.environ)))
+        assert proc.returncode in (0, 1, 3), proc.stderr
+        assert not left_cc.exists() and not left_shm.exists()
+        assert live.exists() and (live / "work").read_text() == "in use"
+        assert link.is_symlink() and (target / "keep").exists()
+        if os.geteuid() == 0:
+            assert foreign.exists()
+    finally:
+        if link.is_symlink():
+            link.unlink()
+        for folder in (foreign, live, left_cc, left_shm):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_libaio_test_and_a_file_edits_text_are_made_in_the_run_folder(tmp_path):
+    from zdoctor.edit.core_apply import action_argv
+
+    with scratch.private_folder("aio-") as aio:
+        assert Path(aio).parent == Path(scratch.run_folder()) and Path(aio).name.startswith("aio-")
+    assert not Path(aio).exists()
+    action = {"text": "new", "path": str(tmp_path / "f"), "sha256": "0" * 64, "backup": str(tmp_path / "b")}
+    with action_argv(action) as argv:
+        text = Path(argv[argv.index("--text-file") + 1])
+        assert text.read_text() == "new" and text.parent.parent == Path(scratch.run_folder())
+    assert not text.parent.exists()
+
+
+def test_a_compile_retried_in_dev_shm_keeps_the_compilers_files_in_the_run_folder_there(tmp_path):
+    """The retry of a compile stopped on a full temporary directory, in /dev/shm: the compiler's TMPDIR is a
+    folder of this run there (swept should the run be killed), removed after; the trial still names the place."""
+    from zdoctor.layers.toolchain.probe_jitprereq import no_space
+
+    src = tmp_path / "one.cpp"
+    src.write_text("int one;\n")
+    told = tmp_path / "tmpdirs"
+    cxx = write_exe(tmp_path / "cxx", f'#!/bin/sh\necho "$TMPDIR" >> {told}\nexec g++ "$@"\n')
+    env = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path), "HOME": str(tmp_path / "home")}
+    facts, _ = no_space([[str(cxx), "-c", str(src), "-o", str(tmp_path / "one.o")]], env, ("/dev/shm",))
+    assert facts["trials"] == [{"tmpdir": "/dev/shm", "ok": True, "stderr": ""}]
+    [used] = told.read_text().split()
+    assert Path(used).parent == Path(scratch.run_folder("/dev/shm")) and Path(used).name.startswith("cc-")
+    assert not Path(used).exists()

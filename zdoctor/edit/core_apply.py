@@ -27,7 +27,6 @@ import shutil
 import signal
 import stat
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -35,6 +34,7 @@ from typing import Any
 import zdoctor
 from zdoctor.core.errors import InputError
 from zdoctor.edit.atomic import CheckedReplace, remove_checked
+from zdoctor.proc import scratch
 
 RECORD_PREFIX = "zdoctor-replace-record: "
 HELD_SIGNALS = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT}
@@ -47,7 +47,7 @@ def action_argv(action: dict[str, Any]) -> Iterator[list[str]]:
     """The argv that applies a ``file-replace`` remedy action with this interpreter and this zdoctor, while
     the new text waits in a file of a private folder (made here, removed after)."""
     data = str(action["text"]).encode("utf-8", "surrogateescape")
-    folder = tempfile.mkdtemp(prefix="zdoctor-text-")
+    folder = scratch.private_dir("text-")  # swept by the next run should this one be killed
     try:
         path = os.path.join(folder, "text")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)

@@ -1,11 +1,12 @@
-"""zdoctor's own temporary files live in one folder per run: ``zdoctor-run-NS-PID-START-xxxx`` under the
-temporary directory, named for the run's process (its pid namespace, its pid and its start time, in clock
-ticks since boot, from ``/proc/PID/stat``). The run removes it when it ends; a run that was killed (SIGKILL)
-leaves it, and the next run in the same pid namespace removes it (:func:`sweep_stale`): only real
+"""zdoctor's own temporary files live in one folder per run and place: ``zdoctor-run-NS-PID-START-xxxx``
+under the temporary directory, or a fallback place a probe writes in (:data:`FALLBACK_PLACES`), named for
+the run's process (its pid namespace, its pid and its start time, in clock ticks since boot, from
+``/proc/PID/stat``). The run removes them when it ends; a run that was killed (SIGKILL) leaves them, and
+the next run in the same pid namespace removes them (:func:`sweep_stale`, in every place): only real
 directories of this user whose process is gone (a container sharing the temporary directory sees other
-pids, and leaves their folders alone). The
-compile test's sources, the compiler's own temporary files (its TMPDIR points there) and the lock trials'
-copies are made in it."""
+pids, and leaves their folders alone). The compile test's sources, the compiler's own temporary files (its
+TMPDIR points there), the lock trials' copies, the libaio link test, a file edit's new text and the
+/dev/shm write test are made in them."""
 
 from __future__ import annotations
 
@@ -17,9 +18,13 @@ import shutil
 import stat
 import tempfile
 import threading
+from collections.abc import Iterator
 
 PREFIX = "zdoctor-run-"
 _NAME = re.compile(re.escape(PREFIX) + r"(\d+)-(\d+)-(\d+)-[A-Za-z0-9_]+$")
+#: The places besides the temporary directory where a probe makes its folder: the compile test's fallbacks
+#: when the temporary directory is full, and the /dev/shm write test.
+FALLBACK_PLACES = ("/var/tmp", "/dev/shm")
 #: The folder's mode: other accounts may pass through it (a lock trial runs as the op cache's owner in a
 #: folder given to it), never list it or write in it.
 MODE = 0o711
@@ -50,9 +55,9 @@ def pid_namespace() -> str | None:
         return None
 
 
-def run_folder() -> str:
-    """This run's private folder in the temporary directory, made (and the folders of runs that are gone
-    swept) on first use; raises ``OSError`` when the temporary directory takes no folder."""
+def run_folder(root: str | None = None) -> str:
+    """This run's private folder in ``root`` (default: the temporary directory), made (and the folders of
+    runs that are gone swept there) on first use; raises ``OSError`` when ``root`` takes no folder."""
     global _owner
     with _lock:
         pid = os.getpid()
@@ -60,7 +65,7 @@ def run_folder() -> str:
             _folders.clear()
             atexit.register(remove_run_folder)
             _owner = pid
-        root = tempfile.gettempdir()
+        root = root or tempfile.gettempdir()
         folder = _folders.get(root)
         if folder is not None and os.path.isdir(folder):
             return folder
@@ -77,9 +82,20 @@ def made() -> str | None:
     return _folders.get(tempfile.gettempdir()) if _owner == os.getpid() else None
 
 
-def private_dir(prefix: str) -> str:
-    """A fresh folder (0700) in this run's folder, for one piece of zdoctor's work; raises ``OSError``."""
-    return tempfile.mkdtemp(prefix=prefix, dir=run_folder())
+def private_dir(prefix: str, root: str | None = None) -> str:
+    """A fresh folder (0700) in this run's folder in ``root`` (default: the temporary directory), for one
+    piece of zdoctor's work; raises ``OSError``."""
+    return tempfile.mkdtemp(prefix=prefix, dir=run_folder(root))
+
+
+@contextlib.contextmanager
+def private_folder(prefix: str, root: str | None = None) -> Iterator[str]:
+    """:func:`private_dir`, removed (links in it removed, not followed) when the block ends."""
+    folder = private_dir(prefix, root)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def remove_run_folder() -> None:
@@ -92,10 +108,13 @@ def remove_run_folder() -> None:
 
 
 def sweep_stale(root: str | None = None) -> list[str]:
-    """Remove the run folders under ``root`` (default: the temporary directory) whose run is gone: real
-    directories (a link is never followed) owned by this user, made in this pid namespace, whose process
-    (pid and start time, from the name) no longer runs. Returns the folders removed."""
-    root = root or tempfile.gettempdir()
+    """Remove the run folders under ``root`` (default: the temporary directory and :data:`FALLBACK_PLACES`)
+    whose run is gone: real directories (a link is never followed) owned by this user, made in this pid
+    namespace, whose process (pid and start time, from the name) no longer runs. Returns the folders
+    removed."""
+    if root is None:
+        places = dict.fromkeys((tempfile.gettempdir(), *FALLBACK_PLACES))
+        return [gone for place in places for gone in sweep_stale(place)]
     removed: list[str] = []
     namespace = pid_namespace()
     if namespace is None or process_start(os.getpid()) is None:

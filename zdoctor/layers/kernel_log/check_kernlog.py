@@ -27,6 +27,7 @@ from zdoctor.core.plural import count_of
 from zdoctor.core.registry import Facts, check, predicate
 from zdoctor.layers import not_checked
 from zdoctor.layers.kernel_log.kernlog import bus_address
+from zdoctor.layers.kernel_log.probe_kernlog import LOOK_ALIKES
 from zdoctor.layers.kernel_log.xids import CATALOGUE, DriverFault, driver_fault, xid
 from zdoctor.layers.offload.check_hostram import job_cgroup_oom_kills
 from zdoctor.readers.gpufacts import result_facts
@@ -50,10 +51,17 @@ def scope(kl: dict[str, Any]) -> str:
     if kl.get("truncated"):
         text += f" ({kl['truncated']})"
     if w.get("since_given"):
-        return text + (f"; judged are the records since {when(w.get('since'))}, the window asked for "
-                       "(ZDOCTOR_KERNEL_LOG_SINCE). Records from before then are not seen.")
-    return text + (f", the oldest record from {when(w.get('since'))}. Records from before then (an earlier boot, "
-                   "or overwritten in the kernel's ring buffer) are not seen.")
+        text += (f"; judged are the records since {when(w.get('since'))}, the window asked for "
+                 "(ZDOCTOR_KERNEL_LOG_SINCE). Records from before then are not seen.")
+    else:
+        text += (f", the oldest record from {when(w.get('since'))}. Records from before then (an earlier boot, "
+                 "or overwritten in the kernel's ring buffer) are not seen.")
+    others = kl.get("user_space") or []
+    if others:
+        text += (f" {count_of(len(others), 'record')} that read like the kernel's but are not its own (written "
+                 f"from user space, or the driver's words not at the start) are shown in \"{LOOK_ALIKES}\" and "
+                 "not judged.")
+    return text
 
 
 def _gpus_by_bus(facts: Facts) -> dict[str, dict[str, Any]] | None:

@@ -5,10 +5,14 @@ flags;text`` and `` KEY=value`` continuation lines) until it has caught up, boun
 time; :func:`parse_journal` reads ``journalctl -k -o json`` lines, the fallback where ``/dev/kmsg`` is
 refused (``kernel.dmesg_restrict`` for a user without CAP_SYSLOG). Classifiers: :func:`classify` finds
 NVIDIA Xid records, NVRM API mismatches, PCIe AER errors and the OOM killer's records. Paths are
-parameters, so tests read recorded or written records.
+parameters, so tests read recorded records.
 
-A record's facility is kept, never filtered on: records written to ``/dev/kmsg`` from user space carry
-LOG_USER (the kernel refuses facility 0 from user space), those of the kernel LOG_KERN.
+Evidence is trusted by its source (:func:`not_the_kernels`): a record is the kernel's only when it comes
+from the kernel's facility (LOG_KERN, 0; journald's ``_TRANSPORT=kernel`` with ``SYSLOG_FACILITY=0``) and
+the driver's own words start the message. Anyone who may write ``/dev/kmsg`` can write an Xid's text, but
+the kernel gives a record written from user space LOG_USER at least; and a kernel message that echoes a
+name the user chose (a mount's error naming its device) has the text after its own prefix. Such records are
+kept apart (``user_space``), shown, never judged.
 """
 
 from __future__ import annotations
@@ -42,11 +46,16 @@ AER_BUS_ERROR = re.compile(r"(?:(?P<driver>[\w-]+) )?(?P<bus>" + _BUS + r"): PCI
                            r"severity=(?P<severity>[^,]+), type=(?P<type>[^,]+)(?:, \(?(?P<agent>[^)]*)\)?)?")
 #: aer_isr_one_error / aer_print_port_info: "pcieport 0000:00:01.0: AER: Uncorrected (Fatal) error received:
 #: 0000:3b:00.0" (older kernels), "AER: Correctable error message received from 0000:3b:00.0" (6.x).
-AER_RECEIVED = re.compile(r"(?P<port>" + _BUS + r"): AER: (?:Multiple )?(?P<severity>Corrected|Correctable|"
+AER_RECEIVED = re.compile(r"(?:[\w-]+ )?(?P<port>" + _BUS + r"): AER: (?:Multiple )?(?P<severity>Corrected|Correctable|"
                           r"Uncorrected \((?:Non-)?Fatal\)|Uncorrectable \((?:Non-)?Fatal\)) error (?:message )?"
                           r"received(?: from)?:? (?:id=\w+ )?(?P<bus>" + _BUS + r")")
 #: The lines of the OOM killer's report that :func:`zdoctor.layers.offload.hostram.oom_kills` reads.
 OOM_LINE = re.compile(r"oom-kill:constraint=|Out of memory|Memory cgroup out of memory|\bmemory: usage \d+kB, limit")
+#: The kernel's facility (LOG_KERN); a record written to /dev/kmsg from user space gets LOG_USER at least.
+KERN_FACILITY = 0
+#: syslog's facility numbers, named (RFC 5424).
+FACILITIES = {0: "kern", 1: "user", 2: "mail", 3: "daemon", 4: "auth", 5: "syslog", 6: "lpr", 7: "news",
+              8: "uucp", 9: "cron", 10: "authpriv", 11: "ftp", **{16 + i: f"local{i}" for i in range(8)}}
 _ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})")
 
 
@@ -77,7 +86,7 @@ def parse_kmsg_record(raw: str) -> dict[str, Any] | None:
     prio, seq, usec = (_int(p, limit) for p, limit in zip(parts[:3], (1 << 31, 1 << 63, MAX_USEC)))
     if prio is None or seq is None or usec is None:  # out of range: a damaged or forged record, not a fact
         return None
-    return {"seq": seq, "usec": usec, "facility": prio >> 3, "level": prio & 7,
+    return {"seq": seq, "usec": usec, "facility": prio >> 3, "level": prio & 7, "transport": "kernel",
             "text": _unescape(lines[0]), "device": props.get("DEVICE"), "subsystem": props.get("SUBSYSTEM")}
 
 
@@ -105,6 +114,8 @@ class Read:
     errno: int | None = None
     #: Microseconds since boot of the oldest record read: where the window starts.
     first_usec: int | None = None
+    #: How many of the records read came from the kernel's facility (the rest were written from user space).
+    kernel: int = 0
 
 
 def read_kmsg(path: str = KMSG, *, max_records: int = MAX_RECORDS, max_bytes: int = MAX_BYTES,
@@ -156,6 +167,7 @@ def read_kmsg(path: str = KMSG, *, max_records: int = MAX_RECORDS, max_bytes: in
                 if rec is None:
                     continue
                 out.read += 1
+                out.kernel += from_kernel(rec)
                 if out.first_usec is None:
                     out.first_usec = rec["usec"]
                 if keep is None or keep(rec):
@@ -190,8 +202,10 @@ def parse_journal(lines: Iterable[str], keep: Any = None) -> Read:
             continue
         out.read += 1
         rec = {"seq": None, "usec": _int(d.get("_SOURCE_MONOTONIC_TIMESTAMP")),
-               "facility": _int(d.get("SYSLOG_FACILITY")), "level": _int(d.get("PRIORITY")), "text": msg,
+               "facility": _int(d.get("SYSLOG_FACILITY")), "level": _int(d.get("PRIORITY")),
+               "transport": d.get("_TRANSPORT") if isinstance(d.get("_TRANSPORT"), str) else None, "text": msg,
                "device": d.get("_KERNEL_DEVICE"), "subsystem": d.get("_KERNEL_SUBSYSTEM")}
+        out.kernel += from_kernel(rec)
         realtime = _int(d.get("__REALTIME_TIMESTAMP"))
         rec["time"] = realtime / 1e6 if realtime is not None else None
         if keep is None or keep(rec):
@@ -225,16 +239,78 @@ def boot_time(stat_path: str = "/proc/stat") -> float | None:
 
 
 def interesting(rec: dict[str, Any]) -> bool:
-    """A record :func:`classify` may use (the rest are only counted)."""
+    """A record :func:`classify` may use or show (the rest are only counted)."""
     text = rec.get("text") or ""
     return "NVRM:" in text or "AER:" in text or "PCIe Bus Error" in text or bool(OOM_LINE.search(text)) \
         or "this kernel module has the version" in text
 
 
+def from_kernel(rec: dict[str, Any]) -> bool:
+    """Whether the record came from the kernel's facility: LOG_KERN in /dev/kmsg, or journald's kernel
+    transport with LOG_KERN (a record written to /dev/kmsg from user space reaches journald by the kernel
+    transport too, with its LOG_USER facility)."""
+    return rec.get("facility") == KERN_FACILITY and rec.get("transport") == "kernel"
+
+
+#: Why a kernel-facility record whose driver words are not at its start is no evidence.
+NOT_AT_START = ("the kernel's facility, but the driver's words are not at the start of the message (another "
+                "message quoting a text someone chose): not evidence")
+
+
+def facility_name(number: Any) -> str:
+    """``user``, ``daemon``, ``local0``..., or ``unknown`` (journald gave none)."""
+    return FACILITIES.get(number, str(number)) if isinstance(number, int) else "unknown"
+
+
+def not_the_kernels(rec: dict[str, Any]) -> str | None:
+    """Why the record is no kernel evidence, or None when it is: the kernel's facility and one of the
+    driver's, the AER service's or the OOM killer's own messages from the message's first character."""
+    if not from_kernel(rec):
+        if rec.get("transport") != "kernel":
+            return f"sent by {rec.get('transport') or 'an unknown transport'}, not the kernel's: not evidence"
+        if not isinstance(rec.get("facility"), int):
+            return "its facility is not known, so not the kernel's: not evidence"
+        return f"written from user space (facility {facility_name(rec['facility'])}), not the kernel's: not evidence"
+    text = rec.get("text") or ""
+    if XID.match(text) or API_MISMATCH.match(text) or AER_BUS_ERROR.match(text) or AER_RECEIVED.match(text) \
+            or OOM_LINE.match(text) or text.startswith("NVRM: "):
+        return None
+    return NOT_AT_START
+
+
+def _look_alike(rec: dict[str, Any], why: str) -> dict[str, Any] | None:
+    """A record that reads like the driver's, AER's or the OOM killer's but is not the kernel's: what it
+    claims (``kind``) and why it is not evidence, for display only."""
+    text = rec.get("text") or ""
+    kind = ("Xid" if XID.search(text) else "NVRM" if "NVRM:" in text
+            else "AER" if AER_BUS_ERROR.search(text) or AER_RECEIVED.search(text) or "AER:" in text
+            else "OOM" if OOM_LINE.search(text) else None)
+    if kind is None:
+        return None
+    return {**{k: rec.get(k) for k in ("seq", "usec", "time", "facility", "level")}, "text": text[:500],
+            "kind": kind, "why": why}
+
+
 def classify(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """``{xids, api_mismatch, aer, ooms}`` from records in log order. Each entry carries its record's
-    ``seq``, ``usec``, ``time``, ``facility`` and ``text``, and the bus (``bus`` as written, ``bus_address``) or
-    the process it names."""
+    """``{xids, api_mismatch, aer, ooms, user_space}`` from records in log order. Only the kernel's own
+    records (:func:`not_the_kernels`) go to the first four, which the checks judge; a look-alike goes to
+    ``user_space``, with why it is no evidence. Each entry carries its record's ``seq``, ``usec``, ``time``,
+    ``facility`` and ``text``, and the bus (``bus`` as written, ``bus_address``) or the process it names."""
+    kernel: list[dict[str, Any]] = []
+    user_space: list[dict[str, Any]] = []
+    for rec in records:
+        why = not_the_kernels(rec)
+        if why is None:
+            kernel.append(rec)
+            continue
+        look_alike = _look_alike(rec, why)
+        if look_alike is not None:
+            user_space.append(look_alike)
+    return {**_classify_kernels(kernel), "user_space": user_space}
+
+
+def _classify_kernels(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """:func:`classify` of records already known to be the kernel's (driver words at their start)."""
     xids: list[dict[str, Any]] = []
     mismatch: list[dict[str, Any]] = []
     aer: list[dict[str, Any]] = []
@@ -243,7 +319,7 @@ def classify(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
         text = rec.get("text") or ""
         base = {k: rec.get(k) for k in ("seq", "usec", "time", "facility", "level")}
         base["text"] = text[:500]
-        m = XID.search(text)
+        m = XID.match(text)
         if m:
             pid = m.group("pid")
             xids.append({**base, "bus": m.group("bus"), "bus_address": bus_address(m.group("bus")),
@@ -251,14 +327,15 @@ def classify(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
                          "pid": int(pid) if pid and pid.isdigit() else None,
                          "name": (m.group("name") or "").strip() or None, "detail": (m.group("rest") or "").strip()})
             continue
-        m = API_MISMATCH.search(text)
+        m = API_MISMATCH.match(text)
         if m:
             module = API_MODULE.search(text[m.end():])
-            if module is None and i + 1 < len(records):
-                module = API_MODULE.search(records[i + 1].get("text") or "")
+            following = records[i + 1].get("text") or "" if i + 1 < len(records) else ""
+            if module is None and following.startswith("NVRM: "):
+                module = API_MODULE.search(following)
             mismatch.append({**base, "client": m.group("client"), "module": module.group("module") if module else None})
             continue
-        m = AER_BUS_ERROR.search(text) or AER_RECEIVED.search(text)
+        m = AER_BUS_ERROR.match(text) or AER_RECEIVED.match(text)
         if m:
             groups = m.groupdict()
             aer.append({**base, "bus": groups["bus"], "bus_address": bus_address(groups["bus"]),
@@ -266,7 +343,7 @@ def classify(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
                         "type": (groups.get("type") or "").strip() or None, "driver": groups.get("driver"),
                         "port": groups.get("port")})
             continue
-        if OOM_LINE.search(text):
+        if OOM_LINE.match(text):
             oom_recs.append({**base, "_text": text})
     ooms = []
     for k in oom_kills([r["_text"] for r in oom_recs], limit=len(oom_recs) + 1):

@@ -1,12 +1,14 @@
 """Probe ``kernel_log``: the kernel log's NVIDIA Xid and NVRM records, PCIe AER errors and OOM kills.
 
-It reads ``/dev/kmsg`` non-blocking (bounded); where that is refused (``kernel.dmesg_restrict`` for a
-user without CAP_SYSLOG) ``journalctl -k -o json`` of this boot (bounded, with a time limit); where both
-fail the log is not examined, and the facts say why (``skipped``, ``attempts``). Facts: ``source``
-(kmsg | journalctl), ``path``, ``window`` {since, until, boot_time} (seconds since the epoch: a record's
-microseconds since boot plus /proc/stat's btime), ``records_read``, ``truncated``, ``overwritten``, and
-the records found (see :func:`zdoctor.layers.kernel_log.kernlog.classify`): ``xids``, ``api_mismatch``, ``aer``,
-``ooms``. Judged in :mod:`zdoctor.layers.kernel_log.check_kernlog`.
+It reads ``/dev/kmsg`` non-blocking (bounded); where that is refused (``kernel.dmesg_restrict`` for a user
+without CAP_SYSLOG) ``journalctl -k -o json`` of this boot (bounded, with a time limit); where both fail the
+log is not examined, and the facts say why (``skipped``, ``attempts``). Facts: ``source`` (kmsg | journalctl),
+``path``, ``window`` {since, until, boot_time} (seconds since the epoch: a record's microseconds since boot
+plus /proc/stat's btime), ``records_read``, ``truncated``, ``overwritten``, and the kernel's own records found
+(see :func:`zdoctor.layers.kernel_log.kernlog.classify`): ``xids``, ``api_mismatch``, ``aer``, ``ooms``,
+judged in :mod:`zdoctor.layers.kernel_log.check_kernlog`; and ``user_space``: records that read like those but
+are not the kernel's (written from user space, or the driver's words not at the start), shown with why, never
+judged. A log that gave no record of the kernel's facility is not examined.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 from typing import Any
 
 from zdoctor.core.model import Evidence
+from zdoctor.core.plural import count_of
 from zdoctor.core.registry import probe
 from zdoctor.layers.kernel_log import kernlog
 from zdoctor.proc.runner import run, which_all
@@ -95,23 +98,35 @@ def collect(*, kmsg: str = kernlog.KMSG, journalctl: str | None = None, use_jour
             source, where = "journalctl", "journalctl -k -o json"
             if got.error is not None:
                 attempts.append({"source": "journalctl -k", "error": got.error})
+    records = [r for r in got.records if since is None or (r.get("time") is not None and r["time"] >= since)]
+    found = kernlog.classify(records)
+    look_alikes = found.pop("user_space")[-kernlog.MAX_KEPT:]
+    if look_alikes:
+        evidence.append(_look_alikes_table(look_alikes))
     if got.error is not None:
         why = "; ".join(f"{a['error']}" for a in attempts)
         return {"skipped": f"the kernel log could not be read: {why}", "attempts": attempts,
                 "source": None}, evidence
-    records = [r for r in got.records if since is None or (r.get("time") is not None and r["time"] >= since)]
+    if got.kernel == 0:
+        # nothing the kernel wrote (an empty log, or user space's records only): no look, never "no Xid"
+        why = (f"{where} gave {count_of(got.read, 'record')}, none of them from the kernel's facility: nothing of "
+               "the kernel's to judge")
+        return {"skipped": f"the kernel log was not examined: {why}",
+                "attempts": [*attempts, {"source": where, "error": why}], "source": None,
+                "user_space": look_alikes}, evidence
     start = since
     if start is None and source == "kmsg":
         # the window starts at the oldest record the ring still holds
         start = kernlog.wall_time(got.first_usec, btime) if got.first_usec is not None else btime
     if start is None and records:
         start = records[0].get("time")
-    found = kernlog.classify(records)
     facts: dict[str, Any] = {
         "source": source, "path": where, "attempts": attempts,
         "window": {"since": start, "until": until, "boot_time": btime, "since_given": since is not None},
-        "records_read": got.read, "truncated": got.truncated, "overwritten": got.overwritten,
+        "records_read": got.read, "kernel_records_read": got.kernel, "truncated": got.truncated,
+        "overwritten": got.overwritten,
         **{k: v[-kernlog.MAX_KEPT:] for k, v in found.items()},  # the newest
+        "user_space": look_alikes,
         # /dev/kmsg holds only this boot's records, and journalctl -k reads only this boot
         "boot": "this boot",
     }
@@ -121,14 +136,24 @@ def collect(*, kmsg: str = kernlog.KMSG, journalctl: str | None = None, use_jour
     rows = [[_when(r.get("time")), kind, r.get("bus") or (f"pid {r['pid']}" if r.get("pid") else "-"), r["text"][:200]]
             for kind in ("xids", "api_mismatch", "aer", "ooms") for r in facts[kind]]
     rows.sort(key=lambda row: row[0])
-    note = (f"{where}: {got.read} records read, window {_when(start)} .. {_when(until)}"
-            + (f"; {got.truncated}" if got.truncated else "")
+    note = (f"{where}: {got.read} records read ({got.kernel} of the kernel's facility), window {_when(start)} .. "
+            f"{_when(until)}" + (f"; {got.truncated}" if got.truncated else "")
             + (f"; {got.overwritten} overwritten while reading" if got.overwritten else ""))
     evidence.insert(0, Evidence.note("The kernel log as read", note))
     if rows:
         evidence.insert(1, Evidence.of_table("NVIDIA, AER and OOM records in the kernel log",
                                              ["time", "kind", "bus / process", "record"], rows[-60:]))
     return facts, evidence
+
+
+#: The label of the look-alike records' table: shown, never a verdict.
+LOOK_ALIKES = "Records that read like the kernel's but are not (not evidence)"
+
+
+def _look_alikes_table(look_alikes: list[dict[str, Any]]) -> Evidence:
+    rows = [[_when(r.get("time")), r["kind"], kernlog.facility_name(r.get("facility")), r["text"][:200], r["why"]]
+            for r in look_alikes[-60:]]
+    return Evidence.of_table(LOOK_ALIKES, ["time", "reads like", "facility", "record", "why not evidence"], rows)
 
 
 def _when(t: float | None) -> str:

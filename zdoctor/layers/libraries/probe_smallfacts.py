@@ -14,7 +14,7 @@ from typing import Any
 
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import probe
-from zdoctor.proc import asuser
+from zdoctor.proc import asuser, scratch
 from zdoctor.proc.target import target_of
 from zdoctor.proc.trainuser import training_user
 from zdoctor.readers.mounts import is_network_fs, mount_of
@@ -53,7 +53,8 @@ def shm_access(path: str = "/dev/shm", user: dict[str, str] | None = None) -> di
         return out
     out["tested_as"] = name or str(me)
     try:
-        fd, tmp = tempfile.mkstemp(prefix="zdoctor-shm-", dir=path)
+        # in this run's folder there (made by the same right to create in it), swept should the run be killed
+        fd, tmp = tempfile.mkstemp(prefix="shm-", dir=scratch.run_folder(path))
         os.close(fd)
         os.unlink(tmp)
         out["write_test"] = True

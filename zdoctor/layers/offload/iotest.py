@@ -17,7 +17,6 @@ import mmap
 import os
 import shlex
 import stat
-import tempfile
 import threading
 import time
 import typing
@@ -29,7 +28,7 @@ from zdoctor.core.errors import InputError
 from zdoctor.core.model import Evidence
 from zdoctor.core.units import parse_size  # noqa: F401 - the io size of --io-size, parsed where every option is
 from zdoctor.layers.offload import GIB, MIB, aiocalls
-from zdoctor.proc import runner
+from zdoctor.proc import runner, scratch
 from zdoctor.readers.ldcache import read_ld_so_cache, runtime_soname
 
 BLOCK = MIB  # DeepSpeed aio block_size default
@@ -390,7 +389,7 @@ def libaio_status(env: Mapping[str, str] | None = None, *, release_path: str = "
                                None)
     if compile_test and cc:
         ds = aiocalls.deepspeed_aio_calls(ds_location)
-        with tempfile.TemporaryDirectory(prefix="zdoctor-aio-") as tmp:
+        with scratch.private_folder("aio-") as tmp:
             exe = os.path.join(tmp, "aio_test")
             argv = (shlex.split(cc) + shlex.split(env.get("CFLAGS", "")) + ["-x", "c", "-", "-o", exe]
                     + shlex.split(env.get("LDFLAGS", "")) + ["-laio"])

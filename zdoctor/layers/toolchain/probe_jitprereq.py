@@ -166,7 +166,7 @@ def scratch_dir(candidates: tuple[str, ...], files: dict[str, str]) -> tuple[str
     for where in (None, *candidates):
         tmp = None
         try:
-            tmp = scratch.private_dir("cc-") if where is None else tempfile.mkdtemp(prefix="zdoctor-cc-", dir=where)
+            tmp = scratch.private_dir("cc-", where)
             for name, text in files.items():
                 with open(os.path.join(tmp, name), "w") as fh:
                     fh.write(text)
@@ -246,8 +246,13 @@ def no_space(failed: list[list[str]], env: dict[str, str], candidates: tuple[str
     trials: list[dict[str, Any]] = []
     evs = []
     for d in roomy_dirs(full.get("dev"), (*candidates, *own))[:TRIALS]:
-        runs = [run(argv, env={**env, "TMPDIR": d}, timeout=COMPILE_TIMEOUT, label=f"TMPDIR={d} {argv[0]} -c ...")
-                for argv in failed]
+        inside = _shared_place_folder(d)
+        try:
+            runs = [run(argv, env={**env, "TMPDIR": inside or d}, timeout=COMPILE_TIMEOUT,
+                        label=f"TMPDIR={inside or d} {argv[0]} -c ...") for argv in failed]
+        finally:
+            if inside:
+                shutil.rmtree(inside, ignore_errors=True)
         evs += runs
         bad = [ev for ev in runs if ev.exit_code != 0]
         trials.append({"tmpdir": d, "ok": not bad,
@@ -257,6 +262,19 @@ def no_space(failed: list[list[str]], env: dict[str, str], candidates: tuple[str
     return {"tmpdir": tmpdir, "chosen_by": chosen_by, "tmpdir_set": env.get("TMPDIR"), "space": full,
             "build_base": base, "build_base_source": base_source, "build_space": fullness(base),
             "trials": trials}, evs
+
+
+def _shared_place_folder(place: str) -> str | None:
+    """A folder of this run in ``place`` when it is a shared temporary place (the temporary directory, /var/tmp,
+    /dev/shm), for the compiler's own files there (swept should the run be killed); None elsewhere (a folder
+    of the user's own, where zdoctor makes nothing) or when ``place`` takes no folder."""
+    shared = {os.path.realpath(p) for p in (tempfile.gettempdir(), *scratch.FALLBACK_PLACES)}
+    if os.path.realpath(place) not in shared:
+        return None
+    try:
+        return scratch.private_dir("cc-", place)
+    except OSError:
+        return None
 
 
 def collect_jitprereq(env: dict[str, str], python: str | None, cxx: str | None,
