@@ -168,6 +168,24 @@ def fabricmanager_pinned(branch: str, module: str, deb_version: str | None, fami
     return f"nvidia-fabric-manager-{module}"
 
 
+def cxx_back_end_package(major: int | None, family: str, driver: str = "") -> str:
+    """The package that holds GCC's C++ back end (``cc1plus``) for the driver of GCC ``major`` (None: the
+    distribution's default GCC): ``g++-N`` on Debian/Ubuntu, ``gccN-c++`` on SUSE, ``gcc-c++`` on RHEL and
+    Fedora (``gcc-toolset-N-gcc-c++`` for a driver under ``/opt/rh/gcc-toolset-N``), ``gcc`` on Arch,
+    ``g++`` on Alpine."""
+    if family == "apt":
+        return f"g++-{major}" if major else "g++"
+    if family == "zypper":
+        return f"gcc{major}-c++" if major else "gcc-c++"
+    if family == "dnf":
+        for kit in ("gcc-toolset", "devtoolset"):
+            marker = f"/opt/rh/{kit}-"
+            if driver.startswith(marker):
+                return f"{kit}-{driver[len(marker):].split('/')[0]}-gcc-c++"
+        return "gcc-c++"
+    return "gcc" if family == "pacman" else "g++"
+
+
 @dataclass(frozen=True)
 class VersionedGcc:
     """GCC ``major`` beside the system compiler: the packages to install, the compilers' paths and the

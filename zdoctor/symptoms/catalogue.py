@@ -171,6 +171,17 @@ SIGNATURES: tuple[Signature, ...] = (
         sources=("GNU binutils ld/ldfile.c (\"cannot find -l%s\")",)),
     # -- the build ----------------------------------------------------------------------------------
     Signature(
+        id="build.compiler-pass-missing", kind="compiler-pass-missing", layer="build",
+        pattern=r"fatal error: cannot execute [\u2018'](?P<program>cc1plus|cc1|collect2|as|ld)[\u2019']: \w{1,16}: No "
+                r"such file or directory",
+        meaning="the compiler driver (gcc, g++, c++) runs, but one of its own passes is not installed where it looks "
+                "for it: cc1plus, the C++ compiler proper, comes with g++ (a gcc without g++ cannot compile C++)",
+        read_next="`<compiler> -print-prog-name=cc1plus` (a bare name: not found) and which package of this "
+                  "distribution holds it for the driver's GCC version",
+        confirm=("toolchain.jit-prereq",),
+        sources=("GCC gcc/gcc.cc (execute: \"cannot execute %qs: %s: %m\", the pass's name quoted in the locale's "
+                 "quotes)",)),
+    Signature(
         id="build.missing-header", kind="missing-header", layer="build",
         pattern=r"fatal error: (?P<header>[\w./+-]+\.h(?:pp)?): No such file or directory",
         meaning="a header the op's build includes is not installed (Python.h: the Python development package; "

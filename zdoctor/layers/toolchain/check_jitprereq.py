@@ -10,7 +10,7 @@ from typing import Any
 
 from zdoctor.core.causes import BROKEN_COMPILER, FULL_DISK
 from zdoctor.core.model import Finding, Remedy
-from zdoctor.core.packages import managers, python_headers_package
+from zdoctor.core.packages import cxx_back_end_package, managers, python_headers_package
 from zdoctor.core.registry import Facts, check, predicate
 from zdoctor.layers import not_checked
 from zdoctor.layers.toolchain.check_toolchain import install_remedies
@@ -161,12 +161,41 @@ def _compiles(f: dict[str, Any], facts: Facts) -> Finding | None:
                                 "; a file including Python.h was not tried (no Python.h)"))
     err = (plain.get("stderr") or plain.get("error") or "").strip().splitlines()[-3:]
     distro = facts.get_fact("toolchain", "distro") or {}
+    if (c.get("back_end") or {}).get("program") and not c["back_end"].get("found"):
+        return _back_end_missing(c["compiler"], c["back_end"], err, distro)
     return Finding(id="toolchain.jit-prereq.compile", status="fail",
                    title=f"{c['compiler']} cannot compile a one-line C++ file",
                    detail="The compiler torch would use for JIT builds fails on `int main() { return 0; }`: "
                           + (" | ".join(err) or "no output") + ". A compiler driver without its back end (cc1plus), "
                           "without the C++ standard headers, or a broken wrapper is not a compiler.",
                    remedies=install_remedies(distro), cause=BROKEN_COMPILER)
+
+
+def _back_end_missing(cxx: str, be: dict[str, Any], err: list[str], distro: dict[str, Any]) -> Finding:
+    """The driver runs but one of its own passes is not where it looks (a gcc without g++ compiling C++, a
+    removed or half-installed g++): where that pass belongs, and the package of this distribution that holds it."""
+    prog, version = be["program"], str(be.get("version") or "")
+    major = int(version.split(".")[0]) if version.split(".")[0].isdigit() else None
+    where = be.get("expected") or (f"one of {', '.join(be['searched'][:3])}" if be.get("searched")
+                                   else "its program folders")
+    rems = []
+    for pm in managers(distro):
+        pkg = cxx_back_end_package(major if prog == "cc1plus" else None, pm.family, be.get("driver") or "")
+        rems.append(Remedy(title=f"Install {pkg}, which holds {prog} ({pm.label})",
+                           commands=pm.install(shlex.quote(pkg)), requires_root=True, undo=pm.remove(shlex.quote(pkg)),
+                           note="not tried: it installs a package on the node",
+                           explanation=f"{prog} is the pass of GCC {version or '(this version)'} that "
+                                       f"{'compiles C++' if prog == 'cc1plus' else 'the driver runs'}; the driver "
+                                       f"{be.get('driver') or cxx} is installed without it. After the install, "
+                                       f"`{cxx} -print-prog-name={prog}` prints its full path."))
+    return Finding(id="toolchain.jit-prereq.compile", status="fail",
+                   title=f"{cxx} cannot start its {prog}: it is not installed where GCC {version} looks for it",
+                   detail="The compiler torch would use for JIT builds fails on `int main() { return 0; }`: "
+                          + (" | ".join(err) or "no output").rstrip(".") + f". `{cxx} -print-prog-name={prog}` answers "
+                          f"'{prog}' alone (not found); GCC {version} ({be.get('machine') or '?'}) looks for it in "
+                          f"{where}. The driver is there, its back end is not: the package that holds {prog} for "
+                          "this GCC is missing or was removed.",
+                   remedies=rems, cause=BROKEN_COMPILER)
 
 
 def _space_text(sp: dict[str, Any]) -> str:
@@ -245,7 +274,7 @@ def _python_h_fails(cxx: str, withpy: dict[str, Any], f: dict[str, Any], facts: 
 
 
 @check("toolchain.jit-prereq", title="JIT build prerequisites: ninja, Python.h, a working compiler",
-       probes=("jitprereq",), explains=("ninja-missing", "missing-header", "no-space"),
+       probes=("jitprereq",), explains=("ninja-missing", "missing-header", "no-space", "compiler-pass-missing"),
        findings=("toolchain.jit-prereq.compile", "toolchain.jit-prereq.ninja", "toolchain.jit-prereq.python-h"))
 def check_jitprereq(facts: Facts) -> list[Finding]:
     f = facts.of("jitprereq")

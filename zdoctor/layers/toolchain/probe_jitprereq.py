@@ -30,6 +30,9 @@ NO_SPACE = "No space left on device"
 TMP_CANDIDATES = ("/var/tmp", "/dev/shm")
 #: The room a folder needs to be offered as TMPDIR for a JIT build (the largest op's objects fit with margin).
 ROOM_BYTES = 1 << 30
+#: The compiler driver could not start one of its own passes (GCC's "cannot execute 'cc1plus': execvp: No
+#: such file or directory"): the pass it names.
+BACK_END_MISSING = re.compile(r"cannot execute [\u2018'](?P<prog>cc1plus|cc1|collect2|as|ld)[\u2019']")
 #: At most this many folders are tried.
 TRIALS = 2
 NINJA_TIMEOUT = 20.0
@@ -150,12 +153,39 @@ def compile_test(cxx: str | None, env: dict[str, str], include: str | None,
         else:
             out["with_python_h"] = None
         said = "\n".join(str((out.get(k) or {}).get("stderr") or "") for k in ("plain", "with_python_h"))
+        missing = BACK_END_MISSING.search(said)
+        if failed and missing:
+            out["back_end"], back_evs = back_end(cxx, env, missing.group("prog"))
+            evs += back_evs
         if failed and NO_SPACE in said:
             out["no_space"], trial_evs = no_space(failed, env, tmp_candidates)
             evs += trial_evs
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out, evs
+
+
+def back_end(cxx: str, env: dict[str, str], prog: str) -> tuple[dict[str, Any], list[Evidence]]:
+    """Where the driver ``cxx`` looks for its pass ``prog`` and whether it is there, as GCC answers itself:
+    ``-print-prog-name`` (the full path when found, the bare name when not), ``-dumpversion``, ``-dumpmachine``
+    and the ``programs:`` directories of ``-print-search-dirs``. ``expected`` is the version's own directory
+    among them (``.../gcc/x86_64-linux-gnu/12/``), where the distribution's package puts it."""
+    evs = [run([cxx, f"-print-prog-name={prog}"], env=env, timeout=NINJA_TIMEOUT,
+               label=f"{cxx} -print-prog-name={prog}"),
+           run([cxx, "-dumpversion"], env=env, timeout=NINJA_TIMEOUT, label=f"{cxx} -dumpversion"),
+           run([cxx, "-dumpmachine"], env=env, timeout=NINJA_TIMEOUT, label=f"{cxx} -dumpmachine"),
+           run([cxx, "-print-search-dirs"], env=env, timeout=NINJA_TIMEOUT, label=f"{cxx} -print-search-dirs")]
+    said = [(ev.stdout or "").strip() if ev.exit_code == 0 else "" for ev in evs]
+    named, version, machine, dirs_text = said
+    found = named if os.path.isabs(named) and os.access(named, os.X_OK) else None
+    programs = next((line.split("=", 1)[-1] for line in dirs_text.splitlines() if line.startswith("programs:")), "")
+    searched = [d for d in programs.split(":") if d][:12]
+    tail = f"/gcc/{machine}/{version}/" if machine and version else None
+    expected = next((os.path.normpath(d) for d in searched if tail and d.endswith(tail)), None)
+    driver = shutil.which(cxx, path=env.get("PATH")) if not os.path.isabs(cxx) else cxx
+    return {"program": prog, "found": found, "version": version or None, "machine": machine or None,
+            "searched": searched, "expected": os.path.join(expected, prog) if expected else None,
+            "driver": os.path.realpath(driver) if driver else None}, evs
 
 
 def scratch_dir(candidates: tuple[str, ...], files: dict[str, str]) -> tuple[str | None, str]:
