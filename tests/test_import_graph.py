@@ -17,7 +17,7 @@ PACKAGE = ROOT / "zdoctor"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("zdoctor", "zdoctor.errors", "zdoctor.units", "zdoctor.verdicts", "zdoctor.plural", "zdoctor.shellquote",
               "zdoctor.symptoms.model", "zdoctor.resources", "zdoctor.scripts", "zdoctor.layers", "zdoctor.progress",
-              "zdoctor.shim")),
+              "zdoctor.shim", "zdoctor.factstypes")),
     ("model", ("zdoctor.model", "zdoctor.redact", "zdoctor.userfile", "zdoctor.atomic", "zdoctor.children",
                "zdoctor.runner", "zdoctor.target", "zdoctor.packages", "zdoctor.present", "zdoctor.asuser",
                "zdoctor.sysfile", "zdoctor.isolate_env", "zdoctor.contain", "zdoctor.cgroup",

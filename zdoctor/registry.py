@@ -11,6 +11,7 @@ from typing import Any
 
 from .layers import layer_of
 from .model import Evidence, Finding, ProbeResult
+from .shape import shape_of
 
 
 class ProbeHost(typing.Protocol):
@@ -91,6 +92,8 @@ class ProbeSpec:
     #: No finding the user waits for first hangs on it: the commands it runs yield the CPU (a lower
     #: priority, see :func:`zdoctor.contain.background`) to the training interpreter's import.
     background: bool = False
+    #: The typed record of its facts (a TypedDict of :mod:`zdoctor.factstypes`): ``shape.json`` is made from it.
+    facts: type | None = None
 
 
 @dataclass(frozen=True)
@@ -181,14 +184,22 @@ def load_vocabulary() -> None:
         importlib.import_module(mod)
 
 
+def declared_shape() -> dict[str, list[str]]:
+    """The types at each key path of every probe's facts, from the typed records the probes declare: what
+    ``shape.json`` holds (``bench/write_shape.py`` writes it)."""
+    load_vocabulary()
+    return shape_of({name: spec.facts for name, spec in sorted(PROBES.items()) if spec.facts is not None})
+
+
 def probe(name: str, *, title: str, timeout: float = 30.0, needs: tuple[str, ...] = (), derived: bool = False,
-          background: bool = False):
+          background: bool = False, facts: type | None = None):
     """Register ``func(host) -> (facts, evidence)`` as probe ``name``; ``needs`` are probes it reads;
     ``derived``: it reads nothing but them (and the job's options), so a replay can compute it;
-    ``background``: its commands run at a lower CPU priority (see :attr:`ProbeSpec.background`)."""
+    ``background``: its commands run at a lower CPU priority (see :attr:`ProbeSpec.background`);
+    ``facts``: the typed record of its facts (:mod:`zdoctor.factstypes`)."""
 
     def deco(func: ProbeFunc) -> ProbeFunc:
-        PROBES[name] = ProbeSpec(name, func, title, timeout, needs, derived, background)
+        PROBES[name] = ProbeSpec(name, func, title, timeout, needs, derived, background, facts)
         return func
 
     return deco

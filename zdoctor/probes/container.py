@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..container import cgroups, detect
+from ..factstypes import ContainerFacts
 from ..gpu.limits import human
 from ..model import Evidence
 from ..offload.planner import read_meminfo
@@ -36,7 +37,7 @@ def _size(v: Any) -> str:
 
 
 @probe("container", title="The container and the job's cgroup limits (memory, pids)", timeout=LIVE_TIMEOUT + 60,
-       needs=("livetrace",))
+       needs=("livetrace",), facts=ContainerFacts)
 def container_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Read the container's signs and the job's cgroup memory and pids limits, usage and counters."""
     target = target_of(host)

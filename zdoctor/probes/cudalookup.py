@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import contain
+from ..factstypes import CudalookupFacts
 from ..forensics import cudalookup as cl
 from ..model import Evidence
 from ..registry import facts_of, probe
@@ -272,7 +273,7 @@ def _cuda_homes(env: Mapping[str, str], stack: Mapping[str, Any]) -> list[str]:
 
 
 @probe("cudalookup", title="How CUDA's libraries are found (libcuda, stubs, extensions' CUDA sonames)",
-       timeout=60 + 6 * TRIAL_TIMEOUT, needs=("pyenv", "libs", "cuda_stack", "livetrace"))
+       timeout=60 + 6 * TRIAL_TIMEOUT, needs=("pyenv", "libs", "cuda_stack", "livetrace"), facts=CudalookupFacts)
 def cudalookup_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     from ..privilege import runs_as_of
 

@@ -21,6 +21,7 @@ import gzip
 import os
 from typing import Any
 
+from ..factstypes import DriverPartsFacts
 from ..forensics.owner import owner_of
 from ..gpu import driverpkg, fabricmanager, kmod
 from ..model import Evidence
@@ -243,7 +244,7 @@ def collect_driver_parts(env: dict[str, str], executable: str | None, *, proc_ve
 
 
 @probe("driver_parts", title="The driver's parts: kernel module, libraries, packages, Fabric Manager", timeout=60,
-       background=True)
+       background=True, facts=DriverPartsFacts)
 def driver_parts_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """The loaded module, the libraries the training process takes, the package record and Fabric Manager."""
     target = target_of(host)

@@ -9,6 +9,7 @@ import platform
 import re
 from typing import Any
 
+from ..factstypes import GlibcFacts
 from ..forensics.elf import read_elf
 from ..forensics.versions import newest
 from ..model import Evidence
@@ -107,7 +108,7 @@ OWNERS_TIMEOUT = max(LIVE_TIMEOUT + 30, 90) + 30
 
 
 @probe("glibc", title="The host's glibc vs what torch needs, and who owns a library needing a newer one",
-       timeout=OWNERS_TIMEOUT, needs=("pyenv", "libs", "livetrace"))
+       timeout=OWNERS_TIMEOUT, needs=("pyenv", "libs", "livetrace"), facts=GlibcFacts)
 def glibc_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     """The host's glibc, torch's GLIBC_x needs, and the package (pip RECORD, conda-meta, dpkg -S or rpm -qf)
     of every library the loader refused for its GLIBC_x need (``owners``: {library: owner})."""

@@ -12,6 +12,7 @@ import tempfile
 from typing import Any
 
 from .. import scratch
+from ..factstypes import JitprereqFacts
 from ..model import Evidence
 from ..registry import probe
 from ..runner import run
@@ -285,7 +286,7 @@ def _word(ok: bool | None) -> str:
 
 
 @probe("jitprereq", title="JIT build prerequisites: ninja, Python.h, a compiler that compiles", timeout=180,
-       needs=("pyenv", "toolchain"))
+       needs=("pyenv", "toolchain"), facts=JitprereqFacts)
 def jitprereq_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     env = dict(getattr(host, "env", None) or os.environ)
     py = host.result("pyenv")

@@ -18,6 +18,7 @@ import os
 import time
 from typing import Any
 
+from ..factstypes import KernelLogFacts
 from ..forensics import kernlog
 from ..gpu.pcipresent import PCI_DEVICES, pci_device
 from ..model import Evidence
@@ -157,7 +158,8 @@ def since_setting(value: str | None) -> tuple[float | None, str | None]:
     return parsed.timestamp(), None
 
 
-@probe("kernel_log", title="The kernel log: NVIDIA Xid and NVRM records, PCIe AER errors, OOM kills", timeout=45.0)
+@probe("kernel_log", title="The kernel log: NVIDIA Xid and NVRM records, PCIe AER errors, OOM kills", timeout=45.0,
+       facts=KernelLogFacts)
 def kernel_log_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Reads the kernel log bounded, and keeps the records a GPU node's failures are told by."""
     since, why = since_setting(os.environ.get(SINCE_ENV))

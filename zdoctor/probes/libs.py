@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from .. import progress
+from ..factstypes import LibfixFacts, LibsFacts, LivetraceFacts, ShellinitFacts
 from ..forensics.runtables import TARGETS_LABEL, needs_table
 from ..model import Evidence
 from ..privilege import runs_as_of
@@ -120,7 +121,8 @@ def compilers_table(audit: dict[str, Any], toolchain: dict[str, Any]) -> Evidenc
 
 
 # ---------------------------------------------------------------------------------------------- probes
-@probe("libs", title="Which libstdc++ the training loads (static)", timeout=90, needs=("pyenv", "jitcache"))
+@probe("libs", title="Which libstdc++ the training loads (static)", timeout=90, needs=("pyenv", "jitcache"),
+       facts=LibsFacts)
 def libs_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Emulate ld.so for the training process; inventory every libstdc++ copy."""
     from ..forensics.audit import static_audit, training_targets
@@ -257,7 +259,7 @@ def _loaded_all(lt: Any, cap: int = 2000) -> list[dict[str, Any]]:
     return out
 
 
-@probe("livetrace", title="What the real loader does (LD_DEBUG)", timeout=LIVE_TIMEOUT + 30)
+@probe("livetrace", title="What the real loader does (LD_DEBUG)", timeout=LIVE_TIMEOUT + 30, facts=LivetraceFacts)
 def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Run the command under LD_DEBUG=libs,files,versions (strace where it helps); record what loaded."""
     from ..forensics.live import parse_probe_output, trace_command
@@ -317,7 +319,7 @@ def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
 
 
 @probe("libfix", title="Remedies, each re-run to prove it", timeout=VERIFY_TIMEOUT + 60,
-       needs=("pyenv", "libs", "livetrace"))
+       needs=("pyenv", "libs", "livetrace"), facts=LibfixFacts)
 def libfix_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Propose the remedies the evidence supports, then verify each by re-running the command.
 
@@ -368,7 +370,8 @@ def libfix_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
             "early_trials": {"started": early, "moot": early_unused}}, evidence
 
 
-@probe("shellinit", title="Shell startup files that set LD_LIBRARY_PATH or LD_PRELOAD", timeout=20.0)
+@probe("shellinit", title="Shell startup files that set LD_LIBRARY_PATH or LD_PRELOAD", timeout=20.0,
+       facts=ShellinitFacts)
 def shellinit_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Read (never run) the training user's and the system's shell startup files, and the activate.d
     scripts of the conda prefixes in play, for the lines that set LD_LIBRARY_PATH or LD_PRELOAD."""

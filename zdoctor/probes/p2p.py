@@ -4,10 +4,12 @@ P2P status per pair, and (only when asked with ``--p2p-test``) a bounded peer co
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import shutil
 from typing import Any
 
+from ..factstypes import P2pFacts
 from ..gpu import p2p
 from ..model import Evidence
 from ..registry import probe
@@ -54,7 +56,7 @@ def nvml_nvlinks(count: int, nv: Any = None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
         if nv is None:
-            import pynvml as nv
+            nv = importlib.import_module("pynvml")
         nv.nvmlInit()
     except Exception:  # noqa: BLE001 - no driver, no module: no NVLink facts
         return out
@@ -156,7 +158,8 @@ def peer_copy(python: str, env: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-@probe("p2p", title="GPU peer-to-peer: IOMMU, ACS, NVML status", timeout=PEER_COPY_TIMEOUT + 60, needs=("nvml",))
+@probe("p2p", title="GPU peer-to-peer: IOMMU, ACS, NVML status", timeout=PEER_COPY_TIMEOUT + 60, needs=("nvml",),
+       facts=P2pFacts)
 def p2p_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     res = host.result("nvml")
     gpus = (res.facts or {}).get("gpus") or [] if res.status == "ok" else []

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import asuser
+from ..factstypes import OtherCachesFacts, ShmAccessFacts, StdcxxLinksFacts
 from ..model import Evidence
 from ..registry import probe
 from ..storage.mounts import is_network_fs, mount_of
@@ -63,7 +64,7 @@ def shm_access(path: str = "/dev/shm", user: dict[str, str] | None = None) -> di
     return out
 
 
-@probe("shm_access", title="Can the training user create files in /dev/shm", timeout=10)
+@probe("shm_access", title="Can the training user create files in /dev/shm", timeout=10, facts=ShmAccessFacts)
 def shm_access_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     job = target_of(host)
     options = dict(job.options)
@@ -133,7 +134,7 @@ def other_caches(env: dict[str, str], proc_locks: str = "/proc/locks",
     return out
 
 
-@probe("other_caches", title="Triton caches: filesystem and held locks", timeout=20)
+@probe("other_caches", title="Triton caches: filesystem and held locks", timeout=20, facts=OtherCachesFacts)
 def other_caches_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     env = dict(getattr(host, "env", None) or os.environ)
     caches = other_caches(env)
@@ -185,7 +186,8 @@ def stdcxx_links(dirs: list[tuple[str, str]]) -> list[dict[str, Any]]:
     return out
 
 
-@probe("stdcxx_links", title="libstdc++.so.6 links beside versioned files", timeout=20, needs=("pyenv",))
+@probe("stdcxx_links", title="libstdc++.so.6 links beside versioned files", timeout=20, needs=("pyenv",),
+       facts=StdcxxLinksFacts)
 def stdcxx_links_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     env = dict(getattr(host, "env", None) or os.environ)
     res = host.result("pyenv")

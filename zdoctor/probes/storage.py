@@ -41,6 +41,7 @@ import stat
 from typing import Any
 
 from ..errors import InputError
+from ..factstypes import NvmeInventoryFacts, StorageFacts
 from ..model import Evidence
 from ..registry import probe
 from ..storage import blockdev as bd
@@ -227,7 +228,7 @@ def _deepspeed_location(host: Any) -> str | None:
 
 
 @probe("storage", title="Offload storage: mount, device, O_DIRECT, libaio, throughput",
-       timeout=STORAGE_TIMEOUT + TARGET_TIMEOUT + 30, needs=("pyenv",))
+       timeout=STORAGE_TIMEOUT + TARGET_TIMEOUT + 30, needs=("pyenv",), facts=StorageFacts)
 def storage_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     """The offload path's mount and device, O_DIRECT, libaio, and (when asked) its throughput."""
     options = dict(target_of(host).options)
@@ -307,7 +308,7 @@ def collect_inventory(*, sysfs_root: str = "/sys", dev_root: str = "/dev", udev_
     return facts, [table, *evidence]
 
 
-@probe("nvme_inventory", title="NVMe drives present and unused", timeout=60.0)
+@probe("nvme_inventory", title="NVMe drives present and unused", timeout=60.0, facts=NvmeInventoryFacts)
 def nvme_inventory_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     """Every NVMe namespace, what uses it, and which one offload could move to."""
     return collect_inventory()

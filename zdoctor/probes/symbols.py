@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..factstypes import SymbolsFacts
 from ..forensics import symbols as sy
 from ..forensics.linkerrors import link_libraries, parse_link_errors, triage_link
 from ..forensics.runneeds import is_libstdcxx_version
@@ -67,7 +68,7 @@ def collect_symbols(live: dict[str, Any], pyenv: dict[str, Any], env: dict[str, 
 
 
 @probe("symbols", title="Undefined symbols, demangled and triaged", timeout=90 + 3 * TRIAL_TIMEOUT,
-       needs=("livetrace", "pyenv"))
+       needs=("livetrace", "pyenv"), facts=SymbolsFacts)
 def symbols_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     live = facts_of(host, "livetrace")
     if not live:

@@ -21,6 +21,7 @@ import shlex
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ..factstypes import ToolchainFacts
 from ..forensics.gccver import glibcxx_for_gcc, parse_torch_config, parse_version_output, toolset_bin, toolset_of
 from ..model import Evidence
 from ..registry import probe
@@ -301,7 +302,8 @@ def collect(env: dict[str, str], pyenv: dict[str, Any] | None, *, opt_rh: str = 
     return facts, [layers_table(facts), *evidence, *scl_ev]
 
 
-@probe("toolchain", title="Compiler toolchain layers", timeout=TARGET_TIMEOUT + 60, needs=("pyenv",))
+@probe("toolchain", title="Compiler toolchain layers", timeout=TARGET_TIMEOUT + 60, needs=("pyenv",),
+       facts=ToolchainFacts)
 def toolchain_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     """Compilers on PATH, the JIT and nvcc host compilers, sysconfig's, torch's, and toolsets."""
     env = dict(target_of(host).env)
