@@ -4,6 +4,7 @@ value of the wrong type is still refused."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 from pathlib import Path
@@ -108,3 +109,17 @@ def test_the_generated_shape_refuses_values_of_the_wrong_type():
     # a typed record's own problems make the whole record unusable
     assert record_problems("cudalookup", {"status": "ok", "facts": {"cache": {"libcuda.so.1": "x"}}}) == \
         ["cudalookup.cache.libcuda.so.1 is string, expected array"]
+
+
+def test_the_typed_accessor_gives_each_probe_the_record_it_declares():
+    """``Facts.typed`` has one overload per probe (mypy reads them): each names the record the probe declares."""
+    load_vocabulary()
+    tree = ast.parse((ROOT / "zdoctor" / "registry.py").read_text(encoding="utf-8"))
+    overloads = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == "typed" and node.decorator_list:
+            arg = node.args.args[1].annotation
+            if isinstance(arg, ast.Subscript) and isinstance(arg.slice, ast.Constant):
+                overloads[arg.slice.value] = ast.unparse(node.returns) if node.returns else ""
+    assert overloads == {name: f"ft.{spec.facts.__name__} | None" for name, spec in PROBES.items()
+                         if spec.facts is not None}

@@ -24,28 +24,31 @@ class CapacityNvme(TypedDict, total=False):
 class CapacityFacts(TypedDict, total=False):
     """Facts at ``capacity``: DeepSpeed's estimate of the offload's memory needs against this node."""
 
-    skipped: str
-    params: int
-    largest_layer: Optional[int]
-    nodes: int
+    chosen: Optional[Dict[str, str]]
+    chosen_note: Optional[str]
+    chosen_rows: List[int]
+    chosen_table: Optional[str]
+    deepspeed_text: Optional[str]
+    gpu_short: Optional[bool]
     gpus_per_node: Optional[int]
     gpus_per_node_source: Optional[str]
-    missing: Dict[str, str]
+    largest_layer: Optional[int]
+    largest_layer_source: str
     machine: Dict[str, Any]
     memlock_source: Optional[str]
-    zero3: List[Dict[str, Any]]
-    zero2: List[Dict[str, Any]]
-    stage: Optional[int]
-    chosen: Optional[Dict[str, str]]
-    chosen_table: Optional[str]
-    chosen_rows: List[int]
-    chosen_note: Optional[str]
-    ram_short: Optional[bool]
-    ram_tight: Optional[bool]
-    gpu_short: Optional[bool]
+    missing: Dict[str, str]
+    model: Any
+    nodes: int
     nvme: Optional[CapacityNvme]
     offload_target: Any
-    deepspeed_text: Optional[str]
+    params: int
+    params_source: str
+    ram_short: Optional[bool]
+    ram_tight: Optional[bool]
+    skipped: str
+    stage: Optional[int]
+    zero2: List[Dict[str, Any]]
+    zero3: List[Dict[str, Any]]
 
 
 class ContainerCgroupMemoryLevels(TypedDict, total=False):
@@ -179,12 +182,17 @@ class CudaStackHostConfig(TypedDict, total=False):
     """Facts at ``cuda_stack.host_config``."""
 
     error: str
+    error_line: Any
+    gcc_max: Any
+    gcc_min: Any
+    path: Any
 
 
 class CudaStackNvcc(TypedDict, total=False):
     """Facts at ``cuda_stack.nvcc``."""
 
     build: str
+    error: Any
     exists: bool
     path: str
     release: str
@@ -284,6 +292,7 @@ class CudalookupLdconfig(TypedDict, total=False):
 
     argv: List[str]
     entries: int
+    error: Any
     libcuda: List[CudalookupLdconfigLibcuda]
     ran: bool
 
@@ -301,6 +310,8 @@ class CudalookupLink(TypedDict, total=False):
 
     cc: Optional[str]
     dirs: List[str]
+    error: Any
+    finds: Any
     searched: List[CudalookupLinkSearched]
     triton_dirs: List[Any]
 
@@ -342,6 +353,8 @@ class CudalookupTriton(TypedDict, total=False):
     """Facts at ``cudalookup.triton``."""
 
     installed: bool
+    location: Any
+    version: Any
 
 
 class CudalookupFacts(TypedDict, total=False):
@@ -367,26 +380,28 @@ class CudalookupFacts(TypedDict, total=False):
 class DsconfigFacts(TypedDict, total=False):
     """Facts at ``dsconfig``: the job's DeepSpeed config as DeepSpeed reads it."""
 
-    skipped: str
-    path: str
-    valid: bool
-    error: Optional[str]
-    syntax: Optional[str]
-    json_error: Optional[str]
     bytes: Optional[int]
     deepspeed: Dict[str, Any]
-    file: Any
-    settings: Dict[str, Any]
-    stage: Any
     devices: Dict[str, Any]
-    nvme_paths: List[Dict[str, Any]]
-    precision: Any
-    wall_clock_breakdown: Optional[bool]
-    paths: Dict[str, Any]
-    memlock: Dict[str, Any]
+    error: Optional[str]
+    file: Any
     hidden_size: Any
+    json_error: Optional[str]
     lints: List[Dict[str, Any]]
+    memlock: Dict[str, Any]
+    nvme_paths: List[Dict[str, Any]]
+    offload_target: Dict[str, Any]
+    path: str
+    paths: Dict[str, Any]
+    precision: Any
+    settings: Dict[str, Any]
+    skipped: str
+    stage: Any
+    syntax: Optional[str]
+    text: str
     uses_auto: bool
+    valid: bool
+    wall_clock_breakdown: Optional[bool]
 
 
 class DsreleaseFacts(TypedDict, total=False):
@@ -394,7 +409,9 @@ class DsreleaseFacts(TypedDict, total=False):
 
     installed: bool
     jit_origins: List[Any]
+    location: str
     rules: Dict[str, Any]
+    version: str
 
 
 class GlibcFacts(TypedDict, total=False):
@@ -402,13 +419,19 @@ class GlibcFacts(TypedDict, total=False):
 
     host: str
     libs_read: int
+    owners: Dict[str, Any]
+    torch_location: str
+    torch_needs: str
     torch_needs_by: List[Any]
+    wheel_tag_glibc: str
     wheel_tags: List[Any]
 
 
 class GpuEnvFacts(TypedDict, total=False):
     """Facts at ``gpu_env``."""
 
+    gpus_per_node: Any
+    nodes: Any
     vars: Dict[str, str]
 
 
@@ -529,6 +552,7 @@ class HostLimitsOwn(TypedDict, total=False):
 class HostLimitsShm(TypedDict, total=False):
     """Facts at ``host_limits.shm``."""
 
+    error: Any
     exists: bool
     free: int
     fstype: str
@@ -540,6 +564,7 @@ class HostLimitsShm(TypedDict, total=False):
 class HostLimitsTarget(TypedDict, total=False):
     """Facts at ``host_limits.target``."""
 
+    error: Any
     memlock_hard_kb: Optional[int]
     memlock_soft_kb: Union[int, str]
     nofile_hard: Optional[int]
@@ -550,6 +575,9 @@ class HostLimitsFacts(TypedDict, total=False):
     """Facts at ``host_limits``."""
 
     container: HostLimitsContainer
+    gpus_per_node: Any
+    limits_d: Dict[str, Any]
+    nodes: Any
     own: HostLimitsOwn
     shm: HostLimitsShm
     target: HostLimitsTarget
@@ -603,13 +631,25 @@ class HostramDevices(TypedDict, total=False):
 class HostramFacts(TypedDict, total=False):
     """Facts at ``hostram``."""
 
+    config: str
     devices: HostramDevices
+    estimate_per_node: Any
+    estimate_unknown: str
     exhausted: bool
     extra: List[Any]
+    extra_known_per_node: int
     extra_per_node: int
+    gpus_per_node: Any
     killed: List[Any]
+    log: str
+    log_error: Any
     mem_available: int
+    mem_available_host: int
+    mem_source: str
+    mem_source_text: str
     mem_total: int
+    mem_total_host: int
+    oom_kills: List[Any]
     pinned_blocks: List[Any]
     wsl: bool
 
@@ -651,6 +691,7 @@ class InfinibandFacts(TypedDict, total=False):
     """Facts at ``infiniband``."""
 
     devices: List[InfinibandDevices]
+    error: Any
     present: bool
     root: str
 
@@ -728,6 +769,7 @@ class JitcacheDeepspeed(TypedDict, total=False):
     """Facts at ``jitcache.deepspeed``."""
 
     installed: bool
+    location: str
     prebuilt_ops: List[Any]
 
 
@@ -735,8 +777,10 @@ class JitcacheRoots(TypedDict, total=False):
     """Facts at ``jitcache.roots[]``."""
 
     exists: bool
+    mount: Any
     network: bool
     path: str
+    tag: Any
 
 
 class JitcacheFacts(TypedDict, total=False):
@@ -747,17 +791,20 @@ class JitcacheFacts(TypedDict, total=False):
     corrupt: List[Any]
     deepspeed: JitcacheDeepspeed
     env: Dict[str, str]
+    expected_tag: str
     locks: List[Any]
     ops: List[Any]
     python_version: str
     roots: List[JitcacheRoots]
     source: str
     truncated: bool
+    unscanned: List[Any]
 
 
 class JitprereqCompilePlain(TypedDict, total=False):
     """Facts at ``jitprereq.compile.plain``."""
 
+    error: Any
     ok: bool
     stderr: str
 
@@ -765,6 +812,7 @@ class JitprereqCompilePlain(TypedDict, total=False):
 class JitprereqCompileWithPythonH(TypedDict, total=False):
     """Facts at ``jitprereq.compile.with_python_h``."""
 
+    error: Any
     ok: bool
     stderr: str
 
@@ -780,15 +828,21 @@ class JitprereqCompile(TypedDict, total=False):
 class JitprereqNinja(TypedDict, total=False):
     """Facts at ``jitprereq.ninja``."""
 
+    beside_interpreter: str
     noninteractive_path: str
     noninteractive_source: str
     on_noninteractive_path: str
     on_path: str
+    runs: Dict[str, Any]
 
 
 class JitprereqPythonHeaders(TypedDict, total=False):
     """Facts at ``jitprereq.python_headers``."""
 
+    base_executable: str
+    base_is_conda: bool
+    base_prefix: str
+    error: Any
     include: str
     prefix: str
     python_h: bool
@@ -916,6 +970,7 @@ class KernelLogFacts(TypedDict, total=False):
     records_read: int
     skipped: str
     source: Optional[str]
+    truncated: Any
     window: KernelLogWindow
     xids: List[KernelLogXids]
 
@@ -933,8 +988,11 @@ class LaunchLaunch(TypedDict, total=False):
     assigned: Dict[str, Any]
     binders: List[Any]
     command: str
+    error: Any
     executable: str
+    inner: Any
     launcher: str
+    module: Any
     options: Dict[str, Any]
     program: List[str]
     script: str
@@ -985,6 +1043,7 @@ class LibfixFacts(TypedDict, total=False):
     """Facts at ``libfix``."""
 
     argv: List[str]
+    early_trials: Dict[str, Any]
     needed: bool
     plans: List[Any]
 
@@ -995,6 +1054,7 @@ class LibsInterpreter(TypedDict, total=False):
     base_prefix: str
     path: str
     prefix: str
+    rpath: Any
     rpath_copies: List[Any]
     rpath_dirs: List[Any]
     runpath: str
@@ -1004,7 +1064,9 @@ class LibsInterpreter(TypedDict, total=False):
 class LibsInventory(TypedDict, total=False):
     """Facts at ``libs.inventory[]``."""
 
+    conda_prefix: Any
     cxxabi_max: str
+    error: Any
     found_as: List[str]
     gcc_release: str
     gcc_series: str
@@ -1040,6 +1102,7 @@ class LibsFacts(TypedDict, total=False):
     failures: List[Any]
     interpreter: LibsInterpreter
     inventory: List[LibsInventory]
+    libstdcxx: Dict[str, Any]
     loaded: List[LibsLoaded]
     loader: LibsLoader
     needs: List[Any]
@@ -1065,19 +1128,26 @@ class LivetraceFacts(TypedDict, total=False):
     """Facts at ``livetrace``."""
 
     argv: List[str]
+    command: str
+    compiling: List[Any]
     exit_code: int
     last_files: List[Any]
     libstdcxx: List[Any]
     loaded_all: List[LivetraceLoadedAll]
+    needs: Dict[str, Any]
     notes: List[Any]
     ok: bool
     pending_calls: List[Any]
     pids: List[int]
+    ranks: Any
+    refused_locks: List[Any]
     source: str
     stderr_tail: str
     steps: List[LivetraceSteps]
     strace_available: bool
+    strace_lines: List[Any]
     strace_used: bool
+    stuck_states: List[Any]
     timed_out: bool
     timeout: float
     version_errors: List[Any]
@@ -1127,6 +1197,7 @@ class NcclWheels(TypedDict, total=False):
 class NcclFacts(TypedDict, total=False):
     """Facts at ``nccl``."""
 
+    import_error_nccl: Any
     loaded: List[str]
     providers: List[NcclProviders]
     python: str
@@ -1134,6 +1205,7 @@ class NcclFacts(TypedDict, total=False):
     skipped: str
     torch_cuda: Optional[str]
     torch_nccl: Optional[str]
+    torch_nccl_error: Any
     torch_nccl_source: Optional[str]
     torch_requires: NcclTorchRequires
     torch_version: Optional[str]
@@ -1206,6 +1278,8 @@ class NcclNetChoice(TypedDict, total=False):
     """Facts at ``nccl_net.choice``."""
 
     chosen: List[NcclNetChoiceChosen]
+    family: Any
+    ignored: Any
     matched_without_address: List[Any]
     rule: str
     source: str
@@ -1239,15 +1313,19 @@ class NcclNetInterfaces(TypedDict, total=False):
     flags: List[str]
     ifindex: int
     ifname: str
+    kind: Any
     mac: str
+    master: Any
     mtu: int
     operstate: str
     operstate_sysfs: str
+    sysfs_master: Any
 
 
 class NcclNetIp(TypedDict, total=False):
     """Facts at ``nccl_net.ip``."""
 
+    error: Any
     path: str
     ran: bool
 
@@ -1280,6 +1358,7 @@ class NcclNetRoutes(TypedDict, total=False):
     gateway: Optional[str]
     metric: Optional[int]
     prefsrc: Optional[str]
+    type: Any
 
 
 class NcclNetRules(TypedDict, total=False):
@@ -1314,6 +1393,7 @@ class NvmeInventoryFacts(TypedDict, total=False):
     """Facts at ``nvme_inventory``."""
 
     drives: List[Any]
+    suggestion: Any
     unmounted: List[Any]
 
 
@@ -1428,7 +1508,9 @@ class NvmlFacts(TypedDict, total=False):
 class OtherCachesCachesMount(TypedDict, total=False):
     """Facts at ``other_caches.caches[].mount``."""
 
+    dev: str
     fstype: str
+    options: str
     point: str
     source: str
 
@@ -1468,7 +1550,9 @@ class P2pFacts(TypedDict, total=False):
     chains: Dict[str, Any]
     gpus: List[str]
     iommu: P2pIommu
+    nvlinks: Dict[str, Any]
     nvml_pairs: Dict[str, Any]
+    peer_copy: Any
 
 
 class ProcessesProcessesLibgccS(TypedDict, total=False):
@@ -1521,6 +1605,7 @@ class ProcessesFacts(TypedDict, total=False):
     locks: List[Any]
     processes: List[ProcessesProcesses]
     sample_s: float
+    scope: Dict[str, Any]
     self_pid: int
 
 
@@ -1534,20 +1619,32 @@ class PyenvCandidates(TypedDict, total=False):
 class PyenvDeepspeed(TypedDict, total=False):
     """Facts at ``pyenv.deepspeed``."""
 
+    dist: str
     installed: bool
+    location: str
+    origin: str
     prebuilt_ops: List[Any]
+    version: str
 
 
 class PyenvPackagesDeepspeed(TypedDict, total=False):
     """Facts at ``pyenv.packages.deepspeed``."""
 
+    dist: str
     installed: bool
+    location: str
+    origin: str
+    version: str
 
 
 class PyenvPackagesNinja(TypedDict, total=False):
     """Facts at ``pyenv.packages.ninja``."""
 
+    dist: str
     installed: bool
+    location: str
+    origin: str
+    version: str
 
 
 class PyenvPackagesNumpy(TypedDict, total=False):
@@ -1573,13 +1670,18 @@ class PyenvPackagesTorch(TypedDict, total=False):
 class PyenvPackagesTriton(TypedDict, total=False):
     """Facts at ``pyenv.packages.triton``."""
 
+    dist: Any
     installed: bool
+    location: Any
+    origin: Any
+    version: Any
 
 
 class PyenvPackages(TypedDict, total=False):
     """Facts at ``pyenv.packages``."""
 
     deepspeed: PyenvPackagesDeepspeed
+    mpi4py: Dict[str, Any]
     ninja: PyenvPackagesNinja
     numpy: PyenvPackagesNumpy
     torch: PyenvPackagesTorch
@@ -1590,6 +1692,8 @@ class PyenvPythonConda(TypedDict, total=False):
     """Facts at ``pyenv.python.conda``."""
 
     base_prefix_is_conda: bool
+    env_name: Any
+    env_prefix: Any
     prefix_is_conda: bool
 
 
@@ -1648,6 +1752,7 @@ class PyenvTorchCudaCheck(TypedDict, total=False):
     cudnn: Optional[int]
     device_count: Optional[int]
     errors: PyenvTorchCudaCheckErrors
+    init_error: Any
     nccl: Optional[List[int]]
     state: str
     t: float
@@ -1669,6 +1774,7 @@ PyenvTorch = TypedDict('PyenvTorch', {
     'dist_version': Optional[str],
     'file': str,
     'git_version': str,
+    'hip': Optional[str],
     'import': PyenvTorchImport,
     'installed': bool,
     'libgcc_s': List[str],
@@ -1688,9 +1794,14 @@ class PyenvFacts(TypedDict, total=False):
     complete: bool
     deepspeed: PyenvDeepspeed
     env: Dict[str, str]
+    error: Any
+    error_kind: Any
     exit_code: int
+    hung_in: Any
     packages: PyenvPackages
     python: PyenvPython
+    ran_as: Any
+    signal: Any
     stages: List[str]
     target: PyenvTarget
     timed_out: bool
@@ -1700,8 +1811,10 @@ class PyenvFacts(TypedDict, total=False):
 class RankcoresBinding(TypedDict, total=False):
     """Facts at ``rankcores.binding``."""
 
+    bind_core_list: Any
     bind_cores_to_rank: bool
     binders: List[Any]
+    mpi: Any
 
 
 class RankcoresCpus(TypedDict, total=False):
@@ -1709,6 +1822,7 @@ class RankcoresCpus(TypedDict, total=False):
 
     count: int
     cpus: str
+    error: Any
     pid: int
     threads: int
 
@@ -1724,6 +1838,7 @@ class RankcoresNumaNodes(TypedDict, total=False):
 class RankcoresNuma(TypedDict, total=False):
     """Facts at ``rankcores.numa``."""
 
+    error: Any
     nodes: List[RankcoresNumaNodes]
 
 
@@ -1736,6 +1851,7 @@ class RankcoresFacts(TypedDict, total=False):
     numa: RankcoresNuma
     numactl: Dict[str, Any]
     omp_how: str
+    omp_num_threads: Any
     ranks: List[Any]
     ranks_how: str
     ranks_per_node: int
@@ -1841,17 +1957,24 @@ class ShellinitFacts(TypedDict, total=False):
     files: List[str]
     home: str
     lines: List[Any]
+    sources: Dict[str, Any]
 
 
 class ShmAccessFacts(TypedDict, total=False):
     """Facts at ``shm_access``."""
 
+    error: Any
     euid: int
     exists: bool
     mode: str
     path: str
+    skipped: Any
     sticky: bool
+    tested_as: str
     uid: int
+    user: str
+    user_rule: str
+    user_uid: int
     write_test: bool
 
 
@@ -1884,9 +2007,27 @@ class StorageUser(TypedDict, total=False):
 class StorageFacts(TypedDict, total=False):
     """Facts at ``storage``."""
 
+    access: Dict[str, Any]
     config_paths: List[Any]
+    device: Dict[str, Any]
+    device_error: Any
+    ds_config_error: Any
+    exists: bool
     explicit: bool
+    filesystem: Dict[str, Any]
+    fstab_path: str
+    fstab_unmounted: List[Any]
+    in_fstab: Any
+    is_dir: bool
+    libaio: Dict[str, Any]
+    mount: Dict[str, Any]
+    odirect: Dict[str, Any]
+    path: str
+    probed_path: str
     skipped: str
+    source: str
+    space: Dict[str, Any]
+    throughput: Dict[str, Any]
     user: StorageUser
 
 
@@ -1895,6 +2036,7 @@ class SymbolsFacts(TypedDict, total=False):
 
     errors: List[Any]
     loaded_count: float
+    torch_cxx11_abi: bool
 
 
 class SystemFacts(TypedDict, total=False):
@@ -1919,6 +2061,7 @@ class ToolchainCompilers(TypedDict, total=False):
     name: str
     path: str
     realpath: str
+    toolset: Any
     vendor: str
     version: str
     wins: bool
@@ -1928,15 +2071,18 @@ class ToolchainCudaHost(TypedDict, total=False):
     """Facts at ``toolchain.cuda_host``."""
 
     command: str
+    error: Any
     family: str
     first_line: str
     major: int
     path: str
     realpath: str
     source: str
+    toolset: Any
     value: Optional[str]
     vendor: str
     version: str
+    wrapper: Any
 
 
 class ToolchainDistro(TypedDict, total=False):
@@ -1951,6 +2097,7 @@ class ToolchainJit(TypedDict, total=False):
     """Facts at ``toolchain.jit``."""
 
     command: str
+    error: Any
     family: str
     first_line: str
     glibcxx_max: str
@@ -1958,23 +2105,29 @@ class ToolchainJit(TypedDict, total=False):
     path: str
     realpath: str
     source: str
+    toolset: Any
     value: Optional[str]
     vendor: str
     version: str
+    wrapper: Any
 
 
 class ToolchainSysconfigEntry(TypedDict, total=False):
     """Facts at ``toolchain.sysconfig.*``."""
 
     command: str
+    error: Any
     family: str
     first_line: str
     major: int
+    overridden_by: Any
     path: str
     realpath: str
+    toolset: Any
     value: str
     vendor: str
     version: str
+    wrapper: Any
 
 
 class ToolchainToolsets(TypedDict, total=False):
@@ -1984,6 +2137,7 @@ class ToolchainToolsets(TypedDict, total=False):
     enabled: List[Any]
     installed: List[Any]
     on_path: List[Any]
+    scl: Any
     scl_list: List[Any]
 
 
@@ -1991,6 +2145,7 @@ class ToolchainTorchBuild(TypedDict, total=False):
     """Facts at ``toolchain.torch_build``."""
 
     compiler: str
+    cuda_runtime: Any
     cxx11_abi: bool
     cxx_compiler: str
     cxx_std: str
@@ -2032,28 +2187,44 @@ class ToolchainFacts(TypedDict, total=False):
 class TrainlogFacts(TypedDict, total=False):
     """Facts at ``trainlog``: the wall_clock_breakdown timings of the training log."""
 
-    skipped: str
-    path: str
-    error: Optional[str]
-    timer_lines: int
-    rank: Any
-    timers: Dict[str, Dict[str, Any]]
-    phases: Dict[str, Dict[str, Any]]
-    shares: Dict[str, float]
+    backward_parts: Dict[str, Any]
+    disk_bound: bool
     dominant: Optional[str]
+    error: Optional[str]
+    format: str
+    head_skipped: bool
+    iteration_ms: float
+    lines_read: int
+    path: str
+    phases: Dict[str, Dict[str, Any]]
+    phases_missing: List[Any]
+    rank: Any
+    ranks: List[Any]
+    read_bytes: int
+    shares: Dict[str, float]
+    size: int
+    skipped: str
+    skipped_bytes: int
+    step_bound: bool
+    swap: Dict[str, Any]
+    timer_lines: int
+    timer_names: str
+    timers: Dict[str, Dict[str, Any]]
+    zero_offload_flag: List[Any]
 
 
 class DriverPartsFacts(TypedDict, total=False):
     """Facts at ``driver_parts``: the GPU driver's kernel module, libraries, packages and Fabric Manager."""
 
-    skipped: str
-    module: Dict[str, Any]
-    packages: Any
+    boot_time: int
     distro: Any
-    libraries: Dict[str, Any]
-    mounted: Any
-    history: Any
     fabric: Any
+    history: Any
+    libraries: Dict[str, Any]
+    module: Dict[str, Any]
+    mounted: Any
+    packages: Any
+    skipped: str
 
 
 class LimitfixFacts(TypedDict, total=False):

@@ -7,8 +7,9 @@ import pkgutil
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+from . import factstypes as ft
 from .layers import layer_of
 from .model import Evidence, Finding, ProbeResult
 from .shape import shape_of
@@ -45,6 +46,152 @@ class Facts(typing.Mapping[str, "ProbeResult"]):
         """The facts of ``probe`` when it ran and answered (status ok), else None."""
         res = self._results.get(probe)
         return res.facts if res is not None and res.status == "ok" else None
+
+    @typing.overload
+    def typed(self, probe: Literal["capacity"]) -> ft.CapacityFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["container"]) -> ft.ContainerFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["cuda_stack"]) -> ft.CudaStackFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["cudalookup"]) -> ft.CudalookupFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["driver_parts"]) -> ft.DriverPartsFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["dsconfig"]) -> ft.DsconfigFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["dsrelease"]) -> ft.DsreleaseFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["glibc"]) -> ft.GlibcFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["gpu_env"]) -> ft.GpuEnvFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["gpucap"]) -> ft.GpucapFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["gpusample"]) -> ft.GpusampleFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["host_limits"]) -> ft.HostLimitsFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["hostfile"]) -> ft.HostfileFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["hostram"]) -> ft.HostramFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["infiniband"]) -> ft.InfinibandFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["jitbuildlog"]) -> ft.JitbuildlogFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["jitcache"]) -> ft.JitcacheFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["jitprereq"]) -> ft.JitprereqFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["kernel_log"]) -> ft.KernelLogFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["launch"]) -> ft.LaunchFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["libfix"]) -> ft.LibfixFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["libs"]) -> ft.LibsFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["limitfix"]) -> ft.LimitfixFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["livetrace"]) -> ft.LivetraceFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["locktrial"]) -> ft.LocktrialFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["nccl"]) -> ft.NcclFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["nccl_log"]) -> ft.NcclLogFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["nccl_net"]) -> ft.NcclNetFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["nvme_inventory"]) -> ft.NvmeInventoryFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["nvml"]) -> ft.NvmlFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["other_caches"]) -> ft.OtherCachesFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["p2p"]) -> ft.P2pFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["processes"]) -> ft.ProcessesFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["pyenv"]) -> ft.PyenvFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["rankcores"]) -> ft.RankcoresFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["ranks"]) -> ft.RanksFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["shellinit"]) -> ft.ShellinitFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["shm_access"]) -> ft.ShmAccessFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["special_files"]) -> ft.SpecialFilesFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["stdcxx_links"]) -> ft.StdcxxLinksFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["storage"]) -> ft.StorageFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["symbols"]) -> ft.SymbolsFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["symptoms"]) -> ft.SymptomsFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["system"]) -> ft.SystemFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["toolchain"]) -> ft.ToolchainFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: Literal["trainlog"]) -> ft.TrainlogFacts | None: ...
+
+    @typing.overload
+    def typed(self, probe: str) -> Any: ...
+
+    def typed(self, probe: str) -> Any:
+        """:meth:`of`, typed as the record ``probe`` declares (:mod:`zdoctor.factstypes`): mypy then checks the
+        keys a check reads and the types of their values. A probe name mypy cannot see (a variable) is Any."""
+        return self.of(probe)
 
     def why_not(self, probe: str) -> str:
         """Why ``probe`` gave no facts: its error, its skip reason, or that it did not run."""
