@@ -26,6 +26,7 @@ from .exportparts import (  # noqa: F401 - shared with the HTML export
     _ended,
     _fleet_line,
     _host_line,
+    _obj,
     _other_body,
     _outcome,
     _s,
@@ -265,7 +266,7 @@ def _md_run(run: WalkView) -> list[str]:
 
 
 def _md_applied(ev: dict[str, Any], cap: int) -> list[str]:
-    rem = ev.get("remedy") if isinstance(ev.get("remedy"), dict) else {}
+    rem = _obj(ev.get("remedy"))
     mark, word = _outcome(ev)
     out = [f"### {mark} {md_escape(rem.get('title') or 'Remedy')} ({md_escape(word)})", "",
            f"- For finding {md_code(ev.get('finding_id'))}, at {_when(ev.get('ts'))}"]

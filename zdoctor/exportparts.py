@@ -31,8 +31,7 @@ def fleet_tables(fleet: dict[str, Any]) -> list[tuple[str, list[str], list[list[
     fams = families([_s(c) for c in fleet.get("checks") or []])
     rows, hot = [], []
     for i, n in enumerate(nodes):
-        launch = n.get("launch") if isinstance(n.get("launch"), dict) else {}
-        cells = n.get("cells") if isinstance(n.get("cells"), dict) else {}
+        launch, cells = _obj(n.get("launch")), _obj(n.get("cells"))
         row = [f"{MARKS.get(_s(n.get('status')), '?')} {_s(n.get('host'))}", _s(launch.get("status"))]
         for checks in fams.values():
             got = [_s(cells[c]) for c in checks if _s(cells.get(c)) in STATUS_RANK]
@@ -42,7 +41,7 @@ def fleet_tables(fleet: dict[str, Any]) -> list[tuple[str, list[str], list[list[
             hot.append(i)
     skew_rows, skew_hot = [], []
     for i, r in enumerate(x for x in fleet.get("skew") or [] if isinstance(x, dict)):
-        values = r.get("values") if isinstance(r.get("values"), dict) else {}
+        values = _obj(r.get("values"))
         judged = r.get("judged") is not False  # a per-node fact (an address) lists every node's value
         differing = [_s(h) for h in ((r.get("differing") or []) if judged else list(values or {}))]
         skew_rows.append([_s(r.get("title")), _s(r.get("majority")),
@@ -55,13 +54,18 @@ def fleet_tables(fleet: dict[str, Any]) -> list[tuple[str, list[str], list[list[
 
 
 def _fleet_line(fleet: dict[str, Any]) -> str:
-    s = fleet.get("summary") if isinstance(fleet.get("summary"), dict) else {}
+    s = _obj(fleet.get("summary"))
     return (f"{_s(s.get('nodes'))} node(s) from {_s(fleet.get('source'))} via {_s(fleet.get('launcher'))}: "
             f"{_s(s.get('reached'))} reached, {_s(s.get('failing'))} failing, "
             f"{_s(s.get('differing_facts'))} fact(s) differ")
 
 def _s(value: Any) -> str:
     return "" if value is None else str(value)
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object (a recorded field read with care), else ``{}``."""
+    return value if isinstance(value, dict) else {}
 
 
 def _when(ts: Any) -> str:

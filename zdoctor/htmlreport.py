@@ -229,9 +229,9 @@ def run_html(run: WalkView, anchors: Anchors) -> str:
 
 
 def applied_html(ev: dict[str, Any], cap: int) -> str:
-    from .exportparts import _outcome, _when
+    from .exportparts import _obj, _outcome, _when
 
-    rem = ev.get("remedy") if isinstance(ev.get("remedy"), dict) else {}
+    rem = _obj(ev.get("remedy"))
     sym, word = _outcome(ev)
     status = {mark("ok"): "ok", mark("fail"): "fail"}.get(sym, "skip")
     out = [f"<h3><span class=\"{status}\">{esc(sym)}</span> {esc(rem.get('title') or 'Remedy')} ({esc(word)})</h3>",

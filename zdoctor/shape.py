@@ -250,7 +250,8 @@ def finding_problems(f: Any) -> list[str]:
     if not isinstance(status, str) or status not in FINDING_STATUSES:
         out.append(f"finding.status is {status!r}, expected one of {', '.join(sorted(FINDING_STATUSES))}")
     out += evidence_problems("finding.evidence", f.get("evidence", []))
-    for i, rem in enumerate(f.get("remedies") if isinstance(f.get("remedies"), list) else []):
+    remedies = f.get("remedies")
+    for i, rem in enumerate(remedies if isinstance(remedies, list) else []):
         out += remedy_problems(f"finding.remedies[{i}]", rem)
     return out[:MAX_PROBLEMS]
 
