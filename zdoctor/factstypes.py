@@ -157,6 +157,7 @@ class ContainerFacts(TypedDict, total=False):
     container: ContainerContainer
     headroom: ContainerHeadroom
     pid: Union[int, str]
+    skipped: str
     whose: str
 
 
@@ -226,6 +227,7 @@ class CudaStackFacts(TypedDict, total=False):
     host_config: CudaStackHostConfig
     nvcc: CudaStackNvcc
     nvcc_on_path: List[str]
+    skipped: str
     toolkits: List[CudaStackToolkits]
     versioned_compilers: List[CudaStackVersionedCompilers]
 
@@ -371,6 +373,7 @@ class CudalookupFacts(TypedDict, total=False):
     loader: CudalookupLoader
     loader_dev: CudalookupLoaderDev
     plans: Dict[str, Any]
+    skipped: str
     toolkit_stubs: List[Any]
     torch: CudalookupTorch
     triton: CudalookupTriton
@@ -411,6 +414,7 @@ class DsreleaseFacts(TypedDict, total=False):
     jit_origins: List[Any]
     location: str
     rules: Dict[str, Any]
+    skipped: str
     version: str
 
 
@@ -420,6 +424,7 @@ class GlibcFacts(TypedDict, total=False):
     host: str
     libs_read: int
     owners: Dict[str, Any]
+    skipped: str
     torch_location: str
     torch_needs: str
     torch_needs_by: List[Any]
@@ -432,6 +437,7 @@ class GpuEnvFacts(TypedDict, total=False):
 
     gpus_per_node: Any
     nodes: Any
+    skipped: str
     vars: Dict[str, str]
 
 
@@ -506,6 +512,7 @@ class GpucapFacts(TypedDict, total=False):
     prebuilt: List[GpucapPrebuilt]
     precision: Dict[str, GpucapPrecisionEntry]
     precision_why: str
+    skipped: str
     torch: GpucapTorch
 
 
@@ -580,6 +587,7 @@ class HostLimitsFacts(TypedDict, total=False):
     nodes: Any
     own: HostLimitsOwn
     shm: HostLimitsShm
+    skipped: str
     target: HostLimitsTarget
 
 
@@ -613,12 +621,14 @@ class HostfileSsh(TypedDict, total=False):
 class HostfileFacts(TypedDict, total=False):
     """Facts at ``hostfile``."""
 
+    error: Optional[str]
     nodes: List[HostfileNodes]
     path: str
     resolve: List[HostfileResolve]
     skipped: str
     source: str
     ssh: List[HostfileSsh]
+    ssh_skipped: Optional[str]
 
 
 class HostramDevices(TypedDict, total=False):
@@ -651,6 +661,7 @@ class HostramFacts(TypedDict, total=False):
     mem_total_host: int
     oom_kills: List[Any]
     pinned_blocks: List[Any]
+    skipped: str
     wsl: bool
 
 
@@ -694,6 +705,7 @@ class InfinibandFacts(TypedDict, total=False):
     error: Any
     present: bool
     root: str
+    skipped: str
 
 
 class JitbuildlogNinjas(TypedDict, total=False):
@@ -762,6 +774,7 @@ class JitbuildlogFacts(TypedDict, total=False):
     ops: List[JitbuildlogOps]
     python: str
     root: str
+    skipped: str
     unread: List[str]
 
 
@@ -796,6 +809,7 @@ class JitcacheFacts(TypedDict, total=False):
     ops: List[Any]
     python_version: str
     roots: List[JitcacheRoots]
+    skipped: str
     source: str
     truncated: bool
     unscanned: List[Any]
@@ -821,6 +835,8 @@ class JitprereqCompile(TypedDict, total=False):
     """Facts at ``jitprereq.compile``."""
 
     compiler: str
+    error: Optional[str]
+    no_space: Any
     plain: JitprereqCompilePlain
     with_python_h: JitprereqCompileWithPythonH
 
@@ -856,6 +872,7 @@ class JitprereqFacts(TypedDict, total=False):
     ninja: JitprereqNinja
     python: str
     python_headers: JitprereqPythonHeaders
+    skipped: str
 
 
 class KernelLogAer(TypedDict, total=False):
@@ -1046,6 +1063,7 @@ class LibfixFacts(TypedDict, total=False):
     early_trials: Dict[str, Any]
     needed: bool
     plans: List[Any]
+    skipped: str
 
 
 class LibsInterpreter(TypedDict, total=False):
@@ -1106,6 +1124,7 @@ class LibsFacts(TypedDict, total=False):
     loaded: List[LibsLoaded]
     loader: LibsLoader
     needs: List[Any]
+    skipped: str
     start_failures: List[Any]
     targets: List[Any]
 
@@ -1141,6 +1160,7 @@ class LivetraceFacts(TypedDict, total=False):
     pids: List[int]
     ranks: Any
     refused_locks: List[Any]
+    skipped: str
     source: str
     stderr_tail: str
     steps: List[LivetraceSteps]
@@ -1251,6 +1271,7 @@ class NcclLogFacts(TypedDict, total=False):
     ifname_env: Optional[str]
     network: Optional[str]
     seen: bool
+    skipped: str
     socket: List[NcclLogSocket]
     sources: List[str]
     unread: List[str]
@@ -1387,12 +1408,14 @@ class NcclNetFacts(TypedDict, total=False):
     peers_total: int
     routes: List[NcclNetRoutes]
     rules: NcclNetRules
+    skipped: str
 
 
 class NvmeInventoryFacts(TypedDict, total=False):
     """Facts at ``nvme_inventory``."""
 
     drives: List[Any]
+    skipped: str
     suggestion: Any
     unmounted: List[Any]
 
@@ -1531,6 +1554,7 @@ class OtherCachesFacts(TypedDict, total=False):
     """Facts at ``other_caches``."""
 
     caches: List[OtherCachesCaches]
+    skipped: str
 
 
 class P2pIommu(TypedDict, total=False):
@@ -1553,6 +1577,7 @@ class P2pFacts(TypedDict, total=False):
     nvlinks: Dict[str, Any]
     nvml_pairs: Dict[str, Any]
     peer_copy: Any
+    skipped: str
 
 
 class ProcessesProcessesLibgccS(TypedDict, total=False):
@@ -1607,6 +1632,7 @@ class ProcessesFacts(TypedDict, total=False):
     sample_s: float
     scope: Dict[str, Any]
     self_pid: int
+    skipped: str
 
 
 class PyenvCandidates(TypedDict, total=False):
@@ -1802,6 +1828,7 @@ class PyenvFacts(TypedDict, total=False):
     python: PyenvPython
     ran_as: Any
     signal: Any
+    skipped: str
     stages: List[str]
     target: PyenvTarget
     timed_out: bool
@@ -1855,6 +1882,7 @@ class RankcoresFacts(TypedDict, total=False):
     ranks: List[Any]
     ranks_how: str
     ranks_per_node: int
+    skipped: str
 
 
 class RanksProcesses(TypedDict, total=False):
@@ -1957,6 +1985,7 @@ class ShellinitFacts(TypedDict, total=False):
     files: List[str]
     home: str
     lines: List[Any]
+    skipped: str
     sources: Dict[str, Any]
 
 
@@ -1968,7 +1997,7 @@ class ShmAccessFacts(TypedDict, total=False):
     exists: bool
     mode: str
     path: str
-    skipped: Any
+    skipped: Optional[str]
     sticky: bool
     tested_as: str
     uid: int
@@ -1994,6 +2023,7 @@ class StdcxxLinksFacts(TypedDict, total=False):
     """Facts at ``stdcxx_links``."""
 
     dirs: List[StdcxxLinksDirs]
+    skipped: str
 
 
 class StorageUser(TypedDict, total=False):
@@ -2036,6 +2066,7 @@ class SymbolsFacts(TypedDict, total=False):
 
     errors: List[Any]
     loaded_count: float
+    skipped: str
     torch_cxx11_abi: bool
 
 
@@ -2049,6 +2080,7 @@ class SystemFacts(TypedDict, total=False):
     kernel: str
     memory: Dict[str, int]
     os: str
+    skipped: str
 
 
 class ToolchainCompilers(TypedDict, total=False):
@@ -2176,6 +2208,7 @@ class ToolchainFacts(TypedDict, total=False):
     jit: ToolchainJit
     path: str
     pyenv_ok: bool
+    skipped: str
     sysconfig: Dict[str, ToolchainSysconfigEntry]
     toolsets: ToolchainToolsets
     torch_build: Optional[ToolchainTorchBuild]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..causes import CGROUP_LIMIT
+from ..factstypes import ContainerFacts
 from ..gpu.limits import human
 from ..model import Evidence, Finding, Remedy
 from ..registry import Facts, check, predicate
@@ -37,14 +38,14 @@ def _count(v: Any) -> str:
        findings=("container.runtime", "container.memory", "container.pids"),
        explains=("killed", "oom-kill", "thread-limit"))
 def check_container(facts: Facts) -> list[Finding]:
-    f = facts.of("container")
+    f = facts.typed("container")
     if not f:
         return [not_checked("container.not-checked", "The container and its limits", facts.why_not("container"))]
     ev = facts.evidence("container")
     return [_runtime(f, ev), _memory(facts, f, ev), _pids(facts, f, ev)]
 
 
-def _runtime(f: dict[str, Any], ev: list[Evidence]) -> Finding:
+def _runtime(f: ContainerFacts, ev: list[Evidence]) -> Finding:
     box = f.get("container") or {}
     signs = [s for s in box.get("signs") or [] if isinstance(s, dict)]
     looked = "; ".join(str(s.get("evidence") or s.get("sign") or "?") for s in signs) or "no sign could be read"
@@ -59,7 +60,7 @@ def _runtime(f: dict[str, Any], ev: list[Evidence]) -> Finding:
                    detail=f"No container sign: {looked}.", evidence=ev)
 
 
-def _memory(facts: Facts, f: dict[str, Any], ev: list[Evidence]) -> Finding:
+def _memory(facts: Facts, f: ContainerFacts, ev: list[Evidence]) -> Finding:
     fid = "container.memory"
     whose = f.get("whose") or "the job"
     mem = (f.get("cgroup") or {}).get("memory") or {}
@@ -105,8 +106,9 @@ def _memory(facts: Facts, f: dict[str, Any], ev: list[Evidence]) -> Finding:
         return Finding(id=fid, status="warn",
                        title=f"The job's memory cgroup counted {kills} OOM kill(s), not at its {_size(limit)} limit",
                        detail="\n".join(lines), evidence=ev)
+    left = room.get("room")
     if isinstance(limit, int) and isinstance(usage, int) and usage >= NEAR * limit \
-            and isinstance(room.get("room"), int) and room["room"] < (1 - NEAR) * limit:
+            and isinstance(left, int) and left < (1 - NEAR) * limit:
         return Finding(id=fid, status="warn",
                        title=f"The job's memory cgroup is nearly full: {_size(usage)} of its {_size(limit)} limit",
                        detail="\n".join(lines + ["The next allocation past the limit is met by the kernel's OOM "
@@ -138,7 +140,7 @@ def _memory(facts: Facts, f: dict[str, Any], ev: list[Evidence]) -> Finding:
     return not_checked(fid, "The job's memory cgroup limit", mem.get("error") or "the limit could not be read", ev)
 
 
-def _pids(facts: Facts, f: dict[str, Any], ev: list[Evidence]) -> Finding:
+def _pids(facts: Facts, f: ContainerFacts, ev: list[Evidence]) -> Finding:
     fid = "container.pids"
     p = (f.get("cgroup") or {}).get("pids") or {}
     whose = f.get("whose") or "the job"
@@ -189,10 +191,10 @@ def _pids(facts: Facts, f: dict[str, Any], ev: list[Evidence]) -> Finding:
 def cgroup_memory_limit_runs_out(facts: Facts) -> bool:
     if any(x.id == "container.memory" and x.status in ("fail", "warn") for x in check_container(facts)):
         return True
-    cap = facts.of("capacity") or {}
+    cap = facts.typed("capacity") or {}
     if (cap.get("machine") or {}).get("mem_source") == "cgroup" and cap.get("ram_short"):
         return True
-    hr = facts.of("hostram") or {}
+    hr = facts.typed("hostram") or {}
     return bool(hr.get("mem_source") == "cgroup" and hr.get("estimate_per_node") is not None
                 and hr.get("mem_available") is not None
                 and hr["estimate_per_node"] + (hr.get("extra_known_per_node") or 0) > hr["mem_available"])

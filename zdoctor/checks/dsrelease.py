@@ -7,6 +7,7 @@ import os
 import shlex
 from typing import Any
 
+from ..factstypes import DsreleaseFacts
 from ..model import Evidence, Finding, Remedy
 from ..packages import managers, package_name
 from ..registry import Facts, check
@@ -45,7 +46,7 @@ def libaio_remedies_for_dpkg_only(distro: dict[str, Any]) -> tuple[list[Remedy],
     return remedies, withheld
 
 
-def _rule_findings(facts: dict[str, Any], ev: list[Evidence], distro: dict[str, Any]) -> list[Finding]:
+def _rule_findings(facts: DsreleaseFacts, ev: list[Evidence], distro: dict[str, Any]) -> list[Finding]:
     out: list[Finding] = []
     rules = facts.get("rules") or {}
     ver = facts.get("version") or "?"
@@ -95,7 +96,7 @@ def _own_cache(loc: str | None) -> str:
     return shlex.quote(os.path.join(prefix or "/", "torch_extensions"))
 
 
-def _origin_findings(facts: dict[str, Any], ev: list[Evidence]) -> list[Finding]:
+def _origin_findings(facts: DsreleaseFacts, ev: list[Evidence]) -> list[Finding]:
     out = []
     loc = facts.get("location")
     ver = facts.get("version") or "?"
@@ -138,7 +139,7 @@ def _origin_findings(facts: dict[str, Any], ev: list[Evidence]) -> list[Finding]
        findings=("pyenv.deepspeed-release.jit-op-other-release", "pyenv.deepspeed-release.libaio-dpkg",
                  "pyenv.deepspeed-release.pin-memory-ignored", "pyenv.deepspeed-release.timer-names"))
 def check_release(facts: Facts) -> list[Finding]:
-    f = facts.of("dsrelease")
+    f = facts.typed("dsrelease")
     if f is None:
         return [not_checked("pyenv.deepspeed-release", "DeepSpeed release rules", facts.why_not("dsrelease"))]
     if not f.get("installed"):

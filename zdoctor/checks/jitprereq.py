@@ -6,9 +6,11 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
 from ..causes import BROKEN_COMPILER, FULL_DISK
+from ..factstypes import JitprereqFacts
 from ..forensics.remedies import export_line, restore_line
 from ..gpu.limits import human
 from ..model import Finding, Remedy
@@ -22,7 +24,7 @@ SYSTEM_PREFIXES = ("/usr", "/usr/local")
 _MISSING_HEADER = re.compile(r"fatal error: ([\w./+-]+\.h(?:pp)?): No such file or directory")
 
 
-def _ninja(f: dict[str, Any], python: str | None, multinode: bool) -> Finding:
+def _ninja(f: JitprereqFacts, python: str | None, multinode: bool) -> Finding:
     n = f["ninja"]
     py = shlex.quote(python or "python3")
     if not n["on_path"]:
@@ -99,7 +101,7 @@ def _ninja_does_not_run(ninja: str, runs: dict[str, Any], python: str | None) ->
                    detail="\n".join(lines), remedies=rems)
 
 
-def _headers(f: dict[str, Any], facts: Facts) -> Finding | None:
+def _headers(f: JitprereqFacts, facts: Facts) -> Finding | None:
     h = f["python_headers"]
     if h.get("python_h") is None:
         return not_checked("toolchain.jit-prereq.python-h", "Python.h",
@@ -116,7 +118,7 @@ def _headers(f: dict[str, Any], facts: Facts) -> Finding | None:
                           "development headers are not installed.", remedies=rem)
 
 
-def header_remedies(h: dict[str, Any], facts: Facts) -> list[Remedy]:
+def header_remedies(h: Mapping[str, Any], facts: Facts) -> list[Remedy]:
     """Complete the Python installation the headers come from: a venv's base interpreter, installed by the
     node's package manager, conda or pyenv."""
     ver = h.get("version") or "3"
@@ -141,7 +143,7 @@ def header_remedies(h: dict[str, Any], facts: Facts) -> list[Remedy]:
                    commands=[])]
 
 
-def _compiles(f: dict[str, Any], facts: Facts) -> Finding | None:
+def _compiles(f: JitprereqFacts, facts: Facts) -> Finding | None:
     c = f["compile"]
     if not c.get("compiler"):
         return None  # toolchain.jit-compiler reports a missing compiler
@@ -179,7 +181,7 @@ def _space_text(sp: dict[str, Any]) -> str:
             f"{sp.get('total_inodes')} inodes free, {on}")
 
 
-def _no_space(c: dict[str, Any], facts: Facts) -> Finding:
+def _no_space(c: Mapping[str, Any], facts: Facts) -> Finding:
     """The compile test stopped on "No space left on device": the compiler ran and the folder it writes its
     temporary files to is full. The finding names that folder, how full it is, the JIT cache's, and the
     compile re-run with TMPDIR in a folder with room."""
@@ -229,7 +231,7 @@ def _no_space(c: dict[str, Any], facts: Facts) -> Finding:
                    remedies=rem)
 
 
-def _python_h_fails(cxx: str, withpy: dict[str, Any], f: dict[str, Any], facts: Facts) -> Finding:
+def _python_h_fails(cxx: str, withpy: Mapping[str, Any], f: Mapping[str, Any], facts: Facts) -> Finding:
     """The compile of a file including Python.h failed: its own error output is the finding."""
     h = f.get("python_headers") or {}
     err = (withpy.get("stderr") or withpy.get("error") or "").strip()
@@ -248,7 +250,7 @@ def _python_h_fails(cxx: str, withpy: dict[str, Any], f: dict[str, Any], facts: 
        probes=("jitprereq",), explains=("ninja-missing", "missing-header", "no-space"),
        findings=("toolchain.jit-prereq.compile", "toolchain.jit-prereq.ninja", "toolchain.jit-prereq.python-h"))
 def check_jitprereq(facts: Facts) -> list[Finding]:
-    f = facts.of("jitprereq")
+    f = facts.typed("jitprereq")
     if f is None:
         return [not_checked("toolchain.jit-prereq", "JIT build prerequisites", facts.why_not("jitprereq"))]
     nodes = facts.get_fact("host_limits", "nodes") or 1

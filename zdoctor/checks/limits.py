@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
+from ..factstypes import HostLimitsFacts
 from ..gpu import limits
 from ..gpu.checkfacts import nvml_gpus
 from ..model import Evidence, Finding, Remedy
@@ -15,7 +17,7 @@ from ..sysfile import LIMITS_D, create_file_remedy, free_name
 from . import not_checked
 
 
-def _gpus_on_node(facts: Facts, lf: dict[str, Any]) -> int | None:
+def _gpus_on_node(facts: Facts, lf: Mapping[str, Any]) -> int | None:
     gpus = nvml_gpus(facts)
     if gpus is not None:
         return len(gpus)
@@ -27,14 +29,14 @@ def _gpus_on_node(facts: Facts, lf: dict[str, Any]) -> int | None:
        explains=("nofile", "shm"), optional=("limitfix",),
        findings=("gpu.limits.memlock", "gpu.limits.nofile", "gpu.limits.shm"))
 def check_limits(facts: Facts) -> list[Finding]:
-    lf = facts.of("host_limits")
+    lf = facts.typed("host_limits")
     if lf is None:
         return [not_checked("gpu.limits", "Host limits", facts.why_not("host_limits"))]
     ev = facts.evidence("host_limits")
     return [_shm(facts, lf, ev), _memlock(lf, ev), _nofile(facts, lf, ev)]
 
 
-def _shm(facts: Facts, lf: dict[str, Any], ev: list[Evidence]) -> Finding:
+def _shm(facts: Facts, lf: HostLimitsFacts, ev: list[Evidence]) -> Finding:
     fid = "gpu.limits.shm"
     shm = lf.get("shm") or {}
     box = lf.get("container") or {}
@@ -76,7 +78,7 @@ def _shm(facts: Facts, lf: dict[str, Any], ev: list[Evidence]) -> Finding:
 
 def _tried_ulimit(facts: Facts, remedy: Remedy) -> Remedy:
     """The ``ulimit -n`` remedy with what its trial on the failing command showed (the ``limitfix`` probe)."""
-    trial = facts.of("limitfix") or {}
+    trial = facts.typed("limitfix") or {}
     if "fixed" not in trial:
         return remedy
     remedy.tried = True
@@ -109,7 +111,7 @@ def _limits_conf_remedy(item: str, value: str, dropins: dict[str, Any] | None) -
                     "propagates the limits of the submitting shell unless configured otherwise." + unknown)
 
 
-def _memlock(lf: dict[str, Any], ev: list[Evidence]) -> Finding:
+def _memlock(lf: HostLimitsFacts, ev: list[Evidence]) -> Finding:
     fid = "gpu.limits.memlock"
     t = lf.get("target") or {}
     soft, hard = t.get("memlock_soft_kb"), t.get("memlock_hard_kb")
@@ -119,7 +121,7 @@ def _memlock(lf: dict[str, Any], ev: list[Evidence]) -> Finding:
         return Finding(id=fid, status="ok", title="ulimit -l (locked memory) is unlimited",
                        detail="Pinned host buffers and RDMA registration are not capped.", evidence=ev)
     rem = []
-    if hard == "unlimited" or (isinstance(hard, int) and hard > soft):
+    if hard == "unlimited" or (isinstance(hard, int) and isinstance(soft, int) and hard > soft):
         rem.append(Remedy(title="Raise the soft limit in the launching shell",
                           commands=[f"ulimit -l {'unlimited' if hard == 'unlimited' else hard}"], verified=None,
                           explanation="A process may raise its soft limit up to the hard limit without root."))
@@ -135,7 +137,7 @@ def _memlock(lf: dict[str, Any], ev: list[Evidence]) -> Finding:
         evidence=ev, remedies=rem)
 
 
-def _nofile(facts: Facts, lf: dict[str, Any], ev: list[Evidence]) -> Finding:
+def _nofile(facts: Facts, lf: HostLimitsFacts, ev: list[Evidence]) -> Finding:
     fid = "gpu.limits.nofile"
     t = lf.get("target") or {}
     soft, hard = t.get("nofile_soft"), t.get("nofile_hard")

@@ -9,8 +9,10 @@ isolation between devices)."""
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
+from ..factstypes import P2pIommu
 from ..forensics.kernlog import records_at
 from ..gpu import p2p
 from ..model import Evidence, Finding, Remedy
@@ -25,7 +27,7 @@ WORKAROUND = Remedy(
                 "ZeRO-3 all-gathers inside the node get slower (NVLink and PCIe peer copies are not used).")
 
 
-def _iommu_fix(iommu: dict[str, Any]) -> Remedy:
+def _iommu_fix(iommu: P2pIommu) -> Remedy:
     vendor = "amd_iommu=on" if any(u.startswith("ivhd") for u in iommu.get("units") or []) else "intel_iommu=on"
     return kernel_parameters_remedy(
         [vendor, "iommu=pt"],
@@ -55,12 +57,12 @@ def _pairs_text(pairs: dict[str, Any], want_ok: bool) -> list[str]:
 @check("gpu.p2p", title="GPU peer-to-peer: IOMMU, ACS, NVML status", probes=("p2p", "nvml"),
        findings=("gpu.p2p.copy",), optional=("kernel_log",))
 def check_p2p(facts: Facts) -> list[Finding]:
-    f = facts.of("p2p")
+    f = facts.typed("p2p")
     if f is None:
         return [not_checked("gpu.p2p", "GPU peer-to-peer", facts.why_not("p2p"))]
     ev = facts.evidence("p2p")
     gpus = f.get("gpus") or []
-    nv = facts.of("nvml") or {}
+    nv = facts.typed("nvml") or {}
     if not gpus and (not nv or nv.get("available") is False):
         return [Finding(id="gpu.p2p", status="skip", title="GPU peer-to-peer: not checked (no GPU list)",
                         detail=nv.get("error") or facts.why_not("nvml"), evidence=ev)]
@@ -98,7 +100,7 @@ def check_p2p(facts: Facts) -> list[Finding]:
             detail = list(lines)
             if not visible:
                 what += ": peer path broken, cause not visible"
-                detail.append(_not_visible(iommu, unknown_acs, facts.of("kernel_log"), [
+                detail.append(_not_visible(iommu, unknown_acs, facts.typed("kernel_log"), [
                     g.get("pci_bus_id") for i, g in gpus_by_index(nv).items() if hp and i in hp]))
             out.append(Finding(id="gpu.p2p.copy", status="fail", title=what, detail="\n".join(detail), evidence=ev,
                                remedies=[WORKAROUND] + ([_acs_fix(redirect)] if redirect else [])
@@ -138,11 +140,11 @@ def check_p2p(facts: Facts) -> list[Finding]:
     return out
 
 
-def gpus_by_index(nv: dict[str, Any]) -> dict[int, dict[str, Any]]:
+def gpus_by_index(nv: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
     return {g.get("index"): g for g in nv.get("gpus") or [] if isinstance(g.get("index"), int)}
 
 
-def _not_visible(iommu: dict[str, Any], unknown_acs: list[str], kernel_log: dict[str, Any] | None = None,
+def _not_visible(iommu: P2pIommu, unknown_acs: list[str], kernel_log: Mapping[str, Any] | None = None,
                  buses: list[str | None] | None = None) -> str:
     """What to look at when the copy hangs with nothing in the IOMMU or ACS state to blame: the kernel log's
     Xid and AER records of the two GPUs where it was read, else the command that shows them."""
@@ -220,6 +222,6 @@ def gpu_p2p_broken_unexplained(facts: Facts) -> bool:
 
 
 def _iommu_or_acs(facts: Facts) -> bool:
-    f = facts.of("p2p") or {}
+    f = facts.typed("p2p") or {}
     return (f.get("iommu") or {}).get("mode") == "translated" or any(
         (a or {}).get("redirect") for a in (f.get("acs") or {}).values())

@@ -4,8 +4,10 @@ with CPU offload."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from ..factstypes import RankcoresBinding
 from ..model import Finding, Remedy
 from ..packages import managers
 from ..plural import count_of
@@ -13,7 +15,7 @@ from ..registry import Facts, check
 from . import not_checked
 
 
-def _binding_words(b: dict[str, Any]) -> str:
+def _binding_words(b: RankcoresBinding) -> str:
     parts = []
     if b.get("bind_cores_to_rank"):
         parts.append("deepspeed --bind_cores_to_rank" + (f" --bind_core_list {b['bind_core_list']}"
@@ -24,7 +26,7 @@ def _binding_words(b: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def cores_summary(rc: dict[str, Any] | None) -> dict[str, Any]:
+def cores_summary(rc: Mapping[str, Any] | None) -> dict[str, Any]:
     """``{cpus, ranks, per_rank, omp, bound, sentence}`` of the rankcores facts; None values are unknown."""
     if not rc:
         return {"sentence": None}
@@ -32,7 +34,7 @@ def cores_summary(rc: dict[str, Any] | None) -> dict[str, Any]:
     ranks = rc.get("ranks_per_node")
     per = cpus // ranks if cpus and ranks else None
     omp = rc.get("omp_num_threads")
-    bound = _binding_words(rc.get("binding") or {})
+    bound = _binding_words(rc.get("binding") or RankcoresBinding())
     nodes = len((rc.get("numa") or {}).get("nodes") or []) or None
     sentence = (f"{'unknown' if ranks is None else count_of(ranks, 'rank')} on {cpus or 'unknown'} CPUs "
                 f"({'unknown' if nodes is None else count_of(nodes, 'NUMA node')}): "
@@ -46,7 +48,7 @@ def cores_summary(rc: dict[str, Any] | None) -> dict[str, Any]:
 def check_rank_cores(facts: Facts) -> list[Finding]:
     cid = "cores.ranks"
     nc = f"{cid}.not-checked"
-    rc = facts.of("rankcores")
+    rc = facts.typed("rankcores")
     if rc is None:
         return [not_checked(nc, "Ranks and cores", facts.why_not("rankcores"))]
     ev = facts.evidence("rankcores")

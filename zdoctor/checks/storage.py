@@ -5,8 +5,10 @@ directory owned by the training user)."""
 from __future__ import annotations
 
 import errno
+from collections.abc import Mapping
 from typing import Any
 
+from ..factstypes import NvmeInventoryFacts, StorageFacts
 from ..model import Evidence, Finding, Remedy
 from ..packages import package_name
 from ..plural import count_of
@@ -38,7 +40,7 @@ def _storage_not_checked(fid: str, what: str, facts: Facts, name: str = "storage
     return not_checked(fid, what, facts.why_not(name) + hint)
 
 
-def _fast_enough(st: dict[str, Any]) -> bool:
+def _fast_enough(st: StorageFacts) -> bool:
     """Whether the offload path sits on fast storage, by device class or by measurement."""
     dev = st.get("device") or {}
     measured = _slowest(st)
@@ -47,7 +49,7 @@ def _fast_enough(st: dict[str, Any]) -> bool:
     return dev.get("speed_class") == "fast"
 
 
-def _slowest(st: dict[str, Any]) -> float | None:
+def _slowest(st: StorageFacts) -> float | None:
     tp = st.get("throughput") or {}
     if not tp.get("ran"):
         return None
@@ -55,7 +57,7 @@ def _slowest(st: dict[str, Any]) -> float | None:
     return min(rates) if rates else None
 
 
-def _user_of(facts: Facts, st: dict[str, Any] | None) -> dict[str, Any]:
+def _user_of(facts: Facts, st: Mapping[str, Any] | None) -> dict[str, Any]:
     """The training user the storage probe chose (also when it skipped: it needs no offload path)."""
     if st and st.get("user"):
         return st["user"]
@@ -66,17 +68,17 @@ def _user_of(facts: Facts, st: dict[str, Any] | None) -> dict[str, Any]:
     return raw.get("user") if isinstance(raw.get("user"), dict) else {}
 
 
-def _dir_remedy(st: dict[str, Any], directory: str | None = None, user: dict[str, Any] | None = None) -> Remedy:
-    user = user or st.get("user") or {}
-    return fs.offload_dir_remedy(directory or st["path"], user.get("name") or "root", user.get("group") or "root",
-                                 rule=user.get("rule"))
+def _dir_remedy(st: StorageFacts, directory: str | None = None, user: Mapping[str, Any] | None = None) -> Remedy:
+    who: Mapping[str, Any] = user or st.get("user") or {}
+    return fs.offload_dir_remedy(directory or st["path"], who.get("name") or "root", who.get("group") or "root",
+                                 rule=who.get("rule"))
 
 
 # -------------------------------------------------------------------------------------------- findings
 @check("storage.mount", title="Offload path: mount and file system", probes=("storage",))
 def check_mount(facts: Facts) -> list[Finding]:
     fid = "storage.mount"
-    st = facts.of("storage")
+    st = facts.typed("storage")
     if st is None:
         return [_storage_not_checked(fid, "Offload path", facts)]
     ev = facts.evidence("storage", kinds=None, labels=("where offload writes",))
@@ -172,13 +174,14 @@ def _names(dev: dict[str, Any]) -> str:
 
 def _where(dev: dict[str, Any]) -> str:
     """``dm-0 on nvme3n1+nvme4n1, NVMe``."""
-    return f"{_names(dev)}, {KIND_LABEL.get(dev.get('effective_kind'), dev.get('effective_kind'))}"
+    kind = dev.get("effective_kind")
+    return f"{_names(dev)}, {KIND_LABEL.get(str(kind), kind)}"
 
 
 @check("storage.device", title="Offload device: kind and link", probes=("storage",))
 def check_device(facts: Facts) -> list[Finding]:
     fid = "storage.device"
-    st = facts.of("storage")
+    st = facts.typed("storage")
     if st is None:
         return [_storage_not_checked(fid, "Offload device", facts)]
     dev = st.get("device")
@@ -201,7 +204,7 @@ def check_device(facts: Facts) -> list[Finding]:
     where = _where(dev)
     if cls in ("slow", "ram"):
         what = {"hdd": "a rotational disk", "network": "network storage", "usb": "a USB disk", "mmc": "an SD/eMMC card",
-                "ram": "a RAM disk"}.get(kind, kind)
+                "ram": "a RAM disk"}.get(str(kind), kind)
         # with a measurement, storage.throughput carries the verdict on speed; this finding names the device
         status = "fail" if measured is None else "warn"
         return [Finding(id=fid, status=status, title=f"Offload goes to {what} ({_names(dev)})",
@@ -233,7 +236,7 @@ def check_device(facts: Facts) -> list[Finding]:
 @check("storage.odirect", title="O_DIRECT on the offload path", probes=("storage",))
 def check_odirect(facts: Facts) -> list[Finding]:
     fid = "storage.odirect"
-    st = facts.of("storage")
+    st = facts.typed("storage")
     if st is None:
         return [_storage_not_checked(fid, "O_DIRECT", facts)]
     od = st.get("odirect") or {}
@@ -252,7 +255,7 @@ def check_odirect(facts: Facts) -> list[Finding]:
        optional=("dsrelease", "toolchain"), explains=("undefined-reference", "libaio-missing"))
 def check_libaio(facts: Facts) -> list[Finding]:
     fid = "storage.libaio"
-    st = facts.of("storage")
+    st = facts.typed("storage")
     if st is None:
         return [not_checked(fid, "libaio",
                             "Only NVMe offload needs libaio, and no offload path was given: "
@@ -348,7 +351,7 @@ def _newer_libaio_remedies(la: dict[str, Any]) -> list[Remedy]:
 @check("storage.throughput", title="Offload path throughput (O_DIRECT, 1 MiB blocks)", probes=("storage",))
 def check_throughput(facts: Facts) -> list[Finding]:
     fid = "storage.throughput"
-    st = facts.of("storage")
+    st = facts.typed("storage")
     if st is None:
         return [_storage_not_checked(fid, "Offload throughput", facts)]
     tp = st.get("throughput") or {}
@@ -388,7 +391,7 @@ def check_throughput(facts: Facts) -> list[Finding]:
     return [Finding(id=fid, status="ok", title=f"Offload throughput: {summary}", detail=how, evidence=ev)]
 
 
-def _slow_disk_remedies(st: dict[str, Any]) -> list[Remedy]:
+def _slow_disk_remedies(st: StorageFacts) -> list[Remedy]:
     """What to do about an offload disk slower than offload needs: keep the optimizer states in host memory,
     or tune DeepSpeed's aio settings for this drive (alternatives; neither tried here)."""
     where = str(st.get("path") or st.get("probed_path") or "")
@@ -413,7 +416,7 @@ def _link_text(link: dict[str, Any] | None) -> str:
     return text + (f", can do {_max_label(link)}" if link and link.get("downtrained") else "")
 
 
-def _usable(inv: dict[str, Any]) -> list[dict[str, Any]]:
+def _usable(inv: NvmeInventoryFacts) -> list[dict[str, Any]]:
     """Local (PCIe) NVMe drives with nothing of them mounted or used as swap."""
     return [d for d in inv.get("drives") or [] if d.get("unmounted") and d.get("kind") == "nvme"]
 
@@ -421,7 +424,7 @@ def _usable(inv: dict[str, Any]) -> list[dict[str, Any]]:
 @check("storage.unmounted-nvme", title="NVMe drives present but unused", probes=("nvme_inventory", "storage"))
 def check_unmounted(facts: Facts) -> list[Finding]:
     fid = "storage.unmounted-nvme"
-    inv = facts.of("nvme_inventory")
+    inv = facts.typed("nvme_inventory")
     if inv is None:
         return [_storage_not_checked(fid, "Unused NVMe drives", facts, "nvme_inventory")]
     ev = facts.evidence("nvme_inventory", kinds=None, labels=("NVMe drives",))
@@ -436,7 +439,7 @@ def check_unmounted(facts: Facts) -> list[Finding]:
                   else "The one NVMe drive is in use")
         return [Finding(id=fid, status="ok", title=in_use,
                         detail="\n".join(f"{d['name']}: {d['reason']}" for d in drives), evidence=ev)]
-    st = facts.of("storage")
+    st = facts.typed("storage")
     lines = [f"{d['name']} ({human(d.get('size_bytes'))}, {d.get('model') or '?'}, {_link_text(d.get('link'))}): "
              f"{d['state']}, {d['reason']}" for d in free]
     blanks = [d for d in free if d["state"] == "blank"]
@@ -453,8 +456,8 @@ def check_unmounted(facts: Facts) -> list[Finding]:
 @check("storage.fstab", title="fstab: mounting offload storage by UUID", probes=("storage", "nvme_inventory"))
 def check_fstab(facts: Facts) -> list[Finding]:
     fid = "storage.fstab"
-    st = facts.of("storage")
-    inv = facts.of("nvme_inventory")
+    st = facts.typed("storage")
+    inv = facts.typed("nvme_inventory")
     sug = (inv or {}).get("suggestion")
     needs_move = st is None or not (st.get("mount") or {}).get("fit") or not _fast_enough(st) \
         or not (st.get("odirect") or {}).get("ok", True)
@@ -516,7 +519,7 @@ def offload_path_missing(facts: Facts) -> bool:
 @predicate("offload_path_unfit", doc="the offload path's file system cannot hold DeepSpeed's swap files (tmpfs, "
            "ramfs, overlay, NFS, FUSE, read-only ...) or O_DIRECT fails there", probes=("storage",))
 def offload_path_unfit(facts: Facts) -> bool:
-    st = facts.of("storage")
+    st = facts.typed("storage")
     if st is None:
         return False
     m = st.get("mount") or {}
@@ -527,7 +530,7 @@ def offload_path_unfit(facts: Facts) -> bool:
 @predicate("offload_on_slow_device", doc="the offload path is on a rotational, SATA, USB/SD, network or RAM-backed "
            "device, or measured slower than 1 GB/s", probes=("storage",))
 def offload_on_slow_device(facts: Facts) -> bool:
-    st = facts.of("storage")
+    st = facts.typed("storage")
     if st is None:
         return False
     measured = _slowest(st)
@@ -540,5 +543,5 @@ def offload_on_slow_device(facts: Facts) -> bool:
 @predicate("unmounted_nvme_present", doc="a local NVMe drive is present with nothing of it mounted or used as swap",
            probes=("nvme_inventory",))
 def unmounted_nvme_present(facts: Facts) -> bool:
-    inv = facts.of("nvme_inventory")
+    inv = facts.typed("nvme_inventory")
     return bool(inv and _usable(inv))
