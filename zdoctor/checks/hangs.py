@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from ..forensics.gccver import version_tuple
@@ -55,11 +56,11 @@ def _op_key(op: dict[str, Any]) -> str:
     return f"{op['tag']}.{name}" if op.get("tag") else str(name)
 
 
-def _procs_by_pid(procs: dict[str, Any] | None) -> dict[int, dict[str, Any]]:
+def _procs_by_pid(procs: Mapping[str, Any] | None) -> dict[int, dict[str, Any]]:
     return {p["pid"]: p for p in (procs or {}).get("processes") or []}
 
 
-def _describe(p: dict[str, Any] | None, pid: int) -> str:
+def _describe(p: Mapping[str, Any] | None, pid: int) -> str:
     if p is None:
         return f"pid {pid}"
     cmd = " ".join(p.get("cmdline") or []) or p.get("name") or "?"
@@ -129,7 +130,7 @@ def _hangs_on(facts: Facts, lock_path: str) -> list[str]:
        findings=("hangs.stale-lock.*",), optional=("livetrace",), explains=("hang",))
 def check_stale_lock(facts: Facts) -> list[Finding]:
     cid = "hangs.stale-lock"
-    jit, procs = facts.of("jitcache"), facts.of("processes")
+    jit, procs = facts.typed("jitcache"), facts.typed("processes")
     if jit is None or procs is None:
         return [not_checked(cid, "Stale JIT build locks", "the jitcache or processes probe gave no facts")]
     ev = facts.evidence("jitcache", "processes")
@@ -221,7 +222,7 @@ def check_stale_lock(facts: Facts) -> list[Finding]:
 @check("hangs.processes", title="Training processes stuck in the kernel", probes=("processes",))
 def check_processes(facts: Facts) -> list[Finding]:
     cid = "hangs.processes"
-    procs = facts.of("processes")
+    procs = facts.typed("processes")
     if procs is None:
         return [not_checked(cid, "Training processes", "the processes probe gave no facts")]
     ev = facts.evidence("processes")
@@ -315,11 +316,11 @@ def _corrupt_remedy(op: dict[str, Any]) -> Remedy:
        findings=("jit.corrupt-ops.*",))
 def check_corrupt_ops(facts: Facts) -> list[Finding]:
     cid = "jit.corrupt-ops"
-    jit = facts.of("jitcache")
+    jit = facts.typed("jitcache")
     if jit is None:
         return [not_checked(cid, "Damaged JIT-built ops", "the jitcache probe gave no facts")]
     ev = facts.evidence("jitcache")
-    procs = facts.of("processes")
+    procs = facts.typed("processes")
     held = {lk["path"] for lk in (procs or {}).get("locks") or [] if lk.get("holders")}
     ops = jit.get("ops") or []
     bad = [o for o in ops if o.get("so_path") and (o.get("so_info") or {}).get("kind") not in (None, "elf")]
@@ -361,7 +362,7 @@ def _mm(v: str | None) -> tuple[int, ...]:
        findings=("jit.foreign-toolchain.*",))
 def check_foreign_toolchain(facts: Facts) -> list[Finding]:
     cid = "jit.foreign-toolchain"
-    jit, tc = facts.of("jitcache"), facts.of("toolchain")
+    jit, tc = facts.typed("jitcache"), facts.typed("toolchain")
     if jit is None or tc is None or not (tc.get("jit") or {}).get("path"):
         return [not_checked(cid, "JIT ops and this node's compiler",
                             "the jitcache probe or the JIT compiler (toolchain probe) is missing")]
@@ -416,14 +417,14 @@ def check_foreign_toolchain(facts: Facts) -> list[Finding]:
 @predicate("stale_jit_lock", doc="a JIT build lock that this interpreter's launches wait on has no live owner",
            probes=("jitcache", "processes"))
 def stale_jit_lock(facts: Facts) -> bool:
-    procs = facts.of("processes")
+    procs = facts.typed("processes")
     return any(lk.get("stale") and lk.get("in_use") is not False for lk in (procs or {}).get("locks") or [])
 
 
 @predicate("jit_op_corrupt", doc="a JIT-built op .so is truncated, corrupt or not an ELF file",
            probes=("jitcache",))
 def jit_op_corrupt(facts: Facts) -> bool:
-    jit = facts.of("jitcache")
+    jit = facts.typed("jitcache")
     return any(o.get("so_path") and (o.get("so_info") or {}).get("kind") not in (None, "elf")
                and o.get("in_use") is not False for o in (jit or {}).get("ops") or [])
 
@@ -431,7 +432,7 @@ def jit_op_corrupt(facts: Facts) -> bool:
 @predicate("training_process_stuck", doc="a training process is in uninterruptible sleep (state D)",
            probes=("processes",))
 def training_process_stuck(facts: Facts) -> bool:
-    procs = facts.of("processes") or {}
+    procs = facts.typed("processes") or {}
     scope = procs.get("scope") or {"kind": "node"}
     job = set(scope.get("pids") or []) if scope.get("kind") in ("pid", "command") else None
     return any(p.get("state_letter") == "D" and (job is None or p.get("pid") in job)
