@@ -1311,6 +1311,7 @@ class NcclNetChoice(TypedDict, total=False):
 class NcclNetHostfile(TypedDict, total=False):
     """Facts at ``nccl_net.hostfile``."""
 
+    error: Optional[str]
     hosts: List[str]
     path: str
 
@@ -1356,6 +1357,7 @@ class NcclNetPeersRoute(TypedDict, total=False):
 
     dev: str
     dst: str
+    gateway: Optional[str]
     prefsrc: str
     type: Optional[str]
 
@@ -1367,6 +1369,7 @@ class NcclNetPeers(TypedDict, total=False):
     name: str
     resolve_error: Optional[str]
     route: Optional[NcclNetPeersRoute]
+    route_error: Optional[str]
     source: str
 
 

@@ -8,6 +8,7 @@ guessing; every mismatch comes with a side-by-side table and remedies whose shel
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from .. import packages as pkgmgr
@@ -33,7 +34,7 @@ def torch_cuda(facts: Facts) -> dict[str, Any]:
     """What torch says about CUDA: ``state`` (ok | missing | cpu | rocm | import_failed | unknown),
     ``cuda`` (torch.version.cuda or guessed from the +cuXYZ wheel tag), ``runtime`` (torch's config
     "CUDA Runtime"), ``source``, ``version``, ``available``, ``why``."""
-    py = facts.of("pyenv")
+    py = facts.typed("pyenv")
     out: dict[str, Any] = {"state": "unknown", "cuda": None, "runtime": None, "source": None, "version": None,
                            "available": None, "why": None}
     if py is None:
@@ -78,8 +79,8 @@ def wheel_tag_cuda(tag: str) -> str:
     return f"{int(major)}.{int(minor)}"
 
 
-def _deepspeed(facts: Facts) -> dict[str, Any]:
-    py = facts.of("pyenv") or {}
+def _deepspeed(facts: Facts) -> Mapping[str, Any]:
+    py = facts.typed("pyenv") or {}
     return py.get("deepspeed") or {}
 
 # -- gpu.runtime ----------------------------------------------------------------------------------------
@@ -142,7 +143,7 @@ def _driver_remedy(gpus: list[dict[str, Any]] | None = None,
 def check_runtime(facts: Facts) -> list[Finding]:
     fid = "gpu.runtime"
     tc = torch_cuda(facts)
-    nv = facts.of("nvml")
+    nv = facts.typed("nvml")
     gpus = nvml_gpus(facts)
     drv_cuda = (nv or {}).get("cuda_driver_version")
     if tc["state"] in ("unknown", "missing", "rocm"):
@@ -159,7 +160,7 @@ def check_runtime(facts: Facts) -> list[Finding]:
     if not tc["cuda"]:
         return [not_checked(fid, "Driver vs torch CUDA runtime",
                             f"{tc['why']}, and its wheel tag names no CUDA version")]
-    if not drv_cuda:
+    if nv is None or not drv_cuda:
         return [not_checked(fid, "Driver vs torch CUDA runtime",
                       f"torch is built for CUDA {tc['cuda'] or '?'}, but the driver's CUDA version is unknown: "
                       f"{facts.why_not('nvml')}")]
@@ -221,7 +222,7 @@ def check_runtime(facts: Facts) -> list[Finding]:
     return [Finding(id=fid, status=status, title=title, detail="\n".join(lines), evidence=ev, remedies=rem)]
 
 
-def _cuda_start_failed(facts: Facts, tc: dict[str, Any], v: dict[str, Any], nv: dict[str, Any],
+def _cuda_start_failed(facts: Facts, tc: dict[str, Any], v: dict[str, Any], nv: Mapping[str, Any],
                        ev: list[Evidence]) -> Finding:
     """CUDA does not start although torch's CUDA fits the driver: the versions are not the cause."""
     err = cuda.cuda_init_error(tc.get("init_error"))
@@ -259,7 +260,7 @@ def _cuda_start_failed(facts: Facts, tc: dict[str, Any], v: dict[str, Any], nv: 
 # -- gpu.toolkit ----------------------------------------------------------------------------------------
 
 
-def _toolkit_for(cs: dict[str, Any], torch_cuda_v: str, env: dict[str, str],
+def _toolkit_for(cs: Mapping[str, Any], torch_cuda_v: str, env: dict[str, str],
                  installed: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Installed toolkits (with headers) DeepSpeed would accept next to torch's CUDA; exact matches first."""
     good = []
@@ -282,7 +283,7 @@ def _cuda_home_remedy(t: dict[str, Any]) -> Remedy:
                               "lines in the job's launch script; DeepSpeed rebuilds JIT ops when the toolkit changes.")
 
 
-def _install_toolkit_remedy(torch_cuda_v: str, distro: dict[str, Any] | None) -> list[Remedy]:
+def _install_toolkit_remedy(torch_cuda_v: str, distro: Mapping[str, Any] | None) -> list[Remedy]:
     ti = cuda.toolkit_install(torch_cuda_v, distro)
     return [Remedy(title=f"Install the CUDA {cuda.cuda_str(torch_cuda_v)} toolkit ({ti['package']}, {how['label']})",
                    commands=[*how["commands"], f"export CUDA_HOME={shell_quote(ti['prefix'] or '/usr/local/cuda')}"],
@@ -317,7 +318,7 @@ def _why_rule_unread(facts: Facts) -> str:
        findings=("gpu.toolkit.cuda-home", "gpu.toolkit.nvcc-version"))
 def check_toolkit(facts: Facts) -> list[Finding]:
     tc = torch_cuda(facts)
-    cs = facts.of("cuda_stack")
+    cs = facts.typed("cuda_stack")
     if cs is None:
         return [not_checked("gpu.toolkit", "CUDA toolkit", facts.why_not("cuda_stack"))]
     home, nv = cs.get("cuda_home") or {}, cs.get("nvcc") or {}
@@ -426,7 +427,7 @@ def check_toolkit(facts: Facts) -> list[Finding]:
 # -- gpu.host-compiler ----------------------------------------------------------------------------------
 
 
-def _compiler_remedy(cs: dict[str, Any], lo: int, hi: int) -> list[Remedy]:
+def _compiler_remedy(cs: Mapping[str, Any], lo: int, hi: int) -> list[Remedy]:
     pairs = [c for c in cs.get("versioned_compilers") or [] if c.get("gcc") and c.get("gxx") and lo <= c["major"] <= hi]
     if pairs:
         c = pairs[-1]
@@ -464,7 +465,7 @@ def _compiler_remedy(cs: dict[str, Any], lo: int, hi: int) -> list[Remedy]:
 def check_host_compiler(facts: Facts) -> list[Finding]:
     fid = "gpu.host-compiler"
     tc = torch_cuda(facts)
-    cs, tch = facts.of("cuda_stack"), facts.of("toolchain")
+    cs, tch = facts.typed("cuda_stack"), facts.typed("toolchain")
     if cs is None or tch is None:
         return [not_checked(fid, "Host compiler vs nvcc", facts.why_not("cuda_stack" if cs is None else "toolchain"))]
     if tc["state"] not in ("ok", "import_failed") or not tc["cuda"]:
@@ -555,6 +556,6 @@ def gpu_torch_without_cuda(facts: Facts) -> bool:
            probes=("nvml", "pyenv"))
 def gpu_cuda_start_failed(facts: Facts) -> bool:
     tc = torch_cuda(facts)
-    drv = (facts.of("nvml") or {}).get("cuda_driver_version")
+    drv = (facts.typed("nvml") or {}).get("cuda_driver_version")
     return bool(tc["state"] == "ok" and tc["available"] is False and nvml_gpus(facts) and drv
                 and cuda.driver_runtime_verdict(drv, tc["cuda"])["verdict"] == "ok")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InputError
@@ -56,7 +57,7 @@ def _gib(n: float | None) -> str:
     return planner.gib(n)
 
 
-def _where(ds: dict[str, Any], lint: dict[str, Any]) -> str:
+def _where(ds: Mapping[str, Any], lint: dict[str, Any]) -> str:
     if lint.get("line"):
         return f"{ds.get('path')}:{lint['line']}:{lint.get('col') or 1}"
     return lint.get("key") or ds.get("path") or "?"
@@ -64,7 +65,7 @@ def _where(ds: dict[str, Any], lint: dict[str, Any]) -> str:
 
 # -- remedies ------------------------------------------------------------------------------------------
 
-def config_edit_needs_root(ds: dict) -> bool:
+def config_edit_needs_root(ds: Mapping[str, Any]) -> bool:
     """Whether rewriting the ds_config needs root, from its recorded directory: one owned by root that only
     root may write to. A config owned by the training user, or with no recorded owner, needs no root."""
     own = ds.get("file") or {}
@@ -124,11 +125,11 @@ MOUNT_FIX = "storage.fstab"
 def _target_requires(facts: Facts, target: str) -> list[str]:
     """The fixes that must come before the config points at ``target``: the mount of the unused NVMe drive
     when ``target`` is the directory that fix creates."""
-    sugg = (facts.of("nvme_inventory") or {}).get("suggestion") or {}
+    sugg = (facts.typed("nvme_inventory") or {}).get("suggestion") or {}
     return [MOUNT_FIX] if sugg.get("offload_dir") == target else []
 
 
-def _owner_uid(ds: dict[str, Any]) -> int | None:
+def _owner_uid(ds: Mapping[str, Any]) -> int | None:
     uid = (ds.get("file") or {}).get("owner_uid") if isinstance(ds.get("file"), dict) else None
     return uid if isinstance(uid, int) else None
 
@@ -137,13 +138,13 @@ def _offload_target(facts: Facts) -> str | None:
     """Where NVMe offload should go: --offload-path when it is a writable local disk, else the storage probe's
     checked path or the NVMe inventory's suggestion when those probes ran."""
     for probe in ("capacity", "dsconfig"):
-        t = (facts.of(probe) or {}).get("offload_target")
+        t = (facts.typed(probe) or {}).get("offload_target")
         if t:
             return t["path"] if t.get("suitable") else None
-    st = facts.of("storage") or {}
+    st = facts.typed("storage") or {}
     if st.get("explicit") and st.get("path") and (st.get("odirect") or {}).get("ok") is not False:
         return str(st["path"])
-    sugg = (facts.of("nvme_inventory") or {}).get("suggestion") or {}
+    sugg = (facts.typed("nvme_inventory") or {}).get("suggestion") or {}
     return sugg.get("offload_dir") if isinstance(sugg.get("offload_dir"), str) else None
 
 
@@ -152,7 +153,7 @@ def _offload_target(facts: Facts) -> str | None:
 @check("offload.config", title="DeepSpeed config as DeepSpeed reads it", probes=("dsconfig",))
 def check_config(facts: Facts) -> list[Finding]:
     cid = "offload.config"
-    ds = facts.of("dsconfig")
+    ds = facts.typed("dsconfig")
     if ds is None:
         return [not_checked(cid, "ds_config", facts.why_not("dsconfig"))]
     ev = facts.evidence("dsconfig", kinds=None)
@@ -179,7 +180,7 @@ def check_config(facts: Facts) -> list[Finding]:
 
 
 def _storage_note(facts: Facts, path: str) -> str | None:
-    st = facts.of("storage") or {}
+    st = facts.typed("storage") or {}
     if not st.get("path") or os.path.realpath(str(st["path"])) != os.path.realpath(path):
         return None
     od = st.get("odirect") or {}
@@ -193,8 +194,8 @@ def _storage_note(facts: Facts, path: str) -> str | None:
 @check("offload.lint", title="ds_config lints", probes=("dsconfig",),
        findings=("offload.lint.*",))
 def check_lints(facts: Facts) -> list[Finding]:
-    ds = facts.of("dsconfig")
-    log = facts.of("trainlog")
+    ds = facts.typed("dsconfig")
+    log = facts.typed("trainlog")
     out: list[Finding] = []
     lints = list((ds or {}).get("lints") or []) if ds and ds.get("valid") else []
     if log and log.get("zero_offload_flag") and not any(x["rule"] == "zero-offload-flag" for x in lints):
@@ -223,11 +224,11 @@ def check_lints(facts: Facts) -> list[Finding]:
                     lines.append(f"  {note}")
         remedies = []
         if rule in ("nvme-without-path", "nvme-path") and ds and target and worst == "fail":
-            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), uid=_owner_uid(ds),
-                                  requires_root=config_edit_needs_root(ds),
-                                  requires=_target_requires(facts, target))
-            if r:
-                remedies.append(r)
+            patch = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), uid=_owner_uid(ds),
+                                      requires_root=config_edit_needs_root(ds),
+                                      requires=_target_requires(facts, target))
+            if patch:
+                remedies.append(patch)
         title = RULE_TITLES.get(rule, rule)
         if worst == "fail":
             title += ": DeepSpeed stops on this" if rule not in ("nvme-path", "zero-offload-flag") else ""
@@ -244,7 +245,7 @@ def check_patch(facts: Facts) -> list[Finding]:
     """When the config offloads to NVMe and a better place is known (an unused NVMe drive to mount, or
     --offload-path), the exact change to the config: a diff, and a remedy that backs up and rewrites it."""
     cid = "offload.patch"
-    ds = facts.of("dsconfig")
+    ds = facts.typed("dsconfig")
     if not ds or not ds.get("valid") or not ds.get("nvme_paths"):
         return []
     target = _offload_target(facts)
@@ -269,7 +270,7 @@ def check_patch(facts: Facts) -> list[Finding]:
 @check("offload.capacity", title="Offload memory needs against this node", probes=("capacity",))
 def check_capacity(facts: Facts) -> list[Finding]:
     cid = "offload.capacity"
-    cap = facts.of("capacity")
+    cap = facts.typed("capacity")
     if cap is None:
         return [Finding(id=cid, status="skip", title="Offload capacity: not planned",
                         detail=facts.why_not("capacity"))]
@@ -289,7 +290,7 @@ def check_capacity(facts: Facts) -> list[Finding]:
             "Needs are DeepSpeed's own estimate (parameters, gradients and optimizer states with its 1.5 buffer "
             "factor); activations and pinned swap buffers come on top."]
     table = cap.get("chosen_table")
-    rows = cap.get(table) if table else None
+    rows = cap.get("zero3") if table == "zero3" else cap.get("zero2") if table == "zero2" else None
     idx = cap.get("chosen_rows") or []
     unknown = _unknown_lines(cap)
     if not rows or not idx:
@@ -342,14 +343,14 @@ def check_capacity(facts: Facts) -> list[Finding]:
             detail.append("Choices that fit this node: " + "; ".join(others) + ".")
         detail.append(f"More nodes shrink the per-node need (it is split across nodes): {cap['nodes'] + 1} nodes "
                       "would need " + planner.at_least(_renode(cap, best, cap["nodes"] + 1)) + " per node.")
-        ds = facts.of("dsconfig")
+        ds = facts.typed("dsconfig")
         target = _offload_target(facts)
         if ds and target:
-            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), uid=_owner_uid(ds),
-                                  requires_root=config_edit_needs_root(ds),
-                                  requires=_target_requires(facts, target))
-            if r:
-                remedies.append(r)
+            patch = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), uid=_owner_uid(ds),
+                                      requires_root=config_edit_needs_root(ds),
+                                      requires=_target_requires(facts, target))
+            if patch:
+                remedies.append(patch)
         elif ds:
             t = cap.get("offload_target") or {}
             detail.append("Offloading to NVMe moves the optimizer states (and at stage 3 the parameters) out of host "
@@ -389,7 +390,7 @@ def check_capacity(facts: Facts) -> list[Finding]:
     return [Finding(id=cid, status=status, title=title, detail="\n".join(detail), evidence=ev, remedies=remedies)]
 
 
-def _missing_names(cap: dict[str, Any]) -> str:
+def _missing_names(cap: Mapping[str, Any]) -> str:
     names = [k.replace("_", " ") for k in cap.get("missing") or {}]
     if (cap.get("machine") or {}).get("gpu_memory") is None:
         names.append("GPU memory")
@@ -398,7 +399,7 @@ def _missing_names(cap: dict[str, Any]) -> str:
     return ", ".join(names) or "nothing"
 
 
-def _unknown_lines(cap: dict[str, Any]) -> list[str]:
+def _unknown_lines(cap: Mapping[str, Any]) -> list[str]:
     """One line per missing input: which figures it leaves unknown and what would supply it."""
     out = [f"Unknown: {k.replace('_', ' ')} (not given); every figure that depends on it is shown as unknown. "
            f"Supply it with {v}." for k, v in (cap.get("missing") or {}).items()]
@@ -409,7 +410,7 @@ def _unknown_lines(cap: dict[str, Any]) -> list[str]:
     return out
 
 
-def _renode(cap: dict[str, Any], row: dict[str, Any], nodes: int) -> int:
+def _renode(cap: Mapping[str, Any], row: dict[str, Any], nodes: int) -> int:
     if row["stage"] == 3:
         cpu, _g, _l = planner.zero3_needs(cap["params"], cap["largest_layer"], cap["gpus_per_node"] or 1, nodes,
                                           row["offload_optimizer"] == "cpu", row["offload_param"] == "cpu",
@@ -424,16 +425,17 @@ def _renode(cap: dict[str, Any], row: dict[str, Any], nodes: int) -> int:
        optional=("rankcores",))
 def check_breakdown(facts: Facts) -> list[Finding]:
     cid = "offload.breakdown"
-    log = facts.of("trainlog")
+    log = facts.typed("trainlog")
     if log is None:
         return [Finding(id=cid, status="skip", title="Training log: not read", detail=facts.why_not("trainlog"))]
     ev = facts.evidence("trainlog", kinds=None)
-    if log.get("error"):
-        return [Finding(id=cid, status="fail", title="Training log cannot be read", detail=log["error"], evidence=ev)]
+    error = log.get("error")
+    if error:
+        return [Finding(id=cid, status="fail", title="Training log cannot be read", detail=error, evidence=ev)]
     read = f"Read {log.get('read_bytes')} bytes of {log['path']}" + (
         " (its end only: the file is larger than zdoctor reads)" if log.get("head_skipped") else "") + "."
     if not log.get("timer_lines"):
-        ds = facts.of("dsconfig") or {}
+        ds = facts.typed("dsconfig") or {}
         hint = ""
         if ds.get("valid") and ds.get("wall_clock_breakdown") is not True:
             hint = f" {ds['path']} does not set \"wall_clock_breakdown\": true."
@@ -456,7 +458,7 @@ def check_breakdown(facts: Facts) -> list[Finding]:
     if bp:
         lines.append("Backward: " + ", ".join(f"{k} {v['share']:.0%}" for k, v in bp.items()) + ".")
     if log.get("disk_bound"):
-        cap = facts.of("capacity") or {}
+        cap = facts.typed("capacity") or {}
         cpu_fit = next((r for r in cap.get("zero3") or [] if r["offload_param"] == "cpu" and r["zero_init"]), None)
         lines.append("The optimizer step dominates and most of it is NVMe swapping: the disk is the bottleneck. "
                      "Measure and tune it (ds_nvme_tune / ds_io sweep aio block_size and queue_depth), spread "
@@ -465,11 +467,12 @@ def check_breakdown(facts: Facts) -> list[Finding]:
         if cpu_fit and cpu_fit.get("cpu_fits"):
             lines.append(f"Host memory allows it here: cpu/cpu needs {planner.at_least(cpu_fit['cpu_bytes'])}, "
                          f"{_gib(cpu_fit['cpu_available'])} is available.")
-        return [Finding(id=cid, status="warn", title=f"NVMe swaps take {swap['share_of_step']:.0%} of the optimizer "
+        swap_share = (swap or {}).get("share_of_step", 0)
+        return [Finding(id=cid, status="warn", title=f"NVMe swaps take {swap_share:.0%} of the optimizer "
                         f"step, which takes {shares.get('step', 0):.0%} of an iteration", detail="\n".join(lines),
                         evidence=ev)]
     if log.get("step_bound"):
-        cores = cores_summary(facts.of("rankcores"))
+        cores = cores_summary(facts.typed("rankcores"))
         said = (f"Ranks and cores: {cores['sentence']} (the cores.ranks finding judges them)" if cores["sentence"]
                 else f"Ranks and cores: not examined ({facts.why_not('rankcores')})")
         lines.append("The optimizer step runs on the CPU with offload (DeepSpeedCPUAdam): check the log's "
@@ -485,7 +488,7 @@ def check_breakdown(facts: Facts) -> list[Finding]:
 @check("offload.gpu-util", title="GPU utilisation while training", probes=("gpusample",))
 def check_gpu_util(facts: Facts) -> list[Finding]:
     cid = "offload.gpu-util"
-    gs = facts.of("gpusample")
+    gs = facts.typed("gpusample")
     if gs is None:
         return [Finding(id=cid, status="skip", title="GPU utilisation: not sampled",
                         detail=facts.why_not("gpusample"))]
@@ -497,7 +500,8 @@ def check_gpu_util(facts: Facts) -> list[Finding]:
         u = g.get("util") or {}
         lines.append(f"GPU {g['index']} ({g.get('name')}): min {u.get('min')}%, mean {u.get('mean')}%, max "
                      f"{u.get('max')}%  {g.get('sparkline')}")
-        if u.get("mean") is not None and u["mean"] < GPU_STARVED_PCT:
+        mean = u.get("mean")
+        if mean is not None and mean < GPU_STARVED_PCT:
             starved.append(g)
     if starved:
         lines.append(f"Busy less than {GPU_STARVED_PCT:g}% of the time on average: the GPUs wait for the offload path "
@@ -512,7 +516,7 @@ def check_gpu_util(facts: Facts) -> list[Finding]:
 # -- predicates -------------------------------------------------------------------------------------------
 
 def _lints(facts: Facts) -> list[dict[str, Any]]:
-    ds = facts.of("dsconfig") or {}
+    ds = facts.typed("dsconfig") or {}
     return list(ds.get("lints") or []) if ds.get("valid") else []
 
 
@@ -520,8 +524,8 @@ def _lints(facts: Facts) -> list[dict[str, Any]]:
            doc="The ds_config given with --ds-config cannot be read by DeepSpeed at all: missing, unreadable, not "
                "UTF-8, malformed JSON/HJSON, a duplicate key, or not an object. False when no ds_config was given.")
 def ds_config_invalid(facts: Facts) -> bool:
-    ds = facts.of("dsconfig")
-    return bool(ds) and ds.get("valid") is False
+    ds = facts.typed("dsconfig")
+    return ds is not None and bool(ds) and ds.get("valid") is False
 
 
 @predicate("ds_config_rejected", probes=("dsconfig",),
@@ -598,8 +602,8 @@ def offload_disk_bound(facts: Facts) -> bool:
 @predicate("trainlog_without_timers", probes=("trainlog",),
            doc="A training log was given but holds no wall_clock_breakdown lines (wall_clock_breakdown is off).")
 def trainlog_without_timers(facts: Facts) -> bool:
-    log = facts.of("trainlog")
-    return bool(log) and not log.get("error") and not log.get("timer_lines")
+    log = facts.typed("trainlog")
+    return log is not None and bool(log) and not log.get("error") and not log.get("timer_lines")
 
 
 @predicate("gpu_underutilised", probes=("gpusample",),
