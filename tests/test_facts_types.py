@@ -112,12 +112,12 @@ def test_the_generated_shape_refuses_values_of_the_wrong_type():
 
 
 def test_the_typed_accessor_gives_each_probe_the_record_it_declares():
-    """``Facts.typed`` has one overload per probe (mypy reads them): each names the record the probe declares."""
+    """``Facts.of`` has one overload per probe (mypy reads them): each names the record the probe declares."""
     load_vocabulary()
     tree = ast.parse((ROOT / "zdoctor" / "registry.py").read_text(encoding="utf-8"))
     overloads = {}
     for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef) and node.name == "typed" and node.decorator_list:
+        if isinstance(node, ast.FunctionDef) and node.name == "of" and node.decorator_list:
             arg = node.args.args[1].annotation
             if isinstance(arg, ast.Subscript) and isinstance(arg.slice, ast.Constant):
                 overloads[arg.slice.value] = ast.unparse(node.returns) if node.returns else ""

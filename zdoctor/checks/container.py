@@ -38,7 +38,7 @@ def _count(v: Any) -> str:
        findings=("container.runtime", "container.memory", "container.pids"),
        explains=("killed", "oom-kill", "thread-limit"))
 def check_container(facts: Facts) -> list[Finding]:
-    f = facts.typed("container")
+    f = facts.of("container")
     if not f:
         return [not_checked("container.not-checked", "The container and its limits", facts.why_not("container"))]
     ev = facts.evidence("container")
@@ -191,10 +191,10 @@ def _pids(facts: Facts, f: ContainerFacts, ev: list[Evidence]) -> Finding:
 def cgroup_memory_limit_runs_out(facts: Facts) -> bool:
     if any(x.id == "container.memory" and x.status in ("fail", "warn") for x in check_container(facts)):
         return True
-    cap = facts.typed("capacity") or {}
+    cap = facts.of("capacity") or {}
     if (cap.get("machine") or {}).get("mem_source") == "cgroup" and cap.get("ram_short"):
         return True
-    hr = facts.typed("hostram") or {}
+    hr = facts.of("hostram") or {}
     return bool(hr.get("mem_source") == "cgroup" and hr.get("estimate_per_node") is not None
                 and hr.get("mem_available") is not None
                 and hr["estimate_per_node"] + (hr.get("extra_known_per_node") or 0) > hr["mem_available"])

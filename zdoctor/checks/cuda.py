@@ -34,7 +34,7 @@ def torch_cuda(facts: Facts) -> dict[str, Any]:
     """What torch says about CUDA: ``state`` (ok | missing | cpu | rocm | import_failed | unknown),
     ``cuda`` (torch.version.cuda or guessed from the +cuXYZ wheel tag), ``runtime`` (torch's config
     "CUDA Runtime"), ``source``, ``version``, ``available``, ``why``."""
-    py = facts.typed("pyenv")
+    py = facts.of("pyenv")
     out: dict[str, Any] = {"state": "unknown", "cuda": None, "runtime": None, "source": None, "version": None,
                            "available": None, "why": None}
     if py is None:
@@ -80,7 +80,7 @@ def wheel_tag_cuda(tag: str) -> str:
 
 
 def _deepspeed(facts: Facts) -> Mapping[str, Any]:
-    py = facts.typed("pyenv") or {}
+    py = facts.of("pyenv") or {}
     return py.get("deepspeed") or {}
 
 # -- gpu.runtime ----------------------------------------------------------------------------------------
@@ -143,7 +143,7 @@ def _driver_remedy(gpus: list[dict[str, Any]] | None = None,
 def check_runtime(facts: Facts) -> list[Finding]:
     fid = "gpu.runtime"
     tc = torch_cuda(facts)
-    nv = facts.typed("nvml")
+    nv = facts.of("nvml")
     gpus = nvml_gpus(facts)
     drv_cuda = (nv or {}).get("cuda_driver_version")
     if tc["state"] in ("unknown", "missing", "rocm"):
@@ -318,7 +318,7 @@ def _why_rule_unread(facts: Facts) -> str:
        findings=("gpu.toolkit.cuda-home", "gpu.toolkit.nvcc-version"))
 def check_toolkit(facts: Facts) -> list[Finding]:
     tc = torch_cuda(facts)
-    cs = facts.typed("cuda_stack")
+    cs = facts.of("cuda_stack")
     if cs is None:
         return [not_checked("gpu.toolkit", "CUDA toolkit", facts.why_not("cuda_stack"))]
     home, nv = cs.get("cuda_home") or {}, cs.get("nvcc") or {}
@@ -465,7 +465,7 @@ def _compiler_remedy(cs: Mapping[str, Any], lo: int, hi: int) -> list[Remedy]:
 def check_host_compiler(facts: Facts) -> list[Finding]:
     fid = "gpu.host-compiler"
     tc = torch_cuda(facts)
-    cs, tch = facts.typed("cuda_stack"), facts.typed("toolchain")
+    cs, tch = facts.of("cuda_stack"), facts.of("toolchain")
     if cs is None or tch is None:
         return [not_checked(fid, "Host compiler vs nvcc", facts.why_not("cuda_stack" if cs is None else "toolchain"))]
     if tc["state"] not in ("ok", "import_failed") or not tc["cuda"]:
@@ -556,6 +556,6 @@ def gpu_torch_without_cuda(facts: Facts) -> bool:
            probes=("nvml", "pyenv"))
 def gpu_cuda_start_failed(facts: Facts) -> bool:
     tc = torch_cuda(facts)
-    drv = (facts.typed("nvml") or {}).get("cuda_driver_version")
+    drv = (facts.of("nvml") or {}).get("cuda_driver_version")
     return bool(tc["state"] == "ok" and tc["available"] is False and nvml_gpus(facts) and drv
                 and cuda.driver_runtime_verdict(drv, tc["cuda"])["verdict"] == "ok")

@@ -327,7 +327,7 @@ def _extensions(facts: Mapping[str, Any], sym: Facts) -> list[Finding]:
        explains=("libcuda-lookup", "link-library-missing", "library-not-found", "cuda-stub", "cuda-error"),
        findings=(f"{FID}.stub", f"{FID}.libcuda", f"{FID}.triton", f"{FID}.link", f"{FID}.extensions"))
 def check_cuda_lookup(facts: Facts) -> list[Finding]:
-    got = facts.typed("cudalookup")
+    got = facts.of("cudalookup")
     if got is None:
         return [not_checked(f"{FID}.not-checked", TITLE, facts.why_not("cudalookup"))]
     probs = cl.lookup_problems(got)

@@ -40,7 +40,7 @@ def _err(code: int) -> str:
 
 
 def _gpus(facts: Facts) -> list[dict[str, Any]] | None:
-    nv = facts.typed("nvml") or {}
+    nv = facts.of("nvml") or {}
     return [dict(g) for g in nv.get("gpus") or []] if nv.get("count") else None
 
 
@@ -81,7 +81,7 @@ def module_release(facts: Facts, dp: dict[str, Any]) -> tuple[str | None, str]:
     m = dp.get("module") or {}
     if m.get("release"):
         return m["release"], "/sys/module/nvidia/version" if m.get("sys_release") else "/proc/driver/nvidia/version"
-    nv = facts.typed("nvml") or {}
+    nv = facts.of("nvml") or {}
     if nv.get("source") == "nvml" and nv.get("driver"):
         return str(nv["driver"]), "NVML nvmlSystemGetDriverVersion"
     return None, "-"

@@ -139,7 +139,7 @@ def _origin_findings(facts: DsreleaseFacts, ev: list[Evidence]) -> list[Finding]
        findings=("pyenv.deepspeed-release.jit-op-other-release", "pyenv.deepspeed-release.libaio-dpkg",
                  "pyenv.deepspeed-release.pin-memory-ignored", "pyenv.deepspeed-release.timer-names"))
 def check_release(facts: Facts) -> list[Finding]:
-    f = facts.typed("dsrelease")
+    f = facts.of("dsrelease")
     if f is None:
         return [not_checked("pyenv.deepspeed-release", "DeepSpeed release rules", facts.why_not("dsrelease"))]
     if not f.get("installed"):

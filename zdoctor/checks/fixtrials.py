@@ -29,7 +29,7 @@ def _change(plan: Plan) -> str:
 
 @check(FID, title=TITLE, probes=("libfix",))
 def check_fix_trials(facts: Facts) -> list[Finding]:
-    fix = facts.typed("libfix")
+    fix = facts.of("libfix")
     if fix is None:
         return [not_checked(FID, TITLE, facts.why_not("libfix"))]
     plans = [Plan.from_dict(p) for p in fix.get("plans") or []]

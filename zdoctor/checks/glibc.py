@@ -123,7 +123,7 @@ def _remedies(facts: Facts, host: str | None, need: str | None, libs: list[str])
 @check("libs.glibc", title="glibc (GLIBC_x) needed vs the host's", probes=("glibc", "livetrace"),
        optional=("toolchain",), explains=("version-not-found",))
 def check_glibc(facts: Facts) -> list[Finding]:
-    g = facts.typed("glibc") or {}
+    g = facts.of("glibc") or {}
     host = g.get("host")
     ev = facts.evidence("glibc")
     errs = glibc_errors(facts)

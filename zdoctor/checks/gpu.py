@@ -35,7 +35,7 @@ def check_driver(facts: Facts) -> list[Finding]:
     ev = facts.evidence("nvml")
     if nv is not None and _driver_mismatch(nv):
         found = _mismatch_finding(nv, ev)
-        said = (facts.typed("kernel_log") or {}).get("api_mismatch") or []
+        said = (facts.of("kernel_log") or {}).get("api_mismatch") or []
         if said:
             found.detail += (f" The kernel log has the module's own record ({_utc(said[-1].get('time'))}): "
                              f"user space {said[-1].get('client')}, kernel module {said[-1].get('module') or '?'} "
@@ -99,7 +99,7 @@ def check_driver(facts: Facts) -> list[Finding]:
 def fell_off_record(facts: Facts, bus: str | None = None) -> str:
     """What the kernel log says of a GPU that fell off the bus: its Xid 79 record (at ``bus`` when NVML knows
     the lost GPU's address), that it holds none in the window read, or where to look when it was not read."""
-    kl = facts.typed("kernel_log")
+    kl = facts.of("kernel_log")
     if kl is None:
         return "`dmesg | grep -i xid` shows the Xid error (79: fallen off the bus) and when it happened."
     want = bus_address(bus) if bus else None

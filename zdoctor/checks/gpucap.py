@@ -105,7 +105,7 @@ def _fp16(facts: Facts, f: Mapping[str, Any], where: str) -> Finding:
        explains=("bf16-unsupported", "fp16-unsupported"), layer=LAYER)
 def check_precision(facts: Facts) -> list[Finding]:
     title = "GPU compute capability against the ds_config's precision"
-    f = facts.typed("gpucap")
+    f = facts.of("gpucap")
     if not f:
         return [not_checked(f"{PRECISION}.not-checked", title, facts.why_not("gpucap"))]
     prec = f.get("precision")
@@ -277,7 +277,7 @@ def _kernel_image(facts: Facts, fid: str, what: str, pairs: list[list[str]], gpu
        explains=("nvcc-arch", "cuda-arch"), layer=LAYER)
 def check_arch_list(facts: Facts) -> list[Finding]:
     title = "Architectures built for, against the GPUs and the installed nvcc"
-    f = facts.typed("gpucap")
+    f = facts.of("gpucap")
     if not f:
         return [not_checked(f"{ARCH}.not-checked", title, facts.why_not("gpucap"))]
     nv = f.get("nvcc") or {}

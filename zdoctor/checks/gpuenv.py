@@ -19,7 +19,7 @@ from . import not_checked
 def check_env(facts: Facts) -> list[Finding]:
     """The training's NCCL and CUDA variables: deprecated names, NCCL_DEBUG, peer-to-peer,
     CUDA_VISIBLE_DEVICES and CUDA_LAUNCH_BLOCKING, one finding each."""
-    ge = facts.typed("gpu_env")
+    ge = facts.of("gpu_env")
     if ge is None:
         return [not_checked("gpu.env", "NCCL / CUDA environment", facts.why_not("gpu_env"))]
     env = ge.get("vars") or {}

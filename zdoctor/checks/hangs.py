@@ -130,7 +130,7 @@ def _hangs_on(facts: Facts, lock_path: str) -> list[str]:
        findings=("hangs.stale-lock.*",), optional=("livetrace",), explains=("hang",))
 def check_stale_lock(facts: Facts) -> list[Finding]:
     cid = "hangs.stale-lock"
-    jit, procs = facts.typed("jitcache"), facts.typed("processes")
+    jit, procs = facts.of("jitcache"), facts.of("processes")
     if jit is None or procs is None:
         return [not_checked(cid, "Stale JIT build locks", "the jitcache or processes probe gave no facts")]
     ev = facts.evidence("jitcache", "processes")
@@ -222,7 +222,7 @@ def check_stale_lock(facts: Facts) -> list[Finding]:
 @check("hangs.processes", title="Training processes stuck in the kernel", probes=("processes",))
 def check_processes(facts: Facts) -> list[Finding]:
     cid = "hangs.processes"
-    procs = facts.typed("processes")
+    procs = facts.of("processes")
     if procs is None:
         return [not_checked(cid, "Training processes", "the processes probe gave no facts")]
     ev = facts.evidence("processes")
@@ -316,11 +316,11 @@ def _corrupt_remedy(op: dict[str, Any]) -> Remedy:
        findings=("jit.corrupt-ops.*",))
 def check_corrupt_ops(facts: Facts) -> list[Finding]:
     cid = "jit.corrupt-ops"
-    jit = facts.typed("jitcache")
+    jit = facts.of("jitcache")
     if jit is None:
         return [not_checked(cid, "Damaged JIT-built ops", "the jitcache probe gave no facts")]
     ev = facts.evidence("jitcache")
-    procs = facts.typed("processes")
+    procs = facts.of("processes")
     held = {lk["path"] for lk in (procs or {}).get("locks") or [] if lk.get("holders")}
     ops = jit.get("ops") or []
     bad = [o for o in ops if o.get("so_path") and (o.get("so_info") or {}).get("kind") not in (None, "elf")]
@@ -362,7 +362,7 @@ def _mm(v: str | None) -> tuple[int, ...]:
        findings=("jit.foreign-toolchain.*",))
 def check_foreign_toolchain(facts: Facts) -> list[Finding]:
     cid = "jit.foreign-toolchain"
-    jit, tc = facts.typed("jitcache"), facts.typed("toolchain")
+    jit, tc = facts.of("jitcache"), facts.of("toolchain")
     if jit is None or tc is None or not (tc.get("jit") or {}).get("path"):
         return [not_checked(cid, "JIT ops and this node's compiler",
                             "the jitcache probe or the JIT compiler (toolchain probe) is missing")]
@@ -417,14 +417,14 @@ def check_foreign_toolchain(facts: Facts) -> list[Finding]:
 @predicate("stale_jit_lock", doc="a JIT build lock that this interpreter's launches wait on has no live owner",
            probes=("jitcache", "processes"))
 def stale_jit_lock(facts: Facts) -> bool:
-    procs = facts.typed("processes")
+    procs = facts.of("processes")
     return any(lk.get("stale") and lk.get("in_use") is not False for lk in (procs or {}).get("locks") or [])
 
 
 @predicate("jit_op_corrupt", doc="a JIT-built op .so is truncated, corrupt or not an ELF file",
            probes=("jitcache",))
 def jit_op_corrupt(facts: Facts) -> bool:
-    jit = facts.typed("jitcache")
+    jit = facts.of("jitcache")
     return any(o.get("so_path") and (o.get("so_info") or {}).get("kind") not in (None, "elf")
                and o.get("in_use") is not False for o in (jit or {}).get("ops") or [])
 
@@ -432,7 +432,7 @@ def jit_op_corrupt(facts: Facts) -> bool:
 @predicate("training_process_stuck", doc="a training process is in uninterruptible sleep (state D)",
            probes=("processes",))
 def training_process_stuck(facts: Facts) -> bool:
-    procs = facts.typed("processes") or {}
+    procs = facts.of("processes") or {}
     scope = procs.get("scope") or {"kind": "node"}
     job = set(scope.get("pids") or []) if scope.get("kind") in ("pid", "command") else None
     return any(p.get("state_letter") == "D" and (job is None or p.get("pid") in job)

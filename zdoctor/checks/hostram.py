@@ -22,7 +22,7 @@ from . import not_checked
        optional=("dsrelease", "dsconfig", "kernel_log", "livetrace", "container"),
        findings=("offload.host-ram.wsl2",))
 def check_hostram(facts: Facts) -> list[Finding]:
-    f = facts.typed("hostram")
+    f = facts.of("hostram")
     if f is None:
         return [not_checked("offload.host-ram", "Host memory beyond the estimate", facts.why_not("hostram"))]
     ooms = job_oom_kills(facts, f)
@@ -206,7 +206,7 @@ def job_oom_kills(facts: Facts, f: Mapping[str, Any]) -> list[dict[str, Any]]:
     does not hold (an earlier boot, a log copied from another node). Kills of other processes on the node
     are not the job's, and are left to kernel.oom."""
     logged = list(f.get("oom_kills") or [])
-    kl = facts.typed("kernel_log")
+    kl = facts.of("kernel_log")
     if not kl:
         return logged
     by_pid = {k.get("pid"): k for k in logged}
@@ -235,7 +235,7 @@ def job_cgroup_oom_kills(facts: Facts) -> int | None:
 def job_kill_cause(facts: Facts) -> str | None:
     """The one cause class of the job's kill (:func:`zdoctor.causes.kill_cause`) from every fact that speaks of
     it: the OOM records of the job and its memory cgroup's counters."""
-    return kill_cause(job_oom_kills(facts, facts.typed("hostram") or {}), job_cgroup_oom_kills(facts))
+    return kill_cause(job_oom_kills(facts, facts.of("hostram") or {}), job_cgroup_oom_kills(facts))
 
 
 def _where(f: Mapping[str, Any], k: dict[str, Any], line_word: str = "") -> str:
@@ -249,7 +249,7 @@ def _where(f: Mapping[str, Any], k: dict[str, Any], line_word: str = "") -> str:
 
 def _kernel_log_says(facts: Facts) -> str:
     """What the kernel log says of a kill the training log shows without an OOM record."""
-    kl = facts.typed("kernel_log")
+    kl = facts.of("kernel_log")
     first = ("A SIGKILL (-9, 'Killed') of a training process is the kernel's OOM killer far more often than "
              "anything else, but the log has no OOM record. ")
     if kl is None:

@@ -117,7 +117,7 @@ def _op_finding(facts: Facts, f: JitbuildlogFacts, op: JitbuildlogOps, launch: J
 @check(NAME, title=TITLE, probes=("jitbuildlog",), findings=("jit.build-log.*",), explains=("ninja-log-version",),
        layer="jit-build-log")
 def check_build_log(facts: Facts) -> list[Finding]:
-    f = facts.typed("jitbuildlog")
+    f = facts.of("jitbuildlog")
     if not f:
         return [not_checked(f"{NAME}.not-checked", TITLE, facts.why_not("jitbuildlog"))]
     ops = f.get("ops") or []

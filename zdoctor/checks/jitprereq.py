@@ -250,7 +250,7 @@ def _python_h_fails(cxx: str, withpy: Mapping[str, Any], f: Mapping[str, Any], f
        probes=("jitprereq",), explains=("ninja-missing", "missing-header", "no-space"),
        findings=("toolchain.jit-prereq.compile", "toolchain.jit-prereq.ninja", "toolchain.jit-prereq.python-h"))
 def check_jitprereq(facts: Facts) -> list[Finding]:
-    f = facts.typed("jitprereq")
+    f = facts.of("jitprereq")
     if f is None:
         return [not_checked("toolchain.jit-prereq", "JIT build prerequisites", facts.why_not("jitprereq"))]
     nodes = facts.get_fact("host_limits", "nodes") or 1

@@ -53,7 +53,7 @@ def _relaunch_remedies(launch: LaunchLaunch) -> list[Remedy]:
 def check_launcher(facts: Facts) -> list[Finding]:
     cid = "launcher.env"
     nc = f"{cid}.not-checked"
-    lf = facts.typed("launch")
+    lf = facts.of("launch")
     if lf is None:
         return [not_checked(nc, "The launch", facts.why_not("launch"))]
     if lf.get("source") == "none":
@@ -135,7 +135,7 @@ def _indices(cvd: str) -> list[int] | None:
 def check_devices(facts: Facts) -> list[Finding]:
     cid = "launcher.devices"
     nc = f"{cid}.not-checked"
-    lf = facts.typed("launch")
+    lf = facts.of("launch")
     if lf is None:
         return [not_checked(nc, "The launcher's GPU selection", facts.why_not("launch"))]
     launch = lf.get("launch") or {}
@@ -150,7 +150,7 @@ def check_devices(facts: Facts) -> list[Finding]:
     data = RULES_BY_ID["visible-devices"]
     sources = "; ".join(data["sources"])
     ver = (lf.get("deepspeed") or {}).get("version") or "?"
-    hf = facts.typed("hostfile") or {}
+    hf = facts.of("hostfile") or {}
     filtered = [k for k in ("include", "exclude", "num_gpus") if opts.get(k)]
     if (opts.get("num_gpus") or opts.get("num_nodes")) and (opts.get("include") or opts.get("exclude")):
         both = [f"--{k} {opts[k]}" for k in ("num_gpus", "num_nodes", "include", "exclude") if opts.get(k)]
@@ -238,7 +238,7 @@ def _filter_slots(facts: Facts, opts: dict[str, Any], hf: HostfileFacts, ev: lis
 def check_hostfile(facts: Facts) -> list[Finding]:
     cid = "launcher.hostfile"
     nc = f"{cid}.not-checked"
-    hf = facts.typed("hostfile")
+    hf = facts.of("hostfile")
     if hf is None:
         return [not_checked(nc, "The hostfile", facts.why_not("hostfile"))]
     ev = facts.evidence("hostfile")

@@ -64,8 +64,8 @@ def _static_target_for(libs: LibsFacts, required_by: str) -> dict[str, Any] | No
 
 def failure_groups(facts: Facts) -> list[dict[str, Any]]:
     """Version failures grouped by (provider, required_by), each with its source and origin (live/static)."""
-    libs = facts.typed("libs") or {}
-    live = facts.typed("livetrace") or {}
+    libs = facts.of("libs") or {}
+    live = facts.of("livetrace") or {}
     interp = (libs.get("interpreter") or {})
     exe, exe_rpath = interp.get("path"), interp.get("rpath")
     live_errors = live.get("version_errors") or []
@@ -117,7 +117,7 @@ def source_kinds(facts: Facts) -> set[str]:
 
 
 def _plans(facts: Facts) -> list[Plan]:
-    return [Plan.from_dict(p) for p in (facts.typed("libfix") or {}).get("plans") or []]
+    return [Plan.from_dict(p) for p in (facts.of("libfix") or {}).get("plans") or []]
 
 
 def _remedies(facts: Facts) -> list[Remedy]:
@@ -133,8 +133,8 @@ def _needs_line(needs: list[str]) -> str:
 def _good_copy_line(facts: Facts) -> str:
     """The sentence naming a copy that defines every version the training needs (every object the failing
     run loaded included), checked against those needs; or that no copy found does."""
-    libs = facts.typed("libs") or {}
-    needs = needed_versions(libs, facts.typed("livetrace") or {})
+    libs = facts.of("libs") or {}
+    needs = needed_versions(libs, facts.of("livetrace") or {})
     good = best_copy(libs, needs)
     checked = f"({_needs_line(needs)}, those of the training's libraries and of every object the run loaded)"
     if good:
@@ -144,26 +144,26 @@ def _good_copy_line(facts: Facts) -> str:
 
 def _has_good_copy(facts: Facts) -> bool:
     """Whether some libstdc++ copy on the node defines every version the training needs."""
-    libs = facts.typed("libs") or {}
-    return best_copy(libs, needed_versions(libs, facts.typed("livetrace") or {})) is not None
+    libs = facts.of("libs") or {}
+    return best_copy(libs, needed_versions(libs, facts.of("livetrace") or {})) is not None
 
 
 def _rebuild_remedies(facts: Facts, group: dict[str, Any]) -> list[Remedy]:
     """With no copy new enough on the node: rebuild the op with each g++ on the training PATH that the loaded
     libstdc++ serves."""
-    toolchain = facts.typed("toolchain") or {}
+    toolchain = facts.of("toolchain") or {}
     have = group.get("provider_max")
     if not have:  # what the loaded copy provides is unknown: which compiler it serves is too
         return []
     op = str(group["required_by"])
-    jit_dir = jit_dir_of(op, (facts.typed("libs") or {}).get("targets") or [])
+    jit_dir = jit_dir_of(op, (facts.of("libs") or {}).get("targets") or [])
     return [rebuild_remedy(op, jit_dir, c, str(have))
             for c in serving_compilers(toolchain.get("compilers") or [], str(have))]
 
 
 def _no_newer_runtime_lines(facts: Facts) -> list[str]:
     """What the distribution's packages cannot do here, said rather than offered."""
-    distro = (facts.typed("toolchain") or {}).get("distro")
+    distro = (facts.of("toolchain") or {}).get("distro")
     if [m.family for m in managers(distro)] == ["dnf"]:  # a RHEL-family node, known from its os-release
         return ["No gcc-toolset-N-runtime package helps: gcc-toolset links the C++ parts newer than the "
                 "system's libstdc++ statically into what it builds and ships no newer libstdc++.so.6, so the "
@@ -191,7 +191,7 @@ def _what_was_read(targets: list[dict[str, Any]]) -> str:
        probes=("libs", "livetrace", "libfix"), optional=("toolchain",), explains=("version-not-found",))
 def check_glibcxx(facts: Facts) -> list[Finding]:
     cid = "libs.glibcxx"
-    libs = facts.typed("libs") or {}
+    libs = facts.of("libs") or {}
     if not libs:
         return [not_checked(cid, "Library versions",
                             (facts.get("libs").error if facts.get("libs") else None) or "no static audit")]
@@ -215,7 +215,7 @@ def check_glibcxx(facts: Facts) -> list[Finding]:
     remedies = _remedies(facts)
     good_line = _good_copy_line(facts)
     failing = {p for g in groups for p in (os.path.normpath(g["provider"]), g["provider_realpath"])}
-    ev = failure_tables(ev, libs, facts.typed("livetrace") or {}, failing)
+    ev = failure_tables(ev, libs, facts.of("livetrace") or {}, failing)
     out = []
     for g in groups:
         versions = ", ".join(g["versions"])
@@ -261,7 +261,7 @@ def live_unchecked(facts: Facts) -> str | None:
     """Why the live run exercised nothing the training loads (None when it did: a command ran, or the import
     probe loaded something: torch, an --ext extension or a JIT-built op)."""
     res = facts.get("livetrace")
-    live = facts.typed("livetrace") or {}
+    live = facts.of("livetrace") or {}
     if not live:
         return (res.facts.get("skipped") if res is not None and res.facts else None) or \
             (res.error if res is not None else None) or "the live trace did not run"
@@ -278,7 +278,7 @@ def live_unchecked(facts: Facts) -> str | None:
 def _still_compiling(facts: Facts, what: str, building: list[dict[str, Any]], lines: list[str],
                      ev: list[Evidence]) -> Finding:
     """The run reached its time limit while the JIT build was still at work: a slow first build, not a hang."""
-    live = facts.typed("livetrace") or {}
+    live = facts.of("livetrace") or {}
     limit = live.get("timeout")
     rows = [[str(c.get("pid") or "?"), str(c.get("comm")), str(c.get("file") or "unknown"),
              f"{c['running_s']} s" if c.get("running_s") else "unknown"] for c in building]
@@ -308,7 +308,7 @@ def _still_compiling(facts: Facts, what: str, building: list[dict[str, Any]], li
                  "libs.symbols, libs.broken-files, the hang and build findings) carry the fixes")
 def check_live(facts: Facts) -> list[Finding]:
     cid = "libs.live"
-    live = facts.typed("livetrace") or {}
+    live = facts.of("livetrace") or {}
     ev = facts.evidence("livetrace", kinds=None)
     if not live:
         return [Finding(id=cid, status="skip", title=f"Live loader trace: {live_unchecked(facts)}")]
@@ -386,7 +386,7 @@ def check_live(facts: Facts) -> list[Finding]:
     if agreement(facts) is False:
         out.append(Finding(id="libs.prediction", status="warn",
                            title="The emulation and the real loader disagree on libstdc++",
-                           detail=f"Predicted {((facts.typed('libs') or {}).get('libstdcxx') or {}).get('path')}; "
+                           detail=f"Predicted {((facts.of('libs') or {}).get('libstdcxx') or {}).get('path')}; "
                                   "the real run loaded "
                                   f"{', '.join(sorted({x['path'] for x in loaded}))}. Something the emulation "
                                   "does not see decided it (a dlopen in Python code, an import order, a "
@@ -396,9 +396,9 @@ def check_live(facts: Facts) -> list[Finding]:
 
 def agreement(facts: Facts) -> bool | None:
     """Whether the emulation's libstdc++ is the one the real run loaded (None: nothing to compare)."""
-    libs = facts.typed("libs") or {}
+    libs = facts.of("libs") or {}
     predicted = (libs.get("libstdcxx") or {}).get("realpath")
-    loaded = (facts.typed("livetrace") or {}).get("libstdcxx") or []
+    loaded = (facts.of("livetrace") or {}).get("libstdcxx") or []
     live = {_realpath_of(libs, x["path"], x.get("realpath")) for x in loaded}
     if not predicted or not live:
         return None
@@ -415,10 +415,10 @@ def _lacking(copy: dict[str, Any], needs: list[str]) -> str:
 
 @check("libs.inventory", title="Every libstdc++ on the node", probes=("libs", "livetrace"))
 def check_inventory(facts: Facts) -> list[Finding]:
-    libs = facts.typed("libs") or {}
+    libs = facts.of("libs") or {}
     if not libs:
         return [Finding(id="libs.inventory", status="skip", title="libstdc++ inventory: not taken")]
-    needs = needed_versions(libs, facts.typed("livetrace") or {})
+    needs = needed_versions(libs, facts.of("livetrace") or {})
     copies: list[dict[str, Any]] = [dict(c, has_every_need=has_every(c, needs)) for c in libs.get("inventory") or []]
     ev = [e for e in facts.evidence("libs", kinds=("table",)) if e.label.startswith("every libstdc++")]
     # the copy the run loaded (or failed with) may sit where the inventory does not look (an extension's
@@ -430,7 +430,7 @@ def check_inventory(facts: Facts) -> list[Finding]:
             copies.append({"path": g["provider"], "glibcxx_max": g.get("provider_max"), "has_every_need": False,
                            "found_as": [f"loaded, and lacks {', '.join(g['versions'])} (needed by "
                                         f"{os.path.basename(g['required_by'])})"]})
-    for x in (facts.typed("livetrace") or {}).get("libstdcxx") or []:
+    for x in (facts.of("livetrace") or {}).get("libstdcxx") or []:
         real = x.get("realpath") or os.path.realpath(x["path"])
         if real not in known:
             known.add(real)
@@ -458,13 +458,13 @@ def check_inventory(facts: Facts) -> list[Finding]:
 @check("libs.interpreter-rpath", title="The interpreter's DT_RPATH", probes=("libs", "livetrace"))
 def check_interpreter_rpath(facts: Facts) -> list[Finding]:
     cid = "libs.interpreter-rpath"
-    libs = facts.typed("libs") or {}
+    libs = facts.of("libs") or {}
     interp = libs.get("interpreter") or {}
     if not libs:
         return [not_checked(cid, "Interpreter RPATH", facts.why_not("libs"))]
     if not interp.get("rpath"):
         return [Finding(id=cid, status="ok", title="The interpreter carries no DT_RPATH")]
-    needs = needed_versions(libs, facts.typed("livetrace") or {})
+    needs = needed_versions(libs, facts.of("livetrace") or {})
     old = [(c["path"], c.get("glibcxx_max")) for c in interp.get("rpath_copies") or []
            if needs and not set(needs) <= set(c.get("versions") or [])]
     if not old:
@@ -492,7 +492,7 @@ def _gcc_of(comment: str) -> str | None:
 def check_ext_compilers(facts: Facts) -> list[Finding]:
     """The fourth toolchain layer, from each extension's .comment, in one table with the other three."""
     cid = "libs.ext-compilers"
-    libs = facts.typed("libs") or {}
+    libs = facts.of("libs") or {}
     if not libs or not libs.get("targets"):
         return [Finding(id=cid, status="skip", title="Extension compilers: no extension to read")]
     tool = facts.get("toolchain")
@@ -548,7 +548,7 @@ def check_env_source(facts: Facts) -> list[Finding]:
     if not wanted:
         return [Finding(id=cid, status="skip", title="Where the offending entry is set: nothing to trace (no "
                         "failing libstdc++ came through LD_LIBRARY_PATH or LD_PRELOAD)")]
-    init = facts.typed("shellinit")
+    init = facts.of("shellinit")
     if init is None:
         return [not_checked(cid, "Where the offending entry is set", facts.why_not("shellinit"))]
     ev = facts.evidence("shellinit", kinds=("table",))
@@ -603,7 +603,7 @@ def _comment_out_remedy(init: ShellinitFacts, line: dict[str, Any], var: str, en
 @check("libs.broken-files", title="Unreadable or corrupt extension files", probes=("libs",),
        findings=("libs.broken-files.*",))
 def check_broken(facts: Facts) -> list[Finding]:
-    libs = facts.typed("libs") or {}
+    libs = facts.of("libs") or {}
     if not libs.get("targets"):
         return [Finding(id="libs.broken-files", status="skip", title="Extension files: nothing to read (no C++ "
                         "library of the training was found)")]
@@ -656,13 +656,13 @@ def via_earlier(facts: Facts) -> bool:
 @predicate("extension_file_broken", doc="a library the training imports is not a valid ELF shared library",
            probes=("libs",))
 def extension_file_broken(facts: Facts) -> bool:
-    return any(t.get("error") for t in (facts.typed("libs") or {}).get("targets") or [])
+    return any(t.get("error") for t in (facts.of("libs") or {}).get("targets") or [])
 
 
 @predicate("live_run_failed", doc="the command (or import probe) failed under the real loader",
            probes=("livetrace",))
 def live_failed(facts: Facts) -> bool:
-    live = facts.typed("livetrace") or {}
+    live = facts.of("livetrace") or {}
     return bool(live) and not live.get("ok")
 
 
@@ -679,14 +679,14 @@ def hang_evidence(live: LivetraceFacts) -> bool:
 @predicate("live_run_hung", doc="the command did not finish within the time limit, was not still compiling, and "
            "a process of it was waiting", probes=("livetrace",))
 def live_hung(facts: Facts) -> bool:
-    live = facts.typed("livetrace") or {}
+    live = facts.of("livetrace") or {}
     return bool(live.get("timed_out")) and not live.get("compiling") and hang_evidence(live)
 
 
 @predicate("live_run_still_compiling", doc="the time limit ended the command while its JIT build was still compiling",
            probes=("livetrace",))
 def live_still_compiling(facts: Facts) -> bool:
-    live = facts.typed("livetrace") or {}
+    live = facts.of("livetrace") or {}
     return bool(live.get("timed_out")) and bool(live.get("compiling"))
 
 
@@ -695,7 +695,7 @@ def live_still_compiling(facts: Facts) -> bool:
            probes=("livetrace",))
 def live_checked_nothing(facts: Facts) -> bool:
     # a live trace that gave no facts at all is a probe without facts: the playbook's not_checked end says so
-    return bool(facts.typed("livetrace")) and live_unchecked(facts) is not None
+    return bool(facts.of("livetrace")) and live_unchecked(facts) is not None
 
 
 @predicate("prediction_disagrees", doc="the emulation and the real loader picked different libstdc++ copies",

@@ -29,7 +29,7 @@ def _gpus_on_node(facts: Facts, lf: Mapping[str, Any]) -> int | None:
        explains=("nofile", "shm"), optional=("limitfix",),
        findings=("gpu.limits.memlock", "gpu.limits.nofile", "gpu.limits.shm"))
 def check_limits(facts: Facts) -> list[Finding]:
-    lf = facts.typed("host_limits")
+    lf = facts.of("host_limits")
     if lf is None:
         return [not_checked("gpu.limits", "Host limits", facts.why_not("host_limits"))]
     ev = facts.evidence("host_limits")
@@ -78,7 +78,7 @@ def _shm(facts: Facts, lf: HostLimitsFacts, ev: list[Evidence]) -> Finding:
 
 def _tried_ulimit(facts: Facts, remedy: Remedy) -> Remedy:
     """The ``ulimit -n`` remedy with what its trial on the failing command showed (the ``limitfix`` probe)."""
-    trial = facts.typed("limitfix") or {}
+    trial = facts.of("limitfix") or {}
     if "fixed" not in trial:
         return remedy
     remedy.tried = True

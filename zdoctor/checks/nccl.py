@@ -83,7 +83,7 @@ def _step(line: str | None) -> list[str]:
 
 
 def _env_value(facts: Facts, name: str) -> str | None:
-    py = facts.typed("pyenv") or {}
+    py = facts.of("pyenv") or {}
     return (py.get("env") or {}).get(name)
 
 

@@ -130,7 +130,7 @@ def _log_lines(log: Mapping[str, Any] | None, predicted: str | None) -> tuple[li
        explains=("nccl-interface",), layer="nccl-network")
 def check_socket(facts: Facts) -> list[Finding]:
     fid = "nccl.socket"
-    nf = facts.typed("nccl_net")
+    nf = facts.of("nccl_net")
     if nf is None or nf.get("skipped"):
         why = (nf or {}).get("skipped") or facts.why_not("nccl_net")
         return [not_checked(f"{fid}.not-checked", "The interface NCCL chooses", why)]
@@ -140,7 +140,7 @@ def check_socket(facts: Facts) -> list[Finding]:
     env = nf.get("env") or {}
     current = env.get("NCCL_SOCKET_IFNAME")
     ev = [_at_probe_time(facts, "nccl_net", e) for e in (_table(nf, chosen), _env_note(nf))]
-    log = facts.typed("nccl_log")
+    log = facts.of("nccl_log")
     log_lines, differs = _log_lines(log, chosen[0]["ifname"] if chosen else None)
     devs = _route_devs(nf)
     explained = ids_for(facts, "nccl-interface")
@@ -216,7 +216,7 @@ def check_socket(facts: Facts) -> list[Finding]:
        explains=("nccl-connect",), layer="nccl-network")
 def check_peers(facts: Facts) -> list[Finding]:
     fid = "nccl.peers"
-    nf = facts.typed("nccl_net")
+    nf = facts.of("nccl_net")
     if nf is None or nf.get("skipped"):
         why = (nf or {}).get("skipped") or facts.why_not("nccl_net")
         return [not_checked(f"{fid}.not-checked", "Routes to the other nodes", why)]
@@ -277,8 +277,8 @@ def check_peers(facts: Facts) -> list[Finding]:
        explains=("nccl-ib",), layer="nccl-network")
 def check_ib(facts: Facts) -> list[Finding]:
     fid = "nccl.ib"
-    ib = facts.typed("infiniband")
-    nf = facts.typed("nccl_net") or {}
+    ib = facts.of("infiniband")
+    nf = facts.of("nccl_net") or {}
     env = nf.get("env") or {}
     if ib is None:
         return [not_checked(f"{fid}.not-checked", "InfiniBand / RoCE ports", facts.why_not("infiniband"))]

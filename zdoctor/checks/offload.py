@@ -125,7 +125,7 @@ MOUNT_FIX = "storage.fstab"
 def _target_requires(facts: Facts, target: str) -> list[str]:
     """The fixes that must come before the config points at ``target``: the mount of the unused NVMe drive
     when ``target`` is the directory that fix creates."""
-    sugg = (facts.typed("nvme_inventory") or {}).get("suggestion") or {}
+    sugg = (facts.of("nvme_inventory") or {}).get("suggestion") or {}
     return [MOUNT_FIX] if sugg.get("offload_dir") == target else []
 
 
@@ -138,13 +138,13 @@ def _offload_target(facts: Facts) -> str | None:
     """Where NVMe offload should go: --offload-path when it is a writable local disk, else the storage probe's
     checked path or the NVMe inventory's suggestion when those probes ran."""
     for probe in ("capacity", "dsconfig"):
-        t = (facts.typed(probe) or {}).get("offload_target")
+        t = (facts.of(probe) or {}).get("offload_target")
         if t:
             return t["path"] if t.get("suitable") else None
-    st = facts.typed("storage") or {}
+    st = facts.of("storage") or {}
     if st.get("explicit") and st.get("path") and (st.get("odirect") or {}).get("ok") is not False:
         return str(st["path"])
-    sugg = (facts.typed("nvme_inventory") or {}).get("suggestion") or {}
+    sugg = (facts.of("nvme_inventory") or {}).get("suggestion") or {}
     return sugg.get("offload_dir") if isinstance(sugg.get("offload_dir"), str) else None
 
 
@@ -153,7 +153,7 @@ def _offload_target(facts: Facts) -> str | None:
 @check("offload.config", title="DeepSpeed config as DeepSpeed reads it", probes=("dsconfig",))
 def check_config(facts: Facts) -> list[Finding]:
     cid = "offload.config"
-    ds = facts.typed("dsconfig")
+    ds = facts.of("dsconfig")
     if ds is None:
         return [not_checked(cid, "ds_config", facts.why_not("dsconfig"))]
     ev = facts.evidence("dsconfig", kinds=None)
@@ -180,7 +180,7 @@ def check_config(facts: Facts) -> list[Finding]:
 
 
 def _storage_note(facts: Facts, path: str) -> str | None:
-    st = facts.typed("storage") or {}
+    st = facts.of("storage") or {}
     if not st.get("path") or os.path.realpath(str(st["path"])) != os.path.realpath(path):
         return None
     od = st.get("odirect") or {}
@@ -194,8 +194,8 @@ def _storage_note(facts: Facts, path: str) -> str | None:
 @check("offload.lint", title="ds_config lints", probes=("dsconfig",),
        findings=("offload.lint.*",))
 def check_lints(facts: Facts) -> list[Finding]:
-    ds = facts.typed("dsconfig")
-    log = facts.typed("trainlog")
+    ds = facts.of("dsconfig")
+    log = facts.of("trainlog")
     out: list[Finding] = []
     lints = list((ds or {}).get("lints") or []) if ds and ds.get("valid") else []
     if log and log.get("zero_offload_flag") and not any(x["rule"] == "zero-offload-flag" for x in lints):
@@ -245,7 +245,7 @@ def check_patch(facts: Facts) -> list[Finding]:
     """When the config offloads to NVMe and a better place is known (an unused NVMe drive to mount, or
     --offload-path), the exact change to the config: a diff, and a remedy that backs up and rewrites it."""
     cid = "offload.patch"
-    ds = facts.typed("dsconfig")
+    ds = facts.of("dsconfig")
     if not ds or not ds.get("valid") or not ds.get("nvme_paths"):
         return []
     target = _offload_target(facts)
@@ -270,7 +270,7 @@ def check_patch(facts: Facts) -> list[Finding]:
 @check("offload.capacity", title="Offload memory needs against this node", probes=("capacity",))
 def check_capacity(facts: Facts) -> list[Finding]:
     cid = "offload.capacity"
-    cap = facts.typed("capacity")
+    cap = facts.of("capacity")
     if cap is None:
         return [Finding(id=cid, status="skip", title="Offload capacity: not planned",
                         detail=facts.why_not("capacity"))]
@@ -343,7 +343,7 @@ def check_capacity(facts: Facts) -> list[Finding]:
             detail.append("Choices that fit this node: " + "; ".join(others) + ".")
         detail.append(f"More nodes shrink the per-node need (it is split across nodes): {cap['nodes'] + 1} nodes "
                       "would need " + planner.at_least(_renode(cap, best, cap["nodes"] + 1)) + " per node.")
-        ds = facts.typed("dsconfig")
+        ds = facts.of("dsconfig")
         target = _offload_target(facts)
         if ds and target:
             patch = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), uid=_owner_uid(ds),
@@ -425,7 +425,7 @@ def _renode(cap: Mapping[str, Any], row: dict[str, Any], nodes: int) -> int:
        optional=("rankcores",))
 def check_breakdown(facts: Facts) -> list[Finding]:
     cid = "offload.breakdown"
-    log = facts.typed("trainlog")
+    log = facts.of("trainlog")
     if log is None:
         return [Finding(id=cid, status="skip", title="Training log: not read", detail=facts.why_not("trainlog"))]
     ev = facts.evidence("trainlog", kinds=None)
@@ -435,7 +435,7 @@ def check_breakdown(facts: Facts) -> list[Finding]:
     read = f"Read {log.get('read_bytes')} bytes of {log['path']}" + (
         " (its end only: the file is larger than zdoctor reads)" if log.get("head_skipped") else "") + "."
     if not log.get("timer_lines"):
-        ds = facts.typed("dsconfig") or {}
+        ds = facts.of("dsconfig") or {}
         hint = ""
         if ds.get("valid") and ds.get("wall_clock_breakdown") is not True:
             hint = f" {ds['path']} does not set \"wall_clock_breakdown\": true."
@@ -458,7 +458,7 @@ def check_breakdown(facts: Facts) -> list[Finding]:
     if bp:
         lines.append("Backward: " + ", ".join(f"{k} {v['share']:.0%}" for k, v in bp.items()) + ".")
     if log.get("disk_bound"):
-        cap = facts.typed("capacity") or {}
+        cap = facts.of("capacity") or {}
         cpu_fit = next((r for r in cap.get("zero3") or [] if r["offload_param"] == "cpu" and r["zero_init"]), None)
         lines.append("The optimizer step dominates and most of it is NVMe swapping: the disk is the bottleneck. "
                      "Measure and tune it (ds_nvme_tune / ds_io sweep aio block_size and queue_depth), spread "
@@ -472,7 +472,7 @@ def check_breakdown(facts: Facts) -> list[Finding]:
                         f"step, which takes {shares.get('step', 0):.0%} of an iteration", detail="\n".join(lines),
                         evidence=ev)]
     if log.get("step_bound"):
-        cores = cores_summary(facts.typed("rankcores"))
+        cores = cores_summary(facts.of("rankcores"))
         said = (f"Ranks and cores: {cores['sentence']} (the cores.ranks finding judges them)" if cores["sentence"]
                 else f"Ranks and cores: not examined ({facts.why_not('rankcores')})")
         lines.append("The optimizer step runs on the CPU with offload (DeepSpeedCPUAdam): check the log's "
@@ -488,7 +488,7 @@ def check_breakdown(facts: Facts) -> list[Finding]:
 @check("offload.gpu-util", title="GPU utilisation while training", probes=("gpusample",))
 def check_gpu_util(facts: Facts) -> list[Finding]:
     cid = "offload.gpu-util"
-    gs = facts.typed("gpusample")
+    gs = facts.of("gpusample")
     if gs is None:
         return [Finding(id=cid, status="skip", title="GPU utilisation: not sampled",
                         detail=facts.why_not("gpusample"))]
@@ -516,7 +516,7 @@ def check_gpu_util(facts: Facts) -> list[Finding]:
 # -- predicates -------------------------------------------------------------------------------------------
 
 def _lints(facts: Facts) -> list[dict[str, Any]]:
-    ds = facts.typed("dsconfig") or {}
+    ds = facts.of("dsconfig") or {}
     return list(ds.get("lints") or []) if ds.get("valid") else []
 
 
@@ -524,7 +524,7 @@ def _lints(facts: Facts) -> list[dict[str, Any]]:
            doc="The ds_config given with --ds-config cannot be read by DeepSpeed at all: missing, unreadable, not "
                "UTF-8, malformed JSON/HJSON, a duplicate key, or not an object. False when no ds_config was given.")
 def ds_config_invalid(facts: Facts) -> bool:
-    ds = facts.typed("dsconfig")
+    ds = facts.of("dsconfig")
     return ds is not None and bool(ds) and ds.get("valid") is False
 
 
@@ -602,7 +602,7 @@ def offload_disk_bound(facts: Facts) -> bool:
 @predicate("trainlog_without_timers", probes=("trainlog",),
            doc="A training log was given but holds no wall_clock_breakdown lines (wall_clock_breakdown is off).")
 def trainlog_without_timers(facts: Facts) -> bool:
-    log = facts.typed("trainlog")
+    log = facts.of("trainlog")
     return log is not None and bool(log) and not log.get("error") and not log.get("timer_lines")
 
 

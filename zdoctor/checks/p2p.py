@@ -57,12 +57,12 @@ def _pairs_text(pairs: dict[str, Any], want_ok: bool) -> list[str]:
 @check("gpu.p2p", title="GPU peer-to-peer: IOMMU, ACS, NVML status", probes=("p2p", "nvml"),
        findings=("gpu.p2p.copy",), optional=("kernel_log",))
 def check_p2p(facts: Facts) -> list[Finding]:
-    f = facts.typed("p2p")
+    f = facts.of("p2p")
     if f is None:
         return [not_checked("gpu.p2p", "GPU peer-to-peer", facts.why_not("p2p"))]
     ev = facts.evidence("p2p")
     gpus = f.get("gpus") or []
-    nv = facts.typed("nvml") or {}
+    nv = facts.of("nvml") or {}
     if not gpus and (not nv or nv.get("available") is False):
         return [Finding(id="gpu.p2p", status="skip", title="GPU peer-to-peer: not checked (no GPU list)",
                         detail=nv.get("error") or facts.why_not("nvml"), evidence=ev)]
@@ -100,7 +100,7 @@ def check_p2p(facts: Facts) -> list[Finding]:
             detail = list(lines)
             if not visible:
                 what += ": peer path broken, cause not visible"
-                detail.append(_not_visible(iommu, unknown_acs, facts.typed("kernel_log"), [
+                detail.append(_not_visible(iommu, unknown_acs, facts.of("kernel_log"), [
                     g.get("pci_bus_id") for i, g in gpus_by_index(nv).items() if hp and i in hp]))
             out.append(Finding(id="gpu.p2p.copy", status="fail", title=what, detail="\n".join(detail), evidence=ev,
                                remedies=[WORKAROUND] + ([_acs_fix(redirect)] if redirect else [])
@@ -222,6 +222,6 @@ def gpu_p2p_broken_unexplained(facts: Facts) -> bool:
 
 
 def _iommu_or_acs(facts: Facts) -> bool:
-    f = facts.typed("p2p") or {}
+    f = facts.of("p2p") or {}
     return (f.get("iommu") or {}).get("mode") == "translated" or any(
         (a or {}).get("redirect") for a in (f.get("acs") or {}).values())

@@ -48,7 +48,7 @@ def cores_summary(rc: Mapping[str, Any] | None) -> dict[str, Any]:
 def check_rank_cores(facts: Facts) -> list[Finding]:
     cid = "cores.ranks"
     nc = f"{cid}.not-checked"
-    rc = facts.typed("rankcores")
+    rc = facts.of("rankcores")
     if rc is None:
         return [not_checked(nc, "Ranks and cores", facts.why_not("rankcores"))]
     ev = facts.evidence("rankcores")

@@ -130,7 +130,7 @@ def timeouts_explained(facts: Facts, ranks: list[dict[str, Any]]) -> list[str]:
 @check(CID, title=TITLE, probes=("ranks",), findings=(f"{CID}.*",), explains=("collective-timeout", "hang"),
        layer="ranks")
 def check_ranks(facts: Facts) -> list[Finding]:
-    got = facts.typed("ranks")
+    got = facts.of("ranks")
     if got is None:
         return [not_checked(f"{CID}.not-checked", TITLE, facts.why_not("ranks"))]
     if not got.get("processes"):

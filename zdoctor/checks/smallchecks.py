@@ -12,7 +12,7 @@ from . import not_checked
 
 @check("gpu.shm-access", title="/dev/shm writable by the training user", probes=("shm_access",))
 def check_shm_access(facts: Facts) -> list[Finding]:
-    f = facts.typed("shm_access")
+    f = facts.of("shm_access")
     if f is None:
         return [not_checked("gpu.shm-access", "/dev/shm access", facts.why_not("shm_access"))]
     ev = facts.evidence("shm_access")
@@ -44,7 +44,7 @@ def check_shm_access(facts: Facts) -> list[Finding]:
 
 @check("jit.other-caches", title="Triton caches: network filesystem and held locks", probes=("other_caches",))
 def check_other_caches(facts: Facts) -> list[Finding]:
-    f = facts.typed("other_caches")
+    f = facts.of("other_caches")
     if f is None:
         return [not_checked("jit.other-caches", "Other JIT caches", facts.why_not("other_caches"))]
     ev = facts.evidence("other_caches")
@@ -88,7 +88,7 @@ def check_other_caches(facts: Facts) -> list[Finding]:
 
 @check("libs.stdcxx-link", title="libstdc++.so.6 links beside versioned files", probes=("stdcxx_links",))
 def check_stdcxx_links(facts: Facts) -> list[Finding]:
-    f = facts.typed("stdcxx_links")
+    f = facts.of("stdcxx_links")
     if f is None:
         return [not_checked("libs.stdcxx-link", "libstdc++.so.6 links", facts.why_not("stdcxx_links"))]
     ev = facts.evidence("stdcxx_links")

@@ -15,7 +15,7 @@ TITLE = "Special files where libraries, ops and start-up files are read"
 
 @check(CID, title=TITLE, probes=("special_files",))
 def check_special_files(facts: Facts) -> list[Finding]:
-    f = facts.typed("special_files")
+    f = facts.of("special_files")
     if f is None:
         return [not_checked(CID, TITLE, facts.why_not("special_files"))]
     ev = facts.evidence("special_files")

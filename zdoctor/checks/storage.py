@@ -78,7 +78,7 @@ def _dir_remedy(st: StorageFacts, directory: str | None = None, user: Mapping[st
 @check("storage.mount", title="Offload path: mount and file system", probes=("storage",))
 def check_mount(facts: Facts) -> list[Finding]:
     fid = "storage.mount"
-    st = facts.typed("storage")
+    st = facts.of("storage")
     if st is None:
         return [_storage_not_checked(fid, "Offload path", facts)]
     ev = facts.evidence("storage", kinds=None, labels=("where offload writes",))
@@ -181,7 +181,7 @@ def _where(dev: dict[str, Any]) -> str:
 @check("storage.device", title="Offload device: kind and link", probes=("storage",))
 def check_device(facts: Facts) -> list[Finding]:
     fid = "storage.device"
-    st = facts.typed("storage")
+    st = facts.of("storage")
     if st is None:
         return [_storage_not_checked(fid, "Offload device", facts)]
     dev = st.get("device")
@@ -236,7 +236,7 @@ def check_device(facts: Facts) -> list[Finding]:
 @check("storage.odirect", title="O_DIRECT on the offload path", probes=("storage",))
 def check_odirect(facts: Facts) -> list[Finding]:
     fid = "storage.odirect"
-    st = facts.typed("storage")
+    st = facts.of("storage")
     if st is None:
         return [_storage_not_checked(fid, "O_DIRECT", facts)]
     od = st.get("odirect") or {}
@@ -255,7 +255,7 @@ def check_odirect(facts: Facts) -> list[Finding]:
        optional=("dsrelease", "toolchain"), explains=("undefined-reference", "libaio-missing"))
 def check_libaio(facts: Facts) -> list[Finding]:
     fid = "storage.libaio"
-    st = facts.typed("storage")
+    st = facts.of("storage")
     if st is None:
         return [not_checked(fid, "libaio",
                             "Only NVMe offload needs libaio, and no offload path was given: "
@@ -351,7 +351,7 @@ def _newer_libaio_remedies(la: dict[str, Any]) -> list[Remedy]:
 @check("storage.throughput", title="Offload path throughput (O_DIRECT, 1 MiB blocks)", probes=("storage",))
 def check_throughput(facts: Facts) -> list[Finding]:
     fid = "storage.throughput"
-    st = facts.typed("storage")
+    st = facts.of("storage")
     if st is None:
         return [_storage_not_checked(fid, "Offload throughput", facts)]
     tp = st.get("throughput") or {}
@@ -424,7 +424,7 @@ def _usable(inv: NvmeInventoryFacts) -> list[dict[str, Any]]:
 @check("storage.unmounted-nvme", title="NVMe drives present but unused", probes=("nvme_inventory", "storage"))
 def check_unmounted(facts: Facts) -> list[Finding]:
     fid = "storage.unmounted-nvme"
-    inv = facts.typed("nvme_inventory")
+    inv = facts.of("nvme_inventory")
     if inv is None:
         return [_storage_not_checked(fid, "Unused NVMe drives", facts, "nvme_inventory")]
     ev = facts.evidence("nvme_inventory", kinds=None, labels=("NVMe drives",))
@@ -439,7 +439,7 @@ def check_unmounted(facts: Facts) -> list[Finding]:
                   else "The one NVMe drive is in use")
         return [Finding(id=fid, status="ok", title=in_use,
                         detail="\n".join(f"{d['name']}: {d['reason']}" for d in drives), evidence=ev)]
-    st = facts.typed("storage")
+    st = facts.of("storage")
     lines = [f"{d['name']} ({human(d.get('size_bytes'))}, {d.get('model') or '?'}, {_link_text(d.get('link'))}): "
              f"{d['state']}, {d['reason']}" for d in free]
     blanks = [d for d in free if d["state"] == "blank"]
@@ -456,8 +456,8 @@ def check_unmounted(facts: Facts) -> list[Finding]:
 @check("storage.fstab", title="fstab: mounting offload storage by UUID", probes=("storage", "nvme_inventory"))
 def check_fstab(facts: Facts) -> list[Finding]:
     fid = "storage.fstab"
-    st = facts.typed("storage")
-    inv = facts.typed("nvme_inventory")
+    st = facts.of("storage")
+    inv = facts.of("nvme_inventory")
     sug = (inv or {}).get("suggestion")
     needs_move = st is None or not (st.get("mount") or {}).get("fit") or not _fast_enough(st) \
         or not (st.get("odirect") or {}).get("ok", True)
@@ -519,7 +519,7 @@ def offload_path_missing(facts: Facts) -> bool:
 @predicate("offload_path_unfit", doc="the offload path's file system cannot hold DeepSpeed's swap files (tmpfs, "
            "ramfs, overlay, NFS, FUSE, read-only ...) or O_DIRECT fails there", probes=("storage",))
 def offload_path_unfit(facts: Facts) -> bool:
-    st = facts.typed("storage")
+    st = facts.of("storage")
     if st is None:
         return False
     m = st.get("mount") or {}
@@ -530,7 +530,7 @@ def offload_path_unfit(facts: Facts) -> bool:
 @predicate("offload_on_slow_device", doc="the offload path is on a rotational, SATA, USB/SD, network or RAM-backed "
            "device, or measured slower than 1 GB/s", probes=("storage",))
 def offload_on_slow_device(facts: Facts) -> bool:
-    st = facts.typed("storage")
+    st = facts.of("storage")
     if st is None:
         return False
     measured = _slowest(st)
@@ -543,5 +543,5 @@ def offload_on_slow_device(facts: Facts) -> bool:
 @predicate("unmounted_nvme_present", doc="a local NVMe drive is present with nothing of it mounted or used as swap",
            probes=("nvme_inventory",))
 def unmounted_nvme_present(facts: Facts) -> bool:
-    inv = facts.typed("nvme_inventory")
+    inv = facts.of("nvme_inventory")
     return bool(inv and _usable(inv))

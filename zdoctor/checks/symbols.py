@@ -221,12 +221,12 @@ def _other_release(e: dict[str, Any], fid: str, name: str, shown: str,
 def check_symbols(facts: Facts) -> list[Finding]:
     from .libs import live_unchecked
 
-    f = facts.typed("symbols")
+    f = facts.of("symbols")
     if f is None or f.get("skipped"):
         why = (f.get("skipped") if f else None) or facts.why_not("symbols")
         return [not_checked("libs.symbols", "Undefined symbols", why)]
     errs = f.get("errors") or []
-    nothing = live_unchecked(facts) if facts.typed("livetrace") else None
+    nothing = live_unchecked(facts) if facts.of("livetrace") else None
     if not errs and nothing:
         return [Finding(id="libs.symbols", status="skip", title="Undefined symbols: not checked, the live run "
                         "loaded nothing of the training", detail=nothing)]
@@ -259,4 +259,4 @@ def _explains(facts: Facts, e: dict[str, Any]) -> list[str]:
 @predicate("undefined_symbol", doc="the live run failed on an undefined symbol, a link-time undefined reference "
            "or another library's missing version node", probes=("symbols",))
 def undefined_symbol(facts: Facts) -> bool:
-    return bool((facts.typed("symbols") or {}).get("errors"))
+    return bool((facts.of("symbols") or {}).get("errors"))
