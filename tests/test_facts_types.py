@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, List, Optional, TypedDict
 
@@ -123,3 +124,25 @@ def test_the_typed_accessor_gives_each_probe_the_record_it_declares():
                 overloads[arg.slice.value] = ast.unparse(node.returns) if node.returns else ""
     assert overloads == {name: f"ft.{spec.facts.__name__} | None" for name, spec in PROBES.items()
                          if spec.facts is not None}
+
+
+def test_mypy_checks_the_keys_and_types_a_check_reads(tmp_path: Path):
+    """What ``Facts.of`` gives is the probe's record to mypy: a key it does not name and a value used as the
+    wrong type are errors, a read that matches the record is not."""
+    snippet = tmp_path / "reads.py"
+    snippet.write_text(
+        "from zdoctor.registry import Facts\n\n\n"
+        "def right(facts: Facts) -> int:\n"
+        "    kl = facts.of('kernel_log')\n"
+        "    return (kl.get('records_read') or 0) if kl is not None else 0\n\n\n"
+        "def wrong(facts: Facts) -> str:\n"
+        "    kl = facts.of('kernel_log')\n"
+        "    if kl is None:\n"
+        "        return ''\n"
+        "    kl['no_such_key']\n"
+        "    return kl['records_read']\n")
+    proc = subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary", "--cache-dir", str(tmp_path / "cache"),
+                           str(snippet)], cwd=ROOT, capture_output=True, text=True)
+    errors = [line.split(": error: ", 1)[1] for line in proc.stdout.splitlines() if ": error: " in line]
+    assert errors == ['TypedDict "KernelLogFacts" has no key "no_such_key"  [typeddict-item]',
+                      'Incompatible return value type (got "int", expected "str")  [return-value]'], proc.stdout
