@@ -481,7 +481,8 @@ def check_host_compiler(facts: Facts) -> list[Finding]:
     else:
         gmax, src = cuda.gcc_max_for(nv["release"])
     gmin = hc.get("gcc_min")
-    rows, hl, lines = [], [], []
+    rows: list[list[str]] = []
+    hl, lines = [], []
     status = "ok"
     env = cs.get("env") or {}
     # nvcc's host compiler ($CC, else gcc on PATH)

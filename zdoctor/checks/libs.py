@@ -193,8 +193,8 @@ def check_glibcxx(facts: Facts) -> list[Finding]:
     cid = "libs.glibcxx"
     libs = facts.of("libs") or {}
     if not libs:
-        return [not_checked(cid, "Library versions",
-                            (facts.get("libs").error if facts.get("libs") else None) or "no static audit")]
+        res = facts.get("libs")
+        return [not_checked(cid, "Library versions", (res.error if res else None) or "no static audit")]
     groups = failure_groups(facts)
     ev = facts.evidence("libs", kinds=("table",))
     if not groups:
@@ -498,9 +498,9 @@ def check_ext_compilers(facts: Facts) -> list[Finding]:
     tool = facts.get("toolchain")
     rows: list[list[str]] = []
     if tool is not None and tool.status == "ok":
-        for ev in tool.evidence:
-            if ev.kind == "table" and ev.table is not None and len(ev.table.columns) == 4:
-                rows += [list(r) for r in ev.table.rows]
+        for piece in tool.evidence:
+            if piece.kind == "table" and piece.table is not None and len(piece.table.columns) == 4:
+                rows += [list(r) for r in piece.table.rows]
     winner = libs.get("libstdcxx") or {}
     have = winner.get("glibcxx_max")
     hl: list[int] = []

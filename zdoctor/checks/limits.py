@@ -96,7 +96,8 @@ def _limits_conf_remedy(item: str, value: str, dropins: dict[str, Any] | None) -
     """A new drop-in under pam_limits' folder, named so that no file the node has is replaced."""
     line = f"* - {item} {value}"
     dropins = dropins or {}
-    folder = dropins.get("path") if isinstance(dropins.get("path"), str) else LIMITS_D
+    path_given = dropins.get("path")
+    folder = path_given if isinstance(path_given, str) else LIMITS_D
     path = free_name(folder, f"90-zdoctor-{item}", ".conf", dropins.get("names"))
     unknown = "" if isinstance(dropins.get("names"), list) else (
         f" The names in {folder} were not read ({dropins.get('error') or 'not recorded'}): the first line stops if "

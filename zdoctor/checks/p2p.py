@@ -164,7 +164,7 @@ def _not_visible(iommu: P2pIommu, unknown_acs: list[str], kernel_log: Mapping[st
             "p2pBandwidthLatencyTest or nccl-tests' all_reduce_perf between the two GPUs to confirm outside torch.")
 
 
-def _copy_speed(pairs: list[dict[str, Any]], gpus: dict[int, dict[str, Any]], nvlinks: dict[str, Any],
+def _copy_speed(pairs: list[dict[str, Any]], gpus: Mapping[Any, dict[str, Any]], nvlinks: dict[str, Any],
                 lines: list[str], ev: list[Any]) -> Finding:
     """Intact copies, judged against what the link between the two GPUs should carry."""
     rows, slow, unknown = [], [], []
@@ -173,7 +173,8 @@ def _copy_speed(pairs: list[dict[str, Any]], gpus: dict[int, dict[str, Any]], nv
         exp = p2p.expected_rate(a, b, nvlinks) if a and b else {"gbps": None, "link": None,
                                                                  "why": "the GPUs are not in NVML's list"}
         got = x.get("gbps")
-        share = got / exp["gbps"] if isinstance(got, (int, float)) and exp["gbps"] else None
+        rate = exp["gbps"]
+        share = got / rate if isinstance(got, (int, float)) and isinstance(rate, (int, float)) and rate else None
         if share is None:
             unknown.append(x)
         elif share < p2p.SLOW_SHARE:

@@ -65,7 +65,8 @@ def _user_of(facts: Facts, st: Mapping[str, Any] | None) -> dict[str, Any]:
         raw = facts["storage"].facts or {}
     except KeyError:
         return {}
-    return raw.get("user") if isinstance(raw.get("user"), dict) else {}
+    user = raw.get("user")
+    return user if isinstance(user, dict) else {}
 
 
 def _dir_remedy(st: StorageFacts, directory: str | None = None, user: Mapping[str, Any] | None = None) -> Remedy:
@@ -139,12 +140,14 @@ def check_mount(facts: Facts) -> list[Finding]:
 
 
 def _stack_table(dev: dict[str, Any]) -> Evidence:
-    rows, hl = [], []
+    rows: list[list[str]] = []
+    hl = []
 
     def walk(d: dict[str, Any], depth: int) -> None:
         kind = d.get("kind") or "?"
         link = bd.link_label((d.get("nvme") or {}).get("link")) if kind == "nvme" else ""
-        rot = {True: "yes", False: "no"}.get(d.get("rotational"), "?")
+        rotational = d.get("rotational")
+        rot = "yes" if rotational is True else "no" if rotational is False else "?"
         if d.get("speed_class") in ("slow", "ram") and not d.get("members"):
             hl.append(len(rows))
         rows.append(["  " * depth + d.get("name", "?"), kind, d.get("model") or "", human(d.get("size_bytes")),

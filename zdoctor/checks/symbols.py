@@ -14,7 +14,7 @@ from ..registry import Facts, check, predicate
 from ..symptoms.match import ids_for
 from . import not_checked
 
-ABI_WORD = {0: "the old ABI (_GLIBCXX_USE_CXX11_ABI=0)", 1: "the C++11 ABI (_GLIBCXX_USE_CXX11_ABI=1)"}
+ABI_WORD: dict[Any, str] = {0: "the old ABI (_GLIBCXX_USE_CXX11_ABI=0)", 1: "the C++11 ABI (_GLIBCXX_USE_CXX11_ABI=1)"}
 
 
 def _llp_without(dir_: str) -> str:
@@ -50,7 +50,7 @@ def _link_finding(e: dict[str, Any], fid: str) -> Finding:
                   f"{ABI_WORD.get(prov_abi, 'an unknown ABI')}.",
                   "The two were compiled with different _GLIBCXX_USE_CXX11_ABI settings, so std::string (and "
                   "std::list) arguments mangle differently and the linker cannot match them."]
-        want = prov_abi if prov_abi in ABI_WORD else int(bool(torch_abi))
+        want = prov_abi if isinstance(prov_abi, int) and prov_abi in ABI_WORD else int(bool(torch_abi))
         return Finding(id=fid, status="fail",
                        title=f"Link failed: C++11 ABI mismatch with {os.path.basename(e['provider'])} "
                              f"(undefined reference to {shown})", detail="\n".join(lines),
