@@ -83,9 +83,9 @@ def collect_glibc(pyenv: dict[str, Any]) -> tuple[dict[str, Any], list[Evidence]
     per_lib = glibc_needs(libs)
     top = newest([x["newest"] for x in per_lib], "GLIBC")
     tags = wheel_tags(os.path.dirname(loc), "torch") if loc else []
-    tag_need = max((tag_glibc(t) for t in tags if tag_glibc(t)), default=None,
-                   key=lambda v: tuple(int(p) for p in v.split(".")))
-    facts = {"host": host_glibc(pyenv), "torch_location": loc, "torch_needs": top,
+    tag_glibcs = [g for g in (tag_glibc(t) for t in tags) if g]
+    tag_need = max(tag_glibcs, default=None, key=lambda v: tuple(int(p) for p in v.split(".")))
+    facts: dict[str, Any] = {"host": host_glibc(pyenv), "torch_location": loc, "torch_needs": top,
              "torch_needs_by": [x for x in per_lib if x["newest"] == top][:3], "wheel_tags": tags,
              "wheel_tag_glibc": tag_need, "libs_read": len(libs)}
     rows = [["host glibc", "gnu_get_libc_version", facts["host"] or "unknown"],

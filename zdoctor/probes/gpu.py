@@ -419,7 +419,8 @@ def gpu_env_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """The NCCL_*, TORCH_NCCL_* and CUDA_* variables the training runs with."""
     env = _env(host)
     opts = _options(host)
-    facts = {"vars": envreview.relevant(env), "gpus_per_node": opts.get("gpus_per_node"), "nodes": opts.get("nodes")}
+    facts: dict[str, Any] = {"vars": envreview.relevant(env), "gpus_per_node": opts.get("gpus_per_node"),
+                             "nodes": opts.get("nodes")}
     text = "\n".join(f"{k}={v}" for k, v in facts["vars"].items()) or "(none set)"
     return facts, [Evidence.note("NCCL / CUDA variables of the training environment", text)]
 

@@ -136,7 +136,7 @@ def collect_jitcache(env: dict[str, str], pyenv: dict[str, Any] | None) -> tuple
     it = interpreter_facts(pyenv)
     base, source = jc.cache_base(env)
     expected = jc.expected_tag(it["python_version"], it["abiflags"], it["cuda"], it["hip"], it["torch_known"])
-    roots = []
+    roots: list[dict[str, Any]] = []
     for root in jc.extension_roots(env):
         mount = mount_of(root) if os.path.isdir(root) else None
         leaf = os.path.basename(root.rstrip("/"))

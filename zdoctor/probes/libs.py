@@ -72,7 +72,8 @@ def _interp_dirs(audit_facts: dict[str, Any], pyenv: dict[str, Any], config: Any
 
 # ---------------------------------------------------------------------------------------------- tables
 def targets_table(audit: dict[str, Any]) -> Evidence:
-    rows, hl = [], []
+    rows: list[list[str]] = []
+    hl: list[int] = []
     for t in audit.get("targets") or []:
         served = (t.get("served") or {}).get(LIBSTDCXX) or {}
         missing = ", ".join(sorted({f["version"] for f in t.get("failures") or []}))
@@ -86,11 +87,12 @@ def targets_table(audit: dict[str, Any]) -> Evidence:
 
 
 def inventory_table(copies: list[dict[str, Any]], needs: list[str], loaded: str | None) -> Evidence:
-    rows, hl = [], []
+    rows: list[list[str]] = []
+    hl: list[int] = []
     for c in copies:
         sat = "error: " + c["error"] if c.get("error") else ("yes" if set(needs) <= set(c.get("versions") or [])
                                                                else "no")
-        is_loaded = bool(loaded) and os.path.realpath(loaded) == c["realpath"]
+        is_loaded = loaded is not None and bool(loaded) and os.path.realpath(loaded) == c["realpath"]
         if is_loaded:
             hl.append(len(rows))
         real = c["realpath"] if c["realpath"] != c["path"] else ""
@@ -202,7 +204,9 @@ def rpath_copies(interp: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _read_preload(path: str) -> list[str]:
+def _read_preload(path: str | None) -> list[str]:
+    if not path:  # a loader configured without /etc/ld.so.preload
+        return []
     try:
         with open_regular_text(path, encoding="utf-8", errors="replace") as fh:
             return [w for line in fh for w in line.split("#", 1)[0].replace(":", " ").split()]
@@ -281,12 +285,12 @@ def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
               for e in lt.version_errors if not e.weak]
     seen = {(e["provider"], e["version"], e["required_by"]) for e in errors}
     for e in lt.stderr_version_errors:
-        d = e if isinstance(e, dict) else {"provider": e.provider, "version": e.version,
-                                           "required_by": e.required_by, "message": e.message}
+        d: dict[str, Any] = e if isinstance(e, dict) else {"provider": e.provider, "version": e.version,
+                                                           "required_by": e.required_by, "message": e.message}
         if (d["provider"], d["version"], d["required_by"]) not in seen:
             errors.append(d)
-    for e in errors:
-        describe_provider(e)
+    for known in errors:
+        describe_provider(known)
     facts = {
         "argv": list(argv),
         "source": why,

@@ -125,8 +125,9 @@ def collect_p2p(gpus: list[dict[str, Any]], env: dict[str, str], *, sys_root: st
     for i, a in enumerate(bdfs):
         for j in range(i + 1, len(bdfs)):
             b = bdfs[j]
-            if chains.get(a) and chains.get(b):
-                between[f"{i}-{j}"] = p2p.bridges_between(chains[a], chains[b])
+            chain_a, chain_b = chains.get(a), chains.get(b)
+            if chain_a and chain_b:
+                between[f"{i}-{j}"] = p2p.bridges_between(chain_a, chain_b)
     bridges = sorted({x for v in between.values() for x in v["bridges"]})
     ev: list[Evidence] = []
     if acs is None:

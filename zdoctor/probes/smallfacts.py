@@ -120,7 +120,7 @@ def other_caches(env: dict[str, str], proc_locks: str = "/proc/locks",
         while probe_path and not os.path.exists(probe_path):
             probe_path = os.path.dirname(probe_path)
         mount = mount_of(probe_path or "/", mounts) if probe_path else None
-        lock_files = []
+        lock_files: list[dict[str, Any]] = []
         if os.path.isdir(path):
             try:
                 for entry in list(os.scandir(path))[:4096]:
