@@ -126,7 +126,6 @@ _ASSIGN = re.compile(
         (?P<value>"(?:[^"\\\n]|\\.)*"?|'[^'\n]*'?|(?:(?:Bearer|Basic|Token)[ \t]+)?(?:\\.|[^\s"'\\])*)""",
     re.VERBOSE | re.MULTILINE | re.IGNORECASE,
 )
-_REST_OF_LINE = re.compile(r"[^\n]*")
 #: ``--password VALUE`` / ``-token VALUE`` inside a command line held as one string: the option, the
 #: blanks after it, and a value that is not itself an option (quoted, or up to the next blank).
 _OPTION_VALUE = re.compile(
@@ -180,7 +179,8 @@ def _secret_values(text: str, pattern: re.Pattern[str], resume: str, found: list
         out.append(text[pos:m.start("value")] + f"{quote}{REDACTED}{quote if closed else ''}")
         pos = m.end()
         if not quote and m.groupdict().get("lead") is not None:
-            pos = _REST_OF_LINE.match(text, m.start("value")).end()
+            line_end = text.find("\n", m.start("value"))
+            pos = len(text) if line_end < 0 else line_end
             if found is not None:
                 found.append(text[m.start("value"):pos])
     out.append(text[pos:])

@@ -7,10 +7,12 @@ import pkgutil
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+from zdoctor.core import factstypes as ft
 from zdoctor.core.model import Evidence, Finding, ProbeResult
 from zdoctor.core.nodelayers import layer_of
+from zdoctor.core.shape import shape_of
 
 
 class ProbeHost(typing.Protocol):
@@ -40,8 +42,151 @@ class Facts(typing.Mapping[str, "ProbeResult"]):
     def __len__(self) -> int:
         return len(self._results)
 
-    def of(self, probe: str) -> dict[str, Any] | None:
-        """The facts of ``probe`` when it ran and answered (status ok), else None."""
+    @typing.overload
+    def of(self, probe: Literal["capacity"]) -> ft.CapacityFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["container"]) -> ft.ContainerFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["cuda_stack"]) -> ft.CudaStackFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["cudalookup"]) -> ft.CudalookupFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["driver_parts"]) -> ft.DriverPartsFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["dsconfig"]) -> ft.DsconfigFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["dsrelease"]) -> ft.DsreleaseFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["glibc"]) -> ft.GlibcFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["gpu_env"]) -> ft.GpuEnvFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["gpucap"]) -> ft.GpucapFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["gpusample"]) -> ft.GpusampleFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["host_limits"]) -> ft.HostLimitsFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["hostfile"]) -> ft.HostfileFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["hostram"]) -> ft.HostramFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["infiniband"]) -> ft.InfinibandFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["jitbuildlog"]) -> ft.JitbuildlogFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["jitcache"]) -> ft.JitcacheFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["jitprereq"]) -> ft.JitprereqFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["kernel_log"]) -> ft.KernelLogFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["launch"]) -> ft.LaunchFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["libfix"]) -> ft.LibfixFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["libs"]) -> ft.LibsFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["limitfix"]) -> ft.LimitfixFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["livetrace"]) -> ft.LivetraceFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["locktrial"]) -> ft.LocktrialFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["nccl"]) -> ft.NcclFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["nccl_log"]) -> ft.NcclLogFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["nccl_net"]) -> ft.NcclNetFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["nvme_inventory"]) -> ft.NvmeInventoryFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["nvml"]) -> ft.NvmlFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["other_caches"]) -> ft.OtherCachesFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["p2p"]) -> ft.P2pFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["processes"]) -> ft.ProcessesFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["pyenv"]) -> ft.PyenvFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["rankcores"]) -> ft.RankcoresFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["ranks"]) -> ft.RanksFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["shellinit"]) -> ft.ShellinitFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["shm_access"]) -> ft.ShmAccessFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["special_files"]) -> ft.SpecialFilesFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["stdcxx_links"]) -> ft.StdcxxLinksFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["storage"]) -> ft.StorageFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["symbols"]) -> ft.SymbolsFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["symptoms"]) -> ft.SymptomsFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["system"]) -> ft.SystemFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["toolchain"]) -> ft.ToolchainFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["trainlog"]) -> ft.TrainlogFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: str) -> Any: ...
+
+    def of(self, probe: str) -> Any:
+        """The facts of ``probe`` when it ran and answered (status ok), else None: for mypy, the record the probe
+        declares (:mod:`zdoctor.factstypes`), so it checks the keys a check reads and the types of their values
+        (a probe name it cannot see, a variable, gives Any)."""
         res = self._results.get(probe)
         return res.facts if res is not None and res.status == "ok" else None
 
@@ -91,6 +236,8 @@ class ProbeSpec:
     #: No finding the user waits for first hangs on it: the commands it runs yield the CPU (a lower
     #: priority, see :func:`zdoctor.proc.contain.background`) to the training interpreter's import.
     background: bool = False
+    #: The typed record of its facts (a TypedDict of :mod:`zdoctor.factstypes`): ``shape.json`` is made from it.
+    facts: type | None = None
 
 
 @dataclass(frozen=True)
@@ -197,14 +344,22 @@ def load_vocabulary() -> None:
         importlib.import_module(mod)
 
 
+def declared_shape() -> dict[str, list[str]]:
+    """The types at each key path of every probe's facts, from the typed records the probes declare: what
+    ``shape.json`` holds (``bench/write_shape.py`` writes it)."""
+    load_vocabulary()
+    return shape_of({name: spec.facts for name, spec in sorted(PROBES.items()) if spec.facts is not None})
+
+
 def probe(name: str, *, title: str, timeout: float = 30.0, needs: tuple[str, ...] = (), derived: bool = False,
-          background: bool = False):
+          background: bool = False, facts: type | None = None):
     """Register ``func(host) -> (facts, evidence)`` as probe ``name``; ``needs`` are probes it reads;
     ``derived``: it reads nothing but them (and the job's options), so a replay can compute it;
-    ``background``: its commands run at a lower CPU priority (see :attr:`ProbeSpec.background`)."""
+    ``background``: its commands run at a lower CPU priority (see :attr:`ProbeSpec.background`);
+    ``facts``: the typed record of its facts (:mod:`zdoctor.factstypes`)."""
 
     def deco(func: ProbeFunc) -> ProbeFunc:
-        PROBES[name] = ProbeSpec(name, func, title, timeout, needs, derived, background)
+        PROBES[name] = ProbeSpec(name, func, title, timeout, needs, derived, background, facts)
         return func
 
     return deco

@@ -2,7 +2,8 @@
 
 Two layers: the record itself (``status``, ``facts``, ``evidence``, ``error``, times: :func:`record_problems`),
 and the facts, compared with the types zdoctor's own probes produce at each key path
-(``shape.json`` beside this module, learned from real snapshots with :func:`learn`). ``null`` is always
+(``shape.json`` beside this module, generated from the probes' typed records with :func:`shape_of`; ``.*``
+stands for any key of a map, ``[]`` for any item of an array). ``null`` is always
 accepted (a probe says "unknown" with it; where the probes never write it, :func:`doubtful_nulls` names it
 for a check that then cannot read the facts); integers and floats are both numbers; a key path the shape
 does not know is not checked. A record with a problem is replaced by one that says what is wrong, so the
@@ -13,10 +14,12 @@ from __future__ import annotations
 
 import json
 import pkgutil
+import types
+import typing
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 SHAPE_FILE = Path(__file__).with_name("shape.json")
 #: The statuses a probe result may have.
@@ -44,26 +47,82 @@ def type_name(value: Any) -> str:
     return type(value).__name__
 
 
-def _walk(value: Any, path: str, depth: int = 0) -> Iterable[tuple[str, Any]]:
+def _walk(value: Any, path: str, depth: int = 0,
+          shape: Mapping[str, Any] | None = None) -> Iterable[tuple[str, Any]]:
+    """Every key path of ``value`` with its value; a key ``shape`` does not name, under a map it knows
+    (``path.*``), is walked as ``path.*``."""
     yield path, value
     if depth >= MAX_DEPTH:
         return
     if isinstance(value, dict):
         for k, v in value.items():
-            yield from _walk(v, f"{path}.{k}", depth + 1)
+            child = f"{path}.{k}"
+            if shape is not None and child not in shape and f"{path}.*" in shape:
+                child = f"{path}.*"
+            yield from _walk(v, child, depth + 1, shape)
     elif isinstance(value, list):
         for v in value:
-            yield from _walk(v, f"{path}[]", depth + 1)
+            yield from _walk(v, f"{path}[]", depth + 1, shape)
 
 
-def learn(documents: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
-    """The types seen at each key path of the probes' facts in ``documents`` (snapshot documents)."""
-    seen: dict[str, set[str]] = {}
-    for doc in documents:
-        for name, rec in (doc.get("probes") or {}).items():
-            for path, value in _walk(rec.get("facts") or {}, name):
-                seen.setdefault(path, set()).add(type_name(value))
-    return {p: sorted(t) for p, t in sorted(seen.items())}
+def _is_record(tp: Any) -> bool:
+    """Whether ``tp`` is a TypedDict class (``typing.is_typeddict`` is Python 3.10+)."""
+    return isinstance(tp, type) and issubclass(tp, dict) and hasattr(tp, "__total__")
+
+
+def _type_names(tp: Any, path: str, out: dict[str, set[str]], depth: int) -> set[str] | None:
+    """The JSON types of annotation ``tp`` (None: any type, not checked), recording those of what it holds
+    in ``out`` under the key paths below ``path``."""
+    if tp is Any or depth > MAX_DEPTH:
+        return None
+    origin = typing.get_origin(tp)
+    if origin is Union or origin is getattr(types, "UnionType", Union):  # ``X | Y`` is types.UnionType
+        names: set[str] = set()
+        for arg in typing.get_args(tp):
+            kinds = _type_names(arg, path, out, depth)
+            if kinds is None:
+                return None
+            names |= kinds
+        return names
+    if tp is type(None):
+        return {"null"}
+    if tp is bool:
+        return {"boolean"}
+    if tp in (int, float):
+        return {"number"}
+    if tp is str:
+        return {"string"}
+    if origin is list:
+        _record(typing.get_args(tp)[0], f"{path}[]", out, depth + 1)
+        return {"array"}
+    if origin is dict:
+        _record(typing.get_args(tp)[1], f"{path}.*", out, depth + 1)
+        return {"object"}
+    if _is_record(tp):
+        for key, value in typing.get_type_hints(tp).items():
+            _record(value, f"{path}.{key}", out, depth + 1)
+        return {"object"}
+    raise TypeError(f"{path}: {tp!r} is not a JSON type")
+
+
+def _record(tp: Any, path: str, out: dict[str, set[str]], depth: int) -> None:
+    kinds = _type_names(tp, path, out, depth)
+    if kinds is not None and kinds != {"null"}:
+        out.setdefault(path, set()).update(kinds)
+
+
+def shape_of(records: Mapping[str, Any]) -> dict[str, list[str]]:
+    """The types at each key path of the facts of each probe in ``records`` (probe name -> its typed record,
+    a TypedDict): the map ``shape.json`` holds. A value typed ``Any`` is not checked, so it has no entry."""
+    out: dict[str, set[str]] = {}
+    for name, tp in records.items():
+        _record(tp, name, out, 0)
+    return {p: sorted(t) for p, t in sorted(out.items())}
+
+
+def shape_text(shape: Mapping[str, list[str]]) -> str:
+    """``shape`` as ``shape.json`` is written: one key path a line."""
+    return "{\n" + ",\n".join(f"{json.dumps(p)}: {json.dumps(t)}" for p, t in sorted(shape.items())) + "\n}\n"
 
 
 @lru_cache(maxsize=1)
@@ -81,7 +140,7 @@ def doubtful_nulls(name: str, facts: Mapping[str, Any]) -> list[str]:
     allowed (a probe on another node may write it), but named when a check cannot read it."""
     shape = known_shape()
     out = []
-    for path, value in _walk(dict(facts), name):
+    for path, value in _walk(dict(facts), name, shape=shape):
         allowed = shape.get(path)
         if value is None and allowed and "null" not in allowed and allowed <= {"object", "array"}:
             out.append(f"{path} is null, where zdoctor's probes write {' or '.join(sorted(allowed))}")
@@ -94,7 +153,7 @@ def facts_problems(name: str, facts: Mapping[str, Any]) -> list[str]:
     """Where ``facts`` of probe ``name`` hold a value of a type its probe never produces."""
     shape = known_shape()
     out: list[str] = []
-    for path, value in _walk(dict(facts), name):
+    for path, value in _walk(dict(facts), name, shape=shape):
         allowed = shape.get(path)
         kind = type_name(value)
         if allowed and kind not in allowed and kind != "null":
@@ -191,7 +250,8 @@ def finding_problems(f: Any) -> list[str]:
     if not isinstance(status, str) or status not in FINDING_STATUSES:
         out.append(f"finding.status is {status!r}, expected one of {', '.join(sorted(FINDING_STATUSES))}")
     out += evidence_problems("finding.evidence", f.get("evidence", []))
-    for i, rem in enumerate(f.get("remedies") if isinstance(f.get("remedies"), list) else []):
+    remedies = f.get("remedies")
+    for i, rem in enumerate(remedies if isinstance(remedies, list) else []):
         out += remedy_problems(f"finding.remedies[{i}]", rem)
     return out[:MAX_PROBLEMS]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 import stat
 import sys
 import tempfile
@@ -421,11 +420,28 @@ def open_dir_nofollow(path: str) -> int:
     return fd
 
 
+def _remove_tree_at(dir_fd: int, name: str) -> None:
+    """Remove directory ``name`` of the folder ``dir_fd`` and everything in it, each entry relative to its
+    folder's descriptor and never through a link (``shutil.rmtree`` takes ``dir_fd`` only from Python 3.11)."""
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    try:
+        with os.scandir(fd) as entries:
+            names = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+        for entry, is_dir in names:
+            if is_dir:
+                _remove_tree_at(fd, entry)
+            else:
+                os.unlink(entry, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=dir_fd)
+
+
 def remove_checked(path: str, kind: str = "file") -> str:
     """Remove ``path`` (a regular file, or with ``kind="dir"`` a directory tree) without following any
     link: its folder is opened with :func:`open_dir_nofollow`, the entry is checked there to be what
     ``kind`` says (a link is refused, never followed) and removed relative to that descriptor (a tree
-    with ``shutil.rmtree``'s descriptor-based walk). Returns what was done, in words; an
+    entry by entry, each relative to its folder's descriptor). Returns what was done, in words; an
     :class:`InputError` (one line, nothing removed) when the path is not what it was."""
     folder, name = os.path.split(os.path.abspath(path))
     try:
@@ -446,7 +462,7 @@ def remove_checked(path: str, kind: str = "file") -> str:
             raise InputError(f"{path}: not removed: it is {what}, not the {kind} that was found")
         try:
             if kind == "dir":
-                shutil.rmtree(name, dir_fd=dir_fd)
+                _remove_tree_at(dir_fd, name)
             else:
                 os.unlink(name, dir_fd=dir_fd)
         except OSError as exc:

@@ -157,7 +157,7 @@ def _read_nofollow(path: str) -> tuple[bytes, os.stat_result]:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise OSError(0, "not a regular file")
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             chunk = os.read(fd, 1 << 16)
             if not chunk:

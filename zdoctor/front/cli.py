@@ -353,11 +353,11 @@ def cmd_playbooks(args: argparse.Namespace) -> int:
         from zdoctor.core.registry import CHECKS, load_vocabulary
 
         load_vocabulary()
-        for name, spec in sorted(CHECKS.items()):
-            print(f"{name}  ({spec.func.__module__})")
-            print(f"    probes: {', '.join(spec.probes) or '-'}")
-            print(f"    findings: {', '.join((name, *spec.findings))}")
-            print(f"    explains: {', '.join(spec.explains) or '-'}")
+        for name, check in sorted(CHECKS.items()):
+            print(f"{name}  ({check.func.__module__})")
+            print(f"    probes: {', '.join(check.probes) or '-'}")
+            print(f"    findings: {', '.join((name, *check.findings))}")
+            print(f"    explains: {', '.join(check.explains) or '-'}")
         return EXIT_OK
     if args.pb_command == "show":
         books = pbmod.load_all()

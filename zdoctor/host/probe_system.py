@@ -7,6 +7,7 @@ import platform
 import socket
 from typing import Any
 
+from zdoctor.core.factstypes import SystemFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import probe
 from zdoctor.host.live import os_pretty_name
@@ -39,7 +40,7 @@ def _read(path: str, evidence: list[Evidence]) -> str | None:
     return text
 
 
-@probe("system", title="The node at a glance", timeout=5.0)
+@probe("system", title="The node at a glance", timeout=5.0, facts=SystemFacts)
 def system(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Host name, OS, kernel, architecture, CPU count, memory and the C library."""
     evidence: list[Evidence] = []

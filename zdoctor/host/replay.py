@@ -77,7 +77,8 @@ class ReplayHost(Host):
         #: Asked (:meth:`ask`): the symptoms are read again, and these the node's user gave kept.
         self._asked = False
         self._given_on_node: ProbeResult | None = None
-        info = document.get("host") if isinstance(document.get("host"), dict) else {}
+        recorded_host = document.get("host")
+        info = recorded_host if isinstance(recorded_host, dict) else {}
         self.info = {**info, "kind": self.kind, "recorded_kind": info.get("kind"), "source": source}
 
     @classmethod

@@ -85,17 +85,19 @@ class Target:
             except KeyError:
                 raise UsageError(f"zdoctor: --user {opts['user']}: no such user on this machine") from None
         for key in ("nodes", "gpus_per_node", "pid"):
-            if opts[key] is not None and opts[key] < 1:
+            count = opts[key]
+            if count is not None and count < 1:
                 raise UsageError(f"zdoctor: --{key.replace('_', '-')} must be at least 1")
         if opts["io_size"] is not None:
             parse_size(opts["io_size"])  # a bad size is a one-line InputError (exit 2) before any probing
         if opts["model_params"] is not None:
             parse_count(opts["model_params"])  # likewise for a count that is not one
         for key, flag in FILE_OPTIONS:
-            if opts[key] is not None:
-                opts[key] = os.path.abspath(os.path.expanduser(opts[key]))
-                if not os.path.exists(opts[key]):
-                    raise UsageError(f"zdoctor: {flag} {opts[key]}: no such file")
+            given = opts[key]
+            if given is not None:
+                opts[key] = path = os.path.abspath(os.path.expanduser(given))
+                if not os.path.exists(path):
+                    raise UsageError(f"zdoctor: {flag} {path}: no such file")
         return cls.of(python, command=command, ext=paths, timeout=timeout, options=opts)
 
     def to_info(self) -> dict[str, Any]:

@@ -22,7 +22,7 @@ def result_facts(facts: Facts, name: str) -> dict[str, Any] | None:
 def nvml_gpus(facts: Facts) -> list[dict[str, Any]] | None:
     """The GPUs the nvml probe found (None when it found none or did not run)."""
     f = facts.of("nvml")
-    return list(f.get("gpus") or []) if f and f.get("count") else None
+    return [dict(g) for g in f.get("gpus") or []] if f and f.get("count") else None
 
 
 def _python(facts: Facts) -> str:

@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from zdoctor.core.errors import InputError
+from zdoctor.core.factstypes import SymptomsFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import probe
 from zdoctor.core.symptom import Symptom
@@ -52,7 +53,7 @@ def _command_symptoms(host: Any, start: int) -> tuple[list[Symptom], list[str]]:
 
 
 @probe("symptoms", title="What the user saw: the command's errors, the log's, a hung run, a pasted message",
-       timeout=180.0, needs=("livetrace",), derived=True)
+       timeout=180.0, needs=("livetrace",), derived=True, facts=SymptomsFacts)
 def symptoms_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Every symptom, with where it was seen; and what could not be read."""
     target = target_of(host)

@@ -28,7 +28,7 @@ class Recorder(Protocol):
     """Where events go: ``record(type, data)`` (a :class:`~zdoctor.walk.session.SessionLog`'s ``record``, or any
     callable with that shape)."""
 
-    def __call__(self, type_: str, data: dict[str, Any]) -> None:  # pragma: no cover - a protocol
+    def __call__(self, type_: str, data: dict[str, Any], /) -> None:  # pragma: no cover - a protocol
         ...
 
 
@@ -357,11 +357,11 @@ def parse(ev: Any) -> Event:
     """The typed event for one recorded line (a dict with ``type``); anything else is :class:`Unknown`."""
     if not isinstance(ev, Mapping):
         return Unknown(type="?", data={"value": ev})
-    cls = KINDS.get(ev.get("type")) if isinstance(ev.get("type"), str) else None
+    kind, seq, ts = ev.get("type"), ev.get("seq"), ev.get("ts")
+    cls = KINDS.get(kind) if isinstance(kind, str) else None
     if cls is None:
-        seq = ev.get("seq") if isinstance(ev.get("seq"), int) else 0
-        ts = ev.get("ts") if isinstance(ev.get("ts"), (int, float)) else 0.0
-        return Unknown(seq=seq, ts=ts, type=str(ev.get("type", "?")),
+        return Unknown(seq=seq if isinstance(seq, int) else 0, ts=ts if isinstance(ts, (int, float)) else 0.0,
+                       type=str(ev.get("type", "?")),
                        data={k: v for k, v in ev.items() if k not in ENVELOPE})
     return cls.from_dict(ev)
 

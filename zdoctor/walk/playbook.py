@@ -139,10 +139,10 @@ class Playbook:
                 g.add_edge(node.id, e.to, edge=e, parallel=[e], when=e.when, negate=e.negate,
                            label=e.label, loop=e.loop, order=e.order)
         for node in self.nodes.values():
-            for e in (self.not_checked_edge(node), self.unexplained_edge(node)):
-                if e is not None and not g.has_edge(node.id, e.to):
-                    g.add_edge(node.id, e.to, edge=e, parallel=[e], when=None, negate=False, label=e.label,
-                               loop=False, order=e.order, implied=True)
+            for implied in (self.not_checked_edge(node), self.unexplained_edge(node)):
+                if implied is not None and not g.has_edge(node.id, implied.to):
+                    g.add_edge(node.id, implied.to, edge=implied, parallel=[implied], when=None, negate=False,
+                               label=implied.label, loop=False, order=implied.order, implied=True)
         return g
 
     def _leads_to_healthy(self, node: Node) -> bool:

@@ -141,8 +141,8 @@ def _graph_errors(pb: Playbook) -> list[LintError]:
 
     # Traps: reachable nodes from which no end can be reached.
     can_end = set(ends)
-    for e in ends:
-        can_end |= nx.ancestors(g, e)
+    for end in ends:
+        can_end |= nx.ancestors(g, end)
     for nid in pb.nodes:
         if nid in reachable and nid not in can_end:
             out.append(LintError(file, nid, "trapped: no path from here ever ends the walk "

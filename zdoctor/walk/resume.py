@@ -138,8 +138,9 @@ class SessionHost(Host):
         self.kind = base.kind
         self._recorded = dict(recorded)
         self.info = dict(base.info)
-        if getattr(base, "target", None) is not None:
-            self.target = base.target
+        target = getattr(base, "target", None)
+        if target is not None:
+            self.target: Target = target
 
     def _compute(self, name: str) -> ProbeResult:
         rec = self._recorded.get(name)

@@ -13,6 +13,7 @@ in particular not into the Python environment that runs the bundle.
 from __future__ import annotations
 
 import contextlib
+import importlib.abc
 import importlib.machinery
 import importlib.util
 import json
@@ -189,7 +190,7 @@ def extract(zf: Archive, files: dict, root: str) -> None:
             raise BundleError(f"zdoctor.pyz: {target} could not be written and verified")
 
 
-class _ZipSourceLoader:
+class _ZipSourceLoader(importlib.abc.Loader):
     """Loads one module's source from the zip; its bytecode is cached in the bundle's private cache."""
 
     def __init__(self, bundle: _Bundle, fullname: str, name: str, package: bool) -> None:
@@ -261,13 +262,13 @@ class _ZipFinder:
         names, dirs = self.bundle.names, self.bundle.dirs
         if base + "/__init__.py" in names:
             loader = _ZipSourceLoader(self.bundle, fullname, base + "/__init__.py", True)
-            spec = importlib.util.spec_from_loader(fullname, loader, origin=loader.path, is_package=True)
+            spec = importlib.machinery.ModuleSpec(fullname, loader, origin=loader.path, is_package=True)
             spec.submodule_search_locations = [f"{self.bundle.archive}/{base}"]
             spec.has_location = True
             return spec
         if base + ".py" in names:
             loader = _ZipSourceLoader(self.bundle, fullname, base + ".py", False)
-            spec = importlib.util.spec_from_loader(fullname, loader, origin=loader.path)
+            spec = importlib.machinery.ModuleSpec(fullname, loader, origin=loader.path, is_package=False)
             spec.has_location = True
             return spec
         if base in dirs:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from zdoctor.core.causes import CGROUP_LIMIT
+from zdoctor.core.factstypes import ContainerFacts
 from zdoctor.core.model import Evidence, Finding, Remedy
 from zdoctor.core.registry import Facts, check, predicate
 from zdoctor.layers import not_checked
@@ -44,7 +45,7 @@ def check_container(facts: Facts) -> list[Finding]:
     return [_runtime(f, ev), _memory(facts, f, ev), _pids(facts, f, ev)]
 
 
-def _runtime(f: dict[str, Any], ev: list[Evidence]) -> Finding:
+def _runtime(f: ContainerFacts, ev: list[Evidence]) -> Finding:
     box = f.get("container") or {}
     signs = [s for s in box.get("signs") or [] if isinstance(s, dict)]
     looked = "; ".join(str(s.get("evidence") or s.get("sign") or "?") for s in signs) or "no sign could be read"
@@ -59,7 +60,7 @@ def _runtime(f: dict[str, Any], ev: list[Evidence]) -> Finding:
                    detail=f"No container sign: {looked}.", evidence=ev)
 
 
-def _memory(facts: Facts, f: dict[str, Any], ev: list[Evidence]) -> Finding:
+def _memory(facts: Facts, f: ContainerFacts, ev: list[Evidence]) -> Finding:
     fid = "container.memory"
     whose = f.get("whose") or "the job"
     mem = (f.get("cgroup") or {}).get("memory") or {}
@@ -105,8 +106,9 @@ def _memory(facts: Facts, f: dict[str, Any], ev: list[Evidence]) -> Finding:
         return Finding(id=fid, status="warn",
                        title=f"The job's memory cgroup counted {kills} OOM kill(s), not at its {_size(limit)} limit",
                        detail="\n".join(lines), evidence=ev)
+    left = room.get("room")
     if isinstance(limit, int) and isinstance(usage, int) and usage >= NEAR * limit \
-            and isinstance(room.get("room"), int) and room["room"] < (1 - NEAR) * limit:
+            and isinstance(left, int) and left < (1 - NEAR) * limit:
         return Finding(id=fid, status="warn",
                        title=f"The job's memory cgroup is nearly full: {_size(usage)} of its {_size(limit)} limit",
                        detail="\n".join(lines + ["The next allocation past the limit is met by the kernel's OOM "
@@ -138,7 +140,7 @@ def _memory(facts: Facts, f: dict[str, Any], ev: list[Evidence]) -> Finding:
     return not_checked(fid, "The job's memory cgroup limit", mem.get("error") or "the limit could not be read", ev)
 
 
-def _pids(facts: Facts, f: dict[str, Any], ev: list[Evidence]) -> Finding:
+def _pids(facts: Facts, f: ContainerFacts, ev: list[Evidence]) -> Finding:
     fid = "container.pids"
     p = (f.get("cgroup") or {}).get("pids") or {}
     whose = f.get("whose") or "the job"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from zdoctor.core.factstypes import ContainerFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import facts_of, probe
 from zdoctor.layers.libraries.probe_libs import LIVE_TIMEOUT
@@ -37,7 +38,7 @@ def _size(v: Any) -> str:
 
 
 @probe("container", title="The container and the job's cgroup limits (memory, pids)", timeout=LIVE_TIMEOUT + 60,
-       needs=("livetrace",))
+       needs=("livetrace",), facts=ContainerFacts)
 def container_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Read the container's signs and the job's cgroup memory and pids limits, usage and counters."""
     target = target_of(host)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
 from zdoctor.core.model import Evidence, Finding, Remedy
@@ -27,11 +28,11 @@ NO_DRIVER = "not examined: no NVIDIA driver library on this node"
 LD_SO_CONF_D = "/etc/ld.so.conf.d"
 
 
-def _remedies(facts: dict[str, Any], group: str) -> list[Remedy]:
+def _remedies(facts: Mapping[str, Any], group: str) -> list[Remedy]:
     return [Plan.from_dict(p).to_remedy() for p in (facts.get("plans") or {}).get(group) or []]
 
 
-def _cache_dir_remedies(facts: dict[str, Any], driver_dir: str) -> list[Remedy]:
+def _cache_dir_remedies(facts: Mapping[str, Any], driver_dir: str) -> list[Remedy]:
     """Name ``driver_dir`` in a new drop-in under /etc/ld.so.conf.d (the core's careful create), then rebuild
     the cache: two steps, root's, never tried."""
     names = facts.get("ld_so_conf_d")
@@ -50,7 +51,7 @@ def _cache_dir_remedies(facts: dict[str, Any], driver_dir: str) -> list[Remedy]:
     return [create, rebuild]
 
 
-def _driver_table(facts: dict[str, Any]) -> Evidence:
+def _driver_table(facts: Mapping[str, Any]) -> Evidence:
     rows, hl = [], []
     cache = facts.get("cache") or {}
     for name in (cl.LIBCUDA, cl.LIBCUDA_DEV):
@@ -75,7 +76,7 @@ def _driver_table(facts: dict[str, Any]) -> Evidence:
                              ["where", "name", "file"], rows, hl)
 
 
-def _libcuda(facts: dict[str, Any], probs: dict[str, Any], sym: Facts) -> list[Finding]:
+def _libcuda(facts: Mapping[str, Any], probs: dict[str, Any], sym: Facts) -> list[Finding]:
     """The driver library: in the cache, where else, what the loader gives the process (a stub?)."""
     table = _driver_table(facts)
     loader = facts.get("loader") or {}
@@ -145,7 +146,7 @@ def _libcuda(facts: dict[str, Any], probs: dict[str, Any], sym: Facts) -> list[F
     return out
 
 
-def _triton(facts: dict[str, Any], probs: dict[str, Any], sym: Facts) -> list[Finding]:
+def _triton(facts: Mapping[str, Any], probs: dict[str, Any], sym: Facts) -> list[Finding]:
     triton = facts.get("triton") or {}
     symptoms = ids_for(sym, "libcuda-lookup")
     link_symptoms = ids_for(sym, "link-library-missing", library="cuda")
@@ -192,7 +193,7 @@ def _triton(facts: dict[str, Any], probs: dict[str, Any], sym: Facts) -> list[Fi
                     detail=rule_text + ".", evidence=ev)]
 
 
-def _link(facts: dict[str, Any], probs: dict[str, Any], sym: Facts) -> list[Finding]:
+def _link(facts: Mapping[str, Any], probs: dict[str, Any], sym: Facts) -> list[Finding]:
     link = facts.get("link") or {}
     symptoms = ids_for(sym, "link-library-missing", library="cuda")
     if not (probs["links_cuda"] or symptoms):
@@ -251,7 +252,7 @@ def _rebuild(ext: dict[str, Any], torch_cuda: str | None) -> Remedy:
                   note="not tried, because it is a build of your code")
 
 
-def _extensions(facts: dict[str, Any], sym: Facts) -> list[Finding]:
+def _extensions(facts: Mapping[str, Any], sym: Facts) -> list[Finding]:
     fid = f"{FID}.extensions"
     if not facts.get("libs_ran"):
         return [Finding(id=fid, status="skip", title="Extensions' CUDA sonames: not checked",

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from zdoctor.core.errors import InputError
+from zdoctor.core.factstypes import CudalookupFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import facts_of, probe
 from zdoctor.layers.cuda_lookup import cudalookup as cl
@@ -273,7 +274,7 @@ def _cuda_homes(env: Mapping[str, str], stack: Mapping[str, Any]) -> list[str]:
 
 
 @probe("cudalookup", title="How CUDA's libraries are found (libcuda, stubs, extensions' CUDA sonames)",
-       timeout=60 + 6 * TRIAL_TIMEOUT, needs=("pyenv", "libs", "cuda_stack", "livetrace"))
+       timeout=60 + 6 * TRIAL_TIMEOUT, needs=("pyenv", "libs", "cuda_stack", "livetrace"), facts=CudalookupFacts)
 def cudalookup_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
 
     target = target_of(host)

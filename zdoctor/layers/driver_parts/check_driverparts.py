@@ -41,7 +41,7 @@ def _err(code: int) -> str:
 
 def _gpus(facts: Facts) -> list[dict[str, Any]] | None:
     nv = facts.of("nvml") or {}
-    return list(nv.get("gpus") or []) if nv.get("count") else None
+    return [dict(g) for g in nv.get("gpus") or []] if nv.get("count") else None
 
 
 @check(NAME, title=TITLE, probes=("driver_parts",), optional=("nvml",), layer="driver-parts",

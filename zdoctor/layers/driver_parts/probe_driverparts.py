@@ -21,6 +21,7 @@ import gzip
 import os
 from typing import Any
 
+from zdoctor.core.factstypes import DriverPartsFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import probe
 from zdoctor.layers.driver_parts import driverpkg, fabricmanager
@@ -244,7 +245,7 @@ def collect_driver_parts(env: dict[str, str], executable: str | None, *, proc_ve
 
 
 @probe("driver_parts", title="The driver's parts: kernel module, libraries, packages, Fabric Manager", timeout=60,
-       background=True)
+       background=True, facts=DriverPartsFacts)
 def driver_parts_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """The loaded module, the libraries the training process takes, the package record and Fabric Manager."""
     target = target_of(host)

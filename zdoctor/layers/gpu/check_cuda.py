@@ -8,6 +8,7 @@ guessing; every mismatch comes with a side-by-side table and remedies whose shel
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from zdoctor.core import packages as pkgmgr
@@ -81,7 +82,7 @@ def wheel_tag_cuda(tag: str) -> str:
     return f"{int(major)}.{int(minor)}"
 
 
-def _deepspeed(facts: Facts) -> dict[str, Any]:
+def _deepspeed(facts: Facts) -> Mapping[str, Any]:
     py = facts.of("pyenv") or {}
     return py.get("deepspeed") or {}
 
@@ -161,7 +162,7 @@ def check_runtime(facts: Facts) -> list[Finding]:
     if not tc["cuda"]:
         return [not_checked(fid, "Driver vs torch CUDA runtime",
                             f"{tc['why']}, and its wheel tag names no CUDA version")]
-    if not drv_cuda:
+    if nv is None or not drv_cuda:
         return [not_checked(fid, "Driver vs torch CUDA runtime",
                       f"torch is built for CUDA {tc['cuda'] or '?'}, but the driver's CUDA version is unknown: "
                       f"{facts.why_not('nvml')}")]
@@ -222,7 +223,7 @@ def check_runtime(facts: Facts) -> list[Finding]:
     return [Finding(id=fid, status=status, title=title, detail="\n".join(lines), evidence=ev, remedies=rem)]
 
 
-def _cuda_start_failed(facts: Facts, tc: dict[str, Any], v: dict[str, Any], nv: dict[str, Any],
+def _cuda_start_failed(facts: Facts, tc: dict[str, Any], v: dict[str, Any], nv: Mapping[str, Any],
                        ev: list[Evidence]) -> Finding:
     """CUDA does not start although torch's CUDA fits the driver: the versions are not the cause."""
     err = cuda.cuda_init_error(tc.get("init_error"))
@@ -260,7 +261,7 @@ def _cuda_start_failed(facts: Facts, tc: dict[str, Any], v: dict[str, Any], nv: 
 # -- gpu.toolkit ----------------------------------------------------------------------------------------
 
 
-def _toolkit_for(cs: dict[str, Any], torch_cuda_v: str, env: dict[str, str],
+def _toolkit_for(cs: Mapping[str, Any], torch_cuda_v: str, env: dict[str, str],
                  installed: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Installed toolkits (with headers) DeepSpeed would accept next to torch's CUDA; exact matches first."""
     good = []
@@ -283,7 +284,7 @@ def _cuda_home_remedy(t: dict[str, Any]) -> Remedy:
                               "lines in the job's launch script; DeepSpeed rebuilds JIT ops when the toolkit changes.")
 
 
-def _install_toolkit_remedy(torch_cuda_v: str, distro: dict[str, Any] | None) -> list[Remedy]:
+def _install_toolkit_remedy(torch_cuda_v: str, distro: Mapping[str, Any] | None) -> list[Remedy]:
     ti = cuda.toolkit_install(torch_cuda_v, distro)
     return [Remedy(title=f"Install the CUDA {cuda.cuda_str(torch_cuda_v)} toolkit ({ti['package']}, {how['label']})",
                    commands=[*how["commands"], f"export CUDA_HOME={shell_quote(ti['prefix'] or '/usr/local/cuda')}"],
@@ -425,7 +426,7 @@ def check_toolkit(facts: Facts) -> list[Finding]:
 # -- gpu.host-compiler ----------------------------------------------------------------------------------
 
 
-def _compiler_remedy(cs: dict[str, Any], lo: int, hi: int) -> list[Remedy]:
+def _compiler_remedy(cs: Mapping[str, Any], lo: int, hi: int) -> list[Remedy]:
     pairs = [c for c in cs.get("versioned_compilers") or [] if c.get("gcc") and c.get("gxx") and lo <= c["major"] <= hi]
     if pairs:
         c = pairs[-1]
@@ -479,7 +480,8 @@ def check_host_compiler(facts: Facts) -> list[Finding]:
     else:
         gmax, src = cuda.gcc_max_for(nv["release"])
     gmin = hc.get("gcc_min")
-    rows, hl, lines = [], [], []
+    rows: list[list[str]] = []
+    hl, lines = [], []
     status = "ok"
     env = cs.get("env") or {}
     # nvcc's host compiler ($CC, else gcc on PATH)

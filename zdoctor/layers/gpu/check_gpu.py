@@ -8,6 +8,7 @@ guessing; every mismatch comes with a side-by-side table and remedies whose shel
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from zdoctor.core.model import Evidence, Finding, Remedy
@@ -188,7 +189,10 @@ def check_pcie(facts: Facts) -> list[Finding]:
     gpus = nvml_gpus(facts)
     if gpus is None:
         return [not_checked(fid, "PCIe links", facts.why_not("nvml"))]
-    rows, highlight, narrow, slow_busy, slow_idle, unknown = [], [], [], [], [], []
+    rows: list[list[str]] = []
+    slow_busy: list[Mapping[str, Any]] = []
+    slow_idle: list[Mapping[str, Any]] = []
+    highlight, narrow, unknown = [], [], []
     for g in gpus:
         p = g.get("pcie") or {}
         s = g.get("sample") or {}
@@ -274,7 +278,8 @@ def check_health(facts: Facts) -> list[Finding]:
 
 def _ecc(gpus: list[dict[str, Any]]) -> Finding:
     fid = "gpu.health.ecc"
-    rows, hl, fail, warn = [], [], [], []
+    rows: list[list[str]] = []
+    hl, fail, warn = [], [], []
     for g in gpus:
         e = g.get("ecc") or {}
         why = []
@@ -331,7 +336,8 @@ def _unique(gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _throttle(gpus: list[dict[str, Any]]) -> Finding:
     fid = "gpu.health.throttle"
-    rows, hl, bad = [], [], []
+    rows: list[list[str]] = []
+    hl, bad = [], []
     for g in gpus:
         reasons = (g.get("throttle") or {}).get("reasons") or []
         worst = [r for r in reasons if nvml.reason_severity(r) == "bad"]
@@ -444,7 +450,7 @@ def gpu_nvml_unavailable(facts: Facts) -> bool:
 @predicate("gpu_none_visible", doc="The driver answers but reports no GPU", probes=("nvml",))
 def gpu_none_visible(facts: Facts) -> bool:
     nv = result_facts(facts, "nvml")
-    return bool(nv) and nv.get("source") is not None and not nv.get("count")
+    return nv is not None and bool(nv) and nv.get("source") is not None and not nv.get("count")
 
 
 @predicate("gpu_unhealthy", doc="ECC errors, prohibited compute mode, or thermal/hardware slowdowns", probes=("nvml",))

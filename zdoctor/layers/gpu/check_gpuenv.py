@@ -123,7 +123,8 @@ def _env_visible_devices(env: dict[str, str], gpus: list[dict[str, Any]] | None,
                                                      "only; `nvidia-smi -L` prints both."))
     vis_ev = []
     if vd["set"] and gpus is not None:
-        rows, hl = [], []
+        rows: list[list[str]] = []
+        hl = []
         cut = False
         for e in vd["entries"]:
             bad = vd["invalid"] is not None and e == vd["invalid"]["entry"] and not cut

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
+from zdoctor.core.factstypes import HostLimitsFacts
 from zdoctor.core.model import Evidence, Finding, Remedy
 from zdoctor.core.plural import count_of
 from zdoctor.core.registry import Facts, check
@@ -15,7 +17,7 @@ from zdoctor.readers.gpufacts import nvml_gpus
 from zdoctor.symptoms.match import ids_for
 
 
-def _gpus_on_node(facts: Facts, lf: dict[str, Any]) -> int | None:
+def _gpus_on_node(facts: Facts, lf: Mapping[str, Any]) -> int | None:
     gpus = nvml_gpus(facts)
     if gpus is not None:
         return len(gpus)
@@ -34,7 +36,7 @@ def check_limits(facts: Facts) -> list[Finding]:
     return [_shm(facts, lf, ev), _memlock(lf, ev), _nofile(facts, lf, ev)]
 
 
-def _shm(facts: Facts, lf: dict[str, Any], ev: list[Evidence]) -> Finding:
+def _shm(facts: Facts, lf: HostLimitsFacts, ev: list[Evidence]) -> Finding:
     fid = "gpu.limits.shm"
     shm = lf.get("shm") or {}
     box = lf.get("container") or {}
@@ -94,7 +96,8 @@ def _limits_conf_remedy(item: str, value: str, dropins: dict[str, Any] | None) -
     """A new drop-in under pam_limits' folder, named so that no file the node has is replaced."""
     line = f"* - {item} {value}"
     dropins = dropins or {}
-    folder = dropins.get("path") if isinstance(dropins.get("path"), str) else LIMITS_D
+    path_given = dropins.get("path")
+    folder = path_given if isinstance(path_given, str) else LIMITS_D
     path = free_name(folder, f"90-zdoctor-{item}", ".conf", dropins.get("names"))
     unknown = "" if isinstance(dropins.get("names"), list) else (
         f" The names in {folder} were not read ({dropins.get('error') or 'not recorded'}): the first line stops if "
@@ -109,7 +112,7 @@ def _limits_conf_remedy(item: str, value: str, dropins: dict[str, Any] | None) -
                     "propagates the limits of the submitting shell unless configured otherwise." + unknown)
 
 
-def _memlock(lf: dict[str, Any], ev: list[Evidence]) -> Finding:
+def _memlock(lf: HostLimitsFacts, ev: list[Evidence]) -> Finding:
     fid = "gpu.limits.memlock"
     t = lf.get("target") or {}
     soft, hard = t.get("memlock_soft_kb"), t.get("memlock_hard_kb")
@@ -119,7 +122,7 @@ def _memlock(lf: dict[str, Any], ev: list[Evidence]) -> Finding:
         return Finding(id=fid, status="ok", title="ulimit -l (locked memory) is unlimited",
                        detail="Pinned host buffers and RDMA registration are not capped.", evidence=ev)
     rem = []
-    if hard == "unlimited" or (isinstance(hard, int) and hard > soft):
+    if hard == "unlimited" or (isinstance(hard, int) and isinstance(soft, int) and hard > soft):
         rem.append(Remedy(title="Raise the soft limit in the launching shell",
                           commands=[f"ulimit -l {'unlimited' if hard == 'unlimited' else hard}"], verified=None,
                           explanation="A process may raise its soft limit up to the hard limit without root."))
@@ -135,7 +138,7 @@ def _memlock(lf: dict[str, Any], ev: list[Evidence]) -> Finding:
         evidence=ev, remedies=rem)
 
 
-def _nofile(facts: Facts, lf: dict[str, Any], ev: list[Evidence]) -> Finding:
+def _nofile(facts: Facts, lf: HostLimitsFacts, ev: list[Evidence]) -> Finding:
     fid = "gpu.limits.nofile"
     t = lf.get("target") or {}
     soft, hard = t.get("nofile_soft"), t.get("nofile_hard")

@@ -9,8 +9,10 @@ isolation between devices)."""
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
+from zdoctor.core.factstypes import P2pIommu
 from zdoctor.core.model import Evidence, Finding, Remedy
 from zdoctor.core.registry import Facts, check, predicate
 from zdoctor.edit.sysfile import kernel_parameters_remedy
@@ -25,7 +27,7 @@ WORKAROUND = Remedy(
                 "ZeRO-3 all-gathers inside the node get slower (NVLink and PCIe peer copies are not used).")
 
 
-def _iommu_fix(iommu: dict[str, Any]) -> Remedy:
+def _iommu_fix(iommu: P2pIommu) -> Remedy:
     vendor = "amd_iommu=on" if any(u.startswith("ivhd") for u in iommu.get("units") or []) else "intel_iommu=on"
     return kernel_parameters_remedy(
         [vendor, "iommu=pt"],
@@ -138,11 +140,11 @@ def check_p2p(facts: Facts) -> list[Finding]:
     return out
 
 
-def gpus_by_index(nv: dict[str, Any]) -> dict[int, dict[str, Any]]:
+def gpus_by_index(nv: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
     return {g.get("index"): g for g in nv.get("gpus") or [] if isinstance(g.get("index"), int)}
 
 
-def _not_visible(iommu: dict[str, Any], unknown_acs: list[str], kernel_log: dict[str, Any] | None = None,
+def _not_visible(iommu: P2pIommu, unknown_acs: list[str], kernel_log: Mapping[str, Any] | None = None,
                  buses: list[str | None] | None = None) -> str:
     """What to look at when the copy hangs with nothing in the IOMMU or ACS state to blame: the kernel log's
     Xid and AER records of the two GPUs where it was read, else the command that shows them."""
@@ -162,7 +164,7 @@ def _not_visible(iommu: dict[str, Any], unknown_acs: list[str], kernel_log: dict
             "p2pBandwidthLatencyTest or nccl-tests' all_reduce_perf between the two GPUs to confirm outside torch.")
 
 
-def _copy_speed(pairs: list[dict[str, Any]], gpus: dict[int, dict[str, Any]], nvlinks: dict[str, Any],
+def _copy_speed(pairs: list[dict[str, Any]], gpus: Mapping[Any, dict[str, Any]], nvlinks: dict[str, Any],
                 lines: list[str], ev: list[Any]) -> Finding:
     """Intact copies, judged against what the link between the two GPUs should carry."""
     rows, slow, unknown = [], [], []
@@ -171,7 +173,8 @@ def _copy_speed(pairs: list[dict[str, Any]], gpus: dict[int, dict[str, Any]], nv
         exp = p2p.expected_rate(a, b, nvlinks) if a and b else {"gbps": None, "link": None,
                                                                  "why": "the GPUs are not in NVML's list"}
         got = x.get("gbps")
-        share = got / exp["gbps"] if isinstance(got, (int, float)) and exp["gbps"] else None
+        rate = exp["gbps"]
+        share = got / rate if isinstance(got, (int, float)) and isinstance(rate, (int, float)) and rate else None
         if share is None:
             unknown.append(x)
         elif share < p2p.SLOW_SHARE:

@@ -32,6 +32,7 @@ import re
 from typing import Any
 
 from zdoctor.core.errors import InputError
+from zdoctor.core.factstypes import CudaStackFacts, GpuEnvFacts, HostLimitsFacts, NcclFacts, NvmlFacts
 from zdoctor.core.model import Evidence, cap_text
 from zdoctor.core.registry import probe
 from zdoctor.edit.sysfile import LIMITS_D
@@ -179,7 +180,7 @@ def collect_nvml(env: dict[str, str], *, sample_s: float = 0.0, nv: Any = None, 
     return facts, evidence
 
 
-@probe("nvml", title="Driver and GPUs (NVML, nvidia-smi)", timeout=SMI_TIMEOUT * 2 + SAMPLE_CAP_S + 10)
+@probe("nvml", title="Driver and GPUs (NVML, nvidia-smi)", timeout=SMI_TIMEOUT * 2 + SAMPLE_CAP_S + 10, facts=NvmlFacts)
 def nvml_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Driver version, the CUDA version it supports, and each GPU's state, through NVML."""
     try:
@@ -311,7 +312,8 @@ def collect_cuda(env: dict[str, str], *, timeout: float = NVCC_TIMEOUT,
     return facts, evidence
 
 
-@probe("cuda_stack", title="CUDA toolkit (nvcc) as torch and DeepSpeed find it", timeout=NVCC_TIMEOUT * 4 + 10)
+@probe("cuda_stack", title="CUDA toolkit (nvcc) as torch and DeepSpeed find it", timeout=NVCC_TIMEOUT * 4 + 10,
+       facts=CudaStackFacts)
 def cuda_stack_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """CUDA_HOME, nvcc and its release, nvcc's host-compiler limit, other installed toolkits."""
     return collect_cuda(_env(host))
@@ -402,7 +404,7 @@ def collect_nccl(env: dict[str, str], pyenv: dict[str, Any] | None, *, ld_cache:
 
 
 @probe("nccl", title="NCCL libraries torch could load", timeout=TARGET_TIMEOUT + 30 + NCCL_VERSION_TIMEOUT + 15,
-       needs=("pyenv",))
+       needs=("pyenv",), facts=NcclFacts)
 def nccl_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Pip, conda, LD_LIBRARY_PATH, LD_PRELOAD and system copies of libnccl.so.2, against torch's own."""
     res = host.result("pyenv")
@@ -413,12 +415,13 @@ def nccl_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
 # -- gpu_env / host_limits --------------------------------------------------------------------------------
 
 
-@probe("gpu_env", title="NCCL / CUDA environment variables of the training", timeout=5.0)
+@probe("gpu_env", title="NCCL / CUDA environment variables of the training", timeout=5.0, facts=GpuEnvFacts)
 def gpu_env_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """The NCCL_*, TORCH_NCCL_* and CUDA_* variables the training runs with."""
     env = _env(host)
     opts = _options(host)
-    facts = {"vars": envreview.relevant(env), "gpus_per_node": opts.get("gpus_per_node"), "nodes": opts.get("nodes")}
+    facts: dict[str, Any] = {"vars": envreview.relevant(env), "gpus_per_node": opts.get("gpus_per_node"),
+                             "nodes": opts.get("nodes")}
     text = "\n".join(f"{k}={v}" for k, v in facts["vars"].items()) or "(none set)"
     return facts, [Evidence.note("NCCL / CUDA variables of the training environment", text)]
 
@@ -451,7 +454,7 @@ def collect_limits(env: dict[str, str], *, shm_path: str = "/dev/shm", timeout: 
     return facts, [Evidence.of_table("host limits of the training", ["limit", "value", "source"], rows), ev]
 
 
-@probe("host_limits", title="Shared memory and process limits of the training", timeout=15.0)
+@probe("host_limits", title="Shared memory and process limits of the training", timeout=15.0, facts=HostLimitsFacts)
 def host_limits_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """/dev/shm size, memlock and open-file limits as the training shell sees them."""
     facts, evidence = collect_limits(_env(host))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from zdoctor.core.factstypes import LimitfixFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import facts_of, probe
 from zdoctor.proc.privilege import runs_as_of
@@ -24,7 +25,7 @@ TRIAL_SCRIPT = 'ulimit -n "$1" || exit 125; shift; exec "$@"'
 
 
 @probe("limitfix", title="The raised open-files limit, tried on the failing command", timeout=TRIAL_TIMEOUT + 30,
-       needs=("symptoms", "host_limits", "livetrace"))
+       needs=("symptoms", "host_limits", "livetrace"), facts=LimitfixFacts)
 def limitfix_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Re-run the failing command with ``ulimit -n`` raised, when it failed for want of file descriptors."""
     target = target_of(host)

@@ -4,10 +4,12 @@ P2P status per pair, and (only when asked with ``--p2p-test``) a bounded peer co
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import shutil
 from typing import Any
 
+from zdoctor.core.factstypes import P2pFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import probe
 from zdoctor.layers.gpu import p2p
@@ -54,7 +56,7 @@ def nvml_nvlinks(count: int, nv: Any = None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
         if nv is None:
-            import pynvml as nv
+            nv = importlib.import_module("pynvml")
         nv.nvmlInit()
     except Exception:  # noqa: BLE001 - no driver, no module: no NVLink facts
         return out
@@ -123,8 +125,9 @@ def collect_p2p(gpus: list[dict[str, Any]], env: dict[str, str], *, sys_root: st
     for i, a in enumerate(bdfs):
         for j in range(i + 1, len(bdfs)):
             b = bdfs[j]
-            if chains.get(a) and chains.get(b):
-                between[f"{i}-{j}"] = p2p.bridges_between(chains[a], chains[b])
+            chain_a, chain_b = chains.get(a), chains.get(b)
+            if chain_a and chain_b:
+                between[f"{i}-{j}"] = p2p.bridges_between(chain_a, chain_b)
     bridges = sorted({x for v in between.values() for x in v["bridges"]})
     ev: list[Evidence] = []
     if acs is None:
@@ -156,7 +159,8 @@ def peer_copy(python: str, env: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-@probe("p2p", title="GPU peer-to-peer: IOMMU, ACS, NVML status", timeout=PEER_COPY_TIMEOUT + 60, needs=("nvml",))
+@probe("p2p", title="GPU peer-to-peer: IOMMU, ACS, NVML status", timeout=PEER_COPY_TIMEOUT + 60, needs=("nvml",),
+       facts=P2pFacts)
 def p2p_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     res = host.result("nvml")
     gpus = (res.facts or {}).get("gpus") or [] if res.status == "ok" else []

@@ -5,6 +5,7 @@ GPUs and against what the installed nvcc can build. The rules are in :mod:`zdoct
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from zdoctor.core.model import Finding, Remedy
@@ -18,11 +19,11 @@ ARCH = "gpu.capability.arch-list"
 LAYER = "gpu-capability"
 
 
-def _gpu_word(g: dict[str, Any]) -> str:
+def _gpu_word(g: Mapping[str, Any]) -> str:
     return f"GPU {g.get('index')} ({g.get('name') or '?'}, compute capability {g.get('cc') or 'unknown'})"
 
 
-def _unknown_cc(gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _unknown_cc(gpus: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [g for g in gpus if cap.cc_tuple(g.get("cc")) is None]
 
 
@@ -44,7 +45,7 @@ _BF16_BELOW_8: dict[Any, str] = {
 }
 
 
-def _bf16(facts: Facts, f: dict[str, Any], where: str) -> Finding:
+def _bf16(facts: Facts, f: Mapping[str, Any], where: str) -> Finding:
     gpus = f["gpus"]
     old = _older(gpus, cap.BF16_MIN)
     if old:
@@ -68,7 +69,7 @@ def _bf16(facts: Facts, f: dict[str, Any], where: str) -> Finding:
                    detail="; ".join(_gpu_word(g) for g in gpus))
 
 
-def _fp16(facts: Facts, f: dict[str, Any], where: str) -> Finding:
+def _fp16(facts: Facts, f: Mapping[str, Any], where: str) -> Finding:
     gpus = f["gpus"]
     old = _older(gpus, cap.FP16_MIN)
     if not old:
@@ -144,7 +145,7 @@ def _codes(pairs: list[list[str]] | list[tuple[str, str]]) -> str:
     return " ".join(sorted({c for _a, c in pairs}, key=lambda c: (len(c), c))) or "none"
 
 
-def _nvcc_finding(nv: dict[str, Any]) -> Finding:
+def _nvcc_finding(nv: Mapping[str, Any]) -> Finding:
     if nv.get("archs") and not nv.get("error"):
         return Finding(id="gpu.capability.nvcc-archs", status="ok",
                        title=f"nvcc ({nv['path']}) runs and builds {nv['archs'][0]} … {nv['archs'][-1]}",
@@ -157,7 +158,7 @@ def _nvcc_finding(nv: dict[str, Any]) -> Finding:
                           "before CUDA 11 has no --list-gpu-arch), so the arch lists are not judged against it.")
 
 
-def _arch_list_finding(facts: Facts, f: dict[str, Any]) -> Finding:
+def _arch_list_finding(facts: Facts, f: Mapping[str, Any]) -> Finding:
     """The arch list DeepSpeed's next JIT build uses, against nvcc and the GPUs."""
     gpus = f.get("gpus") or []
     ccs = [g.get("cc") for g in gpus]
@@ -241,8 +242,8 @@ def _arch_list_finding(facts: Facts, f: dict[str, Any]) -> Finding:
                    detail="torch emits " + " ".join(f"-gencode=arch={a},code={c}" for a, c in pairs) + "." + why)
 
 
-def _kernel_image(facts: Facts, fid: str, what: str, pairs: list[list[str]], gpus: list[dict[str, Any]],
-                  nv: dict[str, Any], rebuild_hint: str) -> Finding:
+def _kernel_image(facts: Facts, fid: str, what: str, pairs: list[list[str]], gpus: Sequence[Mapping[str, Any]],
+                  nv: Mapping[str, Any], rebuild_hint: str) -> Finding:
     tuples = [(a, c) for a, c in pairs]
     known = [g for g in gpus if cap.cc_tuple(g.get("cc"))]
     missing = [g for g in known if cap.runs_on(cap.cc_tuple(g["cc"]) or (0, 0), tuples) is None]
@@ -300,10 +301,10 @@ def check_arch_list(facts: Facts) -> list[Finding]:
             what = f"JIT op {op['name']}" + (" (its built .so)" if built else " (its build.ninja)")
             out.append(_kernel_image(facts, f"gpu.capability.kernel-image.{op['name']}", what, pairs, gpus, nv,
                                      "torch rebuilds it for the new arch list when TORCH_CUDA_ARCH_LIST changes."))
-    for op in f.get("prebuilt") or []:
-        if op.get("pairs"):
-            out.append(_kernel_image(facts, f"gpu.capability.kernel-image.{op['name']}",
-                                     f"prebuilt op {op['name']} ({op['path']})", op["pairs"], gpus, {},
+    for pre in f.get("prebuilt") or []:
+        if pre.get("pairs"):
+            out.append(_kernel_image(facts, f"gpu.capability.kernel-image.{pre['name']}",
+                                     f"prebuilt op {pre['name']} ({pre['path']})", pre["pairs"], gpus, {},
                                      "Reinstall DeepSpeed with DS_BUILD_OPS=1 and TORCH_CUDA_ARCH_LIST naming the "
                                      "GPUs' compute capability, or let it JIT-build the op."))
     return out

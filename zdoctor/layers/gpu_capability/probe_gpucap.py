@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from zdoctor.core.factstypes import GpucapFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import facts_of, probe
 from zdoctor.layers.gpu_capability import capability as cap
@@ -166,7 +167,7 @@ def collect_gpucap(env: dict[str, str], nv: dict[str, Any], cuda_stack: dict[str
 
 
 @probe("gpucap", title="GPU compute capability against the job's precision and arch lists", timeout=NVCC_TIMEOUT + 15,
-       needs=("nvml", "cuda_stack", "pyenv", "jitcache", "dsconfig", "dsrelease"), background=True)
+       needs=("nvml", "cuda_stack", "pyenv", "jitcache", "dsconfig", "dsrelease"), background=True, facts=GpucapFacts)
 def gpucap_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Compute capability per GPU, ``nvcc --list-gpu-arch``, and the arch lists of torch and the JIT ops."""
     env = dict(target_of(host).env)

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from zdoctor.core.factstypes import JitbuildlogFacts, JitbuildlogNinjas, JitbuildlogOps
 from zdoctor.core.model import Finding, Remedy
 from zdoctor.core.registry import Facts, check
 from zdoctor.layers import not_checked
@@ -24,11 +26,11 @@ def _seconds(ms: int | None) -> str:
     return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min"
 
 
-def _ninja_word(n: dict[str, Any]) -> str:
+def _ninja_word(n: Mapping[str, Any]) -> str:
     return f"{n['path']} ({n.get('version') or '?'})"
 
 
-def _same_ninja_remedies(launch: dict[str, Any], others: list[dict[str, Any]], op: dict[str, Any],
+def _same_ninja_remedies(launch: Mapping[str, Any], others: Sequence[Mapping[str, Any]], op: Mapping[str, Any],
                          python: str | None) -> list[Remedy]:
     """One ninja for every shell: the one that reads this op's log as up to date when there is one."""
     preds = op.get("predictions") or {}
@@ -55,8 +57,8 @@ def _same_ninja_remedies(launch: dict[str, Any], others: list[dict[str, Any]], o
     return rems
 
 
-def _op_finding(facts: Facts, f: dict[str, Any], op: dict[str, Any], launch: dict[str, Any],
-                others: list[dict[str, Any]]) -> Finding:
+def _op_finding(facts: Facts, f: JitbuildlogFacts, op: JitbuildlogOps, launch: JitbuildlogNinjas,
+                others: Sequence[Mapping[str, Any]]) -> Finding:
     fid = f"{NAME}.{op['name']}"
     if op.get("error"):
         return Finding(id=fid, status="skip", title=f"op {op['name']}: build.ninja could not be read",

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from zdoctor.core.factstypes import JitbuildlogFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import facts_of, probe
 from zdoctor.layers.gpu_capability import capability as cap
@@ -146,7 +147,8 @@ def collect_jitbuildlog(env: dict[str, str], jit: dict[str, Any], prereq: dict[s
 
 
 @probe("jitbuildlog", title="JIT ops' build logs against the ninja and environment of the next launch",
-       timeout=NINJA_TIMEOUT * 3 + 20, needs=("jitcache", "jitprereq", "pyenv", "cuda_stack", "nvml"), background=True)
+       timeout=NINJA_TIMEOUT * 3 + 20, needs=("jitcache", "jitprereq", "pyenv", "cuda_stack", "nvml"), background=True,
+       facts=JitbuildlogFacts)
 def jitbuildlog_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Each JIT op's .ninja_log format and command hashes against each shell's ninja, and build.ninja's
     compiler, nvcc, include dirs and arch flags against what torch would write now."""

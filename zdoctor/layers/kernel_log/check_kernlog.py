@@ -10,6 +10,7 @@ ring buffer, are not seen, and the finding says from when it looked.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from zdoctor.core import packages as pkgmgr
@@ -43,7 +44,7 @@ def when(t: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t)) if t is not None else "an unknown time"
 
 
-def scope(kl: dict[str, Any]) -> str:
+def scope(kl: Mapping[str, Any]) -> str:
     """Where the records come from and the window they cover, in one sentence."""
     w = kl.get("window") or {}
     src = {"kmsg": "/dev/kmsg", "journalctl": "journalctl -k (this boot)"}.get(kl.get("source") or "", "the log")
@@ -73,7 +74,7 @@ def _gpus_by_bus(facts: Facts) -> dict[str, dict[str, Any]] | None:
     for g in nv["gpus"]:
         key = bus_address(g.get("pci_bus_id"))
         if key:
-            out[key] = g
+            out[key] = dict(g)
     return out
 
 
@@ -95,7 +96,7 @@ def _table(facts: Facts, label: str, columns: list[str], rows: list[list[str]], 
     return table
 
 
-def _kernel_log(facts: Facts, fid: str, title: str) -> tuple[dict[str, Any] | None, Finding | None]:
+def _kernel_log(facts: Facts, fid: str, title: str) -> tuple[Mapping[str, Any] | None, Finding | None]:
     kl = facts.of("kernel_log")
     if kl is None:
         return None, not_checked(f"{fid}.not-checked", title, facts.why_not("kernel_log"),
@@ -121,7 +122,7 @@ def module_now(facts: Facts) -> tuple[bool | None, str]:
                   "are absent)"
 
 
-def device_now(kl: dict[str, Any], key: str | None, gpus: dict[str, dict[str, Any]] | None,
+def device_now(kl: Mapping[str, Any], key: str | None, gpus: dict[str, dict[str, Any]] | None,
                nvidia: bool = True) -> tuple[bool | None, str]:
     """Whether the record's PCI device is on the bus now (an NVIDIA one where ``nvidia``; None: not known),
     and the fact: the bus as sysfs shows it, else a GPU NVML lists at that address."""
@@ -148,7 +149,7 @@ def driver_release_now(facts: Facts) -> str | None:
     return module.get("release") or nv.get("driver")
 
 
-def _present_rows(kl: dict[str, Any], key: str | None, module: tuple[bool | None, str],
+def _present_rows(kl: Mapping[str, Any], key: str | None, module: tuple[bool | None, str],
                   device: tuple[bool | None, str]) -> list[list[str]]:
     word = {True: "agrees", False: "contradicts", None: "cannot confirm"}
     src = "/dev/kmsg (this boot only)" if kl.get("source") == "kmsg" else "journalctl -k (this boot only)"

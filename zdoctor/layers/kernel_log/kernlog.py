@@ -23,6 +23,7 @@ import json
 import os
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -364,7 +365,7 @@ def _aer_severity(text: str) -> str:
     return "corrected"
 
 
-def records_at(facts: dict[str, Any], buses: list[str | None]) -> list[dict[str, Any]]:
+def records_at(facts: Mapping[str, Any], buses: list[str | None]) -> list[dict[str, Any]]:
     """The Xid and AER records of the kernel_log probe's ``facts`` at any of ``buses`` (written any way), in
     log order (by time)."""
     keys = {bus_address(b) for b in buses if b} - {None}

@@ -20,6 +20,7 @@ import os
 import time
 from typing import Any
 
+from zdoctor.core.factstypes import KernelLogFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.plural import count_of
 from zdoctor.core.registry import probe
@@ -182,7 +183,8 @@ def since_setting(value: str | None) -> tuple[float | None, str | None]:
     return parsed.timestamp(), None
 
 
-@probe("kernel_log", title="The kernel log: NVIDIA Xid and NVRM records, PCIe AER errors, OOM kills", timeout=45.0)
+@probe("kernel_log", title="The kernel log: NVIDIA Xid and NVRM records, PCIe AER errors, OOM kills", timeout=45.0,
+       facts=KernelLogFacts)
 def kernel_log_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Reads the kernel log bounded, and keeps the records a GPU node's failures are told by."""
     since, why = since_setting(os.environ.get(SINCE_ENV))

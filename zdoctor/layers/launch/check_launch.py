@@ -5,8 +5,10 @@ launcher's device selection for the installed release (``launcher.devices``), an
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
+from zdoctor.core.factstypes import HostfileFacts, LaunchLaunch
 from zdoctor.core.model import Evidence, Finding, Remedy
 from zdoctor.core.plural import count_of
 from zdoctor.core.registry import Facts, check
@@ -20,12 +22,12 @@ ONE_PROCESS = (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER
                ("MASTER_PORT", "29500"))
 
 
-def _program(launch: dict[str, Any]) -> list[str]:
+def _program(launch: Mapping[str, Any]) -> list[str]:
     inner = launch.get("inner")
     return list((inner or launch).get("program") or [])
 
 
-def _relaunch_remedies(launch: dict[str, Any]) -> list[Remedy]:
+def _relaunch_remedies(launch: LaunchLaunch) -> list[Remedy]:
     """Relaunch the program with a launcher (every GPU of the node), or as one rank of one."""
     program = _program(launch)
     if not program:
@@ -196,7 +198,7 @@ def check_devices(facts: Facts) -> list[Finding]:
                         f"CUDA_VISIBLE_DEVICES is unknown ({how})", ev)]
 
 
-def _include_remedy(cvd: str, launch: dict[str, Any]) -> Remedy:
+def _include_remedy(cvd: str, launch: LaunchLaunch) -> Remedy:
     words = ["env", "-u", "CUDA_VISIBLE_DEVICES", "deepspeed", "--include", f"localhost:{cvd}",
              *(launch.get("program") or ["train.py"])]
     return Remedy(title="Name the GPUs with --include and leave CUDA_VISIBLE_DEVICES unset for the launcher",
@@ -206,7 +208,7 @@ def _include_remedy(cvd: str, launch: dict[str, Any]) -> Remedy:
                               "5818).")
 
 
-def _filter_slots(facts: Facts, opts: dict[str, Any], hf: dict[str, Any], ev: list[Evidence]) -> list[Finding]:
+def _filter_slots(facts: Facts, opts: dict[str, Any], hf: HostfileFacts, ev: list[Evidence]) -> list[Finding]:
     """--include/--exclude slots the hostfile does not give its host: the launcher's "No slot" error."""
     spec = opts.get("include") or opts.get("exclude")
     nodes = {n["name"]: n.get("slots") for n in hf.get("nodes") or []}
@@ -224,7 +226,7 @@ def _filter_slots(facts: Facts, opts: dict[str, Any], hf: dict[str, Any], ev: li
     explains = [i for h, s in bad for i in ids_for(facts, "hostfile-slot", host=h, slot=s)]
     return [Finding(id="launcher.devices", status="fail",
                     title=f"--include/--exclude names {count_of(len(bad), 'slot')} the hostfile does not give",
-                    detail="; ".join(f"{h} has slots={nodes[h]} (0..{int(nodes[h]) - 1}), not slot {s}"
+                    detail="; ".join(f"{h} has slots={nodes[h]} (0..{int(nodes[h] or 0) - 1}), not slot {s}"
                                      for h, s in bad)
                     + f". The launcher stops with \"No slot '{bad[0][1]}' specified on host '{bad[0][0]}'\" "
                       "(deepspeed/launcher/runner.py parse_resource_filter).",
@@ -240,8 +242,9 @@ def check_hostfile(facts: Facts) -> list[Finding]:
     if hf is None:
         return [not_checked(nc, "The hostfile", facts.why_not("hostfile"))]
     ev = facts.evidence("hostfile")
-    if hf.get("error"):
-        return [Finding(id=cid, status="fail", title="The hostfile cannot be used", detail=hf["error"], evidence=ev)]
+    error = hf.get("error")
+    if error:
+        return [Finding(id=cid, status="fail", title="The hostfile cannot be used", detail=error, evidence=ev)]
     unresolved = [r for r in hf.get("resolve") or [] if not r.get("addresses")]
     failing = [s for s in hf.get("ssh") or [] if not s.get("ok")]
     total = count_of(len(hf.get("nodes") or []), "host")

@@ -21,6 +21,7 @@ from typing import Any
 import psutil
 
 from zdoctor.core.errors import InputError
+from zdoctor.core.factstypes import HostfileFacts, LaunchFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import facts_of, probe
 from zdoctor.layers.launch import hostcheck
@@ -137,7 +138,8 @@ def collect_launch(command: str | None, env: dict[str, str], pyenv: dict[str, An
     return facts, ev
 
 
-@probe("launch", title="The launcher and the environment each rank gets", timeout=30, needs=("pyenv",))
+@probe("launch", title="The launcher and the environment each rank gets", timeout=30, needs=("pyenv",),
+       facts=LaunchFacts)
 def launch_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     target = target_of(host)
     pid = target.options.get("pid")
@@ -210,7 +212,8 @@ def collect_hostfile(path: str, source: str, *, ssh: bool = True, run_as: Any = 
     return facts, ev
 
 
-@probe("hostfile", title="The hostfile's hosts: resolved here, reached by ssh", timeout=90, needs=("launch",))
+@probe("hostfile", title="The hostfile's hosts: resolved here, reached by ssh", timeout=90, needs=("launch",),
+       facts=HostfileFacts)
 def hostfile_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     target = target_of(host)
     launch = (facts_of(host, "launch").get("launch")) or parse_launch(target.command)

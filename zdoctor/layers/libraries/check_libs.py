@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
+from zdoctor.core.factstypes import LibsFacts, LivetraceFacts, ShellinitFacts
 from zdoctor.core.model import Evidence, Finding, Remedy
 from zdoctor.core.packages import managers
 from zdoctor.core.registry import Facts, check, predicate
@@ -36,7 +38,7 @@ def _same(a: str | None, b: str | None) -> bool:
     return os.path.normpath(a) == os.path.normpath(b)
 
 
-def _recorded_copy(libs: dict[str, Any], path: str | None) -> dict[str, Any] | None:
+def _recorded_copy(libs: LibsFacts, path: str | None) -> Mapping[str, Any] | None:
     """The inventory record of the libstdc++ at ``path`` (by path as written or real file)."""
     if not path:
         return None
@@ -46,7 +48,7 @@ def _recorded_copy(libs: dict[str, Any], path: str | None) -> dict[str, Any] | N
     return None
 
 
-def _realpath_of(libs: dict[str, Any], path: str, recorded: str | None = None) -> str:
+def _realpath_of(libs: LibsFacts, path: str, recorded: str | None = None) -> str:
     """The real file behind ``path``, from what was recorded (never by looking at this machine)."""
     if recorded:
         return recorded
@@ -54,7 +56,7 @@ def _realpath_of(libs: dict[str, Any], path: str, recorded: str | None = None) -
     return c["realpath"] if c and c.get("realpath") else os.path.normpath(path)
 
 
-def _static_target_for(libs: dict[str, Any], required_by: str) -> dict[str, Any] | None:
+def _static_target_for(libs: LibsFacts, required_by: str) -> dict[str, Any] | None:
     for t in libs.get("targets") or []:
         if _same(t["target"]["path"], required_by) or any(_same(p, required_by) for p in t.get("new_objects") or []):
             return t
@@ -192,8 +194,8 @@ def check_glibcxx(facts: Facts) -> list[Finding]:
     cid = "libs.glibcxx"
     libs = facts.of("libs") or {}
     if not libs:
-        return [not_checked(cid, "Library versions",
-                            (facts.get("libs").error if facts.get("libs") else None) or "no static audit")]
+        res = facts.get("libs")
+        return [not_checked(cid, "Library versions", (res.error if res else None) or "no static audit")]
     groups = failure_groups(facts)
     ev = facts.evidence("libs", kinds=("table",))
     if not groups:
@@ -248,7 +250,7 @@ def check_glibcxx(facts: Facts) -> list[Finding]:
     return out
 
 
-def probe_steps(live: dict[str, Any]) -> tuple[list[str], list[str]]:
+def probe_steps(live: LivetraceFacts) -> tuple[list[str], list[str]]:
     """The default import probe's steps that loaded (``import torch``...) and those skipped, with why."""
     loaded = [str(s.get("step")) for s in live.get("steps") or [] if s.get("ok") is True]
     skipped = [f"{str(s.get('step')).replace('import ', '')} ({s.get('skipped')})"
@@ -418,7 +420,7 @@ def check_inventory(facts: Facts) -> list[Finding]:
     if not libs:
         return [Finding(id="libs.inventory", status="skip", title="libstdc++ inventory: not taken")]
     needs = needed_versions(libs, facts.of("livetrace") or {})
-    copies = [dict(c, has_every_need=has_every(c, needs)) for c in libs.get("inventory") or []]
+    copies: list[dict[str, Any]] = [dict(c, has_every_need=has_every(c, needs)) for c in libs.get("inventory") or []]
     ev = [e for e in facts.evidence("libs", kinds=("table",)) if e.label.startswith("every libstdc++")]
     # the copy the run loaded (or failed with) may sit where the inventory does not look (an extension's
     # RUNPATH, a dlopen by path): count it too
@@ -496,9 +498,9 @@ def check_ext_compilers(facts: Facts) -> list[Finding]:
     tool = facts.get("toolchain")
     rows: list[list[str]] = []
     if tool is not None and tool.status == "ok":
-        for ev in tool.evidence:
-            if ev.kind == "table" and ev.table is not None and len(ev.table.columns) == 4:
-                rows += [list(r) for r in ev.table.rows]
+        for piece in tool.evidence:
+            if piece.kind == "table" and piece.table is not None and len(piece.table.columns) == 4:
+                rows += [list(r) for r in piece.table.rows]
     winner = libs.get("libstdcxx") or {}
     have = winner.get("glibcxx_max")
     hl: list[int] = []
@@ -573,7 +575,7 @@ def check_env_source(facts: Facts) -> list[Finding]:
     return out
 
 
-def _comment_out_remedy(init: dict[str, Any], line: dict[str, Any], var: str, entry: str) -> Remedy | None:
+def _comment_out_remedy(init: ShellinitFacts, line: dict[str, Any], var: str, entry: str) -> Remedy | None:
     """The edit that comments out one recorded startup line, through the safe core (None when the file's
     bytes were not recorded, or the line is no longer what was found)."""
     path, number = str(line["file"]), int(line["line"])
@@ -663,7 +665,7 @@ def live_failed(facts: Facts) -> bool:
     return bool(live) and not live.get("ok")
 
 
-def hang_evidence(live: dict[str, Any]) -> bool:
+def hang_evidence(live: LivetraceFacts) -> bool:
     """Whether a run that reached its time limit shows a wait: a process sleeping or stuck in the kernel when
     sampled. Every process running on a CPU is progress (a slow run on a busy node), not a hang; with no
     sample, only the user's own --command limit counts, never the limit of zdoctor's own import probe."""

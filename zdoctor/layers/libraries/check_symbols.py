@@ -15,7 +15,7 @@ from zdoctor.layers.libraries.symbols import library_for_prefix
 from zdoctor.symptoms.match import ids_for
 from zdoctor.trials.remedies import Plan
 
-ABI_WORD = {0: "the old ABI (_GLIBCXX_USE_CXX11_ABI=0)", 1: "the C++11 ABI (_GLIBCXX_USE_CXX11_ABI=1)"}
+ABI_WORD: dict[Any, str] = {0: "the old ABI (_GLIBCXX_USE_CXX11_ABI=0)", 1: "the C++11 ABI (_GLIBCXX_USE_CXX11_ABI=1)"}
 
 
 def _llp_without(dir_: str) -> str:
@@ -51,7 +51,7 @@ def _link_finding(e: dict[str, Any], fid: str) -> Finding:
                   f"{ABI_WORD.get(prov_abi, 'an unknown ABI')}.",
                   "The two were compiled with different _GLIBCXX_USE_CXX11_ABI settings, so std::string (and "
                   "std::list) arguments mangle differently and the linker cannot match them."]
-        want = prov_abi if prov_abi in ABI_WORD else int(bool(torch_abi))
+        want = prov_abi if isinstance(prov_abi, int) and prov_abi in ABI_WORD else int(bool(torch_abi))
         return Finding(id=fid, status="fail",
                        title=f"Link failed: C++11 ABI mismatch with {os.path.basename(e['provider'])} "
                              f"(undefined reference to {shown})", detail="\n".join(lines),
@@ -223,7 +223,7 @@ def check_symbols(facts: Facts) -> list[Finding]:
 
     f = facts.of("symbols")
     if f is None or f.get("skipped"):
-        why = (f or {}).get("skipped") or facts.why_not("symbols")
+        why = (f.get("skipped") if f else None) or facts.why_not("symbols")
         return [not_checked("libs.symbols", "Undefined symbols", why)]
     errs = f.get("errors") or []
     nothing = live_unchecked(facts) if facts.of("livetrace") else None

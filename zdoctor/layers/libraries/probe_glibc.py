@@ -9,6 +9,7 @@ import platform
 import re
 from typing import Any
 
+from zdoctor.core.factstypes import GlibcFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import facts_of, probe
 from zdoctor.layers.libraries.probe_libs import LIVE_TIMEOUT
@@ -83,9 +84,9 @@ def collect_glibc(pyenv: dict[str, Any]) -> tuple[dict[str, Any], list[Evidence]
     per_lib = glibc_needs(libs)
     top = newest([x["newest"] for x in per_lib], "GLIBC")
     tags = wheel_tags(os.path.dirname(loc), "torch") if loc else []
-    tag_need = max((tag_glibc(t) for t in tags if tag_glibc(t)), default=None,
-                   key=lambda v: tuple(int(p) for p in v.split(".")))
-    facts = {"host": host_glibc(pyenv), "torch_location": loc, "torch_needs": top,
+    tag_glibcs = [g for g in (tag_glibc(t) for t in tags) if g]
+    tag_need = max(tag_glibcs, default=None, key=lambda v: tuple(int(p) for p in v.split(".")))
+    facts: dict[str, Any] = {"host": host_glibc(pyenv), "torch_location": loc, "torch_needs": top,
              "torch_needs_by": [x for x in per_lib if x["newest"] == top][:3], "wheel_tags": tags,
              "wheel_tag_glibc": tag_need, "libs_read": len(libs)}
     rows = [["host glibc", "gnu_get_libc_version", facts["host"] or "unknown"],
@@ -108,7 +109,7 @@ OWNERS_TIMEOUT = max(LIVE_TIMEOUT + 30, 90) + 30
 
 
 @probe("glibc", title="The host's glibc vs what torch needs, and who owns a library needing a newer one",
-       timeout=OWNERS_TIMEOUT, needs=("pyenv", "libs", "livetrace"))
+       timeout=OWNERS_TIMEOUT, needs=("pyenv", "libs", "livetrace"), facts=GlibcFacts)
 def glibc_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     """The host's glibc, torch's GLIBC_x needs, and the package (pip RECORD, conda-meta, dpkg -S or rpm -qf)
     of every library the loader refused for its GLIBC_x need (``owners``: {library: owner})."""

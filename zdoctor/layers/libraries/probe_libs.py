@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from zdoctor.core import progress
+from zdoctor.core.factstypes import LibfixFacts, LibsFacts, LivetraceFacts, ShellinitFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import facts_of, probe
 from zdoctor.layers.libraries.audit import static_audit, training_targets
@@ -81,7 +82,8 @@ def _interp_dirs(audit_facts: dict[str, Any], pyenv: dict[str, Any], config: Any
 
 # ---------------------------------------------------------------------------------------------- tables
 def targets_table(audit: dict[str, Any]) -> Evidence:
-    rows, hl = [], []
+    rows: list[list[str]] = []
+    hl: list[int] = []
     for t in audit.get("targets") or []:
         served = (t.get("served") or {}).get(LIBSTDCXX) or {}
         missing = ", ".join(sorted({f["version"] for f in t.get("failures") or []}))
@@ -95,11 +97,12 @@ def targets_table(audit: dict[str, Any]) -> Evidence:
 
 
 def inventory_table(copies: list[dict[str, Any]], needs: list[str], loaded: str | None) -> Evidence:
-    rows, hl = [], []
+    rows: list[list[str]] = []
+    hl: list[int] = []
     for c in copies:
         sat = "error: " + c["error"] if c.get("error") else ("yes" if set(needs) <= set(c.get("versions") or [])
                                                                else "no")
-        is_loaded = bool(loaded) and os.path.realpath(loaded) == c["realpath"]
+        is_loaded = loaded is not None and bool(loaded) and os.path.realpath(loaded) == c["realpath"]
         if is_loaded:
             hl.append(len(rows))
         real = c["realpath"] if c["realpath"] != c["path"] else ""
@@ -130,7 +133,8 @@ def compilers_table(audit: dict[str, Any], toolchain: dict[str, Any]) -> Evidenc
 
 
 # ---------------------------------------------------------------------------------------------- probes
-@probe("libs", title="Which libstdc++ the training loads (static)", timeout=90, needs=("pyenv", "jitcache"))
+@probe("libs", title="Which libstdc++ the training loads (static)", timeout=90, needs=("pyenv", "jitcache"),
+       facts=LibsFacts)
 def libs_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Emulate ld.so for the training process; inventory every libstdc++ copy."""
 
@@ -205,7 +209,9 @@ def rpath_copies(interp: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _read_preload(path: str) -> list[str]:
+def _read_preload(path: str | None) -> list[str]:
+    if not path:  # a loader configured without /etc/ld.so.preload
+        return []
     try:
         with open_regular_text(path, encoding="utf-8", errors="replace") as fh:
             return [w for line in fh for w in line.split("#", 1)[0].replace(":", " ").split()]
@@ -260,7 +266,7 @@ def _loaded_all(lt: Any, cap: int = 2000) -> list[dict[str, Any]]:
     return out
 
 
-@probe("livetrace", title="What the real loader does (LD_DEBUG)", timeout=LIVE_TIMEOUT + 30)
+@probe("livetrace", title="What the real loader does (LD_DEBUG)", timeout=LIVE_TIMEOUT + 30, facts=LivetraceFacts)
 def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Run the command under LD_DEBUG=libs,files,versions (strace where it helps); record what loaded."""
     from zdoctor.layers.libraries.live import parse_probe_output, trace_command
@@ -281,12 +287,12 @@ def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
               for e in lt.version_errors if not e.weak]
     seen = {(e["provider"], e["version"], e["required_by"]) for e in errors}
     for e in lt.stderr_version_errors:
-        d = e if isinstance(e, dict) else {"provider": e.provider, "version": e.version,
-                                           "required_by": e.required_by, "message": e.message}
+        d: dict[str, Any] = e if isinstance(e, dict) else {"provider": e.provider, "version": e.version,
+                                                           "required_by": e.required_by, "message": e.message}
         if (d["provider"], d["version"], d["required_by"]) not in seen:
             errors.append(d)
-    for e in errors:
-        describe_provider(e)
+    for known in errors:
+        describe_provider(known)
     facts = {
         "argv": list(argv),
         "source": why,
@@ -319,7 +325,7 @@ def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
 
 
 @probe("libfix", title="Remedies, each re-run to prove it", timeout=VERIFY_TIMEOUT + 60,
-       needs=("pyenv", "libs", "livetrace"))
+       needs=("pyenv", "libs", "livetrace"), facts=LibfixFacts)
 def libfix_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Propose the remedies the evidence supports, then verify each by re-running the command.
 
@@ -367,7 +373,8 @@ def libfix_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
             "early_trials": {"started": early, "moot": early_unused}}, evidence
 
 
-@probe("shellinit", title="Shell startup files that set LD_LIBRARY_PATH or LD_PRELOAD", timeout=20.0)
+@probe("shellinit", title="Shell startup files that set LD_LIBRARY_PATH or LD_PRELOAD", timeout=20.0,
+       facts=ShellinitFacts)
 def shellinit_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Read (never run) the training user's and the system's shell startup files, and the activate.d
     scripts of the conda prefixes in play, for the lines that set LD_LIBRARY_PATH or LD_PRELOAD."""

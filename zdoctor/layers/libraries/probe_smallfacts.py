@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from zdoctor.core.factstypes import OtherCachesFacts, ShmAccessFacts, StdcxxLinksFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import probe
 from zdoctor.proc import asuser, scratch
@@ -64,7 +65,7 @@ def shm_access(path: str = "/dev/shm", user: dict[str, str] | None = None) -> di
     return out
 
 
-@probe("shm_access", title="Can the training user create files in /dev/shm", timeout=10)
+@probe("shm_access", title="Can the training user create files in /dev/shm", timeout=10, facts=ShmAccessFacts)
 def shm_access_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     job = target_of(host)
     options = dict(job.options)
@@ -120,7 +121,7 @@ def other_caches(env: dict[str, str], proc_locks: str = "/proc/locks",
         while probe_path and not os.path.exists(probe_path):
             probe_path = os.path.dirname(probe_path)
         mount = mount_of(probe_path or "/", mounts) if probe_path else None
-        lock_files = []
+        lock_files: list[dict[str, Any]] = []
         if os.path.isdir(path):
             try:
                 for entry in list(os.scandir(path))[:4096]:
@@ -134,7 +135,7 @@ def other_caches(env: dict[str, str], proc_locks: str = "/proc/locks",
     return out
 
 
-@probe("other_caches", title="Triton caches: filesystem and held locks", timeout=20)
+@probe("other_caches", title="Triton caches: filesystem and held locks", timeout=20, facts=OtherCachesFacts)
 def other_caches_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     env = dict(getattr(host, "env", None) or os.environ)
     caches = other_caches(env)
@@ -186,7 +187,8 @@ def stdcxx_links(dirs: list[tuple[str, str]]) -> list[dict[str, Any]]:
     return out
 
 
-@probe("stdcxx_links", title="libstdc++.so.6 links beside versioned files", timeout=20, needs=("pyenv",))
+@probe("stdcxx_links", title="libstdc++.so.6 links beside versioned files", timeout=20, needs=("pyenv",),
+       facts=StdcxxLinksFacts)
 def stdcxx_links_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     env = dict(getattr(host, "env", None) or os.environ)
     res = host.result("pyenv")

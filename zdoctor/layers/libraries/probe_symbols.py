@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from zdoctor.core.factstypes import SymbolsFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import facts_of, probe
 from zdoctor.layers.libraries import symbols as sy
@@ -67,7 +68,7 @@ def collect_symbols(live: dict[str, Any], pyenv: dict[str, Any], env: dict[str, 
 
 
 @probe("symbols", title="Undefined symbols, demangled and triaged", timeout=90 + 3 * TRIAL_TIMEOUT,
-       needs=("livetrace", "pyenv"))
+       needs=("livetrace", "pyenv"), facts=SymbolsFacts)
 def symbols_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     live = facts_of(host, "livetrace")
     if not live:

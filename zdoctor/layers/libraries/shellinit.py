@@ -13,7 +13,7 @@ import glob
 import hashlib
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from zdoctor.proc.userfile import open_regular
@@ -110,7 +110,7 @@ def commented_out(text: str, number: int, why: str) -> str | None:
     return "".join(lines)
 
 
-def lines_for_entry(facts: dict[str, Any] | None, variable: str, entry: str) -> list[dict[str, Any]]:
+def lines_for_entry(facts: Mapping[str, Any] | None, variable: str, entry: str) -> list[dict[str, Any]]:
     """The recorded lines that set ``variable`` and name ``entry`` (a directory or file), first read first."""
     norm = os.path.normpath(entry)
     out = []

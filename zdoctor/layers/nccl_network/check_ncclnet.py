@@ -3,6 +3,7 @@ MASTER_ADDR and the hostfile's hosts, and the InfiniBand / RoCE ports against th
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from zdoctor.core.model import Evidence, Finding, Remedy
@@ -16,14 +17,14 @@ NO_PEERS = ("not examined: no hostfile or MASTER_ADDR given (name the job's node
             "MASTER_ADDR in the training environment)")
 
 
-def _ifname_value(name: str, interfaces: list[dict[str, Any]]) -> str:
+def _ifname_value(name: str, interfaces: Sequence[Mapping[str, Any]]) -> str:
     """The NCCL_SOCKET_IFNAME value that selects exactly ``name``: the name itself, or ``=name`` when another
     interface starts with it (a prefix would select both)."""
     others = [i["ifname"] for i in interfaces if i["ifname"] != name and i["ifname"].startswith(name)]
     return f"={name}" if others else name
 
 
-def _ifname_remedy(name: str, interfaces: list[dict[str, Any]], why: str, current: str | None) -> Remedy:
+def _ifname_remedy(name: str, interfaces: Sequence[Mapping[str, Any]], why: str, current: str | None) -> Remedy:
     value = _ifname_value(name, interfaces)
     return Remedy(title=f"Point NCCL at {name}: export NCCL_SOCKET_IFNAME={value}",
                   commands=[f"export NCCL_SOCKET_IFNAME={shell_quote(value)}"],
@@ -33,11 +34,11 @@ def _ifname_remedy(name: str, interfaces: list[dict[str, Any]], why: str, curren
                   explanation=why)
 
 
-def _iface(nf: dict[str, Any], name: str | None) -> dict[str, Any] | None:
+def _iface(nf: Mapping[str, Any], name: str | None) -> dict[str, Any] | None:
     return next((i for i in nf.get("interfaces") or [] if i["ifname"] == name), None)
 
 
-def _route_devs(nf: dict[str, Any]) -> list[str]:
+def _route_devs(nf: Mapping[str, Any]) -> list[str]:
     """The interfaces the routes to the peers use (most common first), local deliveries left out."""
     counts: dict[str, int] = {}
     for p in nf.get("peers") or []:
@@ -47,7 +48,7 @@ def _route_devs(nf: dict[str, Any]) -> list[str]:
     return sorted(counts, key=lambda d: -counts[d])
 
 
-def _masters_with_address(interfaces: list[dict[str, Any]], ports: list[str]) -> list[tuple[str, str]]:
+def _masters_with_address(interfaces: Sequence[Mapping[str, Any]], ports: list[str]) -> list[tuple[str, str]]:
     """(port, master) for each of ``ports`` enslaved to a bond or bridge that has an address."""
     out = []
     for port in ports:
@@ -59,7 +60,7 @@ def _masters_with_address(interfaces: list[dict[str, Any]], ports: list[str]) ->
     return out
 
 
-def _multi_node(nf: dict[str, Any]) -> bool:
+def _multi_node(nf: Mapping[str, Any]) -> bool:
     return any((p.get("route") or {}).get("type") != "local" for p in nf.get("peers") or [] if p.get("route"))
 
 
@@ -70,7 +71,7 @@ def _at_probe_time(facts: Facts, probe: str, ev: Evidence) -> Evidence:
     return ev
 
 
-def _table(nf: dict[str, Any], chosen: list[dict[str, Any]]) -> Evidence:
+def _table(nf: Mapping[str, Any], chosen: Sequence[Mapping[str, Any]]) -> Evidence:
     names = [c["ifname"] for c in chosen]
     rows, hl = [], []
     for n, i in enumerate(nf.get("interfaces") or []):
@@ -85,7 +86,7 @@ def _table(nf: dict[str, Any], chosen: list[dict[str, Any]]) -> Evidence:
                                                                   "master", "members"], rows, hl)
 
 
-def _env_note(nf: dict[str, Any]) -> Evidence:
+def _env_note(nf: Mapping[str, Any]) -> Evidence:
     env = nf.get("env") or {}
     rules = nf.get("choice") or {}
     text = "\n".join(f"{k}={v}" for k, v in sorted(env.items())) or "(no NCCL variable set)"
@@ -99,7 +100,7 @@ def _env_note(nf: dict[str, Any]) -> Evidence:
     return Evidence.note("the training's NCCL variables", text + "\nsource: " + "; ".join(ncclnet.SOURCES[:2]))
 
 
-def _log_lines(log: dict[str, Any] | None, predicted: str | None) -> tuple[list[str], str | None]:
+def _log_lines(log: Mapping[str, Any] | None, predicted: str | None) -> tuple[list[str], str | None]:
     """What NCCL's own output said, and whether it disagrees with the rules' prediction."""
     if not log or not log.get("seen"):
         where = " in " + ", ".join(log["sources"]) if log and log.get("sources") else ""
@@ -166,7 +167,7 @@ def check_socket(facts: Facts) -> list[Finding]:
         return [Finding(id=fid, status="fail", title="NCCL finds no interface to use" if not without else
                         f"NCCL_SOCKET_IFNAME selects {', '.join(without)}, which has no address",
                         detail="\n".join([what + ".", *log_lines]), evidence=ev, remedies=rem, explains=explained)]
-    first: dict[str, Any] = chosen[0]
+    first: Mapping[str, Any] = chosen[0]
     iface = _iface(nf, first["ifname"]) or {}
     problems: list[str] = []
     status = "ok"
@@ -229,7 +230,8 @@ def check_peers(facts: Facts) -> list[Finding]:
         return [not_checked(f"{fid}.not-checked", "Routes to the other nodes",
                             "NCCL has no interface to route from (see nccl.socket)")]
     mine = chosen[0]["ifname"]
-    rows, hl, bad = [], [], []
+    rows: list[list[str]] = []
+    hl, bad = [], []
     for n, p in enumerate(peers):
         r = p.get("route") or {}
         if p.get("address") is None:
@@ -322,7 +324,7 @@ def check_ib(facts: Facts) -> list[Finding]:
                     explains=explained)]
 
 
-def _roce_v2_index(ib: dict[str, Any], a: dict[str, Any]) -> int | None:
+def _roce_v2_index(ib: Mapping[str, Any], a: dict[str, Any]) -> int | None:
     """The index of a RoCE v2 GID with a routable address that every usable RoCE port has."""
     common: set[int] | None = None
     for d in ib.get("devices") or []:

@@ -16,6 +16,7 @@ The formats, from NCCL's source:
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 _PREFIX = r"NCCL INFO "
@@ -73,7 +74,7 @@ def parse(text: str) -> dict[str, Any]:
     return out
 
 
-def chosen_interface(log: dict[str, Any]) -> str | None:
+def chosen_interface(log: Mapping[str, Any]) -> str | None:
     """The interface NCCL said it bootstraps on (else the first socket / OOB one)."""
     for key in ("bootstrap", "ib_oob"):
         if log.get(key):

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from zdoctor.core.errors import InputError
+from zdoctor.core.factstypes import InfinibandFacts, NcclLogFacts, NcclNetFacts
 from zdoctor.core.model import Evidence, cap_text
 from zdoctor.core.registry import probe
 from zdoctor.layers.launch.hosts import host_problem, read_hostfile
@@ -101,7 +102,7 @@ def _hostfile(path: str | None) -> dict[str, Any] | None:
 
 
 @probe("nccl_net", title="NCCL's network: interfaces, the one NCCL chooses, routes to the other nodes", timeout=60.0,
-       background=True)
+       background=True, facts=NcclNetFacts)
 def nccl_net_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     target = target_of(host)
     env = {k: target.env[k] for k in ENV_NAMES if k in target.env}
@@ -146,7 +147,7 @@ def nccl_net_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     return facts, evidence
 
 
-@probe("infiniband", title="InfiniBand / RoCE ports and their GID tables", timeout=15.0)
+@probe("infiniband", title="InfiniBand / RoCE ports and their GID tables", timeout=15.0, facts=InfinibandFacts)
 def infiniband_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     facts = infiniband.read_devices()
     if not facts["present"]:
@@ -160,7 +161,7 @@ def infiniband_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
 
 
 @probe("nccl_log", title="What NCCL's own output said it chose (NCCL_DEBUG=INFO)", timeout=30.0,
-       needs=("livetrace",), derived=True)
+       needs=("livetrace",), derived=True, facts=NcclLogFacts)
 def nccl_log_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     target = target_of(host)
     parts: list[str] = []

@@ -5,6 +5,7 @@ that shows the job was killed. Never "RAM is fine" while either says otherwise."
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from zdoctor.core.causes import CGROUP_LIMIT, UNKNOWN_KILL, WHAT_WOULD_TELL, kill_cause, oom_cause
@@ -168,7 +169,7 @@ def check_hostram(facts: Facts) -> list[Finding]:
     return out
 
 
-def _memcg_kill(f: dict[str, Any], kills: list[dict[str, Any]], lines: list[str], ev: list[Evidence],
+def _memcg_kill(f: Mapping[str, Any], kills: list[dict[str, Any]], lines: list[str], ev: list[Evidence],
                 rem: list[Remedy]) -> Finding:
     """A kill by the memory cgroup's own limit: the job's limit, not the host's memory, ran out."""
     k = kills[0]
@@ -199,7 +200,7 @@ def _memcg_kill(f: dict[str, Any], kills: list[dict[str, Any]], lines: list[str]
                    detail="\n".join(detail), evidence=ev, remedies=[limit_rem] + rem)
 
 
-def job_oom_kills(facts: Facts, f: dict[str, Any]) -> list[dict[str, Any]]:
+def job_oom_kills(facts: Facts, f: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The OOM kills of this job: the kernel log's records (the better source: constraint, cgroup and limit
     whole) of a pid the --log's OOM lines or the --command run name, then the --log's records the kernel log
     does not hold (an earlier boot, a log copied from another node). Kills of other processes on the node
@@ -237,7 +238,7 @@ def job_kill_cause(facts: Facts) -> str | None:
     return kill_cause(job_oom_kills(facts, facts.of("hostram") or {}), job_cgroup_oom_kills(facts))
 
 
-def _where(f: dict[str, Any], k: dict[str, Any], line_word: str = "") -> str:
+def _where(f: Mapping[str, Any], k: dict[str, Any], line_word: str = "") -> str:
     """Where a kill's record is: the kernel log (with its time), or the --log's line (``line_word`` + its
     number when given, else ``LOG:N``)."""
     if k.get("source") == "kernel log":
@@ -270,12 +271,12 @@ def _kernel_log_says(facts: Facts) -> str:
             "whether one of them was this job's kill is not known (kernel.oom lists them).")
 
 
-def _within(f: dict[str, Any]) -> str:
+def _within(f: Mapping[str, Any]) -> str:
     """`` under the job's cgroup limit of 8.00 GiB`` when that limit, not the host, gave the figure."""
     return f" under the job's cgroup limit of {gib(f.get('mem_total'))}" if f.get("mem_source") == "cgroup" else ""
 
 
-def _limit_first(f: dict[str, Any], rem: list[Remedy]) -> list[Remedy]:
+def _limit_first(f: Mapping[str, Any], rem: list[Remedy]) -> list[Remedy]:
     """The remedies, led by raising the job's memory limit when that limit is what the need does not fit."""
     if f.get("mem_source") != "cgroup":
         return rem

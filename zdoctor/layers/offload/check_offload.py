@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from zdoctor.core.errors import InputError
@@ -56,7 +57,7 @@ def _gib(n: float | None) -> str:
     return planner.gib(n)
 
 
-def _where(ds: dict[str, Any], lint: dict[str, Any]) -> str:
+def _where(ds: Mapping[str, Any], lint: dict[str, Any]) -> str:
     if lint.get("line"):
         return f"{ds.get('path')}:{lint['line']}:{lint.get('col') or 1}"
     return lint.get("key") or ds.get("path") or "?"
@@ -64,7 +65,7 @@ def _where(ds: dict[str, Any], lint: dict[str, Any]) -> str:
 
 # -- remedies ------------------------------------------------------------------------------------------
 
-def config_edit_needs_root(ds: dict) -> bool:
+def config_edit_needs_root(ds: Mapping[str, Any]) -> bool:
     """Whether rewriting the ds_config needs root, from its recorded directory: one owned by root that only
     root may write to. A config owned by the training user, or with no recorded owner, needs no root."""
     own = ds.get("file") or {}
@@ -128,7 +129,7 @@ def _target_requires(facts: Facts, target: str) -> list[str]:
     return [MOUNT_FIX] if sugg.get("offload_dir") == target else []
 
 
-def _owner_uid(ds: dict[str, Any]) -> int | None:
+def _owner_uid(ds: Mapping[str, Any]) -> int | None:
     uid = (ds.get("file") or {}).get("owner_uid") if isinstance(ds.get("file"), dict) else None
     return uid if isinstance(uid, int) else None
 
@@ -223,11 +224,11 @@ def check_lints(facts: Facts) -> list[Finding]:
                     lines.append(f"  {note}")
         remedies = []
         if rule in ("nvme-without-path", "nvme-path") and ds and target and worst == "fail":
-            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), uid=_owner_uid(ds),
-                                  requires_root=config_edit_needs_root(ds),
-                                  requires=_target_requires(facts, target))
-            if r:
-                remedies.append(r)
+            patch = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), uid=_owner_uid(ds),
+                                      requires_root=config_edit_needs_root(ds),
+                                      requires=_target_requires(facts, target))
+            if patch:
+                remedies.append(patch)
         title = RULE_TITLES.get(rule, rule)
         if worst == "fail":
             title += ": DeepSpeed stops on this" if rule not in ("nvme-path", "zero-offload-flag") else ""
@@ -289,7 +290,7 @@ def check_capacity(facts: Facts) -> list[Finding]:
             "Needs are DeepSpeed's own estimate (parameters, gradients and optimizer states with its 1.5 buffer "
             "factor); activations and pinned swap buffers come on top."]
     table = cap.get("chosen_table")
-    rows = cap.get(table) if table else None
+    rows = cap.get("zero3") if table == "zero3" else cap.get("zero2") if table == "zero2" else None
     idx = cap.get("chosen_rows") or []
     unknown = _unknown_lines(cap)
     if not rows or not idx:
@@ -345,11 +346,11 @@ def check_capacity(facts: Facts) -> list[Finding]:
         ds = facts.of("dsconfig")
         target = _offload_target(facts)
         if ds and target:
-            r = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), uid=_owner_uid(ds),
-                                  requires_root=config_edit_needs_root(ds),
-                                  requires=_target_requires(facts, target))
-            if r:
-                remedies.append(r)
+            patch = nvme_patch_remedy(ds["path"], target, text=ds.get("text"), uid=_owner_uid(ds),
+                                      requires_root=config_edit_needs_root(ds),
+                                      requires=_target_requires(facts, target))
+            if patch:
+                remedies.append(patch)
         elif ds:
             t = cap.get("offload_target") or {}
             detail.append("Offloading to NVMe moves the optimizer states (and at stage 3 the parameters) out of host "
@@ -389,7 +390,7 @@ def check_capacity(facts: Facts) -> list[Finding]:
     return [Finding(id=cid, status=status, title=title, detail="\n".join(detail), evidence=ev, remedies=remedies)]
 
 
-def _missing_names(cap: dict[str, Any]) -> str:
+def _missing_names(cap: Mapping[str, Any]) -> str:
     names = [k.replace("_", " ") for k in cap.get("missing") or {}]
     if (cap.get("machine") or {}).get("gpu_memory") is None:
         names.append("GPU memory")
@@ -398,7 +399,7 @@ def _missing_names(cap: dict[str, Any]) -> str:
     return ", ".join(names) or "nothing"
 
 
-def _unknown_lines(cap: dict[str, Any]) -> list[str]:
+def _unknown_lines(cap: Mapping[str, Any]) -> list[str]:
     """One line per missing input: which figures it leaves unknown and what would supply it."""
     out = [f"Unknown: {k.replace('_', ' ')} (not given); every figure that depends on it is shown as unknown. "
            f"Supply it with {v}." for k, v in (cap.get("missing") or {}).items()]
@@ -409,7 +410,7 @@ def _unknown_lines(cap: dict[str, Any]) -> list[str]:
     return out
 
 
-def _renode(cap: dict[str, Any], row: dict[str, Any], nodes: int) -> int:
+def _renode(cap: Mapping[str, Any], row: dict[str, Any], nodes: int) -> int:
     if row["stage"] == 3:
         cpu, _g, _l = planner.zero3_needs(cap["params"], cap["largest_layer"], cap["gpus_per_node"] or 1, nodes,
                                           row["offload_optimizer"] == "cpu", row["offload_param"] == "cpu",
@@ -428,8 +429,9 @@ def check_breakdown(facts: Facts) -> list[Finding]:
     if log is None:
         return [Finding(id=cid, status="skip", title="Training log: not read", detail=facts.why_not("trainlog"))]
     ev = facts.evidence("trainlog", kinds=None)
-    if log.get("error"):
-        return [Finding(id=cid, status="fail", title="Training log cannot be read", detail=log["error"], evidence=ev)]
+    error = log.get("error")
+    if error:
+        return [Finding(id=cid, status="fail", title="Training log cannot be read", detail=error, evidence=ev)]
     read = f"Read {log.get('read_bytes')} bytes of {log['path']}" + (
         " (its end only: the file is larger than zdoctor reads)" if log.get("head_skipped") else "") + "."
     if not log.get("timer_lines"):
@@ -465,7 +467,8 @@ def check_breakdown(facts: Facts) -> list[Finding]:
         if cpu_fit and cpu_fit.get("cpu_fits"):
             lines.append(f"Host memory allows it here: cpu/cpu needs {planner.at_least(cpu_fit['cpu_bytes'])}, "
                          f"{_gib(cpu_fit['cpu_available'])} is available.")
-        return [Finding(id=cid, status="warn", title=f"NVMe swaps take {swap['share_of_step']:.0%} of the optimizer "
+        swap_share = (swap or {}).get("share_of_step", 0)
+        return [Finding(id=cid, status="warn", title=f"NVMe swaps take {swap_share:.0%} of the optimizer "
                         f"step, which takes {shares.get('step', 0):.0%} of an iteration", detail="\n".join(lines),
                         evidence=ev)]
     if log.get("step_bound"):
@@ -497,7 +500,8 @@ def check_gpu_util(facts: Facts) -> list[Finding]:
         u = g.get("util") or {}
         lines.append(f"GPU {g['index']} ({g.get('name')}): min {u.get('min')}%, mean {u.get('mean')}%, max "
                      f"{u.get('max')}%  {g.get('sparkline')}")
-        if u.get("mean") is not None and u["mean"] < GPU_STARVED_PCT:
+        mean = u.get("mean")
+        if mean is not None and mean < GPU_STARVED_PCT:
             starved.append(g)
     if starved:
         lines.append(f"Busy less than {GPU_STARVED_PCT:g}% of the time on average: the GPUs wait for the offload path "
@@ -521,7 +525,7 @@ def _lints(facts: Facts) -> list[dict[str, Any]]:
                "UTF-8, malformed JSON/HJSON, a duplicate key, or not an object. False when no ds_config was given.")
 def ds_config_invalid(facts: Facts) -> bool:
     ds = facts.of("dsconfig")
-    return bool(ds) and ds.get("valid") is False
+    return ds is not None and bool(ds) and ds.get("valid") is False
 
 
 @predicate("ds_config_rejected", probes=("dsconfig",),
@@ -599,7 +603,7 @@ def offload_disk_bound(facts: Facts) -> bool:
            doc="A training log was given but holds no wall_clock_breakdown lines (wall_clock_breakdown is off).")
 def trainlog_without_timers(facts: Facts) -> bool:
     log = facts.of("trainlog")
-    return bool(log) and not log.get("error") and not log.get("timer_lines")
+    return log is not None and bool(log) and not log.get("error") and not log.get("timer_lines")
 
 
 @predicate("gpu_underutilised", probes=("gpusample",),

@@ -5,8 +5,10 @@ directory owned by the training user)."""
 from __future__ import annotations
 
 import errno
+from collections.abc import Mapping
 from typing import Any
 
+from zdoctor.core.factstypes import NvmeInventoryFacts, StorageFacts
 from zdoctor.core.model import Evidence, Finding, Remedy
 from zdoctor.core.packages import package_name
 from zdoctor.core.plural import count_of
@@ -38,7 +40,7 @@ def _storage_not_checked(fid: str, what: str, facts: Facts, name: str = "storage
     return not_checked(fid, what, facts.why_not(name) + hint)
 
 
-def _fast_enough(st: dict[str, Any]) -> bool:
+def _fast_enough(st: StorageFacts) -> bool:
     """Whether the offload path sits on fast storage, by device class or by measurement."""
     dev = st.get("device") or {}
     measured = _slowest(st)
@@ -47,7 +49,7 @@ def _fast_enough(st: dict[str, Any]) -> bool:
     return dev.get("speed_class") == "fast"
 
 
-def _slowest(st: dict[str, Any]) -> float | None:
+def _slowest(st: StorageFacts) -> float | None:
     tp = st.get("throughput") or {}
     if not tp.get("ran"):
         return None
@@ -55,7 +57,7 @@ def _slowest(st: dict[str, Any]) -> float | None:
     return min(rates) if rates else None
 
 
-def _user_of(facts: Facts, st: dict[str, Any] | None) -> dict[str, Any]:
+def _user_of(facts: Facts, st: Mapping[str, Any] | None) -> dict[str, Any]:
     """The training user the storage probe chose (also when it skipped: it needs no offload path)."""
     if st and st.get("user"):
         return st["user"]
@@ -63,13 +65,14 @@ def _user_of(facts: Facts, st: dict[str, Any] | None) -> dict[str, Any]:
         raw = facts["storage"].facts or {}
     except KeyError:
         return {}
-    return raw.get("user") if isinstance(raw.get("user"), dict) else {}
+    user = raw.get("user")
+    return user if isinstance(user, dict) else {}
 
 
-def _dir_remedy(st: dict[str, Any], directory: str | None = None, user: dict[str, Any] | None = None) -> Remedy:
-    user = user or st.get("user") or {}
-    return fs.offload_dir_remedy(directory or st["path"], user.get("name") or "root", user.get("group") or "root",
-                                 rule=user.get("rule"))
+def _dir_remedy(st: StorageFacts, directory: str | None = None, user: Mapping[str, Any] | None = None) -> Remedy:
+    who: Mapping[str, Any] = user or st.get("user") or {}
+    return fs.offload_dir_remedy(directory or st["path"], who.get("name") or "root", who.get("group") or "root",
+                                 rule=who.get("rule"))
 
 
 # -------------------------------------------------------------------------------------------- findings
@@ -137,12 +140,14 @@ def check_mount(facts: Facts) -> list[Finding]:
 
 
 def _stack_table(dev: dict[str, Any]) -> Evidence:
-    rows, hl = [], []
+    rows: list[list[str]] = []
+    hl = []
 
     def walk(d: dict[str, Any], depth: int) -> None:
         kind = d.get("kind") or "?"
         link = bd.link_label((d.get("nvme") or {}).get("link")) if kind == "nvme" else ""
-        rot = {True: "yes", False: "no"}.get(d.get("rotational"), "?")
+        rotational = d.get("rotational")
+        rot = "yes" if rotational is True else "no" if rotational is False else "?"
         if d.get("speed_class") in ("slow", "ram") and not d.get("members"):
             hl.append(len(rows))
         rows.append(["  " * depth + d.get("name", "?"), kind, d.get("model") or "", human(d.get("size_bytes")),
@@ -172,7 +177,8 @@ def _names(dev: dict[str, Any]) -> str:
 
 def _where(dev: dict[str, Any]) -> str:
     """``dm-0 on nvme3n1+nvme4n1, NVMe``."""
-    return f"{_names(dev)}, {KIND_LABEL.get(dev.get('effective_kind'), dev.get('effective_kind'))}"
+    kind = dev.get("effective_kind")
+    return f"{_names(dev)}, {KIND_LABEL.get(str(kind), kind)}"
 
 
 @check("storage.device", title="Offload device: kind and link", probes=("storage",))
@@ -201,7 +207,7 @@ def check_device(facts: Facts) -> list[Finding]:
     where = _where(dev)
     if cls in ("slow", "ram"):
         what = {"hdd": "a rotational disk", "network": "network storage", "usb": "a USB disk", "mmc": "an SD/eMMC card",
-                "ram": "a RAM disk"}.get(kind, kind)
+                "ram": "a RAM disk"}.get(str(kind), kind)
         # with a measurement, storage.throughput carries the verdict on speed; this finding names the device
         status = "fail" if measured is None else "warn"
         return [Finding(id=fid, status=status, title=f"Offload goes to {what} ({_names(dev)})",
@@ -388,7 +394,7 @@ def check_throughput(facts: Facts) -> list[Finding]:
     return [Finding(id=fid, status="ok", title=f"Offload throughput: {summary}", detail=how, evidence=ev)]
 
 
-def _slow_disk_remedies(st: dict[str, Any]) -> list[Remedy]:
+def _slow_disk_remedies(st: StorageFacts) -> list[Remedy]:
     """What to do about an offload disk slower than offload needs: keep the optimizer states in host memory,
     or tune DeepSpeed's aio settings for this drive (alternatives; neither tried here)."""
     where = str(st.get("path") or st.get("probed_path") or "")
@@ -413,7 +419,7 @@ def _link_text(link: dict[str, Any] | None) -> str:
     return text + (f", can do {_max_label(link)}" if link and link.get("downtrained") else "")
 
 
-def _usable(inv: dict[str, Any]) -> list[dict[str, Any]]:
+def _usable(inv: NvmeInventoryFacts) -> list[dict[str, Any]]:
     """Local (PCIe) NVMe drives with nothing of them mounted or used as swap."""
     return [d for d in inv.get("drives") or [] if d.get("unmounted") and d.get("kind") == "nvme"]
 

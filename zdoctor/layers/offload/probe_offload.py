@@ -52,6 +52,7 @@ import os
 from typing import Any
 
 from zdoctor.core.errors import InputError
+from zdoctor.core.factstypes import CapacityFacts, DsconfigFacts, GpusampleFacts, HostramFacts, TrainlogFacts
 from zdoctor.core.model import Evidence, cap_text
 from zdoctor.core.registry import facts_of, probe
 from zdoctor.layers.libraries.probe_libs import LIVE_TIMEOUT
@@ -166,7 +167,7 @@ def _ownership(path: str) -> dict[str, Any] | None:
 
 
 @probe("dsconfig", title="DeepSpeed config (ds_config) as DeepSpeed reads it", timeout=TARGET_TIMEOUT + 60,
-       needs=("pyenv", "host_limits"))
+       needs=("pyenv", "host_limits"), facts=DsconfigFacts)
 def dsconfig_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Read and lint the job's ds_config against the installed DeepSpeed and this machine."""
     opts = _options(host)
@@ -279,7 +280,7 @@ def _capacity_table(rows: list[dict[str, Any]], chosen: list[int], title: str,
 
 @probe("capacity", title="Offload memory needs (DeepSpeed's estimator) against this node",
        timeout=max(TARGET_TIMEOUT + 120, LIVE_TIMEOUT + 90),
-       needs=("dsconfig", "nvml", "host_limits", "container"))
+       needs=("dsconfig", "nvml", "host_limits", "container"), facts=CapacityFacts)
 def capacity_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """DeepSpeed's ZeRO-2/3 memory estimate for the model, next to this node's RAM, GPU memory and disk."""
     opts = _options(host)
@@ -360,7 +361,7 @@ def capacity_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
 
 # -- trainlog, gpusample ------------------------------------------------------------------------------
 
-@probe("trainlog", title="wall_clock_breakdown timings in the training log", timeout=120.0)
+@probe("trainlog", title="wall_clock_breakdown timings in the training log", timeout=120.0, facts=TrainlogFacts)
 def trainlog_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Per-phase timings of the training log the user named (--log)."""
     path = _options(host).get("train_log")
@@ -386,7 +387,8 @@ def trainlog_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     return facts, ev
 
 
-@probe("gpusample", title="GPU utilisation sampled through NVML", timeout=gpusample.MAX_SECONDS + 30)
+@probe("gpusample", title="GPU utilisation sampled through NVML", timeout=gpusample.MAX_SECONDS + 30,
+       facts=GpusampleFacts)
 def gpusample_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Sample every GPU's utilisation for --gpu-sample seconds."""
     seconds = _options(host).get("gpu_sample")
@@ -407,7 +409,7 @@ def gpusample_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
 # -- hostram ------------------------------------------------------------------------------------------
 
 @probe("hostram", title="Host memory beyond the offload estimate: swap buffers, inference, WSL2, kills",
-       timeout=60.0 + LIVE_TIMEOUT, needs=("dsconfig", "capacity", "nvml", "container"))
+       timeout=60.0 + LIVE_TIMEOUT, needs=("dsconfig", "capacity", "nvml", "container"), facts=HostramFacts)
 def hostram_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Pinned buffers and parameter-only offload the estimator leaves out, memory now, kills in the log."""
 

@@ -41,6 +41,7 @@ import stat
 from typing import Any
 
 from zdoctor.core.errors import InputError
+from zdoctor.core.factstypes import NvmeInventoryFacts, StorageFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import probe
 from zdoctor.layers.offload import blockdev as bd
@@ -49,7 +50,7 @@ from zdoctor.layers.offload import iotest as io
 from zdoctor.layers.offload.dsconfig import load_config
 from zdoctor.layers.python_env.probe_pyenv import TARGET_TIMEOUT
 from zdoctor.proc.target import target_of
-from zdoctor.proc.trainuser import training_user
+from zdoctor.proc.trainuser import account, env_prefix, training_user  # noqa: F401 - the probes' training user
 from zdoctor.readers import mounts as mt
 
 #: Each throughput phase stops after this many seconds; the probe's budget covers both and the rest.
@@ -227,7 +228,7 @@ def _deepspeed_location(host: Any) -> str | None:
 
 
 @probe("storage", title="Offload storage: mount, device, O_DIRECT, libaio, throughput",
-       timeout=STORAGE_TIMEOUT + TARGET_TIMEOUT + 30, needs=("pyenv",))
+       timeout=STORAGE_TIMEOUT + TARGET_TIMEOUT + 30, needs=("pyenv",), facts=StorageFacts)
 def storage_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     """The offload path's mount and device, O_DIRECT, libaio, and (when asked) its throughput."""
     options = dict(target_of(host).options)
@@ -307,7 +308,7 @@ def collect_inventory(*, sysfs_root: str = "/sys", dev_root: str = "/dev", udev_
     return facts, [table, *evidence]
 
 
-@probe("nvme_inventory", title="NVMe drives present and unused", timeout=60.0)
+@probe("nvme_inventory", title="NVMe drives present and unused", timeout=60.0, facts=NvmeInventoryFacts)
 def nvme_inventory_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     """Every NVMe namespace, what uses it, and which one offload could move to."""
     return collect_inventory()

@@ -7,6 +7,7 @@ import os
 import shlex
 from typing import Any
 
+from zdoctor.core.factstypes import DsreleaseFacts
 from zdoctor.core.model import Evidence, Finding, Remedy
 from zdoctor.core.packages import managers, package_name
 from zdoctor.core.registry import Facts, check
@@ -45,7 +46,7 @@ def libaio_remedies_for_dpkg_only(distro: dict[str, Any]) -> tuple[list[Remedy],
     return remedies, withheld
 
 
-def _rule_findings(facts: dict[str, Any], ev: list[Evidence], distro: dict[str, Any]) -> list[Finding]:
+def _rule_findings(facts: DsreleaseFacts, ev: list[Evidence], distro: dict[str, Any]) -> list[Finding]:
     out: list[Finding] = []
     rules = facts.get("rules") or {}
     ver = facts.get("version") or "?"
@@ -95,7 +96,7 @@ def _own_cache(loc: str | None) -> str:
     return shlex.quote(os.path.join(prefix or "/", "torch_extensions"))
 
 
-def _origin_findings(facts: dict[str, Any], ev: list[Evidence]) -> list[Finding]:
+def _origin_findings(facts: DsreleaseFacts, ev: list[Evidence]) -> list[Finding]:
     out = []
     loc = facts.get("location")
     ver = facts.get("version") or "?"

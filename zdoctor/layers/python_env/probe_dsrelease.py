@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from zdoctor.core.factstypes import DsreleaseFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import facts_of, probe
 from zdoctor.layers.python_env import dsrules as dsr
@@ -42,6 +43,7 @@ def collect_dsrelease(pyenv: dict[str, Any], jit: dict[str, Any]) -> tuple[dict[
     return facts, ev
 
 
-@probe("dsrelease", title="Rules of the installed DeepSpeed release", timeout=30, needs=("pyenv", "jitcache"))
+@probe("dsrelease", title="Rules of the installed DeepSpeed release", timeout=30, needs=("pyenv", "jitcache"),
+       facts=DsreleaseFacts)
 def dsrelease_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     return collect_dsrelease(facts_of(host, "pyenv"), facts_of(host, "jitcache"))

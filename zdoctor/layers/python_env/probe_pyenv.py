@@ -29,6 +29,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from zdoctor.core.factstypes import PyenvFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import probe
 from zdoctor.core.resources import data_dir
@@ -283,7 +284,7 @@ def probe_target(python: str, env: dict[str, str], *, explicit: bool = False,
     return facts, evidence
 
 
-@probe("pyenv", title="Target Python interpreter", timeout=TARGET_TIMEOUT + 30)
+@probe("pyenv", title="Target Python interpreter", timeout=TARGET_TIMEOUT + 30, facts=PyenvFacts)
 def pyenv_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     """The training interpreter: version, prefixes, packages, and an isolated ``import torch``."""
     target = target_of(host)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from zdoctor.core.factstypes import SpecialFilesFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import probe
 from zdoctor.layers.python_env.specialfiles import scan
@@ -13,7 +14,7 @@ from zdoctor.proc.target import target_of
 
 
 @probe("special_files", title="FIFOs, devices and looping links where libraries, ops and start-up files are read",
-       timeout=20.0)
+       timeout=20.0, facts=SpecialFilesFacts)
 def special_files_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     env = dict(target_of(host).env)
     facts = scan(env, env.get("HOME"))

@@ -4,8 +4,10 @@ with CPU offload."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from zdoctor.core.factstypes import RankcoresBinding
 from zdoctor.core.model import Finding, Remedy
 from zdoctor.core.packages import managers
 from zdoctor.core.plural import count_of
@@ -13,7 +15,7 @@ from zdoctor.core.registry import Facts, check
 from zdoctor.layers import not_checked
 
 
-def _binding_words(b: dict[str, Any]) -> str:
+def _binding_words(b: RankcoresBinding) -> str:
     parts = []
     if b.get("bind_cores_to_rank"):
         parts.append("deepspeed --bind_cores_to_rank" + (f" --bind_core_list {b['bind_core_list']}"
@@ -24,7 +26,7 @@ def _binding_words(b: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def cores_summary(rc: dict[str, Any] | None) -> dict[str, Any]:
+def cores_summary(rc: Mapping[str, Any] | None) -> dict[str, Any]:
     """``{cpus, ranks, per_rank, omp, bound, sentence}`` of the rankcores facts; None values are unknown."""
     if not rc:
         return {"sentence": None}
@@ -32,7 +34,7 @@ def cores_summary(rc: dict[str, Any] | None) -> dict[str, Any]:
     ranks = rc.get("ranks_per_node")
     per = cpus // ranks if cpus and ranks else None
     omp = rc.get("omp_num_threads")
-    bound = _binding_words(rc.get("binding") or {})
+    bound = _binding_words(rc.get("binding") or RankcoresBinding())
     nodes = len((rc.get("numa") or {}).get("nodes") or []) or None
     sentence = (f"{'unknown' if ranks is None else count_of(ranks, 'rank')} on {cpus or 'unknown'} CPUs "
                 f"({'unknown' if nodes is None else count_of(nodes, 'NUMA node')}): "

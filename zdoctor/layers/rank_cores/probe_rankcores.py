@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from zdoctor.core.factstypes import RankcoresFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import facts_of, probe
 from zdoctor.layers.rank_cores import cores
@@ -117,6 +118,7 @@ def collect_rankcores(launch_facts: dict[str, Any], options: dict[str, Any], nod
     return facts, ev
 
 
-@probe("rankcores", title="NUMA nodes, each rank's CPUs and threads", timeout=30, needs=("launch",))
+@probe("rankcores", title="NUMA nodes, each rank's CPUs and threads", timeout=30, needs=("launch",),
+       facts=RankcoresFacts)
 def rankcores_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     return collect_rankcores(facts_of(host, "launch"), target_of(host).options)

@@ -4,6 +4,7 @@ ran different numbers of steps)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from zdoctor.core.model import Evidence, Finding, Remedy
@@ -91,7 +92,7 @@ def pattern_finding(p: dict[str, Any], by_pid: dict[int, dict[str, Any]], ev: li
                                      "rank a dataset of the same length.")])
 
 
-def missing_finding(facts: dict[str, Any], ranks: list[dict[str, Any]], ev: list[Evidence]) -> Finding | None:
+def missing_finding(facts: Mapping[str, Any], ranks: list[dict[str, Any]], ev: list[Evidence]) -> Finding | None:
     """A finding when the launcher started more local ranks than run now (one exited, the others wait)."""
     sizes = {(r.get("env") or {}).get("LOCAL_WORLD_SIZE") for r in ranks}
     sizes.discard(None)
@@ -155,7 +156,7 @@ def check_ranks(facts: Facts) -> list[Finding]:
     return found
 
 
-def judge(ranks: list[dict[str, Any]], got: dict[str, Any], evidence: list[Evidence],
+def judge(ranks: list[dict[str, Any]], got: Mapping[str, Any], evidence: list[Evidence],
           across_nodes: bool = False) -> list[Finding]:
     """The findings of ranks whose waits are known (``wait`` set): agree, disagree, unknown, the patterns;
     ``across_nodes``: the ranks of several nodes, judged as one job."""

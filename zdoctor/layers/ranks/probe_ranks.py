@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from zdoctor.core.factstypes import RanksFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import probe
 from zdoctor.layers.ranks.rankjob import collect_ranks
@@ -60,7 +61,7 @@ def from_hung_command(host) -> dict[str, Any]:
 
 
 @probe("ranks", title="A hung job's ranks: state, wait and Python stack", timeout=PYSPY_TIMEOUT + 40,
-       needs=("livetrace",))
+       needs=("livetrace",), facts=RanksFacts)
 def ranks_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     """The ranks of the job ``--pid`` names, or of the hung ``--command`` run: where each one waits."""
     job = target_of(host)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from zdoctor.core.model import Finding, Remedy
@@ -55,11 +56,11 @@ def _op_key(op: dict[str, Any]) -> str:
     return f"{op['tag']}.{name}" if op.get("tag") else str(name)
 
 
-def _procs_by_pid(procs: dict[str, Any] | None) -> dict[int, dict[str, Any]]:
+def _procs_by_pid(procs: Mapping[str, Any] | None) -> dict[int, dict[str, Any]]:
     return {p["pid"]: p for p in (procs or {}).get("processes") or []}
 
 
-def _describe(p: dict[str, Any] | None, pid: int) -> str:
+def _describe(p: Mapping[str, Any] | None, pid: int) -> str:
     if p is None:
         return f"pid {pid}"
     cmd = " ".join(p.get("cmdline") or []) or p.get("name") or "?"

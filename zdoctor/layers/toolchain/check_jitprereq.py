@@ -6,9 +6,11 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
 from zdoctor.core.causes import BROKEN_COMPILER, FULL_DISK
+from zdoctor.core.factstypes import JitprereqFacts
 from zdoctor.core.model import Finding, Remedy
 from zdoctor.core.packages import cxx_back_end_package, managers, python_headers_package
 from zdoctor.core.registry import Facts, check, predicate
@@ -22,7 +24,7 @@ SYSTEM_PREFIXES = ("/usr", "/usr/local")
 _MISSING_HEADER = re.compile(r"fatal error: ([\w./+-]+\.h(?:pp)?): No such file or directory")
 
 
-def _ninja(f: dict[str, Any], python: str | None, multinode: bool) -> Finding:
+def _ninja(f: JitprereqFacts, python: str | None, multinode: bool) -> Finding:
     n = f["ninja"]
     py = shlex.quote(python or "python3")
     if not n["on_path"]:
@@ -99,7 +101,7 @@ def _ninja_does_not_run(ninja: str, runs: dict[str, Any], python: str | None) ->
                    detail="\n".join(lines), remedies=rems)
 
 
-def _headers(f: dict[str, Any], facts: Facts) -> Finding | None:
+def _headers(f: JitprereqFacts, facts: Facts) -> Finding | None:
     h = f["python_headers"]
     if h.get("python_h") is None:
         return not_checked("toolchain.jit-prereq.python-h", "Python.h",
@@ -116,7 +118,7 @@ def _headers(f: dict[str, Any], facts: Facts) -> Finding | None:
                           "development headers are not installed.", remedies=rem)
 
 
-def header_remedies(h: dict[str, Any], facts: Facts) -> list[Remedy]:
+def header_remedies(h: Mapping[str, Any], facts: Facts) -> list[Remedy]:
     """Complete the Python installation the headers come from: a venv's base interpreter, installed by the
     node's package manager, conda or pyenv."""
     ver = h.get("version") or "3"
@@ -141,7 +143,7 @@ def header_remedies(h: dict[str, Any], facts: Facts) -> list[Remedy]:
                    commands=[])]
 
 
-def _compiles(f: dict[str, Any], facts: Facts) -> Finding | None:
+def _compiles(f: JitprereqFacts, facts: Facts) -> Finding | None:
     c = f["compile"]
     if not c.get("compiler"):
         return None  # toolchain.jit-compiler reports a missing compiler
@@ -161,7 +163,7 @@ def _compiles(f: dict[str, Any], facts: Facts) -> Finding | None:
                                 "; a file including Python.h was not tried (no Python.h)"))
     err = (plain.get("stderr") or plain.get("error") or "").strip().splitlines()[-3:]
     distro = facts.get_fact("toolchain", "distro") or {}
-    if (c.get("back_end") or {}).get("program") and not c["back_end"].get("found"):
+    if (c.get("back_end") or {}).get("version") and not c["back_end"].get("found"):
         return _back_end_missing(c["compiler"], c["back_end"], err, distro)
     return Finding(id="toolchain.jit-prereq.compile", status="fail",
                    title=f"{c['compiler']} cannot compile a one-line C++ file",
@@ -171,7 +173,7 @@ def _compiles(f: dict[str, Any], facts: Facts) -> Finding | None:
                    remedies=install_remedies(distro), cause=BROKEN_COMPILER)
 
 
-def _back_end_missing(cxx: str, be: dict[str, Any], err: list[str], distro: dict[str, Any]) -> Finding:
+def _back_end_missing(cxx: str, be: Mapping[str, Any], err: list[str], distro: Mapping[str, Any]) -> Finding:
     """The driver runs but one of its own passes is not where it looks (a gcc without g++ compiling C++, a
     removed or half-installed g++): where that pass belongs, and the package of this distribution that holds it."""
     prog, version = be["program"], str(be.get("version") or "")
@@ -208,7 +210,7 @@ def _space_text(sp: dict[str, Any]) -> str:
             f"{sp.get('total_inodes')} inodes free, {on}")
 
 
-def _no_space(c: dict[str, Any], facts: Facts) -> Finding:
+def _no_space(c: Mapping[str, Any], facts: Facts) -> Finding:
     """The compile test stopped on "No space left on device": the compiler ran and the folder it writes its
     temporary files to is full. The finding names that folder, how full it is, the JIT cache's, and the
     compile re-run with TMPDIR in a folder with room."""
@@ -258,7 +260,7 @@ def _no_space(c: dict[str, Any], facts: Facts) -> Finding:
                    remedies=rem)
 
 
-def _python_h_fails(cxx: str, withpy: dict[str, Any], f: dict[str, Any], facts: Facts) -> Finding:
+def _python_h_fails(cxx: str, withpy: Mapping[str, Any], f: Mapping[str, Any], facts: Facts) -> Finding:
     """The compile of a file including Python.h failed: its own error output is the finding."""
     h = f.get("python_headers") or {}
     err = (withpy.get("stderr") or withpy.get("error") or "").strip()

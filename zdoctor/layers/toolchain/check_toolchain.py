@@ -238,13 +238,13 @@ def check_devtoolset(facts: Facts) -> list[Finding]:
            probes=("toolchain",))
 def no_cxx_compiler(facts: Facts) -> bool:
     t = toolchain_facts(facts)
-    return bool(t) and not t["jit"].get("path")
+    return t is not None and bool(t) and not t["jit"].get("path")
 
 
 @predicate("cxx_env_broken", doc="$CXX is set but does not name an executable", probes=("toolchain",))
 def cxx_env_broken(facts: Facts) -> bool:
     t = toolchain_facts(facts)
-    return bool(t) and t["jit"].get("source") == "CXX" and not t["jit"].get("path")
+    return t is not None and bool(t) and t["jit"].get("source") == "CXX" and not t["jit"].get("path")
 
 
 @predicate("devtoolset_on_path", doc="a devtoolset/gcc-toolset is on PATH or enabled through scl",
@@ -263,4 +263,4 @@ def sysconfig_compiler_missing(facts: Facts) -> bool:
            probes=("toolchain",))
 def jit_compiler_suspect(facts: Facts) -> bool:
     t = toolchain_facts(facts)
-    return bool(t) and bool(t["jit"].get("path")) and check_jit_compiler(facts)[0].status == "warn"
+    return t is not None and bool(t) and bool(t["jit"].get("path")) and check_jit_compiler(facts)[0].status == "warn"

@@ -41,6 +41,7 @@ import os
 import re
 from typing import Any
 
+from zdoctor.core.factstypes import JitcacheFacts, LocktrialFacts, ProcessesFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.redact import redact_text
 from zdoctor.core.registry import probe
@@ -138,7 +139,7 @@ def collect_jitcache(env: dict[str, str], pyenv: dict[str, Any] | None) -> tuple
     it = interpreter_facts(pyenv)
     base, source = jc.cache_base(env)
     expected = jc.expected_tag(it["python_version"], it["abiflags"], it["cuda"], it["hip"], it["torch_known"])
-    roots = []
+    roots: list[dict[str, Any]] = []
     for root in jc.extension_roots(env):
         mount = mount_of(root) if os.path.isdir(root) else None
         leaf = os.path.basename(root.rstrip("/"))
@@ -174,7 +175,7 @@ def collect_jitcache(env: dict[str, str], pyenv: dict[str, Any] | None) -> tuple
     return facts, [ops_table(ops), note]
 
 
-@probe("jitcache", title="JIT-built DeepSpeed ops", timeout=TARGET_TIMEOUT + 60, needs=("pyenv",))
+@probe("jitcache", title="JIT-built DeepSpeed ops", timeout=TARGET_TIMEOUT + 60, needs=("pyenv",), facts=JitcacheFacts)
 def jitcache_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     """torch's extension cache for the training environment: op dirs, built .so files, locks."""
     env = dict(target_of(host).env)
@@ -282,7 +283,8 @@ def collect_processes(jit: dict[str, Any] | None, sample_s: float = CPU_SAMPLE_S
                                    "other python, launcher and compiler processes on this node (not the job)")]
 
 
-@probe("processes", title="Running training processes", timeout=TARGET_TIMEOUT + 90, needs=("jitcache",))
+@probe("processes", title="Running training processes", timeout=TARGET_TIMEOUT + 90, needs=("jitcache",),
+       facts=ProcessesFacts)
 def processes_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     """Python/DeepSpeed/torchrun/ninja/compiler processes: state, wait channel, libstdc++, lock holders."""
     jit = None
@@ -424,7 +426,7 @@ def try_without_lock(lock: dict[str, Any], op: dict[str, Any] | None, host: Any)
 
 
 @probe("locktrial", title="Stale JIT locks: the op loaded from a lock-free copy", timeout=TRIAL_TIMEOUT + 120,
-       needs=("jitcache", "processes"))
+       needs=("jitcache", "processes"), facts=LocktrialFacts)
 def locktrial_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     """For each stale lock, prove (or disprove) that removing it is the fix, without removing it."""
     procs = host.result("processes")

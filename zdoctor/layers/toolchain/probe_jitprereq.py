@@ -11,6 +11,7 @@ import shutil
 import tempfile
 from typing import Any
 
+from zdoctor.core.factstypes import JitprereqFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import probe
 from zdoctor.proc import scratch
@@ -333,7 +334,7 @@ def _word(ok: bool | None) -> str:
 
 
 @probe("jitprereq", title="JIT build prerequisites: ninja, Python.h, a compiler that compiles", timeout=180,
-       needs=("pyenv", "toolchain"))
+       needs=("pyenv", "toolchain"), facts=JitprereqFacts)
 def jitprereq_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     env = dict(getattr(host, "env", None) or os.environ)
     py = host.result("pyenv")

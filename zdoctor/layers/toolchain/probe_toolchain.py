@@ -21,6 +21,7 @@ import shlex
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from zdoctor.core.factstypes import ToolchainFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import probe
 from zdoctor.layers.python_env.probe_pyenv import TARGET_TIMEOUT
@@ -301,7 +302,8 @@ def collect(env: dict[str, str], pyenv: dict[str, Any] | None, *, opt_rh: str = 
     return facts, [layers_table(facts), *evidence, *scl_ev]
 
 
-@probe("toolchain", title="Compiler toolchain layers", timeout=TARGET_TIMEOUT + 60, needs=("pyenv",))
+@probe("toolchain", title="Compiler toolchain layers", timeout=TARGET_TIMEOUT + 60, needs=("pyenv",),
+       facts=ToolchainFacts)
 def toolchain_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     """Compilers on PATH, the JIT and nvcc host compilers, sysconfig's, torch's, and toolsets."""
     env = dict(target_of(host).env)
