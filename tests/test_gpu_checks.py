@@ -538,9 +538,10 @@ def branch(to: str, facts) -> bool:
 
 def test_the_nccl_p2p_setting_and_the_pcie_p2p_check_have_different_titles():
     """gpu.env.p2p judges NCCL_P2P_DISABLE against the GPU models; gpu.p2p (the PCIe path: IOMMU, ACS) says
-    "GPU peer-to-peer: not checked" when it cannot look. With no driver both were skipped under the same
-    title, two identical lines in one report."""
+    "GPU peer-to-peer: ...: not checked" when it cannot look. With no driver both were skipped under the same
+    title, two identical lines in one report; the part of gpu.env that could not look is named."""
     nv = {"skipped": "no usable NVIDIA driver: NVML did not initialise", "source": None, "gpus": []}
     env = by_id(gpuenv.check_env(h200(nvml=nv)))["gpu.env.p2p"]
-    assert env.status == "skip" and env.title == "NCCL peer-to-peer setting for these GPUs: not checked"
+    assert env.status == "skip" and env.title == ("NCCL / CUDA environment of the training (NCCL peer-to-peer "
+                                                  "setting for these GPUs): not checked")
     assert by_id(gpuenv.check_env(h200()))["gpu.env.p2p"].title.startswith("NCCL peer-to-peer: ")

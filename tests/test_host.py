@@ -52,16 +52,16 @@ def test_vocabulary():
         return {}, []
 
     @registry.check("t.value", title="value check", probes=("t.ok",))
-    def value_check(facts: Facts):
+    def value_check(facts: Facts, me: registry.CheckSpec):
         v = facts.get_fact("t.ok", "value")
         return [Finding("t.value", "ok" if v == 42 else "fail", f"value is {v}")]
 
     @registry.check("t.broken", title="broken check", probes=("t.ok",))
-    def broken_check(facts: Facts):
+    def broken_check(facts: Facts, me: registry.CheckSpec):
         return [Finding("t.broken", "ok", str(1 / 0))]
 
     @registry.check("t.needs-boom", title="needs the crashing probe", probes=("t.boom",))
-    def needs_boom(facts: Facts):
+    def needs_boom(facts: Facts, me: registry.CheckSpec):
         return [Finding("t.needs-boom", "ok", "unreachable")]
 
     yield calls

@@ -9,9 +9,8 @@ from typing import Any
 
 from ..model import Evidence, Finding, Remedy
 from ..packages import managers, package_name
-from ..registry import Facts, check
+from ..registry import CheckSpec, Facts, check
 from ..rules import deepspeed as dsr
-from . import not_checked
 
 
 def _sources(rule_id: str) -> str:
@@ -45,7 +44,7 @@ def libaio_remedies_for_dpkg_only(distro: dict[str, Any]) -> tuple[list[Remedy],
     return remedies, withheld
 
 
-def _rule_findings(facts: dict[str, Any], ev: list[Evidence], distro: dict[str, Any]) -> list[Finding]:
+def _rule_findings(me: CheckSpec, facts: dict[str, Any], ev: list[Evidence], distro: dict[str, Any]) -> list[Finding]:
     out: list[Finding] = []
     rules = facts.get("rules") or {}
     ver = facts.get("version") or "?"
@@ -54,7 +53,7 @@ def _rule_findings(facts: dict[str, Any], ev: list[Evidence], distro: dict[str, 
         rule = dsr.RULES_BY_ID["libaio-detection"]
         aio_remedies, withheld = libaio_remedies_for_dpkg_only(distro)
         out.append(Finding(
-            id="pyenv.deepspeed-release.libaio-dpkg", status="warn",
+            id=me.id("libaio-dpkg"), status="warn",
             title=f"DeepSpeed {ver} decides async_io's libaio by dpkg alone: ds_report's async_io verdict is "
                   "not evidence",
             detail=f"This release ({aio.get('file')}): {rule['old']}. Current releases: {rule['current']}. "
@@ -70,7 +69,7 @@ def _rule_findings(facts: dict[str, Any], ev: list[Evidence], distro: dict[str, 
     if pin.get("state") == "old":
         rule = dsr.RULES_BY_ID["zero12-pin-memory"]
         out.append(Finding(
-            id="pyenv.deepspeed-release.pin-memory-ignored", status="warn",
+            id=me.id("pin-memory-ignored"), status="warn",
             title=f"DeepSpeed {ver} ignores offload_optimizer.pin_memory at ZeRO stage 1/2",
             detail=f"{pin.get('file')} never reads it: {rule['old']}. Current releases: {rule['current']}. "
                    f"Source: {_sources('zero12-pin-memory')}. Setting pin_memory to fix a memlock or RAM "
@@ -79,7 +78,7 @@ def _rule_findings(facts: dict[str, Any], ev: list[Evidence], distro: dict[str, 
     timers = rules.get("wall-clock-timer-names") or {}
     if timers.get("state") == "old":
         out.append(Finding(
-            id="pyenv.deepspeed-release.timer-names", status="ok",
+            id=me.id("timer-names"), status="ok",
             title=f"DeepSpeed {ver} prints the older wall_clock_breakdown timer names (forward_microstep, ...)",
             detail="zdoctor reads both the older names and the current ones (fwd_microstep, ...). "
                    f"Source: {_sources('wall-clock-timer-names')}.", evidence=ev))
@@ -95,7 +94,7 @@ def _own_cache(loc: str | None) -> str:
     return shlex.quote(os.path.join(prefix or "/", "torch_extensions"))
 
 
-def _origin_findings(facts: dict[str, Any], ev: list[Evidence]) -> list[Finding]:
+def _origin_findings(me: CheckSpec, facts: dict[str, Any], ev: list[Evidence]) -> list[Finding]:
     out = []
     loc = facts.get("location")
     ver = facts.get("version") or "?"
@@ -121,7 +120,7 @@ def _origin_findings(facts: dict[str, Any], ev: list[Evidence]) -> list[Finding]
                    "the op was built. torch's next load rebuilds it (ninja compares the times); until then, and "
                    "wherever a process loads the .so directly, the old build is what runs.")
         out.append(Finding(
-            id="pyenv.deepspeed-release.jit-op-other-release", status="warn", title=title,
+            id=me.id("jit-op-other-release"), status="warn", title=title,
             detail=why + " build.ninja in the op dir records the sources it was compiled from.",
             evidence=ev,
             remedies=[Remedy(title="Give this environment its own extension cache (DeepSpeed's advice for "
@@ -137,19 +136,19 @@ def _origin_findings(facts: dict[str, Any], ev: list[Evidence]) -> list[Finding]
        probes=("dsrelease", "toolchain"),
        findings=("pyenv.deepspeed-release.jit-op-other-release", "pyenv.deepspeed-release.libaio-dpkg",
                  "pyenv.deepspeed-release.pin-memory-ignored", "pyenv.deepspeed-release.timer-names"))
-def check_release(facts: Facts) -> list[Finding]:
+def check_release(facts: Facts, me: CheckSpec) -> list[Finding]:
     f = facts.of("dsrelease")
     if f is None:
-        return [not_checked("pyenv.deepspeed-release", "DeepSpeed release rules", facts.why_not("dsrelease"))]
+        return [me.not_checked(facts.why_not("dsrelease"))]
     if not f.get("installed"):
-        return [Finding(id="pyenv.deepspeed-release", status="skip",
+        return [me.finding(status="skip",
                         title="DeepSpeed release rules: DeepSpeed not installed",
                         detail="No DeepSpeed in the training environment.")]
     ev = facts.evidence("dsrelease")
-    out = _rule_findings(f, ev, facts.get_fact("toolchain", "distro") or {}) + _origin_findings(f, ev)
+    out = _rule_findings(me, f, ev, facts.get_fact("toolchain", "distro") or {}) + _origin_findings(me, f, ev)
     unknown = [rid for rid, r in (f.get("rules") or {}).items() if r.get("state") == "unknown"]
-    summary = Finding(
-        id="pyenv.deepspeed-release", status="ok" if not unknown else "skip",
+    summary = me.finding(
+        status="ok" if not unknown else "skip",
         title=f"DeepSpeed {f.get('version') or '?'}: release-specific rules read"
               + (f" ({len(unknown)} unknown)" if unknown else ""),
         detail="\n".join(f"{rid}: {r['state']} ({r.get('how') or r.get('why') or '-'})"

@@ -16,9 +16,9 @@ from ..gpu import kmod, limits, nvml
 from ..gpu.checkfacts import na, nvml_gpus, result_facts
 from ..model import Evidence, Finding, Remedy
 from ..plural import count_of
-from ..registry import Facts, check, predicate
+from ..registry import CheckSpec, Facts, check, predicate
 from ..symptoms.match import ids_for
-from . import evaluate_check, not_checked
+from . import evaluate_check
 
 HOT_C = 85
 IDLE_UTIL = 10
@@ -29,8 +29,7 @@ IDLE_UTIL = 10
 
 @check("gpu.driver", title="NVIDIA driver and GPUs", probes=("nvml",), optional=("kernel_log",),
        explains=("driver-mismatch", "xid", "cuda-error"))
-def check_driver(facts: Facts) -> list[Finding]:
-    fid = "gpu.driver"
+def check_driver(facts: Facts, me: CheckSpec) -> list[Finding]:
     nv = result_facts(facts, "nvml")
     ev = facts.evidence("nvml")
     if nv is not None and _driver_mismatch(nv):
@@ -44,14 +43,13 @@ def check_driver(facts: Facts) -> list[Finding]:
         found.explains = ids_for(facts, "driver-mismatch") + ids_for(facts, "cuda-error", number="803")
         return [found]
     if nv is not None and (nv.get("library") or {}).get("error_kind") == "gpu_lost" and nv.get("skipped"):
-        return [Finding(id=fid, status="fail", title="A GPU has fallen off the bus: NVML cannot start",
+        return [me.finding(status="fail", title="A GPU has fallen off the bus: NVML cannot start",
                         detail=f"{(nv.get('library') or {}).get('error')}. No CUDA program can use the node's "
                                "GPUs until the lost GPU is reset or the node rebooted. " + fell_off_record(facts),
                         evidence=ev, remedies=[reboot_remedy()])]
     if nv is None or nv.get("skipped"):
         why = (nv or {}).get("skipped") or facts.why_not("nvml")
-        return [not_checked(fid, "NVIDIA driver and GPUs", why + ". The GPU checks that need the driver are skipped.",
-                      ev)]
+        return [me.not_checked(why + ". The GPU checks that need the driver are skipped.", ev)]
     gpus = nv.get("gpus") or []
     lost = unreachable_gpus(gpus)
     names: dict[str, int] = {}
@@ -92,7 +90,7 @@ def check_driver(facts: Facts) -> list[Finding]:
     ns = sorted({f for g in gpus for f in g.get("not_supported") or []})
     if ns:
         lines.append("Not supported by this GPU/driver (shown as n/a): " + ", ".join(ns) + ".")
-    return [Finding(id=fid, status=status, title=title, detail="\n".join(lines), evidence=ev, remedies=remedies,
+    return [me.finding(status=status, title=title, detail="\n".join(lines), evidence=ev, remedies=remedies,
                     explains=ids_for(facts, "xid", xid="79") if lost else [])]
 
 
@@ -206,11 +204,10 @@ def _load(g: dict[str, Any]) -> str:
 
 
 @check("gpu.pcie", title="PCIe links of the GPUs", probes=("nvml",))
-def check_pcie(facts: Facts) -> list[Finding]:
-    fid = "gpu.pcie"
+def check_pcie(facts: Facts, me: CheckSpec) -> list[Finding]:
     gpus = nvml_gpus(facts)
     if gpus is None:
-        return [not_checked(fid, "PCIe links", facts.why_not("nvml"))]
+        return [me.not_checked(facts.why_not("nvml"))]
     rows, highlight, narrow, slow_busy, slow_idle, unknown = [], [], [], [], [], []
     for g in gpus:
         p = g.get("pcie") or {}
@@ -267,7 +264,7 @@ def check_pcie(facts: Facts) -> list[Finding]:
     title = {"ok": "PCIe links at their maximum" if not slow_idle else
              "PCIe links: widths at maximum; generation lower only while idle (power saving)",
              "warn": "PCIe link below its maximum: host<->GPU transfers are slower"}[status]
-    return [Finding(id=fid, status=status, title=title, detail="\n".join(lines), evidence=ev)]
+    return [me.finding(status=status, title=title, detail="\n".join(lines), evidence=ev)]
 
 
 # -- gpu.health -----------------------------------------------------------------------------------------
@@ -285,14 +282,14 @@ def reset_remedy(gpus: list[dict[str, Any]]) -> Remedy:
 @check("gpu.health", title="GPU health: ECC, clocks, persistence, processes", probes=("nvml",),
        findings=("gpu.health.compute-mode", "gpu.health.ecc", "gpu.health.persistence", "gpu.health.processes",
                  "gpu.health.reachable", "gpu.health.throttle"))
-def check_health(facts: Facts) -> list[Finding]:
+def check_health(facts: Facts, me: CheckSpec) -> list[Finding]:
     gpus = nvml_gpus(facts)
     if gpus is None:
-        return [not_checked("gpu.health", "GPU health", facts.why_not("nvml"))]
+        return [me.not_checked(facts.why_not("nvml"))]
     lost = unreachable_gpus(gpus)
     out: list[Finding] = []
     if lost:
-        out.append(Finding(id="gpu.health.reachable", status="fail",
+        out.append(me.finding(sub="reachable", status="fail",
                            title="GPU " + ", ".join(str(g["index"]) for g in lost) + " unreachable: its health "
                                  "is unknown and CUDA cannot use it",
                            detail="\n".join(f"GPU {g['index']}: {gpu_error(g)}" for g in lost)
@@ -301,11 +298,12 @@ def check_health(facts: Facts) -> list[Finding]:
     gpus = [g for g in gpus if g not in lost]
     if not gpus:
         return out
-    return out + [_ecc(gpus), _throttle(gpus), _persistence(gpus), _processes(gpus), _compute_mode(gpus)]
+    return out + [_ecc(me, gpus), _throttle(me, gpus), _persistence(me, gpus), _processes(me, gpus),
+                  _compute_mode(me, gpus)]
 
 
-def _ecc(gpus: list[dict[str, Any]]) -> Finding:
-    fid = "gpu.health.ecc"
+def _ecc(me: CheckSpec, gpus: list[dict[str, Any]]) -> Finding:
+    fid = me.id("ecc")
     rows, hl, fail, warn = [], [], [], []
     for g in gpus:
         e = g.get("ecc") or {}
@@ -361,8 +359,8 @@ def _unique(gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [seen[k] for k in sorted(seen)]
 
 
-def _throttle(gpus: list[dict[str, Any]]) -> Finding:
-    fid = "gpu.health.throttle"
+def _throttle(me: CheckSpec, gpus: list[dict[str, Any]]) -> Finding:
+    fid = me.id("throttle")
     rows, hl, bad = [], [], []
     for g in gpus:
         reasons = (g.get("throttle") or {}).get("reasons") or []
@@ -388,8 +386,8 @@ def _throttle(gpus: list[dict[str, Any]]) -> Finding:
                    evidence=ev)
 
 
-def _persistence(gpus: list[dict[str, Any]]) -> Finding:
-    fid = "gpu.health.persistence"
+def _persistence(me: CheckSpec, gpus: list[dict[str, Any]]) -> Finding:
+    fid = me.id("persistence")
     off = [g for g in gpus if g.get("persistence") is False]
     if not off:
         known = any(g.get("persistence") is not None for g in gpus)
@@ -408,8 +406,8 @@ def _persistence(gpus: list[dict[str, Any]]) -> Finding:
                                      "`systemctl enable --now nvidia-persistenced`.")])
 
 
-def _processes(gpus: list[dict[str, Any]]) -> Finding:
-    fid = "gpu.health.processes"
+def _processes(me: CheckSpec, gpus: list[dict[str, Any]]) -> Finding:
+    fid = me.id("processes")
     rows, procs = [], []
     for g in gpus:
         for p in g.get("processes") or []:
@@ -435,8 +433,8 @@ def _processes(gpus: list[dict[str, Any]]) -> Finding:
                                      "SIGTERM, `kill -9` is for processes that ignore it.")])
 
 
-def _compute_mode(gpus: list[dict[str, Any]]) -> Finding:
-    fid = "gpu.health.compute-mode"
+def _compute_mode(me: CheckSpec, gpus: list[dict[str, Any]]) -> Finding:
+    fid = me.id("compute-mode")
     prohibited = [g for g in gpus if g.get("compute_mode") == "prohibited"]
     exclusive = [g for g in gpus if g.get("compute_mode") in ("exclusive_process", "exclusive_thread")]
     if prohibited:

@@ -11,23 +11,21 @@ from ..causes import CGROUP_LIMIT, UNKNOWN_KILL, WHAT_WOULD_TELL, kill_cause, oo
 from ..gpu.limits import human
 from ..model import Evidence, Finding, Remedy
 from ..offload.planner import gib
-from ..registry import Facts, check, predicate
+from ..registry import CheckSpec, Facts, check, predicate
 from ..symptoms.match import ids_for
-from . import not_checked
 
 
 @check("offload.host-ram", title="Host memory beyond the offload estimate", probes=("hostram",),
        explains=("oom-kill", "killed"),
        optional=("dsrelease", "dsconfig", "kernel_log", "livetrace", "container"),
        findings=("offload.host-ram.wsl2",))
-def check_hostram(facts: Facts) -> list[Finding]:
+def check_hostram(facts: Facts, me: CheckSpec) -> list[Finding]:
     f = facts.of("hostram")
     if f is None:
-        return [not_checked("offload.host-ram", "Host memory beyond the estimate", facts.why_not("hostram"))]
+        return [me.not_checked(facts.why_not("hostram"))]
     ooms = job_oom_kills(facts, f)
     if not f.get("config") and not f.get("log") and not ooms:
-        return [not_checked("offload.host-ram", "Host memory beyond the estimate",
-                            "no ds_config (--ds-config) and no training log (--log) given")]
+        return [me.not_checked("no ds_config (--ds-config) and no training log (--log) given")]
     ev = facts.evidence("hostram")
     extra, est = f.get("extra_per_node"), f.get("estimate_per_node")
     known_extra = f.get("extra_known_per_node") or 0
@@ -72,12 +70,12 @@ def check_hostram(facts: Facts) -> list[Finding]:
     counted = job_cgroup_oom_kills(facts)
     if memcg:  # a cgroup constraint in the job's kills makes the kill the cgroup's (causes.kill_cause)
         others = [f"Also killed outside the cgroup's limit: {_where(f, x)}: {x['text']}" for x in host_wide[:3]]
-        out.append(_memcg_kill(f, memcg, lines + others, ev, rem))
+        out.append(_memcg_kill(me, f, memcg, lines + others, ev, rem))
         out[-1].explains = ids_for(facts, "oom-kill", constraint="CONSTRAINT_MEMCG") + killed
         out[-1].cause = CGROUP_LIMIT
     elif host_wide and host_wide[0].get("source") != "kernel log":  # the --log's line alone: not a fact here
         k = host_wide[0]
-        out.append(Finding(id="offload.host-ram", status="warn",
+        out.append(me.finding(status="warn",
                            title=f"The training log says the OOM killer killed {k.get('task')} (pid {k.get('pid')}, "
                                  f"{_where(f, k, 'log line ')}): not confirmed on this node (from the message only)",
                            detail="\n".join([f"{_where(f, x)}: {x['text']}" for x in host_wide[:3]]
@@ -96,7 +94,7 @@ def check_hostram(facts: Facts) -> list[Finding]:
                               "(CONSTRAINT_MEMORY_POLICY)"}.get(k.get("kind") or "") if oom_cause(k) else \
             (f"the job's memory cgroup limit ran out (no constraint logged; the cgroup counted {counted} OOM "
              "kill(s) at its limit)" if cause == CGROUP_LIMIT else f"{UNKNOWN_KILL} ({WHAT_WOULD_TELL} would tell)")
-        out.append(Finding(id="offload.host-ram", status="fail", cause=cause,
+        out.append(me.finding(status="fail", cause=cause,
                            title=f"The kernel's OOM killer killed {k.get('task')} (pid {k.get('pid')}, "
                                  f"{_where(f, k, 'log line ')}): {scope}",
                            detail="\n".join([f"{_where(f, x)}: {x['text']}" for x in host_wide[:3]]
@@ -105,32 +103,32 @@ def check_hostram(facts: Facts) -> list[Finding]:
                            evidence=ev, remedies=rem,
                            explains=ids_for(facts, "oom-kill", constraint=k.get("constraint")) + killed))
     elif kills and kill_cause([], counted) == CGROUP_LIMIT:
-        out.append(Finding(id="offload.host-ram", status="fail", cause=CGROUP_LIMIT,
+        out.append(me.finding(status="fail", cause=CGROUP_LIMIT,
                            title=f"The training log shows a process killed ({len(kills)} line(s), e.g. line "
                                  f"{kills[0][0]}): the job's memory cgroup counted {counted} OOM kill(s) at its "
                                  "limit, not the host's memory (container.memory gives the limit)",
                            detail="\n".join([f"{f.get('log')}:{n}: {t}" for n, t in kills[:3]] + lines),
                            evidence=ev, remedies=[_RAISE_LIMIT] + rem, explains=killed))
     elif kills:
-        out.append(Finding(id="offload.host-ram", status="fail",
+        out.append(me.finding(status="fail",
                            title=f"The training log shows a process killed ({len(kills)} line(s), e.g. line "
                                  f"{kills[0][0]}): {UNKNOWN_KILL} (the log does not say who killed it)",
                            detail="\n".join([f"{f.get('log')}:{n}: {t}" for n, t in kills[:3]] + lines
                                             + [_kernel_log_says(facts), f"What would tell: {WHAT_WOULD_TELL}."]),
                            evidence=ev, remedies=rem, explains=killed))
     elif avail is not None and needed and needed > avail:
-        out.append(Finding(id="offload.host-ram", status="fail",
+        out.append(me.finding(status="fail",
                            title=f"Offload needs {gib(needed)} of host memory per node with its pinned buffers; "
                                  f"{gib(avail)} is available{_within(f)}", detail="\n".join(lines), evidence=ev,
                            remedies=_limit_first(f, rem)))
     elif avail is not None and needed is None and floor > avail:
-        out.append(Finding(id="offload.host-ram", status="fail",
+        out.append(me.finding(status="fail",
                            title=f"Offload needs at least {gib(floor)} of host memory per node with its pinned "
                                  f"buffers; {gib(avail)} is available{_within(f)}",
                            detail="\n".join(lines + ["The rest of the need is unknown: " + "; ".join(unknowns)
                                                      + "."]), evidence=ev, remedies=_limit_first(f, rem)))
     elif f.get("exhausted"):
-        out.append(Finding(id="offload.host-ram", status="warn",
+        out.append(me.finding(status="warn",
                            title=(f"The job's cgroup memory is nearly exhausted now: {gib(avail)} left of its "
                                   f"{gib(total)} limit" if f.get("mem_source") == "cgroup" else
                                   f"Host memory is nearly exhausted now: {gib(avail)} available of {gib(total)}"),
@@ -139,19 +137,19 @@ def check_hostram(facts: Facts) -> list[Finding]:
                            evidence=ev, remedies=rem))
     elif f.get("extra") and (needed is None or avail is None):
         why = "; ".join(unknowns) if needed is None else "MemAvailable could not be read"
-        out.append(Finding(id="offload.host-ram", status="skip",
+        out.append(me.finding(status="skip",
                            title="Host memory beyond the offload estimate: unknown whether it fits "
                                  f"(unknown: {why})",
                            detail="\n".join(lines + [f"Not judged: a figure that depends on {why} is unknown, so "
                                                      "no fit is claimed. Give the missing inputs and run again."]),
                            evidence=ev, remedies=rem))
     elif extra:
-        out.append(Finding(id="offload.host-ram", status="ok",
+        out.append(me.finding(status="ok",
                            title=f"{gib(needed)} per node with the pinned buffers fits in {gib(avail)} available"
                                  f"{_within(f)}",
                            detail="\n".join(lines), evidence=ev))
     if f.get("wsl") and f.get("pinned_blocks"):
-        out.append(Finding(id="offload.host-ram.wsl2", status="warn",
+        out.append(me.finding(sub="wsl2", status="warn",
                            title="WSL2 caps pinned host memory, and the config pins offload buffers",
                            detail=f"pin_memory is true for {', '.join(f['pinned_blocks'])}. Under WSL2 CUDA's page-"
                                   "locked memory is limited (NVIDIA's CUDA on WSL guide, 'WSL 2 Support "
@@ -159,16 +157,15 @@ def check_hostram(facts: Facts) -> list[Finding]:
                                   "RAM is full. The size of the cap is not read here.",
                            evidence=ev, remedies=_unpin_remedies(facts, f["pinned_blocks"])))
     if not out and avail is None:
-        out.append(not_checked("offload.host-ram", "Host memory beyond the estimate",
-                               "MemAvailable could not be read (/proc/meminfo)", ev))
+        out.append(me.not_checked("MemAvailable could not be read (/proc/meminfo)", ev))
     if not out:
-        out.append(Finding(id="offload.host-ram", status="ok",
+        out.append(me.finding(status="ok",
                            title="Nothing beyond DeepSpeed's estimate for this config; host memory not exhausted",
                            detail="\n".join(lines), evidence=ev))
     return out
 
 
-def _memcg_kill(f: dict[str, Any], kills: list[dict[str, Any]], lines: list[str], ev: list[Evidence],
+def _memcg_kill(me: CheckSpec, f: dict[str, Any], kills: list[dict[str, Any]], lines: list[str], ev: list[Evidence],
                 rem: list[Remedy]) -> Finding:
     """A kill by the memory cgroup's own limit: the job's limit, not the host's memory, ran out."""
     k = kills[0]
@@ -193,7 +190,7 @@ def _memcg_kill(f: dict[str, Any], kills: list[dict[str, Any]], lines: list[str]
         note="not tried: the limit belongs to the scheduler or container that started the job",
         explanation="The limit is the job's share of the node, not the node's RAM: the same job fits once the "
                     "limit covers what it takes (DeepSpeed's estimate plus the pinned buffers above).")
-    return Finding(id="offload.host-ram", status="fail",
+    return Finding(id=me.name, status="fail",
                    title=f"The job's memory cgroup limit ({limit_text}) was hit and the kernel killed "
                          f"{k.get('task')}; the host had memory left ({gib(avail)} available)",
                    detail="\n".join(detail), evidence=ev, remedies=[limit_rem] + rem)

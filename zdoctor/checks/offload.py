@@ -21,8 +21,7 @@ from ..offload import planner
 from ..offload.dsconfig import load_config, parse_config
 from ..offload.dspatch import nvme_patch
 from ..plural import count_of
-from ..registry import Facts, check, predicate
-from . import not_checked
+from ..registry import CheckSpec, Facts, check, predicate
 from .rankcores import cores_summary
 
 #: GPUs busy less than this share of the time, on average, count as starved.
@@ -150,14 +149,13 @@ def _offload_target(facts: Facts) -> str | None:
 # -- offload.config and offload.lint.* ------------------------------------------------------------------
 
 @check("offload.config", title="DeepSpeed config as DeepSpeed reads it", probes=("dsconfig",))
-def check_config(facts: Facts) -> list[Finding]:
-    cid = "offload.config"
+def check_config(facts: Facts, me: CheckSpec) -> list[Finding]:
     ds = facts.of("dsconfig")
     if ds is None:
-        return [not_checked(cid, "ds_config", facts.why_not("dsconfig"))]
+        return [me.not_checked(facts.why_not("dsconfig"))]
     ev = facts.evidence("dsconfig", kinds=None)
     if not ds.get("valid"):
-        return [Finding(id=cid, status="fail", title="ds_config cannot be read by DeepSpeed",
+        return [me.finding(status="fail", title="ds_config cannot be read by DeepSpeed",
                         detail=ds.get("error") or "", evidence=ev)]
     dev = ds.get("devices") or {}
     info = ds.get("deepspeed") or {}
@@ -173,7 +171,7 @@ def check_config(facts: Facts) -> list[Finding]:
     warns = sum(1 for x in ds.get("lints") or [] if x["severity"] == "warn")
     if fails or warns:
         lines.append(f"Lints: {fails} failing, {warns} warning: see the offload.lint findings.")
-    return [Finding(id=cid, status="ok", title=f"ds_config: stage {ds.get('stage')}, offload_param "
+    return [me.finding(status="ok", title=f"ds_config: stage {ds.get('stage')}, offload_param "
                     f"{dev.get('offload_param')}, offload_optimizer {dev.get('offload_optimizer')}",
                     detail="\n".join(lines), evidence=ev)]
 
@@ -192,7 +190,7 @@ def _storage_note(facts: Facts, path: str) -> str | None:
 
 @check("offload.lint", title="ds_config lints", probes=("dsconfig",),
        findings=("offload.lint.*",))
-def check_lints(facts: Facts) -> list[Finding]:
+def check_lints(facts: Facts, me: CheckSpec) -> list[Finding]:
     ds = facts.of("dsconfig")
     log = facts.of("trainlog")
     out: list[Finding] = []
@@ -231,7 +229,7 @@ def check_lints(facts: Facts) -> list[Finding]:
         title = RULE_TITLES.get(rule, rule)
         if worst == "fail":
             title += ": DeepSpeed stops on this" if rule not in ("nvme-path", "zero-offload-flag") else ""
-        out.append(Finding(id=f"offload.lint.{rule}", status=worst, title=f"{title} ({len(items)})",
+        out.append(me.finding(status=worst, title=f"{title} ({len(items)})", sub=rule,
                            detail="\n".join(lines), evidence=ev, remedies=remedies))
     return out
 
@@ -240,10 +238,9 @@ def check_lints(facts: Facts) -> list[Finding]:
 
 @check("offload.patch", title="The ds_config change that moves NVMe offload to the new path",
        probes=("dsconfig", "storage", "nvme_inventory", "capacity"))
-def check_patch(facts: Facts) -> list[Finding]:
+def check_patch(facts: Facts, me: CheckSpec) -> list[Finding]:
     """When the config offloads to NVMe and a better place is known (an unused NVMe drive to mount, or
     --offload-path), the exact change to the config: a diff, and a remedy that backs up and rewrites it."""
-    cid = "offload.patch"
     ds = facts.of("dsconfig")
     if not ds or not ds.get("valid") or not ds.get("nvme_paths"):
         return []
@@ -255,11 +252,11 @@ def check_patch(facts: Facts) -> list[Finding]:
                           requires_root=config_edit_needs_root(ds),
                           requires=_target_requires(facts, target))
     if r is None:
-        return [Finding(id=cid, status="skip", title=f"ds_config patch to {target}: not made",
+        return [me.finding(status="skip", title=f"ds_config patch to {target}: not made",
                         detail=f"{ds['path']} could not be read back to patch it here (it is not in the recorded "
                                "facts); set nvme_path by hand.")]
     diff = r.explanation.split("\n\n", 1)[-1]
-    return [Finding(id=cid, status="warn", title=f"ds_config: move nvme_path from {', '.join(now)} to {target}",
+    return [me.finding(status="warn", title=f"ds_config: move nvme_path from {', '.join(now)} to {target}",
                     detail=f"The change to {ds['path']}, as a diff (only the offload blocks change):\n{diff}",
                     remedies=[r])]
 
@@ -267,11 +264,10 @@ def check_patch(facts: Facts) -> list[Finding]:
 # -- offload.capacity ---------------------------------------------------------------------------------------
 
 @check("offload.capacity", title="Offload memory needs against this node", probes=("capacity",))
-def check_capacity(facts: Facts) -> list[Finding]:
-    cid = "offload.capacity"
+def check_capacity(facts: Facts, me: CheckSpec) -> list[Finding]:
     cap = facts.of("capacity")
     if cap is None:
-        return [Finding(id=cid, status="skip", title="Offload capacity: not planned",
+        return [me.finding(status="skip", title="Offload capacity: not planned",
                         detail=facts.why_not("capacity"))]
     ev = facts.evidence("capacity", kinds=None)
     m = cap.get("machine") or {}
@@ -320,7 +316,7 @@ def check_capacity(facts: Facts) -> list[Finding]:
                        f"(missing: {_missing_names(cap)})")
         else:
             summary = f"{len(fitting)} of {len(z3)} ZeRO-3 choices fit this node"
-        return [Finding(id=cid, status=status, title="Offload capacity: " + summary,
+        return [me.finding(status=status, title="Offload capacity: " + summary,
                         detail="\n".join(x for x in detail if x), evidence=ev)]
     best = rows[idx[0]]
     detail = list(head)
@@ -386,7 +382,7 @@ def check_capacity(facts: Facts) -> list[Finding]:
         title = (f"The chosen offload fits: {planner.at_least(best['cpu_bytes'])} of {_gib(best['cpu_available'])} "
                  f"host memory, {planner.at_least(best['gpu_bytes'])} per GPU")
     detail += unknown
-    return [Finding(id=cid, status=status, title=title, detail="\n".join(detail), evidence=ev, remedies=remedies)]
+    return [me.finding(status=status, title=title, detail="\n".join(detail), evidence=ev, remedies=remedies)]
 
 
 def _missing_names(cap: dict[str, Any]) -> str:
@@ -422,14 +418,13 @@ def _renode(cap: dict[str, Any], row: dict[str, Any], nodes: int) -> int:
 
 @check("offload.breakdown", title="Where a training iteration's time goes", probes=("trainlog",),
        optional=("rankcores",))
-def check_breakdown(facts: Facts) -> list[Finding]:
-    cid = "offload.breakdown"
+def check_breakdown(facts: Facts, me: CheckSpec) -> list[Finding]:
     log = facts.of("trainlog")
     if log is None:
-        return [Finding(id=cid, status="skip", title="Training log: not read", detail=facts.why_not("trainlog"))]
+        return [me.finding(status="skip", title="Training log: not read", detail=facts.why_not("trainlog"))]
     ev = facts.evidence("trainlog", kinds=None)
     if log.get("error"):
-        return [Finding(id=cid, status="fail", title="Training log cannot be read", detail=log["error"], evidence=ev)]
+        return [me.finding(status="fail", title="Training log cannot be read", detail=log["error"], evidence=ev)]
     read = f"Read {log.get('read_bytes')} bytes of {log['path']}" + (
         " (its end only: the file is larger than zdoctor reads)" if log.get("head_skipped") else "") + "."
     if not log.get("timer_lines"):
@@ -437,7 +432,7 @@ def check_breakdown(facts: Facts) -> list[Finding]:
         hint = ""
         if ds.get("valid") and ds.get("wall_clock_breakdown") is not True:
             hint = f" {ds['path']} does not set \"wall_clock_breakdown\": true."
-        return [Finding(id=cid, status="warn", title="No wall_clock_breakdown timings in the training log",
+        return [me.finding(status="warn", title="No wall_clock_breakdown timings in the training log",
                         detail=f"{read} No `time (ms) | ...` lines were found. Add \"wall_clock_breakdown\": true at "
                                f"the top level of the ds_config and let a few steps run; DeepSpeed then prints "
                                f"forward/backward/step times on rank 0 to the log (no file is written).{hint}",
@@ -465,7 +460,7 @@ def check_breakdown(facts: Facts) -> list[Finding]:
         if cpu_fit and cpu_fit.get("cpu_fits"):
             lines.append(f"Host memory allows it here: cpu/cpu needs {planner.at_least(cpu_fit['cpu_bytes'])}, "
                          f"{_gib(cpu_fit['cpu_available'])} is available.")
-        return [Finding(id=cid, status="warn", title=f"NVMe swaps take {swap['share_of_step']:.0%} of the optimizer "
+        return [me.finding(status="warn", title=f"NVMe swaps take {swap['share_of_step']:.0%} of the optimizer "
                         f"step, which takes {shares.get('step', 0):.0%} of an iteration", detail="\n".join(lines),
                         evidence=ev)]
     if log.get("step_bound"):
@@ -475,19 +470,18 @@ def check_breakdown(facts: Facts) -> list[Finding]:
         lines.append("The optimizer step runs on the CPU with offload (DeepSpeedCPUAdam): check the log's "
                      "'Adam Optimizer #0 is created with ... arithmetic capability' line (scalar is slow). "
                      f"{said}.")
-        return [Finding(id=cid, status="warn", title=f"The optimizer step takes {shares.get('step', 0):.0%} of an "
+        return [me.finding(status="warn", title=f"The optimizer step takes {shares.get('step', 0):.0%} of an "
                         "iteration", detail="\n".join(lines), evidence=ev)]
-    return [Finding(id=cid, status="ok", title=f"Iteration time: {parts}", detail="\n".join(lines), evidence=ev)]
+    return [me.finding(status="ok", title=f"Iteration time: {parts}", detail="\n".join(lines), evidence=ev)]
 
 
 # -- offload.gpu-util ---------------------------------------------------------------------------------------
 
 @check("offload.gpu-util", title="GPU utilisation while training", probes=("gpusample",))
-def check_gpu_util(facts: Facts) -> list[Finding]:
-    cid = "offload.gpu-util"
+def check_gpu_util(facts: Facts, me: CheckSpec) -> list[Finding]:
     gs = facts.of("gpusample")
     if gs is None:
-        return [Finding(id=cid, status="skip", title="GPU utilisation: not sampled",
+        return [me.finding(status="skip", title="GPU utilisation: not sampled",
                         detail=facts.why_not("gpusample"))]
     ev = facts.evidence("gpusample", kinds=None)
     gpus = gs.get("gpus") or []
@@ -503,9 +497,9 @@ def check_gpu_util(facts: Facts) -> list[Finding]:
         lines.append(f"Busy less than {GPU_STARVED_PCT:g}% of the time on average: the GPUs wait for the offload path "
                      "(CPU optimizer, PCIe transfers, NVMe swaps). Only meaningful while the job is training.")
         idle = f"{len(starved)} of {count_of(len(gpus), 'GPU')}"
-        return [Finding(id=cid, status="warn", title=f"{idle} mostly idle while "
+        return [me.finding(status="warn", title=f"{idle} mostly idle while "
                         "sampled", detail="\n".join(lines), evidence=ev)]
-    return [Finding(id=cid, status="ok", title=f"GPU utilisation: {count_of(len(gpus), 'GPU')} busy while sampled",
+    return [me.finding(status="ok", title=f"GPU utilisation: {count_of(len(gpus), 'GPU')} busy while sampled",
                     detail="\n".join(lines), evidence=ev)]
 
 

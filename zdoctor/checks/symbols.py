@@ -10,9 +10,8 @@ from ..forensics.remedies import Plan
 from ..forensics.symbols import library_for_prefix
 from ..model import Finding, Remedy
 from ..packages import managers_of_owner
-from ..registry import Facts, check, predicate
+from ..registry import CheckSpec, Facts, check, predicate
 from ..symptoms.match import ids_for
-from . import not_checked
 
 ABI_WORD = {0: "the old ABI (_GLIBCXX_USE_CXX11_ABI=0)", 1: "the C++11 ABI (_GLIBCXX_USE_CXX11_ABI=1)"}
 
@@ -70,12 +69,12 @@ def _link_finding(e: dict[str, Any], fid: str) -> Finding:
                    detail="\n".join(lines), remedies=rems)
 
 
-def _finding(e: dict[str, Any], i: int, distro: dict[str, Any] | None = None) -> Finding:
+def _finding(me: CheckSpec, e: dict[str, Any], i: int, distro: dict[str, Any] | None = None) -> Finding:
     obj = e.get("object") or "?"
     name = os.path.basename(obj)
     sym = e["symbol"]
     dem = e.get("demangled")
-    fid = "libs.symbols" + (f".{i + 1}" if i else "")
+    fid = me.name + (f".{i + 1}" if i else "")
     if e.get("link_time"):
         return _link_finding(e, fid)
     if e.get("version_node"):
@@ -218,27 +217,27 @@ def _other_release(e: dict[str, Any], fid: str, name: str, shown: str,
 @check("libs.symbols", title="Undefined symbols: ABI, shadowed or never-linked library",
        probes=("symbols", "livetrace"), optional=("toolchain",),
        explains=("undefined-symbol", "undefined-reference", "version-not-found"))
-def check_symbols(facts: Facts) -> list[Finding]:
+def check_symbols(facts: Facts, me: CheckSpec) -> list[Finding]:
     from .libs import live_unchecked
 
     f = facts.of("symbols")
     if f is None or f.get("skipped"):
         why = (f or {}).get("skipped") or facts.why_not("symbols")
-        return [not_checked("libs.symbols", "Undefined symbols", why)]
+        return [me.not_checked(why)]
     errs = f.get("errors") or []
     nothing = live_unchecked(facts) if facts.of("livetrace") else None
     if not errs and nothing:
-        return [Finding(id="libs.symbols", status="skip", title="Undefined symbols: not checked, the live run "
+        return [me.finding(status="skip", title="Undefined symbols: not checked, the live run "
                         "loaded nothing of the training", detail=nothing)]
     if not errs:
-        return [Finding(id="libs.symbols", status="ok", title="No undefined symbol in the live run",
+        return [me.finding(status="ok", title="No undefined symbol in the live run",
                         detail=f"The live run's error output names no undefined symbol and no link-time "
                                f"undefined reference "
                                f"({f.get('loaded_count', 0)} objects loaded).")]
     ev = facts.evidence("symbols")
     out = []
     for i, e in enumerate(errs):
-        fi = _finding(e, i, facts.get_fact("toolchain", "distro"))
+        fi = _finding(me, e, i, facts.get_fact("toolchain", "distro"))
         fi.evidence = ev
         fi.explains = _explains(facts, e)
         out.append(fi)
