@@ -15,6 +15,7 @@ from textual.widgets import Button, Header, OptionList, Static
 from textual.widgets.option_list import Option
 
 from zdoctor.model import Finding, Remedy, sort_findings
+from zdoctor.plural import count_of
 from zdoctor.symptoms.ledger import ledger_on
 from zdoctor.walkwords import in_words
 
@@ -443,7 +444,7 @@ class WalkScreen(ContextScreen):
         if target is not None and target.healthy and failing:
             worst = failing[0]
             question = Text.assemble(("Choose ", "bold"), (target.title, "bold yellow"), (" anyway?", "bold"))
-            body = Text(f"It says all is well, but {len(failing)} finding(s) of this walk fail, "
+            body = Text(f"It says all is well, but {count_of(len(failing), 'finding')} of this walk fail, "
                         f"first: {worst.title} ({worst.id}).\nThe suggested step is "
                         f"{self.outcome.chosen.to if self.outcome.chosen else 'none'}; the log records your choice.")
 

@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 
 from . import __version__, children
 from .errors import InputError, UsageError, ZdoctorError
+from .plural import count_of
 from .target import OPTION_KEYS, Target
 
 #: The options a replayed snapshot may be asked with: what the user saw, pasted or as a log.
@@ -375,7 +376,7 @@ def cmd_playbooks(args: argparse.Namespace) -> int:
     for err in errors:
         print(str(err))
     if errors:
-        print(f"zdoctor: {len(errors)} lint error(s)", file=sys.stderr)
+        print(f"zdoctor: {count_of(len(errors), 'lint error')}", file=sys.stderr)
         return EXIT_FAIL
     print(f"zdoctor: {target}: playbooks are valid", file=sys.stderr)
     return EXIT_OK

@@ -12,6 +12,7 @@ from .errors import UsageError
 from .events import FindingRecorded, ProbeRecorded, Recorder, SummaryRecorded, no_record
 from .host import Host
 from .model import FAILING, Finding, sort_findings, summarize
+from .plural import noun_for
 from .registry import PROBES, load_vocabulary
 from .symptoms.model import EXPLAINING
 from .target import target_of
@@ -125,7 +126,7 @@ def select_playbooks(only: list[str] | None = None) -> dict[str, Playbook]:
         return books
     unknown = sorted(set(only) - set(books))
     if unknown:
-        raise UsageError(f"zdoctor check: unknown playbook(s): {', '.join(unknown)}")
+        raise UsageError(f"zdoctor check: unknown {noun_for(len(unknown), 'playbook')}: {', '.join(unknown)}")
     return {pid: books[pid] for pid in dict.fromkeys(only)}
 
 

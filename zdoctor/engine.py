@@ -33,6 +33,7 @@ from .events import (
 from .host import Host
 from .model import FAILING, Finding, ProbeResult
 from .playbook import END_KINDS, Edge, Node, Playbook
+from .plural import noun_for
 from .registry import CHECKS, PREDICATES, Facts
 from .symptoms.ledger import unexplained_on
 
@@ -351,7 +352,7 @@ class Walk:
         if not open_ones:
             return chosen, reason
         quoted = "; ".join(f'{e.symptom.id} "{e.symptom.text}"' for e in open_ones)
-        return implied, f"not {chosen.to}: unexplained symptom(s) {quoted}"
+        return implied, f"not {chosen.to}: unexplained {noun_for(len(open_ones), 'symptom')} {quoted}"
 
     def evaluate(self) -> NodeOutcome:
         """Probe, check and choose for the current node (once per visit; later calls reuse it)."""

@@ -14,6 +14,7 @@ from typing import Any
 from .events import SessionView as Report
 from .events import WalkView
 from .model import STATUS_RANK, cap_text
+from .plural import count_of, plural
 from .present import (
     MARKS,
     summary_parts,
@@ -56,12 +57,22 @@ def fleet_tables(fleet: dict[str, Any]) -> list[tuple[str, list[str], list[list[
 
 def _fleet_line(fleet: dict[str, Any]) -> str:
     s = fleet.get("summary") if isinstance(fleet.get("summary"), dict) else {}
-    return (f"{_s(s.get('nodes'))} node(s) from {_s(fleet.get('source'))} via {_s(fleet.get('launcher'))}: "
+    return (f"{_counted(s.get('nodes'), 'node')} from {_s(fleet.get('source'))} via {_s(fleet.get('launcher'))}: "
             f"{_s(s.get('reached'))} reached, {_s(s.get('failing'))} failing, "
-            f"{_s(s.get('differing_facts'))} fact(s) differ")
+            f"{_counted(s.get('differing_facts'), 'fact')} {_counted_verb(s.get('differing_facts'))}")
+
 
 def _s(value: Any) -> str:
     return "" if value is None else str(value)
+
+
+def _counted(value: Any, word: str) -> str:
+    """A count of a recorded summary with its noun; what is not a count is shown as it was recorded."""
+    return count_of(value, word) if isinstance(value, int) else f"{_s(value)} {plural(word)}"
+
+
+def _counted_verb(value: Any) -> str:
+    return "differs" if value == 1 else "differ"
 
 
 def _when(ts: Any) -> str:

@@ -33,6 +33,7 @@ from typing import Any
 from . import __version__
 from .errors import InputError
 from .events import SessionView, fold
+from .plural import noun_for
 from .redact import redact
 from .shape import event_problems
 from .userfile import open_regular
@@ -590,7 +591,7 @@ class SessionLog:
         payload = jsonable(dict(data or {}))
         clash = [k for k in ENVELOPE if k in payload]
         if clash:
-            raise ValueError(f"event data may not use the reserved key(s) {', '.join(clash)}")
+            raise ValueError(f"event data may not use the reserved {noun_for(len(clash), 'key')} {', '.join(clash)}")
         return redact(payload)
 
     def _append(self, type: str, payload: dict[str, Any]) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 from ..host import Host
 from ..host.replay import MALFORMED
 from ..model import Evidence, Finding
+from ..plural import noun_for
 from ..registry import CHECKS, Facts, load_vocabulary
 
 
@@ -63,7 +64,8 @@ def _evaluate(name: str, facts: Facts) -> list[Finding]:
     spec = CHECKS[name]
     broken = [p for p in spec.probes if p not in facts or facts[p].status in ("crash", "timeout")]
     if broken:
-        return [spec.not_checked(f"needed probe(s) did not produce facts: {', '.join(broken)}", sub="not-checked")]
+        return [spec.not_checked(f"needed {noun_for(len(broken), 'probe')} did not produce facts: "
+                                 f"{', '.join(broken)}", sub="not-checked")]
     try:
         return _stamped(list(spec.func(facts)), facts, spec.reads)
     except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others

@@ -14,6 +14,7 @@ from typing import Any
 from ..causes import CGROUP_LIMIT
 from ..gpu.limits import human
 from ..model import Evidence, Finding, Remedy
+from ..plural import count_of
 from ..registry import CheckSpec, Facts, check, predicate
 from ..symptoms.match import ids_for
 from .hostram import LIMIT_COMMANDS, job_kill_cause
@@ -30,6 +31,10 @@ def _size(v: Any) -> str:
 
 def _count(v: Any) -> str:
     return str(v) if isinstance(v, int) else "not counted"
+
+
+def _times(v: Any) -> str:
+    return count_of(v, "time") if isinstance(v, int) else "not counted"
 
 
 @check("container", title="The container and the job's cgroup limits", probes=("container",), layer="container",
@@ -70,7 +75,7 @@ def _memory(me: CheckSpec, facts: Facts, f: dict[str, Any], ev: list[Evidence]) 
     where = f"{mem.get('limit_file')} of {mem.get('limit_cgroup')}" if mem.get("limit_cgroup") else \
         f"{mem.get('limit_file')} at every level up from {mem.get('cgroup')}"
     counters = (f"OOM events {_count(mem.get('oom'))}, OOM kills {_count(kills)} ({mem.get('events_file')}); limit "
-                f"reached {_count(mem.get('failcnt'))} time(s)")
+                f"reached: {_times(mem.get('failcnt'))}")
     lines = [f"The memory cgroup of {whose}: {mem.get('cgroup')} ({mem.get('version')}, {mem.get('dir')})."]
     if limit == "max":  # what is used now changes from run to run and judges nothing here: the evidence has it
         lines.append(f"Limit: none ({where}); {counters}.")
@@ -92,7 +97,7 @@ def _memory(me: CheckSpec, facts: Facts, f: dict[str, Any], ev: list[Evidence]) 
                      "had free" + (f" ({_size(room.get('host_available'))} MemAvailable now)."
                                    if room.get("host_available") is not None else "."))
         return Finding(id=fid, status="fail",
-                       title=f"The job's memory cgroup limit ({_size(limit)}) killed {kills} process(es): the "
+                       title=f"The job's memory cgroup limit ({_size(limit)}) killed {count_of(kills, 'process')}: the "
                              "limit ran out, not the host's memory",
                        detail="\n".join(lines), evidence=ev, remedies=[rem], cause=CGROUP_LIMIT,
                        explains=ids_for(facts, "killed", signal="9")
@@ -103,7 +108,8 @@ def _memory(me: CheckSpec, facts: Facts, f: dict[str, Any], ev: list[Evidence]) 
                         if job_kill_cause(facts) else "memory.events counts no OOM event at the limit (a v2 "
                                                      "cgroup counts kills by the host's OOM killer too)."))
         return Finding(id=fid, status="warn",
-                       title=f"The job's memory cgroup counted {kills} OOM kill(s), not at its {_size(limit)} limit",
+                       title=f"The job's memory cgroup counted {count_of(kills, 'OOM kill')}, not at its "
+                             f"{_size(limit)} limit",
                        detail="\n".join(lines), evidence=ev)
     if isinstance(limit, int) and isinstance(usage, int) and usage >= NEAR * limit \
             and isinstance(room.get("room"), int) and room["room"] < (1 - NEAR) * limit:
@@ -160,7 +166,8 @@ def _pids(me: CheckSpec, facts: Facts, f: dict[str, Any], ev: list[Evidence]) ->
                    undo=["unset OMP_NUM_THREADS"], note="not tried: it changes how the job runs")
     if isinstance(refused, int) and refused > 0:
         return Finding(id=fid, status="fail",
-                       title=f"The job's pids limit refused {refused} fork(s) or thread(s) (pids.events max)",
+                       title=f"The job's pids limit refused "
+                             f"{count_of(refused, 'fork or thread', 'forks or threads')} (pids.events max)",
                        detail=head + " A refused fork or thread fails with EAGAIN: \"can't start new thread\", "
                                      "\"fork: Resource temporarily unavailable\".",
                        evidence=ev, remedies=[rem, fewer], explains=ids_for(facts, "thread-limit"))

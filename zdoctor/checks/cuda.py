@@ -339,7 +339,7 @@ def check_toolkit(facts: Facts, me: CheckSpec) -> list[Finding]:
             "build without it (older releases ran the CUDA check for cpu_adam too).")
     prebuilt = ds.get("prebuilt_ops") or []
     if prebuilt:
-        uses += f" {len(prebuilt)} op(s) were prebuilt at install time and need no toolkit."
+        uses += f" {count_of(len(prebuilt), 'op')} were prebuilt at install time and need no toolkit."
     remedies = [_cuda_home_remedy(t) for t in good[:1]] + _install_toolkit_remedy(tc["cuda"], cs.get("distro"))
     # where the toolkit is
     fid = me.id("cuda-home")

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..model import Evidence, Finding, Remedy
 from ..packages import managers, package_name
+from ..plural import count_of, noun_for
 from ..registry import CheckSpec, Facts, check
 from ..rules import deepspeed as dsr
 
@@ -115,7 +116,8 @@ def _origin_findings(me: CheckSpec, facts: dict[str, Any], ev: list[Evidence]) -
         else:
             title = (f"JIT op {o['op']} is older than its sources: built before DeepSpeed at {o['deepspeed_dir']} "
                      f"last changed (now {o.get('version') or 'version unknown'})")
-            why = (f"{len(o['newer_sources'])} source file(s) are newer than the .so "
+            newer = len(o["newer_sources"])
+            why = (f"{count_of(newer, 'source file')} {noun_for(newer, 'is', 'are')} newer than the .so "
                    f"({', '.join(o['newer_sources'][:3])}): DeepSpeed was upgraded or reinstalled at this path after "
                    "the op was built. torch's next load rebuilds it (ninja compares the times); until then, and "
                    "wherever a process loads the .so directly, the old build is what runs.")

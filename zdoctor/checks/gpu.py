@@ -15,7 +15,7 @@ from ..forensics.kernlog import bus_address
 from ..gpu import kmod, limits, nvml
 from ..gpu.checkfacts import na, nvml_gpus, result_facts
 from ..model import Evidence, Finding, Remedy
-from ..plural import count_of
+from ..plural import count_of, noun_for
 from ..registry import CheckSpec, Facts, check, predicate
 from ..symptoms.match import ids_for
 from . import evaluate_check
@@ -272,7 +272,8 @@ def check_pcie(facts: Facts, me: CheckSpec) -> list[Finding]:
 
 def reset_remedy(gpus: list[dict[str, Any]]) -> Remedy:
     idx = ",".join(str(g["index"]) for g in gpus)
-    return Remedy(title="Drain the node, then reset the GPU(s)", commands=[f"nvidia-smi -r -i {idx}"],
+    return Remedy(title=f"Drain the node, then reset the {noun_for(len(gpus), 'GPU')}",
+                  commands=[f"nvidia-smi -r -i {idx}"],
                   requires_root=True, verified=None,
                   explanation="A GPU reset needs every process on the GPU stopped (and persistence daemons "
                               "that hold it). Move jobs off the node first; if the reset fails or errors come "
@@ -447,7 +448,8 @@ def _compute_mode(me: CheckSpec, gpus: list[dict[str, Any]]) -> Finding:
                                         commands=[f"nvidia-smi -i {g['index']} -c DEFAULT" for g in prohibited],
                                         requires_root=True)])
     if exclusive:
-        return Finding(id=fid, status="ok", title="GPU(s) in exclusive-process compute mode",
+        return Finding(id=fid, status="ok",
+                       title=f"{noun_for(len(exclusive), 'GPU')} in exclusive-process compute mode",
                        detail="Only one process at a time may use each of GPU "
                               + ", ".join(str(g["index"]) for g in exclusive)
                               + ": fine for one rank per GPU; a second process on the same GPU fails with "

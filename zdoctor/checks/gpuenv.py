@@ -9,6 +9,7 @@ from typing import Any
 from ..gpu import envreview
 from ..gpu.checkfacts import nvml_gpus
 from ..model import Evidence, Finding, Remedy
+from ..plural import count_of, noun_for
 from ..registry import CheckSpec, Facts, check
 
 
@@ -42,7 +43,7 @@ def _env_deprecated(me: CheckSpec, env: dict[str, str]) -> list[Finding]:
                          "ignored (the new name wins)" if d["ignored"] else "read, with a deprecation warning"])
         out.append(Finding(
             id=me.id("deprecated"), status="warn",
-            title="Deprecated NCCL variable name(s): " + ", ".join(d["old"] for d in dep),
+            title=f"Deprecated NCCL variable {noun_for(len(dep), 'name')}: " + ", ".join(d["old"] for d in dep),
             detail="torch renamed these c10d variables (TORCH_ prefix, since torch 2.2); the old names still work "
                    "when the new one is unset but print a deprecation warning, and are ignored when both are set. "
                    "TORCH_NCCL_ASYNC_ERROR_HANDLING: 0 no handling, 1 tear down the process on a collective "
@@ -116,7 +117,8 @@ def _env_visible_devices(me: CheckSpec, env: dict[str, str], gpus: list[dict[str
         n_vis = len(vd["visible"]) if vd["visible"] is not None else len(gpus)
         if want > n_vis:
             status = "fail" if status == "ok" else status
-            lines.append(f"The job expects {want} GPU(s) per node but only {n_vis} are visible here.")
+            lines.append(f"The job expects {count_of(want, 'GPU')} per node but only {n_vis} "
+                         f"{noun_for(n_vis, 'is', 'are')} visible here.")
     if status in ("warn", "fail") and gpus:
         rem.append(Remedy(title="Show every GPU of the node to the training", commands=["unset CUDA_VISIBLE_DEVICES"],
                           verified=None, explanation="Or list valid indices (0-" f"{len(gpus) - 1}) or GPU UUIDs "

@@ -147,8 +147,8 @@ def check_stale_lock(facts: Facts, me: CheckSpec) -> list[Finding]:
         live = [lk for lk in locks if lk.get("present")]
         if unscanned and not live:
             return [me.finding(status="warn",
-                            title=f"JIT build locks: {len(unscanned)} place(s) not scanned; no lock in the "
-                                  f"{len(jit.get('ops') or [])} op dir(s) read",
+                            title=f"JIT build locks: {count_of(len(unscanned), 'place')} not scanned; no lock in the "
+                                  f"{count_of(len(jit.get('ops') or []), 'op dir')} read",
                             detail="\n".join([f"Looked in {jit.get('base')} (from {jit.get('source')}). A stale lock "
                                               "in a place that was not read would make launches wait forever "
                                               "unseen; read it as its owner (or as root) to be sure.", *gaps]),
@@ -164,8 +164,8 @@ def check_stale_lock(facts: Facts, me: CheckSpec) -> list[Finding]:
         lines = [f"{lk['path']}: held by " + ", ".join(_describe(by_pid.get(p), p) for p in lk["holders"])
                  for lk in live]
         return [me.finding(status="warn" if unscanned else "ok",
-                        title=f"{len(live)} JIT build(s) in progress"
-                              + (f"; {len(unscanned)} place(s) not scanned" if unscanned else ""),
+                        title=f"{count_of(len(live), 'JIT build')} in progress"
+                              + (f"; {count_of(len(unscanned), 'place')} not scanned" if unscanned else ""),
                         detail="A live process holds each lock; launches that need the op wait for it.\n"
                                + "\n".join(lines + gaps), evidence=ev)]
     out: list[Finding] = []

@@ -11,6 +11,7 @@ from ..causes import CGROUP_LIMIT, UNKNOWN_KILL, WHAT_WOULD_TELL, kill_cause, oo
 from ..gpu.limits import human
 from ..model import Evidence, Finding, Remedy
 from ..offload.planner import gib
+from ..plural import count_of
 from ..registry import CheckSpec, Facts, check, predicate
 from ..symptoms.match import ids_for
 
@@ -92,8 +93,8 @@ def check_hostram(facts: Facts, me: CheckSpec) -> list[Finding]:
                  "cpuset": "the memory of the NUMA nodes the job's cpuset allows ran out (CONSTRAINT_CPUSET)",
                  "mempolicy": "the memory of the NUMA nodes the job's memory policy allows ran out "
                               "(CONSTRAINT_MEMORY_POLICY)"}.get(k.get("kind") or "") if oom_cause(k) else \
-            (f"the job's memory cgroup limit ran out (no constraint logged; the cgroup counted {counted} OOM "
-             "kill(s) at its limit)" if cause == CGROUP_LIMIT else f"{UNKNOWN_KILL} ({WHAT_WOULD_TELL} would tell)")
+            (f"the job's memory cgroup limit ran out (no constraint logged; the cgroup counted {_kills(counted)} at "
+             "its limit)" if cause == CGROUP_LIMIT else f"{UNKNOWN_KILL} ({WHAT_WOULD_TELL} would tell)")
         out.append(me.finding(status="fail", cause=cause,
                            title=f"The kernel's OOM killer killed {k.get('task')} (pid {k.get('pid')}, "
                                  f"{_where(f, k, 'log line ')}): {scope}",
@@ -104,14 +105,14 @@ def check_hostram(facts: Facts, me: CheckSpec) -> list[Finding]:
                            explains=ids_for(facts, "oom-kill", constraint=k.get("constraint")) + killed))
     elif kills and kill_cause([], counted) == CGROUP_LIMIT:
         out.append(me.finding(status="fail", cause=CGROUP_LIMIT,
-                           title=f"The training log shows a process killed ({len(kills)} line(s), e.g. line "
-                                 f"{kills[0][0]}): the job's memory cgroup counted {counted} OOM kill(s) at its "
+                           title=f"The training log shows a process killed ({count_of(len(kills), 'line')}, e.g. line "
+                                 f"{kills[0][0]}): the job's memory cgroup counted {_kills(counted)} at its "
                                  "limit, not the host's memory (container.memory gives the limit)",
                            detail="\n".join([f"{f.get('log')}:{n}: {t}" for n, t in kills[:3]] + lines),
                            evidence=ev, remedies=[_RAISE_LIMIT] + rem, explains=killed))
     elif kills:
         out.append(me.finding(status="fail",
-                           title=f"The training log shows a process killed ({len(kills)} line(s), e.g. line "
+                           title=f"The training log shows a process killed ({count_of(len(kills), 'line')}, e.g. line "
                                  f"{kills[0][0]}): {UNKNOWN_KILL} (the log does not say who killed it)",
                            detail="\n".join([f"{f.get('log')}:{n}: {t}" for n, t in kills[:3]] + lines
                                             + [_kernel_log_says(facts), f"What would tell: {WHAT_WOULD_TELL}."]),
@@ -234,6 +235,11 @@ def job_kill_cause(facts: Facts) -> str | None:
     return kill_cause(job_oom_kills(facts, facts.of("hostram") or {}), job_cgroup_oom_kills(facts))
 
 
+def _kills(n: int | None) -> str:
+    """How many OOM kills a cgroup counted, in words."""
+    return count_of(n, "OOM kill") if isinstance(n, int) else "an unknown number of OOM kills"
+
+
 def _where(f: dict[str, Any], k: dict[str, Any], line_word: str = "") -> str:
     """Where a kill's record is: the kernel log (with its time), or the --log's line (``line_word`` + its
     number when given, else ``LOG:N``)."""
@@ -261,7 +267,8 @@ def _kernel_log_says(facts: Facts) -> str:
                 "was not the kernel's OOM killer in that window (a scheduler or a person sent SIGKILL, or it happened "
                 "before the window, in an earlier boot).")
     last = others[-1]
-    return (first + f"The kernel log ({kl.get('path')}, since {since_text}) has {len(others)} OOM kill(s), the last of "
+    return (first + f"The kernel log ({kl.get('path')}, since {since_text}) has {count_of(len(others), 'OOM kill')}, "
+            "the last of "
             f"{last.get('task')} (pid {last.get('pid')}, {last.get('constraint') or 'constraint not logged'}, cgroup "
             f"{last.get('task_memcg') or last.get('memcg') or 'not logged'}); none names a pid of this job, so "
             "whether one of them was this job's kill is not known (kernel.oom lists them).")

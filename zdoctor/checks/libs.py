@@ -16,6 +16,7 @@ from ..forensics.sources import live_source, static_source
 from ..forensics.versions import gcc_release_for, gcc_series, newest, sort_key
 from ..model import Evidence, Finding, Remedy
 from ..packages import managers
+from ..plural import count_of
 from ..registry import CheckSpec, Facts, check, predicate
 from ..symptoms.match import ids_for
 
@@ -519,7 +520,8 @@ def check_ext_compilers(facts: Facts, me: CheckSpec) -> list[Finding]:
         return [me.finding(status="warn",
                         title=f"Built by a newer GCC than the loaded libstdc++ ({have}) serves: {', '.join(newer)}",
                         detail="\n".join(lines), evidence=ev)]
-    return [me.finding(status="ok", title=f"{len(libs['targets'])} extension(s): compilers read from .comment",
+    return [me.finding(status="ok",
+                       title=f"{count_of(len(libs['targets']), 'extension')}: compilers read from .comment",
                     detail="\n".join(lines), evidence=ev)]
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..gpu import infiniband, nccllog, ncclnet
 from ..model import Evidence, Finding, Remedy
+from ..plural import count_of
 from ..registry import CheckSpec, Facts, check
 from ..shellquote import shell_quote
 from ..symptoms.match import ids_for
@@ -247,11 +248,11 @@ def check_peers(facts: Facts, me: CheckSpec) -> list[Finding]:
         f"routes to the job's nodes (NCCL uses {mine})",
         ["peer", "from", "address", "route via", "gateway", "source address", "verdict"], rows, hl))]
     more = nf.get("peers_total", len(peers)) - len(peers)
-    tail = [f"{more} more host(s) of the hostfile were not looked up."] if more > 0 else []
+    tail = [f"{count_of(more, 'more host')} of the hostfile were not looked up."] if more > 0 else []
     if hf.get("error"):
         tail.append(f"The hostfile could not be read: {hf['error']}")
     if not bad:
-        return [me.finding(status="ok", title=f"{mine} routes to all {len(peers)} peer address(es)",
+        return [me.finding(status="ok", title=f"{mine} routes to all {count_of(len(peers), 'peer address')}",
                         detail="\n".join([f"Every peer's address routes through {mine}, the interface NCCL uses "
                                           "(ip route get; no traffic sent).", *tail]), evidence=ev)]
     lines = [f"NCCL uses {mine} ({chosen[0]['address']}), but:"] + [f"  {p['name']} ({p.get('address') or '?'}): {v}"

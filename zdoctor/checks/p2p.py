@@ -14,6 +14,7 @@ from typing import Any
 from ..forensics.kernlog import records_at
 from ..gpu import p2p
 from ..model import Evidence, Finding, Remedy
+from ..plural import count_of
 from ..registry import CheckSpec, Facts, check, predicate
 from ..sysfile import kernel_parameters_remedy
 
@@ -114,7 +115,7 @@ def check_p2p(facts: Facts, me: CheckSpec) -> list[Finding]:
     if risky:
         why = ("the IOMMU translates the GPUs' DMA" if translated else "") + \
               (" and " if translated and redirect else "") + \
-              (f"ACS redirects peer traffic on {len(redirect)} bridge(s)" if redirect else "")
+              (f"ACS redirects peer traffic on {count_of(len(redirect), 'bridge')}" if redirect else "")
         rem = [WORKAROUND] + ([_acs_fix(redirect)] if redirect else []) + ([_iommu_fix(iommu)] if translated else [])
         out.append(me.finding(
             status="warn",
@@ -127,8 +128,9 @@ def check_p2p(facts: Facts, me: CheckSpec) -> list[Finding]:
         not_avail = _pairs_text(pairs, False)
         if not_avail:
             out.append(me.finding(status="ok",
-                               title=f"Peer-to-peer is unavailable for {len(not_avail)} GPU pair(s): NCCL uses host "
-                                     "memory there (no hang, slower)", detail="\n".join(lines), evidence=ev))
+                               title=f"Peer-to-peer is unavailable for {count_of(len(not_avail), 'GPU pair')}: "
+                                     "NCCL uses host memory there (no hang, slower)",
+                               detail="\n".join(lines), evidence=ev))
         else:
             out.append(me.finding(status="ok" if pairs and not unknown_acs else "skip",
                                title="GPU peer-to-peer: IOMMU " + str(iommu.get("mode")) + ", no ACS redirect seen"
@@ -188,8 +190,8 @@ def _copy_speed(me: CheckSpec, pairs: list[dict[str, Any]], gpus: dict[int, dict
                        title=f"Peer copies arrived intact but slow: GPU {x['src']} -> GPU {x['dst']} at {x['gbps']} "
                              f"GB/s, {share:.0%} of its {exp['link']} link ({exp['gbps']} GB/s)",
                        detail="\n".join(lines + [
-                           f"{len(slow)} of {n} pair(s) reach less than {p2p.SLOW_SHARE:.0%} of what their link "
-                           "carries. A copy that slow goes through host memory (peer access not enabled for that "
+                           f"{len(slow)} of {count_of(n, 'pair')} reach less than {p2p.SLOW_SHARE:.0%} of what their "
+                           "link carries. A copy that slow goes through host memory (peer access not enabled for that "
                            "pair), crosses a bridge that forwards peer traffic badly, or runs on a link that "
                            "trained down; NCCL's collectives inside the node are held to that speed. "
                            "`nvidia-smi topo -m` shows how each pair is connected."]),

@@ -6,6 +6,7 @@ import os
 import shlex
 
 from ..model import Finding, Remedy
+from ..plural import count_of
 from ..registry import CheckSpec, Facts, check
 
 
@@ -57,7 +58,7 @@ def check_other_caches(facts: Facts, me: CheckSpec) -> list[Finding]:
                      "experience slowdowns or hanging when DeepSpeed exits, ... set the TRITON_CACHE_DIR "
                      "environment variable to a non-NFS path')."]
             if held:
-                lines.append(f"{len(held)} lock file(s) held now: " + ", ".join(
+                lines.append(f"{count_of(len(held), 'lock file')} held now: " + ", ".join(
                     f"{x['path']} (pid {', '.join(map(str, x['holders']))})" for x in held[:5]))
             out.append(me.finding(status="warn",
                                title=f"{c['name']} is on {fs} ({c['path']}): its locks can hang ranks",
@@ -67,7 +68,7 @@ def check_other_caches(facts: Facts, me: CheckSpec) -> list[Finding]:
                                                 undo=["unset TRITON_CACHE_DIR"])]))
         elif held:
             out.append(me.finding(status="ok",
-                               title=f"{c['name']}: {len(held)} lock(s) held by running processes",
+                               title=f"{c['name']}: {count_of(len(held), 'lock')} held by running processes",
                                detail=", ".join(f"{x['path']} (pid {', '.join(map(str, x['holders']))})"
                                                 for x in held[:5]), evidence=ev))
     if not out and f.get("caches") and not any(c.get("exists") for c in f["caches"]):
@@ -109,6 +110,6 @@ def check_stdcxx_links(facts: Facts, me: CheckSpec) -> list[Finding]:
                                       f"{newest} in the same directory ({d['why']}) is never loaded.", evidence=ev))
     if not out:
         out.append(me.finding(status="ok",
-                           title=f"libstdc++.so.6 links point at the newest file in {len(f.get('dirs') or [])} "
-                                 "director(ies)", evidence=ev))
+                           title="libstdc++.so.6 links point at the newest file in "
+                                 f"{count_of(len(f.get('dirs') or []), 'directory', 'directories')}", evidence=ev))
     return out

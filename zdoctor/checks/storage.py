@@ -318,7 +318,8 @@ def _called(lt: dict[str, Any]) -> list[str]:
 def _aio_calls_line(lt: dict[str, Any]) -> str:
     if lt.get("calls"):
         srcs = lt.get("calls_source") or []
-        return (f"DeepSpeed's async_io calls (from {len(srcs)} file(s) of its csrc/aio): {', '.join(lt['calls'])}; "
+        return (f"DeepSpeed's async_io calls (from {count_of(len(srcs), 'file')} of its csrc/aio): "
+                f"{', '.join(lt['calls'])}; "
                 f"the test made {', '.join(_called(lt))}"
                 + ("" if lt.get("ran_ok") is None else ": they ran" if lt.get("ran_ok") else ": they failed") + ".")
     return (f"Which libaio calls DeepSpeed makes is unknown ({lt.get('calls_why') or 'its sources were not read'}); "

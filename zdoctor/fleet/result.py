@@ -10,6 +10,7 @@ from typing import Any
 
 from .. import __version__
 from ..model import FAILING, STATUS_RANK, Evidence, Finding, Remedy, sort_findings
+from ..plural import count_of
 from .collect import NodeRun
 from .ranks import fleet_rank_findings
 from .reach import nccl_facts, reach_finding
@@ -154,7 +155,7 @@ def slots_finding(node: NodeResult, hostfile: str | None) -> Finding | None:
     return Finding(
         id=SLOTS_COLUMN, status="fail",
         title=f"{node.host}: the hostfile gives it {node.slots} slots but the training sees "
-              f"{node.visible_gpus} GPU(s)",
+              f"{count_of(node.visible_gpus, 'GPU')}",
         detail=(f"DeepSpeed's launcher starts one rank per slot and each rank takes the GPU of its local rank; "
                 f"ranks {node.visible_gpus} to {node.slots - 1} on {node.host} have no GPU and fail at "
                 "torch.cuda.set_device ('CUDA error: invalid device ordinal'). Either the hostfile is wrong for "
