@@ -90,7 +90,7 @@ def test_vocabulary_is_registered() -> None:
     assert PROBES["jitcache"].title == "JIT-built DeepSpeed ops" and PROBES["jitcache"].needs == ("pyenv",)
     assert PROBES["processes"].title == "Running training processes"
     assert {"hangs.stale-lock", "hangs.processes", "jit.corrupt-ops", "jit.foreign-toolchain"} <= set(CHECKS)
-    assert {"stale_jit_lock", "jit_op_corrupt", "training_process_stuck"} <= set(PREDICATES)
+    assert {"stale_jit_lock", "jit_op_corrupt"} <= set(PREDICATES)
 
 
 def test_killed_builder_hangs_the_next_launch_and_the_remedy_frees_it(tmp_path: Path, spawn) -> None:

@@ -16,7 +16,7 @@ from ..forensics.versions import parse_version
 from ..model import Finding, Remedy
 from ..packages import managers_of_owner
 from ..probes.glibc import glibc_version_errors
-from ..registry import CheckSpec, Facts, check, predicate
+from ..registry import CheckSpec, Facts, check
 from ..shellquote import shell_quote
 from ..symptoms.match import ids_for
 
@@ -170,9 +170,3 @@ def check_glibc(facts: Facts, me: CheckSpec) -> list[Finding]:
                         remedies=_remedies(facts, host, need, []))]
     return [me.finding(status="ok", title=f"torch needs up to {need}; the host's glibc is {host}",
                     detail="Read from the GLIBC_x version needs of torch's libraries.", evidence=ev)]
-
-
-@predicate("glibc_too_old", doc="a library needs a newer glibc (GLIBC_x) than the host has",
-           probes=("glibc", "livetrace"))
-def glibc_too_old(facts: Facts) -> bool:
-    return any(f.status == "fail" for f in check_glibc(facts))

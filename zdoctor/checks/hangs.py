@@ -423,13 +423,3 @@ def jit_op_corrupt(facts: Facts) -> bool:
     jit = facts.of("jitcache")
     return any(o.get("so_path") and (o.get("so_info") or {}).get("kind") not in (None, "elf")
                and o.get("in_use") is not False for o in (jit or {}).get("ops") or [])
-
-
-@predicate("training_process_stuck", doc="a training process is in uninterruptible sleep (state D)",
-           probes=("processes",))
-def training_process_stuck(facts: Facts) -> bool:
-    procs = facts.of("processes") or {}
-    scope = procs.get("scope") or {"kind": "node"}
-    job = set(scope.get("pids") or []) if scope.get("kind") in ("pid", "command") else None
-    return any(p.get("state_letter") == "D" and (job is None or p.get("pid") in job)
-               for p in procs.get("processes") or [])

@@ -689,14 +689,3 @@ def live_still_compiling(facts: Facts) -> bool:
 def live_checked_nothing(facts: Facts) -> bool:
     # a live trace that gave no facts at all is a probe without facts: the playbook's not_checked end says so
     return bool(facts.of("livetrace")) and live_unchecked(facts) is not None
-
-
-@predicate("prediction_disagrees", doc="the emulation and the real loader picked different libstdc++ copies",
-           probes=("livetrace", "libs"))
-def disagrees(facts: Facts) -> bool:
-    return agreement(facts) is False
-
-
-@predicate("fix_verified", doc="a remedy made the failing command succeed when re-run", probes=("libfix",))
-def fix_verified(facts: Facts) -> bool:
-    return any(p.verified for p in _plans(facts))

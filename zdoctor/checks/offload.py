@@ -526,31 +526,11 @@ def ds_config_rejected(facts: Facts) -> bool:
     return ds_config_invalid(facts) or any(x["severity"] == "fail" for x in _lints(facts))
 
 
-@predicate("ds_config_uses_auto", probes=("dsconfig",),
-           doc="The ds_config holds \"auto\" values, which only the Hugging Face Trainer / Accelerate fill in.")
-def ds_config_uses_auto(facts: Facts) -> bool:
-    return bool(facts.get_fact("dsconfig", "uses_auto", default=False))
-
-
 @predicate("offload_to_nvme_configured", probes=("dsconfig",),
            doc="The ds_config offloads parameters or optimizer states to NVMe (device nvme, as DeepSpeed reads it).")
 def offload_to_nvme_configured(facts: Facts) -> bool:
     dev = facts.get_fact("dsconfig", "devices", default={}) or {}
     return "nvme" in dev.values()
-
-
-@predicate("offload_to_cpu_configured", probes=("dsconfig",),
-           doc="The ds_config offloads parameters or optimizer states to CPU memory (device cpu).")
-def offload_to_cpu_configured(facts: Facts) -> bool:
-    dev = facts.get_fact("dsconfig", "devices", default={}) or {}
-    return "cpu" in dev.values()
-
-
-@predicate("nvme_path_unsuitable", probes=("dsconfig",),
-           doc="An nvme_path of the ds_config cannot work here: missing and not creatable, not writable, or on "
-               "tmpfs/ramfs, overlay, a network or FUSE file system; or device nvme has no nvme_path.")
-def nvme_path_unsuitable(facts: Facts) -> bool:
-    return any(x["rule"] in ("nvme-path", "nvme-without-path") and x["severity"] == "fail" for x in _lints(facts))
 
 
 @predicate("nvme_offload_without_aio", probes=("dsconfig", "storage"),
@@ -559,46 +539,3 @@ def nvme_path_unsuitable(facts: Facts) -> bool:
 def nvme_offload_without_aio(facts: Facts) -> bool:
     libaio = facts.get_fact("storage", "libaio", default=None)
     return offload_to_nvme_configured(facts) and isinstance(libaio, dict) and libaio.get("ok") is False
-
-
-@predicate("offload_ram_short", probes=("capacity",),
-           doc="The ds_config's offload choice does not fit in this node's MemAvailable even with zero.Init, by "
-               "DeepSpeed's own estimator (the job gets OOM-killed, -9, or swaps). False when unknown.")
-def offload_ram_short(facts: Facts) -> bool:
-    return facts.get_fact("capacity", "ram_short", default=None) is True
-
-
-@predicate("offload_ram_tight", probes=("capacity",),
-           doc="The ds_config's offload choice fits in MemAvailable only when the model is built under "
-               "deepspeed.zero.Init (zero_init=1), not without it.")
-def offload_ram_tight(facts: Facts) -> bool:
-    return facts.get_fact("capacity", "ram_tight", default=None) is True
-
-
-@predicate("offload_step_bound", probes=("trainlog",),
-           doc="In the training log's wall_clock_breakdown, the optimizer step is the largest phase of an iteration "
-               "(CPU Adam or NVMe swaps, not forward/backward).")
-def offload_step_bound(facts: Facts) -> bool:
-    return facts.get_fact("trainlog", "step_bound", default=False) is True
-
-
-@predicate("offload_disk_bound", probes=("trainlog",),
-           doc="The optimizer step dominates the iteration and NVMe swapping (optimizer_swap_in_state + "
-               "optimizer_swap_out_state) takes at least half of it: the offload disk is the bottleneck.")
-def offload_disk_bound(facts: Facts) -> bool:
-    return facts.get_fact("trainlog", "disk_bound", default=False) is True
-
-
-@predicate("trainlog_without_timers", probes=("trainlog",),
-           doc="A training log was given but holds no wall_clock_breakdown lines (wall_clock_breakdown is off).")
-def trainlog_without_timers(facts: Facts) -> bool:
-    log = facts.of("trainlog")
-    return bool(log) and not log.get("error") and not log.get("timer_lines")
-
-
-@predicate("gpu_underutilised", probes=("gpusample",),
-           doc=f"While sampled (--gpu-sample), some GPU was busy less than {GPU_STARVED_PCT:g}% of the time on "
-               "average.")
-def gpu_underutilised(facts: Facts) -> bool:
-    gpus = facts.get_fact("gpusample", "gpus", default=[]) or []
-    return any((g.get("util") or {}).get("mean") is not None and g["util"]["mean"] < GPU_STARVED_PCT for g in gpus)

@@ -184,11 +184,6 @@ def interpreter_unusable(facts: Facts) -> bool:
     return f is None or bool(f.get("error"))
 
 
-@predicate("python_explicit", doc="the user named the target interpreter with --python", probes=("pyenv",))
-def python_explicit(facts: Facts) -> bool:
-    return bool(facts.get_fact("pyenv", "target", "explicit", default=False))
-
-
 @predicate("torch_missing", doc="torch is not installed in the target interpreter", probes=("pyenv",))
 def torch_missing(facts: Facts) -> bool:
     f = pyenv_facts(facts)
@@ -206,18 +201,8 @@ def torch_import_hung(facts: Facts) -> bool:
     return _torch_state(facts) == "timeout"
 
 
-@predicate("torch_import_ok", doc="import torch succeeded", probes=("pyenv",))
-def torch_import_ok(facts: Facts) -> bool:
-    return _torch_state(facts) == "ok"
-
-
 @predicate("glibcxx_error", doc="the torch import error names a missing GLIBCXX/CXXABI version",
            probes=("pyenv",))
 def glibcxx_error(facts: Facts) -> bool:
     line = facts.get_fact("pyenv", "torch", "import", "error_line") or ""
     return "not found" in line and ("GLIBCXX_" in line or "CXXABI_" in line)
-
-
-@predicate("deepspeed_installed", doc="deepspeed is installed in the target interpreter", probes=("pyenv",))
-def deepspeed_installed(facts: Facts) -> bool:
-    return bool(facts.get_fact("pyenv", "deepspeed", "installed", default=False))

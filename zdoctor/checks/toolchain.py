@@ -236,26 +236,7 @@ def no_cxx_compiler(facts: Facts) -> bool:
     return bool(t) and not t["jit"].get("path")
 
 
-@predicate("cxx_env_broken", doc="$CXX is set but does not name an executable", probes=("toolchain",))
-def cxx_env_broken(facts: Facts) -> bool:
-    t = toolchain_facts(facts)
-    return bool(t) and t["jit"].get("source") == "CXX" and not t["jit"].get("path")
-
-
-@predicate("devtoolset_on_path", doc="a devtoolset/gcc-toolset is on PATH or enabled through scl",
-           probes=("toolchain",))
-def devtoolset_on_path(facts: Facts) -> bool:
-    return bool(facts.get_fact("toolchain", "devtoolset_on_path", default=False))
-
-
 @predicate("sysconfig_compiler_missing", doc="Python's sysconfig CC or CXX names a compiler not on PATH",
            probes=("toolchain",))
 def sysconfig_compiler_missing(facts: Facts) -> bool:
     return any(f.status == "warn" for f in check_sysconfig(facts))
-
-
-@predicate("jit_compiler_suspect", doc="the JIT compiler is not GCC/clang, or is a GCC older than 9",
-           probes=("toolchain",))
-def jit_compiler_suspect(facts: Facts) -> bool:
-    t = toolchain_facts(facts)
-    return bool(t) and bool(t["jit"].get("path")) and check_jit_compiler(facts)[0].status == "warn"
