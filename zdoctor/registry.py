@@ -156,7 +156,7 @@ def not_checked(fid: str, title: str, why: str, evidence: list[Evidence] | None 
 
 
 #: A check as written: its facts and its own declaration (``me``), which gives its findings their ids and titles.
-CheckFunc = Callable[[Facts, "CheckSpec"], "list[Finding]"]
+CheckFunc = typing.Callable[[Facts, "CheckSpec"], "list[Finding]"]
 
 
 @dataclass(frozen=True)
