@@ -29,6 +29,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from .. import scripts
 from ..model import Evidence
 from ..privilege import RunAs, code_runs_as
 from ..registry import probe
@@ -249,13 +250,8 @@ def _torch_facts(recs: dict[str, Any], pkg: dict[str, Any], timed_out: bool, sig
 
 
 def script_path() -> Path:
-    """The probe script as a file another interpreter can run: beside this module, or extracted from the
-    one-file bundle (whose modules are inside a zip)."""
-    if SCRIPT.is_file():
-        return SCRIPT
-    from ..resources import data_dir
-
-    return data_dir("probe") / SCRIPT.name
+    """The probe script as a file another interpreter can run (see :func:`zdoctor.scripts.script_path`)."""
+    return scripts.script_path(SCRIPT.name)
 
 
 def probe_target(python: str, env: dict[str, str], *, explicit: bool = False,
