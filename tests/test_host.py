@@ -19,7 +19,9 @@ from zdoctor.registry import Facts
 
 @pytest.fixture
 def test_vocabulary():
-    """Register a few test probes and checks, and remove them afterwards."""
+    """Register a few test probes and checks, and remove them afterwards (the real vocabulary is loaded first,
+    so that putting it back leaves it whole for the tests that follow in this process)."""
+    registry.load_vocabulary()
     before = (dict(registry.PROBES), dict(registry.CHECKS))
     calls = {"slow": 0, "spans": {}}
 
