@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import collections
 import errno
-import json
 import os
 import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from ..jsondoc import json_objects
 from ..offload.hostram import oom_kills
 
 KMSG = "/dev/kmsg"
@@ -176,13 +176,7 @@ def parse_journal(lines: Iterable[str], keep: Any = None) -> Read:
     """``journalctl -k -o json`` lines -> records like :func:`parse_kmsg_record`'s (``seq`` is None; ``time``
     from ``__REALTIME_TIMESTAMP``). A MESSAGE journald stored as bytes (not UTF-8) is decoded."""
     out = Read()
-    for line in lines:
-        try:
-            d = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(d, dict):
-            continue
+    for d in json_objects(lines):
         msg = d.get("MESSAGE")
         if isinstance(msg, list):
             msg = bytes(b & 0xFF for b in msg if isinstance(b, int)).decode("utf-8", "replace")

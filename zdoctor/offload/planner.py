@@ -16,6 +16,7 @@ from typing import Any
 
 from ..container.cgroups import headroom
 from ..errors import InputError
+from ..jsondoc import json_document
 from ..units import parse_count  # noqa: F401 - model sizes as the options give them
 
 BUFFER_FACTOR = 1.5
@@ -296,19 +297,11 @@ def estimate_hf(cfg: dict[str, Any]) -> ModelEstimate:
 
 def load_model_config(path: str) -> ModelEstimate:
     """Read ``config.json`` (strict JSON, as transformers does) and estimate it."""
-    import json
 
     from .dsconfig import read_text
 
     text = read_text(path, "model config")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}:{exc.lineno}:{exc.colno}: malformed JSON: {exc.msg}") from None
-    except ValueError as exc:  # an integer past the interpreter's digit limit
-        raise InputError(f"{path}: unreadable JSON: {exc}") from None
-    except RecursionError:
-        raise InputError(f"{path}: nested too deeply to read") from None
+    data = json_document(text, path)
     try:
         return estimate_hf(data)
     except InputError as exc:
