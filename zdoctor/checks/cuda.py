@@ -149,10 +149,10 @@ def check_runtime(facts: Facts, me: CheckSpec) -> list[Finding]:
         if gpus:
             rem = [r for r in [_wheel_remedy(facts, drv_cuda)] if r]
             return [me.finding(status="fail",
-                            title=f"torch is a CPU build on a node with {count_of(len(gpus), 'GPU')}",
-                            detail=f"{tc['why']}: DeepSpeed cannot use the GPUs ('DeepSpeed requires CUDA' / "
-                                   "'Torch not compiled with CUDA enabled').", evidence=facts.evidence("nvml"),
-                            remedies=rem)]
+                               title=f"torch is a CPU build on a node with {count_of(len(gpus), 'GPU')}",
+                               detail=f"{tc['why']}: DeepSpeed cannot use the GPUs ('DeepSpeed requires CUDA' / "
+                                      "'Torch not compiled with CUDA enabled').", evidence=facts.evidence("nvml"),
+                               remedies=rem)]
         return [me.not_checked(f"{tc['why']}, and {facts.why_not('nvml')}")]
     if not tc["cuda"]:
         return [me.not_checked(f"{tc['why']}, and its wheel tag names no CUDA version")]
@@ -321,7 +321,7 @@ def check_toolkit(facts: Facts, me: CheckSpec) -> list[Finding]:
         else "(no CUDA toolkit found)"
     if tc["state"] not in ("ok", "import_failed") or not tc["cuda"]:
         return [me.not_checked(f"{tc['why'] or 'torch CUDA unknown'}: DeepSpeed builds "
-                            f"no CUDA ops {found}", facts.evidence("cuda_stack"))]
+                               f"no CUDA ops {found}", facts.evidence("cuda_stack"))]
     ds = _deepspeed(facts)
     env = {**(cs.get("env") or {})}
     ev = facts.evidence("cuda_stack")
@@ -527,11 +527,11 @@ def check_host_compiler(facts: Facts, me: CheckSpec) -> list[Finding]:
                                    f"({host.get('path') or host.get('error') or 'not found'}); only GCC ranges are "
                                    "checked.", ev)]
         return [me.finding(status="ok", title=f"Host compiler GCC {host.get('version') or '?'} is supported by "
-                        f"nvcc {nv['release']}", detail=f"Limit from {src}.", evidence=ev)]
+                           f"nvcc {nv['release']}", detail=f"Limit from {src}.", evidence=ev)]
     hi_major = min([x for x in (gmax, bounds[1][0] - 1 if bounds else None) if x is not None] or [13])
     lo_major = max(gmin or 0, bounds[0][0] if bounds else 0)
     return [me.finding(status="fail", title=f"The host compiler is too new (or old) for nvcc {nv['release']}",
-                    detail="\n".join(lines), evidence=ev, remedies=_compiler_remedy(cs, lo_major, hi_major))]
+                       detail="\n".join(lines), evidence=ev, remedies=_compiler_remedy(cs, lo_major, hi_major))]
 
 
 

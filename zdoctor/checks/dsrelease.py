@@ -144,8 +144,8 @@ def check_release(facts: Facts, me: CheckSpec) -> list[Finding]:
         return [me.not_checked(facts.why_not("dsrelease"))]
     if not f.get("installed"):
         return [me.finding(status="skip",
-                        title="DeepSpeed release rules: DeepSpeed not installed",
-                        detail="No DeepSpeed in the training environment.")]
+                           title="DeepSpeed release rules: DeepSpeed not installed",
+                           detail="No DeepSpeed in the training environment.")]
     ev = facts.evidence("dsrelease")
     out = _rule_findings(me, f, ev, facts.get_fact("toolchain", "distro") or {}) + _origin_findings(me, f, ev)
     unknown = [rid for rid, r in (f.get("rules") or {}).items() if r.get("state") == "unknown"]

@@ -51,12 +51,12 @@ def check_fix_trials(facts: Facts, me: CheckSpec) -> list[Finding]:
     evidence = [table, *reruns]
     if fixed:
         return [me.finding(status="ok",
-                        title=f"Hypothesis confirmed: the command succeeds with {len(fixed)} of "
-                              f"{count_of(len(plans), 'fix', 'fixes')} (re-run with each)",
-                        detail="\n".join(lines), evidence=evidence)]
+                           title=f"Hypothesis confirmed: the command succeeds with {len(fixed)} of "
+                                 f"{count_of(len(plans), 'fix', 'fixes')} (re-run with each)",
+                           detail="\n".join(lines), evidence=evidence)]
     if tried:
         return [me.finding(status="warn",
-                        title=f"No fix tried made the command succeed ({len(tried)} of "
-                              f"{count_of(len(plans), 'fix', 'fixes')} tried)",
-                        detail="\n".join(lines), evidence=evidence)]
+                           title=f"No fix tried made the command succeed ({len(tried)} of "
+                                 f"{count_of(len(plans), 'fix', 'fixes')} tried)",
+                           detail="\n".join(lines), evidence=evidence)]
     return [me.finding(status="skip", title=f"{TITLE}: not tried", detail="\n".join(lines), evidence=evidence)]

@@ -157,16 +157,16 @@ def check_glibc(facts: Facts, me: CheckSpec) -> list[Finding]:
         return [me.not_checked(facts.why_not("glibc"))]
     if not need or not host:
         return [me.finding(status="skip", title="glibc: nothing to compare",
-                        detail=f"host glibc {host or 'unknown'}; torch's needs "
-                               f"{'unknown (torch not found)' if not g.get('torch_location') else 'none read'}",
-                        evidence=ev)]
+                           detail=f"host glibc {host or 'unknown'}; torch's needs "
+                                  f"{'unknown (torch not found)' if not g.get('torch_location') else 'none read'}",
+                           evidence=ev)]
     if (_num(need) or ()) > (_num(host) or ()):
         return [me.finding(status="fail",
-                        title=f"torch needs {need}, newer than this host's glibc {host}",
-                        detail=f"Read from torch's libraries "
-                               f"({', '.join(x['path'] for x in g.get('torch_needs_by') or [])}). "
-                               "import torch will fail with \"version `" + need + "' not found\". glibc cannot be "
-                               "swapped per program like libstdc++.", evidence=ev,
-                        remedies=_remedies(facts, host, need, []))]
+                           title=f"torch needs {need}, newer than this host's glibc {host}",
+                           detail=f"Read from torch's libraries "
+                                  f"({', '.join(x['path'] for x in g.get('torch_needs_by') or [])}). "
+                                  "import torch will fail with \"version `" + need + "' not found\". glibc cannot be "
+                                  "swapped per program like libstdc++.", evidence=ev,
+                           remedies=_remedies(facts, host, need, []))]
     return [me.finding(status="ok", title=f"torch needs up to {need}; the host's glibc is {host}",
-                    detail="Read from the GLIBC_x version needs of torch's libraries.", evidence=ev)]
+                       detail="Read from the GLIBC_x version needs of torch's libraries.", evidence=ev)]

@@ -44,9 +44,9 @@ def check_driver(facts: Facts, me: CheckSpec) -> list[Finding]:
         return [found]
     if nv is not None and (nv.get("library") or {}).get("error_kind") == "gpu_lost" and nv.get("skipped"):
         return [me.finding(status="fail", title="A GPU has fallen off the bus: NVML cannot start",
-                        detail=f"{(nv.get('library') or {}).get('error')}. No CUDA program can use the node's "
-                               "GPUs until the lost GPU is reset or the node rebooted. " + fell_off_record(facts),
-                        evidence=ev, remedies=[reboot_remedy()])]
+                           detail=f"{(nv.get('library') or {}).get('error')}. No CUDA program can use the node's "
+                                  "GPUs until the lost GPU is reset or the node rebooted. " + fell_off_record(facts),
+                           evidence=ev, remedies=[reboot_remedy()])]
     if nv is None or nv.get("skipped"):
         why = (nv or {}).get("skipped") or facts.why_not("nvml")
         return [me.not_checked(why + ". The GPU checks that need the driver are skipped.", ev)]
@@ -91,7 +91,7 @@ def check_driver(facts: Facts, me: CheckSpec) -> list[Finding]:
     if ns:
         lines.append("Not supported by this GPU/driver (shown as n/a): " + ", ".join(ns) + ".")
     return [me.finding(status=status, title=title, detail="\n".join(lines), evidence=ev, remedies=remedies,
-                    explains=ids_for(facts, "xid", xid="79") if lost else [])]
+                       explains=ids_for(facts, "xid", xid="79") if lost else [])]
 
 
 def fell_off_record(facts: Facts, bus: str | None = None) -> str:
@@ -291,11 +291,11 @@ def check_health(facts: Facts, me: CheckSpec) -> list[Finding]:
     out: list[Finding] = []
     if lost:
         out.append(me.finding(sub="reachable", status="fail",
-                           title="GPU " + ", ".join(str(g["index"]) for g in lost) + " unreachable: its health "
-                                 "is unknown and CUDA cannot use it",
-                           detail="\n".join(f"GPU {g['index']}: {gpu_error(g)}" for g in lost)
-                                  + "\nThe health checks below cover only the GPUs NVML could read.",
-                           remedies=[reset_remedy(lost), reboot_remedy()]))
+                              title="GPU " + ", ".join(str(g["index"]) for g in lost) + " unreachable: its health "
+                                    "is unknown and CUDA cannot use it",
+                              detail="\n".join(f"GPU {g['index']}: {gpu_error(g)}" for g in lost)
+                                     + "\nThe health checks below cover only the GPUs NVML could read.",
+                              remedies=[reset_remedy(lost), reboot_remedy()]))
     gpus = [g for g in gpus if g not in lost]
     if not gpus:
         return out

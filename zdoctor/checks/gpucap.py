@@ -124,7 +124,7 @@ def check_precision(facts: Facts, me: CheckSpec) -> list[Finding]:
     if not gpus or unknown:
         why = f.get("gpus_why") if not gpus else f"no compute capability for {', '.join(_gpu_word(g) for g in unknown)}"
         return [me.not_checked(f"the ds_config asks for {' and '.join(asked)}, but the GPUs' compute capability is not "
-                            f"known: {why}", sub="not-checked")]
+                               f"known: {why}", sub="not-checked")]
     out = []
     if "bf16" in asked:
         out.append(_bf16(facts, f, asked["bf16"].get("where") or asked["bf16"]["key"]))

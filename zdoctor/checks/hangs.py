@@ -156,18 +156,18 @@ def check_stale_lock(facts: Facts, me: CheckSpec) -> list[Finding]:
         if not live:
             if not jit.get("ops") and not any(r.get("exists") for r in jit.get("roots") or []):
                 return [me.finding(status="skip", title="JIT build locks: nothing to check (no op has been "
-                                f"built here: {jit.get('base')} does not exist)",
-                                detail=f"torch builds JIT ops under {jit.get('base')} (from {jit.get('source')}); "
-                                       "that directory is absent, so no lock can be left in it.", evidence=ev)]
+                                   f"built here: {jit.get('base')} does not exist)",
+                                   detail=f"torch builds JIT ops under {jit.get('base')} (from {jit.get('source')}); "
+                                          "that directory is absent, so no lock can be left in it.", evidence=ev)]
             return [me.finding(status="ok", title="No JIT build locks", detail=f"Looked in {jit.get('base')} "
-                            f"(from {jit.get('source')}); no op dir holds a `lock` file.", evidence=ev)]
+                               f"(from {jit.get('source')}); no op dir holds a `lock` file.", evidence=ev)]
         lines = [f"{lk['path']}: held by " + ", ".join(_describe(by_pid.get(p), p) for p in lk["holders"])
                  for lk in live]
         return [me.finding(status="warn" if unscanned else "ok",
-                        title=f"{count_of(len(live), 'JIT build')} in progress"
-                              + (f"; {count_of(len(unscanned), 'place')} not scanned" if unscanned else ""),
-                        detail="A live process holds each lock; launches that need the op wait for it.\n"
-                               + "\n".join(lines + gaps), evidence=ev)]
+                           title=f"{count_of(len(live), 'JIT build')} in progress"
+                                 + (f"; {count_of(len(unscanned), 'place')} not scanned" if unscanned else ""),
+                           detail="A live process holds each lock; launches that need the op wait for it.\n"
+                                  + "\n".join(lines + gaps), evidence=ev)]
     out: list[Finding] = []
     used: set[str] = set()
     for lk in stale:
@@ -242,8 +242,8 @@ def check_processes(facts: Facts, me: CheckSpec) -> list[Finding]:
                  "python, launcher and compiler processes on this node, whoever started them.")
     if not plist:
         return [me.finding(status="ok", title="No python, launcher or compiler process running on this node",
-                        detail="No python, deepspeed, torchrun, accelerate, ninja or compiler process was found "
-                               "(zdoctor's own are left out).", evidence=ev)]
+                           detail="No python, deepspeed, torchrun, accelerate, ninja or compiler process was found "
+                                  "(zdoctor's own are left out).", evidence=ev)]
     lines: list[str] = []
     copies: dict[str, list[int]] = {}
     for p in plist:
@@ -273,9 +273,9 @@ def check_processes(facts: Facts, me: CheckSpec) -> list[Finding]:
     stuck = [p for p in plist if p.get("state_letter") == "D"]
     if not stuck:
         return [me.finding(status="ok", title=f"{what[0].upper()}{what[1:]}, none stuck in the kernel",
-                        detail="\n".join([where, *lines] if lines else
-                                         [where, "All of them are running or sleeping interruptibly."]),
-                        evidence=ev)]
+                           detail="\n".join([where, *lines] if lines else
+                                            [where, "All of them are running or sleeping interruptibly."]),
+                           evidence=ev)]
     detail = [where, f"{count_of(len(stuck), 'process')} in state D (uninterruptible sleep): they wait inside the "
               "kernel, for a disk or network file system (NFS, Lustre), the GPU driver or pinned-memory allocation, "
               "and cannot even be killed until that wait ends. The wait channel names the kernel function "
@@ -295,8 +295,8 @@ def check_processes(facts: Facts, me: CheckSpec) -> list[Finding]:
     of = "of the job's processes" if scope.get("kind") in ("pid", "command") else \
         f"{JOB_PROCESS}{'es' if len(stuck) != 1 else ''} on this node"
     return [me.finding(status="warn", title=f"{len(stuck)} {of} stuck in "
-                    f"uninterruptible sleep (wchan {', '.join(sorted({p.get('wchan') or '?' for p in stuck}))})",
-                    detail="\n".join(detail), evidence=ev)]
+                       f"uninterruptible sleep (wchan {', '.join(sorted({p.get('wchan') or '?' for p in stuck}))})",
+                       detail="\n".join(detail), evidence=ev)]
 
 
 def _corrupt_remedy(op: dict[str, Any]) -> Remedy:
@@ -324,10 +324,10 @@ def check_corrupt_ops(facts: Facts, me: CheckSpec) -> list[Finding]:
     built = [o for o in ops if o.get("so_path")]
     if not built:
         return [me.finding(status="skip", title="Damaged JIT-built ops: nothing to check (no op has been "
-                        "built here yet)", detail=f"No built op .so in {jit.get('base')}.", evidence=ev)]
+                           "built here yet)", detail=f"No built op .so in {jit.get('base')}.", evidence=ev)]
     if not bad:
         return [me.finding(status="ok", title=f"{count_of(len(built), 'JIT-built op')}, none damaged",
-                        detail="Every built .so in the extension cache is a readable ELF file.", evidence=ev)]
+                           detail="Every built .so in the extension cache is a readable ELF file.", evidence=ev)]
     out: list[Finding] = []
     used: set[str] = set()
     for o in bad:
@@ -402,9 +402,9 @@ def check_foreign_toolchain(facts: Facts, me: CheckSpec) -> list[Finding]:
                         evidence=ev)]
     if not out:
         return [me.finding(status="ok", title="No JIT op was built by a newer compiler than this node's",
-                        detail="\n".join(notes) or f"JIT compiler: {cur['path']}" + (f" (GCC {cur_ver})"
-                                                                                        if cur_ver else ""),
-                        evidence=ev)]
+                           detail="\n".join(notes) or f"JIT compiler: {cur['path']}" + (f" (GCC {cur_ver})"
+                                                                                           if cur_ver else ""),
+                           evidence=ev)]
     return out
 
 

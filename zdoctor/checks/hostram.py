@@ -96,13 +96,13 @@ def check_hostram(facts: Facts, me: CheckSpec) -> list[Finding]:
             (f"the job's memory cgroup limit ran out (no constraint logged; the cgroup counted {_kills(counted)} at "
              "its limit)" if cause == CGROUP_LIMIT else f"{UNKNOWN_KILL} ({WHAT_WOULD_TELL} would tell)")
         out.append(me.finding(status="fail", cause=cause,
-                           title=f"The kernel's OOM killer killed {k.get('task')} (pid {k.get('pid')}, "
-                                 f"{_where(f, k, 'log line ')}): {scope}",
-                           detail="\n".join([f"{_where(f, x)}: {x['text']}" for x in host_wide[:3]]
-                                            + lines + ["RAM is the bottleneck, whatever the model-state estimate "
-                                                       "says; the memory available now is after the kill."]),
-                           evidence=ev, remedies=rem,
-                           explains=ids_for(facts, "oom-kill", constraint=k.get("constraint")) + killed))
+                              title=f"The kernel's OOM killer killed {k.get('task')} (pid {k.get('pid')}, "
+                                    f"{_where(f, k, 'log line ')}): {scope}",
+                              detail="\n".join([f"{_where(f, x)}: {x['text']}" for x in host_wide[:3]]
+                                               + lines + ["RAM is the bottleneck, whatever the model-state estimate "
+                                                          "says; the memory available now is after the kill."]),
+                              evidence=ev, remedies=rem,
+                              explains=ids_for(facts, "oom-kill", constraint=k.get("constraint")) + killed))
     elif kills and kill_cause([], counted) == CGROUP_LIMIT:
         out.append(me.finding(status="fail", cause=CGROUP_LIMIT,
                            title=f"The training log shows a process killed ({count_of(len(kills), 'line')}, e.g. line "
@@ -119,50 +119,50 @@ def check_hostram(facts: Facts, me: CheckSpec) -> list[Finding]:
                            evidence=ev, remedies=rem, explains=killed))
     elif avail is not None and needed and needed > avail:
         out.append(me.finding(status="fail",
-                           title=f"Offload needs {gib(needed)} of host memory per node with its pinned buffers; "
-                                 f"{gib(avail)} is available{_within(f)}", detail="\n".join(lines), evidence=ev,
-                           remedies=_limit_first(f, rem)))
+                              title=f"Offload needs {gib(needed)} of host memory per node with its pinned buffers; "
+                                    f"{gib(avail)} is available{_within(f)}", detail="\n".join(lines), evidence=ev,
+                              remedies=_limit_first(f, rem)))
     elif avail is not None and needed is None and floor > avail:
         out.append(me.finding(status="fail",
-                           title=f"Offload needs at least {gib(floor)} of host memory per node with its pinned "
-                                 f"buffers; {gib(avail)} is available{_within(f)}",
-                           detail="\n".join(lines + ["The rest of the need is unknown: " + "; ".join(unknowns)
-                                                     + "."]), evidence=ev, remedies=_limit_first(f, rem)))
+                              title=f"Offload needs at least {gib(floor)} of host memory per node with its pinned "
+                                    f"buffers; {gib(avail)} is available{_within(f)}",
+                              detail="\n".join(lines + ["The rest of the need is unknown: " + "; ".join(unknowns)
+                                                        + "."]), evidence=ev, remedies=_limit_first(f, rem)))
     elif f.get("exhausted"):
         out.append(me.finding(status="warn",
-                           title=(f"The job's cgroup memory is nearly exhausted now: {gib(avail)} left of its "
-                                  f"{gib(total)} limit" if f.get("mem_source") == "cgroup" else
-                                  f"Host memory is nearly exhausted now: {gib(avail)} available of {gib(total)}"),
-                           detail="\n".join(lines + ["Whatever holds it (a running job, page cache pinned by "
-                                                     "tmpfs, another user) leaves the offload no room."]),
-                           evidence=ev, remedies=rem))
+                              title=(f"The job's cgroup memory is nearly exhausted now: {gib(avail)} left of its "
+                                     f"{gib(total)} limit" if f.get("mem_source") == "cgroup" else
+                                     f"Host memory is nearly exhausted now: {gib(avail)} available of {gib(total)}"),
+                              detail="\n".join(lines + ["Whatever holds it (a running job, page cache pinned by "
+                                                        "tmpfs, another user) leaves the offload no room."]),
+                              evidence=ev, remedies=rem))
     elif f.get("extra") and (needed is None or avail is None):
         why = "; ".join(unknowns) if needed is None else "MemAvailable could not be read"
         out.append(me.finding(status="skip",
-                           title="Host memory beyond the offload estimate: unknown whether it fits "
-                                 f"(unknown: {why})",
-                           detail="\n".join(lines + [f"Not judged: a figure that depends on {why} is unknown, so "
-                                                     "no fit is claimed. Give the missing inputs and run again."]),
-                           evidence=ev, remedies=rem))
+                              title="Host memory beyond the offload estimate: unknown whether it fits "
+                                    f"(unknown: {why})",
+                              detail="\n".join(lines + [f"Not judged: a figure that depends on {why} is unknown, so "
+                                                        "no fit is claimed. Give the missing inputs and run again."]),
+                              evidence=ev, remedies=rem))
     elif extra:
         out.append(me.finding(status="ok",
-                           title=f"{gib(needed)} per node with the pinned buffers fits in {gib(avail)} available"
-                                 f"{_within(f)}",
-                           detail="\n".join(lines), evidence=ev))
+                              title=f"{gib(needed)} per node with the pinned buffers fits in {gib(avail)} available"
+                                    f"{_within(f)}",
+                              detail="\n".join(lines), evidence=ev))
     if f.get("wsl") and f.get("pinned_blocks"):
         out.append(me.finding(sub="wsl2", status="warn",
-                           title="WSL2 caps pinned host memory, and the config pins offload buffers",
-                           detail=f"pin_memory is true for {', '.join(f['pinned_blocks'])}. Under WSL2 CUDA's page-"
-                                  "locked memory is limited (NVIDIA's CUDA on WSL guide, 'WSL 2 Support "
-                                  "Constraints'), so a pinned allocation fails ('CUDA out of memory') long before "
-                                  "RAM is full. The size of the cap is not read here.",
-                           evidence=ev, remedies=_unpin_remedies(facts, f["pinned_blocks"])))
+                              title="WSL2 caps pinned host memory, and the config pins offload buffers",
+                              detail=f"pin_memory is true for {', '.join(f['pinned_blocks'])}. Under WSL2 CUDA's page-"
+                                     "locked memory is limited (NVIDIA's CUDA on WSL guide, 'WSL 2 Support "
+                                     "Constraints'), so a pinned allocation fails ('CUDA out of memory') long before "
+                                     "RAM is full. The size of the cap is not read here.",
+                              evidence=ev, remedies=_unpin_remedies(facts, f["pinned_blocks"])))
     if not out and avail is None:
         out.append(me.not_checked("MemAvailable could not be read (/proc/meminfo)", ev))
     if not out:
         out.append(me.finding(status="ok",
-                           title="Nothing beyond DeepSpeed's estimate for this config; host memory not exhausted",
-                           detail="\n".join(lines), evidence=ev))
+                              title="Nothing beyond DeepSpeed's estimate for this config; host memory not exhausted",
+                              detail="\n".join(lines), evidence=ev))
     return out
 
 

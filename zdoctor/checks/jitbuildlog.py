@@ -120,7 +120,7 @@ def check_build_log(facts: Facts, me: CheckSpec) -> list[Finding]:
     ops = f.get("ops") or []
     if not ops:
         return [me.not_checked(f"no JIT-built op in {f.get('root') or 'the extension cache'}"
-                            + (f" ({'; '.join(f['unread'][:2])})" if f.get("unread") else ""), sub="not-checked")]
+                               + (f" ({'; '.join(f['unread'][:2])})" if f.get("unread") else ""), sub="not-checked")]
     ninjas = f.get("ninjas") or []
     launch = next((n for n in ninjas if n.get("path") == f.get("launch")), None)
     if launch is None:

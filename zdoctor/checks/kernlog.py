@@ -225,7 +225,7 @@ def check_xid(facts: Facts, me: CheckSpec) -> list[Finding]:
              + ("; the node now does not support it" if unsupported else "")
              + ("; a known driver fault" if faults else ""))
     return [me.finding(status=worst, title=title, detail="\n".join(lines + [scope(kl)]),
-                    evidence=[table, *ev], remedies=remedies, explains=_xid_symptoms(facts, groups))]
+                       evidence=[table, *ev], remedies=remedies, explains=_xid_symptoms(facts, groups))]
 
 
 def _xid_symptoms(facts: Facts, groups: dict[tuple[str | None, int], list[dict[str, Any]]]) -> list[str]:
@@ -364,13 +364,13 @@ def check_api_mismatch(facts: Facts, me: CheckSpec) -> list[Finding]:
     if lib.get("available") and nv.get("driver"):
         same = nv.get("driver") == last.get("client") or nv.get("driver") == last.get("module")
         return [me.finding(status="warn",
-                        title=f"The kernel log holds an NVRM API mismatch ({last.get('client')} vs "
-                              f"{last.get('module') or '?'}); NVML starts now with driver {nv.get('driver')}",
-                        detail=said + f" NVML starts now (driver {nv.get('driver')}), so the module was reloaded "
-                               "or the libraries replaced since" + ("" if same else ", with a third release")
-                               + ": a process started before then, or one that loads a private copy of the "
-                               "driver libraries (a container image with its own libcuda), can still fail.\n"
-                               + scope(kl), evidence=[table, *ev], explains=explains)]
+                           title=f"The kernel log holds an NVRM API mismatch ({last.get('client')} vs "
+                                 f"{last.get('module') or '?'}); NVML starts now with driver {nv.get('driver')}",
+                           detail=said + f" NVML starts now (driver {nv.get('driver')}), so the module was reloaded "
+                                  "or the libraries replaced since" + ("" if same else ", with a third release")
+                                  + ": a process started before then, or one that loads a private copy of the "
+                                  "driver libraries (a container image with its own libcuda), can still fail.\n"
+                                  + scope(kl), evidence=[table, *ev], explains=explains)]
     # NVML cannot confirm the record now: a reload or a reboot is listed, not recommended
     unconfirmed = "NVML could not confirm it now: " + (lib.get("error") or facts.why_not("nvml"))
     module = module_now(facts)
@@ -380,10 +380,10 @@ def check_api_mismatch(facts: Facts, me: CheckSpec) -> list[Finding]:
     for r in remedies:
         r.recommended, r.note = False, f"the node's present state does not support the record ({unconfirmed})"
     return [me.finding(status="warn",
-                    title=f"NVRM API mismatch in the kernel log: user space {last.get('client')}, kernel module "
-                          f"{last.get('module') or '?'}; the node now cannot confirm it",
-                    detail=said + " " + unconfirmed + ".\n" + scope(kl),
-                    evidence=[table, *ev], remedies=remedies, explains=explains)]
+                       title=f"NVRM API mismatch in the kernel log: user space {last.get('client')}, kernel module "
+                             f"{last.get('module') or '?'}; the node now cannot confirm it",
+                       detail=said + " " + unconfirmed + ".\n" + scope(kl),
+                       evidence=[table, *ev], remedies=remedies, explains=explains)]
 
 
 # -- kernel.aer ------------------------------------------------------------------------------------------
@@ -462,7 +462,7 @@ def check_aer(facts: Facts, me: CheckSpec) -> list[Finding]:
         if s.kind == "aer" and bus_address(s.fields.get("bus")) in by_dev:
             explains.append(s.id)
     return [me.finding(status=status, title=title, detail="\n".join(lines + [scope(kl)]),
-                    evidence=[table, *ev], remedies=remedies, explains=explains)]
+                       evidence=[table, *ev], remedies=remedies, explains=explains)]
 
 
 # -- kernel.oom ------------------------------------------------------------------------------------------
@@ -519,8 +519,8 @@ def check_oom(facts: Facts, me: CheckSpec) -> list[Finding]:
                      "earlier run).")
     lines.append("offload.host-ram weighs these against the offload's host-memory needs.")
     return [me.finding(status=status, title=title, detail="\n".join(lines + [scope(kl)]),
-                    evidence=[table, *ev], remedies=[], explains=sorted(set(explains)),
-                    cause=kill_cause(told, job_cgroup_oom_kills(facts)) if told else None)]
+                       evidence=[table, *ev], remedies=[], explains=sorted(set(explains)),
+                       cause=kill_cause(told, job_cgroup_oom_kills(facts)) if told else None)]
 
 
 def _oom_what(kill: dict[str, Any]) -> str:

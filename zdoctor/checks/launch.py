@@ -58,7 +58,7 @@ def check_launcher(facts: Facts, me: CheckSpec) -> list[Finding]:
     launch = lf.get("launch") or {}
     if launch.get("error"):
         return [me.finding(status="warn", title="The launch command cannot be read", detail=launch["error"],
-                        evidence=ev)]
+                           evidence=ev)]
     kind = launch.get("launcher")
     renv = lf.get("rank_env") or {}
     script = lf.get("script") or {}
@@ -66,8 +66,8 @@ def check_launcher(facts: Facts, me: CheckSpec) -> list[Finding]:
     mpi4py = lf.get("mpi4py")
     if kind == "other":
         return [me.not_checked(f"{launch.get('executable')} is not a launcher zdoctor knows "
-                            "(deepspeed, torchrun, accelerate, mpirun, srun, python): what it sets for each "
-                            "rank is unknown", sub="not-checked")]
+                               "(deepspeed, torchrun, accelerate, mpirun, srun, python): what it sets for each "
+                               "rank is unknown", sub="not-checked")]
     sets = SETS.get(kind or "", {})
     how = sets.get("how", "")
     detail = [f"The launch runs {kind} ({launch.get('executable')}). {how[:1].upper()}{how[1:]}."]
@@ -77,7 +77,7 @@ def check_launcher(facts: Facts, me: CheckSpec) -> list[Finding]:
         by_launcher = all(k in (renv.get("launcher_sets") or ()) for k in REQUIRED)
         who = f"{kind} gives each rank" if by_launcher else "The launch's environment has"
         return [me.finding(status="ok", title=f"{who} RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and "
-                        "MASTER_PORT", detail=" ".join(detail), evidence=ev)]
+                           "MASTER_PORT", detail=" ".join(detail), evidence=ev)]
     missing = ", ".join(renv.get("missing") or REQUIRED)
     mpi_line = ("mpi4py is not installed in the training environment" if mpi4py is False else
                 "mpi4py is installed in the training environment" if mpi4py else
@@ -86,8 +86,8 @@ def check_launcher(facts: Facts, me: CheckSpec) -> list[Finding]:
     uses_ds = bool(calls)
     if script.get("path") and not script.get("error") and not uses_ds and not explains:
         return [me.finding(status="ok", title=f"A plain {kind} launch; the script does not call DeepSpeed's "
-                        "init_distributed", detail=" ".join(detail) + f" {missing} are not set: no rank "
-                        f"rendezvous is asked for by {script['path']}.", evidence=ev)]
+                           "init_distributed", detail=" ".join(detail) + f" {missing} are not set: no rank "
+                           f"rendezvous is asked for by {script['path']}.", evidence=ev)]
     why = (f"{script['path']} calls deepspeed.{' and '.join(calls)}" if uses_ds else
            "the run printed DeepSpeed's fallback message" if explains else
            "if the script calls deepspeed.init_distributed or deepspeed.initialize")
@@ -99,7 +99,7 @@ def check_launcher(facts: Facts, me: CheckSpec) -> list[Finding]:
     if kind in ("mpirun", "srun"):
         if mpi4py:
             return [me.finding(status="ok", title=f"{kind} gives MPI's variables and mpi4py maps them",
-                            detail=" ".join(detail), evidence=ev, explains=explains)]
+                               detail=" ".join(detail), evidence=ev, explains=explains)]
         pip = shlex.join(["python", "-m", "pip", "install", "mpi4py"])
         return [me.finding(status="fail" if mpi4py is False or explains else "warn",
                         title=f"Under {kind}, DeepSpeed needs mpi4py to learn each rank's place",
@@ -110,9 +110,9 @@ def check_launcher(facts: Facts, me: CheckSpec) -> list[Finding]:
     if mpi4py and not explains:
         detail.append("With mpi4py and no mpirun, MPI discovery makes this process rank 0 of a world of 1.")
     return [me.finding(status=status, title=f"A plain {kind} launch without the launcher's variables: "
-                    "DeepSpeed falls back to MPI discovery and asks for mpi4py", detail=" ".join(detail),
-                    evidence=ev, explains=explains,
-                    remedies=_relaunch_remedies(launch))]
+                       "DeepSpeed falls back to MPI discovery and asks for mpi4py", detail=" ".join(detail),
+                       evidence=ev, explains=explains,
+                       remedies=_relaunch_remedies(launch))]
 
 
 def _indices(cvd: str) -> list[int] | None:
@@ -134,7 +134,7 @@ def check_devices(facts: Facts, me: CheckSpec) -> list[Finding]:
     launch = lf.get("launch") or {}
     if launch.get("launcher") != "deepspeed":
         return [me.not_checked("the launch does not use the DeepSpeed launcher" if lf.get("source") != "none" else
-                            "no --command or --pid given", sub="not-checked")]
+                               "no --command or --pid given", sub="not-checked")]
     ev = facts.evidence("launch")
     opts = launch.get("options") or {}
     cvd = (lf.get("env") or {}).get("CUDA_VISIBLE_DEVICES")
@@ -156,23 +156,23 @@ def check_devices(facts: Facts, me: CheckSpec) -> list[Finding]:
         return slot_findings
     if not cvd:
         return [me.finding(status="ok", title="The DeepSpeed launcher picks the GPUs itself",
-                        detail="CUDA_VISIBLE_DEVICES is not set on the launching node: the launcher counts the GPUs "
-                               "(or takes --num_gpus / --include) and sets CUDA_VISIBLE_DEVICES for each rank.",
-                        evidence=ev)]
+                           detail="CUDA_VISIBLE_DEVICES is not set on the launching node: the launcher counts the GPUs "
+                                  "(or takes --num_gpus / --include) and sets CUDA_VISIBLE_DEVICES for each rank.",
+                           evidence=ev)]
     if filtered or opts.get("hostfile") or hf.get("nodes"):
         given = ", ".join(f"--{k}" for k in filtered) or "a hostfile"
         return [me.finding(status="warn", title=f"CUDA_VISIBLE_DEVICES={cvd} is not what selects the GPUs",
-                        detail=f"With {given}, the DeepSpeed launcher ignores the launching node's "
-                               "CUDA_VISIBLE_DEVICES (it prints 'Detected VISIBLE_DEVICES=... but ignoring it') "
-                               "and sets its own for each rank from the resource options. Select GPUs with "
-                               f"--include host:0,2 instead. Sources: {sources}.", evidence=ev)]
+                           detail=f"With {given}, the DeepSpeed launcher ignores the launching node's "
+                                  "CUDA_VISIBLE_DEVICES (it prints 'Detected VISIBLE_DEVICES=... but ignoring it') "
+                                  "and sets its own for each rank from the resource options. Select GPUs with "
+                                  f"--include host:0,2 instead. Sources: {sources}.", evidence=ev)]
     idx = _indices(cvd)
     state = rule.get("state")
     how = rule.get("how") or rule.get("why") or "unknown"
     if state == "ignored":
         return [me.finding(status="warn", title=f"DeepSpeed {ver}'s launcher ignores CUDA_VISIBLE_DEVICES={cvd}",
-                        detail=f"This release ({how}): {data['states']['ignored']}. Sources: {sources}.",
-                        evidence=ev, remedies=[_include_remedy(cvd, launch)])]
+                           detail=f"This release ({how}): {data['states']['ignored']}. Sources: {sources}.",
+                           evidence=ev, remedies=[_include_remedy(cvd, launch)])]
     if state == "index-seeded" or (idx is not None and idx == list(range(len(idx)))):
         return [me.finding(status="ok", title=f"CUDA_VISIBLE_DEVICES={cvd} becomes --include=localhost:{cvd}",
                         detail=f"DeepSpeed {ver} ({how}): "
@@ -181,13 +181,13 @@ def check_devices(facts: Facts, me: CheckSpec) -> list[Finding]:
         bad = [i for i in idx or [] if i >= len(idx or [])]
         explains = [s for i in bad for s in ids_for(facts, "hostfile-slot", host="localhost", slot=str(i))]
         return [me.finding(status="fail" if explains else "warn",
-                        title=f"DeepSpeed {ver}'s launcher can refuse CUDA_VISIBLE_DEVICES={cvd}: "
-                              f"\"No slot '{bad[0] if bad else '?'}' specified on host 'localhost'\"",
-                        detail=f"This release ({how}): {data['states']['count-checked']}. {cvd} is not "
-                               f"0..{len(idx or []) - 1}. Sources: {sources}.", evidence=ev, explains=explains,
-                        remedies=[_include_remedy(cvd, launch)])]
+                           title=f"DeepSpeed {ver}'s launcher can refuse CUDA_VISIBLE_DEVICES={cvd}: "
+                                 f"\"No slot '{bad[0] if bad else '?'}' specified on host 'localhost'\"",
+                           detail=f"This release ({how}): {data['states']['count-checked']}. {cvd} is not "
+                                  f"0..{len(idx or []) - 1}. Sources: {sources}.", evidence=ev, explains=explains,
+                           remedies=[_include_remedy(cvd, launch)])]
     return [me.not_checked(f"how DeepSpeed {ver}'s launcher treats "
-                        f"CUDA_VISIBLE_DEVICES is unknown ({how})", ev, sub="not-checked")]
+                           f"CUDA_VISIBLE_DEVICES is unknown ({how})", ev, sub="not-checked")]
 
 
 def _include_remedy(cvd: str, launch: dict[str, Any]) -> Remedy:
@@ -243,13 +243,13 @@ def check_hostfile(facts: Facts, me: CheckSpec) -> list[Finding]:
         explains = [i for r in unresolved for kind in ("host-unresolved", "host-unreachable")
                     for i in ids_for(facts, kind, host=r["host"])]
         return [me.finding(status="fail", title=f"{count_of(len(unresolved), 'host')} of {hf['path']} "
-                        f"{'does' if len(unresolved) == 1 else 'do'} not resolve here: {names}",
-                        detail="; ".join(f"{r['host']}: {r['error']}" for r in unresolved) + ". The launcher "
-                               "reaches each host by its name through ssh or pdsh: ssh says 'Could not resolve "
-                               "hostname', and DeepSpeed's launcher 'host=... was not reachable via ssh'. Fix the "
-                               "name in the hostfile, or add it to DNS or /etc/hosts on this node "
-                               f"(`getent hosts {shlex.quote(unresolved[0]['host'])}` must print an address).",
-                        evidence=ev, explains=explains)]
+                           f"{'does' if len(unresolved) == 1 else 'do'} not resolve here: {names}",
+                           detail="; ".join(f"{r['host']}: {r['error']}" for r in unresolved) + ". The launcher "
+                                  "reaches each host by its name through ssh or pdsh: ssh says 'Could not resolve "
+                                  "hostname', and DeepSpeed's launcher 'host=... was not reachable via ssh'. Fix the "
+                                  "name in the hostfile, or add it to DNS or /etc/hosts on this node "
+                                  f"(`getent hosts {shlex.quote(unresolved[0]['host'])}` must print an address).",
+                           evidence=ev, explains=explains)]
     if failing:
         explains = [i for s in failing for i in ids_for(facts, "host-unreachable", host=s["host"])]
         return [me.finding(status="fail", title=f"ssh does not reach {count_of(len(failing), 'host')} of "
@@ -260,5 +260,5 @@ def check_hostfile(facts: Facts, me: CheckSpec) -> list[Finding]:
                           "accept each host's key once.", evidence=ev, explains=explains)]
     said = "resolve here and ssh reaches them" if hf.get("ssh") else f"resolve here ({hf.get('ssh_skipped')})"
     return [me.finding(status="ok" if hf.get("ssh") else "warn", title=f"All {total} of {hf['path']} {said}",
-                    detail=f"Read from {hf.get('source')}." + (f" {hf['ssh_skipped']}." if hf.get("ssh_skipped")
-                                                                 else ""), evidence=ev)]
+                       detail=f"Read from {hf.get('source')}." + (f" {hf['ssh_skipped']}." if hf.get("ssh_skipped")
+                                                                    else ""), evidence=ev)]

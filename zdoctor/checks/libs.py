@@ -198,16 +198,16 @@ def check_glibcxx(facts: Facts, me: CheckSpec) -> list[Finding]:
         n = len(libs.get("needs") or [])
         if not libs.get("targets"):
             return [me.finding(status="skip", title="Library versions: nothing to check (no torch library, "
-                            "JIT-built op or --ext was found)",
-                            detail="No C++ library of the training was found in the probed interpreter, so no "
-                                   "GLIBCXX need was read. If the training runs another interpreter, name it "
-                                   "with --python.", evidence=ev)]
+                               "JIT-built op or --ext was found)",
+                               detail="No C++ library of the training was found in the probed interpreter, so no "
+                                      "GLIBCXX need was read. If the training runs another interpreter, name it "
+                                      "with --python.", evidence=ev)]
         return [me.finding(status="ok",
-                        title=f"{winner.get('path', 'libstdc++.so.6')} {winner.get('label', '')} provides all "
-                              f"{n} libstdc++ versions the training's libraries need".replace("  ", " "),
-                        detail="Checked by set membership of each needed version node (never by sorting "
-                               f"strings), in what the audit read: {_what_was_read(libs['targets'])}.",
-                        evidence=ev)]
+                           title=f"{winner.get('path', 'libstdc++.so.6')} {winner.get('label', '')} provides all "
+                                 f"{n} libstdc++ versions the training's libraries need".replace("  ", " "),
+                           detail="Checked by set membership of each needed version node (never by sorting "
+                                  f"strings), in what the audit read: {_what_was_read(libs['targets'])}.",
+                           evidence=ev)]
     remedies = _remedies(facts)
     good_line = _good_copy_line(facts)
     failing = {p for g in groups for p in (os.path.normpath(g["provider"]), g["provider_realpath"])}
@@ -241,7 +241,7 @@ def check_glibcxx(facts: Facts, me: CheckSpec) -> list[Finding]:
             own = remedies + _rebuild_remedies(facts, g)
             lines += _no_newer_runtime_lines(facts)
         out.append(me.finding(status="fail", title=title, detail="\n".join(lines), evidence=ev,
-                           remedies=own, explains=list(dict.fromkeys(explains))))
+                              remedies=own, explains=list(dict.fromkeys(explains))))
     return out
 
 
@@ -314,9 +314,9 @@ def check_live(facts: Facts, me: CheckSpec) -> list[Finding]:
         unchecked = live_unchecked(facts)
         if unchecked:
             return [me.finding(status="skip", title=f"Live loader trace: not checked: {unchecked}",
-                            detail=f"Ran {what}; not loaded: {', '.join(skipped_steps) or 'nothing'}. Nothing of "
-                                   "the training was loaded, so nothing was checked under the real loader.",
-                            evidence=ev)]
+                               detail=f"Ran {what}; not loaded: {', '.join(skipped_steps) or 'nothing'}. Nothing of "
+                                      "the training was loaded, so nothing was checked under the real loader.",
+                               evidence=ev)]
         not_loaded = f"; not loaded: {', '.join(skipped_steps)}" if skipped_steps else ""
     else:
         not_loaded = ""
@@ -348,15 +348,15 @@ def check_live(facts: Facts, me: CheckSpec) -> list[Finding]:
             out.append(_still_compiling(me, facts, what, building, lines, ev))
         elif not hang_evidence(live):  # zdoctor's own probe was late on a busy or slow node: no verdict
             out.append(me.finding(status="skip", title=f"{what}: not examined: it ran out of time ("
-                               f"{live.get('timeout') or '?'} s), its processes still running: slow, not hung",
-                               detail="\n".join([*lines, "", "Every process of the run was running on a CPU "
-                                                  "when the limit came: the interpreter was slow (a busy node, a "
-                                                  "slow file system), not waiting. Nothing was loaded, so nothing "
-                                                  "is concluded; run again with a longer --timeout."]),
-                               evidence=ev))
+                                  f"{live.get('timeout') or '?'} s), its processes still running: slow, not hung",
+                                  detail="\n".join([*lines, "", "Every process of the run was running on a CPU "
+                                                     "when the limit came: the interpreter was slow (a busy node, a "
+                                                     "slow file system), not waiting. Nothing was loaded, so nothing "
+                                                     "is concluded; run again with a longer --timeout."]),
+                                  evidence=ev))
         else:
             out.append(me.finding(status="fail", title=f"{what} did not finish within the time limit (hang?)",
-                               detail="\n".join(lines), evidence=ev))
+                                  detail="\n".join(lines), evidence=ev))
     elif not live.get("ok"):
         errs = live.get("version_errors") or []
         failed_step = next((s for s in live.get("steps") or [] if s.get("ok") is False), None)
@@ -374,10 +374,10 @@ def check_live(facts: Facts, me: CheckSpec) -> list[Finding]:
         explains = [sid for e in errs for sid in ids_for(facts, "version-not-found", version=e.get("version"),
                                                           object=e.get("required_by"))]
         out.append(me.finding(status="fail", title=title, detail="\n".join([*lines, first]), evidence=ev,
-                           explains=list(dict.fromkeys(explains))))
+                              explains=list(dict.fromkeys(explains))))
     else:
         out.append(me.finding(status="ok", title=f"{what} loads cleanly under the real loader{not_loaded}",
-                           detail="\n".join(lines), evidence=ev))
+                              detail="\n".join(lines), evidence=ev))
     if agreement(facts) is False:
         out.append(Finding(id="libs.prediction", status="warn",
                            title="The emulation and the real loader disagree on libstdc++",
@@ -463,14 +463,14 @@ def check_interpreter_rpath(facts: Facts, me: CheckSpec) -> list[Finding]:
            if needs and not set(needs) <= set(c.get("versions") or [])]
     if not old:
         return [me.finding(status="ok", title=f"The interpreter's DT_RPATH ({interp['rpath']}) holds no "
-                        "libstdc++ older than the training needs")]
+                           "libstdc++ older than the training needs")]
     cand, have = old[0]
     return [me.finding(status="warn",
-                    title=f"The interpreter's DT_RPATH puts an older libstdc++ in reach: {cand} ({have})",
-                    detail=(f"{interp.get('path')} carries DT_RPATH {interp['rpath']} (conda builds its python "
-                            "this way). Any extension without its own RUNPATH that loads libstdc++.so.6 "
-                            "first - imported before torch - gets this copy, and every later library then "
-                            "shares it, whatever its own RUNPATH says."))]
+                       title=f"The interpreter's DT_RPATH puts an older libstdc++ in reach: {cand} ({have})",
+                       detail=(f"{interp.get('path')} carries DT_RPATH {interp['rpath']} (conda builds its python "
+                               "this way). Any extension without its own RUNPATH that loads libstdc++.so.6 "
+                               "first - imported before torch - gets this copy, and every later library then "
+                               "shares it, whatever its own RUNPATH says."))]
 
 
 def _gcc_of(comment: str) -> str | None:
@@ -518,8 +518,8 @@ def check_ext_compilers(facts: Facts, me: CheckSpec) -> list[Finding]:
                      "runtime GLIBCXX need.")
     if newer:
         return [me.finding(status="warn",
-                        title=f"Built by a newer GCC than the loaded libstdc++ ({have}) serves: {', '.join(newer)}",
-                        detail="\n".join(lines), evidence=ev)]
+                           title=f"Built by a newer GCC than the loaded libstdc++ ({have}) serves: {', '.join(newer)}",
+                           detail="\n".join(lines), evidence=ev)]
     return [me.finding(status="ok",
                        title=f"{count_of(len(libs['targets']), 'extension')}: compilers read from .comment",
                     detail="\n".join(lines), evidence=ev)]
@@ -540,7 +540,7 @@ def check_env_source(facts: Facts, me: CheckSpec) -> list[Finding]:
             wanted.append((kinds[src["kind"]], src["entry"]))
     if not wanted:
         return [me.finding(status="skip", title="Where the offending entry is set: nothing to trace (no "
-                        "failing libstdc++ came through LD_LIBRARY_PATH or LD_PRELOAD)")]
+                           "failing libstdc++ came through LD_LIBRARY_PATH or LD_PRELOAD)")]
     init = facts.of("shellinit")
     if init is None:
         return [me.not_checked(facts.why_not("shellinit"))]
@@ -556,16 +556,16 @@ def check_env_source(facts: Facts, me: CheckSpec) -> list[Finding]:
                           "the line (or move it into the one script that needs it).")
             fixes = [r for r in (_comment_out_remedy(init, x, var, entry) for x in lines) if r is not None]
             out.append(me.finding(status="warn",
-                               title=f"{var} entry {entry} is set in {first['file']} line {first['line']}: "
-                                     f"{first['text']}", detail="\n".join(detail), evidence=ev,
-                               remedies=fixes[:1]))
+                                  title=f"{var} entry {entry} is set in {first['file']} line {first['line']}: "
+                                        f"{first['text']}", detail="\n".join(detail), evidence=ev,
+                                  remedies=fixes[:1]))
         else:
             read = init.get("files") or []
             out.append(me.finding(status="warn",
-                               title=f"{var} entry {entry}: no shell startup file zdoctor read sets it",
-                               detail="Files read: " + (", ".join(read) or "none") + ". It may come from a "
-                                      "module file, a job script, a scheduler prolog or the launcher's "
-                                      "environment.", evidence=ev))
+                                  title=f"{var} entry {entry}: no shell startup file zdoctor read sets it",
+                                  detail="Files read: " + (", ".join(read) or "none") + ". It may come from a "
+                                         "module file, a job script, a scheduler prolog or the launcher's "
+                                         "environment.", evidence=ev))
     return out
 
 
@@ -599,7 +599,7 @@ def check_broken(facts: Facts, me: CheckSpec) -> list[Finding]:
     libs = facts.of("libs") or {}
     if not libs.get("targets"):
         return [me.finding(status="skip", title="Extension files: nothing to read (no C++ "
-                        "library of the training was found)")]
+                           "library of the training was found)")]
     errs = [t for t in libs.get("targets") or [] if t.get("error")]
     if not errs:
         return []

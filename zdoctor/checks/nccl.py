@@ -111,4 +111,4 @@ def check_nccl(facts: Facts, me: CheckSpec) -> list[Finding]:
              "warn": "More than one NCCL library can be loaded"}[a["status"]]
     remedies, withheld = _nccl_remedies(facts, nf, a)
     return [me.finding(status=a["status"], title=title, detail="\n".join(lines + withheld), evidence=ev,
-                    remedies=remedies)]
+                       remedies=remedies)]

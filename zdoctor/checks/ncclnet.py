@@ -163,8 +163,8 @@ def check_socket(facts: Facts, me: CheckSpec) -> list[Finding]:
                     " and is what NCCL picks with the variable unset")
         rem = [_ifname_remedy(name, interfaces, f"{name} has an address{why_name}", current)] if name else []
         return [me.finding(status="fail", title="NCCL finds no interface to use" if not without else
-                        f"NCCL_SOCKET_IFNAME selects {', '.join(without)}, which has no address",
-                        detail="\n".join([what + ".", *log_lines]), evidence=ev, remedies=rem, explains=explained)]
+                           f"NCCL_SOCKET_IFNAME selects {', '.join(without)}, which has no address",
+                           detail="\n".join([what + ".", *log_lines]), evidence=ev, remedies=rem, explains=explained)]
     first: dict[str, Any] = chosen[0]
     iface = _iface(nf, first["ifname"]) or {}
     problems: list[str] = []
@@ -207,7 +207,7 @@ def check_socket(facts: Facts, me: CheckSpec) -> list[Finding]:
     title = (f"NCCL would use {first['ifname']} ({first['address']})" if status == "ok" else
              f"NCCL's interface {first['ifname']}: " + problems[0].split(":")[0])
     return [me.finding(status=status, title=title, detail="\n".join(lines), evidence=ev, remedies=rem,
-                    explains=explained if status == "fail" else [])]
+                       explains=explained if status == "fail" else [])]
 
 
 @check("nccl.peers", title="NCCL's interface routes to the other nodes", probes=("nccl_net",),
@@ -253,8 +253,8 @@ def check_peers(facts: Facts, me: CheckSpec) -> list[Finding]:
         tail.append(f"The hostfile could not be read: {hf['error']}")
     if not bad:
         return [me.finding(status="ok", title=f"{mine} routes to all {count_of(len(peers), 'peer address')}",
-                        detail="\n".join([f"Every peer's address routes through {mine}, the interface NCCL uses "
-                                          "(ip route get; no traffic sent).", *tail]), evidence=ev)]
+                           detail="\n".join([f"Every peer's address routes through {mine}, the interface NCCL uses "
+                                             "(ip route get; no traffic sent).", *tail]), evidence=ev)]
     lines = [f"NCCL uses {mine} ({chosen[0]['address']}), but:"] + [f"  {p['name']} ({p.get('address') or '?'}): {v}"
                                                                      for p, v in bad]
     lines.append("A rank that listens and connects on an interface the other nodes' addresses are not routed "
@@ -264,8 +264,8 @@ def check_peers(facts: Facts, me: CheckSpec) -> list[Finding]:
                           f"go through {devs[0]}", (nf.get("env") or {}).get("NCCL_SOCKET_IFNAME"))] if devs else []
     explained = [i for p, _ in bad for i in ids_for(facts, "nccl-connect", address=p.get("address"))]
     return [me.finding(status="fail", title=f"NCCL's interface {mine} does not route to "
-                    + ", ".join(p["name"] for p, _ in bad[:3]) + (" ..." if len(bad) > 3 else ""),
-                    detail="\n".join(lines + tail), evidence=ev, remedies=rem, explains=explained)]
+                       + ", ".join(p["name"] for p, _ in bad[:3]) + (" ..." if len(bad) > 3 else ""),
+                       detail="\n".join(lines + tail), evidence=ev, remedies=rem, explains=explained)]
 
 
 @check("nccl.ib", title="InfiniBand / RoCE ports against NCCL_IB_*", probes=("infiniband", "nccl_net"),
@@ -279,11 +279,11 @@ def check_ib(facts: Facts, me: CheckSpec) -> list[Finding]:
     if not ib.get("present") or not ib.get("devices"):
         if (env.get("NCCL_NET") or "").upper() == "IB":
             return [me.finding(status="fail", title="NCCL_NET=IB, and this node has no InfiniBand device",
-                            detail=f"{ib.get('root')} lists no device: NCCL cannot initialise the IB network it is "
-                                   "told to use.",
-                            remedies=[Remedy("Let NCCL use sockets", ["unset NCCL_NET"],
-                                             undo=[f"export NCCL_NET={shell_quote(env['NCCL_NET'])}"], verified=None,
-                                             note="not tried, because it changes every rank's launch")])]
+                               detail=f"{ib.get('root')} lists no device: NCCL cannot initialise the IB network it is "
+                                      "told to use.",
+                               remedies=[Remedy("Let NCCL use sockets", ["unset NCCL_NET"],
+                                                undo=[f"export NCCL_NET={shell_quote(env['NCCL_NET'])}"], verified=None,
+                                                note="not tried, because it changes every rank's launch")])]
         why = ib.get("error") or (f"no device under {ib.get('root')}" if ib.get("present") else
                                   f"no {ib.get('root')}: no InfiniBand or RoCE device on this node")
         return [me.not_checked(f"not examined: {why}", sub="not-checked")]
@@ -315,7 +315,7 @@ def check_ib(facts: Facts, me: CheckSpec) -> list[Finding]:
     title = ("InfiniBand / RoCE ports as NCCL_IB_* asks" if status == "ok" else
              probs[0]["text"].split(":")[0] if probs else "InfiniBand / RoCE ports")
     return [me.finding(status=status, title=title, detail="\n".join(lines), evidence=ev, remedies=rem,
-                    explains=explained)]
+                       explains=explained)]
 
 
 def _roce_v2_index(ib: dict[str, Any], a: dict[str, Any]) -> int | None:

@@ -156,7 +156,7 @@ def check_config(facts: Facts, me: CheckSpec) -> list[Finding]:
     ev = facts.evidence("dsconfig", kinds=None)
     if not ds.get("valid"):
         return [me.finding(status="fail", title="ds_config cannot be read by DeepSpeed",
-                        detail=ds.get("error") or "", evidence=ev)]
+                           detail=ds.get("error") or "", evidence=ev)]
     dev = ds.get("devices") or {}
     info = ds.get("deepspeed") or {}
     lines = [f"Read {ds['path']} as DeepSpeed {info.get('version') or '(version unknown)'} does "
@@ -172,8 +172,8 @@ def check_config(facts: Facts, me: CheckSpec) -> list[Finding]:
     if fails or warns:
         lines.append(f"Lints: {fails} failing, {warns} warning: see the offload.lint findings.")
     return [me.finding(status="ok", title=f"ds_config: stage {ds.get('stage')}, offload_param "
-                    f"{dev.get('offload_param')}, offload_optimizer {dev.get('offload_optimizer')}",
-                    detail="\n".join(lines), evidence=ev)]
+                       f"{dev.get('offload_param')}, offload_optimizer {dev.get('offload_optimizer')}",
+                       detail="\n".join(lines), evidence=ev)]
 
 
 def _storage_note(facts: Facts, path: str) -> str | None:
@@ -230,7 +230,7 @@ def check_lints(facts: Facts, me: CheckSpec) -> list[Finding]:
         if worst == "fail":
             title += ": DeepSpeed stops on this" if rule not in ("nvme-path", "zero-offload-flag") else ""
         out.append(me.finding(status=worst, title=f"{title} ({len(items)})", sub=rule,
-                           detail="\n".join(lines), evidence=ev, remedies=remedies))
+                              detail="\n".join(lines), evidence=ev, remedies=remedies))
     return out
 
 
@@ -253,12 +253,12 @@ def check_patch(facts: Facts, me: CheckSpec) -> list[Finding]:
                           requires=_target_requires(facts, target))
     if r is None:
         return [me.finding(status="skip", title=f"ds_config patch to {target}: not made",
-                        detail=f"{ds['path']} could not be read back to patch it here (it is not in the recorded "
-                               "facts); set nvme_path by hand.")]
+                           detail=f"{ds['path']} could not be read back to patch it here (it is not in the recorded "
+                                  "facts); set nvme_path by hand.")]
     diff = r.explanation.split("\n\n", 1)[-1]
     return [me.finding(status="warn", title=f"ds_config: move nvme_path from {', '.join(now)} to {target}",
-                    detail=f"The change to {ds['path']}, as a diff (only the offload blocks change):\n{diff}",
-                    remedies=[r])]
+                       detail=f"The change to {ds['path']}, as a diff (only the offload blocks change):\n{diff}",
+                       remedies=[r])]
 
 
 # -- offload.capacity ---------------------------------------------------------------------------------------
@@ -268,7 +268,7 @@ def check_capacity(facts: Facts, me: CheckSpec) -> list[Finding]:
     cap = facts.of("capacity")
     if cap is None:
         return [me.finding(status="skip", title="Offload capacity: not planned",
-                        detail=facts.why_not("capacity"))]
+                           detail=facts.why_not("capacity"))]
     ev = facts.evidence("capacity", kinds=None)
     m = cap.get("machine") or {}
     layer = f"{cap['largest_layer']:,}" if cap.get("largest_layer") else "unknown"
@@ -317,7 +317,7 @@ def check_capacity(facts: Facts, me: CheckSpec) -> list[Finding]:
         else:
             summary = f"{len(fitting)} of {len(z3)} ZeRO-3 choices fit this node"
         return [me.finding(status=status, title="Offload capacity: " + summary,
-                        detail="\n".join(x for x in detail if x), evidence=ev)]
+                           detail="\n".join(x for x in detail if x), evidence=ev)]
     best = rows[idx[0]]
     detail = list(head)
     for i in idx:
@@ -461,8 +461,8 @@ def check_breakdown(facts: Facts, me: CheckSpec) -> list[Finding]:
             lines.append(f"Host memory allows it here: cpu/cpu needs {planner.at_least(cpu_fit['cpu_bytes'])}, "
                          f"{_gib(cpu_fit['cpu_available'])} is available.")
         return [me.finding(status="warn", title=f"NVMe swaps take {swap['share_of_step']:.0%} of the optimizer "
-                        f"step, which takes {shares.get('step', 0):.0%} of an iteration", detail="\n".join(lines),
-                        evidence=ev)]
+                           f"step, which takes {shares.get('step', 0):.0%} of an iteration", detail="\n".join(lines),
+                           evidence=ev)]
     if log.get("step_bound"):
         cores = cores_summary(facts.of("rankcores"))
         said = (f"Ranks and cores: {cores['sentence']} (the cores.ranks finding judges them)" if cores["sentence"]
@@ -471,7 +471,7 @@ def check_breakdown(facts: Facts, me: CheckSpec) -> list[Finding]:
                      "'Adam Optimizer #0 is created with ... arithmetic capability' line (scalar is slow). "
                      f"{said}.")
         return [me.finding(status="warn", title=f"The optimizer step takes {shares.get('step', 0):.0%} of an "
-                        "iteration", detail="\n".join(lines), evidence=ev)]
+                           "iteration", detail="\n".join(lines), evidence=ev)]
     return [me.finding(status="ok", title=f"Iteration time: {parts}", detail="\n".join(lines), evidence=ev)]
 
 
@@ -482,7 +482,7 @@ def check_gpu_util(facts: Facts, me: CheckSpec) -> list[Finding]:
     gs = facts.of("gpusample")
     if gs is None:
         return [me.finding(status="skip", title="GPU utilisation: not sampled",
-                        detail=facts.why_not("gpusample"))]
+                           detail=facts.why_not("gpusample"))]
     ev = facts.evidence("gpusample", kinds=None)
     gpus = gs.get("gpus") or []
     lines = [f"{gs.get('samples')} samples over {gs.get('seconds')} s, every {gs.get('interval')} s."]
@@ -498,9 +498,9 @@ def check_gpu_util(facts: Facts, me: CheckSpec) -> list[Finding]:
                      "(CPU optimizer, PCIe transfers, NVMe swaps). Only meaningful while the job is training.")
         idle = f"{len(starved)} of {count_of(len(gpus), 'GPU')}"
         return [me.finding(status="warn", title=f"{idle} mostly idle while "
-                        "sampled", detail="\n".join(lines), evidence=ev)]
+                           "sampled", detail="\n".join(lines), evidence=ev)]
     return [me.finding(status="ok", title=f"GPU utilisation: {count_of(len(gpus), 'GPU')} busy while sampled",
-                    detail="\n".join(lines), evidence=ev)]
+                       detail="\n".join(lines), evidence=ev)]
 
 
 # -- predicates -------------------------------------------------------------------------------------------

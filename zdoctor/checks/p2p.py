@@ -63,10 +63,10 @@ def check_p2p(facts: Facts, me: CheckSpec) -> list[Finding]:
     nv = facts.of("nvml") or {}
     if not gpus and (not nv or nv.get("available") is False):
         return [me.finding(status="skip", title="GPU peer-to-peer: not checked (no GPU list)",
-                        detail=nv.get("error") or facts.why_not("nvml"), evidence=ev)]
+                           detail=nv.get("error") or facts.why_not("nvml"), evidence=ev)]
     if len(gpus) < 2:
         return [me.finding(status="ok", title="Fewer than two GPUs: no peer-to-peer traffic",
-                        evidence=ev)]
+                           evidence=ev)]
     iommu = f.get("iommu") or {}
     acs = f.get("acs") or {}
     pairs = f.get("nvml_pairs") or {}
@@ -101,15 +101,15 @@ def check_p2p(facts: Facts, me: CheckSpec) -> list[Finding]:
                 detail.append(_not_visible(iommu, unknown_acs, facts.of("kernel_log"), [
                     g.get("pci_bus_id") for i, g in gpus_by_index(nv).items() if hp and i in hp]))
             out.append(me.finding(sub="copy", status="fail", title=what, detail="\n".join(detail), evidence=ev,
-                               remedies=[WORKAROUND] + ([_acs_fix(redirect)] if redirect else [])
-                               + ([_iommu_fix(iommu)] if translated else [])))
+                                  remedies=[WORKAROUND] + ([_acs_fix(redirect)] if redirect else [])
+                                  + ([_iommu_fix(iommu)] if translated else [])))
         else:
             bad = [p for p in copy.get("pairs") or [] if not p.get("ok")]
             if bad:
                 out.append(me.finding(sub="copy", status="fail",
-                                   title=f"Peer copy GPU {bad[0]['src']} -> GPU {bad[0]['dst']} failed: "
-                                         f"{bad[0].get('error') or 'the data arrived wrong'}",
-                                   detail="\n".join(lines), evidence=ev, remedies=[WORKAROUND]))
+                                      title=f"Peer copy GPU {bad[0]['src']} -> GPU {bad[0]['dst']} failed: "
+                                            f"{bad[0].get('error') or 'the data arrived wrong'}",
+                                      detail="\n".join(lines), evidence=ev, remedies=[WORKAROUND]))
             elif copy.get("pairs"):
                 out.append(_copy_speed(me, copy["pairs"], gpus_by_index(nv), f.get("nvlinks") or {}, lines, ev))
     if risky:
@@ -128,14 +128,14 @@ def check_p2p(facts: Facts, me: CheckSpec) -> list[Finding]:
         not_avail = _pairs_text(pairs, False)
         if not_avail:
             out.append(me.finding(status="ok",
-                               title=f"Peer-to-peer is unavailable for {count_of(len(not_avail), 'GPU pair')}: "
-                                     "NCCL uses host memory there (no hang, slower)",
-                               detail="\n".join(lines), evidence=ev))
+                                  title=f"Peer-to-peer is unavailable for {count_of(len(not_avail), 'GPU pair')}: "
+                                        "NCCL uses host memory there (no hang, slower)",
+                                  detail="\n".join(lines), evidence=ev))
         else:
             out.append(me.finding(status="ok" if pairs and not unknown_acs else "skip",
-                               title="GPU peer-to-peer: IOMMU " + str(iommu.get("mode")) + ", no ACS redirect seen"
-                                     + ("" if pairs else "; NVML's pair status unknown"),
-                               detail="\n".join(lines), evidence=ev))
+                                  title="GPU peer-to-peer: IOMMU " + str(iommu.get("mode")) + ", no ACS redirect seen"
+                                        + ("" if pairs else "; NVML's pair status unknown"),
+                                  detail="\n".join(lines), evidence=ev))
     return out
 
 

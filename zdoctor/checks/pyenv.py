@@ -73,7 +73,7 @@ def check_interpreter(facts: Facts, me: CheckSpec) -> list[Finding]:
             title += f" ({f['signal']})"
         detail = f"{f['error']}\n\n{_how_chosen(f)}"
         return [me.finding(status="fail", title=title, detail=detail, evidence=ev,
-                        remedies=[retarget_remedy(f)])]
+                           remedies=[retarget_remedy(f)])]
     py = f.get("python") or {}
     version = ".".join(str(p) for p in py.get("version_info") or []) or "?"
     where = "venv" if py.get("in_venv") else None
@@ -121,7 +121,7 @@ def check_torch_import(facts: Facts, me: CheckSpec) -> list[Finding]:
                   + "\n  ".join((f.get("python") or {}).get("sys_path") or []) + f"\n\n{_how_chosen(f)}")
         remedies = [_install_torch_remedy(f)] if explicit else [retarget_remedy(f), _install_torch_remedy(f)]
         return [me.finding(status="fail" if explicit else "warn",
-                        title=f"torch is not installed in {exe}", detail=detail, evidence=ev, remedies=remedies)]
+                           title=f"torch is not installed in {exe}", detail=detail, evidence=ev, remedies=remedies)]
     state = imp.get("state")
     if state == "failed":
         line = imp.get("error_line") or imp.get("error") or "unknown error"
@@ -148,7 +148,7 @@ def check_torch_import(facts: Facts, me: CheckSpec) -> list[Finding]:
         detail = (f"The interpreter died with {sig} during `import torch` (exit code {f.get('exit_code')}). "
                   "A native library loaded by torch crashed; the stderr in the evidence shows how far it got.")
         return [me.finding(status="fail", title=f"import torch crashes the interpreter ({sig})",
-                        detail=detail, evidence=ev)]
+                           detail=detail, evidence=ev)]
     if state != "ok":
         return [me.not_checked(f"torch import state: {state}")]
     secs = imp.get("seconds")

@@ -49,7 +49,7 @@ def check_rank_cores(facts: Facts, me: CheckSpec) -> list[Finding]:
     ev = facts.evidence("rankcores")
     if (rc.get("cpus") or {}).get("count") is None:
         return [me.not_checked(f"the CPUs of {rc.get('cpus_of')} could not be read: "
-                            f"{(rc.get('cpus') or {}).get('error')}", ev, sub="not-checked")]
+                               f"{(rc.get('cpus') or {}).get('error')}", ev, sub="not-checked")]
     s = cores_summary(rc)
     if s["ranks"] is None:
         return [me.not_checked(f"how many ranks run on this node is {rc.get('ranks_how')}", ev, sub="not-checked")]
@@ -64,44 +64,44 @@ def check_rank_cores(facts: Facts, me: CheckSpec) -> list[Finding]:
         if rules.get("state") == "absent":
             ver = facts.get_fact("launch", "deepspeed", "version") or "?"
             return [me.finding(status="fail", title=f"DeepSpeed {ver}'s launcher has no --bind_cores_to_rank",
-                            detail=" ".join(detail) + " The option came with DeepSpeed PR 2881 (0.9.0): this "
-                                   "release's launcher refuses it as an unknown argument.", evidence=ev)]
+                               detail=" ".join(detail) + " The option came with DeepSpeed PR 2881 (0.9.0): this "
+                                      "release's launcher refuses it as an unknown argument.", evidence=ev)]
         nm = rc.get("numactl") or {}
         if not nm.get("path") or nm.get("runs") is False:
             distro = facts.get_fact("toolchain", "distro") or {}
             return [me.finding(status="fail", title="--bind_cores_to_rank needs numactl, which "
-                            + ("is not installed" if not nm.get("path") else "does not run") + " here",
-                            detail=" ".join(detail) + " DeepSpeed's launcher starts each rank as `numactl -C "
-                                   "CORES python ...` (deepspeed/utils/numa.py get_numactl_cmd): without numactl "
-                                   "no rank starts.", evidence=ev,
-                            remedies=[Remedy(title=f"Install numactl ({pm.label})", commands=pm.install("numactl"),
-                                             requires_root=True) for pm in managers(distro)])]
+                               + ("is not installed" if not nm.get("path") else "does not run") + " here",
+                               detail=" ".join(detail) + " DeepSpeed's launcher starts each rank as `numactl -C "
+                                      "CORES python ...` (deepspeed/utils/numa.py get_numactl_cmd): without numactl "
+                                      "no rank starts.", evidence=ev,
+                               remedies=[Remedy(title=f"Install numactl ({pm.label})", commands=pm.install("numactl"),
+                                                requires_root=True) for pm in managers(distro)])]
     per, omp = s["per_rank"], s["omp"]
     if per == 0:
         return [me.finding(status="fail", title=f"{count_of(s['ranks'], 'rank')} share {s['cpus']} CPUs",
-                        detail=" ".join(detail) + " Fewer CPUs than ranks: every CPU optimizer step and data "
-                               "loader competes.", evidence=ev)]
+                           detail=" ".join(detail) + " Fewer CPUs than ranks: every CPU optimizer step and data "
+                                  "loader competes.", evidence=ev)]
     remedies = _remedies(s)
     if omp == "1" and per and per > 1:
         return [me.finding(status="warn", title=f"OMP_NUM_THREADS=1: each rank's CPU optimizer uses one of "
-                        f"its {per} cores", detail=" ".join(detail) + " DeepSpeedCPUAdam's step runs an OpenMP "
-                        "loop over the parameters: with one thread it is the slowest part of an offloaded step.",
-                        evidence=ev, remedies=remedies)]
+                           f"its {per} cores", detail=" ".join(detail) + " DeepSpeedCPUAdam's step runs an OpenMP "
+                           "loop over the parameters: with one thread it is the slowest part of an offloaded step.",
+                           evidence=ev, remedies=remedies)]
     threads = per if omp in (None, "cores per rank") or not str(omp).isdigit() else int(omp)
     unbound = not s["bound"] and not rc.get("ranks")
     if omp is None and s["ranks"] > 1 and unbound:
         return [me.finding(status="warn", title=f"{count_of(s['ranks'], 'rank')}, each free to use all "
-                        f"{s['cpus']} CPUs with one OpenMP thread per CPU", detail=" ".join(detail) +
-                        f" Unset OMP_NUM_THREADS and no binding: each rank starts {s['cpus']} threads, "
-                        f"{s['ranks'] * s['cpus']} in all on {s['cpus']} CPUs, and the CPU optimizer steps of the "
-                        "ranks slow each other down.", evidence=ev, remedies=remedies)]
+                           f"{s['cpus']} CPUs with one OpenMP thread per CPU", detail=" ".join(detail) +
+                           f" Unset OMP_NUM_THREADS and no binding: each rank starts {s['cpus']} threads, "
+                           f"{s['ranks'] * s['cpus']} in all on {s['cpus']} CPUs, and the CPU optimizer steps of the "
+                           "ranks slow each other down.", evidence=ev, remedies=remedies)]
     if str(omp).isdigit() and int(omp) * s["ranks"] > s["cpus"]:
         return [me.finding(status="warn", title=f"OMP_NUM_THREADS={omp} x {count_of(s['ranks'], 'rank')} "
-                        f"is more threads than the {s['cpus']} CPUs", detail=" ".join(detail) +
-                        " The ranks' OpenMP threads are oversubscribed: each waits for a CPU.", evidence=ev,
-                        remedies=remedies)]
+                           f"is more threads than the {s['cpus']} CPUs", detail=" ".join(detail) +
+                           " The ranks' OpenMP threads are oversubscribed: each waits for a CPU.", evidence=ev,
+                           remedies=remedies)]
     return [me.finding(status="ok", title=f"{count_of(s['ranks'], 'rank')} with {per} cores each, "
-                    f"{threads} OpenMP threads per rank", detail=" ".join(detail), evidence=ev)]
+                       f"{threads} OpenMP threads per rank", detail=" ".join(detail), evidence=ev)]
 
 
 def _remedies(s: dict[str, Any]) -> list[Remedy]:

@@ -140,9 +140,9 @@ def check_ranks(facts: Facts, me: CheckSpec) -> list[Finding]:
         hint = (f"It starts its ranks on other nodes ({', '.join(remote)}): `zdoctor fleet --pid HOST=PID` reads "
                 "each node's ranks." if remote else "Name a rank or its launcher with --pid.")
         return [me.finding(status="warn", title="The job's tree holds no Python rank on this node",
-                        detail=f"The job is {got.get('how')}: {names}. None of them is a Python rank, so there is "
-                               f"no rank whose stack zdoctor could read here. {hint}",
-                        evidence=facts.evidence("ranks"))]
+                           detail=f"The job is {got.get('how')}: {names}. None of them is a Python rank, so there is "
+                                  f"no rank whose stack zdoctor could read here. {hint}",
+                           evidence=facts.evidence("ranks"))]
     for r in ranks:
         r["wait"] = rank_wait(r)
     ranks.sort(key=rank_order)

@@ -23,7 +23,7 @@ def check_shm_access(facts: Facts, me: CheckSpec) -> list[Finding]:
         return [me.not_checked(f.get("skipped") or f.get("error") or "no create test ran", ev)]
     if f.get("write_test"):
         return [me.finding(status="ok",
-                        title=f"{path} is writable by {who} (mode {f['mode']})", evidence=ev)]
+                           title=f"{path} is writable by {who} (mode {f['mode']})", evidence=ev)]
     return [me.finding(
         status="fail",
         title=f"{who} cannot create files in {path} (mode {f['mode']}, owner uid {f['uid']}): "
@@ -61,27 +61,27 @@ def check_other_caches(facts: Facts, me: CheckSpec) -> list[Finding]:
                 lines.append(f"{count_of(len(held), 'lock file')} held now: " + ", ".join(
                     f"{x['path']} (pid {', '.join(map(str, x['holders']))})" for x in held[:5]))
             out.append(me.finding(status="warn",
-                               title=f"{c['name']} is on {fs} ({c['path']}): its locks can hang ranks",
-                               detail="\n".join(lines), evidence=ev,
-                               remedies=[Remedy(title="Point TRITON_CACHE_DIR at a local disk, per user",
-                                                commands=['export TRITON_CACHE_DIR="/tmp/triton-cache-$(id -u)"'],
-                                                undo=["unset TRITON_CACHE_DIR"])]))
+                                  title=f"{c['name']} is on {fs} ({c['path']}): its locks can hang ranks",
+                                  detail="\n".join(lines), evidence=ev,
+                                  remedies=[Remedy(title="Point TRITON_CACHE_DIR at a local disk, per user",
+                                                   commands=['export TRITON_CACHE_DIR="/tmp/triton-cache-$(id -u)"'],
+                                                   undo=["unset TRITON_CACHE_DIR"])]))
         elif held:
             out.append(me.finding(status="ok",
-                               title=f"{c['name']}: {count_of(len(held), 'lock')} held by running processes",
-                               detail=", ".join(f"{x['path']} (pid {', '.join(map(str, x['holders']))})"
-                                                for x in held[:5]), evidence=ev))
+                                  title=f"{c['name']}: {count_of(len(held), 'lock')} held by running processes",
+                                  detail=", ".join(f"{x['path']} (pid {', '.join(map(str, x['holders']))})"
+                                                   for x in held[:5]), evidence=ev))
     if not out and f.get("caches") and not any(c.get("exists") for c in f["caches"]):
         out.append(me.finding(status="ok", title="Triton caches would go to local filesystems "
-                           "(none created yet)",
-                           detail="; ".join(f"{c['name']}: {c['path']} (the file system of its nearest existing "
-                                            f"parent: {(c.get('mount') or {}).get('fstype') or '?'})"
-                                            for c in f["caches"]), evidence=ev))
+                              "(none created yet)",
+                              detail="; ".join(f"{c['name']}: {c['path']} (the file system of its nearest existing "
+                                               f"parent: {(c.get('mount') or {}).get('fstype') or '?'})"
+                                               for c in f["caches"]), evidence=ev))
     if not out:
         out.append(me.finding(status="ok", title="Triton caches are on local filesystems",
-                           detail="; ".join(f"{c['name']}: {c['path']} "
-                                            f"({(c.get('mount') or {}).get('fstype') or 'not created yet'})"
-                                            for c in f.get("caches") or []), evidence=ev))
+                              detail="; ".join(f"{c['name']}: {c['path']} "
+                                               f"({(c.get('mount') or {}).get('fstype') or 'not created yet'})"
+                                               for c in f.get("caches") or []), evidence=ev))
     return out
 
 
@@ -97,19 +97,19 @@ def check_stdcxx_links(facts: Facts, me: CheckSpec) -> list[Finding]:
         if not d["link_present"] or d["link_target"] is None:
             what = "no libstdc++.so.6 link" if not d["link_present"] else "a dangling libstdc++.so.6 link"
             out.append(me.finding(status="warn",
-                               title=f"{d['dir']} has {newest} but {what}: the loader skips this directory",
-                               detail=f"The loader looks for the soname libstdc++.so.6, never for {newest}: in "
-                                      f"{d['dir']} ({d['why']}) it finds nothing and takes the next copy on the "
-                                      "search path, which may be older. The link is missing (a directory copied "
-                                      "without its symlinks, or an interrupted install).", evidence=ev))
+                                  title=f"{d['dir']} has {newest} but {what}: the loader skips this directory",
+                                  detail=f"The loader looks for the soname libstdc++.so.6, never for {newest}: in "
+                                         f"{d['dir']} ({d['why']}) it finds nothing and takes the next copy on the "
+                                         "search path, which may be older. The link is missing (a directory copied "
+                                         "without its symlinks, or an interrupted install).", evidence=ev))
         elif d["link_n"] is not None and d["link_n"] < d["newest_n"]:
             out.append(me.finding(status="warn",
-                               title=f"{d['dir']}: libstdc++.so.6 points at {os.path.basename(d['link_target'])}, "
-                                     f"an older file than {newest} beside it",
-                               detail=f"The loader uses what the link points at ({d['link_target']}); the newer "
-                                      f"{newest} in the same directory ({d['why']}) is never loaded.", evidence=ev))
+                                  title=f"{d['dir']}: libstdc++.so.6 points at {os.path.basename(d['link_target'])}, "
+                                        f"an older file than {newest} beside it",
+                                  detail=f"The loader uses what the link points at ({d['link_target']}); the newer "
+                                         f"{newest} in the same directory ({d['why']}) is never loaded.", evidence=ev))
     if not out:
         out.append(me.finding(status="ok",
-                           title="libstdc++.so.6 links point at the newest file in "
-                                 f"{count_of(len(f.get('dirs') or []), 'directory', 'directories')}", evidence=ev))
+                              title="libstdc++.so.6 links point at the newest file in "
+                                    f"{count_of(len(f.get('dirs') or []), 'directory', 'directories')}", evidence=ev))
     return out

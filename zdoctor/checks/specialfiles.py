@@ -22,7 +22,7 @@ def check_special_files(facts: Facts, me: CheckSpec) -> list[Finding]:
     looked = "; ".join(str(x) for x in f.get("looked") or [])
     if not found:
         return [me.finding(status="ok", title="No FIFO, device or looping link among the files looked at",
-                        detail=f"Looked at (without opening anything): {looked}.", evidence=ev)]
+                           detail=f"Looked at (without opening anything): {looked}.", evidence=ev)]
     rows = [[str(x["path"]), str(x.get("kind")), str(x.get("where")), effect(x)] for x in found]
     table = Evidence.of_table("special files", ["path", "is", "where", "what it does"], rows)
     first = found[0]
@@ -39,5 +39,5 @@ def check_special_files(facts: Facts, me: CheckSpec) -> list[Finding]:
                                 "should find there must then be put back as a regular file.",
                     note="it removes files, which zdoctor does not do on its own")
     return [me.finding(status="fail", title=title,
-                    detail="\n".join(["Found without opening them:", *lines, "", f"Looked at: {looked}."]),
-                    evidence=[table, *ev], remedies=[remedy])]
+                       detail="\n".join(["Found without opening them:", *lines, "", f"Looked at: {looked}."]),
+                       evidence=[table, *ev], remedies=[remedy])]

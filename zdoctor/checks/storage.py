@@ -93,7 +93,7 @@ def check_mount(facts: Facts, me: CheckSpec) -> list[Finding]:
             evidence=ev, remedies=[fs.mount_remedy(e["file"])])]
     if not m:
         return [me.finding(status="warn", title=f"Cannot tell where {path} is mounted",
-                        detail=head + "\nNo mount in /proc/self/mountinfo holds it.", evidence=ev)]
+                           detail=head + "\nNo mount in /proc/self/mountinfo holds it.", evidence=ev)]
     if not m.get("fit"):
         return [me.finding(status="fail",
                         title=f"Offload path {path} is on {m.get('fstype')}: unfit for NVMe offload",
@@ -115,23 +115,23 @@ def check_mount(facts: Facts, me: CheckSpec) -> list[Finding]:
                         evidence=ev, remedies=[_dir_remedy(st)])]
     if m.get("network"):
         return [me.finding(status="warn", title=f"Offload path {path} is on a shared network file system "
-                        f"({m.get('fstype')})", detail="\n".join(findings_detail) + "\nEvery node's swap traffic "
-                        "crosses the network; a local NVMe drive is faster and private to the node.", evidence=ev)]
+                           f"({m.get('fstype')})", detail="\n".join(findings_detail) + "\nEvery node's swap traffic "
+                           "crosses the network; a local NVMe drive is faster and private to the node.", evidence=ev)]
     mode = int(acc.get("mode") or "0", 8)
     if acc and mode & 0o002 and not mode & 0o1000:
         return [me.finding(status="warn", title=f"Offload directory {path} is world-writable (mode {acc['mode']})",
-                        detail="\n".join(findings_detail) + "\nAnyone on the node can replace or delete the swapped "
-                               "optimizer state. Own it by the training user with mode 0750 (1777 only if several "
-                               "users must share it).", evidence=ev, remedies=[_dir_remedy(st)])]
+                           detail="\n".join(findings_detail) + "\nAnyone on the node can replace or delete the swapped "
+                                  "optimizer state. Own it by the training user with mode 0750 (1777 only if several "
+                                  "users must share it).", evidence=ev, remedies=[_dir_remedy(st)])]
     if acc and acc.get("user_writable") is False:
         return [me.finding(status="fail", title=f"Offload directory {path} is not writable",
-                        detail="\n".join(findings_detail) + f"\nOwner {acc.get('owner')}:{acc.get('group')}, mode "
-                               f"{acc.get('mode')}; DeepSpeed, running as {user.get('name')}"
-                               + (f" (the training user, chosen by: {user['rule']})" if user.get("rule") else "")
-                               + ", cannot create its swap "
-                               "files there.", evidence=ev, remedies=[_dir_remedy(st)])]
+                           detail="\n".join(findings_detail) + f"\nOwner {acc.get('owner')}:{acc.get('group')}, mode "
+                                  f"{acc.get('mode')}; DeepSpeed, running as {user.get('name')}"
+                                  + (f" (the training user, chosen by: {user['rule']})" if user.get("rule") else "")
+                                  + ", cannot create its swap "
+                                  "files there.", evidence=ev, remedies=[_dir_remedy(st)])]
     return [me.finding(status="ok", title=f"Offload path {path}: {m.get('fstype')} on {m.get('point')}",
-                    detail="\n".join(findings_detail), evidence=ev)]
+                       detail="\n".join(findings_detail), evidence=ev)]
 
 
 def _stack_table(dev: dict[str, Any]) -> Evidence:
@@ -181,7 +181,7 @@ def check_device(facts: Facts, me: CheckSpec) -> list[Finding]:
     dev = st.get("device")
     if not dev:
         return [me.finding(status="skip", title="Offload device: no block device",
-                        detail=st.get("device_error") or "the mount has no block device under it")]
+                           detail=st.get("device_error") or "the mount has no block device under it")]
     ev = [_stack_table(dev)]
     cls = dev.get("speed_class")
     kind = dev.get("effective_kind")
@@ -202,12 +202,12 @@ def check_device(facts: Facts, me: CheckSpec) -> list[Finding]:
         # with a measurement, storage.throughput carries the verdict on speed; this finding names the device
         status = "fail" if measured is None else "warn"
         return [me.finding(status=status, title=f"Offload goes to {what} ({_names(dev)})",
-                        detail="\n".join(lines + [f"NVMe offload streams optimizer state and parameters every step; "
-                                                  f"{what} cannot keep up. {REFERENCE}"]), evidence=ev)]
+                           detail="\n".join(lines + [f"NVMe offload streams optimizer state and parameters every step; "
+                                                     f"{what} cannot keep up. {REFERENCE}"]), evidence=ev)]
     if cls == "medium":
         return [me.finding(status="warn", title=f"Offload goes to a SATA/SAS SSD ({_names(dev)})",
-                        detail="\n".join(lines + ["SATA tops out near 0.55 GB/s; an NVMe drive is 6-12x faster. "
-                                                  + REFERENCE]), evidence=ev)]
+                           detail="\n".join(lines + ["SATA tops out near 0.55 GB/s; an NVMe drive is 6-12x faster. "
+                                                     + REFERENCE]), evidence=ev)]
     if cls == "unknown":
         if measured is not None:
             return [me.finding(status="ok", title=f"Offload goes to {where}, measured {rate(measured)}",
@@ -220,10 +220,10 @@ def check_device(facts: Facts, me: CheckSpec) -> list[Finding]:
     down = [(n, lk) for n, lk in links if lk and lk.get("downtrained")]
     if down:
         return [me.finding(status="warn", title=f"NVMe link of {down[0][0]} runs below what it can do",
-                        detail="\n".join(lines + ["The drive negotiated a slower or narrower PCIe link than it "
-                                                  "supports (a slot wired for fewer lanes, a riser, an older slot, "
-                                                  "or power saving). Check `lspci -vv` LnkSta against LnkCap."]),
-                        evidence=ev)]
+                           detail="\n".join(lines + ["The drive negotiated a slower or narrower PCIe link than it "
+                                                     "supports (a slot wired for fewer lanes, a riser, an older slot, "
+                                                     "or power saving). Check `lspci -vv` LnkSta against LnkCap."]),
+                           evidence=ev)]
     return [me.finding(status="ok", title=f"Offload goes to {where}", detail="\n".join(lines), evidence=ev)]
 
 
@@ -238,7 +238,7 @@ def check_odirect(facts: Facts, me: CheckSpec) -> list[Finding]:
         return [me.finding(status="ok", title="O_DIRECT works on the offload path", detail=text + ".")]
     if od.get("ok") is None:
         return [me.finding(status="warn", title="O_DIRECT could not be tested on the offload path",
-                        detail=text + ". Run zdoctor as the training user or as root.")]
+                           detail=text + ". Run zdoctor as the training user or as root.")]
     return [me.finding(status="fail", title="O_DIRECT fails on the offload path", detail=(
         text + ". DeepSpeed's async_io opens every swap file with O_DIRECT; on this file system NVMe offload "
         "fails at the first swap. Use a local ext4 or xfs filesystem."))]
@@ -271,23 +271,23 @@ def check_libaio(facts: Facts, me: CheckSpec) -> list[Finding]:
             and la.get("dev_library"):
         call = lt["failed_call"]
         return [me.finding(status="fail",
-                        title=f"libaio has no {call}, which DeepSpeed's async_io calls: the op cannot be built",
-                        detail=found + f"\n{call} is in DeepSpeed's csrc/aio sources but not in this libaio "
-                               + ("(io_pgetevents came with libaio 0.3.111; older releases such as CentOS 7's "
-                                  "0.3.109 lack it)" if call == "io_pgetevents" else "") + ".",
-                        evidence=ev, remedies=_newer_libaio_remedies(la),
-                        explains=ids_for(facts, "undefined-reference", symbol=call))]
+                           title=f"libaio has no {call}, which DeepSpeed's async_io calls: the op cannot be built",
+                           detail=found + f"\n{call} is in DeepSpeed's csrc/aio sources but not in this libaio "
+                                  + ("(io_pgetevents came with libaio 0.3.111; older releases such as CentOS 7's "
+                                     "0.3.109 lack it)" if call == "io_pgetevents" else "") + ".",
+                           evidence=ev, remedies=_newer_libaio_remedies(la),
+                           explains=ids_for(facts, "undefined-reference", symbol=call))]
     if lt.get("ran") and lt.get("ok") and lt.get("ran_ok") is False:
         call, rc = lt.get("failed_call") or "a libaio call", lt.get("returned")
         errname = errno.errorcode.get(-rc, str(rc)) if isinstance(rc, int) and rc < 0 else None
         return [me.finding(status="fail",
-                        title=f"libaio's {call} fails here" + (f" ({errname})" if errname else "")
-                              + ": DeepSpeed's async_io would fail at its first swap",
-                        detail=found + "\nThe library links, but the kernel refuses the call: "
-                               + ("EAGAIN from io_setup/io_queue_init means /proc/sys/fs/aio-max-nr is used up "
-                                  "(`cat /proc/sys/fs/aio-nr /proc/sys/fs/aio-max-nr`); ENOSYS or EPERM means "
-                                  "the kernel or a sandbox (seccomp, gVisor) does not offer native AIO."),
-                        evidence=ev)]
+                           title=f"libaio's {call} fails here" + (f" ({errname})" if errname else "")
+                                 + ": DeepSpeed's async_io would fail at its first swap",
+                           detail=found + "\nThe library links, but the kernel refuses the call: "
+                                  + ("EAGAIN from io_setup/io_queue_init means /proc/sys/fs/aio-max-nr is used up "
+                                     "(`cat /proc/sys/fs/aio-nr /proc/sys/fs/aio-max-nr`); ENOSYS or EPERM means "
+                                     "the kernel or a sandbox (seccomp, gVisor) does not offer native AIO."),
+                           evidence=ev)]
     remedies: list[Remedy] = []
     withheld: list[str] = []
     if _release_checks_dpkg_only(facts) and la.get("package") != package_name("libaio headers", "apt"):
@@ -298,11 +298,11 @@ def check_libaio(facts: Facts, me: CheckSpec) -> list[Finding]:
                                explanation="DeepSpeed's async_io op compiles against libaio.h and links -laio when "
                                            "NVMe offload starts; the runtime library alone is not enough."))
     return [me.finding(status="fail", title="libaio development files missing: NVMe offload cannot build async_io",
-                    detail=found + "\nDeepSpeed stops with: async_io requires the dev libaio .so object and headers "
-                                   "but these were not found." + ("" if la.get("install") else
-                                   " Install your distribution's libaio development package.")
-                           + "".join("\n" + line for line in withheld),
-                    evidence=ev, remedies=remedies, explains=ids_for(facts, "libaio-missing"))]
+                       detail=found + "\nDeepSpeed stops with: async_io requires the dev libaio .so object and headers "
+                                      "but these were not found." + ("" if la.get("install") else
+                                      " Install your distribution's libaio development package.")
+                              + "".join("\n" + line for line in withheld),
+                       evidence=ev, remedies=remedies, explains=ids_for(facts, "libaio-missing"))]
 
 
 def _release_checks_dpkg_only(facts: Facts) -> bool:
@@ -348,7 +348,7 @@ def check_throughput(facts: Facts, me: CheckSpec) -> list[Finding]:
     tp = st.get("throughput") or {}
     if not tp.get("ran"):
         return [me.finding(status="skip", title="Offload throughput: not measured",
-                        detail=f"{tp.get('reason') or 'not asked for'}.")]
+                           detail=f"{tp.get('reason') or 'not asked for'}.")]
     w, r = tp.get("write") or {}, tp.get("read") or {}
     rows = [["write + fsync", human(w.get("bytes")), f"{w.get('seconds', 0):.2f} s", rate(w.get("bps"))]]
     if r:
@@ -365,20 +365,20 @@ def check_throughput(facts: Facts, me: CheckSpec) -> list[Finding]:
         how += f" Stopped at the {tp.get('time_limit_s'):g} s limit; the rate is from what was done."
     if tp.get("error"):
         return [me.finding(status="warn", title="Offload throughput test failed", detail=f"{tp['error']}\n{how}",
-                        evidence=ev)]
+                           evidence=ev)]
     if slowest is None:
         return [me.finding(status="warn", title="Offload throughput: nothing measured", detail=how, evidence=ev)]
     summary = f"write {rate(w.get('bps'))}, read {rate(r.get('bps'))}"
     if slowest < SLOW_BPS:
         return [me.finding(status="fail", title=f"Offload disk is the bottleneck: {summary}",
-                        detail=f"{how}\nBelow {rate(SLOW_BPS)} every swap of optimizer state waits on the disk. "
-                               + REFERENCE, evidence=ev, remedies=_slow_disk_remedies(st))]
+                           detail=f"{how}\nBelow {rate(SLOW_BPS)} every swap of optimizer state waits on the disk. "
+                                  + REFERENCE, evidence=ev, remedies=_slow_disk_remedies(st))]
     ratio = tp.get("ratio")
     if ratio is not None and ratio < LINK_SHARE_WARN:
         return [me.finding(status="warn", title=f"Offload NVMe is well below its link: {summary}",
-                        detail=f"{how}\nThe slower direction reaches {ratio:.0%} of the link's theoretical "
-                               f"{rate(link)}. Thermal throttling, a nearly full or DRAM-less drive, or other I/O "
-                               "on it are the usual reasons. " + REFERENCE, evidence=ev)]
+                           detail=f"{how}\nThe slower direction reaches {ratio:.0%} of the link's theoretical "
+                                  f"{rate(link)}. Thermal throttling, a nearly full or DRAM-less drive, or other I/O "
+                                  "on it are the usual reasons. " + REFERENCE, evidence=ev)]
     return [me.finding(status="ok", title=f"Offload throughput: {summary}", detail=how, evidence=ev)]
 
 
@@ -421,14 +421,14 @@ def check_unmounted(facts: Facts, me: CheckSpec) -> list[Finding]:
     drives = inv.get("drives") or []
     if not drives:
         return [me.finding(status="ok", title="No NVMe drives on this node",
-                        detail="No NVMe namespace in sysfs: NVMe offload needs a local NVMe drive (or another fast "
-                               "local disk).", evidence=ev)]
+                           detail="No NVMe namespace in sysfs: NVMe offload needs a local NVMe drive (or another fast "
+                                  "local disk).", evidence=ev)]
     free = _usable(inv)
     if not free:
         in_use = (f"All {count_of(len(drives), 'NVMe drive')} are in use" if len(drives) != 1
                   else "The one NVMe drive is in use")
         return [me.finding(status="ok", title=in_use,
-                        detail="\n".join(f"{d['name']}: {d['reason']}" for d in drives), evidence=ev)]
+                           detail="\n".join(f"{d['name']}: {d['reason']}" for d in drives), evidence=ev)]
     st = facts.of("storage")
     lines = [f"{d['name']} ({human(d.get('size_bytes'))}, {d.get('model') or '?'}, {_link_text(d.get('link'))}): "
              f"{d['state']}, {d['reason']}" for d in free]
@@ -474,7 +474,7 @@ def check_fstab(facts: Facts, me: CheckSpec) -> list[Finding]:
             detail.insert(0, f"Offload now goes to {st['path']} on {on}.")
         line = fs.fstab_line(sug["uuid"], sug["mountpoint"], sug["fstype"])
         return [me.finding(status="warn", title=f"Put offload on the unused NVMe {sug['drive']} (fstab by UUID)",
-                        detail="\n".join(detail), evidence=[Evidence.note("fstab line", line)], remedies=remedies)]
+                           detail="\n".join(detail), evidence=[Evidence.note("fstab line", line)], remedies=remedies)]
     if st is not None:
         m = st.get("mount") or {}
         ident = st.get("filesystem") or {}
@@ -487,9 +487,9 @@ def check_fstab(facts: Facts, me: CheckSpec) -> list[Finding]:
                             evidence=[Evidence.note("fstab line", line)],
                             remedies=[fs.fstab_remedy(ident["uuid"], m["point"], m["fstype"], mount_now=False)])]
         return [me.finding(status="ok", title="fstab: nothing to change for offload",
-                        detail=f"{m.get('point') or st['path']} " + ("is in fstab." if st.get("in_fstab") else
-                                                                     "needs no fstab entry.")
-                        + ("" if sug else " No unused NVMe drive to add."))]
+                           detail=f"{m.get('point') or st['path']} " + ("is in fstab." if st.get("in_fstab") else
+                                                                        "needs no fstab entry.")
+                           + ("" if sug else " No unused NVMe drive to add."))]
     return [me.not_checked(facts.why_not("storage") + "; no unused NVMe drive to suggest.")]
 
 

@@ -228,12 +228,12 @@ def check_symbols(facts: Facts, me: CheckSpec) -> list[Finding]:
     nothing = live_unchecked(facts) if facts.of("livetrace") else None
     if not errs and nothing:
         return [me.finding(status="skip", title="Undefined symbols: not checked, the live run "
-                        "loaded nothing of the training", detail=nothing)]
+                           "loaded nothing of the training", detail=nothing)]
     if not errs:
         return [me.finding(status="ok", title="No undefined symbol in the live run",
-                        detail=f"The live run's error output names no undefined symbol and no link-time "
-                               f"undefined reference "
-                               f"({f.get('loaded_count', 0)} objects loaded).")]
+                           detail=f"The live run's error output names no undefined symbol and no link-time "
+                                  f"undefined reference "
+                                  f"({f.get('loaded_count', 0)} objects loaded).")]
     ev = facts.evidence("symbols")
     out = []
     for i, e in enumerate(errs):

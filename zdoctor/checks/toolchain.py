@@ -157,10 +157,10 @@ def check_layers(facts: Facts, me: CheckSpec) -> list[Finding]:
                      + ", ".join(f"{c['path']} ({_compiler_name(c)})" for c in shadowed) + ".")
     if t.get("torch_installed") is False:
         return [me.finding(status="skip", title="Compiler layers: not compared, torch is not installed in the "
-                        f"probed interpreter ({'; '.join(parts)})", detail="\n".join(lines),
-                        evidence=facts.evidence("toolchain", kinds=("table",)))]
+                           f"probed interpreter ({'; '.join(parts)})", detail="\n".join(lines),
+                           evidence=facts.evidence("toolchain", kinds=("table",)))]
     return [me.finding(status="ok", title="Compiler layers: " + "; ".join(parts), detail="\n".join(lines),
-                    evidence=facts.evidence("toolchain", kinds=("table",)))]
+                       evidence=facts.evidence("toolchain", kinds=("table",)))]
 
 
 @check("toolchain.sysconfig", title="Python's sysconfig compilers", probes=("toolchain",))
@@ -175,7 +175,7 @@ def check_sysconfig(facts: Facts, me: CheckSpec) -> list[Finding]:
     desc = ", ".join(f"{k}={v.get('value')!r} -> {v.get('path') or v.get('error')}" for k, v in sorted(sc.items()))
     if not broken:
         return [me.finding(status="ok", title="Python's sysconfig compilers resolve", detail=desc,
-                        evidence=facts.evidence("toolchain", kinds=("table",)))]
+                           evidence=facts.evidence("toolchain", kinds=("table",)))]
     detail = (f"{desc}\nsetuptools compiles C/C++ extensions at `pip install` time with these (unless $CC/$CXX "
               "are set). They name compilers recorded when this Python was built, often a conda or "
               "cross-compiler name that does not exist here, so building DeepSpeed ops at install time "
@@ -191,8 +191,8 @@ def check_sysconfig(facts: Facts, me: CheckSpec) -> list[Finding]:
             undo=[f"export {k}={shell_quote(env[k])}" if env.get(k) else f"unset {k}" for k in ("CC", "CXX")],
             explanation="setuptools and torch.utils.cpp_extension both honour $CC/$CXX."))
     return [me.finding(status="warn", title="Python's sysconfig " + " and ".join(sorted(broken))
-                    + " not found on PATH", detail=detail, evidence=facts.evidence("toolchain", kinds=("table",)),
-                    remedies=remedies)]
+                       + " not found on PATH", detail=detail, evidence=facts.evidence("toolchain", kinds=("table",)),
+                       remedies=remedies)]
 
 
 DEVTOOLSET_EXPLAINED = (
@@ -220,7 +220,7 @@ def check_devtoolset(facts: Facts, me: CheckSpec) -> list[Finding]:
         where += [f"compiler {p}" for p in ts.get("compilers") or []]
         detail = f"Found: {'; '.join(where)}.\n\n{DEVTOOLSET_EXPLAINED}"
         return [me.finding(status="warn", title=f"{', '.join(names)} on PATH: it builds, it does not fix "
-                        "run-time GLIBCXX", detail=detail, evidence=facts.evidence("toolchain", kinds=("table",)))]
+                           "run-time GLIBCXX", detail=detail, evidence=facts.evidence("toolchain", kinds=("table",)))]
     detail = "No devtoolset or gcc-toolset directory is on PATH and none is enabled through scl."
     if ts.get("installed"):
         detail += f" Installed but not enabled: {', '.join(ts['installed'])}."
