@@ -242,7 +242,6 @@ def test_process_stuck_in_the_kernel_is_a_warning(tmp_path: Path, spawn) -> None
     facts = probe(target_env(TORCH_EXTENSIONS_DIR=str(tmp_path / "ext")), ("processes",))
     me = next(p for p in facts["processes"].facts["processes"] if p["pid"] == pid)
     assert me["state_letter"] == "D" and me["wchan"] and me["libstdcxx"]
-    assert hc.training_process_stuck(facts)
     (f,) = evaluate_check("hangs.processes", facts)
     assert f.status == "warn" and "uninterruptible" in f.title and me["wchan"] in f.title
     assert f"pid {pid}" in f.detail and me["libstdcxx"][0]["path"] in f.detail
