@@ -11,12 +11,13 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import psutil
 
 from .. import children
+from ..model import known_fields
 from .jitcache import JitOp
 
 DEFAULT_MATCH = ("python", "deepspeed", "torchrun", "accelerate", "ninja", "c++", "g++", "cc1plus")
@@ -87,8 +88,7 @@ class ProcInfo:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ProcInfo:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        return cls(**known_fields(cls, d))
 
 
 def _why(exc: BaseException) -> str:
