@@ -15,6 +15,7 @@ from zdoctor.apply import core_action, run_remedy
 from zdoctor.checks.limits import _memlock
 from zdoctor.present import pasted_script
 from zdoctor.probes.gpu import limits_dropins
+from zdoctor.registry import CHECKS, load_vocabulary
 from zdoctor.sysfile import create_system_file
 
 ADMIN = "# the admin's own limits\n@hpc - memlock 65536\n"
@@ -34,7 +35,8 @@ def stand_in(tmp_path: Path) -> Path:
 
 def memlock_remedy(folder: Path):
     facts = {"target": {"memlock_soft_kb": 8192, "memlock_hard_kb": 8192}, "limits_d": limits_dropins(str(folder))}
-    finding = _memlock(facts, [])
+    load_vocabulary()
+    finding = _memlock(CHECKS["gpu.limits"], facts, [])
     (remedy,) = [r for r in finding.remedies if r.action]
     return remedy
 
