@@ -1,5 +1,5 @@
 """What an earlier zdoctor left behind: the entries of a folder named after the process that made them (a
-cgroup, a trace folder, a run folder), and whether that process is gone."""
+cgroup, a trace folder, a run folder), and whether a process is gone."""
 
 from __future__ import annotations
 
