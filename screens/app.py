@@ -19,9 +19,10 @@ from textual.app import SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
-from screens.base import CTRL_C_QUITS, HELP, QUIT, AppBase
 from zdoctor.core.errors import InputError, ZdoctorError
 from zdoctor.walk.events import ExportWritten
+
+from .base import CTRL_C_QUITS, HELP, QUIT, AppBase
 
 
 @dataclass
@@ -121,9 +122,9 @@ class ZdoctorApp(AppBase):
         return ctx
 
     def on_mount(self) -> None:
-        from screens.practice import PracticeScreen
-        from screens.start import StartScreen
-        from screens.walk import WalkScreen
+        from .practice import PracticeScreen
+        from .start import StartScreen
+        from .walk import WalkScreen
 
         if "resume" in self.plan:
             ctx, walk = self.plan["resume"]
@@ -143,8 +144,8 @@ class ZdoctorApp(AppBase):
 
     def base_screen(self, ctx: Context | None) -> Screen:
         """What Esc leads back to from a walk that was opened first: the practice list, or the start."""
-        from screens.practice import PracticeScreen
-        from screens.start import StartScreen
+        from .practice import PracticeScreen
+        from .start import StartScreen
 
         if ctx is not None and ctx.practice:
             return PracticeScreen(selected=ctx.scenario.id)
@@ -153,20 +154,20 @@ class ZdoctorApp(AppBase):
 
     def start_practice(self, scenario: Any) -> None:
         """Replay ``scenario`` and walk its playbook."""
-        from screens.walk import WalkScreen
+        from .walk import WalkScreen
 
         ctx = self.add_context(practice_context(scenario, self.argv))
         self.push_screen(WalkScreen(ctx, new_walk(scenario.playbook, ctx.host, ctx.record)))
 
     def start_walk(self, ctx: Context, playbook_id: str) -> None:
-        from screens.walk import WalkScreen
+        from .walk import WalkScreen
 
         self.ctx = ctx
         self.push_screen(WalkScreen(ctx, new_walk(playbook_id, ctx.host, ctx.record)))
 
     def resume_session(self, session_id: str | None) -> None:
         """Pick up a recorded session from the start screen (the same path as ``--resume``)."""
-        from screens.walk import WalkScreen
+        from .walk import WalkScreen
 
         try:
             ctx, walk = prepare_resume(session_id or "", self.argv)
@@ -209,20 +210,20 @@ class ZdoctorApp(AppBase):
         self.notify(f"exported to {path}", title="Export", timeout=8)
 
     def action_export_dialog(self) -> None:
-        from screens.info import ExportScreen
+        from .info import ExportScreen
 
         if not isinstance(self.screen, ExportScreen):
             self.push_screen(ExportScreen())
 
     # -- help, glossary, palette -------------------------------------------------------------------
     def action_glossary(self, term: str | None = None) -> None:
-        from screens.info import GlossaryScreen
+        from .info import GlossaryScreen
 
         if not isinstance(self.screen, GlossaryScreen):
             self.push_screen(GlossaryScreen(term))
 
     def action_practice(self) -> None:
-        from screens.practice import PracticeScreen
+        from .practice import PracticeScreen
 
         if not isinstance(self.screen, PracticeScreen):
             self.push_screen(PracticeScreen())

@@ -8,8 +8,9 @@ from typing import Any
 from textual.app import App
 from textual.binding import Binding
 
-from screens.common import NO_CONTROL_CHARACTERS
 from zdoctor.core.resources import data_dir
+
+from .common import NO_CONTROL_CHARACTERS
 
 HELP = Binding("question_mark,f1", "help", "Keys", id="help")
 QUIT = Binding("q", "quit", "Quit", id="quit")
@@ -31,7 +32,7 @@ class AppBase(App[int]):
         return [*super().get_line_filters(), NO_CONTROL_CHARACTERS]
 
     def action_help(self) -> None:
-        from screens.info import HelpScreen
+        from .info import HelpScreen
 
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.screen))

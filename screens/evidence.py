@@ -15,9 +15,10 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 
-from screens.common import HOT, KeyBar, evidence_key, evidence_text, finding_line, shown
 from zdoctor.core.model import Evidence, Finding, sort_findings
 from zdoctor.core.plural import count_of
+
+from .common import HOT, KeyBar, evidence_key, evidence_text, finding_line, shown
 
 CELL_PADDING = 2  # a DataTable cell's padding, one column each side
 MIN_COLUMN = 8

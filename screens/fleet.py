@@ -21,14 +21,15 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 from textual.worker import Worker, WorkerState
 
-from screens.base import HELP, QUIT, AppBase
-from screens.common import KeyBar
-from screens.evidence import EvidenceScreen
-from screens.info import ExportScreen
 from zdoctor.core.errors import ZdoctorError
 from zdoctor.core.model import Finding, sort_findings
 from zdoctor.core.present import MARKS, STYLES, pasted_script
 from zdoctor.fleet.result import NODE_PROBLEMS, families
+
+from .base import HELP, QUIT, AppBase
+from .common import KeyBar
+from .evidence import EvidenceScreen
+from .info import ExportScreen
 
 if TYPE_CHECKING:
     from zdoctor.fleet.collect import NodeRun
@@ -299,7 +300,7 @@ class FleetFindingScreen(EvidenceScreen):
 
     def on_mount(self) -> None:
         super().on_mount()
-        from screens.remedy import flags_text, shell
+        from .remedy import flags_text, shell
 
         body = self.query_one("#ev-body", VerticalScroll)
         if not self.finding.remedies:

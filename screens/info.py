@@ -13,7 +13,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Header, OptionList, Static
 from textual.widgets.option_list import Option
 
-from screens.common import KeyBar
+from .common import KeyBar
 
 GENERAL_KEYS = [
     ("Tab / Shift+Tab", "move between the parts of a screen"),

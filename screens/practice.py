@@ -12,7 +12,7 @@ from textual.screen import Screen
 from textual.widgets import Header, OptionList, Static
 from textual.widgets.option_list import Option
 
-from screens.common import KeyBar
+from .common import KeyBar
 
 
 class PracticeScreen(Screen[None]):

@@ -23,8 +23,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Header, Log, OptionList, Static
 from textual.widgets.option_list import Option
 
-from screens.common import ContextScreen, KeyBar, in_thread, mark, shown
 from zdoctor.core.model import Finding, Remedy
+from zdoctor.core.plural import count_of
 from zdoctor.core.present import (
     first_line,
     fix_groups,
@@ -46,6 +46,8 @@ from zdoctor.proc.target import target_of
 from zdoctor.walk.apply import ApplyOutcome, ApplyPlan, core_action, env_effect, known_env, plan, run_remedy
 from zdoctor.walk.events import record_remedy
 
+from .common import ContextScreen, KeyBar, in_thread, mark, shown
+
 
 def shell(lines: list[str]) -> Syntax:
     return Syntax("\n".join(lines), "bash", word_wrap=True, theme="ansi_dark", background_color="default")
@@ -63,7 +65,7 @@ def flags_text(r: Remedy, elsewhere: bool = False) -> Text:
     out.append("\n")
     out.append("needs root: " + ("yes (runs under sudo unless you are root)" if r.requires_root else "no"))
     out.append("\n")
-    undo = f"{len(r.undo)} line(s), below" if r.undo else "none recorded"
+    undo = f"{count_of(len(r.undo), 'line')}, below" if r.undo else "none recorded"
     out.append("undo: " + undo, style="" if r.undo else "dim")
     for said in missing_tools(r):
         out.append(f"\n✗ {shown(said)}", style="bold red")
@@ -279,7 +281,8 @@ class RemedyScreen(ContextScreen):
         f, r = self.pairs[self.index]
         self.app.copy_to_clipboard("\n".join(pasted_script(r.commands)) + "\n")
         record_remedy(self.ctx.record, "copied", self.playbook, self.node, f.id, r)
-        self.notify(f"copied {len(r.commands)} line(s) to the clipboard (OSC 52: where the terminal allows it; "
+        self.notify(f"copied {count_of(len(r.commands), 'line')} to the clipboard (OSC 52: where the terminal "
+                    "allows it; "
                     "otherwise select them on screen)", timeout=5)
 
     def action_decline(self) -> None:
@@ -399,10 +402,10 @@ class RemedyScreen(ContextScreen):
             log.write_line(note)
         core = core_action(r)
         if shell_only(r, plan(r)):
-            log.write_line(f"writing {len(r.commands)} line(s) to a file to source; nothing runs")
+            log.write_line(f"writing {count_of(len(r.commands), 'line')} to a file to source; nothing runs")
         else:
             log.write_line(f"$ {core}" if core else
-                           f"$ bash -c (set -e -x; {len(r.commands)} line(s)), in the training environment")
+                           f"$ bash -c (set -e -x; {count_of(len(r.commands), 'line')}), in the training environment")
         loop = asyncio.get_running_loop()
 
         def on_output(line: str) -> None:

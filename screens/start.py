@@ -11,11 +11,12 @@ from textual.containers import VerticalScroll
 from textual.widgets import Header, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
-from screens.common import ContextScreen, KeyBar, ProbePanel, findings_text, in_thread, summary_text, symptoms_text
 from zdoctor.core.model import Finding
 from zdoctor.core.present import ALSO_FOUND
 from zdoctor.core.verdicts import split_answers
 from zdoctor.proc.target import DEFAULT_PYTHON
+
+from .common import ContextScreen, KeyBar, ProbePanel, findings_text, in_thread, summary_text, symptoms_text
 
 GPU_PROBE = "nvml"
 

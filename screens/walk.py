@@ -14,7 +14,12 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Header, OptionList, Static
 from textual.widgets.option_list import Option
 
-from screens.common import (
+from zdoctor.core.model import Finding, Remedy, sort_findings
+from zdoctor.core.plural import count_of
+from zdoctor.walk.ledger import ledger_on
+from zdoctor.walk.walkwords import in_words
+
+from .common import (
     ContextScreen,
     KeyBar,
     ProbePanel,
@@ -27,9 +32,6 @@ from screens.common import (
     symptoms_text,
     tables_of,
 )
-from zdoctor.core.model import Finding, Remedy, sort_findings
-from zdoctor.walk.ledger import ledger_on
-from zdoctor.walk.walkwords import in_words
 
 INLINE_ROWS = 8
 INLINE_TABLES = 2
@@ -442,7 +444,7 @@ class WalkScreen(ContextScreen):
         if target is not None and target.healthy and failing:
             worst = failing[0]
             question = Text.assemble(("Choose ", "bold"), (target.title, "bold yellow"), (" anyway?", "bold"))
-            body = Text(f"It says all is well, but {len(failing)} finding(s) of this walk fail, "
+            body = Text(f"It says all is well, but {count_of(len(failing), 'finding')} of this walk fail, "
                         f"first: {worst.title} ({worst.id}).\nThe suggested step is "
                         f"{self.outcome.chosen.to if self.outcome.chosen else 'none'}; the log records your choice.")
 
@@ -491,7 +493,7 @@ class WalkScreen(ContextScreen):
 
     # -- other views -------------------------------------------------------------------------------
     def action_evidence(self) -> None:
-        from screens.evidence import EvidenceScreen
+        from .evidence import EvidenceScreen
 
         if not self.findings:
             self.notify("No evidence yet at this step.", timeout=3)
@@ -499,7 +501,7 @@ class WalkScreen(ContextScreen):
         self.app.push_screen(EvidenceScreen(self.node.title, self.findings, self.symptoms))
 
     def action_remedies(self) -> None:
-        from screens.remedy import RemedyScreen
+        from .remedy import RemedyScreen
 
         pairs = remedy_pairs(self.findings, self.symptoms)
         if not pairs:
@@ -509,8 +511,9 @@ class WalkScreen(ContextScreen):
         self.app.push_screen(RemedyScreen(self.ctx, self.walk.playbook.id, self.walk.current, pairs))
 
     def action_graph(self) -> None:
-        from screens.info import TextScreen
         from zdoctor.walk.guide import graph_text
+
+        from .info import TextScreen
 
         text = graph_text(self.walk.playbook, self.walk.path, None if self.walk.done else self.walk.current)
         self.app.push_screen(TextScreen(f"Playbook graph: {self.walk.playbook.id} (←→ scrolls sideways)", Text(text),

@@ -124,7 +124,7 @@ def test_report_session_replay_and_export(fleet, cli, tmp_path):
     r = cli(fleet_args(fleet, hf, "pdsh", "--ext", str(fleet["ext"])))
     assert r.returncode == 1, r.stderr
     out = r.stdout
-    assert "3 node(s)" in out and "2 reached" in out and "fleet is not ready" in out
+    assert "3 nodes" in out and "2 reached" in out and "fleet is not ready" in out
     assert f"{CONDA}: {fleet['old']}" in out  # the skew table names the odd node and its value
     assert "Connection refused" in out
     replay = cli(["fleet", "--replay", "last", "--json"])

@@ -70,7 +70,7 @@ def test_more_slots_than_gpus_fails_with_a_hostfile_edit_that_works(tmp_path):
     assert "fleet.slots" in rep.checks and rep.fleet_findings == []
     f = found["gpu-2"]
     assert f.id == "fleet.slots"
-    assert f.title == "gpu-2: the hostfile gives it 8 slots but the training sees 1 GPU(s)"
+    assert f.title == "gpu-2: the hostfile gives it 8 slots but the training sees 1 GPU"
     assert "invalid device ordinal" in f.detail
     assert found["gpu-20"].remedies[0].commands == []  # no GPU visible: nothing to set slots to
     (cmd,) = f.remedies[0].commands
@@ -96,7 +96,7 @@ def test_terminal_report():
     print_fleet(h200_report(), buf)
     buf.seek(0)
     text = buf.read()
-    assert "5 node(s) from hostfile via ssh: 4 reached, 2 failing, 3 fact(s) differ" in text
+    assert "5 nodes from hostfile via ssh: 4 reached, 2 failing, 3 facts differ" in text
     assert "gpu-2: 570.124.06" in text and "gpu-3: /opt/conda/lib" in text
     assert "ssh: connect to host gpu-5 port 22: Connection refused" in text
     assert "(gpu.runtime)" in text and text.rstrip().endswith("fleet is not ready")

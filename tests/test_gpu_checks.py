@@ -352,7 +352,7 @@ def test_consumer_gpus_get_the_p2p_workaround_and_datacenter_gpus_keep_p2p():
     ("", "fail", "set to an empty string"),
     ("9", "fail", "no GPU is visible"),
     ("0,0", "warn", "GPU 0 is listed twice"),
-    ("GPU-00000003", "ok", "1 of 8 GPU(s) visible"),
+    ("GPU-00000003", "ok", "1 of 8 GPUs visible"),
     ("GPU-ffff", "fail", "no GPU has this UUID"),
     ("-1", "fail", "hides every GPU"),
 ])
@@ -370,7 +370,7 @@ def test_visible_devices_against_the_jobs_gpus_per_node_and_the_h200_uuid():
     assert by_id(gpuenv.check_env(h200(gpu_env=env)))["gpu.env.visible-devices"].status == "ok"
     env = {"vars": {"CUDA_VISIBLE_DEVICES": "0,1"}, "gpus_per_node": 8, "nodes": 1}
     f = by_id(gpuenv.check_env(h200(nvml=eight("NVIDIA H200"), gpu_env=env)))["gpu.env.visible-devices"]
-    assert f.status == "fail" and "expects 8 GPU(s) per node but only 2 are visible" in f.detail
+    assert f.status == "fail" and "expects 8 GPUs per node but only 2 are visible" in f.detail
 
 
 def test_launch_blocking():
@@ -538,9 +538,10 @@ def branch(to: str, facts) -> bool:
 
 def test_the_nccl_p2p_setting_and_the_pcie_p2p_check_have_different_titles():
     """gpu.env.p2p judges NCCL_P2P_DISABLE against the GPU models; gpu.p2p (the PCIe path: IOMMU, ACS) says
-    "GPU peer-to-peer: not checked" when it cannot look. With no driver both were skipped under the same
-    title, two identical lines in one report."""
+    "GPU peer-to-peer: ...: not checked" when it cannot look. With no driver both were skipped under the same
+    title, two identical lines in one report; the part of gpu.env that could not look is named."""
     nv = {"skipped": "no usable NVIDIA driver: NVML did not initialise", "source": None, "gpus": []}
     env = by_id(gpuenv.check_env(h200(nvml=nv)))["gpu.env.p2p"]
-    assert env.status == "skip" and env.title == "NCCL peer-to-peer setting for these GPUs: not checked"
+    assert env.status == "skip" and env.title == ("NCCL / CUDA environment of the training (NCCL peer-to-peer "
+                                                  "setting for these GPUs): not checked")
     assert by_id(gpuenv.check_env(h200()))["gpu.env.p2p"].title.startswith("NCCL peer-to-peer: ")

@@ -17,7 +17,7 @@ from test_gpu_facts import facts_of
 
 from zdoctor.core.registry import load_vocabulary
 from zdoctor.host import LiveHost
-from zdoctor.layers.toolchain.check_hangs import check_processes, training_process_stuck
+from zdoctor.layers.toolchain.check_hangs import check_processes
 from zdoctor.layers.toolchain.probe_hangs import collect_processes
 from zdoctor.readers import processes as pr
 
@@ -61,8 +61,8 @@ def test_with_a_pid_only_its_tree_is_the_job(stuck, spawn):  # noqa: F811
     (f,) = check_processes(facts)
     assert f.status == "ok" and f.title.startswith("The job's 1 process, none stuck"), f.title
     assert f"pid {stuck}" in f.detail and "not part of the job" in f.detail
-    assert training_process_stuck(facts) is False  # the stuck process is not the job's
-    assert training_process_stuck(facts_of(processes=collect_processes(None, 0.1)[0])) is True
+    node = judge(collect_processes(None, 0.1)[0])  # node-wide, the same process is judged stuck
+    assert node.status == "warn" and "uninterruptible sleep" in node.title and f"pid {stuck}" in node.detail
     # a pid that runs nowhere is not judged at all
     gone = judge(collect_processes(None, 0.1, pid=2**22 + 7)[0])
     assert gone.status == "skip" and "none found" in gone.title

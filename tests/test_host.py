@@ -19,7 +19,9 @@ from zdoctor.walk.doctor import check, snapshot
 
 @pytest.fixture
 def test_vocabulary():
-    """Register a few test probes and checks, and remove them afterwards."""
+    """Register a few test probes and checks, and remove them afterwards (the real vocabulary is loaded first,
+    so that putting it back leaves it whole for the tests that follow in this process)."""
+    registry.load_vocabulary()
     before = (dict(registry.PROBES), dict(registry.CHECKS))
     calls = {"slow": 0, "spans": {}}
 
@@ -52,16 +54,16 @@ def test_vocabulary():
         return {}, []
 
     @registry.check("t.value", title="value check", probes=("t.ok",))
-    def value_check(facts: Facts):
+    def value_check(facts: Facts, me: registry.CheckSpec):
         v = facts.get_fact("t.ok", "value")
         return [Finding("t.value", "ok" if v == 42 else "fail", f"value is {v}")]
 
     @registry.check("t.broken", title="broken check", probes=("t.ok",))
-    def broken_check(facts: Facts):
+    def broken_check(facts: Facts, me: registry.CheckSpec):
         return [Finding("t.broken", "ok", str(1 / 0))]
 
     @registry.check("t.needs-boom", title="needs the crashing probe", probes=("t.boom",))
-    def needs_boom(facts: Facts):
+    def needs_boom(facts: Facts, me: registry.CheckSpec):
         return [Finding("t.needs-boom", "ok", "unreachable")]
 
     yield calls

@@ -194,12 +194,12 @@ def test_healthy_interpreter_without_torch_defaulted_warns_and_explicit_fails(tm
     # VIRTUAL_ENV points at a directory without an interpreter: nothing concrete to suggest.
     assert facts["candidates"]["active"] == []
     assert warn.remedies[0].commands == ["zdoctor check --python /path/to/env/bin/python"]
-    assert pred("torch_missing", facts) and not pred("python_explicit", facts)
+    assert pred("torch_missing", facts) and not facts["target"]["explicit"]
     facts, _ = probe_target(sys.executable, base_env(), explicit=True)
     [fail] = check("pyenv.torch-import", facts)
     assert fail.status == "fail"
     assert fail.remedies[0].commands == [f"{shlex.quote(sys.executable)} -m pip install torch"]
-    assert pred("python_explicit", facts)
+    assert facts["target"]["explicit"] is True
 
 
 def test_torch_imports_through_livehost(tmp_path):
@@ -217,7 +217,6 @@ def test_torch_imports_through_livehost(tmp_path):
     [finding] = evaluate_check("pyenv.torch-import", facts)
     assert finding.status == "ok"
     assert finding.title.startswith("torch 2.4.1+cu121 imports in ") and "CUDA 12.1" in finding.title
-    assert PREDICATES["torch_import_ok"].func(facts)
     assert PROBES["pyenv"].timeout > 60
 
 

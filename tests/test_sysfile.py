@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from zdoctor.core.present import pasted_script
+from zdoctor.core.registry import CHECKS, load_vocabulary
 from zdoctor.edit.sysfile import create_system_file
 from zdoctor.layers.gpu.check_limits import _memlock
 from zdoctor.layers.gpu.probe_gpu import limits_dropins
@@ -34,7 +35,8 @@ def stand_in(tmp_path: Path) -> Path:
 
 def memlock_remedy(folder: Path):
     facts = {"target": {"memlock_soft_kb": 8192, "memlock_hard_kb": 8192}, "limits_d": limits_dropins(str(folder))}
-    finding = _memlock(facts, [])
+    load_vocabulary()
+    finding = _memlock(CHECKS["gpu.limits"], facts, [])
     (remedy,) = [r for r in finding.remedies if r.action]
     return remedy
 

@@ -184,7 +184,7 @@ def test_no_compiler_warns_without_deepspeed_and_fails_with_it(tmp_path):
     deb = os_release(tmp_path, 'ID=ubuntu\nID_LIKE=debian\nVERSION_ID="22.04"\n')
     facts, _, f = collect({"PATH": str(empty)}, {"deepspeed": {"installed": False}}, tmp_path, os_release=deb)
     assert facts["jit"]["path"] is None and facts["compilers"] == []
-    assert PREDICATES["no_cxx_compiler"].func(f) and not PREDICATES["cxx_env_broken"].func(f)
+    assert PREDICATES["no_cxx_compiler"].func(f) and facts["jit"]["source"] != "CXX"
     [warn] = evaluate_check("toolchain.jit-compiler", f)
     assert warn.status == "warn" and warn.title == "No C++ compiler for JIT-built ops: `c++` is not on PATH"
     assert [r.commands for r in warn.remedies] == [["apt-get update", "apt-get install -y g++"]]
@@ -236,7 +236,7 @@ def test_broken_cxx_variable(tmp_path):
     fake_compiler(bindir, "c++", UBUNTU_GXX.replace("g++", "c++"))
     facts, _, f = collect({"PATH": str(bindir), "CXX": "g++-99 -O2"}, None, tmp_path)
     assert facts["jit"]["source"] == "CXX" and facts["jit"]["error"] == "g++-99: not found on PATH"
-    assert PREDICATES["cxx_env_broken"].func(f) and PREDICATES["no_cxx_compiler"].func(f)
+    assert facts["jit"]["path"] is None and PREDICATES["no_cxx_compiler"].func(f)
     [finding] = evaluate_check("toolchain.jit-compiler", f)
     assert finding.title == "$CXX='g++-99 -O2' does not resolve: g++-99: not found on PATH"
     assert finding.remedies[0].commands == ["unset CXX"]
@@ -259,7 +259,6 @@ def test_cxx_through_ccache_and_clang_and_unknown_compilers(tmp_path):
     facts, _, f = collect({"PATH": str(odd)}, None, tmp_path)
     [finding] = evaluate_check("toolchain.jit-compiler", f)
     assert finding.status == "warn" and "not recognisably GCC or clang" in finding.title
-    assert PREDICATES["jit_compiler_suspect"].func(f)
 
 
 def test_old_gcc_warns_only_for_a_cxx17_torch(tmp_path):
@@ -286,7 +285,6 @@ def test_devtoolset_on_path_is_flagged_and_explained(tmp_path):
     assert facts["toolsets"]["installed"] == ["gcc-toolset-13"]
     assert facts["toolsets"]["scl_list"] == ["gcc-toolset-13"]
     assert facts["jit"]["toolset"] == "gcc-toolset-13"
-    assert PREDICATES["devtoolset_on_path"].func(f)
     [finding] = evaluate_check("toolchain.devtoolset", f)
     assert finding.status == "warn" and finding.title.startswith("gcc-toolset-13 on PATH")
     assert "still depends on the system libstdc++.so.6" in finding.detail

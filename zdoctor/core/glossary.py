@@ -7,11 +7,7 @@ from pathlib import Path
 
 from zdoctor.core.errors import InputError
 from zdoctor.core.resources import data_dir
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+from zdoctor.core.tomlfile import load_toml_file
 
 
 @dataclass(frozen=True)
@@ -32,14 +28,7 @@ def glossary_path() -> Path:
 def load_glossary(path: Path | None = None) -> list[Term]:
     """Every entry of the glossary, in file order; a malformed file is an :class:`InputError`."""
     path = path or glossary_path()
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{path}: invalid TOML: {exc}") from None
+    data = load_toml_file(path)
     out: list[Term] = []
     for i, entry in enumerate(data.get("term", []), 1):
         if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) for k in ("term", "short", "text")):

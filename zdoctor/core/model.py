@@ -40,6 +40,13 @@ def cap_text(text: str, limit: int = OUTPUT_CAP) -> tuple[str, bool]:
     return f"{text[:head]}\n[... {cut} characters cut ...]\n{text[-tail:]}", True
 
 
+
+def known_fields(cls: Any, d: Mapping[str, Any], drop: Iterable[str] = ()) -> dict[str, Any]:
+    """The entries of ``d`` that name fields of the dataclass ``cls`` (less ``drop``): what a recording of
+    another zdoctor release adds is passed over."""
+    known = {f.name for f in fields(cls)} - set(drop)
+    return {k: v for k, v in d.items() if k in known}
+
 @dataclass
 class Table:
     """Side-by-side evidence: named columns and rows of cells; ``highlight`` marks rows to stress."""
@@ -86,8 +93,7 @@ class Evidence:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Evidence:
-        known = {f.name for f in fields(cls)}
-        data = {k: v for k, v in d.items() if k in known}
+        data = known_fields(cls, d)
         if data.get("table") is not None:
             data["table"] = Table.from_dict(data["table"])
         return cls(**data)
@@ -153,8 +159,7 @@ class Remedy:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Remedy:
-        known = {f.name for f in fields(cls)} - {"tried", "note"}
-        out = cls(**{k: v for k, v in d.items() if k in known})
+        out = cls(**known_fields(cls, d, drop=("tried", "note")))
         v = verification_of(d)
         out.verified = v.verified
         out.tried = v.state != NOT_TRIED

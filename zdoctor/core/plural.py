@@ -14,6 +14,11 @@ def plural(word: str) -> str:
     return word + ("es" if word.endswith(("s", "sh", "ch", "x")) else "s")
 
 
+def noun_for(n: int, word: str, many: str | None = None) -> str:
+    """``word`` for one, its plural for any other count (``many`` when the plural is irregular and not listed)."""
+    return word if n == 1 else (many or plural(word))
+
+
 def count_of(n: int, word: str, many: str | None = None) -> str:
-    """``n`` followed by ``word`` or its plural (``many`` when the plural is irregular and not listed)."""
-    return f"{n} {word if n == 1 else (many or plural(word))}"
+    """``n`` followed by ``word`` or its plural (see :func:`noun_for`)."""
+    return f"{n} {noun_for(n, word, many)}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 import typing
@@ -259,6 +260,22 @@ class CheckSpec:
     #: findings that name its cause carry the fixes); "" when a failing finding that names a cause must.
     no_remedy: str = ""
 
+    def id(self, sub: str = "") -> str:
+        """The id of its own finding, or of finding ``sub`` below it (``NAME.sub``)."""
+        return f"{self.name}.{sub}" if sub else self.name
+
+    def finding(self, status: str, title: str | None = None, *, sub: str = "", **fields: Any) -> Finding:
+        """A finding of this check: its id (``sub`` names one below it) and, unless given, its declared title."""
+        return Finding(id=self.id(sub), status=status, title=self.title if title is None else title, **fields)
+
+    def not_checked(self, why: str, evidence: list[Evidence] | None = None, *, sub: str = "",
+                    part: str = "") -> Finding:
+        """The ``skip`` finding of this check when it could not look, with why: ``TITLE: not checked`` under its
+        declared title, or ``TITLE (PART): not checked`` for the ``part`` of it that finding ``sub`` (below its
+        name) stands for; ``sub`` alone (``not-checked``) keeps the plain form."""
+        title = f"{self.title} ({part})" if part else self.title
+        return not_checked(self.id(sub), title, why, evidence)
+
     def produces(self, fid: str) -> bool:
         """Whether it declares finding ``fid`` (or ``fid`` is a dotted prefix of ids it declares)."""
         if fid in (self.name, f"{self.name}.not-checked", f"{self.name}.crash"):
@@ -278,6 +295,15 @@ class CheckSpec:
         are read when there, never needed: a check judges its own subject whether or not they answered)."""
         extra = [*self.optional, *(["symptoms"] if self.explains else [])]
         return tuple(dict.fromkeys((*self.probes, *extra)))
+
+
+def not_checked(fid: str, title: str, why: str, evidence: list[Evidence] | None = None) -> Finding:
+    """The ``skip`` finding of a check that could not look: ``TITLE: not checked``, with the reason."""
+    return Finding(id=fid, status="skip", title=f"{title}: not checked", detail=why, evidence=list(evidence or []))
+
+
+#: A check as written: its facts and its own declaration (``me``), which gives its findings their ids and titles.
+CheckFunc = typing.Callable[[Facts, "CheckSpec"], "list[Finding]"]
 
 
 @dataclass(frozen=True)
@@ -367,16 +393,23 @@ def probe(name: str, *, title: str, timeout: float = 30.0, needs: tuple[str, ...
 
 def check(name: str, *, title: str, probes: tuple[str, ...], findings: tuple[str, ...] = (),
           explains: tuple[str, ...] = (), optional: tuple[str, ...] = (), layer: str = "", no_remedy: str = ""):
-    """Register ``func(facts) -> [Finding]`` as check ``name`` reading the given probes. ``findings`` are the
+    """Register ``func(facts, me) -> [Finding]`` as check ``name`` reading the given probes (``me`` is its
+    :class:`CheckSpec`: ``me.finding(...)`` and ``me.not_checked(why)`` take their id and title from this
+    declaration; the registered function takes ``facts`` alone). ``findings`` are the
     ids it produces besides ``name`` itself (``family.*`` for a family); ``explains`` names the symptom kinds
     its findings can explain (the check then reads the ``symptoms`` probe too); ``optional`` are probes it
     reads when they answered; ``layer`` is the layer of the node it examines (:mod:`zdoctor.core.nodelayers`);
     ``no_remedy`` says why its failing findings carry no remedy of their own on any node."""
 
-    def deco(func: Callable[[Facts], list[Finding]]):
-        CHECKS[name] = CheckSpec(name, func, title, probes, tuple(explains), tuple(findings), tuple(optional),
-                                 layer_of(name, layer), no_remedy)
-        return func
+    def deco(func: CheckFunc) -> Callable[[Facts], list[Finding]]:
+        @functools.wraps(func)
+        def judged(facts: Facts) -> list[Finding]:
+            return func(facts, spec)
+
+        spec = CheckSpec(name, judged, title, probes, tuple(explains), tuple(findings), tuple(optional),
+                         layer_of(name, layer), no_remedy)
+        CHECKS[name] = spec
+        return judged
 
     return deco
 

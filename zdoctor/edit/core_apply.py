@@ -35,6 +35,7 @@ import zdoctor
 from zdoctor.core.errors import InputError
 from zdoctor.edit.atomic import CheckedReplace, remove_checked
 from zdoctor.proc import scratch
+from zdoctor.proc.leftovers import process_gone
 
 RECORD_PREFIX = "zdoctor-replace-record: "
 HELD_SIGNALS = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT}
@@ -111,7 +112,7 @@ def _boot() -> list[str]:
 def remove(path: str, kind: str, wait_pids: Sequence[int], step: Any = print) -> dict[str, Any]:
     """Wait for ``wait_pids`` to exit, then remove ``path`` without following links; the record of it."""
     rec: dict[str, Any] = {"path": path, "ok": False, "as_user": None, "error": None}
-    while any(_alive(pid) for pid in wait_pids):
+    while not all(process_gone(pid) for pid in wait_pids):
         time.sleep(1)
     if wait_pids:
         step("the processes waited for have exited")
@@ -124,16 +125,6 @@ def remove(path: str, kind: str, wait_pids: Sequence[int], step: Any = print) ->
     except (InputError, OSError) as exc:
         rec["error"] = str(exc) if isinstance(exc, InputError) else f"{path}: {exc.strerror or exc}"
     return rec
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def become_folder_owner(path: str) -> str | None:

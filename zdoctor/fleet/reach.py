@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from zdoctor.core.model import Evidence, Finding
+from zdoctor.core.plural import count_of
 from zdoctor.layers.nccl_network.ncclnet import route_for
 
 FINDING = "fleet.nccl-reach"
@@ -71,11 +72,11 @@ def reach_finding(nodes: Sequence[tuple[str, Mapping[str, Any] | None]]) -> Find
     tail = [f"Not examined: {', '.join(missing)} (no NCCL network facts recorded)."] if missing else []
     if not bad:
         return Finding(id=FINDING, status="ok",
-                       title=f"Every node's NCCL interface routes to the other {len(have) - 1} node(s)",
+                       title=f"Every node's NCCL interface routes to the other {count_of(len(have) - 1, 'node')}",
                        detail="\n".join(["Judged from each node's routing table; no traffic sent.", *tail]),
                        evidence=ev)
     return Finding(id=FINDING, status="fail",
-                   title=f"NCCL's interfaces do not reach each other on {len(bad)} path(s)",
+                   title=f"NCCL's interfaces do not reach each other on {count_of(len(bad), 'path')}",
                    detail="\n".join([*bad[:20], "Ranks bootstrap and exchange data on these interfaces: a path that "
                                      "leaves through another interface (or none) hangs the bootstrap or fails with "
                                      "'Connect to ... failed'. Set NCCL_SOCKET_IFNAME on every node to the "

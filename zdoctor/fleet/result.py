@@ -10,6 +10,7 @@ from typing import Any
 
 from zdoctor import __version__
 from zdoctor.core.model import Evidence, Finding, Remedy, sort_findings
+from zdoctor.core.plural import count_of
 from zdoctor.core.registry import CHECKS, load_vocabulary
 from zdoctor.core.verdicts import FAILING, STATUS_RANK
 from zdoctor.fleet.collect import NodeRun
@@ -155,7 +156,7 @@ def slots_finding(node: NodeResult, hostfile: str | None) -> Finding | None:
     return Finding(
         id=SLOTS_COLUMN, status="fail",
         title=f"{node.host}: the hostfile gives it {node.slots} slots but the training sees "
-              f"{node.visible_gpus} GPU(s)",
+              f"{count_of(node.visible_gpus, 'GPU')}",
         detail=(f"DeepSpeed's launcher starts one rank per slot and each rank takes the GPU of its local rank; "
                 f"ranks {node.visible_gpus} to {node.slots - 1} on {node.host} have no GPU and fail at "
                 "torch.cuda.set_device ('CUDA error: invalid device ordinal'). Either the hostfile is wrong for "

@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 
 from zdoctor import __version__
 from zdoctor.core.errors import InputError, UsageError, ZdoctorError
+from zdoctor.core.plural import count_of
 from zdoctor.proc import children
 from zdoctor.proc.target import OPTION_KEYS, Target
 
@@ -376,7 +377,7 @@ def cmd_playbooks(args: argparse.Namespace) -> int:
     for err in errors:
         print(str(err))
     if errors:
-        print(f"zdoctor: {len(errors)} lint error(s)", file=sys.stderr)
+        print(f"zdoctor: {count_of(len(errors), 'lint error')}", file=sys.stderr)
         return EXIT_FAIL
     print(f"zdoctor: {target}: playbooks are valid", file=sys.stderr)
     return EXIT_OK

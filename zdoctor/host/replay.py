@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Iterable, Mapping
@@ -11,6 +10,7 @@ from typing import Any
 
 from zdoctor import __version__
 from zdoctor.core.errors import InputError
+from zdoctor.core.jsondoc import json_document
 from zdoctor.core.model import Evidence, ProbeResult
 from zdoctor.core.registry import PROBES
 from zdoctor.core.shape import doubtful_nulls, record_problems
@@ -89,16 +89,10 @@ class ReplayHost(Host):
             raise InputError(f"{path}: no such file")
         raw = read_user_file(path, "snapshot file", MAX_SNAPSHOT_BYTES)
         try:
-            document = json.loads(raw.decode("utf-8"))
+            text = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise InputError(f"{path}: not a text file") from None
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}:{exc.lineno}:{exc.colno}: malformed JSON: {exc.msg}") from None
-        except ValueError as exc:  # an integer past the interpreter's digit limit
-            raise InputError(f"{path}: unreadable JSON: {exc}") from None
-        except RecursionError:
-            raise InputError(f"{path}: nested too deeply to read") from None
-        return cls(document, source=path)
+        return cls(json_document(text, path), source=path)
 
     def ask(self, options: Mapping[str, Any]) -> None:
         """Add what the user saw (``symptom``, ``train_log``) to the recorded node: the symptoms are read

@@ -9,14 +9,10 @@ from dataclasses import replace
 from typing import Any
 
 from zdoctor.core.model import Evidence, Finding
+from zdoctor.core.plural import noun_for
 from zdoctor.core.registry import CHECKS, Facts, load_vocabulary
 from zdoctor.host import Host
 from zdoctor.host.replay import MALFORMED
-
-
-def not_checked(fid: str, title: str, why: str, evidence: list[Evidence] | None = None) -> Finding:
-    """The ``skip`` finding of a check that could not look: ``TITLE: not checked``, with the reason."""
-    return Finding(id=fid, status="skip", title=f"{title}: not checked", detail=why, evidence=list(evidence or []))
 
 
 def probe_findings(facts: Facts) -> list[Finding]:
@@ -68,23 +64,21 @@ def _evaluate(name: str, facts: Facts) -> list[Finding]:
     spec = CHECKS[name]
     broken = [p for p in spec.probes if p not in facts or facts[p].status in ("crash", "timeout")]
     if broken:
-        return [Finding(id=f"{name}.not-checked", status="skip", title=f"{spec.title}: not checked",
-                        detail=f"needed probe(s) did not produce facts: {', '.join(broken)}")]
+        return [spec.not_checked(f"needed {noun_for(len(broken), 'probe')} did not produce facts: "
+                                 f"{', '.join(broken)}", sub="not-checked")]
     try:
         return _stamped(list(spec.func(facts)), facts, spec.reads)
     except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
         doubts = [d for p in spec.probes if p in facts for d in facts[p].doubtful]
         if doubts:  # recorded facts with a null where the probes never leave one: the input, not the check
-            return [not_checked(f"{name}.not-checked", spec.title,
-                                f"the recorded facts cannot be read ({type(exc).__name__}: {exc}): "
-                                f"{'; '.join(doubts)}; the recording is damaged or was edited")]
+            return [spec.not_checked(f"the recorded facts cannot be read ({type(exc).__name__}: {exc}): "
+                                     f"{'; '.join(doubts)}; the recording is damaged or was edited", sub="not-checked")]
         recorded = [p for p in spec.reads if p in facts and facts[p].replayed]
         if recorded and isinstance(exc, (TypeError, AttributeError, KeyError, IndexError, ValueError)):
             # a recording holds a fact of another type than the probes write: the input, not the check
-            return [not_checked(f"{name}.not-checked", spec.title,
-                                f"the recorded facts of {', '.join(recorded)} cannot be read "
-                                f"({type(exc).__name__}: {exc}): a fact has another type than the probe writes; "
-                                "the recording is damaged or was edited")]
+            return [spec.not_checked(f"the recorded facts of {', '.join(recorded)} cannot be read "
+                                     f"({type(exc).__name__}: {exc}): a fact has another type than the probe writes; "
+                                     "the recording is damaged or was edited", sub="not-checked")]
         return [Finding(id=f"{name}.crash", status="crash", title=f"check {name} crashed",
                         detail=f"{type(exc).__name__}: {exc}",
                         evidence=[Evidence(label=f"traceback of check {name}", kind="traceback",

@@ -15,6 +15,8 @@ import os
 import re
 import time
 
+from zdoctor.proc.leftovers import named_entries, process_gone
+
 PREFIX = "zdoctor-"
 _NAME = re.compile(re.escape(PREFIX) + r"(\d+)-\d+$")
 _counter = itertools.count(1)
@@ -205,21 +207,10 @@ def sweep_stale() -> list[str]:
         return []
     kind, parent = found
     removed: list[str] = []
-    try:
-        names = os.listdir(parent)
-    except OSError:
-        return removed
-    for name in names:
-        m = _NAME.match(name)
-        if not m or int(m.group(1)) == os.getpid():
-            continue
-        try:
-            os.kill(int(m.group(1)), 0)
-            continue  # that zdoctor still runs
-        except ProcessLookupError:
-            pass
-        except OSError:
-            continue
+    for name, m in named_entries(parent, _NAME):
+        pid = int(m.group(1))
+        if pid == os.getpid() or not process_gone(pid):
+            continue  # this zdoctor's, or that zdoctor still runs
         group = Cgroup(os.path.join(parent, name), kind)
         group.kill()
         if group.remove():

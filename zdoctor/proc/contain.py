@@ -242,7 +242,7 @@ def popen(argv: Sequence[str], *, env: Mapping[str, str] | None = None, prefix: 
     life = _lifeline()
     # The keeper stays zdoctor's (root's) to end the tree; the command drops to run_as right before its exec.
     creds = f"{run_as.uid}:{run_as.gid}" if run_as is not None else ""
-    keeper = [sys.executable, "-I", "-S", "-c", shim.SOURCE, str(life), str(env_r), str(st_w),
+    keeper = [*shim.keeper_command(sys.executable), str(life), str(env_r), str(st_w),
               group.procs if group is not None else "", creds, "--", *argv]
     outer_env: dict[str, str] = {}
     filtered = "--seccomp-bpf" in prefix

@@ -42,6 +42,13 @@ def _not_started(argv0: str, exc: OSError) -> str:
     return f"{argv0}: cannot execute ({exc.strerror or exc})"
 
 
+def _unstarted(ev: Evidence, argv0: str, exc: OSError, t0: float) -> Evidence:
+    """``ev`` of a command that did not start: why, and how long the try took (since ``t0``)."""
+    ev.error = _not_started(argv0, exc)
+    ev.duration_s = time.monotonic() - t0
+    return ev
+
+
 #: How long the output of a command that has exited may stay open before zdoctor stops reading it.
 HELD_OPEN_GRACE = 2.0
 
@@ -211,9 +218,7 @@ def run(
             cwd=cwd,
         )
     except OSError as exc:
-        ev.error = _not_started(str(prefix[0]) if prefix else argv[0], exc)
-        ev.duration_s = time.monotonic() - t0
-        return ev
+        return _unstarted(ev, str(prefix[0]) if prefix else argv[0], exc, t0)
     proc = child.proc
     if child.error is not None:
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -221,9 +226,7 @@ def run(
         _kill_group(child)
         proc.wait()
         child.finish()
-        ev.error = _not_started(argv[0], child.error)
-        ev.duration_s = time.monotonic() - t0
-        return ev
+        return _unstarted(ev, argv[0], child.error, t0)
     if on_start is not None:
         on_start(proc.pid)
     pump = _Pump(proc, stdin, cap)
@@ -292,16 +295,12 @@ def run_streaming(
         child = contain.popen(argv, env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, run_as=run_as)
     except OSError as exc:
-        ev.error = _not_started(argv[0], exc)
-        ev.duration_s = time.monotonic() - t0
-        return ev
+        return _unstarted(ev, argv[0], exc, t0)
     proc = child.proc
     if child.error is not None:
         proc.communicate()
         child.finish()
-        ev.error = _not_started(argv[0], child.error)
-        ev.duration_s = time.monotonic() - t0
-        return ev
+        return _unstarted(ev, argv[0], child.error, t0)
     if on_start is not None:
         on_start(proc.pid)
     chunks = {"out": _HeadTail(cap), "err": _HeadTail(cap)}

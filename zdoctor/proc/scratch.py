@@ -20,6 +20,8 @@ import tempfile
 import threading
 from collections.abc import Iterator
 
+from zdoctor.proc.leftovers import named_entries
+
 PREFIX = "zdoctor-run-"
 _NAME = re.compile(re.escape(PREFIX) + r"(\d+)-(\d+)-(\d+)-[A-Za-z0-9_]+$")
 #: The places besides the temporary directory where a probe makes its folder: the compile test's fallbacks
@@ -119,13 +121,8 @@ def sweep_stale(root: str | None = None) -> list[str]:
     namespace = pid_namespace()
     if namespace is None or process_start(os.getpid()) is None:
         return removed  # no /proc: whether a run is gone cannot be told
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return removed
-    for name in names:
-        m = _NAME.match(name)
-        if not m or m.group(1) != namespace:
+    for name, m in named_entries(root, _NAME):
+        if m.group(1) != namespace:
             continue
         pid, start = int(m.group(2)), m.group(3)
         if process_start(pid) == start or pid == os.getpid():

@@ -25,9 +25,10 @@ import shlex
 import stat
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from zdoctor.core.model import known_fields
 from zdoctor.proc.runner import which_all
 from zdoctor.readers.elf import read_elf
 from zdoctor.readers.versions import newest
@@ -86,8 +87,7 @@ class JitOp:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> JitOp:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        return cls(**known_fields(cls, d))
 
 
 def _home(env: Mapping[str, str]) -> str:

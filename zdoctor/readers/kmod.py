@@ -13,6 +13,8 @@ import os
 import re
 from typing import Any
 
+from zdoctor.readers.sysread import read_small
+
 #: What nvidia-smi prints when the loaded module and the libraries differ.
 MISMATCH_TEXT = "Driver/library version mismatch"
 #: The NVIDIA modules, in the order they can be unloaded when nothing else says otherwise.
@@ -69,11 +71,7 @@ def library_version(path: str | None) -> str | None:
 
 def read_text(path: str) -> str | None:
     """A small text file (64 KiB at most); None when it cannot be read."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read(64 * 1024)
-    except OSError:
-        return None
+    return read_small(path, 64 * 1024)
 
 
 def collect(*, proc_modules: str = "/proc/modules", proc_version: str = "/proc/driver/nvidia/version",

@@ -11,11 +11,12 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import psutil
 
+from zdoctor.core.model import known_fields
 from zdoctor.proc import children
 from zdoctor.readers.jitcache import JitOp, cache_base
 
@@ -87,8 +88,7 @@ class ProcInfo:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ProcInfo:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        return cls(**known_fields(cls, d))
 
 
 def _why(exc: BaseException) -> str:

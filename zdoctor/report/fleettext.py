@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
+from zdoctor.core.plural import count_of, noun_for
 from zdoctor.core.present import STYLES, pasted_script
 from zdoctor.fleet.result import FleetReport, families
 from zdoctor.fleet.skew import MISSING
@@ -26,9 +27,9 @@ def print_fleet(report: FleetReport, stream: TextIO | None = None, verbose: bool
         console.width = 160
     marks = _marks_for(stream)
     s = report.summary
-    console.print(f"[bold]zdoctor fleet[/]: {s['nodes']} node(s) from {inert(report.source)} via "
+    console.print(f"[bold]zdoctor fleet[/]: {count_of(s['nodes'], 'node')} from {inert(report.source)} via "
                   f"{inert(report.launcher)}: {s['reached']} reached, {s['failing']} failing, "
-                  f"{s['differing_facts']} fact(s) differ")
+                  f"{count_of(s['differing_facts'], 'fact')} {noun_for(s['differing_facts'], 'differs', 'differ')}")
     fams = families(report.checks)
     matrix = Table(title="Nodes x checks", title_justify="left", box=None, pad_edge=False)
     matrix.add_column("node", no_wrap=True)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from zdoctor.core.model import cap_text
+from zdoctor.core.plural import count_of, plural
 from zdoctor.core.present import (
     MARKS,
     answer_line,
@@ -413,11 +414,17 @@ def fleet_tables(fleet: dict[str, Any]) -> list[tuple[str, list[str], list[list[
             ("Facts that should be equal on every node", ["fact", "majority", "differs on"], skew_rows, skew_hot)]
 
 
+def _counted(value: Any, word: str) -> str:
+    """A count of a recorded summary with its noun; what is not a count is shown as it was recorded."""
+    return count_of(value, word) if isinstance(value, int) else f"{text_of(value)} {plural(word)}"
+
+
 def fleet_line(fleet: dict[str, Any]) -> str:
     s = _dict(fleet.get("summary"))
-    return (f"{text_of(s.get('nodes'))} node(s) from {text_of(fleet.get('source'))} via "
+    differing = s.get("differing_facts")
+    return (f"{_counted(s.get('nodes'), 'node')} from {text_of(fleet.get('source'))} via "
             f"{text_of(fleet.get('launcher'))}: {text_of(s.get('reached'))} reached, {text_of(s.get('failing'))} "
-            f"failing, {text_of(s.get('differing_facts'))} fact(s) differ")
+            f"failing, {_counted(differing, 'fact')} {'differs' if differing == 1 else 'differ'}")
 
 
 # --- building it --------------------------------------------------------------------------------

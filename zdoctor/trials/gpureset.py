@@ -7,6 +7,7 @@ import shlex
 from typing import Any
 
 from zdoctor.core.model import Remedy
+from zdoctor.core.plural import noun_for
 
 
 def reboot_remedy() -> Remedy:
@@ -36,7 +37,8 @@ def reload_remedy(order: list[str]) -> Remedy:
 
 def reset_remedy(gpus: list[dict[str, Any]]) -> Remedy:
     idx = ",".join(str(g["index"]) for g in gpus)
-    return Remedy(title="Drain the node, then reset the GPU(s)", commands=[f"nvidia-smi -r -i {idx}"],
+    return Remedy(title=f"Drain the node, then reset the {noun_for(len(gpus), 'GPU')}",
+                  commands=[f"nvidia-smi -r -i {idx}"],
                   requires_root=True, verified=None,
                   explanation="A GPU reset needs every process on the GPU stopped (and persistence daemons "
                               "that hold it). Move jobs off the node first; if the reset fails or errors come "

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from zdoctor.core.model import STATUSES, Finding
+from zdoctor.core.plural import noun_for
 from zdoctor.core.registry import CHECKS, owner_check
 
 #: Keys a condition table may use.
@@ -87,7 +88,8 @@ def parse_condition(raw: Mapping[str, Any]) -> tuple[Condition | None, list[str]
     if "finding" in raw:
         extra = sorted(set(raw) - set(FINDING_KEYS))
         if extra:
-            errors.append(f"unknown key(s) {', '.join(extra)} in a finding condition (use finding, status)")
+            errors.append(f"unknown {noun_for(len(extra), 'key')} {', '.join(extra)} in a finding condition "
+                          "(use finding, status)")
         fid, status = raw.get("finding"), raw.get("status", ["warn", "fail"])
         if not isinstance(fid, str) or not fid.strip():
             errors.append("'finding' must be a finding id")
@@ -99,7 +101,8 @@ def parse_condition(raw: Mapping[str, Any]) -> tuple[Condition | None, list[str]
     if "fact" in raw:
         extra = sorted(set(raw) - set(FACT_KEYS))
         if extra:
-            errors.append(f"unknown key(s) {', '.join(extra)} in a fact condition (use fact, equals, in, present)")
+            errors.append(f"unknown {noun_for(len(extra), 'key')} {', '.join(extra)} in a fact condition "
+                          "(use fact, equals, in, present)")
         fact = raw.get("fact")
         if not isinstance(fact, str) or "." not in fact:
             errors.append("'fact' must name a probe and a key, e.g. \"nvml.count\"")

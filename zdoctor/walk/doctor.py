@@ -10,6 +10,7 @@ from zdoctor.core.answers import WalkEnd, with_answers
 from zdoctor.core.errors import UsageError
 from zdoctor.core.model import Finding, sort_findings, summarize
 from zdoctor.core.nodelayers import layer_status
+from zdoctor.core.plural import noun_for
 from zdoctor.core.redact import redact
 from zdoctor.core.registry import CHECKS, PROBES, load_vocabulary, owner_check
 from zdoctor.core.symptom import EXPLAINING
@@ -129,7 +130,7 @@ def select_playbooks(only: list[str] | None = None) -> dict[str, Playbook]:
         return books
     unknown = sorted(set(only) - set(books))
     if unknown:
-        raise UsageError(f"zdoctor check: unknown playbook(s): {', '.join(unknown)}")
+        raise UsageError(f"zdoctor check: unknown {noun_for(len(unknown), 'playbook')}: {', '.join(unknown)}")
     return {pid: books[pid] for pid in dict.fromkeys(only)}
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from zdoctor.core.errors import InputError
 from zdoctor.core.model import Finding, ProbeResult
+from zdoctor.core.plural import noun_for
 from zdoctor.core.registry import CHECKS, PREDICATES, Facts, load_vocabulary
 from zdoctor.core.verdicts import FAILING
 from zdoctor.host import Host
@@ -351,7 +352,7 @@ class Walk:
         if not open_ones:
             return chosen, reason
         quoted = "; ".join(f'{e.symptom.id} "{e.symptom.text}"' for e in open_ones)
-        return implied, f"not {chosen.to}: unexplained symptom(s) {quoted}"
+        return implied, f"not {chosen.to}: unexplained {noun_for(len(open_ones), 'symptom')} {quoted}"
 
     def evaluate(self) -> NodeOutcome:
         """Probe, check and choose for the current node (once per visit; later calls reuse it)."""

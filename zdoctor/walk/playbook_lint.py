@@ -209,8 +209,23 @@ def lint_playbook(
         files = sorted(path.glob("*.toml"))
         if not files:
             return [LintError(str(path), None, "no playbooks (*.toml) in this directory")]
-        return [err for f in files for err in _lint_one(f, vocab)]
+        return [err for f in files for err in _lint_one(f, vocab)] + unused_predicates(path, files, vocab.predicates)
     return _lint_one(path, vocab)
+
+
+def unused_predicates(folder: Path, files: Iterable[Path], predicates: Iterable[str]) -> list[LintError]:
+    """An error for each predicate of the vocabulary that no playbook of ``folder`` names on an edge (a
+    condition nothing asks is dead code: a one-lookup one is data in the playbook, ``when = {finding = ...}``
+    or ``{fact = ...}``). Nothing is said while a playbook there cannot be read: what it names is unknown."""
+    used: set[str] = set()
+    for f in files:
+        pb, errors = parse_file(f)
+        if pb is None or errors:
+            return []
+        used |= {e.when for node in pb.nodes.values() for e in node.next if e.when is not None}
+    return [LintError(str(folder), None, f"predicate {name!r} is used by no playbook: delete it, or make the "
+                                         "condition data in the playbook that needs it")
+            for name in sorted(set(predicates) - used)]
 
 
 def lint_path(path: str | Path) -> list[LintError]:

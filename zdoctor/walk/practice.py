@@ -12,12 +12,8 @@ from pathlib import Path
 
 from zdoctor.core.errors import InputError, UsageError
 from zdoctor.core.resources import data_dir
+from zdoctor.core.tomlfile import load_toml_file
 from zdoctor.host import ReplayHost
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
 
 INDEX = "index.toml"
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -49,24 +45,10 @@ def scenarios_dir() -> Path:
     return data_dir("assets") / "scenarios"
 
 
-def _toml_error(path: Path, exc: tomllib.TOMLDecodeError) -> InputError:
-    m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
-    where = f"{path}:{m.group(1)}:{m.group(2)}" if m else str(path)
-    msg = re.sub(r"\s*\(at (line \d+, column \d+|end of document)\)", "", str(exc))
-    return InputError(f"{where}: invalid TOML: {msg}")
-
-
 def load_scenarios(index: Path | None = None) -> list[Scenario]:
     """Every scenario in the catalogue, in file order; a malformed entry is an :class:`InputError`."""
     path = index or scenarios_dir() / INDEX
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise _toml_error(path, exc) from None
+    data = load_toml_file(path)
     entries = data.get("scenario", [])
     if not isinstance(entries, list):
         raise InputError(f"{path}: `scenario` must be an array of tables ([[scenario]])")

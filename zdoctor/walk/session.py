@@ -32,6 +32,7 @@ from typing import Any
 
 from zdoctor import __version__
 from zdoctor.core.errors import InputError
+from zdoctor.core.plural import noun_for
 from zdoctor.core.redact import redact
 from zdoctor.core.shape import event_problems
 from zdoctor.proc.userfile import open_regular
@@ -590,7 +591,7 @@ class SessionLog:
         payload = jsonable(dict(data or {}))
         clash = [k for k in ENVELOPE if k in payload]
         if clash:
-            raise ValueError(f"event data may not use the reserved key(s) {', '.join(clash)}")
+            raise ValueError(f"event data may not use the reserved {noun_for(len(clash), 'key')} {', '.join(clash)}")
         return redact(payload)
 
     def _append(self, type: str, payload: dict[str, Any]) -> None:

@@ -9,6 +9,28 @@ from typing import Any
 
 from zdoctor.core.registry import PREDICATES, load_vocabulary
 
+#: The descriptions of predicates that edges once named and that are data conditions in the playbooks now: a
+#: recorded walk that went through one still reads in its words.
+RETIRED_PREDICATES = {
+    "devtoolset_on_path": "a devtoolset/gcc-toolset is on PATH or enabled through scl",
+    "glibc_too_old": "a library needs a newer glibc (GLIBC_x) than the host has",
+    "offload_disk_bound": "The optimizer step dominates the iteration and NVMe swapping (optimizer_swap_in_state + "
+                          "optimizer_swap_out_state) takes at least half of it: the offload disk is the bottleneck.",
+    "offload_ram_short": "The ds_config's offload choice does not fit in this node's MemAvailable even with "
+                         "zero.Init, by DeepSpeed's own estimator (the job gets OOM-killed, -9, or swaps). False when "
+                         "unknown.",
+    "offload_step_bound": "In the training log's wall_clock_breakdown, the optimizer step is the largest phase of an "
+                          "iteration (CPU Adam or NVMe swaps, not forward/backward).",
+}
+
+
+def predicate_words(name: str) -> str:
+    """What predicate ``name`` asks, in its own description (a retired one's too), without a final period."""
+    load_vocabulary()
+    spec = PREDICATES.get(name)
+    said = spec.doc if spec is not None else RETIRED_PREDICATES.get(name, f"the condition {name} held")
+    return said.rstrip(".")
+
 
 def edge_sentence(predicate: Any, negate: Any = False, override: Any = False, reason: Any = "") -> str:
     """Why a walk took an edge, as a sentence (the predicate's own description, not its name)."""
@@ -18,10 +40,7 @@ def edge_sentence(predicate: Any, negate: Any = False, override: Any = False, re
         if isinstance(reason, str) and reason.startswith("answer: "):
             return f"answered: {reason[len('answer: '):]}"
         return "the next step when no other condition holds"
-    load_vocabulary()
-    spec = PREDICATES.get(str(predicate))
-    said = spec.doc if spec is not None else f"the condition {predicate} held"
-    said = said.rstrip(".")
+    said = predicate_words(str(predicate))
     return f"it is not the case that {said}" if negate else said
 
 
@@ -36,11 +55,9 @@ def in_words(reason: str) -> str:
     reason = _REACHED.sub(lambda m: f"reached the {m.group('kind')}: ", reason)
     if "predicate " not in reason:
         return reason
-    load_vocabulary()
 
     def said(m: re.Match) -> str:
-        spec = PREDICATES.get(m.group("name"))
-        doc = (spec.doc if spec is not None else f"the condition {m.group('name')} held").rstrip(".")
+        doc = predicate_words(m.group("name"))
         if m.group("error") is not None:
             return f"could not check whether {doc} ({m.group('error')})"
         return doc if m.group("value") == "true" else f"not: {doc}"

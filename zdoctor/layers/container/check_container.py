@@ -14,8 +14,8 @@ from typing import Any
 from zdoctor.core.causes import CGROUP_LIMIT
 from zdoctor.core.factstypes import ContainerFacts
 from zdoctor.core.model import Evidence, Finding, Remedy
-from zdoctor.core.registry import Facts, check, predicate
-from zdoctor.layers import not_checked
+from zdoctor.core.plural import count_of
+from zdoctor.core.registry import CheckSpec, Facts, check, predicate
 from zdoctor.layers.offload.check_hostram import LIMIT_COMMANDS, job_kill_cause
 from zdoctor.readers.hostlimits import human
 from zdoctor.symptoms.match import ids_for
@@ -34,44 +34,49 @@ def _count(v: Any) -> str:
     return str(v) if isinstance(v, int) else "not counted"
 
 
+def _times(v: Any) -> str:
+    return count_of(v, "time") if isinstance(v, int) else "not counted"
+
+
 @check("container", title="The container and the job's cgroup limits", probes=("container",), layer="container",
        findings=("container.runtime", "container.memory", "container.pids"),
        explains=("killed", "oom-kill", "thread-limit"))
-def check_container(facts: Facts) -> list[Finding]:
-    f = facts.of("container")
+def check_container(facts: Facts, me: CheckSpec) -> list[Finding]:
+    f = facts.of(me.name)
     if not f:
-        return [not_checked("container.not-checked", "The container and its limits", facts.why_not("container"))]
-    ev = facts.evidence("container")
-    return [_runtime(f, ev), _memory(facts, f, ev), _pids(facts, f, ev)]
+        return [me.not_checked(facts.why_not(me.name), sub="not-checked")]
+    ev = facts.evidence(me.name)
+    return [_runtime(me, f, ev), _memory(me, facts, f, ev), _pids(me, facts, f, ev)]
 
 
-def _runtime(f: ContainerFacts, ev: list[Evidence]) -> Finding:
+def _runtime(me: CheckSpec, f: ContainerFacts, ev: list[Evidence]) -> Finding:
     box = f.get("container") or {}
     signs = [s for s in box.get("signs") or [] if isinstance(s, dict)]
     looked = "; ".join(str(s.get("evidence") or s.get("sign") or "?") for s in signs) or "no sign could be read"
     if box.get("in_container"):
-        return Finding(id="container.runtime", status="ok",
+        return Finding(id=me.id("runtime"), status="ok",
                        title=f"The job runs in a container ({box.get('kind') or 'runtime not named'})",
                        detail=f"Signs: {looked}. Inside it, /proc/meminfo shows the host's memory: the job's "
                               "memory is its cgroup's limit (below).", evidence=ev)
     if all(s.get("present") is None for s in signs):  # none could be read (or none recorded)
-        return not_checked("container.runtime", "Whether the job runs in a container", looked, ev)
-    return Finding(id="container.runtime", status="ok", title="Not in a container",
+        return me.not_checked(looked, ev, sub="runtime", part="whether the job runs in a container")
+    return Finding(id=me.id("runtime"), status="ok", title="Not in a container",
                    detail=f"No container sign: {looked}.", evidence=ev)
 
 
-def _memory(facts: Facts, f: ContainerFacts, ev: list[Evidence]) -> Finding:
-    fid = "container.memory"
+def _memory(me: CheckSpec, facts: Facts, f: ContainerFacts, ev: list[Evidence]) -> Finding:
+    fid = me.id("memory")
     whose = f.get("whose") or "the job"
     mem = (f.get("cgroup") or {}).get("memory") or {}
     room = f.get("headroom") or {}
     if mem.get("error") and mem.get("limit") is None:
-        return not_checked(fid, "The job's memory cgroup limit", f"{whose}: {mem['error']}", ev)
+        return me.not_checked(f"{whose}: {mem['error']}", ev, sub="memory",
+                          part="the job's memory cgroup limit")
     limit, usage, kills = mem.get("limit"), mem.get("usage"), mem.get("oom_kill")
     where = f"{mem.get('limit_file')} of {mem.get('limit_cgroup')}" if mem.get("limit_cgroup") else \
         f"{mem.get('limit_file')} at every level up from {mem.get('cgroup')}"
     counters = (f"OOM events {_count(mem.get('oom'))}, OOM kills {_count(kills)} ({mem.get('events_file')}); limit "
-                f"reached {_count(mem.get('failcnt'))} time(s)")
+                f"reached: {_times(mem.get('failcnt'))}")
     lines = [f"The memory cgroup of {whose}: {mem.get('cgroup')} ({mem.get('version')}, {mem.get('dir')})."]
     if limit == "max":  # what is used now changes from run to run and judges nothing here: the evidence has it
         lines.append(f"Limit: none ({where}); {counters}.")
@@ -93,7 +98,7 @@ def _memory(facts: Facts, f: ContainerFacts, ev: list[Evidence]) -> Finding:
                      "had free" + (f" ({_size(room.get('host_available'))} MemAvailable now)."
                                    if room.get("host_available") is not None else "."))
         return Finding(id=fid, status="fail",
-                       title=f"The job's memory cgroup limit ({_size(limit)}) killed {kills} process(es): the "
+                       title=f"The job's memory cgroup limit ({_size(limit)}) killed {count_of(kills, 'process')}: the "
                              "limit ran out, not the host's memory",
                        detail="\n".join(lines), evidence=ev, remedies=[rem], cause=CGROUP_LIMIT,
                        explains=ids_for(facts, "killed", signal="9")
@@ -104,7 +109,8 @@ def _memory(facts: Facts, f: ContainerFacts, ev: list[Evidence]) -> Finding:
                         if job_kill_cause(facts) else "memory.events counts no OOM event at the limit (a v2 "
                                                      "cgroup counts kills by the host's OOM killer too)."))
         return Finding(id=fid, status="warn",
-                       title=f"The job's memory cgroup counted {kills} OOM kill(s), not at its {_size(limit)} limit",
+                       title=f"The job's memory cgroup counted {count_of(kills, 'OOM kill')}, not at its "
+                             f"{_size(limit)} limit",
                        detail="\n".join(lines), evidence=ev)
     left = room.get("room")
     if isinstance(limit, int) and isinstance(usage, int) and usage >= NEAR * limit \
@@ -137,15 +143,16 @@ def _memory(facts: Facts, f: ContainerFacts, ev: list[Evidence]) -> Finding:
     if limit == "max":
         return Finding(id=fid, status="ok", title="The job's cgroup sets no memory limit",
                        detail="\n".join(lines + ["The host's memory is the job's."]), evidence=ev)
-    return not_checked(fid, "The job's memory cgroup limit", mem.get("error") or "the limit could not be read", ev)
+    return me.not_checked(mem.get("error") or "the limit could not be read", ev, sub="memory",
+                          part="the job's memory cgroup limit")
 
 
-def _pids(facts: Facts, f: ContainerFacts, ev: list[Evidence]) -> Finding:
-    fid = "container.pids"
+def _pids(me: CheckSpec, facts: Facts, f: ContainerFacts, ev: list[Evidence]) -> Finding:
+    fid = me.id("pids")
     p = (f.get("cgroup") or {}).get("pids") or {}
     whose = f.get("whose") or "the job"
     if p.get("error") and p.get("max") is None:
-        return not_checked(fid, "The job's pids limit", f"{whose}: {p['error']}", ev)
+        return me.not_checked(f"{whose}: {p['error']}", ev, sub="pids", part="the job's pids limit")
     mx, cur, refused = p.get("max"), p.get("current"), p.get("refused")
     head = (f"pids.max {mx if mx != 'max' else 'max (no limit)'}"
             + (f" (of {p.get('limit_cgroup')})" if p.get("limit_cgroup") else "")
@@ -161,7 +168,8 @@ def _pids(facts: Facts, f: ContainerFacts, ev: list[Evidence]) -> Finding:
                    undo=["unset OMP_NUM_THREADS"], note="not tried: it changes how the job runs")
     if isinstance(refused, int) and refused > 0:
         return Finding(id=fid, status="fail",
-                       title=f"The job's pids limit refused {refused} fork(s) or thread(s) (pids.events max)",
+                       title=f"The job's pids limit refused "
+                             f"{count_of(refused, 'fork or thread', 'forks or threads')} (pids.events max)",
                        detail=head + " A refused fork or thread fails with EAGAIN: \"can't start new thread\", "
                                      "\"fork: Resource temporarily unavailable\".",
                        evidence=ev, remedies=[rem, fewer], explains=ids_for(facts, "thread-limit"))
@@ -182,7 +190,7 @@ def _pids(facts: Facts, f: ContainerFacts, ev: list[Evidence]) -> Finding:
     if isinstance(mx, int) and isinstance(cur, int):
         return Finding(id=fid, status="ok", title=f"The job's pids limit ({mx}) leaves room", detail=steady,
                        evidence=ev)
-    return not_checked(fid, "The job's pids limit", p.get("error") or "pids.max could not be read", ev)
+    return me.not_checked(p.get("error") or "pids.max could not be read", ev, sub="pids", part="the job's pids limit")
 
 
 @predicate("cgroup_memory_limit_runs_out", doc="the job's memory cgroup limit, not the host's memory, is what runs "

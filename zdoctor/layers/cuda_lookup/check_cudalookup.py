@@ -14,9 +14,8 @@ from typing import Any
 
 from zdoctor.core.model import Evidence, Finding, Remedy
 from zdoctor.core.plural import count_of
-from zdoctor.core.registry import Facts, check
+from zdoctor.core.registry import CheckSpec, Facts, check
 from zdoctor.edit.sysfile import create_file_remedy, free_name
-from zdoctor.layers import not_checked
 from zdoctor.layers.cuda_lookup import cudalookup as cl
 from zdoctor.layers.cuda_lookup.rules import DRIVER_DIRS, TRITON_FILES
 from zdoctor.symptoms.match import ids_for
@@ -76,14 +75,14 @@ def _driver_table(facts: Mapping[str, Any]) -> Evidence:
                              ["where", "name", "file"], rows, hl)
 
 
-def _libcuda(facts: Mapping[str, Any], probs: dict[str, Any], sym: Facts) -> list[Finding]:
+def _libcuda(me: CheckSpec, facts: Mapping[str, Any], probs: dict[str, Any], sym: Facts) -> list[Finding]:
     """The driver library: in the cache, where else, what the loader gives the process (a stub?)."""
     table = _driver_table(facts)
     loader = facts.get("loader") or {}
     out: list[Finding] = []
     if probs["stub"]:
         out.append(Finding(
-            id=f"{FID}.stub", status="fail",
+            id=me.id("stub"), status="fail",
             title=f"The training process would load the toolkit's stub libcuda ({loader.get('path')}), "
                   "not the driver's",
             detail=f"The loader resolves {cl.LIBCUDA} for the training process to {loader.get('path')} "
@@ -94,7 +93,7 @@ def _libcuda(facts: Mapping[str, Any], probs: dict[str, Any], sym: Facts) -> lis
     if probs["stub_dev"]:
         dev = facts.get("loader_dev") or {}
         out.append(Finding(
-            id=f"{FID}.stub", status="warn",
+            id=me.id("stub"), status="warn",
             title=f"A dlopen of the unversioned libcuda.so would get the toolkit's stub ({dev.get('path')})",
             detail=f"libcuda.so.1 resolves to the driver's, but libcuda.so resolves to {dev.get('path')} "
                    f"{dev.get('label') or ''}, a toolkit stub. A library that dlopens the unversioned name (torch's "
@@ -104,7 +103,7 @@ def _libcuda(facts: Mapping[str, Any], probs: dict[str, Any], sym: Facts) -> lis
             explains=ids_for(sym, "cuda-stub") + ids_for(sym, "cuda-error", number="34")))
     if not probs["driver"]:
         dirs = ", ".join(DRIVER_DIRS)
-        out.append(Finding(id=f"{FID}.libcuda", status="skip", title=f"libcuda: {NO_DRIVER}",
+        out.append(Finding(id=me.id("libcuda"), status="skip", title=f"libcuda: {NO_DRIVER}",
                            detail=f"No {cl.LIBCUDA} other than a toolkit stub is in the ld cache "
                                   f"({(facts.get('cache') or {}).get('path')}) or in {dirs}, nor on "
                                   "LD_LIBRARY_PATH: the driver's user-space part is not installed (or not mounted "
@@ -116,7 +115,7 @@ def _libcuda(facts: Mapping[str, Any], probs: dict[str, Any], sym: Facts) -> lis
         d = probs["uncached"][0]
         reached = bool(loader.get("path")) and not loader.get("stub")
         out.append(Finding(
-            id=f"{FID}.libcuda", status="warn" if reached else "fail",
+            id=me.id("libcuda"), status="warn" if reached else "fail",
             title=f"The driver library is in {d}, which the ld cache does not name",
             detail=f"{d} holds {cl.LIBCUDA}, but the ld cache has no entry for it, so `ldconfig -p` (which triton "
                    "reads) does not list it and the loader finds it only through LD_LIBRARY_PATH"
@@ -126,7 +125,7 @@ def _libcuda(facts: Mapping[str, Any], probs: dict[str, Any], sym: Facts) -> lis
         return out
     if not probs["stub"] and not loader.get("path"):
         out.append(Finding(
-            id=f"{FID}.libcuda", status="fail",
+            id=me.id("libcuda"), status="fail",
             title=f"The ld cache names the driver library, but the loader finds no {cl.LIBCUDA} for the training",
             detail=f"The cache lists {', '.join(cache.get(cl.LIBCUDA) or [])}, yet resolving {cl.LIBCUDA} for the "
                    f"training process fails ({loader.get('error') or 'no answer'}): a stale cache entry (the file "
@@ -138,7 +137,7 @@ def _libcuda(facts: Mapping[str, Any], probs: dict[str, Any], sym: Facts) -> lis
         dev = "; the unversioned libcuda.so is there too" if cache.get(cl.LIBCUDA_DEV) else \
             "; the unversioned libcuda.so is not (only -lcuda links and triton 2.x need it)"
         out.append(Finding(
-            id=f"{FID}.libcuda", status="ok",
+            id=me.id("libcuda"), status="ok",
             title=f"The driver's {cl.LIBCUDA} is in the ld cache ({real[0] if real else '?'})",
             detail=f"The ld cache names {', '.join(real)}{dev}. The loader gives the training process "
                    f"{loader.get('path')} {loader.get('label') or ''}.".rstrip(),
@@ -146,25 +145,25 @@ def _libcuda(facts: Mapping[str, Any], probs: dict[str, Any], sym: Facts) -> lis
     return out
 
 
-def _triton(facts: Mapping[str, Any], probs: dict[str, Any], sym: Facts) -> list[Finding]:
+def _triton(me: CheckSpec, facts: Mapping[str, Any], probs: dict[str, Any], sym: Facts) -> list[Finding]:
     triton = facts.get("triton") or {}
     symptoms = ids_for(sym, "libcuda-lookup")
     link_symptoms = ids_for(sym, "link-library-missing", library="cuda")
     if not triton.get("installed"):
         if symptoms or link_symptoms:
-            return [Finding(id=f"{FID}.triton", status="skip", title="triton's libcuda lookup: not checked",
-                            detail="triton is not installed in the training environment zdoctor probed, so the "
+            return [me.not_checked("triton is not installed in the training environment zdoctor probed, so the "
                                    "triton that printed the message belongs to another environment: name it with "
-                                   "--python.")]
+                                   "--python.",
+                                   sub="triton", part="triton's libcuda lookup")]
         return []
     rule = triton.get("rule") or {}
     version = triton.get("version") or "?"
     if rule.get("state") != "read":
-        return [Finding(id=f"{FID}.triton", status="skip", title="triton's libcuda lookup: not checked",
-                        detail=f"triton {version} at {triton.get('location')} has no libcuda lookup zdoctor can "
-                               f"read (looked in {', '.join(TRITON_FILES[:2])}).")]
+        return [me.not_checked(f"triton {version} at {triton.get('location')} has no libcuda lookup zdoctor can "
+                               f"read (looked in {', '.join(TRITON_FILES[:2])}).",
+                               sub="triton", part="triton's libcuda lookup")]
     if not probs["driver"]:
-        return [Finding(id=f"{FID}.triton", status="skip", title=f"triton's libcuda lookup: {NO_DRIVER}",
+        return [Finding(id=me.id("triton"), status="skip", title=f"triton's libcuda lookup: {NO_DRIVER}",
                         detail=f"triton {version} looks for `ldconfig -p` lines naming {rule.get('search')}; "
                                "with no driver library on the node there is nothing for it to find.")]
     lookup = triton.get("lookup") or {}
@@ -179,31 +178,31 @@ def _triton(facts: Mapping[str, Any], probs: dict[str, Any], sym: Facts) -> list
                               "; ".join(x["line"].strip() for x in ld.get("libcuda") or []) or "(none)"],
                              ["directories kept", ", ".join(lookup.get("dirs") or []) or "(none)"]])]
     if not ld.get("ran"):
-        return [Finding(id=f"{FID}.triton", status="skip", title="triton's libcuda lookup: not checked",
-                        detail=f"{rule_text}, but `/sbin/ldconfig -p` did not run here "
-                               f"({ld.get('error')}); triton fails the same way.", evidence=ev)]
+        return [me.not_checked(f"{rule_text}, but `/sbin/ldconfig -p` did not run here "
+                               f"({ld.get('error')}); triton fails the same way.", evidence=ev,
+                               sub="triton", part="triton's libcuda lookup")]
     if lookup.get("error"):
-        return [Finding(id=f"{FID}.triton", status="fail",
+        return [Finding(id=me.id("triton"), status="fail",
                         title=f"triton {version} cannot find libcuda (AssertionError: libcuda.so cannot found!)",
                         detail=f"{rule_text}. Here that fails: {lookup['error'].splitlines()[-1]}",
                         evidence=ev, remedies=_remedies(facts, "link"), explains=symptoms)]
-    return [Finding(id=f"{FID}.triton", status="ok",
+    return [Finding(id=me.id("triton"), status="ok",
                     title=f"triton {version} finds libcuda in {', '.join(lookup.get('dirs') or [])} "
                           f"(via {lookup.get('via')})",
                     detail=rule_text + ".", evidence=ev)]
 
 
-def _link(facts: Mapping[str, Any], probs: dict[str, Any], sym: Facts) -> list[Finding]:
+def _link(me: CheckSpec, facts: Mapping[str, Any], probs: dict[str, Any], sym: Facts) -> list[Finding]:
     link = facts.get("link") or {}
     symptoms = ids_for(sym, "link-library-missing", library="cuda")
     if not (probs["links_cuda"] or symptoms):
         return []
     if not probs["driver"]:
-        return [Finding(id=f"{FID}.link", status="skip", title=f"-lcuda: {NO_DRIVER}",
+        return [Finding(id=me.id("link"), status="skip", title=f"-lcuda: {NO_DRIVER}",
                         detail="-lcuda links against the driver's development link libcuda.so (or a toolkit "
                                "stub); with no driver library on the node it was not examined.")]
     if link.get("error"):
-        return [not_checked(f"{FID}.link", "-lcuda", f"the compiler's library path is unknown: {link['error']}")]
+        return [me.not_checked(f"the compiler's library path is unknown: {link['error']}", sub="link", part="-lcuda")]
     if probs["triton"]:
         return []  # triton stops before its link; its finding says why
     searched = link.get("searched") or []
@@ -212,12 +211,12 @@ def _link(facts: Mapping[str, Any], probs: dict[str, Any], sym: Facts) -> list[F
                             [[x["dir"], "yes" if x.get("dev") else "-", "yes" if x.get("so1") else "-"]
                              for x in searched])]
     if link.get("finds"):
-        return [Finding(id=f"{FID}.link", status="ok", title=f"-lcuda links against {link['finds']}",
+        return [Finding(id=me.id("link"), status="ok", title=f"-lcuda links against {link['finds']}",
                         detail=f"{link.get('cc')} searches the -L directories, then its library path "
                                f"({count_of(len(link.get('dirs') or []), 'directory', 'directories')}); "
                                f"{link['finds']} satisfies -lcuda.", evidence=ev)]
     beside = [x["dir"] for x in searched if x.get("so1")]
-    return [Finding(id=f"{FID}.link", status="fail",
+    return [Finding(id=me.id("link"), status="fail",
                     title="-lcuda finds no libcuda.so (ld: cannot find -lcuda)"
                           + (f", though {beside[0]}/libcuda.so.1 is there" if beside else ""),
                     detail=("triton builds its launcher with -lcuda" if probs["links_cuda"] else
@@ -252,17 +251,17 @@ def _rebuild(ext: dict[str, Any], torch_cuda: str | None) -> Remedy:
                   note="not tried, because it is a build of your code")
 
 
-def _extensions(facts: Mapping[str, Any], sym: Facts) -> list[Finding]:
-    fid = f"{FID}.extensions"
+def _extensions(me: CheckSpec, facts: Mapping[str, Any], sym: Facts) -> list[Finding]:
+    fid = me.id("extensions")
     if not facts.get("libs_ran"):
-        return [Finding(id=fid, status="skip", title="Extensions' CUDA sonames: not checked",
-                        detail="the static audit of what the training loads (the libs probe) gave no facts")]
+        return [me.not_checked("the static audit of what the training loads (the libs probe) gave no facts",
+                               sub="extensions", part="extensions' CUDA sonames")]
     torch = facts.get("torch") or {}
     if not torch.get("installed"):
-        return [Finding(id=fid, status="skip", title="Extensions' CUDA sonames: not checked",
-                        detail="torch is not installed in the training interpreter, so there is no torch CUDA "
+        return [me.not_checked("torch is not installed in the training interpreter, so there is no torch CUDA "
                                "major to hold the libraries against and no torch libraries to read; name the "
-                               "training environment with --python.")]
+                               "training environment with --python.",
+                               sub="extensions", part="extensions' CUDA sonames")]
     major = torch.get("major")
     wheels = facts.get("wheels") or {}
     exts = facts.get("extensions") or []
@@ -326,11 +325,11 @@ def _extensions(facts: Mapping[str, Any], sym: Facts) -> list[Finding]:
 @check(FID, title=TITLE, probes=("cudalookup",), layer="cuda-lookup",
        explains=("libcuda-lookup", "link-library-missing", "library-not-found", "cuda-stub", "cuda-error"),
        findings=(f"{FID}.stub", f"{FID}.libcuda", f"{FID}.triton", f"{FID}.link", f"{FID}.extensions"))
-def check_cuda_lookup(facts: Facts) -> list[Finding]:
+def check_cuda_lookup(facts: Facts, me: CheckSpec) -> list[Finding]:
     got = facts.of("cudalookup")
     if got is None:
-        return [not_checked(f"{FID}.not-checked", TITLE, facts.why_not("cudalookup"))]
+        return [me.not_checked(facts.why_not("cudalookup"), sub="not-checked")]
     probs = cl.lookup_problems(got)
-    out = _libcuda(got, probs, facts) + _triton(got, probs, facts) + _link(got, probs, facts)
-    out += _extensions(got, facts)
+    out = _libcuda(me, got, probs, facts) + _triton(me, got, probs, facts) + _link(me, got, probs, facts)
+    out += _extensions(me, got, facts)
     return out

@@ -16,8 +16,7 @@ from typing import Any
 
 from zdoctor.core import packages as pkgmgr
 from zdoctor.core.model import Evidence, Finding, Remedy
-from zdoctor.core.registry import Facts, check
-from zdoctor.layers import not_checked
+from zdoctor.core.registry import CheckSpec, Facts, check
 from zdoctor.layers.driver_parts import fabricmanager, fwcompat
 from zdoctor.layers.gpu.cuda import CUDA_INIT_ERRORS
 from zdoctor.readers.gpufacts import result_facts
@@ -47,11 +46,11 @@ def _gpus(facts: Facts) -> list[dict[str, Any]] | None:
 @check(NAME, title=TITLE, probes=("driver_parts",), optional=("nvml",), layer="driver-parts",
        explains=("driver-mismatch", "cuda-error", "fabric-manager-mismatch"),
        findings=(f"{NAME}.module", f"{NAME}.fabric-manager", f"{NAME}.libcuda", f"{NAME}.forward-compat"))
-def check_driver_parts(facts: Facts) -> list[Finding]:
+def check_driver_parts(facts: Facts, me: CheckSpec) -> list[Finding]:
     dp = result_facts(facts, "driver_parts")
     if dp is None or dp.get("skipped"):
         why = (dp or {}).get("skipped") or facts.why_not("driver_parts")
-        return [not_checked(f"{NAME}.not-checked", TITLE, why, facts.evidence("driver_parts"))]
+        return [me.not_checked(why, facts.evidence("driver_parts"), sub="not-checked")]
     ev = facts.evidence("driver_parts", labels=(TITLE,))
     return [module_finding(facts, dp, ev), fabric_finding(facts, dp), libcuda_finding(facts, dp)]
 

@@ -15,6 +15,8 @@ import os
 import re
 from typing import Any
 
+from zdoctor.readers.sysread import read_value
+
 #: The systemd unit NVIDIA's packages install.
 UNIT = "nvidia-fabricmanager"
 #: NVIDIA's PCI vendor id and the PCI class of an NVSwitch (0x0680: bridge, other).
@@ -24,14 +26,6 @@ NVSWITCH_CLASS = "0x0680"
 MISMATCH = re.compile(r"fabric manager NVIDIA GPU driver interface version (?P<fm>\d+(?:\.\d+)+) "
                       r"(?:don't|doesn't|don’t|doesn’t) match with driver version (?P<driver>\d+(?:\.\d+)+)")
 _FM_VERSION = re.compile(r"version(?: is)?\s*:?\s*(\d+\.\d+(?:\.\d+)?)", re.IGNORECASE)
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read(4096).strip()
-    except OSError:
-        return None
 
 
 def nvswitch_evidence(*, dev_glob: str = "/dev/nvidia-nvswitch*", proc_dir: str = "/proc/driver/nvidia-nvswitch",
@@ -47,8 +41,8 @@ def nvswitch_evidence(*, dev_glob: str = "/dev/nvidia-nvswitch*", proc_dir: str 
         devices = []
     for dev in devices:
         base = os.path.join(pci_root, dev)
-        if _read(os.path.join(base, "vendor")) == NVIDIA_VENDOR and \
-                (_read(os.path.join(base, "class")) or "").startswith(NVSWITCH_CLASS):
+        if read_value(os.path.join(base, "vendor")) == NVIDIA_VENDOR and \
+                (read_value(os.path.join(base, "class")) or "").startswith(NVSWITCH_CLASS):
             found.append(f"PCI {dev} (10de, class 0x0680)")
     return found
 

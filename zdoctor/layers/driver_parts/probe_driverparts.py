@@ -140,20 +140,15 @@ def collect_history(apt_history: str = APT_HISTORY, dnf_log: str = DNF_RPM_LOG) 
     read, errors, transactions = [], [], []
     paths = [apt_history] + [f"{apt_history}.{i}" + (".gz" if i > 1 else "") for i in range(1, ROTATED + 1)] \
         + [f"{apt_history}.1.gz"]
-    for path in dict.fromkeys(paths):
+    logs = [(path, driverpkg.parse_apt_history) for path in dict.fromkeys(paths)]
+    logs += [(path, driverpkg.parse_dnf_rpm_log) for path in (dnf_log, f"{dnf_log}.1")]
+    for path, parse in logs:
         text, err = _text(path)
         if err:
             errors.append(err)
         if text is not None:
             read.append(path)
-            transactions += driverpkg.parse_apt_history(text)
-    for path in (dnf_log, f"{dnf_log}.1"):
-        text, err = _text(path)
-        if err:
-            errors.append(err)
-        if text is not None:
-            read.append(path)
-            transactions += driverpkg.parse_dnf_rpm_log(text)
+            transactions += parse(text)
     return {"read": read, "errors": errors, "transactions": len(transactions),
             "last_change": driverpkg.last_driver_change(transactions)}
 

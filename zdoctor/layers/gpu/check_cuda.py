@@ -15,9 +15,8 @@ from zdoctor.core import packages as pkgmgr
 from zdoctor.core.model import Evidence, Finding, Remedy
 from zdoctor.core.nodelayers import BY_ID
 from zdoctor.core.plural import count_of
-from zdoctor.core.registry import Facts, check, predicate
+from zdoctor.core.registry import CheckSpec, Facts, check, predicate
 from zdoctor.core.shellquote import shell_quote
-from zdoctor.layers import not_checked
 from zdoctor.layers.gpu import cuda
 from zdoctor.layers.gpu.drivers import driver_ceiling, min_driver_pre11
 from zdoctor.layers.python_env.check_dsrelease import nvcc_rule_of_installed
@@ -142,30 +141,27 @@ def _driver_remedy(gpus: list[dict[str, Any]] | None = None,
 @check("gpu.runtime", title="Driver's CUDA version vs torch's CUDA runtime", probes=("nvml", "pyenv"),
        optional=("toolchain",),
        explains=("cuda-error",))
-def check_runtime(facts: Facts) -> list[Finding]:
-    fid = "gpu.runtime"
+def check_runtime(facts: Facts, me: CheckSpec) -> list[Finding]:
     tc = torch_cuda(facts)
     nv = facts.of("nvml")
     gpus = nvml_gpus(facts)
     drv_cuda = (nv or {}).get("cuda_driver_version")
     if tc["state"] in ("unknown", "missing", "rocm"):
-        return [not_checked(fid, "Driver vs torch CUDA runtime", tc["why"] or "torch unknown")]
+        return [me.not_checked(tc["why"] or "torch unknown")]
     if tc["state"] == "cpu":
         if gpus:
             rem = [r for r in [_wheel_remedy(facts, drv_cuda)] if r]
-            return [Finding(id=fid, status="fail",
-                            title=f"torch is a CPU build on a node with {count_of(len(gpus), 'GPU')}",
-                            detail=f"{tc['why']}: DeepSpeed cannot use the GPUs ('DeepSpeed requires CUDA' / "
-                                   "'Torch not compiled with CUDA enabled').", evidence=facts.evidence("nvml"),
-                            remedies=rem)]
-        return [not_checked(fid, "Driver vs torch CUDA runtime", f"{tc['why']}, and {facts.why_not('nvml')}")]
+            return [me.finding(status="fail",
+                               title=f"torch is a CPU build on a node with {count_of(len(gpus), 'GPU')}",
+                               detail=f"{tc['why']}: DeepSpeed cannot use the GPUs ('DeepSpeed requires CUDA' / "
+                                      "'Torch not compiled with CUDA enabled').", evidence=facts.evidence("nvml"),
+                               remedies=rem)]
+        return [me.not_checked(f"{tc['why']}, and {facts.why_not('nvml')}")]
     if not tc["cuda"]:
-        return [not_checked(fid, "Driver vs torch CUDA runtime",
-                            f"{tc['why']}, and its wheel tag names no CUDA version")]
+        return [me.not_checked(f"{tc['why']}, and its wheel tag names no CUDA version")]
     if nv is None or not drv_cuda:
-        return [not_checked(fid, "Driver vs torch CUDA runtime",
-                      f"torch is built for CUDA {tc['cuda'] or '?'}, but the driver's CUDA version is unknown: "
-                      f"{facts.why_not('nvml')}")]
+        return [me.not_checked(f"torch is built for CUDA {tc['cuda'] or '?'}, but the driver's CUDA version is "
+                               f"unknown: {facts.why_not('nvml')}")]
     v = cuda.driver_runtime_verdict(drv_cuda, tc["cuda"])
     rows = [["driver", "NVML nvmlSystemGetDriverVersion", nv.get("driver") or "?"],
             ["CUDA the driver supports", "nvmlSystemGetCudaDriverVersion_v2", v["driver"] or "?"],
@@ -179,8 +175,8 @@ def check_runtime(facts: Facts) -> list[Finding]:
         rem = [r for r in [_wheel_remedy(facts, drv_cuda)] if r] + _driver_remedy(gpus, _distro(facts))
 
         pre11 = min_driver_pre11(v["runtime"]) if v.get("no_minor_compat") else None
-        return [Finding(
-            id=fid, status="fail",
+        return [me.finding(
+            status="fail",
             title=f"torch needs CUDA {v['runtime']} but driver {nv.get('driver')} supports only CUDA {v['driver']}",
             detail=(f"Before CUDA 11 there is no minor-version compatibility: CUDA {v['runtime']} needs driver "
                     f">= {pre11 or '(unknown)'} (NVIDIA's table of CUDA releases and their drivers), whatever the "
@@ -210,7 +206,7 @@ def check_runtime(facts: Facts) -> list[Finding]:
     if tc["runtime"] and cuda.parse_cuda(tc["runtime"]) != cuda.parse_cuda(tc["cuda"]):
         lines.append(f"torch's config says 'CUDA Runtime {tc['runtime']}' while torch.version.cuda is {tc['cuda']}.")
     if tc["available"] is False and gpus and v["verdict"] == "ok":
-        return [_cuda_start_failed(facts, tc, v, nv, ev)]
+        return [_cuda_start_failed(facts, tc, v, nv, ev, me)]
     if tc["available"] is False and gpus:
         lines.append("torch.cuda.is_available() returned False although the driver lists GPUs.")
     if tc["state"] == "import_failed":
@@ -220,11 +216,11 @@ def check_runtime(facts: Facts) -> list[Finding]:
              "fail": f"torch's CUDA {v['runtime']} cannot run on driver {nv.get('driver')}"}[status]
     rem = ([r for r in [_wheel_remedy(facts, drv_cuda)] if r] + _driver_remedy(gpus, _distro(facts))
            if status != "ok" else [])
-    return [Finding(id=fid, status=status, title=title, detail="\n".join(lines), evidence=ev, remedies=rem)]
+    return [me.finding(status=status, title=title, detail="\n".join(lines), evidence=ev, remedies=rem)]
 
 
 def _cuda_start_failed(facts: Facts, tc: dict[str, Any], v: dict[str, Any], nv: Mapping[str, Any],
-                       ev: list[Evidence]) -> Finding:
+                       ev: list[Evidence], me: CheckSpec) -> Finding:
     """CUDA does not start although torch's CUDA fits the driver: the versions are not the cause."""
     err = cuda.cuda_init_error(tc.get("init_error"))
     lines = [f"torch's CUDA {v['runtime']} runs on driver {nv.get('driver')} (it supports CUDA up to "
@@ -246,7 +242,7 @@ def _cuda_start_failed(facts: Facts, tc: dict[str, Any], v: dict[str, Any], nv: 
                              + f". Source: {lay['source']}.")
         head = f"CUDA error {err['code']}" if err["code"] is not None else "CUDA error (number not given)"
     lines.append("Also look at CUDA_VISIBLE_DEVICES (gpu.env.visible-devices) and the device nodes /dev/nvidia*.")
-    return Finding(id="gpu.runtime", status="fail",
+    return Finding(id=me.name, status="fail",
                    explains=ids_for(facts, "cuda-error", number=str(err["code"])) if err and err["code"] else [],
                    title=f"CUDA cannot start on driver {nv.get('driver')} ({head}); torch's CUDA {v['runtime']} fits "
                          f"the driver's CUDA {v['driver']}",
@@ -315,18 +311,17 @@ def _why_rule_unread(facts: Facts) -> str:
 @check("gpu.toolkit", title="CUDA toolkit (nvcc) vs torch's CUDA", probes=("cuda_stack", "pyenv"),
        explains=("cuda-version-mismatch",),
        findings=("gpu.toolkit.cuda-home", "gpu.toolkit.nvcc-version"))
-def check_toolkit(facts: Facts) -> list[Finding]:
+def check_toolkit(facts: Facts, me: CheckSpec) -> list[Finding]:
     tc = torch_cuda(facts)
     cs = facts.of("cuda_stack")
     if cs is None:
-        return [not_checked("gpu.toolkit", "CUDA toolkit", facts.why_not("cuda_stack"))]
+        return [me.not_checked(facts.why_not("cuda_stack"))]
     home, nv = cs.get("cuda_home") or {}, cs.get("nvcc") or {}
     found = f"(CUDA_HOME would be {home.get('path')}, nvcc {nv.get('release') or 'not run'})" if home.get("path") \
         else "(no CUDA toolkit found)"
     if tc["state"] not in ("ok", "import_failed") or not tc["cuda"]:
-        return [not_checked("gpu.toolkit", "CUDA toolkit vs torch",
-                            f"{tc['why'] or 'torch CUDA unknown'}: DeepSpeed builds "
-                            f"no CUDA ops {found}", facts.evidence("cuda_stack"))]
+        return [me.not_checked(f"{tc['why'] or 'torch CUDA unknown'}: DeepSpeed builds "
+                               f"no CUDA ops {found}", facts.evidence("cuda_stack"))]
     ds = _deepspeed(facts)
     env = {**(cs.get("env") or {})}
     ev = facts.evidence("cuda_stack")
@@ -344,10 +339,10 @@ def check_toolkit(facts: Facts) -> list[Finding]:
             "build without it (older releases ran the CUDA check for cpu_adam too).")
     prebuilt = ds.get("prebuilt_ops") or []
     if prebuilt:
-        uses += f" {len(prebuilt)} op(s) were prebuilt at install time and need no toolkit."
+        uses += f" {count_of(len(prebuilt), 'op')} were prebuilt at install time and need no toolkit."
     remedies = [_cuda_home_remedy(t) for t in good[:1]] + _install_toolkit_remedy(tc["cuda"], cs.get("distro"))
     # where the toolkit is
-    fid = "gpu.toolkit.cuda-home"
+    fid = me.id("cuda-home")
     status = "warn"
     if not home.get("path"):
         out.append(Finding(id=fid, status=status, title="No CUDA toolkit: CUDA ops cannot be compiled",
@@ -375,9 +370,9 @@ def check_toolkit(facts: Facts) -> list[Finding]:
                                   "are there.",
                            evidence=ev))
     # nvcc release vs torch
-    fid = "gpu.toolkit.nvcc-version"
+    fid = me.id("nvcc-version")
     if not nv.get("release"):
-        out.append(not_checked(fid, "nvcc release vs torch", "no nvcc release to compare (see gpu.toolkit.cuda-home)"))
+        out.append(me.not_checked("no nvcc release to compare (see gpu.toolkit.cuda-home)", sub="nvcc-version"))
         return out
     ds_rule = cuda.deepspeed_nvcc_rule(nv["release"], tc["cuda"], env, installed_rule)
     t_rule = cuda.torch_nvcc_rule(nv["release"], tc["cuda"])
@@ -461,18 +456,16 @@ def _compiler_remedy(cs: Mapping[str, Any], lo: int, hi: int) -> list[Remedy]:
 
 @check("gpu.host-compiler", title="Host compiler vs the GCC range nvcc supports",
        probes=("cuda_stack", "toolchain", "pyenv"))
-def check_host_compiler(facts: Facts) -> list[Finding]:
-    fid = "gpu.host-compiler"
+def check_host_compiler(facts: Facts, me: CheckSpec) -> list[Finding]:
     tc = torch_cuda(facts)
     cs, tch = facts.of("cuda_stack"), facts.of("toolchain")
     if cs is None or tch is None:
-        return [not_checked(fid, "Host compiler vs nvcc", facts.why_not("cuda_stack" if cs is None else "toolchain"))]
+        return [me.not_checked(facts.why_not("cuda_stack" if cs is None else "toolchain"))]
     if tc["state"] not in ("ok", "import_failed") or not tc["cuda"]:
-        return [not_checked(fid, "Host compiler vs nvcc",
-                            f"{tc['why'] or 'torch CUDA unknown'}: no CUDA op is compiled")]
+        return [me.not_checked(f"{tc['why'] or 'torch CUDA unknown'}: no CUDA op is compiled")]
     nv = cs.get("nvcc") or {}
     if not nv.get("release"):
-        return [not_checked(fid, "Host compiler vs nvcc", "no working nvcc (see gpu.toolkit.cuda-home)")]
+        return [me.not_checked("no working nvcc (see gpu.toolkit.cuda-home)")]
     hc = cs.get("host_config") or {}
     host, jit = tch.get("cuda_host") or {}, tch.get("jit") or {}
     if hc.get("gcc_max"):
@@ -531,16 +524,15 @@ def check_host_compiler(facts: Facts) -> list[Finding]:
           *facts.evidence("cuda_stack")]
     if status == "ok":
         if host.get("family") != "gcc":
-            return [not_checked(fid, "Host compiler vs nvcc",
-                                f"nvcc's host compiler is {host.get('family') or 'unknown'} "
+            return [me.not_checked(f"nvcc's host compiler is {host.get('family') or 'unknown'} "
                                    f"({host.get('path') or host.get('error') or 'not found'}); only GCC ranges are "
                                    "checked.", ev)]
-        return [Finding(id=fid, status="ok", title=f"Host compiler GCC {host.get('version') or '?'} is supported by "
-                        f"nvcc {nv['release']}", detail=f"Limit from {src}.", evidence=ev)]
+        return [me.finding(status="ok", title=f"Host compiler GCC {host.get('version') or '?'} is supported by "
+                           f"nvcc {nv['release']}", detail=f"Limit from {src}.", evidence=ev)]
     hi_major = min([x for x in (gmax, bounds[1][0] - 1 if bounds else None) if x is not None] or [13])
     lo_major = max(gmin or 0, bounds[0][0] if bounds else 0)
-    return [Finding(id=fid, status="fail", title=f"The host compiler is too new (or old) for nvcc {nv['release']}",
-                    detail="\n".join(lines), evidence=ev, remedies=_compiler_remedy(cs, lo_major, hi_major))]
+    return [me.finding(status="fail", title=f"The host compiler is too new (or old) for nvcc {nv['release']}",
+                       detail="\n".join(lines), evidence=ev, remedies=_compiler_remedy(cs, lo_major, hi_major))]
 
 
 

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from zdoctor.core.model import Evidence, Finding, Remedy
-from zdoctor.core.plural import count_of
-from zdoctor.core.registry import Facts, check, predicate
-from zdoctor.layers import evaluate_check, not_checked
+from zdoctor.core.plural import count_of, noun_for
+from zdoctor.core.registry import CheckSpec, Facts, check, predicate
+from zdoctor.layers import evaluate_check
 from zdoctor.layers.gpu import nvml
 from zdoctor.layers.kernel_log.kernlog import bus_address
 from zdoctor.readers import hostlimits as limits
@@ -32,8 +32,7 @@ IDLE_UTIL = 10
 
 @check("gpu.driver", title="NVIDIA driver and GPUs", probes=("nvml",), optional=("kernel_log",),
        explains=("driver-mismatch", "xid", "cuda-error"))
-def check_driver(facts: Facts) -> list[Finding]:
-    fid = "gpu.driver"
+def check_driver(facts: Facts, me: CheckSpec) -> list[Finding]:
     nv = result_facts(facts, "nvml")
     ev = facts.evidence("nvml")
     if nv is not None and _driver_mismatch(nv):
@@ -47,14 +46,13 @@ def check_driver(facts: Facts) -> list[Finding]:
         found.explains = ids_for(facts, "driver-mismatch") + ids_for(facts, "cuda-error", number="803")
         return [found]
     if nv is not None and (nv.get("library") or {}).get("error_kind") == "gpu_lost" and nv.get("skipped"):
-        return [Finding(id=fid, status="fail", title="A GPU has fallen off the bus: NVML cannot start",
-                        detail=f"{(nv.get('library') or {}).get('error')}. No CUDA program can use the node's "
-                               "GPUs until the lost GPU is reset or the node rebooted. " + fell_off_record(facts),
-                        evidence=ev, remedies=[reboot_remedy()])]
+        return [me.finding(status="fail", title="A GPU has fallen off the bus: NVML cannot start",
+                           detail=f"{(nv.get('library') or {}).get('error')}. No CUDA program can use the node's "
+                                  "GPUs until the lost GPU is reset or the node rebooted. " + fell_off_record(facts),
+                           evidence=ev, remedies=[reboot_remedy()])]
     if nv is None or nv.get("skipped"):
         why = (nv or {}).get("skipped") or facts.why_not("nvml")
-        return [not_checked(fid, "NVIDIA driver and GPUs", why + ". The GPU checks that need the driver are skipped.",
-                      ev)]
+        return [me.not_checked(why + ". The GPU checks that need the driver are skipped.", ev)]
     gpus = nv.get("gpus") or []
     lost = unreachable_gpus(gpus)
     names: dict[str, int] = {}
@@ -95,8 +93,8 @@ def check_driver(facts: Facts) -> list[Finding]:
     ns = sorted({f for g in gpus for f in g.get("not_supported") or []})
     if ns:
         lines.append("Not supported by this GPU/driver (shown as n/a): " + ", ".join(ns) + ".")
-    return [Finding(id=fid, status=status, title=title, detail="\n".join(lines), evidence=ev, remedies=remedies,
-                    explains=ids_for(facts, "xid", xid="79") if lost else [])]
+    return [me.finding(status=status, title=title, detail="\n".join(lines), evidence=ev, remedies=remedies,
+                       explains=ids_for(facts, "xid", xid="79") if lost else [])]
 
 
 def fell_off_record(facts: Facts, bus: str | None = None) -> str:
@@ -184,11 +182,10 @@ def _load(g: dict[str, Any]) -> str:
 
 
 @check("gpu.pcie", title="PCIe links of the GPUs", probes=("nvml",))
-def check_pcie(facts: Facts) -> list[Finding]:
-    fid = "gpu.pcie"
+def check_pcie(facts: Facts, me: CheckSpec) -> list[Finding]:
     gpus = nvml_gpus(facts)
     if gpus is None:
-        return [not_checked(fid, "PCIe links", facts.why_not("nvml"))]
+        return [me.not_checked(facts.why_not("nvml"))]
     rows: list[list[str]] = []
     slow_busy: list[Mapping[str, Any]] = []
     slow_idle: list[Mapping[str, Any]] = []
@@ -248,7 +245,7 @@ def check_pcie(facts: Facts) -> list[Finding]:
     title = {"ok": "PCIe links at their maximum" if not slow_idle else
              "PCIe links: widths at maximum; generation lower only while idle (power saving)",
              "warn": "PCIe link below its maximum: host<->GPU transfers are slower"}[status]
-    return [Finding(id=fid, status=status, title=title, detail="\n".join(lines), evidence=ev)]
+    return [me.finding(status=status, title=title, detail="\n".join(lines), evidence=ev)]
 
 
 # -- gpu.health -----------------------------------------------------------------------------------------
@@ -257,27 +254,28 @@ def check_pcie(facts: Facts) -> list[Finding]:
 @check("gpu.health", title="GPU health: ECC, clocks, persistence, processes", probes=("nvml",),
        findings=("gpu.health.compute-mode", "gpu.health.ecc", "gpu.health.persistence", "gpu.health.processes",
                  "gpu.health.reachable", "gpu.health.throttle"))
-def check_health(facts: Facts) -> list[Finding]:
+def check_health(facts: Facts, me: CheckSpec) -> list[Finding]:
     gpus = nvml_gpus(facts)
     if gpus is None:
-        return [not_checked("gpu.health", "GPU health", facts.why_not("nvml"))]
+        return [me.not_checked(facts.why_not("nvml"))]
     lost = unreachable_gpus(gpus)
     out: list[Finding] = []
     if lost:
-        out.append(Finding(id="gpu.health.reachable", status="fail",
-                           title="GPU " + ", ".join(str(g["index"]) for g in lost) + " unreachable: its health "
-                                 "is unknown and CUDA cannot use it",
-                           detail="\n".join(f"GPU {g['index']}: {gpu_error(g)}" for g in lost)
-                                  + "\nThe health checks below cover only the GPUs NVML could read.",
-                           remedies=[reset_remedy(lost), reboot_remedy()]))
+        out.append(me.finding(sub="reachable", status="fail",
+                              title="GPU " + ", ".join(str(g["index"]) for g in lost) + " unreachable: its health "
+                                    "is unknown and CUDA cannot use it",
+                              detail="\n".join(f"GPU {g['index']}: {gpu_error(g)}" for g in lost)
+                                     + "\nThe health checks below cover only the GPUs NVML could read.",
+                              remedies=[reset_remedy(lost), reboot_remedy()]))
     gpus = [g for g in gpus if g not in lost]
     if not gpus:
         return out
-    return out + [_ecc(gpus), _throttle(gpus), _persistence(gpus), _processes(gpus), _compute_mode(gpus)]
+    return out + [_ecc(me, gpus), _throttle(me, gpus), _persistence(me, gpus), _processes(me, gpus),
+                  _compute_mode(me, gpus)]
 
 
-def _ecc(gpus: list[dict[str, Any]]) -> Finding:
-    fid = "gpu.health.ecc"
+def _ecc(me: CheckSpec, gpus: list[dict[str, Any]]) -> Finding:
+    fid = me.id("ecc")
     rows: list[list[str]] = []
     hl, fail, warn = [], [], []
     for g in gpus:
@@ -334,8 +332,8 @@ def _unique(gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [seen[k] for k in sorted(seen)]
 
 
-def _throttle(gpus: list[dict[str, Any]]) -> Finding:
-    fid = "gpu.health.throttle"
+def _throttle(me: CheckSpec, gpus: list[dict[str, Any]]) -> Finding:
+    fid = me.id("throttle")
     rows: list[list[str]] = []
     hl, bad = [], []
     for g in gpus:
@@ -362,8 +360,8 @@ def _throttle(gpus: list[dict[str, Any]]) -> Finding:
                    evidence=ev)
 
 
-def _persistence(gpus: list[dict[str, Any]]) -> Finding:
-    fid = "gpu.health.persistence"
+def _persistence(me: CheckSpec, gpus: list[dict[str, Any]]) -> Finding:
+    fid = me.id("persistence")
     off = [g for g in gpus if g.get("persistence") is False]
     if not off:
         known = any(g.get("persistence") is not None for g in gpus)
@@ -382,8 +380,8 @@ def _persistence(gpus: list[dict[str, Any]]) -> Finding:
                                      "`systemctl enable --now nvidia-persistenced`.")])
 
 
-def _processes(gpus: list[dict[str, Any]]) -> Finding:
-    fid = "gpu.health.processes"
+def _processes(me: CheckSpec, gpus: list[dict[str, Any]]) -> Finding:
+    fid = me.id("processes")
     rows, procs = [], []
     for g in gpus:
         for p in g.get("processes") or []:
@@ -409,8 +407,8 @@ def _processes(gpus: list[dict[str, Any]]) -> Finding:
                                      "SIGTERM, `kill -9` is for processes that ignore it.")])
 
 
-def _compute_mode(gpus: list[dict[str, Any]]) -> Finding:
-    fid = "gpu.health.compute-mode"
+def _compute_mode(me: CheckSpec, gpus: list[dict[str, Any]]) -> Finding:
+    fid = me.id("compute-mode")
     prohibited = [g for g in gpus if g.get("compute_mode") == "prohibited"]
     exclusive = [g for g in gpus if g.get("compute_mode") in ("exclusive_process", "exclusive_thread")]
     if prohibited:
@@ -423,7 +421,8 @@ def _compute_mode(gpus: list[dict[str, Any]]) -> Finding:
                                         commands=[f"nvidia-smi -i {g['index']} -c DEFAULT" for g in prohibited],
                                         requires_root=True)])
     if exclusive:
-        return Finding(id=fid, status="ok", title="GPU(s) in exclusive-process compute mode",
+        return Finding(id=fid, status="ok",
+                       title=f"{noun_for(len(exclusive), 'GPU')} in exclusive-process compute mode",
                        detail="Only one process at a time may use each of GPU "
                               + ", ".join(str(g["index"]) for g in exclusive)
                               + ": fine for one rank per GPU; a second process on the same GPU fails with "

@@ -7,8 +7,8 @@ import shlex
 from typing import Any
 
 from zdoctor.core.model import Evidence, Finding, Remedy
-from zdoctor.core.registry import Facts, check
-from zdoctor.layers import not_checked
+from zdoctor.core.plural import count_of, noun_for
+from zdoctor.core.registry import CheckSpec, Facts, check
 from zdoctor.layers.gpu import envreview
 from zdoctor.readers.gpufacts import nvml_gpus
 
@@ -16,19 +16,19 @@ from zdoctor.readers.gpufacts import nvml_gpus
 @check("gpu.env", title="NCCL / CUDA environment of the training", probes=("gpu_env", "nvml"),
        findings=("gpu.env.deprecated", "gpu.env.launch-blocking", "gpu.env.nccl-debug", "gpu.env.p2p",
                  "gpu.env.visible-devices"))
-def check_env(facts: Facts) -> list[Finding]:
+def check_env(facts: Facts, me: CheckSpec) -> list[Finding]:
     """The training's NCCL and CUDA variables: deprecated names, NCCL_DEBUG, peer-to-peer,
     CUDA_VISIBLE_DEVICES and CUDA_LAUNCH_BLOCKING, one finding each."""
     ge = facts.of("gpu_env")
     if ge is None:
-        return [not_checked("gpu.env", "NCCL / CUDA environment", facts.why_not("gpu_env"))]
+        return [me.not_checked(facts.why_not("gpu_env"))]
     env = ge.get("vars") or {}
     gpus = nvml_gpus(facts)
-    return (_env_deprecated(env) + _env_nccl_debug(env) + _env_p2p(env, gpus, facts)
-            + _env_visible_devices(env, gpus, ge.get("gpus_per_node")) + _env_launch_blocking(env))
+    return (_env_deprecated(me, env) + _env_nccl_debug(me, env) + _env_p2p(me, env, gpus, facts)
+            + _env_visible_devices(me, env, gpus, ge.get("gpus_per_node")) + _env_launch_blocking(me, env))
 
 
-def _env_deprecated(env: dict[str, str]) -> list[Finding]:
+def _env_deprecated(me: CheckSpec, env: dict[str, str]) -> list[Finding]:
     """Deprecated c10d/NCCL variable names, and the new names to use."""
     out: list[Finding] = []
     # deprecated names
@@ -42,8 +42,8 @@ def _env_deprecated(env: dict[str, str]) -> list[Finding]:
             rows.append([d["old"], d["value"], d["new"], d["new_value"] if d["new_value"] is not None else "unset",
                          "ignored (the new name wins)" if d["ignored"] else "read, with a deprecation warning"])
         out.append(Finding(
-            id="gpu.env.deprecated", status="warn",
-            title="Deprecated NCCL variable name(s): " + ", ".join(d["old"] for d in dep),
+            id=me.id("deprecated"), status="warn",
+            title=f"Deprecated NCCL variable {noun_for(len(dep), 'name')}: " + ", ".join(d["old"] for d in dep),
             detail="torch renamed these c10d variables (TORCH_ prefix, since torch 2.2); the old names still work "
                    "when the new one is unset but print a deprecation warning, and are ignored when both are set. "
                    "TORCH_NCCL_ASYNC_ERROR_HANDLING: 0 no handling, 1 tear down the process on a collective "
@@ -52,12 +52,12 @@ def _env_deprecated(env: dict[str, str]) -> list[Finding]:
                                                                   "effect"], rows)],
             remedies=[Remedy(title="Use the new names", commands=cmds, verified=None)]))
     else:
-        out.append(Finding(id="gpu.env.deprecated", status="ok", title="No deprecated NCCL variable names",
+        out.append(Finding(id=me.id("deprecated"), status="ok", title="No deprecated NCCL variable names",
                            detail="None of " + ", ".join(envreview.DEPRECATED) + " is set."))
     return out
 
 
-def _env_nccl_debug(env: dict[str, str]) -> list[Finding]:
+def _env_nccl_debug(me: CheckSpec, env: dict[str, str]) -> list[Finding]:
     """NCCL_DEBUG: whether a hang or NCCL failure would say where."""
     out: list[Finding] = []
     # NCCL_DEBUG
@@ -70,19 +70,19 @@ def _env_nccl_debug(env: dict[str, str]) -> list[Finding]:
                           explanation="Logs each rank's NCCL version, transports, network interfaces and rings at "
                                       "start. For a hang, compare the ranks' last lines, and look at the stuck "
                                       "processes themselves (zdoctor's hangs checks)."))
-    out.append(Finding(id="gpu.env.nccl-debug", status=nd["status"],
+    out.append(Finding(id=me.id("nccl-debug"), status=nd["status"],
                        title="NCCL_DEBUG " + (f"= {nd['value']}" if nd["value"] else "not set"), detail=nd["text"],
                        remedies=rem))
     return out
 
 
-def _env_p2p(env: dict[str, str], gpus: list[dict[str, Any]] | None, facts: Facts) -> list[Finding]:
+def _env_p2p(me: CheckSpec, env: dict[str, str], gpus: list[dict[str, Any]] | None, facts: Facts) -> list[Finding]:
     """NCCL peer-to-peer against the GPU models (consumer boards hang with it on)."""
     out: list[Finding] = []
     # peer-to-peer
     if gpus is None:
-        out.append(not_checked("gpu.env.p2p", "NCCL peer-to-peer setting for these GPUs",
-                               "the GPU models are unknown: " + facts.why_not("nvml")))
+        out.append(me.not_checked("the GPU models are unknown: " + facts.why_not("nvml"), sub="p2p",
+                                   part="NCCL peer-to-peer setting for these GPUs"))
     else:
         pp = envreview.p2p(env, [g.get("name") or "" for g in gpus])
         rem = []
@@ -96,7 +96,7 @@ def _env_p2p(env: dict[str, str], gpus: list[dict[str, Any]] | None, facts: Fact
                   "consumer" if envreview.is_consumer(x.get("name")) else "datacenter/workstation"] for x in gpus]
         kinds.append(["NCCL_P2P_DISABLE", env.get("NCCL_P2P_DISABLE", "unset"), "-"])
         p2p_ev = [Evidence.of_table("GPUs and peer-to-peer", ["GPU", "name", "kind"], kinds)]
-        out.append(Finding(id="gpu.env.p2p", status=pp["status"], evidence=p2p_ev,
+        out.append(Finding(id=me.id("p2p"), status=pp["status"], evidence=p2p_ev,
                            title="NCCL peer-to-peer: " + ("risk of hangs on consumer GPUs" if pp["status"] == "warn"
                                                          and pp["consumer"] else "disabled on datacenter GPUs"
                                                          if pp["status"] == "warn" else "nothing to change"),
@@ -104,7 +104,8 @@ def _env_p2p(env: dict[str, str], gpus: list[dict[str, Any]] | None, facts: Fact
     return out
 
 
-def _env_visible_devices(env: dict[str, str], gpus: list[dict[str, Any]] | None, want: Any) -> list[Finding]:
+def _env_visible_devices(me: CheckSpec, env: dict[str, str], gpus: list[dict[str, Any]] | None,
+                         want: Any) -> list[Finding]:
     """CUDA_VISIBLE_DEVICES against the GPUs present and the GPUs per node the job expects."""
     out: list[Finding] = []
     # CUDA_VISIBLE_DEVICES
@@ -116,7 +117,8 @@ def _env_visible_devices(env: dict[str, str], gpus: list[dict[str, Any]] | None,
         n_vis = len(vd["visible"]) if vd["visible"] is not None else len(gpus)
         if want > n_vis:
             status = "fail" if status == "ok" else status
-            lines.append(f"The job expects {want} GPU(s) per node but only {n_vis} are visible here.")
+            lines.append(f"The job expects {count_of(want, 'GPU')} per node but only {n_vis} "
+                         f"{noun_for(n_vis, 'is', 'are')} visible here.")
     if status in ("warn", "fail") and gpus:
         rem.append(Remedy(title="Show every GPU of the node to the training", commands=["unset CUDA_VISIBLE_DEVICES"],
                           verified=None, explanation="Or list valid indices (0-" f"{len(gpus) - 1}) or GPU UUIDs "
@@ -137,20 +139,20 @@ def _env_visible_devices(env: dict[str, str], gpus: list[dict[str, Any]] | None,
         vis_ev = [Evidence.of_table("CUDA_VISIBLE_DEVICES vs the GPUs present",
                                     ["entry / GPU", "what CUDA makes of it"], rows, hl)]
     if vd["status"] == "skip" and status == "skip":
-        out.append(not_checked("gpu.env.visible-devices", "CUDA_VISIBLE_DEVICES", vd["text"]))
+        out.append(me.not_checked(vd["text"], sub="visible-devices", part="CUDA_VISIBLE_DEVICES"))
     else:
-        out.append(Finding(id="gpu.env.visible-devices", status=status, evidence=vis_ev,
+        out.append(Finding(id=me.id("visible-devices"), status=status, evidence=vis_ev,
                            title="CUDA_VISIBLE_DEVICES "
                            + ("not set" if not vd["set"] else f"= {env.get('CUDA_VISIBLE_DEVICES')!r}")
                            + ("" if status == "ok" else ": GPUs missing"), detail="\n".join(lines), remedies=rem))
     return out
 
 
-def _env_launch_blocking(env: dict[str, str]) -> list[Finding]:
+def _env_launch_blocking(me: CheckSpec, env: dict[str, str]) -> list[Finding]:
     """CUDA_LAUNCH_BLOCKING left on (a debugging switch that slows training)."""
     out: list[Finding] = []
     if env.get("CUDA_LAUNCH_BLOCKING", "0").strip() not in ("", "0"):
-        out.append(Finding(id="gpu.env.launch-blocking", status="warn", title="CUDA_LAUNCH_BLOCKING is set",
+        out.append(Finding(id=me.id("launch-blocking"), status="warn", title="CUDA_LAUNCH_BLOCKING is set",
                            detail="Every CUDA kernel launch waits for the kernel to finish: a debugging switch that "
                                   "makes errors point at the right line, and makes training much slower.",
                            remedies=[Remedy(title="Turn synchronous launches off",

@@ -9,9 +9,8 @@ from typing import Any
 from zdoctor.core.factstypes import HostLimitsFacts
 from zdoctor.core.model import Evidence, Finding, Remedy
 from zdoctor.core.plural import count_of
-from zdoctor.core.registry import Facts, check
+from zdoctor.core.registry import CheckSpec, Facts, check
 from zdoctor.edit.sysfile import LIMITS_D, create_file_remedy, free_name
-from zdoctor.layers import not_checked
 from zdoctor.readers import hostlimits as limits
 from zdoctor.readers.gpufacts import nvml_gpus
 from zdoctor.symptoms.match import ids_for
@@ -28,21 +27,21 @@ def _gpus_on_node(facts: Facts, lf: Mapping[str, Any]) -> int | None:
 @check("gpu.limits", title="/dev/shm, locked memory and open files of the training", probes=("host_limits", "nvml"),
        explains=("nofile", "shm"), optional=("limitfix",),
        findings=("gpu.limits.memlock", "gpu.limits.nofile", "gpu.limits.shm"))
-def check_limits(facts: Facts) -> list[Finding]:
+def check_limits(facts: Facts, me: CheckSpec) -> list[Finding]:
     lf = facts.of("host_limits")
     if lf is None:
-        return [not_checked("gpu.limits", "Host limits", facts.why_not("host_limits"))]
+        return [me.not_checked(facts.why_not("host_limits"))]
     ev = facts.evidence("host_limits")
-    return [_shm(facts, lf, ev), _memlock(lf, ev), _nofile(facts, lf, ev)]
+    return [_shm(me, facts, lf, ev), _memlock(me, lf, ev), _nofile(me, facts, lf, ev)]
 
 
-def _shm(facts: Facts, lf: HostLimitsFacts, ev: list[Evidence]) -> Finding:
-    fid = "gpu.limits.shm"
+def _shm(me: CheckSpec, facts: Facts, lf: HostLimitsFacts, ev: list[Evidence]) -> Finding:
+    fid = me.id("shm")
     shm = lf.get("shm") or {}
     box = lf.get("container") or {}
     n = _gpus_on_node(facts, lf)
     if shm.get("total") is None:
-        return not_checked(fid, "/dev/shm size", shm.get("error") or "/dev/shm could not be measured", ev)
+        return me.not_checked(shm.get("error") or "/dev/shm could not be measured", ev, sub="shm", part="/dev/shm size")
     size = shm["total"]
     if size >= limits.SHM_WARN:
         return Finding(id=fid, status="ok", title=f"/dev/shm is {limits.human(size)}",
@@ -112,12 +111,13 @@ def _limits_conf_remedy(item: str, value: str, dropins: dict[str, Any] | None) -
                     "propagates the limits of the submitting shell unless configured otherwise." + unknown)
 
 
-def _memlock(lf: HostLimitsFacts, ev: list[Evidence]) -> Finding:
-    fid = "gpu.limits.memlock"
+def _memlock(me: CheckSpec, lf: HostLimitsFacts, ev: list[Evidence]) -> Finding:
+    fid = me.id("memlock")
     t = lf.get("target") or {}
     soft, hard = t.get("memlock_soft_kb"), t.get("memlock_hard_kb")
     if soft is None:
-        return not_checked(fid, "ulimit -l", t.get("error") or "the training shell did not report ulimit -l", ev)
+        return me.not_checked(t.get("error") or "the training shell did not report ulimit -l", ev,
+                              sub="memlock", part="ulimit -l")
     if soft == "unlimited":
         return Finding(id=fid, status="ok", title="ulimit -l (locked memory) is unlimited",
                        detail="Pinned host buffers and RDMA registration are not capped.", evidence=ev)
@@ -138,12 +138,13 @@ def _memlock(lf: HostLimitsFacts, ev: list[Evidence]) -> Finding:
         evidence=ev, remedies=rem)
 
 
-def _nofile(facts: Facts, lf: HostLimitsFacts, ev: list[Evidence]) -> Finding:
-    fid = "gpu.limits.nofile"
+def _nofile(me: CheckSpec, facts: Facts, lf: HostLimitsFacts, ev: list[Evidence]) -> Finding:
+    fid = me.id("nofile")
     t = lf.get("target") or {}
     soft, hard = t.get("nofile_soft"), t.get("nofile_hard")
     if soft is None:
-        return not_checked(fid, "ulimit -n", t.get("error") or "the training shell did not report ulimit -n", ev)
+        return me.not_checked(t.get("error") or "the training shell did not report ulimit -n", ev,
+                              sub="nofile", part="ulimit -n")
     if soft == "unlimited" or soft >= limits.NOFILE_LOW:
         return Finding(id=fid, status="ok", title=f"ulimit -n (open files) is {soft}", evidence=ev)
     rem = []

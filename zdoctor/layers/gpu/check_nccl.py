@@ -6,9 +6,8 @@ import os
 from typing import Any
 
 from zdoctor.core.model import Finding, Remedy
-from zdoctor.core.registry import Facts, check
+from zdoctor.core.registry import CheckSpec, Facts, check
 from zdoctor.core.shellquote import shell_quote
-from zdoctor.layers import not_checked
 from zdoctor.layers.gpu import cuda
 from zdoctor.layers.gpu import nccl as ncclmod
 from zdoctor.readers.gpufacts import pip_line, result_facts
@@ -88,11 +87,10 @@ def _env_value(facts: Facts, name: str) -> str | None:
 
 
 @check("gpu.nccl", title="NCCL libraries vs torch's NCCL", probes=("nccl", "pyenv"))
-def check_nccl(facts: Facts) -> list[Finding]:
-    fid = "gpu.nccl"
+def check_nccl(facts: Facts, me: CheckSpec) -> list[Finding]:
     nf = result_facts(facts, "nccl")
     if nf is None or nf.get("skipped"):
-        return [not_checked(fid, "NCCL libraries", (nf or {}).get("skipped") or facts.why_not("nccl"))]
+        return [me.not_checked((nf or {}).get("skipped") or facts.why_not("nccl"))]
     a = ncclmod.analyze(nf)
     ev = facts.evidence("nccl")
     lines = [p["text"] for p in a["problems"]] + a["notes"]
@@ -108,9 +106,9 @@ def check_nccl(facts: Facts) -> list[Finding]:
                                                  if req.get("version") else "")
         lines.insert(0, ("torch loaded " + ", ".join(loaded) + ".") if loaded else
                      "Which libnccl.so.2 torch maps is unknown (torch was not imported).")
-        return [Finding(id=fid, status="ok", title=title, detail="\n".join(lines), evidence=ev)]
+        return [me.finding(status="ok", title=title, detail="\n".join(lines), evidence=ev)]
     title = {"fail": "torch runs with an older NCCL than it was built for",
              "warn": "More than one NCCL library can be loaded"}[a["status"]]
     remedies, withheld = _nccl_remedies(facts, nf, a)
-    return [Finding(id=fid, status=a["status"], title=title, detail="\n".join(lines + withheld), evidence=ev,
-                    remedies=remedies)]
+    return [me.finding(status=a["status"], title=title, detail="\n".join(lines + withheld), evidence=ev,
+                       remedies=remedies)]

@@ -14,9 +14,9 @@ from typing import Any
 
 from zdoctor.core.factstypes import P2pIommu
 from zdoctor.core.model import Evidence, Finding, Remedy
-from zdoctor.core.registry import Facts, check, predicate
+from zdoctor.core.plural import count_of
+from zdoctor.core.registry import CheckSpec, Facts, check, predicate
 from zdoctor.edit.sysfile import kernel_parameters_remedy
-from zdoctor.layers import not_checked
 from zdoctor.layers.gpu import p2p
 from zdoctor.layers.kernel_log.kernlog import records_at
 
@@ -56,19 +56,19 @@ def _pairs_text(pairs: dict[str, Any], want_ok: bool) -> list[str]:
 
 @check("gpu.p2p", title="GPU peer-to-peer: IOMMU, ACS, NVML status", probes=("p2p", "nvml"),
        findings=("gpu.p2p.copy",), optional=("kernel_log",))
-def check_p2p(facts: Facts) -> list[Finding]:
+def check_p2p(facts: Facts, me: CheckSpec) -> list[Finding]:
     f = facts.of("p2p")
     if f is None:
-        return [not_checked("gpu.p2p", "GPU peer-to-peer", facts.why_not("p2p"))]
+        return [me.not_checked(facts.why_not("p2p"))]
     ev = facts.evidence("p2p")
     gpus = f.get("gpus") or []
     nv = facts.of("nvml") or {}
     if not gpus and (not nv or nv.get("available") is False):
-        return [Finding(id="gpu.p2p", status="skip", title="GPU peer-to-peer: not checked (no GPU list)",
-                        detail=nv.get("error") or facts.why_not("nvml"), evidence=ev)]
+        return [me.finding(status="skip", title="GPU peer-to-peer: not checked (no GPU list)",
+                           detail=nv.get("error") or facts.why_not("nvml"), evidence=ev)]
     if len(gpus) < 2:
-        return [Finding(id="gpu.p2p", status="ok", title="Fewer than two GPUs: no peer-to-peer traffic",
-                        evidence=ev)]
+        return [me.finding(status="ok", title="Fewer than two GPUs: no peer-to-peer traffic",
+                           evidence=ev)]
     iommu = f.get("iommu") or {}
     acs = f.get("acs") or {}
     pairs = f.get("nvml_pairs") or {}
@@ -102,25 +102,25 @@ def check_p2p(facts: Facts) -> list[Finding]:
                 what += ": peer path broken, cause not visible"
                 detail.append(_not_visible(iommu, unknown_acs, facts.of("kernel_log"), [
                     g.get("pci_bus_id") for i, g in gpus_by_index(nv).items() if hp and i in hp]))
-            out.append(Finding(id="gpu.p2p.copy", status="fail", title=what, detail="\n".join(detail), evidence=ev,
-                               remedies=[WORKAROUND] + ([_acs_fix(redirect)] if redirect else [])
-                               + ([_iommu_fix(iommu)] if translated else [])))
+            out.append(me.finding(sub="copy", status="fail", title=what, detail="\n".join(detail), evidence=ev,
+                                  remedies=[WORKAROUND] + ([_acs_fix(redirect)] if redirect else [])
+                                  + ([_iommu_fix(iommu)] if translated else [])))
         else:
             bad = [p for p in copy.get("pairs") or [] if not p.get("ok")]
             if bad:
-                out.append(Finding(id="gpu.p2p.copy", status="fail",
-                                   title=f"Peer copy GPU {bad[0]['src']} -> GPU {bad[0]['dst']} failed: "
-                                         f"{bad[0].get('error') or 'the data arrived wrong'}",
-                                   detail="\n".join(lines), evidence=ev, remedies=[WORKAROUND]))
+                out.append(me.finding(sub="copy", status="fail",
+                                      title=f"Peer copy GPU {bad[0]['src']} -> GPU {bad[0]['dst']} failed: "
+                                            f"{bad[0].get('error') or 'the data arrived wrong'}",
+                                      detail="\n".join(lines), evidence=ev, remedies=[WORKAROUND]))
             elif copy.get("pairs"):
-                out.append(_copy_speed(copy["pairs"], gpus_by_index(nv), f.get("nvlinks") or {}, lines, ev))
+                out.append(_copy_speed(me, copy["pairs"], gpus_by_index(nv), f.get("nvlinks") or {}, lines, ev))
     if risky:
         why = ("the IOMMU translates the GPUs' DMA" if translated else "") + \
               (" and " if translated and redirect else "") + \
-              (f"ACS redirects peer traffic on {len(redirect)} bridge(s)" if redirect else "")
+              (f"ACS redirects peer traffic on {count_of(len(redirect), 'bridge')}" if redirect else "")
         rem = [WORKAROUND] + ([_acs_fix(redirect)] if redirect else []) + ([_iommu_fix(iommu)] if translated else [])
-        out.append(Finding(
-            id="gpu.p2p", status="warn",
+        out.append(me.finding(
+            status="warn",
             title=f"GPU peer-to-peer may hang: {why}, while the driver reports P2P available",
             detail="\n".join(lines) + "\nNCCL takes the driver's word and uses P2P; when the IOMMU or the root "
                    "complex blocks peer writes, the first all-reduce or ZeRO-3 all-gather never returns. "
@@ -129,14 +129,15 @@ def check_p2p(facts: Facts) -> list[Finding]:
     elif not out or all(x.status == "ok" for x in out):
         not_avail = _pairs_text(pairs, False)
         if not_avail:
-            out.append(Finding(id="gpu.p2p", status="ok",
-                               title=f"Peer-to-peer is unavailable for {len(not_avail)} GPU pair(s): NCCL uses host "
-                                     "memory there (no hang, slower)", detail="\n".join(lines), evidence=ev))
+            out.append(me.finding(status="ok",
+                                  title=f"Peer-to-peer is unavailable for {count_of(len(not_avail), 'GPU pair')}: "
+                                        "NCCL uses host memory there (no hang, slower)",
+                                  detail="\n".join(lines), evidence=ev))
         else:
-            out.append(Finding(id="gpu.p2p", status="ok" if pairs and not unknown_acs else "skip",
-                               title="GPU peer-to-peer: IOMMU " + str(iommu.get("mode")) + ", no ACS redirect seen"
-                                     + ("" if pairs else "; NVML's pair status unknown"),
-                               detail="\n".join(lines), evidence=ev))
+            out.append(me.finding(status="ok" if pairs and not unknown_acs else "skip",
+                                  title="GPU peer-to-peer: IOMMU " + str(iommu.get("mode")) + ", no ACS redirect seen"
+                                        + ("" if pairs else "; NVML's pair status unknown"),
+                                  detail="\n".join(lines), evidence=ev))
     return out
 
 
@@ -164,7 +165,8 @@ def _not_visible(iommu: P2pIommu, unknown_acs: list[str], kernel_log: Mapping[st
             "p2pBandwidthLatencyTest or nccl-tests' all_reduce_perf between the two GPUs to confirm outside torch.")
 
 
-def _copy_speed(pairs: list[dict[str, Any]], gpus: Mapping[Any, dict[str, Any]], nvlinks: dict[str, Any],
+def _copy_speed(me: CheckSpec, pairs: list[dict[str, Any]], gpus: Mapping[Any, dict[str, Any]],
+                nvlinks: dict[str, Any],
                 lines: list[str], ev: list[Any]) -> Finding:
     """Intact copies, judged against what the link between the two GPUs should carry."""
     rows, slow, unknown = [], [], []
@@ -188,23 +190,23 @@ def _copy_speed(pairs: list[dict[str, Any]], gpus: Mapping[Any, dict[str, Any]],
     n = len(pairs)
     if slow:
         x, exp, share = slow[0]
-        return Finding(id="gpu.p2p.copy", status="warn",
+        return Finding(id=me.id("copy"), status="warn",
                        title=f"Peer copies arrived intact but slow: GPU {x['src']} -> GPU {x['dst']} at {x['gbps']} "
                              f"GB/s, {share:.0%} of its {exp['link']} link ({exp['gbps']} GB/s)",
                        detail="\n".join(lines + [
-                           f"{len(slow)} of {n} pair(s) reach less than {p2p.SLOW_SHARE:.0%} of what their link "
-                           "carries. A copy that slow goes through host memory (peer access not enabled for that "
+                           f"{len(slow)} of {count_of(n, 'pair')} reach less than {p2p.SLOW_SHARE:.0%} of what their "
+                           "link carries. A copy that slow goes through host memory (peer access not enabled for that "
                            "pair), crosses a bridge that forwards peer traffic badly, or runs on a link that "
                            "trained down; NCCL's collectives inside the node are held to that speed. "
                            "`nvidia-smi topo -m` shows how each pair is connected."]),
                        evidence=ev + [table], remedies=[])
     if unknown:
-        return Finding(id="gpu.p2p.copy", status="ok",
+        return Finding(id=me.id("copy"), status="ok",
                        title=f"Peer copies between {n} GPU pairs arrived intact (speed not judged: the link's "
                              "rate is unknown for " + ", ".join(f"{x.get('src')}->{x.get('dst')}" for x in unknown)
                              + ")", detail="\n".join(lines), evidence=ev + [table])
     speeds = [x["gbps"] for x in pairs]
-    return Finding(id="gpu.p2p.copy", status="ok",
+    return Finding(id=me.id("copy"), status="ok",
                    title=f"Peer copies between {n} GPU pairs arrived intact at the link's speed "
                          f"({min(speeds)}-{max(speeds)} GB/s)", detail="\n".join(lines), evidence=ev + [table])
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from zdoctor.core.plural import count_of
+
 #: Old name -> the name torch reads first (both are read; the old one warns).
 DEPRECATED = {
     "NCCL_ASYNC_ERROR_HANDLING": "TORCH_NCCL_ASYNC_ERROR_HANDLING",
@@ -146,7 +148,7 @@ def visible_devices(value: str | None, gpus: list[dict[str, Any]] | None) -> dic
         visible.append(e)
     if invalid is None:
         return {"set": True, "entries": entries, "visible": visible, "invalid": None, "status": "ok",
-                "text": f"CUDA_VISIBLE_DEVICES={value!r}: {len(visible)} of {len(gpus)} GPU(s) visible."}
+                "text": f"CUDA_VISIBLE_DEVICES={value!r}: {len(visible)} of {count_of(len(gpus), 'GPU')} visible."}
     status = "fail" if not visible else "warn"
     rest = entries[entries.index(invalid["entry"]) + 1:]
     text = (f"CUDA_VISIBLE_DEVICES={value!r}: entry {invalid['entry']!r} is invalid ({invalid['why']}). CUDA "

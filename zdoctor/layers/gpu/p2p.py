@@ -20,6 +20,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from zdoctor.core.jsondoc import json_objects
+
 BDF = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 IOMMU_PARAMS = ("intel_iommu", "amd_iommu", "iommu", "iommu.passthrough", "iommu.strict", "pcie_acs_override")
 #: nvmlGpuP2PStatus_t (nvml.h / pynvml NVML_P2P_STATUS_*).
@@ -243,17 +245,9 @@ for i in range(count):
 
 def parse_peer_copy(stdout: str) -> dict[str, Any]:
     """The copy test's records; a pair that began and never reported is the pair that hung."""
-    import json
-
     out: dict[str, Any] = {"devices": None, "pairs": [], "hung_pair": None}
     started = None
-    for line in (stdout or "").splitlines():
-        try:
-            d = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(d, dict):
-            continue
+    for d in json_objects((stdout or "").splitlines()):
         if "devices" in d:
             out["devices"] = d["devices"]
         elif d.get("begin"):

@@ -9,8 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from zdoctor.core.model import Finding, Remedy
-from zdoctor.core.registry import Facts, check
-from zdoctor.layers import not_checked
+from zdoctor.core.registry import CheckSpec, Facts, check
 from zdoctor.layers.gpu_capability import capability as cap
 from zdoctor.symptoms.match import ids_for
 
@@ -103,33 +102,30 @@ def _fp16(facts: Facts, f: Mapping[str, Any], where: str) -> Finding:
 
 @check(PRECISION, title="GPU compute capability against the ds_config's precision", probes=("gpucap",),
        explains=("bf16-unsupported", "fp16-unsupported"), layer=LAYER)
-def check_precision(facts: Facts) -> list[Finding]:
-    title = "GPU compute capability against the ds_config's precision"
+def check_precision(facts: Facts, me: CheckSpec) -> list[Finding]:
     f = facts.of("gpucap")
     if not f:
-        return [not_checked(f"{PRECISION}.not-checked", title, facts.why_not("gpucap"))]
+        return [me.not_checked(facts.why_not("gpucap"), sub="not-checked")]
     prec = f.get("precision")
     if not prec:
-        return [not_checked(f"{PRECISION}.not-checked", title, f"no ds_config was read: {f.get('precision_why')}")]
+        return [me.not_checked(f"no ds_config was read: {f.get('precision_why')}", sub="not-checked")]
     asked = {k: v for k, v in prec.items() if (v or {}).get("enabled") not in (False, None)}
     auto = [v["key"] for v in asked.values() if v.get("enabled") == "auto"]
     if auto:
-        return [not_checked(f"{PRECISION}.not-checked", title,
-                            f"{', '.join(auto)} is \"auto\": the Hugging Face Trainer fills it in at launch from its "
-                            "own arguments (--bf16 / --fp16), which zdoctor does not see")]
+        return [me.not_checked(f"{', '.join(auto)} is \"auto\": the Hugging Face Trainer fills it in at launch from "
+                               "its own arguments (--bf16 / --fp16), which zdoctor does not see", sub="not-checked")]
     odd = [f"{v['key']} = {v.get('enabled')!r}" for v in asked.values() if v.get("enabled") is not True]
     if odd:
-        return [not_checked(f"{PRECISION}.not-checked", title, f"{', '.join(odd)} is not true or false")]
+        return [me.not_checked(f"{', '.join(odd)} is not true or false", sub="not-checked")]
     if not asked:
-        return [Finding(id=PRECISION, status="ok", title="The ds_config trains in fp32 (bf16 and fp16 are off): no "
+        return [me.finding(status="ok", title="The ds_config trains in fp32 (bf16 and fp16 are off): no "
                                                          "compute capability is required for its precision")]
     gpus = f.get("gpus") or []
     unknown = _unknown_cc(gpus)
     if not gpus or unknown:
         why = f.get("gpus_why") if not gpus else f"no compute capability for {', '.join(_gpu_word(g) for g in unknown)}"
-        return [not_checked(f"{PRECISION}.not-checked", title,
-                            f"the ds_config asks for {' and '.join(asked)}, but the GPUs' compute capability is not "
-                            f"known: {why}")]
+        return [me.not_checked(f"the ds_config asks for {' and '.join(asked)}, but the GPUs' compute capability is not "
+                               f"known: {why}", sub="not-checked")]
     out = []
     if "bf16" in asked:
         out.append(_bf16(facts, f, asked["bf16"].get("where") or asked["bf16"]["key"]))
@@ -275,16 +271,14 @@ def _kernel_image(facts: Facts, fid: str, what: str, pairs: list[list[str]], gpu
 @check(ARCH, title="Architectures built for, against the GPUs and the installed nvcc", probes=("gpucap",),
        findings=("gpu.capability.nvcc-archs", "gpu.capability.kernel-image.*"),
        explains=("nvcc-arch", "cuda-arch"), layer=LAYER)
-def check_arch_list(facts: Facts) -> list[Finding]:
-    title = "Architectures built for, against the GPUs and the installed nvcc"
+def check_arch_list(facts: Facts, me: CheckSpec) -> list[Finding]:
     f = facts.of("gpucap")
     if not f:
-        return [not_checked(f"{ARCH}.not-checked", title, facts.why_not("gpucap"))]
+        return [me.not_checked(facts.why_not("gpucap"), sub="not-checked")]
     nv = f.get("nvcc") or {}
     gpus = f.get("gpus") or []
     if not nv.get("ran") and not gpus:
-        return [not_checked(f"{ARCH}.not-checked", title,
-                            f"no nvcc ({nv.get('error')}) and no GPU list ({f.get('gpus_why')})")]
+        return [me.not_checked(f"no nvcc ({nv.get('error')}) and no GPU list ({f.get('gpus_why')})", sub="not-checked")]
     out: list[Finding] = []
     if nv.get("ran"):
         out.append(_nvcc_finding(nv))

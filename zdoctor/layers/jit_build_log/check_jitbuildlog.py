@@ -11,8 +11,7 @@ from typing import Any
 
 from zdoctor.core.factstypes import JitbuildlogFacts, JitbuildlogNinjas, JitbuildlogOps
 from zdoctor.core.model import Finding, Remedy
-from zdoctor.core.registry import Facts, check
-from zdoctor.layers import not_checked
+from zdoctor.core.registry import CheckSpec, Facts, check
 from zdoctor.symptoms.match import ids_for
 
 NAME = "jit.build-log"
@@ -116,20 +115,20 @@ def _op_finding(facts: Facts, f: JitbuildlogFacts, op: JitbuildlogOps, launch: J
 
 @check(NAME, title=TITLE, probes=("jitbuildlog",), findings=("jit.build-log.*",), explains=("ninja-log-version",),
        layer="jit-build-log")
-def check_build_log(facts: Facts) -> list[Finding]:
+def check_build_log(facts: Facts, me: CheckSpec) -> list[Finding]:
     f = facts.of("jitbuildlog")
     if not f:
-        return [not_checked(f"{NAME}.not-checked", TITLE, facts.why_not("jitbuildlog"))]
+        return [me.not_checked(facts.why_not("jitbuildlog"), sub="not-checked")]
     ops = f.get("ops") or []
     if not ops:
-        return [not_checked(f"{NAME}.not-checked", TITLE, f"no JIT-built op in {f.get('root') or 'the extension cache'}"
-                            + (f" ({'; '.join(f['unread'][:2])})" if f.get("unread") else ""))]
+        return [me.not_checked(f"no JIT-built op in {f.get('root') or 'the extension cache'}"
+                               + (f" ({'; '.join(f['unread'][:2])})" if f.get("unread") else ""), sub="not-checked")]
     ninjas = f.get("ninjas") or []
     launch = next((n for n in ninjas if n.get("path") == f.get("launch")), None)
     if launch is None:
-        return [not_checked(f"{NAME}.not-checked", TITLE, "no ninja on the training PATH: torch cannot build (the "
-                                                          "toolchain.jit-prereq check says why)")]
+        return [me.not_checked("no ninja on the training PATH: torch cannot build (the "
+                                                          "toolchain.jit-prereq check says why)", sub="not-checked")]
     if not launch.get("runs"):
-        return [not_checked(f"{NAME}.not-checked", TITLE, f"{launch['path']} --version did not run: {launch['error']}")]
+        return [me.not_checked(f"{launch['path']} --version did not run: {launch['error']}", sub="not-checked")]
     others = [n for n in ninjas if n is not launch and n.get("runs")]
     return [_op_finding(facts, f, op, launch, others) for op in ops]

@@ -25,8 +25,7 @@ from zdoctor.core.causes import (
 )
 from zdoctor.core.model import Evidence, Finding, Remedy
 from zdoctor.core.plural import count_of
-from zdoctor.core.registry import Facts, check, predicate
-from zdoctor.layers import not_checked
+from zdoctor.core.registry import CheckSpec, Facts, check, predicate
 from zdoctor.layers.kernel_log.kernlog import bus_address
 from zdoctor.layers.kernel_log.probe_kernlog import LOOK_ALIKES
 from zdoctor.layers.kernel_log.xids import CATALOGUE, DriverFault, driver_fault, xid
@@ -96,11 +95,10 @@ def _table(facts: Facts, label: str, columns: list[str], rows: list[list[str]], 
     return table
 
 
-def _kernel_log(facts: Facts, fid: str, title: str) -> tuple[Mapping[str, Any] | None, Finding | None]:
+def _kernel_log(me: CheckSpec, facts: Facts) -> tuple[Mapping[str, Any] | None, Finding | None]:
     kl = facts.of("kernel_log")
     if kl is None:
-        return None, not_checked(f"{fid}.not-checked", title, facts.why_not("kernel_log"),
-                                 facts.evidence("kernel_log"))
+        return None, me.not_checked(facts.why_not("kernel_log"), facts.evidence("kernel_log"), sub="not-checked")
     return kl, None
 
 
@@ -160,15 +158,14 @@ def _present_rows(kl: Mapping[str, Any], key: str | None, module: tuple[bool | N
 
 @check("kernel.xid", title="NVIDIA Xid records in the kernel log", probes=("kernel_log",),
        optional=("nvml", "driver_parts"), explains=("xid",), layer=LAYER)
-def check_xid(facts: Facts) -> list[Finding]:
-    fid = "kernel.xid"
-    kl, skipped = _kernel_log(facts, fid, "NVIDIA Xid records in the kernel log")
+def check_xid(facts: Facts, me: CheckSpec) -> list[Finding]:
+    kl, skipped = _kernel_log(me, facts)
     if kl is None:
         return [skipped] if skipped else []
     ev = facts.evidence("kernel_log")
     records = kl.get("xids") or []
     if not records:
-        return [Finding(id=fid, status="ok", title=f"No NVIDIA Xid record in the kernel log since "
+        return [me.finding(status="ok", title=f"No NVIDIA Xid record in the kernel log since "
                                                    f"{when((kl.get('window') or {}).get('since'))}",
                         detail=scope(kl), evidence=ev)]
     gpus = _gpus_by_bus(facts)
@@ -244,8 +241,8 @@ def check_xid(facts: Facts) -> list[Finding]:
              + "; ".join(sorted({gpu_of(gpus, k) for k, _n in groups})) + ")"
              + ("; the node now does not support it" if unsupported else "")
              + ("; a known driver fault" if faults else ""))
-    return [Finding(id=fid, status=worst, title=title, detail="\n".join(lines + [scope(kl)]),
-                    evidence=[table, *ev], remedies=remedies, explains=_xid_symptoms(facts, groups))]
+    return [me.finding(status=worst, title=title, detail="\n".join(lines + [scope(kl)]),
+                       evidence=[table, *ev], remedies=remedies, explains=_xid_symptoms(facts, groups))]
 
 
 def _xid_symptoms(facts: Facts, groups: dict[tuple[str | None, int], list[dict[str, Any]]]) -> list[str]:
@@ -346,15 +343,14 @@ def _load_the_module(km: dict[str, Any]) -> list[Remedy]:
 
 @check("kernel.api-mismatch", title="NVRM API mismatch records in the kernel log", probes=("kernel_log",),
        optional=("nvml", "driver_parts"), explains=("driver-mismatch",), layer=LAYER)
-def check_api_mismatch(facts: Facts) -> list[Finding]:
-    fid = "kernel.api-mismatch"
-    kl, skipped = _kernel_log(facts, fid, "NVRM API mismatch records")
+def check_api_mismatch(facts: Facts, me: CheckSpec) -> list[Finding]:
+    kl, skipped = _kernel_log(me, facts)
     if kl is None:
         return [skipped] if skipped else []
     ev = facts.evidence("kernel_log")
     records = kl.get("api_mismatch") or []
     if not records:
-        return [Finding(id=fid, status="ok", title="No NVRM API mismatch record in the kernel log since "
+        return [me.finding(status="ok", title="No NVRM API mismatch record in the kernel log since "
                                                    f"{when((kl.get('window') or {}).get('since'))}",
                         detail=scope(kl), evidence=ev)]
     last = records[-1]
@@ -377,21 +373,21 @@ def check_api_mismatch(facts: Facts) -> list[Finding]:
                 and s.fields.get("client", last.get("client")) == last.get("client")
                 and s.fields.get("module", last.get("module")) == last.get("module")]
     if lib.get("error_kind") == "driver_mismatch":
-        return [Finding(id=fid, status="fail",
+        return [me.finding(status="fail",
                         title=f"The driver's user space ({last.get('client')}) and kernel module "
                               f"({last.get('module') or '?'}) differ, and NVML still refuses to start",
                         detail=said + " NVML fails the same way now (gpu.driver): the mismatch stands.\n" + scope(kl),
                         evidence=[table, *ev], remedies=_load_the_module(km), explains=explains)]
     if lib.get("available") and nv.get("driver"):
         same = nv.get("driver") == last.get("client") or nv.get("driver") == last.get("module")
-        return [Finding(id=fid, status="warn",
-                        title=f"The kernel log holds an NVRM API mismatch ({last.get('client')} vs "
-                              f"{last.get('module') or '?'}); NVML starts now with driver {nv.get('driver')}",
-                        detail=said + f" NVML starts now (driver {nv.get('driver')}), so the module was reloaded "
-                               "or the libraries replaced since" + ("" if same else ", with a third release")
-                               + ": a process started before then, or one that loads a private copy of the "
-                               "driver libraries (a container image with its own libcuda), can still fail.\n"
-                               + scope(kl), evidence=[table, *ev], explains=explains)]
+        return [me.finding(status="warn",
+                           title=f"The kernel log holds an NVRM API mismatch ({last.get('client')} vs "
+                                 f"{last.get('module') or '?'}); NVML starts now with driver {nv.get('driver')}",
+                           detail=said + f" NVML starts now (driver {nv.get('driver')}), so the module was reloaded "
+                                  "or the libraries replaced since" + ("" if same else ", with a third release")
+                                  + ": a process started before then, or one that loads a private copy of the "
+                                  "driver libraries (a container image with its own libcuda), can still fail.\n"
+                                  + scope(kl), evidence=[table, *ev], explains=explains)]
     # NVML cannot confirm the record now: a reload or a reboot is listed, not recommended
     unconfirmed = "NVML could not confirm it now: " + (lib.get("error") or facts.why_not("nvml"))
     module = module_now(facts)
@@ -400,11 +396,11 @@ def check_api_mismatch(facts: Facts) -> list[Finding]:
     remedies = _load_the_module(km)
     for r in remedies:
         r.recommended, r.note = False, f"the node's present state does not support the record ({unconfirmed})"
-    return [Finding(id=fid, status="warn",
-                    title=f"NVRM API mismatch in the kernel log: user space {last.get('client')}, kernel module "
-                          f"{last.get('module') or '?'}; the node now cannot confirm it",
-                    detail=said + " " + unconfirmed + ".\n" + scope(kl),
-                    evidence=[table, *ev], remedies=remedies, explains=explains)]
+    return [me.finding(status="warn",
+                       title=f"NVRM API mismatch in the kernel log: user space {last.get('client')}, kernel module "
+                             f"{last.get('module') or '?'}; the node now cannot confirm it",
+                       detail=said + " " + unconfirmed + ".\n" + scope(kl),
+                       evidence=[table, *ev], remedies=remedies, explains=explains)]
 
 
 # -- kernel.aer ------------------------------------------------------------------------------------------
@@ -412,15 +408,14 @@ def check_api_mismatch(facts: Facts) -> list[Finding]:
 
 @check("kernel.aer", title="PCIe AER errors in the kernel log", probes=("kernel_log",), optional=("nvml",),
        explains=("aer",), layer=LAYER)
-def check_aer(facts: Facts) -> list[Finding]:
-    fid = "kernel.aer"
-    kl, skipped = _kernel_log(facts, fid, "PCIe AER errors")
+def check_aer(facts: Facts, me: CheckSpec) -> list[Finding]:
+    kl, skipped = _kernel_log(me, facts)
     if kl is None:
         return [skipped] if skipped else []
     ev = facts.evidence("kernel_log")
     records = kl.get("aer") or []
     if not records:
-        return [Finding(id=fid, status="ok", title="No PCIe AER error in the kernel log since "
+        return [me.finding(status="ok", title="No PCIe AER error in the kernel log since "
                                                    f"{when((kl.get('window') or {}).get('since'))}",
                         detail=scope(kl), evidence=ev)]
     gpus = _gpus_by_bus(facts)
@@ -483,8 +478,8 @@ def check_aer(facts: Facts) -> list[Finding]:
     for s in symptoms_of(facts):
         if s.kind == "aer" and bus_address(s.fields.get("bus")) in by_dev:
             explains.append(s.id)
-    return [Finding(id=fid, status=status, title=title, detail="\n".join(lines + [scope(kl)]),
-                    evidence=[table, *ev], remedies=remedies, explains=explains)]
+    return [me.finding(status=status, title=title, detail="\n".join(lines + [scope(kl)]),
+                       evidence=[table, *ev], remedies=remedies, explains=explains)]
 
 
 # -- kernel.oom ------------------------------------------------------------------------------------------
@@ -498,15 +493,14 @@ def job_pids(facts: Facts) -> set[int]:
 
 @check("kernel.oom", title="OOM-killer records in the kernel log", probes=("kernel_log",), optional=("livetrace",),
        explains=("oom-kill", "killed"), layer=LAYER)
-def check_oom(facts: Facts) -> list[Finding]:
-    fid = "kernel.oom"
-    kl, skipped = _kernel_log(facts, fid, "OOM-killer records")
+def check_oom(facts: Facts, me: CheckSpec) -> list[Finding]:
+    kl, skipped = _kernel_log(me, facts)
     if kl is None:
         return [skipped] if skipped else []
     ev = facts.evidence("kernel_log")
     kills = kl.get("ooms") or []
     if not kills:
-        return [Finding(id=fid, status="ok", title="No OOM kill in the kernel log since "
+        return [me.finding(status="ok", title="No OOM kill in the kernel log since "
                                                    f"{when((kl.get('window') or {}).get('since'))}",
                         detail=scope(kl), evidence=ev)]
     ours = job_pids(facts)
@@ -541,9 +535,9 @@ def check_oom(facts: Facts) -> list[Finding]:
         lines.append("None of them is a process of the --command run: they were other jobs on this node (or an "
                      "earlier run).")
     lines.append("offload.host-ram weighs these against the offload's host-memory needs.")
-    return [Finding(id=fid, status=status, title=title, detail="\n".join(lines + [scope(kl)]),
-                    evidence=[table, *ev], remedies=[], explains=sorted(set(explains)),
-                    cause=kill_cause(told, job_cgroup_oom_kills(facts)) if told else None)]
+    return [me.finding(status=status, title=title, detail="\n".join(lines + [scope(kl)]),
+                       evidence=[table, *ev], remedies=[], explains=sorted(set(explains)),
+                       cause=kill_cause(told, job_cgroup_oom_kills(facts)) if told else None)]
 
 
 def _oom_what(kill: dict[str, Any]) -> str:

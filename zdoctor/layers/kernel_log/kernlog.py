@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import errno
-import json
 import os
 import re
 import time
@@ -27,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from zdoctor.core.jsondoc import json_objects
 from zdoctor.layers.offload.hostram import oom_kills
 
 KMSG = "/dev/kmsg"
@@ -189,13 +189,7 @@ def parse_journal(lines: Iterable[str], keep: Any = None) -> Read:
     """``journalctl -k -o json`` lines -> records like :func:`parse_kmsg_record`'s (``seq`` is None; ``time``
     from ``__REALTIME_TIMESTAMP``). A MESSAGE journald stored as bytes (not UTF-8) is decoded."""
     out = Read()
-    for line in lines:
-        try:
-            d = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(d, dict):
-            continue
+    for d in json_objects(lines):
         msg = d.get("MESSAGE")
         if isinstance(msg, list):
             msg = bytes(b & 0xFF for b in msg if isinstance(b, int)).decode("utf-8", "replace")

@@ -11,8 +11,7 @@ from typing import Any
 from zdoctor.core.factstypes import HostfileFacts, LaunchLaunch
 from zdoctor.core.model import Evidence, Finding, Remedy
 from zdoctor.core.plural import count_of
-from zdoctor.core.registry import Facts, check
-from zdoctor.layers import not_checked
+from zdoctor.core.registry import CheckSpec, Facts, check
 from zdoctor.layers.launch.dslauncher import RULES_BY_ID
 from zdoctor.layers.launch.rankenv import REQUIRED, SETS
 from zdoctor.symptoms.match import ids_for
@@ -50,29 +49,27 @@ def _relaunch_remedies(launch: LaunchLaunch) -> list[Remedy]:
 
 @check("launcher.env", title="The launcher and the environment each rank needs", probes=("launch",),
        explains=("no-launcher", "module-missing"), layer="launch")
-def check_launcher(facts: Facts) -> list[Finding]:
-    cid = "launcher.env"
-    nc = f"{cid}.not-checked"
+def check_launcher(facts: Facts, me: CheckSpec) -> list[Finding]:
     lf = facts.of("launch")
     if lf is None:
-        return [not_checked(nc, "The launch", facts.why_not("launch"))]
+        return [me.not_checked(facts.why_not("launch"), sub="not-checked")]
     if lf.get("source") == "none":
-        return [not_checked(nc, "The launch", "no --command or --pid given: zdoctor does not know how the job "
-                                               "is launched")]
+        return [me.not_checked("no --command or --pid given: zdoctor does not know how the job "
+                                               "is launched", sub="not-checked")]
     ev = facts.evidence("launch")
     launch = lf.get("launch") or {}
     if launch.get("error"):
-        return [Finding(id=cid, status="warn", title="The launch command cannot be read", detail=launch["error"],
-                        evidence=ev)]
+        return [me.finding(status="warn", title="The launch command cannot be read", detail=launch["error"],
+                           evidence=ev)]
     kind = launch.get("launcher")
     renv = lf.get("rank_env") or {}
     script = lf.get("script") or {}
     calls = script.get("calls") or []
     mpi4py = lf.get("mpi4py")
     if kind == "other":
-        return [not_checked(nc, "The launch", f"{launch.get('executable')} is not a launcher zdoctor knows "
-                            "(deepspeed, torchrun, accelerate, mpirun, srun, python): what it sets for each "
-                            "rank is unknown")]
+        return [me.not_checked(f"{launch.get('executable')} is not a launcher zdoctor knows "
+                               "(deepspeed, torchrun, accelerate, mpirun, srun, python): what it sets for each "
+                               "rank is unknown", sub="not-checked")]
     sets = SETS.get(kind or "", {})
     how = sets.get("how", "")
     detail = [f"The launch runs {kind} ({launch.get('executable')}). {how[:1].upper()}{how[1:]}."]
@@ -81,8 +78,8 @@ def check_launcher(facts: Facts) -> list[Finding]:
     if not renv.get("falls_back_to_mpi"):
         by_launcher = all(k in (renv.get("launcher_sets") or ()) for k in REQUIRED)
         who = f"{kind} gives each rank" if by_launcher else "The launch's environment has"
-        return [Finding(id=cid, status="ok", title=f"{who} RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and "
-                        "MASTER_PORT", detail=" ".join(detail), evidence=ev)]
+        return [me.finding(status="ok", title=f"{who} RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and "
+                           "MASTER_PORT", detail=" ".join(detail), evidence=ev)]
     missing = ", ".join(renv.get("missing") or REQUIRED)
     mpi_line = ("mpi4py is not installed in the training environment" if mpi4py is False else
                 "mpi4py is installed in the training environment" if mpi4py else
@@ -90,9 +87,9 @@ def check_launcher(facts: Facts) -> list[Finding]:
     explains = [*ids_for(facts, "no-launcher"), *ids_for(facts, "module-missing", module="mpi4py")]
     uses_ds = bool(calls)
     if script.get("path") and not script.get("error") and not uses_ds and not explains:
-        return [Finding(id=cid, status="ok", title=f"A plain {kind} launch; the script does not call DeepSpeed's "
-                        "init_distributed", detail=" ".join(detail) + f" {missing} are not set: no rank "
-                        f"rendezvous is asked for by {script['path']}.", evidence=ev)]
+        return [me.finding(status="ok", title=f"A plain {kind} launch; the script does not call DeepSpeed's "
+                           "init_distributed", detail=" ".join(detail) + f" {missing} are not set: no rank "
+                           f"rendezvous is asked for by {script['path']}.", evidence=ev)]
     why = (f"{script['path']} calls deepspeed.{' and '.join(calls)}" if uses_ds else
            "the run printed DeepSpeed's fallback message" if explains else
            "if the script calls deepspeed.init_distributed or deepspeed.initialize")
@@ -103,10 +100,10 @@ def check_launcher(facts: Facts) -> list[Finding]:
                   f"Here {mpi_line}.")
     if kind in ("mpirun", "srun"):
         if mpi4py:
-            return [Finding(id=cid, status="ok", title=f"{kind} gives MPI's variables and mpi4py maps them",
-                            detail=" ".join(detail), evidence=ev, explains=explains)]
+            return [me.finding(status="ok", title=f"{kind} gives MPI's variables and mpi4py maps them",
+                               detail=" ".join(detail), evidence=ev, explains=explains)]
         pip = shlex.join(["python", "-m", "pip", "install", "mpi4py"])
-        return [Finding(id=cid, status="fail" if mpi4py is False or explains else "warn",
+        return [me.finding(status="fail" if mpi4py is False or explains else "warn",
                         title=f"Under {kind}, DeepSpeed needs mpi4py to learn each rank's place",
                         detail=" ".join(detail), evidence=ev, explains=explains,
                         remedies=[Remedy(title="Install mpi4py against this MPI", commands=[pip],
@@ -114,10 +111,10 @@ def check_launcher(facts: Facts) -> list[Finding]:
     status = "fail" if (uses_ds or explains) and not mpi4py else "warn"
     if mpi4py and not explains:
         detail.append("With mpi4py and no mpirun, MPI discovery makes this process rank 0 of a world of 1.")
-    return [Finding(id=cid, status=status, title=f"A plain {kind} launch without the launcher's variables: "
-                    "DeepSpeed falls back to MPI discovery and asks for mpi4py", detail=" ".join(detail),
-                    evidence=ev, explains=explains,
-                    remedies=_relaunch_remedies(launch))]
+    return [me.finding(status=status, title=f"A plain {kind} launch without the launcher's variables: "
+                       "DeepSpeed falls back to MPI discovery and asks for mpi4py", detail=" ".join(detail),
+                       evidence=ev, explains=explains,
+                       remedies=_relaunch_remedies(launch))]
 
 
 def _indices(cvd: str) -> list[int] | None:
@@ -132,17 +129,14 @@ def _indices(cvd: str) -> list[int] | None:
 
 @check("launcher.devices", title="The GPUs the DeepSpeed launcher selects", probes=("launch",),
        explains=("hostfile-slot", "launcher-options"), optional=("hostfile",), layer="launch")
-def check_devices(facts: Facts) -> list[Finding]:
-    cid = "launcher.devices"
-    nc = f"{cid}.not-checked"
+def check_devices(facts: Facts, me: CheckSpec) -> list[Finding]:
     lf = facts.of("launch")
     if lf is None:
-        return [not_checked(nc, "The launcher's GPU selection", facts.why_not("launch"))]
+        return [me.not_checked(facts.why_not("launch"), sub="not-checked")]
     launch = lf.get("launch") or {}
     if launch.get("launcher") != "deepspeed":
-        return [not_checked(nc, "The launcher's GPU selection",
-                            "the launch does not use the DeepSpeed launcher" if lf.get("source") != "none" else
-                            "no --command or --pid given")]
+        return [me.not_checked("the launch does not use the DeepSpeed launcher" if lf.get("source") != "none" else
+                               "no --command or --pid given", sub="not-checked")]
     ev = facts.evidence("launch")
     opts = launch.get("options") or {}
     cvd = (lf.get("env") or {}).get("CUDA_VISIBLE_DEVICES")
@@ -154,48 +148,48 @@ def check_devices(facts: Facts) -> list[Finding]:
     filtered = [k for k in ("include", "exclude", "num_gpus") if opts.get(k)]
     if (opts.get("num_gpus") or opts.get("num_nodes")) and (opts.get("include") or opts.get("exclude")):
         both = [f"--{k} {opts[k]}" for k in ("num_gpus", "num_nodes", "include", "exclude") if opts.get(k)]
-        return [Finding(id=cid, status="fail", title="--num_gpus/--num_nodes and --include/--exclude together: the "
+        return [me.finding(status="fail", title="--num_gpus/--num_nodes and --include/--exclude together: the "
                         "DeepSpeed launcher refuses them", detail=f"The command gives {', '.join(both)}. The launcher "
                         "stops with 'Cannot specify num_nodes/gpus with include/exclude' (deepspeed/launcher/"
                         "runner.py main, in every release read: 0.5.6 to 0.19.8). Keep one of the two ways of "
                         "choosing GPUs.", evidence=ev, explains=ids_for(facts, "launcher-options"))]
-    slot_findings = _filter_slots(facts, opts, hf, ev)
+    slot_findings = _filter_slots(me, facts, opts, hf, ev)
     if slot_findings:
         return slot_findings
     if not cvd:
-        return [Finding(id=cid, status="ok", title="The DeepSpeed launcher picks the GPUs itself",
-                        detail="CUDA_VISIBLE_DEVICES is not set on the launching node: the launcher counts the GPUs "
-                               "(or takes --num_gpus / --include) and sets CUDA_VISIBLE_DEVICES for each rank.",
-                        evidence=ev)]
+        return [me.finding(status="ok", title="The DeepSpeed launcher picks the GPUs itself",
+                           detail="CUDA_VISIBLE_DEVICES is not set on the launching node: the launcher counts the GPUs "
+                                  "(or takes --num_gpus / --include) and sets CUDA_VISIBLE_DEVICES for each rank.",
+                           evidence=ev)]
     if filtered or opts.get("hostfile") or hf.get("nodes"):
         given = ", ".join(f"--{k}" for k in filtered) or "a hostfile"
-        return [Finding(id=cid, status="warn", title=f"CUDA_VISIBLE_DEVICES={cvd} is not what selects the GPUs",
-                        detail=f"With {given}, the DeepSpeed launcher ignores the launching node's "
-                               "CUDA_VISIBLE_DEVICES (it prints 'Detected VISIBLE_DEVICES=... but ignoring it') "
-                               "and sets its own for each rank from the resource options. Select GPUs with "
-                               f"--include host:0,2 instead. Sources: {sources}.", evidence=ev)]
+        return [me.finding(status="warn", title=f"CUDA_VISIBLE_DEVICES={cvd} is not what selects the GPUs",
+                           detail=f"With {given}, the DeepSpeed launcher ignores the launching node's "
+                                  "CUDA_VISIBLE_DEVICES (it prints 'Detected VISIBLE_DEVICES=... but ignoring it') "
+                                  "and sets its own for each rank from the resource options. Select GPUs with "
+                                  f"--include host:0,2 instead. Sources: {sources}.", evidence=ev)]
     idx = _indices(cvd)
     state = rule.get("state")
     how = rule.get("how") or rule.get("why") or "unknown"
     if state == "ignored":
-        return [Finding(id=cid, status="warn", title=f"DeepSpeed {ver}'s launcher ignores CUDA_VISIBLE_DEVICES={cvd}",
-                        detail=f"This release ({how}): {data['states']['ignored']}. Sources: {sources}.",
-                        evidence=ev, remedies=[_include_remedy(cvd, launch)])]
+        return [me.finding(status="warn", title=f"DeepSpeed {ver}'s launcher ignores CUDA_VISIBLE_DEVICES={cvd}",
+                           detail=f"This release ({how}): {data['states']['ignored']}. Sources: {sources}.",
+                           evidence=ev, remedies=[_include_remedy(cvd, launch)])]
     if state == "index-seeded" or (idx is not None and idx == list(range(len(idx)))):
-        return [Finding(id=cid, status="ok", title=f"CUDA_VISIBLE_DEVICES={cvd} becomes --include=localhost:{cvd}",
+        return [me.finding(status="ok", title=f"CUDA_VISIBLE_DEVICES={cvd} becomes --include=localhost:{cvd}",
                         detail=f"DeepSpeed {ver} ({how}): "
                                f"{data['states'].get(state or '', 'the list starts at 0 with no gap')}.", evidence=ev)]
     if state == "count-checked":
         bad = [i for i in idx or [] if i >= len(idx or [])]
         explains = [s for i in bad for s in ids_for(facts, "hostfile-slot", host="localhost", slot=str(i))]
-        return [Finding(id=cid, status="fail" if explains else "warn",
-                        title=f"DeepSpeed {ver}'s launcher can refuse CUDA_VISIBLE_DEVICES={cvd}: "
-                              f"\"No slot '{bad[0] if bad else '?'}' specified on host 'localhost'\"",
-                        detail=f"This release ({how}): {data['states']['count-checked']}. {cvd} is not "
-                               f"0..{len(idx or []) - 1}. Sources: {sources}.", evidence=ev, explains=explains,
-                        remedies=[_include_remedy(cvd, launch)])]
-    return [not_checked(nc, "The launcher's GPU selection", f"how DeepSpeed {ver}'s launcher treats "
-                        f"CUDA_VISIBLE_DEVICES is unknown ({how})", ev)]
+        return [me.finding(status="fail" if explains else "warn",
+                           title=f"DeepSpeed {ver}'s launcher can refuse CUDA_VISIBLE_DEVICES={cvd}: "
+                                 f"\"No slot '{bad[0] if bad else '?'}' specified on host 'localhost'\"",
+                           detail=f"This release ({how}): {data['states']['count-checked']}. {cvd} is not "
+                                  f"0..{len(idx or []) - 1}. Sources: {sources}.", evidence=ev, explains=explains,
+                           remedies=[_include_remedy(cvd, launch)])]
+    return [me.not_checked(f"how DeepSpeed {ver}'s launcher treats "
+                           f"CUDA_VISIBLE_DEVICES is unknown ({how})", ev, sub="not-checked")]
 
 
 def _include_remedy(cvd: str, launch: LaunchLaunch) -> Remedy:
@@ -208,7 +202,8 @@ def _include_remedy(cvd: str, launch: LaunchLaunch) -> Remedy:
                               "5818).")
 
 
-def _filter_slots(facts: Facts, opts: dict[str, Any], hf: HostfileFacts, ev: list[Evidence]) -> list[Finding]:
+def _filter_slots(me: CheckSpec, facts: Facts, opts: dict[str, Any], hf: HostfileFacts,
+                  ev: list[Evidence]) -> list[Finding]:
     """--include/--exclude slots the hostfile does not give its host: the launcher's "No slot" error."""
     spec = opts.get("include") or opts.get("exclude")
     nodes = {n["name"]: n.get("slots") for n in hf.get("nodes") or []}
@@ -224,7 +219,7 @@ def _filter_slots(facts: Facts, opts: dict[str, Any], hf: HostfileFacts, ev: lis
     if not bad:
         return []
     explains = [i for h, s in bad for i in ids_for(facts, "hostfile-slot", host=h, slot=s)]
-    return [Finding(id="launcher.devices", status="fail",
+    return [Finding(id=me.name, status="fail",
                     title=f"--include/--exclude names {count_of(len(bad), 'slot')} the hostfile does not give",
                     detail="; ".join(f"{h} has slots={nodes[h]} (0..{int(nodes[h] or 0) - 1}), not slot {s}"
                                      for h, s in bad)
@@ -235,16 +230,14 @@ def _filter_slots(facts: Facts, opts: dict[str, Any], hf: HostfileFacts, ev: lis
 
 @check("launcher.hostfile", title="The hostfile's hosts resolve and ssh reaches them", probes=("hostfile",),
        explains=("host-unresolved", "host-unreachable"), layer="launch")
-def check_hostfile(facts: Facts) -> list[Finding]:
-    cid = "launcher.hostfile"
-    nc = f"{cid}.not-checked"
+def check_hostfile(facts: Facts, me: CheckSpec) -> list[Finding]:
     hf = facts.of("hostfile")
     if hf is None:
-        return [not_checked(nc, "The hostfile", facts.why_not("hostfile"))]
+        return [me.not_checked(facts.why_not("hostfile"), sub="not-checked")]
     ev = facts.evidence("hostfile")
     error = hf.get("error")
     if error:
-        return [Finding(id=cid, status="fail", title="The hostfile cannot be used", detail=error, evidence=ev)]
+        return [me.finding(status="fail", title="The hostfile cannot be used", detail=error, evidence=ev)]
     unresolved = [r for r in hf.get("resolve") or [] if not r.get("addresses")]
     failing = [s for s in hf.get("ssh") or [] if not s.get("ok")]
     total = count_of(len(hf.get("nodes") or []), "host")
@@ -252,23 +245,23 @@ def check_hostfile(facts: Facts) -> list[Finding]:
         names = ", ".join(r["host"] for r in unresolved)
         explains = [i for r in unresolved for kind in ("host-unresolved", "host-unreachable")
                     for i in ids_for(facts, kind, host=r["host"])]
-        return [Finding(id=cid, status="fail", title=f"{count_of(len(unresolved), 'host')} of {hf['path']} "
-                        f"{'does' if len(unresolved) == 1 else 'do'} not resolve here: {names}",
-                        detail="; ".join(f"{r['host']}: {r['error']}" for r in unresolved) + ". The launcher "
-                               "reaches each host by its name through ssh or pdsh: ssh says 'Could not resolve "
-                               "hostname', and DeepSpeed's launcher 'host=... was not reachable via ssh'. Fix the "
-                               "name in the hostfile, or add it to DNS or /etc/hosts on this node "
-                               f"(`getent hosts {shlex.quote(unresolved[0]['host'])}` must print an address).",
-                        evidence=ev, explains=explains)]
+        return [me.finding(status="fail", title=f"{count_of(len(unresolved), 'host')} of {hf['path']} "
+                           f"{'does' if len(unresolved) == 1 else 'do'} not resolve here: {names}",
+                           detail="; ".join(f"{r['host']}: {r['error']}" for r in unresolved) + ". The launcher "
+                                  "reaches each host by its name through ssh or pdsh: ssh says 'Could not resolve "
+                                  "hostname', and DeepSpeed's launcher 'host=... was not reachable via ssh'. Fix the "
+                                  "name in the hostfile, or add it to DNS or /etc/hosts on this node "
+                                  f"(`getent hosts {shlex.quote(unresolved[0]['host'])}` must print an address).",
+                           evidence=ev, explains=explains)]
     if failing:
         explains = [i for s in failing for i in ids_for(facts, "host-unreachable", host=s["host"])]
-        return [Finding(id=cid, status="fail", title=f"ssh does not reach {count_of(len(failing), 'host')} of "
+        return [me.finding(status="fail", title=f"ssh does not reach {count_of(len(failing), 'host')} of "
                         f"{hf['path']}", detail="; ".join(f"{s['host']}: {s['said'] or 'exit ' + str(s['exit_code'])}"
                                                           for s in failing)
                         + ". The DeepSpeed launcher (pdsh) and mpirun log in to each host with ssh, without a "
                           "password prompt: set up key-based login for the training user (ssh-copy-id HOST) and "
                           "accept each host's key once.", evidence=ev, explains=explains)]
     said = "resolve here and ssh reaches them" if hf.get("ssh") else f"resolve here ({hf.get('ssh_skipped')})"
-    return [Finding(id=cid, status="ok" if hf.get("ssh") else "warn", title=f"All {total} of {hf['path']} {said}",
-                    detail=f"Read from {hf.get('source')}." + (f" {hf['ssh_skipped']}." if hf.get("ssh_skipped")
-                                                                 else ""), evidence=ev)]
+    return [me.finding(status="ok" if hf.get("ssh") else "warn", title=f"All {total} of {hf['path']} {said}",
+                       detail=f"Read from {hf.get('source')}." + (f" {hf['ssh_skipped']}." if hf.get("ssh_skipped")
+                                                                    else ""), evidence=ev)]

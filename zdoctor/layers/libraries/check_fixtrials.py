@@ -13,8 +13,7 @@ from typing import Any
 from zdoctor.core.model import Evidence, Finding
 from zdoctor.core.plural import count_of
 from zdoctor.core.present import verification_mark, verification_of, verification_text
-from zdoctor.core.registry import Facts, check
-from zdoctor.layers import not_checked
+from zdoctor.core.registry import CheckSpec, Facts, check
 from zdoctor.trials.remedies import Plan
 
 FID = "libs.fix-trials"
@@ -28,15 +27,15 @@ def _change(plan: Plan) -> str:
 
 
 @check(FID, title=TITLE, probes=("libfix",))
-def check_fix_trials(facts: Facts) -> list[Finding]:
+def check_fix_trials(facts: Facts, me: CheckSpec) -> list[Finding]:
     fix = facts.of("libfix")
     if fix is None:
-        return [not_checked(FID, TITLE, facts.why_not("libfix"))]
+        return [me.not_checked(facts.why_not("libfix"))]
     plans = [Plan.from_dict(p) for p in fix.get("plans") or []]
     if not plans:
         why = ("the command did not fail for want of a libstdc++ version, so there was nothing to try"
                if not fix.get("needed") else "no fix could be proposed from the evidence")
-        return [not_checked(FID, TITLE, why)]
+        return [me.not_checked(why)]
     argv: list[Any] = list(fix.get("argv") or [])
     command = argv[-1] if argv[:2] == ["/bin/sh", "-c"] and len(argv) == 3 else shlex.join(map(str, argv))
     rows, lines = [], [f"Re-ran: {command}" if command else "Re-ran the failing command"]
@@ -51,13 +50,13 @@ def check_fix_trials(facts: Facts) -> list[Finding]:
     reruns = [e for e in (res.evidence if res is not None else []) if e.kind == "command"]
     evidence = [table, *reruns]
     if fixed:
-        return [Finding(id=FID, status="ok",
-                        title=f"Hypothesis confirmed: the command succeeds with {len(fixed)} of "
-                              f"{count_of(len(plans), 'fix', 'fixes')} (re-run with each)",
-                        detail="\n".join(lines), evidence=evidence)]
+        return [me.finding(status="ok",
+                           title=f"Hypothesis confirmed: the command succeeds with {len(fixed)} of "
+                                 f"{count_of(len(plans), 'fix', 'fixes')} (re-run with each)",
+                           detail="\n".join(lines), evidence=evidence)]
     if tried:
-        return [Finding(id=FID, status="warn",
-                        title=f"No fix tried made the command succeed ({len(tried)} of "
-                              f"{count_of(len(plans), 'fix', 'fixes')} tried)",
-                        detail="\n".join(lines), evidence=evidence)]
-    return [Finding(id=FID, status="skip", title=f"{TITLE}: not tried", detail="\n".join(lines), evidence=evidence)]
+        return [me.finding(status="warn",
+                           title=f"No fix tried made the command succeed ({len(tried)} of "
+                                 f"{count_of(len(plans), 'fix', 'fixes')} tried)",
+                           detail="\n".join(lines), evidence=evidence)]
+    return [me.finding(status="skip", title=f"{TITLE}: not tried", detail="\n".join(lines), evidence=evidence)]

@@ -14,9 +14,8 @@ from typing import Any
 
 from zdoctor.core.model import Finding, Remedy
 from zdoctor.core.packages import managers_of_owner
-from zdoctor.core.registry import Facts, check, predicate
+from zdoctor.core.registry import CheckSpec, Facts, check
 from zdoctor.core.shellquote import shell_quote
-from zdoctor.layers import not_checked
 from zdoctor.layers.libraries.probe_glibc import glibc_version_errors
 from zdoctor.readers.versions import parse_version
 from zdoctor.symptoms.match import ids_for
@@ -122,7 +121,7 @@ def _remedies(facts: Facts, host: str | None, need: str | None, libs: list[str])
 
 @check("libs.glibc", title="glibc (GLIBC_x) needed vs the host's", probes=("glibc", "livetrace"),
        optional=("toolchain",), explains=("version-not-found",))
-def check_glibc(facts: Facts) -> list[Finding]:
+def check_glibc(facts: Facts, me: CheckSpec) -> list[Finding]:
     g = facts.of("glibc") or {}
     host = g.get("host")
     ev = facts.evidence("glibc")
@@ -143,7 +142,7 @@ def check_glibc(facts: Facts) -> list[Finding]:
         if g.get("torch_needs"):
             lines.append(f"torch's own libraries need up to {g['torch_needs']}"
                          + (f"; its wheel is tagged {', '.join(g['wheel_tags'])}" if g.get("wheel_tags") else "") + ".")
-        out.append(Finding(id="libs.glibc", status="fail",
+        out.append(me.finding(status="fail",
                            title=f"{', '.join(who)} need{'s' if len(who) == 1 else ''} {need}, newer than this host's "
                                  f"glibc {host or '(unknown)'}",
                            detail="\n".join(lines), evidence=ev,
@@ -155,25 +154,19 @@ def check_glibc(facts: Facts) -> list[Finding]:
         return out
     need = g.get("torch_needs")
     if not g:
-        return [not_checked("libs.glibc", "glibc", facts.why_not("glibc"))]
+        return [me.not_checked(facts.why_not("glibc"))]
     if not need or not host:
-        return [Finding(id="libs.glibc", status="skip", title="glibc: nothing to compare",
-                        detail=f"host glibc {host or 'unknown'}; torch's needs "
-                               f"{'unknown (torch not found)' if not g.get('torch_location') else 'none read'}",
-                        evidence=ev)]
+        return [me.finding(status="skip", title="glibc: nothing to compare",
+                           detail=f"host glibc {host or 'unknown'}; torch's needs "
+                                  f"{'unknown (torch not found)' if not g.get('torch_location') else 'none read'}",
+                           evidence=ev)]
     if (_num(need) or ()) > (_num(host) or ()):
-        return [Finding(id="libs.glibc", status="fail",
-                        title=f"torch needs {need}, newer than this host's glibc {host}",
-                        detail=f"Read from torch's libraries "
-                               f"({', '.join(x['path'] for x in g.get('torch_needs_by') or [])}). "
-                               "import torch will fail with \"version `" + need + "' not found\". glibc cannot be "
-                               "swapped per program like libstdc++.", evidence=ev,
-                        remedies=_remedies(facts, host, need, []))]
-    return [Finding(id="libs.glibc", status="ok", title=f"torch needs up to {need}; the host's glibc is {host}",
-                    detail="Read from the GLIBC_x version needs of torch's libraries.", evidence=ev)]
-
-
-@predicate("glibc_too_old", doc="a library needs a newer glibc (GLIBC_x) than the host has",
-           probes=("glibc", "livetrace"))
-def glibc_too_old(facts: Facts) -> bool:
-    return any(f.status == "fail" for f in check_glibc(facts))
+        return [me.finding(status="fail",
+                           title=f"torch needs {need}, newer than this host's glibc {host}",
+                           detail=f"Read from torch's libraries "
+                                  f"({', '.join(x['path'] for x in g.get('torch_needs_by') or [])}). "
+                                  "import torch will fail with \"version `" + need + "' not found\". glibc cannot be "
+                                  "swapped per program like libstdc++.", evidence=ev,
+                           remedies=_remedies(facts, host, need, []))]
+    return [me.finding(status="ok", title=f"torch needs up to {need}; the host's glibc is {host}",
+                       detail="Read from the GLIBC_x version needs of torch's libraries.", evidence=ev)]

@@ -9,9 +9,9 @@ from typing import Any
 from zdoctor.core.factstypes import LibsFacts, LivetraceFacts, ShellinitFacts
 from zdoctor.core.model import Evidence, Finding, Remedy
 from zdoctor.core.packages import managers
-from zdoctor.core.registry import Facts, check, predicate
+from zdoctor.core.plural import count_of
+from zdoctor.core.registry import CheckSpec, Facts, check, predicate
 from zdoctor.edit.filefix import replace_remedy
-from zdoctor.layers import not_checked
 from zdoctor.layers.libraries.fixes import best_copy
 from zdoctor.layers.libraries.rebuildop import jit_dir_of, rebuild_remedy, serving_compilers
 from zdoctor.layers.libraries.runneeds import has_every, is_libstdcxx_version, needed_versions
@@ -190,29 +190,28 @@ def _what_was_read(targets: list[dict[str, Any]]) -> str:
 
 @check("libs.glibcxx", title="GLIBCXX/CXXABI versions needed vs provided",
        probes=("libs", "livetrace", "libfix"), optional=("toolchain",), explains=("version-not-found",))
-def check_glibcxx(facts: Facts) -> list[Finding]:
-    cid = "libs.glibcxx"
+def check_glibcxx(facts: Facts, me: CheckSpec) -> list[Finding]:
     libs = facts.of("libs") or {}
     if not libs:
         res = facts.get("libs")
-        return [not_checked(cid, "Library versions", (res.error if res else None) or "no static audit")]
+        return [me.not_checked((res.error if res else None) or "no static audit")]
     groups = failure_groups(facts)
     ev = facts.evidence("libs", kinds=("table",))
     if not groups:
         winner = libs.get("libstdcxx") or {}
         n = len(libs.get("needs") or [])
         if not libs.get("targets"):
-            return [Finding(id=cid, status="skip", title="Library versions: nothing to check (no torch library, "
-                            "JIT-built op or --ext was found)",
-                            detail="No C++ library of the training was found in the probed interpreter, so no "
-                                   "GLIBCXX need was read. If the training runs another interpreter, name it "
-                                   "with --python.", evidence=ev)]
-        return [Finding(id=cid, status="ok",
-                        title=f"{winner.get('path', 'libstdc++.so.6')} {winner.get('label', '')} provides all "
-                              f"{n} libstdc++ versions the training's libraries need".replace("  ", " "),
-                        detail="Checked by set membership of each needed version node (never by sorting "
-                               f"strings), in what the audit read: {_what_was_read(libs['targets'])}.",
-                        evidence=ev)]
+            return [me.finding(status="skip", title="Library versions: nothing to check (no torch library, "
+                               "JIT-built op or --ext was found)",
+                               detail="No C++ library of the training was found in the probed interpreter, so no "
+                                      "GLIBCXX need was read. If the training runs another interpreter, name it "
+                                      "with --python.", evidence=ev)]
+        return [me.finding(status="ok",
+                           title=f"{winner.get('path', 'libstdc++.so.6')} {winner.get('label', '')} provides all "
+                                 f"{n} libstdc++ versions the training's libraries need".replace("  ", " "),
+                           detail="Checked by set membership of each needed version node (never by sorting "
+                                  f"strings), in what the audit read: {_what_was_read(libs['targets'])}.",
+                           evidence=ev)]
     remedies = _remedies(facts)
     good_line = _good_copy_line(facts)
     failing = {p for g in groups for p in (os.path.normpath(g["provider"]), g["provider_realpath"])}
@@ -245,8 +244,8 @@ def check_glibcxx(facts: Facts) -> list[Finding]:
         if not _has_good_copy(facts):
             own = remedies + _rebuild_remedies(facts, g)
             lines += _no_newer_runtime_lines(facts)
-        out.append(Finding(id=cid, status="fail", title=title, detail="\n".join(lines), evidence=ev,
-                           remedies=own, explains=list(dict.fromkeys(explains))))
+        out.append(me.finding(status="fail", title=title, detail="\n".join(lines), evidence=ev,
+                              remedies=own, explains=list(dict.fromkeys(explains))))
     return out
 
 
@@ -276,7 +275,7 @@ def live_unchecked(facts: Facts) -> str | None:
             "training interpreter with --python")
 
 
-def _still_compiling(facts: Facts, what: str, building: list[dict[str, Any]], lines: list[str],
+def _still_compiling(me: CheckSpec, facts: Facts, what: str, building: list[dict[str, Any]], lines: list[str],
                      ev: list[Evidence]) -> Finding:
     """The run reached its time limit while the JIT build was still at work: a slow first build, not a hang."""
     live = facts.of("livetrace") or {}
@@ -294,7 +293,7 @@ def _still_compiling(facts: Facts, what: str, building: list[dict[str, Any]], li
                                  "limit) and let the compilers finish.",
         note=f"the build needs more time than this run's limit ({limit:g} s)" if isinstance(limit, (int, float))
         else "the build needs more time than this run's limit")
-    return Finding(id="libs.live", status="warn",
+    return Finding(id=me.name, status="warn",
                    title=f"{what} was still compiling its JIT op when the time limit ended it: not a hang",
                    detail="\n".join([*lines, "", "Build tools were at work when the limit came: "
                                       + "; ".join(f"{r[1]} on {r[2]} ({r[3]})" for r in rows)
@@ -307,22 +306,21 @@ def _still_compiling(facts: Facts, what: str, building: list[dict[str, Any]], li
        findings=("libs.prediction",),
        no_remedy="it states what the command did under the real loader; the findings that name why (libs.glibcxx, "
                  "libs.symbols, libs.broken-files, the hang and build findings) carry the fixes")
-def check_live(facts: Facts) -> list[Finding]:
-    cid = "libs.live"
+def check_live(facts: Facts, me: CheckSpec) -> list[Finding]:
     live = facts.of("livetrace") or {}
     ev = facts.evidence("livetrace", kinds=None)
     if not live:
-        return [Finding(id=cid, status="skip", title=f"Live loader trace: {live_unchecked(facts)}")]
+        return [me.finding(status="skip", title=f"Live loader trace: {live_unchecked(facts)}")]
     what = live.get("command") or "the import probe (torch, deepspeed, JIT-built ops)"
     if not live.get("command"):
         loaded_steps, skipped_steps = probe_steps(live)
         what = "the import probe (" + (", ".join(s.replace("import ", "") for s in loaded_steps) or "nothing") + ")"
         unchecked = live_unchecked(facts)
         if unchecked:
-            return [Finding(id=cid, status="skip", title=f"Live loader trace: not checked: {unchecked}",
-                            detail=f"Ran {what}; not loaded: {', '.join(skipped_steps) or 'nothing'}. Nothing of "
-                                   "the training was loaded, so nothing was checked under the real loader.",
-                            evidence=ev)]
+            return [me.finding(status="skip", title=f"Live loader trace: not checked: {unchecked}",
+                               detail=f"Ran {what}; not loaded: {', '.join(skipped_steps) or 'nothing'}. Nothing of "
+                                      "the training was loaded, so nothing was checked under the real loader.",
+                               evidence=ev)]
         not_loaded = f"; not loaded: {', '.join(skipped_steps)}" if skipped_steps else ""
     else:
         not_loaded = ""
@@ -351,18 +349,18 @@ def check_live(facts: Facts) -> list[Finding]:
             [f"  {f}" for f in files[-10:]]
         building = [c for c in live.get("compiling") or [] if isinstance(c, dict) and c.get("comm")]
         if building:
-            out.append(_still_compiling(facts, what, building, lines, ev))
+            out.append(_still_compiling(me, facts, what, building, lines, ev))
         elif not hang_evidence(live):  # zdoctor's own probe was late on a busy or slow node: no verdict
-            out.append(Finding(id=cid, status="skip", title=f"{what}: not examined: it ran out of time ("
-                               f"{live.get('timeout') or '?'} s), its processes still running: slow, not hung",
-                               detail="\n".join([*lines, "", "Every process of the run was running on a CPU "
-                                                  "when the limit came: the interpreter was slow (a busy node, a "
-                                                  "slow file system), not waiting. Nothing was loaded, so nothing "
-                                                  "is concluded; run again with a longer --timeout."]),
-                               evidence=ev))
+            out.append(me.finding(status="skip", title=f"{what}: not examined: it ran out of time ("
+                                  f"{live.get('timeout') or '?'} s), its processes still running: slow, not hung",
+                                  detail="\n".join([*lines, "", "Every process of the run was running on a CPU "
+                                                     "when the limit came: the interpreter was slow (a busy node, a "
+                                                     "slow file system), not waiting. Nothing was loaded, so nothing "
+                                                     "is concluded; run again with a longer --timeout."]),
+                                  evidence=ev))
         else:
-            out.append(Finding(id=cid, status="fail", title=f"{what} did not finish within the time limit (hang?)",
-                               detail="\n".join(lines), evidence=ev))
+            out.append(me.finding(status="fail", title=f"{what} did not finish within the time limit (hang?)",
+                                  detail="\n".join(lines), evidence=ev))
     elif not live.get("ok"):
         errs = live.get("version_errors") or []
         failed_step = next((s for s in live.get("steps") or [] if s.get("ok") is False), None)
@@ -379,11 +377,11 @@ def check_live(facts: Facts) -> list[Finding]:
         # Only a version the real loader reported missing explains a symptom: "it fails" explains nothing.
         explains = [sid for e in errs for sid in ids_for(facts, "version-not-found", version=e.get("version"),
                                                           object=e.get("required_by"))]
-        out.append(Finding(id=cid, status="fail", title=title, detail="\n".join([*lines, first]), evidence=ev,
-                           explains=list(dict.fromkeys(explains))))
+        out.append(me.finding(status="fail", title=title, detail="\n".join([*lines, first]), evidence=ev,
+                              explains=list(dict.fromkeys(explains))))
     else:
-        out.append(Finding(id=cid, status="ok", title=f"{what} loads cleanly under the real loader{not_loaded}",
-                           detail="\n".join(lines), evidence=ev))
+        out.append(me.finding(status="ok", title=f"{what} loads cleanly under the real loader{not_loaded}",
+                              detail="\n".join(lines), evidence=ev))
     if agreement(facts) is False:
         out.append(Finding(id="libs.prediction", status="warn",
                            title="The emulation and the real loader disagree on libstdc++",
@@ -415,10 +413,10 @@ def _lacking(copy: dict[str, Any], needs: list[str]) -> str:
 
 
 @check("libs.inventory", title="Every libstdc++ on the node", probes=("libs", "livetrace"))
-def check_inventory(facts: Facts) -> list[Finding]:
+def check_inventory(facts: Facts, me: CheckSpec) -> list[Finding]:
     libs = facts.of("libs") or {}
     if not libs:
-        return [Finding(id="libs.inventory", status="skip", title="libstdc++ inventory: not taken")]
+        return [me.finding(status="skip", title="libstdc++ inventory: not taken")]
     needs = needed_versions(libs, facts.of("livetrace") or {})
     copies: list[dict[str, Any]] = [dict(c, has_every_need=has_every(c, needs)) for c in libs.get("inventory") or []]
     ev = [e for e in facts.evidence("libs", kinds=("table",)) if e.label.startswith("every libstdc++")]
@@ -450,34 +448,33 @@ def check_inventory(facts: Facts) -> list[Finding]:
         title += f"; {len(damaged)} damaged"
         lines = [f"{c['path']}: damaged, {c['error']}; {', '.join(c.get('found_as') or [])}" for c in damaged]
         detail = "\n".join(filter(None, [detail, *lines]))
-        return [Finding(id="libs.inventory", status="warn", title=title, detail=detail, evidence=ev)]
+        return [me.finding(status="warn", title=title, detail=detail, evidence=ev)]
     # a title that states a problem (a copy lacks a needed version) is a warning, never under a check mark
     lacking = "lack" in title
-    return [Finding(id="libs.inventory", status="warn" if lacking else "ok", title=title, detail=detail, evidence=ev)]
+    return [me.finding(status="warn" if lacking else "ok", title=title, detail=detail, evidence=ev)]
 
 
 @check("libs.interpreter-rpath", title="The interpreter's DT_RPATH", probes=("libs", "livetrace"))
-def check_interpreter_rpath(facts: Facts) -> list[Finding]:
-    cid = "libs.interpreter-rpath"
+def check_interpreter_rpath(facts: Facts, me: CheckSpec) -> list[Finding]:
     libs = facts.of("libs") or {}
     interp = libs.get("interpreter") or {}
     if not libs:
-        return [not_checked(cid, "Interpreter RPATH", facts.why_not("libs"))]
+        return [me.not_checked(facts.why_not("libs"))]
     if not interp.get("rpath"):
-        return [Finding(id=cid, status="ok", title="The interpreter carries no DT_RPATH")]
+        return [me.finding(status="ok", title="The interpreter carries no DT_RPATH")]
     needs = needed_versions(libs, facts.of("livetrace") or {})
     old = [(c["path"], c.get("glibcxx_max")) for c in interp.get("rpath_copies") or []
            if needs and not set(needs) <= set(c.get("versions") or [])]
     if not old:
-        return [Finding(id=cid, status="ok", title=f"The interpreter's DT_RPATH ({interp['rpath']}) holds no "
-                        "libstdc++ older than the training needs")]
+        return [me.finding(status="ok", title=f"The interpreter's DT_RPATH ({interp['rpath']}) holds no "
+                           "libstdc++ older than the training needs")]
     cand, have = old[0]
-    return [Finding(id=cid, status="warn",
-                    title=f"The interpreter's DT_RPATH puts an older libstdc++ in reach: {cand} ({have})",
-                    detail=(f"{interp.get('path')} carries DT_RPATH {interp['rpath']} (conda builds its python "
-                            "this way). Any extension without its own RUNPATH that loads libstdc++.so.6 "
-                            "first - imported before torch - gets this copy, and every later library then "
-                            "shares it, whatever its own RUNPATH says."))]
+    return [me.finding(status="warn",
+                       title=f"The interpreter's DT_RPATH puts an older libstdc++ in reach: {cand} ({have})",
+                       detail=(f"{interp.get('path')} carries DT_RPATH {interp['rpath']} (conda builds its python "
+                               "this way). Any extension without its own RUNPATH that loads libstdc++.so.6 "
+                               "first - imported before torch - gets this copy, and every later library then "
+                               "shares it, whatever its own RUNPATH says."))]
 
 
 def _gcc_of(comment: str) -> str | None:
@@ -489,12 +486,11 @@ def _gcc_of(comment: str) -> str | None:
 
 @check("libs.ext-compilers", title="The compiler that built each extension, beside the toolchain layers",
        probes=("libs", "toolchain"))
-def check_ext_compilers(facts: Facts) -> list[Finding]:
+def check_ext_compilers(facts: Facts, me: CheckSpec) -> list[Finding]:
     """The fourth toolchain layer, from each extension's .comment, in one table with the other three."""
-    cid = "libs.ext-compilers"
     libs = facts.of("libs") or {}
     if not libs or not libs.get("targets"):
-        return [Finding(id=cid, status="skip", title="Extension compilers: no extension to read")]
+        return [me.finding(status="skip", title="Extension compilers: no extension to read")]
     tool = facts.get("toolchain")
     rows: list[list[str]] = []
     if tool is not None and tool.status == "ok":
@@ -524,20 +520,20 @@ def check_ext_compilers(facts: Facts) -> list[Finding]:
                      "builds and still loads the system libstdc++.so.6 at run time; it never satisfies a "
                      "runtime GLIBCXX need.")
     if newer:
-        return [Finding(id=cid, status="warn",
-                        title=f"Built by a newer GCC than the loaded libstdc++ ({have}) serves: {', '.join(newer)}",
-                        detail="\n".join(lines), evidence=ev)]
-    return [Finding(id=cid, status="ok", title=f"{len(libs['targets'])} extension(s): compilers read from .comment",
+        return [me.finding(status="warn",
+                           title=f"Built by a newer GCC than the loaded libstdc++ ({have}) serves: {', '.join(newer)}",
+                           detail="\n".join(lines), evidence=ev)]
+    return [me.finding(status="ok",
+                       title=f"{count_of(len(libs['targets']), 'extension')}: compilers read from .comment",
                     detail="\n".join(lines), evidence=ev)]
 
 
 @check("libs.env-source", title="Where the offending LD_LIBRARY_PATH / LD_PRELOAD entry is set",
        probes=("libs", "livetrace", "shellinit"))
-def check_env_source(facts: Facts) -> list[Finding]:
+def check_env_source(facts: Facts, me: CheckSpec) -> list[Finding]:
     """For each LD_LIBRARY_PATH or LD_PRELOAD entry that supplies a failing libstdc++, the shell startup line
     that sets it: the line to change so the fix outlives this shell."""
 
-    cid = "libs.env-source"
     kinds = {"ld_library_path": "LD_LIBRARY_PATH", "ld_preload": "LD_PRELOAD"}
     wanted: list[tuple[str, str]] = []
     for g in failure_groups(facts):
@@ -545,11 +541,11 @@ def check_env_source(facts: Facts) -> list[Finding]:
         if src.get("kind") in kinds and src.get("entry") and (kinds[src["kind"]], src["entry"]) not in wanted:
             wanted.append((kinds[src["kind"]], src["entry"]))
     if not wanted:
-        return [Finding(id=cid, status="skip", title="Where the offending entry is set: nothing to trace (no "
-                        "failing libstdc++ came through LD_LIBRARY_PATH or LD_PRELOAD)")]
+        return [me.finding(status="skip", title="Where the offending entry is set: nothing to trace (no "
+                           "failing libstdc++ came through LD_LIBRARY_PATH or LD_PRELOAD)")]
     init = facts.of("shellinit")
     if init is None:
-        return [not_checked(cid, "Where the offending entry is set", facts.why_not("shellinit"))]
+        return [me.not_checked(facts.why_not("shellinit"))]
     ev = facts.evidence("shellinit", kinds=("table",))
     out = []
     for var, entry in wanted:
@@ -561,17 +557,17 @@ def check_env_source(facts: Facts) -> list[Finding]:
                           "removing the entry in one shell does not outlive that shell. Delete or comment out "
                           "the line (or move it into the one script that needs it).")
             fixes = [r for r in (_comment_out_remedy(init, x, var, entry) for x in lines) if r is not None]
-            out.append(Finding(id=cid, status="warn",
-                               title=f"{var} entry {entry} is set in {first['file']} line {first['line']}: "
-                                     f"{first['text']}", detail="\n".join(detail), evidence=ev,
-                               remedies=fixes[:1]))
+            out.append(me.finding(status="warn",
+                                  title=f"{var} entry {entry} is set in {first['file']} line {first['line']}: "
+                                        f"{first['text']}", detail="\n".join(detail), evidence=ev,
+                                  remedies=fixes[:1]))
         else:
             read = init.get("files") or []
-            out.append(Finding(id=cid, status="warn",
-                               title=f"{var} entry {entry}: no shell startup file zdoctor read sets it",
-                               detail="Files read: " + (", ".join(read) or "none") + ". It may come from a "
-                                      "module file, a job script, a scheduler prolog or the launcher's "
-                                      "environment.", evidence=ev))
+            out.append(me.finding(status="warn",
+                                  title=f"{var} entry {entry}: no shell startup file zdoctor read sets it",
+                                  detail="Files read: " + (", ".join(read) or "none") + ". It may come from a "
+                                         "module file, a job script, a scheduler prolog or the launcher's "
+                                         "environment.", evidence=ev))
     return out
 
 
@@ -601,11 +597,11 @@ def _comment_out_remedy(init: ShellinitFacts, line: dict[str, Any], var: str, en
 
 @check("libs.broken-files", title="Unreadable or corrupt extension files", probes=("libs",),
        findings=("libs.broken-files.*",))
-def check_broken(facts: Facts) -> list[Finding]:
+def check_broken(facts: Facts, me: CheckSpec) -> list[Finding]:
     libs = facts.of("libs") or {}
     if not libs.get("targets"):
-        return [Finding(id="libs.broken-files", status="skip", title="Extension files: nothing to read (no C++ "
-                        "library of the training was found)")]
+        return [me.finding(status="skip", title="Extension files: nothing to read (no C++ "
+                           "library of the training was found)")]
     errs = [t for t in libs.get("targets") or [] if t.get("error")]
     if not errs:
         return []
@@ -616,7 +612,7 @@ def check_broken(facts: Facts) -> list[Finding]:
                   "A library it needs was found nowhere on its search path.")
         if t.get("tried"):
             detail += "\nPaths considered, in order:\n" + "\n".join(f"  {p}" for p in t["tried"][:40])
-        out.append(Finding(id="libs.broken-files" + (f".{i + 1}" if i else ""), status="fail",
+        out.append(Finding(id=me.name + (f".{i + 1}" if i else ""), status="fail",
                            title=f"{t['target']['name']}: {t['error']}", detail=detail))
     return out
 
@@ -695,14 +691,3 @@ def live_still_compiling(facts: Facts) -> bool:
 def live_checked_nothing(facts: Facts) -> bool:
     # a live trace that gave no facts at all is a probe without facts: the playbook's not_checked end says so
     return bool(facts.of("livetrace")) and live_unchecked(facts) is not None
-
-
-@predicate("prediction_disagrees", doc="the emulation and the real loader picked different libstdc++ copies",
-           probes=("livetrace", "libs"))
-def disagrees(facts: Facts) -> bool:
-    return agreement(facts) is False
-
-
-@predicate("fix_verified", doc="a remedy made the failing command succeed when re-run", probes=("libfix",))
-def fix_verified(facts: Facts) -> bool:
-    return any(p.verified for p in _plans(facts))

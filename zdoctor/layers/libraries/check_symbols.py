@@ -8,8 +8,7 @@ from typing import Any
 
 from zdoctor.core.model import Finding, Remedy
 from zdoctor.core.packages import managers_of_owner
-from zdoctor.core.registry import Facts, check, predicate
-from zdoctor.layers import not_checked
+from zdoctor.core.registry import CheckSpec, Facts, check, predicate
 from zdoctor.layers.libraries.check_libs import live_unchecked
 from zdoctor.layers.libraries.symbols import library_for_prefix
 from zdoctor.symptoms.match import ids_for
@@ -71,12 +70,12 @@ def _link_finding(e: dict[str, Any], fid: str) -> Finding:
                    detail="\n".join(lines), remedies=rems)
 
 
-def _finding(e: dict[str, Any], i: int, distro: dict[str, Any] | None = None) -> Finding:
+def _finding(me: CheckSpec, e: dict[str, Any], i: int, distro: dict[str, Any] | None = None) -> Finding:
     obj = e.get("object") or "?"
     name = os.path.basename(obj)
     sym = e["symbol"]
     dem = e.get("demangled")
-    fid = "libs.symbols" + (f".{i + 1}" if i else "")
+    fid = me.name + (f".{i + 1}" if i else "")
     if e.get("link_time"):
         return _link_finding(e, fid)
     if e.get("version_node"):
@@ -219,26 +218,25 @@ def _other_release(e: dict[str, Any], fid: str, name: str, shown: str,
 @check("libs.symbols", title="Undefined symbols: ABI, shadowed or never-linked library",
        probes=("symbols", "livetrace"), optional=("toolchain",),
        explains=("undefined-symbol", "undefined-reference", "version-not-found"))
-def check_symbols(facts: Facts) -> list[Finding]:
-
+def check_symbols(facts: Facts, me: CheckSpec) -> list[Finding]:
     f = facts.of("symbols")
     if f is None or f.get("skipped"):
         why = (f.get("skipped") if f else None) or facts.why_not("symbols")
-        return [not_checked("libs.symbols", "Undefined symbols", why)]
+        return [me.not_checked(why)]
     errs = f.get("errors") or []
     nothing = live_unchecked(facts) if facts.of("livetrace") else None
     if not errs and nothing:
-        return [Finding(id="libs.symbols", status="skip", title="Undefined symbols: not checked, the live run "
-                        "loaded nothing of the training", detail=nothing)]
+        return [me.finding(status="skip", title="Undefined symbols: not checked, the live run "
+                           "loaded nothing of the training", detail=nothing)]
     if not errs:
-        return [Finding(id="libs.symbols", status="ok", title="No undefined symbol in the live run",
-                        detail=f"The live run's error output names no undefined symbol and no link-time "
-                               f"undefined reference "
-                               f"({f.get('loaded_count', 0)} objects loaded).")]
+        return [me.finding(status="ok", title="No undefined symbol in the live run",
+                           detail=f"The live run's error output names no undefined symbol and no link-time "
+                                  f"undefined reference "
+                                  f"({f.get('loaded_count', 0)} objects loaded).")]
     ev = facts.evidence("symbols")
     out = []
     for i, e in enumerate(errs):
-        fi = _finding(e, i, facts.get_fact("toolchain", "distro"))
+        fi = _finding(me, e, i, facts.get_fact("toolchain", "distro"))
         fi.evidence = ev
         fi.explains = _explains(facts, e)
         out.append(fi)

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from zdoctor.layers.libraries.strace import per_pid_files
 from zdoctor.proc.userfile import read_prefix
 
 #: Upper bound on what is read from one ``LD_DEBUG_OUTPUT`` file.
@@ -325,16 +326,9 @@ def parse_ld_debug_dir(directory: str, prefix: str, *, limit: int = MAX_FILE_BYT
     files are skipped.
     """
     traces: dict[int, PidTrace] = {}
-    try:
-        names = sorted(os.listdir(directory))
-    except OSError:
-        return traces
-    for name in names:
-        head, dot, suffix = name.rpartition(".")
-        if not dot or head != prefix or not suffix.isdigit():
-            continue
+    for path, _pid in per_pid_files(directory, prefix):
         try:
-            text, cut = read_bounded(os.path.join(directory, name), limit)
+            text, cut = read_bounded(path, limit)
         except OSError:
             continue
         for pid, t in parse_ld_debug(text, truncated=cut, loader_only=True).items():

@@ -44,6 +44,7 @@ from zdoctor.layers.libraries.strace import (
 )
 from zdoctor.layers.ranks.rankjob import collect_ranks
 from zdoctor.proc import children, codeowner
+from zdoctor.proc.leftovers import named_entries, process_gone
 from zdoctor.proc.runas import RunAs
 from zdoctor.proc.runner import run, which_all
 from zdoctor.proc.systools import system_tool
@@ -325,25 +326,17 @@ def sweep_stale_trace_dirs(root: str | None = None) -> list[str]:
     only this user's real directories, and only when the process PID in the name is gone. Returns them."""
     root = root or tempfile.gettempdir()
     removed: list[str] = []
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return removed
-    for name in names:
-        m = _TRACE_DIR.match(name)
-        if not m or int(m.group(1)) == os.getpid():
+    for name, m in named_entries(root, _TRACE_DIR):
+        pid = int(m.group(1))
+        if pid == os.getpid():
             continue
         full = os.path.join(root, name)
         try:
             st = os.lstat(full)
-            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-                continue
-            os.kill(int(m.group(1)), 0)
-            continue  # its zdoctor still runs
-        except ProcessLookupError:
-            pass
-        except OSError:  # PermissionError: a live process of another user holds the pid
+        except OSError:
             continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or not process_gone(pid):
+            continue  # not this user's folder, or its zdoctor still runs
         shutil.rmtree(full, ignore_errors=True)
         removed.append(full)
     return removed

@@ -166,21 +166,30 @@ def parse_strace(text: str, default_pid: int = 0) -> list[FileEvent]:
     return events
 
 
-def parse_strace_files(directory: str, prefix: str) -> list[FileEvent]:
-    """Events of ``strace -ff -o <directory>/<prefix>`` (files ``<prefix>.<pid>``), per pid in order."""
-    events: list[FileEvent] = []
+def per_pid_files(directory: str, prefix: str) -> list[tuple[str, int]]:
+    """The files ``<directory>/<prefix>.<pid>`` a tracer writes, one per process (``strace -ff -o``,
+    ``LD_DEBUG_OUTPUT``), with their pids, in name order; none when the directory cannot be listed."""
     try:
         names = sorted(os.listdir(directory))
     except OSError:
-        return events
+        return []
+    out = []
     for name in names:
         head, dot, suffix = name.rpartition(".")
         if dot and head == prefix and suffix.isdigit():
-            try:
-                with open_regular_text(os.path.join(directory, name), encoding="utf-8", errors="surrogateescape") as fh:
-                    events.extend(parse_strace(fh.read(), default_pid=int(suffix)))
-            except OSError:
-                continue
+            out.append((os.path.join(directory, name), int(suffix)))
+    return out
+
+
+def parse_strace_files(directory: str, prefix: str) -> list[FileEvent]:
+    """Events of ``strace -ff -o <directory>/<prefix>`` (files ``<prefix>.<pid>``), per pid in order."""
+    events: list[FileEvent] = []
+    for path, pid in per_pid_files(directory, prefix):
+        try:
+            with open_regular_text(path, encoding="utf-8", errors="surrogateescape") as fh:
+                events.extend(parse_strace(fh.read(), default_pid=pid))
+        except OSError:
+            continue
     return events
 
 

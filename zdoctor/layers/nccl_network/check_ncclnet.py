@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from zdoctor.core.model import Evidence, Finding, Remedy
-from zdoctor.core.registry import Facts, check
+from zdoctor.core.plural import count_of
+from zdoctor.core.registry import CheckSpec, Facts, check
 from zdoctor.core.shellquote import shell_quote
-from zdoctor.layers import not_checked
 from zdoctor.layers.nccl_network import infiniband, nccllog, ncclnet
 from zdoctor.symptoms.match import ids_for
 
@@ -128,12 +128,11 @@ def _log_lines(log: Mapping[str, Any] | None, predicted: str | None) -> tuple[li
 
 @check("nccl.socket", title="The interface NCCL chooses", probes=("nccl_net",), optional=("nccl_log",),
        explains=("nccl-interface",), layer="nccl-network")
-def check_socket(facts: Facts) -> list[Finding]:
-    fid = "nccl.socket"
+def check_socket(facts: Facts, me: CheckSpec) -> list[Finding]:
     nf = facts.of("nccl_net")
     if nf is None or nf.get("skipped"):
         why = (nf or {}).get("skipped") or facts.why_not("nccl_net")
-        return [not_checked(f"{fid}.not-checked", "The interface NCCL chooses", why)]
+        return [me.not_checked(why, sub="not-checked")]
     choice = nf.get("choice") or {}
     chosen = choice.get("chosen") or []
     interfaces = nf.get("interfaces") or []
@@ -164,9 +163,9 @@ def check_socket(facts: Facts) -> list[Finding]:
                     " and is the interface the route to the other nodes uses" if devs else
                     " and is what NCCL picks with the variable unset")
         rem = [_ifname_remedy(name, interfaces, f"{name} has an address{why_name}", current)] if name else []
-        return [Finding(id=fid, status="fail", title="NCCL finds no interface to use" if not without else
-                        f"NCCL_SOCKET_IFNAME selects {', '.join(without)}, which has no address",
-                        detail="\n".join([what + ".", *log_lines]), evidence=ev, remedies=rem, explains=explained)]
+        return [me.finding(status="fail", title="NCCL finds no interface to use" if not without else
+                           f"NCCL_SOCKET_IFNAME selects {', '.join(without)}, which has no address",
+                           detail="\n".join([what + ".", *log_lines]), evidence=ev, remedies=rem, explains=explained)]
     first: Mapping[str, Any] = chosen[0]
     iface = _iface(nf, first["ifname"]) or {}
     problems: list[str] = []
@@ -208,27 +207,25 @@ def check_socket(facts: Facts) -> list[Finding]:
             rem.append(_ifname_remedy(good, interfaces, "the route to the other nodes goes through it", current))
     title = (f"NCCL would use {first['ifname']} ({first['address']})" if status == "ok" else
              f"NCCL's interface {first['ifname']}: " + problems[0].split(":")[0])
-    return [Finding(id=fid, status=status, title=title, detail="\n".join(lines), evidence=ev, remedies=rem,
-                    explains=explained if status == "fail" else [])]
+    return [me.finding(status=status, title=title, detail="\n".join(lines), evidence=ev, remedies=rem,
+                       explains=explained if status == "fail" else [])]
 
 
 @check("nccl.peers", title="NCCL's interface routes to the other nodes", probes=("nccl_net",),
        explains=("nccl-connect",), layer="nccl-network")
-def check_peers(facts: Facts) -> list[Finding]:
-    fid = "nccl.peers"
+def check_peers(facts: Facts, me: CheckSpec) -> list[Finding]:
     nf = facts.of("nccl_net")
     if nf is None or nf.get("skipped"):
         why = (nf or {}).get("skipped") or facts.why_not("nccl_net")
-        return [not_checked(f"{fid}.not-checked", "Routes to the other nodes", why)]
+        return [me.not_checked(why, sub="not-checked")]
     peers = nf.get("peers") or []
     hf = nf.get("hostfile") or {}
     if not peers:
         why = f"the hostfile could not be read: {hf['error']}" if hf.get("error") else NO_PEERS
-        return [not_checked(f"{fid}.not-checked", "Routes to the other nodes", why)]
+        return [me.not_checked(why, sub="not-checked")]
     chosen = (nf.get("choice") or {}).get("chosen") or []
     if not chosen:
-        return [not_checked(f"{fid}.not-checked", "Routes to the other nodes",
-                            "NCCL has no interface to route from (see nccl.socket)")]
+        return [me.not_checked("NCCL has no interface to route from (see nccl.socket)", sub="not-checked")]
     mine = chosen[0]["ifname"]
     rows: list[list[str]] = []
     hl, bad = [], []
@@ -253,13 +250,13 @@ def check_peers(facts: Facts) -> list[Finding]:
         f"routes to the job's nodes (NCCL uses {mine})",
         ["peer", "from", "address", "route via", "gateway", "source address", "verdict"], rows, hl))]
     more = nf.get("peers_total", len(peers)) - len(peers)
-    tail = [f"{more} more host(s) of the hostfile were not looked up."] if more > 0 else []
+    tail = [f"{count_of(more, 'more host')} of the hostfile were not looked up."] if more > 0 else []
     if hf.get("error"):
         tail.append(f"The hostfile could not be read: {hf['error']}")
     if not bad:
-        return [Finding(id=fid, status="ok", title=f"{mine} routes to all {len(peers)} peer address(es)",
-                        detail="\n".join([f"Every peer's address routes through {mine}, the interface NCCL uses "
-                                          "(ip route get; no traffic sent).", *tail]), evidence=ev)]
+        return [me.finding(status="ok", title=f"{mine} routes to all {count_of(len(peers), 'peer address')}",
+                           detail="\n".join([f"Every peer's address routes through {mine}, the interface NCCL uses "
+                                             "(ip route get; no traffic sent).", *tail]), evidence=ev)]
     lines = [f"NCCL uses {mine} ({chosen[0]['address']}), but:"] + [f"  {p['name']} ({p.get('address') or '?'}): {v}"
                                                                      for p, v in bad]
     lines.append("A rank that listens and connects on an interface the other nodes' addresses are not routed "
@@ -268,31 +265,30 @@ def check_peers(facts: Facts) -> list[Finding]:
     rem = [_ifname_remedy(devs[0], nf.get("interfaces") or [], f"the routes to {', '.join(p['name'] for p, _ in bad)} "
                           f"go through {devs[0]}", (nf.get("env") or {}).get("NCCL_SOCKET_IFNAME"))] if devs else []
     explained = [i for p, _ in bad for i in ids_for(facts, "nccl-connect", address=p.get("address"))]
-    return [Finding(id=fid, status="fail", title=f"NCCL's interface {mine} does not route to "
-                    + ", ".join(p["name"] for p, _ in bad[:3]) + (" ..." if len(bad) > 3 else ""),
-                    detail="\n".join(lines + tail), evidence=ev, remedies=rem, explains=explained)]
+    return [me.finding(status="fail", title=f"NCCL's interface {mine} does not route to "
+                       + ", ".join(p["name"] for p, _ in bad[:3]) + (" ..." if len(bad) > 3 else ""),
+                       detail="\n".join(lines + tail), evidence=ev, remedies=rem, explains=explained)]
 
 
 @check("nccl.ib", title="InfiniBand / RoCE ports against NCCL_IB_*", probes=("infiniband", "nccl_net"),
        explains=("nccl-ib",), layer="nccl-network")
-def check_ib(facts: Facts) -> list[Finding]:
-    fid = "nccl.ib"
+def check_ib(facts: Facts, me: CheckSpec) -> list[Finding]:
     ib = facts.of("infiniband")
     nf = facts.of("nccl_net") or {}
     env = nf.get("env") or {}
     if ib is None:
-        return [not_checked(f"{fid}.not-checked", "InfiniBand / RoCE ports", facts.why_not("infiniband"))]
+        return [me.not_checked(facts.why_not("infiniband"), sub="not-checked")]
     if not ib.get("present") or not ib.get("devices"):
         if (env.get("NCCL_NET") or "").upper() == "IB":
-            return [Finding(id=fid, status="fail", title="NCCL_NET=IB, and this node has no InfiniBand device",
-                            detail=f"{ib.get('root')} lists no device: NCCL cannot initialise the IB network it is "
-                                   "told to use.",
-                            remedies=[Remedy("Let NCCL use sockets", ["unset NCCL_NET"],
-                                             undo=[f"export NCCL_NET={shell_quote(env['NCCL_NET'])}"], verified=None,
-                                             note="not tried, because it changes every rank's launch")])]
+            return [me.finding(status="fail", title="NCCL_NET=IB, and this node has no InfiniBand device",
+                               detail=f"{ib.get('root')} lists no device: NCCL cannot initialise the IB network it is "
+                                      "told to use.",
+                               remedies=[Remedy("Let NCCL use sockets", ["unset NCCL_NET"],
+                                                undo=[f"export NCCL_NET={shell_quote(env['NCCL_NET'])}"], verified=None,
+                                                note="not tried, because it changes every rank's launch")])]
         why = ib.get("error") or (f"no device under {ib.get('root')}" if ib.get("present") else
                                   f"no {ib.get('root')}: no InfiniBand or RoCE device on this node")
-        return [not_checked(f"{fid}.not-checked", "InfiniBand / RoCE ports", f"not examined: {why}")]
+        return [me.not_checked(f"not examined: {why}", sub="not-checked")]
     a = infiniband.analyze(ib, env)
     ev = facts.evidence("infiniband")
     probs = a["problems"]
@@ -320,8 +316,8 @@ def check_ib(facts: Facts) -> list[Finding]:
     explained = ids_for(facts, "nccl-ib") if any(p["kind"] in gid_kinds for p in probs) else []
     title = ("InfiniBand / RoCE ports as NCCL_IB_* asks" if status == "ok" else
              probs[0]["text"].split(":")[0] if probs else "InfiniBand / RoCE ports")
-    return [Finding(id=fid, status=status, title=title, detail="\n".join(lines), evidence=ev, remedies=rem,
-                    explains=explained)]
+    return [me.finding(status=status, title=title, detail="\n".join(lines), evidence=ev, remedies=rem,
+                       explains=explained)]
 
 
 def _roce_v2_index(ib: Mapping[str, Any], a: dict[str, Any]) -> int | None:

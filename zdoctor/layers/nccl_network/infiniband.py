@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from zdoctor.layers.nccl_network.ncclnet import matches, parse_list
+from zdoctor.readers.sysread import read_value
 
 ROOT = "/sys/class/infiniband"
 #: GID table entries read per port at most (hardware tables hold up to 128, usually a few are used).
@@ -33,14 +34,6 @@ SOURCES = (
     "ncclIbGetGidIndex, NCCL_IB_GID_INDEX, NCCL_IB_TC)",
     "NVIDIA MLNX_OFED documentation, RDMA over Converged Ethernet: the GID table in sysfs and show_gids",
 )
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read(4096).strip()
-    except OSError:
-        return None
 
 
 def _numbered(text: str | None) -> tuple[int | None, str | None]:
@@ -59,8 +52,8 @@ def gid_address(gid: str) -> str | None:
 
 
 def read_port(path: str) -> dict[str, Any]:
-    state_n, state = _numbered(_read(os.path.join(path, "state")))
-    phys_n, phys = _numbered(_read(os.path.join(path, "phys_state")))
+    state_n, state = _numbered(read_value(os.path.join(path, "state")))
+    phys_n, phys = _numbered(read_value(os.path.join(path, "phys_state")))
     gids = []
     gdir = os.path.join(path, "gids")
     try:
@@ -68,20 +61,20 @@ def read_port(path: str) -> dict[str, Any]:
     except OSError:
         names = []
     for n in names:
-        gid = _read(os.path.join(gdir, n))
+        gid = read_value(os.path.join(gdir, n))
         if gid is None:
             continue
         if gid == EMPTY_GID:
             gids.append({"index": int(n), "gid": gid, "empty": True})
             continue
-        gtype = _read(os.path.join(path, "gid_attrs", "types", n))
-        ndev = _read(os.path.join(path, "gid_attrs", "ndevs", n))
+        gtype = read_value(os.path.join(path, "gid_attrs", "types", n))
+        ndev = read_value(os.path.join(path, "gid_attrs", "ndevs", n))
         gids.append({"index": int(n), "gid": gid, "empty": False, "type": gtype, "ndev": ndev,
                      "address": gid_address(gid),
                      "link_local": gid.lower().startswith("fe80:")})
     used = [g for g in gids if not g["empty"]]
     return {"state": state, "state_code": state_n, "phys_state": phys, "phys_state_code": phys_n,
-            "rate": _read(os.path.join(path, "rate")), "link_layer": _read(os.path.join(path, "link_layer")),
+            "rate": read_value(os.path.join(path, "rate")), "link_layer": read_value(os.path.join(path, "link_layer")),
             "gids": used, "gid_table_size": len(gids)}
 
 

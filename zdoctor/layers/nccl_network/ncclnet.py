@@ -23,6 +23,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from zdoctor.readers.sysread import read_value
+
 SOURCES = (
     "NCCL src/misc/socket.cc (findInterfaces, ncclFindInterfaces, ncclFindInterfaceMatchSubnet)",
     "NCCL src/misc/utils.cc (parseStringList, matchIfList: prefix match unless exact)",
@@ -92,18 +94,10 @@ def parse_ip_addr(text: str) -> list[dict[str, Any]]:
     return out
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read(4096).strip()
-    except OSError:
-        return None
-
-
 def sysfs_membership(name: str, root: str = "/sys/class/net") -> dict[str, Any]:
     """A bond's slaves, a bridge's ports, and the master an interface is enslaved to, from sysfs."""
     base = os.path.join(root, name)
-    slaves = (_read(os.path.join(base, "bonding", "slaves")) or "").split()
+    slaves = (read_value(os.path.join(base, "bonding", "slaves")) or "").split()
     try:
         ports = sorted(os.listdir(os.path.join(base, "brif")))
     except OSError:
@@ -114,7 +108,8 @@ def sysfs_membership(name: str, root: str = "/sys/class/net") -> dict[str, Any]:
     kind = "bond" if os.path.isdir(os.path.join(base, "bonding")) else \
         "bridge" if os.path.isdir(os.path.join(base, "bridge")) else None
     return {"kind": kind, "bond_slaves": slaves, "bridge_ports": ports, "sysfs_master": master,
-            "operstate_sysfs": _read(os.path.join(base, "operstate")), "carrier": _read(os.path.join(base, "carrier"))}
+            "operstate_sysfs": read_value(os.path.join(base, "operstate")),
+            "carrier": read_value(os.path.join(base, "carrier"))}
 
 
 def candidates(interfaces: Sequence[Mapping[str, Any]], family: str | None = None) -> list[dict[str, Any]]:

@@ -10,8 +10,8 @@ from typing import Any
 
 from zdoctor.core.causes import CGROUP_LIMIT, UNKNOWN_KILL, WHAT_WOULD_TELL, kill_cause, oom_cause
 from zdoctor.core.model import Evidence, Finding, Remedy
-from zdoctor.core.registry import Facts, check, predicate
-from zdoctor.layers import not_checked
+from zdoctor.core.plural import count_of
+from zdoctor.core.registry import CheckSpec, Facts, check, predicate
 from zdoctor.layers.offload.planner import gib
 from zdoctor.readers.hostlimits import human
 from zdoctor.symptoms.match import ids_for
@@ -21,14 +21,13 @@ from zdoctor.symptoms.match import ids_for
        explains=("oom-kill", "killed"),
        optional=("dsrelease", "dsconfig", "kernel_log", "livetrace", "container"),
        findings=("offload.host-ram.wsl2",))
-def check_hostram(facts: Facts) -> list[Finding]:
+def check_hostram(facts: Facts, me: CheckSpec) -> list[Finding]:
     f = facts.of("hostram")
     if f is None:
-        return [not_checked("offload.host-ram", "Host memory beyond the estimate", facts.why_not("hostram"))]
+        return [me.not_checked(facts.why_not("hostram"))]
     ooms = job_oom_kills(facts, f)
     if not f.get("config") and not f.get("log") and not ooms:
-        return [not_checked("offload.host-ram", "Host memory beyond the estimate",
-                            "no ds_config (--ds-config) and no training log (--log) given")]
+        return [me.not_checked("no ds_config (--ds-config) and no training log (--log) given")]
     ev = facts.evidence("hostram")
     extra, est = f.get("extra_per_node"), f.get("estimate_per_node")
     known_extra = f.get("extra_known_per_node") or 0
@@ -73,12 +72,12 @@ def check_hostram(facts: Facts) -> list[Finding]:
     counted = job_cgroup_oom_kills(facts)
     if memcg:  # a cgroup constraint in the job's kills makes the kill the cgroup's (causes.kill_cause)
         others = [f"Also killed outside the cgroup's limit: {_where(f, x)}: {x['text']}" for x in host_wide[:3]]
-        out.append(_memcg_kill(f, memcg, lines + others, ev, rem))
+        out.append(_memcg_kill(me, f, memcg, lines + others, ev, rem))
         out[-1].explains = ids_for(facts, "oom-kill", constraint="CONSTRAINT_MEMCG") + killed
         out[-1].cause = CGROUP_LIMIT
     elif host_wide and host_wide[0].get("source") != "kernel log":  # the --log's line alone: not a fact here
         k = host_wide[0]
-        out.append(Finding(id="offload.host-ram", status="warn",
+        out.append(me.finding(status="warn",
                            title=f"The training log says the OOM killer killed {k.get('task')} (pid {k.get('pid')}, "
                                  f"{_where(f, k, 'log line ')}): not confirmed on this node (from the message only)",
                            detail="\n".join([f"{_where(f, x)}: {x['text']}" for x in host_wide[:3]]
@@ -95,81 +94,81 @@ def check_hostram(facts: Facts) -> list[Finding]:
                  "cpuset": "the memory of the NUMA nodes the job's cpuset allows ran out (CONSTRAINT_CPUSET)",
                  "mempolicy": "the memory of the NUMA nodes the job's memory policy allows ran out "
                               "(CONSTRAINT_MEMORY_POLICY)"}.get(k.get("kind") or "") if oom_cause(k) else \
-            (f"the job's memory cgroup limit ran out (no constraint logged; the cgroup counted {counted} OOM "
-             "kill(s) at its limit)" if cause == CGROUP_LIMIT else f"{UNKNOWN_KILL} ({WHAT_WOULD_TELL} would tell)")
-        out.append(Finding(id="offload.host-ram", status="fail", cause=cause,
-                           title=f"The kernel's OOM killer killed {k.get('task')} (pid {k.get('pid')}, "
-                                 f"{_where(f, k, 'log line ')}): {scope}",
-                           detail="\n".join([f"{_where(f, x)}: {x['text']}" for x in host_wide[:3]]
-                                            + lines + ["RAM is the bottleneck, whatever the model-state estimate "
-                                                       "says; the memory available now is after the kill."]),
-                           evidence=ev, remedies=rem,
-                           explains=ids_for(facts, "oom-kill", constraint=k.get("constraint")) + killed))
+            (f"the job's memory cgroup limit ran out (no constraint logged; the cgroup counted {_kills(counted)} at "
+             "its limit)" if cause == CGROUP_LIMIT else f"{UNKNOWN_KILL} ({WHAT_WOULD_TELL} would tell)")
+        out.append(me.finding(status="fail", cause=cause,
+                              title=f"The kernel's OOM killer killed {k.get('task')} (pid {k.get('pid')}, "
+                                    f"{_where(f, k, 'log line ')}): {scope}",
+                              detail="\n".join([f"{_where(f, x)}: {x['text']}" for x in host_wide[:3]]
+                                               + lines + ["RAM is the bottleneck, whatever the model-state estimate "
+                                                          "says; the memory available now is after the kill."]),
+                              evidence=ev, remedies=rem,
+                              explains=ids_for(facts, "oom-kill", constraint=k.get("constraint")) + killed))
     elif kills and kill_cause([], counted) == CGROUP_LIMIT:
-        out.append(Finding(id="offload.host-ram", status="fail", cause=CGROUP_LIMIT,
-                           title=f"The training log shows a process killed ({len(kills)} line(s), e.g. line "
-                                 f"{kills[0][0]}): the job's memory cgroup counted {counted} OOM kill(s) at its "
+        out.append(me.finding(status="fail", cause=CGROUP_LIMIT,
+                           title=f"The training log shows a process killed ({count_of(len(kills), 'line')}, e.g. line "
+                                 f"{kills[0][0]}): the job's memory cgroup counted {_kills(counted)} at its "
                                  "limit, not the host's memory (container.memory gives the limit)",
                            detail="\n".join([f"{f.get('log')}:{n}: {t}" for n, t in kills[:3]] + lines),
                            evidence=ev, remedies=[_RAISE_LIMIT] + rem, explains=killed))
     elif kills:
-        out.append(Finding(id="offload.host-ram", status="fail",
-                           title=f"The training log shows a process killed ({len(kills)} line(s), e.g. line "
+        out.append(me.finding(status="fail",
+                           title=f"The training log shows a process killed ({count_of(len(kills), 'line')}, e.g. line "
                                  f"{kills[0][0]}): {UNKNOWN_KILL} (the log does not say who killed it)",
                            detail="\n".join([f"{f.get('log')}:{n}: {t}" for n, t in kills[:3]] + lines
                                             + [_kernel_log_says(facts), f"What would tell: {WHAT_WOULD_TELL}."]),
                            evidence=ev, remedies=rem, explains=killed))
     elif avail is not None and needed and needed > avail:
-        out.append(Finding(id="offload.host-ram", status="fail",
-                           title=f"Offload needs {gib(needed)} of host memory per node with its pinned buffers; "
-                                 f"{gib(avail)} is available{_within(f)}", detail="\n".join(lines), evidence=ev,
-                           remedies=_limit_first(f, rem)))
+        out.append(me.finding(status="fail",
+                              title=f"Offload needs {gib(needed)} of host memory per node with its pinned buffers; "
+                                    f"{gib(avail)} is available{_within(f)}", detail="\n".join(lines), evidence=ev,
+                              remedies=_limit_first(f, rem)))
     elif avail is not None and needed is None and floor > avail:
-        out.append(Finding(id="offload.host-ram", status="fail",
-                           title=f"Offload needs at least {gib(floor)} of host memory per node with its pinned "
-                                 f"buffers; {gib(avail)} is available{_within(f)}",
-                           detail="\n".join(lines + ["The rest of the need is unknown: " + "; ".join(unknowns)
-                                                     + "."]), evidence=ev, remedies=_limit_first(f, rem)))
+        out.append(me.finding(status="fail",
+                              title=f"Offload needs at least {gib(floor)} of host memory per node with its pinned "
+                                    f"buffers; {gib(avail)} is available{_within(f)}",
+                              detail="\n".join(lines + ["The rest of the need is unknown: " + "; ".join(unknowns)
+                                                        + "."]), evidence=ev, remedies=_limit_first(f, rem)))
     elif f.get("exhausted"):
-        out.append(Finding(id="offload.host-ram", status="warn",
-                           title=(f"The job's cgroup memory is nearly exhausted now: {gib(avail)} left of its "
-                                  f"{gib(total)} limit" if f.get("mem_source") == "cgroup" else
-                                  f"Host memory is nearly exhausted now: {gib(avail)} available of {gib(total)}"),
-                           detail="\n".join(lines + ["Whatever holds it (a running job, page cache pinned by "
-                                                     "tmpfs, another user) leaves the offload no room."]),
-                           evidence=ev, remedies=rem))
+        out.append(me.finding(status="warn",
+                              title=(f"The job's cgroup memory is nearly exhausted now: {gib(avail)} left of its "
+                                     f"{gib(total)} limit" if f.get("mem_source") == "cgroup" else
+                                     f"Host memory is nearly exhausted now: {gib(avail)} available of {gib(total)}"),
+                              detail="\n".join(lines + ["Whatever holds it (a running job, page cache pinned by "
+                                                        "tmpfs, another user) leaves the offload no room."]),
+                              evidence=ev, remedies=rem))
     elif f.get("extra") and (needed is None or avail is None):
         why = "; ".join(unknowns) if needed is None else "MemAvailable could not be read"
-        out.append(Finding(id="offload.host-ram", status="skip",
-                           title="Host memory beyond the offload estimate: unknown whether it fits "
-                                 f"(unknown: {why})",
-                           detail="\n".join(lines + [f"Not judged: a figure that depends on {why} is unknown, so "
-                                                     "no fit is claimed. Give the missing inputs and run again."]),
-                           evidence=ev, remedies=rem))
+        out.append(me.finding(status="skip",
+                              title="Host memory beyond the offload estimate: unknown whether it fits "
+                                    f"(unknown: {why})",
+                              detail="\n".join(lines + [f"Not judged: a figure that depends on {why} is unknown, so "
+                                                        "no fit is claimed. Give the missing inputs and run again."]),
+                              evidence=ev, remedies=rem))
     elif extra:
-        out.append(Finding(id="offload.host-ram", status="ok",
-                           title=f"{gib(needed)} per node with the pinned buffers fits in {gib(avail)} available"
-                                 f"{_within(f)}",
-                           detail="\n".join(lines), evidence=ev))
+        out.append(me.finding(status="ok",
+                              title=f"{gib(needed)} per node with the pinned buffers fits in {gib(avail)} available"
+                                    f"{_within(f)}",
+                              detail="\n".join(lines), evidence=ev))
     if f.get("wsl") and f.get("pinned_blocks"):
-        out.append(Finding(id="offload.host-ram.wsl2", status="warn",
-                           title="WSL2 caps pinned host memory, and the config pins offload buffers",
-                           detail=f"pin_memory is true for {', '.join(f['pinned_blocks'])}. Under WSL2 CUDA's page-"
-                                  "locked memory is limited (NVIDIA's CUDA on WSL guide, 'WSL 2 Support "
-                                  "Constraints'), so a pinned allocation fails ('CUDA out of memory') long before "
-                                  "RAM is full. The size of the cap is not read here.",
-                           evidence=ev, remedies=_unpin_remedies(facts, f["pinned_blocks"])))
+        out.append(me.finding(sub="wsl2", status="warn",
+                              title="WSL2 caps pinned host memory, and the config pins offload buffers",
+                              detail=f"pin_memory is true for {', '.join(f['pinned_blocks'])}. Under WSL2 CUDA's page-"
+                                     "locked memory is limited (NVIDIA's CUDA on WSL guide, 'WSL 2 Support "
+                                     "Constraints'), so a pinned allocation fails ('CUDA out of memory') long before "
+                                     "RAM is full. The size of the cap is not read here.",
+                              evidence=ev, remedies=_unpin_remedies(facts, f["pinned_blocks"])))
     if not out and avail is None:
-        out.append(not_checked("offload.host-ram", "Host memory beyond the estimate",
-                               "MemAvailable could not be read (/proc/meminfo)", ev))
+        out.append(me.not_checked("MemAvailable could not be read (/proc/meminfo)", ev))
     if not out:
-        out.append(Finding(id="offload.host-ram", status="ok",
-                           title="Nothing beyond DeepSpeed's estimate for this config; host memory not exhausted",
-                           detail="\n".join(lines), evidence=ev))
+        out.append(me.finding(status="ok",
+                              title="Nothing beyond DeepSpeed's estimate for this config; host memory not exhausted",
+                              detail="\n".join(lines), evidence=ev))
     return out
 
 
-def _memcg_kill(f: Mapping[str, Any], kills: list[dict[str, Any]], lines: list[str], ev: list[Evidence],
+def _memcg_kill(me: CheckSpec, f: Mapping[str, Any], kills: list[dict[str, Any]], lines: list[str],
+               ev: list[Evidence],
                 rem: list[Remedy]) -> Finding:
     """A kill by the memory cgroup's own limit: the job's limit, not the host's memory, ran out."""
     k = kills[0]
@@ -194,7 +193,7 @@ def _memcg_kill(f: Mapping[str, Any], kills: list[dict[str, Any]], lines: list[s
         note="not tried: the limit belongs to the scheduler or container that started the job",
         explanation="The limit is the job's share of the node, not the node's RAM: the same job fits once the "
                     "limit covers what it takes (DeepSpeed's estimate plus the pinned buffers above).")
-    return Finding(id="offload.host-ram", status="fail",
+    return Finding(id=me.name, status="fail",
                    title=f"The job's memory cgroup limit ({limit_text}) was hit and the kernel killed "
                          f"{k.get('task')}; the host had memory left ({gib(avail)} available)",
                    detail="\n".join(detail), evidence=ev, remedies=[limit_rem] + rem)
@@ -238,6 +237,11 @@ def job_kill_cause(facts: Facts) -> str | None:
     return kill_cause(job_oom_kills(facts, facts.of("hostram") or {}), job_cgroup_oom_kills(facts))
 
 
+def _kills(n: int | None) -> str:
+    """How many OOM kills a cgroup counted, in words."""
+    return count_of(n, "OOM kill") if isinstance(n, int) else "an unknown number of OOM kills"
+
+
 def _where(f: Mapping[str, Any], k: dict[str, Any], line_word: str = "") -> str:
     """Where a kill's record is: the kernel log (with its time), or the --log's line (``line_word`` + its
     number when given, else ``LOG:N``)."""
@@ -265,7 +269,8 @@ def _kernel_log_says(facts: Facts) -> str:
                 "was not the kernel's OOM killer in that window (a scheduler or a person sent SIGKILL, or it happened "
                 "before the window, in an earlier boot).")
     last = others[-1]
-    return (first + f"The kernel log ({kl.get('path')}, since {since_text}) has {len(others)} OOM kill(s), the last of "
+    return (first + f"The kernel log ({kl.get('path')}, since {since_text}) has {count_of(len(others), 'OOM kill')}, "
+            "the last of "
             f"{last.get('task')} (pid {last.get('pid')}, {last.get('constraint') or 'constraint not logged'}, cgroup "
             f"{last.get('task_memcg') or last.get('memcg') or 'not logged'}); none names a pid of this job, so "
             "whether one of them was this job's kill is not known (kernel.oom lists them).")

@@ -18,9 +18,8 @@ from typing import Any
 from zdoctor.core.errors import InputError
 from zdoctor.core.model import Finding, Remedy
 from zdoctor.core.plural import count_of
-from zdoctor.core.registry import Facts, check, predicate
+from zdoctor.core.registry import CheckSpec, Facts, check, predicate
 from zdoctor.edit.filefix import replace_remedy
-from zdoctor.layers import not_checked
 from zdoctor.layers.offload import planner
 from zdoctor.layers.offload.dsconfig import load_config, parse_config
 from zdoctor.layers.offload.dspatch import nvme_patch
@@ -151,15 +150,14 @@ def _offload_target(facts: Facts) -> str | None:
 # -- offload.config and offload.lint.* ------------------------------------------------------------------
 
 @check("offload.config", title="DeepSpeed config as DeepSpeed reads it", probes=("dsconfig",))
-def check_config(facts: Facts) -> list[Finding]:
-    cid = "offload.config"
+def check_config(facts: Facts, me: CheckSpec) -> list[Finding]:
     ds = facts.of("dsconfig")
     if ds is None:
-        return [not_checked(cid, "ds_config", facts.why_not("dsconfig"))]
+        return [me.not_checked(facts.why_not("dsconfig"))]
     ev = facts.evidence("dsconfig", kinds=None)
     if not ds.get("valid"):
-        return [Finding(id=cid, status="fail", title="ds_config cannot be read by DeepSpeed",
-                        detail=ds.get("error") or "", evidence=ev)]
+        return [me.finding(status="fail", title="ds_config cannot be read by DeepSpeed",
+                           detail=ds.get("error") or "", evidence=ev)]
     dev = ds.get("devices") or {}
     info = ds.get("deepspeed") or {}
     lines = [f"Read {ds['path']} as DeepSpeed {info.get('version') or '(version unknown)'} does "
@@ -174,9 +172,9 @@ def check_config(facts: Facts) -> list[Finding]:
     warns = sum(1 for x in ds.get("lints") or [] if x["severity"] == "warn")
     if fails or warns:
         lines.append(f"Lints: {fails} failing, {warns} warning: see the offload.lint findings.")
-    return [Finding(id=cid, status="ok", title=f"ds_config: stage {ds.get('stage')}, offload_param "
-                    f"{dev.get('offload_param')}, offload_optimizer {dev.get('offload_optimizer')}",
-                    detail="\n".join(lines), evidence=ev)]
+    return [me.finding(status="ok", title=f"ds_config: stage {ds.get('stage')}, offload_param "
+                       f"{dev.get('offload_param')}, offload_optimizer {dev.get('offload_optimizer')}",
+                       detail="\n".join(lines), evidence=ev)]
 
 
 def _storage_note(facts: Facts, path: str) -> str | None:
@@ -193,7 +191,7 @@ def _storage_note(facts: Facts, path: str) -> str | None:
 
 @check("offload.lint", title="ds_config lints", probes=("dsconfig",),
        findings=("offload.lint.*",))
-def check_lints(facts: Facts) -> list[Finding]:
+def check_lints(facts: Facts, me: CheckSpec) -> list[Finding]:
     ds = facts.of("dsconfig")
     log = facts.of("trainlog")
     out: list[Finding] = []
@@ -232,8 +230,8 @@ def check_lints(facts: Facts) -> list[Finding]:
         title = RULE_TITLES.get(rule, rule)
         if worst == "fail":
             title += ": DeepSpeed stops on this" if rule not in ("nvme-path", "zero-offload-flag") else ""
-        out.append(Finding(id=f"offload.lint.{rule}", status=worst, title=f"{title} ({len(items)})",
-                           detail="\n".join(lines), evidence=ev, remedies=remedies))
+        out.append(me.finding(status=worst, title=f"{title} ({len(items)})", sub=rule,
+                              detail="\n".join(lines), evidence=ev, remedies=remedies))
     return out
 
 
@@ -241,10 +239,9 @@ def check_lints(facts: Facts) -> list[Finding]:
 
 @check("offload.patch", title="The ds_config change that moves NVMe offload to the new path",
        probes=("dsconfig", "storage", "nvme_inventory", "capacity"))
-def check_patch(facts: Facts) -> list[Finding]:
+def check_patch(facts: Facts, me: CheckSpec) -> list[Finding]:
     """When the config offloads to NVMe and a better place is known (an unused NVMe drive to mount, or
     --offload-path), the exact change to the config: a diff, and a remedy that backs up and rewrites it."""
-    cid = "offload.patch"
     ds = facts.of("dsconfig")
     if not ds or not ds.get("valid") or not ds.get("nvme_paths"):
         return []
@@ -256,24 +253,23 @@ def check_patch(facts: Facts) -> list[Finding]:
                           requires_root=config_edit_needs_root(ds),
                           requires=_target_requires(facts, target))
     if r is None:
-        return [Finding(id=cid, status="skip", title=f"ds_config patch to {target}: not made",
-                        detail=f"{ds['path']} could not be read back to patch it here (it is not in the recorded "
-                               "facts); set nvme_path by hand.")]
+        return [me.finding(status="skip", title=f"ds_config patch to {target}: not made",
+                           detail=f"{ds['path']} could not be read back to patch it here (it is not in the recorded "
+                                  "facts); set nvme_path by hand.")]
     diff = r.explanation.split("\n\n", 1)[-1]
-    return [Finding(id=cid, status="warn", title=f"ds_config: move nvme_path from {', '.join(now)} to {target}",
-                    detail=f"The change to {ds['path']}, as a diff (only the offload blocks change):\n{diff}",
-                    remedies=[r])]
+    return [me.finding(status="warn", title=f"ds_config: move nvme_path from {', '.join(now)} to {target}",
+                       detail=f"The change to {ds['path']}, as a diff (only the offload blocks change):\n{diff}",
+                       remedies=[r])]
 
 
 # -- offload.capacity ---------------------------------------------------------------------------------------
 
 @check("offload.capacity", title="Offload memory needs against this node", probes=("capacity",))
-def check_capacity(facts: Facts) -> list[Finding]:
-    cid = "offload.capacity"
+def check_capacity(facts: Facts, me: CheckSpec) -> list[Finding]:
     cap = facts.of("capacity")
     if cap is None:
-        return [Finding(id=cid, status="skip", title="Offload capacity: not planned",
-                        detail=facts.why_not("capacity"))]
+        return [me.finding(status="skip", title="Offload capacity: not planned",
+                           detail=facts.why_not("capacity"))]
     ev = facts.evidence("capacity", kinds=None)
     m = cap.get("machine") or {}
     layer = f"{cap['largest_layer']:,}" if cap.get("largest_layer") else "unknown"
@@ -321,8 +317,8 @@ def check_capacity(facts: Facts) -> list[Finding]:
                        f"(missing: {_missing_names(cap)})")
         else:
             summary = f"{len(fitting)} of {len(z3)} ZeRO-3 choices fit this node"
-        return [Finding(id=cid, status=status, title="Offload capacity: " + summary,
-                        detail="\n".join(x for x in detail if x), evidence=ev)]
+        return [me.finding(status=status, title="Offload capacity: " + summary,
+                           detail="\n".join(x for x in detail if x), evidence=ev)]
     best = rows[idx[0]]
     detail = list(head)
     for i in idx:
@@ -387,7 +383,7 @@ def check_capacity(facts: Facts) -> list[Finding]:
         title = (f"The chosen offload fits: {planner.at_least(best['cpu_bytes'])} of {_gib(best['cpu_available'])} "
                  f"host memory, {planner.at_least(best['gpu_bytes'])} per GPU")
     detail += unknown
-    return [Finding(id=cid, status=status, title=title, detail="\n".join(detail), evidence=ev, remedies=remedies)]
+    return [me.finding(status=status, title=title, detail="\n".join(detail), evidence=ev, remedies=remedies)]
 
 
 def _missing_names(cap: Mapping[str, Any]) -> str:
@@ -423,15 +419,14 @@ def _renode(cap: Mapping[str, Any], row: dict[str, Any], nodes: int) -> int:
 
 @check("offload.breakdown", title="Where a training iteration's time goes", probes=("trainlog",),
        optional=("rankcores",))
-def check_breakdown(facts: Facts) -> list[Finding]:
-    cid = "offload.breakdown"
+def check_breakdown(facts: Facts, me: CheckSpec) -> list[Finding]:
     log = facts.of("trainlog")
     if log is None:
-        return [Finding(id=cid, status="skip", title="Training log: not read", detail=facts.why_not("trainlog"))]
+        return [me.finding(status="skip", title="Training log: not read", detail=facts.why_not("trainlog"))]
     ev = facts.evidence("trainlog", kinds=None)
     error = log.get("error")
     if error:
-        return [Finding(id=cid, status="fail", title="Training log cannot be read", detail=error, evidence=ev)]
+        return [me.finding(status="fail", title="Training log cannot be read", detail=error, evidence=ev)]
     read = f"Read {log.get('read_bytes')} bytes of {log['path']}" + (
         " (its end only: the file is larger than zdoctor reads)" if log.get("head_skipped") else "") + "."
     if not log.get("timer_lines"):
@@ -439,7 +434,7 @@ def check_breakdown(facts: Facts) -> list[Finding]:
         hint = ""
         if ds.get("valid") and ds.get("wall_clock_breakdown") is not True:
             hint = f" {ds['path']} does not set \"wall_clock_breakdown\": true."
-        return [Finding(id=cid, status="warn", title="No wall_clock_breakdown timings in the training log",
+        return [me.finding(status="warn", title="No wall_clock_breakdown timings in the training log",
                         detail=f"{read} No `time (ms) | ...` lines were found. Add \"wall_clock_breakdown\": true at "
                                f"the top level of the ds_config and let a few steps run; DeepSpeed then prints "
                                f"forward/backward/step times on rank 0 to the log (no file is written).{hint}",
@@ -468,9 +463,9 @@ def check_breakdown(facts: Facts) -> list[Finding]:
             lines.append(f"Host memory allows it here: cpu/cpu needs {planner.at_least(cpu_fit['cpu_bytes'])}, "
                          f"{_gib(cpu_fit['cpu_available'])} is available.")
         swap_share = (swap or {}).get("share_of_step", 0)
-        return [Finding(id=cid, status="warn", title=f"NVMe swaps take {swap_share:.0%} of the optimizer "
-                        f"step, which takes {shares.get('step', 0):.0%} of an iteration", detail="\n".join(lines),
-                        evidence=ev)]
+        return [me.finding(status="warn", title=f"NVMe swaps take {swap_share:.0%} of the optimizer "
+                           f"step, which takes {shares.get('step', 0):.0%} of an iteration", detail="\n".join(lines),
+                           evidence=ev)]
     if log.get("step_bound"):
         cores = cores_summary(facts.of("rankcores"))
         said = (f"Ranks and cores: {cores['sentence']} (the cores.ranks finding judges them)" if cores["sentence"]
@@ -478,20 +473,19 @@ def check_breakdown(facts: Facts) -> list[Finding]:
         lines.append("The optimizer step runs on the CPU with offload (DeepSpeedCPUAdam): check the log's "
                      "'Adam Optimizer #0 is created with ... arithmetic capability' line (scalar is slow). "
                      f"{said}.")
-        return [Finding(id=cid, status="warn", title=f"The optimizer step takes {shares.get('step', 0):.0%} of an "
-                        "iteration", detail="\n".join(lines), evidence=ev)]
-    return [Finding(id=cid, status="ok", title=f"Iteration time: {parts}", detail="\n".join(lines), evidence=ev)]
+        return [me.finding(status="warn", title=f"The optimizer step takes {shares.get('step', 0):.0%} of an "
+                           "iteration", detail="\n".join(lines), evidence=ev)]
+    return [me.finding(status="ok", title=f"Iteration time: {parts}", detail="\n".join(lines), evidence=ev)]
 
 
 # -- offload.gpu-util ---------------------------------------------------------------------------------------
 
 @check("offload.gpu-util", title="GPU utilisation while training", probes=("gpusample",))
-def check_gpu_util(facts: Facts) -> list[Finding]:
-    cid = "offload.gpu-util"
+def check_gpu_util(facts: Facts, me: CheckSpec) -> list[Finding]:
     gs = facts.of("gpusample")
     if gs is None:
-        return [Finding(id=cid, status="skip", title="GPU utilisation: not sampled",
-                        detail=facts.why_not("gpusample"))]
+        return [me.finding(status="skip", title="GPU utilisation: not sampled",
+                           detail=facts.why_not("gpusample"))]
     ev = facts.evidence("gpusample", kinds=None)
     gpus = gs.get("gpus") or []
     lines = [f"{gs.get('samples')} samples over {gs.get('seconds')} s, every {gs.get('interval')} s."]
@@ -507,10 +501,10 @@ def check_gpu_util(facts: Facts) -> list[Finding]:
         lines.append(f"Busy less than {GPU_STARVED_PCT:g}% of the time on average: the GPUs wait for the offload path "
                      "(CPU optimizer, PCIe transfers, NVMe swaps). Only meaningful while the job is training.")
         idle = f"{len(starved)} of {count_of(len(gpus), 'GPU')}"
-        return [Finding(id=cid, status="warn", title=f"{idle} mostly idle while "
-                        "sampled", detail="\n".join(lines), evidence=ev)]
-    return [Finding(id=cid, status="ok", title=f"GPU utilisation: {count_of(len(gpus), 'GPU')} busy while sampled",
-                    detail="\n".join(lines), evidence=ev)]
+        return [me.finding(status="warn", title=f"{idle} mostly idle while "
+                           "sampled", detail="\n".join(lines), evidence=ev)]
+    return [me.finding(status="ok", title=f"GPU utilisation: {count_of(len(gpus), 'GPU')} busy while sampled",
+                       detail="\n".join(lines), evidence=ev)]
 
 
 # -- predicates -------------------------------------------------------------------------------------------
@@ -536,31 +530,11 @@ def ds_config_rejected(facts: Facts) -> bool:
     return ds_config_invalid(facts) or any(x["severity"] == "fail" for x in _lints(facts))
 
 
-@predicate("ds_config_uses_auto", probes=("dsconfig",),
-           doc="The ds_config holds \"auto\" values, which only the Hugging Face Trainer / Accelerate fill in.")
-def ds_config_uses_auto(facts: Facts) -> bool:
-    return bool(facts.get_fact("dsconfig", "uses_auto", default=False))
-
-
 @predicate("offload_to_nvme_configured", probes=("dsconfig",),
            doc="The ds_config offloads parameters or optimizer states to NVMe (device nvme, as DeepSpeed reads it).")
 def offload_to_nvme_configured(facts: Facts) -> bool:
     dev = facts.get_fact("dsconfig", "devices", default={}) or {}
     return "nvme" in dev.values()
-
-
-@predicate("offload_to_cpu_configured", probes=("dsconfig",),
-           doc="The ds_config offloads parameters or optimizer states to CPU memory (device cpu).")
-def offload_to_cpu_configured(facts: Facts) -> bool:
-    dev = facts.get_fact("dsconfig", "devices", default={}) or {}
-    return "cpu" in dev.values()
-
-
-@predicate("nvme_path_unsuitable", probes=("dsconfig",),
-           doc="An nvme_path of the ds_config cannot work here: missing and not creatable, not writable, or on "
-               "tmpfs/ramfs, overlay, a network or FUSE file system; or device nvme has no nvme_path.")
-def nvme_path_unsuitable(facts: Facts) -> bool:
-    return any(x["rule"] in ("nvme-path", "nvme-without-path") and x["severity"] == "fail" for x in _lints(facts))
 
 
 @predicate("nvme_offload_without_aio", probes=("dsconfig", "storage"),
@@ -569,46 +543,3 @@ def nvme_path_unsuitable(facts: Facts) -> bool:
 def nvme_offload_without_aio(facts: Facts) -> bool:
     libaio = facts.get_fact("storage", "libaio", default=None)
     return offload_to_nvme_configured(facts) and isinstance(libaio, dict) and libaio.get("ok") is False
-
-
-@predicate("offload_ram_short", probes=("capacity",),
-           doc="The ds_config's offload choice does not fit in this node's MemAvailable even with zero.Init, by "
-               "DeepSpeed's own estimator (the job gets OOM-killed, -9, or swaps). False when unknown.")
-def offload_ram_short(facts: Facts) -> bool:
-    return facts.get_fact("capacity", "ram_short", default=None) is True
-
-
-@predicate("offload_ram_tight", probes=("capacity",),
-           doc="The ds_config's offload choice fits in MemAvailable only when the model is built under "
-               "deepspeed.zero.Init (zero_init=1), not without it.")
-def offload_ram_tight(facts: Facts) -> bool:
-    return facts.get_fact("capacity", "ram_tight", default=None) is True
-
-
-@predicate("offload_step_bound", probes=("trainlog",),
-           doc="In the training log's wall_clock_breakdown, the optimizer step is the largest phase of an iteration "
-               "(CPU Adam or NVMe swaps, not forward/backward).")
-def offload_step_bound(facts: Facts) -> bool:
-    return facts.get_fact("trainlog", "step_bound", default=False) is True
-
-
-@predicate("offload_disk_bound", probes=("trainlog",),
-           doc="The optimizer step dominates the iteration and NVMe swapping (optimizer_swap_in_state + "
-               "optimizer_swap_out_state) takes at least half of it: the offload disk is the bottleneck.")
-def offload_disk_bound(facts: Facts) -> bool:
-    return facts.get_fact("trainlog", "disk_bound", default=False) is True
-
-
-@predicate("trainlog_without_timers", probes=("trainlog",),
-           doc="A training log was given but holds no wall_clock_breakdown lines (wall_clock_breakdown is off).")
-def trainlog_without_timers(facts: Facts) -> bool:
-    log = facts.of("trainlog")
-    return log is not None and bool(log) and not log.get("error") and not log.get("timer_lines")
-
-
-@predicate("gpu_underutilised", probes=("gpusample",),
-           doc=f"While sampled (--gpu-sample), some GPU was busy less than {GPU_STARVED_PCT:g}% of the time on "
-               "average.")
-def gpu_underutilised(facts: Facts) -> bool:
-    gpus = facts.get_fact("gpusample", "gpus", default=[]) or []
-    return any((g.get("util") or {}).get("mean") is not None and g["util"]["mean"] < GPU_STARVED_PCT for g in gpus)

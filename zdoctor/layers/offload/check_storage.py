@@ -12,9 +12,8 @@ from zdoctor.core.factstypes import NvmeInventoryFacts, StorageFacts
 from zdoctor.core.model import Evidence, Finding, Remedy
 from zdoctor.core.packages import package_name
 from zdoctor.core.plural import count_of
-from zdoctor.core.registry import Facts, check, predicate
+from zdoctor.core.registry import CheckSpec, Facts, check, predicate
 from zdoctor.core.shellquote import shell_quote
-from zdoctor.layers import not_checked
 from zdoctor.layers.offload import blockdev as bd
 from zdoctor.layers.offload import fstab as fs
 from zdoctor.layers.offload.iotest import explain_odirect, human, rate
@@ -34,10 +33,10 @@ REFERENCE = ("For scale: DeepSpeed's tuning of one PCIe Gen4 consumer SSD reache
 
 
 
-def _storage_not_checked(fid: str, what: str, facts: Facts, name: str = "storage") -> Finding:
+def _storage_not_checked(me: CheckSpec, facts: Facts, name: str = "storage") -> Finding:
     hint = ("" if name != "storage" else "\nGive the offload directory with --offload-path DIR, or the job's "
             "config with --ds-config FILE (its zero_optimization.offload_*.nvme_path).")
-    return not_checked(fid, what, facts.why_not(name) + hint)
+    return me.not_checked(facts.why_not(name) + hint)
 
 
 def _fast_enough(st: StorageFacts) -> bool:
@@ -77,11 +76,10 @@ def _dir_remedy(st: StorageFacts, directory: str | None = None, user: Mapping[st
 
 # -------------------------------------------------------------------------------------------- findings
 @check("storage.mount", title="Offload path: mount and file system", probes=("storage",))
-def check_mount(facts: Facts) -> list[Finding]:
-    fid = "storage.mount"
+def check_mount(facts: Facts, me: CheckSpec) -> list[Finding]:
     st = facts.of("storage")
     if st is None:
-        return [_storage_not_checked(fid, "Offload path", facts)]
+        return [_storage_not_checked(me, facts)]
     ev = facts.evidence("storage", kinds=None, labels=("where offload writes",))
     m = st.get("mount") or {}
     path = st["path"]
@@ -89,18 +87,18 @@ def check_mount(facts: Facts) -> list[Finding]:
     head = f"Offload path: {path} ({st.get('source')})\nIt lives on {where}."
     if st.get("fstab_unmounted"):
         e = st["fstab_unmounted"][0]
-        return [Finding(
-            id=fid, status="fail", title=f"{e['file']} is not mounted: offload writes to {m.get('point')} instead",
+        return [me.finding(
+            status="fail", title=f"{e['file']} is not mounted: offload writes to {m.get('point')} instead",
             detail=(f"{head}\n{st['fstab_path']}:{e['line_no']} mounts {e['spec']} at {e['file']}, but nothing is "
                     f"mounted there, so DeepSpeed's swap files go into the empty directory, onto the disk that "
                     f"holds {m.get('point')}. Mount it (and find out why it was not mounted at boot: "
                     "`journalctl -b -u local-fs.target`)."),
             evidence=ev, remedies=[fs.mount_remedy(e["file"])])]
     if not m:
-        return [Finding(id=fid, status="warn", title=f"Cannot tell where {path} is mounted",
-                        detail=head + "\nNo mount in /proc/self/mountinfo holds it.", evidence=ev)]
+        return [me.finding(status="warn", title=f"Cannot tell where {path} is mounted",
+                           detail=head + "\nNo mount in /proc/self/mountinfo holds it.", evidence=ev)]
     if not m.get("fit"):
-        return [Finding(id=fid, status="fail",
+        return [me.finding(status="fail",
                         title=f"Offload path {path} is on {m.get('fstype')}: unfit for NVMe offload",
                         detail=f"{head}\n{m.get('unfit_reason')}.\nPut nvme_path on a local NVMe filesystem (ext4 or "
                                "xfs); storage.fstab shows how when an unused NVMe drive is present.", evidence=ev)]
@@ -113,30 +111,30 @@ def check_mount(facts: Facts) -> list[Finding]:
     acc = st.get("access") or {}
     user = st.get("user") or {}
     if st.get("exists") is False:
-        return [Finding(id=fid, status="warn", title=f"Offload path {path} does not exist yet",
+        return [me.finding(status="warn", title=f"Offload path {path} does not exist yet",
                         detail="\n".join(findings_detail) + f"\nDeepSpeed creates it when the training user may write "
                                f"to {st.get('probed_path')} (owner {acc.get('owner')}, mode {acc.get('mode')}). "
                                "Create it now with the right owner and mode.",
                         evidence=ev, remedies=[_dir_remedy(st)])]
     if m.get("network"):
-        return [Finding(id=fid, status="warn", title=f"Offload path {path} is on a shared network file system "
-                        f"({m.get('fstype')})", detail="\n".join(findings_detail) + "\nEvery node's swap traffic "
-                        "crosses the network; a local NVMe drive is faster and private to the node.", evidence=ev)]
+        return [me.finding(status="warn", title=f"Offload path {path} is on a shared network file system "
+                           f"({m.get('fstype')})", detail="\n".join(findings_detail) + "\nEvery node's swap traffic "
+                           "crosses the network; a local NVMe drive is faster and private to the node.", evidence=ev)]
     mode = int(acc.get("mode") or "0", 8)
     if acc and mode & 0o002 and not mode & 0o1000:
-        return [Finding(id=fid, status="warn", title=f"Offload directory {path} is world-writable (mode {acc['mode']})",
-                        detail="\n".join(findings_detail) + "\nAnyone on the node can replace or delete the swapped "
-                               "optimizer state. Own it by the training user with mode 0750 (1777 only if several "
-                               "users must share it).", evidence=ev, remedies=[_dir_remedy(st)])]
+        return [me.finding(status="warn", title=f"Offload directory {path} is world-writable (mode {acc['mode']})",
+                           detail="\n".join(findings_detail) + "\nAnyone on the node can replace or delete the swapped "
+                                  "optimizer state. Own it by the training user with mode 0750 (1777 only if several "
+                                  "users must share it).", evidence=ev, remedies=[_dir_remedy(st)])]
     if acc and acc.get("user_writable") is False:
-        return [Finding(id=fid, status="fail", title=f"Offload directory {path} is not writable",
-                        detail="\n".join(findings_detail) + f"\nOwner {acc.get('owner')}:{acc.get('group')}, mode "
-                               f"{acc.get('mode')}; DeepSpeed, running as {user.get('name')}"
-                               + (f" (the training user, chosen by: {user['rule']})" if user.get("rule") else "")
-                               + ", cannot create its swap "
-                               "files there.", evidence=ev, remedies=[_dir_remedy(st)])]
-    return [Finding(id=fid, status="ok", title=f"Offload path {path}: {m.get('fstype')} on {m.get('point')}",
-                    detail="\n".join(findings_detail), evidence=ev)]
+        return [me.finding(status="fail", title=f"Offload directory {path} is not writable",
+                           detail="\n".join(findings_detail) + f"\nOwner {acc.get('owner')}:{acc.get('group')}, mode "
+                                  f"{acc.get('mode')}; DeepSpeed, running as {user.get('name')}"
+                                  + (f" (the training user, chosen by: {user['rule']})" if user.get("rule") else "")
+                                  + ", cannot create its swap "
+                                  "files there.", evidence=ev, remedies=[_dir_remedy(st)])]
+    return [me.finding(status="ok", title=f"Offload path {path}: {m.get('fstype')} on {m.get('point')}",
+                       detail="\n".join(findings_detail), evidence=ev)]
 
 
 def _stack_table(dev: dict[str, Any]) -> Evidence:
@@ -182,15 +180,14 @@ def _where(dev: dict[str, Any]) -> str:
 
 
 @check("storage.device", title="Offload device: kind and link", probes=("storage",))
-def check_device(facts: Facts) -> list[Finding]:
-    fid = "storage.device"
+def check_device(facts: Facts, me: CheckSpec) -> list[Finding]:
     st = facts.of("storage")
     if st is None:
-        return [_storage_not_checked(fid, "Offload device", facts)]
+        return [_storage_not_checked(me, facts)]
     dev = st.get("device")
     if not dev:
-        return [Finding(id=fid, status="skip", title="Offload device: no block device",
-                        detail=st.get("device_error") or "the mount has no block device under it")]
+        return [me.finding(status="skip", title="Offload device: no block device",
+                           detail=st.get("device_error") or "the mount has no block device under it")]
     ev = [_stack_table(dev)]
     cls = dev.get("speed_class")
     kind = dev.get("effective_kind")
@@ -210,62 +207,59 @@ def check_device(facts: Facts) -> list[Finding]:
                 "ram": "a RAM disk"}.get(str(kind), kind)
         # with a measurement, storage.throughput carries the verdict on speed; this finding names the device
         status = "fail" if measured is None else "warn"
-        return [Finding(id=fid, status=status, title=f"Offload goes to {what} ({_names(dev)})",
-                        detail="\n".join(lines + [f"NVMe offload streams optimizer state and parameters every step; "
-                                                  f"{what} cannot keep up. {REFERENCE}"]), evidence=ev)]
+        return [me.finding(status=status, title=f"Offload goes to {what} ({_names(dev)})",
+                           detail="\n".join(lines + [f"NVMe offload streams optimizer state and parameters every step; "
+                                                     f"{what} cannot keep up. {REFERENCE}"]), evidence=ev)]
     if cls == "medium":
-        return [Finding(id=fid, status="warn", title=f"Offload goes to a SATA/SAS SSD ({_names(dev)})",
-                        detail="\n".join(lines + ["SATA tops out near 0.55 GB/s; an NVMe drive is 6-12x faster. "
-                                                  + REFERENCE]), evidence=ev)]
+        return [me.finding(status="warn", title=f"Offload goes to a SATA/SAS SSD ({_names(dev)})",
+                           detail="\n".join(lines + ["SATA tops out near 0.55 GB/s; an NVMe drive is 6-12x faster. "
+                                                     + REFERENCE]), evidence=ev)]
     if cls == "unknown":
         if measured is not None:
-            return [Finding(id=fid, status="ok", title=f"Offload goes to {where}, measured {rate(measured)}",
+            return [me.finding(status="ok", title=f"Offload goes to {where}, measured {rate(measured)}",
                             detail="\n".join(lines + ["The device type does not tell its speed (a virtual disk is as "
                                                       "fast as what backs it); the measurement does."]), evidence=ev)]
-        return [Finding(id=fid, status="warn", title=f"Offload goes to {where}: speed unknown",
+        return [me.finding(status="warn", title=f"Offload goes to {where}: speed unknown",
                         detail="\n".join(lines + ["A virtual or unrecognised disk is as fast as whatever backs it "
                                                   "(virtio disks report rotational=1 whatever the host has). Measure "
                                                   "it: zdoctor check --offload-path DIR --io-size 1G."]), evidence=ev)]
     down = [(n, lk) for n, lk in links if lk and lk.get("downtrained")]
     if down:
-        return [Finding(id=fid, status="warn", title=f"NVMe link of {down[0][0]} runs below what it can do",
-                        detail="\n".join(lines + ["The drive negotiated a slower or narrower PCIe link than it "
-                                                  "supports (a slot wired for fewer lanes, a riser, an older slot, "
-                                                  "or power saving). Check `lspci -vv` LnkSta against LnkCap."]),
-                        evidence=ev)]
-    return [Finding(id=fid, status="ok", title=f"Offload goes to {where}", detail="\n".join(lines), evidence=ev)]
+        return [me.finding(status="warn", title=f"NVMe link of {down[0][0]} runs below what it can do",
+                           detail="\n".join(lines + ["The drive negotiated a slower or narrower PCIe link than it "
+                                                     "supports (a slot wired for fewer lanes, a riser, an older slot, "
+                                                     "or power saving). Check `lspci -vv` LnkSta against LnkCap."]),
+                           evidence=ev)]
+    return [me.finding(status="ok", title=f"Offload goes to {where}", detail="\n".join(lines), evidence=ev)]
 
 
 @check("storage.odirect", title="O_DIRECT on the offload path", probes=("storage",))
-def check_odirect(facts: Facts) -> list[Finding]:
-    fid = "storage.odirect"
+def check_odirect(facts: Facts, me: CheckSpec) -> list[Finding]:
     st = facts.of("storage")
     if st is None:
-        return [_storage_not_checked(fid, "O_DIRECT", facts)]
+        return [_storage_not_checked(me, facts)]
     od = st.get("odirect") or {}
     text = explain_odirect(od) if od else "not tested"
     if od.get("ok"):
-        return [Finding(id=fid, status="ok", title="O_DIRECT works on the offload path", detail=text + ".")]
+        return [me.finding(status="ok", title="O_DIRECT works on the offload path", detail=text + ".")]
     if od.get("ok") is None:
-        return [Finding(id=fid, status="warn", title="O_DIRECT could not be tested on the offload path",
-                        detail=text + ". Run zdoctor as the training user or as root.")]
-    return [Finding(id=fid, status="fail", title="O_DIRECT fails on the offload path", detail=(
+        return [me.finding(status="warn", title="O_DIRECT could not be tested on the offload path",
+                           detail=text + ". Run zdoctor as the training user or as root.")]
+    return [me.finding(status="fail", title="O_DIRECT fails on the offload path", detail=(
         text + ". DeepSpeed's async_io opens every swap file with O_DIRECT; on this file system NVMe offload "
         "fails at the first swap. Use a local ext4 or xfs filesystem."))]
 
 
 @check("storage.libaio", title="libaio for DeepSpeed's async_io op", probes=("storage",),
        optional=("dsrelease", "toolchain"), explains=("undefined-reference", "libaio-missing"))
-def check_libaio(facts: Facts) -> list[Finding]:
-    fid = "storage.libaio"
+def check_libaio(facts: Facts, me: CheckSpec) -> list[Finding]:
     st = facts.of("storage")
     if st is None:
-        return [not_checked(fid, "libaio",
-                            "Only NVMe offload needs libaio, and no offload path was given: "
+        return [me.not_checked("Only NVMe offload needs libaio, and no offload path was given: "
                                + facts.why_not("storage"))]
     la = st.get("libaio")
     if not la:
-        return [not_checked(fid, "libaio", "no libaio facts")]
+        return [me.not_checked("no libaio facts")]
     ev = facts.evidence("storage", kinds=None, labels=("compile and link a libaio", "run the libaio test program"))
     found = (f"runtime library: {la.get('runtime') or 'not found'}; header libaio.h: {la.get('header') or 'not found'};"
              f" linkable libaio.so: {la.get('dev_library') or 'not found'}")
@@ -278,28 +272,28 @@ def check_libaio(facts: Facts) -> list[Finding]:
         title = ("libaio makes the calls DeepSpeed's async_io makes (" + ", ".join(_called(lt)) + ")" if calls
                  else "libaio links and runs its core calls; which calls the installed DeepSpeed makes is unknown"
                  if lt.get("ran") else "libaio is there for DeepSpeed's async_io op")
-        return [Finding(id=fid, status="ok", title=title, detail=found, evidence=ev)]
+        return [me.finding(status="ok", title=title, detail=found, evidence=ev)]
     if lt.get("ran") and lt.get("failed_call") and lt.get("ok") is False and la.get("header") \
             and la.get("dev_library"):
         call = lt["failed_call"]
-        return [Finding(id=fid, status="fail",
-                        title=f"libaio has no {call}, which DeepSpeed's async_io calls: the op cannot be built",
-                        detail=found + f"\n{call} is in DeepSpeed's csrc/aio sources but not in this libaio "
-                               + ("(io_pgetevents came with libaio 0.3.111; older releases such as CentOS 7's "
-                                  "0.3.109 lack it)" if call == "io_pgetevents" else "") + ".",
-                        evidence=ev, remedies=_newer_libaio_remedies(la),
-                        explains=ids_for(facts, "undefined-reference", symbol=call))]
+        return [me.finding(status="fail",
+                           title=f"libaio has no {call}, which DeepSpeed's async_io calls: the op cannot be built",
+                           detail=found + f"\n{call} is in DeepSpeed's csrc/aio sources but not in this libaio "
+                                  + ("(io_pgetevents came with libaio 0.3.111; older releases such as CentOS 7's "
+                                     "0.3.109 lack it)" if call == "io_pgetevents" else "") + ".",
+                           evidence=ev, remedies=_newer_libaio_remedies(la),
+                           explains=ids_for(facts, "undefined-reference", symbol=call))]
     if lt.get("ran") and lt.get("ok") and lt.get("ran_ok") is False:
         call, rc = lt.get("failed_call") or "a libaio call", lt.get("returned")
         errname = errno.errorcode.get(-rc, str(rc)) if isinstance(rc, int) and rc < 0 else None
-        return [Finding(id=fid, status="fail",
-                        title=f"libaio's {call} fails here" + (f" ({errname})" if errname else "")
-                              + ": DeepSpeed's async_io would fail at its first swap",
-                        detail=found + "\nThe library links, but the kernel refuses the call: "
-                               + ("EAGAIN from io_setup/io_queue_init means /proc/sys/fs/aio-max-nr is used up "
-                                  "(`cat /proc/sys/fs/aio-nr /proc/sys/fs/aio-max-nr`); ENOSYS or EPERM means "
-                                  "the kernel or a sandbox (seccomp, gVisor) does not offer native AIO."),
-                        evidence=ev)]
+        return [me.finding(status="fail",
+                           title=f"libaio's {call} fails here" + (f" ({errname})" if errname else "")
+                                 + ": DeepSpeed's async_io would fail at its first swap",
+                           detail=found + "\nThe library links, but the kernel refuses the call: "
+                                  + ("EAGAIN from io_setup/io_queue_init means /proc/sys/fs/aio-max-nr is used up "
+                                     "(`cat /proc/sys/fs/aio-nr /proc/sys/fs/aio-max-nr`); ENOSYS or EPERM means "
+                                     "the kernel or a sandbox (seccomp, gVisor) does not offer native AIO."),
+                           evidence=ev)]
     remedies: list[Remedy] = []
     withheld: list[str] = []
     if _release_checks_dpkg_only(facts) and la.get("package") != package_name("libaio headers", "apt"):
@@ -309,12 +303,12 @@ def check_libaio(facts: Facts) -> list[Finding]:
                                requires_root=True, undo=[],
                                explanation="DeepSpeed's async_io op compiles against libaio.h and links -laio when "
                                            "NVMe offload starts; the runtime library alone is not enough."))
-    return [Finding(id=fid, status="fail", title="libaio development files missing: NVMe offload cannot build async_io",
-                    detail=found + "\nDeepSpeed stops with: async_io requires the dev libaio .so object and headers "
-                                   "but these were not found." + ("" if la.get("install") else
-                                   " Install your distribution's libaio development package.")
-                           + "".join("\n" + line for line in withheld),
-                    evidence=ev, remedies=remedies, explains=ids_for(facts, "libaio-missing"))]
+    return [me.finding(status="fail", title="libaio development files missing: NVMe offload cannot build async_io",
+                       detail=found + "\nDeepSpeed stops with: async_io requires the dev libaio .so object and headers "
+                                      "but these were not found." + ("" if la.get("install") else
+                                      " Install your distribution's libaio development package.")
+                              + "".join("\n" + line for line in withheld),
+                       evidence=ev, remedies=remedies, explains=ids_for(facts, "libaio-missing"))]
 
 
 def _release_checks_dpkg_only(facts: Facts) -> bool:
@@ -330,7 +324,8 @@ def _called(lt: dict[str, Any]) -> list[str]:
 def _aio_calls_line(lt: dict[str, Any]) -> str:
     if lt.get("calls"):
         srcs = lt.get("calls_source") or []
-        return (f"DeepSpeed's async_io calls (from {len(srcs)} file(s) of its csrc/aio): {', '.join(lt['calls'])}; "
+        return (f"DeepSpeed's async_io calls (from {count_of(len(srcs), 'file')} of its csrc/aio): "
+                f"{', '.join(lt['calls'])}; "
                 f"the test made {', '.join(_called(lt))}"
                 + ("" if lt.get("ran_ok") is None else ": they ran" if lt.get("ran_ok") else ": they failed") + ".")
     return (f"Which libaio calls DeepSpeed makes is unknown ({lt.get('calls_why') or 'its sources were not read'}); "
@@ -352,15 +347,14 @@ def _newer_libaio_remedies(la: dict[str, Any]) -> list[Remedy]:
 
 
 @check("storage.throughput", title="Offload path throughput (O_DIRECT, 1 MiB blocks)", probes=("storage",))
-def check_throughput(facts: Facts) -> list[Finding]:
-    fid = "storage.throughput"
+def check_throughput(facts: Facts, me: CheckSpec) -> list[Finding]:
     st = facts.of("storage")
     if st is None:
-        return [_storage_not_checked(fid, "Offload throughput", facts)]
+        return [_storage_not_checked(me, facts)]
     tp = st.get("throughput") or {}
     if not tp.get("ran"):
-        return [Finding(id=fid, status="skip", title="Offload throughput: not measured",
-                        detail=f"{tp.get('reason') or 'not asked for'}.")]
+        return [me.finding(status="skip", title="Offload throughput: not measured",
+                           detail=f"{tp.get('reason') or 'not asked for'}.")]
     w, r = tp.get("write") or {}, tp.get("read") or {}
     rows = [["write + fsync", human(w.get("bytes")), f"{w.get('seconds', 0):.2f} s", rate(w.get("bps"))]]
     if r:
@@ -376,22 +370,22 @@ def check_throughput(facts: Facts) -> list[Finding]:
     if w.get("timed_out") or r.get("timed_out"):
         how += f" Stopped at the {tp.get('time_limit_s'):g} s limit; the rate is from what was done."
     if tp.get("error"):
-        return [Finding(id=fid, status="warn", title="Offload throughput test failed", detail=f"{tp['error']}\n{how}",
-                        evidence=ev)]
+        return [me.finding(status="warn", title="Offload throughput test failed", detail=f"{tp['error']}\n{how}",
+                           evidence=ev)]
     if slowest is None:
-        return [Finding(id=fid, status="warn", title="Offload throughput: nothing measured", detail=how, evidence=ev)]
+        return [me.finding(status="warn", title="Offload throughput: nothing measured", detail=how, evidence=ev)]
     summary = f"write {rate(w.get('bps'))}, read {rate(r.get('bps'))}"
     if slowest < SLOW_BPS:
-        return [Finding(id=fid, status="fail", title=f"Offload disk is the bottleneck: {summary}",
-                        detail=f"{how}\nBelow {rate(SLOW_BPS)} every swap of optimizer state waits on the disk. "
-                               + REFERENCE, evidence=ev, remedies=_slow_disk_remedies(st))]
+        return [me.finding(status="fail", title=f"Offload disk is the bottleneck: {summary}",
+                           detail=f"{how}\nBelow {rate(SLOW_BPS)} every swap of optimizer state waits on the disk. "
+                                  + REFERENCE, evidence=ev, remedies=_slow_disk_remedies(st))]
     ratio = tp.get("ratio")
     if ratio is not None and ratio < LINK_SHARE_WARN:
-        return [Finding(id=fid, status="warn", title=f"Offload NVMe is well below its link: {summary}",
-                        detail=f"{how}\nThe slower direction reaches {ratio:.0%} of the link's theoretical "
-                               f"{rate(link)}. Thermal throttling, a nearly full or DRAM-less drive, or other I/O "
-                               "on it are the usual reasons. " + REFERENCE, evidence=ev)]
-    return [Finding(id=fid, status="ok", title=f"Offload throughput: {summary}", detail=how, evidence=ev)]
+        return [me.finding(status="warn", title=f"Offload NVMe is well below its link: {summary}",
+                           detail=f"{how}\nThe slower direction reaches {ratio:.0%} of the link's theoretical "
+                                  f"{rate(link)}. Thermal throttling, a nearly full or DRAM-less drive, or other I/O "
+                                  "on it are the usual reasons. " + REFERENCE, evidence=ev)]
+    return [me.finding(status="ok", title=f"Offload throughput: {summary}", detail=how, evidence=ev)]
 
 
 def _slow_disk_remedies(st: StorageFacts) -> list[Remedy]:
@@ -425,23 +419,22 @@ def _usable(inv: NvmeInventoryFacts) -> list[dict[str, Any]]:
 
 
 @check("storage.unmounted-nvme", title="NVMe drives present but unused", probes=("nvme_inventory", "storage"))
-def check_unmounted(facts: Facts) -> list[Finding]:
-    fid = "storage.unmounted-nvme"
+def check_unmounted(facts: Facts, me: CheckSpec) -> list[Finding]:
     inv = facts.of("nvme_inventory")
     if inv is None:
-        return [_storage_not_checked(fid, "Unused NVMe drives", facts, "nvme_inventory")]
+        return [_storage_not_checked(me, facts, "nvme_inventory")]
     ev = facts.evidence("nvme_inventory", kinds=None, labels=("NVMe drives",))
     drives = inv.get("drives") or []
     if not drives:
-        return [Finding(id=fid, status="ok", title="No NVMe drives on this node",
-                        detail="No NVMe namespace in sysfs: NVMe offload needs a local NVMe drive (or another fast "
-                               "local disk).", evidence=ev)]
+        return [me.finding(status="ok", title="No NVMe drives on this node",
+                           detail="No NVMe namespace in sysfs: NVMe offload needs a local NVMe drive (or another fast "
+                                  "local disk).", evidence=ev)]
     free = _usable(inv)
     if not free:
         in_use = (f"All {count_of(len(drives), 'NVMe drive')} are in use" if len(drives) != 1
                   else "The one NVMe drive is in use")
-        return [Finding(id=fid, status="ok", title=in_use,
-                        detail="\n".join(f"{d['name']}: {d['reason']}" for d in drives), evidence=ev)]
+        return [me.finding(status="ok", title=in_use,
+                           detail="\n".join(f"{d['name']}: {d['reason']}" for d in drives), evidence=ev)]
     st = facts.of("storage")
     lines = [f"{d['name']} ({human(d.get('size_bytes'))}, {d.get('model') or '?'}, {_link_text(d.get('link'))}): "
              f"{d['state']}, {d['reason']}" for d in free]
@@ -453,12 +446,11 @@ def check_unmounted(facts: Facts) -> list[Finding]:
     title = (f"{count_of(len(free), 'NVMe drive')} present but not mounted: " + ", ".join(d["name"] for d in free))
     if not on_fast:
         lines.append("Offload is not on fast local storage while these drives sit idle; storage.fstab has the steps.")
-    return [Finding(id=fid, status=status, title=title, detail="\n".join(lines), evidence=ev)]
+    return [me.finding(status=status, title=title, detail="\n".join(lines), evidence=ev)]
 
 
 @check("storage.fstab", title="fstab: mounting offload storage by UUID", probes=("storage", "nvme_inventory"))
-def check_fstab(facts: Facts) -> list[Finding]:
-    fid = "storage.fstab"
+def check_fstab(facts: Facts, me: CheckSpec) -> list[Finding]:
     st = facts.of("storage")
     inv = facts.of("nvme_inventory")
     sug = (inv or {}).get("suggestion")
@@ -487,24 +479,24 @@ def check_fstab(facts: Facts) -> list[Finding]:
             on = bd.describe_device(st["device"]) if st.get("device") else f"{m.get('fstype')} at {m.get('point')}"
             detail.insert(0, f"Offload now goes to {st['path']} on {on}.")
         line = fs.fstab_line(sug["uuid"], sug["mountpoint"], sug["fstype"])
-        return [Finding(id=fid, status="warn", title=f"Put offload on the unused NVMe {sug['drive']} (fstab by UUID)",
-                        detail="\n".join(detail), evidence=[Evidence.note("fstab line", line)], remedies=remedies)]
+        return [me.finding(status="warn", title=f"Put offload on the unused NVMe {sug['drive']} (fstab by UUID)",
+                           detail="\n".join(detail), evidence=[Evidence.note("fstab line", line)], remedies=remedies)]
     if st is not None:
         m = st.get("mount") or {}
         ident = st.get("filesystem") or {}
         if m and m.get("point") != "/" and not st.get("in_fstab") and m.get("fit") and ident.get("uuid"):
             line = fs.fstab_line(ident["uuid"], m["point"], m["fstype"])
-            return [Finding(id=fid, status="warn",
+            return [me.finding(status="warn",
                             title=f"{m['point']} is mounted but not in fstab: gone after a reboot",
                             detail=f"{m['source']} was mounted by hand; after a reboot nvme_path would point into an "
                                    f"empty directory on the root disk. Add it by UUID: {line}",
                             evidence=[Evidence.note("fstab line", line)],
                             remedies=[fs.fstab_remedy(ident["uuid"], m["point"], m["fstype"], mount_now=False)])]
-        return [Finding(id=fid, status="ok", title="fstab: nothing to change for offload",
-                        detail=f"{m.get('point') or st['path']} " + ("is in fstab." if st.get("in_fstab") else
-                                                                     "needs no fstab entry.")
-                        + ("" if sug else " No unused NVMe drive to add."))]
-    return [not_checked(fid, "fstab", facts.why_not("storage") + "; no unused NVMe drive to suggest.")]
+        return [me.finding(status="ok", title="fstab: nothing to change for offload",
+                           detail=f"{m.get('point') or st['path']} " + ("is in fstab." if st.get("in_fstab") else
+                                                                        "needs no fstab entry.")
+                           + ("" if sug else " No unused NVMe drive to add."))]
+    return [me.not_checked(facts.why_not("storage") + "; no unused NVMe drive to suggest.")]
 
 
 # -------------------------------------------------------------------------------------------- predicates

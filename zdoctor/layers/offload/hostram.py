@@ -22,6 +22,7 @@ import re
 from typing import Any
 
 from zdoctor.core.model import Evidence
+from zdoctor.core.plural import count_of
 from zdoctor.layers.offload import planner, walllog
 from zdoctor.readers.cgroups import headroom, limit_of_cgroup
 
@@ -83,7 +84,8 @@ def extra_needs(settings: dict[str, Any], params: int | None, gpus_per_node: int
                     "per_rank": None if per_node is None or not gpus_per_node else
                     math.ceil(per_node / gpus_per_node), "per_node": per_node,
                     "unknown": None if params else "the parameter count (--model-params or --model-config)",
-                    "formula": f"{f'{params:,}' if params else 'unknown'} parameters x 2 bytes / {nodes} node(s)",
+                    "formula": f"{f'{params:,}' if params else 'unknown'} parameters x 2 bytes / "
+                               f"{count_of(nodes, 'node')}",
                     "key": "zero_optimization.offload_param.device = cpu, no optimizer offload"})
     return out
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from zdoctor.core.errors import InputError
+from zdoctor.core.jsondoc import json_document
 from zdoctor.core.units import parse_count  # noqa: F401 - model sizes as the options give them
 from zdoctor.layers.offload.dsconfig import read_text
 from zdoctor.layers.offload.lint import memlock_soft
@@ -298,18 +299,10 @@ def estimate_hf(cfg: dict[str, Any]) -> ModelEstimate:
 
 def load_model_config(path: str) -> ModelEstimate:
     """Read ``config.json`` (strict JSON, as transformers does) and estimate it."""
-    import json
 
 
     text = read_text(path, "model config")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}:{exc.lineno}:{exc.colno}: malformed JSON: {exc.msg}") from None
-    except ValueError as exc:  # an integer past the interpreter's digit limit
-        raise InputError(f"{path}: unreadable JSON: {exc}") from None
-    except RecursionError:
-        raise InputError(f"{path}: nested too deeply to read") from None
+    data = json_document(text, path)
     try:
         return estimate_hf(data)
     except InputError as exc:

@@ -54,6 +54,7 @@ from typing import Any
 from zdoctor.core.errors import InputError
 from zdoctor.core.factstypes import CapacityFacts, DsconfigFacts, GpusampleFacts, HostramFacts, TrainlogFacts
 from zdoctor.core.model import Evidence, cap_text
+from zdoctor.core.plural import count_of
 from zdoctor.core.registry import facts_of, probe
 from zdoctor.layers.libraries.probe_libs import LIVE_TIMEOUT
 from zdoctor.layers.offload import gpusample, hostram, lint, planner, walllog
@@ -344,10 +345,10 @@ def capacity_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
                     [f"locked-memory limit ({src})", lock],
                     [f"GPU memory (smallest; {m.gpu_source})", planner.gib(m.gpu_memory)],
                     [f"offload disk free ({m.disk_path or 'no offload path'})", planner.gib(m.disk_free)]]
-    per_node = "an unknown number of" if "gpus_per_node" in missing else str(gpn)
+    per_node = "an unknown number of GPUs" if "gpus_per_node" in missing else count_of(gpn, "GPU")
     avail_col = "available (room under the cgroup limit)" if m.mem_source == "cgroup" else "available (MemAvailable)"
     ev = [_capacity_table(z3, idx if table == "zero3" else [], f"ZeRO-3 needs for {model['params']:,} parameters, "
-                          f"{nodes} node(s) x {per_node} GPU(s) (DeepSpeed's estimator)", avail_col),
+                          f"{count_of(nodes, 'node')} x {per_node} (DeepSpeed's estimator)", avail_col),
           _capacity_table(z2, idx if table == "zero2" else [], "ZeRO-2 needs (DeepSpeed's estimator)", avail_col),
           Evidence.of_table("this node", ["what", "size"], machine_rows)]
     if missing:

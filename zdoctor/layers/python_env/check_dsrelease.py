@@ -10,8 +10,8 @@ from typing import Any
 from zdoctor.core.factstypes import DsreleaseFacts
 from zdoctor.core.model import Evidence, Finding, Remedy
 from zdoctor.core.packages import managers, package_name
-from zdoctor.core.registry import Facts, check
-from zdoctor.layers import not_checked
+from zdoctor.core.plural import count_of, noun_for
+from zdoctor.core.registry import CheckSpec, Facts, check
 from zdoctor.layers.python_env import dsrules as dsr
 
 
@@ -46,7 +46,8 @@ def libaio_remedies_for_dpkg_only(distro: dict[str, Any]) -> tuple[list[Remedy],
     return remedies, withheld
 
 
-def _rule_findings(facts: DsreleaseFacts, ev: list[Evidence], distro: dict[str, Any]) -> list[Finding]:
+def _rule_findings(me: CheckSpec, facts: DsreleaseFacts, ev: list[Evidence], distro: dict[str, Any]
+                   ) -> list[Finding]:
     out: list[Finding] = []
     rules = facts.get("rules") or {}
     ver = facts.get("version") or "?"
@@ -55,7 +56,7 @@ def _rule_findings(facts: DsreleaseFacts, ev: list[Evidence], distro: dict[str, 
         rule = dsr.RULES_BY_ID["libaio-detection"]
         aio_remedies, withheld = libaio_remedies_for_dpkg_only(distro)
         out.append(Finding(
-            id="pyenv.deepspeed-release.libaio-dpkg", status="warn",
+            id=me.id("libaio-dpkg"), status="warn",
             title=f"DeepSpeed {ver} decides async_io's libaio by dpkg alone: ds_report's async_io verdict is "
                   "not evidence",
             detail=f"This release ({aio.get('file')}): {rule['old']}. Current releases: {rule['current']}. "
@@ -71,7 +72,7 @@ def _rule_findings(facts: DsreleaseFacts, ev: list[Evidence], distro: dict[str, 
     if pin.get("state") == "old":
         rule = dsr.RULES_BY_ID["zero12-pin-memory"]
         out.append(Finding(
-            id="pyenv.deepspeed-release.pin-memory-ignored", status="warn",
+            id=me.id("pin-memory-ignored"), status="warn",
             title=f"DeepSpeed {ver} ignores offload_optimizer.pin_memory at ZeRO stage 1/2",
             detail=f"{pin.get('file')} never reads it: {rule['old']}. Current releases: {rule['current']}. "
                    f"Source: {_sources('zero12-pin-memory')}. Setting pin_memory to fix a memlock or RAM "
@@ -80,7 +81,7 @@ def _rule_findings(facts: DsreleaseFacts, ev: list[Evidence], distro: dict[str, 
     timers = rules.get("wall-clock-timer-names") or {}
     if timers.get("state") == "old":
         out.append(Finding(
-            id="pyenv.deepspeed-release.timer-names", status="ok",
+            id=me.id("timer-names"), status="ok",
             title=f"DeepSpeed {ver} prints the older wall_clock_breakdown timer names (forward_microstep, ...)",
             detail="zdoctor reads both the older names and the current ones (fwd_microstep, ...). "
                    f"Source: {_sources('wall-clock-timer-names')}.", evidence=ev))
@@ -96,7 +97,7 @@ def _own_cache(loc: str | None) -> str:
     return shlex.quote(os.path.join(prefix or "/", "torch_extensions"))
 
 
-def _origin_findings(facts: DsreleaseFacts, ev: list[Evidence]) -> list[Finding]:
+def _origin_findings(me: CheckSpec, facts: DsreleaseFacts, ev: list[Evidence]) -> list[Finding]:
     out = []
     loc = facts.get("location")
     ver = facts.get("version") or "?"
@@ -117,12 +118,13 @@ def _origin_findings(facts: DsreleaseFacts, ev: list[Evidence]) -> list[Finding]
         else:
             title = (f"JIT op {o['op']} is older than its sources: built before DeepSpeed at {o['deepspeed_dir']} "
                      f"last changed (now {o.get('version') or 'version unknown'})")
-            why = (f"{len(o['newer_sources'])} source file(s) are newer than the .so "
+            newer = len(o["newer_sources"])
+            why = (f"{count_of(newer, 'source file')} {noun_for(newer, 'is', 'are')} newer than the .so "
                    f"({', '.join(o['newer_sources'][:3])}): DeepSpeed was upgraded or reinstalled at this path after "
                    "the op was built. torch's next load rebuilds it (ninja compares the times); until then, and "
                    "wherever a process loads the .so directly, the old build is what runs.")
         out.append(Finding(
-            id="pyenv.deepspeed-release.jit-op-other-release", status="warn", title=title,
+            id=me.id("jit-op-other-release"), status="warn", title=title,
             detail=why + " build.ninja in the op dir records the sources it was compiled from.",
             evidence=ev,
             remedies=[Remedy(title="Give this environment its own extension cache (DeepSpeed's advice for "
@@ -138,19 +140,19 @@ def _origin_findings(facts: DsreleaseFacts, ev: list[Evidence]) -> list[Finding]
        probes=("dsrelease", "toolchain"),
        findings=("pyenv.deepspeed-release.jit-op-other-release", "pyenv.deepspeed-release.libaio-dpkg",
                  "pyenv.deepspeed-release.pin-memory-ignored", "pyenv.deepspeed-release.timer-names"))
-def check_release(facts: Facts) -> list[Finding]:
+def check_release(facts: Facts, me: CheckSpec) -> list[Finding]:
     f = facts.of("dsrelease")
     if f is None:
-        return [not_checked("pyenv.deepspeed-release", "DeepSpeed release rules", facts.why_not("dsrelease"))]
+        return [me.not_checked(facts.why_not("dsrelease"))]
     if not f.get("installed"):
-        return [Finding(id="pyenv.deepspeed-release", status="skip",
-                        title="DeepSpeed release rules: DeepSpeed not installed",
-                        detail="No DeepSpeed in the training environment.")]
+        return [me.finding(status="skip",
+                           title="DeepSpeed release rules: DeepSpeed not installed",
+                           detail="No DeepSpeed in the training environment.")]
     ev = facts.evidence("dsrelease")
-    out = _rule_findings(f, ev, facts.get_fact("toolchain", "distro") or {}) + _origin_findings(f, ev)
+    out = _rule_findings(me, f, ev, facts.get_fact("toolchain", "distro") or {}) + _origin_findings(me, f, ev)
     unknown = [rid for rid, r in (f.get("rules") or {}).items() if r.get("state") == "unknown"]
-    summary = Finding(
-        id="pyenv.deepspeed-release", status="ok" if not unknown else "skip",
+    summary = me.finding(
+        status="ok" if not unknown else "skip",
         title=f"DeepSpeed {f.get('version') or '?'}: release-specific rules read"
               + (f" ({len(unknown)} unknown)" if unknown else ""),
         detail="\n".join(f"{rid}: {r['state']} ({r.get('how') or r.get('why') or '-'})"

@@ -6,8 +6,7 @@ import shlex
 from typing import Any
 
 from zdoctor.core.model import Finding, Remedy
-from zdoctor.core.registry import Facts, check, predicate
-from zdoctor.layers import not_checked
+from zdoctor.core.registry import CheckSpec, Facts, check, predicate
 from zdoctor.proc.target import DEFAULT_PYTHON
 
 PLACEHOLDER = "/path/to/env/bin/python"
@@ -62,10 +61,10 @@ def retarget_remedy(f: dict[str, Any]) -> Remedy:
 
 
 @check("pyenv.interpreter", title="Target interpreter", probes=("pyenv",))
-def check_interpreter(facts: Facts) -> list[Finding]:
+def check_interpreter(facts: Facts, me: CheckSpec) -> list[Finding]:
     f = pyenv_facts(facts)
     if f is None:
-        return [not_checked("pyenv.interpreter", "Target interpreter", "the pyenv probe gave no facts")]
+        return [me.not_checked("the pyenv probe gave no facts")]
     ev = facts.evidence("pyenv", kinds=None)
     if f.get("error"):
         kind = f.get("error_kind") or "failed"
@@ -73,8 +72,8 @@ def check_interpreter(facts: Facts) -> list[Finding]:
         if f.get("signal"):
             title += f" ({f['signal']})"
         detail = f"{f['error']}\n\n{_how_chosen(f)}"
-        return [Finding(id="pyenv.interpreter", status="fail", title=title, detail=detail, evidence=ev,
-                        remedies=[retarget_remedy(f)])]
+        return [me.finding(status="fail", title=title, detail=detail, evidence=ev,
+                           remedies=[retarget_remedy(f)])]
     py = f.get("python") or {}
     version = ".".join(str(p) for p in py.get("version_info") or []) or "?"
     where = "venv" if py.get("in_venv") else None
@@ -91,7 +90,7 @@ def check_interpreter(facts: Facts) -> list[Finding]:
         f"sysconfig CC: {sc.get('CC')!r}, CXX: {sc.get('CXX')!r}",
         _how_chosen(f),
     ]
-    return [Finding(id="pyenv.interpreter", status="ok", title=title, detail="\n".join(lines), evidence=ev)]
+    return [me.finding(status="ok", title=title, detail="\n".join(lines), evidence=ev)]
 
 
 def _install_torch_remedy(f: dict[str, Any]) -> Remedy:
@@ -106,11 +105,10 @@ def _install_torch_remedy(f: dict[str, Any]) -> Remedy:
 
 
 @check("pyenv.torch-import", title="import torch in the target interpreter", probes=("pyenv",))
-def check_torch_import(facts: Facts) -> list[Finding]:
-    cid = "pyenv.torch-import"
+def check_torch_import(facts: Facts, me: CheckSpec) -> list[Finding]:
     f = pyenv_facts(facts)
     if f is None or f.get("error"):
-        return [not_checked(cid, "import torch", "the target interpreter is not usable")]
+        return [me.not_checked("the target interpreter is not usable")]
     ev = facts.evidence("pyenv", kinds=None)
     torch = f.get("torch") or {}
     imp = torch.get("import") or {}
@@ -118,12 +116,12 @@ def check_torch_import(facts: Facts) -> list[Finding]:
     explicit = bool((f.get("target") or {}).get("explicit"))
     if not torch.get("installed"):
         if f.get("timed_out") and "basics" not in (f.get("stages") or []):
-            return [not_checked(cid, "import torch", "the probe timed out before looking for torch")]
+            return [me.not_checked("the probe timed out before looking for torch")]
         detail = ("importlib.util.find_spec('torch') finds nothing on this interpreter's sys.path:\n  "
                   + "\n  ".join((f.get("python") or {}).get("sys_path") or []) + f"\n\n{_how_chosen(f)}")
         remedies = [_install_torch_remedy(f)] if explicit else [retarget_remedy(f), _install_torch_remedy(f)]
-        return [Finding(id=cid, status="fail" if explicit else "warn",
-                        title=f"torch is not installed in {exe}", detail=detail, evidence=ev, remedies=remedies)]
+        return [me.finding(status="fail" if explicit else "warn",
+                           title=f"torch is not installed in {exe}", detail=detail, evidence=ev, remedies=remedies)]
     state = imp.get("state")
     if state == "failed":
         line = imp.get("error_line") or imp.get("error") or "unknown error"
@@ -137,22 +135,22 @@ def check_torch_import(facts: Facts) -> list[Finding]:
         loaded = torch.get("libstdcxx") or []
         if loaded:
             detail += "\n\nlibstdc++ mapped when the import failed: " + ", ".join(loaded)
-        return [Finding(id=cid, status="fail", title=f"import torch fails: {line}", detail=detail, evidence=ev)]
+        return [me.finding(status="fail", title=f"import torch fails: {line}", detail=detail, evidence=ev)]
     if state == "timeout":
         detail = (f"`import torch` in {exe} was still running when the probe's time limit ran out; the "
                   f"process group was killed. Records received: {', '.join(f.get('stages') or [])}.\n"
                   "A hang inside the import usually waits on a filesystem (site-packages or the home "
                   "directory on NFS/Lustre) or on a lock. To see where it stops, run:\n  "
                   f"{shlex.quote(exe)} -X importtime -c 'import torch'")
-        return [Finding(id=cid, status="fail", title="import torch hangs", detail=detail, evidence=ev)]
+        return [me.finding(status="fail", title="import torch hangs", detail=detail, evidence=ev)]
     if state in ("crashed",):
         sig = imp.get("signal") or f.get("signal") or "a signal"
         detail = (f"The interpreter died with {sig} during `import torch` (exit code {f.get('exit_code')}). "
                   "A native library loaded by torch crashed; the stderr in the evidence shows how far it got.")
-        return [Finding(id=cid, status="fail", title=f"import torch crashes the interpreter ({sig})",
-                        detail=detail, evidence=ev)]
+        return [me.finding(status="fail", title=f"import torch crashes the interpreter ({sig})",
+                           detail=detail, evidence=ev)]
     if state != "ok":
-        return [not_checked(cid, "import torch", f"torch import state: {state}")]
+        return [me.not_checked(f"torch import state: {state}")]
     secs = imp.get("seconds")
     title = f"torch {torch.get('version')} imports in {secs:.1f} s" if secs is not None else \
         f"torch {torch.get('version')} imports"
@@ -170,7 +168,7 @@ def check_torch_import(facts: Facts) -> list[Finding]:
                      "not answering; the GPU steps look at the driver.")
     elif cuda.get("state") == "ok":
         lines.append(f"torch.cuda.is_available(): {cuda.get('available')}")
-    return [Finding(id=cid, status=status, title=title, detail="\n".join(lines), evidence=ev)]
+    return [me.finding(status=status, title=title, detail="\n".join(lines), evidence=ev)]
 
 
 # -- predicates ------------------------------------------------------------------------------------
@@ -184,11 +182,6 @@ def _torch_state(facts: Facts) -> str | None:
 def interpreter_unusable(facts: Facts) -> bool:
     f = pyenv_facts(facts)
     return f is None or bool(f.get("error"))
-
-
-@predicate("python_explicit", doc="the user named the target interpreter with --python", probes=("pyenv",))
-def python_explicit(facts: Facts) -> bool:
-    return bool(facts.get_fact("pyenv", "target", "explicit", default=False))
 
 
 @predicate("torch_missing", doc="torch is not installed in the target interpreter", probes=("pyenv",))
@@ -208,18 +201,8 @@ def torch_import_hung(facts: Facts) -> bool:
     return _torch_state(facts) == "timeout"
 
 
-@predicate("torch_import_ok", doc="import torch succeeded", probes=("pyenv",))
-def torch_import_ok(facts: Facts) -> bool:
-    return _torch_state(facts) == "ok"
-
-
 @predicate("glibcxx_error", doc="the torch import error names a missing GLIBCXX/CXXABI version",
            probes=("pyenv",))
 def glibcxx_error(facts: Facts) -> bool:
     line = facts.get_fact("pyenv", "torch", "import", "error_line") or ""
     return "not found" in line and ("GLIBCXX_" in line or "CXXABI_" in line)
-
-
-@predicate("deepspeed_installed", doc="deepspeed is installed in the target interpreter", probes=("pyenv",))
-def deepspeed_installed(facts: Facts) -> bool:
-    return bool(facts.get_fact("pyenv", "deepspeed", "installed", default=False))

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from zdoctor.core.model import Evidence, Finding, Remedy
 from zdoctor.core.plural import count_of
-from zdoctor.core.registry import Facts, check
-from zdoctor.layers import not_checked
+from zdoctor.core.registry import CheckSpec, Facts, check
 from zdoctor.layers.python_env.specialfiles import effect, removal
 
 CID = "pyenv.special-files"
@@ -14,16 +13,16 @@ TITLE = "Special files where libraries, ops and start-up files are read"
 
 
 @check(CID, title=TITLE, probes=("special_files",))
-def check_special_files(facts: Facts) -> list[Finding]:
+def check_special_files(facts: Facts, me: CheckSpec) -> list[Finding]:
     f = facts.of("special_files")
     if f is None:
-        return [not_checked(CID, TITLE, facts.why_not("special_files"))]
+        return [me.not_checked(facts.why_not("special_files"))]
     ev = facts.evidence("special_files")
     found = [x for x in f.get("found") or [] if isinstance(x, dict) and x.get("path")]
     looked = "; ".join(str(x) for x in f.get("looked") or [])
     if not found:
-        return [Finding(id=CID, status="ok", title="No FIFO, device or looping link among the files looked at",
-                        detail=f"Looked at (without opening anything): {looked}.", evidence=ev)]
+        return [me.finding(status="ok", title="No FIFO, device or looping link among the files looked at",
+                           detail=f"Looked at (without opening anything): {looked}.", evidence=ev)]
     rows = [[str(x["path"]), str(x.get("kind")), str(x.get("where")), effect(x)] for x in found]
     table = Evidence.of_table("special files", ["path", "is", "where", "what it does"], rows)
     first = found[0]
@@ -39,6 +38,6 @@ def check_special_files(facts: Facts) -> list[Finding]:
                                 "found (a regular file put there since is left alone). A library the loader "
                                 "should find there must then be put back as a regular file.",
                     note="it removes files, which zdoctor does not do on its own")
-    return [Finding(id=CID, status="fail", title=title,
-                    detail="\n".join(["Found without opening them:", *lines, "", f"Looked at: {looked}."]),
-                    evidence=[table, *ev], remedies=[remedy])]
+    return [me.finding(status="fail", title=title,
+                       detail="\n".join(["Found without opening them:", *lines, "", f"Looked at: {looked}."]),
+                       evidence=[table, *ev], remedies=[remedy])]

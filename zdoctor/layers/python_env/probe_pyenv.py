@@ -29,10 +29,10 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from zdoctor import scripts
 from zdoctor.core.factstypes import PyenvFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import probe
-from zdoctor.core.resources import data_dir
 from zdoctor.proc.privilege import RunAs, code_runs_as
 from zdoctor.proc.runner import run, which_all
 from zdoctor.proc.target import Target, target_of
@@ -251,12 +251,8 @@ def _torch_facts(recs: dict[str, Any], pkg: dict[str, Any], timed_out: bool, sig
 
 
 def script_path() -> Path:
-    """The probe script as a file another interpreter can run: beside this module, or extracted from the
-    one-file bundle (whose modules are inside a zip)."""
-    if SCRIPT.is_file():
-        return SCRIPT
-
-    return data_dir("probe") / SCRIPT.name
+    """The probe script as a file another interpreter can run (see :func:`zdoctor.scripts.script_path`)."""
+    return scripts.script_path(SCRIPT.name)
 
 
 def probe_target(python: str, env: dict[str, str], *, explicit: bool = False,

@@ -11,8 +11,7 @@ from zdoctor.core.factstypes import RankcoresBinding
 from zdoctor.core.model import Finding, Remedy
 from zdoctor.core.packages import managers
 from zdoctor.core.plural import count_of
-from zdoctor.core.registry import Facts, check
-from zdoctor.layers import not_checked
+from zdoctor.core.registry import CheckSpec, Facts, check
 
 
 def _binding_words(b: RankcoresBinding) -> str:
@@ -45,19 +44,17 @@ def cores_summary(rc: Mapping[str, Any] | None) -> dict[str, Any]:
 
 @check("cores.ranks", title="Each rank's CPU cores against its threads", probes=("rankcores",),
        optional=("launch",), layer="rank-cores")
-def check_rank_cores(facts: Facts) -> list[Finding]:
-    cid = "cores.ranks"
-    nc = f"{cid}.not-checked"
+def check_rank_cores(facts: Facts, me: CheckSpec) -> list[Finding]:
     rc = facts.of("rankcores")
     if rc is None:
-        return [not_checked(nc, "Ranks and cores", facts.why_not("rankcores"))]
+        return [me.not_checked(facts.why_not("rankcores"), sub="not-checked")]
     ev = facts.evidence("rankcores")
     if (rc.get("cpus") or {}).get("count") is None:
-        return [not_checked(nc, "Ranks and cores", f"the CPUs of {rc.get('cpus_of')} could not be read: "
-                            f"{(rc.get('cpus') or {}).get('error')}", ev)]
+        return [me.not_checked(f"the CPUs of {rc.get('cpus_of')} could not be read: "
+                               f"{(rc.get('cpus') or {}).get('error')}", ev, sub="not-checked")]
     s = cores_summary(rc)
     if s["ranks"] is None:
-        return [not_checked(nc, "Ranks and cores", f"how many ranks run on this node is {rc.get('ranks_how')}", ev)]
+        return [me.not_checked(f"how many ranks run on this node is {rc.get('ranks_how')}", ev, sub="not-checked")]
     binding = rc.get("binding") or {}
     detail = [f"{s['sentence']} (ranks: {rc.get('ranks_how')}; CPUs: {rc.get('cpus_of')}; OMP_NUM_THREADS: "
               f"{rc.get('omp_how')})."]
@@ -68,45 +65,45 @@ def check_rank_cores(facts: Facts) -> list[Finding]:
     if binding.get("bind_cores_to_rank"):
         if rules.get("state") == "absent":
             ver = facts.get_fact("launch", "deepspeed", "version") or "?"
-            return [Finding(id=cid, status="fail", title=f"DeepSpeed {ver}'s launcher has no --bind_cores_to_rank",
-                            detail=" ".join(detail) + " The option came with DeepSpeed PR 2881 (0.9.0): this "
-                                   "release's launcher refuses it as an unknown argument.", evidence=ev)]
+            return [me.finding(status="fail", title=f"DeepSpeed {ver}'s launcher has no --bind_cores_to_rank",
+                               detail=" ".join(detail) + " The option came with DeepSpeed PR 2881 (0.9.0): this "
+                                      "release's launcher refuses it as an unknown argument.", evidence=ev)]
         nm = rc.get("numactl") or {}
         if not nm.get("path") or nm.get("runs") is False:
             distro = facts.get_fact("toolchain", "distro") or {}
-            return [Finding(id=cid, status="fail", title="--bind_cores_to_rank needs numactl, which "
-                            + ("is not installed" if not nm.get("path") else "does not run") + " here",
-                            detail=" ".join(detail) + " DeepSpeed's launcher starts each rank as `numactl -C "
-                                   "CORES python ...` (deepspeed/utils/numa.py get_numactl_cmd): without numactl "
-                                   "no rank starts.", evidence=ev,
-                            remedies=[Remedy(title=f"Install numactl ({pm.label})", commands=pm.install("numactl"),
-                                             requires_root=True) for pm in managers(distro)])]
+            return [me.finding(status="fail", title="--bind_cores_to_rank needs numactl, which "
+                               + ("is not installed" if not nm.get("path") else "does not run") + " here",
+                               detail=" ".join(detail) + " DeepSpeed's launcher starts each rank as `numactl -C "
+                                      "CORES python ...` (deepspeed/utils/numa.py get_numactl_cmd): without numactl "
+                                      "no rank starts.", evidence=ev,
+                               remedies=[Remedy(title=f"Install numactl ({pm.label})", commands=pm.install("numactl"),
+                                                requires_root=True) for pm in managers(distro)])]
     per, omp = s["per_rank"], s["omp"]
     if per == 0:
-        return [Finding(id=cid, status="fail", title=f"{count_of(s['ranks'], 'rank')} share {s['cpus']} CPUs",
-                        detail=" ".join(detail) + " Fewer CPUs than ranks: every CPU optimizer step and data "
-                               "loader competes.", evidence=ev)]
+        return [me.finding(status="fail", title=f"{count_of(s['ranks'], 'rank')} share {s['cpus']} CPUs",
+                           detail=" ".join(detail) + " Fewer CPUs than ranks: every CPU optimizer step and data "
+                                  "loader competes.", evidence=ev)]
     remedies = _remedies(s)
     if omp == "1" and per and per > 1:
-        return [Finding(id=cid, status="warn", title=f"OMP_NUM_THREADS=1: each rank's CPU optimizer uses one of "
-                        f"its {per} cores", detail=" ".join(detail) + " DeepSpeedCPUAdam's step runs an OpenMP "
-                        "loop over the parameters: with one thread it is the slowest part of an offloaded step.",
-                        evidence=ev, remedies=remedies)]
+        return [me.finding(status="warn", title=f"OMP_NUM_THREADS=1: each rank's CPU optimizer uses one of "
+                           f"its {per} cores", detail=" ".join(detail) + " DeepSpeedCPUAdam's step runs an OpenMP "
+                           "loop over the parameters: with one thread it is the slowest part of an offloaded step.",
+                           evidence=ev, remedies=remedies)]
     threads = per if omp in (None, "cores per rank") or not str(omp).isdigit() else int(omp)
     unbound = not s["bound"] and not rc.get("ranks")
     if omp is None and s["ranks"] > 1 and unbound:
-        return [Finding(id=cid, status="warn", title=f"{count_of(s['ranks'], 'rank')}, each free to use all "
-                        f"{s['cpus']} CPUs with one OpenMP thread per CPU", detail=" ".join(detail) +
-                        f" Unset OMP_NUM_THREADS and no binding: each rank starts {s['cpus']} threads, "
-                        f"{s['ranks'] * s['cpus']} in all on {s['cpus']} CPUs, and the CPU optimizer steps of the "
-                        "ranks slow each other down.", evidence=ev, remedies=remedies)]
+        return [me.finding(status="warn", title=f"{count_of(s['ranks'], 'rank')}, each free to use all "
+                           f"{s['cpus']} CPUs with one OpenMP thread per CPU", detail=" ".join(detail) +
+                           f" Unset OMP_NUM_THREADS and no binding: each rank starts {s['cpus']} threads, "
+                           f"{s['ranks'] * s['cpus']} in all on {s['cpus']} CPUs, and the CPU optimizer steps of the "
+                           "ranks slow each other down.", evidence=ev, remedies=remedies)]
     if str(omp).isdigit() and int(omp) * s["ranks"] > s["cpus"]:
-        return [Finding(id=cid, status="warn", title=f"OMP_NUM_THREADS={omp} x {count_of(s['ranks'], 'rank')} "
-                        f"is more threads than the {s['cpus']} CPUs", detail=" ".join(detail) +
-                        " The ranks' OpenMP threads are oversubscribed: each waits for a CPU.", evidence=ev,
-                        remedies=remedies)]
-    return [Finding(id=cid, status="ok", title=f"{count_of(s['ranks'], 'rank')} with {per} cores each, "
-                    f"{threads} OpenMP threads per rank", detail=" ".join(detail), evidence=ev)]
+        return [me.finding(status="warn", title=f"OMP_NUM_THREADS={omp} x {count_of(s['ranks'], 'rank')} "
+                           f"is more threads than the {s['cpus']} CPUs", detail=" ".join(detail) +
+                           " The ranks' OpenMP threads are oversubscribed: each waits for a CPU.", evidence=ev,
+                           remedies=remedies)]
+    return [me.finding(status="ok", title=f"{count_of(s['ranks'], 'rank')} with {per} cores each, "
+                       f"{threads} OpenMP threads per rank", detail=" ".join(detail), evidence=ev)]
 
 
 def _remedies(s: dict[str, Any]) -> list[Remedy]:

@@ -9,8 +9,7 @@ from typing import Any
 
 from zdoctor.core.model import Evidence, Finding, Remedy
 from zdoctor.core.plural import count_of
-from zdoctor.core.registry import Facts, check
-from zdoctor.layers import not_checked
+from zdoctor.core.registry import CheckSpec, Facts, check
 from zdoctor.layers.ranks.rankwaits import OP_TYPES, compare, label, rank_wait, said
 from zdoctor.symptoms.match import ids_for
 
@@ -129,27 +128,27 @@ def timeouts_explained(facts: Facts, ranks: list[dict[str, Any]]) -> list[str]:
 
 @check(CID, title=TITLE, probes=("ranks",), findings=(f"{CID}.*",), explains=("collective-timeout", "hang"),
        layer="ranks")
-def check_ranks(facts: Facts) -> list[Finding]:
+def check_ranks(facts: Facts, me: CheckSpec) -> list[Finding]:
     got = facts.of("ranks")
     if got is None:
-        return [not_checked(f"{CID}.not-checked", TITLE, facts.why_not("ranks"))]
+        return [me.not_checked(facts.why_not("ranks"), sub="not-checked")]
     if not got.get("processes"):
-        return [not_checked(f"{CID}.not-checked", TITLE, got.get("missing") or "no process of the job was found")]
+        return [me.not_checked(got.get("missing") or "no process of the job was found", sub="not-checked")]
     ranks = [dict(r) for r in got.get("ranks") or []]
     if not ranks:
         names = ", ".join(f"{p['pid']} ({p.get('name')})" for p in got["processes"][:10])
         remote = sorted({str(p.get("name")) for p in got["processes"] if p.get("name") in REMOTE_STARTERS})
         hint = (f"It starts its ranks on other nodes ({', '.join(remote)}): `zdoctor fleet --pid HOST=PID` reads "
                 "each node's ranks." if remote else "Name a rank or its launcher with --pid.")
-        return [Finding(id=CID, status="warn", title="The job's tree holds no Python rank on this node",
-                        detail=f"The job is {got.get('how')}: {names}. None of them is a Python rank, so there is "
-                               f"no rank whose stack zdoctor could read here. {hint}",
-                        evidence=facts.evidence("ranks"))]
+        return [me.finding(status="warn", title="The job's tree holds no Python rank on this node",
+                           detail=f"The job is {got.get('how')}: {names}. None of them is a Python rank, so there is "
+                                  f"no rank whose stack zdoctor could read here. {hint}",
+                           evidence=facts.evidence("ranks"))]
     for r in ranks:
         r["wait"] = rank_wait(r)
     ranks.sort(key=rank_order)
     found = judge(ranks, got, facts.evidence("ranks"))
-    if found and found[0].id == CID and found[0].status == "fail":
+    if found and found[0].id == me.name and found[0].status == "fail":
         # the watchdog's timeout of a collective some rank waits in; the hang of the --command run read here
         found[0].explains = timeouts_explained(facts, ranks) + (ids_for(facts, "hang")
                                                                 if got.get("source") == "command" else [])

@@ -9,7 +9,7 @@ from typing import Any
 
 from zdoctor.layers.ranks import rankstate, ranktree
 from zdoctor.layers.ranks.pyspy import find_pyspy, pyspy_dump, pyspy_tool
-from zdoctor.proc.shim import SOURCE as KEEPER_SOURCE
+from zdoctor.proc.shim import is_keeper_command
 
 CPU_SAMPLE_S = 0.5
 MAX_RANKS = 64
@@ -17,7 +17,7 @@ MAX_RANKS = 64
 
 def is_keeper(cmdline: list[str]) -> bool:
     """Whether a command line is zdoctor's keeper of a command it runs (not the job: it only waits for it)."""
-    return len(cmdline) > 4 and cmdline[3] == "-c" and cmdline[4] == KEEPER_SOURCE[:len(cmdline[4])] != ""
+    return is_keeper_command(cmdline)
 
 
 def collect_ranks(pid: int, proc: str = "/proc", exclude: Iterable[int] = ()) -> dict[str, Any]:

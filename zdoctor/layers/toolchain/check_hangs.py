@@ -11,9 +11,8 @@ from typing import Any
 
 from zdoctor.core.model import Finding, Remedy
 from zdoctor.core.plural import count_of
-from zdoctor.core.registry import Facts, check, predicate
+from zdoctor.core.registry import CheckSpec, Facts, check, predicate
 from zdoctor.core.shellquote import shell_quote
-from zdoctor.layers import not_checked
 from zdoctor.layers.toolchain.probe_hangs import duration, show
 from zdoctor.readers.gccver import version_tuple
 from zdoctor.readers.versions import gcc_release_for
@@ -128,11 +127,11 @@ def _hangs_on(facts: Facts, lock_path: str) -> list[str]:
 
 @check("hangs.stale-lock", title="Stale JIT build locks", probes=("jitcache", "processes", "locktrial"),
        findings=("hangs.stale-lock.*",), optional=("livetrace",), explains=("hang",))
-def check_stale_lock(facts: Facts) -> list[Finding]:
-    cid = "hangs.stale-lock"
+def check_stale_lock(facts: Facts, me: CheckSpec) -> list[Finding]:
+    cid = me.name
     jit, procs = facts.of("jitcache"), facts.of("processes")
     if jit is None or procs is None:
-        return [not_checked(cid, "Stale JIT build locks", "the jitcache or processes probe gave no facts")]
+        return [me.not_checked("the jitcache or processes probe gave no facts")]
     ev = facts.evidence("jitcache", "processes")
     locks = procs.get("locks") or []
     ops = {o["lock_path"]: o for o in jit.get("ops") or [] if o.get("lock_path")}
@@ -148,28 +147,28 @@ def check_stale_lock(facts: Facts) -> list[Finding]:
     if not stale:
         live = [lk for lk in locks if lk.get("present")]
         if unscanned and not live:
-            return [Finding(id=cid, status="warn",
-                            title=f"JIT build locks: {len(unscanned)} place(s) not scanned; no lock in the "
-                                  f"{len(jit.get('ops') or [])} op dir(s) read",
+            return [me.finding(status="warn",
+                            title=f"JIT build locks: {count_of(len(unscanned), 'place')} not scanned; no lock in the "
+                                  f"{count_of(len(jit.get('ops') or []), 'op dir')} read",
                             detail="\n".join([f"Looked in {jit.get('base')} (from {jit.get('source')}). A stale lock "
                                               "in a place that was not read would make launches wait forever "
                                               "unseen; read it as its owner (or as root) to be sure.", *gaps]),
                             evidence=ev)]
         if not live:
             if not jit.get("ops") and not any(r.get("exists") for r in jit.get("roots") or []):
-                return [Finding(id=cid, status="skip", title="JIT build locks: nothing to check (no op has been "
-                                f"built here: {jit.get('base')} does not exist)",
-                                detail=f"torch builds JIT ops under {jit.get('base')} (from {jit.get('source')}); "
-                                       "that directory is absent, so no lock can be left in it.", evidence=ev)]
-            return [Finding(id=cid, status="ok", title="No JIT build locks", detail=f"Looked in {jit.get('base')} "
-                            f"(from {jit.get('source')}); no op dir holds a `lock` file.", evidence=ev)]
+                return [me.finding(status="skip", title="JIT build locks: nothing to check (no op has been "
+                                   f"built here: {jit.get('base')} does not exist)",
+                                   detail=f"torch builds JIT ops under {jit.get('base')} (from {jit.get('source')}); "
+                                          "that directory is absent, so no lock can be left in it.", evidence=ev)]
+            return [me.finding(status="ok", title="No JIT build locks", detail=f"Looked in {jit.get('base')} "
+                               f"(from {jit.get('source')}); no op dir holds a `lock` file.", evidence=ev)]
         lines = [f"{lk['path']}: held by " + ", ".join(_describe(by_pid.get(p), p) for p in lk["holders"])
                  for lk in live]
-        return [Finding(id=cid, status="warn" if unscanned else "ok",
-                        title=f"{len(live)} JIT build(s) in progress"
-                              + (f"; {len(unscanned)} place(s) not scanned" if unscanned else ""),
-                        detail="A live process holds each lock; launches that need the op wait for it.\n"
-                               + "\n".join(lines + gaps), evidence=ev)]
+        return [me.finding(status="warn" if unscanned else "ok",
+                           title=f"{count_of(len(live), 'JIT build')} in progress"
+                                 + (f"; {count_of(len(unscanned), 'place')} not scanned" if unscanned else ""),
+                           detail="A live process holds each lock; launches that need the op wait for it.\n"
+                                  + "\n".join(lines + gaps), evidence=ev)]
     out: list[Finding] = []
     used: set[str] = set()
     for lk in stale:
@@ -220,11 +219,10 @@ def check_stale_lock(facts: Facts) -> list[Finding]:
 
 
 @check("hangs.processes", title="Training processes stuck in the kernel", probes=("processes",))
-def check_processes(facts: Facts) -> list[Finding]:
-    cid = "hangs.processes"
+def check_processes(facts: Facts, me: CheckSpec) -> list[Finding]:
     procs = facts.of("processes")
     if procs is None:
-        return [not_checked(cid, "Training processes", "the processes probe gave no facts")]
+        return [me.not_checked("the processes probe gave no facts")]
     ev = facts.evidence("processes")
     scope = procs.get("scope") or {"kind": "node"}
     allp = procs.get("processes") or []
@@ -233,7 +231,7 @@ def check_processes(facts: Facts) -> list[Finding]:
         plist = [p for p in allp if p["pid"] in job]
         others_stuck = [p for p in allp if p["pid"] not in job and p.get("state_letter") == "D"]
         if not plist:
-            return [Finding(id=cid, status="skip", title="The job's processes: none found",
+            return [me.finding(status="skip", title="The job's processes: none found",
                             detail=f"The job is {scope.get('how')}: {scope.get('missing') or 'none of them runs now'}. "
                                    "Nothing was judged about other processes on this node.", evidence=ev)]
         what = f"the job's {count_of(len(plist), 'process')}"
@@ -244,9 +242,9 @@ def check_processes(facts: Facts) -> list[Finding]:
         where = ("Which of them belong to the training job is not known (no --pid or --command): these are the "
                  "python, launcher and compiler processes on this node, whoever started them.")
     if not plist:
-        return [Finding(id=cid, status="ok", title="No python, launcher or compiler process running on this node",
-                        detail="No python, deepspeed, torchrun, accelerate, ninja or compiler process was found "
-                               "(zdoctor's own are left out).", evidence=ev)]
+        return [me.finding(status="ok", title="No python, launcher or compiler process running on this node",
+                           detail="No python, deepspeed, torchrun, accelerate, ninja or compiler process was found "
+                                  "(zdoctor's own are left out).", evidence=ev)]
     lines: list[str] = []
     copies: dict[str, list[int]] = {}
     for p in plist:
@@ -275,10 +273,10 @@ def check_processes(facts: Facts) -> list[Finding]:
                      + ", ".join(_describe(p, p["pid"]) for p in others_stuck))
     stuck = [p for p in plist if p.get("state_letter") == "D"]
     if not stuck:
-        return [Finding(id=cid, status="ok", title=f"{what[0].upper()}{what[1:]}, none stuck in the kernel",
-                        detail="\n".join([where, *lines] if lines else
-                                         [where, "All of them are running or sleeping interruptibly."]),
-                        evidence=ev)]
+        return [me.finding(status="ok", title=f"{what[0].upper()}{what[1:]}, none stuck in the kernel",
+                           detail="\n".join([where, *lines] if lines else
+                                            [where, "All of them are running or sleeping interruptibly."]),
+                           evidence=ev)]
     detail = [where, f"{count_of(len(stuck), 'process')} in state D (uninterruptible sleep): they wait inside the "
               "kernel, for a disk or network file system (NFS, Lustre), the GPU driver or pinned-memory allocation, "
               "and cannot even be killed until that wait ends. The wait channel names the kernel function "
@@ -297,9 +295,9 @@ def check_processes(facts: Facts) -> list[Finding]:
         detail += [""] + lines
     of = "of the job's processes" if scope.get("kind") in ("pid", "command") else \
         f"{JOB_PROCESS}{'es' if len(stuck) != 1 else ''} on this node"
-    return [Finding(id=cid, status="warn", title=f"{len(stuck)} {of} stuck in "
-                    f"uninterruptible sleep (wchan {', '.join(sorted({p.get('wchan') or '?' for p in stuck}))})",
-                    detail="\n".join(detail), evidence=ev)]
+    return [me.finding(status="warn", title=f"{len(stuck)} {of} stuck in "
+                       f"uninterruptible sleep (wchan {', '.join(sorted({p.get('wchan') or '?' for p in stuck}))})",
+                       detail="\n".join(detail), evidence=ev)]
 
 
 def _corrupt_remedy(op: dict[str, Any]) -> Remedy:
@@ -314,11 +312,11 @@ def _corrupt_remedy(op: dict[str, Any]) -> Remedy:
 
 @check("jit.corrupt-ops", title="Damaged JIT-built ops", probes=("jitcache",),
        findings=("jit.corrupt-ops.*",))
-def check_corrupt_ops(facts: Facts) -> list[Finding]:
-    cid = "jit.corrupt-ops"
+def check_corrupt_ops(facts: Facts, me: CheckSpec) -> list[Finding]:
+    cid = me.name
     jit = facts.of("jitcache")
     if jit is None:
-        return [not_checked(cid, "Damaged JIT-built ops", "the jitcache probe gave no facts")]
+        return [me.not_checked("the jitcache probe gave no facts")]
     ev = facts.evidence("jitcache")
     procs = facts.of("processes")
     held = {lk["path"] for lk in (procs or {}).get("locks") or [] if lk.get("holders")}
@@ -326,11 +324,11 @@ def check_corrupt_ops(facts: Facts) -> list[Finding]:
     bad = [o for o in ops if o.get("so_path") and (o.get("so_info") or {}).get("kind") not in (None, "elf")]
     built = [o for o in ops if o.get("so_path")]
     if not built:
-        return [Finding(id=cid, status="skip", title="Damaged JIT-built ops: nothing to check (no op has been "
-                        "built here yet)", detail=f"No built op .so in {jit.get('base')}.", evidence=ev)]
+        return [me.finding(status="skip", title="Damaged JIT-built ops: nothing to check (no op has been "
+                           "built here yet)", detail=f"No built op .so in {jit.get('base')}.", evidence=ev)]
     if not bad:
-        return [Finding(id=cid, status="ok", title=f"{count_of(len(built), 'JIT-built op')}, none damaged",
-                        detail="Every built .so in the extension cache is a readable ELF file.", evidence=ev)]
+        return [me.finding(status="ok", title=f"{count_of(len(built), 'JIT-built op')}, none damaged",
+                           detail="Every built .so in the extension cache is a readable ELF file.", evidence=ev)]
     out: list[Finding] = []
     used: set[str] = set()
     for o in bad:
@@ -360,12 +358,11 @@ def _mm(v: str | None) -> tuple[int, ...]:
 
 @check("jit.foreign-toolchain", title="JIT ops built by a newer compiler", probes=("jitcache", "toolchain"),
        findings=("jit.foreign-toolchain.*",))
-def check_foreign_toolchain(facts: Facts) -> list[Finding]:
-    cid = "jit.foreign-toolchain"
+def check_foreign_toolchain(facts: Facts, me: CheckSpec) -> list[Finding]:
+    cid = me.name
     jit, tc = facts.of("jitcache"), facts.of("toolchain")
     if jit is None or tc is None or not (tc.get("jit") or {}).get("path"):
-        return [not_checked(cid, "JIT ops and this node's compiler",
-                            "the jitcache probe or the JIT compiler (toolchain probe) is missing")]
+        return [me.not_checked("the jitcache probe or the JIT compiler (toolchain probe) is missing")]
     cur = tc["jit"]
     cur_ver = cur.get("version") if cur.get("family") == "gcc" else None
     ev = facts.evidence("jitcache")
@@ -401,14 +398,14 @@ def check_foreign_toolchain(facts: Facts) -> list[Finding]:
                                  f"node's GCC {cur_ver}", detail="\n".join(detail), evidence=ev,
                            remedies=[_corrupt_remedy(o)]))
     if not out and not any((o.get("so_info") or {}).get("kind") == "elf" for o in jit.get("ops") or []):
-        return [Finding(id=cid, status="skip", title="JIT ops and this node's compiler: nothing to check (no "
+        return [me.finding(status="skip", title="JIT ops and this node's compiler: nothing to check (no "
                         "op has been built here yet)", detail="\n".join(notes) or f"No built op in {jit.get('base')}.",
                         evidence=ev)]
     if not out:
-        return [Finding(id=cid, status="ok", title="No JIT op was built by a newer compiler than this node's",
-                        detail="\n".join(notes) or f"JIT compiler: {cur['path']}" + (f" (GCC {cur_ver})"
-                                                                                        if cur_ver else ""),
-                        evidence=ev)]
+        return [me.finding(status="ok", title="No JIT op was built by a newer compiler than this node's",
+                           detail="\n".join(notes) or f"JIT compiler: {cur['path']}" + (f" (GCC {cur_ver})"
+                                                                                           if cur_ver else ""),
+                           evidence=ev)]
     return out
 
 
@@ -427,13 +424,3 @@ def jit_op_corrupt(facts: Facts) -> bool:
     jit = facts.of("jitcache")
     return any(o.get("so_path") and (o.get("so_info") or {}).get("kind") not in (None, "elf")
                and o.get("in_use") is not False for o in (jit or {}).get("ops") or [])
-
-
-@predicate("training_process_stuck", doc="a training process is in uninterruptible sleep (state D)",
-           probes=("processes",))
-def training_process_stuck(facts: Facts) -> bool:
-    procs = facts.of("processes") or {}
-    scope = procs.get("scope") or {"kind": "node"}
-    job = set(scope.get("pids") or []) if scope.get("kind") in ("pid", "command") else None
-    return any(p.get("state_letter") == "D" and (job is None or p.get("pid") in job)
-               for p in procs.get("processes") or [])

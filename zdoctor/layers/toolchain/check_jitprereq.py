@@ -13,8 +13,7 @@ from zdoctor.core.causes import BROKEN_COMPILER, FULL_DISK
 from zdoctor.core.factstypes import JitprereqFacts
 from zdoctor.core.model import Finding, Remedy
 from zdoctor.core.packages import cxx_back_end_package, managers, python_headers_package
-from zdoctor.core.registry import Facts, check, predicate
-from zdoctor.layers import not_checked
+from zdoctor.core.registry import CheckSpec, Facts, check, predicate
 from zdoctor.layers.toolchain.check_toolchain import install_remedies
 from zdoctor.readers.hostlimits import human
 from zdoctor.symptoms.match import ids_for
@@ -24,7 +23,7 @@ SYSTEM_PREFIXES = ("/usr", "/usr/local")
 _MISSING_HEADER = re.compile(r"fatal error: ([\w./+-]+\.h(?:pp)?): No such file or directory")
 
 
-def _ninja(f: JitprereqFacts, python: str | None, multinode: bool) -> Finding:
+def _ninja(me: CheckSpec, f: JitprereqFacts, python: str | None, multinode: bool) -> Finding:
     n = f["ninja"]
     py = shlex.quote(python or "python3")
     if not n["on_path"]:
@@ -36,7 +35,7 @@ def _ninja(f: JitprereqFacts, python: str | None, multinode: bool) -> Finding:
                                  f'export PATH={shlex.quote(os.path.dirname(python))}:"$PATH"' if python else ""])])
         for r in rem:
             r.commands = [c for c in r.commands if c]
-        return Finding(id="toolchain.jit-prereq.ninja", status="fail",
+        return Finding(id=me.id("ninja"), status="fail",
                        title="ninja is not on the training PATH: JIT builds fail with 'Ninja is required to load "
                              "C++ extensions'",
                        detail="torch.utils.cpp_extension runs `ninja --version` from PATH before building any op "
@@ -46,10 +45,10 @@ def _ninja(f: JitprereqFacts, python: str | None, multinode: bool) -> Finding:
                                  "No ninja was found beside the interpreter either."), remedies=rem)
     runs = n.get("runs")
     if runs is not None and not runs.get("ok"):
-        return _ninja_does_not_run(n["on_path"], runs, python)
+        return _ninja_does_not_run(me, n["on_path"], runs, python)
     if not n["on_noninteractive_path"]:
         d = os.path.dirname(n["on_path"])
-        return Finding(id="toolchain.jit-prereq.ninja", status="warn" if not multinode else "fail",
+        return Finding(id=me.id("ninja"), status="warn" if not multinode else "fail",
                        title=f"ninja is only in {d}: ranks started by pdsh/ssh will not find it",
                        detail=f"A command run by pdsh or ssh gets PATH={n['noninteractive_path']} "
                               f"({n['noninteractive_source']}) plus what the user's shell startup files add, not "
@@ -61,15 +60,15 @@ def _ninja(f: JitprereqFacts, python: str | None, multinode: bool) -> Finding:
                                         commands=['printf \'PATH=%s\\n\' "$PATH" >> ~/.deepspeed_env'],
                                         undo=["sed -i '/^PATH=/d' ~/.deepspeed_env"])])
     if runs is None:
-        return Finding(id="toolchain.jit-prereq.ninja", status="skip",
+        return Finding(id=me.id("ninja"), status="skip",
                        title=f"ninja at {n['on_path']}, also on a pdsh/ssh shell's PATH; whether it starts was not "
                              "recorded")
-    return Finding(id="toolchain.jit-prereq.ninja", status="ok",
+    return Finding(id=me.id("ninja"), status="ok",
                    title=f"ninja at {n['on_path']} runs (`ninja --version`: {runs.get('version')}), and is also on "
                          "a pdsh/ssh shell's PATH")
 
 
-def _ninja_does_not_run(ninja: str, runs: dict[str, Any], python: str | None) -> Finding:
+def _ninja_does_not_run(me: CheckSpec, ninja: str, runs: dict[str, Any], python: str | None) -> Finding:
     """ninja is on PATH but ``ninja --version`` fails under the training environment: torch stops there."""
     err = (runs.get("error") or f"exit status {runs.get('exit_code')}").strip()
     first = err.splitlines()[-1] if err else ""
@@ -96,22 +95,22 @@ def _ninja_does_not_run(ninja: str, runs: dict[str, Any], python: str | None) ->
                        commands=[f"{py} -m pip install ninja",
                                  *([f'export PATH={shlex.quote(os.path.dirname(python))}:"$PATH"'] if python else [])],
                        note="not tried, because it installs into the training environment"))
-    return Finding(id="toolchain.jit-prereq.ninja", status="fail",
+    return Finding(id=me.id("ninja"), status="fail",
                    title=f"ninja at {ninja} cannot start under the training environment: {first}",
                    detail="\n".join(lines), remedies=rems)
 
 
-def _headers(f: JitprereqFacts, facts: Facts) -> Finding | None:
+def _headers(me: CheckSpec, f: JitprereqFacts, facts: Facts) -> Finding | None:
     h = f["python_headers"]
     if h.get("python_h") is None:
-        return not_checked("toolchain.jit-prereq.python-h", "Python.h",
-                           h.get("error") or "the training interpreter did not answer")
+        return me.not_checked(h.get("error") or "the training interpreter did not answer", sub="python-h",
+                              part="Python.h")
     if h["python_h"]:
-        return Finding(id="toolchain.jit-prereq.python-h", status="ok",
+        return Finding(id=me.id("python-h"), status="ok",
                        title=f"Python.h present for Python {h.get('version')} ({h['include']})")
     ver = h.get("version") or "3"
     rem = header_remedies(h, facts)
-    return Finding(id="toolchain.jit-prereq.python-h", status="fail",
+    return Finding(id=me.id("python-h"), status="fail",
                    title=f"Python.h is missing for the training interpreter (Python {ver}): every JIT op build fails",
                    detail=f"torch compiles each op with -I{h.get('include')}, where Python.h must be; the build "
                           "stops with 'fatal error: Python.h: No such file or directory'. The interpreter's "
@@ -143,29 +142,29 @@ def header_remedies(h: Mapping[str, Any], facts: Facts) -> list[Remedy]:
                    commands=[])]
 
 
-def _compiles(f: JitprereqFacts, facts: Facts) -> Finding | None:
+def _compiles(me: CheckSpec, f: JitprereqFacts, facts: Facts) -> Finding | None:
     c = f["compile"]
     if not c.get("compiler"):
         return None  # toolchain.jit-compiler reports a missing compiler
     if c.get("no_space"):
-        return _no_space(c, facts)
+        return _no_space(me, c, facts)
     if c.get("plain") is None:
-        return not_checked("toolchain.jit-prereq.compile", f"Whether {c['compiler']} compiles",
-                           c.get("error") or "the compile test did not run")
+        return me.not_checked(c.get("error") or "the compile test did not run", sub="compile",
+                              part=f"whether {c['compiler']} compiles")
     plain = c.get("plain") or {}
     withpy = c.get("with_python_h")
     if plain.get("ok") and withpy is not None and not withpy.get("ok"):
-        return _python_h_fails(c["compiler"], withpy, f, facts)
+        return _python_h_fails(me, c["compiler"], withpy, f, facts)
     if plain.get("ok"):
-        return Finding(id="toolchain.jit-prereq.compile", status="ok",
+        return Finding(id=me.id("compile"), status="ok",
                        title=f"{c['compiler']} compiles a one-line C++ file"
                              + (" and one that includes Python.h" if (withpy or {}).get("ok") else
                                 "; a file including Python.h was not tried (no Python.h)"))
     err = (plain.get("stderr") or plain.get("error") or "").strip().splitlines()[-3:]
     distro = facts.get_fact("toolchain", "distro") or {}
     if (c.get("back_end") or {}).get("version") and not c["back_end"].get("found"):
-        return _back_end_missing(c["compiler"], c["back_end"], err, distro)
-    return Finding(id="toolchain.jit-prereq.compile", status="fail",
+        return _back_end_missing(me, c["compiler"], c["back_end"], err, distro)
+    return Finding(id=me.id("compile"), status="fail",
                    title=f"{c['compiler']} cannot compile a one-line C++ file",
                    detail="The compiler torch would use for JIT builds fails on `int main() { return 0; }`: "
                           + (" | ".join(err) or "no output") + ". A compiler driver without its back end (cc1plus), "
@@ -173,7 +172,8 @@ def _compiles(f: JitprereqFacts, facts: Facts) -> Finding | None:
                    remedies=install_remedies(distro), cause=BROKEN_COMPILER)
 
 
-def _back_end_missing(cxx: str, be: Mapping[str, Any], err: list[str], distro: Mapping[str, Any]) -> Finding:
+def _back_end_missing(me: CheckSpec, cxx: str, be: Mapping[str, Any], err: list[str], distro: Mapping[str, Any]
+                      ) -> Finding:
     """The driver runs but one of its own passes is not where it looks (a gcc without g++ compiling C++, a
     removed or half-installed g++): where that pass belongs, and the package of this distribution that holds it."""
     prog, version = be["program"], str(be.get("version") or "")
@@ -190,7 +190,7 @@ def _back_end_missing(cxx: str, be: Mapping[str, Any], err: list[str], distro: M
                                        f"{'compiles C++' if prog == 'cc1plus' else 'the driver runs'}; the driver "
                                        f"{be.get('driver') or cxx} is installed without it. After the install, "
                                        f"`{cxx} -print-prog-name={prog}` prints its full path."))
-    return Finding(id="toolchain.jit-prereq.compile", status="fail",
+    return Finding(id=me.id("compile"), status="fail",
                    title=f"{cxx} cannot start its {prog}: it is not installed where GCC {version} looks for it",
                    detail="The compiler torch would use for JIT builds fails on `int main() { return 0; }`: "
                           + (" | ".join(err) or "no output").rstrip(".") + f". `{cxx} -print-prog-name={prog}` answers "
@@ -210,7 +210,7 @@ def _space_text(sp: dict[str, Any]) -> str:
             f"{sp.get('total_inodes')} inodes free, {on}")
 
 
-def _no_space(c: Mapping[str, Any], facts: Facts) -> Finding:
+def _no_space(me: CheckSpec, c: Mapping[str, Any], facts: Facts) -> Finding:
     """The compile test stopped on "No space left on device": the compiler ran and the folder it writes its
     temporary files to is full. The finding names that folder, how full it is, the JIT cache's, and the
     compile re-run with TMPDIR in a folder with room."""
@@ -244,7 +244,7 @@ def _no_space(c: Mapping[str, Any], facts: Facts) -> Finding:
                       note="not tried: what to delete is the owner's choice",
                       explanation="The command lists; it deletes nothing."))
     base_sp = ns.get("build_space") or {}
-    return Finding(id="toolchain.jit-prereq.compile", status="fail", cause=FULL_DISK,
+    return Finding(id=me.id("compile"), status="fail", cause=FULL_DISK,
                    explains=ids_for(facts, "no-space"),
                    title=f"The compiler's temporary directory {tmp} ({ns.get('chosen_by')}) is full: "
                          f"{human(sp.get('avail_bytes'))} free of {human(sp.get('total_bytes'))}; "
@@ -260,13 +260,14 @@ def _no_space(c: Mapping[str, Any], facts: Facts) -> Finding:
                    remedies=rem)
 
 
-def _python_h_fails(cxx: str, withpy: Mapping[str, Any], f: Mapping[str, Any], facts: Facts) -> Finding:
+def _python_h_fails(me: CheckSpec, cxx: str, withpy: Mapping[str, Any], f: Mapping[str, Any], facts: Facts
+                    ) -> Finding:
     """The compile of a file including Python.h failed: its own error output is the finding."""
     h = f.get("python_headers") or {}
     err = (withpy.get("stderr") or withpy.get("error") or "").strip()
     first = next((line for line in err.splitlines() if "error" in line), err.splitlines()[0] if err else "")
     header = _MISSING_HEADER.search(err)
-    return Finding(id="toolchain.jit-prereq.compile", status="fail",
+    return Finding(id=me.id("compile"), status="fail",
                    explains=ids_for(facts, "missing-header", header=header.group(1)) if header else [],
                    title=f"{cxx} cannot compile a file that includes Python.h: {first.strip() or 'no output'}",
                    detail=f"torch compiles every op with -I{h.get('include')} and #include <Python.h>; that "
@@ -278,18 +279,18 @@ def _python_h_fails(cxx: str, withpy: Mapping[str, Any], f: Mapping[str, Any], f
 @check("toolchain.jit-prereq", title="JIT build prerequisites: ninja, Python.h, a working compiler",
        probes=("jitprereq",), explains=("ninja-missing", "missing-header", "no-space", "compiler-pass-missing"),
        findings=("toolchain.jit-prereq.compile", "toolchain.jit-prereq.ninja", "toolchain.jit-prereq.python-h"))
-def check_jitprereq(facts: Facts) -> list[Finding]:
+def check_jitprereq(facts: Facts, me: CheckSpec) -> list[Finding]:
     f = facts.of("jitprereq")
     if f is None:
-        return [not_checked("toolchain.jit-prereq", "JIT build prerequisites", facts.why_not("jitprereq"))]
+        return [me.not_checked(facts.why_not("jitprereq"))]
     nodes = facts.get_fact("host_limits", "nodes") or 1
-    ninja = _ninja(f, f.get("python"), bool(nodes and nodes > 1))
+    ninja = _ninja(me, f, f.get("python"), bool(nodes and nodes > 1))
     if ninja.status == "fail":  # torch's "Ninja is required" is what a missing or unstartable ninja gives
         ninja.explains = ids_for(facts, "ninja-missing")
-    headers = _headers(f, facts)
+    headers = _headers(me, f, facts)
     if headers is not None and headers.status == "fail":
         headers.explains = ids_for(facts, "missing-header", header="Python.h")
-    out = [ninja, headers, _compiles(f, facts)]
+    out = [ninja, headers, _compiles(me, f, facts)]
     return [x for x in out if x is not None]
 
 

@@ -8,9 +8,8 @@ from typing import Any
 
 from zdoctor.core.model import Finding, Remedy
 from zdoctor.core.packages import managers, package_name
-from zdoctor.core.registry import Facts, check, predicate
+from zdoctor.core.registry import CheckSpec, Facts, check, predicate
 from zdoctor.core.shellquote import shell_quote
-from zdoctor.layers import not_checked
 from zdoctor.readers.gccver import version_tuple
 
 #: PyTorch documents gcc 9.4+ for its own C++17 build; torch >= 2.1 compiles extensions with -std=c++17.
@@ -62,11 +61,10 @@ def _export_cxx(path: str, old: str | None) -> Remedy:
 
 
 @check("toolchain.jit-compiler", title="C++ compiler for JIT-built ops", probes=("toolchain",))
-def check_jit_compiler(facts: Facts) -> list[Finding]:
-    cid = "toolchain.jit-compiler"
+def check_jit_compiler(facts: Facts, me: CheckSpec) -> list[Finding]:
     t = toolchain_facts(facts)
     if t is None:
-        return [not_checked(cid, "C++ compiler for JIT-built ops", NO_FACTS)]
+        return [me.not_checked(NO_FACTS)]
     jit = t["jit"]
     ev = facts.evidence("toolchain", kinds=None)
     ds = bool(t.get("deepspeed_installed"))
@@ -96,7 +94,7 @@ def check_jit_compiler(facts: Facts) -> list[Finding]:
             detail += (f"\n{gxx} exists, but its path contains spaces or shell syntax: torch writes $CXX "
                        "unquoted into build.ninja, so pointing CXX at it would break the build.")
         remedies.extend(install_remedies(t.get("distro") or {}))
-        return [Finding(id=cid, status=status, title=title, detail=detail, evidence=ev, remedies=remedies)]
+        return [me.finding(status=status, title=title, detail=detail, evidence=ev, remedies=remedies)]
     name = _compiler_name(jit)
     lines = [why, f"Source: {'$CXX=' + repr(jit['value']) if jit.get('source') == 'CXX' else 'c++ on PATH'}; "
                   f"resolves to {jit['path']}" + (f" -> {jit['realpath']}" if jit.get('realpath') != jit['path']
@@ -125,15 +123,14 @@ def check_jit_compiler(facts: Facts) -> list[Finding]:
             title = f"JIT compiler is {name}: older than GCC {MIN_GCC_MAJOR}"
             lines.append("torch >= 2.1 compiles extensions with -std=c++17, and PyTorch documents gcc 9.4 or "
                          "newer for its own C++17 code; older GCC commonly fails on torch's headers.")
-    return [Finding(id=cid, status=status, title=title, detail="\n".join(lines), evidence=ev)]
+    return [me.finding(status=status, title=title, detail="\n".join(lines), evidence=ev)]
 
 
 @check("toolchain.layers", title="Compiler layers side by side", probes=("toolchain",))
-def check_layers(facts: Facts) -> list[Finding]:
-    cid = "toolchain.layers"
+def check_layers(facts: Facts, me: CheckSpec) -> list[Finding]:
     t = toolchain_facts(facts)
     if t is None:
-        return [not_checked(cid, "Compiler layers", NO_FACTS)]
+        return [me.not_checked(NO_FACTS)]
     jit, tb = t["jit"], t.get("torch_build")
     parts = [f"JIT {_compiler_name(jit) if jit.get('path') else 'none'}"]
     if tb and tb.get("compiler"):
@@ -159,27 +156,26 @@ def check_layers(facts: Facts) -> list[Finding]:
         lines.append("Later PATH matches are never used unless named explicitly: "
                      + ", ".join(f"{c['path']} ({_compiler_name(c)})" for c in shadowed) + ".")
     if t.get("torch_installed") is False:
-        return [Finding(id=cid, status="skip", title="Compiler layers: not compared, torch is not installed in the "
-                        f"probed interpreter ({'; '.join(parts)})", detail="\n".join(lines),
-                        evidence=facts.evidence("toolchain", kinds=("table",)))]
-    return [Finding(id=cid, status="ok", title="Compiler layers: " + "; ".join(parts), detail="\n".join(lines),
-                    evidence=facts.evidence("toolchain", kinds=("table",)))]
+        return [me.finding(status="skip", title="Compiler layers: not compared, torch is not installed in the "
+                           f"probed interpreter ({'; '.join(parts)})", detail="\n".join(lines),
+                           evidence=facts.evidence("toolchain", kinds=("table",)))]
+    return [me.finding(status="ok", title="Compiler layers: " + "; ".join(parts), detail="\n".join(lines),
+                       evidence=facts.evidence("toolchain", kinds=("table",)))]
 
 
 @check("toolchain.sysconfig", title="Python's sysconfig compilers", probes=("toolchain",))
-def check_sysconfig(facts: Facts) -> list[Finding]:
-    cid = "toolchain.sysconfig"
+def check_sysconfig(facts: Facts, me: CheckSpec) -> list[Finding]:
     t = toolchain_facts(facts)
     if t is None:
-        return [not_checked(cid, "Python's sysconfig compilers", NO_FACTS)]
+        return [me.not_checked(NO_FACTS)]
     sc = t.get("sysconfig") or {}
     if not sc:
-        return [not_checked(cid, "Python's sysconfig compilers", "the target interpreter was not probed")]
+        return [me.not_checked("the target interpreter was not probed")]
     broken = {k: v for k, v in sc.items() if not v.get("path") and v.get("value") and not v.get("overridden_by")}
     desc = ", ".join(f"{k}={v.get('value')!r} -> {v.get('path') or v.get('error')}" for k, v in sorted(sc.items()))
     if not broken:
-        return [Finding(id=cid, status="ok", title="Python's sysconfig compilers resolve", detail=desc,
-                        evidence=facts.evidence("toolchain", kinds=("table",)))]
+        return [me.finding(status="ok", title="Python's sysconfig compilers resolve", detail=desc,
+                           evidence=facts.evidence("toolchain", kinds=("table",)))]
     detail = (f"{desc}\nsetuptools compiles C/C++ extensions at `pip install` time with these (unless $CC/$CXX "
               "are set). They name compilers recorded when this Python was built, often a conda or "
               "cross-compiler name that does not exist here, so building DeepSpeed ops at install time "
@@ -194,9 +190,9 @@ def check_sysconfig(facts: Facts) -> list[Finding]:
             commands=[f"export CC={shlex.quote(gcc)}", f"export CXX={shlex.quote(gxx)}"],
             undo=[f"export {k}={shell_quote(env[k])}" if env.get(k) else f"unset {k}" for k in ("CC", "CXX")],
             explanation="setuptools and torch.utils.cpp_extension both honour $CC/$CXX."))
-    return [Finding(id=cid, status="warn", title="Python's sysconfig " + " and ".join(sorted(broken))
-                    + " not found on PATH", detail=detail, evidence=facts.evidence("toolchain", kinds=("table",)),
-                    remedies=remedies)]
+    return [me.finding(status="warn", title="Python's sysconfig " + " and ".join(sorted(broken))
+                       + " not found on PATH", detail=detail, evidence=facts.evidence("toolchain", kinds=("table",)),
+                       remedies=remedies)]
 
 
 DEVTOOLSET_EXPLAINED = (
@@ -210,11 +206,10 @@ DEVTOOLSET_EXPLAINED = (
 
 
 @check("toolchain.devtoolset", title="devtoolset / gcc-toolset", probes=("toolchain",))
-def check_devtoolset(facts: Facts) -> list[Finding]:
-    cid = "toolchain.devtoolset"
+def check_devtoolset(facts: Facts, me: CheckSpec) -> list[Finding]:
     t = toolchain_facts(facts)
     if t is None:
-        return [not_checked(cid, "devtoolset / gcc-toolset", NO_FACTS)]
+        return [me.not_checked(NO_FACTS)]
     ts = t.get("toolsets") or {}
     if t.get("devtoolset_on_path"):
         names = sorted({e["name"] for e in ts.get("on_path") or []} | set(ts.get("enabled") or [])
@@ -224,12 +219,12 @@ def check_devtoolset(facts: Facts) -> list[Finding]:
             where.append(f"X_SCLS={' '.join(ts['enabled'])} (scl enable)")
         where += [f"compiler {p}" for p in ts.get("compilers") or []]
         detail = f"Found: {'; '.join(where)}.\n\n{DEVTOOLSET_EXPLAINED}"
-        return [Finding(id=cid, status="warn", title=f"{', '.join(names)} on PATH: it builds, it does not fix "
-                        "run-time GLIBCXX", detail=detail, evidence=facts.evidence("toolchain", kinds=("table",)))]
+        return [me.finding(status="warn", title=f"{', '.join(names)} on PATH: it builds, it does not fix "
+                           "run-time GLIBCXX", detail=detail, evidence=facts.evidence("toolchain", kinds=("table",)))]
     detail = "No devtoolset or gcc-toolset directory is on PATH and none is enabled through scl."
     if ts.get("installed"):
         detail += f" Installed but not enabled: {', '.join(ts['installed'])}."
-    return [Finding(id=cid, status="ok", title="No devtoolset / gcc-toolset on PATH", detail=detail)]
+    return [me.finding(status="ok", title="No devtoolset / gcc-toolset on PATH", detail=detail)]
 
 
 # -- predicates ------------------------------------------------------------------------------------
@@ -241,26 +236,7 @@ def no_cxx_compiler(facts: Facts) -> bool:
     return t is not None and bool(t) and not t["jit"].get("path")
 
 
-@predicate("cxx_env_broken", doc="$CXX is set but does not name an executable", probes=("toolchain",))
-def cxx_env_broken(facts: Facts) -> bool:
-    t = toolchain_facts(facts)
-    return t is not None and bool(t) and t["jit"].get("source") == "CXX" and not t["jit"].get("path")
-
-
-@predicate("devtoolset_on_path", doc="a devtoolset/gcc-toolset is on PATH or enabled through scl",
-           probes=("toolchain",))
-def devtoolset_on_path(facts: Facts) -> bool:
-    return bool(facts.get_fact("toolchain", "devtoolset_on_path", default=False))
-
-
 @predicate("sysconfig_compiler_missing", doc="Python's sysconfig CC or CXX names a compiler not on PATH",
            probes=("toolchain",))
 def sysconfig_compiler_missing(facts: Facts) -> bool:
     return any(f.status == "warn" for f in check_sysconfig(facts))
-
-
-@predicate("jit_compiler_suspect", doc="the JIT compiler is not GCC/clang, or is a GCC older than 9",
-           probes=("toolchain",))
-def jit_compiler_suspect(facts: Facts) -> bool:
-    t = toolchain_facts(facts)
-    return t is not None and bool(t) and bool(t["jit"].get("path")) and check_jit_compiler(facts)[0].status == "warn"
