@@ -1,4 +1,4 @@
-"""Write zdoctor/shape.json, the types zdoctor's probes write at each key path of their facts, from the typed
+"""Write zdoctor/core/shape.json, the types zdoctor's probes write at each key path of their facts, from the typed
 records the probes declare (:mod:`zdoctor.core.factstypes`).
 
 Usage: python bench/write_shape.py  (tests/test_facts_types.py fails while the committed file differs).

@@ -1,7 +1,7 @@
 """The node's package manager and package names: one source for every remedy that installs a package.
 
 The distribution is read from ``/etc/os-release`` (``ID``, ``ID_LIKE``, ``VERSION_ID``, as
-``probes.toolchain.read_os_release`` records it). Package names differ per family: the C++ compiler is
+``layers.toolchain.probe_toolchain.read_os_release`` records it). Package names differ per family: the C++ compiler is
 ``g++`` on Debian/Ubuntu and ``gcc-c++`` on RHEL and SUSE; Python 3.11's headers are ``python3.11-dev``,
 ``python3.11-devel`` and ``python311-devel``.
 

@@ -2,7 +2,7 @@
 
 A symptom is explained by a finding that states a problem (fail, warn or crash: an ``ok`` never explains a
 failure) and either names it or comes from a check its catalogue entry names as confirming it (see
-:mod:`.links`). A symptom nothing explains becomes a failing
+:mod:`zdoctor.symptoms.links`). A symptom nothing explains becomes a failing
 ``symptom.unexplained.<id>`` finding that quotes it, says what zdoctor examined and what it did not, and,
 where the catalogue knows the message, names the likely cause "from the message only".
 """
@@ -34,14 +34,15 @@ class Entry:
         return bool(self.explained_by)
 
     def to_dict(self) -> dict[str, Any]:
-        """The entry as the report and the exports show it (the shape :func:`..view.ledger_entries` gives)."""
+        """The entry as the report and the exports show it (the shape
+        :func:`zdoctor.symptoms.view.ledger_entries` gives)."""
         s = self.symptom
         return {"id": s.id, "source": s.source, "where": s.where, "text": s.text, "kind": s.kind,
                 "signature": s.signature, "explained_by": list(self.explained_by)}
 
 
 def build(symptoms: Iterable[Symptom], findings: Iterable[Finding]) -> list[Entry]:
-    """Join symptoms with the findings that explain them (:func:`.links.derive`)."""
+    """Join symptoms with the findings that explain them (:func:`zdoctor.symptoms.links.derive`)."""
     listed = list(symptoms)
     links = derive(listed, [Said(f.id, f.status, tuple(f.explains)) for f in findings])
     return [Entry(s, links[s.id]) for s in listed]

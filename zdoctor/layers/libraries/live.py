@@ -96,7 +96,8 @@ class LiveTrace:
     compiling: list[dict[str, str]] = field(default_factory=list)
     #: Files the run tried to create exclusively and found there (strace only): the locks it found taken.
     refused_locks: list[str] = field(default_factory=list)
-    #: The ranks of a run that hit its time limit, read a little before it (:mod:`.rankjob`), or None.
+    #: The ranks of a run that hit its time limit, read a little before it
+    #: (:mod:`zdoctor.layers.ranks.rankjob`), or None.
     ranks: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
     strace_available: bool = False

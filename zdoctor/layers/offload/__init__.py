@@ -4,7 +4,7 @@ Its readers, probes (``probe_*`` modules), checks (``check_*`` modules) and rule
 
 Where DeepSpeed's NVMe offload writes, and whether that place can keep up.
 
-- :mod:`.mounts`: the mount holding a path (``/proc/self/mountinfo``), its options, free space, and
+- :mod:`zdoctor.readers.mounts`: the mount holding a path (``/proc/self/mountinfo``), its options, free space, and
   whether the file system is fit for O_DIRECT swap files.
 - :mod:`.blockdev`: the block device under a mount, walked through partitions, device-mapper/LVM, md
   RAID and loop devices down to the disks (NVMe, SATA/SAS, rotational, virtio, network), the PCIe link
