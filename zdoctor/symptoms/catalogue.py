@@ -598,6 +598,26 @@ SIGNATURES: tuple[Signature, ...] = (
         confirm=("launcher.hostfile",),
         sources=("DeepSpeed deepspeed/launcher/runner.py (main: the passwordless-ssh check)",)),
     Signature(
+        id="c10d.port-in-use", kind="port-in-use", layer="launcher",
+        pattern=r"The server socket has failed to listen on any local network address\. port: (?P<port>\d+), "
+                r"useIpv6: \w+, code: -98, name: EADDRINUSE",
+        meaning="rank 0 could not bind the rendezvous port (MASTER_PORT / --master_port): another socket on this "
+                "node already listens on it (a second launcher, or an earlier run's rank 0 still alive)",
+        read_next="which process listens on that port on the node of rank 0 (ss -ltnp 'sport = :PORT')",
+        confirm=("launcher.port",),
+        sources=("PyTorch torch/csrc/distributed/c10d/socket.cpp (SocketListenOp: \"The server socket has failed "
+                 "to listen on any local network address. port: {}, useIpv6: {}, code: {}, name: {}, message: {}\")",)),
+    Signature(
+        id="c10d.port-in-use-bind", kind="port-in-use", layer="launcher",
+        pattern=r"The server socket has failed to bind to \[?[0-9A-Fa-f:.]*\]?:(?P<port>\d+) \(errno: 98 - "
+                r"Address already in use\)",
+        meaning="rank 0 could not bind the rendezvous port (MASTER_PORT / --master_port): another socket on this "
+                "node already listens on it (a second launcher, or an earlier run's rank 0 still alive)",
+        read_next="which process listens on that port on the node of rank 0 (ss -ltnp 'sport = :PORT')",
+        confirm=("launcher.port",),
+        sources=("PyTorch torch/csrc/distributed/c10d/socket.cpp before 2.2 (SocketListenOp::tryListen: \"The "
+                 "server socket has failed to bind to {} (errno: {} - {}).\")",)),
+    Signature(
         id="deepspeed.num-with-include", kind="launcher-options", layer="launcher",
         pattern=r"Cannot specify num_nodes/gpus with include/exclude",
         meaning="the deepspeed command line chooses GPUs twice: --num_gpus/--num_nodes and --include/--exclude",
