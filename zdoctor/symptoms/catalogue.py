@@ -618,6 +618,26 @@ SIGNATURES: tuple[Signature, ...] = (
         sources=("PyTorch torch/csrc/distributed/c10d/socket.cpp before 2.2 (SocketListenOp::tryListen: \"The "
                  "server socket has failed to bind to {} (errno: {} - {}).\")",)),
     Signature(
+        id="ssh.connect", kind="ssh-connect", layer="launcher",
+        pattern=r"ssh: connect to host (?P<host>\S+) port (?P<port>\d+): (?P<error>Connection refused|Connection "
+                r"timed out|No route to host|Network is unreachable|Connection reset by peer)",
+        meaning="ssh (the launcher's, pdsh's or mpirun's) could not open a TCP connection to a host's ssh port: "
+                "nothing listens there (refused), the packets are dropped or the host is down (timed out), or "
+                "there is no route",
+        read_next="a TCP connect from the launching node to each host's ssh port, and whether sshd runs there",
+        confirm=("launcher.peers",),
+        sources=("OpenSSH sshconnect.c (ssh_connect_direct: \"ssh: connect to host %s port %s: %s\")",)),
+    Signature(
+        id="c10d.client-connect", kind="rendezvous-connect", layer="launcher",
+        pattern=r"The client socket has (?:timed out after \S+ while trying to connect to|failed to connect to any "
+                r"network address of) \((?P<host>[^,\s()]+), (?P<port>\d+)\)",
+        meaning="a rank could not reach rank 0's rendezvous store at MASTER_ADDR:MASTER_PORT within its timeout: "
+                "rank 0 is not running or listens elsewhere, or the packets do not get through",
+        read_next="rank 0's own output, and a TCP connect from this node to MASTER_ADDR:MASTER_PORT",
+        confirm=("launcher.peers",),
+        sources=("PyTorch torch/csrc/distributed/c10d/socket.cpp (SocketConnectOp: \"The client socket has "
+                 "timed out after {} while trying to connect to ({}, {}).\")",)),
+    Signature(
         id="deepspeed.num-with-include", kind="launcher-options", layer="launcher",
         pattern=r"Cannot specify num_nodes/gpus with include/exclude",
         meaning="the deepspeed command line chooses GPUs twice: --num_gpus/--num_nodes and --include/--exclude",
