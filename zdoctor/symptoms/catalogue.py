@@ -638,6 +638,45 @@ SIGNATURES: tuple[Signature, ...] = (
         sources=("PyTorch torch/csrc/distributed/c10d/socket.cpp (SocketConnectOp: \"The client socket has "
                  "timed out after {} while trying to connect to ({}, {}).\")",)),
     Signature(
+        id="deepspeed.launcher-missing", kind="launcher-missing", layer="launcher",
+        pattern=r"launcher '(?P<launcher>\w+)' not installed\.",
+        meaning="the DeepSpeed launcher starts the other hosts' ranks through a multi-node backend (pdsh unless "
+                "--launcher names another) and did not find its program on the launching shell's PATH (pdsh; "
+                "ompi_info for openmpi; mpirun for mpich and impi; sinfo for slurm)",
+        read_next="which of pdsh, ompi_info, mpirun the launching shell finds (command -v), and the hostfile's "
+                  "host count",
+        confirm=("launcher.tools",),
+        sources=("DeepSpeed deepspeed/launcher/runner.py (main: \"launcher '{args.launcher}' not installed.\"); "
+                 "multinode_runner.py (backend_exists: shutil.which)",)),
+    Signature(
+        id="ssh.permission-denied", kind="ssh-auth", layer="launcher",
+        pattern=r"(?:(?P<user>[\w.-]+)@(?P<host>[\w.:-]+): )?Permission denied \((?P<methods>[a-z,-]+)\)",
+        meaning="ssh reached the host's sshd, but the login was refused: none of the user's keys is in the "
+                "account's authorized_keys there (publickey), or the server asks for a password a launcher "
+                "cannot type",
+        read_next="ssh -v -o BatchMode=yes HOST true as the training user: the keys it offers",
+        confirm=("launcher.hostfile",),
+        sources=("OpenSSH sshconnect2.c (ssh_userauth2: \"%s@%s: Permission denied (%s).\")",)),
+    Signature(
+        id="ssh.host-key-changed", kind="ssh-hostkey", layer="launcher",
+        pattern=r"WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!|Host key for (?P<host>\S+) has changed and you "
+                r"have requested strict checking",
+        meaning="the host's ssh key differs from the one the user's known_hosts holds for it (the host was "
+                "reinstalled, or another machine answers at its address): ssh refuses to log in",
+        read_next="the known_hosts line ssh names (Offending key in FILE:LINE), and why the host's key changed",
+        confirm=("launcher.hostfile",),
+        sources=("OpenSSH sshconnect.c (warn_changed_key: \"WARNING: REMOTE HOST IDENTIFICATION HAS "
+                 "CHANGED!\"; check_host_key: \"Host key for %s has changed and you have requested strict "
+                 "checking.\")",)),
+    Signature(
+        id="ssh.host-key-verification", kind="ssh-hostkey", layer="launcher",
+        pattern=r"Host key verification failed\.",
+        meaning="ssh did not accept the host's key: it is not in the user's known_hosts and there is no terminal "
+                "to ask (or it changed: see the warning above it)",
+        read_next="ssh -o BatchMode=yes HOST true as the training user, and the user's known_hosts",
+        confirm=("launcher.hostfile",),
+        sources=("OpenSSH sshconnect.c (check_host_key: \"Host key verification failed.\")",)),
+    Signature(
         id="deepspeed.num-with-include", kind="launcher-options", layer="launcher",
         pattern=r"Cannot specify num_nodes/gpus with include/exclude",
         meaning="the deepspeed command line chooses GPUs twice: --num_gpus/--num_nodes and --include/--exclude",
