@@ -550,6 +550,37 @@ SIGNATURES: tuple[Signature, ...] = (
                   "c10::Error or gloo::EnforceNotMet: the library's own check and where it failed)",
         sources=(VTERMINATE + "\"terminate called after throwing an instance of '%s'\", then "
                  "\"  what():  %s\")",)),
+    # -- locked memory for RDMA (before NCCL's generic WARN line) ----------------------------------------
+    Signature(
+        id="nccl.ibv-reg-mr-enomem", kind="memlock", layer="nccl-network",
+        pattern=r"Call to (?P<call>ibv_reg_mr\w*) failed with error Cannot allocate memory",
+        meaning="NCCL could not register a buffer with the InfiniBand/RoCE device: the pages a registration "
+                "pins count against the process's locked-memory limit (ulimit -l), and a low limit ends it with "
+                "ENOMEM long before memory runs out",
+        read_next="ulimit -l where the ranks start (the launching shell, through ssh for pdsh and mpirun, a "
+                  "running rank's /proc/PID/limits) and the container's --ulimit memlock",
+        confirm=("nccl.memlock",),
+        sources=("NCCL src/misc/ibvwrap.cc (wrap_ibv_reg_mr: \"Call to ibv_reg_mr failed with error %s\")",
+                 "Linux drivers/infiniband/core/umem.c (ib_umem_get: -ENOMEM above RLIMIT_MEMLOCK)")),
+    Signature(
+        id="rdma.ibv-reg-mr-enomem", kind="memlock", layer="nccl-network",
+        pattern=r"ibv_reg_mr\b[^\n]{0,300}?(?:Cannot allocate memory|ENOMEM)",
+        meaning="a memory registration with the RDMA device failed with ENOMEM: the pages it pins count against "
+                "the process's locked-memory limit (ulimit -l)",
+        read_next="ulimit -l where the ranks start (the launching shell, through ssh, a running rank's "
+                  "/proc/PID/limits)",
+        confirm=("nccl.memlock",),
+        sources=("UCX src/uct/ib/base/ib_md.c (\"ibv_reg_mr(address=%p, length=%zu, access=0x%x) failed: %m\")",
+                 "Open MPI opal/mca/btl/openib (\"ibv_reg_mr ... Cannot allocate memory\")")),
+    Signature(
+        id="libibverbs.rlimit-memlock", kind="memlock", layer="nccl-network",
+        pattern=r"libibverbs: Warning: RLIMIT_MEMLOCK is (?P<bytes>\d+) bytes",
+        meaning="libibverbs warns at start that the process's locked-memory limit is low: memory registrations "
+                "will fail with ENOMEM once they pin more than it",
+        read_next="ulimit -l where the ranks start, and the limits.d / systemd / container settings that set it",
+        confirm=("nccl.memlock",),
+        sources=("rdma-core libibverbs/init.c (check_memlock_limit: \"libibverbs: Warning: RLIMIT_MEMLOCK is "
+                 "%llu bytes.\")",)),
     Signature(
         id="nccl.warn", kind="nccl-warn", layer="nccl",
         pattern=r"NCCL WARN (?P<text>.+)",
