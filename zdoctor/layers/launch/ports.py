@@ -93,7 +93,7 @@ def describe_process(pid: int) -> dict[str, Any]:
     try:
         p = psutil.Process(pid)
         with p.oneshot():
-            rec["command"] = " ".join(p.cmdline())[:300] or p.name()
+            rec["command"] = " ".join(" ".join(p.cmdline()).split())[:300] or p.name()
             rec["user"] = p.username()
             rec["started"] = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(p.create_time()))
             rec["ppid"] = p.ppid()
