@@ -158,3 +158,12 @@ def _through_ssh(tmp_path: Path, user: str) -> None:
     # without the message, a path lower than the shell is still said
     (f,) = cm.check_memlock(facts_of(memlock_paths=mf))
     assert f.status == "warn" and f.explains == []
+
+
+def test_the_glossary_explains_memlock_pdsh_and_the_rendezvous_port():
+    from zdoctor.core.glossary import find_term, load_glossary
+
+    terms = load_glossary()
+    assert "CAP_IPC_LOCK" in find_term(terms, "memlock").text
+    assert "launcher 'pdsh' not installed." in find_term(terms, "pdsh").text
+    assert "EADDRINUSE" in find_term(terms, "rendezvous port").text
