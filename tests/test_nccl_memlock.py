@@ -17,6 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 from sshkit import SSHD, require, start_sshd
 from test_gpu_facts import facts_of
 from userkit import unprivileged_user
@@ -167,3 +168,22 @@ def test_the_glossary_explains_memlock_pdsh_and_the_rendezvous_port():
     assert "CAP_IPC_LOCK" in find_term(terms, "memlock").text
     assert "launcher 'pdsh' not installed." in find_term(terms, "pdsh").text
     assert "EADDRINUSE" in find_term(terms, "rendezvous port").text
+
+
+def test_zdoctor_check_on_a_running_rank_explains_the_pasted_message():
+    """`zdoctor check --pid RANK --symptom MESSAGE`: the rank's own limit read from /proc, the message explained
+    through the catalogue, the multinode walk ending at the locked-memory diagnosis."""
+    rank = subprocess.Popen(_without_ipc_lock([*_prlimit("--memlock=65536:65536"), sys.executable, "-c", LOCK,
+                                               "wait"]), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert rank.stdout is not None and rank.stdout.readline().strip() == "mlock: Cannot allocate memory"
+        proc = run_cli(["check", "--json", "--no-log", "--pid", str(rank.pid), "--symptom", NCCL,
+                        "--playbook", "multinode"], timeout=600)
+        doc = json.loads(proc.stdout)
+    finally:
+        rank.communicate("")
+    (sym,) = doc["symptoms"]
+    assert sym["kind"] == "memlock" and sym["explained_by"] == ["nccl.memlock"]
+    (f,) = [f for f in doc["findings"] if f["id"] == "nccl.memlock"]
+    assert f["status"] == "fail" and f"64 KiB on running pid {rank.pid}" in f["title"]
+    assert [p["diagnosis"] for p in doc["playbooks"] if p["id"] == "multinode"] == ["diag-memlock"]
