@@ -261,7 +261,7 @@ def test_the_real_ssh_is_tried_in_batch_mode_and_its_refusal_is_a_finding(tmp_pa
     (s,) = facts["ssh"]
     assert s["ok"] is False and "BatchMode=yes" in s["argv"] and "refused" in s["said"]
     (f,) = cl.check_hostfile(facts_of(hostfile=facts))
-    assert f.status == "fail" and "ssh does not reach 1 host" in f.title
+    assert f.status == "fail" and "ssh does not log in to 1 host" in f.title and "127.0.0.1 (refused)" in f.title
     json.dumps(facts)  # facts are JSON (a replay reads them back)
 
 

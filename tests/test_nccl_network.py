@@ -316,7 +316,7 @@ def test_check_with_a_hostfile_walks_to_the_route_that_leaves_through_another_in
 def test_check_json_says_which_parts_of_the_layer_were_not_examined(netns, tmp_path):
     doc = check_in_ns(tmp_path)
     (layer,) = [x for x in doc["layers"] if x["id"] == "nccl-network"]
-    assert layer["status"] == "partly examined" and layer["checks"] == ["nccl.socket"]
+    assert layer["status"] == "partly examined" and layer["checks"] == ["nccl.memlock", "nccl.socket"]
     missed = {m["check"]: m["why"] for m in layer["not_examined"]}
     assert missed["nccl.peers"].startswith("not examined: no hostfile or MASTER_ADDR given")
     assert missed["nccl.ib"].startswith("not examined: no /sys/class/infiniband")

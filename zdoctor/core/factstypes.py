@@ -2347,3 +2347,50 @@ class SymptomsFacts(TypedDict, total=False):
     unread: List[str]
     sources: List[str]
     given: SymptomsGiven
+
+
+class RendezvousFacts(TypedDict, total=False):
+    """Facts at ``rendezvous``: who listens on the job's rendezvous port(s) on this node."""
+
+    free_port: Optional[int]
+    job_pids: List[int]
+    launcher: Optional[str]
+    ports: List[Dict[str, Any]]
+    skipped: str
+    slurm: bool
+
+
+class PeersFacts(TypedDict, total=False):
+    """Facts at ``peers``: TCP from this node to the job's hosts and its rendezvous address, and this node's name."""
+
+    hosts: List[Dict[str, Any]]
+    master: Optional[Dict[str, Any]]
+    nodes: Optional[int]
+    own_name: Dict[str, Any]
+    skipped: str
+    skipped_hosts: int
+
+
+class MemlockPathsFacts(TypedDict, total=False):
+    """Facts at ``memlock_paths``: the locked-memory limit on each path a rank starts by."""
+
+    container: Dict[str, Any]
+    launcher: Optional[str]
+    limits_d: Any
+    ranks: List[Dict[str, Any]]
+    shell: Dict[str, Any]
+    skipped: str
+    ssh: List[Dict[str, Any]]
+    ssh_skipped: Optional[str]
+
+
+class LauncherToolsFacts(TypedDict, total=False):
+    """Facts at ``launcher_tools``: the program the DeepSpeed launcher's multi-node backend needs."""
+
+    backend: Optional[str]
+    needed: bool
+    others: Dict[str, Any]
+    path: Optional[str]
+    skipped: str
+    tool: Optional[Dict[str, Any]]
+    why: Optional[str]

@@ -29,6 +29,9 @@ NAMES: dict[str, dict[str, str]] = {
     "libaio headers": {"apt": "libaio-dev", "dnf": "libaio-devel", "zypper": "libaio-devel", "pacman": "libaio",
                        "apk": "libaio-dev"},
     "ninja": {"apt": "ninja-build", "dnf": "ninja-build", "zypper": "ninja"},
+    # pdsh is in EPEL on RHEL and its rebuilds (Fedora has it itself)
+    "pdsh": {"apt": "pdsh", "dnf": "pdsh", "zypper": "pdsh", "pacman": "pdsh"},
+    "openmpi": {"apt": "openmpi-bin", "dnf": "openmpi", "zypper": "openmpi4", "pacman": "openmpi", "apk": "openmpi"},
 }
 
 

@@ -104,6 +104,9 @@ class Facts(typing.Mapping[str, "ProbeResult"]):
     def of(self, probe: Literal["launch"]) -> ft.LaunchFacts | None: ...
 
     @typing.overload
+    def of(self, probe: Literal["launcher_tools"]) -> ft.LauncherToolsFacts | None: ...
+
+    @typing.overload
     def of(self, probe: Literal["libfix"]) -> ft.LibfixFacts | None: ...
 
     @typing.overload
@@ -117,6 +120,9 @@ class Facts(typing.Mapping[str, "ProbeResult"]):
 
     @typing.overload
     def of(self, probe: Literal["locktrial"]) -> ft.LocktrialFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["memlock_paths"]) -> ft.MemlockPathsFacts | None: ...
 
     @typing.overload
     def of(self, probe: Literal["nccl"]) -> ft.NcclFacts | None: ...
@@ -140,6 +146,9 @@ class Facts(typing.Mapping[str, "ProbeResult"]):
     def of(self, probe: Literal["p2p"]) -> ft.P2pFacts | None: ...
 
     @typing.overload
+    def of(self, probe: Literal["peers"]) -> ft.PeersFacts | None: ...
+
+    @typing.overload
     def of(self, probe: Literal["processes"]) -> ft.ProcessesFacts | None: ...
 
     @typing.overload
@@ -150,6 +159,9 @@ class Facts(typing.Mapping[str, "ProbeResult"]):
 
     @typing.overload
     def of(self, probe: Literal["ranks"]) -> ft.RanksFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["rendezvous"]) -> ft.RendezvousFacts | None: ...
 
     @typing.overload
     def of(self, probe: Literal["shellinit"]) -> ft.ShellinitFacts | None: ...

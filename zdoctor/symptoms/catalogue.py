@@ -561,6 +561,37 @@ SIGNATURES: tuple[Signature, ...] = (
                   "c10::Error or gloo::EnforceNotMet: the library's own check and where it failed)",
         sources=(VTERMINATE + "\"terminate called after throwing an instance of '%s'\", then "
                  "\"  what():  %s\")",)),
+    # -- locked memory for RDMA (before NCCL's generic WARN line) ----------------------------------------
+    Signature(
+        id="nccl.ibv-reg-mr-enomem", kind="memlock", layer="nccl-network",
+        pattern=r"Call to (?P<call>ibv_reg_mr\w*) failed with error Cannot allocate memory",
+        meaning="NCCL could not register a buffer with the InfiniBand/RoCE device: the pages a registration "
+                "pins count against the process's locked-memory limit (ulimit -l), and a low limit ends it with "
+                "ENOMEM long before memory runs out",
+        read_next="ulimit -l where the ranks start (the launching shell, through ssh for pdsh and mpirun, a "
+                  "running rank's /proc/PID/limits) and the container's --ulimit memlock",
+        confirm=("nccl.memlock",),
+        sources=("NCCL src/misc/ibvwrap.cc (wrap_ibv_reg_mr: \"Call to ibv_reg_mr failed with error %s\")",
+                 "Linux drivers/infiniband/core/umem.c (ib_umem_get: -ENOMEM above RLIMIT_MEMLOCK)")),
+    Signature(
+        id="rdma.ibv-reg-mr-enomem", kind="memlock", layer="nccl-network",
+        pattern=r"ibv_reg_mr\b[^\n]{0,300}?(?:Cannot allocate memory|ENOMEM)",
+        meaning="a memory registration with the RDMA device failed with ENOMEM: the pages it pins count against "
+                "the process's locked-memory limit (ulimit -l)",
+        read_next="ulimit -l where the ranks start (the launching shell, through ssh, a running rank's "
+                  "/proc/PID/limits)",
+        confirm=("nccl.memlock",),
+        sources=("UCX src/uct/ib/base/ib_md.c (\"ibv_reg_mr(address=%p, length=%zu, access=0x%x) failed: %m\")",
+                 "Open MPI opal/mca/btl/openib (\"ibv_reg_mr ... Cannot allocate memory\")")),
+    Signature(
+        id="libibverbs.rlimit-memlock", kind="memlock", layer="nccl-network",
+        pattern=r"libibverbs: Warning: RLIMIT_MEMLOCK is (?P<bytes>\d+) bytes",
+        meaning="libibverbs warns at start that the process's locked-memory limit is low: memory registrations "
+                "will fail with ENOMEM once they pin more than it",
+        read_next="ulimit -l where the ranks start, and the limits.d / systemd / container settings that set it",
+        confirm=("nccl.memlock",),
+        sources=("rdma-core libibverbs/init.c (check_memlock_limit: \"libibverbs: Warning: RLIMIT_MEMLOCK is "
+                 "%llu bytes.\")",)),
     Signature(
         id="nccl.warn", kind="nccl-warn", layer="nccl",
         pattern=r"NCCL WARN (?P<text>.+)",
@@ -608,6 +639,85 @@ SIGNATURES: tuple[Signature, ...] = (
         read_next="getent hosts HOST and ssh -o BatchMode=yes HOST true as the training user",
         confirm=("launcher.hostfile",),
         sources=("DeepSpeed deepspeed/launcher/runner.py (main: the passwordless-ssh check)",)),
+    Signature(
+        id="c10d.port-in-use", kind="port-in-use", layer="launcher",
+        pattern=r"The server socket has failed to listen on any local network address\. port: (?P<port>\d+), "
+                r"useIpv6: \w+, code: -98, name: EADDRINUSE",
+        meaning="rank 0 could not bind the rendezvous port (MASTER_PORT / --master_port): another socket on this "
+                "node already listens on it (a second launcher, or an earlier run's rank 0 still alive)",
+        read_next="which process listens on that port on the node of rank 0 (ss -ltnp 'sport = :PORT')",
+        confirm=("launcher.port",),
+        sources=("PyTorch torch/csrc/distributed/c10d/socket.cpp (SocketListenOp: \"The server socket has failed "
+                 "to listen on any local network address. port: {}, useIpv6: {}, code: {}, name: {}, message: {}\")",)),
+    Signature(
+        id="c10d.port-in-use-bind", kind="port-in-use", layer="launcher",
+        pattern=r"The server socket has failed to bind to \[?[0-9A-Fa-f:.]*\]?:(?P<port>\d+) \(errno: 98 - "
+                r"Address already in use\)",
+        meaning="rank 0 could not bind the rendezvous port (MASTER_PORT / --master_port): another socket on this "
+                "node already listens on it (a second launcher, or an earlier run's rank 0 still alive)",
+        read_next="which process listens on that port on the node of rank 0 (ss -ltnp 'sport = :PORT')",
+        confirm=("launcher.port",),
+        sources=("PyTorch torch/csrc/distributed/c10d/socket.cpp before 2.2 (SocketListenOp::tryListen: \"The "
+                 "server socket has failed to bind to {} (errno: {} - {}).\")",)),
+    Signature(
+        id="ssh.connect", kind="ssh-connect", layer="launcher",
+        pattern=r"ssh: connect to host (?P<host>\S+) port (?P<port>\d+): (?P<error>Connection refused|Connection "
+                r"timed out|No route to host|Network is unreachable|Connection reset by peer)",
+        meaning="ssh (the launcher's, pdsh's or mpirun's) could not open a TCP connection to a host's ssh port: "
+                "nothing listens there (refused), the packets are dropped or the host is down (timed out), or "
+                "there is no route",
+        read_next="a TCP connect from the launching node to each host's ssh port, and whether sshd runs there",
+        confirm=("launcher.peers",),
+        sources=("OpenSSH sshconnect.c (ssh_connect_direct: \"ssh: connect to host %s port %s: %s\")",)),
+    Signature(
+        id="c10d.client-connect", kind="rendezvous-connect", layer="launcher",
+        pattern=r"The client socket has (?:timed out after \S+ while trying to connect to|failed to connect to any "
+                r"network address of) \((?P<host>[^,\s()]+), (?P<port>\d+)\)",
+        meaning="a rank could not reach rank 0's rendezvous store at MASTER_ADDR:MASTER_PORT within its timeout: "
+                "rank 0 is not running or listens elsewhere, or the packets do not get through",
+        read_next="rank 0's own output, and a TCP connect from this node to MASTER_ADDR:MASTER_PORT",
+        confirm=("launcher.peers",),
+        sources=("PyTorch torch/csrc/distributed/c10d/socket.cpp (SocketConnectOp: \"The client socket has "
+                 "timed out after {} while trying to connect to ({}, {}).\")",)),
+    Signature(
+        id="deepspeed.launcher-missing", kind="launcher-missing", layer="launcher",
+        pattern=r"launcher '(?P<launcher>\w+)' not installed\.",
+        meaning="the DeepSpeed launcher starts the other hosts' ranks through a multi-node backend (pdsh unless "
+                "--launcher names another) and did not find its program on the launching shell's PATH (pdsh; "
+                "ompi_info for openmpi; mpirun for mpich and impi; sinfo for slurm)",
+        read_next="which of pdsh, ompi_info, mpirun the launching shell finds (command -v), and the hostfile's "
+                  "host count",
+        confirm=("launcher.tools",),
+        sources=("DeepSpeed deepspeed/launcher/runner.py (main: \"launcher '{args.launcher}' not installed.\"); "
+                 "multinode_runner.py (backend_exists: shutil.which)",)),
+    Signature(
+        id="ssh.permission-denied", kind="ssh-auth", layer="launcher",
+        pattern=r"(?:(?P<user>[\w.-]+)@(?P<host>[\w.:-]+): )?Permission denied \((?P<methods>[a-z,-]+)\)",
+        meaning="ssh reached the host's sshd, but the login was refused: none of the user's keys is in the "
+                "account's authorized_keys there (publickey), or the server asks for a password a launcher "
+                "cannot type",
+        read_next="ssh -v -o BatchMode=yes HOST true as the training user: the keys it offers",
+        confirm=("launcher.hostfile",),
+        sources=("OpenSSH sshconnect2.c (ssh_userauth2: \"%s@%s: Permission denied (%s).\")",)),
+    Signature(
+        id="ssh.host-key-changed", kind="ssh-hostkey", layer="launcher",
+        pattern=r"WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!|Host key for (?P<host>\S+) has changed and you "
+                r"have requested strict checking",
+        meaning="the host's ssh key differs from the one the user's known_hosts holds for it (the host was "
+                "reinstalled, or another machine answers at its address): ssh refuses to log in",
+        read_next="the known_hosts line ssh names (Offending key in FILE:LINE), and why the host's key changed",
+        confirm=("launcher.hostfile",),
+        sources=("OpenSSH sshconnect.c (warn_changed_key: \"WARNING: REMOTE HOST IDENTIFICATION HAS "
+                 "CHANGED!\"; check_host_key: \"Host key for %s has changed and you have requested strict "
+                 "checking.\")",)),
+    Signature(
+        id="ssh.host-key-verification", kind="ssh-hostkey", layer="launcher",
+        pattern=r"Host key verification failed\.",
+        meaning="ssh did not accept the host's key: it is not in the user's known_hosts and there is no terminal "
+                "to ask (or it changed: see the warning above it)",
+        read_next="ssh -o BatchMode=yes HOST true as the training user, and the user's known_hosts",
+        confirm=("launcher.hostfile",),
+        sources=("OpenSSH sshconnect.c (check_host_key: \"Host key verification failed.\")",)),
     Signature(
         id="deepspeed.num-with-include", kind="launcher-options", layer="launcher",
         pattern=r"Cannot specify num_nodes/gpus with include/exclude",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,10 +9,10 @@ from zdoctor.core.factstypes import HostLimitsFacts
 from zdoctor.core.model import Evidence, Finding, Remedy
 from zdoctor.core.plural import count_of
 from zdoctor.core.registry import CheckSpec, Facts, check
-from zdoctor.edit.sysfile import LIMITS_D, create_file_remedy, free_name
 from zdoctor.readers import hostlimits as limits
 from zdoctor.readers.gpufacts import nvml_gpus
 from zdoctor.symptoms.match import ids_for
+from zdoctor.trials.limitsconf import limits_conf_remedy
 
 
 def _gpus_on_node(facts: Facts, lf: Mapping[str, Any]) -> int | None:
@@ -91,26 +90,6 @@ def _tried_ulimit(facts: Facts, remedy: Remedy) -> Remedy:
     return remedy
 
 
-def _limits_conf_remedy(item: str, value: str, dropins: dict[str, Any] | None) -> Remedy:
-    """A new drop-in under pam_limits' folder, named so that no file the node has is replaced."""
-    line = f"* - {item} {value}"
-    dropins = dropins or {}
-    path_given = dropins.get("path")
-    folder = path_given if isinstance(path_given, str) else LIMITS_D
-    path = free_name(folder, f"90-zdoctor-{item}", ".conf", dropins.get("names"))
-    unknown = "" if isinstance(dropins.get("names"), list) else (
-        f" The names in {folder} were not read ({dropins.get('error') or 'not recorded'}): the first line stops if "
-        "this one is taken.")
-    return create_file_remedy(
-        path, f"# Written by zdoctor: {item} for every PAM login.\n{line}\n", check="limits.conf",
-        title=f"Raise {item} for every login (a new drop-in {os.path.basename(path)})", verified=None,
-        explanation=f"The line `{line}` in /etc/security/limits.conf syntax applies to new PAM logins, not to "
-                    "running shells or services. Docker: --ulimit "
-                    f"{'memlock=-1:-1' if item == 'memlock' else 'nofile=65536:65536'}; systemd services: "
-                    f"{'LimitMEMLOCK=infinity' if item == 'memlock' else 'LimitNOFILE=65536'}; Slurm "
-                    "propagates the limits of the submitting shell unless configured otherwise." + unknown)
-
-
 def _memlock(me: CheckSpec, lf: HostLimitsFacts, ev: list[Evidence]) -> Finding:
     fid = me.id("memlock")
     t = lf.get("target") or {}
@@ -126,7 +105,7 @@ def _memlock(me: CheckSpec, lf: HostLimitsFacts, ev: list[Evidence]) -> Finding:
         rem.append(Remedy(title="Raise the soft limit in the launching shell",
                           commands=[f"ulimit -l {'unlimited' if hard == 'unlimited' else hard}"], verified=None,
                           explanation="A process may raise its soft limit up to the hard limit without root."))
-    rem.append(_limits_conf_remedy("memlock", "unlimited", lf.get("limits_d")))
+    rem.append(limits_conf_remedy("memlock", "unlimited", lf.get("limits_d")))
     nodes = lf.get("nodes")
     return Finding(
         id=fid, status="warn", title=f"ulimit -l (locked memory) is {soft} KiB in the training shell",
@@ -152,7 +131,7 @@ def _nofile(me: CheckSpec, facts: Facts, lf: HostLimitsFacts, ev: list[Evidence]
     if new is not None:
         rem.append(_tried_ulimit(facts, Remedy(title="Raise the soft limit in the launching shell",
                                                commands=[f"ulimit -n {new}"], verified=None)))
-    rem.append(_limits_conf_remedy("nofile", str(limits.NOFILE_TARGET), lf.get("limits_d")))
+    rem.append(limits_conf_remedy("nofile", str(limits.NOFILE_TARGET), lf.get("limits_d")))
     return Finding(id=fid, status="warn", title=f"ulimit -n (open files) is only {soft}",
                    detail="Each rank opens sockets to its peers, DataLoader workers pass tensors as file descriptors, "
                           "and NVMe offload opens swap files: a low limit ends in 'Too many open files'.",

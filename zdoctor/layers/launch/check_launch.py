@@ -5,13 +5,14 @@ launcher's device selection for the installed release (``launcher.devices``), an
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from zdoctor.core.factstypes import HostfileFacts, LaunchLaunch
 from zdoctor.core.model import Evidence, Finding, Remedy
 from zdoctor.core.plural import count_of
 from zdoctor.core.registry import CheckSpec, Facts, check
+from zdoctor.layers.launch import sshfail
 from zdoctor.layers.launch.dslauncher import RULES_BY_ID
 from zdoctor.layers.launch.rankenv import REQUIRED, SETS
 from zdoctor.symptoms.match import ids_for
@@ -229,7 +230,7 @@ def _filter_slots(me: CheckSpec, facts: Facts, opts: dict[str, Any], hf: Hostfil
 
 
 @check("launcher.hostfile", title="The hostfile's hosts resolve and ssh reaches them", probes=("hostfile",),
-       explains=("host-unresolved", "host-unreachable"), layer="launch")
+       explains=("host-unresolved", "host-unreachable", "ssh-auth", "ssh-hostkey"), layer="launch")
 def check_hostfile(facts: Facts, me: CheckSpec) -> list[Finding]:
     hf = facts.of("hostfile")
     if hf is None:
@@ -254,14 +255,41 @@ def check_hostfile(facts: Facts, me: CheckSpec) -> list[Finding]:
                                   f"(`getent hosts {shlex.quote(unresolved[0]['host'])}` must print an address).",
                            evidence=ev, explains=explains)]
     if failing:
-        explains = [i for s in failing for i in ids_for(facts, "host-unreachable", host=s["host"])]
-        return [me.finding(status="fail", title=f"ssh does not reach {count_of(len(failing), 'host')} of "
-                        f"{hf['path']}", detail="; ".join(f"{s['host']}: {s['said'] or 'exit ' + str(s['exit_code'])}"
-                                                          for s in failing)
-                        + ". The DeepSpeed launcher (pdsh) and mpirun log in to each host with ssh, without a "
-                          "password prompt: set up key-based login for the training user (ssh-copy-id HOST) and "
-                          "accept each host's key once.", evidence=ev, explains=explains)]
+        return [_ssh_failing(facts, me, hf, failing, ev)]
     said = "resolve here and ssh reaches them" if hf.get("ssh") else f"resolve here ({hf.get('ssh_skipped')})"
     return [me.finding(status="ok" if hf.get("ssh") else "warn", title=f"All {total} of {hf['path']} {said}",
                        detail=f"Read from {hf.get('source')}." + (f" {hf['ssh_skipped']}." if hf.get("ssh_skipped")
                                                                     else ""), evidence=ev)]
+
+
+def _ssh_failing(facts: Facts, me: CheckSpec, hf: Mapping[str, Any], failing: Sequence[Mapping[str, Any]],
+                 ev: list[Evidence]) -> Finding:
+    """ssh does not log in to some hosts: each failure told apart (:mod:`zdoctor.layers.launch.sshfail`), with
+    the commands that fix it for the training user."""
+    kinds = {s["host"]: sshfail.classify(s.get("stderr") or s.get("said") or "") for s in failing}
+    explains = [i for s in failing for i in ids_for(facts, "host-unreachable", host=s["host"])]
+    explains += [i for s in failing if kinds[s["host"]] in ("publickey", "password")
+                 for i in ids_for(facts, "ssh-auth", host=s["host"])]
+    explains += [i for s in failing if kinds[s["host"]].startswith("host key")
+                 for i in ids_for(facts, "ssh-hostkey", host=s["host"])]
+    port = next((s["argv"][s["argv"].index("-p") + 1] for s in failing if "-p" in (s.get("argv") or [])), None)
+    remedies = []
+    for kind in dict.fromkeys(kinds.values()):
+        hosts = [h for h, k in kinds.items() if k == kind]
+        steps = [c for h in hosts for c in sshfail.remedy_commands(kind, h, port, next(
+            (s.get("stderr") or "" for s in failing if s["host"] == h), ""))]
+        if steps:
+            remedies.append(Remedy(title=f"{sshfail.MEANING[kind][:1].upper()}{sshfail.MEANING[kind][1:]}: fix it "
+                                         f"for {', '.join(hosts)}", commands=list(dict.fromkeys(steps)),
+                                   note="not tried, because it changes this user's ssh keys or known hosts",
+                                   explanation="Run as the user the training runs as (the launcher logs in as it)."
+                                               + (" Accept a changed key only once you know why it changed."
+                                                  if kind == "host key changed" else "")))
+    return me.finding(status="fail",
+                   title=f"ssh does not log in to {count_of(len(failing), 'host')} of {hf['path']}: "
+                         + ", ".join(f"{h} ({k})" for h, k in kinds.items()),
+                   detail="; ".join(f"{s['host']}: {sshfail.MEANING.get(kinds[s['host']], 'ssh failed')} "
+                                    f"[{s['said'] or 'exit ' + str(s['exit_code'])}]" for s in failing)
+                   + ". The DeepSpeed launcher (pdsh) and mpirun log in to each host with ssh, without a "
+                     "password prompt; DeepSpeed's --no_ssh_check skips only its own first check, not these "
+                     "logins.", evidence=ev, explains=explains, remedies=remedies)

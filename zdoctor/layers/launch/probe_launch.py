@@ -47,6 +47,8 @@ SSH_CONNECT_TIMEOUT = 3
 SSH_PARALLEL = 8
 #: Hosts ssh is tried on at most (the first ones of the hostfile).
 SSH_MAX_HOSTS = 32
+#: What of ssh's stderr is kept (its host-key warning is a screenful).
+SSH_STDERR_CAP = 4000
 
 
 def _launch_env(env: dict[str, str], launch: dict[str, Any]) -> dict[str, str]:
@@ -163,16 +165,17 @@ def hostfile_of(options: dict[str, Any], launch: dict[str, Any]) -> tuple[str | 
 
 def ssh_reaches(names: list[str], run_as: Any = None, port: str | None = None) -> list[dict[str, Any]]:
     """``ssh -o BatchMode=yes -o ConnectTimeout=3 HOST true`` for each host, concurrently and bounded, as
-    the training user: ``[{host, ok, exit_code, said}]``."""
+    the training user: ``[{host, ok, exit_code, said (its last line), stderr}]``."""
     ssh = system_tool_or_name("ssh")
 
     def one(name: str) -> dict[str, Any]:
         argv = [ssh, "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_CONNECT_TIMEOUT}",
                 *(["-p", str(port)] if port else []), "--", name, "true"]
         ev = run(argv, timeout=SSH_CONNECT_TIMEOUT + 5, run_as=run_as, label=f"ssh {name} true")
-        said = (ev.stderr or ev.error or "").strip().splitlines()
+        text = (ev.stderr or ev.error or "").strip()
+        said = text.splitlines()
         return {"host": name, "ok": ev.exit_code == 0, "exit_code": ev.exit_code,
-                "said": said[-1][:300] if said else "", "argv": argv}
+                "said": said[-1][:300] if said else "", "stderr": text[-SSH_STDERR_CAP:], "argv": argv}
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=SSH_PARALLEL) as pool:
         return list(pool.map(one, names))
