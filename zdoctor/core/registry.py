@@ -127,9 +127,10 @@ class CheckSpec:
 
     @property
     def reads(self) -> tuple[str, ...]:
-        """Every probe it reads: its own, its optional ones, and ``symptoms`` when it can explain one (those
-        are read when there, never needed: a check judges its own subject whether or not they answered)."""
-        extra = [*self.optional, *(["symptoms"] if self.explains else [])]
+        """Every probe it reads: its own, its optional ones, and ``symptoms`` and ``origins`` (where each
+        message comes from) when it can explain one (those are read when there, never needed: a check judges
+        its own subject whether or not they answered)."""
+        extra = [*self.optional, *(["symptoms", "origins"] if self.explains else [])]
         return tuple(dict.fromkeys((*self.probes, *extra)))
 
 
