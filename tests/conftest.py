@@ -58,6 +58,7 @@ LANES: dict[str, tuple[str, ...]] = {
     "test_mutations.py": ("slow",),
     "test_hardening.py": ("slow",),
     "test_symptoms.py": ("slow", "e2e"),
+    "test_origins.py": ("slow", "e2e"),
     "test_answer_first.py": ("slow", "e2e"),
     "test_progress_line.py": ("slow", "e2e"),
     "test_libaio_calls.py": ("slow",),
