@@ -139,7 +139,7 @@ def test_environment_variable_read_by_the_message_is_shown_with_its_value(ds_pyt
 LIBRARY = r"""
 #include <stdio.h>
 void zdnet_open(const char *dev, int ring, unsigned long bytes) {
-    fprintf(stderr, "zdnet: cannot map %lu bytes for ring %d on device %s (errno %d)\n", bytes, ring, dev, 12);
+    fprintf(stderr, "zdnet error: cannot map %lu bytes for ring %d on device %s (errno %d)\n", bytes, ring, dev, 12);
 }
 """
 PROGRAM = r"""
@@ -167,7 +167,7 @@ def test_printf_format_in_a_real_shared_library(tmp_path):
     subprocess.run(["gcc", "-o", str(prog), str(tmp_path / "main.c"), str(lib), f"-Wl,-rpath,{lib_dir}"],
                    check=True, timeout=120)
     seen = subprocess.run([str(prog)], capture_output=True, text=True, timeout=60).stderr.strip()
-    assert seen == "zdnet: cannot map 4096 bytes for ring 3 on device mlx5_0 (errno 12)"
+    assert seen == "zdnet error: cannot map 4096 bytes for ring 3 on device mlx5_0 (errno 12)"
 
     doc = check(["--python", str(python), "--command", str(prog)])
     s = symptom(doc, "cannot map 4096 bytes")
