@@ -172,6 +172,9 @@ def test_printf_format_in_a_real_shared_library(tmp_path):
     doc = check(["--python", str(python), "--command", str(prog)])
     s = symptom(doc, "cannot map 4096 bytes")
     assert s["origin"].startswith("format string in zdnet/lib/libzdnet.so.2.19.3 (2.19.3) at .rodata offset ")
+    shown = run_cli(["check", "--no-log", "--timeout", "120", "--python", str(python), "--command", str(prog)],
+                    env=job_env(), timeout=900).stdout
+    assert "from the source only: format string in zdnet/lib/libzdnet.so.2.19.3 (2.19.3)" in shown
 
 
 def test_broken_files_in_site_packages_are_skipped_not_hung(tmp_path):
@@ -193,6 +196,22 @@ def test_broken_files_in_site_packages_are_skipped_not_hung(tmp_path):
         ['raised (RuntimeError) at brokenpkg/good.py:5 when `cfg.get("ring_count", 0) > 64`']
     assert hits[0]["reads"]["config"] == ["ring_count"]
     assert idx.find("a line no template holds at all") == []
+
+
+def test_cache_never_goes_into_another_users_folder(tmp_path):
+    foreign = tmp_path / "theirs"
+    foreign.mkdir()
+    os.chown(foreign, 65534, 65534)  # nobody's, as a training user's home is to root
+    site = tmp_path / "site-packages"
+    (site / "pkg").mkdir(parents=True)
+    (site / "pkg" / "m.py").write_text('raise SystemExit("the ring buffer could not be mapped")\n')
+    env = dict(os.environ, ZDOCTOR_CACHE_DIR=str(foreign / "cache"))
+    code = "import sys; from zdoctor.symptoms.origin_index import index_env; " \
+           "e = index_env([sys.argv[1]], 30); print(e.summary()['cache'] == '', e.summary()['sites'])"
+    out = subprocess.run([sys.executable, "-c", code, str(site)], capture_output=True, text=True, env=env,
+                         timeout=120, check=True).stdout.split()
+    assert out == ["True", "1"]  # indexed in memory, cached nowhere
+    assert list(foreign.iterdir()) == []
 
 
 def test_whole_environment_index_is_bounded_and_cached(ds_python, tmp_path):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pwd
 import re
 import stat
 import tempfile
@@ -45,19 +46,32 @@ LIBRARY_NAME = re.compile(r"^lib[\w.+-]*\.so(\.[\d.]+)?$")
 
 
 def cache_root() -> str:
-    """zdoctor's cache folder: ``$ZDOCTOR_CACHE_DIR``, else ``$XDG_CACHE_HOME/zdoctor``, else ``~/.cache/zdoctor``
-    (a relative value is ignored, as the XDG spec says)."""
+    """zdoctor's cache folder: ``$ZDOCTOR_CACHE_DIR``, else ``$XDG_CACHE_HOME/zdoctor``, else ``.cache/zdoctor``
+    in the current user's home from the password database (never ``$HOME``: root started with another
+    user's ``HOME`` must not write there). A relative value is ignored, as the XDG spec says."""
     own = os.environ.get("ZDOCTOR_CACHE_DIR", "")
     if own and os.path.isabs(own):
         return own
     base = os.environ.get("XDG_CACHE_HOME", "")
-    base = base if base and os.path.isabs(base) else os.path.join(os.path.expanduser("~"), ".cache")
+    if not (base and os.path.isabs(base)):
+        try:
+            home = pwd.getpwuid(os.getuid()).pw_dir
+        except KeyError:
+            home = "/nonexistent"
+        base = os.path.join(home, ".cache")
     return os.path.join(base, "zdoctor")
 
 
 def _private_dir(path: str) -> bool:
-    """Create ``path`` (mode 0700) when missing; whether it is a real folder of the current user."""
+    """Create ``path`` (mode 0700) when missing, only below an existing folder of the current user other than
+    ``/``; whether it is then a real folder of the current user (no link, no one else's)."""
+    probe = path
+    while not os.path.lexists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
     try:
+        st = os.lstat(probe)
+        if probe != path and (probe == "/" or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid()):
+            return False
         os.makedirs(path, 0o700, exist_ok=True)
         st = os.lstat(path)
     except OSError:
