@@ -161,8 +161,9 @@ PREDICATES: dict[str, PredicateSpec] = {}
 
 #: Packages whose ``probe_*`` and ``check_*`` modules register probes, checks and predicates when imported:
 #: every node layer's package under :mod:`zdoctor.layers`, and the probes that belong to no layer (the
-#: symptoms the user saw and where their messages come from, the node at a glance). A new module there is found on its own (every probe module
-#: first, then every check module, each in the order of its name); nothing else needs to name it.
+#: symptoms the user saw and where their messages come from, the node at a glance). A new module there is
+#: found on its own (every probe module first, then every check module, each in the order of its name);
+#: nothing else needs to name it.
 VOCABULARY_ROOTS = ("zdoctor.layers",)
 VOCABULARY_PACKAGES = ("zdoctor.symptoms", "zdoctor.host")
 #: The prefixes of registering modules, in the order they are imported.

@@ -37,7 +37,10 @@ def with_origin(s: Symptom, origins: Any) -> Symptom:
     o = hits[0]
     fields = dict(s.fields)
     at = f"{o.get('file')}:{o.get('line')}" if o.get("in") == "python" else str(o.get("file"))
-    fields.update({"origin": at, "origin_text": str(o.get("text") or at)})
+    text = str(o.get("text") or at)
+    if o.get("line_seen"):
+        text += f", for the line that follows it: {o['line_seen']}"
+    fields.update({"origin": at, "origin_text": text})
     if o.get("guard"):
         fields["origin_guard"] = str(o["guard"])
     raw_reads = o.get("reads")

@@ -7,6 +7,7 @@ Facts:
   or ``logger.warning``, ``guard`` as source text, ``reads`` {config, env, attrs}) or a library's format
   string (``file``, ``offset``, ``library_version``), with ``package``, ``version``, ``template`` and
   ``text`` (the origin in words).
+  ``line_seen``: the line after the symptom's that the template matched, when the message went on there.
 - ``env``: {variable: its value in the job's environment, or None when unset} for each variable an origin reads.
 - ``index``: what building or reading the index did (:meth:`.origin_index.EnvIndex.summary`), ``site_dirs``.
 - ``skipped``: why nothing was located (no symptom, no interpreter that answered).
@@ -14,17 +15,51 @@ Facts:
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
+from zdoctor.core.errors import InputError
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import probe
 from zdoctor.proc.target import target_of
 from zdoctor.symptoms.origin import OriginIndex, located
 from zdoctor.symptoms.origin_index import index_env
+from zdoctor.symptoms.probe_symptoms import log_tail
 
 #: Seconds the index may take to build (a later run continues where a cut one stopped).
 BUILD_BUDGET = 120.0
+#: A line no template matches is tried with at most this many of the lines after it: a message printed on
+#: several lines (pydantic's validation error puts the raised message on the next line).
+NEXT_LINES = 6
+
+
+def seen_texts(host: Any) -> dict[str, str]:
+    """What the user saw in full, by symptom source: the command's output, the log's end, the pasted messages."""
+    out: dict[str, str] = {}
+    target = target_of(host)
+    out["user"] = "\n".join(str(t) for t in target.options.get("symptom") or [])
+    res = host.result("livetrace")
+    if res.status == "ok" and res.evidence:
+        out["command"] = f"{res.evidence[0].stdout or ''}\n{res.evidence[0].stderr or ''}"
+    log = target.options.get("train_log")
+    if log:
+        with contextlib.suppress(InputError):  # the symptoms probe said it could not be read
+            out["log"] = log_tail(str(log))[0]
+    return out
+
+
+def next_lines(text: str, line: str) -> list[str]:
+    """The lines after the last one of ``text`` that is ``line``, up to a blank line or a new traceback."""
+    lines = text.splitlines()
+    key = " ".join(line.split())
+    at = next((i for i in range(len(lines) - 1, -1, -1) if " ".join(lines[i].split()) == key), None)
+    out: list[str] = []
+    for ln in lines[at + 1:at + 1 + NEXT_LINES] if at is not None else []:
+        if not ln.strip() or ln.startswith("Traceback") or ln.lstrip().startswith('File "'):
+            break
+        out.append(ln.strip())
+    return out
 
 
 def site_dirs(pyenv: dict[str, Any]) -> list[str]:
@@ -39,7 +74,7 @@ def site_dirs(pyenv: dict[str, Any]) -> list[str]:
 
 
 @probe("origins", title="Where each message comes from in the training environment's installed code",
-       timeout=BUILD_BUDGET + 60, needs=("symptoms", "pyenv"))
+       timeout=BUILD_BUDGET + 60, needs=("symptoms", "pyenv", "livetrace"))
 def origins_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     """Each symptom's line matched against the index of the environment's message templates."""
     seen = host.result("symptoms")
@@ -56,8 +91,15 @@ def origins_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     found: dict[str, list[dict[str, Any]]] = {}
     job_env = target_of(host).env
     values: dict[str, str | None] = {}
+    texts = seen_texts(host)
     for s in lines:
         hits = env.find(str(s["text"]))
+        for nxt in [] if hits else next_lines(texts.get(str(s.get("source")), ""), str(s["text"])):
+            hits = env.find(nxt)
+            for o in hits:
+                o["line_seen"] = nxt
+            if hits:
+                break
         for o in hits:
             o["text"] = located(o)
             for var in (o.get("reads") or {}).get("env") or []:
