@@ -18,6 +18,7 @@ import re
 import stat
 import tempfile
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -285,8 +286,9 @@ class EnvIndex:
                 "library_strings": sum(len(p.strings) for _s, p in self.packages.values())}
 
 
-def index_env(sites: list[str], budget: float = 90.0) -> EnvIndex:
-    """Every package of the ``sites`` folders, read back from the cache or built within ``budget`` seconds."""
+def index_env(sites: list[str], budget: float = 90.0, names: Collection[str] | None = None) -> EnvIndex:
+    """Every package of the ``sites`` folders (only those ``names`` when given), read back from the cache or
+    built within ``budget`` seconds."""
     start = time.monotonic()
     deadline = start + budget
     out = EnvIndex()
@@ -297,6 +299,8 @@ def index_env(sites: list[str], budget: float = 90.0) -> EnvIndex:
         late: list[str] = []
         dists = distributions(site)
         for name in top_level(site):
+            if names is not None and name not in names:
+                continue
             version, record = dists.get(name, dists.get(name[:-3] if name.endswith(".py") else name, ("", "")))
             key = f"{site}::{name}"
             path = os.path.join(folder, _key(os.path.join(site, name), version, record) + ".json")
