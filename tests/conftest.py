@@ -58,6 +58,7 @@ LANES: dict[str, tuple[str, ...]] = {
     "test_mutations.py": ("slow",),
     "test_hardening.py": ("slow",),
     "test_symptoms.py": ("slow", "e2e"),
+    "test_origins.py": ("slow", "e2e"),
     "test_answer_first.py": ("slow", "e2e"),
     "test_progress_line.py": ("slow", "e2e"),
     "test_libaio_calls.py": ("slow",),
@@ -162,6 +163,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput") and not os.environ.get(SHARED_ENV):
         os.environ[SHARED_ENV] = tempfile.mkdtemp(prefix="zdoctor-tests-")
         config._zdoctor_shared_dir = os.environ[SHARED_ENV]  # type: ignore[attr-defined]
+    if not hasattr(config, "workerinput"):
+        # zdoctor's cache (the index of where messages come from) is this run's, shared by its workers (they
+        # inherit the variable), never the contributor's own: built once per run.
+        os.environ["ZDOCTOR_CACHE_DIR"] = os.path.join(os.environ[SHARED_ENV], "cache")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -2394,3 +2394,12 @@ class LauncherToolsFacts(TypedDict, total=False):
     skipped: str
     tool: Optional[Dict[str, Any]]
     why: Optional[str]
+
+
+class OriginsFacts(TypedDict, total=False):
+    """Facts at ``origins``: where each symptom's message comes from in the training environment's code."""
+
+    env: Dict[str, Optional[str]]
+    index: Dict[str, Any]
+    origins: Dict[str, List[Dict[str, Any]]]
+    skipped: str

@@ -367,6 +367,8 @@ SYMPTOMS_HEADING = "What you saw"
 #: were symptoms; see :func:`zdoctor.core.verdicts.split_answers`).
 ALSO_FOUND = "Also found on this node"
 UNEXPLAINED_WORD = "UNEXPLAINED"
+#: Before where a symptom's message is raised or logged in the installed code (no check confirmed it).
+FROM_THE_SOURCE = "from the source only"
 NO_SYMPTOMS = "no symptom given: no --command, --log or --symptom (nothing zdoctor could tie its findings to)"
 
 

@@ -140,6 +140,9 @@ class Facts(typing.Mapping[str, "ProbeResult"]):
     def of(self, probe: Literal["nvml"]) -> ft.NvmlFacts | None: ...
 
     @typing.overload
+    def of(self, probe: Literal["origins"]) -> ft.OriginsFacts | None: ...
+
+    @typing.overload
     def of(self, probe: Literal["other_caches"]) -> ft.OtherCachesFacts | None: ...
 
     @typing.overload
@@ -303,9 +306,10 @@ class CheckSpec:
 
     @property
     def reads(self) -> tuple[str, ...]:
-        """Every probe it reads: its own, its optional ones, and ``symptoms`` when it can explain one (those
-        are read when there, never needed: a check judges its own subject whether or not they answered)."""
-        extra = [*self.optional, *(["symptoms"] if self.explains else [])]
+        """Every probe it reads: its own, its optional ones, and ``symptoms`` and ``origins`` (where each
+        message comes from) when it can explain one (those are read when there, never needed: a check judges
+        its own subject whether or not they answered)."""
+        extra = [*self.optional, *(["symptoms", "origins"] if self.explains else [])]
         return tuple(dict.fromkeys((*self.probes, *extra)))
 
 
@@ -344,9 +348,10 @@ CHECKS: dict[str, CheckSpec] = {}
 PREDICATES: dict[str, PredicateSpec] = {}
 
 #: Packages whose ``probe_*`` and ``check_*`` modules register probes, checks and predicates when imported:
-#: every node layer's package under :mod:`zdoctor.layers`, and the two probes that belong to no layer (the
-#: symptoms the user saw, the node at a glance). A new module there is found on its own (every probe module
-#: first, then every check module, each in the order of its name); nothing else needs to name it.
+#: every node layer's package under :mod:`zdoctor.layers`, and the probes that belong to no layer (the
+#: symptoms the user saw and where their messages come from, the node at a glance). A new module there is
+#: found on its own (every probe module first, then every check module, each in the order of its name);
+#: nothing else needs to name it.
 VOCABULARY_ROOTS = ("zdoctor.layers",)
 VOCABULARY_PACKAGES = ("zdoctor.symptoms", "zdoctor.host")
 #: The prefixes of registering modules, in the order they are imported.

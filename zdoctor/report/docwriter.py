@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from zdoctor.core.present import (
     ALSO_FOUND,
+    FROM_THE_SOURCE,
     NO_SYMPTOMS,
     STOPS_NOTE,
     SYMPTOMS_HEADING,
@@ -133,7 +134,9 @@ def write_symptoms(doc: ReportDoc, w: Writer) -> None:
             w.para(w.strong(w.text(doc.unexplained + ".")), cls="fail")
         w.items([(w.strong(w.text(s.id)) + " (" + w.text(s.place) + "): " + w.code(s.text) + " — "
                   + w.status_text(s.verdict, "ok" if s.explained_by else "fail", not s.explained_by)
-                  + (f"; {w.text(s.answer)}" if s.answer else ""), "") for s in doc.symptoms])
+                  + (f"; {w.text(s.answer)}" if s.answer else "")
+                  + (f"; {w.text(FROM_THE_SOURCE)}: {w.text(s.origin)}" if s.origin else ""), "")
+                 for s in doc.symptoms])
     w.close_section()
 
 

@@ -139,6 +139,8 @@ class SymptomItem:
     verdict: str
     explained_by: list[str]
     answer: str = ""
+    #: Where its message comes from in the installed code ("" when not located).
+    origin: str = ""
 
 
 @dataclass
@@ -517,7 +519,7 @@ def _finding(f: dict[str, Any], anchor: str, explains: list[str], remedies: list
 def _symptoms(entries: list[dict[str, Any]]) -> list[SymptomItem]:
     return [SymptomItem(id=text_of(e.get("id")), place=symptom_place(e), text=text_of(e.get("text")),
                         verdict=symptom_verdict(e), explained_by=[text_of(x) for x in e.get("explained_by") or []],
-                        answer=answer_line(e) or "") for e in entries]
+                        answer=answer_line(e) or "", origin=text_of(e.get("origin") or "")) for e in entries]
 
 
 def _findings(answers: list[dict[str, Any]], rest: list[dict[str, Any]], symptoms: list[SymptomItem],

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 from zdoctor.core.present import (
     ALSO_FOUND,
     ASCII_MARKS,
+    FROM_THE_SOURCE,
     MARKS,
     NO_SYMPTOMS,
     STYLES,
@@ -123,6 +124,8 @@ def _print_symptoms(console: Any, doc: ReportDoc) -> None:
         console.print(f"      [{style}]{inert(e.verdict)}[/]")
         if e.answer:
             console.print(f"      [dim]{inert(e.answer)}[/]")
+        if e.origin:
+            console.print(f"      [dim]{FROM_THE_SOURCE}: {inert(e.origin)}[/]")
 
 
 def _print_remedies(console: Any, f: FindingItem) -> None:

@@ -8,18 +8,24 @@ from typing import Any
 
 from zdoctor.core.symptom import Symptom
 from zdoctor.symptoms.links import Said, derive
+from zdoctor.symptoms.match import with_origin
 
 
 def recorded_symptoms(probe_events: Iterable[Mapping[str, Any]]) -> list[Symptom]:
-    """The symptoms of the last recorded ``symptoms`` probe result."""
+    """The symptoms of the last recorded ``symptoms`` probe result, each with where its message comes from
+    when an ``origins`` probe result was recorded too."""
     facts: Any = None
+    origins: Any = None
     for ev in probe_events:
         res = ev.get("result") if isinstance(ev, Mapping) else None
-        if isinstance(res, Mapping) and res.get("probe") == "symptoms" and res.get("status") == "ok":
-            facts = res.get("facts")
+        if isinstance(res, Mapping) and res.get("status") == "ok":
+            if res.get("probe") == "symptoms":
+                facts = res.get("facts")
+            elif res.get("probe") == "origins":
+                origins = res.get("facts")
     items = facts.get("symptoms") if isinstance(facts, Mapping) else None
     out = [Symptom.from_dict(d) for d in items or []] if isinstance(items, list) else []
-    return [s for s in out if s is not None]
+    return [with_origin(s, origins) for s in out if s is not None]
 
 
 def ledger_entries(probe_events: Iterable[Mapping[str, Any]],
@@ -31,4 +37,5 @@ def ledger_entries(probe_events: Iterable[Mapping[str, Any]],
     symptoms = recorded_symptoms(probe_events)
     links = derive(symptoms, said)
     return [{"id": s.id, "source": s.source, "where": s.where, "text": s.text, "kind": s.kind,
-             "signature": s.signature, "explained_by": links[s.id]} for s in symptoms]
+             "signature": s.signature, "explained_by": links[s.id],
+             **({"origin": s.fields["origin_text"]} if s.fields.get("origin_text") else {})} for s in symptoms]

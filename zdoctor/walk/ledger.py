@@ -37,8 +37,11 @@ class Entry:
         """The entry as the report and the exports show it (the shape
         :func:`zdoctor.symptoms.view.ledger_entries` gives)."""
         s = self.symptom
-        return {"id": s.id, "source": s.source, "where": s.where, "text": s.text, "kind": s.kind,
-                "signature": s.signature, "explained_by": list(self.explained_by)}
+        out = {"id": s.id, "source": s.source, "where": s.where, "text": s.text, "kind": s.kind,
+               "signature": s.signature, "explained_by": list(self.explained_by)}
+        if s.fields.get("origin_text"):
+            out["origin"] = s.fields["origin_text"]
+        return out
 
 
 def build(symptoms: Iterable[Symptom], findings: Iterable[Finding]) -> list[Entry]:
@@ -84,8 +87,38 @@ def scope(symptom: Symptom, findings: Iterable[Finding]) -> tuple[list[str], lis
     return examined, not_examined
 
 
-def unexplained_finding(entry: Entry, findings: list[Finding]) -> Finding:
-    """The failing finding that stands for one unexplained symptom."""
+def config_values(keys: str, facts: Any) -> list[str]:
+    """Each config key (comma-separated ``keys``) as the job's ds_config sets it, where the ``dsconfig``
+    probe read it (``zero_optimization.offload_param.buffer_count = 4 (set)``)."""
+    get = getattr(facts, "get_fact", None)
+    settings = get("dsconfig", "settings", default=None) if callable(get) else None
+    out: list[str] = []
+    for key in [k for k in keys.split(",") if k]:
+        for block in (settings or {}).values() if isinstance(settings, dict) else ():
+            row = block.get(key) if isinstance(block, dict) else None
+            if isinstance(row, dict) and "value" in row:
+                out.append(f"{row.get('key') or key} = {row.get('value')!r} ({row.get('source') or 'set'})")
+    return out
+
+
+def from_the_source(s: Symptom, facts: Any = None) -> list[str]:
+    """What the installed code says of the message: where it is raised or logged, and what it reads."""
+    f = s.fields
+    if not f.get("origin_text"):
+        return []
+    lines = ["", f"From the source only, not confirmed by a check on this node: {f['origin_text']}."]
+    if f.get("config_keys"):
+        values = config_values(f["config_keys"], facts)
+        lines.append(f"It reads the config key(s) {f['config_keys'].replace(',', ', ')}"
+                     + (f"; this job's ds_config: {'; '.join(values)}." if values else "."))
+    if f.get("env_values"):
+        lines.append(f"It reads the environment: {f['env_values']} (in the job's environment).")
+    return lines
+
+
+def unexplained_finding(entry: Entry, findings: list[Finding], facts: Any = None) -> Finding:
+    """The failing finding that stands for one unexplained symptom (located in the installed code where the
+    ``origins`` probe found its message: "from the source only")."""
     s = entry.symptom
     sig = signature(s.signature)
     examined, not_examined = scope(s, findings)
@@ -97,6 +130,7 @@ def unexplained_finding(entry: Entry, findings: list[Finding]) -> Finding:
     if sig is not None:
         lines += ["", f"Likely cause, from the message only, not confirmed on this node: {sig.meaning}.",
                   f"Read next: {sig.read_next}."]
+    lines += from_the_source(s, facts)
     lines += ["", "Examined: " + ("; ".join(examined) if examined else "nothing that can explain it"),
               "Not examined: " + ("; ".join(not_examined) if not_examined else "-")]
     rows = [["examined", x] for x in examined] + [["not examined", x] for x in not_examined]
@@ -107,6 +141,10 @@ def unexplained_finding(entry: Entry, findings: list[Finding]) -> Finding:
     title = f'Unexplained: "{s.text}"'
     if sig is not None:
         title += " (likely cause from the message only)"
+    elif s.fields.get("origin"):
+        title += f" (located in the source only: {s.fields['origin']})"
+    if s.fields.get("origin_text"):
+        evidence.append(Evidence.note(f"where {s.id} comes from", "\n".join(from_the_source(s, facts)[1:])))
     return Finding(id=f"{UNEXPLAINED_PREFIX}{s.id}", status="fail", title=title, detail="\n".join(lines),
                    evidence=evidence, explains=[])
 
@@ -131,13 +169,14 @@ def assess(facts: Facts, findings: list[Finding]) -> tuple[list[Entry], list[Fin
     """The ledger for ``facts`` and every finding; one failing finding per unexplained symptom and per file
     of what the user saw that could not be read."""
     entries = build(symptoms_of(facts), findings)
-    return entries, [unexplained_finding(e, findings) for e in entries if not e.explained] + unread_findings(facts)
+    unexplained = [unexplained_finding(e, findings, facts) for e in entries if not e.explained]
+    return entries, unexplained + unread_findings(facts)
 
 
 def ledger_on(host: Any) -> list[Entry]:
     """The ledger of ``host``: the checks able to explain each symptom's kind are evaluated (their probes
     run, once per host)."""
-    symptoms = symptoms_of(host.results(["symptoms"]))
+    symptoms = symptoms_of(host.results(["symptoms", "origins"]))
     if not symptoms:
         return []
     names = list(dict.fromkeys(name for s in symptoms for name in candidate_checks(s)))
