@@ -667,6 +667,29 @@ SIGNATURES: tuple[Signature, ...] = (
         sources=("docker compose (the \"<service> exited with code %d\" line of its log printer)",
                  "the shell's 128 + signal exit status for a process ended by a signal")),
     Signature(
+        id="slurm.oom-kill-events", kind="slurm-oom", layer="container",
+        pattern=r"Detected (?P<count>\d+) oom[-_]kill event(?:s|\(s\))? in (?:step |StepId=)(?P<step>\d+(?:\.\w+)?)"
+                r"(?: cgroup)?\.(?:\s|$)",
+        meaning="Slurm's step daemon counted OOM kills in the job step's memory cgroup: a task outgrew the job's "
+                "memory request (--mem, --mem-per-cpu or --mem-per-gpu), which is the cgroup's limit, while the node "
+                "may have had memory free",
+        read_next="the job's request against its peak: sacct -j JOBID -o JobID,ReqMem,MaxRSS,State and "
+                  "scontrol show job JOBID",
+        confirm=("container.slurm-memory",),
+        sources=("Slurm src/plugins/task/cgroup/task_cgroup_memory.c (task_cgroup_memory_check_oom: \"Detected "
+                 "%\"PRIu64\" oom-kill event(s) in %ps cgroup. Some of your processes may have been killed by the "
+                 "cgroup out-of-memory handler.\"; from 22.05 \"Detected %\"PRIu64\" oom_kill event%s in %ps. Some "
+                 "of the step tasks have been OOM Killed.\")",)),
+    Signature(
+        id="slurm.task-out-of-memory", kind="slurm-oom", layer="container",
+        pattern=r"\bsrun: error: (?P<hosts>[^\s:]{1,256}): tasks? (?P<tasks>[\d,\[\]-]{1,256}): Out Of Memory\b",
+        meaning="srun reports a task ended by the job step's memory cgroup limit (SIG_OOM): the job's --mem / "
+                "--mem-per-cpu was smaller than what the task took",
+        read_next="the job's request against its peak: sacct -j JOBID -o JobID,ReqMem,MaxRSS,State",
+        confirm=("container.slurm-memory",),
+        sources=("Slurm src/plugins/launch/slurm/launch_slurm.c (_task_finish: \"%s: %s %s: Out Of Memory\" for a "
+                 "return code of SIG_OOM)",)),
+    Signature(
         id="python.cant-start-thread", kind="thread-limit", layer="container",
         pattern=r"can't start new thread",
         meaning="a new thread could not be created (EAGAIN): the cgroup's pids.max or the user's RLIMIT_NPROC "
