@@ -86,6 +86,7 @@ LANES: dict[str, tuple[str, ...]] = {
     "test_planner.py": ("slow",),
     "test_training_user.py": ("slow", "needs_root"),
     "test_offload_lint.py": ("slow",),
+    "test_swap_buffers.py": ("slow",),
     "test_pyenv.py": ("slow",),
     "test_dsconfig.py": ("slow",),
     "test_toolchain.py": ("slow",),

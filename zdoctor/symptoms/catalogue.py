@@ -690,6 +690,28 @@ SIGNATURES: tuple[Signature, ...] = (
         sources=("Slurm src/plugins/launch/slurm/launch_slurm.c (_task_finish: \"%s: %s %s: Out Of Memory\" for a "
                  "return code of SIG_OOM)",)),
     Signature(
+        id="offload.swap-buffer-size", kind="nvme-swap-buffers", layer="offload",
+        pattern=r"More elements (?P<numel>\d+) than buffer size (?P<buffer_size>\d+)",
+        meaning="DeepSpeed's NVMe parameter swapper met a parameter partition larger than one swap buffer: "
+                "zero_optimization.offload_param.buffer_size is smaller than the largest parameter over the ranks "
+                "(a large embedding or LM head most often)",
+        read_next="offload_param.buffer_size against the model's largest parameter divided by the number of ranks",
+        confirm=("offload.swap-buffers",),
+        sources=("DeepSpeed deepspeed/runtime/swap_tensor/partitioned_param_swapper.py (get_buffer: assert numel <= "
+                 "self.elements_per_buffer, f\"More elements {numel} than buffer size {self.elements_per_buffer}\")",)),
+    Signature(
+        id="offload.swap-buffer-count", kind="nvme-swap-buffers", layer="offload",
+        pattern=r"Not enough buffers (?P<available>\d+) for swapping (?P<wanted>\d+)",
+        meaning="DeepSpeed's NVMe parameter swapper had fewer free swap buffers than the parameters one swap-in "
+                "takes (a module's and those prefetch asked for): zero_optimization.offload_param.buffer_count is "
+                "too small for the model and the prefetch settings",
+        read_next="offload_param.buffer_count and stage3_prefetch_bucket_size against the parameters of the largest "
+                  "module",
+        confirm=("offload.swap-buffers",),
+        sources=("DeepSpeed deepspeed/runtime/swap_tensor/partitioned_param_swapper.py (swap_in: assert "
+                 "len(swap_in_paths) <= len(self.available_buffer_ids), f\"Not enough buffers "
+                 "{len(self.available_buffer_ids)} for swapping {len(swap_in_paths)}\")",)),
+    Signature(
         id="python.cant-start-thread", kind="thread-limit", layer="container",
         pattern=r"can't start new thread",
         meaning="a new thread could not be created (EAGAIN): the cgroup's pids.max or the user's RLIMIT_NPROC "
