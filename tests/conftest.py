@@ -64,6 +64,7 @@ LANES: dict[str, tuple[str, ...]] = {
     "test_hostram_kills.py": ("needs_root",),
     "test_container_limits.py": ("needs_root",),
     "test_slurm_memory.py": ("needs_root",),
+    "test_fd_passing.py": ("slow", "needs_root"),
     "test_full_disk.py": ("needs_root",),
     "test_shm_as_user.py": ("needs_root",),
     "test_stale_lock_unscanned.py": ("needs_root",),

@@ -712,6 +712,17 @@ SIGNATURES: tuple[Signature, ...] = (
                  "len(swap_in_paths) <= len(self.available_buffer_ids), f\"Not enough buffers "
                  "{len(self.available_buffer_ids)} for swapping {len(swap_in_paths)}\")",)),
     Signature(
+        id="python.ancdata", kind="ancdata", layer="python",
+        pattern=r"received (?P<items>\d+) items of ancdata",
+        meaning="a process could not receive a file descriptor another passed it (DataLoader workers hand each "
+                "tensor over as a descriptor under torch's default sharing strategy, file_descriptor): the "
+                "receiver's open-files limit was reached, or the job holds more shared tensors than it allows",
+        read_next="ulimit -n of the shell that starts the job, and torch.multiprocessing.get_sharing_strategy() in "
+                  "the training code",
+        confirm=("python_env.fd-passing",),
+        sources=("CPython Lib/multiprocessing/reduction.py (recvfds: RuntimeError('received %d items of ancdata'))",
+                 "PyTorch torch/utils/data/dataloader.py (NOTE [ DataLoader on Linux and open files limit ])")),
+    Signature(
         id="python.cant-start-thread", kind="thread-limit", layer="container",
         pattern=r"can't start new thread",
         meaning="a new thread could not be created (EAGAIN): the cgroup's pids.max or the user's RLIMIT_NPROC "
