@@ -149,7 +149,9 @@ def check_swap_buffers(facts: Facts) -> list[Finding]:
             detail="\n".join(lines + [cfg_line, _source_line(facts, "buffer_count"),
                                       "A swap-in takes a module's parameters and those prefetch asked for "
                                       "(stage3_prefetch_bucket_size): a smaller prefetch needs fewer buffers."]),
-            remedies=[r for r in (rem,) if r]))
+            remedies=[r for r in (rem,) if r] or [Remedy(title=f"Set offload_param.buffer_count to {want}",
+                                                         commands=[f"# ds_config: zero_optimization.offload_param."
+                                                                   f"buffer_count = {want}"], note=NOT_TRIED)]))
     if out:
         return out
     if said:
