@@ -73,7 +73,9 @@ def check_slurm_memory(facts: Facts) -> list[Finding]:
     step = next((s.fields.get("step") for s in said if s.fields.get("step")), None)
     if not slurm.get("in_job"):
         if not said:
-            return [not_checked(FID, TITLE, "not a Slurm job: SLURM_JOB_ID is not set in the job's environment", ev)]
+            return [Finding(id=FID, status="ok", evidence=ev, title="Not a Slurm job: no Slurm memory request applies",
+                            detail="SLURM_JOB_ID is not set in the job's environment, and no Slurm OOM line was "
+                                   "given.")]
         job = _job_of(step)
         return [Finding(
             id=FID, status="warn", cause=CGROUP_LIMIT, evidence=ev, explains=[s.id for s in said],
