@@ -72,7 +72,7 @@ def _check(python: Path, log: Path, limit: int, tmp: Path, shm_mib: int | None =
 
 
 def _finding(report: dict) -> dict:
-    return {f["id"]: f for f in report["findings"]}["python_env.fd-passing"]
+    return {f["id"]: f for f in report["findings"]}["pyenv.fd-passing"]
 
 
 def test_a_low_open_files_limit_explains_ancdata_and_file_system_fixes_it(ancdata):
@@ -84,7 +84,7 @@ def test_a_low_open_files_limit_explains_ancdata_and_file_system_fixes_it(ancdat
                           "only 512: the receiver ran out of descriptors")
     assert "torch passes tensors by file_descriptor" in f["detail"]  # read in the training environment
     (said,) = [s for s in report["symptoms"] if s["kind"] == "ancdata"]
-    assert said["explained_by"] == ["python_env.fd-passing"]
+    assert said["explained_by"] == ["pyenv.fd-passing"]
     titles = [r["title"] for r in f["remedies"]]
     assert titles[0].startswith("Raise the open-files limit in the launching shell: ulimit -n ")
     assert titles[1].startswith("Pass tensors by file name")

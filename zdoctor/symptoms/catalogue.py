@@ -719,7 +719,7 @@ SIGNATURES: tuple[Signature, ...] = (
                 "receiver's open-files limit was reached, or the job holds more shared tensors than it allows",
         read_next="ulimit -n of the shell that starts the job, and torch.multiprocessing.get_sharing_strategy() in "
                   "the training code",
-        confirm=("python_env.fd-passing",),
+        confirm=("pyenv.fd-passing",),
         sources=("CPython Lib/multiprocessing/reduction.py (recvfds: RuntimeError('received %d items of ancdata'))",
                  "PyTorch torch/utils/data/dataloader.py (NOTE [ DataLoader on Linux and open files limit ])")),
     Signature(

@@ -1,4 +1,4 @@
-"""Check ``python_env.fd-passing``: DataLoader workers passing tensors by file descriptor, against the job's
+"""Check ``pyenv.fd-passing``: DataLoader workers passing tensors by file descriptor, against the job's
 open-files limit and /dev/shm.
 
 Under torch's default sharing strategy on Linux (``file_descriptor``) every tensor a DataLoader worker hands
@@ -19,7 +19,7 @@ from zdoctor.layers import not_checked
 from zdoctor.readers import hostlimits as limits
 from zdoctor.symptoms.match import symptoms_of
 
-FID = "python_env.fd-passing"
+FID = "pyenv.fd-passing"
 TITLE = "How DataLoader workers pass tensors, against the open-files limit"
 KIND = "ancdata"
 SET_STRATEGY = "torch.multiprocessing.set_sharing_strategy('file_system')"
