@@ -1839,6 +1839,7 @@ PyenvTorch = TypedDict('PyenvTorch', {
     'location': Optional[str],
     'mapped_libs': List[str],
     'parallel_info': str,
+    'sharing_strategy': Optional[str],
     'version': str,
 }, total=False)
 
@@ -2403,3 +2404,25 @@ class OriginsFacts(TypedDict, total=False):
     index: Dict[str, Any]
     origins: Dict[str, List[Dict[str, Any]]]
     skipped: str
+
+
+class SlurmJobFacts(TypedDict, total=False):
+    """Facts at ``slurm_job``: the Slurm job and step the job runs in, and its memory request."""
+
+    bad: List[str]
+    in_job: bool
+    job_id: Optional[str]
+    request: Optional[Dict[str, Any]]
+    skipped: str
+    step_id: Optional[str]
+    variables: Dict[str, Any]
+
+
+class SwapsourceFacts(TypedDict, total=False):
+    """Facts at ``swapsource``: the NVMe parameter swapper's buffer assertions in the installed DeepSpeed."""
+
+    asserts: List[Dict[str, Any]]
+    file: str
+    min_aio_bytes: Optional[int]
+    skipped: str
+    version: Optional[str]

@@ -173,6 +173,9 @@ class Facts(typing.Mapping[str, "ProbeResult"]):
     def of(self, probe: Literal["shm_access"]) -> ft.ShmAccessFacts | None: ...
 
     @typing.overload
+    def of(self, probe: Literal["slurm_job"]) -> ft.SlurmJobFacts | None: ...
+
+    @typing.overload
     def of(self, probe: Literal["special_files"]) -> ft.SpecialFilesFacts | None: ...
 
     @typing.overload
@@ -180,6 +183,9 @@ class Facts(typing.Mapping[str, "ProbeResult"]):
 
     @typing.overload
     def of(self, probe: Literal["storage"]) -> ft.StorageFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["swapsource"]) -> ft.SwapsourceFacts | None: ...
 
     @typing.overload
     def of(self, probe: Literal["symbols"]) -> ft.SymbolsFacts | None: ...

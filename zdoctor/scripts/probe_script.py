@@ -232,6 +232,9 @@ def torch_config(torch, errors):
     elif hasattr(torch, "compiled_with_cxx11_abi"):
         abi = safe(errors, "cxx11_abi", lambda: bool(torch.compiled_with_cxx11_abi()))
     rec["cxx11_abi"] = abi
+    mp = getattr(torch, "multiprocessing", None)
+    rec["sharing_strategy"] = (safe(errors, "sharing_strategy", lambda: str(mp.get_sharing_strategy()))
+                               if mp is not None and hasattr(mp, "get_sharing_strategy") else None)
     return rec
 
 

@@ -788,6 +788,62 @@ SIGNATURES: tuple[Signature, ...] = (
         sources=("docker compose (the \"<service> exited with code %d\" line of its log printer)",
                  "the shell's 128 + signal exit status for a process ended by a signal")),
     Signature(
+        id="slurm.oom-kill-events", kind="slurm-oom", layer="container",
+        pattern=r"Detected (?P<count>\d+) oom[-_]kill event(?:s|\(s\))? in (?:step |StepId=)(?P<step>\d+(?:\.\w+)?)"
+                r"(?: cgroup)?\.(?:\s|$)",
+        meaning="Slurm's step daemon counted OOM kills in the job step's memory cgroup: a task outgrew the job's "
+                "memory request (--mem, --mem-per-cpu or --mem-per-gpu), which is the cgroup's limit, while the node "
+                "may have had memory free",
+        read_next="the job's request against its peak: sacct -j JOBID -o JobID,ReqMem,MaxRSS,State and "
+                  "scontrol show job JOBID",
+        confirm=("container.slurm-memory",),
+        sources=("Slurm src/plugins/task/cgroup/task_cgroup_memory.c (task_cgroup_memory_check_oom: \"Detected "
+                 "%\"PRIu64\" oom-kill event(s) in %ps cgroup. Some of your processes may have been killed by the "
+                 "cgroup out-of-memory handler.\"; from 22.05 \"Detected %\"PRIu64\" oom_kill event%s in %ps. Some "
+                 "of the step tasks have been OOM Killed.\")",)),
+    Signature(
+        id="slurm.task-out-of-memory", kind="slurm-oom", layer="container",
+        pattern=r"\bsrun: error: (?P<hosts>[^\s:]{1,256}): tasks? (?P<tasks>[\d,\[\]-]{1,256}): Out Of Memory\b",
+        meaning="srun reports a task ended by the job step's memory cgroup limit (SIG_OOM): the job's --mem / "
+                "--mem-per-cpu was smaller than what the task took",
+        read_next="the job's request against its peak: sacct -j JOBID -o JobID,ReqMem,MaxRSS,State",
+        confirm=("container.slurm-memory",),
+        sources=("Slurm src/plugins/launch/slurm/launch_slurm.c (_task_finish: \"%s: %s %s: Out Of Memory\" for a "
+                 "return code of SIG_OOM)",)),
+    Signature(
+        id="offload.swap-buffer-size", kind="nvme-swap-buffers", layer="offload",
+        pattern=r"More elements (?P<numel>\d+) than buffer size (?P<buffer_size>\d+)",
+        meaning="DeepSpeed's NVMe parameter swapper met a parameter partition larger than one swap buffer: "
+                "zero_optimization.offload_param.buffer_size is smaller than the largest parameter over the ranks "
+                "(a large embedding or LM head most often)",
+        read_next="offload_param.buffer_size against the model's largest parameter divided by the number of ranks",
+        confirm=("offload.swap-buffers",),
+        sources=("DeepSpeed deepspeed/runtime/swap_tensor/partitioned_param_swapper.py (get_buffer: assert numel <= "
+                 "self.elements_per_buffer, f\"More elements {numel} than buffer size {self.elements_per_buffer}\")",)),
+    Signature(
+        id="offload.swap-buffer-count", kind="nvme-swap-buffers", layer="offload",
+        pattern=r"Not enough buffers (?P<available>\d+) for swapping (?P<wanted>\d+)",
+        meaning="DeepSpeed's NVMe parameter swapper had fewer free swap buffers than the parameters one swap-in "
+                "takes (a module's and those prefetch asked for): zero_optimization.offload_param.buffer_count is "
+                "too small for the model and the prefetch settings",
+        read_next="offload_param.buffer_count and stage3_prefetch_bucket_size against the parameters of the largest "
+                  "module",
+        confirm=("offload.swap-buffers",),
+        sources=("DeepSpeed deepspeed/runtime/swap_tensor/partitioned_param_swapper.py (swap_in: assert "
+                 "len(swap_in_paths) <= len(self.available_buffer_ids), f\"Not enough buffers "
+                 "{len(self.available_buffer_ids)} for swapping {len(swap_in_paths)}\")",)),
+    Signature(
+        id="python.ancdata", kind="ancdata", layer="python",
+        pattern=r"received (?P<items>\d+) items of ancdata",
+        meaning="a process could not receive a file descriptor another passed it (DataLoader workers hand each "
+                "tensor over as a descriptor under torch's default sharing strategy, file_descriptor): the "
+                "receiver's open-files limit was reached, or the job holds more shared tensors than it allows",
+        read_next="ulimit -n of the shell that starts the job, and torch.multiprocessing.get_sharing_strategy() in "
+                  "the training code",
+        confirm=("pyenv.fd-passing",),
+        sources=("CPython Lib/multiprocessing/reduction.py (recvfds: RuntimeError('received %d items of ancdata'))",
+                 "PyTorch torch/utils/data/dataloader.py (NOTE [ DataLoader on Linux and open files limit ])")),
+    Signature(
         id="python.cant-start-thread", kind="thread-limit", layer="container",
         pattern=r"can't start new thread",
         meaning="a new thread could not be created (EAGAIN): the cgroup's pids.max or the user's RLIMIT_NPROC "

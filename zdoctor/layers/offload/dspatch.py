@@ -119,6 +119,24 @@ def nvme_patch(cfg: DsConfig, nvme_path: str, block_size: int | None = None,
     return ConfigPatch(path=cfg.path, old_text=cfg.text, new_text=text, diff=diff, changed=changed)
 
 
+def set_values(cfg: DsConfig, block: KeyPath, values: dict[str, Any]) -> ConfigPatch:
+    """Set ``values`` in the block at ``block`` (``("zero_optimization", "offload_param")``), keeping its other
+    settings and every other byte of the file; the edit must read back with the new values."""
+    text, unit = cfg.text, _indent_unit(cfg.text)
+    old = cfg.get(block)
+    if not isinstance(old, dict):
+        raise InputError(f"{cfg.path}: no {dotted(block)} block to change")
+    text = _set_member(text, cfg.spans, block[:-1], str(block[-1]), {**old, **values}, unit)
+    check = parse_config(text, cfg.path)
+    for key, value in values.items():
+        if _plain(check.get((*block, key))) != _plain(value):
+            raise InputError(f"{cfg.path}: the patched config does not read back with {dotted((*block, key))}")
+    diff = "".join(difflib.unified_diff(cfg.text.splitlines(keepends=True), text.splitlines(keepends=True),
+                                        fromfile=f"{cfg.path} (now)", tofile=f"{cfg.path} (patched)"))
+    return ConfigPatch(path=cfg.path, old_text=cfg.text, new_text=text, diff=diff,
+                       changed=[dotted((*block, k)) for k in values])
+
+
 def apply_config_patch(path: str, new_text: str,
                        validate: Callable[[DsConfig], None] | None = None) -> dict[str, Any]:
     """Replace the ds_config at ``path`` with ``new_text``, carefully (through

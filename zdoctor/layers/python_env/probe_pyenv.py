@@ -234,7 +234,7 @@ def _torch_facts(recs: dict[str, Any], pkg: dict[str, Any], timed_out: bool, sig
     else:
         out["import"] = {"state": "ok", "seconds": rec.get("seconds")}
         for key in ("version", "file", "cuda", "hip", "git_version", "config", "parallel_info",
-                    "cxx11_abi"):
+                    "cxx11_abi", "sharing_strategy"):
             out[key] = rec.get(key)
     for key in ("libstdcxx", "libgcc_s", "mapped_libs"):
         out[key] = rec.get(key) or []
