@@ -95,7 +95,11 @@ def test_push_diagnoses_nodes_without_zdoctor_and_leaves_nothing(fleet, cli, tmp
     assert nodes[LACK]["facts"]["python"].startswith("3.8."), nodes[LACK]["facts"]["python"]
     lack = {f["id"]: f["status"] for f in nodes[LACK]["findings"]}
     assert lack and "fleet.launch" not in " ".join(lack)
-    assert nodes[LACK]["cells"] == nodes[HAVE]["cells"]
+    # Both nodes are this machine, read a few seconds apart: the same cells, except what the kernel log's OOM
+    # records decide, which other tests running beside this one add to with real kills in their cgroups.
+    moving = ("kernel.oom", "offload.host-ram")
+    assert ({k: v for k, v in nodes[LACK]["cells"].items() if k not in moving}
+            == {k: v for k, v in nodes[HAVE]["cells"].items() if k not in moving})
     # Nothing is left behind: the private directories are gone and no cache was made in the home directory.
     for host, tmp in fleet["tmps"].items():
         assert list(tmp.iterdir()) == [], (host, list(tmp.iterdir()))

@@ -86,6 +86,17 @@ def _user_config(user, folder: Path, text: str = OFFLOAD_CFG, mode: int = 0o640)
     return cfg
 
 
+def _reset_config(cfg: Path, user, text: str = OFFLOAD_CFG) -> None:
+    """Put the owner's config back after a run, never through what is at its name now: a run as the owner may
+    have renamed the racer's link over it, and root writing through that link would be the very write the
+    test forbids."""
+    cfg.unlink(missing_ok=True)
+    fd = os.open(cfg, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o640)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.chown(cfg, user.uid, user.gid)
+
+
 def _nvme_remedy(cfg: Path):
     remedy = nvme_patch_remedy(str(cfg), "/mnt/nvme")
     assert remedy is not None
@@ -221,7 +232,7 @@ def test_ds_config_copyable_lines_refuse_root_in_the_owners_folder_and_as_the_ow
                 _block(remedy, racer_user)
                 runs += 1
                 assert _victim_untouched(victim), f"run {runs} wrote or chowned root's file through the link"
-                cfg.write_text(OFFLOAD_CFG)
+                _reset_config(cfg, racer_user)
             os.kill(proc.pid, 9)
             proc.wait()
             swaps = proc.stdout.read().decode().count("swapped") if proc.stdout else 0

@@ -74,12 +74,13 @@ def _free_port() -> int:
 
 
 def _swap(python: Path, config: Path, world: int = 1) -> subprocess.CompletedProcess[str]:
-    # DeepSpeed's CPU backend JIT-builds its shm op once, into the environment's own extension cache
+    # DeepSpeed's CPU backend JIT-builds its shm op once (minutes on two cores), into a cache of its own beside
+    # the environment: the environment's extension cache holds only the cpu_adam op other tests count
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", LOCAL_RANK="0",
-               WORLD_SIZE="1", TORCH_EXTENSIONS_DIR=str(python.parent.parent / "zdoctor-torch-extensions"),
+               WORLD_SIZE="1", TORCH_EXTENSIONS_DIR=str(python.parent.parent / "zdoctor-shm-extensions"),
                PATH=f"{python.parent}{os.pathsep}{os.environ['PATH']}")
     return subprocess.run([str(python), "-c", SWAP, str(config), str(world)], capture_output=True, text=True,
-                          timeout=300, env=env)
+                          timeout=900, env=env)
 
 
 @pytest.fixture(scope="module")
