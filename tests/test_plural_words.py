@@ -12,7 +12,7 @@ from zdoctor.core.plural import count_of, noun_for
 ROOT = Path(__file__).resolve().parent.parent
 
 #: Messages other programs print, quoted as they print them (zdoctor matches them; it does not word them).
-QUOTED = ("unable to compile CUDA op(s)", "CUDA-capable device(s) is/are busy")
+QUOTED = ("unable to compile CUDA op(s)", "CUDA-capable device(s) is/are busy", "oom-kill event(s) in %ps cgroup")
 
 HEDGED = re.compile(r"[A-Za-z]\((?:s|es|ies)\)")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -88,7 +89,9 @@ def test_slurmstepds_oom_lines_are_explained_by_the_jobs_mem_request(in_a_slurm_
 def test_the_kernel_really_killed_the_child_in_that_cgroup(in_a_slurm_step):
     report, _ = in_a_slurm_step
     detail = {f["id"]: f for f in report["findings"]}["container.slurm-memory"]["detail"]
-    counted = int(detail.split(" OOM kill(s) counted")[0].rsplit(", ", 1)[1])
+    found = re.search(r", (\d+) OOM kills? counted", detail)
+    assert found, detail
+    counted = int(found.group(1))
     assert counted >= 1
 
 

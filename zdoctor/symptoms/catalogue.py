@@ -692,7 +692,8 @@ SIGNATURES: tuple[Signature, ...] = (
                  "multinode_runner.py (backend_exists: shutil.which)",)),
     Signature(
         id="ssh.permission-denied", kind="ssh-auth", layer="launcher",
-        pattern=r"(?:(?P<user>[\w.-]+)@(?P<host>[\w.:-]+): )?Permission denied \((?P<methods>[a-z,-]+)\)",
+        pattern=r"(?:(?<![\w.-])(?P<user>[\w.-]{1,64})@(?P<host>[\w.:-]{1,255}): )?Permission denied "
+                r"\((?P<methods>[a-z,-]{1,200})\)",
         meaning="ssh reached the host's sshd, but the login was refused: none of the user's keys is in the "
                 "account's authorized_keys there (publickey), or the server asks for a password a launcher "
                 "cannot type",

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from zdoctor.core.model import Evidence, Finding
+from zdoctor.core.plural import noun_for
 from zdoctor.core.registry import CHECKS, Facts
 from zdoctor.core.symptom import SOURCE_WORDS, UNEXPLAINED_PREFIX, Symptom
 from zdoctor.layers import evaluate_check, probes_for
@@ -109,7 +110,8 @@ def from_the_source(s: Symptom, facts: Any = None) -> list[str]:
     lines = ["", f"From the source only, not confirmed by a check on this node: {f['origin_text']}."]
     if f.get("config_keys"):
         values = config_values(f["config_keys"], facts)
-        lines.append(f"It reads the config key(s) {f['config_keys'].replace(',', ', ')}"
+        keys = [k.strip() for k in str(f["config_keys"]).split(",") if k.strip()]
+        lines.append(f"It reads the config {noun_for(len(keys), 'key')} {', '.join(keys)}"
                      + (f"; this job's ds_config: {'; '.join(values)}." if values else "."))
     if f.get("env_values"):
         lines.append(f"It reads the environment: {f['env_values']} (in the job's environment).")

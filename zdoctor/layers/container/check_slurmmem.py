@@ -14,6 +14,7 @@ from typing import Any
 
 from zdoctor.core.causes import CGROUP_LIMIT
 from zdoctor.core.model import Finding, Remedy
+from zdoctor.core.plural import count_of
 from zdoctor.core.registry import CheckSpec, Facts, check
 from zdoctor.layers.container.slurmjob import MIB, option_text
 from zdoctor.readers.hostlimits import human
@@ -95,14 +96,15 @@ def check_slurm_memory(facts: Facts, me: CheckSpec) -> list[Finding]:
     facts_line = (f"{job} asked for {asked}. The job's memory cgroup here: limit "
                   + (f"{human(limit)} ({where})" if isinstance(limit, int) else
                      "none" if limit == "max" else "not read")
-                  + (f", {kills} OOM kill(s) counted ({mem.get('events_file')})" if isinstance(kills, int) else "")
+                  + (f", {count_of(kills, 'OOM kill')} counted ({mem.get('events_file')})" if isinstance(kills, int)
+                     else "")
                   + ".")
     if slurm.get("bad"):
         facts_line += " Not read as a number of megabytes: " + ", ".join(slurm["bad"]) + "."
     counted = isinstance(kills, int) and kills > 0
     if said or counted:
         what = (f"slurmstepd counted OOM kills in StepId={step}" if step else "Slurm reported the step Out Of Memory") \
-            if said else f"the job's memory cgroup counted {kills} OOM kill(s)"
+            if said else f"the job's memory cgroup counted {count_of(int(kills or 0), 'OOM kill')}"
         return [me.finding(
             status="fail", cause=CGROUP_LIMIT, evidence=ev, explains=[s.id for s in said],
             title=f"The job's Slurm memory request ({option_text(req) if req else 'the partition default'}) was the "

@@ -14,6 +14,7 @@ from typing import Any
 
 from zdoctor.core.errors import InputError
 from zdoctor.core.model import Finding, Remedy
+from zdoctor.core.plural import count_of
 from zdoctor.core.registry import CheckSpec, Facts, check
 from zdoctor.edit.filefix import replace_remedy
 from zdoctor.layers.offload.check_offload import config_edit_needs_root
@@ -119,7 +120,7 @@ def check_swap_buffers(facts: Facts, me: CheckSpec) -> list[Finding]:
                 f"buffer_count {count} ({_setting(ds, 'buffer_count').get('source')})." if size is not None
                 and count is not None else "offload_param.buffer_size / buffer_count are not whole numbers.")
     model_line = (f"The model's largest layer: {largest:,} elements ({cap.get('largest_layer_source')}); over "
-                  f"{world} rank(s) its partition is {part:,} elements." if part else
+                  f"{count_of(world, 'rank')} its partition is {part:,} elements." if part else
                   "The model's largest parameter is not known (no --model-config or --model-params).")
     out: list[Finding] = []
     if size is not None and count is not None and need is not None and need > size:
@@ -140,9 +141,9 @@ def check_swap_buffers(facts: Facts, me: CheckSpec) -> list[Finding]:
         want = count_needed(count, int(s.fields["available"]), int(s.fields["wanted"]))
         want = max(want, count + 1)
         rem = _patch(ds, {"buffer_count": want}, f"Set offload_param.buffer_count to {want} in the ds_config",
-                     f"The swap-in wanted {s.fields['wanted']} buffer(s) while {s.fields['available']} of {count} were "
-                     f"free: {want} leaves that many." + (f" The pinned buffers then take {gib(want * size * 2)} per "
-                                                          "rank." if size else ""))
+                     f"The swap-in wanted {count_of(int(s.fields['wanted']), 'buffer')} while "
+                     f"{s.fields['available']} of {count} were free: {want} leaves that many."
+                     + (f" The pinned buffers then take {gib(want * size * 2)} per rank." if size else ""))
         out.append(me.finding(
             status="fail", evidence=ev, explains=[x.id for x in counted],
             title=f"offload_param.buffer_count ({count}) is fewer than one swap-in takes",
