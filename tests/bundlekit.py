@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from kmsgkit import private_kmsg_argv
 
 REPO = Path(__file__).resolve().parent.parent
 _BUILT: list[Path] = []
@@ -72,8 +73,11 @@ def offline(argv: list[str]) -> list[str]:
 
 
 def run_bundle(python: str, bundle: Path, args: list[str], home: Path, cwd: Path, *, timeout: float = 300,
-               network: bool = False, **env: str) -> subprocess.CompletedProcess[str]:
-    """``python bundle ARGS`` from ``cwd`` with a clean environment and (unless ``network``) no network."""
+               network: bool = False, kmsg: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python bundle ARGS`` from ``cwd`` with a clean environment and (unless ``network``) no network; with
+    ``kmsg``, that kmsg-format file is its kernel log (the machine's own changes while other tests run)."""
     argv = [python, str(bundle), *args]
-    return subprocess.run(argv if network else offline(argv), cwd=str(cwd), env=clean_env(home, **env),
+    argv = argv if network else offline(argv)
+    return subprocess.run(argv if kmsg is None else private_kmsg_argv(kmsg, argv), cwd=str(cwd),
+                          env=clean_env(home, **env),
                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
