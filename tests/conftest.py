@@ -50,6 +50,7 @@ LANES: dict[str, tuple[str, ...]] = {
     "test_forensics_e2e.py": ("slow", "e2e"),
     "test_claims_libs.py": ("slow", "e2e"),
     "test_jit_exit_paths.py": ("slow", "e2e", "needs_root"),
+    "test_nccl_verbs.py": ("needs_root",),
     "test_jitguard.py": ("slow", "e2e"),
     "test_locktrial.py": ("slow", "e2e"),
     "test_containment.py": ("slow", "needs_root"),

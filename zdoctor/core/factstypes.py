@@ -2426,3 +2426,19 @@ class SwapsourceFacts(TypedDict, total=False):
     min_aio_bytes: Optional[int]
     skipped: str
     version: Optional[str]
+
+
+class IbverbsFacts(TypedDict, total=False):
+    """Facts at ``ibverbs``: the RDMA user space (libibverbs, providers, /dev/infiniband) against the ACTIVE ports."""
+
+    config: Dict[str, Any]
+    container: Dict[str, Any]
+    device_files: Dict[str, Any]
+    distro: Dict[str, Any]
+    libibverbs: Dict[str, Any]
+    ports: List[Dict[str, Any]]
+    problems: List[Dict[str, Any]]
+    providers: List[Dict[str, Any]]
+    python_error: Optional[str]
+    skipped: str
+    uverbs: Dict[str, Any]

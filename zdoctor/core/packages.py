@@ -32,6 +32,9 @@ NAMES: dict[str, dict[str, str]] = {
     # pdsh is in EPEL on RHEL and its rebuilds (Fedora has it itself)
     "pdsh": {"apt": "pdsh", "dnf": "pdsh", "zypper": "pdsh", "pacman": "pdsh"},
     "openmpi": {"apt": "openmpi-bin", "dnf": "openmpi", "zypper": "openmpi4", "pacman": "openmpi", "apk": "openmpi"},
+    # rdma-core's user space: libibverbs.so.1 and the providers with their /etc/libibverbs.d files (Debian splits
+    # them into libibverbs1 and ibverbs-providers; RHEL ships both in libibverbs, the config in rdma-core)
+    "rdma verbs": {"apt": "libibverbs1 ibverbs-providers", "dnf": "rdma-core libibverbs"},
 }
 
 

@@ -73,6 +73,63 @@ DL_LOOKUP = "glibc elf/dl-lookup.c (_dl_lookup_symbol_x: \"undefined symbol: %s\
 VTERMINATE = "GCC libstdc++-v3/libsupc++/vterminate.cc (__verbose_terminate_handler: "
 
 SIGNATURES: tuple[Signature, ...] = (
+    # -- InfiniBand's user space: libibverbs, its providers, /dev/infiniband ------------------------------
+    # (first: the loader's generic "cannot open shared object file" would take libibverbs' own warning)
+    Signature(
+        id="nccl.ibverbs-not-loaded", kind="nccl-ib-verbs", layer="nccl-network",
+        pattern=r"Failed to open libibverbs\.so\[\.1\]|Count not open (?P<library>\S*libibverbs\S*)",
+        meaning="NCCL could not dlopen the verbs library (libibverbs.so, libibverbs.so.1, or NCCL_IBVERBS_LIB): "
+                "its InfiniBand transport is off and inter-node traffic goes over sockets; in a container the "
+                "image usually lacks rdma-core's libibverbs",
+        read_next="which libibverbs.so.1 the training interpreter's loader finds (ldconfig -p, LD_LIBRARY_PATH) "
+                  "and the image's packages",
+        confirm=("nccl.verbs",),
+        sources=("NCCL src/misc/ibvsymbols.cc (buildIbvSymbols: \"Failed to open libibverbs.so[.1]\" up to 2.29, "
+                 "\"Count not open %s\" from 2.30)",)),
+    Signature(
+        id="nccl.ib-open-device", kind="nccl-ib-verbs", layer="nccl-network",
+        pattern=r"NET/IB ?: Unable to open device (?P<device>\S+)|Call to ibv_open_device failed",
+        meaning="ibv_open_device failed for a device libibverbs listed: its /dev/infiniband/uverbsN file is "
+                "missing (a container started without the RDMA devices) or cannot be opened; NCCL leaves the "
+                "device out",
+        read_next="/sys/class/infiniband_verbs/uverbsN/ibdev against the files in /dev/infiniband, and the "
+                  "container's --device flags",
+        confirm=("nccl.verbs",),
+        sources=("NCCL src/transport/net_ib (ncclIbInitDevices: \"NET/IB : Unable to open device %s\")",
+                 "NCCL src/misc/ibvwrap.cc (IBV_PTR_CHECK: \"Call to ibv_open_device failed\")",
+                 "rdma-core util/open_cdev.c (open of /dev/infiniband/<uverbs>)")),
+    Signature(
+        id="nccl.ib-no-device", kind="nccl-ib-verbs", layer="nccl-network",
+        pattern=r"NET/IB ?: No device found",
+        meaning="NCCL's InfiniBand transport found no usable device and NCCL uses sockets: normal on a node "
+                "without InfiniBand; with ACTIVE ports in sysfs, the providers are missing from libibverbs' "
+                "configuration, the device files were not passed in, or NCCL_IB_HCA matches no port",
+        read_next="the ports in /sys/class/infiniband, the providers named in /etc/libibverbs.d, "
+                  "/dev/infiniband, and NCCL_IB_HCA",
+        confirm=("nccl.verbs", "nccl.ib"),
+        sources=("NCCL src/transport/net_ib (ncclIbInitDevices: \"NET/IB : No device found.\")",)),
+    Signature(
+        id="libibverbs.driver-not-loaded", kind="nccl-ib-verbs", layer="nccl-network",
+        pattern=r"libibverbs: Warning: couldn't load driver '(?P<library>[^']+)'",
+        meaning="a /etc/libibverbs.d file names a provider whose library does not load (missing, or built for "
+                "another libibverbs ABI): its devices are left out of the device list",
+        read_next="the provider directory beside libibverbs.so.1 (lib<name>-rdmav<ABI>.so) and the installed "
+                  "rdma-core packages",
+        confirm=("nccl.verbs",),
+        sources=("rdma-core libibverbs/dynamic_driver.c (load_driver: \"Warning: couldn't load driver '%s': "
+                 "%s\")",)),
+    Signature(
+        id="libibverbs.no-provider", kind="nccl-ib-verbs", layer="nccl-network",
+        pattern=r"libibverbs: Warning: (?:no userspace device-specific driver found for (?P<device>\S+)|"
+                r"couldn't open config directory '(?P<path>[^']+)')",
+        meaning="libibverbs has no provider for a device the kernel lists (no driver file in /etc/libibverbs.d, "
+                "or no such directory in the image): the device is left out of the device list",
+        read_next="the /etc/libibverbs.d/*.driver files and the provider libraries of the image",
+        confirm=("nccl.verbs",),
+        sources=("rdma-core libibverbs/init.c (\"Warning: no userspace device-specific driver found for %s\", "
+                 "shown with IBV_SHOW_WARNINGS)",
+                 "rdma-core libibverbs/dynamic_driver.c (read_config: \"Warning: couldn't open config directory "
+                 "'%s'.\")")),
     # -- the loader ---------------------------------------------------------------------------------
     Signature(
         id="loader.glibcxx-version", kind="version-not-found", layer="loader",
