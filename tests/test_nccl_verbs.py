@@ -169,6 +169,12 @@ def test_device_files_not_passed_in(tmp_path):
         f, explained = _check(facts, CANNOT_OPEN)
         assert f.status == "fail" and [r.title for r in f.remedies] == titles
         assert list(explained.values()) == [[f.id]]
+    # a pod on nodes whose runtime is docker: the pod spec decides what is passed in
+    (node["sysfs"].parent / ".dockerenv").write_text("")
+    facts["container"] = detect({"KUBERNETES_SERVICE_HOST": "10.96.0.1"}, root=str(node["sysfs"].parent))
+    assert facts["container"]["kind"] == "docker"
+    f, _ = _check(facts, CANNOT_OPEN)
+    assert [r.title for r in f.remedies] == ["Give the pod the RDMA devices (Kubernetes)"]
     facts["container"] = {"in_container": True, "kind": "docker", "clues": []}
     f, _ = _check(facts, CANNOT_OPEN)
     assert f.remedies[0].commands == ["# add to `docker run`: --device=/dev/infiniband/uverbs0 "

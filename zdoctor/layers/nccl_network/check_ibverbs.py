@@ -78,6 +78,16 @@ def _device_flags(files: Sequence[str], runtime: str | None) -> list[Remedy]:
     return [docker, k8s]
 
 
+def _runtime(box: Mapping[str, Any]) -> str | None:
+    """The runtime whose flags pass devices in: Kubernetes when the pod's variables say so (its nodes may run
+    docker or containerd underneath, but the pod spec decides), else the runtime detected."""
+    if not box.get("in_container"):
+        return None
+    if any(s.get("sign") == "KUBERNETES_SERVICE_HOST" and s.get("present") for s in box.get("signs") or []):
+        return "kubernetes"
+    return box.get("kind")
+
+
 @check("nccl.verbs", title="Whether a process here can use the InfiniBand / RoCE ports (libibverbs, providers, "
        "/dev/infiniband)", probes=("ibverbs",), explains=(KIND,), layer="nccl-network")
 def check_verbs(facts: Facts, me: CheckSpec) -> list[Finding]:
@@ -88,7 +98,7 @@ def check_verbs(facts: Facts, me: CheckSpec) -> list[Finding]:
         return [me.not_checked(f"not examined: {f['skipped']}", sub="not-checked")]
     ev = facts.evidence("ibverbs")
     box = f.get("container") or {}
-    runtime = box.get("kind") if box.get("in_container") else None
+    runtime = _runtime(box)
     where = f"in this {runtime} container" if runtime else "in this container" if box.get("in_container") else "here"
     ports = f.get("ports") or []
     shown = ", ".join(f"{p['device']}:{p['port']}" for p in ports)
