@@ -231,3 +231,45 @@ def test_the_provider_of_each_kernel_device_name():
     assert verbs.provider_for("rxe0") == "rxe" and verbs.provider_for("unknown0") is None
     assert verbs.private_abi(["IBVERBS_1.0", "IBVERBS_1.1", "IBVERBS_PRIVATE_34"]) == "34"
     assert verbs.private_abi(["IBVERBS_1.1"]) is None
+
+
+#: Inside a private mount namespace: this machine's /sys/class kept entry by entry on a fresh tmpfs, and the
+#: recorded HDR tree with its infiniband_verbs entries added, as a container on an InfiniBand node sees it.
+SYSFS_WITH_IB = textwrap.dedent("""
+    set -e
+    top=$1; shift
+    mkdir -p "$top/orig"
+    mount --bind /sys/class "$top/orig"
+    mount -t tmpfs none /sys/class
+    for d in "$top"/orig/*; do n=$(basename "$d"); mkdir "/sys/class/$n"; mount --bind "$d" "/sys/class/$n"; done
+    cp -r "$top/tree/infiniband" "$top/tree/infiniband_verbs" /sys/class/
+    # on a machine that has them, hidden as an image without rdma-core and a runtime without --device hide them
+    [ -d /dev/infiniband ] && mount -t tmpfs none /dev/infiniband
+    for lib in $(/sbin/ldconfig -p | awk '$1 == "libibverbs.so.1" {print $NF}'); do mount --bind /dev/null "$lib"; done
+    exec "$@"
+""")
+
+
+def test_the_cli_on_ib_ports_without_the_verbs_library_or_the_devices(tmp_path):
+    """The real zdoctor process on ACTIVE ports (the recorded tree in sysfs), without libibverbs.so.1 and
+    /dev/infiniband (this machine has neither; one that has them gets them hidden): NCCL's message is explained
+    by nccl.verbs, and the two fixes are steps of one."""
+    tree = tmp_path / "tree"
+    shutil.copytree(IB_TREES / "ib-hdr", tree / "infiniband")
+    (tree / "infiniband_verbs" / "uverbs0").mkdir(parents=True)
+    (tree / "infiniband_verbs" / "uverbs0" / "ibdev").write_text("mlx5_0\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
+    run = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", SYSFS_WITH_IB, "sysfs",
+                          str(tmp_path), sys.executable, "-m", "zdoctor", "check", "--symptom", NO_LIBRARY,
+                          "--playbook", "multinode", "--no-log", "--json"],
+                         env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=300,
+                         stdin=subprocess.DEVNULL)
+    doc = json.loads(run.stdout)
+    (sym,) = doc["symptoms"]
+    assert sym["signature"] == "nccl.ibverbs-not-loaded" and sym["explained_by"] == ["nccl.verbs"]
+    (f,) = [x for x in doc["findings"] if x["id"] == "nccl.verbs"]
+    assert f["status"] == "fail" and f["title"].startswith("The InfiniBand ports are ACTIVE, but libibverbs.so.1 "
+                                                           "is missing")
+    assert "/dev/infiniband/uverbs0 (mlx5_0): not a device file here" in f["detail"]
+    assert [r["step"] for r in f["remedies"]] == [True, True]
+

@@ -113,7 +113,7 @@ def check_verbs(facts: Facts, me: CheckSpec) -> list[Finding]:
                                   f"{provs}; device files: {files or 'none listed in sysfs'} are character devices. "
                                   "Whether the device opens (permissions, the kernel driver) is not tried.",
                            evidence=ev)]
-    lines = [f"ACTIVE ports in sysfs: {shown}.", *(p["text"][:1].upper() + p["text"][1:] + "." for p in problems)]
+    lines = [f"ACTIVE ports in sysfs: {shown}.", *(p["text"] + "." for p in problems)]
     if box.get("in_container"):
         lines.append(f"This is a container ({', '.join(box.get('clues') or []) or runtime}): the ports are the "
                      "host's, the libraries are the image's and the device files are those the runtime passed in.")
@@ -123,20 +123,24 @@ def check_verbs(facts: Facts, me: CheckSpec) -> list[Finding]:
     lines.append("NCCL then uses sockets for inter-node traffic (slow), or fails where NCCL_NET=IB asks for "
                  "InfiniBand.")
     kinds = {p["kind"] for p in problems}
-    if kinds & set(LIBRARY_KINDS) and "uverbs-missing" in kinds:
-        lines.append("Both need fixing: the image's libraries and the device files the runtime passes in.")
-    rem: list[Remedy] = []
+    image: list[Remedy] = []
     if kinds & set(LIBRARY_KINDS):
-        rem += _image_remedies([p for p in problems if p["kind"] in LIBRARY_KINDS], box, f.get("distro") or {})
+        image = _image_remedies([p for p in problems if p["kind"] in LIBRARY_KINDS], box, f.get("distro") or {})
     missing = [u for p in problems if p["kind"] == "uverbs-missing" for u in p.get("files") or []]
+    device: list[Remedy] = []
     if missing:
         if box.get("in_container"):
-            rem += _device_flags(missing, runtime)
+            device = _device_flags(missing, runtime)
         else:
-            rem.append(Remedy(title="Load the user-verbs kernel module that creates /dev/infiniband/uverbsN",
+            device.append(Remedy(title="Load the user-verbs kernel module that creates /dev/infiniband/uverbsN",
                               commands=["modprobe ib_uverbs"], requires_root=True,
                               note="not tried, because it loads a kernel module",
                               explanation="Outside a container the device files come from the ib_uverbs module "
                                           "(udev creates them when it loads)."))
+    if image and device:
+        lines.append("Both need fixing: the libraries and the device files.")
+        if len(image) == 1 and len(device) == 1:  # one fix in two steps, not two alternatives
+            image[0].step = device[0].step = True
+    rem = image + device
     return [me.finding(status="fail", title=f"The InfiniBand ports are ACTIVE, but {problems[0]['short']} {where}",
                        detail="\n".join(lines), evidence=ev, remedies=rem, explains=ids_for(facts, KIND))]

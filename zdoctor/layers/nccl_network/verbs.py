@@ -168,7 +168,7 @@ def judge(ports: Sequence[Mapping[str, Any]], uverbs: Mapping[str, Any], files: 
             if p["name"] not in configured:
                 problems.append({"kind": "provider-unconfigured", "provider": p["name"],
                                  "short": f"no libibverbs driver file names the {p['name']} provider",
-                                 "text": f"no {config.get('dir')}/*.driver file names the {p['name']} provider"
+                                 "text": f"No {config.get('dir')}/*.driver file names the {p['name']} provider"
                                          + ("" if config.get("exists") else f" ({config.get('dir')} does not exist)")
                                          + ": libibverbs loads no provider for "
                                          + ", ".join(d for d in devices if provider_for(d) == p["name"])
@@ -176,7 +176,7 @@ def judge(ports: Sequence[Mapping[str, Any]], uverbs: Mapping[str, Any], files: 
             elif not p.get("path"):
                 problems.append({"kind": "provider-missing", "provider": p["name"],
                                  "short": f"the {p['name']} provider library is missing",
-                                 "text": f"the {p['name']} provider library is missing ({p.get('error')}): "
+                                 "text": f"The {p['name']} provider library is missing ({p.get('error')}): "
                                          "libibverbs leaves "
                                          + ", ".join(d for d in devices if provider_for(d) == p["name"])
                                          + " out of its device list"})
