@@ -2442,3 +2442,16 @@ class IbverbsFacts(TypedDict, total=False):
     python_error: Optional[str]
     skipped: str
     uverbs: Dict[str, Any]
+
+
+class ArchtrialFacts(TypedDict, total=False):
+    """Facts at ``archtrial``: the arch list proposed for a GPU newer than nvcc, compiled by that nvcc."""
+
+    arch_list: str
+    error: Optional[str]
+    flags: List[str]
+    nvcc: Optional[str]
+    ok: Optional[bool]
+    skipped: str
+    tried: bool
+    why: Optional[str]

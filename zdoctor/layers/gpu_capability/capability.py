@@ -173,3 +173,54 @@ def deepspeed_jit_list(env_list: str | None, gpu_ccs: list[Any]) -> tuple[str | 
     if items and not any("+PTX" in c for c in items):
         items[-1] += "+PTX"
     return ";".join(items), source
+
+
+#: The first CUDA release whose nvcc builds each architecture a GPU newer than an older toolkit has (NVIDIA's
+#: CUDA 11.8 release notes: Ada sm_89 and Hopper sm_90; the Blackwell Compatibility Guide, "Building
+#: Applications Using CUDA Toolkit 12.8": sm_100, sm_101 and sm_120 need 12.8). Others are not listed: the
+#: remedy then names the architecture alone.
+FIRST_TOOLKIT: dict[str, str] = {"compute_89": "11.8", "compute_90": "11.8", "compute_100": "12.8",
+                                 "compute_101": "12.8", "compute_120": "12.8"}
+#: Where each release in :data:`FIRST_TOOLKIT` is documented to build them.
+TOOLKIT_SOURCES: dict[str, str] = {"11.8": "NVIDIA CUDA 11.8 release notes (Ada and Hopper support)",
+                                   "12.8": "NVIDIA Blackwell Compatibility Guide (building with CUDA Toolkit 12.8)"}
+#: Architectures of NVIDIA's embedded (Tegra) chips, passed over for a PTX fallback on a data-centre GPU.
+TEGRA = {53, 62, 72, 87, 101, 110, 121}
+
+
+def _arch_int(arch: str) -> int | None:
+    m = re.fullmatch(r"compute_(\d+)", arch)
+    return int(m.group(1)) if m else None
+
+
+def ptx_fallback(cc: tuple[int, int], nvcc_archs: list[str]) -> str | None:
+    """The arch-list entry that lets an nvcc listing ``nvcc_archs`` build for a GPU of capability ``cc`` it
+    does not know: PTX of the newest architecture it lists that is not newer than the GPU (``"8.6+PTX"``),
+    which the driver compiles for the GPU at load (CUDA C++ Programming Guide, "PTX Compatibility"); None
+    when it lists none."""
+    own = cc[0] * 10 + cc[1]
+    found = sorted((n for n in (_arch_int(a) for a in nvcc_archs) if n is not None and n <= own and n not in TEGRA),
+                   reverse=True)
+    return f"{found[0] // 10}.{found[0] % 10}+PTX" if found else None
+
+
+def toolkit_for(arch: str) -> str | None:
+    """The first CUDA release whose nvcc builds ``arch`` (``compute_90`` -> ``"11.8"``), when known."""
+    return FIRST_TOOLKIT.get(re.sub(r"[a-z]$", "", arch))
+
+
+def ptx_arch_list(listed: str, gpu_ccs: list[Any], nvcc_archs: list[str]) -> str | None:
+    """For an arch list ``listed`` that asks an nvcc listing ``nvcc_archs`` for a GPU's own architecture it
+    cannot build: the list with what it can build kept and, for each such GPU, :func:`ptx_fallback`
+    (``"8.0;9.0"`` with CUDA 11.7 -> ``"8.0;8.6+PTX"``); None when no GPU here needs what it cannot build."""
+    entries = expand_arch_list(listed)["entries"]
+    bad = set(unbuildable(gencode_of_entries(entries), nvcc_archs))
+    own = [t for t in (cc_tuple(c) for c in gpu_ccs) if t and f"compute_{arch_number(t)}" in bad]
+    if not own:
+        return None
+    keep = [e["text"] for e in entries if not unbuildable(gencode_of_entries([e]), nvcc_archs)]
+    extra = [p for p in (ptx_fallback(t, nvcc_archs) for t in own) if p]
+    if not extra:
+        return None
+    out = list(dict.fromkeys(keep + extra))
+    return ";".join(sorted(out, key=lambda e: cc_tuple(e.split("+")[0]) or (0, 0)))

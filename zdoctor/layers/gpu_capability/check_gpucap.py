@@ -204,9 +204,12 @@ def _arch_list_finding(facts: Facts, f: Mapping[str, Any]) -> Finding:
             rems.append(Remedy(title=f"Leave out what this nvcc cannot build ({', '.join(bad)})",
                                commands=[f"export TORCH_CUDA_ARCH_LIST={shlex.quote(';'.join(keep))}"],
                                note="not tried: it changes what every op is built for"))
-        rems.append(Remedy(title="Build with a CUDA toolkit whose nvcc still builds "
-                                 f"{', '.join(bad)} (point CUDA_HOME at it)",
-                           note="not tried: it needs another CUDA toolkit installed"))
+        if own:
+            rems += _newer_gpu_remedies(facts, bad, nv)
+        else:
+            rems.append(Remedy(title="Build with a CUDA toolkit whose nvcc still builds "
+                                     f"{', '.join(bad)} (point CUDA_HOME at it)",
+                               note="not tried: it needs another CUDA toolkit installed"))
         return Finding(id=ARCH, status="fail",
                        title=f"The arch list {listed!r} asks nvcc for {', '.join(bad)}, which {nv.get('path')} cannot "
                              "build: 'nvcc fatal : Unsupported gpu architecture'",
@@ -236,6 +239,38 @@ def _arch_list_finding(facts: Facts, f: Mapping[str, Any]) -> Finding:
     return Finding(id=ARCH, status="ok" if nv.get("archs") else "skip",
                    title=f"The arch list of the next JIT build ({listed!r}, from {source}): {judged}{covers}",
                    detail="torch emits " + " ".join(f"-gencode=arch={a},code={c}" for a, c in pairs) + "." + why)
+
+
+def _newer_gpu_remedies(facts: Facts, bad: list[str], nv: Mapping[str, Any]) -> list[Remedy]:
+    """For a GPU newer than the installed nvcc: the toolkit that builds its architecture, and an arch list with
+    PTX of the newest architecture that nvcc builds, with the trial compile's result (the ``archtrial`` probe)."""
+    known = {a: cap.toolkit_for(a) for a in bad}
+    versions = sorted({v for v in known.values() if v}, key=lambda v: tuple(map(int, v.split("."))))
+    rems = [Remedy(title=(f"Build with CUDA {versions[-1]} or newer, whose nvcc builds {', '.join(bad)} (point "
+                          "CUDA_HOME at it)" if versions and all(known.values()) else
+                          f"Build with a CUDA toolkit whose nvcc --list-gpu-arch lists {', '.join(bad)} (point "
+                          "CUDA_HOME at it)"),
+                   note="not tried, because it needs another CUDA toolkit installed",
+                   explanation="; ".join(f"{a}: CUDA {v} or newer ({cap.TOOLKIT_SOURCES.get(v, 'NVIDIA')})"
+                                         for a, v in known.items() if v))]
+    trial = facts.of("archtrial") or {}
+    if not trial.get("arch_list"):
+        return rems
+    listed = str(trial["arch_list"])
+    if not trial.get("tried"):
+        state: dict[str, Any] = {"note": f"not tried, because {trial.get('why') or 'the trial compile did not run'}"}
+    elif trial.get("ok"):
+        state = {"tried": True, "verified": True,
+                 "note": f"tried: {nv.get('path')} compiled a kernel with {' '.join(trial.get('flags') or [])}"}
+    else:
+        state = {"tried": True, "verified": False,
+                 "note": f"tried: {nv.get('path')} did not compile it: {trial.get('error')}"}
+    rems.append(Remedy(title=f"Build PTX of the newest architecture this nvcc knows: TORCH_CUDA_ARCH_LIST={listed}",
+                       commands=[f"export TORCH_CUDA_ARCH_LIST={shlex.quote(listed)}"],
+                       explanation="The driver compiles the PTX for the newer GPU when the op loads (slower first "
+                                   "start, and none of that GPU's own instructions); the ops are rebuilt at the next "
+                                   "launch.", **state))
+    return rems
 
 
 def _kernel_image(facts: Facts, fid: str, what: str, pairs: list[list[str]], gpus: Sequence[Mapping[str, Any]],
@@ -269,6 +304,7 @@ def _kernel_image(facts: Facts, fid: str, what: str, pairs: list[list[str]], gpu
 
 
 @check(ARCH, title="Architectures built for, against the GPUs and the installed nvcc", probes=("gpucap",),
+       optional=("archtrial",),
        findings=("gpu.capability.nvcc-archs", "gpu.capability.kernel-image.*"),
        explains=("nvcc-arch", "cuda-arch"), layer=LAYER)
 def check_arch_list(facts: Facts, me: CheckSpec) -> list[Finding]:
