@@ -273,3 +273,10 @@ def test_the_cli_on_ib_ports_without_the_verbs_library_or_the_devices(tmp_path):
     assert "/dev/infiniband/uverbs0 (mlx5_0): not a device file here" in f["detail"]
     assert [r["step"] for r in f["remedies"]] == [True, True]
 
+
+
+def test_the_glossary_explains_a_verbs_provider():
+    from zdoctor.core.glossary import find_term, load_glossary
+
+    term = find_term(load_glossary(), "verbs provider")
+    assert term is not None and "/etc/libibverbs.d" in term.text and "uverbsN" in term.text
