@@ -44,6 +44,9 @@ class Facts(typing.Mapping[str, "ProbeResult"]):
         return len(self._results)
 
     @typing.overload
+    def of(self, probe: Literal["archtrial"]) -> ft.ArchtrialFacts | None: ...
+
+    @typing.overload
     def of(self, probe: Literal["capacity"]) -> ft.CapacityFacts | None: ...
 
     @typing.overload
@@ -84,6 +87,9 @@ class Facts(typing.Mapping[str, "ProbeResult"]):
 
     @typing.overload
     def of(self, probe: Literal["hostram"]) -> ft.HostramFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["ibverbs"]) -> ft.IbverbsFacts | None: ...
 
     @typing.overload
     def of(self, probe: Literal["infiniband"]) -> ft.InfinibandFacts | None: ...
