@@ -17,6 +17,7 @@ import textwrap
 from pathlib import Path
 
 from test_gpu_facts import facts_of
+from test_nccl_network import evaluate_check, ib_facts
 
 from zdoctor.layers.nccl_network import check_ibverbs as cv
 from zdoctor.layers.nccl_network import verbs
@@ -280,3 +281,12 @@ def test_the_glossary_explains_a_verbs_provider():
 
     term = find_term(load_glossary(), "verbs provider")
     assert term is not None and "/etc/libibverbs.d" in term.text and "uverbsN" in term.text
+
+
+def test_no_device_found_is_the_port_down_when_no_port_nccl_may_use_is_up():
+    # NCCL_IB_HCA=mlx5_1 selects only the recorded DOWN port: that is NCCL's "No device found"
+    (f,) = evaluate_check("nccl.ib", ib_facts("ib-hdr", {"NCCL_IB_HCA": "=mlx5_1"}, log=NO_DEVICE))
+    assert f.status == "fail" and len(f.explains) == 1
+    # a RoCE v1 GID index is a problem of a port NCCL uses: it is not why NCCL found no device
+    (f,) = evaluate_check("nccl.ib", ib_facts("roce-connectx6", {"NCCL_IB_GID_INDEX": "0"}, log=NO_DEVICE))
+    assert f.status == "warn" and f.explains == []

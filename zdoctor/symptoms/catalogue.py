@@ -106,7 +106,7 @@ SIGNATURES: tuple[Signature, ...] = (
                 "configuration, the device files were not passed in, or NCCL_IB_HCA matches no port",
         read_next="the ports in /sys/class/infiniband, the providers named in /etc/libibverbs.d, "
                   "/dev/infiniband, and NCCL_IB_HCA",
-        confirm=("nccl.verbs", "nccl.ib"),
+        confirm=("nccl.verbs",),
         sources=("NCCL src/transport/net_ib (ncclIbInitDevices: \"NET/IB : No device found.\")",)),
     Signature(
         id="libibverbs.driver-not-loaded", kind="nccl-ib-verbs", layer="nccl-network",

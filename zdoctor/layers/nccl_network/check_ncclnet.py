@@ -11,7 +11,7 @@ from zdoctor.core.plural import count_of
 from zdoctor.core.registry import CheckSpec, Facts, check
 from zdoctor.core.shellquote import shell_quote
 from zdoctor.layers.nccl_network import infiniband, nccllog, ncclnet
-from zdoctor.symptoms.match import ids_for
+from zdoctor.symptoms.match import ids_for, symptoms_of
 
 NO_PEERS = ("not examined: no hostfile or MASTER_ADDR given (name the job's nodes with --hostfile FILE, or set "
             "MASTER_ADDR in the training environment)")
@@ -271,7 +271,7 @@ def check_peers(facts: Facts, me: CheckSpec) -> list[Finding]:
 
 
 @check("nccl.ib", title="InfiniBand / RoCE ports against NCCL_IB_*", probes=("infiniband", "nccl_net"),
-       explains=("nccl-ib",), layer="nccl-network")
+       explains=("nccl-ib", "nccl-ib-verbs"), layer="nccl-network")
 def check_ib(facts: Facts, me: CheckSpec) -> list[Finding]:
     ib = facts.of("infiniband")
     nf = facts.of("nccl_net") or {}
@@ -314,6 +314,9 @@ def check_ib(facts: Facts, me: CheckSpec) -> list[Finding]:
                           note="not tried, because it changes every rank's launch"))
     gid_kinds = {"gid-empty", "gid-roce-v1", "gid-link-local", "port-down", "hca-none"}
     explained = ids_for(facts, "nccl-ib") if any(p["kind"] in gid_kinds for p in probs) else []
+    if not a["usable"] and any(p["kind"] in ("port-down", "hca-none") for p in probs):
+        # no port NCCL may use is up: that is its "NET/IB : No device found."
+        explained += [x.id for x in symptoms_of(facts) if x.signature == "nccl.ib-no-device"]
     title = ("InfiniBand / RoCE ports as NCCL_IB_* asks" if status == "ok" else
              probs[0]["text"].split(":")[0] if probs else "InfiniBand / RoCE ports")
     return [me.finding(status=status, title=title, detail="\n".join(lines), evidence=ev, remedies=rem,
