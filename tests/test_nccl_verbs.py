@@ -137,6 +137,27 @@ def test_the_library_added_loads_for_real_and_the_check_is_ok(tmp_path):
     assert explained[from_text(NO_DEVICE, "log")[0].id] == []  # an ok finding explains nothing
 
 
+def test_a_library_whose_own_dependency_is_missing_does_not_load(tmp_path):
+    """rdma-core's libibverbs.so.1 needs libnl-route-3.so.200: an image that copied the library alone has it,
+    and it does not load. Built here the same way: the stand-in links a libnl-route-3.so.200, then loses it."""
+    node = _node(tmp_path)
+    nl = node["lib"] / "libnl-route-3.so.200"
+    _gcc(nl, "libnl-route-3.so.200", "int rtnl_link_get_name(void) { return 0; }\n")
+    lib = node["lib"] / "libibverbs.so.1"
+    src = lib.with_suffix(".c")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib), str(src), "-Wl,-soname,libibverbs.so.1",
+                    f"-Wl,--version-script={lib.with_suffix('.map')}", "-Wl,--no-as-needed", str(nl)], check=True)
+    assert _real_dlopen(node).returncode == 0  # with its dependency, it loads
+    nl.unlink()
+    real = _real_dlopen(node)
+    assert "libnl-route-3.so.200: cannot open shared object file" in real.stderr  # what the real loader says
+    facts, _ = _collect(node)
+    (p,) = facts["problems"]
+    assert p["kind"] == "libibverbs-missing" and p["short"] == "libibverbs.so.1 does not load"
+    assert "libnl-route-3.so.200: cannot open shared object file" in p["text"]
+    assert facts["libibverbs"]["path"] == str(lib) and facts["libibverbs"]["loads"] is False
+
+
 def test_a_provider_missing_or_unconfigured_or_built_for_another_abi(tmp_path):
     node = _node(tmp_path / "a", provider=False)
     facts, _ = _collect(node)

@@ -5,8 +5,8 @@ is a container (and which runtime), whose image and device flags decide the last
 
 Facts (see :mod:`zdoctor.layers.nccl_network.verbs`): ``ports`` [{device, port, link_layer}] (the ACTIVE
 ones), ``uverbs`` {uverbs [{uverbs, ibdev}], error}, ``device_files`` {dir, dir_exists, files [{name,
-state}]}, ``config`` {dir, exists, files [{file, drivers}], error}, ``libibverbs`` {path, via, error, pabi,
-tried}, ``providers`` [{name, path, error, others}], ``problems`` [{kind, text, ...}], ``container``
+state}]}, ``config`` {dir, exists, files [{file, drivers}], error}, ``libibverbs`` {path, via, error, loads,
+pabi, tried}, ``providers`` [{name, path, error, others}], ``problems`` [{kind, text, ...}], ``container``
 (:func:`zdoctor.readers.containerdetect.detect`), ``distro`` (os-release), ``skipped``.
 """
 
@@ -57,7 +57,7 @@ def collect_verbs(env: Mapping[str, str], exe: str | None, *, sysfs: str = verbs
              next((p.get("path") or p.get("error") or "" for p in providers if p["name"] == verbs.provider_for(d)),
                   "")] for d in devices]
     lib_line = (f"{verbs.LIBIBVERBS}: {lib['path']} (via {lib.get('via')}, provider ABI {lib.get('pabi') or '?'})"
-                if lib.get("path") else f"{verbs.LIBIBVERBS}: does not load ({lib.get('error')})")
+                if lib.get("loads") else f"{verbs.LIBIBVERBS}: does not load ({lib.get('error')})")
     conf = ", ".join(f"{f['file']} ({' '.join(f['drivers']) or 'no driver line'})" for f in config["files"]) or \
         ("empty" if config["exists"] else "does not exist")
     ev = [Evidence.of_table("RDMA devices with an ACTIVE port, against what a process here needs to open them",

@@ -107,14 +107,17 @@ def read_driver_config(config_dir: str = CONFIG_DIR) -> dict[str, Any]:
 
 def resolve_libibverbs(exe: str | None, env: Mapping[str, str], config: LoaderConfig) -> dict[str, Any]:
     """Which file ``dlopen("libibverbs.so.1")`` from the training interpreter gets (the ld.so emulation),
-    and the provider ABI it was built with (``IBVERBS_PRIVATE_<PABI>``)."""
+    whether it loads (``loads``: its own dependencies too, libnl among them), and the provider ABI it was built
+    with (``IBVERBS_PRIVATE_<PABI>``)."""
     if not exe:
-        return {"path": None, "via": None, "error": "the training interpreter was not found", "pabi": None}
+        return {"path": None, "via": None, "error": "the training interpreter was not found", "pabi": None,
+                "loads": False}
     result = Process(exe, env, config).dlopen(LIBIBVERBS)
     res = result.resolution
     path = res.path if res is not None and res.found else None
     out: dict[str, Any] = {"path": path, "via": res.via if res is not None else None, "error": result.error,
-                           "pabi": None, "tried": [c[0] for c in (res.tried if res is not None else [])][:12]}
+                           "loads": path is not None and result.error is None, "pabi": None,
+                           "tried": [c[0] for c in (res.tried if res is not None else [])][:12]}
     if path:
         out["pabi"] = private_abi(read_elf(path).verdef or [])
     return out
@@ -158,9 +161,11 @@ def judge(ports: Sequence[Mapping[str, Any]], uverbs: Mapping[str, Any], files: 
     ``libibverbs-missing``, ``provider-missing``, ``provider-unconfigured`` or ``uverbs-missing``."""
     problems: list[dict[str, Any]] = []
     devices = sorted({p["device"] for p in ports})
-    if not lib.get("path"):
-        problems.append({"kind": "libibverbs-missing", "short": f"{LIBIBVERBS} is missing",
-                         "text": f"{LIBIBVERBS} does not load here ({lib.get('error') or 'not found'}): NCCL "
+    if not lib.get("loads"):
+        found = f"{lib['path']} is there but " if lib.get("path") else ""
+        problems.append({"kind": "libibverbs-missing",
+                         "short": f"{LIBIBVERBS} does not load" if found else f"{LIBIBVERBS} is missing",
+                         "text": f"{found}{LIBIBVERBS} does not load here ({lib.get('error') or 'not found'}): NCCL "
                                  "cannot open the verbs library and turns its InfiniBand transport off"})
     else:
         configured = {d for f in config.get("files") or [] for d in f.get("drivers") or []}
