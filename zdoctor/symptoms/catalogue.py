@@ -213,8 +213,8 @@ def entry_of(layer: str, raw: Any, where: str) -> Signature:
     missing = [k for k in _REQUIRED if k not in raw]
     unknown = sorted(k for k in raw if k not in _REQUIRED + _OPTIONAL)
     if missing or unknown:
-        raise InputError(f"{at}: " + "; ".join(
-            ([f"lacks {', '.join(missing)}"] if missing else []) + ([f"unknown {', '.join(unknown)}"] if unknown else [])))
+        wrong = [f"lacks {', '.join(missing)}"] if missing else []
+        raise InputError(f"{at}: " + "; ".join(wrong + ([f"unknown {', '.join(unknown)}"] if unknown else [])))
     fields = raw.get("fields", {})
     if not isinstance(fields, dict):
         raise InputError(f"{at}: fields is not a table")
@@ -244,7 +244,7 @@ def load_catalogue(root: Path | None = None, order: tuple[str, ...] = ORDER) -> 
         table = load_toml_file(path)
         entries = table.get("signature", [])
         if set(table) - {"signature"} or not isinstance(entries, list):
-            raise InputError(f"{path}: holds only [[signature]] entries")
+            raise InputError(f"{path}: may hold only [[signature]] entries")
         for raw in entries:
             sig = entry_of(layer.id, raw, str(path))
             if sig.id in found:
