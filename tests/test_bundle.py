@@ -174,6 +174,29 @@ def test_extracts_only_the_native_module_and_data_into_a_private_verified_cache(
     assert json.loads(proc.stdout)["summary"]["crash"] == 0
 
 
+@pytest.mark.parametrize("version", PYTHONS)
+def test_the_bundle_names_messages_from_every_layer_s_catalogue_file(bundle, tmp_path, version):
+    """Each node layer's known messages (its package's symptoms.toml) travel as data the bundle extracts:
+    messages kept in two layers' files are named from the bundle, in the catalogue's order."""
+    python = interpreter(version)
+    layers = Path(__file__).resolve().parent.parent / "zdoctor" / "layers"
+    shipped = sorted(f"_zdoctor_data/layers/{p.relative_to(layers).as_posix()}" for p in layers.glob("*/symptoms.toml"))
+    assert len(shipped) >= 10
+    assert sorted(n for n in manifest(bundle)["data"] if n.startswith("_zdoctor_data/layers/")) == shipped
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(Path(__file__).resolve().parent / "fixtures" / "snapshots" / "healthy.json", work / "node.json")
+    proc = run_bundle(python, bundle, ["check", "--json", "--no-log", "--replay", "node.json",
+                                       "--symptom", "terminate called without an active exception",
+                                       "--symptom", "/usr/bin/ld: cannot find -lcuda: No such file or directory"],
+                      tmp_path / "home", work)
+    assert proc.returncode == 1, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert [s["signature"] for s in doc["symptoms"]] == ["cxx.terminate-no-exception", "link.cannot-find-lcuda"]
+    (f,) = [f for f in doc["findings"] if f["id"] == "symptom.unexplained.S1"]
+    assert "The training environment (python-env): no check of zdoctor confirms this message" in f["detail"]
+
+
 def test_a_cache_directory_that_is_not_private_is_refused(bundle, tmp_path):
     python = interpreter("3.11")
     home = tmp_path / "home"

@@ -16,8 +16,8 @@ import pytest
 from test_gpu_facts import h200
 
 import zdoctor
-from zdoctor.layers.libraries import probe_smallfacts as sf
-from zdoctor.layers.libraries.check_smallchecks import check_shm_access
+from zdoctor.layers.gpu.check_shmaccess import check_shm_access
+from zdoctor.layers.gpu.probe_shmaccess import shm_access
 
 USER, GROUP = "zdh3shm", "zdh3shmgrp"
 
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare")
 
 PROBE = textwrap.dedent("""
     import json, sys
-    from zdoctor.layers.libraries.check_smallchecks import check_shm_access
+    from zdoctor.layers.gpu.check_shmaccess import check_shm_access
     from zdoctor.host import LiveHost
     from zdoctor.core.registry import load_vocabulary
     load_vocabulary()
@@ -91,7 +91,7 @@ def test_without_root_another_training_user_is_a_skip_never_ok(user):
             os.setgroups([])
             os.setgid(pw.pw_gid)
             os.setuid(pw.pw_uid)
-            os.write(w, json.dumps(sf.shm_access("/dev/shm", user={"name": "root", "rule": "--user"})).encode())
+            os.write(w, json.dumps(shm_access("/dev/shm", user={"name": "root", "rule": "--user"})).encode())
         finally:
             os._exit(0)
     os.close(w)

@@ -21,9 +21,13 @@ from test_gpu_facts import h200
 
 from zdoctor.core.registry import load_vocabulary
 from zdoctor.host import LiveHost
-from zdoctor.layers.libraries import probe_smallfacts as sf
+from zdoctor.layers.gpu.check_shmaccess import check_shm_access
+from zdoctor.layers.gpu.probe_shmaccess import shm_access
 from zdoctor.layers.libraries.check_libs import check_inventory
-from zdoctor.layers.libraries.check_smallchecks import check_other_caches, check_shm_access, check_stdcxx_links
+from zdoctor.layers.libraries.check_stdcxxlinks import check_stdcxx_links
+from zdoctor.layers.libraries.probe_stdcxxlinks import stdcxx_links
+from zdoctor.layers.toolchain.check_othercaches import check_other_caches
+from zdoctor.layers.toolchain.probe_othercaches import other_caches
 
 NOBODY = 65534
 
@@ -38,7 +42,7 @@ def as_nobody(path: Path) -> dict:
             os.setgroups([])
             os.setgid(NOBODY)
             os.setuid(NOBODY)
-            os.write(w, json.dumps(sf.shm_access(str(path))).encode())
+            os.write(w, json.dumps(shm_access(str(path))).encode())
         finally:
             os._exit(0)
     os.close(w)
@@ -84,7 +88,7 @@ def test_triton_cache_on_nfs_with_a_held_lock(tmp_path):
         assert holder.stdout.readline().strip() == "held"
         mounts = tmp_path / "mounts"
         mounts.write_text(f"fs1:/export/home {home} nfs4 rw,relatime,vers=4.2 0 0\n")
-        caches = sf.other_caches({"HOME": str(home)}, mounts=str(mounts))
+        caches = other_caches({"HOME": str(home)}, mounts=str(mounts))
         x, kernels = check_other_caches(h200(other_caches={"caches": caches}))
         assert kernels.status == "warn" and "Triton kernel cache" in kernels.title  # ~/.triton/cache, same home
         assert x.status == "warn" and "DeepSpeed Triton autotune cache is on nfs4" in x.title
@@ -107,10 +111,10 @@ def test_versioned_libstdcxx_without_its_link_is_skipped_by_the_loader(tmp_path)
     maps = subprocess.run([sys.executable, "-c", "import ctypes; ctypes.CDLL('libstdc++.so.6'); "
                            "print(open('/proc/self/maps').read())"], env=env, capture_output=True, text=True).stdout
     assert str(lib) not in maps  # the loader never took the file without its soname link
-    (x,) = check_stdcxx_links(h200(stdcxx_links={"dirs": sf.stdcxx_links([(str(lib), "LD_LIBRARY_PATH entry 1")])}))
+    (x,) = check_stdcxx_links(h200(stdcxx_links={"dirs": stdcxx_links([(str(lib), "LD_LIBRARY_PATH entry 1")])}))
     assert x.status == "warn" and f"has {real.name} but no libstdc++.so.6 link" in x.title
     (lib / "libstdc++.so.6").symlink_to(real.name)
-    (ok,) = check_stdcxx_links(h200(stdcxx_links={"dirs": sf.stdcxx_links([(str(lib), "LD_LIBRARY_PATH")])}))
+    (ok,) = check_stdcxx_links(h200(stdcxx_links={"dirs": stdcxx_links([(str(lib), "LD_LIBRARY_PATH")])}))
     assert ok.status == "ok"
 
 

@@ -189,7 +189,8 @@ def test_the_cxx_runtime_s_abort_is_named_from_its_real_message(tmp_path, source
     assert s["text"].startswith("terminate called") and s["explained_by"] == []
     (f,) = [u for u in unexplained(doc) if s["id"] in u["id"]]
     assert f"Likely cause, from the message only, not confirmed on this node: {cause}" in f["detail"]
-    assert "no check of zdoctor examines the process layer on this node" in f["detail"]
+    assert ("The training environment (python-env): no check of zdoctor confirms this message on this node"
+            in f["detail"])
     if signature == "cxx.terminate-uncaught":
         assert s["text"] == "terminate called after throwing an instance of 'std::runtime_error'"
     else:

@@ -19,6 +19,11 @@ class Layer:
     #: What it reads, in a few words (the README's failure classes say more).
     reads: str
 
+    @property
+    def package(self) -> str:
+        """The folder of its package under ``zdoctor/layers/`` (``kernel-log``: ``kernel_log``)."""
+        return self.id.replace("-", "_")
+
 
 #: Every layer, in the order reports list them.
 LAYERS: tuple[Layer, ...] = (

@@ -1,4 +1,5 @@
-"""Find the data that ships with zdoctor: playbooks, assets and the Textual screens.
+"""Find the data that ships with zdoctor: playbooks, assets, the Textual screens and the node layers' data
+files (``layers/<layer>/*.toml``).
 
 In an installed wheel they live inside the package (``zdoctor/playbooks`` ...); in a source
 checkout they sit beside it at the top level. In the one-file bundle (``zdoctor.pyz``) the package is
@@ -10,14 +11,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-#: Set by the bundle's bootstrap: the directory that holds the extracted ``playbooks`` and ``assets``.
+#: Set by the bundle's bootstrap: the directory that holds the extracted ``playbooks``, ``assets`` and
+#: ``layers`` data.
 DATA_ROOT: Path | None = None
 #: Set by the bundle's bootstrap: the zdoctor.pyz this process runs from (what ``fleet --push`` copies).
 BUNDLE: Path | None = None
 
 
 def data_dir(name: str) -> Path:
-    """The directory of bundled data ``name`` ("playbooks", "assets" or "screens")."""
+    """The directory of bundled data ``name`` ("playbooks", "assets", "screens" or "layers")."""
     pkg = Path(__file__).resolve().parent.parent
     roots = ([DATA_ROOT] if DATA_ROOT is not None else []) + [pkg, pkg.parent]
     for root in roots:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from zdoctor.core.model import Evidence, Finding
+from zdoctor.core.nodelayers import BY_ID
 from zdoctor.core.plural import noun_for
 from zdoctor.core.registry import CHECKS, Facts
 from zdoctor.core.symptom import SOURCE_WORDS, UNEXPLAINED_PREFIX, Symptom
@@ -125,7 +126,8 @@ def unexplained_finding(entry: Entry, findings: list[Finding], facts: Any = None
     sig = signature(s.signature)
     examined, not_examined = scope(s, findings)
     if sig is not None and not sig.confirm:
-        not_examined.append(f"no check of zdoctor examines the {sig.layer} layer on this node")
+        layer = BY_ID[sig.layer]
+        not_examined.append(f"{layer.title} ({layer.id}): no check of zdoctor confirms this message on this node")
     if not examined and not not_examined:
         not_examined.append("no check of zdoctor recognises this message")
     lines = [f"Seen in {SOURCE_WORDS.get(s.source, s.source)}{f' ({s.where})' if s.where else ''}:", f"  {s.text}"]

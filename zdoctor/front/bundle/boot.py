@@ -2,12 +2,12 @@
 
 Python modules are imported straight from the zip. Their bytecode is cached per interpreter under the
 per-user cache, so later starts do not compile again. Only what cannot be used from inside a zip is
-extracted, to the same cache: psutil's shared object for this machine's architecture, the playbooks and
-assets the code reads as files, and the probe script that other interpreters run. The cache directory is
-``$XDG_CACHE_HOME/zdoctor/bundle/<version>-<content hash>`` (default ``~/.cache``), mode 0700 and owned
-by the user; every extracted file is written atomically (temporary file, then rename) and verified
-against the SHA-256 recorded in the bundle's manifest on every start. Nothing is written anywhere else,
-in particular not into the Python environment that runs the bundle.
+extracted, to the same cache: psutil's shared object for this machine's architecture, the playbooks,
+assets and node layers' data files the code reads as files, and the probe script that other interpreters
+run. The cache directory is ``$XDG_CACHE_HOME/zdoctor/bundle/<version>-<content hash>`` (default
+``~/.cache``), mode 0700 and owned by the user; every extracted file is written atomically (temporary file,
+then rename) and verified against the SHA-256 recorded in the bundle's manifest on every start. Nothing is
+written anywhere else, in particular not into the Python environment that runs the bundle.
 """
 
 from __future__ import annotations

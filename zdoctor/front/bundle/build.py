@@ -121,6 +121,9 @@ def _data_tree() -> dict[str, Path]:
         root = data_dir(name)
         for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
             out[f"_zdoctor_data/{name}/{path.relative_to(root).as_posix()}"] = path
+    layers = data_dir("layers")  # each node layer's data files (its known messages), read by path
+    for path in sorted(layers.glob("*/*.toml")):
+        out[f"_zdoctor_data/layers/{path.relative_to(layers).as_posix()}"] = path
     for script in sorted((Path(__file__).resolve().parents[2] / "scripts").glob("*.py")):
         if script.name != "__init__.py":  # run by path by other interpreters: a file in the zip cannot be run
             out[f"_zdoctor_data/scripts/{script.name}"] = script
