@@ -384,7 +384,7 @@ class WalkScreen(ContextScreen):
     def found_text(self) -> Text:
         """Above a diagnosis: what the walk measured that failed (the findings' own titles, with their values),
         so the ending states what is wrong before the playbook's name for the way out."""
-        failing = step_doc(failing_findings(self.walk, self.findings), self.symptoms).findings
+        failing = self.failing_doc().findings
         if not failing:
             return Text()
         out = Text("Found: ", style="bold")
@@ -394,6 +394,10 @@ class WalkScreen(ContextScreen):
             out.append(f" (and {len(failing) - 1} more failing: e shows them)", style="dim")
         out.append("\n")
         return out
+
+    def failing_doc(self) -> ReportDoc:
+        """The report document of what fails in the walk so far (the step on screen included), worst first."""
+        return step_doc(failing_findings(self.walk, self.findings), self.symptoms, shown_host(self.ctx))
 
     def recorded_findings(self) -> list[Finding]:
         """The findings this session recorded at the current node (for a finished walk, resumed)."""
@@ -436,7 +440,7 @@ class WalkScreen(ContextScreen):
             self.after_move()
             return
         target = self.walk.playbook.nodes.get(edge.to)
-        failing = failing_findings(self.walk, self.findings)
+        failing = self.failing_doc().findings
         if target is not None and target.healthy and failing:
             worst = failing[0]
             question = Text.assemble(("Choose ", "bold"), (target.title, "bold yellow"), (" anyway?", "bold"))
