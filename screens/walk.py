@@ -355,7 +355,8 @@ class WalkScreen(ContextScreen):
         fixes = remedy_pairs(self.findings, self.symptoms)
         if self.walk.done:
             diag = self.walk.playbook.nodes.get(self.walk.diagnosis) if self.walk.diagnosis else None
-            text = Text.assemble(("Walk finished. ", "bold"), self.walk.end_reason or "")
+            # the reason in the words the report document gives it (the engine's record is for the JSON log)
+            text = Text.assemble(("Walk finished. ", "bold"), in_words(self.walk.end_reason or ""), "\n")
             if diag is not None:
                 text = Text.assemble(self.found_text(), ("Diagnosis: ", "bold"), (diag.title, "bold yellow"), "\n",
                                      ("Walk finished. ", "bold"))

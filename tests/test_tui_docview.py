@@ -7,20 +7,27 @@ import asyncio
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import FIXTURES, REPO
 from test_tui import SCENARIO, make, name, plain, settle, step_ready
 
+from zdoctor.core import registry
 from zdoctor.core.model import Evidence, Finding, Remedy, Table
+from zdoctor.host import ReplayHost
 from zdoctor.report.export import render
+from zdoctor.walk.engine import Walk
+from zdoctor.walk.playbook import load_playbook
 from zdoctor.walk.practice import get_scenario
 from zdoctor.walk.session import SessionLog, load_events
+from zdoctor.walk.walkwords import in_words
 
 pytest.importorskip("textual")
 sys.path.insert(0, str(REPO))
 
+from screens.app import Context  # noqa: E402
 from screens.docview import step_doc  # noqa: E402
 from screens.evidence import EvidenceScreen  # noqa: E402
 from screens.remedy import RemedyScreen  # noqa: E402
+from screens.walk import WalkScreen  # noqa: E402
 
 HOST = {"hostname": "node-a", "os": "Ubuntu 22.04", "kind": "live"}
 #: A replayed snapshot, as the practice scenario the app below shows: its remedies were tried there.
@@ -135,3 +142,29 @@ def test_the_evidence_pane_shows_a_shared_table_once_and_labels_output_as_the_ex
     assert seen["tables"] == 1
     assert seen["refs"] == ["  libstdc++ served: shown above, under libs.glibcxx\n"]
     assert "Errors (stderr):" in str(seen["items"]) and "GLIBCXX_3.4.30' not found" in str(seen["items"])
+
+
+def test_a_walk_that_ends_without_a_diagnosis_says_why_in_the_reports_words(monkeypatch):
+    """A walk stuck where no edge applies: the finished walk's line gives the reason in the words the report
+    document gives it (the predicate's description), not the engine's record (``predicate NAME is false``)."""
+    monkeypatch.setitem(registry.PREDICATES, "alpha_high", registry.PredicateSpec(
+        "alpha_high", lambda f: f.get_fact("alpha", "value", default=0) > 10, "alpha is above 10", ("alpha",)))
+    host = ReplayHost({"format": "zdoctor-snapshot", "version": 1,
+                       "probes": {"alpha": {"probe": "alpha", "facts": {"value": 1}}}})
+    walk = Walk(load_playbook(FIXTURES / "playbooks" / "broken" / "no_fallback.toml"), host)
+    result = walk.run()
+    assert result.diagnosis is None and "predicate alpha_high is false" in result.reason
+    said: list[str] = []
+
+    async def scenario() -> None:
+        app = make(host=get_scenario(SCENARIO).host(), argv=["tui"])
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(pilot, lambda: name(app) == "StartScreen")
+            app.push_screen(WalkScreen(Context(host=host, mode="tui"), walk))
+            await settle(pilot, lambda: name(app) == "WalkScreen" and bool(app.screen.query("#verdict"))
+                         and "Walk finished" in plain(app.screen.query_one("#verdict")))
+            said.append(plain(app.screen.query_one("#verdict")))
+
+    asyncio.run(scenario())
+    assert "Walk finished. stuck at a: no edge applies: not: alpha is above 10\nx exports the report" in said[0]
+    assert in_words(result.reason) in said[0] and "predicate alpha_high" not in said[0]
