@@ -1,4 +1,5 @@
-"""Pieces every screen uses: status marks, finding and evidence rendering, the key bar, probe progress."""
+"""Pieces every screen uses: status marks, the key bar, probe progress (a finding, its evidence and its remedies
+are drawn from the report document: :mod:`screens.docview`)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,11 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rich.segment import Segment
-from rich.table import Table as RichTable
 from rich.text import Text
 from textual.dom import NoScreen
 from textual.filter import LineFilter
@@ -20,11 +20,9 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from zdoctor.core import progress
-from zdoctor.core.model import CONTROL_CHARACTERS, Evidence, Finding, ProbeResult, Table, sort_findings
+from zdoctor.core.model import CONTROL_CHARACTERS, ProbeResult
 from zdoctor.core.present import MARKS as PRESENT_MARKS
-from zdoctor.core.present import STYLES, SUMMARY_ORDER
-from zdoctor.core.redact import redact_text as shown
-from zdoctor.core.verdicts import count
+from zdoctor.core.present import STYLES
 
 if TYPE_CHECKING:
     from zdoctor.host import Host
@@ -90,136 +88,6 @@ async def in_thread(fn: Callable[..., T], *args: Any, name: str = "zdoctor") -> 
 
     threading.Thread(target=target, name=name, daemon=True).start()
     return await fut
-
-
-# --- findings -----------------------------------------------------------------------------------
-
-def finding_line(f: Finding) -> Text:
-    return Text.assemble(" ", mark(f.status), " ", (shown(f.title), "bold" if f.status in ("fail", "crash") else ""))
-
-
-def summary_text(findings: list[Finding]) -> Text:
-    counts = count(f.status for f in findings)
-    out = Text()
-    for status in SUMMARY_ORDER:
-        if counts[status]:
-            if out:
-                out.append(" · ")
-            out.append_text(mark(status))
-            out.append(f" {counts[status]} {status}")
-    return out or Text("no findings", style="dim")
-
-
-def symptoms_text(entries: list[dict[str, Any]]) -> Text:
-    """The symptom ledger in a few lines: each thing the user saw, quoted, and what explains it or UNEXPLAINED
-    (the words of :mod:`zdoctor.core.present`)."""
-    from zdoctor.core.present import (
-        NO_SYMPTOMS,
-        SYMPTOMS_HEADING,
-        symptom_place,
-        symptom_verdict,
-        unexplained_headline,
-    )
-
-    out = Text()
-    if not entries:
-        out.append(f"{SYMPTOMS_HEADING}: {NO_SYMPTOMS}", style="dim")
-        return out
-    out.append(f"{SYMPTOMS_HEADING}:", style="bold")
-    headline = unexplained_headline(entries)
-    if headline:
-        out.append(f" {headline}", style="bold red")
-    for e in entries:
-        explained = bool(e.get("explained_by"))
-        out.append(f"\n  {e.get('id')} ", style="bold")
-        out.append(f"({symptom_place(e)}) ", style="dim")
-        out.append(str(e.get("text") or ""))
-        out.append(f"\n      {symptom_verdict(e)}", style="green" if explained else "bold red")
-    return out
-
-
-def findings_text(findings: list[Finding], detail_lines: int = 0, every_detail: bool = False,
-                  symptoms: Iterable[Mapping[str, Any]] = ()) -> Text:
-    """One line per finding, those that answer one of ``symptoms`` first, then worst first; ``detail_lines``
-    of detail under each failing or warning one (under every one with ``every_detail``)."""
-    out = Text()
-    for f in sort_findings(findings, symptoms):
-        out.append_text(finding_line(f))
-        out.append("\n")
-        if detail_lines and (every_detail or f.status in ("fail", "warn", "crash")) and f.detail:
-            lines = shown(f.detail).splitlines()
-            for line in lines[:detail_lines]:
-                out.append(f"   {line}\n", style="dim")
-            if len(lines) > detail_lines:
-                out.append(f"   … {len(lines) - detail_lines} more lines: e shows the evidence\n", style="dim")
-    out.rstrip()
-    return out
-
-
-# --- evidence -----------------------------------------------------------------------------------
-
-def rich_table(table: Table, only_hot: bool = False, title: str | None = None) -> RichTable:
-    """A side-by-side evidence table; highlighted rows carry ⚠ and bold (colour is optional)."""
-    grid = RichTable(title=title, title_justify="left", expand=False, show_lines=False, pad_edge=False)
-    grid.add_column("", no_wrap=True, width=1)
-    for col in table.columns:
-        grid.add_column(col, overflow="fold")
-    width = len(table.columns)
-    for i, row in enumerate(table.rows):
-        hot = i in table.highlight
-        if only_hot and not hot:
-            continue
-        cells = [shown(str(c)) for c in row] + [""] * (width - len(row))
-        grid.add_row(HOT if hot else "", *cells[:width], style="bold red" if hot else None)
-    return grid
-
-
-def tables_of(findings: Iterable[Finding],
-              symptoms: Iterable[Mapping[str, Any]] = ()) -> list[tuple[Finding, Evidence]]:
-    """Every table among the findings' evidence, once each, highlighted tables first, each in the findings'
-    order (those that answer one of ``symptoms`` first, then worst first)."""
-    seen: set[tuple[str, int]] = set()
-    out: list[tuple[Finding, Evidence]] = []
-    for f in sort_findings(findings, symptoms):
-        for e in f.evidence:
-            if e.table is None:
-                continue
-            key = (e.label, len(e.table.rows))
-            if key in seen:
-                continue
-            seen.add(key)
-            out.append((f, e))
-    return sorted(out, key=lambda fe: 0 if fe[1].table and fe[1].table.highlight else 1)
-
-
-def evidence_key(e: Evidence) -> tuple[Any, ...]:
-    return (e.label, e.kind, tuple(e.argv or ()), len(e.stdout), len(e.stderr), e.table is not None)
-
-
-def evidence_text(e: Evidence, cap: int = 3000) -> Text:
-    """A command, file or note as plain text (the output cut to ``cap`` characters, head and tail)."""
-    from zdoctor.core.model import cap_text
-
-    out = Text()
-    out.append(shown(e.label), style="bold")
-    out.append(f"  ({e.kind})\n", style="dim")
-    if e.argv:
-        import shlex
-
-        out.append("$ " + shown(shlex.join(e.argv)) + "\n", style="bold")
-    if e.exit_code is not None or e.kind == "command":
-        out.append(f"exit code {e.exit_code}\n", style="red" if e.exit_code else "dim")
-    if e.paths:
-        out.append("files: " + ", ".join(e.paths) + "\n", style="dim")
-    if e.error:
-        out.append(f"error: {shown(e.error)}\n", style="red")
-    for label, body in (("output", e.stdout), ("stderr", e.stderr)):
-        if body:
-            head_tail, cut = cap_text(shown(body), cap)
-            out.append(f"{label}{' (cut; the JSON export has all of it)' if cut else ''}:\n", style="dim")
-            out.append(head_tail.rstrip("\n") + "\n")
-    out.rstrip()
-    return out
 
 
 # --- screens bound to a session ----------------------------------------------------------------

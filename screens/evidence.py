@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Mapping
-from typing import Any
 
 from rich.cells import cell_len
 from rich.console import Console
@@ -15,10 +13,11 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 
-from zdoctor.core.model import Evidence, Finding, sort_findings
 from zdoctor.core.plural import count_of
+from zdoctor.report.reportdoc import Evidence, EvidenceTable, ReportDoc
 
-from .common import HOT, KeyBar, evidence_key, evidence_text, finding_line, shown
+from .common import HOT, KeyBar
+from .docview import evidence_key, evidence_text, finding_line, padded
 
 CELL_PADDING = 2  # a DataTable cell's padding, one column each side
 MIN_COLUMN = 8
@@ -49,25 +48,24 @@ def wrapped(text: str, width: int, style: str) -> Text:
 _MEASURE = Console(width=200, file=io.StringIO(), color_system=None, legacy_windows=False)
 
 
-def table_widget(ev: Evidence, room: int = 0) -> DataTable:
+def table_widget(table: EvidenceTable, room: int = 0) -> DataTable:
     """A focusable table fitted to ``room`` columns (0: as wide as its content): long cells wrap onto more
     lines instead of pushing the later columns off screen; highlighted rows carry ⚠ and bold."""
-    assert ev.table is not None
     grid: DataTable = DataTable(cursor_type="row", zebra_stripes=False, show_cursor=True, classes="ev-table")
-    width = len(ev.table.columns)
-    rows = [[shown(str(c)) for c in row][:width] + [""] * (width - len(row)) for row in ev.table.rows]
-    natural = [max([_natural(col)] + [_natural(r[i]) for r in rows]) for i, col in enumerate(ev.table.columns)]
+    width = len(table.columns)
+    rows = padded(table)
+    natural = [max([_natural(col)] + [_natural(r[i]) for r in rows]) for i, col in enumerate(table.columns)]
     widths = natural
     if room:
         budget = room - (width + 1) * CELL_PADDING - cell_len(HOT)
         widths = fit_widths(natural, budget)
     grid.add_column("", key="hot")
-    labels = [wrapped(col, widths[i], "bold") if room else Text(col) for i, col in enumerate(ev.table.columns)]
+    labels = [wrapped(col, widths[i], "bold") if room else Text(col) for i, col in enumerate(table.columns)]
     grid.header_height = max([len(label.plain.splitlines()) for label in labels] + [1])
     for i, label in enumerate(labels):
         grid.add_column(label, key=f"c{i}", width=widths[i] if room else None)
     for i, cells in enumerate(rows):
-        hot = i in ev.table.highlight
+        hot = i in table.highlight
         style = "bold red" if hot else ""
         # an empty cell is one blank line: a row of auto height measures every cell's first line
         body = [wrapped(c, widths[j], style) if room else Text(c, style=style) for j, c in enumerate(cells)]
@@ -79,7 +77,8 @@ TABLE_INSET = 8  # the page's padding and scroll bar, the table's margin and its
 
 
 class EvidenceScreen(Screen[None]):
-    """The evidence of one step, finding by finding; evidence shared by several findings is shown once."""
+    """The evidence of one step's report document, finding by finding; evidence shared by several findings is
+    shown once (a table where the document shows it first)."""
 
     PALETTE_GROUP = "Evidence"
     BINDINGS = [
@@ -88,20 +87,19 @@ class EvidenceScreen(Screen[None]):
         Binding("pageup", "scroll_body(-1)", "Scroll up", show=False),
     ]
 
-    def __init__(self, title: str, findings: list[Finding], symptoms: Iterable[Mapping[str, Any]] = ()) -> None:
+    def __init__(self, title: str, doc: ReportDoc) -> None:
         super().__init__()
         self.step_title = title
-        self.findings = sort_findings(findings, symptoms)
+        self.doc = doc
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(Text.assemble(("Evidence: ", "bold"), self.step_title, ("  Tab moves between tables, "
                                    "PgUp/PgDn the page", "dim")), id="ev-title")
         with VerticalScroll(id="ev-body"):
-            seen: dict[tuple, str] = {}
-            for f in self.findings:
-                head = finding_line(f)
-                yield Static(head, classes="ev-finding")
+            seen: dict[tuple, str] = {}  # a piece of evidence as shown -> the finding it was shown under
+            for f in self.doc.findings:
+                yield Static(finding_line(f), classes="ev-finding")
                 # the finding's tables first (the evidence itself), then what it says of them, then outputs
                 tables_first: list[Evidence | None] = sorted(f.evidence, key=lambda e: e.table is None)
                 if f.detail:
@@ -110,20 +108,21 @@ class EvidenceScreen(Screen[None]):
                     tables_first.insert(at, None)
                 for ev in tables_first:
                     if ev is None:
-                        yield Static(Text(shown(f.detail).rstrip()), classes="ev-detail")
+                        yield Static(Text(f.detail.rstrip()), classes="ev-detail")
                         continue
-                    key = evidence_key(ev)
+                    key = (ev.table.id,) if ev.table is not None else evidence_key(ev)
                     if key in seen:
                         yield Static(Text(f"  {ev.label}: shown above, under {seen[key]}", style="dim"),
                                      classes="ev-ref")
                         continue
                     seen[key] = f.id
                     if ev.table is not None:
-                        hot = f"; {len(ev.table.highlight)} marked {HOT}" if ev.table.highlight else ""
-                        rows = count_of(len(ev.table.rows), "row")
+                        table = ev.table
+                        hot = f"; {len(table.highlight)} marked {HOT}" if table.highlight else ""
+                        rows = count_of(len(table.rows), "row")
                         yield Static(Text.assemble((ev.label, "bold"), (f"  ({rows}{hot})", "dim")),
                                      classes="ev-label")
-                        yield table_widget(ev, self.app.size.width - TABLE_INSET)
+                        yield table_widget(table, self.app.size.width - TABLE_INSET)
                     else:
                         yield Static(evidence_text(ev), classes="ev-item")
         yield KeyBar()

@@ -22,14 +22,16 @@ from textual.widgets import DataTable, Header, Static
 from textual.worker import Worker, WorkerState
 
 from zdoctor.core.errors import ZdoctorError
-from zdoctor.core.model import Finding, sort_findings
+from zdoctor.core.model import Finding
 from zdoctor.core.present import MARKS, STYLES, pasted_script
 from zdoctor.fleet.result import NODE_PROBLEMS, families
 
 from .base import HELP, QUIT, AppBase
 from .common import KeyBar
+from .docview import flags_text, step_doc
 from .evidence import EvidenceScreen
 from .info import ExportScreen
+from .remedy import shell
 
 if TYPE_CHECKING:
     from zdoctor.fleet.collect import NodeRun
@@ -252,7 +254,8 @@ class FleetNodeScreen(Screen[None]):
         super().__init__()
         self.node = node
         self.checks = checks
-        self.findings = sort_findings(list(node.findings))
+        #: The node's findings as its report document orders and words them (worst first).
+        self.doc = step_doc(node.findings, (), {"hostname": node.host})
 
     def compose(self) -> ComposeResult:
         node = self.node
@@ -270,14 +273,14 @@ class FleetNodeScreen(Screen[None]):
         grid.add_column("", key="mark")
         grid.add_column("finding", key="id")
         grid.add_column("title", key="title")
-        for f in self.findings:
+        for f in self.doc.findings:
             bold = "bold" if f.status in ("fail", "crash") else ""
             grid.add_row(smark(f.status), Text(f.id, style=bold), Text(f.title, style=bold), key=f.id)
         grid.focus()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
-        found = next((f for f in self.findings if f.id == event.row_key.value), None)
+        found = next((f for f in self.node.findings if f.id == event.row_key.value), None)
         if found is not None:
             self.app.push_screen(FleetFindingScreen(self.node.host, found))
 
@@ -294,14 +297,12 @@ class FleetFindingScreen(EvidenceScreen):
     PALETTE_GROUP = "Fleet finding"
 
     def __init__(self, host: str, finding: Finding) -> None:
-        super().__init__(f"{host} · {finding.id}", [finding])
+        super().__init__(f"{host} · {finding.id}", step_doc([finding], (), {"hostname": host}))
         self.node_host = host
-        self.finding = finding
+        (self.finding,) = self.doc.findings
 
     def on_mount(self) -> None:
         super().on_mount()
-        from .remedy import flags_text, shell
-
         body = self.query_one("#ev-body", VerticalScroll)
         if not self.finding.remedies:
             return

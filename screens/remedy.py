@@ -28,48 +28,26 @@ from zdoctor.core.plural import count_of
 from zdoctor.core.present import (
     first_line,
     fix_groups,
-    missing_tools,
     only_changes_the_shell,
     option_label,
     pasted_script,
     recommendation,
-    requires_of,
     script_label,
     undo_label,
-    verification_mark,
-    verification_of,
-    verification_text,
     written_text,
 )
 from zdoctor.proc import children
 from zdoctor.proc.target import target_of
+from zdoctor.report.reportdoc import FindingItem, RemedyItem, ReportDoc, remedy_items
 from zdoctor.walk.apply import ApplyOutcome, ApplyPlan, core_action, env_effect, known_env, plan, run_remedy
 from zdoctor.walk.events import record_remedy
 
-from .common import ContextScreen, KeyBar, in_thread, mark, shown
+from .common import ContextScreen, KeyBar, in_thread, mark
+from .docview import finding_item, flags_text, remedy_item, shown_host, step_doc, trial_mark, trial_text
 
 
 def shell(lines: list[str]) -> Syntax:
     return Syntax("\n".join(lines), "bash", word_wrap=True, theme="ansi_dark", background_color="default")
-
-
-def verified_text(r: Remedy, elsewhere: bool = False) -> Text:
-    """The remedy's verification, in the one wording of :func:`zdoctor.core.present.verification_text`."""
-    v = verification_of(r)
-    sym, style = verification_mark(v)
-    return Text(f"{sym} {shown(verification_text(v, recorded_elsewhere=elsewhere))}", style=style)
-
-
-def flags_text(r: Remedy, elsewhere: bool = False) -> Text:
-    out = verified_text(r, elsewhere)
-    out.append("\n")
-    out.append("needs root: " + ("yes (runs under sudo unless you are root)" if r.requires_root else "no"))
-    out.append("\n")
-    undo = f"{count_of(len(r.undo), 'line')}, below" if r.undo else "none recorded"
-    out.append("undo: " + undo, style="" if r.undo else "dim")
-    for said in missing_tools(r):
-        out.append(f"\n✗ {shown(said)}", style="bold red")
-    return out
 
 
 def effect_table(r: Remedy, env: dict[str, str]) -> RichTable | None:
@@ -158,7 +136,9 @@ class RemedyScreen(ContextScreen):
         Binding("pageup", "scroll_body(-1)", "Scroll up", show=False, priority=True),
     ]
 
-    def __init__(self, ctx: Any, playbook: str, node: str, pairs: list[tuple[Finding, Remedy]]) -> None:
+    def __init__(self, ctx: Any, playbook: str, node: str, pairs: list[tuple[Finding, Remedy]],
+                 doc: ReportDoc | None = None) -> None:
+        """``doc``: the report document of the step the pairs' findings are from (made from them when not given)."""
         super().__init__(ctx)
         self.playbook = playbook
         self.node = node
@@ -169,7 +149,9 @@ class RemedyScreen(ContextScreen):
         self.group_of = [g for g in self.groups for _r in g.remedies]
         self.labels = [option_label(j, len(g.remedies), g.steps, r) for g in self.groups
                        for j, r in enumerate(g.remedies, 1)]
-        self.titles = {f.id: f.title for f, _r in pairs}
+        if doc is None or any(finding_item(doc, f.id) is None for f, _r in pairs):
+            doc = step_doc(dict((f.id, f) for f, _r in pairs).values(), (), shown_host(ctx))
+        self.doc = doc
         self.option_at: dict[int, int] = {}
         self.running: threading.Event | None = None
         self.outcomes: dict[int, str] = {}
@@ -179,7 +161,7 @@ class RemedyScreen(ContextScreen):
         head = Text.assemble(("Fixes", "bold"), f" at {self.node}")
         if len(self.groups) == 1:
             (group,) = self.groups
-            head.append(f" for: {shown(group.finding.title)}")
+            head.append(f" for: {self.finding_of(group.finding).title}")
             head.append(f"\n{group.heading}", style="bold")
             if recommendation(group.remedies):
                 head.append(f" {recommendation(group.remedies)}", style="dim")
@@ -201,12 +183,25 @@ class RemedyScreen(ContextScreen):
     def group_text(self, k: int) -> Text:
         """The line above one finding's remedies: the finding, how its remedies relate, what comes first."""
         g = self.groups[k]
-        out = Text.assemble(mark(g.finding.status), " ", (shown(g.finding.title), "bold"), f" — {g.heading}")
+        item = self.finding_of(g.finding)
+        out = Text.assemble(mark(item.status), " ", (item.title, "bold"), f" — {g.heading}")
         if g.also_for:
-            out.append("\n   also the fix for: " + "; ".join(shown(f.title) for f in g.also_for), style="dim")
+            out.append("\n   also the fix for: " + "; ".join(self.finding_of(f).title for f in g.also_for), style="dim")
         if g.after:
-            out.append(f"\n   {shown(first_line(g.after, self.titles))}", style="bold yellow")
+            titles = {f.id: f.title for f in self.doc.findings}
+            out.append(f"\n   {first_line(g.after, titles)}", style="bold yellow")
         return out
+
+    def finding_of(self, f: Finding) -> FindingItem:
+        """The document's item of one of the screen's findings."""
+        item = finding_item(self.doc, f.id)
+        assert item is not None  # the document is made from these findings
+        return item
+
+    def item(self, f: Finding, r: Remedy) -> RemedyItem:
+        """The document's item of a remedy of ``f`` (an undo made here: one made as the document makes them)."""
+        found = remedy_item(self.doc, f, f.remedies.index(r)) if r in f.remedies else None
+        return found or remedy_items([r], self.elsewhere, {x.id: x.title for x in self.doc.findings})[0]
 
     def on_mount(self) -> None:
         menu = self.query_one("#remedies", OptionList)
@@ -225,9 +220,10 @@ class RemedyScreen(ContextScreen):
         self.show(0)
 
     def option_text(self, i: int, f: Finding, r: Remedy) -> Text:
-        flag, style = verification_mark(verification_of(r))
-        out = Text.assemble(f"{self.labels[i]}: ", (flag, style), " ", (shown(r.title), "bold"))
-        if r.requires_root:
+        item = self.item(f, r)
+        flag, style = trial_mark(item)
+        out = Text.assemble(f"{self.labels[i]}: ", (flag, style), " ", (item.title, "bold"))
+        if item.requires_root:
             out.append("  [root]", style="yellow")
         done = self.outcomes.get(i)
         if done:
@@ -255,21 +251,23 @@ class RemedyScreen(ContextScreen):
 
     def show(self, i: int) -> None:
         f, r = self.pairs[i]
-        self.query_one("#rem-flags", Static).update(flags_text(r, self.elsewhere))
-        self.query_one("#rem-explain", Static).update(Text(r.explanation) if r.explanation else "")
+        item = self.item(f, r)
+        self.query_one("#rem-flags", Static).update(flags_text(item))
+        self.query_one("#rem-explain", Static).update(Text(item.explanation) if item.explanation else "")
         parts: list[Any] = []
-        if requires_of(r):
-            parts.append(Text(shown(first_line(requires_of(r), self.titles)), style="bold yellow"))
-        parts += [Text(f"{self.labels[i]}: {script_label(r.commands)}:", style="bold"),
-                  shell(pasted_script(r.commands))]
+        if item.first:
+            parts.append(Text(item.first, style="bold yellow"))
+        parts += [Text(f"{self.labels[i]}: {script_label(item.commands)}:", style="bold"),
+                  shell(pasted_script(item.commands))]
         self.query_one("#rem-commands", Static).update(Group(*parts))
         table = effect_table(r, known_env(self.ctx.host))
         effect = self.query_one("#rem-effect", Static)
         effect.update(table if table is not None else "")
         effect.display = table is not None
         undo = self.query_one("#rem-undo", Static)
-        undo.update(Group(Text(f"{undo_label(r.undo)}:", style="bold"), shell(pasted_script(r.undo))) if r.undo else "")
-        undo.display = bool(r.undo)
+        undo.update(Group(Text(f"{undo_label(item.undo)}:", style="bold"), shell(pasted_script(item.undo)))
+                    if item.undo else "")
+        undo.display = bool(item.undo)
 
     @property
     def elsewhere(self) -> bool:
@@ -305,22 +303,25 @@ class RemedyScreen(ContextScreen):
                         "Copy its commands (y) only if you know better than these facts.", severity="warning")
             return
         how = plan(r)
-        self.app.push_screen(ConfirmApply(r, how, self.notes(r, how)), callback=partial(self.confirmed, i, f, r, how))
+        self.app.push_screen(ConfirmApply(r, how, self.notes(self.item(f, r), r, how)),
+                             callback=partial(self.confirmed, i, f, r, how))
 
-    def notes(self, r: Remedy, how: ApplyPlan) -> list[str]:
+    def notes(self, item: RemedyItem, r: Remedy, how: ApplyPlan) -> list[str]:
+        """What applying ``r`` does here (``item``: its entry in the document, for its trial state and what it
+        needs first)."""
         here = socket.gethostname()
         info = self.ctx.host.info
-        out = [first_line(requires_of(r), self.titles)] if requires_of(r) else []
+        out = [item.first] if item.first else []
         if self.ctx.practice:
             # Nothing runs and nothing is written: no "runs in the terminal", no file to source.
             out.append("Practice: nothing is run; you see what would run on the recorded node.")
-            out.append(str(verified_text(r, self.elsewhere)))
+            out.append(str(trial_text(item)))
             out.append("Undo: " + (" && ".join(r.undo) if r.undo else "none recorded."))
             return out
         if shell_only(r, how):
             # One thing happens: a file is written. Nothing runs, so no "runs here" and no terminal.
             out.append(SHELL_ONLY_NOTE)
-            out.append(str(verified_text(r, self.elsewhere)))
+            out.append(str(trial_text(item)))
             return out
         core = core_action(r)
         out.append(f"Runs here, on {here}: {core}." if core else
@@ -332,8 +333,8 @@ class RemedyScreen(ContextScreen):
         if how.env_lines:
             out.append("export/unset lines cannot change the shell you launch from: they are also written to a "
                        "file for you to source.")
-        out.append(str(verified_text(r, self.elsewhere)))
-        out += [f"{said}: the commands will fail here." for said in missing_tools(r)]
+        out.append(str(trial_text(item)))
+        out += [f"{said}: the commands will fail here." for said in item.missing]
         out.append("Undo: " + (" && ".join(r.undo) if r.undo else "none recorded."))
         return out
 
@@ -364,7 +365,7 @@ class RemedyScreen(ContextScreen):
         undo = Remedy(title=f"Undo: {r.title}", commands=list(r.undo), verified=None,
                       requires_root=r.requires_root)
         how = plan(undo)
-        self.app.push_screen(ConfirmApply(undo, how, self.notes(undo, how)),
+        self.app.push_screen(ConfirmApply(undo, how, self.notes(self.item(f, undo), undo, how)),
                              callback=partial(self.undo_confirmed, i, f, undo, how))
 
     def undo_confirmed(self, i: int, f: Finding, undo: Remedy, how: ApplyPlan, yes: bool | None) -> None:

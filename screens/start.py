@@ -13,10 +13,11 @@ from textual.widgets.option_list import Option
 
 from zdoctor.core.model import Finding
 from zdoctor.core.present import ALSO_FOUND
-from zdoctor.core.verdicts import split_answers
 from zdoctor.proc.target import DEFAULT_PYTHON
+from zdoctor.report.reportdoc import ReportDoc
 
-from .common import ContextScreen, KeyBar, ProbePanel, findings_text, in_thread, summary_text, symptoms_text
+from .common import ContextScreen, KeyBar, ProbePanel, in_thread
+from .docview import check_doc, findings_text, summary_text, symptoms_text
 
 GPU_PROBE = "nvml"
 
@@ -301,23 +302,24 @@ class StartScreen(ContextScreen):
 
         report = await in_thread(check, self.ctx.host, self.ctx.record, None, False)
         self.symptoms = report.symptoms
-        self.show_findings(report.findings)
+        self.findings = report.findings
+        self.show_findings(check_doc(report))
 
-    def show_findings(self, findings: list[Finding]) -> None:
-        self.findings = findings
+    def show_findings(self, doc: ReportDoc) -> None:
+        """The first pass as its report document says it: what the user saw and the findings that answer it
+        first (with none, the box below asks for it), the failing rest, the count, then what passed."""
         panel = self.query_one(ProbePanel)
-        # what the user saw comes first, with the findings that answer it; with none, the box below asks for it
-        answers, others = split_answers(findings, self.symptoms)
+        others = doc.rest
         failing = [f for f in others if f.status in ("fail", "crash")]
         out = Text()
-        if self.symptoms:
-            out.append_text(symptoms_text(self.symptoms))
+        if doc.symptoms:
+            out.append_text(symptoms_text(doc))
             out.append("\n")
-        out.append_text(Text.assemble(summary_text(findings), "   ", panel.summary()))
-        if answers:
+        out.append_text(Text.assemble(summary_text(doc.counts), "   ", panel.summary()))
+        if doc.answers:
             out.append("\n")
-            out.append_text(findings_text(answers, symptoms=self.symptoms))
-        if self.symptoms and failing:
+            out.append_text(findings_text(doc.answers))
+        if doc.symptoms and failing:
             out.append(f"\n{ALSO_FOUND}:", style="bold")
         if failing:
             out.append("\n")
@@ -327,7 +329,7 @@ class StartScreen(ContextScreen):
         self.query_one("#pass-rest", Static).update(rest)
         panel.display = False
         self.query_one("#glance", Static).update(glance_text(self.ctx.host, self.glance_width()))
-        self.query_one("#next-step", Static).update(Text(self.next_line(findings), style="bold"))
+        self.query_one("#next-step", Static).update(Text(self.next_line(self.findings or []), style="bold"))
 
     def next_line(self, findings: list[Finding]) -> str:
         """The one "what to do next" line (see :func:`zdoctor.walk.guide.next_step`)."""

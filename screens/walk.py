@@ -16,19 +16,18 @@ from textual.widgets.option_list import Option
 
 from zdoctor.core.model import Finding, Remedy, sort_findings
 from zdoctor.core.plural import count_of
+from zdoctor.report.reportdoc import FindingItem, ReportDoc
 from zdoctor.walk.ledger import ledger_on
 from zdoctor.walk.walkwords import in_words
 
-from .common import (
-    ContextScreen,
-    KeyBar,
-    ProbePanel,
+from .common import ContextScreen, KeyBar, ProbePanel, in_thread, mark
+from .docview import (
     finding_line,
     findings_text,
-    in_thread,
-    mark,
+    folded_symptoms,
     rich_table,
-    shown,
+    shown_host,
+    step_doc,
     symptoms_text,
     tables_of,
 )
@@ -104,18 +103,6 @@ class AskScreen(ModalScreen[str]):
         self.dismiss(self.answers[0][0])
 
 
-def folded_symptoms(entries: list[dict[str, Any]]) -> Text:
-    """The symptom ledger in one line: how many are explained, which are not, and the key that opens it."""
-    from zdoctor.core.present import SYMPTOMS_HEADING, UNEXPLAINED_WORD
-
-    open_ = [str(e.get("id")) for e in entries if not e.get("explained_by")]
-    out = Text.assemble((f"{SYMPTOMS_HEADING}: ", "bold"), f"{len(entries) - len(open_)} explained")
-    if open_:
-        out.append(f", {len(open_)} {UNEXPLAINED_WORD} ({', '.join(open_)})", style="bold red")
-    out.append(" · s shows them", style="dim")
-    return out
-
-
 def failing_findings(walk: Any, current: list[Finding]) -> list[Finding]:
     """Failing findings of the walk so far and of the step on screen (latest per id)."""
     latest = {f.id: f for f in walk.result().findings}
@@ -123,7 +110,7 @@ def failing_findings(walk: Any, current: list[Finding]) -> list[Finding]:
     return [f for f in latest.values() if f.status in ("fail", "crash")]
 
 
-def seen_key(f: Finding) -> tuple[str, str, str]:
+def seen_key(f: FindingItem) -> tuple[str, str, str]:
     """A finding as shown: the same id with another status or title is news."""
     return (f.id, f.status, f.title)
 
@@ -154,6 +141,8 @@ class WalkScreen(ContextScreen):
         self.findings: list[Finding] = []
         #: The symptom ledger as last judged on the host: the findings that answer a symptom come first.
         self.symptoms: list[dict[str, Any]] = []
+        #: The report document of the step on screen: its findings with the symptoms they answer.
+        self.doc: ReportDoc = step_doc([])
         self.resumed = resumed
         self.show_explain = False
         #: The symptom ledger opened (True) or folded to one line (False) by s; None: open only at a diagnosis.
@@ -199,6 +188,7 @@ class WalkScreen(ContextScreen):
         self._visit += 1
         self.outcome = None
         self.findings = []
+        self.doc = self.step_doc()
         self.render_header()
         self.query_one("#node-findings", Static).update("")
         self.query_one("#node-table", Static).update("")
@@ -207,8 +197,9 @@ class WalkScreen(ContextScreen):
         branches.display = False
         if self.walk.done:
             self.findings = self.recorded_findings()
+            self.doc = self.step_doc()
             self.query_one(ProbePanel).display = False
-            self.show_findings(self.findings)
+            self.show_findings()
             self.show_verdict()
             return
         self.query_one("#verdict", Static).update(Text("Probing… the UI stays live; c stops waiting for slow probes.",
@@ -246,15 +237,20 @@ class WalkScreen(ContextScreen):
         outcome = await in_thread(self.walk.evaluate, name="evaluate")
         entries = await in_thread(ledger_on, self.ctx.host, name="symptoms")
         if visit == self._visit:
-            self.show_symptoms([e.to_dict() for e in entries])
+            self.symptoms = [e.to_dict() for e in entries]
             self.show_outcome(outcome)
+            self.show_symptoms()
 
-    def show_symptoms(self, entries: list[dict[str, Any]]) -> None:
+    def step_doc(self) -> ReportDoc:
+        """The report document of the step's findings and the symptom ledger, as the exports build it."""
+        return step_doc(self.findings, self.symptoms, shown_host(self.ctx))
+
+    def show_symptoms(self) -> None:
         """The symptom ledger above the step, while there is one."""
-        self.symptoms = entries
+        doc = self.doc
         box = self.query_one("#walk-symptoms", Static)
-        box.update((symptoms_text(entries) if self.ledger_open else folded_symptoms(entries)) if entries else "")
-        box.display = bool(entries)
+        box.update((symptoms_text(doc) if self.ledger_open else folded_symptoms(doc.symptoms)) if doc.symptoms else "")
+        box.display = bool(doc.symptoms)
 
     @property
     def ledger_open(self) -> bool:
@@ -271,12 +267,13 @@ class WalkScreen(ContextScreen):
             self.notify(NO_SYMPTOMS, timeout=5)
             return
         self.symptoms_open = not self.ledger_open
-        self.show_symptoms(self.symptoms)
+        self.show_symptoms()
 
     def show_outcome(self, outcome: Any) -> None:
         self.outcome = outcome
         self.findings = list(outcome.findings)
-        self.show_findings(self.findings)
+        self.doc = self.step_doc()
+        self.show_findings()
         self.show_verdict()
         self.query_one("#branches", OptionList).clear_options()
         self.fill_branches()
@@ -314,9 +311,10 @@ class WalkScreen(ContextScreen):
         if self.outcome is not None:
             self.fill_branches()
 
-    def show_findings(self, findings: list[Finding]) -> None:
+    def show_findings(self) -> None:
         """This step's own findings first, with their detail and tables; findings an earlier step already
         showed unchanged follow, one line each, with the step that showed them."""
+        findings = self.doc.findings
         step = len(self.walk.path)
         own = [f for f in findings if self.seen_at.get(seen_key(f), step) >= step]
         again = [f for f in findings if f not in own]
@@ -324,29 +322,27 @@ class WalkScreen(ContextScreen):
             self.seen_at.setdefault(seen_key(f), step)
         # a step whose own findings all pass shows what they found (the verifying re-run's result)
         calm = not any(f.status in ("fail", "warn", "crash") for f in own)
-        text = findings_text(own, detail_lines=4, every_detail=calm, symptoms=self.symptoms) if own else Text()
+        text = findings_text(own, detail_lines=4, every_detail=calm) if own else Text()
         if again:
             if own:
                 text.append("\n")
             text.append("Shown at an earlier step (e shows it again):\n", style="dim")
-            for f in sort_findings(again, self.symptoms):
+            for f in again:
                 text.append_text(finding_line(f))
                 text.append(f"  (step {self.seen_at[seen_key(f)]})\n", style="dim")
             text.rstrip()
         self.query_one("#node-findings", Static).update(text if findings else
                                                         Text("No findings at this step.", style="dim"))
-        tables = [fe for fe in tables_of(own, self.symptoms)
-                  if fe[1].table is not None and fe[1].table.highlight][:INLINE_TABLES]
+        tables = [t for t in tables_of(own) if t.highlight][:INLINE_TABLES]
         box = self.query_one("#node-table", Static)
         if not tables:
             box.update("")
             box.display = False
             return
         parts: list[Any] = []
-        for _f, ev in tables:
-            table = ev.table
+        for table in tables:
             only_hot = len(table.rows) > INLINE_ROWS
-            parts.append(rich_table(table, only_hot=only_hot, title=ev.label))
+            parts.append(rich_table(table, only_hot=only_hot, title=table.label))
             rows = len(table.rows)
             shown = f"the {len(table.highlight)} ⚠ rows of {rows}" if only_hot else f"all {rows} rows"
             parts.append(Text(f"{shown}; e shows every table and output", style="dim"))
@@ -359,7 +355,8 @@ class WalkScreen(ContextScreen):
         fixes = remedy_pairs(self.findings, self.symptoms)
         if self.walk.done:
             diag = self.walk.playbook.nodes.get(self.walk.diagnosis) if self.walk.diagnosis else None
-            text = Text.assemble(("Walk finished. ", "bold"), self.walk.end_reason or "")
+            # the reason in the words the report document gives it (the engine's record is for the JSON log)
+            text = Text.assemble(("Walk finished. ", "bold"), in_words(self.walk.end_reason or ""), "\n")
             if diag is not None:
                 text = Text.assemble(self.found_text(), ("Diagnosis: ", "bold"), (diag.title, "bold yellow"), "\n",
                                      ("Walk finished. ", "bold"))
@@ -388,16 +385,20 @@ class WalkScreen(ContextScreen):
     def found_text(self) -> Text:
         """Above a diagnosis: what the walk measured that failed (the findings' own titles, with their values),
         so the ending states what is wrong before the playbook's name for the way out."""
-        failing = sort_findings(failing_findings(self.walk, self.findings), self.symptoms)
+        failing = self.failing_doc().findings
         if not failing:
             return Text()
         out = Text("Found: ", style="bold")
         out.append_text(mark(failing[0].status))
-        out.append(f" {shown(failing[0].title)}", style="bold")
+        out.append(f" {failing[0].title}", style="bold")
         if len(failing) > 1:
             out.append(f" (and {len(failing) - 1} more failing: e shows them)", style="dim")
         out.append("\n")
         return out
+
+    def failing_doc(self) -> ReportDoc:
+        """The report document of what fails in the walk so far (the step on screen included), worst first."""
+        return step_doc(failing_findings(self.walk, self.findings), self.symptoms, shown_host(self.ctx))
 
     def recorded_findings(self) -> list[Finding]:
         """The findings this session recorded at the current node (for a finished walk, resumed)."""
@@ -440,7 +441,7 @@ class WalkScreen(ContextScreen):
             self.after_move()
             return
         target = self.walk.playbook.nodes.get(edge.to)
-        failing = failing_findings(self.walk, self.findings)
+        failing = self.failing_doc().findings
         if target is not None and target.healthy and failing:
             worst = failing[0]
             question = Text.assemble(("Choose ", "bold"), (target.title, "bold yellow"), (" anyway?", "bold"))
@@ -498,7 +499,7 @@ class WalkScreen(ContextScreen):
         if not self.findings:
             self.notify("No evidence yet at this step.", timeout=3)
             return
-        self.app.push_screen(EvidenceScreen(self.node.title, self.findings, self.symptoms))
+        self.app.push_screen(EvidenceScreen(self.node.title, self.doc))
 
     def action_remedies(self) -> None:
         from .remedy import RemedyScreen
@@ -508,7 +509,7 @@ class WalkScreen(ContextScreen):
             self.notify("No fix is offered at this step." if self.findings else "No findings yet at this step.",
                         timeout=3)
             return
-        self.app.push_screen(RemedyScreen(self.ctx, self.walk.playbook.id, self.walk.current, pairs))
+        self.app.push_screen(RemedyScreen(self.ctx, self.walk.playbook.id, self.walk.current, pairs, self.doc))
 
     def action_graph(self) -> None:
         from zdoctor.walk.guide import graph_text

@@ -119,9 +119,9 @@ def test_every_renderer_uses_the_one_wording(state_home: Path):
     terminal = buf.read()
     pytest.importorskip("textual")
     sys.path.insert(0, str(REPO))
-    from screens.remedy import verified_text
+    from screens.docview import step_doc, trial_text
 
-    tui = [str(verified_text(r)) for r in remedies]
+    tui = [str(trial_text(item)) for item in step_doc([f]).findings[0].remedies]
     for w in wordings:
         assert w in terminal, w
         assert w in md.replace("\\", ""), w

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 #: The label of a block of captured text, by the kind of its evidence.
 OUTPUT_LABELS = {"file": "Content", "traceback": "Traceback", "note": "Note"}
+#: The label of the text a command wrote to its standard error.
+STDERR_LABEL = "Errors (stderr)"
 
 
 class Writer(Protocol):
@@ -211,7 +213,7 @@ def write_evidence(ev: Evidence, w: Writer, referenced: set[str]) -> None:
     if ev.stdout:
         w.output(OUTPUT_LABELS.get(ev.kind, "Output"), ev.stdout, quote=ev.kind == "note")
     if ev.stderr:
-        w.output("Errors (stderr)", ev.stderr)
+        w.output(STDERR_LABEL, ev.stderr)
 
 
 def write_remedy(rem: RemedyItem, w: Writer) -> None:

@@ -27,6 +27,7 @@ from zdoctor.core.present import (
     are_steps,
     first_line,
     is_recommended,
+    missing_tools,
     option_label,
     options_heading,
     recommendation,
@@ -38,7 +39,7 @@ from zdoctor.core.present import (
     unexplained_headline,
     written_text,
 )
-from zdoctor.core.verdicts import STATUS_RANK, split_answers
+from zdoctor.core.verdicts import STATUS_RANK, split_answers, verification_of
 from zdoctor.fleet.result import families, worst
 from zdoctor.walk.conditions import parse_condition
 from zdoctor.walk.walkwords import edge_sentence, in_words
@@ -106,6 +107,11 @@ class RemedyItem:
     commands: list[str] = field(default_factory=list)
     undo: list[str] = field(default_factory=list)
     recommended: bool = True
+    #: Its verification's state (``fixed``, ``tool_starts``, ``not_fixed``, ``not_tried``): what its mark shows.
+    verification: str = ""
+    requires_root: bool = False
+    #: Each tool its commands need that the node lacks, in the words of :func:`~zdoctor.core.present.tool_missing`.
+    missing: list[str] = field(default_factory=list)
 
     @property
     def trial(self) -> str:
@@ -500,7 +506,8 @@ def remedy_items(remedies: list[Any], elsewhere: bool, titles: dict[str, str]) -
                               explanation=text_of(_field(rem, "explanation")),
                               commands=[text_of(c) for c in _field(rem, "commands") or []],
                               undo=[text_of(c) for c in _field(rem, "undo") or []],
-                              recommended=is_recommended(rem)))
+                              recommended=is_recommended(rem), verification=verification_of(rem).state,
+                              requires_root=bool(_field(rem, "requires_root")), missing=missing_tools(rem)))
     return out
 
 
