@@ -103,6 +103,13 @@ def variable_plan(key: str, title: str, var: str, value: str | None, env: Mappin
                 undo=[restore_line(var, env.get(var))], explanation=explanation, rests_on=rests_on, trial=trial)
 
 
+def root_plan(key: str, title: str, commands: list[str], explanation: str, rests_on: list[str], why: str,
+              undo: Sequence[str] = ()) -> Plan:
+    """A plan that changes the node itself as root, so it is offered untried; ``why`` says what it changes."""
+    return Plan(key=key, title=title, commands=commands, undo=list(undo), explanation=explanation,
+                rests_on=rests_on, verifiable=False, requires_root=True, verification=why)
+
+
 def without_entries(value: str | None, drop: Sequence[str]) -> str:
     """``value`` (a colon list) with every entry that names a directory in ``drop`` removed."""
     def norm(p: str) -> str:

@@ -13,7 +13,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from zdoctor.layers.cuda_lookup.cudalookup import LIBCUDA, LIBCUDA_DEV
-from zdoctor.trials.remedies import Plan, export_line, restore_line, split_path_list, variable_plan, without_entries
+from zdoctor.trials.remedies import (
+    Plan,
+    export_line,
+    restore_line,
+    root_plan,
+    split_path_list,
+    variable_plan,
+    without_entries,
+)
 
 #: Where the per-job libcuda.so link of a plan goes, under the training user's home (not the driver's dir).
 USER_LINK_SUBDIR = ".local/lib/zdoctor-libcuda"
@@ -107,15 +115,14 @@ def link_plans(facts: Mapping[str, Any], env: Mapping[str, str], rests: list[str
             "libcuda.so there; run time is unaffected (LIBRARY_PATH is not LD_LIBRARY_PATH).", rests))
     if real and _root_owned(facts, os.path.dirname(real)):
         d = os.path.dirname(real)
-        plans.append(Plan(
-            key="libcuda-dev-link", title=f"Create the missing link {d}/libcuda.so -> libcuda.so.1 (root)",
-            commands=[f"ln -s libcuda.so.1 {shlex.quote(os.path.join(d, LIBCUDA_DEV))}", "ldconfig"],
-            undo=[f"rm {shlex.quote(os.path.join(d, LIBCUDA_DEV))}", "ldconfig"],
-            explanation="The driver's development link (libcuda.so) is what the driver's -dev package or the "
-                        "toolkit installs; without it -lcuda fails for every user of the node. It changes the "
-                        "driver's directory, so it is yours to run.",
-            rests_on=rests, verifiable=False, requires_root=True,
-            verification="it changes the driver's directory (root); the plans above do the same for this job only"))
+        plans.append(root_plan(
+            "libcuda-dev-link", f"Create the missing link {d}/libcuda.so -> libcuda.so.1 (root)",
+            [f"ln -s libcuda.so.1 {shlex.quote(os.path.join(d, LIBCUDA_DEV))}", "ldconfig"],
+            "The driver's development link (libcuda.so) is what the driver's -dev package or the toolkit "
+            "installs; without it -lcuda fails for every user of the node. It changes the driver's directory, "
+            "so it is yours to run.",
+            rests, "it changes the driver's directory (root); the plans above do the same for this job only",
+            undo=[f"rm {shlex.quote(os.path.join(d, LIBCUDA_DEV))}", "ldconfig"]))
     return plans
 
 
@@ -138,14 +145,12 @@ def stub_plans(facts: Mapping[str, Any], env: Mapping[str, str], rests: list[str
             rests))
     elif loader.get("via") == "ld.so.cache":
         stub_dir = os.path.dirname(str(loader.get("path")))
-        plans.append(Plan(
-            key="drop-stubs-ld-cache", title=f"Remove {stub_dir} from the ld.so configuration (root)",
-            commands=[f"grep -rlF {shlex.quote(stub_dir)} /etc/ld.so.conf /etc/ld.so.conf.d", "ldconfig"],
-            explanation=f"A file under /etc/ld.so.conf.d names {stub_dir}, so ldconfig put the stub in the cache "
-                        "ahead of the driver. Delete that line from the file the first command names, then "
-                        "rebuild the cache.",
-            rests_on=rests, verifiable=False, requires_root=True,
-            verification="it changes the node's loader configuration (root)"))
+        plans.append(root_plan(
+            "drop-stubs-ld-cache", f"Remove {stub_dir} from the ld.so configuration (root)",
+            [f"grep -rlF {shlex.quote(stub_dir)} /etc/ld.so.conf /etc/ld.so.conf.d", "ldconfig"],
+            f"A file under /etc/ld.so.conf.d names {stub_dir}, so ldconfig put the stub in the cache ahead of the "
+            "driver. Delete that line from the file the first command names, then rebuild the cache.",
+            rests, "it changes the node's loader configuration (root)"))
     return plans
 
 
