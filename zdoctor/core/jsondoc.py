@@ -32,3 +32,15 @@ def json_objects(lines: Iterable[str | bytes]) -> Iterator[dict[str, Any]]:
             continue
         if isinstance(d, dict):
             yield d
+
+
+def value_at(doc: Any, path: Iterable[str | int], default: Any = None) -> Any:
+    """The value at ``path`` (keys and list indexes) inside a parsed document, or ``default`` where a step is
+    missing or its container is not one."""
+    cur = doc
+    for step in path:
+        try:
+            cur = cur[step]
+        except (KeyError, IndexError, TypeError):
+            return default
+    return cur

@@ -38,6 +38,11 @@ NAMES: dict[str, dict[str, str]] = {
 }
 
 
+#: How apt and zypper reinstall or upgrade an installed package (the other managers name the action).
+_APT_FLAGS = {"reinstall": "--reinstall", "upgrade": "--only-upgrade"}
+_ZYPPER_COMMANDS = {"reinstall": "install -y --force", "upgrade": "update -y"}
+
+
 @dataclass(frozen=True)
 class PackageManager:
     """How this node installs a package: ``family`` (apt | dnf | zypper) and the tool to run."""
@@ -57,19 +62,20 @@ class PackageManager:
 
     def reinstall(self, package: str) -> list[str]:
         """The commands that install ``package`` again from this distribution's repositories."""
-        if self.family == "apt":
-            return ["apt-get update", f"apt-get install -y --reinstall {package}"]
-        if self.family == "zypper":
-            return [f"zypper install -y --force {package}"]
-        return [f"{self.tool} reinstall -y {package}"]
+        return self._installed_again("reinstall", package)
 
     def upgrade(self, package: str) -> list[str]:
         """The commands that upgrade the installed ``package`` only (nothing new is installed)."""
+        return self._installed_again("upgrade", package)
+
+    def _installed_again(self, action: str, package: str) -> list[str]:
+        """``action`` (reinstall | upgrade) on an installed package: apt installs it again with a flag after
+        refreshing its lists, zypper has a command of its own, the others name the action."""
         if self.family == "apt":
-            return ["apt-get update", f"apt-get install -y --only-upgrade {package}"]
+            return ["apt-get update", f"apt-get install -y {_APT_FLAGS[action]} {package}"]
         if self.family == "zypper":
-            return [f"zypper update -y {package}"]
-        return [f"{self.tool} upgrade -y {package}"]
+            return [f"zypper {_ZYPPER_COMMANDS[action]} {package}"]
+        return [f"{self.tool} {action} -y {package}"]
 
     def remove(self, package: str) -> list[str]:
         return [f"{self.tool} remove -y {package}"]

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from zdoctor.core import factstypes as ft
+from zdoctor.core.jsondoc import value_at
 from zdoctor.core.model import Evidence, Finding, ProbeResult
 from zdoctor.core.nodelayers import layer_of
 from zdoctor.core.shape import shape_of
@@ -242,13 +243,7 @@ class Facts(typing.Mapping[str, "ProbeResult"]):
         res = self._results.get(probe)
         if res is None or res.status != "ok":
             return default
-        cur: Any = res.facts
-        for key in path:
-            try:
-                cur = cur[key]
-            except (KeyError, IndexError, TypeError):
-                return default
-        return cur
+        return value_at(res.facts, path, default)
 
 
 @dataclass(frozen=True)

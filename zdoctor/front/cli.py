@@ -332,6 +332,25 @@ def cmd_build_bundle(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _print_vocabulary(which: str) -> None:
+    """What playbooks may name: the named predicates (``predicates``), or every check (``vocabulary``)."""
+    from zdoctor.core.registry import CHECKS, PREDICATES, load_vocabulary
+
+    load_vocabulary()
+    if which == "predicates":
+        for name, spec in sorted(PREDICATES.items()):
+            print(f"{name}  (reads {', '.join(spec.probes) or 'nothing'})")
+            print(f"    {spec.doc}")
+        print("An edge may also say `when = {finding = \"ID\", status = [\"warn\", \"fail\"]}` or "
+              "`when = {fact = \"probe.key\", equals = VALUE}` instead of naming a predicate.")
+        return
+    for name, check in sorted(CHECKS.items()):
+        print(f"{name}  ({check.func.__module__})")
+        print(f"    probes: {', '.join(check.probes) or '-'}")
+        print(f"    findings: {', '.join((name, *check.findings))}")
+        print(f"    explains: {', '.join(check.explains) or '-'}")
+
+
 def cmd_playbooks(args: argparse.Namespace) -> int:
     from zdoctor.walk import playbook as pbmod
 
@@ -340,25 +359,8 @@ def cmd_playbooks(args: argparse.Namespace) -> int:
             print(f"{pid:<20} {book.title}")
             print(f"{'':<20} {book.summary.splitlines()[0] if book.summary else ''}")
         return EXIT_OK
-    if args.pb_command == "predicates":
-        from zdoctor.core.registry import PREDICATES, load_vocabulary
-
-        load_vocabulary()
-        for name, spec in sorted(PREDICATES.items()):
-            print(f"{name}  (reads {', '.join(spec.probes) or 'nothing'})")
-            print(f"    {spec.doc}")
-        print("An edge may also say `when = {finding = \"ID\", status = [\"warn\", \"fail\"]}` or "
-              "`when = {fact = \"probe.key\", equals = VALUE}` instead of naming a predicate.")
-        return EXIT_OK
-    if args.pb_command == "vocabulary":
-        from zdoctor.core.registry import CHECKS, load_vocabulary
-
-        load_vocabulary()
-        for name, check in sorted(CHECKS.items()):
-            print(f"{name}  ({check.func.__module__})")
-            print(f"    probes: {', '.join(check.probes) or '-'}")
-            print(f"    findings: {', '.join((name, *check.findings))}")
-            print(f"    explains: {', '.join(check.explains) or '-'}")
+    if args.pb_command in ("predicates", "vocabulary"):
+        _print_vocabulary(args.pb_command)
         return EXIT_OK
     if args.pb_command == "show":
         books = pbmod.load_all()

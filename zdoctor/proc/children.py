@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from zdoctor.proc import cgroup, scratch
+from zdoctor.proc.leftovers import process_gone
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -205,13 +206,7 @@ def running() -> list[int]:
 
 def alive(pgid: int) -> bool:
     """Whether any process of group ``pgid`` still exists (a zombie leader counts)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return not process_gone(pgid, group=True)
 
 
 def end_all(grace: float = GRACE_S) -> list[int]:

@@ -16,10 +16,11 @@ def named_entries(folder: str, pattern: re.Pattern[str]) -> list[tuple[str, re.M
     return [(name, m) for name in names for m in [pattern.match(name)] if m]
 
 
-def process_gone(pid: int) -> bool:
-    """Whether no process has ``pid`` now (a live one of another user, which cannot be signalled, is there)."""
+def process_gone(pid: int, *, group: bool = False) -> bool:
+    """Whether no process has ``pid`` now, or with ``group`` no process is in the group ``pid`` (a live one of
+    another user, which cannot be signalled, is there)."""
     try:
-        os.kill(pid, 0)
+        (os.killpg if group else os.kill)(pid, 0)
     except ProcessLookupError:
         return True
     except OSError:

@@ -253,14 +253,8 @@ def run(
             _kill_group(child)
             proc.wait()
         child.finish()
-    if ev.error is None and children.was_ended(proc.pid):
-        ev.error = ENDED
-    ev.duration_s = time.monotonic() - t0
-    ev.exit_code = proc.returncode if ev.error is None else None
     pump.close()
-    ev.stdout, t1 = pump.out.text(cap)
-    ev.stderr, t2 = pump.err.text(cap)
-    ev.truncated = t1 or t2
+    _conclude(ev, proc, t0, pump.out, pump.err, cap)
     if held_open:
         ev.stderr += (f"\n[zdoctor: {argv[0]} exited with code {proc.returncode}, but a process it left running "
                       f"kept its output open; reading stopped {HELD_OPEN_GRACE:g}s after the exit and that "
@@ -332,14 +326,21 @@ def run_streaming(
                 with contextlib.suppress(OSError):
                     pipe.close()
     child.finish()
+    _conclude(ev, proc, t0, chunks["out"], chunks["err"], cap)
+    return ev
+
+
+def _conclude(ev: Evidence, proc: subprocess.Popen[bytes], t0: float, out: _HeadTail, err: _HeadTail,
+              cap: int) -> None:
+    """Fill in how a finished run ended: :data:`ENDED` when zdoctor's shutdown ended it, its duration, its
+    exit code (None when it did not end by itself) and its output, capped."""
     if ev.error is None and children.was_ended(proc.pid):
         ev.error = ENDED
     ev.duration_s = time.monotonic() - t0
     ev.exit_code = proc.returncode if ev.error is None else None
-    ev.stdout, t1 = chunks["out"].text(cap)
-    ev.stderr, t2 = chunks["err"].text(cap)
+    ev.stdout, t1 = out.text(cap)
+    ev.stderr, t2 = err.text(cap)
     ev.truncated = t1 or t2
-    return ev
 
 
 def which_all(name: str, path: str | None) -> list[str]:

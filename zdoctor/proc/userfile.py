@@ -177,6 +177,16 @@ def open_regular_text(path: str | os.PathLike[str], *, encoding: str = "utf-8", 
     return io.TextIOWrapper(open_regular(path, nofollow=nofollow), encoding=encoding, errors=errors)
 
 
+def read_system_table(path: str | os.PathLike[str]) -> str | None:
+    """The whole text of the regular file ``path`` (a table of the system's: bytes that are not UTF-8 kept
+    as surrogates), or None when it cannot be read."""
+    try:
+        with open_regular_text(path, encoding="utf-8", errors="surrogateescape") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
 def read_prefix(path: str | os.PathLike[str], limit: int, *, nofollow: bool = False) -> tuple[bytes, bool]:
     """At most ``limit`` bytes from the start of the regular file ``path``: (data, cut)."""
     with open_regular(path, nofollow=nofollow) as fh:

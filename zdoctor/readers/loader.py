@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 from zdoctor.core.errors import InputError
 from zdoctor.proc.runner import run
-from zdoctor.proc.userfile import open_regular, open_regular_text
+from zdoctor.proc.userfile import open_regular, read_system_table
 from zdoctor.readers.elf import ElfInfo, read_elf
 from zdoctor.readers.ldcache import CacheEntry, index_entries, libcmp_key, lookup, read_ld_so_cache
 
@@ -783,10 +783,8 @@ class Process:
         path = self.config.preload_file
         if not path:
             return []
-        try:
-            with open_regular_text(path, encoding="utf-8", errors="surrogateescape") as fh:
-                text = fh.read()
-        except OSError:
+        text = read_system_table(path)
+        if text is None:
             return []
         text = re.sub(r"#[^\n]*", "", text)
         return [p for p in re.split(r"[: \t\n]", text) if p]

@@ -10,7 +10,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from zdoctor.proc.userfile import open_regular_text
+from zdoctor.proc.userfile import read_system_table
 
 MOUNTINFO = "/proc/self/mountinfo"
 
@@ -119,11 +119,8 @@ def parse_mount_table(text: str) -> list[MountEntry]:
 def read_mountinfo(path: str = MOUNTINFO) -> list[MountEntry]:
     """Parse the mount table at ``path``, mountinfo or ``/proc/mounts`` format (empty list when it cannot
     be read)."""
-    try:
-        with open_regular_text(path, encoding="utf-8", errors="surrogateescape") as fh:
-            return parse_mount_table(fh.read())
-    except OSError:
-        return []
+    text = read_system_table(path)
+    return [] if text is None else parse_mount_table(text)
 
 
 def existing_ancestor(path: str) -> str:

@@ -38,6 +38,21 @@ def log_tail(path: str) -> tuple[str, int]:
     return text, 0 if skip else 1
 
 
+def read_log(log: str, unread: list[str]) -> tuple[str, int] | None:
+    """The ``--log``'s tail (:func:`log_tail`), or None with why it could not be read added to ``unread``."""
+    try:
+        return log_tail(log)
+    except InputError as exc:
+        unread.append(f"the --log file: {exc}")
+        return None
+
+
+def command_ran(host: Any) -> bool:
+    """Whether a ``--command`` ran: this one's, or the one a replayed snapshot recorded (its livetrace holds
+    the run)."""
+    return bool(target_of(host).command or (host.info.get("kind") == "replay" and host.info.get("command")))
+
+
 def _command_symptoms(host: Any, start: int) -> tuple[list[Symptom], list[str]]:
     res = host.result("livetrace")
     facts = res.facts if res.status == "ok" else {}
@@ -77,20 +92,16 @@ def symptoms_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
                 seen.add((s.kind, s.text))
                 s.id = f"S{len(symptoms) + 1}"
                 symptoms.append(s)
-    # A replayed node's command is the one its snapshot recorded (its livetrace holds the run).
-    if target.command or (host.info.get("kind") == "replay" and host.info.get("command")):
+    if command_ran(host):
         found, why = _command_symptoms(host, len(symptoms) + 1)
         symptoms += found
         unread += why
     log = opts.get("train_log")
-    if log:
-        try:
-            text, first = log_tail(str(log))
-        except InputError as exc:
-            unread.append(f"the --log file: {exc}")
-        else:
-            where = os.path.basename(str(log)) if first else f"{os.path.basename(str(log))} (end)"
-            symptoms += from_text(text, "log", where, start=len(symptoms) + 1)
+    tail = read_log(str(log), unread) if log else None
+    if tail is not None:
+        text, first = tail
+        where = os.path.basename(str(log)) if first else f"{os.path.basename(str(log))} (end)"
+        symptoms += from_text(text, "log", where, start=len(symptoms) + 1)
     sources = sorted({s.source for s in symptoms})
     facts = {"symptoms": [s.to_dict() for s in symptoms], "unread": unread, "sources": sources,
              "given": {"command": bool(target.command), "log": bool(log), "symptom": bool(opts.get("symptom"))}}

@@ -95,6 +95,21 @@ def restore_line(name: str, old: str | None) -> str:
     return export_line(name, old) if old else f"unset {name}"
 
 
+def variable_plan(key: str, title: str, var: str, value: str | None, env: Mapping[str, str], explanation: str,
+                  rests_on: list[str], trial: dict[str, Any] | None = None) -> Plan:
+    """A plan that sets one environment variable of the job to ``value`` (unsets it for None), with its
+    ``export`` line and the line that puts the old value back."""
+    return Plan(key=key, title=title, env_changes={var: value}, commands=[export_line(var, value)],
+                undo=[restore_line(var, env.get(var))], explanation=explanation, rests_on=rests_on, trial=trial)
+
+
+def root_plan(key: str, title: str, commands: list[str], explanation: str, rests_on: list[str], why: str,
+              undo: Sequence[str] = ()) -> Plan:
+    """A plan that changes the node itself as root, so it is offered untried; ``why`` says what it changes."""
+    return Plan(key=key, title=title, commands=commands, undo=list(undo), explanation=explanation,
+                rests_on=rests_on, verifiable=False, requires_root=True, verification=why)
+
+
 def without_entries(value: str | None, drop: Sequence[str]) -> str:
     """``value`` (a colon list) with every entry that names a directory in ``drop`` removed."""
     def norm(p: str) -> str:
@@ -106,21 +121,13 @@ def without_entries(value: str | None, drop: Sequence[str]) -> str:
 
 def fix_ld_library_path(env: Mapping[str, str], offending: Sequence[str], rests_on: list[str]) -> Plan:
     """Remove exactly the LD_LIBRARY_PATH entries whose libstdc++ lacks a needed version."""
-    old = env.get("LD_LIBRARY_PATH")
-    new = without_entries(old, offending)
-    listed = ", ".join(offending)
-    return Plan(
-        key="ld-library-path",
-        title=f"Drop {listed} from LD_LIBRARY_PATH",
-        env_changes={"LD_LIBRARY_PATH": new or None},
-        commands=[export_line("LD_LIBRARY_PATH", new)],
-        undo=[restore_line("LD_LIBRARY_PATH", old)],
-        explanation=("ld.so searches LD_LIBRARY_PATH before the cache and system dirs, so an older "
-                     "libstdc++.so.6 there wins. Removing just those entries keeps every other library "
-                     "the job needs from LD_LIBRARY_PATH. Put the line in the job's launch script (or "
-                     "the environment's activation) rather than in a global profile."),
-        rests_on=rests_on,
-    )
+    new = without_entries(env.get("LD_LIBRARY_PATH"), offending)
+    return variable_plan(
+        "ld-library-path", f"Drop {', '.join(offending)} from LD_LIBRARY_PATH", "LD_LIBRARY_PATH", new or None, env,
+        "ld.so searches LD_LIBRARY_PATH before the cache and system dirs, so an older libstdc++.so.6 there wins. "
+        "Removing just those entries keeps every other library the job needs from LD_LIBRARY_PATH. Put the line "
+        "in the job's launch script (or the environment's activation) rather than in a global profile.",
+        rests_on)
 
 
 def preload(env: Mapping[str, str], copy: str, drop: Sequence[str], rests_on: list[str],
@@ -130,20 +137,13 @@ def preload(env: Mapping[str, str], copy: str, drop: Sequence[str], rests_on: li
     dropped = {os.path.realpath(d) for d in drop}
     kept = [e for e in (old or "").replace(":", " ").split()
             if os.path.realpath(e) not in dropped and e != copy]
-    new = " ".join([copy, *kept])
-    return Plan(
-        key=key,
-        title=f"Preload {copy} for the training command",
-        env_changes={"LD_PRELOAD": new},
-        commands=[export_line("LD_PRELOAD", new)],
-        undo=[restore_line("LD_PRELOAD", old)],
-        explanation=("A preloaded library is loaded before any other, and every later request for "
-                     "libstdc++.so.6 reuses it (first loaded wins). This copy defines every version the "
-                     "training's libraries need, and libstdc++ is backward compatible, so older needs "
-                     "are met too. Scope it to the training command; it affects every program started "
-                     "from that shell."),
-        rests_on=rests_on,
-    )
+    return variable_plan(
+        key, f"Preload {copy} for the training command", "LD_PRELOAD", " ".join([copy, *kept]), env,
+        "A preloaded library is loaded before any other, and every later request for libstdc++.so.6 reuses it "
+        "(first loaded wins). This copy defines every version the training's libraries need, and libstdc++ is "
+        "backward compatible, so older needs are met too. Scope it to the training command; it affects every "
+        "program started from that shell.",
+        rests_on)
 
 
 def fix_preload(env: Mapping[str, str], offending: Sequence[str], rests_on: list[str]) -> Plan:
@@ -152,16 +152,9 @@ def fix_preload(env: Mapping[str, str], offending: Sequence[str], rests_on: list
     dropped = {os.path.realpath(d) for d in offending} | set(offending)
     kept = [e for e in (old or "").replace(":", " ").split() if e not in dropped and os.path.realpath(e) not in
             dropped]
-    new = " ".join(kept)
-    return Plan(
-        key="ld-preload-fix",
-        title=f"Stop preloading {', '.join(offending)}",
-        env_changes={"LD_PRELOAD": new or None},
-        commands=[export_line("LD_PRELOAD", new)],
-        undo=[restore_line("LD_PRELOAD", old)],
-        explanation="LD_PRELOAD forces this older libstdc++ into every process before anything else.",
-        rests_on=rests_on,
-    )
+    return variable_plan(
+        "ld-preload-fix", f"Stop preloading {', '.join(offending)}", "LD_PRELOAD", " ".join(kept) or None, env,
+        "LD_PRELOAD forces this older libstdc++ into every process before anything else.", rests_on)
 
 
 def find_conda(prefix: str, env: Mapping[str, str]) -> tuple[str | None, list[str]]:

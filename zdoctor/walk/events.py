@@ -128,28 +128,44 @@ class SessionEnd(Event):
 
 
 @dataclass(frozen=True)
-class PlaybookStart(Event):
-    TYPE: ClassVar[str] = "playbook_start"
+class _OfWalk(Event):
+    """An event of a walk through ``playbook``."""
+
     playbook: str = _f("", str)
+
+
+@dataclass(frozen=True)
+class _AtNode(_OfWalk):
+    """An event at one node of the walk."""
+
+    node: str = _f("", str)
+
+
+@dataclass(frozen=True)
+class _Move(_OfWalk):
+    """The walk moved from the step ``source`` to the step ``to``."""
+
+    source: str = _f("", str, key="from")
+    to: str = _f("", str)
+
+
+@dataclass(frozen=True)
+class PlaybookStart(_OfWalk):
+    TYPE: ClassVar[str] = "playbook_start"
     title: str = _f("", str)
     start: str = _f("", str)
 
 
 @dataclass(frozen=True)
-class NodeEnter(Event):
+class NodeEnter(_AtNode):
     TYPE: ClassVar[str] = "node_enter"
-    playbook: str = _f("", str)
-    node: str = _f("", str)
     kind: str = _f("", str)
     title: str = _f("", str)
 
 
 @dataclass(frozen=True)
-class EdgeTaken(Event):
+class EdgeTaken(_Move):
     TYPE: ClassVar[str] = "edge"
-    playbook: str = _f("", str)
-    source: str = _f("", str, key="from")
-    to: str = _f("", str)
     predicate: str | None = _f(None, str)
     negate: bool = _f(False, bool)
     reason: str = _f("", str)
@@ -164,28 +180,22 @@ class EdgeTaken(Event):
 
 
 @dataclass(frozen=True)
-class StepBack(Event):
+class StepBack(_Move):
     """The user went back from ``source`` to the previous step ``to``."""
 
     TYPE: ClassVar[str] = "step_back"
-    playbook: str = _f("", str)
-    source: str = _f("", str, key="from")
-    to: str = _f("", str)
     reason: str = _f("", str)
 
 
 @dataclass(frozen=True)
-class DiagnosisReached(Event):
+class DiagnosisReached(_AtNode):
     TYPE: ClassVar[str] = "diagnosis"
-    playbook: str = _f("", str)
-    node: str = _f("", str)
     title: str = _f("", str)
 
 
 @dataclass(frozen=True)
-class PlaybookEnd(Event):
+class PlaybookEnd(_OfWalk):
     TYPE: ClassVar[str] = "playbook_end"
-    playbook: str = _f("", str)
     path: list = _f(kind=list, factory=list)
     diagnosis: str | None = _f(None, str)
     reason: str = _f("", str)

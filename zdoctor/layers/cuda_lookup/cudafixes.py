@@ -13,7 +13,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from zdoctor.layers.cuda_lookup.cudalookup import LIBCUDA, LIBCUDA_DEV
-from zdoctor.trials.remedies import Plan, export_line, restore_line, split_path_list, without_entries
+from zdoctor.trials.remedies import (
+    Plan,
+    export_line,
+    restore_line,
+    root_plan,
+    split_path_list,
+    variable_plan,
+    without_entries,
+)
 
 #: Where the per-job libcuda.so link of a plan goes, under the training user's home (not the driver's dir).
 USER_LINK_SUBDIR = ".local/lib/zdoctor-libcuda"
@@ -41,13 +49,6 @@ def _root_owned(facts: Mapping[str, Any], directory: str) -> bool:
         if os.path.normpath(str(d.get("dir"))) == os.path.normpath(directory):
             return d.get("owner_uid") == 0
     return False
-
-
-def _env_plan(key: str, title: str, var: str, value: str, env: Mapping[str, str], explanation: str,
-              rests: list[str], trial: dict[str, Any] | None = None) -> Plan:
-    old = env.get(var)
-    return Plan(key=key, title=title, env_changes={var: value}, commands=[export_line(var, value)],
-                undo=[restore_line(var, old)], explanation=explanation, rests_on=rests, trial=trial)
 
 
 def _library_path_link_dir(env: Mapping[str, str], target: str, rests: list[str]) -> Plan:
@@ -99,7 +100,7 @@ def link_plans(facts: Mapping[str, Any], env: Mapping[str, str], rests: list[str
                                            "var": "TRITON_LIBCUDA_PATH"})
         plans.append(plan)
     if stubs and triton_env:
-        plans.append(_env_plan(
+        plans.append(variable_plan(
             "triton-libcuda-stubs", f"Point TRITON_LIBCUDA_PATH at the toolkit's {stubs[0]}",
             "TRITON_LIBCUDA_PATH", stubs[0], env,
             "The toolkit's stubs directory holds an unversioned libcuda.so made for linking (its SONAME is "
@@ -108,21 +109,20 @@ def link_plans(facts: Mapping[str, Any], env: Mapping[str, str], rests: list[str
     if stubs and not lookup_fails:
         old = env.get("LIBRARY_PATH")
         value = ":".join([stubs[0], *[e for e in split_path_list(old) if e]])
-        plans.append(_env_plan(
+        plans.append(variable_plan(
             "library-path-stubs", f"Put {stubs[0]} on LIBRARY_PATH (for -lcuda)", "LIBRARY_PATH", value, env,
             "gcc adds LIBRARY_PATH's directories to the linker's search path, so -lcuda finds the stub "
             "libcuda.so there; run time is unaffected (LIBRARY_PATH is not LD_LIBRARY_PATH).", rests))
     if real and _root_owned(facts, os.path.dirname(real)):
         d = os.path.dirname(real)
-        plans.append(Plan(
-            key="libcuda-dev-link", title=f"Create the missing link {d}/libcuda.so -> libcuda.so.1 (root)",
-            commands=[f"ln -s libcuda.so.1 {shlex.quote(os.path.join(d, LIBCUDA_DEV))}", "ldconfig"],
-            undo=[f"rm {shlex.quote(os.path.join(d, LIBCUDA_DEV))}", "ldconfig"],
-            explanation="The driver's development link (libcuda.so) is what the driver's -dev package or the "
-                        "toolkit installs; without it -lcuda fails for every user of the node. It changes the "
-                        "driver's directory, so it is yours to run.",
-            rests_on=rests, verifiable=False, requires_root=True,
-            verification="it changes the driver's directory (root); the plans above do the same for this job only"))
+        plans.append(root_plan(
+            "libcuda-dev-link", f"Create the missing link {d}/libcuda.so -> libcuda.so.1 (root)",
+            [f"ln -s libcuda.so.1 {shlex.quote(os.path.join(d, LIBCUDA_DEV))}", "ldconfig"],
+            "The driver's development link (libcuda.so) is what the driver's -dev package or the toolkit "
+            "installs; without it -lcuda fails for every user of the node. It changes the driver's directory, "
+            "so it is yours to run.",
+            rests, "it changes the driver's directory (root); the plans above do the same for this job only",
+            undo=[f"rm {shlex.quote(os.path.join(d, LIBCUDA_DEV))}", "ldconfig"]))
     return plans
 
 
@@ -135,26 +135,22 @@ def stub_plans(facts: Mapping[str, Any], env: Mapping[str, str], rests: list[str
     if loader.get("via") == "LD_LIBRARY_PATH":
         stub_dir = os.path.normpath(os.path.dirname(str(loader.get("path"))))
         entries = [e for e in split_path_list(env.get("LD_LIBRARY_PATH")) if e and os.path.normpath(e) == stub_dir]
-        old = env.get("LD_LIBRARY_PATH")
-        new = without_entries(old, entries)
-        plans.append(Plan(
-            key="drop-stubs-ld-library-path", title=f"Drop {', '.join(entries) or stub_dir} from LD_LIBRARY_PATH",
-            env_changes={"LD_LIBRARY_PATH": new or None}, commands=[export_line("LD_LIBRARY_PATH", new)],
-            undo=[restore_line("LD_LIBRARY_PATH", old)],
-            explanation="The toolkit's stubs directory is for the linker only; on LD_LIBRARY_PATH its libcuda "
-                        "shadows the driver's, and every CUDA call fails with error 34 (CUDA driver is a stub "
-                        "library). Without it the loader takes the driver's libcuda.so.1 from the ld cache.",
-            rests_on=rests))
+        new = without_entries(env.get("LD_LIBRARY_PATH"), entries)
+        plans.append(variable_plan(
+            "drop-stubs-ld-library-path", f"Drop {', '.join(entries) or stub_dir} from LD_LIBRARY_PATH",
+            "LD_LIBRARY_PATH", new or None, env,
+            "The toolkit's stubs directory is for the linker only; on LD_LIBRARY_PATH its libcuda shadows the "
+            "driver's, and every CUDA call fails with error 34 (CUDA driver is a stub library). Without it the "
+            "loader takes the driver's libcuda.so.1 from the ld cache.",
+            rests))
     elif loader.get("via") == "ld.so.cache":
         stub_dir = os.path.dirname(str(loader.get("path")))
-        plans.append(Plan(
-            key="drop-stubs-ld-cache", title=f"Remove {stub_dir} from the ld.so configuration (root)",
-            commands=[f"grep -rlF {shlex.quote(stub_dir)} /etc/ld.so.conf /etc/ld.so.conf.d", "ldconfig"],
-            explanation=f"A file under /etc/ld.so.conf.d names {stub_dir}, so ldconfig put the stub in the cache "
-                        "ahead of the driver. Delete that line from the file the first command names, then "
-                        "rebuild the cache.",
-            rests_on=rests, verifiable=False, requires_root=True,
-            verification="it changes the node's loader configuration (root)"))
+        plans.append(root_plan(
+            "drop-stubs-ld-cache", f"Remove {stub_dir} from the ld.so configuration (root)",
+            [f"grep -rlF {shlex.quote(stub_dir)} /etc/ld.so.conf /etc/ld.so.conf.d", "ldconfig"],
+            f"A file under /etc/ld.so.conf.d names {stub_dir}, so ldconfig put the stub in the cache ahead of the "
+            "driver. Delete that line from the file the first command names, then rebuild the cache.",
+            rests, "it changes the node's loader configuration (root)"))
     return plans
 
 
@@ -165,6 +161,6 @@ def uncached_plans(facts: Mapping[str, Any], env: Mapping[str, str], driver_dir:
     if any(e and os.path.normpath(e) == os.path.normpath(driver_dir) for e in split_path_list(old)):
         return []  # already there: only the cache entry is missing
     value = ":".join([driver_dir, *[e for e in split_path_list(old) if e]])
-    return [_env_plan("driver-dir-ld-library-path", f"Put {driver_dir} on LD_LIBRARY_PATH", "LD_LIBRARY_PATH",
+    return [variable_plan("driver-dir-ld-library-path", f"Put {driver_dir} on LD_LIBRARY_PATH", "LD_LIBRARY_PATH",
                       value, env, "The loader then finds the driver's libcuda.so.1 there before the cache; triton 3 "
                       "also reads LD_LIBRARY_PATH when `ldconfig -p` names no libcuda.", rests)]

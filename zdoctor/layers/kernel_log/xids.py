@@ -25,6 +25,10 @@ class Xid:
     todo: str
 
 
+#: What to do after a fault of the GPU's micro-controller, and after one of its System Processor (GSP).
+_MICROCONTROLLER_TODO = "reset the GPU or reboot; report it to NVIDIA with nvidia-bug-report.sh if it repeats"
+_GSP_TODO = "reset the GPU or reboot the node; update the driver if it repeats"
+
 XIDS: dict[int, Xid] = {x.number: x for x in (
     Xid(13, "application", "Graphics engine exception: a kernel faulted (out-of-range access, illegal "
         "instruction)", "RESTART_APP", "warn",
@@ -42,10 +46,8 @@ XIDS: dict[int, Xid] = {x.number: x for x in (
     Xid(48, "memory", "Double-bit ECC error (DBE): data in GPU memory was lost", "RESET_GPU", "fail",
         "drain the node and reset the GPU (row remapping or page retirement applies at the reset); if it "
         "comes back, the GPU needs an RMA"),
-    Xid(61, "driver", "Internal micro-controller breakpoint/warning", "RESET_GPU", "fail",
-        "reset the GPU or reboot; report it to NVIDIA with nvidia-bug-report.sh if it repeats"),
-    Xid(62, "driver", "Internal micro-controller halt", "RESET_GPU", "fail",
-        "reset the GPU or reboot; report it to NVIDIA with nvidia-bug-report.sh if it repeats"),
+    Xid(61, "driver", "Internal micro-controller breakpoint/warning", "RESET_GPU", "fail", _MICROCONTROLLER_TODO),
+    Xid(62, "driver", "Internal micro-controller halt", "RESET_GPU", "fail", _MICROCONTROLLER_TODO),
     Xid(63, "memory", "ECC page retirement or row remapping recorded: a memory row is marked for remapping",
         "RESET_GPU", "warn",
         "the remapping takes effect at the next GPU reset: reset the GPU when the jobs allow"),
@@ -66,9 +68,8 @@ XIDS: dict[int, Xid] = {x.number: x for x in (
         "seen", "RESET_GPU", "fail",
         "drain the node and reset the GPU before any job uses it; an RMA if it repeats"),
     Xid(119, "gsp", "GSP RPC timeout: the GPU System Processor did not answer the driver", "RESET_GPU", "fail",
-        "reset the GPU or reboot the node; update the driver if it repeats"),
-    Xid(120, "gsp", "GSP error: the GPU System Processor reported an error", "RESET_GPU", "fail",
-        "reset the GPU or reboot the node; update the driver if it repeats"),
+        _GSP_TODO),
+    Xid(120, "gsp", "GSP error: the GPU System Processor reported an error", "RESET_GPU", "fail", _GSP_TODO),
     Xid(154, "driver", "GPU recovery action changed: the driver says which recovery the GPU needs",
         "IGNORE", "warn", "read the record's text: it names the action (GPU reset, node reboot, drain and reset)"),
 )}

@@ -11,7 +11,15 @@ from zdoctor.layers.libraries.runneeds import has_every, is_libstdcxx_version, n
 from zdoctor.layers.libraries.versioned import propose_versioned
 from zdoctor.readers.elf import read_elf
 from zdoctor.readers.versions import gcc_release_providing, missing, sort_key
-from zdoctor.trials.remedies import Plan, conda_upgrade, fix_ld_library_path, fix_preload, preload, split_path_list
+from zdoctor.trials.remedies import (
+    Plan,
+    conda_upgrade,
+    fix_ld_library_path,
+    fix_preload,
+    preload,
+    root_plan,
+    split_path_list,
+)
 
 LIBSTDCXX = "libstdc++.so.6"
 
@@ -100,12 +108,9 @@ def propose(libs: Mapping[str, Any], live: Mapping[str, Any], env: Mapping[str, 
         plans.append(plan)
     etc = [p for p in libs.get("etc_preload") or [] if os.path.realpath(p) in providers]
     if etc:
-        plans.append(Plan(
-            key="etc-preload", title="Remove the old libstdc++ from /etc/ld.so.preload",
-            commands=[],
-            explanation=f"Delete the line naming {etc[0]} from /etc/ld.so.preload (as root). That file "
-                        "forces a library into every process on the node, even setuid ones; an old "
-                        "libstdc++ there breaks every newer C++ program.",
-            rests_on=rests, verifiable=False, requires_root=True,
-            verification="it changes every process on the node (and needs root)"))
+        plans.append(root_plan(
+            "etc-preload", "Remove the old libstdc++ from /etc/ld.so.preload", [],
+            f"Delete the line naming {etc[0]} from /etc/ld.so.preload (as root). That file forces a library into "
+            "every process on the node, even setuid ones; an old libstdc++ there breaks every newer C++ program.",
+            rests, "it changes every process on the node (and needs root)"))
     return plans

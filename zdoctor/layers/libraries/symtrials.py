@@ -16,19 +16,16 @@ from typing import Any
 
 from zdoctor.core import progress
 from zdoctor.layers.libraries.symbols import dynamic_symbols, search_dirs
-from zdoctor.trials.remedies import Plan, export_line, fix_ld_library_path, restore_line, split_path_list, verify
+from zdoctor.trials.remedies import Plan, fix_ld_library_path, split_path_list, variable_plan, verify
 
 MAX_PRELOAD_CANDIDATES = 16
 
 
 def _prepend_dir(env: Mapping[str, str], directory: str, rests_on: list[str]) -> Plan:
-    old = env.get("LD_LIBRARY_PATH")
-    new = ":".join([directory, *[e for e in split_path_list(old) if e]])
-    return Plan(key="ld-library-path-first", title=f"Put {directory} first on LD_LIBRARY_PATH",
-                env_changes={"LD_LIBRARY_PATH": new}, commands=[export_line("LD_LIBRARY_PATH", new)],
-                undo=[restore_line("LD_LIBRARY_PATH", old)], rests_on=rests_on,
-                explanation="ld.so searches LD_LIBRARY_PATH in order; the copy there that exports the symbol "
-                            "is then the one loaded.")
+    new = ":".join([directory, *[e for e in split_path_list(env.get("LD_LIBRARY_PATH")) if e]])
+    return variable_plan("ld-library-path-first", f"Put {directory} first on LD_LIBRARY_PATH", "LD_LIBRARY_PATH",
+                         new, env, "ld.so searches LD_LIBRARY_PATH in order; the copy there that exports the "
+                         "symbol is then the one loaded.", rests_on)
 
 
 def exporting_file(library: str, symbol: str, dirs: Sequence[str]) -> str | None:
@@ -48,14 +45,11 @@ def exporting_file(library: str, symbol: str, dirs: Sequence[str]) -> str | None
 
 
 def _preload(env: Mapping[str, str], path: str, rests_on: list[str]) -> Plan:
-    old = env.get("LD_PRELOAD")
-    new = " ".join([path, *(old or "").replace(":", " ").split()])
-    return Plan(key="ld-preload-library", title=f"Workaround for one run: preload {path}",
-                env_changes={"LD_PRELOAD": new}, commands=[export_line("LD_PRELOAD", new)],
-                undo=[restore_line("LD_PRELOAD", old)], rests_on=rests_on,
-                explanation="A preloaded library's symbols are there before the object is loaded; named by its "
-                            "full path, it loads whatever the search path holds. It hides the missing link "
-                            "entry rather than fixing it.")
+    new = " ".join([path, *(env.get("LD_PRELOAD") or "").replace(":", " ").split()])
+    return variable_plan("ld-preload-library", f"Workaround for one run: preload {path}", "LD_PRELOAD", new, env,
+                         "A preloaded library's symbols are there before the object is loaded; named by its full "
+                         "path, it loads whatever the search path holds. It hides the missing link entry rather "
+                         "than fixing it.", rests_on)
 
 
 def plans_for(rec: Mapping[str, Any], env: Mapping[str, str], loaded: Sequence[str] = (),

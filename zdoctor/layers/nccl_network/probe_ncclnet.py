@@ -27,7 +27,7 @@ from zdoctor.layers.nccl_network import infiniband, nccllog, ncclnet
 from zdoctor.proc.runner import run
 from zdoctor.proc.systools import system_tool
 from zdoctor.proc.target import target_of
-from zdoctor.symptoms.probe_symptoms import log_tail
+from zdoctor.symptoms.probe_symptoms import command_ran, read_log
 
 #: The training's variables this layer reads.
 ENV_NAMES = ("NCCL_SOCKET_IFNAME", "NCCL_SOCKET_FAMILY", "NCCL_COMM_ID", "NCCL_IB_DISABLE", "NCCL_IB_HCA",
@@ -167,7 +167,7 @@ def nccl_log_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     parts: list[str] = []
     sources: list[str] = []
     unread: list[str] = []
-    if target.command or (host.info.get("kind") == "replay" and host.info.get("command")):
+    if command_ran(host):
         res = host.result("livetrace")
         if res.status == "ok" and (res.facts or {}).get("source") == "command" and res.evidence:
             parts += [res.evidence[0].stdout or "", res.evidence[0].stderr or ""]
@@ -175,14 +175,10 @@ def nccl_log_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
         else:
             unread.append("the --command run gave no output to read")
     log = target.options.get("train_log")
-    if log:
-        try:
-            text, _ = log_tail(str(log))
-        except InputError as exc:
-            unread.append(f"the --log file: {exc}")
-        else:
-            parts.append(text)
-            sources.append(f"--log {log}")
+    tail = read_log(str(log), unread) if log else None
+    if tail is not None:
+        parts.append(tail[0])
+        sources.append(f"--log {log}")
     facts = nccllog.parse("\n".join(parts))
     facts.update(sources=sources, unread=unread)
     return facts, []

@@ -120,11 +120,8 @@ class SysTree:
     def exists(self, path: str) -> bool:
         real = self.real(path)
         ok = os.path.exists(real)
-        if ok and self.record:
-            if os.path.isdir(real):
-                self._dirs.add(self.rel(real))
-            else:
-                self.read(real)
+        if ok and self.record and not self.isdir(real):  # a directory is recorded as one, a file with its line
+            self.read(real)
         return ok
 
     def manifest(self, prefix: str = "") -> str:

@@ -26,7 +26,7 @@ from zdoctor.core.model import Evidence, Remedy
 from zdoctor.edit.atomic import CheckedReplace, replace_checked
 from zdoctor.edit.filefix import owner_only
 from zdoctor.proc import runner
-from zdoctor.proc.userfile import open_regular, open_regular_text
+from zdoctor.proc.userfile import open_regular, read_system_table
 from zdoctor.readers.mounts import MountEntry, unescape
 
 FSTAB = "/etc/fstab"
@@ -75,11 +75,8 @@ def parse_fstab(text: str) -> list[FstabEntry]:
 
 
 def read_fstab(path: str = FSTAB) -> list[FstabEntry]:
-    try:
-        with open_regular_text(path, encoding="utf-8", errors="surrogateescape") as fh:
-            return parse_fstab(fh.read())
-    except OSError:
-        return []
+    text = read_system_table(path)
+    return [] if text is None else parse_fstab(text)
 
 
 def passno_for(fstype: str) -> int:

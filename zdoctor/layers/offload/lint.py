@@ -607,6 +607,24 @@ def _nvme_error(python_version: tuple[int, ...] | None) -> str:
     return f"\"nvme_path\" in DeepSpeed Config cannot be None if remote device is {dev}"
 
 
+#: What an nvme_path on a file system of each category (readers.mounts) that is no local disk means for the
+#: offload: the lint's severity and the rest of its sentence (a block device is judged by its mount and disk).
+NVME_PATH_FILE_SYSTEMS: dict[str, tuple[str, str]] = {
+    "memory": ("fail", ": that is RAM, not a disk. Offloading to it uses the very memory offloading was meant to "
+                       "free (and tmpfs pages count against /dev/shm and the page cache)."),
+    "overlay": ("fail", ": a container's copy-on-write layer, not a local NVMe. DeepSpeed's async I/O opens swap "
+                        "files with O_DIRECT, which overlayfs may refuse (EINVAL) and which never reaches a "
+                        "dedicated disk. Mount the NVMe into the container (a bind mount or volume) and point "
+                        "nvme_path there."),
+    "network": ("fail", ": a network file system. Every swap crosses the network and O_DIRECT behaves differently "
+                        "or not at all; ZeRO-Infinity expects a local NVMe."),
+    "fuse": ("fail", ": a user-space (FUSE) file system; most refuse O_DIRECT (EINVAL), which DeepSpeed's async I/O "
+                     "needs."),
+    "other": ("warn", ", which is not backed by a local block device that zdoctor can name; O_DIRECT support and "
+                      "bandwidth depend on it."),
+}
+
+
 def _path_lints(cfg: DsConfig, ctx: LintContext, path: KeyPath, nvme_path: Any) -> list[Lint]:
     out: list[Lint] = []
     info = ctx.paths.get(str(nvme_path))
@@ -640,30 +658,10 @@ def _path_lints(cfg: DsConfig, ctx: LintContext, path: KeyPath, nvme_path: Any) 
     mnt = info.get("mount") or {}
     fs = f"{mnt.get('fstype')} ({mnt.get('source')} at {mnt.get('point')})"
     cat = info.get("category")
-    if cat == "memory":
-        out.append(_lint(cfg, "nvme-path", "fail", path, nvme_path,
-                         f"{key} = {nvme_path!r} lies on {fs}: that is RAM, not a disk. Offloading to it uses the "
-                         "very memory offloading was meant to free (and tmpfs pages count against /dev/shm and "
-                         "the page cache)."))
-    elif cat == "overlay":
-        out.append(_lint(cfg, "nvme-path", "fail", path, nvme_path,
-                         f"{key} = {nvme_path!r} lies on {fs}: a container's copy-on-write layer, not a local "
-                         "NVMe. DeepSpeed's async I/O opens swap files with O_DIRECT, which overlayfs may refuse "
-                         "(EINVAL) and which never reaches a dedicated disk. Mount the NVMe into the container "
-                         "(a bind mount or volume) and point nvme_path there."))
-    elif cat == "network":
-        out.append(_lint(cfg, "nvme-path", "fail", path, nvme_path,
-                         f"{key} = {nvme_path!r} lies on {fs}: a network file system. Every swap crosses the "
-                         "network and O_DIRECT behaves differently or not at all; ZeRO-Infinity expects a local "
-                         "NVMe."))
-    elif cat == "fuse":
-        out.append(_lint(cfg, "nvme-path", "fail", path, nvme_path,
-                         f"{key} = {nvme_path!r} lies on {fs}: a user-space (FUSE) file system; most refuse "
-                         "O_DIRECT (EINVAL), which DeepSpeed's async I/O needs."))
-    elif cat == "other":
-        out.append(_lint(cfg, "nvme-path", "warn", path, nvme_path,
-                         f"{key} = {nvme_path!r} lies on {fs}, which is not backed by a local block device that "
-                         "zdoctor can name; O_DIRECT support and bandwidth depend on it."))
+    unfit = NVME_PATH_FILE_SYSTEMS.get(cat) if isinstance(cat, str) else None
+    if unfit is not None:
+        severity, why = unfit
+        out.append(_lint(cfg, "nvme-path", severity, path, nvme_path, f"{key} = {nvme_path!r} lies on {fs}{why}"))
     elif cat == "block":
         blk = info.get("block") or {}
         if mnt.get("point") == "/":

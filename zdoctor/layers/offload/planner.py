@@ -38,18 +38,14 @@ def zero3_needs(total_params: float, largest_layer_params: float, num_gpus_per_n
     gpus_factor = 1 / num_nodes
     largest_layer_memory = (4 * largest_layer_params)
     if cpu_offload:
-        if cpu_offload_params:
-            gpu_mem = largest_layer_memory
-            if zero_init:
-                cpu_mem = total_params * 18 * gpus_factor * additional_buffer_factor
-            else:
-                cpu_mem = total_params * max(4 * num_gpus_per_node, 18 * gpus_factor) * additional_buffer_factor
+        # Offloading the parameters too moves their 2 bytes (fp16) per parameter from the GPUs to the host.
+        cpu_bytes_per_param = 18 if cpu_offload_params else 16
+        gpu_mem = largest_layer_memory + (0 if cpu_offload_params else int(2 * total_params / total_gpus))
+        if zero_init:
+            cpu_mem = total_params * cpu_bytes_per_param * gpus_factor * additional_buffer_factor
         else:
-            gpu_mem = largest_layer_memory + int(2 * total_params / total_gpus)
-            if zero_init:
-                cpu_mem = total_params * 16 * gpus_factor * additional_buffer_factor
-            else:
-                cpu_mem = total_params * max(4 * num_gpus_per_node, 16 * gpus_factor) * additional_buffer_factor
+            cpu_mem = (total_params * max(4 * num_gpus_per_node, cpu_bytes_per_param * gpus_factor)
+                       * additional_buffer_factor)
     else:
         gpu_mem = largest_layer_memory + int(18 * total_params / total_gpus)
         if zero_init:

@@ -109,6 +109,23 @@ MAX_SOURCE_BYTES = 2 * 1024 * 1024
 _TABLE = re.compile(r"^cuda_minor_mismatch_ok\s*=\s*(\{.*?^\})", re.S | re.M)
 
 
+#: How the source tells each rule's behaviour (but nvcc-minor-tolerance's, which reads a table): the markers of
+#: the current behaviour, those of the old one (a marker is strings that must all be in the file; the empty
+#: marker is always there), and why neither is known when no marker is found.
+SOURCE_MARKERS: dict[str, tuple[tuple[tuple[str, ...], ...], tuple[tuple[str, ...], ...], str]] = {
+    # libraries_installed ran `dpkg -l`
+    "libaio-detection": ((("has_function",),), (("dpkg",), ("libraries_installed",)),
+                         "neither a link test nor a dpkg query in async_io.py"),
+    "zero12-pin-memory": ((("offload_optimizer_config.pin_memory",), ("cpu_offload_pin_memory",)), ((),), ""),
+    "wall-clock-timer-names": ((("'fwd_microstep'",), ('"fwd_microstep"',)),
+                               (("'forward_microstep'",), ('"forward_microstep"',)), "no timer names in engine.py"),
+    "fp16-compute-capability": ((("DS_ALLOW_DEPRECATED_FP16",),), (("def is_fp16_supported", "major >= 7"),),
+                                "no compute capability test in is_fp16_supported"),
+    "jit-arch-list-numbers": ((("int(part.split('+')[0]) for part in cc.split('.')",),), (),
+                              "no numeric sort of the JIT arch list in builder.py"),
+}
+
+
 def parse_version(text: str | None) -> tuple[int, ...] | None:
     """``"0.9.5+abc"`` -> ``(0, 9, 5)``; None when there is no leading number."""
     m = re.match(r"\s*(\d+(?:\.\d+)*)", text or "")
@@ -140,33 +157,17 @@ def decide(rule_id: str, text: str) -> dict[str, Any]:
         return {"state": "current" if table else "old", "table": table,
                 "skip_env": "DS_SKIP_CUDA_CHECK" in text,
                 "exception_11_1": table is None and ('"11.1"' in text or "'11.1'" in text)}
-    if rule_id == "libaio-detection":
-        if "has_function" in text:
-            return {"state": "current"}
-        if "dpkg" in text or "libraries_installed" in text:  # libraries_installed ran `dpkg -l`
-            return {"state": "old"}
-        return {"state": "unknown", "why": "neither a link test nor a dpkg query in async_io.py"}
-    if rule_id == "zero12-pin-memory":
-        if "pin_memory" in text and ("offload_optimizer_config.pin_memory" in text or "cpu_offload_pin_memory" in text):
-            return {"state": "current"}
+    current, old, why = SOURCE_MARKERS[rule_id]
+    if _has_marker(text, current):
+        return {"state": "current"}
+    if _has_marker(text, old):
         return {"state": "old"}
-    if rule_id == "wall-clock-timer-names":
-        if "'fwd_microstep'" in text or '"fwd_microstep"' in text:
-            return {"state": "current"}
-        if "'forward_microstep'" in text or '"forward_microstep"' in text:
-            return {"state": "old"}
-        return {"state": "unknown", "why": "no timer names in engine.py"}
-    if rule_id == "fp16-compute-capability":
-        if "DS_ALLOW_DEPRECATED_FP16" in text:
-            return {"state": "current"}
-        if "def is_fp16_supported" in text and "major >= 7" in text:
-            return {"state": "old"}
-        return {"state": "unknown", "why": "no compute capability test in is_fp16_supported"}
-    if rule_id == "jit-arch-list-numbers":
-        if "int(part.split('+')[0]) for part in cc.split('.')" in text:
-            return {"state": "current"}
-        return {"state": "unknown", "why": "no numeric sort of the JIT arch list in builder.py"}
-    raise KeyError(rule_id)
+    return {"state": "unknown", "why": why}
+
+
+def _has_marker(text: str, markers: tuple[tuple[str, ...], ...]) -> bool:
+    """Whether ``text`` holds every string of one of ``markers``."""
+    return any(all(s in text for s in marker) for marker in markers)
 
 
 def read_source(location: str, rel_paths: tuple[str, ...]) -> tuple[str | None, str | None, str | None]:
