@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from zdoctor.core import packages
 from zdoctor.core.model import ProbeResult, Remedy
 from zdoctor.core.registry import Facts
 from zdoctor.layers.driver_parts import check_driverparts as driverparts
@@ -205,3 +206,19 @@ def test_the_libaio_check_follows_the_release_rule_on_an_rpm_node():
     assert [r.commands for r in f.remedies] == [["python -m pip install --upgrade 'deepspeed>=0.4.4'",
                                                  "dnf install -y libaio-devel"]]
     assert "Not offered: installing libaio-devel alone" in f.detail
+
+
+#: The operations each manager documents (pacman(8): -S, -Syu, -R; apk(8): add, del, fix): a command line
+#: of zdoctor's for Arch or Alpine starts with one of them, never with a verb the tool does not have.
+DOCUMENTED = {"pacman": (r"pacman -S --noconfirm \S", r"pacman -Syu --noconfirm \S", r"pacman -R --noconfirm \S"),
+              "apk": (r"apk add \S", r"apk add --upgrade \S", r"apk fix --reinstall \S", r"apk del \S")}
+
+
+@pytest.mark.parametrize("manager", [packages.PACMAN, packages.APK], ids=lambda m: m.family)
+def test_arch_and_alpine_commands_are_their_managers_own(manager):
+    lines = [*manager.install("libaio"), *manager.reinstall("glibc"), *manager.upgrade("gcc-libs"),
+             *manager.remove("nvidia-utils")]
+    for line in lines:
+        assert any(re.fullmatch(form + r".*", line) for form in DOCUMENTED[manager.family]), line
+    assert not any(f" {verb} -y" in line for line in lines for verb in ("reinstall", "upgrade", "remove"))
+    assert "versionlock" not in manager.hold("nvidia-utils")

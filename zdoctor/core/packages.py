@@ -38,9 +38,17 @@ NAMES: dict[str, dict[str, str]] = {
 }
 
 
-#: How apt and zypper reinstall or upgrade an installed package (the other managers name the action).
-_APT_FLAGS = {"reinstall": "--reinstall", "upgrade": "--only-upgrade"}
-_ZYPPER_COMMANDS = {"reinstall": "install -y --force", "upgrade": "update -y"}
+#: How each manager installs an installed package again or upgrades it (``{}``: the package names). pacman has
+#: no partial upgrade (Arch supports only the whole system's, ``-Syu``); apk's ``fix --reinstall`` installs again.
+_AGAIN = {
+    "apt": {"reinstall": "apt-get install -y --reinstall {}", "upgrade": "apt-get install -y --only-upgrade {}"},
+    "zypper": {"reinstall": "zypper install -y --force {}", "upgrade": "zypper update -y {}"},
+    "pacman": {"reinstall": "pacman -S --noconfirm {}", "upgrade": "pacman -Syu --noconfirm {}"},
+    "apk": {"reinstall": "apk fix --reinstall {}", "upgrade": "apk add --upgrade {}"},
+}
+#: How each manager removes a package (dnf and yum: ``remove -y``).
+_REMOVE = {"apt": "apt-get remove -y {}", "zypper": "zypper remove -y {}", "pacman": "pacman -R --noconfirm {}",
+           "apk": "apk del {}"}
 
 
 @dataclass(frozen=True)
@@ -69,16 +77,14 @@ class PackageManager:
         return self._installed_again("upgrade", package)
 
     def _installed_again(self, action: str, package: str) -> list[str]:
-        """``action`` (reinstall | upgrade) on an installed package: apt installs it again with a flag after
-        refreshing its lists, zypper has a command of its own, the others name the action."""
-        if self.family == "apt":
-            return ["apt-get update", f"apt-get install -y {_APT_FLAGS[action]} {package}"]
-        if self.family == "zypper":
-            return [f"zypper {_ZYPPER_COMMANDS[action]} {package}"]
-        return [f"{self.tool} {action} -y {package}"]
+        """``action`` (reinstall | upgrade) on an installed package, in this manager's own words (apt
+        refreshes its lists first)."""
+        refresh = ["apt-get update"] if self.family == "apt" else []
+        line = _AGAIN.get(self.family, {}).get(action, f"{self.tool} {action} -y {{}}")
+        return [*refresh, line.format(package)]
 
     def remove(self, package: str) -> list[str]:
-        return [f"{self.tool} remove -y {package}"]
+        return [_REMOVE.get(self.family, f"{self.tool} remove -y {{}}").format(package)]
 
     def hold(self, packages: str) -> str:
         """The line that keeps upgrades off ``packages``, and the plugin it needs, if any."""
@@ -86,6 +92,10 @@ class PackageManager:
             return f"`apt-mark hold {packages}`"
         if self.family == "zypper":
             return f"`zypper addlock {packages}`"
+        if self.family == "pacman":
+            return f"`IgnorePkg = {packages}` in /etc/pacman.conf"
+        if self.family == "apk":
+            return f"`apk add` of each of {packages} pinned to its installed version (`name=version`)"
         plugin = "yum-plugin-versionlock" if self.tool == "yum" else "python3-dnf-plugin-versionlock"
         return f"`{self.tool} versionlock add {packages}` (package {plugin})"
 
