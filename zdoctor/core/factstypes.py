@@ -1818,8 +1818,13 @@ class PyenvTorchCudaCheck(TypedDict, total=False):
 class PyenvTorchImport(TypedDict, total=False):
     """Facts at ``pyenv.torch.import``."""
 
-    seconds: float
+    error: Optional[str]
+    error_line: Optional[str]
+    error_type: Optional[str]
+    seconds: Optional[float]
+    signal: Optional[str]
     state: str
+    traceback: Optional[str]
 
 
 #: Facts at ``pyenv.torch`` (``import`` is a keyword, so the functional form).

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from zdoctor.core.factstypes import PyenvTorchImport
 from zdoctor.core.model import Finding, Remedy
 from zdoctor.core.registry import CheckSpec, Facts, check, predicate
 from zdoctor.proc.target import DEFAULT_PYTHON
@@ -173,8 +174,13 @@ def check_torch_import(facts: Facts, me: CheckSpec) -> list[Finding]:
 
 # -- predicates ------------------------------------------------------------------------------------
 
+def _torch_import(facts: Facts) -> PyenvTorchImport:
+    """How ``import torch`` went in the target interpreter (empty when the probe did not answer)."""
+    return ((facts.of("pyenv") or {}).get("torch") or {}).get("import") or {}
+
+
 def _torch_state(facts: Facts) -> str | None:
-    return facts.get_fact("pyenv", "torch", "import", "state")
+    return _torch_import(facts).get("state")
 
 
 @predicate("interpreter_unusable", doc="the target interpreter is missing, not Python, too old or crashed",
@@ -204,5 +210,5 @@ def torch_import_hung(facts: Facts) -> bool:
 @predicate("glibcxx_error", doc="the torch import error names a missing GLIBCXX/CXXABI version",
            probes=("pyenv",))
 def glibcxx_error(facts: Facts) -> bool:
-    line = facts.get_fact("pyenv", "torch", "import", "error_line") or ""
+    line = _torch_import(facts).get("error_line") or ""
     return "not found" in line and ("GLIBCXX_" in line or "CXXABI_" in line)
