@@ -4,6 +4,7 @@ side by side, Python's sysconfig compilers, and devtoolset/gcc-toolset on PATH."
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
 from zdoctor.core.model import Finding, Remedy
@@ -30,7 +31,7 @@ def _compiler_name(c: dict[str, Any]) -> str:
     return f"{fam} {c['version']}" if c.get("version") else fam
 
 
-def install_remedies(distro: dict[str, Any]) -> list[Remedy]:
+def install_remedies(distro: Mapping[str, Any]) -> list[Remedy]:
     """Install the C++ compiler with this node's package manager (root), by its package name there."""
     out = []
     for pm in managers(distro):
