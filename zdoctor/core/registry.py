@@ -231,19 +231,6 @@ class Facts(typing.Mapping[str, "ProbeResult"]):
                            and (not labels or e.label.startswith(labels)))
         return out
 
-    def get_fact(self, probe: str, *path: str | int, default: Any = None) -> Any:
-        """``facts.get_fact("pyenv", "torch", "version")``: the value, or ``default`` if any step is missing."""
-        res = self._results.get(probe)
-        if res is None or res.status != "ok":
-            return default
-        cur: Any = res.facts
-        for key in path:
-            try:
-                cur = cur[key]
-            except (KeyError, IndexError, TypeError):
-                return default
-        return cur
-
 
 @dataclass(frozen=True)
 class ProbeSpec:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zdoctor.core.errors import InputError
+from zdoctor.core.keypath import value_at
 from zdoctor.layers.offload.hjsonreader import (
     DuplicateKeyError,
     KeyPath,
@@ -44,13 +45,7 @@ class DsConfig:
     json_error: str | None = None
 
     def get(self, path: KeyPath, default: Any = None) -> Any:
-        cur: Any = self.data
-        for part in path:
-            try:
-                cur = cur[part]
-            except (KeyError, IndexError, TypeError):
-                return default
-        return cur
+        return value_at(self.data, path, default)
 
     def has(self, path: KeyPath) -> bool:
         return path in self.spans
