@@ -25,7 +25,8 @@ class ProbeHost(typing.Protocol):
     def result(self, name: str) -> ProbeResult: ...
 
 
-ProbeFunc = typing.Callable[[ProbeHost], "tuple[dict[str, Any], list[Evidence]]"]
+#: A probe: its facts (the typed record it declares, see :mod:`zdoctor.core.factstypes`) and their evidence.
+ProbeFunc = typing.Callable[[ProbeHost], "tuple[Mapping[str, Any], list[Evidence]]"]
 
 
 class Facts(typing.Mapping[str, "ProbeResult"]):
