@@ -427,7 +427,7 @@ def try_without_lock(lock: dict[str, Any], op: dict[str, Any] | None, host: Any)
 
 @probe("locktrial", title="Stale JIT locks: the op loaded from a lock-free copy", timeout=TRIAL_TIMEOUT + 120,
        needs=("jitcache", "processes"), facts=LocktrialFacts)
-def locktrial_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
+def locktrial_probe(host) -> tuple[LocktrialFacts, list[Evidence]]:
     """For each stale lock, prove (or disprove) that removing it is the fix, without removing it."""
     procs = host.result("processes")
     jit = host.result("jitcache")
