@@ -2028,8 +2028,8 @@ class SystemFacts(TypedDict, total=False):
     """Facts at ``system``."""
 
     arch: str
-    cpus: int
-    glibc: str
+    cpus: Optional[int]
+    glibc: Optional[str]
     hostname: str
     kernel: str
     memory: Dict[str, int]
