@@ -409,14 +409,14 @@ class DsreleaseFacts(TypedDict, total=False):
 class GlibcFacts(TypedDict, total=False):
     """Facts at ``glibc``."""
 
-    host: str
+    host: Optional[str]
     libs_read: int
     owners: Dict[str, Any]
     skipped: str
-    torch_location: str
-    torch_needs: str
+    torch_location: Optional[str]
+    torch_needs: Optional[str]
     torch_needs_by: List[Any]
-    wheel_tag_glibc: str
+    wheel_tag_glibc: Optional[str]
     wheel_tags: List[Any]
 
 
@@ -2203,7 +2203,7 @@ class TrainlogFacts(TypedDict, total=False):
 class DriverPartsFacts(TypedDict, total=False):
     """Facts at ``driver_parts``: the GPU driver's kernel module, libraries, packages and Fabric Manager."""
 
-    boot_time: int
+    boot_time: Optional[int]
     distro: Any
     fabric: Any
     history: Any
