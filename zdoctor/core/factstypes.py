@@ -770,7 +770,7 @@ class JitcacheDeepspeed(TypedDict, total=False):
     """Facts at ``jitcache.deepspeed``."""
 
     installed: bool
-    location: str
+    location: Optional[str]
     prebuilt_ops: List[Any]
 
 
@@ -792,7 +792,7 @@ class JitcacheFacts(TypedDict, total=False):
     corrupt: List[Any]
     deepspeed: JitcacheDeepspeed
     env: Dict[str, str]
-    expected_tag: str
+    expected_tag: Optional[str]
     locks: List[Any]
     ops: List[Any]
     python_version: str
