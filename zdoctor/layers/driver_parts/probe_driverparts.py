@@ -221,7 +221,7 @@ def collect_driver_parts(env: dict[str, str], executable: str | None, *, proc_ve
     module = collect_module(proc_version, sys_version)
     stat = kmod.read_text("/proc/stat")
     facts: DriverPartsFacts = {"module": module, "packages": packages, "distro": read_os_release(),
-                             "boot_time": driverpkg.boot_time(stat)}
+                               "boot_time": driverpkg.boot_time(stat)}
     if not module["loaded"]:
         why = f"no NVIDIA kernel module loaded ({proc_version} absent)"
         if packages.get("release"):

@@ -421,7 +421,7 @@ def gpu_env_probe(host: Any) -> tuple[GpuEnvFacts, list[Evidence]]:
     env = _env(host)
     opts = _options(host)
     facts: GpuEnvFacts = {"vars": envreview.relevant(env), "gpus_per_node": opts.get("gpus_per_node"),
-                             "nodes": opts.get("nodes")}
+                          "nodes": opts.get("nodes")}
     text = "\n".join(f"{k}={v}" for k, v in facts["vars"].items()) or "(none set)"
     return facts, [Evidence.note("NCCL / CUDA variables of the training environment", text)]
 

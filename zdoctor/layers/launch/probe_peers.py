@@ -79,7 +79,7 @@ def collect_peers(hosts: list[dict[str, Any]], master: dict[str, Any] | None, *,
                   run_as: Any = None, nodes: int | None = None) -> tuple[PeersFacts, list[Evidence]]:
     """The ``peers`` facts: ``hosts`` are ``{host, addresses}`` (the hostfile's name lookups)."""
     facts: PeersFacts = {"hosts": [], "master": None, "own_name": own_name(), "nodes": nodes,
-                             "skipped_hosts": max(0, len(hosts) - SSH_MAX_HOSTS)}
+                         "skipped_hosts": max(0, len(hosts) - SSH_MAX_HOSTS)}
     todo = [h for h in hosts[:SSH_MAX_HOSTS] if h.get("addresses")]
 
     def port_for(name: str) -> tuple[int, str]:

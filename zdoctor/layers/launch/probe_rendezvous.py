@@ -52,7 +52,7 @@ def collect_rendezvous(ports: list[tuple[int, str]], env: dict[str, str], launch
                        job_pids: list[int] | None = None) -> tuple[RendezvousFacts, list[Evidence]]:
     """The ``rendezvous`` facts for ``ports``."""
     facts: RendezvousFacts = {"ports": [], "free_port": None, "launcher": launcher,
-                             "slurm": any(k.startswith("SLURM_") for k in env), "job_pids": list(job_pids or [])}
+                              "slurm": any(k.startswith("SLURM_") for k in env), "job_pids": list(job_pids or [])}
     rows = []
     for port, where in ports:
         listeners = port_listeners(port)

@@ -87,8 +87,8 @@ def collect_glibc(pyenv: dict[str, Any]) -> tuple[GlibcFacts, list[Evidence]]:
     tag_glibcs = [g for g in (tag_glibc(t) for t in tags) if g]
     tag_need = max(tag_glibcs, default=None, key=lambda v: tuple(int(p) for p in v.split(".")))
     facts: GlibcFacts = {"host": host_glibc(pyenv), "torch_location": loc, "torch_needs": top,
-             "torch_needs_by": [x for x in per_lib if x["newest"] == top][:3], "wheel_tags": tags,
-             "wheel_tag_glibc": tag_need, "libs_read": len(libs)}
+                         "torch_needs_by": [x for x in per_lib if x["newest"] == top][:3], "wheel_tags": tags,
+                         "wheel_tag_glibc": tag_need, "libs_read": len(libs)}
     rows = [["host glibc", "gnu_get_libc_version", facts["host"] or "unknown"],
             ["torch needs (ELF version needs)", f"{len(libs)} libraries under {loc or '-'}",
              top or "unknown"],

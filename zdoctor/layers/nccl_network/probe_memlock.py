@@ -29,9 +29,9 @@ def _show(v: Any) -> str:
 def collect_memlock(shell: dict[str, Any], pids: list[int], hosts: list[str], *, run_as: Any = None,
                     port: str | None = None, launcher: str | None = None) -> tuple[MemlockPathsFacts, list[Evidence]]:
     facts: MemlockPathsFacts = {"shell": {"soft_kb": shell.get("memlock_soft_kb"),
-                                       "hard_kb": shell.get("memlock_hard_kb")},
-                             "ranks": [process_memlock(p) for p in pids[:MAX_RANKS]], "ssh": [],
-                             "ssh_skipped": None, "launcher": launcher}
+                                          "hard_kb": shell.get("memlock_hard_kb")},
+                                "ranks": [process_memlock(p) for p in pids[:MAX_RANKS]], "ssh": [],
+                                "ssh_skipped": None, "launcher": launcher}
     if hosts:
         facts["ssh"] = ssh_memlock(hosts[:SSH_MAX_HOSTS], run_as, port)
     else:
