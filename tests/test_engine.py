@@ -21,7 +21,7 @@ GOOD = FIXTURES / "good"
 
 
 def _alpha_ok(facts: registry.Facts) -> list[Finding]:
-    value = facts.get_fact("alpha", "value", default=0)
+    value = (facts.of("alpha") or {}).get("value", 0)
     return [Finding(id="alpha.level", status="fail" if value > 10 else "ok", title=f"alpha is {value}")]
 
 
@@ -33,9 +33,9 @@ def _boom(facts: registry.Facts) -> bool:
 def vocabulary(monkeypatch: pytest.MonkeyPatch) -> None:
     """Test-only probes, checks and predicates; monkeypatch removes them afterwards."""
     preds = {
-        "alpha_high": (lambda f: f.get_fact("alpha", "value", default=0) > 10, ("alpha",)),
-        "beta_present": (lambda f: f.get_fact("beta", "present", default=False), ("beta",)),
-        "has_gamma": (lambda f: f.get_fact("gamma", "installed") is True, ("gamma",)),
+        "alpha_high": (lambda f: (f.of("alpha") or {}).get("value", 0) > 10, ("alpha",)),
+        "beta_present": (lambda f: (f.of("beta") or {}).get("present", False), ("beta",)),
+        "has_gamma": (lambda f: (f.of("gamma") or {}).get("installed") is True, ("gamma",)),
         "boom": (_boom, ("alpha",)),
     }
     for name, (func, probes) in preds.items():

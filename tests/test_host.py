@@ -55,7 +55,7 @@ def test_vocabulary():
 
     @registry.check("t.value", title="value check", probes=("t.ok",))
     def value_check(facts: Facts, me: registry.CheckSpec):
-        v = facts.get_fact("t.ok", "value")
+        v = (facts.of("t.ok") or {}).get("value")
         return [Finding("t.value", "ok" if v == 42 else "fail", f"value is {v}")]
 
     @registry.check("t.broken", title="broken check", probes=("t.ok",))

@@ -319,19 +319,7 @@ class CudalookupLink(TypedDict, total=False):
 
 
 class CudalookupLoader(TypedDict, total=False):
-    """Facts at ``cudalookup.loader``."""
-
-    error: Optional[str]
-    label: str
-    path: Optional[str]
-    realpath: Optional[str]
-    stub: bool
-    tried: List[List[str]]
-    via: Optional[str]
-
-
-class CudalookupLoaderDev(TypedDict, total=False):
-    """Facts at ``cudalookup.loader_dev``."""
+    """Facts at ``cudalookup.loader`` and ``cudalookup.loader_dev``."""
 
     error: Optional[str]
     label: str
@@ -371,7 +359,7 @@ class CudalookupFacts(TypedDict, total=False):
     libs_ran: bool
     link: CudalookupLink
     loader: CudalookupLoader
-    loader_dev: CudalookupLoaderDev
+    loader_dev: CudalookupLoader
     plans: Dict[str, Any]
     skipped: str
     toolkit_stubs: List[Any]
@@ -421,14 +409,14 @@ class DsreleaseFacts(TypedDict, total=False):
 class GlibcFacts(TypedDict, total=False):
     """Facts at ``glibc``."""
 
-    host: str
+    host: Optional[str]
     libs_read: int
     owners: Dict[str, Any]
     skipped: str
-    torch_location: str
-    torch_needs: str
+    torch_location: Optional[str]
+    torch_needs: Optional[str]
     torch_needs_by: List[Any]
-    wheel_tag_glibc: str
+    wheel_tag_glibc: Optional[str]
     wheel_tags: List[Any]
 
 
@@ -782,7 +770,7 @@ class JitcacheDeepspeed(TypedDict, total=False):
     """Facts at ``jitcache.deepspeed``."""
 
     installed: bool
-    location: str
+    location: Optional[str]
     prebuilt_ops: List[Any]
 
 
@@ -804,7 +792,7 @@ class JitcacheFacts(TypedDict, total=False):
     corrupt: List[Any]
     deepspeed: JitcacheDeepspeed
     env: Dict[str, str]
-    expected_tag: str
+    expected_tag: Optional[str]
     locks: List[Any]
     ops: List[Any]
     python_version: str
@@ -815,16 +803,8 @@ class JitcacheFacts(TypedDict, total=False):
     unscanned: List[Any]
 
 
-class JitprereqCompilePlain(TypedDict, total=False):
-    """Facts at ``jitprereq.compile.plain``."""
-
-    error: Any
-    ok: bool
-    stderr: str
-
-
-class JitprereqCompileWithPythonH(TypedDict, total=False):
-    """Facts at ``jitprereq.compile.with_python_h``."""
+class JitprereqCompileTrial(TypedDict, total=False):
+    """Facts at ``jitprereq.compile.plain`` and ``jitprereq.compile.with_python_h``: one compile."""
 
     error: Any
     ok: bool
@@ -850,8 +830,8 @@ class JitprereqCompile(TypedDict, total=False):
     compiler: str
     error: Optional[str]
     no_space: Any
-    plain: JitprereqCompilePlain
-    with_python_h: JitprereqCompileWithPythonH
+    plain: JitprereqCompileTrial
+    with_python_h: JitprereqCompileTrial
 
 
 class JitprereqNinja(TypedDict, total=False):
@@ -1260,8 +1240,8 @@ class NcclFacts(TypedDict, total=False):
     wheels: List[NcclWheels]
 
 
-class NcclLogBootstrap(TypedDict, total=False):
-    """Facts at ``nccl_log.bootstrap``."""
+class NcclLogInterface(TypedDict, total=False):
+    """Facts at ``nccl_log.bootstrap``, ``nccl_log.ib_oob`` and ``nccl_log.socket[]``: an interface NCCL named."""
 
     address: str
     ifname: str
@@ -1275,32 +1255,18 @@ class NcclLogIb(TypedDict, total=False):
     port: int
 
 
-class NcclLogIbOob(TypedDict, total=False):
-    """Facts at ``nccl_log.ib_oob``."""
-
-    address: str
-    ifname: str
-
-
-class NcclLogSocket(TypedDict, total=False):
-    """Facts at ``nccl_log.socket[]``."""
-
-    address: str
-    ifname: str
-
-
 class NcclLogFacts(TypedDict, total=False):
     """Facts at ``nccl_log``."""
 
-    bootstrap: Optional[NcclLogBootstrap]
+    bootstrap: Optional[NcclLogInterface]
     ib: List[NcclLogIb]
     ib_none: bool
-    ib_oob: Optional[NcclLogIbOob]
+    ib_oob: Optional[NcclLogInterface]
     ifname_env: Optional[str]
     network: Optional[str]
     seen: bool
     skipped: str
-    socket: List[NcclLogSocket]
+    socket: List[NcclLogInterface]
     sources: List[str]
     unread: List[str]
     warns: List[str]
@@ -1611,17 +1577,8 @@ class P2pFacts(TypedDict, total=False):
     skipped: str
 
 
-class ProcessesProcessesLibgccS(TypedDict, total=False):
-    """Facts at ``processes.processes[].libgcc_s[]``."""
-
-    deleted: bool
-    dev: str
-    inode: int
-    path: str
-
-
-class ProcessesProcessesLibstdcxx(TypedDict, total=False):
-    """Facts at ``processes.processes[].libstdcxx[]``."""
+class ProcessesMappedLib(TypedDict, total=False):
+    """Facts at ``processes.processes[].libgcc_s[]`` and ``processes.processes[].libstdcxx[]``: a mapped library."""
 
     deleted: bool
     dev: str
@@ -1640,8 +1597,8 @@ class ProcessesProcesses(TypedDict, total=False):
     elapsed_s: float
     environ: Dict[str, str]
     errors: Dict[str, Any]
-    libgcc_s: List[ProcessesProcessesLibgccS]
-    libstdcxx: List[ProcessesProcessesLibstdcxx]
+    libgcc_s: List[ProcessesMappedLib]
+    libstdcxx: List[ProcessesMappedLib]
     matched: str
     name: str
     open_files: List[Any]
@@ -1684,38 +1641,8 @@ class PyenvDeepspeed(TypedDict, total=False):
     version: str
 
 
-class PyenvPackagesDeepspeed(TypedDict, total=False):
-    """Facts at ``pyenv.packages.deepspeed``."""
-
-    dist: str
-    installed: bool
-    location: str
-    origin: str
-    version: str
-
-
-class PyenvPackagesNinja(TypedDict, total=False):
-    """Facts at ``pyenv.packages.ninja``."""
-
-    dist: str
-    installed: bool
-    location: str
-    origin: str
-    version: str
-
-
-class PyenvPackagesNumpy(TypedDict, total=False):
-    """Facts at ``pyenv.packages.numpy``."""
-
-    dist: str
-    installed: bool
-    location: str
-    origin: str
-    version: str
-
-
-class PyenvPackagesTorch(TypedDict, total=False):
-    """Facts at ``pyenv.packages.torch``."""
+class PyenvPackage(TypedDict, total=False):
+    """Facts at ``pyenv.packages.*``: one distribution as the target interpreter sees it."""
 
     dist: Optional[str]
     installed: bool
@@ -1724,25 +1651,15 @@ class PyenvPackagesTorch(TypedDict, total=False):
     version: Optional[str]
 
 
-class PyenvPackagesTriton(TypedDict, total=False):
-    """Facts at ``pyenv.packages.triton``."""
-
-    dist: Any
-    installed: bool
-    location: Any
-    origin: Any
-    version: Any
-
-
 class PyenvPackages(TypedDict, total=False):
     """Facts at ``pyenv.packages``."""
 
-    deepspeed: PyenvPackagesDeepspeed
+    deepspeed: PyenvPackage
     mpi4py: Dict[str, Any]
-    ninja: PyenvPackagesNinja
-    numpy: PyenvPackagesNumpy
-    torch: PyenvPackagesTorch
-    triton: PyenvPackagesTriton
+    ninja: PyenvPackage
+    numpy: PyenvPackage
+    torch: PyenvPackage
+    triton: PyenvPackage
 
 
 class PyenvPythonConda(TypedDict, total=False):
@@ -1818,8 +1735,13 @@ class PyenvTorchCudaCheck(TypedDict, total=False):
 class PyenvTorchImport(TypedDict, total=False):
     """Facts at ``pyenv.torch.import``."""
 
-    seconds: float
+    error: Optional[str]
+    error_line: Optional[str]
+    error_type: Optional[str]
+    seconds: Optional[float]
+    signal: Optional[str]
     state: str
+    traceback: Optional[str]
 
 
 #: Facts at ``pyenv.torch`` (``import`` is a keyword, so the functional form).
@@ -2106,8 +2028,8 @@ class SystemFacts(TypedDict, total=False):
     """Facts at ``system``."""
 
     arch: str
-    cpus: int
-    glibc: str
+    cpus: Optional[int]
+    glibc: Optional[str]
     hostname: str
     kernel: str
     memory: Dict[str, int]
@@ -2281,7 +2203,7 @@ class TrainlogFacts(TypedDict, total=False):
 class DriverPartsFacts(TypedDict, total=False):
     """Facts at ``driver_parts``: the GPU driver's kernel module, libraries, packages and Fabric Manager."""
 
-    boot_time: int
+    boot_time: Optional[int]
     distro: Any
     fabric: Any
     history: Any

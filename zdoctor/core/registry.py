@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from zdoctor.core import factstypes as ft
-from zdoctor.core.jsondoc import value_at
 from zdoctor.core.model import Evidence, Finding, ProbeResult
 from zdoctor.core.nodelayers import layer_of
 from zdoctor.core.shape import shape_of
@@ -26,7 +25,8 @@ class ProbeHost(typing.Protocol):
     def result(self, name: str) -> ProbeResult: ...
 
 
-ProbeFunc = typing.Callable[[ProbeHost], "tuple[dict[str, Any], list[Evidence]]"]
+#: A probe: its facts (the typed record it declares, see :mod:`zdoctor.core.factstypes`) and their evidence.
+ProbeFunc = typing.Callable[[ProbeHost], "tuple[Mapping[str, Any], list[Evidence]]"]
 
 
 class Facts(typing.Mapping[str, "ProbeResult"]):
@@ -237,13 +237,6 @@ class Facts(typing.Mapping[str, "ProbeResult"]):
                 out.extend(e for e in res.evidence if (kinds is None or e.kind in kinds)
                            and (not labels or e.label.startswith(labels)))
         return out
-
-    def get_fact(self, probe: str, *path: str | int, default: Any = None) -> Any:
-        """``facts.get_fact("pyenv", "torch", "version")``: the value, or ``default`` if any step is missing."""
-        res = self._results.get(probe)
-        if res is None or res.status != "ok":
-            return default
-        return value_at(res.facts, path, default)
 
 
 @dataclass(frozen=True)

@@ -41,10 +41,10 @@ def _read(path: str, evidence: list[Evidence]) -> str | None:
 
 
 @probe("system", title="The node at a glance", timeout=5.0, facts=SystemFacts)
-def system(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
+def system(host: Any) -> tuple[SystemFacts, list[Evidence]]:
     """Host name, OS, kernel, architecture, CPU count, memory and the C library."""
     evidence: list[Evidence] = []
-    facts: dict[str, Any] = {
+    facts: SystemFacts = {
         "hostname": socket.gethostname(),
         "os": os_pretty_name(),
         "kernel": platform.release(),

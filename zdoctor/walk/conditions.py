@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Union
 
+from zdoctor.core.jsondoc import value_at
 from zdoctor.core.model import STATUSES, Finding
 from zdoctor.core.plural import noun_for
 from zdoctor.core.registry import CHECKS, owner_check
@@ -139,7 +140,8 @@ def holds(cond: Condition, facts: Any, findings_of: Callable[[str], list[Finding
         if owner is None:
             raise ValueError(f"no registered check produces finding {cond.finding!r}")
         return any(cond.matches(f.id) and f.status in cond.status for f in findings_of(owner))
-    value = facts.get_fact(cond.probe, *cond.path, default=_MISSING)
+    record = facts.of(cond.probe)
+    value = _MISSING if record is None else value_at(record, cond.path, default=_MISSING)
     if cond.present is not None:
         return (value is not _MISSING and value is not None) == cond.present
     if value is _MISSING:

@@ -92,8 +92,8 @@ def scope(symptom: Symptom, findings: Iterable[Finding]) -> tuple[list[str], lis
 def config_values(keys: str, facts: Any) -> list[str]:
     """Each config key (comma-separated ``keys``) as the job's ds_config sets it, where the ``dsconfig``
     probe read it (``zero_optimization.offload_param.buffer_count = 4 (set)``)."""
-    get = getattr(facts, "get_fact", None)
-    settings = get("dsconfig", "settings", default=None) if callable(get) else None
+    of = getattr(facts, "of", None)
+    settings = ((of("dsconfig") if callable(of) else None) or {}).get("settings")
     out: list[str] = []
     for key in [k for k in keys.split(",") if k]:
         for block in (settings or {}).values() if isinstance(settings, dict) else ():

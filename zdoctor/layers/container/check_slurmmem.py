@@ -67,7 +67,7 @@ def check_slurm_memory(facts: Facts, me: CheckSpec) -> list[Finding]:
     if slurm is None:
         return [me.not_checked(facts.why_not("slurm_job"))]
     ev = facts.evidence("slurm_job") + facts.evidence("container")
-    mem = facts.get_fact("container", "cgroup", "memory", default=None) or {}
+    mem = ((facts.of("container") or {}).get("cgroup") or {}).get("memory") or {}
     limit, kills = mem.get("limit"), mem.get("oom_kill")
     where = f"{mem.get('limit_file')} of {mem.get('limit_cgroup')}" if mem.get("limit_cgroup") else None
     lines = [f"{s.where or s.source}: {s.text}" for s in said[:3]]

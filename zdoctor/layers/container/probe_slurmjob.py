@@ -18,7 +18,7 @@ from zdoctor.proc.target import target_of
 
 @probe("slurm_job", title="The Slurm job and its memory request (SLURM_* variables)", timeout=5,
        facts=SlurmJobFacts)
-def slurm_job_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
+def slurm_job_probe(host: Any) -> tuple[SlurmJobFacts, list[Evidence]]:
     """Read the job's SLURM_* variables: its id and step, and --mem / --mem-per-cpu / --mem-per-gpu."""
     facts = job_memory(target_of(host).env)
     rows = [[k, v] for k, v in sorted(facts["variables"].items())] or [["SLURM_JOB_ID", "not set: not a Slurm job"]]

@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from zdoctor.core.factstypes import SlurmJobFacts
+
 MIB = 1024 * 1024
 #: The request variables, the option each stands for and whether it counts per CPU or per GPU.
 MEMORY_REQUESTS = (("SLURM_MEM_PER_NODE", "--mem", None), ("SLURM_MEM_PER_CPU", "--mem-per-cpu", "SLURM_CPUS_ON_NODE"),
@@ -32,7 +34,7 @@ def _count(value: str | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def job_memory(env: Mapping[str, str]) -> dict[str, Any]:
+def job_memory(env: Mapping[str, str]) -> SlurmJobFacts:
     """The job's Slurm identity and memory request from ``env``.
 
     ``in_job``: SLURM_JOB_ID is set; ``variables``: the SLURM_* variables read; ``request``: {variable,
@@ -41,8 +43,8 @@ def job_memory(env: Mapping[str, str]) -> dict[str, Any]:
     partition's default applies); ``bad``: request variables whose value is not a number of megabytes.
     """
     variables = {k: env[k] for k in (*JOB_VARIABLES, *(r[0] for r in MEMORY_REQUESTS)) if k in env}
-    out: dict[str, Any] = {"in_job": bool(env.get("SLURM_JOB_ID")), "job_id": env.get("SLURM_JOB_ID"),
-                           "step_id": env.get("SLURM_STEP_ID"), "variables": variables, "request": None, "bad": []}
+    out: SlurmJobFacts = {"in_job": bool(env.get("SLURM_JOB_ID")), "job_id": env.get("SLURM_JOB_ID"),
+                          "step_id": env.get("SLURM_STEP_ID"), "variables": variables, "request": None, "bad": []}
     for var, option, per_var in MEMORY_REQUESTS:
         if var not in env:
             continue

@@ -75,32 +75,36 @@ def _driver_table(facts: Mapping[str, Any]) -> Evidence:
                              ["where", "name", "file"], rows, hl)
 
 
+def _stub_finding(me: CheckSpec, facts: Mapping[str, Any], sym: Facts, table: Evidence, status: str, title: str,
+                  detail: str) -> Finding:
+    """The finding that a toolkit's stub libcuda is what a name resolves to: the fixes that take the stubs
+    directory off the search path, and the messages a stub gives (cuda-stub, CUDA error 34) it explains."""
+    return Finding(id=me.id("stub"), status=status, title=title, detail=detail, evidence=[table],
+                   remedies=_remedies(facts, "stub"),
+                   explains=ids_for(sym, "cuda-stub") + ids_for(sym, "cuda-error", number="34"))
+
+
 def _libcuda(me: CheckSpec, facts: Mapping[str, Any], probs: dict[str, Any], sym: Facts) -> list[Finding]:
     """The driver library: in the cache, where else, what the loader gives the process (a stub?)."""
     table = _driver_table(facts)
     loader = facts.get("loader") or {}
     out: list[Finding] = []
     if probs["stub"]:
-        out.append(Finding(
-            id=me.id("stub"), status="fail",
-            title=f"The training process would load the toolkit's stub libcuda ({loader.get('path')}), "
-                  "not the driver's",
-            detail=f"The loader resolves {cl.LIBCUDA} for the training process to {loader.get('path')} "
-                   f"{loader.get('label') or ''}: a stub library from a CUDA toolkit's stubs directory, made for "
-                   "linking only. Every CUDA call then fails with error 34 (CUDA driver is a stub library).",
-            evidence=[table], remedies=_remedies(facts, "stub"),
-            explains=ids_for(sym, "cuda-stub") + ids_for(sym, "cuda-error", number="34")))
+        out.append(_stub_finding(
+            me, facts, sym, table, "fail",
+            f"The training process would load the toolkit's stub libcuda ({loader.get('path')}), not the driver's",
+            f"The loader resolves {cl.LIBCUDA} for the training process to {loader.get('path')} "
+            f"{loader.get('label') or ''}: a stub library from a CUDA toolkit's stubs directory, made for "
+            "linking only. Every CUDA call then fails with error 34 (CUDA driver is a stub library)."))
     if probs["stub_dev"]:
         dev = facts.get("loader_dev") or {}
-        out.append(Finding(
-            id=me.id("stub"), status="warn",
-            title=f"A dlopen of the unversioned libcuda.so would get the toolkit's stub ({dev.get('path')})",
-            detail=f"libcuda.so.1 resolves to the driver's, but libcuda.so resolves to {dev.get('path')} "
-                   f"{dev.get('label') or ''}, a toolkit stub. A library that dlopens the unversioned name (torch's "
-                   "CUDA driver API did until pytorch PR #112996) then gets error 34 (CUDA driver is a stub "
-                   "library). The stubs directory belongs on no run-time search path.",
-            evidence=[table], remedies=_remedies(facts, "stub"),
-            explains=ids_for(sym, "cuda-stub") + ids_for(sym, "cuda-error", number="34")))
+        out.append(_stub_finding(
+            me, facts, sym, table, "warn",
+            f"A dlopen of the unversioned libcuda.so would get the toolkit's stub ({dev.get('path')})",
+            f"libcuda.so.1 resolves to the driver's, but libcuda.so resolves to {dev.get('path')} "
+            f"{dev.get('label') or ''}, a toolkit stub. A library that dlopens the unversioned name (torch's "
+            "CUDA driver API did until pytorch PR #112996) then gets error 34 (CUDA driver is a stub "
+            "library). The stubs directory belongs on no run-time search path."))
     if not probs["driver"]:
         dirs = ", ".join(DRIVER_DIRS)
         out.append(Finding(id=me.id("libcuda"), status="skip", title=f"libcuda: {NO_DRIVER}",

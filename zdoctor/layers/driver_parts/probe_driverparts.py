@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gzip
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from zdoctor.core.factstypes import DriverPartsFacts
@@ -197,7 +198,7 @@ def collect_fabric(env: dict[str, str], packages: dict[str, Any], *, nvswitch: l
     return out, evidence
 
 
-def _table(facts: dict[str, Any]) -> Evidence:
+def _table(facts: Mapping[str, Any]) -> Evidence:
     m, libs, pk = facts["module"], facts["libraries"], facts["packages"]
     lc, nv = libs["libcuda"], libs["nvml"]
     last = (facts["history"] or {}).get("last_change") or {}
@@ -214,13 +215,13 @@ def _table(facts: dict[str, Any]) -> Evidence:
 
 def collect_driver_parts(env: dict[str, str], executable: str | None, *, proc_version: str = PROC_VERSION,
                          sys_version: str = SYS_VERSION, nvswitch: list[str] | None = None
-                         ) -> tuple[dict[str, Any], list[Evidence]]:
+                         ) -> tuple[DriverPartsFacts, list[Evidence]]:
     """Every part (see the module docstring); ``skipped`` when no NVIDIA kernel module is loaded."""
     packages, evidence = collect_packages(env)
     module = collect_module(proc_version, sys_version)
     stat = kmod.read_text("/proc/stat")
-    facts: dict[str, Any] = {"module": module, "packages": packages, "distro": read_os_release(),
-                             "boot_time": driverpkg.boot_time(stat)}
+    facts: DriverPartsFacts = {"module": module, "packages": packages, "distro": read_os_release(),
+                               "boot_time": driverpkg.boot_time(stat)}
     if not module["loaded"]:
         why = f"no NVIDIA kernel module loaded ({proc_version} absent)"
         if packages.get("release"):
@@ -241,7 +242,7 @@ def collect_driver_parts(env: dict[str, str], executable: str | None, *, proc_ve
 
 @probe("driver_parts", title="The driver's parts: kernel module, libraries, packages, Fabric Manager", timeout=60,
        background=True, facts=DriverPartsFacts)
-def driver_parts_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
+def driver_parts_probe(host: Any) -> tuple[DriverPartsFacts, list[Evidence]]:
     """The loaded module, the libraries the training process takes, the package record and Fabric Manager."""
     target = target_of(host)
     return collect_driver_parts(dict(target.env), target.resolve_python()[0])

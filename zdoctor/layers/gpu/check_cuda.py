@@ -102,13 +102,14 @@ def _wheel_remedy(facts: Facts, max_cuda: str | None) -> Remedy | None:
                     "and rebuild DeepSpeed's JIT ops afterwards (they are built per torch and CUDA version).")
 
 
-def _distro(facts: Facts) -> dict[str, Any] | None:
+def _distro(facts: Facts) -> Mapping[str, Any] | None:
     """The node's distribution as a probe recorded it (toolchain, else cuda_stack); None when none did."""
-    return facts.get_fact("toolchain", "distro") or facts.get_fact("cuda_stack", "distro") or None
+    return ((facts.of("toolchain") or {}).get("distro") or (facts.of("cuda_stack") or {}).get("distro")
+            or None)
 
 
 def _driver_remedy(gpus: list[dict[str, Any]] | None = None,
-                   distro: dict[str, Any] | None = None) -> list[Remedy]:
+                   distro: Mapping[str, Any] | None = None) -> list[Remedy]:
     """Upgrade the driver, one alternative per package manager this node may have."""
 
     ceil = driver_ceiling([g.get("name") or "" for g in gpus or []])
@@ -304,7 +305,7 @@ def _installed_nvcc_rule(facts: Facts) -> dict[str, Any] | None:
 
 
 def _why_rule_unread(facts: Facts) -> str:
-    rec = (facts.get_fact("dsrelease", "rules") or {}).get("nvcc-minor-tolerance") or {}
+    rec = ((facts.of("dsrelease") or {}).get("rules") or {}).get("nvcc-minor-tolerance") or {}
     return rec.get("why") or ("its files were not read" if "dsrelease" in facts else "the dsrelease probe did not run")
 
 

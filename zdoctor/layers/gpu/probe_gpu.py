@@ -416,12 +416,12 @@ def nccl_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
 
 
 @probe("gpu_env", title="NCCL / CUDA environment variables of the training", timeout=5.0, facts=GpuEnvFacts)
-def gpu_env_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
+def gpu_env_probe(host: Any) -> tuple[GpuEnvFacts, list[Evidence]]:
     """The NCCL_*, TORCH_NCCL_* and CUDA_* variables the training runs with."""
     env = _env(host)
     opts = _options(host)
-    facts: dict[str, Any] = {"vars": envreview.relevant(env), "gpus_per_node": opts.get("gpus_per_node"),
-                             "nodes": opts.get("nodes")}
+    facts: GpuEnvFacts = {"vars": envreview.relevant(env), "gpus_per_node": opts.get("gpus_per_node"),
+                          "nodes": opts.get("nodes")}
     text = "\n".join(f"{k}={v}" for k, v in facts["vars"].items()) or "(none set)"
     return facts, [Evidence.note("NCCL / CUDA variables of the training environment", text)]
 

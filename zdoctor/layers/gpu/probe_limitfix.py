@@ -26,7 +26,7 @@ TRIAL_SCRIPT = 'ulimit -n "$1" || exit 125; shift; exec "$@"'
 
 @probe("limitfix", title="The raised open-files limit, tried on the failing command", timeout=TRIAL_TIMEOUT + 30,
        needs=("symptoms", "host_limits", "livetrace"), facts=LimitfixFacts)
-def limitfix_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
+def limitfix_probe(host: Any) -> tuple[LimitfixFacts, list[Evidence]]:
     """Re-run the failing command with ``ulimit -n`` raised, when it failed for want of file descriptors."""
     target = target_of(host)
     if not target.command:

@@ -95,11 +95,21 @@ def _table(facts: Facts, label: str, columns: list[str], rows: list[list[str]], 
     return table
 
 
-def _kernel_log(me: CheckSpec, facts: Facts) -> tuple[Mapping[str, Any] | None, Finding | None]:
-    kl = facts.of("kernel_log")
+def _records(me: CheckSpec, facts: Facts, key: str, what: str
+             ) -> tuple[Mapping[str, Any], list[Any], list[Evidence], list[Finding] | None]:
+    """The kernel log's facts, its records of ``key`` and its evidence; and the findings the check ends with
+    when there is nothing to judge (None when there is): not checked when the log was not read, ``ok`` when
+    it holds no ``what`` in the window it covers."""
+    kl: Mapping[str, Any] | None = facts.of("kernel_log")
+    ev = facts.evidence("kernel_log")
     if kl is None:
-        return None, me.not_checked(facts.why_not("kernel_log"), facts.evidence("kernel_log"), sub="not-checked")
-    return kl, None
+        return {}, [], ev, [me.not_checked(facts.why_not("kernel_log"), ev, sub="not-checked")]
+    records = kl.get(key) or []
+    if not records:
+        return kl, [], ev, [me.finding(status="ok", title=f"No {what} in the kernel log since "
+                                       f"{when((kl.get('window') or {}).get('since'))}",
+                                       detail=scope(kl), evidence=ev)]
+    return kl, records, ev, None
 
 
 # -- kernel.xid ------------------------------------------------------------------------------------------
@@ -159,15 +169,9 @@ def _present_rows(kl: Mapping[str, Any], key: str | None, module: tuple[bool | N
 @check("kernel.xid", title="NVIDIA Xid records in the kernel log", probes=("kernel_log",),
        optional=("nvml", "driver_parts"), explains=("xid",), layer=LAYER)
 def check_xid(facts: Facts, me: CheckSpec) -> list[Finding]:
-    kl, skipped = _kernel_log(me, facts)
-    if kl is None:
-        return [skipped] if skipped else []
-    ev = facts.evidence("kernel_log")
-    records = kl.get("xids") or []
-    if not records:
-        return [me.finding(status="ok", title=f"No NVIDIA Xid record in the kernel log since "
-                                                   f"{when((kl.get('window') or {}).get('since'))}",
-                        detail=scope(kl), evidence=ev)]
+    kl, records, ev, ended = _records(me, facts, "xids", "NVIDIA Xid record")
+    if ended is not None:
+        return ended
     gpus = _gpus_by_bus(facts)
     groups: dict[tuple[str | None, int], list[dict[str, Any]]] = {}
     for r in records:
@@ -344,15 +348,9 @@ def _load_the_module(km: dict[str, Any]) -> list[Remedy]:
 @check("kernel.api-mismatch", title="NVRM API mismatch records in the kernel log", probes=("kernel_log",),
        optional=("nvml", "driver_parts"), explains=("driver-mismatch",), layer=LAYER)
 def check_api_mismatch(facts: Facts, me: CheckSpec) -> list[Finding]:
-    kl, skipped = _kernel_log(me, facts)
-    if kl is None:
-        return [skipped] if skipped else []
-    ev = facts.evidence("kernel_log")
-    records = kl.get("api_mismatch") or []
-    if not records:
-        return [me.finding(status="ok", title="No NVRM API mismatch record in the kernel log since "
-                                                   f"{when((kl.get('window') or {}).get('since'))}",
-                        detail=scope(kl), evidence=ev)]
+    kl, records, ev, ended = _records(me, facts, "api_mismatch", "NVRM API mismatch record")
+    if ended is not None:
+        return ended
     last = records[-1]
     nv = result_facts(facts, "nvml") or {}
     lib = nv.get("library") or {}
@@ -409,15 +407,9 @@ def check_api_mismatch(facts: Facts, me: CheckSpec) -> list[Finding]:
 @check("kernel.aer", title="PCIe AER errors in the kernel log", probes=("kernel_log",), optional=("nvml",),
        explains=("aer",), layer=LAYER)
 def check_aer(facts: Facts, me: CheckSpec) -> list[Finding]:
-    kl, skipped = _kernel_log(me, facts)
-    if kl is None:
-        return [skipped] if skipped else []
-    ev = facts.evidence("kernel_log")
-    records = kl.get("aer") or []
-    if not records:
-        return [me.finding(status="ok", title="No PCIe AER error in the kernel log since "
-                                                   f"{when((kl.get('window') or {}).get('since'))}",
-                        detail=scope(kl), evidence=ev)]
+    kl, records, ev, ended = _records(me, facts, "aer", "PCIe AER error")
+    if ended is not None:
+        return ended
     gpus = _gpus_by_bus(facts)
     by_dev: dict[str | None, list[dict[str, Any]]] = {}
     for r in records:
@@ -494,15 +486,9 @@ def job_pids(facts: Facts) -> set[int]:
 @check("kernel.oom", title="OOM-killer records in the kernel log", probes=("kernel_log",), optional=("livetrace",),
        explains=("oom-kill", "killed"), layer=LAYER)
 def check_oom(facts: Facts, me: CheckSpec) -> list[Finding]:
-    kl, skipped = _kernel_log(me, facts)
-    if kl is None:
-        return [skipped] if skipped else []
-    ev = facts.evidence("kernel_log")
-    kills = kl.get("ooms") or []
-    if not kills:
-        return [me.finding(status="ok", title="No OOM kill in the kernel log since "
-                                                   f"{when((kl.get('window') or {}).get('since'))}",
-                        detail=scope(kl), evidence=ev)]
+    kl, kills, ev, ended = _records(me, facts, "ooms", "OOM kill")
+    if ended is not None:
+        return ended
     ours = job_pids(facts)
     rows: list[list[str]] = []
     lines: list[str] = []

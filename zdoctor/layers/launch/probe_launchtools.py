@@ -18,36 +18,35 @@ from zdoctor.proc.runner import run
 from zdoctor.proc.target import target_of
 
 
-def collect_launcher_tools(launch: dict[str, Any], nodes: list[str], path: str) -> tuple[dict[str, Any],
-                                                                                         list[Evidence]]:
+def collect_launcher_tools(launch: dict[str, Any], nodes: list[str], path: str
+                           ) -> tuple[LauncherToolsFacts, list[Evidence]]:
     needed, why = needs_backend(launch, nodes)
     backend = str((launch.get("options") or {}).get("multinode_launcher") or DEFAULT_BACKEND).lower()
-    facts: dict[str, Any] = {"needed": needed, "why": why, "backend": backend, "tool": None, "others": {},
-                             "path": path}
+    facts: LauncherToolsFacts = {"needed": needed, "why": why, "backend": backend, "tool": None, "others": {},
+                                 "path": path}
     if not needed:
         return facts, []
     program = BACKEND_TOOL.get(backend, (None, None))[0]
     if program is None:
         facts["tool"] = {"tool": None, "on_path": None, "elsewhere": None, "error": f"unknown launcher {backend!r}"}
         return facts, []
-    facts["tool"] = find_tool(program, path)
-    found = facts["tool"]["elsewhere"]
+    tool = facts["tool"] = find_tool(program, path)
+    found = tool["elsewhere"]
     if found:  # started once, bounded, to show it runs
         ran = run([found, VERSION_FLAG.get(program, "--version")], timeout=10, label=f"{program} version")
-        facts["tool"]["started"] = ran.exit_code == 0 and not ran.error
+        tool["started"] = ran.exit_code == 0 and not ran.error
     facts["others"] = {b: found for b, (t, _) in BACKEND_TOOL.items() if b != backend
                        for found in [find_tool(t, path)["on_path"]] if found}
-    t = facts["tool"]
-    rows = [[backend, program, t["on_path"] or "not on PATH", t["elsewhere"] or "-"]]
+    rows = [[backend, program, tool["on_path"] or "not on PATH", tool["elsewhere"] or "-"]]
     rows += [[b, BACKEND_TOOL[b][0], p, "-"] for b, p in facts["others"].items()]
     return facts, [Evidence.of_table(f"The multi-node launcher ({why})", ["--launcher", "program", "on PATH",
                                                                           "elsewhere here"], rows,
-                                     [0] if not t["on_path"] else [])]
+                                     [0] if not tool["on_path"] else [])]
 
 
 @probe("launcher_tools", title="The DeepSpeed launcher's multi-node backend: pdsh, mpirun ...", timeout=10,
        needs=("launch", "hostfile"), facts=LauncherToolsFacts)
-def launcher_tools_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
+def launcher_tools_probe(host: Any) -> tuple[LauncherToolsFacts, list[Evidence]]:
     target = target_of(host)
     lf = facts_of(host, "launch")
     if not lf.get("launch") or lf.get("source") == "none":

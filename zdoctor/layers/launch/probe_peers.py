@@ -76,10 +76,10 @@ def master_of(launch: dict[str, Any], env: dict[str, str], hosts: list[str],
 
 
 def collect_peers(hosts: list[dict[str, Any]], master: dict[str, Any] | None, *, ssh_port: int | None = None,
-                  run_as: Any = None, nodes: int | None = None) -> tuple[dict[str, Any], list[Evidence]]:
+                  run_as: Any = None, nodes: int | None = None) -> tuple[PeersFacts, list[Evidence]]:
     """The ``peers`` facts: ``hosts`` are ``{host, addresses}`` (the hostfile's name lookups)."""
-    facts: dict[str, Any] = {"hosts": [], "master": None, "own_name": own_name(), "nodes": nodes,
-                             "skipped_hosts": max(0, len(hosts) - SSH_MAX_HOSTS)}
+    facts: PeersFacts = {"hosts": [], "master": None, "own_name": own_name(), "nodes": nodes,
+                         "skipped_hosts": max(0, len(hosts) - SSH_MAX_HOSTS)}
     todo = [h for h in hosts[:SSH_MAX_HOSTS] if h.get("addresses")]
 
     def port_for(name: str) -> tuple[int, str]:
@@ -127,7 +127,7 @@ def collect_peers(hosts: list[dict[str, Any]], master: dict[str, Any] | None, *,
 
 @probe("peers", title="TCP from this node to the job's hosts: ssh and rendezvous ports", timeout=60,
        needs=("launch", "hostfile", "symptoms"), facts=PeersFacts)
-def peers_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
+def peers_probe(host: Any) -> tuple[PeersFacts, list[Evidence]]:
     target = target_of(host)
     lf, hf = facts_of(host, "launch"), facts_of(host, "hostfile")
     launch = lf.get("launch") or {}

@@ -49,10 +49,10 @@ def rendezvous_ports(launch: dict[str, Any], env: dict[str, str],
 
 
 def collect_rendezvous(ports: list[tuple[int, str]], env: dict[str, str], launcher: str | None = None,
-                       job_pids: list[int] | None = None) -> tuple[dict[str, Any], list[Evidence]]:
+                       job_pids: list[int] | None = None) -> tuple[RendezvousFacts, list[Evidence]]:
     """The ``rendezvous`` facts for ``ports``."""
-    facts: dict[str, Any] = {"ports": [], "free_port": None, "launcher": launcher,
-                             "slurm": any(k.startswith("SLURM_") for k in env), "job_pids": list(job_pids or [])}
+    facts: RendezvousFacts = {"ports": [], "free_port": None, "launcher": launcher,
+                              "slurm": any(k.startswith("SLURM_") for k in env), "job_pids": list(job_pids or [])}
     rows = []
     for port, where in ports:
         listeners = port_listeners(port)
@@ -73,7 +73,7 @@ def collect_rendezvous(ports: list[tuple[int, str]], env: dict[str, str], launch
 
 @probe("rendezvous", title="The rendezvous port: who listens on it here", timeout=20, needs=("launch", "symptoms"),
        facts=RendezvousFacts)
-def rendezvous_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
+def rendezvous_probe(host: Any) -> tuple[RendezvousFacts, list[Evidence]]:
     target = target_of(host)
     lf = facts_of(host, "launch")
     symptoms = (facts_of(host, "symptoms").get("symptoms")) or []

@@ -30,11 +30,12 @@ def _num(v: str | None) -> tuple[int, ...] | None:
 
 def glibc_errors(facts: Facts) -> list[dict[str, Any]]:
     """GLIBC_x version errors: the real loader's (live run), else the emulation's."""
-    return glibc_version_errors(facts.get_fact("livetrace", "version_errors"), facts.get_fact("libs", "failures"))
+    return glibc_version_errors((facts.of("livetrace") or {}).get("version_errors"),
+                                (facts.of("libs") or {}).get("failures"))
 
 
 def _python(facts: Facts) -> str:
-    return str(facts.get_fact("pyenv", "target", "resolved") or "python")
+    return str(((facts.of("pyenv") or {}).get("target") or {}).get("resolved") or "python")
 
 
 def _build_remedy(facts: Facts, who: str, owners: list[dict[str, Any]]) -> Remedy:
@@ -62,7 +63,7 @@ def _build_remedy(facts: Facts, who: str, owners: list[dict[str, Any]]) -> Remed
                       explanation="conda packages are built against a sysroot; a package for a newer one needs a "
                                   "newer glibc. The conda package __glibc pins what the solver assumes.")
     if kinds <= {"dpkg", "rpm"}:
-        pm = managers_of_owner("dpkg" if kinds == {"dpkg"} else "rpm", facts.get_fact("toolchain", "distro"))[0]
+        pm = managers_of_owner("dpkg" if kinds == {"dpkg"} else "rpm", (facts.of("toolchain") or {}).get("distro"))[0]
         return Remedy(title=f"Install the {', '.join(pkgs)} package built for this distribution release "
                             f"({pm.label})",
                       commands=pm.reinstall(" ".join(shlex.quote(p) for p in pkgs)), requires_root=True,
@@ -93,8 +94,9 @@ def _owner_by_place(lib: str, torch_dir: str | None) -> dict[str, Any]:
 
 
 def _remedies(facts: Facts, host: str | None, need: str | None, libs: list[str]) -> list[Remedy]:
-    owners_fact = facts.get_fact("glibc", "owners") or {}
-    torch_dir = facts.get_fact("glibc", "torch_location")
+    glibc = facts.of("glibc") or {}
+    owners_fact = glibc.get("owners") or {}
+    torch_dir = glibc.get("torch_location")
     owners = []
     for lib in libs:
         o = owners_fact.get(lib) or {}
@@ -131,7 +133,7 @@ def check_glibc(facts: Facts, me: CheckSpec) -> list[Finding]:
         need = max((e["version"] for e in errs), key=lambda v: _num(v) or ())
         who = sorted({os.path.basename(e.get("required_by") or "?") for e in errs})
         libs = sorted({e["required_by"] for e in errs if e.get("required_by")})
-        owners = facts.get_fact("glibc", "owners") or {}
+        owners = g.get("owners") or {}
         lines = [f"{', '.join(who)} need{'s' if len(who) == 1 else ''} {need}; the host's glibc is "
                  f"{host or 'unknown'} ({errs[0].get('provider') or 'libc.so.6'}).",
                  f"The loader said: {errs[0].get('message') or need + ' not found'}",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from zdoctor.core.factstypes import LibsFacts, LivetraceFacts, ShellinitFacts
@@ -624,28 +624,29 @@ def glibcxx_missing(facts: Facts) -> bool:
     return bool(failure_groups(facts))
 
 
-@predicate("libstdcxx_via_ld_library_path", doc="the failing libstdc++ came from an LD_LIBRARY_PATH entry",
-           probes=("libs", "livetrace"))
-def via_llp(facts: Facts) -> bool:
-    return "ld_library_path" in source_kinds(facts)
+#: The predicates that say where the failing libstdc++ came from: each one's doc, and the source kinds (of
+#: :func:`source_kinds`) it names.
+LIBSTDCXX_SOURCES: dict[str, tuple[str, frozenset[str]]] = {
+    "libstdcxx_via_ld_library_path": ("the failing libstdc++ came from an LD_LIBRARY_PATH entry",
+                                      frozenset({"ld_library_path"})),
+    "libstdcxx_via_preload": ("the failing libstdc++ was forced by LD_PRELOAD or /etc/ld.so.preload",
+                              frozenset({"ld_preload", "etc_preload"})),
+    "libstdcxx_via_interpreter_rpath": ("the failing libstdc++ came through the interpreter's DT_RPATH",
+                                        frozenset({"interpreter_rpath"})),
+    "libstdcxx_via_earlier_import": ("an earlier import had already loaded the failing libstdc++",
+                                     frozenset({"earlier_import"})),
+}
 
 
-@predicate("libstdcxx_via_preload", doc="the failing libstdc++ was forced by LD_PRELOAD or /etc/ld.so.preload",
-           probes=("libs", "livetrace"))
-def via_preload(facts: Facts) -> bool:
-    return bool({"ld_preload", "etc_preload"} & source_kinds(facts))
+def came_through(kinds: frozenset[str]) -> Callable[[Facts], bool]:
+    """The predicate that the failing libstdc++ came through one of ``kinds``."""
+    def holds(facts: Facts) -> bool:
+        return bool(kinds & source_kinds(facts))
+    return holds
 
 
-@predicate("libstdcxx_via_interpreter_rpath", doc="the failing libstdc++ came through the interpreter's DT_RPATH",
-           probes=("libs", "livetrace"))
-def via_rpath(facts: Facts) -> bool:
-    return "interpreter_rpath" in source_kinds(facts)
-
-
-@predicate("libstdcxx_via_earlier_import", doc="an earlier import had already loaded the failing libstdc++",
-           probes=("libs", "livetrace"))
-def via_earlier(facts: Facts) -> bool:
-    return "earlier_import" in source_kinds(facts)
+for _name, (_doc, _kinds) in LIBSTDCXX_SOURCES.items():
+    predicate(_name, doc=_doc, probes=("libs", "livetrace"))(came_through(_kinds))
 
 
 @predicate("extension_file_broken", doc="a library the training imports is not a valid ELF shared library",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
 from zdoctor.core.model import Finding, Remedy
@@ -70,7 +71,7 @@ def _link_finding(e: dict[str, Any], fid: str) -> Finding:
                    detail="\n".join(lines), remedies=rems)
 
 
-def _finding(me: CheckSpec, e: dict[str, Any], i: int, distro: dict[str, Any] | None = None) -> Finding:
+def _finding(me: CheckSpec, e: dict[str, Any], i: int, distro: Mapping[str, Any] | None = None) -> Finding:
     obj = e.get("object") or "?"
     name = os.path.basename(obj)
     sym = e["symbol"]
@@ -145,7 +146,7 @@ def _release_of(pkg: dict[str, Any]) -> str:
             if pkg.get("name") else "no package metadata names it")
 
 
-def _version_node_finding(e: dict[str, Any], fid: str, distro: dict[str, Any] | None = None) -> Finding:
+def _version_node_finding(e: dict[str, Any], fid: str, distro: Mapping[str, Any] | None = None) -> Finding:
     """Another library's version node is missing: the loaded copy is another release (or shadows one)."""
     name = os.path.basename(str(e.get("object") or "?"))
     lib, have, node = e["library"], e["loaded_copy"], e["version"]
@@ -169,7 +170,7 @@ def _version_node_finding(e: dict[str, Any], fid: str, distro: dict[str, Any] | 
 
 
 def _package_remedies(pkg: dict[str, Any], name: str, wanted: str, lib: str,
-                      distro: dict[str, Any] | None = None, rebuild: bool = True) -> list[Remedy]:
+                      distro: Mapping[str, Any] | None = None, rebuild: bool = True) -> list[Remedy]:
     """Install the release of the library's package that ``name`` was built against, or (``rebuild``, where
     the installed library has what ``name`` asks for) rebuild ``name`` against it."""
     rems = []
@@ -193,7 +194,7 @@ def _package_remedies(pkg: dict[str, Any], name: str, wanted: str, lib: str,
 
 
 def _other_release(e: dict[str, Any], fid: str, name: str, shown: str,
-                   distro: dict[str, Any] | None = None) -> Finding:
+                   distro: Mapping[str, Any] | None = None) -> Finding:
     """The symbol's version node names a library whose only copy here is a release without the symbol."""
     lib, have, node = e["library"], e["loaded_copy"], e["version"]
     pkg = e.get("package") or {}
@@ -236,7 +237,7 @@ def check_symbols(facts: Facts, me: CheckSpec) -> list[Finding]:
     ev = facts.evidence("symbols")
     out = []
     for i, e in enumerate(errs):
-        fi = _finding(me, e, i, facts.get_fact("toolchain", "distro"))
+        fi = _finding(me, e, i, (facts.of("toolchain") or {}).get("distro"))
         fi.evidence = ev
         fi.explains = _explains(facts, e)
         out.append(fi)

@@ -76,7 +76,7 @@ def glibc_needs(paths: list[str]) -> list[dict[str, Any]]:
     return out
 
 
-def collect_glibc(pyenv: dict[str, Any]) -> tuple[dict[str, Any], list[Evidence]]:
+def collect_glibc(pyenv: dict[str, Any]) -> tuple[GlibcFacts, list[Evidence]]:
     torch = ((pyenv or {}).get("packages") or {}).get("torch") or {}
     loc = torch.get("location") if isinstance(torch.get("location"), str) else None
     libs = sorted(glob.glob(os.path.join(loc, "lib", "*.so*")))[:MAX_LIBS] + \
@@ -86,9 +86,9 @@ def collect_glibc(pyenv: dict[str, Any]) -> tuple[dict[str, Any], list[Evidence]
     tags = wheel_tags(os.path.dirname(loc), "torch") if loc else []
     tag_glibcs = [g for g in (tag_glibc(t) for t in tags) if g]
     tag_need = max(tag_glibcs, default=None, key=lambda v: tuple(int(p) for p in v.split(".")))
-    facts: dict[str, Any] = {"host": host_glibc(pyenv), "torch_location": loc, "torch_needs": top,
-             "torch_needs_by": [x for x in per_lib if x["newest"] == top][:3], "wheel_tags": tags,
-             "wheel_tag_glibc": tag_need, "libs_read": len(libs)}
+    facts: GlibcFacts = {"host": host_glibc(pyenv), "torch_location": loc, "torch_needs": top,
+                         "torch_needs_by": [x for x in per_lib if x["newest"] == top][:3], "wheel_tags": tags,
+                         "wheel_tag_glibc": tag_need, "libs_read": len(libs)}
     rows = [["host glibc", "gnu_get_libc_version", facts["host"] or "unknown"],
             ["torch needs (ELF version needs)", f"{len(libs)} libraries under {loc or '-'}",
              top or "unknown"],
@@ -110,7 +110,7 @@ OWNERS_TIMEOUT = max(LIVE_TIMEOUT + 30, 90) + 30
 
 @probe("glibc", title="The host's glibc vs what torch needs, and who owns a library needing a newer one",
        timeout=OWNERS_TIMEOUT, needs=("pyenv", "libs", "livetrace"), facts=GlibcFacts)
-def glibc_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
+def glibc_probe(host) -> tuple[GlibcFacts, list[Evidence]]:
     """The host's glibc, torch's GLIBC_x needs, and the package (pip RECORD, conda-meta, dpkg -S or rpm -qf)
     of every library the loader refused for its GLIBC_x need (``owners``: {library: owner})."""
 

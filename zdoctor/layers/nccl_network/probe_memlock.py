@@ -27,11 +27,11 @@ def _show(v: Any) -> str:
 
 
 def collect_memlock(shell: dict[str, Any], pids: list[int], hosts: list[str], *, run_as: Any = None,
-                    port: str | None = None, launcher: str | None = None) -> tuple[dict[str, Any], list[Evidence]]:
-    facts: dict[str, Any] = {"shell": {"soft_kb": shell.get("memlock_soft_kb"),
-                                       "hard_kb": shell.get("memlock_hard_kb")},
-                             "ranks": [process_memlock(p) for p in pids[:MAX_RANKS]], "ssh": [],
-                             "ssh_skipped": None, "launcher": launcher}
+                    port: str | None = None, launcher: str | None = None) -> tuple[MemlockPathsFacts, list[Evidence]]:
+    facts: MemlockPathsFacts = {"shell": {"soft_kb": shell.get("memlock_soft_kb"),
+                                          "hard_kb": shell.get("memlock_hard_kb")},
+                                "ranks": [process_memlock(p) for p in pids[:MAX_RANKS]], "ssh": [],
+                                "ssh_skipped": None, "launcher": launcher}
     if hosts:
         facts["ssh"] = ssh_memlock(hosts[:SSH_MAX_HOSTS], run_as, port)
     else:
@@ -47,7 +47,7 @@ def collect_memlock(shell: dict[str, Any], pids: list[int], hosts: list[str], *,
 
 @probe("memlock_paths", title="Locked memory for RDMA: the shell, running ranks, hosts through ssh", timeout=40,
        needs=("host_limits", "launch", "hostfile"), facts=MemlockPathsFacts)
-def memlock_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
+def memlock_probe(host: Any) -> tuple[MemlockPathsFacts, list[Evidence]]:
     hl = facts_of(host, "host_limits")
     lf = facts_of(host, "launch")
     hf = facts_of(host, "hostfile")

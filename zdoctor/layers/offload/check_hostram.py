@@ -209,7 +209,7 @@ def job_oom_kills(facts: Facts, f: Mapping[str, Any]) -> list[dict[str, Any]]:
     if not kl:
         return logged
     by_pid = {k.get("pid"): k for k in logged}
-    run_pids = set(facts.get_fact("livetrace", "pids", default=None) or [])
+    run_pids = set((facts.of("livetrace") or {}).get("pids") or [])
     out: list[dict[str, Any]] = []
     for k in kl.get("ooms") or []:
         pid = k.get("pid")
@@ -224,7 +224,7 @@ def job_cgroup_oom_kills(facts: Facts) -> int | None:
     """The OOM kills the job's memory cgroup counted at its own limit (memory.events oom_kill, v1's
     oom_control), None when not read. A v2 cgroup also counts kills by the host's OOM killer there, so a count
     with no OOM event at the limit (memory.events oom 0) is not the limit's."""
-    mem = facts.get_fact("container", "cgroup", "memory", default=None) or {}
+    mem = ((facts.of("container") or {}).get("cgroup") or {}).get("memory") or {}
     kills, events = mem.get("oom_kill"), mem.get("oom")
     if not isinstance(kills, int):
         return None
@@ -306,10 +306,11 @@ _RAISE_LIMIT = Remedy(title="Raise the job's memory limit (the cgroup's, set by 
 def _unpin_remedies(facts: Facts, blocks: list[str]) -> list[Remedy]:
     """Turn pinning off for the offload blocks, unless the installed DeepSpeed release ignores pin_memory at
     the config's ZeRO stage (it pins whatever the setting says): then the release's rule is the remedy."""
-    stage = facts.get_fact("dsconfig", "stage")
-    rule = facts.get_fact("dsrelease", "rules", "zero12-pin-memory", "state")
+    stage = (facts.of("dsconfig") or {}).get("stage")
+    release = facts.of("dsrelease") or {}
+    rule = ((release.get("rules") or {}).get("zero12-pin-memory") or {}).get("state")
     if stage in (1, 2) and rule == "old":
-        version = facts.get_fact("dsrelease", "version") or "the installed release"
+        version = release.get("version") or "the installed release"
         return [Remedy(title=f"Upgrade DeepSpeed: {version} pins the offload buffers at ZeRO stage {stage} whatever "
                              "pin_memory says", commands=["python -m pip install --upgrade deepspeed"],
                        note="not tried: it replaces an installed package",

@@ -533,7 +533,7 @@ def ds_config_rejected(facts: Facts) -> bool:
 @predicate("offload_to_nvme_configured", probes=("dsconfig",),
            doc="The ds_config offloads parameters or optimizer states to NVMe (device nvme, as DeepSpeed reads it).")
 def offload_to_nvme_configured(facts: Facts) -> bool:
-    dev = facts.get_fact("dsconfig", "devices", default={}) or {}
+    dev = (facts.of("dsconfig") or {}).get("devices") or {}
     return "nvme" in dev.values()
 
 
@@ -541,5 +541,5 @@ def offload_to_nvme_configured(facts: Facts) -> bool:
            doc="The ds_config offloads to NVMe and libaio's development files are missing: DeepSpeed cannot build "
                "its async_io op and stops at start. False when libaio was not examined.")
 def nvme_offload_without_aio(facts: Facts) -> bool:
-    libaio = facts.get_fact("storage", "libaio", default=None)
+    libaio = (facts.of("storage") or {}).get("libaio")
     return offload_to_nvme_configured(facts) and isinstance(libaio, dict) and libaio.get("ok") is False

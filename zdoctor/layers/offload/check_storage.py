@@ -297,7 +297,7 @@ def check_libaio(facts: Facts, me: CheckSpec) -> list[Finding]:
     remedies: list[Remedy] = []
     withheld: list[str] = []
     if _release_checks_dpkg_only(facts) and la.get("package") != package_name("libaio headers", "apt"):
-        remedies, withheld = libaio_remedies_for_dpkg_only(facts.get_fact("toolchain", "distro") or {})
+        remedies, withheld = libaio_remedies_for_dpkg_only((facts.of("toolchain") or {}).get("distro") or {})
     elif la.get("install"):
         remedies.append(Remedy(title=f"Install {la['package']}", commands=[la["install"]], verified=False,
                                requires_root=True, undo=[],
@@ -313,7 +313,8 @@ def check_libaio(facts: Facts, me: CheckSpec) -> list[Finding]:
 
 def _release_checks_dpkg_only(facts: Facts) -> bool:
     """Whether the installed DeepSpeed's async_io decides libaio by dpkg alone (the dsrelease probe's rule)."""
-    return facts.get_fact("dsrelease", "rules", "libaio-detection", "state") == "old"
+    rules = (facts.of("dsrelease") or {}).get("rules") or {}
+    return (rules.get("libaio-detection") or {}).get("state") == "old"
 
 
 def _called(lt: dict[str, Any]) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
 from zdoctor.core.factstypes import DsreleaseFacts
@@ -19,7 +20,7 @@ def _sources(rule_id: str) -> str:
     return "; ".join(dsr.RULES_BY_ID[rule_id]["sources"])
 
 
-def libaio_remedies_for_dpkg_only(distro: dict[str, Any]) -> tuple[list[Remedy], list[str]]:
+def libaio_remedies_for_dpkg_only(distro: Mapping[str, Any]) -> tuple[list[Remedy], list[str]]:
     """For a release whose async_io asks dpkg alone: install libaio's headers and library, one alternative
     per package manager this node may have, and the lines that say which are not offered and why. Such a
     release never sees an rpm package: there DeepSpeed is upgraded to the first release with the link test
@@ -46,7 +47,7 @@ def libaio_remedies_for_dpkg_only(distro: dict[str, Any]) -> tuple[list[Remedy],
     return remedies, withheld
 
 
-def _rule_findings(me: CheckSpec, facts: DsreleaseFacts, ev: list[Evidence], distro: dict[str, Any]
+def _rule_findings(me: CheckSpec, facts: DsreleaseFacts, ev: list[Evidence], distro: Mapping[str, Any]
                    ) -> list[Finding]:
     out: list[Finding] = []
     rules = facts.get("rules") or {}
@@ -149,7 +150,7 @@ def check_release(facts: Facts, me: CheckSpec) -> list[Finding]:
                            title="DeepSpeed release rules: DeepSpeed not installed",
                            detail="No DeepSpeed in the training environment.")]
     ev = facts.evidence("dsrelease")
-    out = _rule_findings(me, f, ev, facts.get_fact("toolchain", "distro") or {}) + _origin_findings(me, f, ev)
+    out = _rule_findings(me, f, ev, (facts.of("toolchain") or {}).get("distro") or {}) + _origin_findings(me, f, ev)
     unknown = [rid for rid, r in (f.get("rules") or {}).items() if r.get("state") == "unknown"]
     summary = me.finding(
         status="ok" if not unknown else "skip",
@@ -163,6 +164,6 @@ def check_release(facts: Facts, me: CheckSpec) -> list[Finding]:
 
 def nvcc_rule_of_installed(facts: Facts) -> dict[str, Any] | None:
     """The nvcc rule of the installed release (state, table, skip_env), or None when not read."""
-    rules = facts.get_fact("dsrelease", "rules") or {}
+    rules = (facts.of("dsrelease") or {}).get("rules") or {}
     rec = rules.get("nvcc-minor-tolerance")
     return rec if rec and rec.get("state") in ("old", "current") else None

@@ -43,7 +43,7 @@ def _strategy_remedy(shm: Mapping[str, Any]) -> Remedy:
 @check(FID, title=TITLE, probes=("pyenv",), optional=("host_limits",), explains=(KIND,))
 def check_fd_passing(facts: Facts, me: CheckSpec) -> list[Finding]:
     said = [s for s in symptoms_of(facts) if s.kind == KIND]
-    torch = facts.get_fact("pyenv", "torch", default=None) or {}
+    torch = (facts.of("pyenv") or {}).get("torch") or {}
     strategy = torch.get("sharing_strategy") if isinstance(torch.get("sharing_strategy"), str) else None
     lf = facts.of("host_limits") or {}
     target = lf.get("target") or {}

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import shlex
-from typing import Any
 
+from zdoctor.core.factstypes import PyenvFacts, PyenvTorchImport
 from zdoctor.core.model import Finding, Remedy
 from zdoctor.core.registry import CheckSpec, Facts, check, predicate
 from zdoctor.proc.target import DEFAULT_PYTHON
@@ -22,19 +22,13 @@ _ERROR_TITLES = {
 }
 
 
-def pyenv_facts(facts: Facts) -> dict[str, Any] | None:
-    """The pyenv facts, or None when the probe did not run to the end."""
-    res = facts.get("pyenv")
-    return res.facts if res is not None and res.status == "ok" else None
 
-
-
-def _target_label(f: dict[str, Any]) -> str:
+def _target_label(f: PyenvFacts) -> str:
     target = f.get("target") or {}
     return target.get("resolved") or target.get("requested") or DEFAULT_PYTHON
 
 
-def _how_chosen(f: dict[str, Any]) -> str:
+def _how_chosen(f: PyenvFacts) -> str:
     target = f.get("target") or {}
     if target.get("explicit"):
         return f"You named this interpreter with --python {target.get('requested')}."
@@ -43,7 +37,7 @@ def _how_chosen(f: dict[str, Any]) -> str:
             "name it with --python.")
 
 
-def retarget_remedy(f: dict[str, Any]) -> Remedy:
+def retarget_remedy(f: PyenvFacts) -> Remedy:
     """Re-run zdoctor against the training interpreter: an activated env's python, or a placeholder."""
     cands = f.get("candidates") or {}
     active, on_path = cands.get("active") or [], cands.get("on_path") or []
@@ -62,7 +56,7 @@ def retarget_remedy(f: dict[str, Any]) -> Remedy:
 
 @check("pyenv.interpreter", title="Target interpreter", probes=("pyenv",))
 def check_interpreter(facts: Facts, me: CheckSpec) -> list[Finding]:
-    f = pyenv_facts(facts)
+    f = facts.of("pyenv")
     if f is None:
         return [me.not_checked("the pyenv probe gave no facts")]
     ev = facts.evidence("pyenv", kinds=None)
@@ -93,7 +87,7 @@ def check_interpreter(facts: Facts, me: CheckSpec) -> list[Finding]:
     return [me.finding(status="ok", title=title, detail="\n".join(lines), evidence=ev)]
 
 
-def _install_torch_remedy(f: dict[str, Any]) -> Remedy:
+def _install_torch_remedy(f: PyenvFacts) -> Remedy:
     exe = _target_label(f)
     return Remedy(
         title="Install torch into this interpreter",
@@ -106,7 +100,7 @@ def _install_torch_remedy(f: dict[str, Any]) -> Remedy:
 
 @check("pyenv.torch-import", title="import torch in the target interpreter", probes=("pyenv",))
 def check_torch_import(facts: Facts, me: CheckSpec) -> list[Finding]:
-    f = pyenv_facts(facts)
+    f = facts.of("pyenv")
     if f is None or f.get("error"):
         return [me.not_checked("the target interpreter is not usable")]
     ev = facts.evidence("pyenv", kinds=None)
@@ -173,20 +167,25 @@ def check_torch_import(facts: Facts, me: CheckSpec) -> list[Finding]:
 
 # -- predicates ------------------------------------------------------------------------------------
 
+def _torch_import(facts: Facts) -> PyenvTorchImport:
+    """How ``import torch`` went in the target interpreter (empty when the probe did not answer)."""
+    return ((facts.of("pyenv") or {}).get("torch") or {}).get("import") or {}
+
+
 def _torch_state(facts: Facts) -> str | None:
-    return facts.get_fact("pyenv", "torch", "import", "state")
+    return _torch_import(facts).get("state")
 
 
 @predicate("interpreter_unusable", doc="the target interpreter is missing, not Python, too old or crashed",
            probes=("pyenv",))
 def interpreter_unusable(facts: Facts) -> bool:
-    f = pyenv_facts(facts)
+    f = facts.of("pyenv")
     return f is None or bool(f.get("error"))
 
 
 @predicate("torch_missing", doc="torch is not installed in the target interpreter", probes=("pyenv",))
 def torch_missing(facts: Facts) -> bool:
-    f = pyenv_facts(facts)
+    f = facts.of("pyenv")
     return bool(f and not f.get("error") and "basics" in (f.get("stages") or [])
                 and (f.get("torch") or {}).get("installed") is False)
 
@@ -204,5 +203,5 @@ def torch_import_hung(facts: Facts) -> bool:
 @predicate("glibcxx_error", doc="the torch import error names a missing GLIBCXX/CXXABI version",
            probes=("pyenv",))
 def glibcxx_error(facts: Facts) -> bool:
-    line = facts.get_fact("pyenv", "torch", "import", "error_line") or ""
+    line = _torch_import(facts).get("error_line") or ""
     return "not found" in line and ("GLIBCXX_" in line or "CXXABI_" in line)

@@ -61,16 +61,17 @@ def check_rank_cores(facts: Facts, me: CheckSpec) -> list[Finding]:
     numa = rc.get("numa") or {}
     if numa.get("error"):
         detail.append(f"NUMA nodes: unknown ({numa['error']}).")
-    rules = (facts.get_fact("launch", "rules") or {}).get("bind-cores-to-rank") or {}
+    launch = facts.of("launch") or {}
+    rules = (launch.get("rules") or {}).get("bind-cores-to-rank") or {}
     if binding.get("bind_cores_to_rank"):
         if rules.get("state") == "absent":
-            ver = facts.get_fact("launch", "deepspeed", "version") or "?"
+            ver = (launch.get("deepspeed") or {}).get("version") or "?"
             return [me.finding(status="fail", title=f"DeepSpeed {ver}'s launcher has no --bind_cores_to_rank",
                                detail=" ".join(detail) + " The option came with DeepSpeed PR 2881 (0.9.0): this "
                                       "release's launcher refuses it as an unknown argument.", evidence=ev)]
         nm = rc.get("numactl") or {}
         if not nm.get("path") or nm.get("runs") is False:
-            distro = facts.get_fact("toolchain", "distro") or {}
+            distro = (facts.of("toolchain") or {}).get("distro") or {}
             return [me.finding(status="fail", title="--bind_cores_to_rank needs numactl, which "
                                + ("is not installed" if not nm.get("path") else "does not run") + " here",
                                detail=" ".join(detail) + " DeepSpeed's launcher starts each rank as `numactl -C "

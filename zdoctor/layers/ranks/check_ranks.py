@@ -5,6 +5,7 @@ ran different numbers of steps)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from zdoctor.core.model import Evidence, Finding, Remedy
@@ -53,42 +54,52 @@ def debug_remedies(ranks: list[dict[str, Any]]) -> list[Remedy]:
     return out
 
 
+@dataclass(frozen=True)
+class RankPattern:
+    """A ZeRO-3 pattern that leaves the ranks apart: its finding's title, what ZeRO-3 needs that it breaks, and
+    the change to the training that fixes it."""
+
+    title: str
+    why: str
+    fix: str
+    how: str
+
+
+#: The patterns :func:`zdoctor.layers.ranks.rankwaits.compare` recognises, by id.
+RANK_PATTERNS = {
+    "zero3-generate": RankPattern(
+        title="ZeRO-3 generate() without synced_gpus: a rank still gathers parameters after another left",
+        why="Under ZeRO-3 every forward pass gathers each layer's parameters from all ranks. generate() "
+            "stops on each rank when its own sequences are done, so a rank that finishes early stops "
+            "taking part in the all-gathers the others still need; they wait for it forever. With "
+            "synced_gpus=True a rank that is done keeps running forward passes until every rank is done. "
+            "Pass it explicitly: transformers turns it on by itself only when its own DeepSpeed "
+            "integration knows ZeRO-3 is on.",
+        fix="Call generate(..., synced_gpus=True) on every rank",
+        how="In the evaluation or generation code: model.generate(**inputs, "
+            "synced_gpus=True). Every rank must call generate() the same number "
+            "of times too (the same number of prompts per rank)."),
+    "uneven-steps": RankPattern(
+        title="The ranks ran different numbers of steps: one is inside a DeepSpeed step, another has left the loop",
+        why="Every ZeRO-3 forward, backward and step is a series of collectives all ranks must call together. A "
+            "rank whose data loader gave it fewer batches (a dataset that does not divide by the world size, a "
+            "per-rank filter, an early break) leaves the loop while the others wait for it in the next step.",
+        fix="Give every rank the same number of steps",
+        how="Use DistributedSampler(..., drop_last=True) (or drop_last=True in the "
+            "DataLoader) so each rank gets the same number of batches; break out of "
+            "the loop on all ranks together (all_reduce a stop flag); give every "
+            "rank a dataset of the same length."),
+}
+
+
 def pattern_finding(p: dict[str, Any], by_pid: dict[int, dict[str, Any]], ev: list[Evidence]) -> Finding:
     ranks = [by_pid[pid] for pid in p["ranks"] if pid in by_pid]
     lines = [f"- {label(r)}: {said(r['wait'])}" for r in ranks]
-    if p["id"] == "zero3-generate":
-        return Finding(
-            id=f"{CID}.zero3-generate", status="fail",
-            title="ZeRO-3 generate() without synced_gpus: a rank still gathers parameters after another left",
-            detail="\n".join([
-                p["why"] + ".", "",
-                "Under ZeRO-3 every forward pass gathers each layer's parameters from all ranks. generate() "
-                "stops on each rank when its own sequences are done, so a rank that finishes early stops "
-                "taking part in the all-gathers the others still need; they wait for it forever. With "
-                "synced_gpus=True a rank that is done keeps running forward passes until every rank is done. "
-                "Pass it explicitly: transformers turns it on by itself only when its own DeepSpeed "
-                "integration knows ZeRO-3 is on.", "", *lines]),
-            evidence=ev,
-            remedies=[Remedy(title="Call generate(..., synced_gpus=True) on every rank", verified=None,
-                             note=NOT_TRIED,
-                             explanation="In the evaluation or generation code: model.generate(**inputs, "
-                                         "synced_gpus=True). Every rank must call generate() the same number "
-                                         "of times too (the same number of prompts per rank).")])
-    return Finding(
-        id=f"{CID}.uneven-steps", status="fail",
-        title="The ranks ran different numbers of steps: one is inside a DeepSpeed step, another has left the loop",
-        detail="\n".join([
-            p["why"] + ".", "",
-            "Every ZeRO-3 forward, backward and step is a series of collectives all ranks must call together. A "
-            "rank whose data loader gave it fewer batches (a dataset that does not divide by the world size, a "
-            "per-rank filter, an early break) leaves the loop while the others wait for it in the next step.",
-            "", *lines]),
-        evidence=ev,
-        remedies=[Remedy(title="Give every rank the same number of steps", verified=None, note=NOT_TRIED,
-                         explanation="Use DistributedSampler(..., drop_last=True) (or drop_last=True in the "
-                                     "DataLoader) so each rank gets the same number of batches; break out of "
-                                     "the loop on all ranks together (all_reduce a stop flag); give every "
-                                     "rank a dataset of the same length.")])
+    key = "zero3-generate" if p["id"] == "zero3-generate" else "uneven-steps"
+    pattern = RANK_PATTERNS[key]
+    return Finding(id=f"{CID}.{key}", status="fail", title=pattern.title,
+                   detail="\n".join([p["why"] + ".", "", pattern.why, "", *lines]), evidence=ev,
+                   remedies=[Remedy(title=pattern.fix, verified=None, note=NOT_TRIED, explanation=pattern.how)])
 
 
 def missing_finding(facts: Mapping[str, Any], ranks: list[dict[str, Any]], ev: list[Evidence]) -> Finding | None:

@@ -119,7 +119,7 @@ def lock_remedy(lock: dict[str, Any], op: dict[str, Any] | None, orphans: list[i
 def _hangs_on(facts: Facts, lock_path: str) -> list[str]:
     """The hung runs (``hang`` symptoms) that found this lock taken: the traced command tried to create it
     exclusively and it was there (torch's FileBaton), and then it waited."""
-    refused = facts.get_fact("livetrace", "refused_locks") or []
+    refused = (facts.of("livetrace") or {}).get("refused_locks") or []
     if not any(os.path.realpath(str(p)) == os.path.realpath(lock_path) for p in refused):
         return []
     return ids_for(facts, "hang")
@@ -137,7 +137,7 @@ def check_stale_lock(facts: Facts, me: CheckSpec) -> list[Finding]:
     ops = {o["lock_path"]: o for o in jit.get("ops") or [] if o.get("lock_path")}
     by_pid = _procs_by_pid(procs)
     stale = [lk for lk in locks if lk.get("stale")]
-    trials = {t.get("lock"): t for t in (facts.get_fact("locktrial", "trials") or [])}
+    trials = {t.get("lock"): t for t in ((facts.of("locktrial") or {}).get("trials") or [])}
     unscanned = list(jit.get("unscanned") or [])
     if jit.get("truncated") and not unscanned:  # facts recorded before the list was kept
         unscanned = [f"op dirs after the first {len(jit.get('ops') or [])} were not read"]

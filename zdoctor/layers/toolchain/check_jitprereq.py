@@ -125,7 +125,7 @@ def header_remedies(h: Mapping[str, Any], facts: Facts) -> list[Remedy]:
     base = os.path.normpath(h.get("base_prefix") or prefix) if (h.get("base_prefix") or prefix) else ""
     of = f" (the base interpreter of the venv {prefix})" if base and prefix and base != prefix else ""
     if base in SYSTEM_PREFIXES:
-        distro = facts.get_fact("toolchain", "distro") or {}
+        distro = (facts.of("toolchain") or {}).get("distro") or {}
         default = os.path.basename(h.get("base_executable") or "") == "python3"
         return [Remedy(title=f"Install the headers of Python {ver}{of} ({pm.label})",
                        commands=pm.install(python_headers_package(ver, pm.family, default)), requires_root=True)
@@ -161,7 +161,7 @@ def _compiles(me: CheckSpec, f: JitprereqFacts, facts: Facts) -> Finding | None:
                              + (" and one that includes Python.h" if (withpy or {}).get("ok") else
                                 "; a file including Python.h was not tried (no Python.h)"))
     err = (plain.get("stderr") or plain.get("error") or "").strip().splitlines()[-3:]
-    distro = facts.get_fact("toolchain", "distro") or {}
+    distro = (facts.of("toolchain") or {}).get("distro") or {}
     if (c.get("back_end") or {}).get("version") and not c["back_end"].get("found"):
         return _back_end_missing(me, c["compiler"], c["back_end"], err, distro)
     return Finding(id=me.id("compile"), status="fail",
@@ -283,7 +283,7 @@ def check_jitprereq(facts: Facts, me: CheckSpec) -> list[Finding]:
     f = facts.of("jitprereq")
     if f is None:
         return [me.not_checked(facts.why_not("jitprereq"))]
-    nodes = facts.get_fact("host_limits", "nodes") or 1
+    nodes = (facts.of("host_limits") or {}).get("nodes") or 1
     ninja = _ninja(me, f, f.get("python"), bool(nodes and nodes > 1))
     if ninja.status == "fail":  # torch's "Ninja is required" is what a missing or unstartable ninja gives
         ninja.explains = ids_for(facts, "ninja-missing")

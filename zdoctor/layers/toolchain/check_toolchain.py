@@ -4,6 +4,7 @@ side by side, Python's sysconfig compilers, and devtoolset/gcc-toolset on PATH."
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
 from zdoctor.core.model import Finding, Remedy
@@ -18,19 +19,14 @@ MIN_GCC_MAJOR = 9
 NO_FACTS = "the toolchain probe gave no facts"
 
 
-def toolchain_facts(facts: Facts) -> dict[str, Any] | None:
-    res = facts.get("toolchain")
-    return res.facts if res is not None and res.status == "ok" else None
 
 
-
-
-def _compiler_name(c: dict[str, Any]) -> str:
+def _compiler_name(c: Mapping[str, Any]) -> str:
     fam = {"gcc": "GCC", "clang": "clang"}.get(c.get("family") or "", "unknown compiler")
     return f"{fam} {c['version']}" if c.get("version") else fam
 
 
-def install_remedies(distro: dict[str, Any]) -> list[Remedy]:
+def install_remedies(distro: Mapping[str, Any]) -> list[Remedy]:
     """Install the C++ compiler with this node's package manager (root), by its package name there."""
     out = []
     for pm in managers(distro):
@@ -62,7 +58,7 @@ def _export_cxx(path: str, old: str | None) -> Remedy:
 
 @check("toolchain.jit-compiler", title="C++ compiler for JIT-built ops", probes=("toolchain",))
 def check_jit_compiler(facts: Facts, me: CheckSpec) -> list[Finding]:
-    t = toolchain_facts(facts)
+    t = facts.of("toolchain")
     if t is None:
         return [me.not_checked(NO_FACTS)]
     jit = t["jit"]
@@ -86,7 +82,7 @@ def check_jit_compiler(facts: Facts, me: CheckSpec) -> list[Finding]:
         gxx = t["winners"].get("g++") or t["winners"].get("c++")
         if jit.get("source") == "CXX" and t["winners"].get("c++"):
             remedies.append(Remedy(title="Unset the broken $CXX (torch then uses c++ from PATH)",
-                                   commands=["unset CXX"], undo=[f"export CXX={shell_quote(jit['value'])}"],
+                                   commands=["unset CXX"], undo=[f"export CXX={shell_quote(jit.get('value') or '')}"],
                                    explanation=f"c++ on PATH is {t['winners']['c++']}."))
         elif gxx and build_safe(gxx):
             remedies.append(_export_cxx(gxx, jit["value"] if jit.get("source") == "CXX" else None))
@@ -128,7 +124,7 @@ def check_jit_compiler(facts: Facts, me: CheckSpec) -> list[Finding]:
 
 @check("toolchain.layers", title="Compiler layers side by side", probes=("toolchain",))
 def check_layers(facts: Facts, me: CheckSpec) -> list[Finding]:
-    t = toolchain_facts(facts)
+    t = facts.of("toolchain")
     if t is None:
         return [me.not_checked(NO_FACTS)]
     jit, tb = t["jit"], t.get("torch_build")
@@ -165,7 +161,7 @@ def check_layers(facts: Facts, me: CheckSpec) -> list[Finding]:
 
 @check("toolchain.sysconfig", title="Python's sysconfig compilers", probes=("toolchain",))
 def check_sysconfig(facts: Facts, me: CheckSpec) -> list[Finding]:
-    t = toolchain_facts(facts)
+    t = facts.of("toolchain")
     if t is None:
         return [me.not_checked(NO_FACTS)]
     sc = t.get("sysconfig") or {}
@@ -207,13 +203,13 @@ DEVTOOLSET_EXPLAINED = (
 
 @check("toolchain.devtoolset", title="devtoolset / gcc-toolset", probes=("toolchain",))
 def check_devtoolset(facts: Facts, me: CheckSpec) -> list[Finding]:
-    t = toolchain_facts(facts)
+    t = facts.of("toolchain")
     if t is None:
         return [me.not_checked(NO_FACTS)]
     ts = t.get("toolsets") or {}
     if t.get("devtoolset_on_path"):
         names = sorted({e["name"] for e in ts.get("on_path") or []} | set(ts.get("enabled") or [])
-                       | {c.get("toolset") for c in (t["jit"], t["cuda_host"], *t["compilers"]) if c.get("toolset")})
+                       | {name for c in (t["jit"], t["cuda_host"], *t["compilers"]) if (name := c.get("toolset"))})
         where = [f"PATH entry {e['dir']}" for e in ts.get("on_path") or []]
         if ts.get("enabled"):
             where.append(f"X_SCLS={' '.join(ts['enabled'])} (scl enable)")
@@ -232,7 +228,7 @@ def check_devtoolset(facts: Facts, me: CheckSpec) -> list[Finding]:
 @predicate("no_cxx_compiler", doc="neither $CXX nor c++ on PATH gives a C++ compiler for JIT-built ops",
            probes=("toolchain",))
 def no_cxx_compiler(facts: Facts) -> bool:
-    t = toolchain_facts(facts)
+    t = facts.of("toolchain")
     return t is not None and bool(t) and not t["jit"].get("path")
 
 

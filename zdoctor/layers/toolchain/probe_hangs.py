@@ -41,7 +41,7 @@ import os
 import re
 from typing import Any
 
-from zdoctor.core.factstypes import JitcacheFacts, LocktrialFacts, ProcessesFacts
+from zdoctor.core.factstypes import JitcacheFacts, JitcacheRoots, LocktrialFacts, ProcessesFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.redact import redact_text
 from zdoctor.core.registry import probe
@@ -134,12 +134,12 @@ def ops_table(ops: list[jc.JitOp]) -> Evidence:
     return Evidence.of_table("JIT-built ops", ["op", "tag", "built .so", "compiler", "lock"], rows, hl)
 
 
-def collect_jitcache(env: dict[str, str], pyenv: dict[str, Any] | None) -> tuple[dict[str, Any], list[Evidence]]:
+def collect_jitcache(env: dict[str, str], pyenv: dict[str, Any] | None) -> tuple[JitcacheFacts, list[Evidence]]:
     """The jitcache facts for training environment ``env`` (and the pyenv facts, when there are any)."""
     it = interpreter_facts(pyenv)
     base, source = jc.cache_base(env)
     expected = jc.expected_tag(it["python_version"], it["abiflags"], it["cuda"], it["hip"], it["torch_known"])
-    roots: list[dict[str, Any]] = []
+    roots: list[JitcacheRoots] = []
     for root in jc.extension_roots(env):
         mount = mount_of(root) if os.path.isdir(root) else None
         leaf = os.path.basename(root.rstrip("/"))
@@ -150,7 +150,7 @@ def collect_jitcache(env: dict[str, str], pyenv: dict[str, Any] | None) -> tuple
     ops = jc.scan_jit_cache(env, it["python_version"], expected=expected, unscanned=unscanned)
     ds = it["deepspeed"]
     loc = ds.get("location") if isinstance(ds.get("location"), str) else None
-    facts: dict[str, Any] = {
+    facts: JitcacheFacts = {
         "env": {k: env[k] for k in ("TORCH_EXTENSIONS_DIR", "XDG_CACHE_HOME", "HOME") if k in env},
         "base": base,
         "source": source,
@@ -176,7 +176,7 @@ def collect_jitcache(env: dict[str, str], pyenv: dict[str, Any] | None) -> tuple
 
 
 @probe("jitcache", title="JIT-built DeepSpeed ops", timeout=TARGET_TIMEOUT + 60, needs=("pyenv",), facts=JitcacheFacts)
-def jitcache_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
+def jitcache_probe(host) -> tuple[JitcacheFacts, list[Evidence]]:
     """torch's extension cache for the training environment: op dirs, built .so files, locks."""
     env = dict(target_of(host).env)
     pyenv = None
@@ -427,7 +427,7 @@ def try_without_lock(lock: dict[str, Any], op: dict[str, Any] | None, host: Any)
 
 @probe("locktrial", title="Stale JIT locks: the op loaded from a lock-free copy", timeout=TRIAL_TIMEOUT + 120,
        needs=("jitcache", "processes"), facts=LocktrialFacts)
-def locktrial_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
+def locktrial_probe(host) -> tuple[LocktrialFacts, list[Evidence]]:
     """For each stale lock, prove (or disprove) that removing it is the fix, without removing it."""
     procs = host.result("processes")
     jit = host.result("jitcache")
