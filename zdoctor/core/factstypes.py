@@ -2292,6 +2292,61 @@ class DriverPartsFacts(TypedDict, total=False):
     skipped: str
 
 
+class KernelModulesNvidia(TypedDict, total=False):
+    """An NVIDIA module file of one kernel's tree."""
+
+    path: str
+    version: Optional[str]
+    vermagic: Optional[str]
+    compressed: bool
+
+
+class KernelModulesKernel(TypedDict, total=False):
+    """One installed kernel's module tree."""
+
+    release: str
+    dir: str
+    nvidia: List[KernelModulesNvidia]
+    truncated: Optional[str]
+    headers: bool
+
+
+class KernelModulesDkmsEntry(TypedDict, total=False):
+    """One line of ``dkms status``."""
+
+    module: Optional[str]
+    version: Optional[str]
+    kernel: Optional[str]
+    arch: Optional[str]
+    state: Optional[str]
+    line: Optional[str]
+
+
+class KernelModulesDkms(TypedDict, total=False):
+    """``dkms status``: whether it is installed, ran, and what it lists."""
+
+    installed: bool
+    path: Optional[str]
+    exit_code: Optional[int]
+    error: Optional[str]
+    entries: List[KernelModulesDkmsEntry]
+
+
+class KernelModulesFacts(TypedDict, total=False):
+    """Facts at ``kernel_modules``: the NVIDIA module files of each installed kernel, and ``dkms status``."""
+
+    root: str
+    running: str
+    kernels: List[KernelModulesKernel]
+    kernels_error: Optional[str]
+    running_tree: Optional[KernelModulesKernel]
+    others_with_module: List[str]
+    loaded: Optional[bool]
+    dkms: KernelModulesDkms
+    distro: Any
+    skipped: str
+
+
 class LimitfixFacts(TypedDict, total=False):
     """Facts at ``limitfix``: the failing command re-run with the open-files limit raised."""
 

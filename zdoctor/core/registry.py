@@ -101,6 +101,9 @@ class Facts(typing.Mapping[str, "ProbeResult"]):
     def of(self, probe: Literal["kernel_log"]) -> ft.KernelLogFacts | None: ...
 
     @typing.overload
+    def of(self, probe: Literal["kernel_modules"]) -> ft.KernelModulesFacts | None: ...
+
+    @typing.overload
     def of(self, probe: Literal["launch"]) -> ft.LaunchFacts | None: ...
 
     @typing.overload

@@ -361,6 +361,29 @@ SIGNATURES: tuple[Signature, ...] = (
         confirm=("gpu.driver-parts",),
         sources=("NVIDIA Fabric Manager nv-fabricmanager (its log on a release mismatch; quoted in "
                  "NVIDIA/gpu-operator#544 and NVIDIA/gpu-driver-container#735)",)),
+    # -- the driver's parts (layer driver-parts): the driver's state on this boot --------------------------
+    Signature(
+        id="driver.module-not-found", kind="kernel-module-missing", layer="driver-parts",
+        pattern=r"modprobe: FATAL: Module (?P<module>nvidia[\w-]*) not found"
+                r"(?: in directory /lib/modules/(?P<kernel>[^\s/]+))?",
+        meaning="the running kernel's module tree holds no NVIDIA module: after a kernel upgrade DKMS (or the "
+                "driver's package) did not build it for the new kernel, often for want of that kernel's headers",
+        read_next="which installed kernels under /lib/modules have nvidia.ko, `dkms status`, and the running "
+                  "kernel's headers",
+        confirm=("gpu.driver-for-kernel",),
+        sources=("kmod tools/modprobe.c (\"Module %s not found in directory %s\", printed as \"modprobe: FATAL: "
+                 "...\")",)),
+    Signature(
+        id="driver.smi-no-driver", kind="driver-not-loaded", layer="driver-parts",
+        pattern=r"NVIDIA-SMI has failed because it couldn.t communicate with the NVIDIA driver",
+        meaning="no NVIDIA kernel module is loaded (or its device files are missing): the module was not built "
+                "for the running kernel, failed to load, or the driver is not installed",
+        read_next="whether the running kernel has an NVIDIA module on disk (and which kernel does), `dkms status`, "
+                  "and the kernel log's NVRM lines",
+        confirm=("gpu.driver-for-kernel",),
+        sources=("NVIDIA nvidia-smi (its message when it cannot open the driver: \"NVIDIA-SMI has failed because "
+                 "it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is "
+                 "installed and running.\")",)),
     Signature(
         id="cuda.no-kernel-image", kind="cuda-arch", layer="cuda",
         pattern=r"no kernel image is available for execution on the device",
