@@ -26,7 +26,8 @@ def _explains(facts: Facts, running: str) -> list[str]:
 
 def dkms_module(km: dict[str, Any]) -> dict[str, Any] | None:
     """The newest NVIDIA entry ``dkms status`` lists (``nvidia`` or ``nvidia-srv``...), or None."""
-    entries = [e for e in (km.get("dkms") or {}).get("entries") or [] if str(e.get("module") or "").startswith("nvidia")]
+    listed = (km.get("dkms") or {}).get("entries") or []
+    entries = [e for e in listed if str(e.get("module") or "").startswith("nvidia")]
     return entries[-1] if entries else None
 
 
