@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -177,3 +178,179 @@ def test_end_to_end_the_modprobe_message_is_answered_by_the_missing_module(tmp_p
     assert OLD_KERNEL in lead["title"] and RUNNING in lead["title"]
     assert s1["answered_by"] and s1["answered_by"]["playbook"] == "gpu-stack"
     assert Path("/usr/lib/modules").exists() is False  # the tree was the namespace's only
+
+
+# -- class 2: CUDA 'unknown error' after a suspend/resume -----------------------------------------------------
+
+TORCH_999 = ("CUDA initialization: CUDA unknown error - this may be due to an incorrectly set up environment, e.g. "
+             "changing env variable CUDA_VISIBLE_DEVICES after program start. Setting the available devices to be "
+             "zero. (Triggered internally at /pytorch/c10/cuda/CUDAFunctions.cpp:119.)")
+#: The kernel's own records of one suspend to RAM and its resume (kernel/power/suspend.c, drivers/acpi/sleep.c).
+SLEEP_RECORDS = ("PM: suspend entry (deep)", "ACPI: PM: Preparing to enter system sleep state S3",
+                 "ACPI: PM: Waking up from system sleep state S3", "PM: suspend exit")
+#: /proc/modules of a node with the NVIDIA modules loaded and two processes on /dev/nvidia-uvm.
+PROC_MODULES = ("nvidia_uvm 4956160 2 - Live 0x0000000000000000 (POE)\n"
+                "nvidia_drm 122880 0 - Live 0x0000000000000000 (POE)\n"
+                "nvidia 108183552 35 nvidia_uvm,nvidia_drm, Live 0x0000000000000000 (POE)\n")
+HOLD = ("import sys, time\nf = open(sys.argv[1])\nopen(sys.argv[2], 'w').close()\n"
+        "while True:\n    time.sleep(1)\n")
+
+
+def _kmsg(tmp: Path, *texts: str, facility: int | None = None) -> Path:
+    from kmsgkit import KERN, kmsg_file
+
+    return kmsg_file(tmp / "kmsg", *texts, facility=KERN if facility is None else facility)
+
+
+def _resume_facts(tmp: Path, kmsg: Path, device: Path) -> dict[str, Any]:
+    from zdoctor.layers.driver_parts.probe_driverresume import collect as collect_resume
+
+    (tmp / "modules").write_text(PROC_MODULES)
+    (tmp / "refcnt").write_text("2\n")
+    (tmp / "params").write_text("ResmanDebugLevel: 4294967295\nPreserveVideoMemoryAllocations: 0\n")
+    facts, _ = collect_resume(kmsg=str(kmsg), use_journal=False, proc_modules=str(tmp / "modules"),
+                              refcnt=str(tmp / "refcnt"), device=str(device), params=str(tmp / "params"),
+                              systemctl="/nonexistent-systemctl")
+    return facts
+
+
+@pytest.fixture
+def uvm_holder(tmp_path):
+    """A real process of an unprivileged user holding the 'device' open: in a private mount namespace a real
+    file is bind-mounted over the device's path, and the process opens that path."""
+    from userkit import SYSTEM_PYTHON, unprivileged_user
+
+    top = Path(tempfile.mkdtemp(prefix="zdoctor-uvm-"))
+    top.chmod(0o755)
+    device, real, ready = top / "nvidia-uvm", top / "uvm-backing", top / "ready"
+    device.write_text("")
+    real.write_text("")
+    with unprivileged_user("uvm") as acct:
+        os.chown(top, acct.uid, acct.gid)
+        script = ('mount --bind "$1" "$2" && '
+                  'exec setpriv --reuid "$3" --regid "$4" --clear-groups "$5" -c "$6" "$2" "$7"')
+        proc = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", str(real),
+                                 str(device), str(acct.uid), str(acct.gid), SYSTEM_PYTHON, HOLD, str(ready)],
+                                stdin=subprocess.DEVNULL)
+        try:
+            from prockit import wait_for
+
+            assert wait_for(ready.exists), "the holder did not start"
+            yield {"pid": proc.pid, "user": acct.name, "device": device}
+        finally:
+            proc.kill()
+            proc.wait(timeout=30)
+            shutil.rmtree(top, ignore_errors=True)
+
+
+@NEEDS_NS
+def test_cuda_unknown_error_after_a_resume_names_the_holders_and_does_not_reload_under_them(tmp_path, uvm_holder):
+    from test_gpu_facts import h200_nvml
+
+    from zdoctor.layers.driver_parts.check_driverresume import RELOAD, check_driver_after_resume
+
+    kmsg = _kmsg(tmp_path, "NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  570.86.15", *SLEEP_RECORDS)
+    facts = _resume_facts(tmp_path, kmsg, uvm_holder["device"])
+    assert [s["kind"] for s in facts["sleeps"]] == ["suspend", "resume", "resume"]
+    assert facts["uvm"] == {"loaded": True, "use_count": 2, "users": [], "refcnt": 2, "error": None}
+    assert facts["preserve_allocations"] is False
+    assert facts["services"] == {"nvidia-suspend.service": None, "nvidia-resume.service": None}
+    (holder,) = facts["holders"]
+    assert holder["pid"] == uvm_holder["pid"] and holder["user"] == uvm_holder["user"]  # unshare, sh, setpriv exec it
+    assert holder["command"].endswith(f"{uvm_holder['device']} {uvm_holder['device'].parent / 'ready'}")
+    sym = symptoms(TORCH_999)
+    (f,) = check_driver_after_resume(facts_of(driver_resume=facts, nvml=h200_nvml(), symptoms=sym))
+    assert f.id == "gpu.driver-after-resume" and f.status == "fail"
+    assert f.title.startswith("CUDA 'unknown error' (999) after the node resumed from suspend at ")
+    assert "the message you gave (S1" in f.detail and "NVML answers with the GPUs" in f.detail
+    assert "The nvidia_uvm module is loaded (use count 2, sysfs refcnt 2)" in f.detail
+    assert "Whether nvidia-suspend.service is enabled is unknown" in f.detail
+    reload, reboot = f.remedies  # the services are unknown here: no services remedy offered
+    assert reload.commands == [RELOAD] and reload.requires_root and not reload.tried
+    assert reload.note.startswith(f"not tried, because 1 process holds {uvm_holder['device']}: pid {holder['pid']} "
+                                  f"({uvm_holder['user']}: ")
+    assert reboot.title == "Drain the node and reboot it"
+    assert f.explains == ["S1"] and explained(sym, [f]) == {"S1": [f.id]}
+
+
+def test_without_holders_the_reload_waits_for_a_yes_and_disabled_services_get_their_remedy(tmp_path):
+    from test_gpu_facts import h200_nvml
+
+    from zdoctor.layers.driver_parts.check_driverresume import check_driver_after_resume
+
+    device = tmp_path / "nvidia-uvm"
+    device.write_text("")
+    facts = _resume_facts(tmp_path, _kmsg(tmp_path, *SLEEP_RECORDS), device)
+    assert facts["holders"] == []
+    facts["services"] = {"nvidia-suspend.service": "disabled", "nvidia-resume.service": "disabled"}
+    # torch's "Error 999" line of cudaGetDeviceCount (the catalogue's cuda.init-error) is named by its number
+    sym = symptoms("CUDA initialization: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions "
+                   "before calling NumCudaDevices() that might have already set an error? Error 999: unknown error "
+                   "(Triggered internally at /pytorch/c10/cuda/CUDAFunctions.cpp:119.)", "RuntimeError: CUDA error: "
+                   "unknown error")
+    (f,) = check_driver_after_resume(facts_of(driver_resume=facts, nvml=h200_nvml(), symptoms=sym))
+    assert f.status == "fail" and f.explains == ["S1", "S2"]
+    reload, services, _reboot = f.remedies
+    assert reload.note.startswith("not tried: reloading a kernel module changes the node; it runs only when you say "
+                                  "yes, as root")
+    assert services.commands == ["systemctl enable nvidia-suspend.service nvidia-resume.service "
+                                 "nvidia-hibernate.service"]
+    assert "NVreg_PreserveVideoMemoryAllocations=1" in services.explanation
+
+
+def test_sleep_records_written_from_user_space_are_no_evidence(tmp_path):
+    from kmsgkit import USER
+
+    from zdoctor.layers.driver_parts.check_driverresume import check_driver_after_resume
+
+    device = tmp_path / "nvidia-uvm"
+    facts = _resume_facts(tmp_path, _kmsg(tmp_path, *SLEEP_RECORDS, facility=USER), device)
+    assert facts["sleeps"] == []
+    (f,) = check_driver_after_resume(facts_of(driver_resume=facts, symptoms=symptoms(TORCH_999)))
+    assert f.status == "ok" and f.title == "No suspend/resume in this boot: the CUDA 'unknown error' is not a resume's"
+    assert f.explains == []
+
+
+def test_nvidia_uvm_not_loaded_is_the_cause_of_999_and_loading_it_the_remedy(tmp_path):
+    from zdoctor.layers.driver_parts.check_driverresume import check_driver_after_resume
+
+    facts = _resume_facts(tmp_path, _kmsg(tmp_path, "PM: suspend exit"), tmp_path / "nvidia-uvm")
+    facts["uvm"] = {"loaded": False, "use_count": None, "users": [], "refcnt": None, "error": None}
+    (f,) = check_driver_after_resume(facts_of(driver_resume=facts, symptoms=symptoms("cudaErrorUnknown")))
+    assert f.status == "fail" and f.title == "CUDA 'unknown error' (999): nvidia_uvm is not loaded"
+    assert [r.commands for r in f.remedies] == [["modprobe nvidia_uvm"]] and f.explains == ["S1"]
+
+
+def test_systemd_sleeps_in_the_journal_are_read_by_journalds_trusted_fields():
+    from zdoctor.layers.driver_parts import uvmstate
+
+    lines = [json.dumps(d) for d in (
+        {"MESSAGE": "Entering sleep state 'suspend'...", "_COMM": "systemd-sleep", "_UID": "0",
+         "__REALTIME_TIMESTAMP": "1764835200000000"},
+        {"MESSAGE": "System returned from sleep state.", "_COMM": "systemd-sleep", "_UID": "0",
+         "__REALTIME_TIMESTAMP": "1764835260000000"},
+        {"MESSAGE": "System resumed.", "SYSLOG_IDENTIFIER": "systemd-sleep", "_COMM": "logger", "_UID": "1000"},
+        {"MESSAGE": "System resumed.", "_COMM": "systemd-sleep", "_UID": "1000"})]
+    assert [(s["kind"], s["time"]) for s in uvmstate.journal_sleeps(lines)] == [
+        ("suspend", 1764835200.0), ("resume", 1764835260.0)]
+
+
+@NEEDS_NS
+def test_end_to_end_torchs_unknown_error_is_explained_by_the_resume_in_a_private_kernel_log(tmp_path):
+    """A real zdoctor check reading a private kernel log (bind-mounted over /dev/kmsg in its own mount
+    namespace) with the kernel's suspend and resume records: the pasted torch error leads the report."""
+    from kmsgkit import run_cli_on
+
+    kmsg = _kmsg(tmp_path, *SLEEP_RECORDS)
+    env = {**os.environ, "PYTHONPATH": str(Path(zdoctor.__file__).resolve().parent.parent),
+           "XDG_STATE_HOME": str(tmp_path / "state")}
+    res = run_cli_on(kmsg, ["check", "--no-log", "--json", "--playbook", "gpu-stack", "--symptom", TORCH_999],
+                     env=env)
+    doc = json.loads(res.stdout)
+    (s1,) = doc["symptoms"]
+    assert s1["signature"] == "driver.cuda-unknown-error" and s1["explained_by"] == ["gpu.driver-after-resume"]
+    lead = doc["findings"][0]
+    assert lead["id"] == "gpu.driver-after-resume" and lead["status"] == "fail"
+    assert "after the node resumed from suspend at" in lead["title"]
+    assert "(kernel log: 'PM: suspend exit'), 2 resumes in this boot" in lead["detail"]
+    assert [r["title"] for r in lead["remedies"]][0] == "Reload nvidia_uvm (no reboot)"

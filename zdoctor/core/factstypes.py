@@ -2292,6 +2292,48 @@ class DriverPartsFacts(TypedDict, total=False):
     skipped: str
 
 
+class DriverResumeSleep(TypedDict, total=False):
+    """One suspend or resume record."""
+
+    kind: Optional[str]
+    time: Optional[float]
+    text: str
+    source: str
+
+
+class DriverResumeUvm(TypedDict, total=False):
+    """The nvidia_uvm module as /proc/modules and sysfs give it."""
+
+    loaded: Optional[bool]
+    use_count: Optional[int]
+    users: List[str]
+    refcnt: Optional[int]
+    error: Optional[str]
+
+
+class DriverResumeHolder(TypedDict, total=False):
+    """A process holding /dev/nvidia-uvm open."""
+
+    pid: int
+    user: str
+    command: str
+
+
+class DriverResumeFacts(TypedDict, total=False):
+    """Facts at ``driver_resume``: suspend/resume records of this boot, nvidia_uvm and who holds its device."""
+
+    sleeps: List[DriverResumeSleep]
+    sleep_errors: List[str]
+    uvm: DriverResumeUvm
+    device: str
+    device_exists: bool
+    holders: List[DriverResumeHolder]
+    holders_partial: Optional[str]
+    preserve_allocations: Optional[bool]
+    services: Dict[str, Optional[str]]
+    skipped: str
+
+
 class KernelModulesNvidia(TypedDict, total=False):
     """An NVIDIA module file of one kernel's tree."""
 

@@ -59,6 +59,9 @@ class Facts(typing.Mapping[str, "ProbeResult"]):
     def of(self, probe: Literal["driver_parts"]) -> ft.DriverPartsFacts | None: ...
 
     @typing.overload
+    def of(self, probe: Literal["driver_resume"]) -> ft.DriverResumeFacts | None: ...
+
+    @typing.overload
     def of(self, probe: Literal["dsconfig"]) -> ft.DsconfigFacts | None: ...
 
     @typing.overload

@@ -385,6 +385,22 @@ SIGNATURES: tuple[Signature, ...] = (
                  "it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is "
                  "installed and running.\")",)),
     Signature(
+        id="driver.cuda-unknown-error", kind="cuda-error", layer="driver-parts",
+        pattern=r"(?:CUDA unknown error - this may be due to an incorrectly set up environment"
+                r"|\bcudaErrorUnknown\b|CUDA (?:driver )?error: unknown error)",
+        meaning="CUDA failed with cudaErrorUnknown (999) while the driver may still answer NVML: after the node "
+                "was suspended and resumed without NVIDIA's suspend services, nvidia_uvm has lost its state (or "
+                "nvidia_uvm is not loaded at all)",
+        read_next="the suspend/resume records of this boot (kernel log, systemd-sleep in the journal), nvidia_uvm "
+                  "in /proc/modules and the processes holding /dev/nvidia-uvm",
+        confirm=("gpu.driver-after-resume", "gpu.runtime"), fields=(("number", "999"),),
+        sources=("PyTorch c10/cuda/CUDAFunctions.cpp (device_count_impl on cudaErrorUnknown: \"CUDA unknown error - "
+                 "this may be due to an incorrectly set up environment, e.g. changing env variable "
+                 "CUDA_VISIBLE_DEVICES after program start\")",
+                 "CUDA Runtime API cudaError_t: 999 cudaErrorUnknown (\"unknown error\")",
+                 "NVIDIA driver README, Configuring Power Management Support (nvidia-suspend.service, "
+                 "NVreg_PreserveVideoMemoryAllocations)")),
+    Signature(
         id="cuda.no-kernel-image", kind="cuda-arch", layer="cuda",
         pattern=r"no kernel image is available for execution on the device",
         meaning="the code was not built for this GPU's compute capability (TORCH_CUDA_ARCH_LIST, or a torch "
