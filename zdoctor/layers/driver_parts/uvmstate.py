@@ -65,8 +65,8 @@ def journal_sleeps(lines: Iterable[str]) -> list[dict[str, Any]]:
             continue
         kind = next((k for pattern, k in SYSTEMD_SLEEP if pattern.match(msg)), None)
         if kind:
-            realtime = d.get("__REALTIME_TIMESTAMP")
-            when = int(realtime) / 1e6 if str(realtime or "").isdigit() else None
+            realtime = str(d.get("__REALTIME_TIMESTAMP") or "")
+            when = int(realtime) / 1e6 if realtime.isdigit() else None
             out.append({"kind": kind, "time": when, "text": msg[:300], "source": "journal (systemd-sleep)"})
     return out
 
