@@ -354,3 +354,12 @@ def test_end_to_end_torchs_unknown_error_is_explained_by_the_resume_in_a_private
     assert "after the node resumed from suspend at" in lead["title"]
     assert "(kernel log: 'PM: suspend exit'), 2 resumes in this boot" in lead["detail"]
     assert [r["title"] for r in lead["remedies"]][0] == "Reload nvidia_uvm (no reboot)"
+
+
+def test_nvidia_uvm_from_sysfs_where_proc_modules_cannot_be_read(tmp_path):
+    from zdoctor.layers.driver_parts import uvmstate
+
+    (tmp_path / "refcnt").write_text("3\n")
+    assert uvmstate.uvm_module(str(tmp_path / "absent"), str(tmp_path / "refcnt")) == {
+        "loaded": True, "use_count": None, "users": [], "refcnt": 3, "error": f"{tmp_path / 'absent'} could not be read"}
+    assert uvmstate.uvm_module(str(tmp_path / "absent"), str(tmp_path / "no-refcnt"))["loaded"] is None

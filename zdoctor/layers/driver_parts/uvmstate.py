@@ -96,6 +96,8 @@ def uvm_module(proc_modules: str = "/proc/modules", refcnt: str = UVM_REFCNT) ->
             out["users"] = [] if line[3] == "-" else [u for u in line[3].split(",") if u]
     ref = (read_small(refcnt, 64) or "").strip()
     out["refcnt"] = int(ref) if ref.isdigit() else None
+    if out["loaded"] is None and out["refcnt"] is not None:
+        out["loaded"] = True  # /proc/modules unreadable, but sysfs has the module
     return out
 
 
