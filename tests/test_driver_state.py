@@ -361,5 +361,6 @@ def test_nvidia_uvm_from_sysfs_where_proc_modules_cannot_be_read(tmp_path):
 
     (tmp_path / "refcnt").write_text("3\n")
     assert uvmstate.uvm_module(str(tmp_path / "absent"), str(tmp_path / "refcnt")) == {
-        "loaded": True, "use_count": None, "users": [], "refcnt": 3, "error": f"{tmp_path / 'absent'} could not be read"}
+        "loaded": True, "use_count": None, "users": [], "refcnt": 3,
+        "error": f"{tmp_path / 'absent'} could not be read"}
     assert uvmstate.uvm_module(str(tmp_path / "absent"), str(tmp_path / "no-refcnt"))["loaded"] is None
