@@ -364,3 +364,23 @@ def test_nvidia_uvm_from_sysfs_where_proc_modules_cannot_be_read(tmp_path):
         "loaded": True, "use_count": None, "users": [], "refcnt": 3,
         "error": f"{tmp_path / 'absent'} could not be read"}
     assert uvmstate.uvm_module(str(tmp_path / "absent"), str(tmp_path / "no-refcnt"))["loaded"] is None
+
+
+def test_torchs_own_999_from_the_real_probe_script_comes_before_the_pasted_text(tmp_path):
+    """The probe script run against a torch whose CUDA start warns as torch's does: its error is the one named."""
+    from test_gpu_facts import h200_nvml, h200_pyenv
+    from test_gpu_verdicts import FAKE_TORCH_CUDA_WARNS, _probe_cuda_record
+
+    from zdoctor.layers.driver_parts.check_driverresume import check_driver_after_resume
+
+    rec = _probe_cuda_record(tmp_path / "pkg", FAKE_TORCH_CUDA_WARNS % TORCH_999)
+    py = h200_pyenv()
+    py["torch"]["cuda"] = "13.0"
+    py["torch"]["cuda_check"] = {"state": "ok", **{k: v for k, v in rec.items() if k != "t"}}
+    device = tmp_path / "nvidia-uvm"
+    facts = _resume_facts(tmp_path, _kmsg(tmp_path, *SLEEP_RECORDS), device)
+    sym = symptoms("RuntimeError: CUDA error: unknown error")
+    (f,) = check_driver_after_resume(facts_of(driver_resume=facts, nvml=h200_nvml(), pyenv=py, symptoms=sym))
+    assert f.status == "fail" and "seen in torch's CUDA start in the training interpreter: CUDA initialization: " \
+                                  "CUDA unknown error" in f.detail
+    assert f.explains == ["S1"]  # the user's line is the same error, named by its number
