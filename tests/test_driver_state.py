@@ -384,3 +384,16 @@ def test_torchs_own_999_from_the_real_probe_script_comes_before_the_pasted_text(
     assert f.status == "fail" and "seen in torch's CUDA start in the training interpreter: CUDA initialization: " \
                                   "CUDA unknown error" in f.detail
     assert f.explains == ["S1"]  # the user's line is the same error, named by its number
+
+
+@NEEDS_TOOLS
+def test_the_newest_kernel_with_the_module_is_the_one_to_boot(tmp_path):
+    modules = upgraded_tree(tmp_path)
+    kernel_module(modules / "6.8.0-100-generic" / "updates" / "dkms" / "nvidia.ko", DRIVER, "6.8.0-100-generic")
+    (modules / "6.8.0-9-generic").mkdir()
+    listed = [k for k in kernelmods.installed_kernels(str(modules))[0] if k != RUNNING]
+    assert listed == ["6.8.0-9-generic", OLD_KERNEL, "6.8.0-100-generic"]
+    facts, _ = collect(root=str(modules), path="/nonexistent-bin")
+    assert facts["others_with_module"] == [OLD_KERNEL, "6.8.0-100-generic"]
+    (f,) = check_driver_for_kernel(facts_of(kernel_modules=facts))
+    assert f.remedies[-1].title == "Boot kernel 6.8.0-100-generic, which has the NVIDIA module"

@@ -30,13 +30,18 @@ _DKMS_LINE = re.compile(r"^(?P<module>[\w.+-]+)[/,]\s*(?P<version>[^,:\s]+)(?:,\
                         r"(?:,\s*(?P<arch>[^,:\s]+))?\s*:\s*(?P<state>.+)$")
 
 
+def release_key(release: str) -> list[tuple[int, str]]:
+    """A kernel release's sort key, numbers as numbers (6.8.0-100 after 6.8.0-45)."""
+    return [(int(p), "") if p.isdigit() else (-1, p) for p in re.split(r"(\d+)", release) if p]
+
+
 def installed_kernels(root: str = MODULE_ROOT) -> tuple[list[str], str | None]:
-    """The kernel releases with a module tree under ``root`` (sorted), and why none could be listed."""
+    """The kernel releases with a module tree under ``root`` (oldest first), and why none could be listed."""
     try:
-        names = sorted(e.name for e in os.scandir(root) if e.is_dir(follow_symlinks=False))
+        names = sorted((e.name for e in os.scandir(root) if e.is_dir(follow_symlinks=False)), key=release_key)
     except OSError as exc:
         return [], f"{root}: {exc.strerror or exc}"
-    return names[:MAX_KERNELS], None
+    return names[-MAX_KERNELS:], None
 
 
 def find_nvidia_modules(kernel_dir: str, *, max_entries: int = MAX_ENTRIES,
