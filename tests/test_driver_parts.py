@@ -465,8 +465,8 @@ def test_d_this_machine_as_it_is():
     assert f.id == "gpu.driver-parts.not-checked" and f.status == "skip"
     (layer,) = [x for x in layers_examined([f]) if x["id"] == "driver-parts"]
     assert layer["status"] == "not examined"
-    assert layer["why"].startswith("gpu.driver-parts: no NVIDIA kernel module loaded "
-                                   "(/proc/driver/nvidia/version absent)")
+    # the layer's other checks (the kernel's module tree, the state after a resume) were not run here
+    assert "gpu.driver-parts: no NVIDIA kernel module loaded (/proc/driver/nvidia/version absent)" in layer["why"]
 
 
 def test_the_h200_capture_reads_as_its_parts_are_known():

@@ -2214,6 +2214,103 @@ class DriverPartsFacts(TypedDict, total=False):
     skipped: str
 
 
+class DriverResumeSleep(TypedDict, total=False):
+    """One suspend or resume record."""
+
+    kind: Optional[str]
+    time: Optional[float]
+    text: str
+    source: str
+
+
+class DriverResumeUvm(TypedDict, total=False):
+    """The nvidia_uvm module as /proc/modules and sysfs give it."""
+
+    loaded: Optional[bool]
+    use_count: Optional[int]
+    users: List[str]
+    refcnt: Optional[int]
+    error: Optional[str]
+
+
+class DriverResumeHolder(TypedDict, total=False):
+    """A process holding /dev/nvidia-uvm open."""
+
+    pid: int
+    user: str
+    command: str
+
+
+class DriverResumeFacts(TypedDict, total=False):
+    """Facts at ``driver_resume``: suspend/resume records of this boot, nvidia_uvm and who holds its device."""
+
+    sleeps: List[DriverResumeSleep]
+    sleep_errors: List[str]
+    uvm: DriverResumeUvm
+    device: str
+    device_exists: bool
+    holders: List[DriverResumeHolder]
+    holders_partial: Optional[str]
+    preserve_allocations: Optional[bool]
+    services: Dict[str, Optional[str]]
+    skipped: str
+
+
+class KernelModulesNvidia(TypedDict, total=False):
+    """An NVIDIA module file of one kernel's tree."""
+
+    path: str
+    version: Optional[str]
+    vermagic: Optional[str]
+    compressed: bool
+
+
+class KernelModulesKernel(TypedDict, total=False):
+    """One installed kernel's module tree."""
+
+    release: str
+    dir: str
+    nvidia: List[KernelModulesNvidia]
+    truncated: Optional[str]
+    headers: bool
+
+
+class KernelModulesDkmsEntry(TypedDict, total=False):
+    """One line of ``dkms status``."""
+
+    module: Optional[str]
+    version: Optional[str]
+    kernel: Optional[str]
+    arch: Optional[str]
+    state: Optional[str]
+    line: Optional[str]
+
+
+class KernelModulesDkms(TypedDict, total=False):
+    """``dkms status``: whether it is installed, ran, and what it lists."""
+
+    installed: bool
+    path: Optional[str]
+    exit_code: Optional[int]
+    error: Optional[str]
+    entries: List[KernelModulesDkmsEntry]
+
+
+class KernelModulesFacts(TypedDict, total=False):
+    """Facts at ``kernel_modules``: the NVIDIA module files of each installed kernel, and ``dkms status``."""
+
+    root: str
+    running: str
+    kernels: List[KernelModulesKernel]
+    kernels_error: Optional[str]
+    running_tree: Optional[KernelModulesKernel]
+    others_with_module: List[str]
+    loaded: Optional[bool]
+    dkms: KernelModulesDkms
+    distro: Any
+    skipped: str
+
+
 class LimitfixFacts(TypedDict, total=False):
     """Facts at ``limitfix``: the failing command re-run with the open-files limit raised."""
 

@@ -174,6 +174,20 @@ def nvidia_driver_package(branch: str | int, family: str, ubuntu: bool = False) 
     return f"nvidia-driver-{branch}" if family == "apt" and ubuntu else f"cuda-drivers-{branch}"
 
 
+def kernel_headers_package(release: str, family: str) -> str | None:
+    """The headers (build tree) of kernel ``release`` (``uname -r``), which DKMS builds a module against:
+    ``linux-headers-<release>`` on Debian/Ubuntu, ``kernel-devel-<release>`` on RHEL-likes,
+    ``kernel-<flavour>-devel-<version>`` on SUSE; None where the family names them otherwise."""
+    if family == "apt":
+        return f"linux-headers-{release}"
+    if family == "dnf":
+        return f"kernel-devel-{release}"
+    if family == "zypper":
+        version, _, flavour = release.rpartition("-")
+        return f"kernel-{flavour}-devel-{version}" if version and flavour else None
+    return None
+
+
 def cuda_toolkit_package(major: int | None, minor: int | None) -> str:
     """NVIDIA's CUDA toolkit package (``cuda-toolkit-12-4``), the same name on apt, dnf and zypper."""
     return f"cuda-toolkit-{major}-{minor}" if major is not None and minor is not None else "cuda-toolkit"

@@ -63,6 +63,9 @@ class Facts(typing.Mapping[str, "ProbeResult"]):
     def of(self, probe: Literal["driver_parts"]) -> ft.DriverPartsFacts | None: ...
 
     @typing.overload
+    def of(self, probe: Literal["driver_resume"]) -> ft.DriverResumeFacts | None: ...
+
+    @typing.overload
     def of(self, probe: Literal["dsconfig"]) -> ft.DsconfigFacts | None: ...
 
     @typing.overload
@@ -106,6 +109,9 @@ class Facts(typing.Mapping[str, "ProbeResult"]):
 
     @typing.overload
     def of(self, probe: Literal["kernel_log"]) -> ft.KernelLogFacts | None: ...
+
+    @typing.overload
+    def of(self, probe: Literal["kernel_modules"]) -> ft.KernelModulesFacts | None: ...
 
     @typing.overload
     def of(self, probe: Literal["launch"]) -> ft.LaunchFacts | None: ...
