@@ -410,9 +410,11 @@ class DsconfigFacts(TypedDict, total=False):
 class DsreleaseFacts(TypedDict, total=False):
     """Facts at ``dsrelease``."""
 
+    bugs: Dict[str, Any]
     installed: bool
     jit_origins: List[Any]
     location: str
+    python: Optional[str]
     rules: Dict[str, Any]
     skipped: str
     version: str

@@ -896,6 +896,41 @@ SIGNATURES: tuple[Signature, ...] = (
         confirm=("kernel.aer",),
         sources=("Linux drivers/pci/pcie/aer.c (aer_isr_one_error: \"%s%s error received: %04x:%02x:%02x.%d\"; "
                  "6.x aer_print_source: \"%s%s error message received from %s\")",)),
+    # -- python-env: launcher bugs of specific DeepSpeed releases (rules: layers/python_env/dsbugs.py) ------------
+    Signature(
+        id="deepspeed.bug-user-args-resplit", kind="ds-launcher-bug", layer="python-env",
+        pattern=r"ValueError: No closing quotation",
+        fields=(("bug", "user-args-resplit"),),
+        meaning="shlex could not split a line with an unpaired quote; from the deepspeed launcher it is the bug of "
+                "releases 0.10.1 to 0.12.4, which join the training script's arguments and split them again "
+                "(runner.py main), so an argument with an apostrophe or a quote stops the launch",
+        read_next="the traceback's file (deepspeed/launcher/runner.py, main) and the script's arguments that hold a "
+                  "quote character; the installed DeepSpeed release",
+        confirm=("pyenv.deepspeed-launch-bug",),
+        sources=("Python Lib/shlex.py (read_token: raise ValueError(\"No closing quotation\"))",
+                 "DeepSpeed PR 4007, PR 4265, PR 4660 (the re-split) and PR 4824 (its removal, tag v0.12.5)")),
+    Signature(
+        id="deepspeed.bug-pdsh-ssh-port", kind="ds-launcher-bug", layer="python-env",
+        pattern=r"KeyError: 'PDSH_SSH_ARGS_APPEND'",
+        fields=(("bug", "pdsh-ssh-port-keyerror"),),
+        meaning="the deepspeed launcher of releases 0.11.0 to 0.14.0 appends --ssh_port to PDSH_SSH_ARGS_APPEND "
+                "without reading it as empty when it is not set: a multi-node pdsh launch with --ssh_port stops "
+                "before pdsh runs",
+        read_next="the installed DeepSpeed release and whether PDSH_SSH_ARGS_APPEND is set where the launcher starts",
+        confirm=("pyenv.deepspeed-launch-bug",),
+        sources=("DeepSpeed deepspeed/launcher/multinode_runner.py (PDSHRunner.get_cmd)",
+                 "DeepSpeed PR 4373 (the bug, tag v0.11.0) and PR 5318 (the fix, tag v0.14.1)")),
+    Signature(
+        id="deepspeed.bug-openmpi-env-check", kind="ds-launcher-bug", layer="python-env",
+        pattern=r"MPI environment variables are not set\. Ensure you are running the script with an MPI-compatible "
+                r"launcher",
+        fields=(("bug", "openmpi-env-check"),),
+        meaning="the deepspeed launcher of releases 0.16.4 to 0.18.3 demands the OMPI_COMM_WORLD_* variables before "
+                "it runs mpirun, which is what sets them: --launcher openmpi fails from any shell",
+        read_next="the installed DeepSpeed release and the launch's --launcher",
+        confirm=("pyenv.deepspeed-launch-bug",),
+        sources=("DeepSpeed deepspeed/launcher/multinode_runner.py (OpenMPIRunner._setup_mpi_environment)",
+                 "DeepSpeed PR 6979 (the check, tag v0.16.4), issue 7711 and PR 7751 (its removal, tag v0.18.4)")),
 )
 
 BY_ID = {s.id: s for s in SIGNATURES}

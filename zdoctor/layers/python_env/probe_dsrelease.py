@@ -1,5 +1,6 @@
 """Probe ``dsrelease``: which behaviour the installed DeepSpeed release has for the rules that changed
-between releases (zdoctor/layers/python_env/dsrules.py), read from its files, and which install built each JIT op."""
+between releases (zdoctor/layers/python_env/dsrules.py) and which known launcher bugs it has
+(zdoctor/layers/python_env/dsbugs.py), read from its files, and which install built each JIT op."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from typing import Any
 from zdoctor.core.factstypes import DsreleaseFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import facts_of, probe
+from zdoctor.layers.python_env import dsbugs, jitorigin
 from zdoctor.layers.python_env import dsrules as dsr
-from zdoctor.layers.python_env import jitorigin
 
 
 def collect_dsrelease(pyenv: dict[str, Any], jit: dict[str, Any]) -> tuple[dict[str, Any], list[Evidence]]:
@@ -20,6 +21,8 @@ def collect_dsrelease(pyenv: dict[str, Any], jit: dict[str, Any]) -> tuple[dict[
     loc = ds.get("location") or pkg.get("location")
     version = ds.get("version") or ds.get("dist_version") or pkg.get("version")
     rules = dsr.installed_rules(loc if installed else None, version) if installed else {}
+    bugs = dsbugs.installed_bugs(loc, version) if installed else {}
+    target = (pyenv or {}).get("target") or {}
     origins = []
     for op in (jit or {}).get("ops") or []:
         if not op.get("so_path"):
@@ -29,11 +32,18 @@ def collect_dsrelease(pyenv: dict[str, Any], jit: dict[str, Any]) -> tuple[dict[
         rec["in_use"] = op.get("in_use")
         rec["same_install"] = jitorigin.same_dir(rec["deepspeed_dir"], loc)
         origins.append(rec)
-    facts = {"installed": installed, "version": version, "location": loc, "rules": rules, "jit_origins": origins}
+    facts = {"installed": installed, "version": version, "location": loc, "rules": rules, "jit_origins": origins,
+             "bugs": bugs, "python": target.get("resolved") or target.get("requested")}
     rows = [[rid, rec["state"], rec.get("file") or rec.get("why") or "-"] for rid, rec in rules.items()]
     ev = [Evidence.of_table(f"DeepSpeed {version or '?'}: behaviour of the installed release",
                             ["rule", "installed release has", "read from"], rows,
                             [i for i, r in enumerate(rows) if r[1] == "old"])]
+    if bugs:
+        bug_rows = [[bid, rec["state"], rec.get("file") or rec.get("how") or rec.get("why") or "-"]
+                    for bid, rec in bugs.items()]
+        ev.append(Evidence.of_table(f"DeepSpeed {version or '?'}: known launcher bugs of its release",
+                                    ["bug", "installed release", "read from"], bug_rows,
+                                    [i for i, r in enumerate(bug_rows) if r[1] == "affected"]))
     if origins:
         ev.append(Evidence.of_table("JIT ops: the DeepSpeed install that built them",
                                     ["op", "built from", "its version now", "same install as the training's"],
