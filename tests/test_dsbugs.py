@@ -6,12 +6,14 @@ or the workaround gets past it."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import REPO, run_cli
 from dsenv import ensure
 from test_gpu_facts import facts_of
 
@@ -90,7 +92,8 @@ def test_each_rule_names_its_commits_and_the_tags_files_agree_with_its_span():
         assert bug["message"] and bug["affected"] and bug["workaround"]
         assert any("commit" in s for s in bug["sources"]) and any(s.startswith("read from") for s in bug["sources"])
     expect = {("0.10.2", "user-args-resplit"): ("affected", ""), ("0.12.3", "user-args-resplit"): ("affected", "'"),
-              ("0.12.4", "user-args-resplit"): ("affected", '"'), ("0.12.5", "user-args-resplit"): ("not-affected", None),
+              ("0.12.4", "user-args-resplit"): ("affected", '"'),
+              ("0.12.5", "user-args-resplit"): ("not-affected", None),
               ("0.14.0", "pdsh-ssh-port-keyerror"): ("affected", None),
               ("0.14.1", "pdsh-ssh-port-keyerror"): ("not-affected", None),
               ("0.18.3", "openmpi-env-check"): ("affected", None),
@@ -126,7 +129,7 @@ def test_an_apostrophe_in_a_script_argument_stops_the_0123_launcher_and_zdoctor_
     failed = run_launcher(real["python"], args, work, launch_env(old))
     assert failed.returncode != 0 and "ValueError: No closing quotation" in failed.stderr
     assert "ARGS" not in failed.stdout
-    command = f"python -m deepspeed.launcher.runner --num_gpus 1 train.py --prompt \"I'm a student\""
+    command = "python -m deepspeed.launcher.runner --num_gpus 1 train.py --prompt \"I'm a student\""
     found, symptoms, explained, dsf = judge(real["python"], old / "deepspeed", "0.12.3", command, launch_env(old),
                                             work, failed.stderr)
     assert dsf["bugs"]["user-args-resplit"] == {**dsf["bugs"]["user-args-resplit"], "state": "affected",
@@ -231,3 +234,21 @@ def test_an_unreadable_release_names_the_bug_from_the_message_only(real, tmp_pat
     f = found["openmpi-env-check"]
     assert f.status == "warn" and "from the message only" in f.title and "pip show deepspeed" in f.detail
     assert explained[symptoms[0].id] == [f.id]
+
+
+def test_zdoctor_check_explains_the_real_keyerror_of_the_failing_launch(real, tmp_path):
+    work = workdir(tmp_path)
+    old = overlay(real, tmp_path / "old", "0.14.0")
+    python = real["python"]
+    command = f"{python} -m deepspeed.launcher.runner --hostfile hf --no_ssh_check --master_addr 127.0.0.1 " \
+              "--ssh_port 2222 train.py"
+    env = launch_env(Path(f"{old}{os.pathsep}{REPO}"))
+    proc = run_cli(["check", "--json", "--no-log", "--python", str(python), "--command", command], env=env,
+                   cwd=str(work), timeout=900)
+    doc = json.loads(proc.stdout)
+    f = next(x for x in doc["findings"] if x["id"] == "pyenv.deepspeed-launch-bug.pdsh-ssh-port-keyerror")
+    assert f["status"] == "fail" and "multinode_runner.py" in f["detail"]
+    # the copy carries 0.19.8's version number over 0.14.0's launcher: the files decide, and it says so
+    assert "files were changed or mixed after the install" in f["detail"]
+    (sym,) = [s for s in doc["symptoms"] if s["text"].startswith("KeyError: 'PDSH_SSH_ARGS_APPEND'")]
+    assert sym["explained_by"] == [f["id"]] and sym["id"] in f["explains"]

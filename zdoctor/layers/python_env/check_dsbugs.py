@@ -52,6 +52,10 @@ def _one(me: CheckSpec, bug: dict[str, Any], rec: dict[str, Any], facts: Facts, 
     launch_facts = facts.of("launch") or {}
     launch = launch_facts.get("launch") or {}
     where = f"{rec.get('file') or '?'}, {rec.get('how') or '-'}"
+    era = rec.get("era")
+    if era and rec.get("how") == "read from the installed file" and (era == "affected") != (rec["state"] == "affected"):
+        where += (f"; its release number says {era} by the tags, so its files were changed or mixed after the "
+                  "install: the files decide")
     span = f"releases {bug['first_bad']} up to {bug['first_fixed']} (not included)"
     if rec.get("state") == "affected":
         fires, why = dsbugs.launch_sets_off(bid, rec, launch, launch_facts.get("env") or {}, _hosts(facts))
