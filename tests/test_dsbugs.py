@@ -28,6 +28,10 @@ RELEASES = Path(__file__).parent / "fixtures" / "dsrelease"
 #: Two hosts no resolver answers for: pdsh's ssh fails on them at once, and no machine is reached.
 HOSTFILE = "node-a.invalid slots=1\nnode-b.invalid slots=1\n"
 SCRIPT = "import sys\nprint('ARGS', sys.argv[1:])\n"
+#: The launcher run with its own logger at INFO, so that it prints the 'cmd = pdsh ...' line it runs.
+LOUD = ("import logging, runpy, sys\nfrom deepspeed.utils import logger\nlogger.setLevel(logging.INFO)\n"
+        "for h in logger.handlers:\n    h.setLevel(logging.INFO)\nsys.argv = ['deepspeed', *sys.argv[1:]]\n"
+        "runpy.run_module('deepspeed.launcher.runner', run_name='__main__')\n")
 #: Variables that would change what the launchers do, removed from the tests' launch environment.
 LAUNCH_VARS = ("PDSH_SSH_ARGS_APPEND", *dsbugs.OMPI_RANK_VARS, "PYTHONPATH", "CUDA_VISIBLE_DEVICES")
 
@@ -78,7 +82,7 @@ def judge(python: Path, location: Path, version: str, command: str, env: dict[st
     symptoms = from_text(stderr, "command", "--command") if stderr else []
     pyenv = {"deepspeed": {"installed": True, "version": version, "location": str(location)},
              "target": {"resolved": str(python)}}
-    dsf, _ = collect_dsrelease(pyenv, {})
+    dsf, _ = collect_dsrelease(pyenv, {}, env=env, cwd=str(cwd))
     lf, _ = collect_launch(command, env, pyenv, cwd=str(cwd))
     hf = collect_hostfile(str(hostfile), "--hostfile", ssh=False)[0] if hostfile else {"skipped": "no hostfile"}
     found = cb.check_launch_bugs(facts_of(dsrelease=dsf, launch=lf, hostfile=hf,
@@ -90,6 +94,8 @@ def judge(python: Path, location: Path, version: str, command: str, env: dict[st
 def test_each_rule_names_its_commits_and_the_tags_files_agree_with_its_span():
     for bug in dsbugs.BUGS:
         assert bug["message"] and bug["affected"] and bug["workaround"]
+        pr = bug["fixed_by"].split(" (")[0][len("DeepSpeed "):]
+        assert f"tag v{bug['first_fixed']}" in bug["fixed_by"] and pr in " ".join(bug["sources"])
         assert any("commit" in s for s in bug["sources"]) and any(s.startswith("read from") for s in bug["sources"])
     expect = {("0.10.2", "user-args-resplit"): ("affected", ""), ("0.12.3", "user-args-resplit"): ("affected", "'"),
               ("0.12.4", "user-args-resplit"): ("affected", '"'),
@@ -98,7 +104,9 @@ def test_each_rule_names_its_commits_and_the_tags_files_agree_with_its_span():
               ("0.14.1", "pdsh-ssh-port-keyerror"): ("not-affected", None),
               ("0.18.3", "openmpi-env-check"): ("affected", None),
               ("0.18.4", "openmpi-env-check"): ("not-affected", None),
-              ("0.14.0", "openmpi-env-check"): ("not-affected", None)}
+              ("0.14.0", "openmpi-env-check"): ("not-affected", None),
+              ("0.15.1", "pdsh-export-unquoted"): ("affected", None),
+              ("0.15.2", "pdsh-export-unquoted"): ("not-affected", None)}
     for (release, bid), (state, quote) in expect.items():
         text = (RELEASES / release / dsbugs.BUGS_BY_ID[bid]["files"][0]).read_text()
         got = dsbugs.decide(bid, text)
@@ -252,3 +260,54 @@ def test_zdoctor_check_explains_the_real_keyerror_of_the_failing_launch(real, tm
     assert "files were changed or mixed after the install" in f["detail"]
     (sym,) = [s for s in doc["symptoms"] if s["text"].startswith("KeyError: 'PDSH_SSH_ARGS_APPEND'")]
     assert sym["explained_by"] == [f["id"]] and sym["id"] in f["explains"]
+
+
+def remote_command(python: Path, loud: Path, args: list[str], cwd: Path, env: dict[str, str]) -> str:
+    """What the launcher hands pdsh to run on every node: its logged 'cmd = pdsh ... -w HOSTS REMOTE' line."""
+    ran = subprocess.run([str(python), str(loud), *args], cwd=cwd, env=env, capture_output=True, text=True,
+                         timeout=300)
+    (line,) = [x for x in ran.stderr.splitlines() + ran.stdout.splitlines() if "cmd = pdsh" in x][:1]
+    return line.split(" -w node-a.invalid,node-b.invalid ", 1)[1]
+
+
+def test_an_exported_value_with_shell_syntax_breaks_the_0151_pdsh_command(real, tmp_path):
+    work = workdir(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    (work / ".deepspeed_env").write_text("SLURM_JOB_CPUS_PER_NODE=64(x2)\n")
+    (tmp_path / "loud").mkdir()
+    loud = tmp_path / "loud" / "loud.py"
+    loud.write_text(LOUD)
+    old = overlay(real, tmp_path / "old", "0.15.1")
+    args = ["--hostfile", "hf", "--no_ssh_check", "--master_addr", "127.0.0.1", "train.py"]
+    remote = remote_command(real["python"], loud, args, work, launch_env(old, HOME=str(home)))
+    assert "export SLURM_JOB_CPUS_PER_NODE=64(x2);" in remote
+    # what sshd runs on each node: the node's bash parses the command (-n: without running it)
+    parsed = subprocess.run(["bash", "-n", "-c", remote], capture_output=True, text=True, timeout=60)
+    assert parsed.returncode != 0 and "syntax error near unexpected token `('" in parsed.stderr
+    stderr = "".join(f"node-a: {x}\n" for x in parsed.stderr.splitlines())
+    command = "deepspeed " + " ".join(args)
+    found, symptoms, explained, dsf = judge(real["python"], old / "deepspeed", "0.15.1", command,
+                                            launch_env(HOME=str(home)), work, stderr, hostfile=work / "hf")
+    assert {"name": "SLURM_JOB_CPUS_PER_NODE", "source": f"{work / '.deepspeed_env'} line 1", "chars": "()",
+            "launch_dir": False} in dsf["exports"]
+    f = found["pdsh-export-unquoted"]
+    assert f.status == "fail" and "SLURM_JOB_CPUS_PER_NODE" in f.detail
+    assert f.remedies[0].commands == [f"{real['python']} -m pip install --upgrade 'deepspeed>=0.15.2'"]
+    (sym,) = [s for s in symptoms if s.signature == "deepspeed.bug-pdsh-export-unquoted"]
+    assert explained[sym.id] == [f.id]
+    # the fixed release (the real 0.19.8) quotes the value, and the same command parses
+    fixed = remote_command(real["python"], loud, args, work, launch_env(HOME=str(home)))
+    assert 'export SLURM_JOB_CPUS_PER_NODE="64(x2)";' in fixed
+    assert subprocess.run(["bash", "-n", "-c", fixed], capture_output=True, timeout=60).returncode == 0
+    # a launch directory with such characters: every release writes its 'cd' unquoted, so that comes first
+    odd = tmp_path / "run (2)"
+    shutil.copytree(work, odd)
+    (odd / ".deepspeed_env").unlink()
+    found, _, _, dsf = judge(real["python"], old / "deepspeed", "0.15.1", command, launch_env(HOME=str(home)),
+                             odd, hostfile=odd / "hf")
+    f = found["pdsh-export-unquoted"]
+    assert f.status == "fail" and f.remedies[0].title.startswith("Launch from a directory")
+    assert "upgrading alone does not get past it" in f.detail
+    still = remote_command(real["python"], loud, args, odd, launch_env(HOME=str(home)))
+    assert subprocess.run(["bash", "-n", "-c", still], capture_output=True, timeout=60).returncode != 0

@@ -411,6 +411,7 @@ class DsreleaseFacts(TypedDict, total=False):
     """Facts at ``dsrelease``."""
 
     bugs: Dict[str, Any]
+    exports: Optional[List[Dict[str, Any]]]
     installed: bool
     jit_origins: List[Any]
     location: str

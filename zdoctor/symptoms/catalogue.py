@@ -931,6 +931,19 @@ SIGNATURES: tuple[Signature, ...] = (
         confirm=("pyenv.deepspeed-launch-bug",),
         sources=("DeepSpeed deepspeed/launcher/multinode_runner.py (OpenMPIRunner._setup_mpi_environment)",
                  "DeepSpeed PR 6979 (the check, tag v0.16.4), issue 7711 and PR 7751 (its removal, tag v0.18.4)")),
+    Signature(
+        id="deepspeed.bug-pdsh-export-unquoted", kind="ds-launcher-bug", layer="python-env",
+        pattern=r"bash: -c: line \d{1,6}: syntax error near unexpected token `(?P<token>[^'`\n]{1,40})'",
+        fields=(("bug", "pdsh-export-unquoted"),),
+        meaning="a remote bash could not parse the command it was given; under DeepSpeed's pdsh launcher before "
+                "0.15.2 it is an exported value with shell syntax in it ('export NAME=64(x2); ...'), written "
+                "unquoted into the command every node runs",
+        read_next="the launcher's 'cmd = pdsh ...' line: the export NAME=VALUE parts and the 'cd DIR' before the "
+                  "token; .deepspeed_env and the NCCL*/PYTHON* variables of the launching shell",
+        confirm=("pyenv.deepspeed-launch-bug",),
+        sources=("GNU bash parse.y (report_syntax_error: \"syntax error near unexpected token `%s'\")",
+                 "DeepSpeed deepspeed/launcher/multinode_runner.py (MultiNodeRunner.add_export, PDSHRunner.get_cmd)",
+                 "DeepSpeed PR 5878 (the values quoted, tag v0.15.2)")),
 )
 
 BY_ID = {s.id: s for s in SIGNATURES}

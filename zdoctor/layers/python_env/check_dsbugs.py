@@ -23,7 +23,7 @@ def upgrade_remedy(bug: dict[str, Any], python: str | None) -> Remedy:
     return Remedy(title=f"Upgrade DeepSpeed to {bug['first_fixed']} or newer, the first release with the fix",
                   commands=[f"{shlex.quote(python or 'python')} -m pip install --upgrade {shlex.quote(want)}"],
                   note="not tried, because it replaces the installed DeepSpeed",
-                  explanation=f"Fixed by: {bug['sources'][1]}.")
+                  explanation=f"Fixed by {bug['fixed_by']}.")
 
 
 def workaround_remedy(bug: dict[str, Any], launch: Mapping[str, Any]) -> Remedy:
@@ -58,10 +58,20 @@ def _one(me: CheckSpec, bug: dict[str, Any], rec: dict[str, Any], facts: Facts, 
                   "install: the files decide")
     span = f"releases {bug['first_bad']} up to {bug['first_fixed']} (not included)"
     if rec.get("state") == "affected":
-        fires, why = dsbugs.launch_sets_off(bid, rec, launch, launch_facts.get("env") or {}, _hosts(facts))
+        exports = (facts.of("dsrelease") or {}).get("exports")
+        fires, why = dsbugs.launch_sets_off(bid, rec, launch, launch_facts.get("env") or {}, _hosts(facts),
+                                            exports)
         detail = (f"DeepSpeed {version} ({where}) has this bug of {span}: {bug['affected']}. "
                   f"This launch: {why}. Sources: {'; '.join(bug['sources'])}.")
         remedies = [upgrade_remedy(bug, python), workaround_remedy(bug, launch)]
+        if bid == "pdsh-export-unquoted" and fires and any(e.get("launch_dir") for e in exports or []):
+            detail += (" The launch directory itself holds such characters, and every release read (0.19.8 "
+                       "too) writes it unquoted into the remote command's 'cd DIR;': upgrading alone does not "
+                       "get past it.")
+            remedies = [Remedy(title="Launch from a directory whose path has no shell syntax characters",
+                               note="not tried, because it moves the job",
+                               explanation="The launcher exports PYTHONPATH with the launch directory in front "
+                                           "and runs 'cd DIR' on every node, both unquoted."), *remedies]
         if fires or seen:
             return me.finding(status="fail", sub=bid,
                               title=f"DeepSpeed {version}'s launcher bug stops this launch: {bug['message']}",

@@ -10,13 +10,24 @@ decides. The tags' files agree with the spans here: tests/fixtures/dsrelease hol
 
 from __future__ import annotations
 
+import os
+import re
 import shlex
 from typing import Any, Mapping
 
 from zdoctor.layers.python_env.dsrules import parse_version, read_source
+from zdoctor.proc.userfile import open_regular
 
 #: The launch variables the ``openmpi`` rule reads (mpirun sets them for the processes it starts).
 OMPI_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")
+#: The variables the pdsh launcher exports to every node: those whose names start with these (runner.py
+#: EXPORT_ENVS, and the CUDA accelerator's export_envs 'NCCL'), and each NAME=VALUE line of .deepspeed_env.
+EXPORTED_PREFIXES = ("NCCL", "PYTHON", "MV2", "UCX", "MLFLOW")
+#: Characters of a value that the remote shell reads as more than a word (DeepSpeed's own test since PR 7071).
+SHELL_SPECIAL = re.compile(r"[^\w@%+=:,./-]")
+#: Where the launcher reads .deepspeed_env (its name from DS_ENV_FILE): the home directory, then the launch's.
+ENV_FILE_DEFAULT = ".deepspeed_env"
+ENV_FILE_CAP = 256 * 1024
 
 BUGS: list[dict[str, Any]] = [
     {"id": "user-args-resplit",
@@ -30,6 +41,7 @@ BUGS: list[dict[str, Any]] = [
                  "wraps each in \"...\" (a double quote breaks it)",
      "fixed": "the arguments go to the ranks as given, without being split again",
      "first_bad": "0.10.1", "first_fixed": "0.12.5",
+     "fixed_by": "DeepSpeed PR 4824 (commit d37fc25d5, tag v0.12.5)",
      "remedy": "upgrade",
      "workaround": "keep quote characters out of the training script's arguments (read such a value from a "
                    "file or an environment variable the script reads)",
@@ -52,6 +64,7 @@ BUGS: list[dict[str, Any]] = [
                  "runs",
      "fixed": "a missing PDSH_SSH_ARGS_APPEND is read as empty",
      "first_bad": "0.11.0", "first_fixed": "0.14.1",
+     "fixed_by": "DeepSpeed PR 5318 (commit cc897ecf1, tag v0.14.1)",
      "remedy": "upgrade",
      "workaround": "set PDSH_SSH_ARGS_APPEND (empty is enough) in the environment the launcher starts from",
      "sources": ["DeepSpeed PR 4373 'Fix multinode runner to properly append to PDSH_SSH_ARGS_APPEND' (commit "
@@ -69,6 +82,7 @@ BUGS: list[dict[str, Any]] = [
                  "from a plain shell stops with OSError \"MPI environment variables are not set\"",
      "fixed": "the check is gone: mpirun sets those variables for the ranks",
      "first_bad": "0.16.4", "first_fixed": "0.18.4",
+     "fixed_by": "DeepSpeed PR 7751 (commit 4809072a3, tag v0.18.4)",
      "remedy": "upgrade",
      "workaround": "run mpirun yourself (deepspeed's ranks read OMPI_COMM_WORLD_* under mpirun), or use the "
                    "default pdsh launcher",
@@ -78,6 +92,29 @@ BUGS: list[dict[str, Any]] = [
                  "DeepSpeed issue 7711 and PR 7751 'remove premature MPI environment variable check in "
                  "OpenMPIRunner' (commit 4809072a3, first in tag v0.18.4)",
                  "read from deepspeed/launcher/multinode_runner.py of tags v0.16.3, v0.16.4, v0.18.3, v0.18.4"],
+     "files": ("launcher/multinode_runner.py",)},
+    {"id": "pdsh-export-unquoted",
+     "about": "the variables the pdsh launcher exports to every node (multinode_runner.py add_export)",
+     "message": "bash: -c: line N: syntax error near unexpected token",
+     "affected": "each exported value goes into the remote command unquoted ('export NAME=VALUE; ...'), so a "
+                 "value with a character the remote bash reads as syntax (SLURM_JOB_CPUS_PER_NODE=64(x2) in "
+                 ".deepspeed_env, a PYTHONPATH entry with a parenthesis or a quote) makes every node answer "
+                 "\"bash: -c: line 0: syntax error near unexpected token\" and no rank starts",
+     "fixed": "a value with such characters is exported in double quotes",
+     "first_bad": "0.1.0", "first_fixed": "0.15.2",
+     "fixed_by": "DeepSpeed PR 5878 (commit fc22d9602, tag v0.15.2)",
+     "remedy": "upgrade",
+     "workaround": "keep shell syntax characters out of the exported values (the lines of .deepspeed_env and the "
+                   "NCCL*, PYTHON*, UCX*, MV2*, MLFLOW* variables of the launching shell)",
+     "sources": ["tags v0.1.0 and v0.2.0 deepspeed/pt/deepspeed_run.py main: exports += \"export {}={}; \" "
+                 "with the value as given",
+                 "DeepSpeed commit e5bbc2e55 (PR 343, first in tag v0.3.0): MultiNodeRunner.add_export stores "
+                 "var.strip() as given",
+                 "DeepSpeed PR 5878 'fix environment variable export bug for MultiNodeRunner' (commit fc22d9602, "
+                 "first in tag v0.15.2): the value wrapped in double quotes",
+                 "DeepSpeed PR 7071 'Conditionally quote env vars' (commit 591d4d4d5): quoted only when it has "
+                 "characters outside [\\w@%+=:,./-]",
+                 "read from deepspeed/launcher/multinode_runner.py of tags v0.3.0, v0.15.1, v0.15.2, v0.16.5"],
      "files": ("launcher/multinode_runner.py",)},
 ]
 
@@ -112,6 +149,12 @@ def decide(bug_id: str, text: str) -> dict[str, Any]:
         if "class OpenMPIRunner" not in text:
             return {"state": "unknown", "why": "no OpenMPIRunner in multinode_runner.py"}
         if "self._setup_mpi_environment()" in text and "MPI environment variables are not set" in text:
+            return {"state": "affected"}
+        return {"state": "not-affected"}
+    if bug_id == "pdsh-export-unquoted":  # before 0.3.0 the launcher had no multinode_runner.py: by the tags
+        if "def add_export" not in text:
+            return {"state": "unknown", "why": "no add_export in multinode_runner.py"}
+        if "self.exports[key.strip()] = var.strip()" in text:
             return {"state": "affected"}
         return {"state": "not-affected"}
     raise KeyError(bug_id)
@@ -155,6 +198,46 @@ def resplit(args: list[str], quote: str) -> list[str]:
     return shlex.split(" ".join(a if a.startswith("-") or not quote else f"{quote}{a}{quote}" for a in args))
 
 
+def exported_with_syntax(env: Mapping[str, str], cwd: str) -> list[dict[str, Any]]:
+    """The variables the pdsh launcher would export from ``env`` and the .deepspeed_env files, whose values hold
+    characters the remote shell reads as syntax: ``[{name, source, chars, launch_dir}]`` (never the values
+    themselves). PYTHONPATH is exported with the launch directory put in front, as the launcher does
+    (``launch_dir``: the characters are the directory's, which every release read also writes unquoted into
+    the remote command's ``cd``)."""
+    out: list[dict[str, Any]] = []
+
+    in_dir = bool(SHELL_SPECIAL.search(cwd))
+
+    def add(name: str, value: str, source: str) -> None:
+        chars = sorted(set(SHELL_SPECIAL.findall(value.strip())))
+        if chars:
+            out.append({"name": name, "source": source, "chars": "".join(chars),
+                        "launch_dir": in_dir and name == "PYTHONPATH" and "launch directory" in source})
+
+    for name in sorted(env):
+        if name.startswith(EXPORTED_PREFIXES):
+            value = f"{cwd}:{env[name]}" if name == "PYTHONPATH" else env[name]
+            add(name, value, "the launching environment" + (" (with the launch directory in front)"
+                                                            if name == "PYTHONPATH" else ""))
+    if "PYTHONPATH" not in env:
+        add("PYTHONPATH", cwd, "the launch directory the launcher exports as PYTHONPATH")
+    name = env.get("DS_ENV_FILE") or ENV_FILE_DEFAULT
+    for folder in (env.get("HOME") or "", cwd):
+        path = os.path.join(folder, name) if folder else ""
+        if not path or not os.path.isfile(path):
+            continue
+        try:
+            with open_regular(path) as fh:
+                lines = fh.read(ENV_FILE_CAP).decode("utf-8", "replace").splitlines()
+        except OSError:
+            continue
+        for number, line in enumerate(lines, 1):
+            key, eq, value = line.partition("=")
+            if eq and key.strip():
+                add(key.strip(), value, f"{path} line {number}")
+    return out
+
+
 def _multi_node(options: dict[str, Any], hosts: int | None) -> bool | None:
     """Whether the deepspeed launcher runs a multi-node launch (a runner of multinode_runner.py): with
     --force_multi, or more than one host in its hostfile unless --num_nodes 1; None when the hosts are unknown."""
@@ -166,10 +249,11 @@ def _multi_node(options: dict[str, Any], hosts: int | None) -> bool | None:
 
 
 def launch_sets_off(bug_id: str, rec: Mapping[str, Any], launch: Mapping[str, Any] | None, env: Mapping[str, Any],
-                    hosts: int | None) -> tuple[bool | None, str]:
+                    hosts: int | None, exports: list[dict[str, Any]] | None = None) -> tuple[bool | None, str]:
     """Whether the launch (``launch``: :func:`zdoctor.layers.launch.command.parse_launch`'s record, ``env``:
-    the environment it starts with, ``hosts``: its hostfile's host count) sets off ``bug_id`` of the installed
-    release ``rec``, and why; None when it cannot be told."""
+    the environment it starts with, ``hosts``: its hostfile's host count, ``exports``:
+    :func:`exported_with_syntax`) sets off ``bug_id`` of the installed release ``rec``, and why; None when it
+    cannot be told."""
     if not launch or not launch.get("launcher"):
         return None, "zdoctor was not given the launch command (--command)"
     if launch.get("launcher") != "deepspeed":
@@ -213,4 +297,18 @@ def launch_sets_off(bug_id: str, rec: Mapping[str, Any], launch: Mapping[str, An
         if not multi:
             return False, "a single-node launch does not run the openmpi runner"
         return True, f"a multi-node openmpi launch from an environment without {', '.join(missing)}"
+    if bug_id == "pdsh-export-unquoted":
+        runner = options.get("multinode_launcher") or "pdsh"
+        if runner != "pdsh":
+            return False, f"the launch uses the {runner} runner, not pdsh"
+        if exports is None:
+            return None, "the exported variables were not read"
+        if not exports:
+            return False, "no exported value holds a character the remote shell reads as syntax"
+        if multi is None:
+            return None, "the launch's hostfile was not read, so whether it runs pdsh is not known"
+        if not multi:
+            return False, "a single-node launch exports nothing through pdsh"
+        said = "; ".join(f"{e['name']} (from {e['source']}) holds {e['chars']!r}" for e in exports[:4])
+        return True, f"a multi-node pdsh launch that exports {said}"
     raise KeyError(bug_id)

@@ -4,6 +4,7 @@ between releases (zdoctor/layers/python_env/dsrules.py) and which known launcher
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from zdoctor.core.factstypes import DsreleaseFacts
@@ -11,10 +12,13 @@ from zdoctor.core.model import Evidence
 from zdoctor.core.registry import facts_of, probe
 from zdoctor.layers.python_env import dsbugs, jitorigin
 from zdoctor.layers.python_env import dsrules as dsr
+from zdoctor.proc.target import target_of
 
 
-def collect_dsrelease(pyenv: dict[str, Any], jit: dict[str, Any]) -> tuple[dict[str, Any], list[Evidence]]:
-    """The facts for the DeepSpeed described by the pyenv facts and the ops of the jitcache facts."""
+def collect_dsrelease(pyenv: dict[str, Any], jit: dict[str, Any], env: dict[str, str] | None = None,
+                      cwd: str | None = None) -> tuple[dict[str, Any], list[Evidence]]:
+    """The facts for the DeepSpeed described by the pyenv facts and the ops of the jitcache facts; with the
+    launch's ``env`` and directory ``cwd``, the exported values the pdsh launcher would break on."""
     ds = (pyenv or {}).get("deepspeed") or {}
     pkg = ((pyenv or {}).get("packages") or {}).get("deepspeed") or {}
     installed = bool(ds.get("installed") or pkg.get("installed"))
@@ -33,7 +37,8 @@ def collect_dsrelease(pyenv: dict[str, Any], jit: dict[str, Any]) -> tuple[dict[
         rec["same_install"] = jitorigin.same_dir(rec["deepspeed_dir"], loc)
         origins.append(rec)
     facts = {"installed": installed, "version": version, "location": loc, "rules": rules, "jit_origins": origins,
-             "bugs": bugs, "python": target.get("resolved") or target.get("requested")}
+             "bugs": bugs, "python": target.get("resolved") or target.get("requested"),
+             "exports": dsbugs.exported_with_syntax(env, cwd or os.getcwd()) if env is not None else None}
     rows = [[rid, rec["state"], rec.get("file") or rec.get("why") or "-"] for rid, rec in rules.items()]
     ev = [Evidence.of_table(f"DeepSpeed {version or '?'}: behaviour of the installed release",
                             ["rule", "installed release has", "read from"], rows,
@@ -56,4 +61,4 @@ def collect_dsrelease(pyenv: dict[str, Any], jit: dict[str, Any]) -> tuple[dict[
 @probe("dsrelease", title="Rules of the installed DeepSpeed release", timeout=30, needs=("pyenv", "jitcache"),
        facts=DsreleaseFacts)
 def dsrelease_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
-    return collect_dsrelease(facts_of(host, "pyenv"), facts_of(host, "jitcache"))
+    return collect_dsrelease(facts_of(host, "pyenv"), facts_of(host, "jitcache"), env=target_of(host).env)
