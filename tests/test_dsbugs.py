@@ -230,6 +230,12 @@ def test_the_message_with_a_fixed_install_points_at_another_launcher(real, tmp_p
     f = found["pdsh-ssh-port-keyerror"]
     assert f.status == "warn" and "another install" in f.title
     assert explained[symptoms[0].id] == [f.id]
+    # a message other programs print too is not pinned on another launcher
+    found, symptoms, explained, _ = judge(real["python"], real["deepspeed"], "0.19.8", "deepspeed train.py",
+                                          launch_env(), work, "ValueError: No closing quotation\n")
+    f = found["user-args-resplit"]
+    assert f.status == "warn" and "if the deepspeed launcher printed it" in f.title and "shlex.split" in f.detail
+    assert explained[symptoms[0].id] == [f.id] and "pdsh-ssh-port-keyerror" not in found
 
 
 def test_an_unreadable_release_names_the_bug_from_the_message_only(real, tmp_path):

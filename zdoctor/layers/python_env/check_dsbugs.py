@@ -87,13 +87,18 @@ def _one(me: CheckSpec, bug: dict[str, Any], rec: dict[str, Any], facts: Facts, 
     if not seen:
         return None
     if rec.get("state") == "not-affected":
+        others = bug.get("others_print_it")
         return me.finding(
             status="warn", sub=bid,
             title=f"'{bug['message']}' is the launcher bug of DeepSpeed {span}, but the installed {version} "
-                  "has the fix: the launcher that printed it is another install",
-            detail=f"The installed release ({where}) does not have the bug. The message comes from a deepspeed "
-                   "launcher of an affected release: another environment's `deepspeed` earlier on PATH, or a "
-                   f"node of the job with an older install. Sources: {'; '.join(bug['sources'])}.",
+                  "has the fix: " + ("if the deepspeed launcher printed it, another install did" if others
+                                     else "the launcher that printed it is another install"),
+            detail=f"The installed release ({where}) does not have the bug. "
+                   + (f"The message is also {others}'s: read the lines before it for what printed it. " if others
+                      else "") +
+                   "From a deepspeed launcher it comes from an affected release: another environment's `deepspeed` "
+                   f"earlier on PATH, or a node of the job with an older install. "
+                   f"Sources: {'; '.join(bug['sources'])}.",
             evidence=ev, explains=seen,
             remedies=[Remedy(title="Launch with the training environment's own launcher",
                              commands=[f"{shlex.quote(python or 'python')} -m deepspeed.launcher.runner ..."],

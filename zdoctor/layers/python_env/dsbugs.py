@@ -34,6 +34,7 @@ BUGS: list[dict[str, Any]] = [
      "about": "the deepspeed launcher joins the training script's arguments and splits them again with "
               "shlex.split (runner.py main)",
      "message": "ValueError: No closing quotation",
+     "others_print_it": "any Python program's shlex.split",
      "affected": "an argument with an unpaired quote character stops the launcher with \"ValueError: No "
                  "closing quotation\" before any rank starts; paired ones are silently dropped or merged. "
                  "0.10.1 and 0.10.2 join every argument bare (a quote or a space in one breaks it); 0.10.3 "
@@ -96,6 +97,7 @@ BUGS: list[dict[str, Any]] = [
     {"id": "pdsh-export-unquoted",
      "about": "the variables the pdsh launcher exports to every node (multinode_runner.py add_export)",
      "message": "bash: -c: line N: syntax error near unexpected token",
+     "others_print_it": "any command line bash is given to run",
      "affected": "each exported value goes into the remote command unquoted ('export NAME=VALUE; ...'), so a "
                  "value with a character the remote bash reads as syntax (SLURM_JOB_CPUS_PER_NODE=64(x2) in "
                  ".deepspeed_env, a PYTHONPATH entry with a parenthesis or a quote) makes every node answer "
