@@ -105,6 +105,7 @@ def test_each_rule_names_its_commits_and_the_tags_files_agree_with_its_span():
               ("0.18.3", "openmpi-env-check"): ("affected", None),
               ("0.18.4", "openmpi-env-check"): ("not-affected", None),
               ("0.14.0", "openmpi-env-check"): ("not-affected", None),
+              ("0.6.1", "pdsh-export-unquoted"): ("not-affected", None),
               ("0.15.1", "pdsh-export-unquoted"): ("affected", None),
               ("0.15.2", "pdsh-export-unquoted"): ("not-affected", None)}
     for (release, bid), (state, quote) in expect.items():

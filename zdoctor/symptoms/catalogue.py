@@ -936,8 +936,8 @@ SIGNATURES: tuple[Signature, ...] = (
         pattern=r"bash: -c: line \d{1,6}: syntax error near unexpected token `(?P<token>[^'`\n]{1,40})'",
         fields=(("bug", "pdsh-export-unquoted"),),
         meaning="a remote bash could not parse the command it was given; under DeepSpeed's pdsh launcher before "
-                "0.15.2 it is an exported value with shell syntax in it ('export NAME=64(x2); ...'), written "
-                "unquoted into the command every node runs",
+                "0.15.2 (but for 0.5.10 to 0.6.1) it is an exported value with shell syntax in it "
+                "('export NAME=64(x2); ...'), written unquoted into the command every node runs",
         read_next="the launcher's 'cmd = pdsh ...' line: the export NAME=VALUE parts and the 'cd DIR' before the "
                   "token; .deepspeed_env and the NCCL*/PYTHON* variables of the launching shell",
         confirm=("pyenv.deepspeed-launch-bug",),

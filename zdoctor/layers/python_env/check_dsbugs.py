@@ -57,6 +57,8 @@ def _one(me: CheckSpec, bug: dict[str, Any], rec: dict[str, Any], facts: Facts, 
         where += (f"; its release number says {era} by the tags, so its files were changed or mixed after the "
                   "install: the files decide")
     span = f"releases {bug['first_bad']} up to {bug['first_fixed']} (not included)"
+    if bug.get("not_affected_between"):
+        span += " but for {} up to {}".format(*bug["not_affected_between"])
     if rec.get("state") == "affected":
         exports = (facts.of("dsrelease") or {}).get("exports")
         fires, why = dsbugs.launch_sets_off(bid, rec, launch, launch_facts.get("env") or {}, _hosts(facts),

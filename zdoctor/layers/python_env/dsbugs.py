@@ -104,6 +104,7 @@ BUGS: list[dict[str, Any]] = [
                  "\"bash: -c: line 0: syntax error near unexpected token\" and no rank starts",
      "fixed": "a value with such characters is exported in double quotes",
      "first_bad": "0.1.0", "first_fixed": "0.15.2",
+     "not_affected_between": ("0.5.10", "0.6.2"),
      "fixed_by": "DeepSpeed PR 5878 (commit fc22d9602, tag v0.15.2)",
      "remedy": "upgrade",
      "workaround": "keep shell syntax characters out of the exported values (the lines of .deepspeed_env and the "
@@ -112,11 +113,15 @@ BUGS: list[dict[str, Any]] = [
                  "with the value as given",
                  "DeepSpeed commit e5bbc2e55 (PR 343, first in tag v0.3.0): MultiNodeRunner.add_export stores "
                  "var.strip() as given",
+                 "DeepSpeed PR 1690 (commit fead387f7, first in tag v0.5.10): PDSHRunner.get_cmd quotes each value "
+                 "(export {key}={quote(val)}); PR 1907 'fix launcher for reading env vars' (commit 4575b2b79, first "
+                 "in tag v0.6.2) takes the quoting out again",
                  "DeepSpeed PR 5878 'fix environment variable export bug for MultiNodeRunner' (commit fc22d9602, "
                  "first in tag v0.15.2): the value wrapped in double quotes",
                  "DeepSpeed PR 7071 'Conditionally quote env vars' (commit 591d4d4d5): quoted only when it has "
                  "characters outside [\\w@%+=:,./-]",
-                 "read from deepspeed/launcher/multinode_runner.py of tags v0.3.0, v0.15.1, v0.15.2, v0.16.5"],
+                 "read from deepspeed/launcher/multinode_runner.py of tags v0.3.0, v0.5.10, v0.6.1, v0.6.2, v0.15.1, "
+                 "v0.15.2, v0.16.5"],
      "files": ("launcher/multinode_runner.py",)},
 ]
 
@@ -156,17 +161,21 @@ def decide(bug_id: str, text: str) -> dict[str, Any]:
     if bug_id == "pdsh-export-unquoted":  # before 0.3.0 the launcher had no multinode_runner.py: by the tags
         if "def add_export" not in text:
             return {"state": "unknown", "why": "no add_export in multinode_runner.py"}
-        if "self.exports[key.strip()] = var.strip()" in text:
+        if "self.exports[key.strip()] = var.strip()" in text and "={quote(val)}" not in text:
             return {"state": "affected"}
         return {"state": "not-affected"}
     raise KeyError(bug_id)
 
 
 def by_version(bug_id: str, version: tuple[int, ...]) -> str:
-    """Where ``version`` lies against upstream's release tags: before | affected | fixed."""
+    """Where ``version`` lies against upstream's release tags: before | affected | fixed (``fixed`` too in a
+    rule's ``not_affected_between`` span, where a release had the fix and a later one took it out)."""
     bug = BUGS_BY_ID[bug_id]
     first_bad = parse_version(bug["first_bad"]) or ()
     first_fixed = parse_version(bug["first_fixed"]) or ()
+    gap = [parse_version(v) or () for v in bug.get("not_affected_between") or ()]
+    if gap and gap[0] <= version < gap[1]:
+        return "fixed"
     return "before" if version < first_bad else "affected" if version < first_fixed else "fixed"
 
 
