@@ -398,9 +398,12 @@ class DsconfigFacts(TypedDict, total=False):
 class DsreleaseFacts(TypedDict, total=False):
     """Facts at ``dsrelease``."""
 
+    bugs: Dict[str, Any]
+    exports: Optional[List[Dict[str, Any]]]
     installed: bool
     jit_origins: List[Any]
     location: str
+    python: Optional[str]
     rules: Dict[str, Any]
     skipped: str
     version: str

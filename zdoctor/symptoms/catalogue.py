@@ -196,6 +196,10 @@ ORDER: tuple[str, ...] = (
     # -- the kernel log: PCIe AER
     "kernel.aer-bus-error",
     "kernel.aer-received",
+    "deepspeed.bug-user-args-resplit",
+    "deepspeed.bug-pdsh-ssh-port",
+    "deepspeed.bug-openmpi-env-check",
+    "deepspeed.bug-pdsh-export-unquoted",
 )
 
 _REQUIRED = ("id", "kind", "pattern", "meaning", "read_next", "sources")

@@ -37,7 +37,8 @@ from zdoctor.proc.userfile import open_regular
 from zdoctor.readers import processes as pr
 
 #: The variables of the launch zdoctor reads and shows.
-LAUNCH_KEYS = (*REQUIRED, "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "LOCAL_SIZE", *SLURM_KEYS)
+LAUNCH_KEYS = (*REQUIRED, "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "LOCAL_SIZE", *SLURM_KEYS,
+               "PDSH_SSH_ARGS_APPEND")
 SCRIPT_CAP = 2 * 1024 * 1024
 _CALLS = (("init_distributed", re.compile(r"\binit_distributed\s*\(")),
           ("initialize", re.compile(r"\bdeepspeed\s*\.\s*initialize\s*\(")))
