@@ -262,6 +262,19 @@ class ProbeSpec:
     facts: type | None = None
 
 
+#: A probe's typed record, as :meth:`CheckSpec.require` hands it back.
+Record = typing.TypeVar("Record")
+
+
+class NotChecked(Exception):
+    """Raised inside a check that cannot look (see :meth:`CheckSpec.require`): the engine answers with its
+    ``finding``, as if the check had returned it alone."""
+
+    def __init__(self, finding: Finding) -> None:
+        super().__init__(finding.detail)
+        self.finding = finding
+
+
 @dataclass(frozen=True)
 class CheckSpec:
     name: str
@@ -296,6 +309,13 @@ class CheckSpec:
         name) stands for; ``sub`` alone (``not-checked``) keeps the plain form."""
         title = f"{self.title} ({part})" if part else self.title
         return not_checked(self.id(sub), title, why, evidence)
+
+    def require(self, record: Record | None, why: str, *, sub: str = "") -> Record:
+        """``record`` (a probe's facts, ``facts.of(...)``) when it is there; otherwise the check ends here with its
+        not-checked finding saying ``why`` (:class:`NotChecked`), so its code reads the record alone."""
+        if record is None:
+            raise NotChecked(self.not_checked(why, sub=sub))
+        return record
 
     def produces(self, fid: str) -> bool:
         """Whether it declares finding ``fid`` (or ``fid`` is a dotted prefix of ids it declares)."""

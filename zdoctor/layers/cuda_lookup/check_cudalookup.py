@@ -330,9 +330,7 @@ def _extensions(me: CheckSpec, facts: Mapping[str, Any], sym: Facts) -> list[Fin
        explains=("libcuda-lookup", "link-library-missing", "library-not-found", "cuda-stub", "cuda-error"),
        findings=(f"{FID}.stub", f"{FID}.libcuda", f"{FID}.triton", f"{FID}.link", f"{FID}.extensions"))
 def check_cuda_lookup(facts: Facts, me: CheckSpec) -> list[Finding]:
-    got = facts.of("cudalookup")
-    if got is None:
-        return [me.not_checked(facts.why_not("cudalookup"), sub="not-checked")]
+    got = me.require(facts.of("cudalookup"), facts.why_not("cudalookup"), sub="not-checked")
     probs = cl.lookup_problems(got)
     out = _libcuda(me, got, probs, facts) + _triton(me, got, probs, facts) + _link(me, got, probs, facts)
     out += _extensions(me, got, facts)

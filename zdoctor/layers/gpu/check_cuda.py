@@ -314,9 +314,7 @@ def _why_rule_unread(facts: Facts) -> str:
        findings=("gpu.toolkit.cuda-home", "gpu.toolkit.nvcc-version"))
 def check_toolkit(facts: Facts, me: CheckSpec) -> list[Finding]:
     tc = torch_cuda(facts)
-    cs = facts.of("cuda_stack")
-    if cs is None:
-        return [me.not_checked(facts.why_not("cuda_stack"))]
+    cs = me.require(facts.of("cuda_stack"), facts.why_not("cuda_stack"))
     home, nv = cs.get("cuda_home") or {}, cs.get("nvcc") or {}
     found = f"(CUDA_HOME would be {home.get('path')}, nvcc {nv.get('release') or 'not run'})" if home.get("path") \
         else "(no CUDA toolkit found)"

@@ -19,9 +19,7 @@ from zdoctor.readers.gpufacts import nvml_gpus
 def check_env(facts: Facts, me: CheckSpec) -> list[Finding]:
     """The training's NCCL and CUDA variables: deprecated names, NCCL_DEBUG, peer-to-peer,
     CUDA_VISIBLE_DEVICES and CUDA_LAUNCH_BLOCKING, one finding each."""
-    ge = facts.of("gpu_env")
-    if ge is None:
-        return [me.not_checked(facts.why_not("gpu_env"))]
+    ge = me.require(facts.of("gpu_env"), facts.why_not("gpu_env"))
     env = ge.get("vars") or {}
     gpus = nvml_gpus(facts)
     return (_env_deprecated(me, env) + _env_nccl_debug(me, env) + _env_p2p(me, env, gpus, facts)

@@ -27,9 +27,7 @@ def _gpus_on_node(facts: Facts, lf: Mapping[str, Any]) -> int | None:
        explains=("nofile", "shm"), optional=("limitfix",),
        findings=("gpu.limits.memlock", "gpu.limits.nofile", "gpu.limits.shm"))
 def check_limits(facts: Facts, me: CheckSpec) -> list[Finding]:
-    lf = facts.of("host_limits")
-    if lf is None:
-        return [me.not_checked(facts.why_not("host_limits"))]
+    lf = me.require(facts.of("host_limits"), facts.why_not("host_limits"))
     ev = facts.evidence("host_limits")
     return [_shm(me, facts, lf, ev), _memlock(me, lf, ev), _nofile(me, facts, lf, ev)]
 

@@ -57,9 +57,7 @@ def _pairs_text(pairs: dict[str, Any], want_ok: bool) -> list[str]:
 @check("gpu.p2p", title="GPU peer-to-peer: IOMMU, ACS, NVML status", probes=("p2p", "nvml"),
        findings=("gpu.p2p.copy",), optional=("kernel_log",))
 def check_p2p(facts: Facts, me: CheckSpec) -> list[Finding]:
-    f = facts.of("p2p")
-    if f is None:
-        return [me.not_checked(facts.why_not("p2p"))]
+    f = me.require(facts.of("p2p"), facts.why_not("p2p"))
     ev = facts.evidence("p2p")
     gpus = f.get("gpus") or []
     nv = facts.of("nvml") or {}

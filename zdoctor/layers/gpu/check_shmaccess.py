@@ -10,9 +10,7 @@ from zdoctor.core.registry import CheckSpec, Facts, check
 
 @check("gpu.shm-access", title="/dev/shm writable by the training user", probes=("shm_access",))
 def check_shm_access(facts: Facts, me: CheckSpec) -> list[Finding]:
-    f = facts.of("shm_access")
-    if f is None:
-        return [me.not_checked(facts.why_not("shm_access"))]
+    f = me.require(facts.of("shm_access"), facts.why_not("shm_access"))
     ev = facts.evidence("shm_access")
     path = f.get("path") or "/dev/shm"
     who = f"{f['tested_as']} (uid {f.get('user_uid')})" if f.get("tested_as") and f.get("user_uid") is not None \

@@ -51,9 +51,7 @@ def _relaunch_remedies(launch: LaunchLaunch) -> list[Remedy]:
 @check("launcher.env", title="The launcher and the environment each rank needs", probes=("launch",),
        explains=("no-launcher", "module-missing"), layer="launch")
 def check_launcher(facts: Facts, me: CheckSpec) -> list[Finding]:
-    lf = facts.of("launch")
-    if lf is None:
-        return [me.not_checked(facts.why_not("launch"), sub="not-checked")]
+    lf = me.require(facts.of("launch"), facts.why_not("launch"), sub="not-checked")
     if lf.get("source") == "none":
         return [me.not_checked("no --command or --pid given: zdoctor does not know how the job "
                                                "is launched", sub="not-checked")]
@@ -131,9 +129,7 @@ def _indices(cvd: str) -> list[int] | None:
 @check("launcher.devices", title="The GPUs the DeepSpeed launcher selects", probes=("launch",),
        explains=("hostfile-slot", "launcher-options"), optional=("hostfile",), layer="launch")
 def check_devices(facts: Facts, me: CheckSpec) -> list[Finding]:
-    lf = facts.of("launch")
-    if lf is None:
-        return [me.not_checked(facts.why_not("launch"), sub="not-checked")]
+    lf = me.require(facts.of("launch"), facts.why_not("launch"), sub="not-checked")
     launch = lf.get("launch") or {}
     if launch.get("launcher") != "deepspeed":
         return [me.not_checked("the launch does not use the DeepSpeed launcher" if lf.get("source") != "none" else
@@ -232,9 +228,7 @@ def _filter_slots(me: CheckSpec, facts: Facts, opts: dict[str, Any], hf: Hostfil
 @check("launcher.hostfile", title="The hostfile's hosts resolve and ssh reaches them", probes=("hostfile",),
        explains=("host-unresolved", "host-unreachable", "ssh-auth", "ssh-hostkey"), layer="launch")
 def check_hostfile(facts: Facts, me: CheckSpec) -> list[Finding]:
-    hf = facts.of("hostfile")
-    if hf is None:
-        return [me.not_checked(facts.why_not("hostfile"), sub="not-checked")]
+    hf = me.require(facts.of("hostfile"), facts.why_not("hostfile"), sub="not-checked")
     ev = facts.evidence("hostfile")
     error = hf.get("error")
     if error:

@@ -36,9 +36,7 @@ def _with_launcher(command: str | None, backend: str) -> str:
 @check(CID, title="The DeepSpeed launcher's multi-node backend is installed", probes=("launcher_tools",),
        optional=("launch", "toolchain"), explains=(LAUNCHER_MISSING,), layer="launch")
 def check_launcher_tools(facts: Facts, me: CheckSpec) -> list[Finding]:
-    tf = facts.of("launcher_tools")
-    if tf is None:
-        return [me.not_checked(facts.why_not("launcher_tools"), sub="not-checked")]
+    tf = me.require(facts.of("launcher_tools"), facts.why_not("launcher_tools"), sub="not-checked")
     ev = facts.evidence("launcher_tools")
     if not tf.get("needed"):
         return [me.finding(status="ok", title="No multi-node launcher is needed", detail=f"{tf.get('why')}.")]

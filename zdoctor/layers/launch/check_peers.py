@@ -161,8 +161,6 @@ def _own_name_finding(facts: Facts, me: CheckSpec, pf: Mapping[str, Any]) -> Fin
 @check(CID, title="The job's hosts answer on the ssh and rendezvous ports; this node's name is not loopback",
        probes=("peers",), findings=(OWN_NAME,), explains=(SSH_CONNECT, RENDEZVOUS_CONNECT), layer="launch")
 def check_peers(facts: Facts, me: CheckSpec) -> list[Finding]:
-    pf = facts.of("peers")
-    if pf is None:
-        return [me.not_checked(facts.why_not("peers"), sub="not-checked")]
+    pf = me.require(facts.of("peers"), facts.why_not("peers"), sub="not-checked")
     out = [f for f in (_hosts_finding(facts, me, pf), _master_finding(facts, me, pf)) if f is not None]
     return [*out, _own_name_finding(facts, me, pf)]

@@ -56,9 +56,7 @@ def _who(p: dict[str, Any]) -> str:
 @check(CID, title="The rendezvous port is free on this node", probes=("rendezvous",), explains=(PORT_IN_USE,),
        optional=("launch",), layer="launch")
 def check_port(facts: Facts, me: CheckSpec) -> list[Finding]:
-    rf = facts.of("rendezvous")
-    if rf is None:
-        return [me.not_checked(facts.why_not("rendezvous"), sub="not-checked")]
+    rf = me.require(facts.of("rendezvous"), facts.why_not("rendezvous"), sub="not-checked")
     ev = facts.evidence("rendezvous")
     job = set(rf.get("job_pids") or [])
     launch = (facts.of("launch") or {}).get("launch") or {}

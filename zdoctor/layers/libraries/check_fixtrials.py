@@ -28,9 +28,7 @@ def _change(plan: Plan) -> str:
 
 @check(FID, title=TITLE, probes=("libfix",))
 def check_fix_trials(facts: Facts, me: CheckSpec) -> list[Finding]:
-    fix = facts.of("libfix")
-    if fix is None:
-        return [me.not_checked(facts.why_not("libfix"))]
+    fix = me.require(facts.of("libfix"), facts.why_not("libfix"))
     plans = [Plan.from_dict(p) for p in fix.get("plans") or []]
     if not plans:
         why = ("the command did not fail for want of a libstdc++ version, so there was nothing to try"

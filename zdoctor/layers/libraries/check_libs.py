@@ -543,9 +543,7 @@ def check_env_source(facts: Facts, me: CheckSpec) -> list[Finding]:
     if not wanted:
         return [me.finding(status="skip", title="Where the offending entry is set: nothing to trace (no "
                            "failing libstdc++ came through LD_LIBRARY_PATH or LD_PRELOAD)")]
-    init = facts.of("shellinit")
-    if init is None:
-        return [me.not_checked(facts.why_not("shellinit"))]
+    init = me.require(facts.of("shellinit"), facts.why_not("shellinit"))
     ev = facts.evidence("shellinit", kinds=("table",))
     out = []
     for var, entry in wanted:

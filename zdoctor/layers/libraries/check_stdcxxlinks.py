@@ -11,9 +11,7 @@ from zdoctor.core.registry import CheckSpec, Facts, check
 
 @check("libs.stdcxx-link", title="libstdc++.so.6 links beside versioned files", probes=("stdcxx_links",))
 def check_stdcxx_links(facts: Facts, me: CheckSpec) -> list[Finding]:
-    f = facts.of("stdcxx_links")
-    if f is None:
-        return [me.not_checked(facts.why_not("stdcxx_links"))]
+    f = me.require(facts.of("stdcxx_links"), facts.why_not("stdcxx_links"))
     ev = facts.evidence("stdcxx_links")
     out = []
     for d in f.get("dirs") or []:

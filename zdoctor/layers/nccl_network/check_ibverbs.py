@@ -91,9 +91,7 @@ def _runtime(box: Mapping[str, Any]) -> str | None:
 @check("nccl.verbs", title="Whether a process here can use the InfiniBand / RoCE ports (libibverbs, providers, "
        "/dev/infiniband)", probes=("ibverbs",), explains=(KIND,), layer="nccl-network")
 def check_verbs(facts: Facts, me: CheckSpec) -> list[Finding]:
-    f = facts.of("ibverbs")
-    if f is None:
-        return [me.not_checked(facts.why_not("ibverbs"), sub="not-checked")]
+    f = me.require(facts.of("ibverbs"), facts.why_not("ibverbs"), sub="not-checked")
     if f.get("skipped"):
         return [me.not_checked(f"not examined: {f['skipped']}", sub="not-checked")]
     ev = facts.evidence("ibverbs")

@@ -81,9 +81,7 @@ def _remedies(mf: Mapping[str, Any], low: list[tuple[str, Any, Any]]) -> list[Re
 @check(CID, title="Locked memory for RDMA on the paths the ranks start by", probes=("memlock_paths",),
        explains=(MEMLOCK,), layer="nccl-network")
 def check_memlock(facts: Facts, me: CheckSpec) -> list[Finding]:
-    mf = facts.of("memlock_paths")
-    if mf is None:
-        return [me.not_checked(facts.why_not("memlock_paths"), sub="not-checked")]
+    mf = me.require(facts.of("memlock_paths"), facts.why_not("memlock_paths"), sub="not-checked")
     ev = facts.evidence("memlock_paths")
     paths, exempt = _paths(mf)
     explains = ids_for(facts, MEMLOCK)

@@ -22,9 +22,7 @@ from zdoctor.symptoms.match import ids_for
        optional=("dsrelease", "dsconfig", "kernel_log", "livetrace", "container"),
        findings=("offload.host-ram.wsl2",))
 def check_hostram(facts: Facts, me: CheckSpec) -> list[Finding]:
-    f = facts.of("hostram")
-    if f is None:
-        return [me.not_checked(facts.why_not("hostram"))]
+    f = me.require(facts.of("hostram"), facts.why_not("hostram"))
     ooms = job_oom_kills(facts, f)
     if not f.get("config") and not f.get("log") and not ooms:
         return [me.not_checked("no ds_config (--ds-config) and no training log (--log) given")]

@@ -151,9 +151,7 @@ def _offload_target(facts: Facts) -> str | None:
 
 @check("offload.config", title="DeepSpeed config as DeepSpeed reads it", probes=("dsconfig",))
 def check_config(facts: Facts, me: CheckSpec) -> list[Finding]:
-    ds = facts.of("dsconfig")
-    if ds is None:
-        return [me.not_checked(facts.why_not("dsconfig"))]
+    ds = me.require(facts.of("dsconfig"), facts.why_not("dsconfig"))
     ev = facts.evidence("dsconfig", kinds=None)
     if not ds.get("valid"):
         return [me.finding(status="fail", title="ds_config cannot be read by DeepSpeed",

@@ -119,9 +119,7 @@ def _one(me: CheckSpec, bug: dict[str, Any], rec: dict[str, Any], facts: Facts, 
        optional=("launch", "hostfile"), explains=(KIND,), layer="python-env",
        findings=tuple(f"{CID}.{b['id']}" for b in dsbugs.BUGS))
 def check_launch_bugs(facts: Facts, me: CheckSpec) -> list[Finding]:
-    f = facts.of("dsrelease")
-    if f is None:
-        return [me.not_checked(facts.why_not("dsrelease"))]
+    f = me.require(facts.of("dsrelease"), facts.why_not("dsrelease"))
     if not f.get("installed"):
         return [me.finding(status="skip", title="Known DeepSpeed launcher bugs: DeepSpeed not installed",
                            detail="No DeepSpeed in the training environment.")]

@@ -142,9 +142,7 @@ def _origin_findings(me: CheckSpec, facts: DsreleaseFacts, ev: list[Evidence]) -
        findings=("pyenv.deepspeed-release.jit-op-other-release", "pyenv.deepspeed-release.libaio-dpkg",
                  "pyenv.deepspeed-release.pin-memory-ignored", "pyenv.deepspeed-release.timer-names"))
 def check_release(facts: Facts, me: CheckSpec) -> list[Finding]:
-    f = facts.of("dsrelease")
-    if f is None:
-        return [me.not_checked(facts.why_not("dsrelease"))]
+    f = me.require(facts.of("dsrelease"), facts.why_not("dsrelease"))
     if not f.get("installed"):
         return [me.finding(status="skip",
                            title="DeepSpeed release rules: DeepSpeed not installed",

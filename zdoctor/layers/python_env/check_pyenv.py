@@ -56,9 +56,7 @@ def retarget_remedy(f: PyenvFacts) -> Remedy:
 
 @check("pyenv.interpreter", title="Target interpreter", probes=("pyenv",))
 def check_interpreter(facts: Facts, me: CheckSpec) -> list[Finding]:
-    f = facts.of("pyenv")
-    if f is None:
-        return [me.not_checked("the pyenv probe gave no facts")]
+    f = me.require(facts.of("pyenv"), "the pyenv probe gave no facts")
     ev = facts.evidence("pyenv", kinds=None)
     if f.get("error"):
         kind = f.get("error_kind") or "failed"

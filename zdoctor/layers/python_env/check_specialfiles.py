@@ -14,9 +14,7 @@ TITLE = "Special files where libraries, ops and start-up files are read"
 
 @check(CID, title=TITLE, probes=("special_files",))
 def check_special_files(facts: Facts, me: CheckSpec) -> list[Finding]:
-    f = facts.of("special_files")
-    if f is None:
-        return [me.not_checked(facts.why_not("special_files"))]
+    f = me.require(facts.of("special_files"), facts.why_not("special_files"))
     ev = facts.evidence("special_files")
     found = [x for x in f.get("found") or [] if isinstance(x, dict) and x.get("path")]
     looked = "; ".join(str(x) for x in f.get("looked") or [])

@@ -45,9 +45,7 @@ def cores_summary(rc: Mapping[str, Any] | None) -> dict[str, Any]:
 @check("cores.ranks", title="Each rank's CPU cores against its threads", probes=("rankcores",),
        optional=("launch",), layer="rank-cores")
 def check_rank_cores(facts: Facts, me: CheckSpec) -> list[Finding]:
-    rc = facts.of("rankcores")
-    if rc is None:
-        return [me.not_checked(facts.why_not("rankcores"), sub="not-checked")]
+    rc = me.require(facts.of("rankcores"), facts.why_not("rankcores"), sub="not-checked")
     ev = facts.evidence("rankcores")
     if (rc.get("cpus") or {}).get("count") is None:
         return [me.not_checked(f"the CPUs of {rc.get('cpus_of')} could not be read: "

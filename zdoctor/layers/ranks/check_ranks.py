@@ -140,9 +140,7 @@ def timeouts_explained(facts: Facts, ranks: list[dict[str, Any]]) -> list[str]:
 @check(CID, title=TITLE, probes=("ranks",), findings=(f"{CID}.*",), explains=("collective-timeout", "hang"),
        layer="ranks")
 def check_ranks(facts: Facts, me: CheckSpec) -> list[Finding]:
-    got = facts.of("ranks")
-    if got is None:
-        return [me.not_checked(facts.why_not("ranks"), sub="not-checked")]
+    got = me.require(facts.of("ranks"), facts.why_not("ranks"), sub="not-checked")
     if not got.get("processes"):
         return [me.not_checked(got.get("missing") or "no process of the job was found", sub="not-checked")]
     ranks = [dict(r) for r in got.get("ranks") or []]

@@ -220,9 +220,7 @@ def check_stale_lock(facts: Facts, me: CheckSpec) -> list[Finding]:
 
 @check("hangs.processes", title="Training processes stuck in the kernel", probes=("processes",))
 def check_processes(facts: Facts, me: CheckSpec) -> list[Finding]:
-    procs = facts.of("processes")
-    if procs is None:
-        return [me.not_checked("the processes probe gave no facts")]
+    procs = me.require(facts.of("processes"), "the processes probe gave no facts")
     ev = facts.evidence("processes")
     scope = procs.get("scope") or {"kind": "node"}
     allp = procs.get("processes") or []
@@ -314,9 +312,7 @@ def _corrupt_remedy(op: dict[str, Any]) -> Remedy:
        findings=("jit.corrupt-ops.*",))
 def check_corrupt_ops(facts: Facts, me: CheckSpec) -> list[Finding]:
     cid = me.name
-    jit = facts.of("jitcache")
-    if jit is None:
-        return [me.not_checked("the jitcache probe gave no facts")]
+    jit = me.require(facts.of("jitcache"), "the jitcache probe gave no facts")
     ev = facts.evidence("jitcache")
     procs = facts.of("processes")
     held = {lk["path"] for lk in (procs or {}).get("locks") or [] if lk.get("holders")}

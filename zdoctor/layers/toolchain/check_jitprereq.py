@@ -280,9 +280,7 @@ def _python_h_fails(me: CheckSpec, cxx: str, withpy: Mapping[str, Any], f: Mappi
        probes=("jitprereq",), explains=("ninja-missing", "missing-header", "no-space", "compiler-pass-missing"),
        findings=("toolchain.jit-prereq.compile", "toolchain.jit-prereq.ninja", "toolchain.jit-prereq.python-h"))
 def check_jitprereq(facts: Facts, me: CheckSpec) -> list[Finding]:
-    f = facts.of("jitprereq")
-    if f is None:
-        return [me.not_checked(facts.why_not("jitprereq"))]
+    f = me.require(facts.of("jitprereq"), facts.why_not("jitprereq"))
     nodes = (facts.of("host_limits") or {}).get("nodes") or 1
     ninja = _ninja(me, f, f.get("python"), bool(nodes and nodes > 1))
     if ninja.status == "fail":  # torch's "Ninja is required" is what a missing or unstartable ninja gives

@@ -10,9 +10,7 @@ from zdoctor.core.registry import CheckSpec, Facts, check
 
 @check("jit.other-caches", title="Triton caches: network filesystem and held locks", probes=("other_caches",))
 def check_other_caches(facts: Facts, me: CheckSpec) -> list[Finding]:
-    f = facts.of("other_caches")
-    if f is None:
-        return [me.not_checked(facts.why_not("other_caches"))]
+    f = me.require(facts.of("other_caches"), facts.why_not("other_caches"))
     ev = facts.evidence("other_caches")
     out = []
     for c in f.get("caches") or []:

@@ -58,9 +58,7 @@ def _export_cxx(path: str, old: str | None) -> Remedy:
 
 @check("toolchain.jit-compiler", title="C++ compiler for JIT-built ops", probes=("toolchain",))
 def check_jit_compiler(facts: Facts, me: CheckSpec) -> list[Finding]:
-    t = facts.of("toolchain")
-    if t is None:
-        return [me.not_checked(NO_FACTS)]
+    t = me.require(facts.of("toolchain"), NO_FACTS)
     jit = t["jit"]
     ev = facts.evidence("toolchain", kinds=None)
     ds = bool(t.get("deepspeed_installed"))
@@ -124,9 +122,7 @@ def check_jit_compiler(facts: Facts, me: CheckSpec) -> list[Finding]:
 
 @check("toolchain.layers", title="Compiler layers side by side", probes=("toolchain",))
 def check_layers(facts: Facts, me: CheckSpec) -> list[Finding]:
-    t = facts.of("toolchain")
-    if t is None:
-        return [me.not_checked(NO_FACTS)]
+    t = me.require(facts.of("toolchain"), NO_FACTS)
     jit, tb = t["jit"], t.get("torch_build")
     parts = [f"JIT {_compiler_name(jit) if jit.get('path') else 'none'}"]
     if tb and tb.get("compiler"):
@@ -161,9 +157,7 @@ def check_layers(facts: Facts, me: CheckSpec) -> list[Finding]:
 
 @check("toolchain.sysconfig", title="Python's sysconfig compilers", probes=("toolchain",))
 def check_sysconfig(facts: Facts, me: CheckSpec) -> list[Finding]:
-    t = facts.of("toolchain")
-    if t is None:
-        return [me.not_checked(NO_FACTS)]
+    t = me.require(facts.of("toolchain"), NO_FACTS)
     sc = t.get("sysconfig") or {}
     if not sc:
         return [me.not_checked("the target interpreter was not probed")]
@@ -203,9 +197,7 @@ DEVTOOLSET_EXPLAINED = (
 
 @check("toolchain.devtoolset", title="devtoolset / gcc-toolset", probes=("toolchain",))
 def check_devtoolset(facts: Facts, me: CheckSpec) -> list[Finding]:
-    t = facts.of("toolchain")
-    if t is None:
-        return [me.not_checked(NO_FACTS)]
+    t = me.require(facts.of("toolchain"), NO_FACTS)
     ts = t.get("toolsets") or {}
     if t.get("devtoolset_on_path"):
         names = sorted({e["name"] for e in ts.get("on_path") or []} | set(ts.get("enabled") or [])
