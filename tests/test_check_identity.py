@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from zdoctor.core.registry import CHECKS, Facts, check, load_vocabulary
+from zdoctor.core.model import ProbeResult
+from zdoctor.core.registry import CHECKS, Concluded, Facts, check, load_vocabulary
 from zdoctor.host.replay import ReplayHost
 from zdoctor.layers import evaluate_check, probes_for
 
@@ -76,6 +77,32 @@ def test_a_check_receives_its_declaration():
                                                          "A demonstration (the part): not checked")
     finally:
         del CHECKS["identity-demo.check"]
+
+
+def test_a_check_that_requires_a_missing_record_ends_with_its_not_checked_finding():
+    reached = []
+
+    @check("identity-demo.require", title="A demonstration", probes=("demo",))
+    def check_demo(facts: Facts, me) -> list:
+        record = me.require(facts.of("demo"), "the demo probe did not run", sub="not-checked")
+        reached.append(record)
+        return [me.finding("ok", detail=str(record))]
+
+    @check("identity-demo.early", title="Another", probes=("demo",))
+    def check_early(facts: Facts, me) -> list:
+        raise Concluded(me.finding("ok", "Nothing to judge"), me.finding("warn", "And a doubt", sub="doubt"))
+
+    try:
+        [skipped] = check_demo(Facts({}))
+        assert reached == []  # nothing after require ran
+        assert (skipped.id, skipped.status, skipped.title, skipped.detail) == (
+            "identity-demo.require.not-checked", "skip", "A demonstration: not checked", "the demo probe did not run")
+        [ok] = check_demo(Facts({"demo": ProbeResult("demo", facts={"x": 1})}))
+        assert (ok.status, ok.detail, reached) == ("ok", "{'x': 1}", [{"x": 1}])
+        assert [(f.id, f.title) for f in check_early(Facts({}))] == [
+            ("identity-demo.early", "Nothing to judge"), ("identity-demo.early.doubt", "And a doubt")]
+    finally:
+        del CHECKS["identity-demo.require"], CHECKS["identity-demo.early"]
 
 
 def _allowed_not_checked_title(title: str, declared: str) -> bool:

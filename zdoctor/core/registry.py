@@ -266,13 +266,13 @@ class ProbeSpec:
 Record = typing.TypeVar("Record")
 
 
-class NotChecked(Exception):
-    """Raised inside a check that cannot look (see :meth:`CheckSpec.require`): the engine answers with its
-    ``finding``, as if the check had returned it alone."""
+class Concluded(Exception):
+    """Raised inside a check that ends early (see :meth:`CheckSpec.require`): the function :func:`check`
+    registers, which every call of a check goes through, answers with its ``findings`` as if returned."""
 
-    def __init__(self, finding: Finding) -> None:
-        super().__init__(finding.detail)
-        self.finding = finding
+    def __init__(self, *findings: Finding) -> None:
+        super().__init__("; ".join(f.title for f in findings))
+        self.findings = list(findings)
 
 
 @dataclass(frozen=True)
@@ -310,11 +310,12 @@ class CheckSpec:
         title = f"{self.title} ({part})" if part else self.title
         return not_checked(self.id(sub), title, why, evidence)
 
-    def require(self, record: Record | None, why: str, *, sub: str = "") -> Record:
+    def require(self, record: Record | None, why: str, evidence: list[Evidence] | None = None, *,
+                sub: str = "") -> Record:
         """``record`` (a probe's facts, ``facts.of(...)``) when it is there; otherwise the check ends here with its
-        not-checked finding saying ``why`` (:class:`NotChecked`), so its code reads the record alone."""
+        not-checked finding saying ``why`` (:class:`Concluded`), so its code reads the record alone."""
         if record is None:
-            raise NotChecked(self.not_checked(why, sub=sub))
+            raise Concluded(self.not_checked(why, evidence, sub=sub))
         return record
 
     def produces(self, fid: str) -> bool:
@@ -447,7 +448,10 @@ def check(name: str, *, title: str, probes: tuple[str, ...], findings: tuple[str
     def deco(func: CheckFunc) -> Callable[[Facts], list[Finding]]:
         @functools.wraps(func)
         def judged(facts: Facts) -> list[Finding]:
-            return func(facts, spec)
+            try:
+                return func(facts, spec)
+            except Concluded as ended:  # it ended early: it could not look, or had nothing to judge
+                return ended.findings
 
         spec = CheckSpec(name, judged, title, probes, tuple(explains), tuple(findings), tuple(optional),
                          layer_of(name, layer), no_remedy)

@@ -10,7 +10,7 @@ from typing import Any
 
 from zdoctor.core.model import Evidence, Finding
 from zdoctor.core.plural import noun_for
-from zdoctor.core.registry import CHECKS, Facts, NotChecked, load_vocabulary
+from zdoctor.core.registry import CHECKS, Facts, load_vocabulary
 from zdoctor.host import Host
 from zdoctor.host.replay import MALFORMED
 
@@ -68,8 +68,6 @@ def _evaluate(name: str, facts: Facts) -> list[Finding]:
                                  f"{', '.join(broken)}", sub="not-checked")]
     try:
         return _stamped(list(spec.func(facts)), facts, spec.reads)
-    except NotChecked as ended:  # the check could not look: its not-checked finding, as if returned
-        return _stamped([ended.finding], facts, spec.reads)
     except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
         doubts = [d for p in spec.probes if p in facts for d in facts[p].doubtful]
         if doubts:  # recorded facts with a null where the probes never leave one: the input, not the check

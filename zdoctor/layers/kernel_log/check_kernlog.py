@@ -25,7 +25,7 @@ from zdoctor.core.causes import (
 )
 from zdoctor.core.model import Evidence, Finding, Remedy
 from zdoctor.core.plural import count_of
-from zdoctor.core.registry import CheckSpec, Facts, check, predicate
+from zdoctor.core.registry import CheckSpec, Concluded, Facts, check, predicate
 from zdoctor.layers.kernel_log.kernlog import bus_address
 from zdoctor.layers.kernel_log.probe_kernlog import LOOK_ALIKES
 from zdoctor.layers.kernel_log.xids import CATALOGUE, DriverFault, driver_fault, xid
@@ -96,20 +96,17 @@ def _table(facts: Facts, label: str, columns: list[str], rows: list[list[str]], 
 
 
 def _records(me: CheckSpec, facts: Facts, key: str, what: str
-             ) -> tuple[Mapping[str, Any], list[Any], list[Evidence], list[Finding] | None]:
-    """The kernel log's facts, its records of ``key`` and its evidence; and the findings the check ends with
-    when there is nothing to judge (None when there is): not checked when the log was not read, ``ok`` when
-    it holds no ``what`` in the window it covers."""
-    kl: Mapping[str, Any] | None = facts.of("kernel_log")
+             ) -> tuple[Mapping[str, Any], list[Any], list[Evidence]]:
+    """The kernel log's facts, its records of ``key`` and its evidence; the check ends here (:class:`Concluded`)
+    when there is nothing to judge: not checked when the log was not read, ``ok`` when it holds no ``what`` in
+    the window it covers."""
     ev = facts.evidence("kernel_log")
-    if kl is None:
-        return {}, [], ev, [me.not_checked(facts.why_not("kernel_log"), ev, sub="not-checked")]
+    kl: Mapping[str, Any] = me.require(facts.of("kernel_log"), facts.why_not("kernel_log"), ev, sub="not-checked")
     records = kl.get(key) or []
     if not records:
-        return kl, [], ev, [me.finding(status="ok", title=f"No {what} in the kernel log since "
-                                       f"{when((kl.get('window') or {}).get('since'))}",
-                                       detail=scope(kl), evidence=ev)]
-    return kl, records, ev, None
+        raise Concluded(me.finding(status="ok", title=f"No {what} in the kernel log since "
+                                   f"{when((kl.get('window') or {}).get('since'))}", detail=scope(kl), evidence=ev))
+    return kl, records, ev
 
 
 # -- kernel.xid ------------------------------------------------------------------------------------------
@@ -169,9 +166,7 @@ def _present_rows(kl: Mapping[str, Any], key: str | None, module: tuple[bool | N
 @check("kernel.xid", title="NVIDIA Xid records in the kernel log", probes=("kernel_log",),
        optional=("nvml", "driver_parts"), explains=("xid",), layer=LAYER)
 def check_xid(facts: Facts, me: CheckSpec) -> list[Finding]:
-    kl, records, ev, ended = _records(me, facts, "xids", "NVIDIA Xid record")
-    if ended is not None:
-        return ended
+    kl, records, ev = _records(me, facts, "xids", "NVIDIA Xid record")
     gpus = _gpus_by_bus(facts)
     groups: dict[tuple[str | None, int], list[dict[str, Any]]] = {}
     for r in records:
@@ -348,9 +343,7 @@ def _load_the_module(km: dict[str, Any]) -> list[Remedy]:
 @check("kernel.api-mismatch", title="NVRM API mismatch records in the kernel log", probes=("kernel_log",),
        optional=("nvml", "driver_parts"), explains=("driver-mismatch",), layer=LAYER)
 def check_api_mismatch(facts: Facts, me: CheckSpec) -> list[Finding]:
-    kl, records, ev, ended = _records(me, facts, "api_mismatch", "NVRM API mismatch record")
-    if ended is not None:
-        return ended
+    kl, records, ev = _records(me, facts, "api_mismatch", "NVRM API mismatch record")
     last = records[-1]
     nv = result_facts(facts, "nvml") or {}
     lib = nv.get("library") or {}
@@ -407,9 +400,7 @@ def check_api_mismatch(facts: Facts, me: CheckSpec) -> list[Finding]:
 @check("kernel.aer", title="PCIe AER errors in the kernel log", probes=("kernel_log",), optional=("nvml",),
        explains=("aer",), layer=LAYER)
 def check_aer(facts: Facts, me: CheckSpec) -> list[Finding]:
-    kl, records, ev, ended = _records(me, facts, "aer", "PCIe AER error")
-    if ended is not None:
-        return ended
+    kl, records, ev = _records(me, facts, "aer", "PCIe AER error")
     gpus = _gpus_by_bus(facts)
     by_dev: dict[str | None, list[dict[str, Any]]] = {}
     for r in records:
@@ -486,9 +477,7 @@ def job_pids(facts: Facts) -> set[int]:
 @check("kernel.oom", title="OOM-killer records in the kernel log", probes=("kernel_log",), optional=("livetrace",),
        explains=("oom-kill", "killed"), layer=LAYER)
 def check_oom(facts: Facts, me: CheckSpec) -> list[Finding]:
-    kl, kills, ev, ended = _records(me, facts, "ooms", "OOM kill")
-    if ended is not None:
-        return ended
+    kl, kills, ev = _records(me, facts, "ooms", "OOM kill")
     ours = job_pids(facts)
     rows: list[list[str]] = []
     lines: list[str] = []

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from zdoctor.core.factstypes import NcclNetFacts
 from zdoctor.core.model import Evidence, Finding, Remedy
 from zdoctor.core.plural import count_of
-from zdoctor.core.registry import CheckSpec, Facts, check
+from zdoctor.core.registry import CheckSpec, Concluded, Facts, check
 from zdoctor.core.shellquote import shell_quote
 from zdoctor.layers.nccl_network import infiniband, nccllog, ncclnet
 from zdoctor.symptoms.match import ids_for, symptoms_of
@@ -126,13 +127,18 @@ def _log_lines(log: Mapping[str, Any] | None, predicted: str | None) -> tuple[li
     return lines, differs
 
 
+
+def _network(facts: Facts, me: CheckSpec) -> NcclNetFacts:
+    """The network's facts; the check ends not checked where the probe gave none or skipped (and why)."""
+    nf = facts.of("nccl_net")
+    if nf is None or nf.get("skipped"):
+        raise Concluded(me.not_checked((nf or {}).get("skipped") or facts.why_not("nccl_net"), sub="not-checked"))
+    return nf
+
 @check("nccl.socket", title="The interface NCCL chooses", probes=("nccl_net",), optional=("nccl_log",),
        explains=("nccl-interface",), layer="nccl-network")
 def check_socket(facts: Facts, me: CheckSpec) -> list[Finding]:
-    nf = facts.of("nccl_net")
-    if nf is None or nf.get("skipped"):
-        why = (nf or {}).get("skipped") or facts.why_not("nccl_net")
-        return [me.not_checked(why, sub="not-checked")]
+    nf = _network(facts, me)
     choice = nf.get("choice") or {}
     chosen = choice.get("chosen") or []
     interfaces = nf.get("interfaces") or []
@@ -214,10 +220,7 @@ def check_socket(facts: Facts, me: CheckSpec) -> list[Finding]:
 @check("nccl.peers", title="NCCL's interface routes to the other nodes", probes=("nccl_net",),
        explains=("nccl-connect",), layer="nccl-network")
 def check_peers(facts: Facts, me: CheckSpec) -> list[Finding]:
-    nf = facts.of("nccl_net")
-    if nf is None or nf.get("skipped"):
-        why = (nf or {}).get("skipped") or facts.why_not("nccl_net")
-        return [me.not_checked(why, sub="not-checked")]
+    nf = _network(facts, me)
     peers = nf.get("peers") or []
     hf = nf.get("hostfile") or {}
     if not peers:

@@ -78,14 +78,22 @@ def read_port(path: str) -> dict[str, Any]:
             "gids": used, "gid_table_size": len(gids)}
 
 
+def folder_names(path: str) -> tuple[list[str] | None, str | None]:
+    """The sorted names in folder ``path``, or None with why: ``None`` when it does not exist, the error's
+    words when it cannot be read."""
+    try:
+        return sorted(os.listdir(path)), None
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, exc.strerror or str(exc)
+
+
 def read_devices(root: str = ROOT) -> dict[str, Any]:
     """``{"root", "present", "devices": [{name, ports: [{port, state, ...}]}], "error"}``."""
-    try:
-        names = sorted(os.listdir(root))
-    except FileNotFoundError:
-        return {"root": root, "present": False, "devices": [], "error": None}
-    except OSError as exc:
-        return {"root": root, "present": False, "devices": [], "error": exc.strerror or str(exc)}
+    names, error = folder_names(root)
+    if names is None:
+        return {"root": root, "present": False, "devices": [], "error": error}
     devices = []
     for name in names:
         pdir = os.path.join(root, name, "ports")

@@ -26,6 +26,7 @@ import stat
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from zdoctor.layers.nccl_network.infiniband import folder_names
 from zdoctor.readers.elf import read_elf
 from zdoctor.readers.loader import LoaderConfig, Process
 from zdoctor.readers.sysread import read_small, read_value
@@ -88,14 +89,11 @@ def read_device_files(dev: str, names: Sequence[str]) -> dict[str, Any]:
 
 def read_driver_config(config_dir: str = CONFIG_DIR) -> dict[str, Any]:
     """The providers libibverbs is told to load: ``{"dir", "exists", "files": [{file, drivers}], "error"}``."""
-    try:
-        names = sorted(n for n in os.listdir(config_dir))[:MAX_ENTRIES]
-    except FileNotFoundError:
-        return {"dir": config_dir, "exists": False, "files": [], "error": None}
-    except OSError as exc:
-        return {"dir": config_dir, "exists": True, "files": [], "error": exc.strerror or str(exc)}
+    names, error = folder_names(config_dir)
+    if names is None:
+        return {"dir": config_dir, "exists": error is not None, "files": [], "error": error}
     files = []
-    for name in names:
+    for name in names[:MAX_ENTRIES]:
         path = os.path.join(config_dir, name)
         if not os.path.isfile(path):  # libibverbs reads regular files only
             continue

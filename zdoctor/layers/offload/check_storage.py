@@ -33,10 +33,11 @@ REFERENCE = ("For scale: DeepSpeed's tuning of one PCIe Gen4 consumer SSD reache
 
 
 
-def _storage_not_checked(me: CheckSpec, facts: Facts, name: str = "storage") -> Finding:
+def _storage_why_not(facts: Facts, name: str = "storage") -> str:
+    """Why the storage facts are missing, with how to give the offload path."""
     hint = ("" if name != "storage" else "\nGive the offload directory with --offload-path DIR, or the job's "
             "config with --ds-config FILE (its zero_optimization.offload_*.nvme_path).")
-    return me.not_checked(facts.why_not(name) + hint)
+    return facts.why_not(name) + hint
 
 
 def _fast_enough(st: StorageFacts) -> bool:
@@ -77,9 +78,7 @@ def _dir_remedy(st: StorageFacts, directory: str | None = None, user: Mapping[st
 # -------------------------------------------------------------------------------------------- findings
 @check("storage.mount", title="Offload path: mount and file system", probes=("storage",))
 def check_mount(facts: Facts, me: CheckSpec) -> list[Finding]:
-    st = facts.of("storage")
-    if st is None:
-        return [_storage_not_checked(me, facts)]
+    st = me.require(facts.of("storage"), _storage_why_not(facts))
     ev = facts.evidence("storage", kinds=None, labels=("where offload writes",))
     m = st.get("mount") or {}
     path = st["path"]
@@ -181,9 +180,7 @@ def _where(dev: dict[str, Any]) -> str:
 
 @check("storage.device", title="Offload device: kind and link", probes=("storage",))
 def check_device(facts: Facts, me: CheckSpec) -> list[Finding]:
-    st = facts.of("storage")
-    if st is None:
-        return [_storage_not_checked(me, facts)]
+    st = me.require(facts.of("storage"), _storage_why_not(facts))
     dev = st.get("device")
     if not dev:
         return [me.finding(status="skip", title="Offload device: no block device",
@@ -235,9 +232,7 @@ def check_device(facts: Facts, me: CheckSpec) -> list[Finding]:
 
 @check("storage.odirect", title="O_DIRECT on the offload path", probes=("storage",))
 def check_odirect(facts: Facts, me: CheckSpec) -> list[Finding]:
-    st = facts.of("storage")
-    if st is None:
-        return [_storage_not_checked(me, facts)]
+    st = me.require(facts.of("storage"), _storage_why_not(facts))
     od = st.get("odirect") or {}
     text = explain_odirect(od) if od else "not tested"
     if od.get("ok"):
@@ -349,9 +344,7 @@ def _newer_libaio_remedies(la: dict[str, Any]) -> list[Remedy]:
 
 @check("storage.throughput", title="Offload path throughput (O_DIRECT, 1 MiB blocks)", probes=("storage",))
 def check_throughput(facts: Facts, me: CheckSpec) -> list[Finding]:
-    st = facts.of("storage")
-    if st is None:
-        return [_storage_not_checked(me, facts)]
+    st = me.require(facts.of("storage"), _storage_why_not(facts))
     tp = st.get("throughput") or {}
     if not tp.get("ran"):
         return [me.finding(status="skip", title="Offload throughput: not measured",
@@ -421,9 +414,7 @@ def _usable(inv: NvmeInventoryFacts) -> list[dict[str, Any]]:
 
 @check("storage.unmounted-nvme", title="NVMe drives present but unused", probes=("nvme_inventory", "storage"))
 def check_unmounted(facts: Facts, me: CheckSpec) -> list[Finding]:
-    inv = facts.of("nvme_inventory")
-    if inv is None:
-        return [_storage_not_checked(me, facts, "nvme_inventory")]
+    inv = me.require(facts.of("nvme_inventory"), _storage_why_not(facts, "nvme_inventory"))
     ev = facts.evidence("nvme_inventory", kinds=None, labels=("NVMe drives",))
     drives = inv.get("drives") or []
     if not drives:

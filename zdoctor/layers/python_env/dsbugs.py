@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from zdoctor.layers.python_env.dsrules import parse_version, read_source
@@ -135,6 +136,30 @@ _RESPLIT = {
 }
 
 
+@dataclass(frozen=True)
+class Markers:
+    """How a release's file shows a bug: the code it must hold to be judged at all (else unknown, and why),
+    the buggy code (every marker of one of the ``buggy`` groups), and the fix's code (none of ``fixed``)."""
+
+    judged: tuple[str, ...]
+    unknown_why: str
+    buggy: tuple[tuple[str, ...], ...]
+    fixed: tuple[str, ...] = ()
+
+
+#: The markers of the bugs whose file says yes or no alone (user-args-resplit also reads which quote).
+MARKERS = {
+    "pdsh-ssh-port-keyerror": Markers(("class PDSHRunner",), "no PDSHRunner in multinode_runner.py",
+                                      (('environment["PDSH_SSH_ARGS_APPEND"] +=',),
+                                       ("environment['PDSH_SSH_ARGS_APPEND'] +=",))),
+    "openmpi-env-check": Markers(("class OpenMPIRunner",), "no OpenMPIRunner in multinode_runner.py",
+                                 (("self._setup_mpi_environment()", "MPI environment variables are not set"),)),
+    # before 0.3.0 the launcher had no multinode_runner.py: by the tags
+    "pdsh-export-unquoted": Markers(("def add_export",), "no add_export in multinode_runner.py",
+                                    (("self.exports[key.strip()] = var.strip()",),), fixed=("={quote(val)}",)),
+}
+
+
 def decide(bug_id: str, text: str) -> dict[str, Any]:
     """Whether the source ``text`` of the bug's file has it: ``state`` affected | not-affected | unknown."""
     if bug_id == "user-args-resplit":
@@ -146,25 +171,11 @@ def decide(bug_id: str, text: str) -> dict[str, Any]:
         if "args.user_args = shlex" in text:
             return {"state": "unknown", "why": "runner.py splits user_args in a way zdoctor does not know"}
         return {"state": "not-affected"}
-    if bug_id == "pdsh-ssh-port-keyerror":
-        if "class PDSHRunner" not in text:
-            return {"state": "unknown", "why": "no PDSHRunner in multinode_runner.py"}
-        if 'environment["PDSH_SSH_ARGS_APPEND"] +=' in text or "environment['PDSH_SSH_ARGS_APPEND'] +=" in text:
-            return {"state": "affected"}
-        return {"state": "not-affected"}
-    if bug_id == "openmpi-env-check":
-        if "class OpenMPIRunner" not in text:
-            return {"state": "unknown", "why": "no OpenMPIRunner in multinode_runner.py"}
-        if "self._setup_mpi_environment()" in text and "MPI environment variables are not set" in text:
-            return {"state": "affected"}
-        return {"state": "not-affected"}
-    if bug_id == "pdsh-export-unquoted":  # before 0.3.0 the launcher had no multinode_runner.py: by the tags
-        if "def add_export" not in text:
-            return {"state": "unknown", "why": "no add_export in multinode_runner.py"}
-        if "self.exports[key.strip()] = var.strip()" in text and "={quote(val)}" not in text:
-            return {"state": "affected"}
-        return {"state": "not-affected"}
-    raise KeyError(bug_id)
+    m = MARKERS[bug_id]
+    if not all(code in text for code in m.judged):
+        return {"state": "unknown", "why": m.unknown_why}
+    buggy = any(all(code in text for code in group) for group in m.buggy)
+    return {"state": "affected" if buggy and not any(code in text for code in m.fixed) else "not-affected"}
 
 
 def by_version(bug_id: str, version: tuple[int, ...]) -> str:
