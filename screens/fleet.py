@@ -23,6 +23,7 @@ from textual.worker import Worker, WorkerState
 
 from zdoctor.core.errors import ZdoctorError
 from zdoctor.core.model import Finding
+from zdoctor.core.plural import count_of
 from zdoctor.core.present import MARKS, STYLES, pasted_script
 from zdoctor.fleet.result import NODE_PROBLEMS, families
 
@@ -94,7 +95,7 @@ def header_text(report: FleetReport) -> Text:
     else:
         out.append(" · ")
         out.append_text(smark("fail" if n else "ok"))
-        out.append(f" {n} fact{'' if n == 1 else 's'} differ{'s' if n == 1 else ''}")
+        out.append(f" {count_of(n, 'fact')} {'differs' if n == 1 else 'differ'}")
     problems = [f"{s[k]} {k}" for k in NODE_PROBLEMS if s.get(k)]
     if problems:
         out.append(f" ({', '.join(problems)})", style="yellow")
@@ -408,7 +409,7 @@ def collect_head(live: LiveFleet, answered: int, elapsed: float, failed: bool = 
     if failed:
         out.append("collection failed", style="bold red")
         return out
-    out.append(f"{answered} of {total} node{'' if total == 1 else 's'} answered",
+    out.append(f"{answered} of {count_of(total, 'node')} answered",
                style="" if answered == total else "yellow")
     out.append(f" · {elapsed:.0f} s", style="dim")
     return out
@@ -537,7 +538,7 @@ class FleetApp(AppBase):
 
     @staticmethod
     def nodes_over(n: int, launcher: str) -> str:
-        return f"{n} node{'' if n == 1 else 's'} over {launcher}"
+        return f"{count_of(n, 'node')} over {launcher}"
 
     def on_mount(self) -> None:
         if self.report is not None:

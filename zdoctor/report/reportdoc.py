@@ -319,7 +319,7 @@ def host_line(host: dict[str, Any]) -> str:
 
 def total_line(counts: dict[str, Any]) -> str:
     total = counts.get("total", 0)
-    return f"{total} finding{'' if total == 1 else 's'}"
+    return count_of(total, "finding")
 
 
 def open_walk_note(run: WalkView) -> str:
