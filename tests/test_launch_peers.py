@@ -11,11 +11,11 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 from dsenv import ensure
+from launchkit import PROBE, probe_argument
 from sshkit import start_sshd
 from test_gpu_facts import facts_of
 
@@ -36,24 +36,6 @@ SETUP = [
 ]
 NAME = "zdoctor-node-a"
 
-PROBE = textwrap.dedent("""
-    import json, sys
-    from zdoctor.layers import evaluate_check
-    from zdoctor.host import LiveHost
-    from zdoctor.core.model import ProbeResult
-    from zdoctor.core.registry import Facts, load_vocabulary
-    from zdoctor.symptoms.extract import from_text
-    from zdoctor.proc.target import Target
-    load_vocabulary()
-    env, command, log = json.loads(sys.argv[1])
-    host = LiveHost(target=Target.of(env=env, command=command))
-    symptoms = ProbeResult(probe="symptoms", facts={"symptoms": [s.to_dict() for s in from_text(log, "log")]})
-    host.settle("symptoms", symptoms)
-    host.settle("pyenv", ProbeResult(probe="pyenv", facts={}))
-    facts = Facts(dict(host.results(["launch", "hostfile", "peers", "symptoms"]).items()))
-    print(json.dumps({"facts": facts["peers"].facts, "symptoms": symptoms.facts["symptoms"],
-                      "findings": [f.to_dict() for f in evaluate_check("launcher.peers", facts)]}))
-""")
 
 
 def _sh(cmd: str) -> subprocess.CompletedProcess[str]:
@@ -94,8 +76,8 @@ def lab(tmp_path_factory):
         # zdoctor's probe in the same network namespace, under a host name that resolves to 127.0.1.1
         script = (f"mount --bind {work / 'hosts'} /etc/hosts && hostname {NAME} && "
                   f"exec {sys.executable} -c \"$0\" \"$1\"")
-        r = in_ns("unshare", "-m", "-u", "sh", "-c", script, PROBE, json.dumps([env, command, log]),
-                  env={**os.environ, "PYTHONPATH": str(ROOT)})
+        arg = probe_argument(env, command, log, ["launch", "hostfile", "peers"], ["launcher.peers"])
+        r = in_ns("unshare", "-m", "-u", "sh", "-c", script, PROBE, arg, env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert r.returncode == 0, r.stderr
         yield {"doc": json.loads(r.stdout), "said": said, "rank": rank, "port": port}
     finally:
@@ -115,7 +97,7 @@ def test_the_real_clients_fail_as_users_see_them(lab):
 
 
 def test_each_host_s_ssh_port_is_told_apart(lab):
-    hosts = {h["host"]: h for h in lab["doc"]["facts"]["hosts"]}
+    hosts = {h["host"]: h for h in lab["doc"]["facts"]["peers"]["hosts"]}
     assert hosts[ALIVE]["ssh"]["state"] == "connected" and hosts[ALIVE]["ssh"]["banner"].startswith("SSH-2.0-")
     assert hosts[ALIVE]["ssh_port_source"] == "the launch's --ssh_port"
     assert hosts["127.0.0.1"]["ssh"]["state"] == "refused"
@@ -129,7 +111,7 @@ def test_the_ssh_messages_and_the_rank_s_timeout_are_explained(lab):
     by_kind: dict[str, list[str]] = {}
     for s in doc["symptoms"]:
         by_kind.setdefault(s["kind"], []).append(s["id"])
-    hosts_f, master_f, own = doc["findings"]
+    hosts_f, master_f, own = doc["findings"]["launcher.peers"]
     assert hosts_f["status"] == "fail" and sorted(hosts_f["explains"]) == sorted(by_kind["ssh-connect"])
     assert len(by_kind["ssh-connect"]) == 3 and "timed out" in hosts_f["title"]
     assert master_f["status"] == "fail" and master_f["explains"] == by_kind["rendezvous-connect"]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from dsenv import ensure
+from launchkit import PROBE, probe_argument
 from sshkit import SSHD, free_port, require, start_sshd
 from test_gpu_facts import facts_of
 
@@ -26,26 +27,6 @@ from zdoctor.layers.launch.probe_launchtools import collect_launcher_tools
 ROOT = Path(__file__).resolve().parent.parent
 WRONG_KEY, CHANGED, CLOSED = "127.0.0.2", "127.0.0.3", "127.0.0.4"
 
-PROBE = textwrap.dedent("""
-    import json, sys
-    from zdoctor.layers import evaluate_check
-    from zdoctor.host import LiveHost
-    from zdoctor.core.model import ProbeResult
-    from zdoctor.core.registry import Facts, load_vocabulary
-    from zdoctor.symptoms.extract import from_text
-    from zdoctor.proc.target import Target
-    load_vocabulary()
-    env, command, log = json.loads(sys.argv[1])
-    host = LiveHost(target=Target.of(env=env, command=command))
-    symptoms = ProbeResult(probe="symptoms", facts={"symptoms": [s.to_dict() for s in from_text(log, "log")]})
-    host.settle("symptoms", symptoms)
-    host.settle("pyenv", ProbeResult(probe="pyenv", facts={}))
-    facts = Facts(dict(host.results(["launch", "hostfile", "launcher_tools", "symptoms"]).items()))
-    print(json.dumps({"hostfile": facts["hostfile"].facts, "tools": facts["launcher_tools"].facts,
-                      "symptoms": symptoms.facts["symptoms"],
-                      "findings": {n: [f.to_dict() for f in evaluate_check(n, facts)]
-                                   for n in ("launcher.hostfile", "launcher.tools")}}))
-""")
 
 
 def _private_ssh(work: Path, cmd: list[str], **kw) -> subprocess.CompletedProcess[str]:
@@ -102,7 +83,9 @@ def lab(tmp_path_factory):
         }
         log = "\n".join(r.stdout + r.stderr for r in runs.values())
         command = f"deepspeed -H {work / 'hostfile'} t.py"
-        r = _private_ssh(work, [sys.executable, "-c", PROBE, json.dumps([env, command, log])], cwd=ROOT,
+        arg = probe_argument(env, command, log, ["launch", "hostfile", "launcher_tools"],
+                             ["launcher.hostfile", "launcher.tools"])
+        r = _private_ssh(work, [sys.executable, "-c", PROBE, arg], cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert r.returncode == 0, r.stderr
         yield {"work": work, "runs": runs, "doc": json.loads(r.stdout), "env": env, "deepspeed": deepspeed}
@@ -159,7 +142,7 @@ def test_the_host_key_remedy_fixes_the_login_for_real(lab):
 
 def test_pdsh_missing_from_the_path_is_explained_and_the_path_remedy_works(lab):
     doc = lab["doc"]
-    tools = doc["tools"]
+    tools = doc["facts"]["launcher_tools"]
     assert tools["needed"] and tools["backend"] == "pdsh" and tools["tool"]["on_path"] is None
     (f,) = doc["findings"]["launcher.tools"]
     (sym,) = [s for s in doc["symptoms"] if s["kind"] == "launcher-missing"]

@@ -148,7 +148,7 @@ def test_a_walk_that_ends_without_a_diagnosis_says_why_in_the_reports_words(monk
     """A walk stuck where no edge applies: the finished walk's line gives the reason in the words the report
     document gives it (the predicate's description), not the engine's record (``predicate NAME is false``)."""
     monkeypatch.setitem(registry.PREDICATES, "alpha_high", registry.PredicateSpec(
-        "alpha_high", lambda f: f.get_fact("alpha", "value", default=0) > 10, "alpha is above 10", ("alpha",)))
+        "alpha_high", lambda f: (f.of("alpha") or {}).get("value", 0) > 10, "alpha is above 10", ("alpha",)))
     host = ReplayHost({"format": "zdoctor-snapshot", "version": 1,
                        "probes": {"alpha": {"probe": "alpha", "facts": {"value": 1}}}})
     walk = Walk(load_playbook(FIXTURES / "playbooks" / "broken" / "no_fallback.toml"), host)
