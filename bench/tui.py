@@ -89,6 +89,14 @@ class Term:
         screen = self.tmux("capture-pane", "-p", "-t", "b").rstrip()
         raise SystemExit(f"bench: never saw {text!r}{' go' if gone else ''}; the screen was:\n{screen}")
 
+    def wait_exit(self, timeout: float = 30.0) -> None:
+        """Until the window's command has exited (its session is gone), then a moment for its children."""
+        end = time.perf_counter() + timeout
+        while time.perf_counter() < end and subprocess.run([*self.base, "has-session", "-t", "b"],
+                                                           capture_output=True, env=self.env).returncode == 0:
+            time.sleep(0.02)
+        time.sleep(0.2)
+
     def send(self, key: str) -> float:
         t0 = time.perf_counter()
         self.tmux("send-keys", "-t", "b", key)
@@ -111,7 +119,7 @@ def first_screen(term: Term, kind: str) -> float:
         t0 = term.start([])
         shown = term.wait("First pass of every check")
     term.send("q")
-    time.sleep(0.5)
+    term.wait_exit()  # the next round starts on a machine this one has left
     return shown - t0
 
 
