@@ -119,6 +119,20 @@ def glance_text(host: Any, width: int | None = None, probes: Collection[str] | N
     return out
 
 
+def menu_entries() -> tuple[dict[str, Any], list[Any]]:
+    """The start menu's playbooks and practice scenarios (none when the scenarios' catalogue is broken: it
+    must not hide the rest of the menu); the session log's modules are loaded too, for what follows."""
+    import zdoctor.walk.session  # noqa: F401 - loaded here, off the event loop, before the log is opened
+    from zdoctor.walk.playbook import load_all
+    from zdoctor.walk.practice import load_scenarios
+
+    try:
+        scenarios = load_scenarios()
+    except Exception:  # noqa: BLE001 - a broken catalogue must not hide the rest of the menu
+        scenarios = []
+    return load_all(), scenarios
+
+
 def purpose(summary: str, limit: int = 100) -> str:
     """The first sentence of a playbook's summary, cut at a word near ``limit`` characters."""
     first = " ".join((summary or "").split()).split(". ")[0].rstrip(".") + "."
@@ -146,6 +160,7 @@ class StartScreen(ContextScreen):
         self.sessions: list[Any] | None = None
         self.symptoms: list[dict[str, Any]] = []
         self.pass_probes: list[str] | None = None  # known once the registry is loaded, after the first paint
+        self.menu_data: tuple[dict[str, Any], list[Any]] | None = None  # read after the first paint
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -183,28 +198,36 @@ class StartScreen(ContextScreen):
         self.call_after_refresh(self.after_first_paint)
 
     def after_first_paint(self) -> None:
-        app: Any = self.app
-        app.open_live_log(self.ctx)
-        self.fill_menu()
+        self.run_worker(self._start_up(), group="start-up", exclusive=True)
+
+    async def _start_up(self) -> None:
+        """The session log, the menu, the sessions and the first pass; what they read from disk is read in
+        a thread, so the first frame is written out meanwhile."""
+        data = await in_thread(menu_entries)
+        self.ready(data)
         self.run_worker(self._load_sessions(), group="sessions", exclusive=True)
         self.action_recheck()
 
+    def ready(self, data: tuple[dict[str, Any], list[Any]] | None = None) -> None:
+        """Open the session log and fill the menu, once: from the start-up's thread, or at once for a key
+        pressed before it answered."""
+        if self.menu_data is not None:
+            return
+        self.menu_data = data if data is not None else menu_entries()
+        app: Any = self.app
+        app.open_live_log(self.ctx)
+        self.fill_menu()
+
     # -- the menu ----------------------------------------------------------------------------------
     def fill_menu(self) -> None:
-        from zdoctor.walk.playbook import load_all
-        from zdoctor.walk.practice import load_scenarios
-
+        books, scenarios = self.menu_data if self.menu_data is not None else menu_entries()
         menu = self.query_one("#start-menu", OptionList)
         keep = menu.highlighted_option.id if menu.highlighted_option is not None else None
         menu.clear_options()
         menu.add_option(Option(Text("Playbooks: walk one step by step (Enter or o)", style="bold"), disabled=True))
-        for pid, book in sorted(load_all().items(), key=lambda kv: (kv[0] != "zero3-launch", kv[0])):
+        for pid, book in sorted(books.items(), key=lambda kv: (kv[0] != "zero3-launch", kv[0])):
             menu.add_option(Option(Text.assemble("  ", (pid, "bold cyan"), "  ", book.title, "\n    ",
                                                  (purpose(book.summary), "dim")), id=f"pb:{pid}"))
-        try:
-            scenarios = load_scenarios()
-        except Exception:  # noqa: BLE001 - a broken catalogue must not hide the rest of the menu
-            scenarios = []
         if scenarios:
             menu.add_option(Option(Text("Practice (learn mode): replay a recorded broken node", style="bold"),
                                    disabled=True))
@@ -235,6 +258,7 @@ class StartScreen(ContextScreen):
         self.open(event.option.id)
 
     def action_open(self) -> None:
+        self.ready()
         menu = self.query_one("#start-menu", OptionList)
         if menu.highlighted_option is not None:
             self.open(menu.highlighted_option.id)
