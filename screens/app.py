@@ -20,7 +20,6 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from zdoctor.core.errors import InputError, ZdoctorError
-from zdoctor.walk.events import ExportWritten
 
 from .base import CTRL_C_QUITS, HELP, QUIT, AppBase
 
@@ -108,13 +107,23 @@ class ZdoctorApp(AppBase):
         self.ctx: Context | None = None
 
     # -- start-up ----------------------------------------------------------------------------------
-    def live_context(self) -> Context:
+    def live_context(self, *, log_now: bool = True) -> Context:
+        """This node's context; without ``log_now`` its session log is opened later (:meth:`open_live_log`)."""
         from zdoctor.host import LiveHost
 
         host = self._host if self._host is not None else LiveHost(python=self.python)
-        mode = "tui"
-        log, note = open_log(mode, self.argv, host.info)
-        return Context(host=host, mode=mode, log=log, note=note)
+        ctx = Context(host=host, mode="tui")
+        if log_now:
+            ctx.log, ctx.note = open_log(ctx.mode, self.argv, host.info)
+        return ctx
+
+    def open_live_log(self, ctx: Context) -> None:
+        """Open the session log of a context made without one; say so when it cannot be."""
+        if ctx.log is not None or ctx.note:
+            return
+        ctx.log, ctx.note = open_log(ctx.mode, self.argv, ctx.host.info)
+        if ctx.note:
+            self.notify(ctx.note, severity="warning")
 
     def add_context(self, ctx: Context) -> Context:
         self.contexts.append(ctx)
@@ -122,11 +131,10 @@ class ZdoctorApp(AppBase):
         return ctx
 
     def on_mount(self) -> None:
-        from .practice import PracticeScreen
-        from .start import StartScreen
-        from .walk import WalkScreen
-
+        # only the first screen's module is imported before it is drawn
         if "resume" in self.plan:
+            from .walk import WalkScreen
+
             ctx, walk = self.plan["resume"]
             self.add_context(ctx)
             self.push_screen(WalkScreen(ctx, walk, resumed=True))
@@ -136,9 +144,14 @@ class ZdoctorApp(AppBase):
             if scenario is not None:
                 self.start_practice(scenario)
             else:
+                from .practice import PracticeScreen
+
                 self.push_screen(PracticeScreen())
         else:
-            self.push_screen(StartScreen(self.add_context(self.live_context())))
+            from .start import StartScreen
+
+            # the session log (and the walk's event vocabulary it loads) once the start screen is drawn
+            self.push_screen(StartScreen(self.add_context(self.live_context(log_now=False))))
         if self.ctx is not None and self.ctx.note:
             self.notify(self.ctx.note, severity="warning")
 
@@ -192,6 +205,7 @@ class ZdoctorApp(AppBase):
     def export(self, fmt: str) -> Path:
         """Write the current session as ``fmt`` (md, html, json); returns the path written."""
         from zdoctor.report.export import export_session
+        from zdoctor.walk.events import ExportWritten
 
         ctx = self.ctx
         if ctx is None or ctx.log is None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -14,10 +15,11 @@ from textual.widgets.option_list import Option
 from zdoctor.core.model import Finding
 from zdoctor.core.present import ALSO_FOUND
 from zdoctor.proc.target import DEFAULT_PYTHON
-from zdoctor.report.reportdoc import ReportDoc
 
 from .common import ContextScreen, KeyBar, ProbePanel, in_thread
-from .docview import check_doc, findings_text, summary_text, symptoms_text
+
+if TYPE_CHECKING:
+    from zdoctor.report.reportdoc import ReportDoc
 
 GPU_PROBE = "nvml"
 
@@ -26,13 +28,14 @@ def _gib(n: Any) -> str:
     return f"{n / 2**30:.1f} GiB" if isinstance(n, (int, float)) and n > 0 else "?"
 
 
-def gpu_line(host: Any) -> Text:
-    """The GPUs the ``nvml`` probe found (it may be skipped: no driver, or no GPU visible)."""
-    from zdoctor.core.registry import PROBES
-
+def gpu_line(host: Any, probes: Collection[str] | None = None) -> Text:
+    """The GPUs the ``nvml`` probe found (it may be skipped: no driver, or no GPU visible). ``probes``: the
+    probes of the first pass, ``None`` before they are known (the registry is loaded after the first paint)."""
     res = host.recorded().get(GPU_PROBE)
     if res is None:
-        return Text("GPUs: probing…" if GPU_PROBE in PROBES else "GPUs: not probed by this zdoctor", style="dim")
+        if probes is None:
+            return Text("GPUs: not probed yet", style="dim")
+        return Text("GPUs: probing…" if GPU_PROBE in probes else "GPUs: not probed by this zdoctor", style="dim")
     if res.status != "ok":
         why = str(res.error or res.status).split(":")[0]
         return Text(f"GPUs: none usable ({why[:70]})", style="dim")
@@ -65,9 +68,10 @@ def phrases(parts: list[tuple[str, Text]], width: int | None) -> Text:
     return out
 
 
-def glance_text(host: Any, width: int | None = None) -> Text:
+def glance_text(host: Any, width: int | None = None, probes: Collection[str] | None = ()) -> Text:
     """Host, OS, CPUs and memory; GPUs; the target interpreter with torch and DeepSpeed. With ``width``, a
-    line breaks between its phrases (" · "), never in the middle of one."""
+    line breaks between its phrases (" · "), never in the middle of one. ``probes``: those the first pass
+    runs (``None``: not known yet); a probe not among them is "not probed"."""
     info = host.info
     rec = host.recorded()
     sysf = rec["system"].facts if "system" in rec and rec["system"].status == "ok" else {}
@@ -82,13 +86,14 @@ def glance_text(host: Any, width: int | None = None) -> Text:
     out = phrases([("", Text(name, style="bold")), *((" · " if i else "  ", Text(p))
                                                      for i, p in enumerate(q for q in parts if q))], width)
     out.append("\n")
-    out.append_text(gpu_line(host))
+    out.append_text(gpu_line(host, probes))
     out.append("\n")
     py = rec["pyenv"].facts if "pyenv" in rec and rec["pyenv"].status == "ok" else None
     target = info.get("python") or DEFAULT_PYTHON
     if py is None:
-        out.append(f"Target: {target} (probing…)" if "pyenv" not in rec else f"Target: {target} (not probed)",
-                   style="dim")
+        state = "not probed yet" if probes is None else "probing…" if "pyenv" in probes and "pyenv" not in rec \
+            else "not probed"
+        out.append(f"Target: {target} ({state})", style="dim")
     else:
         from zdoctor.walk.guide import target_label
 
@@ -112,6 +117,20 @@ def glance_text(host: Any, width: int | None = None) -> Text:
 
         out.append(f"\nReplayed from the snapshot {os.path.basename(str(info.get('source') or '?'))}", style="dim")
     return out
+
+
+def menu_entries() -> tuple[dict[str, Any], list[Any]]:
+    """The start menu's playbooks and practice scenarios (none when the scenarios' catalogue is broken: it
+    must not hide the rest of the menu); the session log's modules are loaded too, for what follows."""
+    import zdoctor.walk.session  # noqa: F401 - loaded here, off the event loop, before the log is opened
+    from zdoctor.walk.playbook import load_all
+    from zdoctor.walk.practice import load_scenarios
+
+    try:
+        scenarios = load_scenarios()
+    except Exception:  # noqa: BLE001 - a broken catalogue must not hide the rest of the menu
+        scenarios = []
+    return load_all(), scenarios
 
 
 def purpose(summary: str, limit: int = 100) -> str:
@@ -140,6 +159,8 @@ class StartScreen(ContextScreen):
         self.findings: list[Finding] | None = None
         self.sessions: list[Any] | None = None
         self.symptoms: list[dict[str, Any]] = []
+        self.pass_probes: list[str] | None = None  # known once the registry is loaded, after the first paint
+        self.menu_data: tuple[dict[str, Any], list[Any]] | None = None  # read after the first paint
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -149,7 +170,7 @@ class StartScreen(ContextScreen):
             yield Static(Text("First pass of every check", style="bold underline"), id="pass-title")
             yield ProbePanel(id="pass-probes")
             yield Static("", id="pass-findings")
-            yield Static(glance_text(self.ctx.host, self.glance_width()), id="glance")
+            yield Static(glance_text(self.ctx.host, None, self.pass_probes), id="glance")
             yield Static("", id="pass-rest")
         yield Static(Text("Next: wait for the first pass of every check (c cancels a slow probe)", style="bold"),
                      id="next-step")
@@ -165,31 +186,48 @@ class StartScreen(ContextScreen):
             return None
         return width - 2 if width > 10 else None  # less room for a scroll bar that may appear
 
+    def show_glance(self) -> None:
+        self.query_one("#glance", Static).update(glance_text(self.ctx.host, self.glance_width(), self.pass_probes))
+
     def on_resize(self) -> None:
-        self.query_one("#glance", Static).update(glance_text(self.ctx.host, self.glance_width()))
+        self.show_glance()
 
     def on_mount(self) -> None:
-        self.fill_menu()
         self.query_one("#start-menu", OptionList).focus()
+        # the screen is drawn first; the menu (playbooks, scenarios), the sessions and the probes follow
+        self.call_after_refresh(self.after_first_paint)
+
+    def after_first_paint(self) -> None:
+        self.run_worker(self._start_up(), group="start-up", exclusive=True)
+
+    async def _start_up(self) -> None:
+        """The session log, the menu, the sessions and the first pass; what they read from disk is read in
+        a thread, so the first frame is written out meanwhile."""
+        data = await in_thread(menu_entries)
+        self.ready(data)
         self.run_worker(self._load_sessions(), group="sessions", exclusive=True)
         self.action_recheck()
 
+    def ready(self, data: tuple[dict[str, Any], list[Any]] | None = None) -> None:
+        """Open the session log and fill the menu, once: from the start-up's thread, or at once for a key
+        pressed before it answered."""
+        if self.menu_data is not None:
+            return
+        self.menu_data = data if data is not None else menu_entries()
+        app: Any = self.app
+        app.open_live_log(self.ctx)
+        self.fill_menu()
+
     # -- the menu ----------------------------------------------------------------------------------
     def fill_menu(self) -> None:
-        from zdoctor.walk.playbook import load_all
-        from zdoctor.walk.practice import load_scenarios
-
+        books, scenarios = self.menu_data if self.menu_data is not None else menu_entries()
         menu = self.query_one("#start-menu", OptionList)
         keep = menu.highlighted_option.id if menu.highlighted_option is not None else None
         menu.clear_options()
         menu.add_option(Option(Text("Playbooks: walk one step by step (Enter or o)", style="bold"), disabled=True))
-        for pid, book in sorted(load_all().items(), key=lambda kv: (kv[0] != "zero3-launch", kv[0])):
+        for pid, book in sorted(books.items(), key=lambda kv: (kv[0] != "zero3-launch", kv[0])):
             menu.add_option(Option(Text.assemble("  ", (pid, "bold cyan"), "  ", book.title, "\n    ",
                                                  (purpose(book.summary), "dim")), id=f"pb:{pid}"))
-        try:
-            scenarios = load_scenarios()
-        except Exception:  # noqa: BLE001 - a broken catalogue must not hide the rest of the menu
-            scenarios = []
         if scenarios:
             menu.add_option(Option(Text("Practice (learn mode): replay a recorded broken node", style="bold"),
                                    disabled=True))
@@ -220,6 +258,7 @@ class StartScreen(ContextScreen):
         self.open(event.option.id)
 
     def action_open(self) -> None:
+        self.ready()
         menu = self.query_one("#start-menu", OptionList)
         if menu.highlighted_option is not None:
             self.open(menu.highlighted_option.id)
@@ -263,9 +302,11 @@ class StartScreen(ContextScreen):
         from zdoctor.walk.guide import first_pass_probes
 
         names = await in_thread(first_pass_probes)
+        self.pass_probes = names
         if fresh:
             self.ctx.host.forget(names)
         self.query_one(ProbePanel).start(self.ctx.host, names)
+        self.show_glance()
 
     def action_symptom(self) -> None:
         self.query_one("#symptom-box", Input).focus()
@@ -294,11 +335,13 @@ class StartScreen(ContextScreen):
             self.notify(f"stopped waiting for {', '.join(names)}", timeout=4)
 
     def on_probe_panel_finished(self, event: ProbePanel.Finished) -> None:
-        self.query_one("#glance", Static).update(glance_text(self.ctx.host, self.glance_width()))
+        self.show_glance()
         self.run_worker(self._evaluate(), group="first-pass-check", exclusive=True)
 
     async def _evaluate(self) -> None:
         from zdoctor.walk.doctor import check
+
+        from .docview import check_doc
 
         report = await in_thread(check, self.ctx.host, self.ctx.record, None, False)
         self.symptoms = report.symptoms
@@ -308,6 +351,8 @@ class StartScreen(ContextScreen):
     def show_findings(self, doc: ReportDoc) -> None:
         """The first pass as its report document says it: what the user saw and the findings that answer it
         first (with none, the box below asks for it), the failing rest, the count, then what passed."""
+        from .docview import findings_text, summary_text, symptoms_text
+
         panel = self.query_one(ProbePanel)
         others = doc.rest
         failing = [f for f in others if f.status in ("fail", "crash")]
@@ -328,7 +373,7 @@ class StartScreen(ContextScreen):
         rest = findings_text([f for f in others if f not in failing])
         self.query_one("#pass-rest", Static).update(rest)
         panel.display = False
-        self.query_one("#glance", Static).update(glance_text(self.ctx.host, self.glance_width()))
+        self.show_glance()
         self.query_one("#next-step", Static).update(Text(self.next_line(self.findings or []), style="bold"))
 
     def next_line(self, findings: list[Finding]) -> str:
