@@ -230,21 +230,14 @@ def _open_log(mode: str, argv: Sequence[str], host_info: dict[str, Any], enabled
 
 def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from zdoctor.host import ReplayHost
+    from zdoctor.walk.doctor import check, select_playbooks
 
     if args.replay and (_python(args) or args.run_command or args.ext or args.timeout
                         or any(getattr(args, k, None) is not None for k in OPTION_KEYS if k not in ASKABLE)):
         raise UsageError("zdoctor check: --replay excludes --python and the options describing a job "
                          "(a snapshot is replayed as it was recorded; --symptom and --log may be added)")
-    if args.replay:
-        host = ReplayHost.load(args.replay)
-    else:
-        from zdoctor.front.early import start_early_probes
-
-        host = _live_host(args)
-        start_early_probes(host)  # the slow live probes run while the checks and playbooks load
-    from zdoctor.walk.doctor import check, select_playbooks
-
     books = select_playbooks(args.playbook)
+    host = ReplayHost.load(args.replay) if args.replay else _live_host(args)
     if args.replay and any(getattr(args, k, None) is not None for k in ASKABLE):
         # what the user was sent, matched against the recorded node: read here, as given
         asked = Target.from_args(None, None, [], None, {k: getattr(args, k, None) for k in ASKABLE})

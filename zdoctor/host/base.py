@@ -57,13 +57,6 @@ class Host:
         :func:`zdoctor.core.registry.facts_of`)."""
         return facts_of(self, name)
 
-    def start(self, names: Iterable[str]) -> None:
-        """Start the named probes now, each in its own thread, and return at once: a later :meth:`result` or
-        :meth:`results` waits for the one already running (each probe is computed once per host)."""
-        for name in dict.fromkeys(names):
-            if name not in self._results:
-                threading.Thread(target=self.result, args=(name,), name=f"start:{name}", daemon=True).start()
-
     def results(self, names: Iterable[str]) -> Facts:
         """Run the named probes concurrently (each bounded by its own timeout) and return them all."""
         wanted = list(dict.fromkeys(names))
