@@ -31,12 +31,10 @@ LAYERS: tuple[Layer, ...] = (
     Layer("toolchain", "Compilers and the JIT build", "gcc, nvcc, ninja and Python.h as the ops' build uses them"),
     Layer("jit-build-log", "The JIT cache's build log", "each op's .ninja_log and build.ninja against the ninja "
           "and the environment the next launch uses"),
-    Layer("python-env", "The training environment", "the interpreter, torch, DeepSpeed and its release rules, "
-          "the installed launcher's known bugs"),
+    Layer("python-env", "The training environment", "the interpreter, torch, DeepSpeed and its release rules"),
     Layer("kernel-log", "The kernel log", "NVIDIA Xid and NVRM records, PCIe AER errors, OOM-killer records"),
-    Layer("driver-parts", "The driver's parts", "the loaded kernel module, the user-space libraries, the package "
-          "record, Fabric Manager and the libcuda.so.1 a process resolves; an NVIDIA module for the running kernel; "
-          "nvidia_uvm's state after a suspend/resume"),
+    Layer("driver-parts", "The driver's parts", "the loaded kernel module (and one for the running kernel), "
+          "nvidia_uvm after a resume, the user-space libraries, the package record, Fabric Manager, libcuda.so.1"),
     Layer("gpu", "GPUs", "NVML: each GPU's state, PCIe link, memory, ECC and health"),
     Layer("cuda-lookup", "CUDA library lookup", "libcuda in the loader's cache, the toolkit's stubs, the CUDA "
           "sonames each extension needs"),
@@ -45,9 +43,8 @@ LAYERS: tuple[Layer, ...] = (
     Layer("container", "The container and its limits", "the container runtime, the job's cgroup memory and pids "
           "limits, /dev/shm"),
     Layer("offload", "Offload capacity and storage", "the ds_config, host RAM and the offload disk"),
-    Layer("nccl-network", "NCCL's network", "interfaces, routes and InfiniBand ports against the NCCL variables "
-          "and the other nodes' addresses; the verbs library, its providers and the device files a process here "
-          "needs to use the ports"),
+    Layer("nccl-network", "NCCL's network", "interfaces, routes, InfiniBand ports and the verbs library and "
+          "device files they need, against the NCCL variables and the other nodes' addresses"),
     Layer("launch", "The launch", "the launcher and the environment each rank needs, the hostfile"),
     Layer("ranks", "A hung job's ranks", "each rank's state, wait channel and stack"),
     Layer("rank-cores", "Ranks and cores", "NUMA nodes, each rank's CPU affinity and thread count"),
