@@ -1,4 +1,4 @@
-"""Known launcher bugs of specific DeepSpeed releases: the release tags' own launcher files (fixtures/dsrelease)
+"""Known launcher bugs of specific DeepSpeed releases: the release tags' own launcher files (fixtures/deepspeed-releases)
 read as installed packages, and laid over a copy of the real installed DeepSpeed 0.19.8 so that the old
 launcher runs for real and fails as users saw it; zdoctor names the bug from the installed files and the
 launch's own arguments, explains the message through the catalogue, and the fixed release (the real 0.19.8)
@@ -24,7 +24,7 @@ from zdoctor.layers.python_env.probe_dsrelease import collect_dsrelease
 from zdoctor.symptoms import links
 from zdoctor.symptoms.extract import from_text
 
-RELEASES = Path(__file__).parent / "fixtures" / "dsrelease"
+RELEASES = Path(__file__).parent / "fixtures" / "deepspeed-releases"
 #: Two hosts no resolver answers for: pdsh's ssh fails on them at once, and no machine is reached.
 HOSTFILE = "node-a.invalid slots=1\nnode-b.invalid slots=1\n"
 SCRIPT = "import sys\nprint('ARGS', sys.argv[1:])\n"

@@ -5,7 +5,7 @@ Each rule was read from the DeepSpeed repository: the commit that brought the bu
 and the file of every release tag between (``first_bad`` is the first tag whose file has the buggy code,
 ``first_fixed`` the first with the fix). The installed file decides (``affected`` or ``not-affected``); only
 when it cannot be read does the release number fall back on those tags, and "unknown" is said where neither
-decides. The tags' files agree with the spans here: tests/fixtures/dsrelease holds the ones the tests read.
+decides. The tags' files agree with the spans here: tests/fixtures/deepspeed-releases holds the ones the tests read.
 """
 
 from __future__ import annotations
