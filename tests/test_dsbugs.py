@@ -1,8 +1,8 @@
-"""Known launcher bugs of specific DeepSpeed releases: the release tags' own launcher files (fixtures/deepspeed-releases)
-read as installed packages, and laid over a copy of the real installed DeepSpeed 0.19.8 so that the old
-launcher runs for real and fails as users saw it; zdoctor names the bug from the installed files and the
-launch's own arguments, explains the message through the catalogue, and the fixed release (the real 0.19.8)
-or the workaround gets past it."""
+"""Known launcher bugs of specific DeepSpeed releases: the release tags' own launcher files
+(fixtures/deepspeed-releases) read as installed packages, and laid over a copy of the real installed
+DeepSpeed 0.19.8 so that the old launcher runs for real and fails as users saw it; zdoctor names the bug
+from the installed files and the launch's own arguments, explains the message through the catalogue, and
+the fixed release (the real 0.19.8) or the workaround gets past it."""
 
 from __future__ import annotations
 
