@@ -169,19 +169,28 @@ def test_the_same_release_without_a_quote_in_the_arguments_is_not_set_off(real, 
     assert "No closing quotation" in found["user-args-resplit"].detail
 
 
-def test_ssh_port_without_pdsh_ssh_args_append_stops_the_0140_launcher(real, tmp_path):
+def explained_failure(real, tmp_path, release: str, args: list[str], error: str, bug: str, signature: str):
+    """The ``release`` launcher run for real with ``args`` fails with ``error``, and zdoctor's finding of
+    ``bug`` fails and explains that message (catalogued as ``signature``): (work dir, the old release laid
+    over the real one, the launch command, the finding)."""
     work = workdir(tmp_path)
-    old = overlay(real, tmp_path / "old", "0.14.0")
-    args = ["--hostfile", "hf", "--no_ssh_check", "--master_addr", "127.0.0.1", "--ssh_port", "2222", "train.py"]
+    old = overlay(real, tmp_path / "old", release)
     failed = run_launcher(real["python"], args, work, launch_env(old))
-    assert failed.returncode != 0 and "KeyError: 'PDSH_SSH_ARGS_APPEND'" in failed.stderr
+    assert failed.returncode != 0 and error in failed.stderr
     command = "deepspeed " + " ".join(args)
-    found, symptoms, explained, _ = judge(real["python"], old / "deepspeed", "0.14.0", command, launch_env(old),
+    found, symptoms, explained, _ = judge(real["python"], old / "deepspeed", release, command, launch_env(old),
                                           work, failed.stderr, hostfile=work / "hf")
-    f = found["pdsh-ssh-port-keyerror"]
-    assert f.status == "fail" and "--ssh_port 2222" in f.detail and "0.11.0" in f.detail
-    (sym,) = [s for s in symptoms if s.signature == "deepspeed.bug-pdsh-ssh-port"]
-    assert explained[sym.id] == [f.id]
+    f = found[bug]
+    (sym,) = [s for s in symptoms if s.signature == signature]
+    assert f.status == "fail" and explained[sym.id] == [f.id]
+    return work, old, command, f
+
+
+def test_ssh_port_without_pdsh_ssh_args_append_stops_the_0140_launcher(real, tmp_path):
+    args = ["--hostfile", "hf", "--no_ssh_check", "--master_addr", "127.0.0.1", "--ssh_port", "2222", "train.py"]
+    work, old, command, f = explained_failure(real, tmp_path, "0.14.0", args, "KeyError: 'PDSH_SSH_ARGS_APPEND'",
+                                              "pdsh-ssh-port-keyerror", "deepspeed.bug-pdsh-ssh-port")
+    assert "--ssh_port 2222" in f.detail and "0.11.0" in f.detail
     upgrade, workaround = f.remedies
     assert upgrade.commands == [f"{real['python']} -m pip install --upgrade 'deepspeed>=0.14.1'"]
     assert workaround.commands == ["export PDSH_SSH_ARGS_APPEND=''", command]
@@ -199,18 +208,11 @@ def test_ssh_port_without_pdsh_ssh_args_append_stops_the_0140_launcher(real, tmp
 
 
 def test_the_0183_openmpi_runner_demands_what_mpirun_sets(real, tmp_path):
-    work = workdir(tmp_path)
-    old = overlay(real, tmp_path / "old", "0.18.3")
     args = ["--hostfile", "hf", "--no_ssh_check", "--master_addr", "127.0.0.1", "--launcher", "openmpi", "train.py"]
-    failed = run_launcher(real["python"], args, work, launch_env(old))
-    assert failed.returncode != 0 and "OSError: MPI environment variables are not set" in failed.stderr
-    command = "deepspeed " + " ".join(args)
-    found, symptoms, explained, _ = judge(real["python"], old / "deepspeed", "0.18.3", command, launch_env(old),
-                                          work, failed.stderr, hostfile=work / "hf")
-    f = found["openmpi-env-check"]
-    assert f.status == "fail" and "OMPI_COMM_WORLD_LOCAL_RANK" in f.detail
-    (sym,) = [s for s in symptoms if s.signature == "deepspeed.bug-openmpi-env-check"]
-    assert explained[sym.id] == [f.id]
+    work, old, _, f = explained_failure(real, tmp_path, "0.18.3", args,
+                                        "OSError: MPI environment variables are not set",
+                                        "openmpi-env-check", "deepspeed.bug-openmpi-env-check")
+    assert "OMPI_COMM_WORLD_LOCAL_RANK" in f.detail
     assert f.remedies[0].commands == [f"{real['python']} -m pip install --upgrade 'deepspeed>=0.18.4'"]
     # the fixed release goes past the check to its next need, Open MPI itself (absent here)
     fixed = run_launcher(real["python"], args, work, launch_env())
