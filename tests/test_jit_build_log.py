@@ -225,3 +225,25 @@ def test_log_rules_and_hashes_of_short_commands():
     assert ninjahash.murmur64a(b"cp in.txt out.txt") == 0xDDE0249754EABCD9
     assert ninjahash.rapidhash(b"cp in.txt out.txt") == 0xBA388C0EE5508D4C
     assert ninjahash.which_hash("zz", "x") is None and os.sep == "/"
+
+
+def test_the_shells_ninja_is_run_once_for_both_layers(tmp_path, torch_dir):
+    """jitprereq runs the shell's ninja under the job's environment; the build-log layer reads that answer
+    instead of running it again (a ninja the loader blocks on would wait out its time limit twice)."""
+    from zdoctor.layers.toolchain.probe_jitprereq import ninja_runs
+
+    count = tmp_path / "runs"
+    ninja = tmp_path / "bin" / "ninja"
+    ninja.parent.mkdir()
+    ninja.write_text(f"#!/bin/sh\necho run >> {count}\nexec {DEBIAN_NINJA} \"$@\"\n")
+    ninja.chmod(0o755)
+    env = {"PATH": f"{ninja.parent}:{PATH}"}
+    op = _op(tmp_path / "op", torch_dir)
+    prereq = {"ninja": {"on_path": str(ninja), "on_noninteractive_path": None, "beside_interpreter": None,
+                        "runs": ninja_runs(str(ninja), env)}}
+    jit = {"base": str(op.parent), "ops": [{"name": op.name, "dir": str(op), "in_use": True}]}
+    facts, evidence = collect_jitbuildlog(env, jit, prereq, {"torch": {"location": torch_dir}}, {}, {})
+    assert count.read_text().splitlines() == ["run"]
+    (shell,) = facts["ninjas"]
+    assert shell["version"] == _version(DEBIAN_NINJA) and shell["runs"] is True
+    assert any("run once, by the JIT prerequisites probe" in (ev.stdout or "") for ev in evidence)

@@ -34,15 +34,30 @@ NINJA_TIMEOUT = 20.0
 MAX_NINJA_BYTES = 256 * 1024
 
 
+def version_facts(version: str | None, ran: bool, error: str | None) -> dict[str, Any]:
+    """What a ninja's ``--version`` answer says: the version, whether it runs, and its log's rule."""
+    ok = ran and ninjalog.parse_version(version) is not None
+    rule = ninjalog.rule_for(ninjalog.parse_version(version)) if ok else None
+    return {"version": version if ok else None, "runs": ok, "error": None if ok else error,
+            "writes": rule.writes if rule else None, "hash": rule.hash if rule else None}
+
+
 def ninja_version(path: str, env: dict[str, str], timeout: float = NINJA_TIMEOUT) -> tuple[dict[str, Any], Evidence]:
     """``ninja --version`` of ``path``, run for real."""
     ev = run([path, "--version"], env=env, timeout=timeout, label=f"{path} --version")
-    version = (ev.stdout or "").strip()[:60] or None
-    ok = ev.exit_code == 0 and not ev.error and ninjalog.parse_version(version) is not None
-    rule = ninjalog.rule_for(ninjalog.parse_version(version)) if ok else None
-    return {"version": version if ok else None, "runs": ok,
-            "error": None if ok else (ev.error or (ev.stderr or "").strip()[-300:] or f"exit code {ev.exit_code}"),
-            "writes": rule.writes if rule else None, "hash": rule.hash if rule else None}, ev
+    error = ev.error or (ev.stderr or "").strip()[-300:] or f"exit code {ev.exit_code}"
+    return version_facts((ev.stdout or "").strip()[:60] or None, ev.exit_code == 0 and not ev.error, error), ev
+
+
+def ran_by_prereq(runs: Any, path: str) -> tuple[dict[str, Any], Evidence] | None:
+    """The version jitprereq's run of the same ninja under the same environment gave (one run, not two: a
+    ninja the loader blocks on waits its whole time limit each time it is run)."""
+    if not isinstance(runs, dict) or "ok" not in runs:
+        return None
+    error = (runs.get("error") or "")[-300:] or f"exit code {runs.get('exit_code')}"
+    info = version_facts((runs.get("version") or "").strip()[:60] or None, bool(runs["ok"]), error)
+    said = info["version"] or f"did not run: {info['error']}"
+    return info, Evidence.note(f"{path} --version", f"{said} (run once, by the JIT prerequisites probe)")
 
 
 def resolved_ninjas(prereq: dict[str, Any], env: dict[str, str]) -> tuple[list[dict[str, Any]], list[Evidence]]:
@@ -59,7 +74,8 @@ def resolved_ninjas(prereq: dict[str, Any], env: dict[str, str]) -> tuple[list[d
         if same is not None:
             same["roles"].append(role)
             continue
-        info, ev = ninja_version(path, env)
+        known = ran_by_prereq(n.get("runs"), path) if key == "on_path" else None
+        info, ev = known or ninja_version(path, env)
         evidence.append(ev)
         out.append({"role": role, "roles": [role], "path": path, **info})
     return out, evidence
