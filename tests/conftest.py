@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import pwd
 import shutil
@@ -168,9 +169,26 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[SHARED_ENV] = tempfile.mkdtemp(prefix="zdoctor-tests-")
         config._zdoctor_shared_dir = os.environ[SHARED_ENV]  # type: ignore[attr-defined]
     if not hasattr(config, "workerinput"):
-        # zdoctor's cache (the index of where messages come from) is this run's, shared by its workers (they
-        # inherit the variable), never the contributor's own: built once per run.
-        os.environ["ZDOCTOR_CACHE_DIR"] = os.path.join(os.environ[SHARED_ENV], "cache")
+        # zdoctor's cache (the index of where messages come from) is the test runs', shared by a run's workers
+        # (they inherit the variable), never the contributor's own zdoctor cache.
+        os.environ["ZDOCTOR_CACHE_DIR"] = str(kept_cache_dir())
+
+
+def kept_cache_dir() -> Path:
+    """zdoctor's cache for the test runs, kept between runs beside the DeepSpeed environment
+    (``~/.cache/zdoctor-tests``, or ``$ZDOCTOR_TEST_CACHE``), as the environment's index is the same from one
+    run to the next: one folder per version of the code that builds it (every module of
+    ``zdoctor/symptoms`` and ``zdoctor/readers``), the folders of other versions removed."""
+    base = Path(os.environ.get("ZDOCTOR_TEST_CACHE") or Path.home() / ".cache" / "zdoctor-tests")
+    digest = hashlib.sha256()
+    for source in sorted([*(REPO / "zdoctor" / "symptoms").glob("*.py"), *(REPO / "zdoctor" / "readers").glob("*.py")]):
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    folder = base / f"zdoctor-cache-{digest.hexdigest()[:16]}"
+    for old in base.glob("zdoctor-cache-*"):
+        if old != folder:
+            shutil.rmtree(old, ignore_errors=True)
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return folder
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
