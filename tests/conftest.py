@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import compileall
 import contextlib
 import hashlib
 import os
@@ -100,6 +101,11 @@ LANES: dict[str, tuple[str, ...]] = {
     "test_hangs_check.py": ("slow",),
     "test_gpu_probes.py": ("slow",),
     "test_nonblocking_reads.py": ("slow",),
+    # the DeepSpeed environment's real launchers (each imports torch) against real namespaces and sshd
+    "test_dsbugs.py": ("slow", "e2e"),
+    "test_launch_peers.py": ("slow", "e2e"),
+    "test_launch_rendezvous.py": ("slow", "e2e"),
+    "test_launch_ssh.py": ("slow", "e2e"),
 }
 
 
@@ -169,6 +175,9 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[SHARED_ENV] = tempfile.mkdtemp(prefix="zdoctor-tests-")
         config._zdoctor_shared_dir = os.environ[SHARED_ENV]  # type: ignore[attr-defined]
     if not hasattr(config, "workerinput"):
+        # Every zdoctor a test starts imports most of the package: compiled once here, not in each process
+        # (where PYTHONDONTWRITEBYTECODE is set, or in a fresh clone, each would compile it again).
+        compileall.compile_dir(str(REPO / "zdoctor"), quiet=1)
         # zdoctor's cache (the index of where messages come from) is the test runs', shared by a run's workers
         # (they inherit the variable), never the contributor's own zdoctor cache.
         os.environ["ZDOCTOR_CACHE_DIR"] = str(kept_cache_dir())
