@@ -21,13 +21,17 @@ imports it: :mod:`zdoctor.proc.shim` says where it is); the keeper
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
 import signal
 import sys
 import time
-from typing import Any, NoReturn
+
+# Started for every command zdoctor runs: only what it needs is imported (typing and contextlib were half its
+# start-up).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
 
 #: prctl's PR_SET_CHILD_SUBREAPER.
 PR_SET_CHILD_SUBREAPER = 36
@@ -150,8 +154,10 @@ def end(me: int, grace: float, reaper: Reaper) -> None:
     left."""
     if grace:
         for pid in tree(me):
-            with contextlib.suppress(OSError):
+            try:  # noqa: SIM105 - contextlib would cost every keeper's start-up
                 os.kill(pid, signal.SIGTERM)
+            except OSError:
+                pass
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and tree(me):
             reaper.reap()
@@ -161,8 +167,10 @@ def end(me: int, grace: float, reaper: Reaper) -> None:
         if not left:
             break
         for pid in left:
-            with contextlib.suppress(OSError):
+            try:  # noqa: SIM105 - contextlib would cost every keeper's start-up
                 os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
         reaper.reap()
         time.sleep(0.01)
     reaper.reap()
