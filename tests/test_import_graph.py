@@ -7,6 +7,7 @@ folder's tier without being named anywhere."""
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from pathlib import Path
 
@@ -42,6 +43,12 @@ def modules() -> dict[str, Path]:
     return out
 
 
+@functools.lru_cache(maxsize=None)
+def parsed(path: Path) -> ast.Module:
+    """One module's syntax tree, parsed once per test process (every test here reads the whole package)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def imports(mods: dict[str, Path]) -> nx.DiGraph:
     """Every import between the project's modules (``from p import x`` counts as importing ``p.x`` when that
     is a module)."""
@@ -49,7 +56,7 @@ def imports(mods: dict[str, Path]) -> nx.DiGraph:
     g.add_nodes_from(mods)
     for name, path in mods.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parsed(path)):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
@@ -131,8 +138,7 @@ def deferred_imports(mods: dict[str, Path]) -> set[tuple[str, str]]:
     """(importer, imported) for every import of a zdoctor module made inside a function."""
     out: set[tuple[str, str]] = set()
     for name, path in mods.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for fn in ast.walk(tree):
+        for fn in ast.walk(parsed(path)):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for node in ast.walk(fn):
