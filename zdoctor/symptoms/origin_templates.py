@@ -204,6 +204,11 @@ def _is_logger(func: ast.AST) -> bool:
     return "log" in owner.rsplit(".", 1)[-1] if owner else False
 
 
+#: Nodes no message site can be inside: not visited (a whole environment's modules hold millions of them).
+_LEAVES = (ast.Constant, ast.Name, ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop,
+           ast.alias)
+
+
 class _Sites(ast.NodeVisitor):
     """Every message site of one module, with the test of the innermost ``if`` it sits in (``not (...)`` in
     its ``else``)."""
@@ -213,6 +218,27 @@ class _Sites(ast.NodeVisitor):
         self.guards: list[tuple[ast.AST, bool]] = []
         self.config_class = False
         self.sites: list[dict[str, Any]] = []
+
+    def visit(self, node: ast.AST) -> None:
+        """:meth:`ast.NodeVisitor.visit`, in the same order, without descending into :data:`_LEAVES`."""
+        kind = node.__class__
+        try:
+            method = _VISITS[kind]
+        except KeyError:
+            method = _VISITS[kind] = None if issubclass(kind, _LEAVES) else getattr(
+                _Sites, "visit_" + kind.__name__, _Sites.generic_visit)
+        if method is not None:
+            method(self, node)
+
+    def generic_visit(self, node: ast.AST) -> None:
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, ast.AST):
+                        self.visit(item)
+            elif isinstance(value, ast.AST):
+                self.visit(value)
 
     def _add(self, node: ast.AST, kind: str, message: ast.AST | None, guard: tuple[ast.AST, bool] | None) -> None:
         t = template_of(message)
@@ -273,6 +299,10 @@ class _Sites(ast.NodeVisitor):
         if isinstance(func, ast.Attribute) and _is_logger(func) and node.args:
             self._add(node, f"logger.{func.attr}", node.args[0], self._guard())
         self.generic_visit(node)
+
+
+#: Each node class's visit method (None: a leaf, not visited), looked up once per class, not once per node.
+_VISITS: dict[type, Any] = {}
 
 
 def python_sites(source: str) -> tuple[list[dict[str, Any]], dict[str, str]]:
