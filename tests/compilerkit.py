@@ -26,9 +26,9 @@ def write_exe(path: Path, text: str) -> Path:
 
 
 def slow_compiler(tmp: Path, *, own_session: bool = False, kill_keeper: bool = False) -> Path:
-    """A CXX that runs the real g++ with every pass of a compile (``-c``) held by a sleeping tool: with ``own_session`` the g++
-    runs in a session of its own (as a compiler ninja starts in a group of its own); with ``kill_keeper``
-    the wrapper then kills the keeper zdoctor runs it under (its parent) outright."""
+    """A CXX that runs the real g++ with every pass of a compile (``-c``) held by a sleeping tool: with
+    ``own_session`` the g++ runs in a session of its own (as a compiler ninja starts in a group of its own);
+    with ``kill_keeper`` the wrapper then kills the keeper zdoctor runs it under (its parent) outright."""
     tool = write_exe(tmp / "slow-tool", SLOW_TOOL.format(marks=tmp))
     gxx = f"{'setsid ' if own_session else ''}g++ -wrapper {tool} \"$@\""
     # Only a compile is held: the compiler's own questions (-dumpversion, -print-prog-name) answer at once.
