@@ -170,6 +170,14 @@ def listing_changes(before: dict[str, tuple[int, int]], after: dict[str, tuple[i
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):
+        # zdoctor's cache (the index of where messages come from) is the test runs', shared by a run's workers
+        # (they inherit the variable), never the contributor's own zdoctor cache. Made before the home is
+        # listed: on a machine with no ~/.cache yet, the folder the tests keep is not a change to the home.
+        cache, kept = kept_cache_dir()
+        os.environ["ZDOCTOR_CACHE_DIR"] = str(cache)
+        if not kept:
+            config._zdoctor_run_cache = cache  # type: ignore[attr-defined]
     config._zdoctor_home_before = home_listing()  # type: ignore[attr-defined]
     if not hasattr(config, "workerinput") and not os.environ.get(SHARED_ENV):
         os.environ[SHARED_ENV] = tempfile.mkdtemp(prefix="zdoctor-tests-")
@@ -178,16 +186,14 @@ def pytest_configure(config: pytest.Config) -> None:
         # Every zdoctor a test starts imports most of the package: compiled once here, not in each process
         # (where PYTHONDONTWRITEBYTECODE is set, or in a fresh clone, each would compile it again).
         compileall.compile_dir(str(REPO / "zdoctor"), quiet=1)
-        # zdoctor's cache (the index of where messages come from) is the test runs', shared by a run's workers
-        # (they inherit the variable), never the contributor's own zdoctor cache.
-        os.environ["ZDOCTOR_CACHE_DIR"] = str(kept_cache_dir())
 
 
-def kept_cache_dir() -> Path:
+def kept_cache_dir() -> tuple[Path, bool]:
     """zdoctor's cache for the test runs, kept between runs beside the DeepSpeed environment
     (``~/.cache/zdoctor-tests``, or ``$ZDOCTOR_TEST_CACHE``), as the environment's index is the same from one
     run to the next: one folder per version of the code that builds it (every module of
-    ``zdoctor/symptoms`` and ``zdoctor/readers``), the folders of other versions removed."""
+    ``zdoctor/symptoms`` and ``zdoctor/readers``), the folders of other versions removed. Where that folder
+    cannot be made, a temporary one serves this run alone (``False``: removed as the run ends)."""
     base = Path(os.environ.get("ZDOCTOR_TEST_CACHE") or Path.home() / ".cache" / "zdoctor-tests")
     digest = hashlib.sha256()
     for source in sorted([*(REPO / "zdoctor" / "symptoms").glob("*.py"), *(REPO / "zdoctor" / "readers").glob("*.py")]):
@@ -196,8 +202,11 @@ def kept_cache_dir() -> Path:
     for old in base.glob("zdoctor-cache-*"):
         if old != folder:
             shutil.rmtree(old, ignore_errors=True)
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return folder
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError:
+        return Path(tempfile.mkdtemp(prefix="zdoctor-test-cache-")), False
+    return folder, True
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -218,6 +227,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(RUN_STATE, ignore_errors=True)
+    run_cache = getattr(config, "_zdoctor_run_cache", None)
+    if run_cache is not None:
+        shutil.rmtree(run_cache, ignore_errors=True)
     made = getattr(config, "_zdoctor_shared_dir", None)
     if made:
         shutil.rmtree(made, ignore_errors=True)
