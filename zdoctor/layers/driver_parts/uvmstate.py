@@ -17,11 +17,11 @@ from __future__ import annotations
 import os
 import pwd
 import re
-import time
 from typing import Any, Iterable
 
 from zdoctor.core.jsondoc import json_objects
 from zdoctor.layers.kernel_log import kernlog
+from zdoctor.readers.fdholders import fd_holders
 from zdoctor.readers.sysread import read_small
 
 UVM_DEVICE = "/dev/nvidia-uvm"
@@ -112,36 +112,8 @@ def holders(device: str = UVM_DEVICE, proc_root: str = "/proc", *, time_limit: f
             ) -> tuple[list[dict[str, Any]], str | None]:
     """The processes with ``device`` open (each ``pid``, ``user``, ``command``), walking ``/proc/*/fd``
     bounded; and why the walk is incomplete (processes it may not look into, or a limit), else None."""
-    found: list[dict[str, Any]] = []
-    refused = 0
-    deadline = time.monotonic() + time_limit
-    try:
-        pids = sorted(int(p) for p in os.listdir(proc_root) if p.isdigit())
-    except OSError as exc:
-        return [], f"{proc_root}: {exc.strerror or exc}"
-    stopped = f"stopped after {MAX_PIDS} processes" if len(pids) > MAX_PIDS else None
-    for pid in pids[:MAX_PIDS]:
-        if time.monotonic() > deadline:
-            stopped = f"stopped after {time_limit:g} s"
-            break
-        fd_dir = f"{proc_root}/{pid}/fd"
-        try:
-            fds = os.listdir(fd_dir)[:MAX_FDS]
-        except PermissionError:
-            refused += 1
-            continue
-        except OSError:
-            continue  # gone, or a kernel thread
-        for fd in fds:
-            try:
-                target = os.readlink(f"{fd_dir}/{fd}")
-            except OSError:
-                continue
-            if target == device:
-                found.append(_process(proc_root, pid))
-                break
-    why = stopped or (f"{refused} processes could not be looked into (not root)" if refused else None)
-    return found, why
+    owners, why = fd_holders([device], proc_root, max_pids=MAX_PIDS, max_fds=MAX_FDS, time_limit=time_limit)
+    return [_process(proc_root, pid) for pid in owners.get(device, [])], why
 
 
 def _process(proc_root: str, pid: int) -> dict[str, Any]:

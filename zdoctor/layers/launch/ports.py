@@ -7,12 +7,13 @@ process holding it is the one with a ``socket:[INODE]`` descriptor under ``/proc
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 from typing import Any
 
 import psutil
+
+from zdoctor.readers.fdholders import fd_holders
 
 #: The rendezvous port of torch.distributed, torchrun and DeepSpeed's launcher when none is given.
 DEFAULT_MASTER_PORT = 29500
@@ -63,28 +64,8 @@ def listening_sockets(tables: tuple[str, ...] = TABLES) -> list[dict[str, Any]]:
 
 def _socket_owners(inodes: set[int]) -> dict[int, list[int]]:
     """inode -> the pids holding a descriptor of it (those whose /proc/PID/fd this process may read)."""
-    owners: dict[int, list[int]] = {}
-    want = {f"socket:[{i}]": i for i in inodes}
-    try:
-        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()][:MAX_PROCESSES]
-    except OSError:
-        return owners
-    for pid in pids:
-        fd_dir = f"/proc/{pid}/fd"
-        try:
-            names = os.listdir(fd_dir)
-        except OSError:
-            continue
-        for fd in names:
-            try:
-                target = os.readlink(f"{fd_dir}/{fd}")
-            except OSError:
-                continue
-            if target in want:
-                owners.setdefault(want[target], [])
-                if pid not in owners[want[target]]:
-                    owners[want[target]].append(pid)
-    return owners
+    owners, _why = fd_holders([f"socket:[{i}]" for i in inodes], max_pids=MAX_PROCESSES)
+    return {int(target[len("socket:["):-1]): pids for target, pids in owners.items()}
 
 
 def describe_process(pid: int) -> dict[str, Any]:
