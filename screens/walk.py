@@ -36,6 +36,25 @@ INLINE_ROWS = 8
 INLINE_TABLES = 2
 
 
+class BranchList(OptionList):
+    """The step's outgoing edges. Where they do not all fit, the highlighted one shows with one edge above
+    it for context, placed from the list's final size: where it lands does not depend on how the layout
+    got there (the stock list scrolls as little as the size at that moment needs)."""
+
+    def place_highlight(self) -> None:
+        if self.highlighted is None or not self.is_mounted:
+            return
+        height = self.scrollable_content_region.height
+        if height <= 0:
+            return
+        self.scroll_to(y=max(0, min(self.highlighted - 1, self.option_count - height)), animate=False,
+                       immediate=True)
+
+    def _on_resize(self) -> None:
+        super()._on_resize()
+        self.place_highlight()
+
+
 def remedy_pairs(findings: list[Finding],
                  symptoms: Iterable[Mapping[str, Any]] = ()) -> list[tuple[Finding, Remedy]]:
     """Every remedy offered by ``findings``, those of a finding that answers one of ``symptoms`` first, then
@@ -164,7 +183,7 @@ class WalkScreen(ContextScreen):
             yield Static("", id="explain")
             yield ProbePanel(id="node-probes")
         yield Static("", id="verdict")
-        yield OptionList(id="branches")
+        yield BranchList(id="branches")
         yield KeyBar()
 
     def on_mount(self) -> None:
@@ -284,7 +303,7 @@ class WalkScreen(ContextScreen):
     def fill_branches(self) -> None:
         """One line per outgoing edge (cut to the window's width), the suggested one highlighted."""
         outcome = self.outcome
-        branches = self.query_one("#branches", OptionList)
+        branches = self.query_one("#branches", BranchList)
         keep = branches.highlighted if branches.option_count else None
         branches.clear_options()
         if outcome is None or self.walk.done:
@@ -302,6 +321,7 @@ class WalkScreen(ContextScreen):
         branches.display = bool(outcome.candidates)
         if outcome.candidates:
             branches.highlighted = keep if keep is not None else (chosen_index if chosen_index is not None else 0)
+            self.call_after_refresh(branches.place_highlight)
             if keep is None:
                 branches.focus()
         else:
