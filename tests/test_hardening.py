@@ -414,6 +414,56 @@ def test_pythonpath_reaches_neither_imports_nor_json_output(hostile_pythonpath, 
     assert len([x for x in ran if x.startswith("sitecustomize")]) <= 1
 
 
+IN_PLACE = """import sys
+from zdoctor.front.isolate import restart_isolated
+restart_isolated(["--version"])
+print("in place")
+print(repr(sys.path))
+import psutil
+print(psutil.__file__)
+"""
+
+
+def test_a_pythonpath_that_loaded_nothing_is_dropped_in_place(hostile_pythonpath, tmp_path: Path):
+    """PYTHONPATH alone, with nothing imported from it yet (no sitecustomize): its folders leave sys.path in
+    this process, so a module planted there is not imported, and no second interpreter starts."""
+    env, log = hostile_pythonpath
+    planted = Path(env["PYTHONPATH"])
+    (planted / "sitecustomize.py").unlink()
+    r = subprocess.run([sys.executable, "-c", IN_PLACE], capture_output=True, text=True, env=env, timeout=60,
+                       cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    said = r.stdout.splitlines()
+    assert said[0] == "in place"  # a re-exec would have printed zdoctor's version instead
+    assert str(planted) not in said[1]
+    assert not said[2].startswith(str(planted)) and "fake psutil imported" not in (log.read_text()
+                                                                                  if log.exists() else "")
+
+
+def test_a_pythonpath_that_already_loaded_something_still_restarts_isolated(hostile_pythonpath, tmp_path: Path):
+    """A sitecustomize on PYTHONPATH ran before zdoctor's first line: only a fresh ``python -I`` keeps what
+    it set up (or shadowed) out, so the console path still re-executes."""
+    env, log = hostile_pythonpath
+    r = subprocess.run([sys.executable, "-c", IN_PLACE], capture_output=True, text=True, env=env, timeout=60,
+                       cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "in place" not in r.stdout and r.stdout.startswith("zdoctor ")
+    assert len([x for x in log.read_text().splitlines() if x.startswith("sitecustomize")]) == 1  # not in -I
+
+
+def test_console_with_a_planted_module_on_pythonpath_imports_the_real_one(hostile_pythonpath):
+    env, log = hostile_pythonpath
+    (Path(env["PYTHONPATH"]) / "sitecustomize.py").unlink()
+    script = Path(os.path.dirname(os.path.abspath(sys.executable))) / "zdoctor"
+    if not script.exists():
+        pytest.skip("zdoctor's console script is not installed next to this interpreter")
+    r = subprocess.run([str(script), "check", "--json", "--no-log", "--playbook", "gpu-stack"],
+                       capture_output=True, text=True, env=env, timeout=120, cwd=str(log.parent))
+    assert r.returncode in (0, 1, 3), r.stderr
+    assert json.loads(r.stdout)["summary"]["total"] > 0
+    assert "fake psutil imported" not in _zdoctor_lines(log)
+
+
 def test_started_isolated_nothing_from_pythonpath_runs(hostile_pythonpath, tmp_path: Path):
     env, log = hostile_pythonpath
     r = subprocess.run([sys.executable, "-I", "-m", "zdoctor", "check", "--json", "--no-log", "--playbook",

@@ -8,12 +8,14 @@ import pkgutil
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from zdoctor.core import factstypes as ft
 from zdoctor.core.model import Evidence, Finding, ProbeResult
 from zdoctor.core.nodelayers import layer_of
 from zdoctor.core.shape import shape_of
+
+if TYPE_CHECKING:  # the facts' types are for the type checker; the guide's first screen does not load them
+    from zdoctor.core import factstypes as ft
 
 
 class ProbeHost(typing.Protocol):

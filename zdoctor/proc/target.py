@@ -17,8 +17,6 @@ from typing import Any
 
 from zdoctor.core.errors import UsageError
 from zdoctor.core.units import parse_count, parse_size
-from zdoctor.proc.runner import which_all
-from zdoctor.proc.userfile import kind_of
 
 #: The interpreter looked up on the training PATH when none is named.
 DEFAULT_PYTHON = "python3"
@@ -68,6 +66,7 @@ class Target:
                 raise UsageError(f"zdoctor: --ext {p}: no such file")
             mode = os.stat(p).st_mode
             if not stat.S_ISREG(mode):  # the import probe would dlopen it: a FIFO blocks it for good
+                from zdoctor.proc.userfile import kind_of
 
                 raise UsageError(f"zdoctor: --ext {p}: is {kind_of(mode)}, not a regular file; only regular "
                                  "files are loaded as an extension")
@@ -125,6 +124,8 @@ class Target:
 
         python = self.python
         if "/" not in python:
+            from zdoctor.proc.runner import which_all  # the runner's imports wait for the first probe
+
             found = which_all(python, self.env.get("PATH"))
             if not found:
                 return None, "missing", f"{python}: not found on the target PATH ({self.env.get('PATH', '')!r})"
