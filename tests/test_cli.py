@@ -41,6 +41,17 @@ def test_no_arguments_without_a_terminal_runs_the_check(cli):
     assert "toolchain" in proc.stdout
 
 
+def test_a_bare_zdoctor_parses_as_the_whole_command_line_would():
+    """``zdoctor`` alone builds only the parser's top level; what it parses is what the whole parser gives."""
+    from zdoctor.front.cli import OPTION_KEYS, TARGET_DEFAULTS, build_parser, parse_args
+
+    whole = vars(build_parser().parse_args([]))
+    for key, value in {**TARGET_DEFAULTS, **{k: None for k in OPTION_KEYS}}.items():
+        whole.setdefault(key, list(value) if isinstance(value, list) else value)
+    assert vars(parse_args([])) == whole
+    assert whole["command"] is None
+
+
 def test_check_json_document(cli):
     proc = cli(["check", "--json"])
     doc = json.loads(proc.stdout)

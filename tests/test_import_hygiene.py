@@ -51,3 +51,26 @@ def test_version_imports_nothing_heavy():
     out = loaded_modules("--version")
     assert out["code"] == 0
     assert out["mods"] == []
+
+
+FIRST_SCREEN = """
+import sys
+from zdoctor.front import cli
+from zdoctor.front.tui import _screens_app
+args = cli.parse_args([])
+app = _screens_app().make_app(python=None, argv=[], host=cli._live_host(args))
+from screens.start import StartScreen
+print(" ".join(sorted(m for m in sys.modules if m.startswith("zdoctor"))))
+"""
+
+
+def test_the_guides_first_screen_loads_none_of_the_probes_machinery():
+    """What a bare ``zdoctor`` imports before its start screen is drawn: the probes' registry, their facts'
+    types, the runner and the replay side load after it (with the first probe), not before."""
+    proc = subprocess.run([sys.executable, "-c", FIRST_SCREEN], capture_output=True, text=True, cwd=str(REPO),
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    loaded = set(proc.stdout.split())
+    assert "zdoctor.host.live" in loaded and "zdoctor.proc.target" in loaded
+    assert not loaded & {"zdoctor.core.registry", "zdoctor.core.factstypes", "zdoctor.proc.runner",
+                         "zdoctor.proc.contain", "zdoctor.host.replay", "zdoctor.walk.playbook"}

@@ -138,7 +138,8 @@ def _fleet_parser(sub: Any) -> None:
     f.add_argument("-v", "--verbose", action="store_true", help="details and remedies of every finding")
 
 
-def build_parser() -> Parser:
+def build_parser(commands: bool = True) -> Parser:
+    """zdoctor's command line; without ``commands``, only the top level (what a bare ``zdoctor`` parses)."""
     p = Parser(prog="zdoctor", description="Diagnose DeepSpeed ZeRO-3 Offload launches that die, "
                "hang or crawl. With no command: the guided session on a terminal, `check` otherwise.",
                epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -147,6 +148,9 @@ def build_parser() -> Parser:
 
     add_session_arguments(p)
     _target_args(p, top=True)
+    if not commands:
+        p.set_defaults(command=None)
+        return p
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     c = sub.add_parser("check", help="run every check headless; exit 1 if anything fails",
@@ -412,8 +416,9 @@ def cmd_tui(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    """Parse the command line; the target options given nowhere get their defaults."""
-    args = build_parser().parse_args(argv)
+    """Parse the command line; the target options given nowhere get their defaults. A bare ``zdoctor`` (the
+    guide's start, where every millisecond shows) builds only the top level of the parser."""
+    args = build_parser(commands=bool(argv)).parse_args(argv)
     for key, value in {**TARGET_DEFAULTS, **{k: None for k in OPTION_KEYS}}.items():
         if not hasattr(args, key):
             setattr(args, key, list(value) if isinstance(value, list) else value)

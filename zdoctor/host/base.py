@@ -8,12 +8,14 @@ import threading
 import time
 import traceback
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zdoctor.core import progress
 from zdoctor.core.model import Evidence, ProbeResult
-from zdoctor.core.registry import PROBES, Facts, facts_of
-from zdoctor.proc import children, contain
+from zdoctor.proc import children
+
+if TYPE_CHECKING:
+    from zdoctor.core.registry import Facts
 
 
 class Host:
@@ -55,10 +57,14 @@ class Host:
     def facts_of(self, name: str) -> dict[str, Any]:
         """Probe ``name``'s facts when it ran to the end here, else ``{}`` (see
         :func:`zdoctor.core.registry.facts_of`)."""
+        from zdoctor.core.registry import facts_of
+
         return facts_of(self, name)
 
     def results(self, names: Iterable[str]) -> Facts:
         """Run the named probes concurrently (each bounded by its own timeout) and return them all."""
+        from zdoctor.core.registry import Facts
+
         wanted = list(dict.fromkeys(names))
         threads = [threading.Thread(target=self.result, args=(n,), daemon=True) for n in wanted
                    if n not in self._results]
@@ -109,6 +115,9 @@ def budget_stretch(load: float | None, cpus: int) -> float:
 
 def run_probe_guarded(host: Host, name: str) -> ProbeResult:
     """Run a registered probe in a daemon thread with its timeout; exceptions become ``crash``."""
+    from zdoctor.core.registry import PROBES
+    from zdoctor.proc import contain
+
     spec = PROBES.get(name)
     started = time.time()
     if spec is None:
