@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,6 +52,34 @@ def test_a_bare_zdoctor_parses_as_the_whole_command_line_would():
         whole.setdefault(key, list(value) if isinstance(value, list) else value)
     assert vars(parse_args([])) == whole
     assert whole["command"] is None
+
+
+FINISH = """import sys
+from zdoctor.proc import scratch
+from zdoctor.front.finish import finish
+print(scratch.run_folder())
+sys.stdout.write("x" * 200000)
+finish(3)
+"""
+
+
+def test_the_process_ends_with_its_output_whole_and_its_exit_handlers_run(tmp_path):
+    """zdoctor skips the interpreter's own shutdown: what it printed still arrives whole (a pipe's buffer
+    flushed), the exit code is the command's, and the exit handlers still ran (the run's scratch folder is
+    removed)."""
+    proc = subprocess.run([sys.executable, "-c", FINISH], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, TMPDIR=str(tmp_path)), cwd=str(tmp_path))
+    assert proc.returncode == 3, proc.stderr
+    folder, rest = proc.stdout.split("\n", 1)
+    assert Path(folder).parent == tmp_path and not Path(folder).exists()
+    assert rest == "x" * 200000
+
+
+def test_a_check_through_the_module_entry_prints_one_whole_document(cli, tmp_path):
+    proc = cli(["check", "--json", "--no-log"], env=dict(os.environ, TMPDIR=str(tmp_path)))
+    assert proc.returncode in (0, 1, 3), proc.stderr
+    assert json.loads(proc.stdout)["exit_code"] == proc.returncode
+    assert not list(tmp_path.glob("zdoctor-run-*"))
 
 
 def test_check_json_document(cli):

@@ -9,5 +9,6 @@ from zdoctor.front.isolate import restart_isolated
 restart_isolated(sys.argv[1:], from_module=True)
 
 from zdoctor.front.cli import main  # noqa: E402 - only once the interpreter is isolated
+from zdoctor.front.finish import finish  # noqa: E402
 
-raise SystemExit(main())
+finish(main())

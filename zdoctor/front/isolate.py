@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import NoReturn
 
 #: Variables through which the caller's environment reaches zdoctor's own imports.
 IMPORT_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONSTARTUP", "PYTHONINSPECT",
@@ -31,7 +32,7 @@ IMPORT_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONSTARTUP
 #: The isolated interpreter finds this zdoctor (a checkout, a wheel, a user-site install) by the folder
 #: that holds the package, passed as the first argument, then runs the command line.
 _BOOT = ("import sys\nhome = sys.argv.pop(1)\nsys.path.insert(0, home)\nsys.argv[0] = 'zdoctor'\n"
-         "from zdoctor.front.cli import main\nraise SystemExit(main())\n")
+         "from zdoctor.front.cli import main\nfrom zdoctor.front.finish import finish\nfinish(main())\n")
 
 
 def _needed(from_module: bool) -> bool:
@@ -96,9 +97,10 @@ def restart_isolated(argv: list[str], *, from_module: bool = False) -> None:
         return
 
 
-def console() -> int:
+def console() -> NoReturn:
     """The ``zdoctor`` console script."""
     restart_isolated(sys.argv[1:])
     from zdoctor.front.cli import main
+    from zdoctor.front.finish import finish
 
-    return main()
+    finish(main())
