@@ -430,6 +430,7 @@ def test_a_pythonpath_that_loaded_nothing_is_dropped_in_place(hostile_pythonpath
     env, log = hostile_pythonpath
     planted = Path(env["PYTHONPATH"])
     (planted / "sitecustomize.py").unlink()
+    env["HOME"] = str(tmp_path / "home")  # no user site directory
     r = subprocess.run([sys.executable, "-c", IN_PLACE], capture_output=True, text=True, env=env, timeout=60,
                        cwd=str(tmp_path))
     assert r.returncode == 0, r.stderr
@@ -449,6 +450,21 @@ def test_a_pythonpath_that_already_loaded_something_still_restarts_isolated(host
     assert r.returncode == 0, r.stderr
     assert "in place" not in r.stdout and r.stdout.startswith("zdoctor ")
     assert len([x for x in log.read_text().splitlines() if x.startswith("sitecustomize")]) == 1  # not in -I
+
+
+def test_a_user_site_directory_on_sys_path_still_restarts_isolated(hostile_pythonpath, tmp_path: Path):
+    """sudo that keeps HOME puts the training user's site directory on root's sys.path: only ``python -I``
+    leaves it out, so the console path re-executes even though nothing was loaded from PYTHONPATH."""
+    env, _log = hostile_pythonpath
+    (Path(env["PYTHONPATH"]) / "sitecustomize.py").unlink()
+    home = tmp_path / "home"
+    user_site = subprocess.run([sys.executable, "-c", "import site; print(site.getusersitepackages())"],
+                               capture_output=True, text=True, env={**env, "HOME": str(home)}).stdout.strip()
+    Path(user_site).mkdir(parents=True)
+    r = subprocess.run([sys.executable, "-c", IN_PLACE], capture_output=True, text=True,
+                       env={**env, "HOME": str(home)}, timeout=60, cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "in place" not in r.stdout and r.stdout.startswith("zdoctor ")
 
 
 def test_console_with_a_planted_module_on_pythonpath_imports_the_real_one(hostile_pythonpath):

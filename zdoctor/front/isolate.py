@@ -9,10 +9,11 @@ zdoctor``, and the console script), it re-executes itself as ``python -I`` (isol
 ``sys.path``) before importing anything else of its own. The environment itself is left as it is: the
 training interpreter zdoctor probes still sees its ``PYTHONPATH``.
 
-When ``PYTHONPATH`` is the only such variable and nothing the interpreter loaded before zdoctor's first
-line came from it (no ``sitecustomize``, no shadowed module), the console script drops its folders from
-``sys.path`` in place instead: what ``-I`` would keep out is then out, without a second interpreter start
-(about 30 ms of every start on a node that exports ``PYTHONPATH``).
+When ``PYTHONPATH`` is the only such variable, no user site directory is on ``sys.path`` and nothing the
+interpreter loaded before zdoctor's first line came from ``PYTHONPATH`` (no ``sitecustomize``, no shadowed
+module), the console script drops its folders from ``sys.path`` in place instead: what ``-I`` would keep
+out is then out, without a second interpreter start (about 30 ms of every start on a node that exports
+``PYTHONPATH``).
 
 What this cannot undo: the console script's interpreter has already run a ``sitecustomize.py`` found on
 ``PYTHONPATH`` once, before the re-exec (its buffered output is dropped by the exec, output it flushed
@@ -69,6 +70,11 @@ def drop_caller_paths(home: str) -> bool:
     that holds zdoctor) stays reachable. False, changing nothing, where only a re-exec isolates."""
     if any(os.environ.get(name) for name in IMPORT_VARIABLES if name != "PYTHONPATH"):
         return False
+    import site
+
+    user_site = getattr(site, "USER_SITE", None)
+    if user_site and any(isinstance(p, str) and _real(p) == _real(user_site) for p in sys.path):
+        return False  # a user site directory (HOME kept by sudo: the training user's) only -I leaves out
     folders = [_real(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)]
     if _loaded_from(folders, _real(os.path.join(home, "zdoctor"))):
         return False
