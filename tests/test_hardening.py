@@ -467,6 +467,30 @@ def test_a_user_site_directory_on_sys_path_still_restarts_isolated(hostile_pytho
     assert "in place" not in r.stdout and r.stdout.startswith("zdoctor ")
 
 
+def test_a_user_site_another_account_owns_restarts_isolated_without_pythonpath(tmp_path: Path):
+    """Root started with the training user's HOME (sudo keeping it): that user's site directory is on
+    sys.path, and a module planted there would run as root; the console path re-executes ``python -I``."""
+    if os.geteuid() != 0:
+        pytest.skip("giving a folder to another user needs root")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONUNBUFFERED")}
+    env["HOME"] = str(tmp_path / "home")
+    user_site = Path(subprocess.run([sys.executable, "-c", "import site; print(site.getusersitepackages())"],
+                                    capture_output=True, text=True, env=env).stdout.strip())
+    user_site.mkdir(parents=True)
+    log = tmp_path / "ran.log"
+    (user_site / "psutil.py").write_text(FAKE_PSUTIL.format(log=str(log)))
+    mine = subprocess.run([sys.executable, "-c", IN_PLACE], capture_output=True, text=True, env=env, timeout=60,
+                          cwd=str(tmp_path))
+    assert mine.stdout.startswith("in place")  # root's own user site: nothing to leave out (its psutil ran)
+    log.unlink()
+    os.chown(user_site, 65534, 65534)
+    r = subprocess.run([sys.executable, "-c", IN_PLACE], capture_output=True, text=True, env=env, timeout=60,
+                       cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "in place" not in r.stdout and r.stdout.startswith("zdoctor ")
+    assert not log.exists()
+
+
 def test_console_with_a_planted_module_on_pythonpath_imports_the_real_one(hostile_pythonpath):
     env, log = hostile_pythonpath
     (Path(env["PYTHONPATH"]) / "sitecustomize.py").unlink()

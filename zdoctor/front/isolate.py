@@ -18,7 +18,9 @@ out is then out, without a second interpreter start (about 30 ms of every start 
 What this cannot undo: the console script's interpreter has already run a ``sitecustomize.py`` found on
 ``PYTHONPATH`` once, before the re-exec (its buffered output is dropped by the exec, output it flushed
 is not). Started as ``python3 -I -m zdoctor`` (or with ``PYTHONPATH`` unset, as sudo's ``env_reset``
-does), nothing from it runs at all. ``ZDOCTOR_NO_ISOLATE=1`` turns the re-exec off.
+does), nothing from it runs at all. A user site directory on ``sys.path`` that another account owns or may
+write (``sudo`` keeping HOME) re-executes too, with or without ``PYTHONPATH``; the ``.pth`` files in it
+have run once by then, as a ``sitecustomize`` has. ``ZDOCTOR_NO_ISOLATE=1`` turns the re-exec off.
 """
 
 from __future__ import annotations
@@ -41,7 +43,30 @@ def _needed(from_module: bool) -> bool:
         return False
     if from_module and sys.path and sys.path[0] in ("", os.getcwd()):
         return True  # ``python -m zdoctor`` puts the current directory first on sys.path
-    return any(os.environ.get(name) for name in IMPORT_VARIABLES)
+    return any(os.environ.get(name) for name in IMPORT_VARIABLES) or _foreign_user_site()
+
+
+def _user_site() -> str | None:
+    """The user site directory when it is on ``sys.path``, else None."""
+    import site
+
+    user_site = getattr(site, "USER_SITE", None)
+    if user_site and any(isinstance(p, str) and _real(p) == _real(user_site) for p in sys.path):
+        return user_site
+    return None
+
+
+def _foreign_user_site() -> bool:
+    """A user site directory on ``sys.path`` that another account owns or may write (``sudo`` that keeps
+    HOME: the training user's ``~/.local``): its modules would be imported by root."""
+    user_site = _user_site()
+    if user_site is None:
+        return False
+    try:
+        st = os.stat(user_site)
+    except OSError:
+        return False
+    return st.st_uid != os.geteuid() or bool(st.st_mode & 0o022)
 
 
 def _real(path: str) -> str:
@@ -70,10 +95,7 @@ def drop_caller_paths(home: str) -> bool:
     that holds zdoctor) stays reachable. False, changing nothing, where only a re-exec isolates."""
     if any(os.environ.get(name) for name in IMPORT_VARIABLES if name != "PYTHONPATH"):
         return False
-    import site
-
-    user_site = getattr(site, "USER_SITE", None)
-    if user_site and any(isinstance(p, str) and _real(p) == _real(user_site) for p in sys.path):
+    if _user_site() is not None:
         return False  # a user site directory (HOME kept by sudo: the training user's) only -I leaves out
     folders = [_real(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)]
     if _loaded_from(folders, _real(os.path.join(home, "zdoctor"))):
