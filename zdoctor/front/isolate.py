@@ -57,9 +57,10 @@ def _user_site() -> str | None:
 
 
 def _foreign_user_site() -> bool:
-    """A user site directory on ``sys.path`` that another account owns or may write (``sudo`` that keeps
-    HOME: the training user's ``~/.local``): its modules would be imported by root."""
-    user_site = _user_site()
+    """Running as root, a user site directory on ``sys.path`` that another account owns or may write
+    (``sudo`` that keeps HOME: the training user's ``~/.local``): its modules would be imported by root.
+    An account's own user site is its own business (a private group may write it under umask 002)."""
+    user_site = _user_site() if os.geteuid() == 0 else None
     if user_site is None:
         return False
     try:
