@@ -50,8 +50,7 @@ class BranchList(OptionList):
         self.scroll_to(y=max(0, min(self.highlighted - 1, self.option_count - height)), animate=False,
                        immediate=True)
 
-    def _on_resize(self) -> None:
-        super()._on_resize()
+    def on_resize(self) -> None:  # Textual calls the stock list's own resize handler as well
         self.place_highlight()
 
 
