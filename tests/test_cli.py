@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, REPO
 
 
 def one_line_error(proc) -> str:
@@ -80,6 +80,37 @@ def test_a_check_through_the_module_entry_prints_one_whole_document(cli, tmp_pat
     assert proc.returncode in (0, 1, 3), proc.stderr
     assert json.loads(proc.stdout)["exit_code"] == proc.returncode
     assert not list(tmp_path.glob("zdoctor-run-*"))
+
+
+def _snapshot(name: str) -> str:
+    if name == "healthy":
+        return str(FIXTURES / "snapshots" / "healthy.json")
+    from zdoctor.walk.practice import get_scenario
+
+    return str(get_scenario(name).snapshot)
+
+
+@pytest.mark.parametrize("fmt", [[], ["--json"]], ids=["text", "json"])
+def test_a_reader_that_went_away_leaves_the_checks_verdict_as_its_exit_code(cli, fmt):
+    """`zdoctor check | head`: the reader is gone before the report is written. The exit code is still the
+    check's verdict (what it is with the report read whole): not 1 for "a check failed" (rich's own exit on a
+    broken pipe), not 0 for "nothing failed", and no traceback."""
+    verdicts = {}
+    for name in ("healthy", "conda-ld-library-path"):
+        args = ["check", "--no-log", *fmt, "--replay", _snapshot(name)]
+        whole = cli(args)
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        try:
+            gone = subprocess.run([sys.executable, "-m", "zdoctor", *args], stdout=write_end,
+                                  stderr=subprocess.PIPE, text=True, timeout=120, cwd=str(REPO),
+                                  stdin=subprocess.DEVNULL, env={**os.environ, "NO_COLOR": "1"})
+        finally:
+            os.close(write_end)
+        assert gone.returncode == whole.returncode, gone.stderr
+        assert "Traceback" not in gone.stderr and "Exception ignored" not in gone.stderr, gone.stderr
+        verdicts[name] = whole.returncode
+    assert verdicts == {"healthy": 0, "conda-ld-library-path": 1}
 
 
 def test_check_json_document(cli):

@@ -14,6 +14,7 @@ from zdoctor.core.errors import InputError, UsageError, ZdoctorError
 from zdoctor.core.plural import count_of
 from zdoctor.proc import children
 from zdoctor.proc.target import OPTION_KEYS, Target
+from zdoctor.report.console import stdout_gone
 
 #: The options a replayed snapshot may be asked with: what the user saw, pasted or as a log.
 ASKABLE = ("symptom", "train_log")
@@ -265,10 +266,14 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from zdoctor.report.terminal import check_json, print_report
 
     shown = from_check(report.redacted())
-    if args.json:
-        sys.stdout.write(check_json(shown))
-    else:
-        print_report(shown, verbose=args.verbose)
+    try:
+        if args.json:
+            sys.stdout.write(check_json(shown))
+        else:
+            print_report(shown, verbose=args.verbose)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `zdoctor check | head`: the verdict stands whether or not it was all read
+        stdout_gone()
     return report.exit_code
 
 
@@ -461,8 +466,8 @@ def _dispatch(argv: list[str]) -> int:
         print("zdoctor: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        # The reader went away (`zdoctor check | head`): nothing left to say to it.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        # The reader went away (`zdoctor playbooks list | head`): nothing left to say to it.
+        stdout_gone()
         return EXIT_OK
     except Exception as exc:  # noqa: BLE001 - the user gets one line; ZDOCTOR_DEBUG=1 shows the traceback
         if os.environ.get("ZDOCTOR_DEBUG"):

@@ -9,6 +9,7 @@ from zdoctor.core.plural import count_of, noun_for
 from zdoctor.core.present import STYLES, pasted_script
 from zdoctor.fleet.result import FleetReport, families
 from zdoctor.fleet.skew import MISSING
+from zdoctor.report.console import report_console
 from zdoctor.report.terminal import _marks_for, inert
 
 
@@ -18,11 +19,10 @@ def _clip(text: str, width: int) -> str:
 
 def print_fleet(report: FleetReport, stream: TextIO | None = None, verbose: bool = False) -> None:
     """Render ``report`` for a person; honours NO_COLOR and plain output through rich."""
-    from rich.console import Console
     from rich.table import Table
 
     stream = stream or sys.stdout
-    console = Console(file=stream, highlight=False, soft_wrap=True)
+    console = report_console(stream)
     if not console.is_terminal:  # a pipe or a file: lay the tables out whole rather than wrap them at 80
         console.width = 160
     marks = _marks_for(stream)

@@ -24,6 +24,7 @@ from zdoctor.core.present import (
     scope_lines,
     summary_parts,
 )
+from zdoctor.report.console import report_console
 from zdoctor.report.reportdoc import ReportDoc, from_check
 
 
@@ -55,12 +56,9 @@ def _marks_for(stream: TextIO) -> dict[str, str]:
 def print_report(report: CheckReport | ReportDoc, stream: TextIO | None = None, verbose: bool = False) -> None:
     """Render ``report`` (its document: see :func:`zdoctor.report.reportdoc.from_check`) for a person; honours NO_COLOR
     and plain (non-tty) output through rich."""
-    from rich.console import Console
-
-
     doc = report if isinstance(report, ReportDoc) else from_check(report)
     stream = stream or sys.stdout
-    console = Console(file=stream, highlight=False, soft_wrap=True)
+    console = report_console(stream)
     marks = _marks_for(stream)
     host = doc.host
     where = host.get("hostname", "?")
