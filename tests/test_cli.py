@@ -113,6 +113,34 @@ def test_a_reader_that_went_away_leaves_the_checks_verdict_as_its_exit_code(cli,
     assert verdicts == {"healthy": 0, "conda-ld-library-path": 1}
 
 
+FLEET_TO_A_GONE_READER = """import sys
+sys.path.insert(0, {tests!r})
+from fleetkit import h200_report
+from zdoctor.front.finish import finish
+from zdoctor.report.console import print_whatever_is_read
+from zdoctor.report.fleettext import print_fleet
+report = h200_report()
+print_whatever_is_read(lambda: print_fleet(report))
+sys.stderr.write("the command goes on with verdict %d\\n" % report.exit_code)
+finish(7)
+"""
+
+
+def test_a_fleet_report_to_a_reader_that_went_away_returns_to_the_command(tmp_path):
+    """`zdoctor fleet` prints through the same helper as `check`: a reader that went away ends the printing,
+    not the process (rich's own exit would give 1 here), so the command still returns its verdict."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        gone = subprocess.run([sys.executable, "-c", FLEET_TO_A_GONE_READER.format(tests=str(REPO / "tests"))],
+                              stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60, cwd=str(tmp_path),
+                              env={**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(REPO)})
+    finally:
+        os.close(write_end)
+    assert gone.returncode == 7 and "Traceback" not in gone.stderr, gone.stderr
+    assert "the command goes on with verdict 1" in gone.stderr
+
+
 def test_check_json_document(cli):
     proc = cli(["check", "--json"])
     doc = json.loads(proc.stdout)

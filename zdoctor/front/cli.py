@@ -14,7 +14,7 @@ from zdoctor.core.errors import InputError, UsageError, ZdoctorError
 from zdoctor.core.plural import count_of
 from zdoctor.proc import children
 from zdoctor.proc.target import OPTION_KEYS, Target
-from zdoctor.report.console import stdout_gone
+from zdoctor.report.console import print_whatever_is_read, stdout_gone
 
 #: The options a replayed snapshot may be asked with: what the user saw, pasted or as a log.
 ASKABLE = ("symptom", "train_log")
@@ -266,14 +266,10 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from zdoctor.report.terminal import check_json, print_report
 
     shown = from_check(report.redacted())
-    try:
-        if args.json:
-            sys.stdout.write(check_json(shown))
-        else:
-            print_report(shown, verbose=args.verbose)
-        sys.stdout.flush()
-    except BrokenPipeError:  # `zdoctor check | head`: the verdict stands whether or not it was all read
-        stdout_gone()
+    if args.json:
+        print_whatever_is_read(lambda: sys.stdout.write(check_json(shown)))
+    else:
+        print_whatever_is_read(lambda: print_report(shown, verbose=args.verbose))
     return report.exit_code
 
 

@@ -17,6 +17,7 @@ from zdoctor.fleet.live import LiveFleet
 from zdoctor.fleet.record import runs_from_events
 from zdoctor.fleet.result import FleetReport
 from zdoctor.layers.launch.hosts import Node, expand_nodelist, read_hostfile
+from zdoctor.report.console import print_whatever_is_read
 
 SLURM_NODELIST_VARS = ("SLURM_JOB_NODELIST", "SLURM_NODELIST")
 
@@ -184,8 +185,7 @@ def run_fleet(args: argparse.Namespace, argv: Sequence[str], open_log: Callable[
         if log:
             log.close(report.exit_code)
     if args.json:
-        json.dump(report.to_dict(), sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        print_whatever_is_read(lambda: sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n"))
     elif args.tui:
         from zdoctor.front.tui import run_fleet_tui
 
@@ -193,5 +193,5 @@ def run_fleet(args: argparse.Namespace, argv: Sequence[str], open_log: Callable[
     else:
         from zdoctor.report.fleettext import print_fleet
 
-        print_fleet(report, verbose=args.verbose)
+        print_whatever_is_read(lambda: print_fleet(report, verbose=args.verbose))
     return report.exit_code

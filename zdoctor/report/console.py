@@ -2,14 +2,15 @@
 
 Rich ends the process with ``SystemExit(1)`` when the reader of its output goes away (``zdoctor check |
 head``): exit code 1 says "a check failed", which was not what happened. This console raises
-``BrokenPipeError`` instead, so the command that printed decides its exit code: a check's verdict stands
-whether or not anyone read all of it.
+``BrokenPipeError`` instead, so the command that printed decides its exit code: a check's or a fleet's
+verdict stands whether or not anyone read all of it (:func:`print_whatever_is_read`).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import Any, TextIO
 
 
@@ -23,6 +24,16 @@ def report_console(stream: TextIO) -> Any:
             raise BrokenPipeError("the reader of zdoctor's output went away")
 
     return ReportConsole(file=stream, highlight=False, soft_wrap=True)
+
+
+def print_whatever_is_read(write: Callable[[], object]) -> None:
+    """Run ``write`` (a report printed to stdout) and flush it; a reader that went away ends the printing,
+    never the command, whose exit code (a verdict) stays its own."""
+    try:
+        write()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        stdout_gone()
 
 
 def stdout_gone() -> None:
