@@ -15,13 +15,15 @@ from dsenv import ensure
 from test_gpu_facts import facts_of
 
 from zdoctor.layers.launch import check_rendezvous as cr
-from zdoctor.layers.launch.ports import free_port, parse_table, port_listeners
+from zdoctor.layers.launch.ports import parse_table, port_listeners
 from zdoctor.layers.launch.probe_rendezvous import collect_rendezvous, rendezvous_ports
 from zdoctor.symptoms.extract import from_text
 
-HOLD = ("import socket, sys, time\n"
-        "s = socket.socket(); s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen()\n"
-        "print('listening', flush=True); time.sleep(600)\n")
+# The holder takes a port the kernel chooses and says which: a port found free first and bound after could be
+# taken in between by a test running beside this one.
+HOLD = ("import socket, time\n"
+        "s = socket.socket(); s.bind(('0.0.0.0', 0)); s.listen()\n"
+        "print('listening', s.getsockname()[1], flush=True); time.sleep(600)\n")
 SCRIPT = "import torch.distributed as dist\ndist.init_process_group('gloo')\n"
 
 
@@ -31,10 +33,11 @@ def lab(tmp_path_factory):
     work = tmp_path_factory.mktemp("port")
     (work / "t.py").write_text(SCRIPT)
     (work / "hold.py").write_text(HOLD)
-    port = free_port(29700)
-    assert port is not None
-    holder = subprocess.Popen([sys.executable, str(work / "hold.py"), str(port)], stdout=subprocess.PIPE, text=True)
-    assert holder.stdout is not None and holder.stdout.readline().strip() == "listening"
+    holder = subprocess.Popen([sys.executable, str(work / "hold.py")], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None
+    said, port_text = holder.stdout.readline().split()
+    assert said == "listening"
+    port = int(port_text)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MASTER_", "RANK", "WORLD_SIZE", "LOCAL_RANK",
                                                                     "SLURM_"))}
     env["PATH"] = f"{python.parent}{os.pathsep}{env['PATH']}"
