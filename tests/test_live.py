@@ -22,13 +22,13 @@ from envkit import build_extension
 
 from zdoctor.core.errors import UsageError
 from zdoctor.layers.libraries.live import (
-    PROBE_CODE,
     default_probe_argv,
     parse_probe_output,
     parse_stderr_version_errors,
     trace_command,
 )
 from zdoctor.readers.elf import read_elf
+from zdoctor.scripts import script_path
 
 LD = Path(__file__).resolve().parent / "fixtures" / "lddebug"
 
@@ -208,8 +208,8 @@ def test_hostile_arguments_and_paths_stay_inert(built, tmp_path):
 
 def test_probe_program_layout_and_output_parsing():
     argv = default_probe_argv("/opt/py/bin/python", ["/x/ext.so", "-rf"], ["/y/op.so"])
-    assert argv == ["/opt/py/bin/python", "-c", PROBE_CODE, "ext:/x/ext.so", "ext:-rf", "op:/y/op.so"]
-    compile(PROBE_CODE, "<probe>", "exec")
+    assert argv == ["/opt/py/bin/python", "-B", str(script_path("probe_script.py")), "--trace", "ext:/x/ext.so",
+                    "ext:-rf", "op:/y/op.so"]
     out = "\n".join([
         "[INFO] something printed by an import",
         json.dumps({"step": "import torch", "begin": True}),

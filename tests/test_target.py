@@ -11,7 +11,7 @@ import pytest
 
 from zdoctor.core.errors import UsageError
 from zdoctor.host import LiveHost
-from zdoctor.layers.libraries.probe_libs import target_python
+from zdoctor.layers.libraries.importrun import target_python
 from zdoctor.proc.target import Target, target_of
 from zdoctor.walk.resume import rebuild_host
 

@@ -7,7 +7,7 @@ import os
 import threading
 import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from zdoctor.core import progress
@@ -27,6 +27,9 @@ class Host:
         self._results: dict[str, ProbeResult] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
+        self._shared: dict[str, Any] = {}
+        #: Every probe asked for together so far (:meth:`results`): a probe may share work with one planned.
+        self.planned: set[str] = set()
         self.info: dict[str, Any] = {}
 
     # -- to be provided by subclasses -------------------------------------------------------------
@@ -54,6 +57,18 @@ class Host:
                 self._results[name] = cached
         return cached
 
+    def shared(self, key: str, make: Callable[[], Any] | None = None) -> Any:
+        """The one object ``key`` names for this host, made by ``make`` on the first call (thread-safe): the
+        work two probes share, done once. None when there is none and no ``make``."""
+        with self._guard:
+            if key not in self._shared and make is not None:
+                self._shared[key] = make()
+            return self._shared.get(key)
+
+    def has_result(self, name: str) -> bool:
+        """Whether probe ``name`` has its result here already."""
+        return name in self._results
+
     def facts_of(self, name: str) -> dict[str, Any]:
         """Probe ``name``'s facts when it ran to the end here, else ``{}`` (see
         :func:`zdoctor.core.registry.facts_of`)."""
@@ -66,6 +81,7 @@ class Host:
         from zdoctor.core.registry import Facts
 
         wanted = list(dict.fromkeys(names))
+        self.planned.update(wanted)
         threads = [threading.Thread(target=self.result, args=(n,), daemon=True) for n in wanted
                    if n not in self._results]
         for t in threads:
@@ -86,6 +102,8 @@ class Host:
         """Drop cached results so the next request probes again (a re-check after a fix)."""
         for name in names:
             self._results.pop(name, None)
+        with self._guard:
+            self._shared.clear()  # a re-check runs the shared work again
 
     def recorded(self) -> dict[str, ProbeResult]:
         """Every result computed so far."""

@@ -121,19 +121,21 @@ class _Pump:
     """Read a child's stdout and stderr on threads into :class:`_HeadTail` buffers (``communicate``
     keeps everything a command prints, which an endless printer turns into gigabytes)."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], stdin: bytes | None, cap: int) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], stdin: bytes | None, cap: int,
+                 on_stdout: Callable[[bytes], None] | None = None) -> None:
         self.proc = proc
         self.out = _HeadTail(cap)
         self.err = _HeadTail(cap)
-        self.threads = [threading.Thread(target=self._read, args=(pipe, buf), daemon=True)
-                        for pipe, buf in ((proc.stdout, self.out), (proc.stderr, self.err)) if pipe is not None]
+        self.threads = [threading.Thread(target=self._read, args=(pipe, buf, see), daemon=True)
+                        for pipe, buf, see in ((proc.stdout, self.out, on_stdout), (proc.stderr, self.err, None))
+                        if pipe is not None]
         if proc.stdin is not None:
             self.threads.append(threading.Thread(target=self._write, args=(proc.stdin, stdin or b""), daemon=True))
         for t in self.threads:
             t.start()
 
     @staticmethod
-    def _read(pipe: Any, buf: _HeadTail) -> None:
+    def _read(pipe: Any, buf: _HeadTail, see: Callable[[bytes], None] | None) -> None:
         fd = pipe.fileno()
         with contextlib.suppress(OSError, ValueError):
             while True:
@@ -141,6 +143,9 @@ class _Pump:
                 if not chunk:
                     break
                 buf.add(chunk)
+                if see is not None:
+                    with contextlib.suppress(Exception):  # a reader's mistake never stops the reading
+                        see(chunk)
 
     @staticmethod
     def _write(pipe: Any, data: bytes) -> None:
@@ -185,6 +190,7 @@ def run(
     on_start: Callable[[int], None] | None = None,
     prefix: Sequence[str] = (),
     run_as: RunAs | None = None,
+    on_stdout: Callable[[bytes], None] | None = None,
 ) -> Evidence:
     """Run ``argv`` and return its :class:`Evidence`; never raises for a failing program.
 
@@ -197,6 +203,7 @@ def run(
     (``strace ... --``): the command's exit, not the tracer's wait for its daemons, ends the run. With
     ``run_as`` the command runs as that account and the evidence label says so; without it the runner
     decides (:func:`zdoctor.proc.codeowner.runs_as`: code another account can change never runs as root).
+    ``on_stdout`` sees each piece of standard output as it is read, while the command runs.
     """
     argv = [str(a) for a in argv]
     ev = Evidence(label=label or " ".join(argv[:3]), kind="command", argv=argv, started=time.time())
@@ -229,7 +236,7 @@ def run(
         return _unstarted(ev, argv[0], child.error, t0)
     if on_start is not None:
         on_start(proc.pid)
-    pump = _Pump(proc, stdin, cap)
+    pump = _Pump(proc, stdin, cap, on_stdout)
     held_open = False
     try:
         pump.communicate(timeout)

@@ -7,6 +7,9 @@ from pathlib import Path
 
 from zdoctor.core.resources import data_dir
 
+#: What starts each record line ``probe_script.py`` prints (the script holds its own copy: it imports nothing).
+RECORD_SENTINEL = "@@zdoctor@@ "
+
 
 def script_path(name: str) -> Path:
     """Script ``name`` as a file an interpreter can run by path: here, beside this module (a wheel, a source

@@ -10,6 +10,13 @@ Output: one JSON record per line on stdout, each prefixed with ``@@zdoctor@@ `` 
 in stages (hello, basics, torch_import, torch, torch_cuda_check, torch_cuda, deepspeed, done). A
 stage that hangs or crashes leaves the earlier records behind. File descriptor 1 is redirected to
 stderr before anything heavy runs, so whatever torch prints cannot corrupt the records.
+
+``probe_script.py --trace [ext:PATH ...] [op:PATH ...]`` is the run zdoctor traces under the real loader
+when no command is given: the same records, and between them the steps of ``import deepspeed`` as the
+training takes them, each a plain JSON line (``{"step": ..., "ok": ...}``, a ``begin`` line first).
+The extensions load first, then torch (its records, its CUDA check and ``done`` follow at once), then
+deepspeed, every op prebuilt into it, and each JIT-built op; the exit code is 1 when a step failed.
+Torch is imported once for both: what the interpreter reports and what the loader did.
 """
 
 import os
@@ -175,6 +182,17 @@ def package_facts(module, dists):
     return out
 
 
+def platform_name():
+    """``platform.platform()`` on Linux without its child: Python 3.9+ runs ``uname -p`` to learn the
+    processor, a process the traced run would count as the training's own."""
+    import platform
+
+    uname = os.uname()
+    libc = "".join(platform.libc_ver())
+    parts = [uname.sysname, uname.release, uname.machine] + (["with", libc] if libc else [])
+    return "-".join(part for part in parts if part)
+
+
 def stage_basics():
     import platform
 
@@ -193,7 +211,7 @@ def stage_basics():
         "exec_prefix": sys.exec_prefix,
         "in_venv": prefix != base or hasattr(sys, "real_prefix"),
         "sys_path": list(sys.path),
-        "platform": safe(errors, "platform", platform.platform),
+        "platform": safe(errors, "platform", platform_name),
         "machine": platform.machine(),
         "byteorder": sys.byteorder,
         "maxsize_64bit": sys.maxsize > 2 ** 32,
@@ -238,15 +256,20 @@ def torch_config(torch, errors):
     return rec
 
 
-def stage_torch():
-    """Import torch (timed), then describe it; an import failure is recorded, never raised."""
+def stage_torch(steps=None):
+    """Import torch (timed), then describe it; an import failure is recorded, never raised. With
+    ``steps`` (a :class:`Steps`) the import is also its step ``import torch``."""
     import traceback
 
     emit("torch_import", {"state": "started"})
+    if steps is not None:
+        steps.begin("import torch")
     t = time.time()
     try:
         import torch
     except BaseException as exc:  # SystemExit and KeyboardInterrupt count as failures too
+        if steps is not None:
+            steps.failed_with(exc, "import torch")
         rec = {
             "imported": False,
             "seconds": round(time.time() - t, 4),
@@ -261,6 +284,8 @@ def stage_torch():
         emit("torch", rec)
         return None
     seconds = round(time.time() - t, 4)
+    if steps is not None:
+        steps.succeeded("import torch")
     errors = {}
     rec = {"imported": True, "seconds": seconds}
     rec.update(torch_config(torch, errors))
@@ -329,27 +354,170 @@ def stage_deepspeed(packages):
     emit("deepspeed", info)
 
 
-def main():
+AFTER_TORCH = "import torch failed; the launch loads it after torch"
+
+
+class Steps(object):
+    """The traced run's steps, each a plain JSON line on the records' stdout (``begin`` first, then the
+    result), so that a step the process died in is seen as begun and never ended."""
+
+    def __init__(self):
+        self.failed = False
+
+    def line(self, record):
+        import json
+
+        data = (json.dumps(record) + "\n").encode("ascii")
+        while data:
+            n = os.write(_OUT, data)
+            data = data[n:]
+
+    def begin(self, name, **extra):
+        record = dict(extra)
+        record.update(step=name, begin=True)
+        self.line(record)
+
+    def succeeded(self, name, **extra):
+        record = dict(extra)
+        record.update(step=name, ok=True, error=None)
+        self.line(record)
+
+    def failed_with(self, exc, name, **extra):
+        import traceback
+
+        self.failed = True
+        traceback.print_exc()
+        sys.stderr.flush()
+        record = dict(extra)
+        record.update(step=name, ok=False, error="%s: %s" % (type(exc).__name__, exc))
+        self.line(record)
+
+    def skipped(self, name, why, **extra):
+        record = dict(extra)
+        record.update(step=name, ok=None, error=None, skipped=why)
+        self.line(record)
+
+    def take(self, name, func, **extra):
+        """Run ``func`` as step ``name``; True when it returned."""
+        self.begin(name, **extra)
+        try:
+            func()
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # a failing step is the fact wanted
+            self.failed_with(exc, name, **extra)
+            return False
+        self.succeeded(name, **extra)
+        return True
+
+
+def load_extension(path, name):
+    """Load the extension module at ``path`` as ``name``, as an ``import`` of it would."""
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.ExtensionFileLoader(name, path)
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+
+
+def prebuilt_ops(packages):
+    """The ops built into the deepspeed package (``DS_BUILD_OPS=1``): ``deepspeed/ops/**/*.so``, 4 deep."""
+    out = []
+    origin = (packages.get("deepspeed") or {}).get("origin")
+    if not origin:
+        return out
+    root = os.path.join(os.path.dirname(origin), "ops")
+    for here, dirs, files in os.walk(root):
+        if here[len(root):].count(os.sep) >= 4:
+            dirs[:] = []
+        for name in sorted(files):
+            if name.endswith(".so") and len(out) < 64:
+                out.append(os.path.join(here, name))
+    return sorted(out)
+
+
+def module_name(path):
+    return os.path.basename(path).split(".")[0]
+
+
+def trace_steps(steps, args, packages, torch_failed):
+    """What follows torch in the traced run: deepspeed, its prebuilt ops, then each JIT-built op."""
+    import importlib
+    import re
+
+    if (packages.get("deepspeed") or {}).get("installed") is not False:
+        if torch_failed:
+            steps.skipped("import deepspeed", AFTER_TORCH)
+        else:
+            steps.take("import deepspeed", lambda: importlib.import_module("deepspeed"))
+    else:
+        steps.skipped("import deepspeed", "not installed")
+    for path in prebuilt_ops(packages):
+        name = module_name(path)
+        if torch_failed:
+            steps.skipped("load prebuilt " + name, AFTER_TORCH, path=path, module=name)
+        else:
+            steps.take("load prebuilt " + name, lambda p=path, n=name: load_extension(p, n), path=path, module=name)
+    mine = "py%d%d" % sys.version_info[:2]
+    for path in [a[3:] for a in args if a.startswith("op:")]:
+        name = module_name(path)
+        tag = os.path.basename(os.path.dirname(os.path.dirname(path)))
+        built = re.match(r"(py\d+)t?_", tag)
+        if built and built.group(1) != mine:
+            steps.skipped("load " + name, "built for %s, this is %s" % (built.group(1), mine), path=path,
+                          module=name)
+        elif torch_failed:
+            steps.skipped("load " + name, AFTER_TORCH, path=path, module=name)
+        else:
+            steps.take("load " + name, lambda p=path, n=name: load_extension(p, n), path=path, module=name)
+
+
+def main(args):
+    """The records; with ``--trace`` first in ``args``, the traced run's steps too. Returns the exit code."""
+    trace = bool(args) and args[0] == "--trace"
+    steps = Steps() if trace else None
     stage_hello()
     if sys.version_info < (3, 8):
         emit("too_old", {"version_info": list(sys.version_info[:3])})
-        return
+        return 0
     packages = stage_basics()
+    if steps is not None:
+        stage_deepspeed(packages)
+        # ``python -c`` puts the working directory first, as the training's own start does its script's.
+        sys.path.insert(0, "")
+        for path in [a[4:] for a in args if a.startswith("ext:")]:
+            name = module_name(path)
+            steps.take("load " + name, lambda p=path, n=name: load_extension(p, n), path=path, module=name)
+    installed = (packages.get("torch") or {}).get("installed")
+    # The traced run tries an import whose lookup itself failed (None), as ``import torch`` would.
+    attempt = installed is not False if steps is not None else bool(installed)
     torch = None
-    if (packages.get("torch") or {}).get("installed"):
-        torch = stage_torch()
+    if attempt:
+        torch = stage_torch(steps)
         if torch is not None:
             stage_torch_cuda(torch)
-    stage_deepspeed(packages)
+    elif steps is not None:
+        steps.skipped("import torch", "not installed")
+    if steps is None:
+        stage_deepspeed(packages)
+        emit("done", {})
+        return 0
     emit("done", {})
+    trace_steps(steps, args, packages, torch_failed=attempt and torch is None)
+    return 1 if steps.failed else 0
 
 
 if __name__ == "__main__":
+    code = 0
+    traced = sys.argv[1:2] == ["--trace"]
     try:
-        main()
+        code = main(sys.argv[1:])
     except BaseException as exc:  # report how the probe itself died
         import traceback
 
+        code = 1
         try:  # noqa: SIM105 - plain statements only in this script
             emit("probe_error", {"error": "%s: %s" % (type(exc).__name__, exc),
                                  "traceback": traceback.format_exc()})
@@ -358,5 +526,7 @@ if __name__ == "__main__":
     try:
         sys.stderr.flush()
     finally:
+        if traced:  # the traced run ends as the training's own import would: its exit handlers run
+            sys.exit(code)
         # Skip interpreter shutdown: torch's exit handlers can hang or crash after the work is done.
         os._exit(0)

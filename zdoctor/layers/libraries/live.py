@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -50,6 +50,7 @@ from zdoctor.proc.runner import run, which_all
 from zdoctor.proc.systools import system_tool
 from zdoctor.proc.userfile import open_regular_text
 from zdoctor.readers.stuck import StuckSampler, building, describe
+from zdoctor.scripts import script_path
 from zdoctor.trials.jitguard import run_guarded
 
 LD_DEBUG_CATEGORIES = "libs,files,versions"
@@ -63,6 +64,8 @@ STRACE_STRLEN = "512"
 #: Most of the strace log that is read back (its tail: what the processes did last).
 MAX_STRACE_BYTES = 20 * 1024 * 1024
 SYSTEM_PRELOAD = "/etc/ld.so.preload"
+#: The default probe: the training interpreter's own probe, in its traced mode.
+PROBE_SCRIPT = "probe_script.py"
 
 #: ``/x/libstdc++.so.6: version `GLIBCXX_3.4.30' not found (required by /y/ext.so)`` as Python's
 #: ImportError or ld.so's startup message shows it.
@@ -352,6 +355,7 @@ def trace_command(
     use_strace: bool = True,
     strace_after: float | None = None,
     run_as: RunAs | None = None,
+    on_stdout: Callable[[bytes], None] | None = None,
 ) -> LiveTrace:
     """Run ``argv`` once under ``LD_DEBUG`` (and strace when usable) and report what the loader did.
 
@@ -362,6 +366,7 @@ def trace_command(
     finishes normally costs nothing extra, and one that hangs still names what it was touching.
     With ``run_as`` the command runs as that account (strace, when it runs the command, stays root and
     starts it with ``-u``); its LD_DEBUG logs go to a folder of its own that zdoctor only reads.
+    ``on_stdout`` sees the command's output as it comes (:func:`zdoctor.proc.runner.run`).
     """
     argv = [str(a) for a in argv]
     if not argv or not argv[0]:
@@ -432,7 +437,7 @@ def trace_command(
                 attacher.start(pid)
 
         ev = run_guarded(list(argv), run_env, timeout=timeout, cwd=cwd, label=label, on_start=on_start,
-                         prefix=tracer, run_as=as_user)
+                         prefix=tracer, run_as=as_user, on_stdout=on_stdout)
         sampler.stop()
         why_not = self_test.problem() if self_test is not None else None
         if why_not is not None:
@@ -491,97 +496,16 @@ def trace_command(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-#: The default live probe (stdlib only, Python 3.8+): import torch and deepspeed when installed, then
-#: load each JIT op ``.so`` given as an argument under its module name; one JSON line per step.
-PROBE_CODE = r'''
-import importlib, importlib.machinery, importlib.util, json, os, sys, traceback
-failed = False
-def emit(d):
-    sys.stdout.write(json.dumps(d) + "\n")
-    sys.stdout.flush()
-def step(name, fn, **extra):
-    global failed
-    emit(dict(step=name, begin=True, **extra))
-    try:
-        fn()
-    except KeyboardInterrupt:
-        raise
-    except BaseException as e:
-        failed = True
-        traceback.print_exc()
-        sys.stderr.flush()
-        emit(dict(step=name, ok=False, error="%s: %s" % (type(e).__name__, e), **extra))
-        return False
-    emit(dict(step=name, ok=True, error=None, **extra))
-    return True
-import re
-AFTER_TORCH = "import torch failed; the launch loads it after torch"
-def load(path, name):
-    loader = importlib.machinery.ExtensionFileLoader(name, path)
-    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-ext = [a[4:] for a in sys.argv[1:] if a.startswith("ext:")]
-ops = [a[3:] for a in sys.argv[1:] if a.startswith("op:")]
-for p in ext:
-    n = os.path.basename(p).split(".")[0]
-    step("load " + n, lambda p=p, n=n: load(p, n), path=p, module=n)
-torch_failed = False
-for mod in ("torch", "deepspeed"):
-    try:
-        present = importlib.util.find_spec(mod) is not None
-    except Exception:
-        present = True
-    if present and torch_failed:
-        emit(dict(step="import " + mod, ok=None, error=None, skipped=AFTER_TORCH))
-    elif present:
-        torch_failed = not step("import " + mod, lambda m=mod: importlib.import_module(m)) and mod == "torch"
-    else:
-        emit(dict(step="import " + mod, ok=None, error=None, skipped="not installed"))
-prebuilt = []
-try:
-    ds_spec = importlib.util.find_spec("deepspeed")
-except Exception:
-    ds_spec = None
-if ds_spec is not None and ds_spec.origin:
-    ops_root = os.path.join(os.path.dirname(ds_spec.origin), "ops")
-    for dp, dns, fns in os.walk(ops_root):
-        if dp[len(ops_root):].count(os.sep) >= 4:
-            dns[:] = []
-        for fn in sorted(fns):
-            if fn.endswith(".so") and len(prebuilt) < 64:
-                prebuilt.append(os.path.join(dp, fn))
-for p in sorted(prebuilt):
-    n = os.path.basename(p).split(".")[0]
-    if torch_failed:
-        emit(dict(step="load prebuilt " + n, ok=None, error=None, path=p, module=n, skipped=AFTER_TORCH))
-        continue
-    step("load prebuilt " + n, lambda p=p, n=n: load(p, n), path=p, module=n)
-mine = "py%d%d" % sys.version_info[:2]
-for p in ops:
-    n = os.path.basename(p).split(".")[0]
-    tag = os.path.basename(os.path.dirname(os.path.dirname(p)))
-    m = re.match(r"(py\d+)t?_", tag)
-    if m and m.group(1) != mine:
-        emit(dict(step="load " + n, ok=None, error=None, path=p, module=n,
-                  skipped="built for %s, this is %s" % (m.group(1), mine)))
-        continue
-    if torch_failed:
-        emit(dict(step="load " + n, ok=None, error=None, path=p, module=n, skipped=AFTER_TORCH))
-        continue
-    step("load " + n, lambda p=p, n=n: load(p, n), path=p, module=n)
-sys.exit(1 if failed else 0)
-'''
-
-
 def default_probe_argv(python: str, ext_paths: Sequence[str], op_paths: Sequence[str] = ()) -> list[str]:
-    """``python -c PROBE ext:PATH... op:PATH...``: the paths travel as arguments, never in the program.
+    """``python -B probe_script.py --trace ext:PATH... op:PATH...``: the paths travel as arguments.
 
-    ``ext_paths`` load first (extensions the training imports before torch), then torch and deepspeed,
-    then every op prebuilt into the deepspeed package (``DS_BUILD_OPS=1``: ``deepspeed/ops/**/*.so``), then
-    each JIT-built op in ``op_paths`` (skipped when its cache tag names another Python).
+    ``ext_paths`` load first (extensions the training imports before torch), then torch (the interpreter's
+    records follow it: :mod:`zdoctor.scripts.probe_script`), deepspeed, every op prebuilt into the
+    deepspeed package (``DS_BUILD_OPS=1``: ``deepspeed/ops/**/*.so``), then each JIT-built op in
+    ``op_paths`` (skipped when its cache tag names another Python).
     """
-    return [python, "-c", PROBE_CODE, *[f"ext:{p}" for p in ext_paths], *[f"op:{p}" for p in op_paths]]
+    return [python, "-B", str(script_path(PROBE_SCRIPT)), "--trace", *[f"ext:{p}" for p in ext_paths],
+            *[f"op:{p}" for p in op_paths]]
 
 
 def parse_probe_output(stdout: str) -> list[dict[str, Any]]:

@@ -18,6 +18,15 @@ from zdoctor.core.model import Evidence
 from zdoctor.core.registry import facts_of, probe
 from zdoctor.layers.libraries.audit import static_audit, training_targets
 from zdoctor.layers.libraries.fixes import propose
+from zdoctor.layers.libraries.importrun import (
+    LIVE_TIMEOUT,
+    import_run,
+    jit_op_paths,
+    target_python,
+    trace_argv,
+    trace_timeout,
+    without_records,
+)
 from zdoctor.layers.libraries.inventory import take_inventory
 from zdoctor.layers.libraries.lddebug import summarize
 from zdoctor.layers.libraries.runneeds import libstdcxx_needs, run_objects
@@ -28,13 +37,9 @@ from zdoctor.proc.privilege import runs_as_of
 from zdoctor.proc.target import target_of
 from zdoctor.proc.userfile import open_regular_text
 from zdoctor.readers.elf import read_elf
-from zdoctor.readers.jitcache import scan_jit_cache
 from zdoctor.readers.loader import LoaderConfig, expand_dst
 from zdoctor.trials.remedies import verify
 
-LIVE_TIMEOUT = 120.0
-#: The default import probe normally finishes in seconds; strace joins only a run this slow.
-STRACE_AFTER = 15.0
 VERIFY_TIMEOUT = 120.0
 LIBSTDCXX = "libstdc++.so.6"
 
@@ -47,21 +52,6 @@ def _env(host: Any) -> dict[str, str]:
 def interpreter_of(host: Any, pyenv: dict[str, Any]) -> str | None:
     """The training interpreter's path as it is run (its realpath decides $ORIGIN)."""
     return (pyenv.get("python") or {}).get("executable") or target_python(host)
-
-
-def jit_op_paths(jit: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
-    """(loadable JIT op .so paths, the ops whose .so is corrupt) from the ``jitcache`` facts."""
-    good, bad = [], []
-    for op in jit.get("ops") or []:
-        so = op.get("so_path")
-        if not so or op.get("in_use") is False:  # built for another interpreter or CUDA: never loaded here
-            continue
-        summary = op.get("so_info") or op.get("so") or {}
-        if summary.get("error") or summary.get("kind") not in (None, "elf"):
-            bad.append(op)
-        else:
-            good.append(so)
-    return good, bad
 
 
 def _interp_dirs(audit_facts: dict[str, Any], pyenv: dict[str, Any], config: Any) -> dict[str, Any]:
@@ -219,34 +209,6 @@ def _read_preload(path: str | None) -> list[str]:
         return []
 
 
-def target_python(host: Any) -> str | None:
-    """The training interpreter without waiting for the pyenv probe: --python, else python3 on PATH
-    (resolved as the pyenv probe resolves it)."""
-    return target_of(host).resolve_python()[0]
-
-
-def trace_argv(host: Any, env: dict[str, str]) -> tuple[list[str] | None, str]:
-    """The command the live trace runs, and its kind (see :func:`live_argv`). The JIT cache is scanned
-    here rather than read from the jitcache probe, which waits for the interpreter probe: the trace then
-    runs alongside it instead of after it."""
-
-    jit_good, _ = jit_op_paths({"ops": [op.to_dict() for op in scan_jit_cache(env)]})
-    return live_argv(host, jit_good)
-
-
-def live_argv(host: Any, jit_good: list[str]) -> tuple[list[str] | None, str]:
-    """The command to trace: ``--command`` through ``sh -c``, else the default import probe."""
-    from zdoctor.layers.libraries.live import default_probe_argv
-
-    command = target_of(host).command
-    if command:
-        return ["/bin/sh", "-c", command], "command"
-    exe = target_python(host)
-    if not exe:
-        return None, "the training interpreter was not found"
-    return default_probe_argv(exe, list(target_of(host).ext), jit_good), "default probe"
-
-
 def _flat_files(last_files: dict[int, list[Any]]) -> list[str]:
     out = []
     for pid in sorted(last_files):
@@ -272,14 +234,22 @@ def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     from zdoctor.layers.libraries.live import parse_probe_output, trace_command
 
     env = _env(host)
-    argv, why = trace_argv(host, env)
-    if argv is None:
-        return {"skipped": why}, []
-    timeout = float(target_of(host).timeout or LIVE_TIMEOUT)
-    # The user's command is traced from its start; the default probe gets strace only if it stalls.
-    lt = trace_command(argv, env, timeout=timeout, run_as=runs_as_of(host),
-                       strace_after=None if why == "command" else min(STRACE_AFTER, timeout / 2))
-    steps = parse_probe_output(lt.evidence.stdout) if why == "default probe" else []
+    timeout = trace_timeout(host)
+    shared = import_run(host)
+    if shared is not None:  # the default probe: the run the interpreter probe reads too
+        shared.wait_end()
+        if shared.failure is not None:
+            raise shared.failure
+        lt, why = shared.trace, "default probe"
+        lt.evidence.stdout = without_records(lt.evidence.stdout)
+        steps = parse_probe_output(shared.steps())
+    else:
+        argv, why = trace_argv(host, env)
+        if argv is None:
+            return {"skipped": why}, []
+        # The user's command is traced from its start.
+        lt = trace_command(argv, env, timeout=timeout, run_as=runs_as_of(host))
+        steps = []
     loaded = [{"pid": pid, "path": path, "realpath": os.path.realpath(path), "via": via, "needed_by": nb}
               for pid, path, via, nb in lt.libstdcxx]
     errors = [{"provider": e.provider, "version": e.version, "required_by": e.required_by,
@@ -294,7 +264,7 @@ def livetrace_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     for known in errors:
         describe_provider(known)
     facts = {
-        "argv": list(argv),
+        "argv": list(lt.argv),
         "source": why,
         "command": target_of(host).command,
         "timeout": timeout,

@@ -1,7 +1,9 @@
 """Probe ``pyenv``: the training interpreter, seen from inside, in a subprocess with a timeout.
 
 zdoctor never imports torch itself. It runs ``probe_script.py`` under the target interpreter with the
-training environment and reads the records it prints. Facts (all plain JSON):
+training environment and reads the records it prints. When the live trace runs the same script in the same
+round (no ``--command``), the records are read from that run as they arrive
+(:mod:`zdoctor.layers.libraries.importrun`): torch is imported once. Facts (all plain JSON):
 
 - ``target``: requested, explicit (the user named it), resolved path, realpath.
 - ``error`` / ``error_kind``: why the interpreter is unusable (missing, not_executable, not_python,
@@ -33,11 +35,12 @@ from zdoctor import scripts
 from zdoctor.core.factstypes import PyenvFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import probe
+from zdoctor.layers.libraries.importrun import ImportRun, shared_with_trace
 from zdoctor.proc.privilege import RunAs, code_runs_as
 from zdoctor.proc.runner import run, which_all
 from zdoctor.proc.target import Target, target_of
 
-SENTINEL = "@@zdoctor@@ "
+SENTINEL = scripts.RECORD_SENTINEL
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "probe_script.py"
 #: Seconds the probe script may run: ``import torch`` on a cold NFS home can take tens of seconds.
 TARGET_TIMEOUT = 60.0
@@ -255,11 +258,29 @@ def script_path() -> Path:
     return scripts.script_path(SCRIPT.name)
 
 
+def read_shared(shared: ImportRun, resolved: str, timeout: float) -> Evidence | None:
+    """The records of the live trace's run as this probe's evidence, once they are complete, the run is
+    over, or ``timeout`` seconds after the run started (then as a time-out, whatever the run does next).
+    None when the trace itself could not run: the probe then runs the script on its own."""
+    complete = shared.wait_records(timeout)
+    if shared.failure is not None and not shared.done:
+        return None
+    ev = Evidence(label=f"probe script under {resolved} (in the live trace's run)", argv=list(shared.argv),
+                  started=shared.started, stdout=shared.records(), duration_s=round(shared.seconds(), 3))
+    trace = shared.trace if shared.ended else None
+    if not complete:
+        ev.error = f"timed out after {timeout:g}s; the run goes on under the live trace"
+    elif trace is not None and not shared.done:  # the run ended before the records did
+        ev.exit_code, ev.error = trace.exit_code, trace.evidence.error
+        ev.stderr = trace.evidence.stderr
+    return ev
+
+
 def probe_target(python: str, env: dict[str, str], *, explicit: bool = False,
-                 timeout: float = TARGET_TIMEOUT, run_as: RunAs | None = None
-                 ) -> tuple[dict[str, Any], list[Evidence]]:
+                 timeout: float = TARGET_TIMEOUT, run_as: RunAs | None = None,
+                 shared: ImportRun | None = None) -> tuple[dict[str, Any], list[Evidence]]:
     """Run the probe script under ``python`` with ``env`` (as ``run_as`` when given) and return
-    (facts, evidence)."""
+    (facts, evidence); with ``shared``, read that run's records instead of running it again."""
     resolved, kind, err = resolve_target(python, env)
     target = {"requested": python, "explicit": explicit, "resolved": resolved,
               "realpath": os.path.realpath(resolved) if resolved else None}
@@ -267,8 +288,10 @@ def probe_target(python: str, env: dict[str, str], *, explicit: bool = False,
         facts = empty_facts(target)
         facts.update(error=err, error_kind=kind, candidates=candidates(env, None))
         return facts, [Evidence.note(f"target interpreter {python}", err or "")]
-    ev = run([resolved, "-B", str(script_path())], env=env, timeout=timeout, cap=OUTPUT_CAP_TARGET,
-             label=f"probe script under {resolved}", run_as=run_as)
+    ev = read_shared(shared, resolved, timeout) if shared is not None else None
+    if ev is None:
+        ev = run([resolved, "-B", str(script_path())], env=env, timeout=timeout, cap=OUTPUT_CAP_TARGET,
+                 label=f"probe script under {resolved}", run_as=run_as)
     facts = build_facts(parse_records(ev.stdout), ev, target)
     facts["candidates"] = candidates(env, resolved)
     facts["ran_as"] = run_as.name if run_as is not None else None
@@ -285,4 +308,4 @@ def pyenv_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     """The training interpreter: version, prefixes, packages, and an isolated ``import torch``."""
     target = target_of(host)
     return probe_target(target.python, dict(target.env), explicit=target.python_explicit,
-                        run_as=code_runs_as(target))
+                        run_as=code_runs_as(target), shared=shared_with_trace(host))

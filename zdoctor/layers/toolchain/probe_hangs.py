@@ -45,7 +45,7 @@ from zdoctor.core.factstypes import JitcacheFacts, JitcacheRoots, LocktrialFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.redact import redact_text
 from zdoctor.core.registry import probe
-from zdoctor.layers.libraries.probe_libs import target_python
+from zdoctor.layers.libraries.importrun import target_python
 from zdoctor.layers.python_env.probe_pyenv import TARGET_TIMEOUT
 from zdoctor.proc import scratch
 from zdoctor.proc.privilege import RunAs, runs_as_of
