@@ -6,7 +6,9 @@ many processes really imported it, and what each probe made of that one run.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -107,3 +109,16 @@ def test_a_torch_import_slower_than_the_probes_wait_is_its_time_out_while_the_tr
     assert facts["torch"]["import"]["state"] == "timeout"
     assert shared.wait_end(60) and shared.trace.exit_code == 0  # the trace itself waited for the import
     assert imports(count) == 1
+
+
+def test_zdoctor_check_imports_torch_once(tmp_path):
+    """The command as users run it: the run starts before the checks load, and both probes read it. (A CPU
+    build: with CUDA, a torch without ``torch.cuda.nccl`` has the NCCL probe ask a process of its own.)"""
+    env, count = training_env(tmp_path, FAKE_TORCH_OK.replace('cuda = "13.0"', "cuda = None"))
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    proc = subprocess.run([sys.executable, "-m", "zdoctor", "check", "--json", "--no-log", "--python", sys.executable],
+                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert imports(count) == 1
+    report = json.loads(proc.stdout)
+    assert not report["incomplete"]

@@ -241,8 +241,12 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
                         or any(getattr(args, k, None) is not None for k in OPTION_KEYS if k not in ASKABLE)):
         raise UsageError("zdoctor check: --replay excludes --python and the options describing a job "
                          "(a snapshot is replayed as it was recorded; --symptom and --log may be added)")
-    books = select_playbooks(args.playbook)
     host = ReplayHost.load(args.replay) if args.replay else _live_host(args)
+    if not args.replay:
+        from zdoctor.layers.libraries.importrun import import_run
+
+        import_run(host)  # every check runs the live trace: its run (torch's import) starts before they load
+    books = select_playbooks(args.playbook)
     if args.replay and any(getattr(args, k, None) is not None for k in ASKABLE):
         # what the user was sent, matched against the recorded node: read here, as given
         asked = Target.from_args(None, None, [], None, {k: getattr(args, k, None) for k in ASKABLE})
