@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -214,3 +216,63 @@ def test_gcc_series_of_a_copy():
     assert gcc_series("GLIBCXX_3.4.30") == "12.x"
     assert gcc_series("GLIBCXX_3.4.31") == "13.1"
     assert gcc_series("GLIBCXX_3.4.99") is None and gcc_series(None) is None
+
+
+def reference(path: Path) -> dict[str, object]:
+    """The same fields as pyelftools reads them: the oracle the struct reader is held to."""
+    from elftools.elf.dynamic import DynamicSection, DynamicSegment
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.gnuversions import GNUVerDefSection, GNUVerNeedSection
+
+    out: dict[str, object] = {"needed": [], "soname": None, "rpath": None, "runpath": None, "flags_1": 0,
+                              "verneed": {}, "verdef": None, "interp": None}
+    with open(path, "rb") as fh:
+        f = ELFFile(fh)
+        out.update(elfclass=f.elfclass, machine=f["e_machine"], elftype=f["e_type"])
+        sections = list(f.iter_sections())
+        dyn = next((s for s in sections if isinstance(s, DynamicSection)), None)
+        dyn = dyn or next((s for s in f.iter_segments() if isinstance(s, DynamicSegment)), None)
+        for seg in f.iter_segments():
+            if seg["p_type"] == "PT_INTERP":
+                out["interp"] = seg.get_interp_name()
+        for tag in dyn.iter_tags() if dyn is not None else ():
+            kind = tag.entry.d_tag
+            if kind == "DT_NEEDED":
+                out["needed"].append(tag.needed)  # type: ignore[attr-defined]
+            elif kind in ("DT_SONAME", "DT_RPATH", "DT_RUNPATH"):
+                out[kind[3:].lower()] = getattr(tag, kind[3:].lower())
+            elif kind == "DT_FLAGS_1":
+                out["flags_1"] = int(tag.entry.d_val)
+        for sec in sections:
+            if isinstance(sec, GNUVerNeedSection):
+                for need, auxes in sec.iter_versions():
+                    out["verneed"][need.name] = [(a.name, bool(a["vna_flags"] & elf.VER_FLG_WEAK))  # type: ignore[index]
+                                                 for a in auxes]
+            elif isinstance(sec, GNUVerDefSection):
+                names = []
+                for vdef, auxes in sec.iter_versions():
+                    first = next(iter(auxes), None)
+                    if not vdef["vd_flags"] & elf.VER_FLG_BASE and first is not None:
+                        names.append(first.name)
+                out["verdef"] = names
+    return out
+
+
+def test_the_struct_reader_reads_what_pyelftools_reads(built, tmp_path):
+    """Real files of this machine (the interpreter, the C and C++ runtimes, libraries built here) and one
+    whose section headers are gone: every field the loader needs, as pyelftools reads it."""
+    files = [Path(os.path.realpath(sys.executable)), system_libstdcxx(), *built.values()]
+    files += [Path(p) for p in ("/lib/x86_64-linux-gnu/libc.so.6", "/lib/x86_64-linux-gnu/libm.so.6",
+                                "/bin/ls") if os.path.exists(p)]
+    data = bytearray(system_libstdcxx().read_bytes())
+    struct.pack_into("<Q", data, 0x28, 0)
+    struct.pack_into("<HH", data, 0x3C, 0, 0)
+    (tmp_path / "headless.so").write_bytes(bytes(data))
+    files.append(tmp_path / "headless.so")
+    for path in files:
+        elf.cache_clear()
+        info = read_elf(str(path))
+        assert info.ok, (path, info.error)
+        want = reference(path)
+        got = {k: getattr(info, k) for k in want}
+        assert got == want, path
