@@ -181,3 +181,18 @@ def test_a_buffer_that_holds_the_largest_partition_is_ok_and_an_unknown_model_is
     assert f.status == "ok" and "(6,432,896)" in f.title
     (f,) = check_swap_buffers(_facts("", dsconfig=_dsconfig(text)))
     assert f.status == "skip" and "largest parameter is not known" in f.detail
+
+
+def test_source_segments_are_the_ones_ast_gives():
+    """One split of the file, the same text as ``ast.get_source_segment`` (which splits it at every call):
+    multi-byte characters, CRLF and lone CR line ends, a form feed, expressions over several lines."""
+    import ast
+
+    from zdoctor.layers.offload.swapbuffers import Source
+
+    text = ("assert n <= self.elements_per_buffer, \\\n    f'More elements {n} than buffer size {self.ñ(é)}'\r\n"
+            "y = (1,\r\n  2)\rz = 'é' + 'x'\n\x0cw = f'{a + b}'\n")
+    src = Source(text)
+    nodes = [n for n in ast.walk(ast.parse(text)) if hasattr(n, "end_col_offset")]
+    assert len(nodes) > 20
+    assert all(src.segment(n) == (ast.get_source_segment(text, n) or "") for n in nodes)

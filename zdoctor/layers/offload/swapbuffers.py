@@ -33,7 +33,27 @@ COUNT_MESSAGE = re.compile(r"Not enough buffers (?P<available>\d+) for swapping 
 ROUND = 1_000_000
 
 
-def _template(node: ast.AST, source: str) -> str:
+class Source:
+    """A file's text with its lines split once: ``ast.get_source_segment`` splits the whole file at every call."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.lines = re.split(r"(?<=\r\n)|(?<=\r)(?!\n)|(?<=\n)", text)
+
+    def segment(self, node: ast.AST) -> str:
+        """The source text of ``node`` (its offsets are UTF-8 bytes into its lines), "" when it has none."""
+        first, last = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+        start, end = getattr(node, "col_offset", None), getattr(node, "end_col_offset", None)
+        if first is None or last is None or start is None or end is None or not 0 < first <= last <= len(self.lines):
+            return ""
+        if first == last:
+            return self.lines[first - 1].encode()[start:end].decode("utf-8", "replace")
+        head = self.lines[first - 1].encode()[start:].decode("utf-8", "replace")
+        tail = self.lines[last - 1].encode()[:end].decode("utf-8", "replace")
+        return "".join([head, *self.lines[first:last - 1], tail])
+
+
+def _template(node: ast.AST, source: Source) -> str:
     """An assertion's message as its f-string reads: literal text and ``{expression}``."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
@@ -43,9 +63,9 @@ def _template(node: ast.AST, source: str) -> str:
             if isinstance(v, ast.Constant):
                 parts.append(str(v.value))
             elif isinstance(v, ast.FormattedValue):
-                parts.append("{" + (ast.get_source_segment(source, v.value) or "?") + "}")
+                parts.append("{" + (source.segment(v.value) or "?") + "}")
         return "".join(parts)
-    return ast.get_source_segment(source, node) or ""
+    return source.segment(node)
 
 
 def _one_line(code: str) -> str:
@@ -59,8 +79,8 @@ def read_asserts(ds_dir: str) -> dict[str, Any]:
     SyntaxError or UnicodeDecodeError when the file cannot be read."""
     path = os.path.join(ds_dir, SWAPPER)
     with open_regular_text(path, encoding="utf-8") as fh:
-        source = fh.read()
-    tree = ast.parse(source, filename=path)
+        source = Source(fh.read())
+    tree = ast.parse(source.text, filename=path)
     found: list[dict[str, Any]] = []
     for func in ast.walk(tree):
         if not isinstance(func, ast.FunctionDef):
@@ -72,7 +92,7 @@ def read_asserts(ds_dir: str) -> dict[str, Any]:
             limit = next((lim for lim, words in LIMITS if words in message), None)
             if limit:
                 found.append({"limit": limit, "line": node.lineno, "function": func.name,
-                              "condition": _one_line(ast.get_source_segment(source, node.test) or ""),
+                              "condition": _one_line(source.segment(node.test)),
                               "message": message})
     return {"file": path, "asserts": sorted(found, key=lambda a: a["line"]), "min_aio_bytes": _min_aio(ds_dir)}
 
