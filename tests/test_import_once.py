@@ -122,3 +122,30 @@ def test_zdoctor_check_imports_torch_once(tmp_path):
     assert imports(count) == 1
     report = json.loads(proc.stdout)
     assert not report["incomplete"]
+
+
+def test_a_check_that_fails_after_starting_its_run_leaves_nothing_of_it(tmp_path, monkeypatch, capsys):
+    """The run starts before the checks load; a check that then fails (here: an internal error) ends it
+    before returning, and the process goes on starting commands as before (nothing is left closing)."""
+    from prockit import dead, wait_for
+
+    from zdoctor.front import cli
+    from zdoctor.proc.runner import run
+    from zdoctor.walk import doctor
+
+    env, count = training_env(tmp_path, "import time\ntime.sleep(60)\n")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+
+    def broken(*_a, **_k):
+        assert wait_for(lambda: imports(count) == 1, 30)  # the run is in torch's import by now
+        raise RuntimeError("simulated bug")
+
+    monkeypatch.setattr(doctor, "check", broken)
+    monkeypatch.delenv("ZDOCTOR_DEBUG", raising=False)
+    assert cli.main(["check", "--no-log", "--python", sys.executable]) == 2
+    assert "simulated bug" in capsys.readouterr().err
+    (pid,) = (int(p) for p in count.read_text().split())
+    assert wait_for(lambda: dead(pid), 10)
+    after = run(["true"])
+    assert after.exit_code == 0 and after.error is None

@@ -235,17 +235,29 @@ def _open_log(mode: str, argv: Sequence[str], host_info: dict[str, Any], enabled
 
 def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from zdoctor.host import ReplayHost
-    from zdoctor.walk.doctor import check, select_playbooks
 
     if args.replay and (_python(args) or args.run_command or args.ext or args.timeout
                         or any(getattr(args, k, None) is not None for k in OPTION_KEYS if k not in ASKABLE)):
         raise UsageError("zdoctor check: --replay excludes --python and the options describing a job "
                          "(a snapshot is replayed as it was recorded; --symptom and --log may be added)")
     host = ReplayHost.load(args.replay) if args.replay else _live_host(args)
+    early = None
     if not args.replay:
         from zdoctor.layers.libraries.importrun import import_run
 
-        import_run(host)  # every check runs the live trace: its run (torch's import) starts before they load
+        early = import_run(host)  # every check runs the live trace: its run (torch's import) starts before they load
+    try:
+        return _check_on(host, args, argv)
+    except BaseException:
+        if early is not None:
+            early.stop()  # a check that fails before its probes read the run leaves nothing of it running
+        raise
+
+
+def _check_on(host: Any, args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """The check of ``host`` as ``args`` ask, from its playbooks to the printed report; its exit code."""
+    from zdoctor.walk.doctor import check, select_playbooks
+
     books = select_playbooks(args.playbook)
     if args.replay and any(getattr(args, k, None) is not None for k in ASKABLE):
         # what the user was sent, matched against the recorded node: read here, as given

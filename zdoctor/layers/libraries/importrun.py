@@ -9,11 +9,13 @@ ops; ``livetrace`` waits for the run's end. Each of them finds the run here, sta
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
 from typing import Any
 
+from zdoctor.proc import children
 from zdoctor.proc.privilege import runs_as_of
 from zdoctor.proc.target import target_of
 from zdoctor.readers.jitcache import scan_jit_cache
@@ -28,6 +30,7 @@ RECORDS_CAP = 1024 * 1024
 #: The step lines kept of one run (one per extension, op and import; a run has tens).
 STEP_LINES_CAP = 4000
 SHARED_KEY = "import-run"
+_runs = itertools.count(1)
 
 
 def target_python(host: Any) -> str | None:
@@ -105,7 +108,8 @@ class ImportRun:
         self.ended = False  # the run is over, its trace read
         self.trace: Any = None  # the LiveTrace, once ended
         self.failure: BaseException | None = None  # what stopped the trace itself, if anything did
-        self._thread = threading.Thread(target=self._run, args=(env, run_as), name="import-run", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(env, run_as), name=f"import-run-{next(_runs)}",
+                                        daemon=True)
         self._thread.start()
 
     def _run(self, env: dict[str, str], run_as: Any) -> None:
@@ -179,6 +183,15 @@ class ImportRun:
     def seconds(self) -> float:
         """Seconds since the run started."""
         return time.monotonic() - self._t0
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        """End the run now (whoever started it is failing before any probe read it) and wait for its thread:
+        nothing it started runs on. Whether the thread ended within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while self._thread.is_alive() and time.monotonic() < deadline:
+            children.end_started_by(self._thread.name, grace=0.2)  # again: its command may start only now
+            self._thread.join(0.05)
+        return not self._thread.is_alive()
 
 
 def _stage(line: str) -> str | None:
