@@ -246,3 +246,34 @@ def test_a_signal_delivered_to_a_probe_thread_still_ends_zdoctor(sig):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_a_keeper_ends_with_the_thread_that_started_it_and_is_started_without_a_preexec_fn(monkeypatch):
+    """The keeper asks for its parent-death signal itself (so its start can be a vfork): when the zdoctor
+    thread that started it ends, the keeper ends the command it keeps."""
+    import threading
+
+    from zdoctor.proc import contain
+
+    real_popen = subprocess.Popen
+    hooks: list[object] = []
+
+    def popen(*args, **kwargs):
+        hooks.append(kwargs.get("preexec_fn"))
+        return real_popen(*args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    started: list[contain.Contained] = []
+    worker = threading.Thread(target=lambda: started.append(contain.popen(["sleep", "60"], stdout=subprocess.DEVNULL)))
+    worker.start()
+    worker.join()
+    (child,) = started
+    try:
+        assert hooks and all(h is None for h in hooks)  # the reaper, then the keeper
+        assert child.proc.wait(15) is not None  # the keeper got its signal when the thread ended
+        keeper_gone = child.proc.returncode
+        assert keeper_gone != 0
+    finally:
+        with contextlib.suppress(OSError):
+            os.killpg(child.proc.pid, signal.SIGKILL)
+        child.finish()

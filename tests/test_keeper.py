@@ -42,7 +42,7 @@ def _keep(argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, bytes
     life_r, life_w = os.pipe()
     env_r, env_w = os.pipe()
     st_r, st_w = os.pipe()
-    proc = subprocess.Popen([*shim.keeper_command(sys.executable), str(life_r), str(env_r), str(st_w), "", "",
+    proc = subprocess.Popen([*shim.keeper_command(sys.executable), str(life_r), str(env_r), str(st_w), "", "", "",
                              "--", *argv], env={}, pass_fds=(life_r, env_r, st_w), start_new_session=True)
     for fd in (life_r, env_r, st_w):
         os.close(fd)

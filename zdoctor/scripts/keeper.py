@@ -1,8 +1,12 @@
 """The small keeper that stands between zdoctor and every command it runs (stdlib only, Python 3.8+).
 
-zdoctor runs this file by path, ``python -I -S keeper.py LIFE ENV STATUS CGROUP CREDS -- ARGV...`` (never
-imports it: :mod:`zdoctor.proc.shim` says where it is); the keeper
+zdoctor runs this file by path, ``python -I -S keeper.py LIFE ENV STATUS CGROUP CREDS SETUP -- ARGV...``
+(never imports it: :mod:`zdoctor.proc.shim` says where it is); the keeper
 
+* first takes its ``SETUP``, ``PARENT:SIGNAL:NICE`` (each part may be empty): the signal it gets when the
+  zdoctor thread that started it ends (checking that ``PARENT`` is still its parent, else it exits 137), and
+  the lower priority it and the command run at. zdoctor starts it without a ``preexec_fn``, which would make
+  every start a full copy of zdoctor's memory (``fork``) instead of a ``vfork``;
 * joins the cgroup ``CGROUP`` (its ``cgroup.procs``; empty: none) so the command starts inside it;
 * makes itself a child subreaper: whatever the command starts, however it detaches (a new process
   group as ninja gives each job, a new session, a double fork), stays its descendant;
@@ -37,6 +41,29 @@ if TYPE_CHECKING:
 PR_SET_CHILD_SUBREAPER = 36
 #: The signals that end the keeper and the tree under it.
 STOPS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+#: prctl's PR_SET_PDEATHSIG.
+PR_SET_PDEATHSIG = 1
+
+
+def take_setup(setup: str) -> None:
+    """``PARENT:SIGNAL:NICE`` (see the module's description); a parent already gone ends the keeper."""
+    parent, sig, nice = (setup.split(":") + ["", "", ""])[:3]
+    if sig:
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        except Exception:  # noqa: BLE001 - the lifeline still ends the keeper with zdoctor
+            pass
+        if parent and os.getppid() != int(parent):  # the parent died before the signal was asked for
+            os._exit(137)
+    if nice:
+        try:  # noqa: SIM105 - contextlib stays out of the keeper's start-up
+            os.nice(int(nice))
+        except OSError:
+            pass
 
 
 def join_cgroup(procs: str, me: int) -> None:
@@ -191,9 +218,10 @@ def die(me: int, signum: int) -> NoReturn:
 
 
 def main(args: list[str]) -> NoReturn:
-    """``args``: LIFE ENV STATUS CGROUP CREDS -- ARGV... (see the module's description)."""
+    """``args``: LIFE ENV STATUS CGROUP CREDS SETUP -- ARGV... (see the module's description)."""
+    take_setup(args[5])
     life, envfd, status = int(args[0]), int(args[1]), int(args[2])
-    procs, creds, argv = args[3], args[4], args[6:]
+    procs, creds, argv = args[3], args[4], args[7:]
     me = os.getpid()
     join_cgroup(procs, me)
     become_subreaper()
