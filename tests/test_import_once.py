@@ -97,16 +97,24 @@ def test_a_torch_that_kills_its_process_is_a_crash_for_both_probes(tmp_path):
     assert not live["ok"] and live["steps"][-1]["step"] == "import torch" and live["steps"][-1]["finished"] is False
 
 
-def test_a_torch_import_slower_than_the_probes_wait_is_its_time_out_while_the_trace_goes_on(tmp_path):
-    env, count = training_env(tmp_path, "import time\ntime.sleep(3)\n" + FAKE_TORCH_OK)
+@pytest.mark.parametrize("waits", [False, True], ids=["working", "sleeping"])
+def test_a_torch_import_slower_than_the_probes_wait_is_its_time_out_while_the_trace_goes_on(tmp_path, waits):
+    """The probe's wait ends while the run goes on: where the run's process is then decides between "hangs"
+    (it sleeps) and "not examined" (it works on a CPU), and the trace itself still waits for the import."""
+    slow = ("import time\ntime.sleep(3)\n" if waits else
+            "import time\nend = time.monotonic() + 3\nwhile time.monotonic() < end:\n    pass\n")
+    env, count = training_env(tmp_path, slow + FAKE_TORCH_OK)
     argv = default_probe_argv(sys.executable, [], [])
     shared = ImportRun(argv, env, timeout=60, run_as=None)
-    ev = read_shared(shared, sys.executable, timeout=0.5)
-    assert ev is not None and ev.error.startswith("timed out")
+    got = read_shared(shared, sys.executable, timeout=1.0)
+    assert got is not None
+    ev, stuck = got
+    assert ev.error.startswith("timed out")
+    assert stuck and all("(python" in x for x in stuck), stuck
     target = {"requested": sys.executable, "explicit": True, "resolved": sys.executable, "realpath": None}
-    facts = build_facts(parse_records(ev.stdout), ev, target)
+    facts = build_facts(parse_records(ev.stdout), ev, target, stuck, "this node: load 1.0 on 2 CPUs")
     assert facts["timed_out"] and facts["hung_in"] == "import torch"
-    assert facts["torch"]["import"]["state"] == "timeout"
+    assert facts["torch"]["import"]["state"] == "timeout" and facts["waiting"] is waits
     assert shared.wait_end(60) and shared.trace.exit_code == 0  # the trace itself waited for the import
     assert imports(count) == 1
 

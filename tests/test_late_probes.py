@@ -15,9 +15,9 @@ from conftest import run_cli
 from zdoctor.core import registry
 from zdoctor.core.registry import Facts
 from zdoctor.host import LiveHost
-from zdoctor.host.base import MAX_STRETCH, budget_stretch, node_load
 from zdoctor.layers import probe_findings
 from zdoctor.layers.libraries.check_libs import hang_evidence
+from zdoctor.readers.nodeload import MAX_STRETCH, budget_stretch, node_load
 
 
 def test_a_budget_stretches_with_the_load_per_cpu_within_a_bound():

@@ -92,17 +92,32 @@ def test_build_facts_from_partial_records_after_a_timeout():
         '@@zdoctor@@ {"stage": "torch_import", "state": "started"}',
     ])
     ev = Evidence(label="x", stdout=out, error="timed out after 60s; process group killed")
-    facts = build_facts(parse_records(out), ev, {"requested": "/e/python", "resolved": "/e/python",
-                                                  "explicit": True})
+    target = {"requested": "/e/python", "resolved": "/e/python", "explicit": True}
+    waited = ["pid 9 (python): sleeping in futex_wait_queue"]
+    facts = build_facts(parse_records(out), ev, target, waited, "this node: load 0.5 on 2 CPUs")
     assert facts["error"] is None
     assert facts["timed_out"] is True and facts["hung_in"] == "import torch"
     assert facts["torch"]["installed"] is True
     assert facts["torch"]["import"]["state"] == "timeout"
     assert facts["env"] == {"PATH": "/x"}
+    assert facts["waiting"] is True and facts["stuck_states"] == waited
     assert pred("torch_import_hung", facts) and not pred("torch_import_failed", facts)
+    assert not pred("torch_import_late", facts)
     [finding] = check("pyenv.torch-import", facts)
     assert finding.status == "fail" and finding.title == "import torch hangs"
-    assert "-X importtime" in finding.detail
+    assert "-X importtime" in finding.detail and "sleeping in futex_wait_queue" in finding.detail
+    # the same records, the process working on a CPU when the limit came: slow, not hung
+    busy = build_facts(parse_records(out), ev, target, ["pid 9 (python): running"], "this node: load 31.0 on 2 CPUs")
+    assert busy["waiting"] is False
+    assert pred("torch_import_late", busy) and not pred("torch_import_hung", busy)
+    [finding] = check("pyenv.torch-import", busy)
+    assert finding.status == "skip" and "not examined" in finding.title and "slow, not hung" in finding.title
+    assert "load 31.0 on 2 CPUs" in finding.detail and "hangs" not in finding.title
+    # no sample at all (a recording from before samples): no hang evidence, so no verdict
+    unknown = build_facts(parse_records(out), ev, target)
+    [finding] = check("pyenv.torch-import", unknown)
+    assert finding.status == "skip" and finding.title == "import torch: not examined: it ran out of time"
+    assert pred("torch_import_late", unknown) and not pred("torch_import_hung", unknown)
 
 
 # -- the probe against real interpreters ----------------------------------------------------------
@@ -245,7 +260,21 @@ def test_hanging_torch_import_times_out_with_partial_facts(tmp_path):
     assert facts["python"]["version_info"][:2] == list(sys.version_info[:2])
     assert facts["torch"]["import"]["state"] == "timeout"
     assert evidence[0].error.startswith("timed out after 3s")
+    assert facts["waiting"] and any("(python" in x and "sleeping" in x for x in facts["stuck_states"]), facts
     assert check("pyenv.torch-import", facts)[0].title == "import torch hangs"
+
+
+def test_a_torch_import_still_working_at_the_limit_is_slow_not_hung(tmp_path):
+    # the import works on a CPU past the probe's limit: zdoctor's time ran out, nothing waited
+    make_pkg(tmp_path, "torch", "import time\nend = time.monotonic() + 120\nwhile time.monotonic() < end:\n    pass\n")
+    facts, evidence = probe_target(sys.executable, base_env(tmp_path), timeout=3)
+    assert facts["timed_out"] and facts["torch"]["import"]["state"] == "timeout"
+    assert facts["stuck_states"] and facts["waiting"] is False, facts["stuck_states"]
+    assert "on" in facts["node_load"] and "CPUs" in facts["node_load"]
+    [finding] = check("pyenv.torch-import", facts)
+    assert finding.status == "skip" and finding.title.startswith("import torch: not examined")
+    assert "running" in finding.detail and "hangs" not in finding.title
+    assert pred("torch_import_late", facts) and not pred("torch_import_hung", facts)
 
 
 def test_torch_import_that_segfaults(tmp_path):

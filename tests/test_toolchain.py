@@ -477,8 +477,17 @@ def test_playbook_walks_real_scenarios_to_the_right_diagnosis(tmp_path):
     out = ('@@zdoctor@@ {"stage": "hello", "version_info": [3, 11, 7]}\n'
            '@@zdoctor@@ {"stage": "basics", "packages": {"torch": {"installed": true}}}\n'
            '@@zdoctor@@ {"stage": "torch_import", "state": "started"}\n')
-    hung = pyenv_probe.build_facts(pyenv_probe.parse_records(out), Evidence(label="x", error="timed out after 60s"),
-                                   {"requested": "python3", "resolved": "/usr/bin/python3", "explicit": False})
-    doc = {"format": "zdoctor-snapshot", "version": 1,
-           "probes": {"pyenv": ProbeResult(probe="pyenv", facts=hung).to_dict()}}
-    assert walk(ReplayHost(doc)) == ["interpreter", "torch-import", "diag-torch-hang"]
+    target = {"requested": "python3", "resolved": "/usr/bin/python3", "explicit": False}
+
+    def replayed(stuck: list[str] | None) -> ReplayHost:
+        facts = pyenv_probe.build_facts(pyenv_probe.parse_records(out), Evidence(label="x", error="timed out after 60s"),
+                                        target, stuck, "this node: load 30.0 on 2 CPUs")
+        return ReplayHost({"format": "zdoctor-snapshot", "version": 1,
+                           "probes": {"pyenv": ProbeResult(probe="pyenv", facts=facts).to_dict()}})
+
+    # a process of the import waited in the kernel: a hang
+    assert walk(replayed(["pid 5 (python3): in the kernel (uninterruptible) in nfs_wait_bit_killable"])) == [
+        "interpreter", "torch-import", "diag-torch-hang"]
+    # every process working on a CPU, or no sample: zdoctor's time ran out, the walk says "not examined"
+    for stuck in (["pid 5 (python3): running"], None):
+        assert walk(replayed(stuck)) == ["interpreter", "torch-import", "diag-torch-late"]

@@ -1786,10 +1786,13 @@ class PyenvFacts(TypedDict, total=False):
     ran_as: Any
     signal: Any
     skipped: str
+    node_load: Optional[str]
     stages: List[str]
+    stuck_states: List[str]
     target: PyenvTarget
     timed_out: bool
     torch: PyenvTorch
+    waiting: bool
 
 
 class RankcoresBinding(TypedDict, total=False):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 import traceback
@@ -13,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from zdoctor.core import progress
 from zdoctor.core.model import Evidence, ProbeResult
 from zdoctor.proc import children
+from zdoctor.readers.nodeload import budget_stretch, load_words, node_load
 
 if TYPE_CHECKING:
     from zdoctor.core.registry import Facts
@@ -110,27 +110,6 @@ class Host:
         return dict(self._results)
 
 
-#: A probe on a node busier than its CPUs is waited for up to this many times its budget: the load decides.
-MAX_STRETCH = 4.0
-
-
-def node_load() -> tuple[float | None, int]:
-    """(the one-minute load average, the CPUs this process may use); the load is None where unknown."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    try:
-        return os.getloadavg()[0], max(1, cpus)
-    except OSError:
-        return None, max(1, cpus)
-
-
-def budget_stretch(load: float | None, cpus: int) -> float:
-    """How many times its budget a late probe is waited for: the load per CPU, between 1 and MAX_STRETCH."""
-    return 1.0 if load is None else min(MAX_STRETCH, max(1.0, load / cpus))
-
-
 def run_probe_guarded(host: Host, name: str) -> ProbeResult:
     """Run a registered probe in a daemon thread with its timeout; exceptions become ``crash``."""
     from zdoctor.core.registry import PROBES
@@ -160,7 +139,7 @@ def run_probe_guarded(host: Host, name: str) -> ProbeResult:
         children.join(worker, spec.timeout * (stretch - 1.0))
     duration = time.monotonic() - t0
     if worker.is_alive():
-        busy = f"this node: load {load:.1f} on {cpus} CPUs" if load is not None else f"{cpus} CPUs, load unknown"
+        busy = load_words(load, cpus)
         return ProbeResult(
             probe=name, status="timeout", started=started, duration_s=duration,
             error=f"probe {name} ran out of time: {duration:.0f}s (its {spec.timeout:g}s budget"

@@ -71,6 +71,26 @@ def process_state(pid: int) -> dict[str, str] | None:
     return out
 
 
+def sample_tree(pid: int, skip: tuple[str, ...] = ("strace",), most: int = 16) -> list[dict[str, str]]:
+    """The states of the processes below ``pid`` that have no child of their own (a parent only waits for its
+    children), less those named in ``skip``; at most ``most``, none when ``pid`` is gone."""
+    import psutil
+
+    try:
+        tree = psutil.Process(pid).children(recursive=True)
+        leaves = [c.pid for c in tree if not c.children()]
+    except psutil.Error:
+        return []
+    return [s for s in map(process_state, leaves) if s is not None and s["comm"] not in skip][:most]
+
+
+def shows_wait(described: list[str]) -> bool:
+    """Whether a sample (each process as :func:`describe` words it) shows a wait: a process sleeping, stuck in
+    the kernel or stopped. Processes that are all running on a CPU are progress (a slow run on a busy node),
+    not a hang."""
+    return any(not str(x).endswith(f": {STATES['R']}") for x in described)
+
+
 def building(states: list[dict[str, str]]) -> list[dict[str, str]]:
     """The sampled processes that are build tools at work (not stopped, not zombies)."""
     return [s for s in states if s.get("comm") in BUILD_TOOLS and s.get("state") not in ("T", "t", "Z")]
@@ -115,16 +135,7 @@ class StuckSampler:
             self.inspected = {"error": f"{type(exc).__name__}: {exc}"}
 
     def _sample(self, pid: int) -> None:
-        import psutil
-
-        try:
-            tree = psutil.Process(pid).children(recursive=True)
-            # the processes that wait on something themselves: parents only wait for their children
-            leaves = [c.pid for c in tree if not c.children()]
-        except psutil.Error:
-            return
-        found = [s for s in map(process_state, leaves) if s is not None and s["comm"] not in self.skip]
-        self.states = found[:16]
+        self.states = sample_tree(pid, self.skip)
 
     def stop(self) -> None:
         """Cancel what has not run yet, and wait for an inspection already under way to finish."""

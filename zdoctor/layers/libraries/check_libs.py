@@ -19,6 +19,7 @@ from zdoctor.layers.libraries.runtables import failure_tables
 from zdoctor.layers.libraries.shellinit import COMMENT_NOTE, commented_out, lines_for_entry
 from zdoctor.layers.libraries.sources import live_source, static_source
 from zdoctor.readers.jitcache import gcc_version_of
+from zdoctor.readers.stuck import shows_wait
 from zdoctor.readers.versions import gcc_release_for, gcc_series, newest, sort_key
 from zdoctor.symptoms.match import ids_for
 from zdoctor.trials.remedies import Plan
@@ -666,7 +667,7 @@ def hang_evidence(live: LivetraceFacts) -> bool:
     sample, only the user's own --command limit counts, never the limit of zdoctor's own import probe."""
     states = [str(x) for x in live.get("stuck_states") or []]
     if states:
-        return any(not x.endswith(": running") for x in states)
+        return shows_wait(states)
     return live.get("source") == "command"
 
 

@@ -19,6 +19,7 @@ from zdoctor.proc import children
 from zdoctor.proc.privilege import runs_as_of
 from zdoctor.proc.target import target_of
 from zdoctor.readers.jitcache import scan_jit_cache
+from zdoctor.readers.stuck import sample_tree
 from zdoctor.scripts import RECORD_SENTINEL
 
 #: The live trace's time limit where the target sets none.
@@ -108,6 +109,7 @@ class ImportRun:
         self.ended = False  # the run is over, its trace read
         self.trace: Any = None  # the LiveTrace, once ended
         self.failure: BaseException | None = None  # what stopped the trace itself, if anything did
+        self.keeper: int | None = None  # the pid the run's command is below, once it runs
         self._thread = threading.Thread(target=self._run, args=(env, run_as), name=f"import-run-{next(_runs)}",
                                         daemon=True)
         self._thread.start()
@@ -117,7 +119,8 @@ class ImportRun:
 
         try:
             trace = trace_command(self.argv, env, timeout=self.timeout, run_as=run_as,
-                                  strace_after=min(STRACE_AFTER, self.timeout / 2), on_stdout=self._feed)
+                                  strace_after=min(STRACE_AFTER, self.timeout / 2), on_stdout=self._feed,
+                                  on_start=self._started)
         except BaseException as exc:  # noqa: BLE001 - handed to the probes that wait, which report it
             trace, self.failure = None, exc
         with self._cond:
@@ -126,6 +129,14 @@ class ImportRun:
             self.trace = trace
             self.ended = True
             self._cond.notify_all()
+
+    def _started(self, pid: int) -> None:
+        self.keeper = pid
+
+    def sample(self) -> list[dict[str, str]]:
+        """Where the run's processes are now (:func:`~zdoctor.readers.stuck.sample_tree`): none when it is over
+        or has not started."""
+        return [] if self.keeper is None or self.ended else sample_tree(self.keeper)
 
     def _feed(self, chunk: bytes) -> None:
         with self._cond:

@@ -356,6 +356,7 @@ def trace_command(
     strace_after: float | None = None,
     run_as: RunAs | None = None,
     on_stdout: Callable[[bytes], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> LiveTrace:
     """Run ``argv`` once under ``LD_DEBUG`` (and strace when usable) and report what the loader did.
 
@@ -366,7 +367,8 @@ def trace_command(
     finishes normally costs nothing extra, and one that hangs still names what it was touching.
     With ``run_as`` the command runs as that account (strace, when it runs the command, stays root and
     starts it with ``-u``); its LD_DEBUG logs go to a folder of its own that zdoctor only reads.
-    ``on_stdout`` sees the command's output as it comes (:func:`zdoctor.proc.runner.run`).
+    ``on_stdout`` sees the command's output as it comes, and ``on_start`` the keeper's pid once the command
+    runs (:func:`zdoctor.proc.runner.run`).
     """
     argv = [str(a) for a in argv]
     if not argv or not argv[0]:
@@ -430,13 +432,17 @@ def trace_command(
                                inspect=lambda keeper: collect_ranks(keeper, exclude=(keeper,)),
                                inspect_delay=max(0.2, timeout - min(6.0, timeout * 0.25)))
 
-        def on_start(pid: int) -> None:
+        then = on_start  # the caller's, called after the trace's own
+
+        def started_now(pid: int) -> None:
             started.append(pid)
             sampler.start(pid)
             if attacher is not None:
                 attacher.start(pid)
+            if then is not None:
+                then(pid)
 
-        ev = run_guarded(list(argv), run_env, timeout=timeout, cwd=cwd, label=label, on_start=on_start,
+        ev = run_guarded(list(argv), run_env, timeout=timeout, cwd=cwd, label=label, on_start=started_now,
                          prefix=tracer, run_as=as_user, on_stdout=on_stdout)
         sampler.stop()
         why_not = self_test.problem() if self_test is not None else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 
 from zdoctor.core.factstypes import PyenvFacts, PyenvTorchImport
-from zdoctor.core.model import Finding, Remedy
+from zdoctor.core.model import Evidence, Finding, Remedy
 from zdoctor.core.registry import CheckSpec, Facts, check, predicate
 from zdoctor.proc.target import DEFAULT_PYTHON
 
@@ -129,12 +129,7 @@ def check_torch_import(facts: Facts, me: CheckSpec) -> list[Finding]:
             detail += "\n\nlibstdc++ mapped when the import failed: " + ", ".join(loaded)
         return [me.finding(status="fail", title=f"import torch fails: {line}", detail=detail, evidence=ev)]
     if state == "timeout":
-        detail = (f"`import torch` in {exe} was still running when the probe's time limit ran out; the "
-                  f"process group was killed. Records received: {', '.join(f.get('stages') or [])}.\n"
-                  "A hang inside the import usually waits on a filesystem (site-packages or the home "
-                  "directory on NFS/Lustre) or on a lock. To see where it stops, run:\n  "
-                  f"{shlex.quote(exe)} -X importtime -c 'import torch'")
-        return [me.finding(status="fail", title="import torch hangs", detail=detail, evidence=ev)]
+        return [_torch_import_late(me, f, exe, ev)]
     if state in ("crashed",):
         sig = imp.get("signal") or f.get("signal") or "a signal"
         detail = (f"The interpreter died with {sig} during `import torch` (exit code {f.get('exit_code')}). "
@@ -161,6 +156,31 @@ def check_torch_import(facts: Facts, me: CheckSpec) -> list[Finding]:
     elif cuda.get("state") == "ok":
         lines.append(f"torch.cuda.is_available(): {cuda.get('available')}")
     return [me.finding(status=status, title=title, detail="\n".join(lines), evidence=ev)]
+
+
+def _torch_import_late(me: CheckSpec, f: PyenvFacts, exe: str, ev: list[Evidence]) -> Finding:
+    """``import torch`` still running at the probe's time limit: a hang only where a process of it waited
+    (hang evidence); a run whose processes were all on a CPU was slow (a busy node, a slow disk), not hung."""
+    sampled = [str(x) for x in f.get("stuck_states") or []]
+    lines = [f"`import torch` in {exe} was still running when the probe's time limit ran out; the process "
+             f"group was ended. Records received: {', '.join(f.get('stages') or []) or 'none'}."]
+    if sampled:
+        lines += ["Just before the limit:", *(f"  {x}" for x in sampled)]
+    if f.get("node_load"):
+        lines.append(f"When the limit came ({f['node_load']}).")
+    see = f"To see where it stops, run:\n  {shlex.quote(exe)} -X importtime -c 'import torch'"
+    if f.get("waiting"):
+        lines += ["", "A process of the import was waiting, not working: a hang inside the import usually waits "
+                  "on a filesystem (site-packages or the home directory on NFS/Lustre) or on a lock. " + see]
+        return me.finding(status="fail", title="import torch hangs", detail="\n".join(lines), evidence=ev)
+    why = ("every process of it was running on a CPU when the limit came: the interpreter was slow (a busy "
+           "node, a slow file system), not waiting" if sampled else
+           "no process of it was sampled before the limit, so nothing shows that it waited")
+    lines += ["", f"Not examined: {why}. Nothing is concluded from zdoctor's own time limit; run again when the "
+              "node is less busy, or time the import yourself. " + see]
+    return me.finding(status="skip", title="import torch: not examined: it ran out of time, still running "
+                      "(slow, not hung)" if sampled else "import torch: not examined: it ran out of time",
+                      detail="\n".join(lines), evidence=ev)
 
 
 # -- predicates ------------------------------------------------------------------------------------
@@ -193,9 +213,16 @@ def torch_import_failed(facts: Facts) -> bool:
     return _torch_state(facts) in ("failed", "crashed")
 
 
-@predicate("torch_import_hung", doc="import torch did not finish within the time limit", probes=("pyenv",))
+@predicate("torch_import_hung", doc="import torch did not finish within the time limit and a process of it was "
+           "waiting (sleeping or stuck in the kernel), not working", probes=("pyenv",))
 def torch_import_hung(facts: Facts) -> bool:
-    return _torch_state(facts) == "timeout"
+    return _torch_state(facts) == "timeout" and bool((facts.of("pyenv") or {}).get("waiting"))
+
+
+@predicate("torch_import_late", doc="import torch ran out of zdoctor's time while working on a CPU, or with no "
+           "sample of it: not examined", probes=("pyenv",))
+def torch_import_late(facts: Facts) -> bool:
+    return _torch_state(facts) == "timeout" and not (facts.of("pyenv") or {}).get("waiting")
 
 
 @predicate("glibcxx_error", doc="the torch import error names a missing GLIBCXX/CXXABI version",

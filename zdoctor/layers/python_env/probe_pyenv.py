@@ -10,6 +10,9 @@ round (no ``--command``), the records are read from that run as they arrive
   too_old, crashed, timeout, failed), or None.
 - ``exit_code``, ``signal`` ("SIGSEGV"), ``timed_out``, ``hung_in`` (the stage that never finished),
   ``complete`` (the probe reached its end), ``stages`` (records received, in order).
+- After a time-out: ``stuck_states`` (each process of the run sampled just before the limit), ``waiting``
+  (whether one of them waited: hang evidence; all running is a slow run, not a hang) and ``node_load``
+  (the node's load when the limit came).
 - ``python``: version, version_info, prefix, base_prefix, in_venv, conda, sysconfig, glibc, sys_path.
 - ``env``: the variables that matter to builds and the loader, as the interpreter saw them.
 - ``packages``: torch, deepspeed, numpy, ninja, triton: installed, version, location (not imported).
@@ -39,6 +42,8 @@ from zdoctor.layers.libraries.importrun import ImportRun, shared_with_trace
 from zdoctor.proc.privilege import RunAs, code_runs_as
 from zdoctor.proc.runner import run, which_all
 from zdoctor.proc.target import Target, target_of
+from zdoctor.readers.nodeload import budget_stretch, load_words, node_load
+from zdoctor.readers.stuck import StuckSampler, describe, shows_wait
 
 SENTINEL = scripts.RECORD_SENTINEL
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "probe_script.py"
@@ -161,8 +166,11 @@ def empty_facts(target: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def build_facts(parsed: dict[str, Any], ev: Evidence, target: dict[str, Any]) -> dict[str, Any]:
-    """Turn parsed records and the run's evidence into the ``pyenv`` facts (pure)."""
+def build_facts(parsed: dict[str, Any], ev: Evidence, target: dict[str, Any],
+                stuck: list[str] | None = None, load: str | None = None) -> dict[str, Any]:
+    """Turn parsed records and the run's evidence into the ``pyenv`` facts (pure); ``stuck`` is where the
+    run's processes were just before its limit (:func:`~zdoctor.readers.stuck.describe`), ``load`` the node's
+    load then."""
     recs = parsed["records"]
     stages = parsed["stages"]
     timed_out = ev.error is not None and ev.error.startswith("timed out")
@@ -171,6 +179,8 @@ def build_facts(parsed: dict[str, Any], ev: Evidence, target: dict[str, Any]) ->
     facts.update(exit_code=ev.exit_code, signal=sig, timed_out=timed_out,
                  hung_in=_hung_in(stages) if timed_out else None, complete="done" in recs, stages=stages,
                  bad_records=parsed["bad"])
+    if timed_out:
+        facts.update(stuck_states=list(stuck or []), waiting=shows_wait(stuck or []), node_load=load)
     stderr_tail = (ev.stderr or "").strip().splitlines()[-3:]
     hello = recs.get("hello")
     basics = recs.get("basics")
@@ -258,11 +268,13 @@ def script_path() -> Path:
     return scripts.script_path(SCRIPT.name)
 
 
-def read_shared(shared: ImportRun, resolved: str, timeout: float) -> Evidence | None:
+def read_shared(shared: ImportRun, resolved: str, timeout: float) -> tuple[Evidence, list[str]] | None:
     """The records of the live trace's run as this probe's evidence, once they are complete, the run is
-    over, or ``timeout`` seconds after the run started (then as a time-out, whatever the run does next).
-    None when the trace itself could not run: the probe then runs the script on its own."""
+    over, or ``timeout`` seconds after the run started (then as a time-out, whatever the run does next), and
+    where its processes were when that time came. None when the trace itself could not run: the probe then
+    runs the script on its own."""
     complete = shared.wait_records(timeout)
+    stuck = [] if complete else [describe(s) for s in shared.sample()]
     if shared.failure is not None and not shared.done:
         return None
     ev = Evidence(label=f"probe script under {resolved} (in the live trace's run)", argv=list(shared.argv),
@@ -273,7 +285,19 @@ def read_shared(shared: ImportRun, resolved: str, timeout: float) -> Evidence | 
     elif trace is not None and not shared.done:  # the run ended before the records did
         ev.exit_code, ev.error = trace.exit_code, trace.evidence.error
         ev.stderr = trace.evidence.stderr
-    return ev
+        stuck = list(trace.stuck_states)  # sampled by the trace just before its own limit
+    return ev, stuck
+
+
+def run_script(resolved: str, env: dict[str, str], timeout: float, run_as: RunAs | None
+               ) -> tuple[Evidence, list[str]]:
+    """The probe script run by itself, and, when it reached ``timeout``, where its processes were just
+    before."""
+    sampler = StuckSampler(max(0.2, timeout - min(2.0, timeout * 0.1)))
+    ev = run([resolved, "-B", str(script_path())], env=env, timeout=timeout, cap=OUTPUT_CAP_TARGET,
+             label=f"probe script under {resolved}", run_as=run_as, on_start=sampler.start)
+    sampler.stop()
+    return ev, [describe(s) for s in sampler.states]
 
 
 def probe_target(python: str, env: dict[str, str], *, explicit: bool = False,
@@ -288,11 +312,9 @@ def probe_target(python: str, env: dict[str, str], *, explicit: bool = False,
         facts = empty_facts(target)
         facts.update(error=err, error_kind=kind, candidates=candidates(env, None))
         return facts, [Evidence.note(f"target interpreter {python}", err or "")]
-    ev = read_shared(shared, resolved, timeout) if shared is not None else None
-    if ev is None:
-        ev = run([resolved, "-B", str(script_path())], env=env, timeout=timeout, cap=OUTPUT_CAP_TARGET,
-                 label=f"probe script under {resolved}", run_as=run_as)
-    facts = build_facts(parse_records(ev.stdout), ev, target)
+    got = read_shared(shared, resolved, timeout) if shared is not None else None
+    ev, stuck = got if got is not None else run_script(resolved, env, timeout, run_as)
+    facts = build_facts(parse_records(ev.stdout), ev, target, stuck, load_words(*node_load()))
     facts["candidates"] = candidates(env, resolved)
     facts["ran_as"] = run_as.name if run_as is not None else None
     evidence = [ev]
@@ -305,7 +327,9 @@ def probe_target(python: str, env: dict[str, str], *, explicit: bool = False,
 
 @probe("pyenv", title="Target Python interpreter", timeout=TARGET_TIMEOUT + 30, facts=PyenvFacts)
 def pyenv_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
-    """The training interpreter: version, prefixes, packages, and an isolated ``import torch``."""
+    """The training interpreter: version, prefixes, packages, and an isolated ``import torch``. On a node
+    busier than its CPUs the import is given longer (:func:`~zdoctor.readers.nodeload.budget_stretch`)."""
     target = target_of(host)
     return probe_target(target.python, dict(target.env), explicit=target.python_explicit,
-                        run_as=code_runs_as(target), shared=shared_with_trace(host))
+                        timeout=TARGET_TIMEOUT * budget_stretch(*node_load()), run_as=code_runs_as(target),
+                        shared=shared_with_trace(host))
