@@ -15,7 +15,7 @@ from conftest import run_cli
 from zdoctor.core import registry
 from zdoctor.core.registry import Facts
 from zdoctor.host import LiveHost
-from zdoctor.layers import probe_findings
+from zdoctor.layers import evaluate_check, probe_findings
 from zdoctor.layers.libraries.check_libs import hang_evidence
 from zdoctor.readers.nodeload import MAX_STRETCH, budget_stretch, node_load
 
@@ -66,5 +66,40 @@ def test_a_slow_interpreter_is_slow_not_hung(tmp_path: Path):
     (live,) = [f for f in doc["findings"] if f["id"] == "libs.live"]
     assert live["status"] == "skip" and "slow, not hung" in live["title"], live["title"]
     (walk,) = doc["playbooks"]
-    assert walk["diagnosis"] != "diag-hang", walk["path"]
+    assert walk["diagnosis"] == "diag-live-late", walk["path"]
     assert not [f for f in doc["findings"] if f["id"].startswith("probe.") and f["status"] != "skip"]
+
+
+def zero3_walk(host: LiveHost) -> list[str]:
+    from zdoctor.walk.engine import Walk
+    from zdoctor.walk.playbook import load_all
+
+    registry.load_vocabulary()
+    result = Walk(load_all()["zero3-launch"], host).run()
+    assert result.stopped is None, result.reason
+    return result.path
+
+
+def test_a_run_working_at_its_limit_is_not_examined_and_one_waiting_is_a_hang(tmp_path: Path):
+    """The same limit, two runs: one works on a CPU until it is ended (slow: the walk says "not examined",
+    and the run neither failed nor hung), one sleeps (a wait: the walk follows the hang)."""
+    from zdoctor.core.registry import PREDICATES
+
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
+           "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    working = LiveHost(None, env, command="sh -c 'while :; do :; done'", timeout=3)
+    path = zero3_walk(working)
+    assert path == ["symptom", "diag-live-late"], path
+    facts = working.results(["livetrace"])
+    live = facts.of("livetrace")
+    assert live["timed_out"] and live["stuck_states"] and not hang_evidence(live)
+    assert not PREDICATES["live_run_failed"].func(facts) and not PREDICATES["live_run_hung"].func(facts)
+    (f,) = [f for f in evaluate_check("libs.live", working.results(registry.CHECKS["libs.live"].probes))
+            if f.id == "libs.live"]
+    assert f.status == "skip" and "slow, not hung" in f.title
+
+    waiting = LiveHost(None, env, command="sleep 60", timeout=3)
+    path = zero3_walk(waiting)
+    assert path[:2] == ["symptom", "build-log"], path
+    facts = waiting.results(["livetrace"])
+    assert PREDICATES["live_run_hung"].func(facts) and not PREDICATES["live_run_late"].func(facts)

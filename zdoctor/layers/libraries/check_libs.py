@@ -658,7 +658,14 @@ def extension_file_broken(facts: Facts) -> bool:
            probes=("livetrace",))
 def live_failed(facts: Facts) -> bool:
     live = facts.of("livetrace") or {}
-    return bool(live) and not live.get("ok")
+    return bool(live) and not live.get("ok") and not late_run(live)
+
+
+def late_run(live: LivetraceFacts) -> bool:
+    """Whether the run reached its time limit with nothing to show a hang or a build: every process of it was
+    working on a CPU (or none was sampled, under zdoctor's own limit). zdoctor's time ran out; the run neither
+    failed nor hung."""
+    return bool(live.get("timed_out")) and not live.get("compiling") and not hang_evidence(live)
 
 
 def hang_evidence(live: LivetraceFacts) -> bool:
@@ -676,6 +683,12 @@ def hang_evidence(live: LivetraceFacts) -> bool:
 def live_hung(facts: Facts) -> bool:
     live = facts.of("livetrace") or {}
     return bool(live.get("timed_out")) and not live.get("compiling") and hang_evidence(live)
+
+
+@predicate("live_run_late", doc="the time limit came while every process of the run was still working (not "
+           "waiting, not compiling): not examined, neither failed nor hung", probes=("livetrace",))
+def live_late(facts: Facts) -> bool:
+    return late_run(facts.of("livetrace") or {})
 
 
 @predicate("live_run_still_compiling", doc="the time limit ended the command while its JIT build was still compiling",
