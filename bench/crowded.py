@@ -96,12 +96,15 @@ class Crowd:
         return os.getloadavg()[0]
 
 
-def run_check(argv: list[str], env: dict[str, str]) -> dict[str, object]:
-    """One ``check --json``: its wall time, the load around it, its findings' statuses and its walks' ends."""
+def run_check(argv: list[str], env: dict[str, str], keep: Path | None = None) -> dict[str, object]:
+    """One ``check --json``: its wall time, the load around it, its findings' statuses and its walks' ends;
+    with ``keep``, its whole report is written there."""
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, env=env, timeout=1800)
     wall = time.perf_counter() - t0
+    if keep is not None:
+        keep.write_bytes(proc.stdout)
     try:
         doc = json.loads(proc.stdout)
     except ValueError:
@@ -146,7 +149,11 @@ def main() -> int:
     ap.add_argument("--load", type=float, default=30.0, help="the crowd's one-minute load to reach (default 30)")
     ap.add_argument("--cases", default="healthy,ldpath")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--keep", help="write each run's whole report into this folder (CASE-NODE.json)")
     args = ap.parse_args()
+    keep = Path(args.keep) if args.keep else None
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
     from dsenv import LOAD_CPU_ADAM, cpu_adam_op, ensure
     from envkit import make_old_libstdcxx
     from startup import venv_exe
@@ -173,13 +180,13 @@ def main() -> int:
         for case in chosen:
             if case not in cases:
                 raise SystemExit(f"unknown case {case!r}")
-            results[case] = {"quiet": run_check(*cases[case])}
+            results[case] = {"quiet": run_check(*cases[case], keep / f"{case}-quiet.json" if keep else None)}
         # the crowd takes about 15 workers to hold a load of 30 on two cores: each busy process adds one
         with Crowd(int(args.load), Path(tmp)) as crowd:
             reached = crowd.wait_for_load(args.load * 0.8)
             print(f"crowd of {crowd.n} processes: load {reached:.1f} on {cpus} CPUs", file=sys.stderr)
             for case in chosen:
-                results[case]["crowded"] = run_check(*cases[case])
+                results[case]["crowded"] = run_check(*cases[case], keep / f"{case}-crowded.json" if keep else None)
         for case in chosen:
             results[case]["difference"] = compare(results[case]["quiet"], results[case]["crowded"])  # type: ignore[arg-type]
     print(f"{'case':<8} {'node':<8} {'load start-end':>15} {'wall':>8} {'exit':>5}  ran out of time / what differs")

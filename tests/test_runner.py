@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
+
+import pytest
 
 from zdoctor.proc.runner import run, run_streaming, which_all
 
@@ -111,3 +114,41 @@ def test_streaming_callback_errors_do_not_lose_lines():
 
     ev = run_streaming(["sh", "-c", "echo a; echo b"], boom, timeout=10)
     assert ev.stdout == "a\nb\n" and ev.exit_code == 0
+
+
+def test_only_the_childs_exit_or_the_time_limit_ends_the_wait(monkeypatch):
+    """A poll that wakes before the child exits (a signal; a descriptor that went bad, as when another thread
+    closed its number) waits again for the time left: a 2 s limit is not a time-out at the first wake-up."""
+    import select as select_module
+
+    from zdoctor.proc.runner import wait_exit
+
+    real_poll = select_module.poll
+    wakes: list[int] = []
+
+    class Spurious:
+        def __init__(self) -> None:
+            self.inner = real_poll()
+
+        def register(self, fd: int, mask: int) -> None:
+            self.inner.register(fd, mask)
+            self.fd = fd
+
+        def poll(self, timeout_ms: float) -> list[tuple[int, int]]:
+            wakes.append(1)
+            if len(wakes) == 1:
+                return [(self.fd, select_module.POLLNVAL)]  # an early wake-up: the child still runs
+            return self.inner.poll(timeout_ms)
+
+    monkeypatch.setattr(select_module, "poll", Spurious)
+    proc = subprocess.Popen(["sleep", "0.5"])
+    t0 = time.monotonic()
+    assert wait_exit(proc, 2.0) == 0
+    assert 0.4 < time.monotonic() - t0 < 2.0 and wakes
+    slow = subprocess.Popen(["sleep", "30"])
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            wait_exit(slow, 0.3)  # the limit itself still ends it
+    finally:
+        slow.kill()
+        slow.wait()

@@ -63,7 +63,10 @@ class OutputHeldOpen(Exception):
 
 def wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> int:
     """``proc.wait(timeout)``, woken by the kernel the moment the child exits (a pidfd, Linux 5.3+ and
-    Python 3.9+) rather than by ``Popen.wait``'s sleeps of up to 50 ms; ``Popen.wait`` where there is none."""
+    Python 3.9+) rather than by ``Popen.wait``'s sleeps of up to 50 ms; ``Popen.wait`` where there is none.
+    Only the child's exit or the end of ``timeout`` ends the wait: a poll that wakes early (a signal, the
+    descriptor gone bad) waits again for the time left."""
+    deadline = time.monotonic() + max(0.0, timeout)
     opener = getattr(os, "pidfd_open", None)
     if opener is not None and proc.returncode is None:
         try:
@@ -74,12 +77,19 @@ def wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> int:
             try:
                 poller = select.poll()
                 poller.register(fd, select.POLLIN)
-                with contextlib.suppress(InterruptedError):
-                    poller.poll(max(0.0, timeout) * 1000)
+                while proc.poll() is None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    events: list[tuple[int, int]] = []
+                    with contextlib.suppress(InterruptedError):
+                        events = poller.poll(left * 1000)
+                    if any(flags & select.POLLNVAL for _, flags in events):
+                        break  # not a pidfd any more: Popen.wait below, for the time left
             finally:
-                os.close(fd)
-            return proc.wait(0)
-    return proc.wait(timeout)
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+    return proc.wait(max(0.0, deadline - time.monotonic()))
 
 
 class _HeadTail:
