@@ -17,7 +17,7 @@ from zdoctor.core.registry import Facts
 from zdoctor.host import LiveHost
 from zdoctor.layers import evaluate_check, probe_findings
 from zdoctor.layers.libraries.check_libs import hang_evidence
-from zdoctor.readers.nodeload import MAX_STRETCH, budget_stretch, node_load
+from zdoctor.proc.nodeload import MAX_STRETCH, budget_stretch, node_load
 
 
 def test_a_budget_stretches_with_the_load_per_cpu_within_a_bound():
@@ -27,6 +27,19 @@ def test_a_budget_stretches_with_the_load_per_cpu_within_a_bound():
     assert budget_stretch(40.0, 2) == MAX_STRETCH
     load, cpus = node_load()
     assert cpus >= 1 and (load is None or load >= 0)
+
+
+def test_zdoctors_own_limits_stretch_with_the_load_and_the_users_never_do(monkeypatch):
+    from zdoctor.proc.target import Target
+
+    cpus = node_load()[1]
+    monkeypatch.setattr(os, "getloadavg", lambda: (cpus * 3.0, 0.0, 0.0))  # a node three times busier than its CPUs
+    assert Target.of().limit(120) == 360.0  # zdoctor's budget: the run is given the time the node can give it
+    assert Target.of(timeout=5).limit(120) == 5.0  # the user's --timeout is theirs: a hang past it is a hang
+    monkeypatch.setattr(os, "getloadavg", lambda: (cpus * 40.0, 0.0, 0.0))
+    assert Target.of().limit(120) == 120 * MAX_STRETCH  # within a bound
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.1, 0.0, 0.0))
+    assert Target.of().limit(120) == 120.0
 
 
 def test_a_probe_that_ran_out_of_time_is_not_examined_with_the_nodes_load(monkeypatch):

@@ -480,8 +480,9 @@ def test_playbook_walks_real_scenarios_to_the_right_diagnosis(tmp_path):
     target = {"requested": "python3", "resolved": "/usr/bin/python3", "explicit": False}
 
     def replayed(stuck: list[str] | None) -> ReplayHost:
-        facts = pyenv_probe.build_facts(pyenv_probe.parse_records(out), Evidence(label="x", error="timed out after 60s"),
-                                        target, stuck, "this node: load 30.0 on 2 CPUs")
+        late = Evidence(label="x", error="timed out after 60s")
+        facts = pyenv_probe.build_facts(pyenv_probe.parse_records(out), late, target, stuck,
+                                        "this node: load 30.0 on 2 CPUs")
         return ReplayHost({"format": "zdoctor-snapshot", "version": 1,
                            "probes": {"pyenv": ProbeResult(probe="pyenv", facts=facts).to_dict()}})
 

@@ -59,7 +59,8 @@ def _target_args(sp: argparse.ArgumentParser, top: bool = False) -> None:
                     help="the error you saw (a line of the failing output, pasted); repeatable. zdoctor explains "
                          "it with a finding or shows it as unexplained")
     sp.add_argument("--timeout", metavar="S", type=float, default=argparse.SUPPRESS,
-                    help="time limit in seconds for the traced command and for each remedy re-run (default 120)")
+                    help="time limit in seconds for the traced command and for each remedy re-run (default 120, "
+                         "stretched up to 4x on a node busier than its CPUs; a limit given here is kept as given)")
     sp.add_argument("--as-root", action="store_const", const=True, default=None,
                     help="refused: code another user can change (the training environment, its site-packages "
                          "and .pth files, a user site) always runs as that user, never as root")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from zdoctor.core import progress
 from zdoctor.core.model import Evidence, ProbeResult
 from zdoctor.proc import children
-from zdoctor.readers.nodeload import budget_stretch, load_words, node_load
+from zdoctor.proc.nodeload import budget_stretch, load_words, node_load
 
 if TYPE_CHECKING:
     from zdoctor.core.registry import Facts

@@ -17,6 +17,7 @@ from typing import Any
 
 from zdoctor.core.errors import UsageError
 from zdoctor.core.units import parse_count, parse_size
+from zdoctor.proc.nodeload import budget_stretch, node_load
 
 #: The interpreter looked up on the training PATH when none is named.
 DEFAULT_PYTHON = "python3"
@@ -41,6 +42,14 @@ class Target:
     ext: list[str] = field(default_factory=list)
     timeout: float | None = None
     options: dict[str, Any] = field(default_factory=dict)
+
+    def limit(self, default: float) -> float:
+        """The time limit of a run of the training's code: the user's ``--timeout`` as given (their limit),
+        else ``default``, zdoctor's own budget, stretched on a node busier than its CPUs
+        (:func:`~zdoctor.proc.nodeload.budget_stretch`): a slow run there is late, not stuck."""
+        if self.timeout:
+            return float(self.timeout)
+        return float(default) * budget_stretch(*node_load())
 
     @classmethod
     def of(cls, python: str | None = None, env: Mapping[str, str] | None = None, *, command: str | None = None,

@@ -38,7 +38,7 @@ def limitfix_probe(host: Any) -> tuple[LimitfixFacts, list[Evidence]]:
     if new is None:
         return {"skipped": "the soft limit is not below the hard one (only root can raise the hard limit)"}, []
     argv = ["/bin/bash", "-c", TRIAL_SCRIPT, "zdoctor-trial", str(new), "/bin/sh", "-c", target.command]
-    timeout = float(target.timeout or TRIAL_TIMEOUT)
+    timeout = target.limit(TRIAL_TIMEOUT)
     ev = run(argv, env=dict(target.env), timeout=timeout, label=f"re-run with ulimit -n {new}",
              run_as=runs_as_of(host))
     fixed = ev.exit_code == 0 and ev.error is None

@@ -77,8 +77,9 @@ def trace_argv(host: Any, env: dict[str, str]) -> tuple[list[str] | None, str]:
 
 
 def trace_timeout(host: Any) -> float:
-    """The live trace's time limit: the target's, else :data:`LIVE_TIMEOUT`."""
-    return float(target_of(host).timeout or LIVE_TIMEOUT)
+    """The live trace's time limit: the target's, else :data:`LIVE_TIMEOUT` stretched for the node's load
+    (:meth:`~zdoctor.proc.target.Target.limit`)."""
+    return target_of(host).limit(LIVE_TIMEOUT)
 
 
 def is_record(line: str) -> bool:

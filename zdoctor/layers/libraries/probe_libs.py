@@ -306,7 +306,7 @@ def libfix_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     libs = facts_of(host, "libs")
     if not libs:
         return {"skipped": "no static audit"}, []
-    timeout = float(target_of(host).timeout or VERIFY_TIMEOUT)
+    timeout = target_of(host).limit(VERIFY_TIMEOUT)
     run_as = runs_as_of(host)
 
     def tried(done: int, total: int) -> None:

@@ -39,10 +39,10 @@ from zdoctor.core.factstypes import PyenvFacts
 from zdoctor.core.model import Evidence
 from zdoctor.core.registry import probe
 from zdoctor.layers.libraries.importrun import ImportRun, shared_with_trace
+from zdoctor.proc.nodeload import budget_stretch, load_words, node_load
 from zdoctor.proc.privilege import RunAs, code_runs_as
 from zdoctor.proc.runner import run, which_all
 from zdoctor.proc.target import Target, target_of
-from zdoctor.readers.nodeload import budget_stretch, load_words, node_load
 from zdoctor.readers.stuck import StuckSampler, describe, shows_wait
 
 SENTINEL = scripts.RECORD_SENTINEL
@@ -328,7 +328,7 @@ def probe_target(python: str, env: dict[str, str], *, explicit: bool = False,
 @probe("pyenv", title="Target Python interpreter", timeout=TARGET_TIMEOUT + 30, facts=PyenvFacts)
 def pyenv_probe(host) -> tuple[dict[str, Any], list[Evidence]]:
     """The training interpreter: version, prefixes, packages, and an isolated ``import torch``. On a node
-    busier than its CPUs the import is given longer (:func:`~zdoctor.readers.nodeload.budget_stretch`)."""
+    busier than its CPUs the import is given longer (:func:`~zdoctor.proc.nodeload.budget_stretch`)."""
     target = target_of(host)
     return probe_target(target.python, dict(target.env), explicit=target.python_explicit,
                         timeout=TARGET_TIMEOUT * budget_stretch(*node_load()), run_as=code_runs_as(target),

@@ -416,7 +416,7 @@ def try_without_lock(lock: dict[str, Any], op: dict[str, Any] | None, host: Any)
             argv = [str(python), "-c", TRIAL_CODE, str(lock.get("op")), copied_so]
             out["how"] = ("the op loaded by the training interpreter, with TORCH_EXTENSIONS_DIR on a lock-free copy "
                           "of the op cache")
-        ev = run_guarded(argv, env, timeout=float(target_of(host).timeout or TRIAL_TIMEOUT),
+        ev = run_guarded(argv, env, timeout=target_of(host).limit(TRIAL_TIMEOUT),
                          label=f"trial without the lock: {lock.get('op')}", run_as=run_as)
         out.update(tried=True, fixed=ev.exit_code == 0 and not ev.error, seconds=round(ev.duration_s, 1),
                    exit_code=ev.exit_code, error=ev.error, output_tail=(ev.stderr or ev.stdout or "")[-1500:])
