@@ -19,7 +19,8 @@ that work sets on this machine (its wall time, or its CPU time over the cores, w
 - broken cases: the command traced as zdoctor traces it (LD_DEBUG, and strace filtered in the kernel where
   it can), and the command once fixed, run once per fix zdoctor reports as tried;
 - the healthy case: the live confirmation alone (zdoctor's default probe under LD_DEBUG: import torch and
-  DeepSpeed, then load every built op).
+  DeepSpeed, then load every built op); and ``import deepspeed`` beside one busy neighbour on the other core,
+  what any work of zdoctor's own beside the confirmation costs it on these cores.
 
 What zdoctor takes beyond the floor is its own: its start, the other probes on the same cores, the checks.
 """
@@ -46,6 +47,12 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from zdoctor.layers.libraries.live import LD_DEBUG_CATEGORIES, default_probe_argv, strace_from_start  # noqa: E402
+
+#: ``import deepspeed`` while one other process works through memory on another core (Python building and
+#: sorting lists, as zdoctor's own probes do): what the same import costs when it is not alone on the
+#: machine. The neighbour is ended as soon as the import returns; only the import's wall time is read.
+NEIGHBOUR = ('"$1" -c "import itertools, random; [sorted(str(random.random()) for _ in range(100000)) '
+             'for _ in itertools.count()]" & n=$!; "$2" -c "import deepspeed"; s=$?; kill $n; exit $s')
 
 #: Each case's goal: zdoctor's wall time at most this many times that of its floor, or of its baseline.
 GOALS = {"ldpath": ("floor", 1.05), "preload": ("floor", 1.05), "healthy": ("baseline", 1.05)}
@@ -183,11 +190,14 @@ def main() -> int:
             logs.mkdir()
             if case == "healthy":
                 live = dict(base, LD_DEBUG=LD_DEBUG_CATEGORIES, LD_DEBUG_OUTPUT=str(logs / "ld"))
+                beside = ["/bin/sh", "-c", NEIGHBOUR, "neighbour", sys.executable, str(py)]
                 r = rounds({"zdoctor": ([*zd, "check", "--json", "--no-log", "--python", str(py)], base),
                             "baseline": ([str(py), "-c", "import deepspeed"], base),
-                            "live probe": (default_probe_argv(str(py), [], [str(so)]), live)}, args.pairs)
+                            "live probe": (default_probe_argv(str(py), [], [str(so)]), live),
+                            "baseline beside a neighbour": (beside, base)}, args.pairs)
                 results[case] = summary(r, floor=r["live probe"].wall_s, floor_of="the live confirmation alone",
-                                        timeline=live_timeline(r["zdoctor"]))
+                                        timeline=live_timeline(r["zdoctor"]),
+                                        beside_ratio=r["baseline beside a neighbour"].wall_s / r["baseline"].wall_s)
                 continue
             broken = dict(base)
             if case == "ldpath":
@@ -228,6 +238,9 @@ def main() -> int:
             print(f"{case}: zdoctor's live confirmation started {tl['before_s']:.2f} s after zdoctor, ran "
                   f"{tl['live_s']:.2f} s (alone: {alone:.2f} s), and zdoctor exited {tl['after_s']:.2f} s "
                   "after it (medians)")
+        if "beside_ratio" in res:
+            print(f"{case}: `import deepspeed` beside one busy neighbour on another core takes "
+                  f"{res['beside_ratio']:.2f}x its time alone (the same import, not alone on the machine)")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
     return 0
