@@ -310,3 +310,29 @@ def test_retarget_remedy_suggests_the_active_env_and_is_quoted(tmp_path):
                          capture_output=True, text=True).stdout
     assert out == str(env_dir / "bin" / "python")
     assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize("waits", [False, True], ids=["working", "sleeping"])
+def test_an_interpreter_that_has_not_answered_at_the_limit(tmp_path, waits):
+    """An interpreter that works on a CPU past the probe's limit before its first line is slow: "not
+    examined", and the toolchain walk says so; one that sleeps there is the interpreter's own failure."""
+    from zdoctor.host import ReplayHost
+    from zdoctor.walk.engine import Walk
+    from zdoctor.walk.playbook import load_all
+
+    slow = tmp_path / "python3"
+    slow.write_text("#!/bin/sh\n" + ("exec sleep 60\n" if waits else "while :; do :; done\n"))
+    slow.chmod(0o755)
+    facts, evidence = probe_target(str(slow), base_env(tmp_path), timeout=3)
+    assert facts["error_kind"] == "timeout" and facts["stuck_states"] and facts["waiting"] is waits
+    [finding] = check("pyenv.interpreter", facts)
+    if waits:
+        assert finding.status == "fail" and finding.title.startswith("Target interpreter did not answer")
+        assert pred("interpreter_unusable", facts) and not pred("interpreter_late", facts)
+    else:
+        assert finding.status == "skip" and "not examined" in finding.title and "slow, not hung" in finding.title
+        assert pred("interpreter_late", facts) and not pred("interpreter_unusable", facts)
+    host = ReplayHost({"format": "zdoctor-snapshot", "version": 1,
+                       "probes": {"pyenv": ProbeResult(probe="pyenv", facts=facts).to_dict()}})
+    path = Walk(load_all()["toolchain"], host).run().path
+    assert path == ["interpreter", "diag-interpreter" if waits else "diag-interpreter-late"], path

@@ -58,6 +58,18 @@ def retarget_remedy(f: PyenvFacts) -> Remedy:
 def check_interpreter(facts: Facts, me: CheckSpec) -> list[Finding]:
     f = me.require(facts.of("pyenv"), "the pyenv probe gave no facts")
     ev = facts.evidence("pyenv", kinds=None)
+    if f.get("error") and _late(f):
+        sampled = [str(x) for x in f.get("stuck_states") or []]
+        lines = [str(f["error"]), *(["Just before the limit:", *(f"  {x}" for x in sampled)] if sampled else []),
+                 *([f"When the limit came ({f['node_load']})."] if f.get("node_load") else []), "",
+                 "Not examined: " + ("every process of it was running on a CPU: the interpreter was slow (a busy "
+                                     "node, a slow file system), not waiting" if sampled else
+                                     "no process of it was sampled before the limit, so nothing shows that it "
+                                     "waited") + ". Run again when the node is less busy."]
+        return [me.finding(status="skip", title=f"Target interpreter {_target_label(f)}: not examined: it had not "
+                           "answered when zdoctor's time ran out" + (", still running (slow, not hung)" if sampled
+                                                                      else ""),
+                           detail="\n".join(lines), evidence=ev)]
     if f.get("error"):
         kind = f.get("error_kind") or "failed"
         title = f"{_ERROR_TITLES.get(kind, _ERROR_TITLES['failed'])}: {_target_label(f)}"
@@ -198,7 +210,19 @@ def _torch_state(facts: Facts) -> str | None:
            probes=("pyenv",))
 def interpreter_unusable(facts: Facts) -> bool:
     f = facts.of("pyenv")
-    return f is None or bool(f.get("error"))
+    return f is None or (bool(f.get("error")) and not _late(f))
+
+
+def _late(f: PyenvFacts) -> bool:
+    """The interpreter had not answered when zdoctor's time ran out, and nothing of it was waiting."""
+    return f.get("error_kind") == "timeout" and not f.get("waiting")
+
+
+@predicate("interpreter_late", doc="the target interpreter had not answered when zdoctor's time ran out, still "
+           "working (not waiting): not examined", probes=("pyenv",))
+def interpreter_late(facts: Facts) -> bool:
+    f = facts.of("pyenv")
+    return f is not None and bool(f.get("error")) and _late(f)
 
 
 @predicate("torch_missing", doc="torch is not installed in the target interpreter", probes=("pyenv",))
