@@ -94,8 +94,9 @@ def zero3_walk(host: LiveHost) -> list[str]:
 
 
 def test_a_run_working_at_its_limit_is_not_examined_and_one_waiting_is_a_hang(tmp_path: Path):
-    """The same limit, two runs: one works on a CPU until it is ended (slow: the walk says "not examined",
-    and the run neither failed nor hung), one sleeps (a wait: the walk follows the hang)."""
+    """The same limit, three runs: one works on a CPU until it is ended (slow: the walk says "not examined",
+    and the run neither failed nor hung), one sleeps and one is stopped (each a wait: the walk follows the
+    hang)."""
     from zdoctor.core.registry import PREDICATES
 
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
@@ -110,9 +111,12 @@ def test_a_run_working_at_its_limit_is_not_examined_and_one_waiting_is_a_hang(tm
     (f,) = [f for f in evaluate_check("libs.live", working.results(registry.CHECKS["libs.live"].probes))
             if f.id == "libs.live"]
     assert f.status == "skip" and "slow, not hung" in f.title
+    assert "It loaded no libstdc++ before the limit" in f.detail  # a shell loop loads none: said as it is
 
-    waiting = LiveHost(None, env, command="sleep 60", timeout=3)
-    path = zero3_walk(waiting)
-    assert path[:2] == ["symptom", "build-log"], path
-    facts = waiting.results(["livetrace"])
-    assert PREDICATES["live_run_hung"].func(facts) and not PREDICATES["live_run_late"].func(facts)
+    for command, state in (("sleep 60", "sleeping"), ("sh -c 'kill -STOP $$'", "stopped")):
+        waiting = LiveHost(None, env, command=command, timeout=3)
+        path = zero3_walk(waiting)
+        assert path[:2] == ["symptom", "build-log"], (command, path)
+        facts = waiting.results(["livetrace"])
+        assert any(state in x for x in facts.of("livetrace")["stuck_states"]), facts.of("livetrace")["stuck_states"]
+        assert PREDICATES["live_run_hung"].func(facts) and not PREDICATES["live_run_late"].func(facts)

@@ -356,8 +356,11 @@ def check_live(facts: Facts, me: CheckSpec) -> list[Finding]:
                                   f"{live.get('timeout') or '?'} s), its processes still running: slow, not hung",
                                   detail="\n".join([*lines, "", "Every process of the run was running on a CPU "
                                                      "when the limit came: the interpreter was slow (a busy node, a "
-                                                     "slow file system), not waiting. Nothing was loaded, so nothing "
-                                                     "is concluded; run again with a longer --timeout."]),
+                                                     "slow file system), not waiting. " + (
+                                                         "What it loaded before the limit is listed above; what it "
+                                                         "had not reached was never loaded" if loaded else
+                                                         "It loaded no libstdc++ before the limit") +
+                                                     ", so nothing is concluded; run again with a longer --timeout."]),
                                   evidence=ev))
         else:
             out.append(me.finding(status="fail", title=f"{what} did not finish within the time limit (hang?)",
