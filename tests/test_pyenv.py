@@ -336,3 +336,7 @@ def test_an_interpreter_that_has_not_answered_at_the_limit(tmp_path, waits):
                        "probes": {"pyenv": ProbeResult(probe="pyenv", facts=facts).to_dict()}})
     path = Walk(load_all()["toolchain"], host).run().path
     assert path == ["interpreter", "diag-interpreter" if waits else "diag-interpreter-late"], path
+    from zdoctor.walk.guide import next_step
+
+    said = next_step([finding], facts)
+    assert said.startswith("Next: name the training interpreter" if waits else "Next: run zdoctor again"), said

@@ -185,7 +185,8 @@ def answer_step(symptoms: Iterable[Mapping[str, Any]], findings: Iterable[Findin
 
 def next_step(findings: Iterable[Finding], pyenv: dict | None, replay: bool = False, host: Host | None = None,
               books: Mapping[str, Playbook] | None = None, symptoms: Iterable[Mapping[str, Any]] = ()) -> str:
-    """The one thing to do next, from the first pass: name the training interpreter when the probed one
+    """The one thing to do next, from the first pass: run again later when the interpreter had not answered
+    in zdoctor's time while working (slow, not broken); name the training interpreter when the probed one
     cannot be it (missing, no torch); else, while a symptom stands unexplained, read its finding; else walk
     the playbook that answers the first explained symptom (:func:`answer_step`); else walk the playbook that
     reaches the worst finding (with ``host`` and ``books``: a walk on the host's facts shows it). A warning
@@ -193,6 +194,9 @@ def next_step(findings: Iterable[Finding], pyenv: dict | None, replay: bool = Fa
     found = list(findings)
     target = (pyenv or {}).get("target") or {}
     torch = (pyenv or {}).get("torch") or {}
+    if pyenv and pyenv.get("error_kind") == "timeout" and not pyenv.get("waiting"):  # late, not broken
+        return ("Next: run zdoctor again when the node is less busy: the training interpreter had not answered "
+                f"when zdoctor's time ran out ({pyenv.get('node_load') or 'load unknown'})")
     if not replay and not target.get("explicit") and (pyenv is None or pyenv.get("error")
                                                        or torch.get("installed") is False):
         return f"Next: name the training interpreter: zdoctor --python {TRAINING_PYTHON}"
