@@ -154,16 +154,11 @@ def main() -> int:
     keep = Path(args.keep) if args.keep else None
     if keep is not None:
         keep.mkdir(parents=True, exist_ok=True)
-    from dsenv import LOAD_CPU_ADAM, cpu_adam_op, ensure
     from envkit import make_old_libstdcxx
+    from speed import training
     from startup import venv_exe
 
-    py = Path(args.python) if args.python else ensure()
-    so = cpu_adam_op(py)
-    base = {k: v for k, v in os.environ.items() if not k.startswith("LD_")}
-    base["TORCH_EXTENSIONS_DIR"] = str(so.parent.parent)
-    base["PATH"] = f"{py.parent}{os.pathsep}{base.get('PATH', '')}"
-    cmd = [str(py), "-c", LOAD_CPU_ADAM]
+    py, _, base, cmd = training(args.python)
     cpus = len(os.sched_getaffinity(0))
     results: dict[str, dict[str, object]] = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -162,6 +162,20 @@ def summary(r: dict[str, Runs], *, floor: float, floor_of: str, **extra: object)
             "wall_s": {k: v.wall_s for k, v in r.items()}, "cpu_s": {k: v.cpu_s for k, v in r.items()}, **extra}
 
 
+def training(python: str | None) -> tuple[Path, Path, dict[str, str], list[str]]:
+    """The torch + DeepSpeed environment the cases run in: its interpreter (``python``, else the tests' own
+    environment, built on first use), its JIT-built cpu_adam op, the environment without any ``LD_``
+    variable, and the command that loads the op."""
+    from dsenv import LOAD_CPU_ADAM, cpu_adam_op, ensure
+
+    py = Path(python) if python else ensure()
+    so = cpu_adam_op(py)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("LD_")}
+    base["TORCH_EXTENSIONS_DIR"] = str(so.parent.parent)
+    base["PATH"] = f"{py.parent}{os.pathsep}{base.get('PATH', '')}"
+    return py, so, base, [str(py), "-c", LOAD_CPU_ADAM]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--python", help="the torch + DeepSpeed environment's interpreter")
@@ -169,16 +183,10 @@ def main() -> int:
     ap.add_argument("--cases", default="ldpath,preload,healthy")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
-    from dsenv import LOAD_CPU_ADAM, cpu_adam_op, ensure
     from envkit import make_old_libstdcxx
     from startup import venv_exe
 
-    py = Path(args.python) if args.python else ensure()
-    so = cpu_adam_op(py)
-    base = {k: v for k, v in os.environ.items() if not k.startswith("LD_")}
-    base["TORCH_EXTENSIONS_DIR"] = str(so.parent.parent)
-    base["PATH"] = f"{py.parent}{os.pathsep}{base.get('PATH', '')}"
-    cmd = [str(py), "-c", LOAD_CPU_ADAM]
+    py, so, base, cmd = training(args.python)
     results: dict[str, dict[str, object]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         zd = venv_exe(Path(tmp))
