@@ -120,3 +120,20 @@ def test_a_run_working_at_its_limit_is_not_examined_and_one_waiting_is_a_hang(tm
         facts = waiting.results(["livetrace"])
         assert any(state in x for x in facts.of("livetrace")["stuck_states"]), facts.of("livetrace")["stuck_states"]
         assert PREDICATES["live_run_hung"].func(facts) and not PREDICATES["live_run_late"].func(facts)
+
+
+def test_a_working_process_with_an_unreaped_child_is_slow_not_hung(tmp_path: Path):
+    """A zombie waits for nothing: its parent, still working on a CPU, is what the sample shows (the zombie
+    alone read as a wait, and the run as a hang)."""
+    import sys
+
+    from zdoctor.core.registry import PREDICATES
+
+    registry.load_vocabulary()
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
+    code = "import os\nif os.fork() == 0: os._exit(0)\nwhile True: pass"
+    host = LiveHost(None, env, command=f"{sys.executable} -c '{code}'", timeout=3)
+    facts = host.results(["livetrace"])
+    states = facts.of("livetrace")["stuck_states"]
+    assert states and all(x.endswith(": running") for x in states) and not any("zombie" in x for x in states), states
+    assert PREDICATES["live_run_late"].func(facts) and not PREDICATES["live_run_hung"].func(facts)

@@ -72,16 +72,28 @@ def process_state(pid: int) -> dict[str, str] | None:
 
 
 def sample_tree(pid: int, skip: tuple[str, ...] = ("strace",), most: int = 16) -> list[dict[str, str]]:
-    """The states of the processes below ``pid`` that have no child of their own (a parent only waits for its
-    children), less those named in ``skip``; at most ``most``, none when ``pid`` is gone."""
+    """The states of the living processes below ``pid`` that have no living child of their own (a parent only
+    waits for its children), less those named in ``skip``; at most ``most``, none when ``pid`` is gone. A
+    zombie is left out: it waits for nothing, and its parent, working or waiting, is what tells."""
     import psutil
 
     try:
         tree = psutil.Process(pid).children(recursive=True)
-        leaves = [c.pid for c in tree if not c.children()]
     except psutil.Error:
         return []
-    return [s for s in map(process_state, leaves) if s is not None and s["comm"] not in skip][:most]
+    states: dict[int, dict[str, str]] = {}
+    parents: set[int] = set()
+    for proc in tree:
+        state = process_state(proc.pid)
+        if state is None or state["state"] == "Z":
+            continue
+        states[proc.pid] = state
+        try:
+            parents.add(proc.ppid())
+        except psutil.Error:
+            continue
+    leaves = [s for p, s in states.items() if p not in parents and s["comm"] not in skip]
+    return leaves[:most]
 
 
 def shows_wait(described: list[str]) -> bool:
