@@ -101,7 +101,7 @@ def test_a_run_working_at_its_limit_is_not_examined_and_one_waiting_is_a_hang(tm
 
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
            "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
-    working = LiveHost(None, env, command="sh -c 'while :; do :; done'", timeout=3)
+    working = LiveHost(None, env, command="sh -c 'while :; do :; done'", timeout=1.5)
     path = zero3_walk(working)
     assert path == ["symptom", "diag-live-late"], path
     facts = working.results(["livetrace"])
@@ -114,7 +114,7 @@ def test_a_run_working_at_its_limit_is_not_examined_and_one_waiting_is_a_hang(tm
     assert "It loaded no libstdc++ before the limit" in f.detail  # a shell loop loads none: said as it is
 
     for command, state in (("sleep 60", "sleeping"), ("sh -c 'kill -STOP $$'", "stopped")):
-        waiting = LiveHost(None, env, command=command, timeout=3)
+        waiting = LiveHost(None, env, command=command, timeout=1.5)
         path = zero3_walk(waiting)
         assert path[:2] == ["symptom", "build-log"], (command, path)
         facts = waiting.results(["livetrace"])
@@ -132,7 +132,7 @@ def test_a_working_process_with_an_unreaped_child_is_slow_not_hung(tmp_path: Pat
     registry.load_vocabulary()
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
     code = "import os\nif os.fork() == 0: os._exit(0)\nwhile True: pass"
-    host = LiveHost(None, env, command=f"{sys.executable} -c '{code}'", timeout=3)
+    host = LiveHost(None, env, command=f"{sys.executable} -c '{code}'", timeout=1.5)
     facts = host.results(["livetrace"])
     states = facts.of("livetrace")["stuck_states"]
     assert states and all(x.endswith(": running") for x in states) and not any("zombie" in x for x in states), states
