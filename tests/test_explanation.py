@@ -147,6 +147,11 @@ def test_a_run_ended_while_compilers_worked_is_still_compiling_not_a_hang():
     assert "rerun with a longer --timeout" in s.text
     (h,) = from_run(None, True, "", "", timeout=30, waiting_in=["pid 5 (python): sleeping in hrtimer_nanosleep"])
     assert h.kind == "hang"
+    assert "it was waiting in pid 5 (python): sleeping in hrtimer_nanosleep" in h.text
+    # sampled on a CPU at the limit: the command did not finish, and nothing says it waited
+    (w,) = from_run(None, True, "", "", timeout=2, waiting_in=["pid 6 (sh): running"])
+    assert "waiting" not in w.text and "still working: pid 6 (sh): running" in w.text, w.text
+    assert w.fields["waiting_in"] == ""
 
 
 # -- every recorded scenario -----------------------------------------------------------------------------

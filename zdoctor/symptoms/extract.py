@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from zdoctor.core.symptom import Symptom
+from zdoctor.readers.stuck import shows_wait
 from zdoctor.symptoms.catalogue import ANY_ERROR, SIGNATURES, Signature, pieces
 
 #: At most this many symptoms from one source: a log of a thousand failing steps is one story.
@@ -144,10 +145,13 @@ def from_run(exit_code: int | None, timed_out: bool, stdout: str, stderr: str, *
         building.id = f"S{nxt}"
         found.append(building)
     elif timed_out:
-        waits = [w for w in waiting_in if w][:3]
+        sampled = [w for w in waiting_in if w]
+        waits = [w for w in sampled if shows_wait([w])][:3]  # a process on a CPU is working, not waiting
         text = f"the command did not finish within {timeout:g} s" if timeout else "the command did not finish"
         if waits:
             text += "; it was waiting in " + "; ".join(waits)
+        elif sampled:
+            text += "; every process sampled was still working: " + "; ".join(sampled[:3])
         found.append(Symptom(id=f"S{nxt}", source="process", text=text, kind="hang",
                              fields={"waiting_in": waits[0] if waits else ""}, where="--command run"))
     elif exit_code is not None and exit_code < 0:
