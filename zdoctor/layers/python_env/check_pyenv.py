@@ -60,12 +60,8 @@ def check_interpreter(facts: Facts, me: CheckSpec) -> list[Finding]:
     ev = facts.evidence("pyenv", kinds=None)
     if f.get("error") and _late(f):
         sampled = [str(x) for x in f.get("stuck_states") or []]
-        lines = [str(f["error"]), *(["Just before the limit:", *(f"  {x}" for x in sampled)] if sampled else []),
-                 *([f"When the limit came ({f['node_load']})."] if f.get("node_load") else []), "",
-                 "Not examined: " + ("every process of it was running on a CPU: the interpreter was slow (a busy "
-                                     "node, a slow file system), not waiting" if sampled else
-                                     "no process of it was sampled before the limit, so nothing shows that it "
-                                     "waited") + ". Run again when the node is less busy."]
+        lines = [str(f["error"]), *_at_the_limit(f), "", f"Not examined: {_why_not_examined(f)}. Run again when "
+                 "the node is less busy."]
         return [me.finding(status="skip", title=f"Target interpreter {_target_label(f)}: not examined: it had not "
                            "answered when zdoctor's time ran out" + (", still running (slow, not hung)" if sampled
                                                                       else ""),
@@ -170,26 +166,34 @@ def check_torch_import(facts: Facts, me: CheckSpec) -> list[Finding]:
     return [me.finding(status=status, title=title, detail="\n".join(lines), evidence=ev)]
 
 
+def _at_the_limit(f: PyenvFacts) -> list[str]:
+    """Where the probe's processes were just before its time limit, and the node's load then."""
+    sampled = [str(x) for x in f.get("stuck_states") or []]
+    return [*(["Just before the limit:", *(f"  {x}" for x in sampled)] if sampled else []),
+            *([f"When the limit came ({f['node_load']})."] if f.get("node_load") else [])]
+
+
+def _why_not_examined(f: PyenvFacts) -> str:
+    """Why a probe that ran out of time without a wait says nothing of the interpreter."""
+    if f.get("stuck_states"):
+        return ("every process of it was running on a CPU when the limit came: the interpreter was slow (a busy "
+                "node, a slow file system), not waiting")
+    return "no process of it was sampled before the limit, so nothing shows that it waited"
+
+
 def _torch_import_late(me: CheckSpec, f: PyenvFacts, exe: str, ev: list[Evidence]) -> Finding:
     """``import torch`` still running at the probe's time limit: a hang only where a process of it waited
     (hang evidence); a run whose processes were all on a CPU was slow (a busy node, a slow disk), not hung."""
-    sampled = [str(x) for x in f.get("stuck_states") or []]
+    sampled = f.get("stuck_states") or []
     lines = [f"`import torch` in {exe} was still running when the probe's time limit ran out; the process "
-             f"group was ended. Records received: {', '.join(f.get('stages') or []) or 'none'}."]
-    if sampled:
-        lines += ["Just before the limit:", *(f"  {x}" for x in sampled)]
-    if f.get("node_load"):
-        lines.append(f"When the limit came ({f['node_load']}).")
+             f"group was ended. Records received: {', '.join(f.get('stages') or []) or 'none'}.", *_at_the_limit(f)]
     see = f"To see where it stops, run:\n  {shlex.quote(exe)} -X importtime -c 'import torch'"
     if f.get("waiting"):
         lines += ["", "A process of the import was waiting, not working: a hang inside the import usually waits "
                   "on a filesystem (site-packages or the home directory on NFS/Lustre) or on a lock. " + see]
         return me.finding(status="fail", title="import torch hangs", detail="\n".join(lines), evidence=ev)
-    why = ("every process of it was running on a CPU when the limit came: the interpreter was slow (a busy "
-           "node, a slow file system), not waiting" if sampled else
-           "no process of it was sampled before the limit, so nothing shows that it waited")
-    lines += ["", f"Not examined: {why}. Nothing is concluded from zdoctor's own time limit; run again when the "
-              "node is less busy, or time the import yourself. " + see]
+    lines += ["", f"Not examined: {_why_not_examined(f)}. Nothing is concluded from zdoctor's own time limit; "
+              "run again when the node is less busy, or time the import yourself. " + see]
     return me.finding(status="skip", title="import torch: not examined: it ran out of time, still running "
                       "(slow, not hung)" if sampled else "import torch: not examined: it ran out of time",
                       detail="\n".join(lines), evidence=ev)
