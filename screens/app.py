@@ -22,6 +22,7 @@ from textual.screen import Screen
 from zdoctor.core.errors import InputError, ZdoctorError
 
 from .base import CTRL_C_QUITS, HELP, QUIT, AppBase
+from .common import START_CSS
 
 
 @dataclass
@@ -86,6 +87,8 @@ class ZdoctorApp(AppBase):
 
     TITLE = "zdoctor"
     SUB_TITLE = "ZeRO-3 Offload node doctor"
+    #: the start screen's stylesheet, read with the app: Textual reads none for an app's default screen
+    CSS_PATH = START_CSS
     BINDINGS = [
         HELP,
         Binding("t", "glossary", "Terms", id="glossary"),
@@ -130,6 +133,21 @@ class ZdoctorApp(AppBase):
         self.ctx = ctx
         return ctx
 
+    def get_default_screen(self) -> Screen:
+        """The start screen of this node, drawn as the app's first screen (pushing it over Textual's blank
+        default screen would style and lay out both before the first frame); a resumed session or practice
+        is pushed over the blank one in :meth:`on_mount`."""
+        if "resume" in self.plan or "demo" in self.plan:
+            return super().get_default_screen()
+        from .start import StartScreen  # only the first screen's module is imported before it is drawn
+
+        # the session log (and the walk's event vocabulary it loads) once the start screen is drawn
+        return StartScreen(self.add_context(self.live_context(log_now=False)))
+
+    def can_go_back(self) -> bool:
+        """Whether the screen under the current one is one to go back to (not Textual's blank default)."""
+        return len(self.screen_stack) > 1 and self.screen_stack[-2].id != "_default"
+
     def on_mount(self) -> None:
         # only the first screen's module is imported before it is drawn
         if "resume" in self.plan:
@@ -147,11 +165,6 @@ class ZdoctorApp(AppBase):
                 from .practice import PracticeScreen
 
                 self.push_screen(PracticeScreen())
-        else:
-            from .start import StartScreen
-
-            # the session log (and the walk's event vocabulary it loads) once the start screen is drawn
-            self.push_screen(StartScreen(self.add_context(self.live_context(log_now=False))))
         if self.ctx is not None and self.ctx.note:
             self.notify(self.ctx.note, severity="warning")
 

@@ -1,5 +1,5 @@
-"""What the guided session's app and the fleet app share: the stylesheet, the help and quit keys, the help
-screen, and the line filter that keeps control characters in shown text off the terminal."""
+"""What the guided session's app and the fleet app share: the help and quit keys, the help screen, and the
+line filter that keeps control characters in shown text off the terminal."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ from typing import Any
 
 from textual.app import App
 from textual.binding import Binding
-
-from zdoctor.core.resources import data_dir
 
 from .common import NO_CONTROL_CHARACTERS
 
@@ -20,12 +18,12 @@ CTRL_C_QUITS = Binding("ctrl+c", "quit", "Quit", show=False, priority=True, id="
 
 
 class AppBase(App[int]):
-    """A zdoctor app: the one stylesheet, ``?`` for the keys, and no control character on the terminal.
+    """A zdoctor app: ``?`` for the keys, and no control character on the terminal.
     Each app lists its keys itself (:data:`HELP` and :data:`QUIT` among them), in the order the key bar
     shows them."""
 
     def __init__(self) -> None:
-        super().__init__(css_path=str(data_dir("assets") / "zdoctor.tcss"))
+        super().__init__()  # each screen reads its own stylesheet (screens.common.START_CSS, SCREENS_CSS)
 
     def get_line_filters(self) -> list[Any]:
         """Textual's filters, then one that keeps control characters in shown text off the terminal."""

@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Header, Static
 from zdoctor.core.plural import count_of
 from zdoctor.report.reportdoc import Evidence, EvidenceTable, ReportDoc
 
-from .common import HOT, KeyBar
+from .common import HOT, SCREENS_CSS, KeyBar
 from .docview import evidence_key, evidence_text, finding_line, padded
 
 CELL_PADDING = 2  # a DataTable cell's padding, one column each side
@@ -79,6 +79,8 @@ TABLE_INSET = 8  # the page's padding and scroll bar, the table's margin and its
 class EvidenceScreen(Screen[None]):
     """The evidence of one step's report document, finding by finding; evidence shared by several findings is
     shown once (a table where the document shows it first)."""
+
+    CSS_PATH = SCREENS_CSS
 
     PALETTE_GROUP = "Evidence"
     BINDINGS = [

@@ -28,7 +28,7 @@ from zdoctor.core.present import MARKS, STYLES, pasted_script
 from zdoctor.fleet.result import NODE_PROBLEMS, families
 
 from .base import HELP, QUIT, AppBase
-from .common import KeyBar
+from .common import SCREENS_CSS, KeyBar
 from .docview import flags_text, step_doc
 from .evidence import EvidenceScreen
 from .info import ExportScreen
@@ -110,6 +110,8 @@ def skew_mark(row: SkewRow) -> Text:
 
 class FleetScreen(Screen[None]):
     """The node x check-family matrix and the skew table; Enter opens a node or a fact."""
+
+    CSS_PATH = SCREENS_CSS
 
     PALETTE_GROUP = "Fleet"
     BINDINGS = [
@@ -245,6 +247,8 @@ def cells_text(node: NodeResult, checks: list[str]) -> RenderableType:
 class FleetNodeScreen(Screen[None]):
     """One node: how the launcher fared, its findings worst first, and every check's cell."""
 
+    CSS_PATH = SCREENS_CSS
+
     PALETTE_GROUP = "Fleet node"
     BINDINGS = [
         Binding("escape", "back", "Back", id="back"),
@@ -327,6 +331,8 @@ class FleetFindingScreen(EvidenceScreen):
 
 class FleetFactScreen(Screen[None]):
     """One fact on every node, side by side: the nodes that differ from the majority are marked ✗."""
+
+    CSS_PATH = SCREENS_CSS
 
     PALETTE_GROUP = "Fleet fact"
     BINDINGS = [Binding("escape", "back", "Back", id="back")]
@@ -418,6 +424,8 @@ def collect_head(live: LiveFleet, answered: int, elapsed: float, failed: bool = 
 class FleetCollectScreen(Screen[None]):
     """Every node as it answers, while the fleet is collected in a thread; the matrix replaces it once
     every node has answered or timed out."""
+
+    CSS_PATH = SCREENS_CSS
 
     PALETTE_GROUP = "Fleet collection"
     BINDINGS = [Binding("ctrl+c", "app.quit", "Stop and quit", show=False, priority=True)]

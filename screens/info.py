@@ -13,7 +13,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Header, OptionList, Static
 from textual.widgets.option_list import Option
 
-from .common import KeyBar
+from .common import SCREENS_CSS, KeyBar
 
 GENERAL_KEYS = [
     ("Tab / Shift+Tab", "move between the parts of a screen"),
@@ -56,6 +56,8 @@ def keys_table(screen: Screen) -> RichTable:
 class HelpScreen(ModalScreen[None]):
     """The keys of the screen underneath and of the app."""
 
+    CSS_PATH = SCREENS_CSS
+
     BINDINGS = [Binding("escape,question_mark,f1,q", "dismiss", "Close", id="close")]
 
     def __init__(self, under: Screen) -> None:
@@ -76,6 +78,8 @@ class HelpScreen(ModalScreen[None]):
 
 class TextScreen(Screen[None]):
     """A long text to scroll through (the playbook graph)."""
+
+    CSS_PATH = SCREENS_CSS
 
     PALETTE_GROUP = "View"
     BINDINGS = [
@@ -116,6 +120,8 @@ class TextScreen(Screen[None]):
 
 class GlossaryScreen(Screen[None]):
     """The glossary: pick a term, read it."""
+
+    CSS_PATH = SCREENS_CSS
 
     PALETTE_GROUP = "Glossary"
     BINDINGS = [Binding("escape", "back", "Back", id="back")]
@@ -171,6 +177,8 @@ class GlossaryScreen(Screen[None]):
 class ExportScreen(ModalScreen[None]):
     """Export the session (or, given ``exporter``, whatever it writes); the path written is shown here and
     in a notification."""
+
+    CSS_PATH = SCREENS_CSS
 
     BINDINGS = [
         Binding("m", "export('md')", "Markdown", id="md"),

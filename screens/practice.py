@@ -12,11 +12,13 @@ from textual.screen import Screen
 from textual.widgets import Header, OptionList, Static
 from textual.widgets.option_list import Option
 
-from .common import KeyBar
+from .common import SCREENS_CSS, KeyBar
 
 
 class PracticeScreen(Screen[None]):
     """The practice scenarios and the story of the highlighted one."""
+
+    CSS_PATH = SCREENS_CSS
 
     PALETTE_GROUP = "Practice"
     BINDINGS = [
@@ -81,7 +83,7 @@ class PracticeScreen(Screen[None]):
             self.app.start_practice(s)  # type: ignore[attr-defined]
 
     def action_back(self) -> None:
-        if len(self.app.screen_stack) > 2:
+        if self.app.can_go_back():  # type: ignore[attr-defined]
             self.app.pop_screen()
         else:
             self.notify("This is the first screen: q quits.", timeout=3)

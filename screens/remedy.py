@@ -42,7 +42,7 @@ from zdoctor.report.reportdoc import FindingItem, RemedyItem, ReportDoc, remedy_
 from zdoctor.walk.apply import ApplyOutcome, ApplyPlan, core_action, env_effect, known_env, plan, run_remedy
 from zdoctor.walk.events import record_remedy
 
-from .common import ContextScreen, KeyBar, in_thread, mark
+from .common import SCREENS_CSS, ContextScreen, KeyBar, in_thread, mark
 from .docview import finding_item, flags_text, remedy_item, shown_host, step_doc, trial_mark, trial_text
 
 
@@ -83,6 +83,8 @@ def shell_only(r: Remedy, how: ApplyPlan) -> bool:
 
 class ConfirmApply(ModalScreen[bool]):
     """Apply this remedy? The focused answer, and the one Enter gives, is No."""
+
+    CSS_PATH = SCREENS_CSS
 
     BINDINGS = [
         Binding("y", "answer(True)", "Yes, apply", id="yes"),

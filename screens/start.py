@@ -16,7 +16,7 @@ from zdoctor.core.model import Finding
 from zdoctor.core.present import ALSO_FOUND
 from zdoctor.proc.target import DEFAULT_PYTHON
 
-from .common import ContextScreen, KeyBar, ProbePanel, in_thread
+from .common import START_CSS, ContextScreen, KeyBar, ProbePanel, in_thread
 
 if TYPE_CHECKING:
     from zdoctor.report.reportdoc import ReportDoc
@@ -145,6 +145,7 @@ class StartScreen(ContextScreen):
     """The node at a glance, a first pass of every check, and what to do next."""
 
     PALETTE_GROUP = "Start"
+    CSS_PATH = START_CSS
     BINDINGS = [
         Binding("o", "open", "Open", id="open"),
         Binding("r", "recheck", "Re-check", id="recheck"),
@@ -174,9 +175,18 @@ class StartScreen(ContextScreen):
             yield Static("", id="pass-rest")
         yield Static(Text("Next: wait for the first pass of every check (c cancels a slow probe)", style="bold"),
                      id="next-step")
-        yield Input(placeholder="s: paste the error you saw (optional), then Enter", id="symptom-box")
-        yield OptionList(id="start-menu")
+        # the symptom box and the menu follow the first frame (:meth:`controls`): the menu is empty until
+        # its playbooks are read anyway, and the two are the costliest widgets to style and draw
         yield KeyBar()
+
+    def controls(self) -> None:
+        """Mount the symptom box and the menu above the key bar, once (after the first frame, or at once
+        for a key pressed before it), and focus the menu."""
+        if self.query("#start-menu"):
+            return
+        self.mount(Input(placeholder="s: paste the error you saw (optional), then Enter", id="symptom-box"),
+                   OptionList(id="start-menu"), before=self.query_one(KeyBar))
+        self.query_one("#start-menu", OptionList).focus()
 
     def glance_width(self) -> int | None:
         """The glance's line width (its own content width, inside padding), once laid out."""
@@ -193,11 +203,11 @@ class StartScreen(ContextScreen):
         self.show_glance()
 
     def on_mount(self) -> None:
-        self.query_one("#start-menu", OptionList).focus()
         # the screen is drawn first; the menu (playbooks, scenarios), the sessions and the probes follow
         self.call_after_refresh(self.after_first_paint)
 
     def after_first_paint(self) -> None:
+        self.controls()
         self.run_worker(self._start_up(), group="start-up", exclusive=True)
 
     async def _start_up(self) -> None:
@@ -220,6 +230,7 @@ class StartScreen(ContextScreen):
 
     # -- the menu ----------------------------------------------------------------------------------
     def fill_menu(self) -> None:
+        self.controls()
         books, scenarios = self.menu_data if self.menu_data is not None else menu_entries()
         menu = self.query_one("#start-menu", OptionList)
         keep = menu.highlighted_option.id if menu.highlighted_option is not None else None
@@ -309,6 +320,7 @@ class StartScreen(ContextScreen):
         self.show_glance()
 
     def action_symptom(self) -> None:
+        self.controls()
         self.query_one("#symptom-box", Input).focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:

@@ -20,7 +20,7 @@ from zdoctor.report.reportdoc import FindingItem, ReportDoc
 from zdoctor.walk.ledger import ledger_on
 from zdoctor.walk.walkwords import in_words
 
-from .common import ContextScreen, KeyBar, ProbePanel, in_thread, mark
+from .common import SCREENS_CSS, ContextScreen, KeyBar, ProbePanel, in_thread, mark
 from .docview import (
     finding_line,
     findings_text,
@@ -83,6 +83,8 @@ def candidate_text(c: Any, chosen: Any, book: Any, shadowed: bool = False) -> Te
 
 class AskScreen(ModalScreen[str]):
     """A question with a few answers; the first answer is focused and is what Enter and Esc give."""
+
+    CSS_PATH = SCREENS_CSS
 
     BINDINGS = [Binding("escape", "answer_default", "Cancel", id="ask-cancel")]
 
@@ -578,7 +580,7 @@ class WalkScreen(ContextScreen):
 
     def leave(self) -> None:
         self.query_one(ProbePanel).cancel()  # what this step still runs ends with it (its commands too)
-        if len(self.app.screen_stack) > 2:
+        if self.app.can_go_back():  # type: ignore[attr-defined]
             self.app.pop_screen()
         else:  # opened first (--demo SCENARIO, --resume): go to where it would have been opened from
             self.app.switch_screen(self.app.base_screen(self.ctx))  # type: ignore[attr-defined]

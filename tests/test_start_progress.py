@@ -55,3 +55,68 @@ def test_the_start_screen_lists_running_probes_and_fills_them_in(tmp_path: Path)
             await pilot.press("q")
 
     asyncio.run(scenario())
+
+
+def test_the_start_screens_work_waits_for_its_first_frame(tmp_path: Path, monkeypatch) -> None:
+    """The first pass, the menu and the session log start once the start screen's first frame has been
+    handed to the terminal, not before, and the start screen is that first frame: no blank screen under it
+    (a screen pushed over it during the app's start-up gets its after-refresh callbacks before any frame:
+    Textual runs them at once while its start-up batch holds the frames back)."""
+    from screens.start import StartScreen
+
+    python, release = held_interpreter(tmp_path)
+    release.write_text("")
+    seen: list[list[str]] = []
+    original = StartScreen.after_first_paint
+
+    def after_first_paint(self: StartScreen) -> None:
+        seen.append(list(frames))
+        original(self)
+
+    monkeypatch.setattr(StartScreen, "after_first_paint", after_first_paint)
+    frames: list[str] = []
+
+    async def scenario() -> None:
+        app = make(host=LiveHost(python=str(python)), argv=["tui"], export_dir=tmp_path)
+        shown = app._display  # every frame the compositor hands over to be written
+
+        def display(screen, renderable) -> None:
+            if renderable is not None and not app._batch_count:
+                frames.append(type(screen).__name__)
+            shown(screen, renderable)
+
+        app._display = display  # type: ignore[method-assign]
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(pilot, lambda: bool(seen) and app.screen.query("#start-menu"), what="the start-up")
+            assert seen == [seen[0]] and seen[0] and set(seen[0]) == {"StartScreen"}, seen
+            assert [type(s).__name__ for s in app.screen_stack] == ["StartScreen"]
+            # the symptom box and the menu follow the first frame; the menu has the focus
+            assert app.focused is app.screen.query_one("#start-menu")
+            await pilot.press("q")
+
+    asyncio.run(scenario())
+
+
+def test_every_screen_names_its_stylesheet() -> None:
+    """Each screen class reads its rules when it first opens (the start screen's alone before the first
+    frame); a screen that named none would be drawn unstyled."""
+    import importlib
+    import pkgutil
+
+    from textual.screen import Screen
+
+    import screens
+    from screens.common import SCREENS_CSS, START_CSS
+
+    classes = set()
+    for info in pkgutil.iter_modules(screens.__path__):
+        module = importlib.import_module(f"screens.{info.name}")
+        classes |= {c for c in vars(module).values()
+                    if isinstance(c, type) and issubclass(c, Screen) and c.__module__.startswith("screens.")}
+    assert len(classes) >= 12, sorted(c.__name__ for c in classes)
+    for cls in classes:
+        assert cls.CSS_PATH in (START_CSS, SCREENS_CSS), cls.__name__
+        assert Path(cls.CSS_PATH).is_file(), cls.CSS_PATH
+    start_rules = Path(START_CSS).read_text()
+    assert "#start-menu" in start_rules and "#walk-body" not in start_rules
+    assert "#walk-body" in Path(SCREENS_CSS).read_text()

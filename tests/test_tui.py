@@ -135,7 +135,8 @@ def test_start_screen_then_walk_a_playbook_to_its_diagnosis(tmp_path):
             await settle(pilot, lambda: walk_screen.walk.done, what="the end of the walk")
             sid = app.ctx.log.id
             await pilot.press("escape")
-            assert name(app) == "StartScreen"
+            # back to the same start screen, its first pass kept (not a new one over it)
+            assert app.screen is start and len(app.screen_stack) == 1
             await pilot.press("q")
         events = load_events(sid)
         types = [e["type"] for e in events]

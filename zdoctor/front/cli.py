@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Sequence
@@ -299,6 +298,8 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
         text = encode(doc)
     else:
+        import json  # only here: the guide's first screen does not wait for it
+
         text = json.dumps(doc, indent=1) + "\n"
     if args.output == "-":
         sys.stdout.write(text)
