@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rich.segment import Segment
@@ -283,7 +284,7 @@ class ProbePanel(Static):
         done = host.recorded()
         self.states = {n: ProbeState(n, probe_title(n), probe_budget(n), now, result=done.get(n)) for n in names}
         for st in self.running:
-            self.run_worker(self._probe(st.name, self._token), group="probes", exit_on_error=False,
+            self.run_worker(partial(self._probe, st.name, self._token), group="probes", exit_on_error=False,
                             name=f"probe {st.name}")
         if self.running:
             if self._timer is None:

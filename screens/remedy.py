@@ -349,7 +349,7 @@ class RemedyScreen(ContextScreen):
         elif how.interactive:
             self.run_in_terminal(i, f, r, how)
         else:
-            self.run_worker(self.stream(i, f, r), group="apply", exclusive=True)
+            self.run_worker(partial(self.stream, i, f, r), group="apply", exclusive=True)
 
     def action_undo(self) -> None:
         """Undo the highlighted fix this screen applied: its recorded undo lines, after the same confirmation."""
@@ -377,7 +377,7 @@ class RemedyScreen(ContextScreen):
         if how.interactive:
             self.run_in_terminal(i, f, undo, how, undoing=True)
         else:
-            self.run_worker(self.stream(i, f, undo, undoing=True), group="apply", exclusive=True)
+            self.run_worker(partial(self.stream, i, f, undo, undoing=True), group="apply", exclusive=True)
 
     def practise(self, i: int, f: Finding, r: Remedy) -> None:
         log = self.query_one("#rem-log", Log)
@@ -448,7 +448,7 @@ class RemedyScreen(ContextScreen):
             outcome = run_remedy(r, training_env(self.ctx.host), terminal=terminal, env_file=self.env_file())
         except NoTerminal:
             note = "This terminal cannot be handed over; running without it (a password prompt will fail)."
-            self.run_worker(self.stream(i, f, r, note, undoing), group="apply", exclusive=True)
+            self.run_worker(partial(self.stream, i, f, r, note, undoing), group="apply", exclusive=True)
             return
         self.finish(i, f, r, outcome, undoing)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
@@ -208,14 +209,14 @@ class StartScreen(ContextScreen):
 
     def after_first_paint(self) -> None:
         self.controls()
-        self.run_worker(self._start_up(), group="start-up", exclusive=True)
+        self.run_worker(self._start_up, group="start-up", exclusive=True)
 
     async def _start_up(self) -> None:
         """The session log, the menu, the sessions and the first pass; what they read from disk is read in
         a thread, so the first frame is written out meanwhile."""
         data = await in_thread(menu_entries)
         self.ready(data)
-        self.run_worker(self._load_sessions(), group="sessions", exclusive=True)
+        self.run_worker(self._load_sessions, group="sessions", exclusive=True)
         self.action_recheck()
 
     def ready(self, data: tuple[dict[str, Any], list[Any]] | None = None) -> None:
@@ -307,7 +308,7 @@ class StartScreen(ContextScreen):
         self.findings = None
         panel.display = True
         self.query_one("#pass-findings", Static).update(Text("Probing this node… (c cancels)", style="dim"))
-        self.run_worker(self._start_pass(fresh), group="first-pass", exclusive=True)
+        self.run_worker(partial(self._start_pass, fresh), group="first-pass", exclusive=True)
 
     async def _start_pass(self, fresh: bool) -> None:
         from zdoctor.walk.guide import first_pass_probes
@@ -339,7 +340,7 @@ class StartScreen(ContextScreen):
         target.options.setdefault("symptom", []).append(text)
         self.ctx.host.forget(["symptoms"])
         self.notify("judging the checks against the error you pasted", timeout=3)
-        self.run_worker(self._evaluate(), group="first-pass-check", exclusive=True)
+        self.run_worker(self._evaluate, group="first-pass-check", exclusive=True)
 
     def action_cancel(self) -> None:
         names = self.query_one(ProbePanel).cancel()
@@ -348,7 +349,7 @@ class StartScreen(ContextScreen):
 
     def on_probe_panel_finished(self, event: ProbePanel.Finished) -> None:
         self.show_glance()
-        self.run_worker(self._evaluate(), group="first-pass-check", exclusive=True)
+        self.run_worker(self._evaluate, group="first-pass-check", exclusive=True)
 
     async def _evaluate(self) -> None:
         from zdoctor.walk.doctor import check

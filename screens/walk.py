@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from functools import partial
 from typing import Any
 
 from rich.console import Group
@@ -251,7 +252,7 @@ class WalkScreen(ContextScreen):
     def on_probe_panel_finished(self, event: ProbePanel.Finished) -> None:
         event.stop()
         if not self.walk.done and self.outcome is None:
-            self.run_worker(self._evaluate(self._visit), group="evaluate", exclusive=True)
+            self.run_worker(partial(self._evaluate, self._visit), group="evaluate", exclusive=True)
 
     async def _evaluate(self, visit: int) -> None:
         outcome = await in_thread(self.walk.evaluate, name="evaluate")
