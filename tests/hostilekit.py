@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import json
 import os
-import resource
 import shutil
 import struct
 import subprocess
@@ -58,42 +58,63 @@ class Measured:
     killed: bool
 
 
-def _limit_memory() -> None:  # pragma: no cover - runs in the child
-    # A safety net for the machine running the tests: the unbounded code this guards against grew past
-    # 3 GB; let it fail with MemoryError at 4 GiB of address space instead.
-    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
-    os.setsid()
+#: Forks and runs the measured command, and reports how it ended. The measured process is forked from this
+#: small interpreter, not from the test worker: a process's peak RSS (``ru_maxrss``) keeps the size of the
+#: process it was forked from across ``exec``, and a test worker holds hundreds of MB.
+SPAWNER = r"""
+import json, os, resource, sys, time
+argv, cwd, wall_limit, out, err = json.loads(sys.argv[1])
+pid = os.fork()
+if pid == 0:
+    try:
+        os.dup2(os.open(out, os.O_WRONLY), 1)
+        os.dup2(os.open(err, os.O_WRONLY), 2)
+        # a safety net for the machine running the tests: the unbounded code this guards against grew past
+        # 3 GB; let it fail with MemoryError at 4 GiB of address space instead
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+        os.setsid()
+        os.chdir(cwd)
+        os.execvp(argv[0], argv)
+    finally:
+        os._exit(127)
+t0 = time.monotonic()
+killed = False
+while True:
+    done, status, usage = os.wait4(pid, os.WNOHANG)
+    if done:
+        break
+    if time.monotonic() - t0 > wall_limit:
+        killed = True
+        os.killpg(pid, 9)
+        done, status, usage = os.wait4(pid, 0)
+        break
+    time.sleep(0.05)
+code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
+print(json.dumps([code, usage.ru_maxrss, killed]))
+"""
 
 
 def run_measured(args: Sequence[str], *, env: dict[str, str] | None = None, wall_limit: float = 60,
                  stdin: int | None = subprocess.DEVNULL, cwd: str | None = None,
                  python: Sequence[str] | None = None) -> Measured:
-    """Run ``python -m zdoctor ARGS`` and measure its peak RSS (``wait4``) and wall time; past
-    ``wall_limit`` seconds its whole process group is killed (``killed``)."""
+    """Run ``python -m zdoctor ARGS`` and measure its peak RSS (its own and its children's, ``wait4``) and
+    wall time; past ``wall_limit`` seconds its whole process group is killed (``killed``)."""
     full_env = dict(os.environ if env is None else env)
     full_env.setdefault("NO_COLOR", "1")
     out_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"zdoctor-measured-{os.getpid()}-{time.monotonic_ns()}"
+    argv = [*(python or [sys.executable]), "-m", "zdoctor", *args]
+    request = json.dumps([argv, cwd or tempfile.gettempdir(), wall_limit, f"{out_path}.out", f"{out_path}.err"])
+    for suffix in (".out", ".err"):
+        Path(f"{out_path}{suffix}").touch()
     t0 = time.monotonic()
-    with open(f"{out_path}.out", "w+b") as out, open(f"{out_path}.err", "w+b") as err:
-        proc = subprocess.Popen([*(python or [sys.executable]), "-m", "zdoctor", *args], stdout=out, stderr=err,
-                                stdin=stdin, env=full_env, cwd=cwd or tempfile.gettempdir(), preexec_fn=_limit_memory)
-        killed = False
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() - t0 > wall_limit:
-                killed = True
-                os.killpg(proc.pid, 9)
-                pid, status, usage = os.wait4(proc.pid, 0)
-                break
-            time.sleep(0.05)
-        proc.returncode = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
-        wall = time.monotonic() - t0
-        out.seek(0)
-        err.seek(0)
-        result = Measured(proc.returncode, out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace"),
-                          max(usage.ru_maxrss, 0) / 1024, wall, killed)
+    spawner = subprocess.run([sys.executable, "-I", "-S", "-c", SPAWNER, request], stdin=stdin,
+                             capture_output=True, text=True, env=full_env, timeout=wall_limit + 60)
+    wall = time.monotonic() - t0
+    assert spawner.returncode == 0, f"the measuring spawner failed: {spawner.stderr}"
+    code, maxrss_kib, killed = json.loads(spawner.stdout)
+    result = Measured(code, Path(f"{out_path}.out").read_bytes().decode("utf-8", "replace"),
+                      Path(f"{out_path}.err").read_bytes().decode("utf-8", "replace"),
+                      max(maxrss_kib, 0) / 1024, wall, killed)
     for suffix in (".out", ".err"):
         with_suffix = Path(f"{out_path}{suffix}")
         with_suffix.unlink()
