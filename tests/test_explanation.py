@@ -148,10 +148,35 @@ def test_a_run_ended_while_compilers_worked_is_still_compiling_not_a_hang():
     (h,) = from_run(None, True, "", "", timeout=30, waiting_in=["pid 5 (python): sleeping in hrtimer_nanosleep"])
     assert h.kind == "hang"
     assert "it was waiting in pid 5 (python): sleeping in hrtimer_nanosleep" in h.text
-    # sampled on a CPU at the limit: the command did not finish, and nothing says it waited
+    # sampled on a CPU at the limit: still working, not a hang, and nothing says it waited
     (w,) = from_run(None, True, "", "", timeout=2, waiting_in=["pid 6 (sh): running"])
-    assert "waiting" not in w.text and "still working: pid 6 (sh): running" in w.text, w.text
-    assert w.fields["waiting_in"] == ""
+    assert w.kind == "still-working" and "waiting" not in w.text and "hung" not in w.text, w
+    assert "still working when the run reached 2 s (every process sampled was on a CPU: pid 6 (sh): running)" \
+        in w.text and "not a hang" in w.text and "--timeout" in w.text, w.text
+    # not sampled at all: only the user's own limit is known, as before
+    (n,) = from_run(None, True, "", "", timeout=2)
+    assert n.kind == "hang" and n.text == "the command did not finish within 2 s"
+
+
+def test_a_command_still_working_at_its_time_limit_is_explained_not_called_a_hang(tmp_path):
+    """A real busy loop given 2 s: the symptom is what was seen (still working at the limit, not a hang), the
+    live run's finding explains it with what to do (a longer --timeout), nothing calls the run hung, and the
+    symptom is not left unexplained."""
+    rc, doc = run_check_json(["--command", "sh -c 'while :; do :; done'", "--timeout", "2",
+                              "--playbook", "zero3-launch"], env_with())
+    (s,) = [s for s in doc["symptoms"] if s["source"] == "process"]
+    assert s["kind"] == "still-working" and "on a CPU" in s["text"], s
+    (live,) = findings(doc, "libs.live")
+    assert live["status"] == "warn" and "still working when the time limit (2 s) came: not a hang" in live["title"]
+    assert s["explained_by"] == ["libs.live"] and live["explains"] == [s["id"]]
+    (rerun,) = live["remedies"]
+    assert "--timeout 600" in rerun["explanation"] and rerun["verification"]["state"] == "not_tried"
+    assert "not known: it was still working at 2 s" in rerun["verification"]["reason"]
+    assert not any(f["id"].startswith("symptom.unexplained.") for f in doc["findings"])
+    assert "hung" not in json.dumps([f for f in doc["findings"] if f["id"] in ("libs.live", "ranks.waits")])
+    (walk,) = [p for p in doc["playbooks"] if p["id"] == "zero3-launch"]
+    assert walk["path"][-1] == "diag-live-late"
+    assert rc == 0, rc  # nothing failed, and what was seen is explained
 
 
 # -- every recorded scenario -----------------------------------------------------------------------------

@@ -13,7 +13,7 @@ EXPLAINING = frozenset({"fail", "warn", "crash"})
 #: Id prefix of the finding that stands for a symptom nothing explains.
 UNEXPLAINED_PREFIX = "symptom.unexplained."
 SOURCE_WORDS = {"command": "the --command run", "log": "the --log file", "user": "the message you gave",
-                "process": "the hung run"}
+                "process": "the run at its time limit"}
 
 
 @dataclass

@@ -135,8 +135,8 @@ def from_run(exit_code: int | None, timed_out: bool, stdout: str, stderr: str, *
              waiting_in: Iterable[str] = (), compiling: Sequence[Mapping[str, Any]] = (),
              start: int = 1) -> list[Symptom]:
     """The symptoms of a ``--command`` run: its error lines, then how it ended when that says more (killed by
-    a signal, stopped at the time limit while still compiling or hung, or a failing exit status with no error
-    line to show for it)."""
+    a signal, stopped at the time limit while still compiling, still working or hung, or a failing exit status
+    with no error line to show for it)."""
     found = from_text(f"{stdout}\n{stderr}", "command", "--command output", start)
     nxt = start + len(found)
     kinds = {(s.kind, s.fields.get("signal")) for s in found}
@@ -147,13 +147,18 @@ def from_run(exit_code: int | None, timed_out: bool, stdout: str, stderr: str, *
     elif timed_out:
         sampled = [w for w in waiting_in if w]
         waits = [w for w in sampled if shows_wait([w])][:3]  # a process on a CPU is working, not waiting
-        text = f"the command did not finish within {timeout:g} s" if timeout else "the command did not finish"
-        if waits:
-            text += "; it was waiting in " + "; ".join(waits)
-        elif sampled:
-            text += "; every process sampled was still working: " + "; ".join(sampled[:3])
-        found.append(Symptom(id=f"S{nxt}", source="process", text=text, kind="hang",
-                             fields={"waiting_in": waits[0] if waits else ""}, where="--command run"))
+        limit = f"{timeout:g} s" if timeout else "its time limit"
+        if sampled and not waits:
+            found.append(Symptom(id=f"S{nxt}", source="process", kind="still-working", where="--command run",
+                                 text=f"the command was still working when the run reached {limit} (every "
+                                      f"process sampled was on a CPU: {'; '.join(sampled[:3])}): not a hang; "
+                                      "rerun with a longer --timeout"))
+        else:
+            text = f"the command did not finish within {limit}"
+            if waits:
+                text += "; it was waiting in " + "; ".join(waits)
+            found.append(Symptom(id=f"S{nxt}", source="process", text=text, kind="hang",
+                                 fields={"waiting_in": waits[0] if waits else ""}, where="--command run"))
     elif exit_code is not None and exit_code < 0:
         sig = str(-exit_code)
         if ("killed", sig) not in kinds:

@@ -302,8 +302,32 @@ def _still_compiling(me: CheckSpec, facts: Facts, what: str, building: list[dict
                    evidence=[table, *ev], remedies=[rerun], explains=ids_for(facts, "still-compiling"))
 
 
+def _still_working(me: CheckSpec, facts: Facts, what: str, loaded: bool, lines: list[str],
+                   ev: list[Evidence]) -> Finding:
+    """The user's command reached its time limit while every process of it was working: too short a limit
+    (or a loop), not a hang; what it would have done is not known."""
+    limit = (facts.of("livetrace") or {}).get("timeout")
+    within = f"{limit:g} s" if isinstance(limit, (int, float)) else "its time limit"
+    longer = f"{max(600, int(float(limit) * 4)) if isinstance(limit, (int, float)) else 600}"
+    rerun = Remedy(
+        title="See how it ends: run the check again with a longer time limit",
+        commands=[], explanation=f"Run `zdoctor check` again with `--timeout {longer}` (or the command itself with "
+                                 "no limit). If it is still working then, it loops or waits on work that never "
+                                 "ends: name a rank or its launcher with --pid to read where each one is.",
+        note=f"how long the command needs is not known: it was still working at {within}")
+    return Finding(id=me.name, status="warn",
+                   title=f"{what} was still working when the time limit ({within}) came: not a hang",
+                   detail="\n".join([*lines, "", "Every process of the run was on a CPU when the limit came: it was "
+                                      "working, not waiting. " + (
+                                          "What it loaded before the limit is listed above; what it had not "
+                                          "reached was never loaded" if loaded else
+                                          "It loaded no libstdc++ before the limit") +
+                                      ", so how it would have ended is not known."]),
+                   evidence=ev, remedies=[rerun], explains=ids_for(facts, "still-working"))
+
+
 @check("libs.live", title="The command under the real loader", probes=("livetrace", "libs"),
-       explains=("version-not-found", "still-compiling"),
+       explains=("version-not-found", "still-compiling", "still-working"),
        findings=("libs.prediction",),
        no_remedy="it states what the command did under the real loader; the findings that name why (libs.glibcxx, "
                  "libs.symbols, libs.broken-files, the hang and build findings) carry the fixes")
@@ -344,13 +368,15 @@ def check_live(facts: Facts, me: CheckSpec) -> list[Finding]:
         waits = [x for x in traced if x not in opened]
         if waits:
             lines += ["strace saw it wait in:", *(f"  {x}" for x in waits[:3])]
-        lines.append("Last files opened before it stopped answering:" if files else
+        lines.append("Last files opened before the time limit:" if files else
                      "No strace record of the files it opened (strace unavailable).")
         lines += [f"  {f}" for f in files[-10:]] if files and isinstance(files[0], str) else \
             [f"  {f}" for f in files[-10:]]
         building = [c for c in live.get("compiling") or [] if isinstance(c, dict) and c.get("comm")]
         if building:
             out.append(_still_compiling(me, facts, what, building, lines, ev))
+        elif not hang_evidence(live) and live.get("source") == "command":  # the user's limit on a working run
+            out.append(_still_working(me, facts, what, bool(loaded), lines, ev))
         elif not hang_evidence(live):  # zdoctor's own probe was late on a busy or slow node: no verdict
             out.append(me.finding(status="skip", title=f"{what}: not examined: it ran out of time ("
                                   f"{live.get('timeout') or '?'} s), its processes still running: slow, not hung",

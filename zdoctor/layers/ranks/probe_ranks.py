@@ -28,6 +28,7 @@ from zdoctor.core.registry import probe
 from zdoctor.layers.ranks.rankjob import collect_ranks
 from zdoctor.layers.ranks.rankwaits import PYSPY_TIMEOUT
 from zdoctor.proc.target import target_of
+from zdoctor.readers.stuck import shows_wait
 
 NOT_NAMED = "no hung job named (give --pid PID of a rank or its launcher, or --command)"
 
@@ -56,8 +57,10 @@ def from_hung_command(host) -> dict[str, Any]:
         why = (ranks or {}).get("error") if isinstance(ranks, dict) else None
         return {"skipped": "the hung --command run's ranks were not read before its time limit"
                            + (f" ({why})" if why else "")}
-    return {**ranks, "source": "command",
-            "how": f"the hung --command run ({ranks.get('how')}), read just before its time limit"}
+    states = [str(x) for x in live.get("stuck_states") or []]
+    # as the live run's own findings judge it: no sample of a --command run counts as a hang
+    run = "the hung --command run" if not states or shows_wait(states) else "the still-working --command run"
+    return {**ranks, "source": "command", "how": f"{run} ({ranks.get('how')}), read just before its time limit"}
 
 
 @probe("ranks", title="A hung job's ranks: state, wait and Python stack", timeout=PYSPY_TIMEOUT + 40,
