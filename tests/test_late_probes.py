@@ -36,6 +36,9 @@ def test_zdoctors_own_limits_stretch_with_the_load_and_the_users_never_do(monkey
     monkeypatch.setattr(os, "getloadavg", lambda: (cpus * 3.0, 0.0, 0.0))  # a node three times busier than its CPUs
     assert Target.of().limit(120) == 360.0  # zdoctor's budget: the run is given the time the node can give it
     assert Target.of(timeout=5).limit(120) == 5.0  # the user's --timeout is theirs: a hang past it is a hang
+    # a trial that needs a part of the run: the user's limit, within zdoctor's stretched budget for it
+    assert Target.of(timeout=500).limit(120, capped=True) == 360.0
+    assert Target.of(timeout=5).limit(120, capped=True) == 5.0 and Target.of().limit(120, capped=True) == 360.0
     monkeypatch.setattr(os, "getloadavg", lambda: (cpus * 40.0, 0.0, 0.0))
     assert Target.of().limit(120) == 120 * MAX_STRETCH  # within a bound
     monkeypatch.setattr(os, "getloadavg", lambda: (0.1, 0.0, 0.0))

@@ -43,13 +43,15 @@ class Target:
     timeout: float | None = None
     options: dict[str, Any] = field(default_factory=dict)
 
-    def limit(self, default: float) -> float:
+    def limit(self, default: float, *, capped: bool = False) -> float:
         """The time limit of a run of the training's code: the user's ``--timeout`` as given (their limit),
         else ``default``, zdoctor's own budget, stretched on a node busier than its CPUs
-        (:func:`~zdoctor.proc.nodeload.budget_stretch`): a slow run there is late, not stuck."""
+        (:func:`~zdoctor.proc.nodeload.budget_stretch`): a slow run there is late, not stuck. ``capped``: the
+        user's limit, but never longer than that stretched budget (a trial that needs only a part of the run)."""
+        stretched = float(default) * budget_stretch(*node_load())
         if self.timeout:
-            return float(self.timeout)
-        return float(default) * budget_stretch(*node_load())
+            return min(float(self.timeout), stretched) if capped else float(self.timeout)
+        return stretched
 
     @classmethod
     def of(cls, python: str | None = None, env: Mapping[str, str] | None = None, *, command: str | None = None,

@@ -22,7 +22,6 @@ from zdoctor.core.registry import facts_of, probe
 from zdoctor.layers.cuda_lookup import cudalookup as cl
 from zdoctor.layers.cuda_lookup.rules import DRIVER_DIRS
 from zdoctor.proc import contain
-from zdoctor.proc.nodeload import budget_stretch, node_load
 from zdoctor.proc.privilege import runs_as_of
 from zdoctor.proc.runner import run
 from zdoctor.proc.target import target_of
@@ -289,7 +288,7 @@ def cudalookup_probe(host: Any) -> tuple[dict[str, Any], list[Evidence]]:
     # Only a failing --command is re-run with the plans: without one, the import probe's trace is not waited for.
     live = facts_of(host, "livetrace") if target_of(host).command else {}
     plans = make_plans(facts, env, live)
-    timeout = min(target.limit(TRIAL_TIMEOUT), TRIAL_TIMEOUT * budget_stretch(*node_load()))
+    timeout = target.limit(TRIAL_TIMEOUT, capped=True)
     evidence += try_lookup_plans(plans, live, env, timeout, run_as)
     facts["plans"] = {k: [p.to_dict() for p in v] for k, v in plans.items()}
     return facts, evidence
