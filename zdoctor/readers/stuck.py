@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from collections import Counter
 from typing import Any, Callable
 
+#: How many looks :func:`sample_tree` takes at a run, how far apart, and how long they take.
+LOOKS, LOOK_GAP = 7, 0.037  # 37 ms: no common poll period (10, 50, 100 ms ...) lines the looks up
+SAMPLE_WINDOW = (LOOKS - 1) * LOOK_GAP
 #: What a process state letter means.
 STATES = {"R": "running", "S": "sleeping", "D": "in the kernel (uninterruptible)", "T": "stopped",
           "t": "stopped by a tracer", "Z": "a zombie", "I": "idle"}
@@ -71,16 +76,14 @@ def process_state(pid: int) -> dict[str, str] | None:
     return out
 
 
-def sample_tree(pid: int, skip: tuple[str, ...] = ("strace",), most: int = 16) -> list[dict[str, str]]:
-    """The states of the living processes below ``pid`` that have no living child of their own (a parent only
-    waits for its children), less those named in ``skip``; at most ``most``, none when ``pid`` is gone. A
-    zombie is left out: it waits for nothing, and its parent, working or waiting, is what tells."""
+def _leaves(pid: int, skip: tuple[str, ...]) -> dict[int, dict[str, str]]:
+    """One look: the states of the living processes below ``pid`` with no living child of their own."""
     import psutil
 
     try:
         tree = psutil.Process(pid).children(recursive=True)
     except psutil.Error:
-        return []
+        return {}
     states: dict[int, dict[str, str]] = {}
     parents: set[int] = set()
     for proc in tree:
@@ -92,8 +95,53 @@ def sample_tree(pid: int, skip: tuple[str, ...] = ("strace",), most: int = 16) -
             parents.add(proc.ppid())
         except psutil.Error:
             continue
-    leaves = [s for p, s in states.items() if p not in parents and s["comm"] not in skip]
-    return leaves[:most]
+    return {p: s for p, s in states.items() if p not in parents and s["comm"] not in skip}
+
+
+def _runnable_ns(pid: int) -> int | None:
+    """Nanoseconds ``pid`` has spent on a CPU or waiting in a run queue for one (``/proc/PID/schedstat``), or
+    None where the kernel does not say."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as fh:
+            on_cpu, queued = fh.read().split()[:2]
+        return int(on_cpu) + int(queued)
+    except (OSError, ValueError):
+        return None
+
+
+def sample_tree(pid: int, skip: tuple[str, ...] = ("strace",), most: int = 16, looks: int = LOOKS,
+                gap: float = LOOK_GAP) -> list[dict[str, str]]:
+    """The states of the living processes below ``pid`` that have no living child of their own (a parent only
+    waits for its children), less those named in ``skip``; at most ``most``, none when ``pid`` is gone. A
+    zombie is left out: it waits for nothing, and its parent, working or waiting, is what tells.
+
+    ``looks`` looks, ``gap`` seconds apart. One look can catch a process that polls (sleeps, wakes, checks,
+    sleeps) just as it woke, above all on a busy node, where a woken process waits its turn for a CPU as
+    runnable. A process is running when it was runnable (on a CPU, or queued for one) for most of the time
+    between its first and last look, as the kernel's scheduler counts it; where the kernel does not count
+    it, when it was running in most looks. Otherwise it is in the state it was most often in."""
+    seen: dict[int, list[dict[str, str]]] = {}
+    runnable: dict[int, list[tuple[float, int | None]]] = {}
+    for i in range(max(1, looks)):
+        if i:
+            time.sleep(gap)
+        for p, state in _leaves(pid, skip).items():
+            seen.setdefault(p, []).append(state)
+            runnable.setdefault(p, []).append((time.monotonic(), _runnable_ns(p)))
+    out = []
+    for p, states in seen.items():
+        (t0, first), (t1, last) = runnable[p][0], runnable[p][-1]
+        if first is not None and last is not None and t1 - t0 >= gap:
+            working = (last - first) / 1e9 > (t1 - t0) / 2
+        else:
+            working = sum(s["state"] == "R" for s in states) * 2 > len(states)
+        if working:
+            out.append({**states[-1], "state": "R", "wchan": ""})
+            continue
+        waiting = [s for s in states if s["state"] != "R"] or states
+        common = Counter(s["state"] for s in waiting).most_common(1)[0][0]
+        out.append([s for s in waiting if s["state"] == common][-1])
+    return out[:most]
 
 
 def shows_wait(described: list[str]) -> bool:
@@ -115,10 +163,11 @@ def describe(s: dict[str, str]) -> str:
 
 
 class StuckSampler:
-    """Sample the states of a process tree once, ``delay`` seconds after :meth:`start` (just before the
-    run's time limit): the processes below ``pid`` that have no child of their own (a parent only waits for
-    its children), less those named in ``skip`` (a tracer). With ``inspect``, ``inspect(pid)`` runs once too,
-    ``inspect_delay`` seconds after the start (earlier: it takes longer), its answer kept in ``inspected``."""
+    """Sample the states of a process tree (:func:`sample_tree`'s looks, ending ``delay`` seconds after
+    :meth:`start`, just before the run's time limit): the processes below ``pid`` that have no child of
+    their own (a parent only waits for its children), less those named in ``skip`` (a tracer). With
+    ``inspect``, ``inspect(pid)`` runs once too, ``inspect_delay`` seconds after the start (earlier: it takes
+    longer), its answer kept in ``inspected``."""
 
     def __init__(self, delay: float, skip: tuple[str, ...] = ("strace",),
                  inspect: Callable[[int], Any] | None = None, inspect_delay: float | None = None) -> None:
@@ -132,7 +181,8 @@ class StuckSampler:
         self._inspector: threading.Timer | None = None
 
     def start(self, pid: int) -> None:
-        self._timer = threading.Timer(self.delay, self._sample, args=(pid,))
+        # its looks end at ``delay``, before the limit (:func:`sample_tree`)
+        self._timer = threading.Timer(max(0.0, self.delay - SAMPLE_WINDOW), self._sample, args=(pid,))
         self._timer.daemon = True
         self._timer.start()
         if self.inspect is not None:
