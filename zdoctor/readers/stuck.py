@@ -151,6 +151,13 @@ def shows_wait(described: list[str]) -> bool:
     return any(not str(x).endswith(f": {STATES['R']}") for x in described)
 
 
+def hung_at_limit(described: list[str], users_limit: bool) -> bool:
+    """Whether a run that reached its time limit hung: a sample shows a wait (:func:`shows_wait`); with no
+    sample, only a limit the user gave counts (their ``--command`` run did not end within it), never
+    zdoctor's own."""
+    return shows_wait(described) if described else users_limit
+
+
 def building(states: list[dict[str, str]]) -> list[dict[str, str]]:
     """The sampled processes that are build tools at work (not stopped, not zombies)."""
     return [s for s in states if s.get("comm") in BUILD_TOOLS and s.get("state") not in ("T", "t", "Z")]

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from zdoctor.core.symptom import Symptom
-from zdoctor.readers.stuck import shows_wait
+from zdoctor.readers.stuck import hung_at_limit, shows_wait
 from zdoctor.symptoms.catalogue import ANY_ERROR, SIGNATURES, Signature, pieces
 
 #: At most this many symptoms from one source: a log of a thousand failing steps is one story.
@@ -148,7 +148,7 @@ def from_run(exit_code: int | None, timed_out: bool, stdout: str, stderr: str, *
         sampled = [w for w in waiting_in if w]
         waits = [w for w in sampled if shows_wait([w])][:3]  # a process on a CPU is working, not waiting
         limit = f"{timeout:g} s" if timeout else "its time limit"
-        if sampled and not waits:
+        if not hung_at_limit(sampled, users_limit=True):
             found.append(Symptom(id=f"S{nxt}", source="process", kind="still-working", where="--command run",
                                  text=f"the command was still working when the run reached {limit} (every "
                                       f"process sampled was on a CPU: {'; '.join(sampled[:3])}): not a hang; "

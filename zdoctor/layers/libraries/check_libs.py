@@ -19,7 +19,7 @@ from zdoctor.layers.libraries.runtables import failure_tables
 from zdoctor.layers.libraries.shellinit import COMMENT_NOTE, commented_out, lines_for_entry
 from zdoctor.layers.libraries.sources import live_source, static_source
 from zdoctor.readers.jitcache import gcc_version_of
-from zdoctor.readers.stuck import shows_wait
+from zdoctor.readers.stuck import hung_at_limit
 from zdoctor.readers.versions import gcc_release_for, gcc_series, newest, sort_key
 from zdoctor.symptoms.match import ids_for
 from zdoctor.trials.remedies import Plan
@@ -276,6 +276,18 @@ def live_unchecked(facts: Facts) -> str | None:
             "training interpreter with --python")
 
 
+def _longer_timeout(limit: Any) -> int:
+    """The ``--timeout`` to rerun with after a run was still at work at ``limit`` seconds: four times it,
+    at least 600 s."""
+    return max(600, int(float(limit) * 4)) if isinstance(limit, (int, float)) else 600
+
+
+def _loaded_before_limit(loaded: bool) -> str:
+    """What a run stopped at its limit had loaded, as far as what is listed above says."""
+    return ("What it loaded before the limit is listed above; what it had not reached was never loaded" if loaded
+            else "It loaded no libstdc++ before the limit")
+
+
 def _still_compiling(me: CheckSpec, facts: Facts, what: str, building: list[dict[str, Any]], lines: list[str],
                      ev: list[Evidence]) -> Finding:
     """The run reached its time limit while the JIT build was still at work: a slow first build, not a hang."""
@@ -285,7 +297,7 @@ def _still_compiling(me: CheckSpec, facts: Facts, what: str, building: list[dict
              f"{c['running_s']} s" if c.get("running_s") else "unknown"] for c in building]
     table = Evidence.of_table("build tools at work when the time limit ended the run",
                               ["pid", "tool", "working on", "running for"], rows)
-    longer = f"{max(600, int(float(limit) * 4)) if isinstance(limit, (int, float)) else 600}"
+    longer = _longer_timeout(limit)
     rerun = Remedy(
         title="Let the build finish: run the check again with a longer time limit",
         commands=[], explanation=f"The first launch compiles each JIT op (minutes for cpu_adam, more for CUDA "
@@ -308,7 +320,7 @@ def _still_working(me: CheckSpec, facts: Facts, what: str, loaded: bool, lines: 
     (or a loop), not a hang; what it would have done is not known."""
     limit = (facts.of("livetrace") or {}).get("timeout")
     within = f"{limit:g} s" if isinstance(limit, (int, float)) else "its time limit"
-    longer = f"{max(600, int(float(limit) * 4)) if isinstance(limit, (int, float)) else 600}"
+    longer = _longer_timeout(limit)
     rerun = Remedy(
         title="See how it ends: run the check again with a longer time limit",
         commands=[], explanation=f"Run `zdoctor check` again with `--timeout {longer}` (or the command itself with "
@@ -318,11 +330,8 @@ def _still_working(me: CheckSpec, facts: Facts, what: str, loaded: bool, lines: 
     return Finding(id=me.name, status="warn",
                    title=f"{what} was still working when the time limit ({within}) came: not a hang",
                    detail="\n".join([*lines, "", "Every process of the run was on a CPU when the limit came: it was "
-                                      "working, not waiting. " + (
-                                          "What it loaded before the limit is listed above; what it had not "
-                                          "reached was never loaded" if loaded else
-                                          "It loaded no libstdc++ before the limit") +
-                                      ", so how it would have ended is not known."]),
+                                      f"working, not waiting. {_loaded_before_limit(loaded)}, so how it would have "
+                                      "ended is not known."]),
                    evidence=ev, remedies=[rerun], explains=ids_for(facts, "still-working"))
 
 
@@ -382,11 +391,9 @@ def check_live(facts: Facts, me: CheckSpec) -> list[Finding]:
                                   f"{live.get('timeout') or '?'} s), its processes still running: slow, not hung",
                                   detail="\n".join([*lines, "", "Every process of the run was running on a CPU "
                                                      "when the limit came: the interpreter was slow (a busy node, a "
-                                                     "slow file system), not waiting. " + (
-                                                         "What it loaded before the limit is listed above; what it "
-                                                         "had not reached was never loaded" if loaded else
-                                                         "It loaded no libstdc++ before the limit") +
-                                                     ", so nothing is concluded; run again with a longer --timeout."]),
+                                                     "slow file system), not waiting. "
+                                                     f"{_loaded_before_limit(bool(loaded))}, so nothing is "
+                                                     "concluded; run again with a longer --timeout."]),
                                   evidence=ev))
         else:
             out.append(me.finding(status="fail", title=f"{what} did not finish within the time limit (hang?)",
@@ -701,10 +708,7 @@ def hang_evidence(live: LivetraceFacts) -> bool:
     """Whether a run that reached its time limit shows a wait: a process sleeping or stuck in the kernel when
     sampled. Every process running on a CPU is progress (a slow run on a busy node), not a hang; with no
     sample, only the user's own --command limit counts, never the limit of zdoctor's own import probe."""
-    states = [str(x) for x in live.get("stuck_states") or []]
-    if states:
-        return shows_wait(states)
-    return live.get("source") == "command"
+    return hung_at_limit([str(x) for x in live.get("stuck_states") or []], live.get("source") == "command")
 
 
 @predicate("live_run_hung", doc="the command did not finish within the time limit, was not still compiling, and "

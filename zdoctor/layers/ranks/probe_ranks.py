@@ -28,7 +28,7 @@ from zdoctor.core.registry import probe
 from zdoctor.layers.ranks.rankjob import collect_ranks
 from zdoctor.layers.ranks.rankwaits import PYSPY_TIMEOUT
 from zdoctor.proc.target import target_of
-from zdoctor.readers.stuck import shows_wait
+from zdoctor.readers.stuck import hung_at_limit
 
 NOT_NAMED = "no hung job named (give --pid PID of a rank or its launcher, or --command)"
 
@@ -57,9 +57,8 @@ def from_hung_command(host) -> dict[str, Any]:
         why = (ranks or {}).get("error") if isinstance(ranks, dict) else None
         return {"skipped": "the hung --command run's ranks were not read before its time limit"
                            + (f" ({why})" if why else "")}
-    states = [str(x) for x in live.get("stuck_states") or []]
-    # as the live run's own findings judge it: no sample of a --command run counts as a hang
-    run = "the hung --command run" if not states or shows_wait(states) else "the still-working --command run"
+    hung = hung_at_limit([str(x) for x in live.get("stuck_states") or []], users_limit=True)
+    run = "the hung --command run" if hung else "the still-working --command run"
     return {**ranks, "source": "command", "how": f"{run} ({ranks.get('how')}), read just before its time limit"}
 
 
