@@ -180,6 +180,11 @@ class StartScreen(ContextScreen):
         # its playbooks are read anyway, and the two are the costliest widgets to style and draw
         yield KeyBar()
 
+    def closed(self) -> bool:
+        """Whether the screen's widgets are gone (the app quit while a worker of it waited on a thread): what
+        the thread answered has nowhere to be shown."""
+        return not self.is_attached or not self.query(ProbePanel)
+
     def controls(self) -> None:
         """Mount the symptom box and the menu above the key bar, once (after the first frame, or at once
         for a key pressed before it), and focus the menu."""
@@ -215,6 +220,8 @@ class StartScreen(ContextScreen):
         """The session log, the menu, the sessions and the first pass; what they read from disk is read in
         a thread, so the first frame is written out meanwhile."""
         data = await in_thread(menu_entries)
+        if self.closed():
+            return
         self.ready(data)
         self.run_worker(self._load_sessions, group="sessions", exclusive=True)
         self.action_recheck()
@@ -261,6 +268,8 @@ class StartScreen(ContextScreen):
 
         own = {c.log.id for c in getattr(self.app, "contexts", []) if c.log is not None}
         found = await in_thread(resumable_sessions)
+        if self.closed():
+            return
         self.sessions = [p for p in found if p.session_id not in own]
         if self.sessions:
             self.fill_menu()
@@ -314,6 +323,8 @@ class StartScreen(ContextScreen):
         from zdoctor.walk.guide import first_pass_probes
 
         names = await in_thread(first_pass_probes)
+        if self.closed():
+            return
         self.pass_probes = names
         if fresh:
             self.ctx.host.forget(names)
@@ -357,6 +368,8 @@ class StartScreen(ContextScreen):
         from .docview import check_doc
 
         report = await in_thread(check, self.ctx.host, self.ctx.record, None, False)
+        if self.closed():
+            return
         self.symptoms = report.symptoms
         self.findings = report.findings
         self.show_findings(check_doc(report))
