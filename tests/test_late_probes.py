@@ -60,6 +60,43 @@ def test_a_probe_that_ran_out_of_time_is_not_examined_with_the_nodes_load(monkey
     assert "nothing is concluded from its lateness" in f.detail
 
 
+def test_a_probes_budget_counts_its_own_time_not_its_wait_for_the_probes_it_reads(monkeypatch):
+    """The rendezvous probe reads the traced run (minutes on a crowded node): its 20 s are its own work's,
+    not the wait. A probe that then works past its budget is still out of time, and says how long it waited."""
+    import time
+
+    def slow_source(host):
+        time.sleep(1.5)  # a slow probe of its own budget (the traced run, say)
+        return {"answer": 42}, []
+
+    def reader(host):
+        answer = host.facts_of("t.source")["answer"]
+        time.sleep(0.05)
+        return {"read": answer}, []
+
+    def reader_of_many(host):
+        facts = host.results(["t.source2"])
+        return {"read": facts.of("t.source2")["answer"]}, []
+
+    def late_reader(host):
+        host.facts_of("t.source")
+        time.sleep(30)
+        return {}, []
+
+    for name, func, budget in [("t.source", slow_source, 10.0), ("t.source2", slow_source, 10.0),
+                               ("t.reader", reader, 0.5), ("t.reader_of_many", reader_of_many, 0.5),
+                               ("t.late_reader", late_reader, 0.3)]:
+        monkeypatch.setitem(registry.PROBES, name, registry.ProbeSpec(name, func, name, budget, ()))
+    host = LiveHost()
+    facts = host.results(["t.reader", "t.reader_of_many", "t.late_reader"])
+    assert facts["t.reader"].status == "ok" and facts.of("t.reader") == {"read": 42}
+    assert facts["t.reader"].duration_s >= 1.5  # it waited the whole 1.5 s, three times its budget
+    assert facts["t.reader_of_many"].status == "ok" and facts.of("t.reader_of_many") == {"read": 42}
+    late = facts["t.late_reader"]
+    assert late.status == "timeout", late
+    assert "s waiting for the probes it reads" in late.error and "its 0.3s budget" in late.error
+
+
 def test_hang_evidence_is_a_wait_not_zdoctors_own_limit():
     assert hang_evidence({"stuck_states": ["pid 7 (python): sleeping in hrtimer_nanosleep"]})
     assert hang_evidence({"stuck_states": ["pid 7 (python): in the kernel (uninterruptible) in nfs_wait"]})

@@ -6,7 +6,7 @@ import contextlib
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from zdoctor.core import progress
@@ -42,10 +42,15 @@ class Host:
             return self._locks.setdefault(name, threading.Lock())
 
     def result(self, name: str) -> ProbeResult:
-        """The result of probe ``name``, computed once per host (thread-safe)."""
+        """The result of probe ``name``, computed once per host (thread-safe). A probe's time spent here,
+        waiting for another probe, is not counted against its own budget (:class:`OwnClock`)."""
         cached = self._results.get(name)
         if cached is not None:
             return cached
+        with OwnClock.waiting():
+            return self._result_uncached(name)
+
+    def _result_uncached(self, name: str) -> ProbeResult:
         with self._lock_for(name):
             cached = self._results.get(name)
             if cached is None:
@@ -86,8 +91,9 @@ class Host:
                    if n not in self._results]
         for t in threads:
             t.start()
-        for t in threads:
-            children.join(t)
+        with OwnClock.waiting():
+            for t in threads:
+                children.join(t)
         return Facts({n: self._results[n] for n in wanted})
 
     def settle(self, name: str, result: ProbeResult) -> ProbeResult:
@@ -110,8 +116,76 @@ class Host:
         return dict(self._results)
 
 
+class OwnClock:
+    """A probe's own time: its worker's wall time less the time it spent waiting in :meth:`Host.result` for
+    the probes it reads, which have budgets of their own. So a probe that reads a slow one (the traced run,
+    say) is not out of time before it has started its own work."""
+
+    _local = threading.local()
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._t0 = time.monotonic()
+        self._waited = 0.0
+        self._since: float | None = None
+        self._depth = 0
+
+    def own(self) -> float:
+        """Seconds of the probe's own work so far."""
+        with self._lock:
+            now = time.monotonic()
+            waiting = now - self._since if self._since is not None else 0.0
+            return now - self._t0 - self._waited - waiting
+
+    def waited(self) -> float:
+        """Seconds spent waiting for other probes so far."""
+        with self._lock:
+            return self._waited + (time.monotonic() - self._since if self._since is not None else 0.0)
+
+    def _enter(self) -> None:
+        with self._lock:
+            if self._depth == 0:
+                self._since = time.monotonic()
+            self._depth += 1
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._depth -= 1
+            if self._depth == 0 and self._since is not None:
+                self._waited += time.monotonic() - self._since
+                self._since = None
+
+    def bind(self) -> None:
+        """Count the calling thread's waits on this clock (the probe's worker, at its start)."""
+        OwnClock._local.clock = self
+
+    @staticmethod
+    @contextlib.contextmanager
+    def waiting() -> Iterator[None]:
+        """A wait for another probe, on the calling probe's clock (nothing outside a probe's worker)."""
+        clock = getattr(OwnClock._local, "clock", None)
+        if clock is None:
+            yield
+            return
+        clock._enter()
+        try:
+            yield
+        finally:
+            clock._leave()
+
+
+def _join_own(worker: threading.Thread, clock: OwnClock, budget: float) -> None:
+    """Wait for ``worker`` until it ends or its own time (:class:`OwnClock`) reaches ``budget``."""
+    while worker.is_alive():
+        left = budget - clock.own()
+        if left <= 0:
+            return
+        children.join(worker, left)
+
+
 def run_probe_guarded(host: Host, name: str) -> ProbeResult:
-    """Run a registered probe in a daemon thread with its timeout; exceptions become ``crash``."""
+    """Run a registered probe in a daemon thread with its timeout, counted on its own time (the time it
+    waits for the probes it reads is theirs); exceptions become ``crash``."""
     from zdoctor.core.registry import PROBES
     from zdoctor.proc import contain
 
@@ -120,8 +194,10 @@ def run_probe_guarded(host: Host, name: str) -> ProbeResult:
     if spec is None:
         return ProbeResult(probe=name, status="crash", error=f"unknown probe {name!r}", started=started)
     box: dict[str, Any] = {}
+    clock = OwnClock()
 
     def target() -> None:
+        clock.bind()
         try:
             with contain.background() if spec.background else contextlib.nullcontext():
                 box["out"] = spec.func(host)
@@ -132,17 +208,20 @@ def run_probe_guarded(host: Host, name: str) -> ProbeResult:
     t0 = time.monotonic()
     worker = threading.Thread(target=target, name=f"probe:{name}", daemon=True)
     worker.start()
-    children.join(worker, spec.timeout)
+    _join_own(worker, clock, spec.timeout)
     load, cpus = node_load()
     stretch = budget_stretch(load, cpus)
     if worker.is_alive() and stretch > 1.0:  # a node busier than its CPUs: the probe is late, not stuck
-        children.join(worker, spec.timeout * (stretch - 1.0))
+        _join_own(worker, clock, spec.timeout * stretch)
     duration = time.monotonic() - t0
     if worker.is_alive():
         busy = load_words(load, cpus)
+        waited = clock.waited()
+        own = f"{duration - waited:.0f}s of its own, after {waited:.0f}s waiting for the probes it reads" \
+            if waited >= 1.0 else f"{duration:.0f}s"
         return ProbeResult(
             probe=name, status="timeout", started=started, duration_s=duration,
-            error=f"probe {name} ran out of time: {duration:.0f}s (its {spec.timeout:g}s budget"
+            error=f"probe {name} ran out of time: {own} (its {spec.timeout:g}s budget"
                   + (f", stretched {stretch:.1f}x for the load" if stretch > 1.0 else "") + f"; {busy}), "
                   "and was abandoned",
         )
