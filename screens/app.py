@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from textual.screen import Screen
 from zdoctor.core.errors import InputError, ZdoctorError
 
 from .base import CTRL_C_QUITS, HELP, QUIT, AppBase
-from .common import START_CSS
+from .common import SCREENS_CSS, START_CSS
 
 
 @dataclass
@@ -34,22 +35,47 @@ class Context:
     log: Any = None  # zdoctor.walk.session.SessionLog | None
     scenario: Any = None  # zdoctor.walk.practice.Scenario | None
     note: str = ""  # why the session is not recorded, when it is not
+    #: Opens the session log later (:meth:`open_log`): a first screen is drawn before the log's modules load.
+    opener: Callable[[], tuple[Any, str]] | None = None
+    #: What was recorded before the log was opened, written to it when it is.
+    pending: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    _lock: Any = field(default_factory=threading.RLock, repr=False, compare=False)
 
     @property
     def practice(self) -> bool:
         return self.scenario is not None
 
     def record(self, type_: str, data: dict[str, Any]) -> None:
-        """Append to the session log; a log that cannot be written is dropped, never fatal."""
-        if self.log is None:
-            return
-        try:
-            self.log.record(type_, data)
-        except (OSError, ZdoctorError, ValueError) as exc:
-            self.note = f"the session log stopped: {exc}"
-            self.log = None
+        """Append to the session log (kept until it is opened); a log that cannot be written is dropped,
+        never fatal."""
+        with self._lock:
+            if self.opener is not None:
+                self.pending.append((type_, data))
+                return
+            if self.log is None:
+                return
+            try:
+                self.log.record(type_, data)
+            except (OSError, ZdoctorError, ValueError) as exc:
+                self.note = f"the session log stopped: {exc}"
+                self.log = None
+
+    def open_log(self) -> str:
+        """Open the session log of a context made with an ``opener``, and write what was recorded meanwhile;
+        returns why the session is not recorded, or ``""``. Once only: later calls change nothing."""
+        with self._lock:
+            opener, self.opener = self.opener, None
+            if opener is None:
+                return ""
+            self.log, self.note = opener()
+            pending, self.pending = self.pending, []
+            for type_, data in pending:
+                self.record(type_, data)
+            return self.note
 
     def close(self, code: int = 0) -> None:
+        if self.pending:
+            self.open_log()  # what was recorded before a quick quit is not lost
         if self.log is not None:
             with contextlib.suppress(OSError, ZdoctorError):
                 self.log.close(code)
@@ -66,20 +92,22 @@ def open_log(mode: str, argv: list[str], info: dict[str, Any]) -> tuple[Any, str
 
 
 def new_walk(playbook_id: str, host: Any, record: Any) -> Any:
-    """A walk of a bundled playbook (the vocabulary loaded first: predicates must be registered)."""
-    from zdoctor.core.registry import load_vocabulary
+    """A walk of a bundled playbook (the checks and predicates it judges by load with its first step)."""
     from zdoctor.walk.engine import Walk
-    from zdoctor.walk.playbook import load_all
+    from zdoctor.walk.playbook import load_bundled
 
-    load_vocabulary()
-    return Walk(load_all()[playbook_id], host, record=record)
+    return Walk(load_bundled(playbook_id), host, record=record)
 
 
-def practice_context(scenario: Any, argv: list[str]) -> Context:
-    """A context replaying ``scenario``, recorded as a ``demo`` session."""
+def practice_context(scenario: Any, argv: list[str], *, log_now: bool = True) -> Context:
+    """A context replaying ``scenario``, recorded as a ``demo`` session; without ``log_now`` its session log
+    is opened later (:meth:`Context.open_log`)."""
     host = scenario.host()
-    log, note = open_log("demo", argv, {**host.info, "scenario": scenario.id})
-    return Context(host=host, mode="demo", log=log, scenario=scenario, note=note)
+    ctx = Context(host=host, mode="demo", scenario=scenario,
+                  opener=partial(open_log, "demo", argv, {**host.info, "scenario": scenario.id}))
+    if log_now:
+        ctx.open_log()
+    return ctx
 
 
 class ZdoctorApp(AppBase):
@@ -100,7 +128,9 @@ class ZdoctorApp(AppBase):
     def __init__(self, python: str | None = None, argv: list[str] | None = None, host: Any = None, *,
                  resume: str | None = None, demo: str | None = None, export_dir: str | os.PathLike[str] | None = None,
                  plan: dict[str, Any] | None = None) -> None:
-        super().__init__()
+        first_walk = plan is not None and plan.get("demo") is not None  # a walk is the first screen
+        # Textual reads an app's stylesheet, never its default screen's own: the first screen's, read here
+        super().__init__(css_path=SCREENS_CSS if first_walk else None)
         self.python = python
         self.argv = list(argv or [])
         self.export_dir = Path(export_dir) if export_dir is not None else None
@@ -115,17 +145,14 @@ class ZdoctorApp(AppBase):
         from zdoctor.host import LiveHost
 
         host = self._host if self._host is not None else LiveHost(python=self.python)
-        ctx = Context(host=host, mode="tui")
+        ctx = Context(host=host, mode="tui", opener=lambda: open_log("tui", self.argv, host.info))
         if log_now:
-            ctx.log, ctx.note = open_log(ctx.mode, self.argv, host.info)
+            ctx.open_log()
         return ctx
 
-    def open_live_log(self, ctx: Context) -> None:
+    def open_later_log(self, ctx: Context) -> None:
         """Open the session log of a context made without one; say so when it cannot be."""
-        if ctx.log is not None or ctx.note:
-            return
-        ctx.log, ctx.note = open_log(ctx.mode, self.argv, ctx.host.info)
-        if ctx.note:
+        if ctx.open_log():
             self.notify(ctx.note, severity="warning")
 
     def add_context(self, ctx: Context) -> Context:
@@ -134,19 +161,30 @@ class ZdoctorApp(AppBase):
         return ctx
 
     def get_default_screen(self) -> Screen:
-        """The start screen of this node, drawn as the app's first screen (pushing it over Textual's blank
-        default screen would style and lay out both before the first frame); a resumed session or practice
-        is pushed over the blank one in :meth:`on_mount`."""
-        if "resume" in self.plan or "demo" in self.plan:
+        """The first screen, drawn as the app's default screen (pushing it over Textual's blank default screen
+        would style and lay out both before the first frame): this node's start screen, or the first step of
+        ``--demo SCENARIO``'s walk; a resumed session or the list of scenarios is pushed over the blank one in
+        :meth:`on_mount`."""
+        if "resume" in self.plan or ("demo" in self.plan and self.plan["demo"] is None):
             return super().get_default_screen()
+        if "demo" in self.plan:  # a practice walk of one scenario: its first step is the first screen
+            from .walk import WalkScreen
+
+            scenario = self.plan["demo"]
+            ctx = self.add_context(practice_context(scenario, self.argv, log_now=False))
+            return WalkScreen(ctx, new_walk(scenario.playbook, ctx.host, ctx.record))
         from .start import StartScreen  # only the first screen's module is imported before it is drawn
 
         # the session log (and the walk's event vocabulary it loads) once the start screen is drawn
         return StartScreen(self.add_context(self.live_context(log_now=False)))
 
     def can_go_back(self) -> bool:
-        """Whether the screen under the current one is one to go back to (not Textual's blank default)."""
-        return len(self.screen_stack) > 1 and self.screen_stack[-2].id != "_default"
+        """Whether the screen under the current one is one to go back to: not Textual's blank default, nor a
+        first screen that was left (a ``--demo SCENARIO`` walk)."""
+        if len(self.screen_stack) < 2:
+            return False
+        under = self.screen_stack[-2]
+        return under.id != "_default" and not getattr(under, "left", False)
 
     def on_mount(self) -> None:
         # only the first screen's module is imported before it is drawn
@@ -157,14 +195,10 @@ class ZdoctorApp(AppBase):
             self.add_context(ctx)
             self.push_screen(WalkScreen(ctx, walk, resumed=True))
             self.notify(f"resumed session {ctx.log.id if ctx.log else ''} at {walk.current}", timeout=4)
-        elif "demo" in self.plan:
-            scenario = self.plan["demo"]
-            if scenario is not None:
-                self.start_practice(scenario)
-            else:
-                from .practice import PracticeScreen
+        elif "demo" in self.plan and self.plan["demo"] is None:
+            from .practice import PracticeScreen
 
-                self.push_screen(PracticeScreen())
+            self.push_screen(PracticeScreen())
         if self.ctx is not None and self.ctx.note:
             self.notify(self.ctx.note, severity="warning")
 

@@ -22,8 +22,10 @@ class AppBase(App[int]):
     Each app lists its keys itself (:data:`HELP` and :data:`QUIT` among them), in the order the key bar
     shows them."""
 
-    def __init__(self) -> None:
-        super().__init__()  # each screen reads its own stylesheet (screens.common.START_CSS, SCREENS_CSS)
+    def __init__(self, css_path: str | None = None) -> None:
+        # each screen reads its own stylesheet (screens.common.START_CSS, SCREENS_CSS); ``css_path``: the
+        # first screen's, when it is not the class's own (Textual reads none for an app's default screen)
+        super().__init__(css_path=css_path)
 
     def get_line_filters(self) -> list[Any]:
         """Textual's filters, then one that keeps control characters in shown text off the terminal."""

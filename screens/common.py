@@ -273,6 +273,13 @@ class ProbePanel(Static):
     def finished(self) -> bool:
         return self._finished
 
+    def clear(self) -> None:
+        """Show no probes: a step whose probes are still being worked out (a later :meth:`start` shows them)."""
+        self._token += 1
+        self._finished = False
+        self.states = {}
+        self._refresh()
+
     def start(self, host: Host, names: list[str]) -> None:
         """Show ``names`` and run the ones ``host`` has no result for yet."""
         from zdoctor.walk.guide import probe_budget, probe_title

@@ -233,7 +233,7 @@ class StartScreen(ContextScreen):
             return
         self.menu_data = data if data is not None else menu_entries()
         app: Any = self.app
-        app.open_live_log(self.ctx)
+        app.open_later_log(self.ctx)
         self.fill_menu()
 
     # -- the menu ----------------------------------------------------------------------------------

@@ -170,6 +170,8 @@ class WalkScreen(ContextScreen):
         self.symptoms_open: bool | None = None
         self._visit = 0
         self.seen_at: dict[tuple[str, str, str], int] = {}  # a finding as shown -> the step that first showed it
+        #: Left for the screen it leads back to, while it stays under it (the app's first screen).
+        self.left = False
 
     # -- layout ------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -204,8 +206,6 @@ class WalkScreen(ContextScreen):
     # -- one step ----------------------------------------------------------------------------------
     def enter_node(self) -> None:
         """Show the current node and run its probes (each in its own thread)."""
-        from zdoctor.walk.guide import node_probes
-
         self._visit += 1
         self.outcome = None
         self.findings = []
@@ -227,7 +227,22 @@ class WalkScreen(ContextScreen):
                                                        style="dim"))
         panel = self.query_one(ProbePanel)
         panel.display = True
-        panel.start(self.ctx.host, node_probes(self.node))
+        panel.clear()
+        # which probes the step runs needs every check and predicate registered (the vocabulary, 0.2 s to
+        # import the first time): worked out in a thread once the step is drawn
+        self.call_after_refresh(self.run_worker, partial(self._start_step, self._visit), group="step",
+                                exclusive=True)
+
+    async def _start_step(self, visit: int) -> None:
+        """Once the step is drawn: open the session log when it waits (a walk that is the first screen), then
+        work out the step's probes and start them."""
+        from zdoctor.walk.guide import node_probes
+
+        if self.ctx.opener is not None and await in_thread(self.ctx.open_log, name="session-log"):
+            self.notify(self.ctx.note, severity="warning")
+        names = await in_thread(node_probes, self.node, name="step-probes")
+        if visit == self._visit and not self.walk.done and self.outcome is None and self.is_attached:
+            self.query_one(ProbePanel).start(self.ctx.host, names)
 
     def render_header(self) -> None:
         node = self.node
@@ -581,9 +596,13 @@ class WalkScreen(ContextScreen):
 
     def leave(self) -> None:
         self.query_one(ProbePanel).cancel()  # what this step still runs ends with it (its commands too)
-        if self.app.can_go_back():  # type: ignore[attr-defined]
-            self.app.pop_screen()
-        else:  # opened first (--demo SCENARIO, --resume): go to where it would have been opened from
-            self.app.switch_screen(self.app.base_screen(self.ctx))  # type: ignore[attr-defined]
+        app: Any = self.app
+        if app.can_go_back():
+            app.pop_screen()
+        elif self is app.screen_stack[0]:  # the app's first screen (--demo SCENARIO): Textual replaces none
+            self.left = True  # under the screen it leads to, never gone back to (ZdoctorApp.can_go_back)
+            app.push_screen(app.base_screen(self.ctx))
+        else:  # opened first over the blank screen (--resume): go to where it would have been opened from
+            app.switch_screen(app.base_screen(self.ctx))
 
 

@@ -97,6 +97,57 @@ def test_the_start_screens_work_waits_for_its_first_frame(tmp_path: Path, monkey
     asyncio.run(scenario())
 
 
+def test_a_practice_walk_is_the_first_frame_and_its_work_follows_it(monkeypatch) -> None:
+    """``--demo SCENARIO``: the walk's first step is the app's first screen, styled, with no blank screen
+    under it; its session log and its probes (which need every check registered) start once that frame is
+    out, and what the walk recorded before the log opened is written to it. Leaving it leads to the list of
+    scenarios, which leads nowhere back."""
+    from screens.walk import WalkScreen
+    from zdoctor.walk.session import load_events
+
+    seen: list[list[str]] = []
+    original = WalkScreen._start_step
+
+    async def start_step(self: WalkScreen, visit: int) -> None:
+        seen.append(list(frames))
+        await original(self, visit)
+
+    monkeypatch.setattr(WalkScreen, "_start_step", start_step)
+    frames: list[str] = []
+
+    async def scenario() -> None:
+        app = make(demo="conda-ld-library-path")
+        shown = app._display
+
+        def display(screen, renderable) -> None:
+            if renderable is not None and not app._batch_count:
+                frames.append(type(screen).__name__)
+            shown(screen, renderable)
+
+        app._display = display  # type: ignore[method-assign]
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(pilot, lambda: name(app) == "WalkScreen" and app.screen.outcome is not None,
+                         what="the first step evaluated")
+            walk = app.screen
+            assert seen == [seen[0]] and seen[0] and set(seen[0]) == {"WalkScreen"}, seen
+            assert app.screen_stack == [walk]
+            # styled as when it is pushed (screens.tcss): the verdict under a rule
+            assert walk.query_one("#verdict").styles.border_top[0] == "solid"
+            events = load_events(app.ctx.log.path)
+            kinds = [e["type"] for e in events]
+            assert kinds[0] == "session_start" and kinds[1:3] == ["playbook_start", "node_enter"], kinds
+            await pilot.press("escape")
+            await settle(pilot, lambda: name(app) == "AskScreen", what="the question before leaving")
+            await pilot.press("y")
+            await settle(pilot, lambda: name(app) == "PracticeScreen", what="the list of scenarios")
+            await pilot.press("escape")  # the walk left under it is not gone back to
+            await pilot.pause(0.2)
+            assert name(app) == "PracticeScreen"
+            await pilot.press("q")
+
+    asyncio.run(scenario())
+
+
 def test_every_screen_names_its_stylesheet() -> None:
     """Each screen class reads its rules when it first opens (the start screen's alone before the first
     frame); a screen that named none would be drawn unstyled."""

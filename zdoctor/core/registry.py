@@ -410,10 +410,18 @@ def vocabulary_modules() -> list[str]:
     return [name for _rank, _base, name in sorted(found)]
 
 
+#: The vocabulary packages loaded whole so far (what :func:`load_vocabulary` need not walk again).
+_loaded: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+
+
 def load_vocabulary() -> None:
-    """Import every module that registers vocabulary (idempotent)."""
+    """Import every module that registers vocabulary (idempotent: once loaded whole, a no-op)."""
+    packages = (tuple(VOCABULARY_ROOTS), tuple(VOCABULARY_PACKAGES))
+    if packages in _loaded:
+        return
     for mod in vocabulary_modules():
         importlib.import_module(mod)
+    _loaded.append(packages)
 
 
 def declared_shape() -> dict[str, list[str]]:

@@ -40,7 +40,6 @@ from zdoctor.core.present import (
     written_text,
 )
 from zdoctor.core.verdicts import STATUS_RANK, split_answers, verification_of
-from zdoctor.fleet.result import families, worst
 from zdoctor.walk.conditions import parse_condition
 from zdoctor.walk.walkwords import edge_sentence, in_words
 
@@ -394,6 +393,8 @@ def outcome(ev: dict[str, Any]) -> tuple[str, str]:
 def fleet_tables(fleet: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]], list[int]]]:
     """The recorded fleet report as two tables (title, columns, rows, highlighted rows): the node x check
     matrix by check family, and every fact that should be equal with its majority and the nodes that differ."""
+
+    from zdoctor.fleet.result import families, worst  # the fleet's own modules, only for a fleet's report
 
     nodes = [n for n in fleet.get("nodes") or [] if isinstance(n, dict)]
     fams = families([text_of(c) for c in fleet.get("checks") or []])

@@ -16,6 +16,7 @@ documentation).
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -273,11 +274,31 @@ def load_catalogue(root: Path | None = None, order: tuple[str, ...] = ORDER) -> 
     return tuple(found[i] for i in order)
 
 
-SIGNATURES: tuple[Signature, ...] = load_catalogue()
+#: Every layer's entries in ``ORDER``, and the same by id: read from the layers' files on first use, not at
+#: import (their TOML and patterns take 25 ms, before a guide's first screen too): see :func:`__getattr__`.
+SIGNATURES: tuple[Signature, ...]
+BY_ID: dict[str, Signature]
+_LOADING = threading.Lock()
 
-BY_ID = {s.id: s for s in SIGNATURES}
+
+def _loaded() -> dict[str, Any]:
+    """This module's globals, with ``SIGNATURES`` and ``BY_ID`` read once (thread-safe)."""
+    here = globals()
+    if "BY_ID" not in here:
+        with _LOADING:
+            if "BY_ID" not in here:
+                signatures = load_catalogue()
+                here["SIGNATURES"] = signatures
+                here["BY_ID"] = {s.id: s for s in signatures}  # last: its presence says both are read
+    return here
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("SIGNATURES", "BY_ID"):
+        return _loaded()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def signature(sid: str | None) -> Signature | None:
     """The signature called ``sid``, or None."""
-    return BY_ID.get(sid) if sid else None
+    return _loaded()["BY_ID"].get(sid) if sid else None

@@ -177,6 +177,7 @@ def _started(view: SessionView) -> bool:
 
 def probe_names(node: Node) -> list[str]:
     """Every probe a visit of ``node`` runs: its own, those its checks read, those its edge predicates read."""
+    load_vocabulary()  # the checks and predicates it names must be registered
     names = list(node.probes) + probes_for(c for c in node.checks if c in CHECKS)
     for e in node.next:
         if e.when is not None and e.when in PREDICATES:
@@ -199,7 +200,6 @@ class Walk:
         if max_visits < 1:
             raise ValueError("max_visits must be at least 1")
 
-        load_vocabulary()  # predicates must be registered before any edge is judged
         self.playbook = playbook
         self.host = host
         self.record = record
@@ -356,6 +356,7 @@ class Walk:
 
     def evaluate(self) -> NodeOutcome:
         """Probe, check and choose for the current node (once per visit; later calls reuse it)."""
+        load_vocabulary()  # the checks and predicates every edge is judged by (loaded with the first step)
         with self._lock:
             if self.done:
                 raise RuntimeError(f"the walk of {self.playbook.id} is finished")

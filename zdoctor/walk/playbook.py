@@ -456,6 +456,18 @@ def _default_dirs() -> list[Path]:
     return [resources.data_dir("playbooks")]
 
 
+def load_bundled(pid: str) -> Playbook:
+    """The bundled playbook ``pid``: read from its own file (``PID.toml``) when that holds it, else found
+    among them all (a ``KeyError`` when none has that id)."""
+    for d in _default_dirs():
+        path = d / f"{pid}.toml"
+        if path.is_file():
+            pb = load_playbook(path)
+            if pb.id == pid:
+                return pb
+    return load_all()[pid]
+
+
 def load_all(dirs: Iterable[str | Path] | None = None) -> dict[str, Playbook]:
     """Every ``*.toml`` playbook in ``dirs`` (default: the bundled ones), by id."""
     out: dict[str, Playbook] = {}
