@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from zdoctor.core.registry import CHECKS, owner_check
+from zdoctor.core.registry import CHECKS, load_vocabulary, owner_check
 from zdoctor.core.symptom import EXPLAINING, UNEXPLAINED_PREFIX, Symptom
 from zdoctor.symptoms.catalogue import ANY_ERROR, Signature, signature
 
@@ -35,6 +35,7 @@ def _wrapped(sig: Signature | None) -> list[Signature]:
 
 def confirming_checks(s: Symptom) -> list[str]:
     """The checks the catalogue names as confirming ``s``: its entry's, and those of the messages it wraps."""
+    load_vocabulary()  # a check not yet registered would be silently left out
     sig = signature(s.signature)
     names = [*(sig.confirm if sig else ()), *(c for w in _wrapped(sig) for c in w.confirm)]
     return [n for n in dict.fromkeys(names) if n in CHECKS]
@@ -47,6 +48,7 @@ def kinds_of(s: Symptom) -> set[str]:
 
 def candidate_checks(s: Symptom) -> list[str]:
     """Every check that can explain ``s``: those that declare its kind, and those that confirm it."""
+    load_vocabulary()  # a symptom with no check registered yet would read as one nothing can explain
     kinds = kinds_of(s)
     declared = [name for name, spec in CHECKS.items() if kinds & set(spec.explains)]
     return list(dict.fromkeys([*declared, *confirming_checks(s)]))
@@ -70,6 +72,7 @@ def _inner(s: Symptom, symptoms: Sequence[Symptom]) -> list[Symptom]:
 
 def derive(symptoms: Sequence[Symptom], findings: Iterable[Said]) -> dict[str, list[str]]:
     """For each symptom id, the ids of the findings that explain it (sorted; empty: unexplained)."""
+    load_vocabulary()
     said = [f for f in findings if f.status in EXPLAINING and not f.id.startswith(UNEXPLAINED_PREFIX)]
     by_id = {s.id: s for s in symptoms}
     owner = {f.id: owner_check(f.id, CHECKS) for f in said}

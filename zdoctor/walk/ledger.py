@@ -16,7 +16,7 @@ from typing import Any
 from zdoctor.core.model import Evidence, Finding
 from zdoctor.core.nodelayers import BY_ID
 from zdoctor.core.plural import noun_for
-from zdoctor.core.registry import CHECKS, Facts
+from zdoctor.core.registry import CHECKS, Facts, load_vocabulary
 from zdoctor.core.symptom import SOURCE_WORDS, UNEXPLAINED_PREFIX, Symptom
 from zdoctor.layers import evaluate_check, probes_for
 from zdoctor.symptoms.catalogue import signature
@@ -70,6 +70,7 @@ def linked(findings: Iterable[Finding], entries: Iterable[Entry]) -> list[Findin
 def scope(symptom: Symptom, findings: Iterable[Finding]) -> tuple[list[str], list[str]]:
     """(what was examined, what was not) for ``symptom``: the checks that can explain it, each with what it
     concluded; a check that could not look is "not examined" with its reason."""
+    load_vocabulary()
     by_check: dict[str, list[Finding]] = {}
     for f in findings:
         for name in CHECKS:
