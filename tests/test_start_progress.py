@@ -23,6 +23,18 @@ def held_interpreter(tmp_path: Path) -> tuple[Path, Path]:
     return python, release
 
 
+def record_frames(app, frames: list[str]) -> None:
+    """Append to ``frames`` the screen of every frame the compositor hands over to be written."""
+    shown = app._display
+
+    def display(screen, renderable) -> None:
+        if renderable is not None and not app._batch_count:
+            frames.append(type(screen).__name__)
+        shown(screen, renderable)
+
+    app._display = display
+
+
 def test_the_start_screen_lists_running_probes_and_fills_them_in(tmp_path: Path) -> None:
     python, release = held_interpreter(tmp_path)
 
@@ -78,14 +90,7 @@ def test_the_start_screens_work_waits_for_its_first_frame(tmp_path: Path, monkey
 
     async def scenario() -> None:
         app = make(host=LiveHost(python=str(python)), argv=["tui"], export_dir=tmp_path)
-        shown = app._display  # every frame the compositor hands over to be written
-
-        def display(screen, renderable) -> None:
-            if renderable is not None and not app._batch_count:
-                frames.append(type(screen).__name__)
-            shown(screen, renderable)
-
-        app._display = display  # type: ignore[method-assign]
+        record_frames(app, frames)
         async with app.run_test(size=(100, 30)) as pilot:
             await settle(pilot, lambda: bool(seen) and app.screen.query("#start-menu"), what="the start-up")
             assert seen == [seen[0]] and seen[0] and set(seen[0]) == {"StartScreen"}, seen
@@ -117,14 +122,7 @@ def test_a_practice_walk_is_the_first_frame_and_its_work_follows_it(monkeypatch)
 
     async def scenario() -> None:
         app = make(demo="conda-ld-library-path")
-        shown = app._display
-
-        def display(screen, renderable) -> None:
-            if renderable is not None and not app._batch_count:
-                frames.append(type(screen).__name__)
-            shown(screen, renderable)
-
-        app._display = display  # type: ignore[method-assign]
+        record_frames(app, frames)
         async with app.run_test(size=(100, 30)) as pilot:
             await settle(pilot, lambda: name(app) == "WalkScreen" and app.screen.outcome is not None,
                          what="the first step evaluated")
