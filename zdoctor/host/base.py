@@ -130,17 +130,14 @@ class OwnClock:
         self._since: float | None = None
         self._depth = 0
 
-    def own(self) -> float:
-        """Seconds of the probe's own work so far."""
-        with self._lock:
-            now = time.monotonic()
-            waiting = now - self._since if self._since is not None else 0.0
-            return now - self._t0 - self._waited - waiting
-
     def waited(self) -> float:
         """Seconds spent waiting for other probes so far."""
         with self._lock:
             return self._waited + (time.monotonic() - self._since if self._since is not None else 0.0)
+
+    def own(self) -> float:
+        """Seconds of the probe's own work so far."""
+        return time.monotonic() - self._t0 - self.waited()
 
     def _enter(self) -> None:
         with self._lock:
